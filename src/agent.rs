@@ -1,0 +1,85 @@
+//! The Agent: one Durable Object owning many Sessions. Creating, listing
+//! (paged) and deleting Sessions.
+
+use crate::error::ApiError;
+use crate::limits::{SESSIONS_PER_AGENT_MAX, SESSION_ID_BYTES_MAX};
+use crate::session::Ctx;
+use crate::sql::atomically;
+use serde::Serialize;
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSummary {
+    pub session_id: String,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SessionList {
+    pub sessions: Vec<SessionSummary>,
+    pub cursor: Option<String>,
+}
+
+/// Session ids are path segments: a small, URL-safe alphabet, bounded.
+pub fn validate_session_id(id: &str) -> Result<(), ApiError> {
+    let ok = !id.is_empty()
+        && id.len() <= SESSION_ID_BYTES_MAX
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::InvalidRequest(format!(
+            "sessionId: 1..={SESSION_ID_BYTES_MAX} bytes of [A-Za-z0-9._:-]"
+        )))
+    }
+}
+
+pub fn create_session(ctx: &mut Ctx<'_>, session_id: Option<&str>) -> Result<String, ApiError> {
+    let session_id = match session_id {
+        Some(id) => {
+            validate_session_id(id)?;
+            id.to_owned()
+        }
+        None => ctx.ids.next_id("ses_"),
+    };
+    let store = ctx.store;
+    let now_ms = ctx.now_ms;
+    atomically(store.sql(), || {
+        if store.session_exists(&session_id)? {
+            return Err(ApiError::SessionExists(session_id.clone()));
+        }
+        if store.session_count()? >= SESSIONS_PER_AGENT_MAX {
+            return Err(ApiError::TooManySessions);
+        }
+        store.insert_session(&session_id, now_ms)?;
+        Ok(session_id.clone())
+    })
+}
+
+/// Sessions in creation order; `cursor` is the opaque cursor of an earlier page.
+pub fn list_sessions(ctx: &Ctx<'_>, limit: usize, cursor: Option<i64>) -> Result<SessionList, ApiError> {
+    let mut rows = ctx.store.sessions_after(cursor.unwrap_or(0), limit + 1)?;
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    let cursor = more.then(|| rows.last().map(|r| r.seq.to_string())).flatten();
+    Ok(SessionList {
+        sessions: rows
+            .into_iter()
+            .map(|r| SessionSummary { session_id: r.session_id, created_at: r.created_at })
+            .collect(),
+        cursor,
+    })
+}
+
+pub fn delete_session(ctx: &mut Ctx<'_>, session_id: &str) -> Result<(), ApiError> {
+    let store = ctx.store;
+    atomically(store.sql(), || {
+        if store.delete_session(session_id)? {
+            Ok(())
+        } else {
+            Err(ApiError::SessionNotFound(session_id.to_owned()))
+        }
+    })
+}

@@ -1,0 +1,106 @@
+//! [`Sql`] over the Durable Object's `ctx.storage.sql`, with
+//! `ctx.storage.transactionSync` for atomic, rolled-back-on-error writes.
+
+use crate::sql::{Row, Sql, SqlError, SqlValue};
+use js_sys::{Array, Function, Reflect};
+use wasm_bindgen::prelude::*;
+
+#[wasm_bindgen]
+extern "C" {
+    type DurableObjectStorage;
+
+    #[wasm_bindgen(method, catch, js_name = transactionSync)]
+    fn transaction_sync(
+        this: &DurableObjectStorage,
+        body: &mut dyn FnMut() -> Result<(), JsValue>,
+    ) -> Result<JsValue, JsValue>;
+}
+
+pub struct DoSql {
+    storage: DurableObjectStorage,
+    sql: JsValue,
+    exec: Function,
+}
+
+impl DoSql {
+    pub fn from_state(state: &JsValue) -> Result<Self, JsValue> {
+        let storage = Reflect::get(state, &"storage".into())?;
+        let sql = Reflect::get(&storage, &"sql".into())?;
+        let exec: Function = Reflect::get(&sql, &"exec".into())?.dyn_into()?;
+        Ok(DoSql { storage: storage.unchecked_into(), sql, exec })
+    }
+}
+
+fn to_js(v: &SqlValue) -> JsValue {
+    match v {
+        SqlValue::Null => JsValue::NULL,
+        SqlValue::Integer(i) => JsValue::from_f64(*i as f64),
+        SqlValue::Real(r) => JsValue::from_f64(*r),
+        SqlValue::Text(t) => JsValue::from_str(t),
+    }
+}
+
+fn from_js(v: JsValue) -> Result<SqlValue, SqlError> {
+    if v.is_null() || v.is_undefined() {
+        Ok(SqlValue::Null)
+    } else if let Some(s) = v.as_string() {
+        Ok(SqlValue::Text(s))
+    } else if let Some(n) = v.as_f64() {
+        // SQLite integers arrive as JS numbers; our integers stay below 2^53.
+        if n.fract() == 0.0 && n.abs() < 9_007_199_254_740_992.0 {
+            Ok(SqlValue::Integer(n as i64))
+        } else {
+            Ok(SqlValue::Real(n))
+        }
+    } else {
+        Err(SqlError::Decode(format!("unsupported SQL value {v:?}")))
+    }
+}
+
+fn js_error(e: JsValue) -> SqlError {
+    let message = e
+        .dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| e.as_string())
+        .unwrap_or_else(|| format!("{e:?}"));
+    SqlError::Engine(message)
+}
+
+impl Sql for DoSql {
+    fn query(&self, sql: &str, params: &[SqlValue]) -> Result<Vec<Row>, SqlError> {
+        let args = Array::new_with_length(params.len() as u32 + 1);
+        args.set(0, JsValue::from_str(sql));
+        for (i, p) in params.iter().enumerate() {
+            args.set(i as u32 + 1, to_js(p));
+        }
+        let cursor = self.exec.apply(&self.sql, &args).map_err(js_error)?;
+        let raw: Function = Reflect::get(&cursor, &"raw".into())
+            .map_err(js_error)?
+            .dyn_into()
+            .map_err(js_error)?;
+        let rows = Array::from(&raw.call0(&cursor).map_err(js_error)?);
+        let mut out = Vec::with_capacity(rows.length() as usize);
+        for row in rows.iter() {
+            let row = Array::from(&row);
+            out.push(Row(row.iter().map(from_js).collect::<Result<_, _>>()?));
+        }
+        Ok(out)
+    }
+
+    fn transaction(&self, body: &mut dyn FnMut() -> Result<(), SqlError>) -> Result<(), SqlError> {
+        let mut failure: Option<SqlError> = None;
+        let result = self.storage.transaction_sync(&mut || match body() {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                failure = Some(e);
+                // Throwing makes transactionSync roll back every write.
+                Err(JsValue::from_str("shiitake: rollback"))
+            }
+        });
+        match (result, failure) {
+            (_, Some(e)) => Err(e),
+            (Err(e), None) => Err(js_error(e)),
+            (Ok(_), None) => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! The HTTP contract v1 (`docs/http.md`) as a pure function from a request
+//! to a response. The wasm host only converts platform requests into
+//! [`HttpRequest`] and [`HttpResponse`] back; every route, status and error
+//! body is decided here and tested natively.
+
+use crate::agent;
+use crate::error::ApiError;
+use crate::limits::{BODY_BYTES_MAX, LIST_PAGE_SESSIONS_MAX, META_BYTES_MAX, PAGE_LIMIT_DEFAULT, READ_PAGE_MESSAGES_MAX};
+use crate::session::command::{self, parse_json, validate_request_id, Command};
+use crate::session::{admission, queue, read, Ctx};
+use serde::{Deserialize, Serialize};
+
+/// The header that carries host metadata from `shiitakeApp()` to the DO.
+pub const META_HEADER: &str = "x-shiitake-meta";
+
+#[derive(Debug, Clone, Default)]
+pub struct HttpRequest {
+    pub method: String,
+    /// The path without the query, e.g. `/sessions/abc/commands`.
+    pub path: String,
+    /// The raw query string without `?`.
+    pub query: String,
+    /// The `x-shiitake-meta` header, if the host set one.
+    pub meta: Option<String>,
+    pub body: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpResponse {
+    pub status: u16,
+    /// JSON body; `None` for 204.
+    pub body: Option<String>,
+}
+
+impl HttpResponse {
+    fn json(status: u16, value: &impl Serialize) -> Self {
+        match serde_json::to_string(value) {
+            Ok(body) => HttpResponse { status, body: Some(body) },
+            Err(e) => ApiError::Internal(e.to_string()).into(),
+        }
+    }
+}
+
+impl From<ApiError> for HttpResponse {
+    fn from(e: ApiError) -> Self {
+        HttpResponse { status: e.status(), body: Some(e.body()) }
+    }
+}
+
+/// Serves one request.
+pub fn handle(ctx: &mut Ctx<'_>, req: &HttpRequest) -> HttpResponse {
+    route(ctx, req).unwrap_or_else(HttpResponse::from)
+}
+
+fn route(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, ApiError> {
+    if req.body.len() > BODY_BYTES_MAX {
+        return Err(ApiError::PayloadTooLarge { bytes_max: BODY_BYTES_MAX });
+    }
+    let segments: Vec<&str> = req.path.trim_matches('/').split('/').collect();
+    let method = req.method.as_str();
+    match segments.as_slice() {
+        ["sessions"] => match method {
+            "GET" => list_sessions(ctx, req),
+            "POST" => create_session(ctx, req),
+            _ => Err(ApiError::MethodNotAllowed("GET, POST")),
+        },
+        ["sessions", id] => {
+            agent::validate_session_id(id)?;
+            match method {
+                "GET" => read_session(ctx, req, id),
+                "DELETE" => {
+                    agent::delete_session(ctx, id)?;
+                    Ok(HttpResponse { status: 204, body: None })
+                }
+                _ => Err(ApiError::MethodNotAllowed("GET, DELETE")),
+            }
+        }
+        ["sessions", id, "commands"] => {
+            agent::validate_session_id(id)?;
+            match method {
+                "POST" => command(ctx, req, id),
+                _ => Err(ApiError::MethodNotAllowed("POST")),
+            }
+        }
+        ["sessions", id, "withdraw"] => {
+            agent::validate_session_id(id)?;
+            match method {
+                "POST" => withdraw(ctx, req, id),
+                _ => Err(ApiError::MethodNotAllowed("POST")),
+            }
+        }
+        _ => Err(ApiError::NotFound),
+    }
+}
+
+fn list_sessions(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, ApiError> {
+    let query = Query::parse(&req.query, &["limit", "cursor"])?;
+    let limit = query.limit(LIST_PAGE_SESSIONS_MAX)?;
+    let cursor = query.cursor("cursor")?;
+    Ok(HttpResponse::json(200, &agent::list_sessions(ctx, limit, cursor)?))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CreateSession {
+    #[serde(default)]
+    session_id: Option<String>,
+}
+
+fn create_session(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, ApiError> {
+    // An empty body means "no options", as for `curl -X POST`.
+    let body: CreateSession = if req.body.iter().all(u8::is_ascii_whitespace) {
+        CreateSession { session_id: None }
+    } else {
+        parse_json(&req.body)?
+    };
+    let session_id = agent::create_session(ctx, body.session_id.as_deref())?;
+    Ok(HttpResponse::json(201, &serde_json::json!({ "sessionId": session_id })))
+}
+
+fn read_session(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResponse, ApiError> {
+    let query = Query::parse(&req.query, &["before", "limit"])?;
+    let limit = query.limit(READ_PAGE_MESSAGES_MAX)?;
+    let before = query.cursor("before")?;
+    Ok(HttpResponse::json(200, &read::page(ctx, id, before, limit)?))
+}
+
+fn command(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResponse, ApiError> {
+    let command = command::parse(&req.body)?;
+    let meta = canonical_meta(req.meta.as_deref())?;
+    let meta = meta.as_deref();
+    match command {
+        Command::Prompt(p) => {
+            let receipt = admission::admit_prompt(ctx, id, &p, meta)?;
+            Ok(HttpResponse::json(200, &receipt))
+        }
+        Command::Operator(o) => {
+            let receipt = admission::admit_operator(ctx, id, &o.request_id, &o.text, meta)?;
+            Ok(HttpResponse::json(200, &receipt))
+        }
+        Command::Cancel(command::Cancel { command_id, only_if_pending }) => {
+            let outcome = queue::cancel(ctx, id, &command_id, only_if_pending)?;
+            Ok(HttpResponse::json(200, &outcome))
+        }
+        Command::Abort(_) => Ok(HttpResponse::json(200, &queue::abort(ctx, id)?)),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Withdraw {
+    request_id: String,
+}
+
+fn withdraw(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResponse, ApiError> {
+    let body: Withdraw = parse_json(&req.body)?;
+    validate_request_id(&body.request_id)?;
+    Ok(HttpResponse::json(200, &admission::withdraw(ctx, id, &body.request_id)?))
+}
+
+/// Validates host metadata and returns its canonical JSON (object keys
+/// sorted), so a replay compares values, not spellings.
+fn canonical_meta(header: Option<&str>) -> Result<Option<String>, ApiError> {
+    let Some(raw) = header else { return Ok(None) };
+    if raw.len() > META_BYTES_MAX {
+        return Err(ApiError::InvalidMeta(format!(
+            "{META_HEADER}: at most {META_BYTES_MAX} bytes of JSON"
+        )));
+    }
+    let value: serde_json::Value = serde_json::from_str(raw)
+        .map_err(|e| ApiError::InvalidMeta(format!("{META_HEADER}: not JSON: {e}")))?;
+    let canonical = value.to_string();
+    if canonical.len() > META_BYTES_MAX {
+        return Err(ApiError::InvalidMeta(format!(
+            "{META_HEADER}: at most {META_BYTES_MAX} bytes of JSON"
+        )));
+    }
+    Ok(Some(canonical))
+}
+
+/// A parsed query string with a closed set of keys.
+struct Query<'a> {
+    pairs: Vec<(&'a str, String)>,
+}
+
+impl<'a> Query<'a> {
+    fn parse(raw: &'a str, allowed: &[&str]) -> Result<Self, ApiError> {
+        let mut pairs = Vec::new();
+        for part in raw.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = part.split_once('=').unwrap_or((part, ""));
+            if !allowed.contains(&key) {
+                return Err(ApiError::InvalidQuery(format!(
+                    "unknown query parameter `{}`; allowed: {}",
+                    percent_decode(key).unwrap_or_default(),
+                    allowed.join(", ")
+                )));
+            }
+            let value = percent_decode(value)
+                .ok_or_else(|| ApiError::InvalidQuery(format!("{key}: bad percent-encoding")))?;
+            pairs.push((key, value));
+        }
+        Ok(Query { pairs })
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.pairs.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str())
+    }
+
+    fn limit(&self, max: usize) -> Result<usize, ApiError> {
+        match self.get("limit") {
+            None => Ok(PAGE_LIMIT_DEFAULT.min(max)),
+            Some(v) => match v.parse::<usize>() {
+                Ok(n) if (1..=max).contains(&n) => Ok(n),
+                _ => Err(ApiError::InvalidQuery(format!(
+                    "limit: an integer in 1..={max}, got `{v}`"
+                ))),
+            },
+        }
+    }
+
+    fn cursor(&self, key: &str) -> Result<Option<i64>, ApiError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => match v.parse::<i64>() {
+                Ok(n) if n > 0 => Ok(Some(n)),
+                _ => Err(ApiError::InvalidQuery(format!(
+                    "{key}: not a cursor returned by this API: `{v}`"
+                ))),
+            },
+        }
+    }
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = s.get(i + 1..i + 3)?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}

@@ -1,0 +1,22 @@
+//! Shiitake for Durable Objects: durable Agent conversations.
+//!
+//! Layers, innermost first (see `ARCHITECTURE.md`):
+//! - [`sql`]: the one SQL seam, implemented by the DO's SqlStorage (wasm)
+//!   and by SQLite (native);
+//! - [`store`]: every SQL statement, typed; the versioned schema;
+//! - [`session`], [`agent`]: the rules (admission, queue, fences, reads);
+//! - [`http`]: the HTTP contract as a pure function;
+//! - `host` (wasm only): the Durable Object adapter.
+//!
+//! Everything but `host` is sans-IO: no JS imports, time and ids passed in.
+
+pub mod agent;
+pub mod error;
+pub mod http;
+pub mod limits;
+pub mod session;
+pub mod sql;
+pub mod store;
+
+#[cfg(target_arch = "wasm32")]
+mod host;

@@ -1,0 +1,32 @@
+//! Every bound the runtime enforces, in one place (TIGER_STYLE: a limit on
+//! everything, units last). `docs/http.md` states the same numbers to users.
+
+/// Largest request body the HTTP layer reads.
+pub const BODY_BYTES_MAX: usize = 1_048_576;
+/// Caller request ids: non-empty, at most this many UTF-8 bytes (seed).
+pub const REQUEST_ID_BYTES_MAX: usize = 256;
+/// Session ids: at most this many bytes of `[A-Za-z0-9._:-]`.
+pub const SESSION_ID_BYTES_MAX: usize = 128;
+/// Prompt and operator text.
+pub const TEXT_BYTES_MAX: usize = 65_536;
+/// Images attached to one prompt.
+pub const IMAGES_PER_PROMPT_MAX: usize = 4;
+/// Prompts waiting in one Session's queue.
+pub const PENDING_PER_SESSION_MAX: usize = 64;
+/// Bytes of stored input (text + images) waiting in one Session's queue.
+pub const PENDING_BYTES_PER_SESSION_MAX: usize = 2_097_152;
+/// Sessions one Agent (one Durable Object) holds.
+pub const SESSIONS_PER_AGENT_MAX: usize = 10_000;
+/// Withdrawal fences one Session holds.
+pub const FENCES_PER_SESSION_MAX: usize = 4_096;
+/// Host metadata attached to one entry, as JSON (seed: 4096 bytes).
+pub const META_BYTES_MAX: usize = 4_096;
+/// Messages in one Session read page (seed: at most 200).
+pub const READ_PAGE_MESSAGES_MAX: usize = 200;
+/// Default page size for Session reads and Session lists.
+pub const PAGE_LIMIT_DEFAULT: usize = 50;
+/// Bytes of message payload in one Session read page; a page always holds at
+/// least one message so a reader can make progress.
+pub const READ_PAGE_BYTES_MAX: usize = 1_048_576;
+/// Sessions in one list page.
+pub const LIST_PAGE_SESSIONS_MAX: usize = 200;

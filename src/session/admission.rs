@@ -1,0 +1,177 @@
+//! Admission: prompts and operator lines under a caller `requestId`, replay
+//! of an uncertain send, and the withdrawal fence.
+
+use super::command::{OperatorInput, Prompt, PromptInput};
+use super::Ctx;
+use crate::error::ApiError;
+use crate::limits::{FENCES_PER_SESSION_MAX, PENDING_BYTES_PER_SESSION_MAX, PENDING_PER_SESSION_MAX};
+use crate::sql::atomically;
+use crate::store::{Kind, NewCommand, State, Terminal};
+use serde::Serialize;
+
+/// The answer to an accepted command, also replayed for a retried request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Receipt {
+    pub status: &'static str,
+    pub command_id: String,
+}
+
+impl Receipt {
+    fn accepted(command_id: String) -> Self {
+        Receipt { status: "accepted", command_id }
+    }
+}
+
+/// The answer to `withdraw(requestId)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "camelCase")]
+pub enum Withdrawal {
+    /// An admission exists and wins; it is not cancelled.
+    #[serde(rename_all = "camelCase")]
+    Accepted { command_id: String },
+    /// Nothing was admitted; a durable fence now refuses the requestId.
+    Unknown,
+}
+
+/// One admission, as the rules see it.
+struct Admission<'a> {
+    session_id: &'a str,
+    request_id: &'a str,
+    kind: Kind,
+    input: String,
+    meta: Option<&'a str>,
+}
+
+/// Admits a prompt into the Session's queue.
+pub fn admit_prompt(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    prompt: &Prompt,
+    meta: Option<&str>,
+) -> Result<Receipt, ApiError> {
+    let input = serde_json::to_string(&prompt.input()).map_err(internal)?;
+    admit(
+        ctx,
+        Admission { session_id, request_id: &prompt.request_id, kind: Kind::Prompt, input, meta },
+    )
+}
+
+/// Records an operator line in the transcript at once.
+pub fn admit_operator(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    request_id: &str,
+    text: &str,
+    meta: Option<&str>,
+) -> Result<Receipt, ApiError> {
+    let input = serde_json::to_string(&OperatorInput { text: text.to_owned() }).map_err(internal)?;
+    admit(ctx, Admission { session_id, request_id, kind: Kind::Operator, input, meta })
+}
+
+fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Receipt, ApiError> {
+    let store = ctx.store;
+    let now_ms = ctx.now_ms;
+    let ids = &mut *ctx.ids;
+    atomically(store.sql(), || {
+        if !store.session_exists(a.session_id)? {
+            return Err(ApiError::SessionNotFound(a.session_id.to_owned()));
+        }
+        // An existing admission wins over everything, including a fence
+        // committed after it.
+        if let Some(existing) = store.command_by_request(a.session_id, a.request_id)? {
+            let same = existing.kind == a.kind
+                && existing.input == a.input
+                && existing.meta.as_deref() == a.meta;
+            return if same {
+                Ok(Receipt::accepted(existing.command_id))
+            } else {
+                Err(ApiError::RequestConflict(a.request_id.to_owned()))
+            };
+        }
+        if store.fence_exists(a.session_id, a.request_id)? {
+            return Err(ApiError::RequestWithdrawn(a.request_id.to_owned()));
+        }
+        let command_id = ids.next_id("cmd_");
+        let mut row = NewCommand {
+            command_id: &command_id,
+            session_id: a.session_id,
+            request_id: Some(a.request_id),
+            kind: a.kind,
+            input: &a.input,
+            meta: a.meta,
+            state: State::Pending,
+            terminal: None,
+            now_ms,
+        };
+        match a.kind {
+            Kind::Prompt => {
+                let (count, bytes) = store.pending_totals(a.session_id)?;
+                if count >= PENDING_PER_SESSION_MAX {
+                    return Err(ApiError::QueueFull(format!(
+                        "session `{}` already has {PENDING_PER_SESSION_MAX} pending prompts",
+                        a.session_id
+                    )));
+                }
+                if bytes + a.input.len() > PENDING_BYTES_PER_SESSION_MAX {
+                    return Err(ApiError::QueueFull(format!(
+                        "session `{}` would exceed {PENDING_BYTES_PER_SESSION_MAX} bytes of pending input",
+                        a.session_id
+                    )));
+                }
+            }
+            Kind::Operator => {
+                // An operator line is recorded, not run: settled at admission,
+                // its durable entry id is its command id.
+                row.state = State::Settled;
+                row.terminal = Some(Terminal::Completed);
+                let text: OperatorInput = serde_json::from_str(&a.input).map_err(internal)?;
+                let body = super::read::message_body(&super::read::Message {
+                    entry_id: &command_id,
+                    role: "operator",
+                    text: &text.text,
+                    request_id: Some(a.request_id),
+                    command_id: Some(&command_id),
+                    images: &[],
+                    meta: super::read::meta_raw(a.meta)?,
+                    created_at: now_ms,
+                })?;
+                store.insert_message(&command_id, a.session_id, &body)?;
+            }
+        }
+        store.insert_command(&row)?;
+        Ok(Receipt::accepted(command_id))
+    })
+}
+
+/// Resolves an uncertain send: an existing admission wins; otherwise a
+/// durable fence refuses every later admission of `request_id` here.
+pub fn withdraw(ctx: &mut Ctx<'_>, session_id: &str, request_id: &str) -> Result<Withdrawal, ApiError> {
+    let store = ctx.store;
+    let now_ms = ctx.now_ms;
+    atomically(store.sql(), || {
+        if !store.session_exists(session_id)? {
+            return Err(ApiError::SessionNotFound(session_id.to_owned()));
+        }
+        if let Some(existing) = store.command_by_request(session_id, request_id)? {
+            return Ok(Withdrawal::Accepted { command_id: existing.command_id });
+        }
+        if store.fence_exists(session_id, request_id)? {
+            return Ok(Withdrawal::Unknown);
+        }
+        if store.fence_count(session_id)? >= FENCES_PER_SESSION_MAX {
+            return Err(ApiError::TooManyFences);
+        }
+        store.insert_fence(session_id, request_id, now_ms)?;
+        Ok(Withdrawal::Unknown)
+    })
+}
+
+/// The stored text of a prompt's input (retained after cancellation).
+pub fn prompt_input(input: &str) -> Result<PromptInput, ApiError> {
+    serde_json::from_str(input).map_err(internal)
+}
+
+fn internal(e: serde_json::Error) -> ApiError {
+    ApiError::Internal(format!("stored json: {e}"))
+}

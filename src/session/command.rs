@@ -1,0 +1,294 @@
+//! Commands as the HTTP contract spells them: closed schemas (an unknown
+//! field is refused), validated against the limits before anything is
+//! stored. Parsing is pure; admission lives in `admission.rs`.
+
+use crate::error::ApiError;
+use crate::limits::{IMAGES_PER_PROMPT_MAX, REQUEST_ID_BYTES_MAX, TEXT_BYTES_MAX};
+use serde::{Deserialize, Serialize};
+
+/// One command body. The `type` field selects the variant; each variant is a
+/// closed schema of its own.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    Prompt(Prompt),
+    Operator(Operator),
+    Cancel(Cancel),
+    Abort(Abort),
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Cancel {
+    pub command_id: String,
+    #[serde(default)]
+    pub only_if_pending: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Abort {}
+
+/// How a prompt joins a Session that is already running a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Delivery {
+    /// Queue behind the running turn (the default).
+    #[default]
+    FollowUp,
+    /// Join the running turn at its next model step.
+    Steer,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Prompt {
+    pub request_id: String,
+    pub text: String,
+    #[serde(default)]
+    pub images: Option<Vec<Image>>,
+    #[serde(default)]
+    pub delivery: Delivery,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Operator {
+    pub request_id: String,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Image {
+    pub media_type: String,
+    /// Base64 image bytes.
+    pub data: String,
+}
+
+const IMAGE_MEDIA_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/// What a prompt asks for, in the one canonical JSON form that is stored,
+/// compared on replay and served back to readers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptInput {
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<Image>,
+    pub delivery: Delivery,
+}
+
+/// What an operator line records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorInput {
+    pub text: String,
+}
+
+/// Parses and validates one command body.
+pub fn parse(body: &[u8]) -> Result<Command, ApiError> {
+    let mut value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let object = value
+        .as_object_mut()
+        .ok_or_else(|| ApiError::InvalidRequest("a command is a JSON object".into()))?;
+    // Dispatch on `type` by hand: serde's internally tagged enums lose the
+    // path of a bad field, and the error must name it.
+    let kind = match object.remove("type") {
+        Some(serde_json::Value::String(kind)) => kind,
+        Some(_) => return Err(ApiError::InvalidRequest("type: must be a string".into())),
+        None => return Err(ApiError::InvalidRequest("type: missing field `type`".into())),
+    };
+    let command = match kind.as_str() {
+        "prompt" => Command::Prompt(from_value(value)?),
+        "operator" => Command::Operator(from_value(value)?),
+        "cancel" => Command::Cancel(from_value(value)?),
+        "abort" => Command::Abort(from_value(value)?),
+        other => {
+            return Err(ApiError::InvalidRequest(format!(
+                "type: unknown command type `{other}`; expected prompt, operator, cancel or abort"
+            )))
+        }
+    };
+    match &command {
+        Command::Prompt(p) => {
+            validate_request_id(&p.request_id)?;
+            validate_text(&p.text)?;
+            let images = p.images.as_deref().unwrap_or_default();
+            if images.len() > IMAGES_PER_PROMPT_MAX {
+                return Err(ApiError::InvalidRequest(format!(
+                    "images: at most {IMAGES_PER_PROMPT_MAX} images per prompt, got {}",
+                    images.len()
+                )));
+            }
+            for (i, image) in images.iter().enumerate() {
+                validate_image(i, image)?;
+            }
+            if p.text.is_empty() && images.is_empty() {
+                return Err(ApiError::InvalidRequest(
+                    "text: a prompt needs text or at least one image".into(),
+                ));
+            }
+        }
+        Command::Operator(o) => {
+            validate_request_id(&o.request_id)?;
+            validate_text(&o.text)?;
+            if o.text.is_empty() {
+                return Err(ApiError::InvalidRequest(
+                    "text: an operator line needs text".into(),
+                ));
+            }
+        }
+        Command::Cancel(Cancel { command_id, .. }) => {
+            if command_id.is_empty() || command_id.len() > REQUEST_ID_BYTES_MAX {
+                return Err(ApiError::InvalidRequest(format!(
+                    "commandId: must be 1..={REQUEST_ID_BYTES_MAX} bytes"
+                )));
+            }
+        }
+        Command::Abort(_) => {}
+    }
+    Ok(command)
+}
+
+/// Deserialises a JSON body; the error names the offending field.
+pub fn parse_json<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
+    // Syntax first, so malformed JSON and schema violations stay distinct.
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    from_value(value)
+}
+
+fn from_value<T: for<'de> Deserialize<'de>>(value: serde_json::Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            ApiError::InvalidRequest(inner.to_string())
+        } else {
+            ApiError::InvalidRequest(format!("{path}: {inner}"))
+        }
+    })
+}
+
+pub fn validate_request_id(id: &str) -> Result<(), ApiError> {
+    if id.is_empty() {
+        return Err(ApiError::InvalidRequest("requestId: must not be empty".into()));
+    }
+    if id.len() > REQUEST_ID_BYTES_MAX {
+        return Err(ApiError::InvalidRequest(format!(
+            "requestId: at most {REQUEST_ID_BYTES_MAX} UTF-8 bytes, got {}",
+            id.len()
+        )));
+    }
+    Ok(())
+}
+
+fn validate_text(text: &str) -> Result<(), ApiError> {
+    if text.len() > TEXT_BYTES_MAX {
+        return Err(ApiError::InvalidRequest(format!(
+            "text: at most {TEXT_BYTES_MAX} UTF-8 bytes, got {}",
+            text.len()
+        )));
+    }
+    Ok(())
+}
+
+fn validate_image(i: usize, image: &Image) -> Result<(), ApiError> {
+    if !IMAGE_MEDIA_TYPES.contains(&image.media_type.as_str()) {
+        return Err(ApiError::InvalidRequest(format!(
+            "images[{i}].mediaType: must be one of {}",
+            IMAGE_MEDIA_TYPES.join(", ")
+        )));
+    }
+    let data = image.data.as_bytes();
+    let base64 = !data.is_empty()
+        && data.len() % 4 == 0
+        && data
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
+    if !base64 {
+        return Err(ApiError::InvalidRequest(format!(
+            "images[{i}].data: must be non-empty standard base64"
+        )));
+    }
+    Ok(())
+}
+
+impl Prompt {
+    pub fn input(&self) -> PromptInput {
+        PromptInput {
+            text: self.text.clone(),
+            images: self.images.clone().unwrap_or_default(),
+            delivery: self.delivery,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(body: &str) -> ApiError {
+        parse(body.as_bytes()).unwrap_err()
+    }
+
+    #[test]
+    fn parses_each_command() {
+        let c = parse(br#"{"type":"prompt","requestId":"r","text":"hi","delivery":"steer"}"#);
+        assert!(matches!(c, Ok(Command::Prompt(Prompt { delivery: Delivery::Steer, .. }))));
+        let c = parse(br#"{"type":"operator","requestId":"r","text":"note"}"#).unwrap();
+        assert!(matches!(c, Command::Operator(_)));
+        let c = parse(br#"{"type":"cancel","commandId":"cmd_1","onlyIfPending":true}"#).unwrap();
+        assert_eq!(
+            c,
+            Command::Cancel(Cancel { command_id: "cmd_1".into(), only_if_pending: true })
+        );
+        assert_eq!(parse(br#"{"type":"abort"}"#).unwrap(), Command::Abort(Abort {}));
+    }
+
+    #[test]
+    fn closed_schemas_name_the_offending_field() {
+        let e = err(r#"{"type":"prompt","requestId":"r","text":"x","extra":1}"#);
+        assert_eq!(e.code(), "invalid_request");
+        assert!(e.to_string().contains("extra"), "{e}");
+        let e = err(r#"{"type":"prompt","requestId":"r","text":5}"#);
+        assert!(e.to_string().contains("text"), "{e}");
+        let e = err(r#"{"type":"abort","force":true}"#);
+        assert!(e.to_string().contains("force"), "{e}");
+        let e = err(r#"{"type":"launch"}"#);
+        assert!(e.to_string().contains("launch"), "{e}");
+        assert_eq!(err("{not json").code(), "invalid_json");
+        assert_eq!(err(r#"{"type":"prompt","text":"x"}"#).code(), "invalid_request");
+    }
+
+    #[test]
+    fn request_id_is_bounded_in_bytes() {
+        let ok = "é".repeat(128); // 256 bytes
+        let body = format!(r#"{{"type":"prompt","requestId":"{ok}","text":"x"}}"#);
+        assert!(parse(body.as_bytes()).is_ok());
+        let long = format!("{ok}a");
+        let body = format!(r#"{{"type":"prompt","requestId":"{long}","text":"x"}}"#);
+        assert!(err(&body).to_string().contains("requestId"));
+        assert!(err(r#"{"type":"prompt","requestId":"","text":"x"}"#)
+            .to_string()
+            .contains("requestId"));
+    }
+
+    #[test]
+    fn text_and_images_are_bounded() {
+        let text = "a".repeat(TEXT_BYTES_MAX + 1);
+        let body = format!(r#"{{"type":"prompt","requestId":"r","text":"{text}"}}"#);
+        assert!(err(&body).to_string().contains("text"));
+        let image = r#"{"mediaType":"image/png","data":"AAAA"}"#;
+        let five = vec![image; 5].join(",");
+        let body = format!(r#"{{"type":"prompt","requestId":"r","text":"x","images":[{five}]}}"#);
+        assert!(err(&body).to_string().contains("images"));
+        let bad = r#"{"type":"prompt","requestId":"r","text":"x","images":[{"mediaType":"text/html","data":"AAAA"}]}"#;
+        assert!(err(bad).to_string().contains("mediaType"));
+        let bad = r#"{"type":"prompt","requestId":"r","text":"","images":[{"mediaType":"image/png","data":"A"}]}"#;
+        assert!(err(bad).to_string().contains("data"));
+        assert!(err(r#"{"type":"prompt","requestId":"r","text":""}"#).to_string().contains("text"));
+        let ok = r#"{"type":"prompt","requestId":"r","text":"","images":[{"mediaType":"image/png","data":"AAAA"}]}"#;
+        assert!(parse(ok.as_bytes()).is_ok());
+    }
+}

@@ -1,0 +1,339 @@
+//! Typed queries over [`Sql`]. Every SQL statement of the runtime lives in
+//! this module; the Session rules above it never spell SQL. Invariant: the
+//! store holds every fact of the runtime; nothing in memory is needed to
+//! rebuild it.
+
+pub mod schema;
+
+use crate::sql::{Row, Sql, SqlError, SqlValue};
+
+/// What kind of work a command row holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Prompt,
+    Operator,
+}
+
+/// A command's lifecycle: pending -> running -> settled, never back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Pending,
+    Running,
+    Settled,
+}
+
+/// How settled work ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Terminal {
+    Completed,
+    Failed,
+    Cancelled,
+    Interrupted,
+}
+
+macro_rules! text_enum {
+    ($ty:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        impl $ty {
+            pub fn as_str(self) -> &'static str {
+                match self { $($ty::$variant => $text),+ }
+            }
+            fn parse(s: &str) -> Result<Self, SqlError> {
+                match s {
+                    $($text => Ok($ty::$variant),)+
+                    other => Err(SqlError::Decode(format!(
+                        concat!("unknown ", stringify!($ty), " `{}`"), other
+                    ))),
+                }
+            }
+        }
+    };
+}
+
+text_enum!(Kind { Prompt => "prompt", Operator => "operator" });
+text_enum!(State { Pending => "pending", Running => "running", Settled => "settled" });
+text_enum!(Terminal {
+    Completed => "completed",
+    Failed => "failed",
+    Cancelled => "cancelled",
+    Interrupted => "interrupted",
+});
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRow {
+    pub seq: i64,
+    pub session_id: String,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandRow {
+    pub command_id: String,
+    pub request_id: Option<String>,
+    pub kind: Kind,
+    /// Canonical JSON of the admitted input.
+    pub input: String,
+    /// Canonical JSON of the host metadata, if any.
+    pub meta: Option<String>,
+    pub state: State,
+    pub terminal: Option<Terminal>,
+    pub accepted_at: i64,
+}
+
+/// A command to insert.
+pub struct NewCommand<'a> {
+    pub command_id: &'a str,
+    pub session_id: &'a str,
+    pub request_id: Option<&'a str>,
+    pub kind: Kind,
+    pub input: &'a str,
+    pub meta: Option<&'a str>,
+    pub state: State,
+    pub terminal: Option<Terminal>,
+    pub now_ms: i64,
+}
+
+const COMMAND_COLUMNS: &str =
+    "command_id, request_id, kind, input, meta, state, terminal, accepted_at";
+
+fn command_row(row: &Row) -> Result<CommandRow, SqlError> {
+    Ok(CommandRow {
+        command_id: row.text(0)?,
+        request_id: row.opt_text(1)?,
+        kind: Kind::parse(&row.text(2)?)?,
+        input: row.text(3)?,
+        meta: row.opt_text(4)?,
+        state: State::parse(&row.text(5)?)?,
+        terminal: row.opt_text(6)?.as_deref().map(Terminal::parse).transpose()?,
+        accepted_at: row.int(7)?,
+    })
+}
+
+fn count(rows: Vec<Row>) -> Result<usize, SqlError> {
+    let n = rows.first().map(|r| r.int(0)).transpose()?.unwrap_or(0);
+    usize::try_from(n).map_err(|_| SqlError::Decode(format!("negative count {n}")))
+}
+
+/// The store of one Agent (one Durable Object).
+#[derive(Clone, Copy)]
+pub struct Store<'a> {
+    sql: &'a dyn Sql,
+}
+
+impl<'a> Store<'a> {
+    pub fn new(sql: &'a dyn Sql) -> Self {
+        Store { sql }
+    }
+
+    pub fn sql(&self) -> &'a dyn Sql {
+        self.sql
+    }
+
+    fn query(&self, sql: &str, params: &[SqlValue]) -> Result<Vec<Row>, SqlError> {
+        self.sql.query(sql, params)
+    }
+
+    // Sessions.
+
+    pub fn session_exists(&self, session_id: &str) -> Result<bool, SqlError> {
+        let rows = self.query(
+            "SELECT 1 FROM sessions WHERE session_id = ?",
+            &[session_id.into()],
+        )?;
+        Ok(!rows.is_empty())
+    }
+
+    pub fn session_count(&self) -> Result<usize, SqlError> {
+        count(self.query("SELECT count(*) FROM sessions", &[])?)
+    }
+
+    pub fn insert_session(&self, session_id: &str, now_ms: i64) -> Result<(), SqlError> {
+        self.query(
+            "INSERT INTO sessions (session_id, created_at) VALUES (?, ?)",
+            &[session_id.into(), now_ms.into()],
+        )?;
+        Ok(())
+    }
+
+    /// Sessions created after `after_seq`, oldest first, at most `limit`.
+    pub fn sessions_after(&self, after_seq: i64, limit: usize) -> Result<Vec<SessionRow>, SqlError> {
+        self.query(
+            "SELECT seq, session_id, created_at FROM sessions WHERE seq > ? ORDER BY seq LIMIT ?",
+            &[after_seq.into(), (limit as i64).into()],
+        )?
+        .iter()
+        .map(|r| {
+            Ok(SessionRow {
+                seq: r.int(0)?,
+                session_id: r.text(1)?,
+                created_at: r.int(2)?,
+            })
+        })
+        .collect()
+    }
+
+    /// Removes the Session and every fact it owns. Returns whether it existed.
+    pub fn delete_session(&self, session_id: &str) -> Result<bool, SqlError> {
+        if !self.session_exists(session_id)? {
+            return Ok(false);
+        }
+        for table in ["messages", "fences", "commands", "sessions"] {
+            self.query(
+                &format!("DELETE FROM {table} WHERE session_id = ?"),
+                &[session_id.into()],
+            )?;
+        }
+        Ok(true)
+    }
+
+    // Commands.
+
+    pub fn command_by_request(
+        &self,
+        session_id: &str,
+        request_id: &str,
+    ) -> Result<Option<CommandRow>, SqlError> {
+        let rows = self.query(
+            &format!(
+                "SELECT {COMMAND_COLUMNS} FROM commands WHERE session_id = ? AND request_id = ?"
+            ),
+            &[session_id.into(), request_id.into()],
+        )?;
+        rows.first().map(command_row).transpose()
+    }
+
+    pub fn command(&self, session_id: &str, command_id: &str) -> Result<Option<CommandRow>, SqlError> {
+        let rows = self.query(
+            &format!(
+                "SELECT {COMMAND_COLUMNS} FROM commands WHERE session_id = ? AND command_id = ?"
+            ),
+            &[session_id.into(), command_id.into()],
+        )?;
+        rows.first().map(command_row).transpose()
+    }
+
+    pub fn insert_command(&self, c: &NewCommand<'_>) -> Result<(), SqlError> {
+        self.query(
+            "INSERT INTO commands (command_id, session_id, request_id, kind, input, input_bytes,
+                meta, state, terminal, accepted_at, settled_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            &[
+                c.command_id.into(),
+                c.session_id.into(),
+                c.request_id.into(),
+                c.kind.as_str().into(),
+                c.input.into(),
+                (c.input.len() as i64).into(),
+                c.meta.into(),
+                c.state.as_str().into(),
+                c.terminal.map(Terminal::as_str).into(),
+                c.now_ms.into(),
+                (c.state == State::Settled).then_some(c.now_ms).into(),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Pending commands of a Session in FIFO order.
+    pub fn pending(&self, session_id: &str) -> Result<Vec<CommandRow>, SqlError> {
+        self.query(
+            &format!(
+                "SELECT {COMMAND_COLUMNS} FROM commands
+                 WHERE session_id = ? AND state = 'pending' ORDER BY seq"
+            ),
+            &[session_id.into()],
+        )?
+        .iter()
+        .map(command_row)
+        .collect()
+    }
+
+    /// Count and stored bytes of a Session's pending commands.
+    pub fn pending_totals(&self, session_id: &str) -> Result<(usize, usize), SqlError> {
+        let rows = self.query(
+            "SELECT count(*), coalesce(sum(input_bytes), 0) FROM commands
+             WHERE session_id = ? AND state = 'pending'",
+            &[session_id.into()],
+        )?;
+        let row = rows.first().ok_or(SqlError::Decode("no totals row".into()))?;
+        Ok((row.int(0)? as usize, row.int(1)? as usize))
+    }
+
+    /// Settles a pending command as cancelled. Returns whether it was pending.
+    pub fn cancel_pending(&self, command_id: &str, now_ms: i64) -> Result<bool, SqlError> {
+        let rows = self.query(
+            "UPDATE commands SET state = 'settled', terminal = 'cancelled', settled_at = ?
+             WHERE command_id = ? AND state = 'pending' RETURNING 1",
+            &[now_ms.into(), command_id.into()],
+        )?;
+        Ok(!rows.is_empty())
+    }
+
+    // Withdrawal fences.
+
+    pub fn fence_exists(&self, session_id: &str, request_id: &str) -> Result<bool, SqlError> {
+        let rows = self.query(
+            "SELECT 1 FROM fences WHERE session_id = ? AND request_id = ?",
+            &[session_id.into(), request_id.into()],
+        )?;
+        Ok(!rows.is_empty())
+    }
+
+    pub fn fence_count(&self, session_id: &str) -> Result<usize, SqlError> {
+        count(self.query(
+            "SELECT count(*) FROM fences WHERE session_id = ?",
+            &[session_id.into()],
+        )?)
+    }
+
+    pub fn insert_fence(&self, session_id: &str, request_id: &str, now_ms: i64) -> Result<(), SqlError> {
+        self.query(
+            "INSERT INTO fences (session_id, request_id, created_at) VALUES (?, ?, ?)",
+            &[session_id.into(), request_id.into(), now_ms.into()],
+        )?;
+        Ok(())
+    }
+
+    // Messages.
+
+    pub fn insert_message(&self, entry_id: &str, session_id: &str, body: &str) -> Result<(), SqlError> {
+        self.query(
+            "INSERT INTO messages (entry_id, session_id, body, bytes) VALUES (?, ?, ?, ?)",
+            &[
+                entry_id.into(),
+                session_id.into(),
+                body.into(),
+                (body.len() as i64).into(),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// `(seq, bytes)` of the newest `limit` messages with `seq < before`,
+    /// newest first: enough to cut a page by bytes without loading bodies.
+    pub fn message_sizes_before(
+        &self,
+        session_id: &str,
+        before: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, usize)>, SqlError> {
+        self.query(
+            "SELECT seq, bytes FROM messages WHERE session_id = ? AND seq < ?
+             ORDER BY seq DESC LIMIT ?",
+            &[session_id.into(), before.into(), (limit as i64).into()],
+        )?
+        .iter()
+        .map(|r| Ok((r.int(0)?, r.int(1)? as usize)))
+        .collect()
+    }
+
+    /// Message bodies with `from <= seq <= to`, oldest first.
+    pub fn message_bodies(&self, session_id: &str, from: i64, to: i64) -> Result<Vec<String>, SqlError> {
+        self.query(
+            "SELECT body FROM messages WHERE session_id = ? AND seq >= ? AND seq <= ? ORDER BY seq",
+            &[session_id.into(), from.into(), to.into()],
+        )?
+        .iter()
+        .map(|r| r.text(0))
+        .collect()
+    }
+}

@@ -1,0 +1,149 @@
+//! The versioned schema. A fresh database gets the current version; a store
+//! written by any other version (older, newer or unknown) is refused with
+//! [`ApiError::StorageIncompatible`] and never reset or migrated in place:
+//! the host keeps custody of data this build cannot read.
+
+use crate::error::ApiError;
+use crate::sql::{atomically, Sql};
+
+/// The schema version this build reads and writes.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Tables this crate owns; any of them without `shiitake_meta` is an
+/// unknown store.
+const TABLES: &[&str] = &["shiitake_meta", "sessions", "commands", "fences", "messages"];
+
+const CREATE: &[&str] = &[
+    "CREATE TABLE shiitake_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE sessions (
+        seq INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL UNIQUE,
+        created_at INTEGER NOT NULL
+    )",
+    // One row per accepted command. `input` is the canonical JSON of what was
+    // admitted (compared on replay, retained after cancellation); `state`
+    // moves pending -> running -> settled and never back.
+    "CREATE TABLE commands (
+        seq INTEGER PRIMARY KEY,
+        command_id TEXT NOT NULL UNIQUE,
+        session_id TEXT NOT NULL,
+        request_id TEXT,
+        kind TEXT NOT NULL,
+        input TEXT NOT NULL,
+        input_bytes INTEGER NOT NULL,
+        meta TEXT,
+        state TEXT NOT NULL,
+        terminal TEXT,
+        accepted_at INTEGER NOT NULL,
+        settled_at INTEGER
+    )",
+    "CREATE UNIQUE INDEX commands_by_request ON commands (session_id, request_id)
+        WHERE request_id IS NOT NULL",
+    "CREATE INDEX commands_by_state ON commands (session_id, state, seq)",
+    "CREATE TABLE fences (
+        session_id TEXT NOT NULL,
+        request_id TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (session_id, request_id)
+    ) WITHOUT ROWID",
+    // `body` is the message exactly as the read serves it, so a page is a
+    // concatenation and never re-serialises stored JSON.
+    "CREATE TABLE messages (
+        seq INTEGER PRIMARY KEY,
+        entry_id TEXT NOT NULL UNIQUE,
+        session_id TEXT NOT NULL,
+        body TEXT NOT NULL,
+        bytes INTEGER NOT NULL
+    )",
+    "CREATE INDEX messages_by_session ON messages (session_id, seq)",
+];
+
+/// Creates the schema on an empty database or checks the stored version.
+pub fn open(sql: &dyn Sql) -> Result<(), ApiError> {
+    let placeholders = vec!["?"; TABLES.len()].join(",");
+    let present = sql.query(
+        &format!(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ({placeholders})"
+        ),
+        &TABLES.iter().map(|t| (*t).into()).collect::<Vec<_>>(),
+    )?;
+    let present = present.first().map(|r| r.int(0)).transpose()?.unwrap_or(0);
+    if present == 0 {
+        return atomically(sql, || {
+            for statement in CREATE {
+                sql.query(statement, &[])?;
+            }
+            sql.query(
+                "INSERT INTO shiitake_meta (key, value) VALUES ('schema_version', ?)",
+                &[SCHEMA_VERSION.to_string().into()],
+            )?;
+            Ok(())
+        });
+    }
+    // Fails (no such table) for a foreign store: that is the unknown case.
+    let version = sql
+        .query("SELECT value FROM shiitake_meta WHERE key = 'schema_version'", &[])
+        .ok()
+        .and_then(|rows| rows.first().and_then(|r| r.text(0).ok()));
+    match version.as_deref().map(str::parse::<i64>) {
+        Some(Ok(SCHEMA_VERSION)) => Ok(()),
+        Some(Ok(other)) => Err(ApiError::StorageIncompatible(format!(
+            "stored schema version {other}; this build reads version {SCHEMA_VERSION} only. \
+             The data was left untouched; open it with a matching build."
+        ))),
+        _ => Err(ApiError::StorageIncompatible(format!(
+            "the store holds tables of an unknown schema; this build reads version \
+             {SCHEMA_VERSION} only. The data was left untouched."
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::native::NativeSql;
+
+    #[test]
+    fn fresh_store_gets_current_version_and_reopens() {
+        let sql = NativeSql::open_in_memory();
+        open(&sql).unwrap();
+        open(&sql).unwrap();
+        let rows = sql
+            .query("SELECT value FROM shiitake_meta WHERE key = 'schema_version'", &[])
+            .unwrap();
+        assert_eq!(rows[0].text(0).unwrap(), SCHEMA_VERSION.to_string());
+    }
+
+    #[test]
+    fn older_and_newer_versions_are_refused_and_left_untouched() {
+        for stored in [SCHEMA_VERSION - 1, SCHEMA_VERSION + 1] {
+            let sql = NativeSql::open_in_memory();
+            open(&sql).unwrap();
+            sql.query(
+                "INSERT INTO sessions (session_id, created_at) VALUES ('kept', 1)",
+                &[],
+            )
+            .unwrap();
+            sql.query(
+                "UPDATE shiitake_meta SET value = ? WHERE key = 'schema_version'",
+                &[stored.to_string().into()],
+            )
+            .unwrap();
+            let err = open(&sql).unwrap_err();
+            assert_eq!(err.code(), "storage_incompatible");
+            assert!(err.to_string().contains(&format!("version {stored}")));
+            let kept = sql.query("SELECT count(*) FROM sessions", &[]).unwrap();
+            assert_eq!(kept[0].int(0).unwrap(), 1, "refusal must not reset data");
+        }
+    }
+
+    #[test]
+    fn foreign_tables_without_version_are_refused() {
+        let sql = NativeSql::open_in_memory();
+        sql.query("CREATE TABLE sessions (x TEXT)", &[]).unwrap();
+        sql.query("INSERT INTO sessions VALUES ('theirs')", &[]).unwrap();
+        assert_eq!(open(&sql).unwrap_err().code(), "storage_incompatible");
+        let kept = sql.query("SELECT x FROM sessions", &[]).unwrap();
+        assert_eq!(kept[0].text(0).unwrap(), "theirs");
+    }
+}

@@ -1,0 +1,113 @@
+//! A native harness: the real HTTP core over real SQLite, with a fixed clock
+//! and counter ids, and "restart" as closing and reopening the database file.
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use serde_json::Value;
+use shiitake::http::{handle, HttpRequest};
+use shiitake::session::{CounterIds, Ctx};
+use shiitake::sql::native::NativeSql;
+use shiitake::store::{schema, Store};
+use std::path::PathBuf;
+
+pub struct Harness {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    sql: NativeSql,
+    ids: CounterIds,
+    pub now_ms: i64,
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub json: Value,
+}
+
+impl Harness {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.sqlite");
+        let sql = NativeSql::open(&path).unwrap();
+        schema::open(&sql).unwrap();
+        Harness { _dir: dir, path, sql, ids: CounterIds::default(), now_ms: 1_000 }
+    }
+
+    /// Drops every in-memory handle and reopens the store, as an evicted or
+    /// restarted Durable Object does. Ids keep counting so they stay unique.
+    pub fn restart(&mut self) {
+        self.sql = NativeSql::open(&self.path).unwrap();
+        schema::open(&self.sql).unwrap();
+    }
+
+    pub fn sql(&self) -> &NativeSql {
+        &self.sql
+    }
+
+    pub fn request(&mut self, method: &str, target: &str, body: &str, meta: Option<&str>) -> Reply {
+        self.now_ms += 1;
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        let req = HttpRequest {
+            method: method.into(),
+            path: path.into(),
+            query: query.into(),
+            meta: meta.map(Into::into),
+            body: body.as_bytes().to_vec(),
+        };
+        let mut ctx = Ctx { store: Store::new(&self.sql), now_ms: self.now_ms, ids: &mut self.ids };
+        let r = handle(&mut ctx, &req);
+        let json = r.body.as_deref().map_or(Value::Null, |b| serde_json::from_str(b).unwrap());
+        Reply { status: r.status, json }
+    }
+
+    pub fn call(&mut self, method: &str, target: &str, body: Value) -> Reply {
+        let body = if body.is_null() { String::new() } else { body.to_string() };
+        self.request(method, target, &body, None)
+    }
+
+    pub fn session(&mut self, id: &str) {
+        let r = self.call("POST", "/sessions", serde_json::json!({ "sessionId": id }));
+        assert_eq!(r.status, 201, "{}", r.json);
+    }
+
+    pub fn command(&mut self, session: &str, body: Value) -> Reply {
+        self.call("POST", &format!("/sessions/{session}/commands"), body)
+    }
+
+    pub fn prompt(&mut self, session: &str, request_id: &str, text: &str) -> Reply {
+        self.command(
+            session,
+            serde_json::json!({ "type": "prompt", "requestId": request_id, "text": text }),
+        )
+    }
+
+    pub fn withdraw(&mut self, session: &str, request_id: &str) -> Reply {
+        self.call(
+            "POST",
+            &format!("/sessions/{session}/withdraw"),
+            serde_json::json!({ "requestId": request_id }),
+        )
+    }
+
+    pub fn read(&mut self, session: &str, query: &str) -> Reply {
+        self.call("GET", &format!("/sessions/{session}{query}"), Value::Null)
+    }
+
+    /// `(commandId, requestId, text)` of the pending queue, FIFO.
+    pub fn pending(&mut self, session: &str) -> Vec<(String, String, String)> {
+        let r = self.read(session, "");
+        assert_eq!(r.status, 200, "{}", r.json);
+        r.json["pending"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                assert_eq!(p["position"], i + 1);
+                (
+                    p["commandId"].as_str().unwrap().to_owned(),
+                    p["requestId"].as_str().unwrap().to_owned(),
+                    p["text"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+}
