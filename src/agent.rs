@@ -59,15 +59,24 @@ pub fn create_session(ctx: &mut Ctx<'_>, session_id: Option<&str>) -> Result<Str
 }
 
 /// Sessions in creation order; `cursor` is the opaque cursor of an earlier page.
-pub fn list_sessions(ctx: &Ctx<'_>, limit: usize, cursor: Option<i64>) -> Result<SessionList, ApiError> {
+pub fn list_sessions(
+    ctx: &Ctx<'_>,
+    limit: usize,
+    cursor: Option<i64>,
+) -> Result<SessionList, ApiError> {
     let mut rows = ctx.store.sessions_after(cursor.unwrap_or(0), limit + 1)?;
     let more = rows.len() > limit;
     rows.truncate(limit);
-    let cursor = more.then(|| rows.last().map(|r| r.seq.to_string())).flatten();
+    let cursor = more
+        .then(|| rows.last().map(|r| r.seq.to_string()))
+        .flatten();
     Ok(SessionList {
         sessions: rows
             .into_iter()
-            .map(|r| SessionSummary { session_id: r.session_id, created_at: r.created_at })
+            .map(|r| SessionSummary {
+                session_id: r.session_id,
+                created_at: r.created_at,
+            })
             .collect(),
         cursor,
     })

@@ -5,7 +5,10 @@
 
 use crate::agent;
 use crate::error::ApiError;
-use crate::limits::{BODY_BYTES_MAX, LIST_PAGE_SESSIONS_MAX, META_BYTES_MAX, PAGE_LIMIT_DEFAULT, READ_PAGE_MESSAGES_MAX};
+use crate::limits::{
+    BODY_BYTES_MAX, LIST_PAGE_SESSIONS_MAX, META_BYTES_MAX, PAGE_LIMIT_DEFAULT,
+    READ_PAGE_MESSAGES_MAX,
+};
 use crate::session::command::{self, parse_json, validate_request_id, Command};
 use crate::session::{admission, queue, read, Ctx};
 use serde::{Deserialize, Serialize};
@@ -35,7 +38,10 @@ pub struct HttpResponse {
 impl HttpResponse {
     fn json(status: u16, value: &impl Serialize) -> Self {
         match serde_json::to_string(value) {
-            Ok(body) => HttpResponse { status, body: Some(body) },
+            Ok(body) => HttpResponse {
+                status,
+                body: Some(body),
+            },
             Err(e) => ApiError::Internal(e.to_string()).into(),
         }
     }
@@ -43,7 +49,10 @@ impl HttpResponse {
 
 impl From<ApiError> for HttpResponse {
     fn from(e: ApiError) -> Self {
-        HttpResponse { status: e.status(), body: Some(e.body()) }
+        HttpResponse {
+            status: e.status(),
+            body: Some(e.body()),
+        }
     }
 }
 
@@ -54,7 +63,9 @@ pub fn handle(ctx: &mut Ctx<'_>, req: &HttpRequest) -> HttpResponse {
 
 fn route(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, ApiError> {
     if req.body.len() > BODY_BYTES_MAX {
-        return Err(ApiError::PayloadTooLarge { bytes_max: BODY_BYTES_MAX });
+        return Err(ApiError::PayloadTooLarge {
+            bytes_max: BODY_BYTES_MAX,
+        });
     }
     let segments: Vec<&str> = req.path.trim_matches('/').split('/').collect();
     let method = req.method.as_str();
@@ -70,7 +81,10 @@ fn route(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, ApiError>
                 "GET" => read_session(ctx, req, id),
                 "DELETE" => {
                     agent::delete_session(ctx, id)?;
-                    Ok(HttpResponse { status: 204, body: None })
+                    Ok(HttpResponse {
+                        status: 204,
+                        body: None,
+                    })
                 }
                 _ => Err(ApiError::MethodNotAllowed("GET, DELETE")),
             }
@@ -97,7 +111,10 @@ fn list_sessions(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, A
     let query = Query::parse(&req.query, &["limit", "cursor"])?;
     let limit = query.limit(LIST_PAGE_SESSIONS_MAX)?;
     let cursor = query.cursor("cursor")?;
-    Ok(HttpResponse::json(200, &agent::list_sessions(ctx, limit, cursor)?))
+    Ok(HttpResponse::json(
+        200,
+        &agent::list_sessions(ctx, limit, cursor)?,
+    ))
 }
 
 #[derive(Deserialize)]
@@ -115,14 +132,20 @@ fn create_session(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, 
         parse_json(&req.body)?
     };
     let session_id = agent::create_session(ctx, body.session_id.as_deref())?;
-    Ok(HttpResponse::json(201, &serde_json::json!({ "sessionId": session_id })))
+    Ok(HttpResponse::json(
+        201,
+        &serde_json::json!({ "sessionId": session_id }),
+    ))
 }
 
 fn read_session(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResponse, ApiError> {
     let query = Query::parse(&req.query, &["before", "limit"])?;
     let limit = query.limit(READ_PAGE_MESSAGES_MAX)?;
     let before = query.cursor("before")?;
-    Ok(HttpResponse::json(200, &read::page(ctx, id, before, limit)?))
+    Ok(HttpResponse::json(
+        200,
+        &read::page(ctx, id, before, limit)?,
+    ))
 }
 
 fn command(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResponse, ApiError> {
@@ -138,7 +161,10 @@ fn command(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpRespons
             let receipt = admission::admit_operator(ctx, id, &o.request_id, &o.text, meta)?;
             Ok(HttpResponse::json(200, &receipt))
         }
-        Command::Cancel(command::Cancel { command_id, only_if_pending }) => {
+        Command::Cancel(command::Cancel {
+            command_id,
+            only_if_pending,
+        }) => {
             let outcome = queue::cancel(ctx, id, &command_id, only_if_pending)?;
             Ok(HttpResponse::json(200, &outcome))
         }
@@ -155,7 +181,10 @@ struct Withdraw {
 fn withdraw(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResponse, ApiError> {
     let body: Withdraw = parse_json(&req.body)?;
     validate_request_id(&body.request_id)?;
-    Ok(HttpResponse::json(200, &admission::withdraw(ctx, id, &body.request_id)?))
+    Ok(HttpResponse::json(
+        200,
+        &admission::withdraw(ctx, id, &body.request_id)?,
+    ))
 }
 
 /// Validates host metadata and returns its canonical JSON (object keys
@@ -203,7 +232,10 @@ impl<'a> Query<'a> {
     }
 
     fn get(&self, key: &str) -> Option<&str> {
-        self.pairs.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str())
+        self.pairs
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.as_str())
     }
 
     fn limit(&self, max: usize) -> Result<usize, ApiError> {

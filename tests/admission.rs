@@ -17,11 +17,23 @@ fn same_request_replays_receipt_other_input_conflicts() {
     let id = first.json["commandId"].as_str().unwrap().to_owned();
     assert_eq!(h.prompt("s", "r1", "hello").json, first.json);
     let other = h.prompt("s", "r1", "hello!");
-    assert_eq!((other.status, other.json["error"]["code"].as_str()), (409, Some("request_conflict")));
-    let steer = h.command("s", json!({"type":"prompt","requestId":"r1","text":"hello","delivery":"steer"}));
+    assert_eq!(
+        (other.status, other.json["error"]["code"].as_str()),
+        (409, Some("request_conflict"))
+    );
+    let steer = h.command(
+        "s",
+        json!({"type":"prompt","requestId":"r1","text":"hello","delivery":"steer"}),
+    );
     assert_eq!(steer.status, 409);
-    let operator = h.command("s", json!({"type":"operator","requestId":"r1","text":"hello"}));
-    assert_eq!(operator.status, 409, "the requestId namespace spans command kinds");
+    let operator = h.command(
+        "s",
+        json!({"type":"operator","requestId":"r1","text":"hello"}),
+    );
+    assert_eq!(
+        operator.status, 409,
+        "the requestId namespace spans command kinds"
+    );
     assert_eq!(h.pending("s"), vec![(id, "r1".into(), "hello".into())]);
 }
 
@@ -30,18 +42,36 @@ fn replay_compares_host_metadata_by_value() {
     let mut h = Harness::new();
     h.session("s");
     let body = r#"{"type":"prompt","requestId":"r","text":"x"}"#;
-    let a = h.request("POST", "/sessions/s/commands", body, Some(r#"{"author":{"id":"u1","name":"Ada"}}"#));
+    let a = h.request(
+        "POST",
+        "/sessions/s/commands",
+        body,
+        Some(r#"{"author":{"id":"u1","name":"Ada"}}"#),
+    );
     assert_eq!(a.status, 200);
-    let same = h.request("POST", "/sessions/s/commands", body, Some(r#"{ "author": {"name":"Ada","id":"u1"} }"#));
+    let same = h.request(
+        "POST",
+        "/sessions/s/commands",
+        body,
+        Some(r#"{ "author": {"name":"Ada","id":"u1"} }"#),
+    );
     assert_eq!(same.json, a.json, "key order and spacing are not identity");
-    let other = h.request("POST", "/sessions/s/commands", body, Some(r#"{"author":{"id":"u2"}}"#));
+    let other = h.request(
+        "POST",
+        "/sessions/s/commands",
+        body,
+        Some(r#"{"author":{"id":"u2"}}"#),
+    );
     assert_eq!(other.status, 409);
     let none = h.request("POST", "/sessions/s/commands", body, None);
     assert_eq!(none.status, 409);
     let pending = h.read("s", "").json;
     assert_eq!(pending["pending"][0]["meta"]["author"]["id"], "u1");
     let bad = h.request("POST", "/sessions/s/commands", body, Some("{nope"));
-    assert_eq!((bad.status, bad.json["error"]["code"].as_str()), (400, Some("invalid_meta")));
+    assert_eq!(
+        (bad.status, bad.json["error"]["code"].as_str()),
+        (400, Some("invalid_meta"))
+    );
     let big = format!(r#"{{"x":"{}"}}"#, "a".repeat(4096));
     let bad = h.request("POST", "/sessions/s/commands", body, Some(&big));
     assert_eq!(bad.status, 400);
@@ -55,22 +85,49 @@ fn withdraw_fences_and_existing_admission_wins_across_restart() {
     let accepted = h.prompt("s", "kept", "hi").json["commandId"].clone();
     let w = h.withdraw("s", "kept");
     assert_eq!(w.json, json!({"status":"accepted","commandId": accepted}));
-    assert_eq!(h.pending("s").len(), 1, "withdraw never cancels admitted work");
+    assert_eq!(
+        h.pending("s").len(),
+        1,
+        "withdraw never cancels admitted work"
+    );
 
     assert_eq!(h.withdraw("s", "lost").json, json!({"status":"unknown"}));
-    assert_eq!(h.withdraw("s", "lost").json, json!({"status":"unknown"}), "idempotent");
+    assert_eq!(
+        h.withdraw("s", "lost").json,
+        json!({"status":"unknown"}),
+        "idempotent"
+    );
     h.restart();
     let refused = h.prompt("s", "lost", "hi");
-    assert_eq!((refused.status, refused.json["error"]["code"].as_str()), (409, Some("request_withdrawn")));
-    let op = h.command("s", json!({"type":"operator","requestId":"lost","text":"x"}));
+    assert_eq!(
+        (refused.status, refused.json["error"]["code"].as_str()),
+        (409, Some("request_withdrawn"))
+    );
+    let op = h.command(
+        "s",
+        json!({"type":"operator","requestId":"lost","text":"x"}),
+    );
     assert_eq!(op.status, 409);
-    assert_eq!(h.prompt("t", "lost", "hi").status, 200, "fences are Session-scoped");
+    assert_eq!(
+        h.prompt("t", "lost", "hi").status,
+        200,
+        "fences are Session-scoped"
+    );
 
-    let line = h.command("s", json!({"type":"operator","requestId":"op","text":"note"}));
+    let line = h.command(
+        "s",
+        json!({"type":"operator","requestId":"op","text":"note"}),
+    );
     let w = h.withdraw("s", "op");
-    assert_eq!(w.json, json!({"status":"accepted","commandId": line.json["commandId"]}));
+    assert_eq!(
+        w.json,
+        json!({"status":"accepted","commandId": line.json["commandId"]})
+    );
     let messages = h.read("s", "").json["messages"].clone();
-    assert_eq!(messages[0]["entryId"], line.json["commandId"], "operator commandId is its entry id");
+    assert_eq!(
+        messages[0]["entryId"], line.json["commandId"],
+        "operator commandId is its entry id"
+    );
     assert_eq!(messages[0]["requestId"], "op");
     assert_eq!(messages[0]["role"], "operator");
 }
@@ -80,32 +137,65 @@ fn cancel_and_abort_keep_text_and_fifo() {
     let mut h = Harness::new();
     h.session("s");
     let ids: Vec<String> = (0..4)
-        .map(|i| h.prompt("s", &format!("r{i}"), &format!("text {i}")).json["commandId"].as_str().unwrap().into())
+        .map(|i| {
+            h.prompt("s", &format!("r{i}"), &format!("text {i}")).json["commandId"]
+                .as_str()
+                .unwrap()
+                .into()
+        })
         .collect();
     let c = h.command("s", json!({"type":"cancel","commandId": ids[1]}));
-    assert_eq!(c.json, json!({"status":"cancelled","commandId": ids[1],"text":"text 1"}));
-    let again = h.command("s", json!({"type":"cancel","commandId": ids[1],"onlyIfPending":true}));
+    assert_eq!(
+        c.json,
+        json!({"status":"cancelled","commandId": ids[1],"text":"text 1"})
+    );
+    let again = h.command(
+        "s",
+        json!({"type":"cancel","commandId": ids[1],"onlyIfPending":true}),
+    );
     assert_eq!(again.json, c.json, "cancel is idempotent");
     let order: Vec<String> = h.pending("s").into_iter().map(|p| p.0).collect();
     assert_eq!(order, vec![ids[0].clone(), ids[2].clone(), ids[3].clone()]);
 
-    let op = h.command("s", json!({"type":"operator","requestId":"o","text":"n"})).json["commandId"].clone();
+    let op = h
+        .command("s", json!({"type":"operator","requestId":"o","text":"n"}))
+        .json["commandId"]
+        .clone();
     let late = h.command("s", json!({"type":"cancel","commandId": op}));
     assert_eq!(late.json, json!({"status":"too_late","commandId": op}));
     let missing = h.command("s", json!({"type":"cancel","commandId":"cmd_nope"}));
-    assert_eq!((missing.status, missing.json["error"]["code"].as_str()), (404, Some("command_not_found")));
+    assert_eq!(
+        (missing.status, missing.json["error"]["code"].as_str()),
+        (404, Some("command_not_found"))
+    );
 
     let abort = h.command("s", json!({"type":"abort"}));
     let cancelled: Vec<(&str, &str)> = abort.json["cancelled"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| (c["commandId"].as_str().unwrap(), c["text"].as_str().unwrap()))
+        .map(|c| {
+            (
+                c["commandId"].as_str().unwrap(),
+                c["text"].as_str().unwrap(),
+            )
+        })
         .collect();
-    assert_eq!(cancelled, vec![(ids[0].as_str(), "text 0"), (ids[2].as_str(), "text 2"), (ids[3].as_str(), "text 3")]);
+    assert_eq!(
+        cancelled,
+        vec![
+            (ids[0].as_str(), "text 0"),
+            (ids[2].as_str(), "text 2"),
+            (ids[3].as_str(), "text 3")
+        ]
+    );
     assert!(h.pending("s").is_empty());
     let replay = h.prompt("s", "r0", "text 0");
-    assert_eq!(replay.json["commandId"], ids[0].as_str(), "a replay answers the original receipt");
+    assert_eq!(
+        replay.json["commandId"],
+        ids[0].as_str(),
+        "a replay answers the original receipt"
+    );
     assert!(h.pending("s").is_empty(), "a replay never re-queues");
     h.session("other");
     let foreign = h.command("other", json!({"type":"cancel","commandId": ids[3]}));
@@ -120,12 +210,19 @@ fn queue_is_bounded_and_a_refusal_writes_nothing() {
         assert_eq!(h.prompt("s", &format!("r{i}"), "x").status, 200);
     }
     let full = h.prompt("s", "one-more", "x");
-    assert_eq!((full.status, full.json["error"]["code"].as_str()), (429, Some("queue_full")));
+    assert_eq!(
+        (full.status, full.json["error"]["code"].as_str()),
+        (429, Some("queue_full"))
+    );
     let rows = h.sql().query("SELECT count(*) FROM commands", &[]).unwrap();
     assert_eq!(rows[0].int(0).unwrap(), PENDING_PER_SESSION_MAX as i64);
     let head = h.pending("s")[0].0.clone();
     h.command("s", json!({"type":"cancel","commandId": head}));
-    assert_eq!(h.prompt("s", "one-more", "x").status, 200, "cancelling frees a slot");
+    assert_eq!(
+        h.prompt("s", "one-more", "x").status,
+        200,
+        "cancelling frees a slot"
+    );
 
     let mut h = Harness::new();
     h.session("b");
@@ -139,7 +236,10 @@ fn queue_is_bounded_and_a_refusal_writes_nothing() {
         accepted += 1;
     };
     assert_eq!(last.status, 429);
-    assert_eq!(accepted, 31, "2 MiB of pending input holds 31 prompts of 64 KiB");
+    assert_eq!(
+        accepted, 31,
+        "2 MiB of pending input holds 31 prompts of 64 KiB"
+    );
 }
 
 #[test]
@@ -147,18 +247,30 @@ fn sessions_are_created_listed_in_pages_and_deleted() {
     let mut h = Harness::new();
     let generated = h.call("POST", "/sessions", serde_json::Value::Null);
     assert_eq!(generated.status, 201);
-    assert!(generated.json["sessionId"].as_str().unwrap().starts_with("ses_"));
+    assert!(generated.json["sessionId"]
+        .as_str()
+        .unwrap()
+        .starts_with("ses_"));
     for i in 0..7 {
         h.session(&format!("s{i}"));
     }
     let dup = h.call("POST", "/sessions", json!({"sessionId":"s3"}));
-    assert_eq!((dup.status, dup.json["error"]["code"].as_str()), (409, Some("session_exists")));
+    assert_eq!(
+        (dup.status, dup.json["error"]["code"].as_str()),
+        (409, Some("session_exists"))
+    );
     let bad = h.call("POST", "/sessions", json!({"sessionId":"has space"}));
     assert_eq!(bad.status, 400);
     let mut seen = Vec::new();
     let mut cursor = String::new();
     loop {
-        let page = h.call("GET", &format!("/sessions?limit=3{cursor}"), serde_json::Value::Null).json;
+        let page = h
+            .call(
+                "GET",
+                &format!("/sessions?limit=3{cursor}"),
+                serde_json::Value::Null,
+            )
+            .json;
         for s in page["sessions"].as_array().unwrap() {
             seen.push(s["sessionId"].as_str().unwrap().to_owned());
         }
@@ -169,17 +281,39 @@ fn sessions_are_created_listed_in_pages_and_deleted() {
     }
     assert_eq!(seen.len(), 8);
     assert_eq!(&seen[1..], &["s0", "s1", "s2", "s3", "s4", "s5", "s6"]);
-    assert_eq!(h.call("GET", "/sessions?limit=201", serde_json::Value::Null).status, 400);
+    assert_eq!(
+        h.call("GET", "/sessions?limit=201", serde_json::Value::Null)
+            .status,
+        400
+    );
 
     h.prompt("s2", "r", "x");
     h.withdraw("s2", "w");
-    assert_eq!(h.call("DELETE", "/sessions/s2", serde_json::Value::Null).status, 204);
+    assert_eq!(
+        h.call("DELETE", "/sessions/s2", serde_json::Value::Null)
+            .status,
+        204
+    );
     assert_eq!(h.read("s2", "").status, 404);
     assert_eq!(h.prompt("s2", "r", "x").status, 404);
-    assert_eq!(h.call("DELETE", "/sessions/s2", serde_json::Value::Null).status, 404);
+    assert_eq!(
+        h.call("DELETE", "/sessions/s2", serde_json::Value::Null)
+            .status,
+        404
+    );
     for table in ["commands", "fences", "messages"] {
-        let rows = h.sql().query(&format!("SELECT count(*) FROM {table} WHERE session_id = 's2'"), &[]).unwrap();
-        assert_eq!(rows[0].int(0).unwrap(), 0, "{table} rows of a deleted Session remain");
+        let rows = h
+            .sql()
+            .query(
+                &format!("SELECT count(*) FROM {table} WHERE session_id = 's2'"),
+                &[],
+            )
+            .unwrap();
+        assert_eq!(
+            rows[0].int(0).unwrap(),
+            0,
+            "{table} rows of a deleted Session remain"
+        );
     }
 }
 
@@ -188,13 +322,21 @@ fn read_pages_walk_the_transcript_within_count_and_byte_caps() {
     let mut h = Harness::new();
     h.session("s");
     for i in 0..23 {
-        h.command("s", json!({"type":"operator","requestId": format!("o{i}"),"text": format!("line {i}")}));
+        h.command(
+            "s",
+            json!({"type":"operator","requestId": format!("o{i}"),"text": format!("line {i}")}),
+        );
     }
     let mut texts = Vec::new();
     let mut before = String::new();
     loop {
         let page = h.read("s", &format!("?limit=5{before}")).json;
-        let lines: Vec<String> = page["messages"].as_array().unwrap().iter().map(|m| m["text"].as_str().unwrap().to_owned()).collect();
+        let lines: Vec<String> = page["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["text"].as_str().unwrap().to_owned())
+            .collect();
         assert!(lines.len() <= 5);
         texts.splice(0..0, lines);
         match page["cursor"].as_str() {
@@ -203,22 +345,46 @@ fn read_pages_walk_the_transcript_within_count_and_byte_caps() {
         }
     }
     let expected: Vec<String> = (0..23).map(|i| format!("line {i}")).collect();
-    assert_eq!(texts, expected, "pages are newest first, each oldest first, no gaps");
+    assert_eq!(
+        texts, expected,
+        "pages are newest first, each oldest first, no gaps"
+    );
 
     let mut h = Harness::new();
     h.session("big");
     let text = "z".repeat(60_000);
     for i in 0..40 {
-        h.command("big", json!({"type":"operator","requestId": format!("o{i}"),"text": text}));
+        h.command(
+            "big",
+            json!({"type":"operator","requestId": format!("o{i}"),"text": text}),
+        );
     }
     let page = h.read("big", "?limit=200").json;
     let n = page["messages"].as_array().unwrap().len();
-    let bytes: usize = page["messages"].as_array().unwrap().iter().map(|m| m.to_string().len()).sum();
-    assert!(n < 40 && bytes <= READ_PAGE_BYTES_MAX, "{n} messages, {bytes} bytes");
+    let bytes: usize = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.to_string().len())
+        .sum();
+    assert!(
+        n < 40 && bytes <= READ_PAGE_BYTES_MAX,
+        "{n} messages, {bytes} bytes"
+    );
     assert!(page["cursor"].is_string());
-    for bad in ["?limit=0", "?limit=201", "?before=abc", "?before=-1", "?bogus=1"] {
+    for bad in [
+        "?limit=0",
+        "?limit=201",
+        "?before=abc",
+        "?before=-1",
+        "?bogus=1",
+    ] {
         let r = h.read("big", bad);
-        assert_eq!((r.status, r.json["error"]["code"].as_str()), (400, Some("invalid_query")), "{bad}");
+        assert_eq!(
+            (r.status, r.json["error"]["code"].as_str()),
+            (400, Some("invalid_query")),
+            "{bad}"
+        );
     }
 }
 
@@ -228,21 +394,65 @@ fn bad_input_is_a_named_4xx_never_a_5xx() {
     h.session("s");
     let cases: &[(&str, &str, &str, u16, &str)] = &[
         ("POST", "/sessions/s/commands", "{", 400, "invalid_json"),
-        ("POST", "/sessions/s/commands", r#"{"type":"prompt","requestId":"a","text":"x","extra":1}"#, 400, "invalid_request"),
-        ("POST", "/sessions/s/commands", r#"{"type":"nope"}"#, 400, "invalid_request"),
+        (
+            "POST",
+            "/sessions/s/commands",
+            r#"{"type":"prompt","requestId":"a","text":"x","extra":1}"#,
+            400,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/sessions/s/commands",
+            r#"{"type":"nope"}"#,
+            400,
+            "invalid_request",
+        ),
         ("POST", "/sessions/s/commands", "[]", 400, "invalid_request"),
-        ("POST", "/sessions/s/withdraw", r#"{"requestId":""}"#, 400, "invalid_request"),
-        ("POST", "/sessions/s/withdraw", r#"{"requestId":"a","x":1}"#, 400, "invalid_request"),
-        ("POST", "/sessions/missing/commands", r#"{"type":"abort"}"#, 404, "session_not_found"),
+        (
+            "POST",
+            "/sessions/s/withdraw",
+            r#"{"requestId":""}"#,
+            400,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/sessions/s/withdraw",
+            r#"{"requestId":"a","x":1}"#,
+            400,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/sessions/missing/commands",
+            r#"{"type":"abort"}"#,
+            404,
+            "session_not_found",
+        ),
         ("GET", "/nowhere", "", 404, "not_found"),
         ("GET", "/sessions/s/commands", "", 405, "method_not_allowed"),
         ("PUT", "/sessions", "", 405, "method_not_allowed"),
-        ("POST", "/sessions", r#"{"sessionId":5}"#, 400, "invalid_request"),
+        (
+            "POST",
+            "/sessions",
+            r#"{"sessionId":5}"#,
+            400,
+            "invalid_request",
+        ),
     ];
     for (method, path, body, status, code) in cases {
         let r = h.request(method, path, body, None);
-        assert_eq!((r.status, r.json["error"]["code"].as_str()), (*status, Some(*code)), "{method} {path} {body}");
+        assert_eq!(
+            (r.status, r.json["error"]["code"].as_str()),
+            (*status, Some(*code)),
+            "{method} {path} {body}"
+        );
     }
     let huge = "x".repeat(shiitake::limits::BODY_BYTES_MAX + 1);
-    assert_eq!(h.request("POST", "/sessions/s/commands", &huge, None).status, 413);
+    assert_eq!(
+        h.request("POST", "/sessions/s/commands", &huge, None)
+            .status,
+        413
+    );
 }

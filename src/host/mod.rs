@@ -29,7 +29,10 @@ impl ShiitakeCore {
     /// `ctx` is the DurableObjectState; `env` the Worker's bindings.
     #[wasm_bindgen(constructor)]
     pub fn new(ctx: JsValue, _env: JsValue) -> Result<ShiitakeCore, JsValue> {
-        Ok(ShiitakeCore { sql: sql::DoSql::from_state(&ctx)?, schema_checked: Cell::new(false) })
+        Ok(ShiitakeCore {
+            sql: sql::DoSql::from_state(&ctx)?,
+            schema_checked: Cell::new(false),
+        })
     }
 
     /// Serves one HTTP request of the contract in `docs/http.md`.
@@ -76,7 +79,9 @@ async fn read_request(request: &web_sys::Request) -> Result<HttpRequest, ApiErro
         .and_then(|v| v.parse::<usize>().ok());
     // Refuse a declared oversize body before reading a byte of it.
     if declared.is_some_and(|n| n > BODY_BYTES_MAX) {
-        return Err(ApiError::PayloadTooLarge { bytes_max: BODY_BYTES_MAX });
+        return Err(ApiError::PayloadTooLarge {
+            bytes_max: BODY_BYTES_MAX,
+        });
     }
     let body = match request.method().as_str() {
         "GET" | "HEAD" => Vec::new(),

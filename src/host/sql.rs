@@ -27,7 +27,11 @@ impl DoSql {
         let storage = Reflect::get(state, &"storage".into())?;
         let sql = Reflect::get(&storage, &"sql".into())?;
         let exec: Function = Reflect::get(&sql, &"exec".into())?.dyn_into()?;
-        Ok(DoSql { storage: storage.unchecked_into(), sql, exec })
+        Ok(DoSql {
+            storage: storage.unchecked_into(),
+            sql,
+            exec,
+        })
     }
 }
 

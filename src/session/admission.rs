@@ -4,7 +4,9 @@
 use super::command::{OperatorInput, Prompt, PromptInput};
 use super::Ctx;
 use crate::error::ApiError;
-use crate::limits::{FENCES_PER_SESSION_MAX, PENDING_BYTES_PER_SESSION_MAX, PENDING_PER_SESSION_MAX};
+use crate::limits::{
+    FENCES_PER_SESSION_MAX, PENDING_BYTES_PER_SESSION_MAX, PENDING_PER_SESSION_MAX,
+};
 use crate::sql::atomically;
 use crate::store::{Kind, NewCommand, State, Terminal};
 use serde::Serialize;
@@ -19,7 +21,10 @@ pub struct Receipt {
 
 impl Receipt {
     fn accepted(command_id: String) -> Self {
-        Receipt { status: "accepted", command_id }
+        Receipt {
+            status: "accepted",
+            command_id,
+        }
     }
 }
 
@@ -53,7 +58,13 @@ pub fn admit_prompt(
     let input = serde_json::to_string(&prompt.input()).map_err(internal)?;
     admit(
         ctx,
-        Admission { session_id, request_id: &prompt.request_id, kind: Kind::Prompt, input, meta },
+        Admission {
+            session_id,
+            request_id: &prompt.request_id,
+            kind: Kind::Prompt,
+            input,
+            meta,
+        },
     )
 }
 
@@ -65,8 +76,20 @@ pub fn admit_operator(
     text: &str,
     meta: Option<&str>,
 ) -> Result<Receipt, ApiError> {
-    let input = serde_json::to_string(&OperatorInput { text: text.to_owned() }).map_err(internal)?;
-    admit(ctx, Admission { session_id, request_id, kind: Kind::Operator, input, meta })
+    let input = serde_json::to_string(&OperatorInput {
+        text: text.to_owned(),
+    })
+    .map_err(internal)?;
+    admit(
+        ctx,
+        Admission {
+            session_id,
+            request_id,
+            kind: Kind::Operator,
+            input,
+            meta,
+        },
+    )
 }
 
 fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Receipt, ApiError> {
@@ -146,7 +169,11 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Receipt, ApiError> {
 
 /// Resolves an uncertain send: an existing admission wins; otherwise a
 /// durable fence refuses every later admission of `request_id` here.
-pub fn withdraw(ctx: &mut Ctx<'_>, session_id: &str, request_id: &str) -> Result<Withdrawal, ApiError> {
+pub fn withdraw(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    request_id: &str,
+) -> Result<Withdrawal, ApiError> {
     let store = ctx.store;
     let now_ms = ctx.now_ms;
     atomically(store.sql(), || {
@@ -154,7 +181,9 @@ pub fn withdraw(ctx: &mut Ctx<'_>, session_id: &str, request_id: &str) -> Result
             return Err(ApiError::SessionNotFound(session_id.to_owned()));
         }
         if let Some(existing) = store.command_by_request(session_id, request_id)? {
-            return Ok(Withdrawal::Accepted { command_id: existing.command_id });
+            return Ok(Withdrawal::Accepted {
+                command_id: existing.command_id,
+            });
         }
         if store.fence_exists(session_id, request_id)? {
             return Ok(Withdrawal::Unknown);

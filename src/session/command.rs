@@ -96,7 +96,11 @@ pub fn parse(body: &[u8]) -> Result<Command, ApiError> {
     let kind = match object.remove("type") {
         Some(serde_json::Value::String(kind)) => kind,
         Some(_) => return Err(ApiError::InvalidRequest("type: must be a string".into())),
-        None => return Err(ApiError::InvalidRequest("type: missing field `type`".into())),
+        None => {
+            return Err(ApiError::InvalidRequest(
+                "type: missing field `type`".into(),
+            ))
+        }
     };
     let command = match kind.as_str() {
         "prompt" => Command::Prompt(from_value(value)?),
@@ -172,7 +176,9 @@ fn from_value<T: for<'de> Deserialize<'de>>(value: serde_json::Value) -> Result<
 
 pub fn validate_request_id(id: &str) -> Result<(), ApiError> {
     if id.is_empty() {
-        return Err(ApiError::InvalidRequest("requestId: must not be empty".into()));
+        return Err(ApiError::InvalidRequest(
+            "requestId: must not be empty".into(),
+        ));
     }
     if id.len() > REQUEST_ID_BYTES_MAX {
         return Err(ApiError::InvalidRequest(format!(
@@ -235,15 +241,27 @@ mod tests {
     #[test]
     fn parses_each_command() {
         let c = parse(br#"{"type":"prompt","requestId":"r","text":"hi","delivery":"steer"}"#);
-        assert!(matches!(c, Ok(Command::Prompt(Prompt { delivery: Delivery::Steer, .. }))));
+        assert!(matches!(
+            c,
+            Ok(Command::Prompt(Prompt {
+                delivery: Delivery::Steer,
+                ..
+            }))
+        ));
         let c = parse(br#"{"type":"operator","requestId":"r","text":"note"}"#).unwrap();
         assert!(matches!(c, Command::Operator(_)));
         let c = parse(br#"{"type":"cancel","commandId":"cmd_1","onlyIfPending":true}"#).unwrap();
         assert_eq!(
             c,
-            Command::Cancel(Cancel { command_id: "cmd_1".into(), only_if_pending: true })
+            Command::Cancel(Cancel {
+                command_id: "cmd_1".into(),
+                only_if_pending: true
+            })
         );
-        assert_eq!(parse(br#"{"type":"abort"}"#).unwrap(), Command::Abort(Abort {}));
+        assert_eq!(
+            parse(br#"{"type":"abort"}"#).unwrap(),
+            Command::Abort(Abort {})
+        );
     }
 
     #[test]
@@ -258,7 +276,10 @@ mod tests {
         let e = err(r#"{"type":"launch"}"#);
         assert!(e.to_string().contains("launch"), "{e}");
         assert_eq!(err("{not json").code(), "invalid_json");
-        assert_eq!(err(r#"{"type":"prompt","text":"x"}"#).code(), "invalid_request");
+        assert_eq!(
+            err(r#"{"type":"prompt","text":"x"}"#).code(),
+            "invalid_request"
+        );
     }
 
     #[test]
@@ -287,7 +308,9 @@ mod tests {
         assert!(err(bad).to_string().contains("mediaType"));
         let bad = r#"{"type":"prompt","requestId":"r","text":"","images":[{"mediaType":"image/png","data":"A"}]}"#;
         assert!(err(bad).to_string().contains("data"));
-        assert!(err(r#"{"type":"prompt","requestId":"r","text":""}"#).to_string().contains("text"));
+        assert!(err(r#"{"type":"prompt","requestId":"r","text":""}"#)
+            .to_string()
+            .contains("text"));
         let ok = r#"{"type":"prompt","requestId":"r","text":"","images":[{"mediaType":"image/png","data":"AAAA"}]}"#;
         assert!(parse(ok.as_bytes()).is_ok());
     }

@@ -132,6 +132,9 @@ pub fn abort(ctx: &mut Ctx<'_>, session_id: &str) -> Result<AbortOutcome, ApiErr
                 request_id: row.request_id,
             });
         }
-        Ok(AbortOutcome { status: "cancelled", cancelled })
+        Ok(AbortOutcome {
+            status: "cancelled",
+            cancelled,
+        })
     })
 }

@@ -103,7 +103,11 @@ fn command_row(row: &Row) -> Result<CommandRow, SqlError> {
         input: row.text(3)?,
         meta: row.opt_text(4)?,
         state: State::parse(&row.text(5)?)?,
-        terminal: row.opt_text(6)?.as_deref().map(Terminal::parse).transpose()?,
+        terminal: row
+            .opt_text(6)?
+            .as_deref()
+            .map(Terminal::parse)
+            .transpose()?,
         accepted_at: row.int(7)?,
     })
 }
@@ -155,7 +159,11 @@ impl<'a> Store<'a> {
     }
 
     /// Sessions created after `after_seq`, oldest first, at most `limit`.
-    pub fn sessions_after(&self, after_seq: i64, limit: usize) -> Result<Vec<SessionRow>, SqlError> {
+    pub fn sessions_after(
+        &self,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<SessionRow>, SqlError> {
         self.query(
             "SELECT seq, session_id, created_at FROM sessions WHERE seq > ? ORDER BY seq LIMIT ?",
             &[after_seq.into(), (limit as i64).into()],
@@ -201,7 +209,11 @@ impl<'a> Store<'a> {
         rows.first().map(command_row).transpose()
     }
 
-    pub fn command(&self, session_id: &str, command_id: &str) -> Result<Option<CommandRow>, SqlError> {
+    pub fn command(
+        &self,
+        session_id: &str,
+        command_id: &str,
+    ) -> Result<Option<CommandRow>, SqlError> {
         let rows = self.query(
             &format!(
                 "SELECT {COMMAND_COLUMNS} FROM commands WHERE session_id = ? AND command_id = ?"
@@ -254,7 +266,9 @@ impl<'a> Store<'a> {
              WHERE session_id = ? AND state = 'pending'",
             &[session_id.into()],
         )?;
-        let row = rows.first().ok_or(SqlError::Decode("no totals row".into()))?;
+        let row = rows
+            .first()
+            .ok_or(SqlError::Decode("no totals row".into()))?;
         Ok((row.int(0)? as usize, row.int(1)? as usize))
     }
 
@@ -285,7 +299,12 @@ impl<'a> Store<'a> {
         )?)
     }
 
-    pub fn insert_fence(&self, session_id: &str, request_id: &str, now_ms: i64) -> Result<(), SqlError> {
+    pub fn insert_fence(
+        &self,
+        session_id: &str,
+        request_id: &str,
+        now_ms: i64,
+    ) -> Result<(), SqlError> {
         self.query(
             "INSERT INTO fences (session_id, request_id, created_at) VALUES (?, ?, ?)",
             &[session_id.into(), request_id.into(), now_ms.into()],
@@ -295,7 +314,12 @@ impl<'a> Store<'a> {
 
     // Messages.
 
-    pub fn insert_message(&self, entry_id: &str, session_id: &str, body: &str) -> Result<(), SqlError> {
+    pub fn insert_message(
+        &self,
+        entry_id: &str,
+        session_id: &str,
+        body: &str,
+    ) -> Result<(), SqlError> {
         self.query(
             "INSERT INTO messages (entry_id, session_id, body, bytes) VALUES (?, ?, ?, ?)",
             &[
@@ -327,7 +351,12 @@ impl<'a> Store<'a> {
     }
 
     /// Message bodies with `from <= seq <= to`, oldest first.
-    pub fn message_bodies(&self, session_id: &str, from: i64, to: i64) -> Result<Vec<String>, SqlError> {
+    pub fn message_bodies(
+        &self,
+        session_id: &str,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<String>, SqlError> {
         self.query(
             "SELECT body FROM messages WHERE session_id = ? AND seq >= ? AND seq <= ? ORDER BY seq",
             &[session_id.into(), from.into(), to.into()],

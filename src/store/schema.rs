@@ -11,7 +11,13 @@ pub const SCHEMA_VERSION: i64 = 1;
 
 /// Tables this crate owns; any of them without `shiitake_meta` is an
 /// unknown store.
-const TABLES: &[&str] = &["shiitake_meta", "sessions", "commands", "fences", "messages"];
+const TABLES: &[&str] = &[
+    "shiitake_meta",
+    "sessions",
+    "commands",
+    "fences",
+    "messages",
+];
 
 const CREATE: &[&str] = &[
     "CREATE TABLE shiitake_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
@@ -82,7 +88,10 @@ pub fn open(sql: &dyn Sql) -> Result<(), ApiError> {
     }
     // Fails (no such table) for a foreign store: that is the unknown case.
     let version = sql
-        .query("SELECT value FROM shiitake_meta WHERE key = 'schema_version'", &[])
+        .query(
+            "SELECT value FROM shiitake_meta WHERE key = 'schema_version'",
+            &[],
+        )
         .ok()
         .and_then(|rows| rows.first().and_then(|r| r.text(0).ok()));
     match version.as_deref().map(str::parse::<i64>) {
@@ -109,7 +118,10 @@ mod tests {
         open(&sql).unwrap();
         open(&sql).unwrap();
         let rows = sql
-            .query("SELECT value FROM shiitake_meta WHERE key = 'schema_version'", &[])
+            .query(
+                "SELECT value FROM shiitake_meta WHERE key = 'schema_version'",
+                &[],
+            )
             .unwrap();
         assert_eq!(rows[0].text(0).unwrap(), SCHEMA_VERSION.to_string());
     }
@@ -141,7 +153,8 @@ mod tests {
     fn foreign_tables_without_version_are_refused() {
         let sql = NativeSql::open_in_memory();
         sql.query("CREATE TABLE sessions (x TEXT)", &[]).unwrap();
-        sql.query("INSERT INTO sessions VALUES ('theirs')", &[]).unwrap();
+        sql.query("INSERT INTO sessions VALUES ('theirs')", &[])
+            .unwrap();
         assert_eq!(open(&sql).unwrap_err().code(), "storage_incompatible");
         let kept = sql.query("SELECT x FROM sessions", &[]).unwrap();
         assert_eq!(kept[0].text(0).unwrap(), "theirs");

@@ -28,7 +28,13 @@ impl Harness {
         let path = dir.path().join("agent.sqlite");
         let sql = NativeSql::open(&path).unwrap();
         schema::open(&sql).unwrap();
-        Harness { _dir: dir, path, sql, ids: CounterIds::default(), now_ms: 1_000 }
+        Harness {
+            _dir: dir,
+            path,
+            sql,
+            ids: CounterIds::default(),
+            now_ms: 1_000,
+        }
     }
 
     /// Drops every in-memory handle and reopens the store, as an evicted or
@@ -52,14 +58,28 @@ impl Harness {
             meta: meta.map(Into::into),
             body: body.as_bytes().to_vec(),
         };
-        let mut ctx = Ctx { store: Store::new(&self.sql), now_ms: self.now_ms, ids: &mut self.ids };
+        let mut ctx = Ctx {
+            store: Store::new(&self.sql),
+            now_ms: self.now_ms,
+            ids: &mut self.ids,
+        };
         let r = handle(&mut ctx, &req);
-        let json = r.body.as_deref().map_or(Value::Null, |b| serde_json::from_str(b).unwrap());
-        Reply { status: r.status, json }
+        let json = r
+            .body
+            .as_deref()
+            .map_or(Value::Null, |b| serde_json::from_str(b).unwrap());
+        Reply {
+            status: r.status,
+            json,
+        }
     }
 
     pub fn call(&mut self, method: &str, target: &str, body: Value) -> Reply {
-        let body = if body.is_null() { String::new() } else { body.to_string() };
+        let body = if body.is_null() {
+            String::new()
+        } else {
+            body.to_string()
+        };
         self.request(method, target, &body, None)
     }
 
