@@ -208,7 +208,7 @@ fn validate_image(i: usize, image: &Image) -> Result<(), ApiError> {
     }
     let data = image.data.as_bytes();
     let base64 = !data.is_empty()
-        && data.len() % 4 == 0
+        && data.len().is_multiple_of(4)
         && data
             .iter()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
@@ -301,7 +301,7 @@ mod tests {
         let body = format!(r#"{{"type":"prompt","requestId":"r","text":"{text}"}}"#);
         assert!(err(&body).to_string().contains("text"));
         let image = r#"{"mediaType":"image/png","data":"AAAA"}"#;
-        let five = vec![image; 5].join(",");
+        let five = [image; 5].join(",");
         let body = format!(r#"{{"type":"prompt","requestId":"r","text":"x","images":[{five}]}}"#);
         assert!(err(&body).to_string().contains("images"));
         let bad = r#"{"type":"prompt","requestId":"r","text":"x","images":[{"mediaType":"text/html","data":"AAAA"}]}"#;

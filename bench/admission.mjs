@@ -1,0 +1,166 @@
+// Admission benchmark: what one durable prompt admission costs in Shiitake,
+// as a ratio against the floor of this runtime (one SQLite insert in a bare
+// Durable Object behind the same kind of Worker entry), measured in the same
+// run, in the same in-process Miniflare, interleaved in blocks so both sides
+// share the machine's noise.
+//
+//   node bench/admission.mjs [--n 2000] [--block 100] [--warmup 200] [--memory]
+//
+// Needs `bash scripts/build.sh` first (build/demo/). Prints figures; it is not
+// a test and asserts no threshold, but it exits 1 if Shiitake refuses a prompt.
+
+import { existsSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { Miniflare } from "miniflare";
+import { COMPATIBILITY_DATE, DEMO_SCRIPT, ROOT, TOKEN, bundleFixture, workerOptions } from "../tests/e2e/helpers.mjs";
+const SESSIONS = 4; // prompts rotate across these Sessions...
+const PENDING_PER_SESSION = 60; // ...each aborted (untimed) before 64 are pending
+const P50_RATIO_TARGET = 1.2;
+
+const { values: args } = parseArgs({
+  options: {
+    n: { type: "string", default: "2000" },
+    block: { type: "string", default: "100" },
+    warmup: { type: "string", default: "200" },
+    memory: { type: "boolean", default: false },
+  },
+});
+const N = positive("n");
+const BLOCK = positive("block");
+const WARMUP = Number(args.warmup);
+
+function positive(name) {
+  const v = Number(args[name]);
+  if (!Number.isInteger(v) || v < 1) {
+    console.error(`--${name} must be a positive integer`);
+    process.exit(2);
+  }
+  return v;
+}
+
+if (!existsSync(DEMO_SCRIPT)) {
+  console.error(`${path.relative(ROOT, DEMO_SCRIPT)} is missing: run \`bash scripts/build.sh\` first`);
+  process.exit(2);
+}
+
+const FLOOR_SCRIPT = await bundleFixture(path.join(ROOT, "bench/floor-worker.mjs"), "bench-floor");
+
+const persistDir = args.memory ? undefined : await mkdtemp(path.join(tmpdir(), "shiitake-bench-"));
+const mf = new Miniflare({
+  ...(persistDir ? { durableObjectsPersist: persistDir } : {}),
+  workers: [
+    { name: "shiitake", routes: ["shiitake.bench/*"], ...workerOptions(DEMO_SCRIPT) },
+    {
+      name: "floor",
+      routes: ["floor.bench/*"],
+      modules: true,
+      scriptPath: FLOOR_SCRIPT,
+      compatibilityDate: COMPATIBILITY_DATE,
+      durableObjects: { FLOOR: { className: "FloorDO", useSQLite: true } },
+      bindings: { SHIITAKE_TOKEN: TOKEN },
+    },
+  ],
+});
+
+async function call(host, method, urlPath, body) {
+  const res = await mf.dispatchFetch(`http://${host}${urlPath}`, {
+    method,
+    headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return { status: res.status, text: await res.text() };
+}
+
+/** One side of the comparison: a host, an Agent, Sessions and a prompt counter. */
+function side(name, host) {
+  const agent = `/agents/bench-${name}`;
+  const pendingIn = new Array(SESSIONS).fill(0);
+  let seq = 0;
+  return {
+    name,
+    samples: [],
+    async setup() {
+      if (name === "floor") return; // the floor has no Sessions to create
+      for (let s = 0; s < SESSIONS; s++) {
+        const res = await call(host, "POST", `${agent}/sessions`, { sessionId: `s${s}` });
+        if (res.status !== 201) fail(`create Session s${s}`, res);
+      }
+    },
+    /** Admits one fresh prompt; returns its latency in ms (the untimed abort excluded). */
+    async admit() {
+      const s = seq % SESSIONS;
+      if (pendingIn[s] === PENDING_PER_SESSION) {
+        const res = await call(host, "POST", `${agent}/sessions/s${s}/commands`, { type: "abort" });
+        if (res.status !== 200) fail(`abort s${s}`, res);
+        pendingIn[s] = 0;
+      }
+      const i = seq++;
+      const body = { type: "prompt", requestId: `req-${i}`, text: `benchmark prompt number ${i}: summarise the day's notes` };
+      const t0 = performance.now();
+      const res = await call(host, "POST", `${agent}/sessions/s${s}/commands`, body);
+      const ms = performance.now() - t0;
+      // Each side must really be served by its own Worker, with a real receipt.
+      const receipt = res.status === 200 ? JSON.parse(res.text) : {};
+      if (receipt.status !== "accepted" || receipt.commandId.startsWith("floor_") !== (name === "floor")) {
+        fail(`${name}: prompt ${i} to s${s}`, res);
+      }
+      pendingIn[s]++;
+      return ms;
+    },
+  };
+}
+
+function fail(what, res) {
+  console.error(`bench: ${what} answered HTTP ${res.status} ${res.text.slice(0, 300)}`);
+  process.exitCode = 1;
+  throw new Error("benchmark aborted");
+}
+
+function quantile(sorted, q) {
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1));
+  return sorted[i];
+}
+
+function stats(samples) {
+  const s = [...samples].sort((a, b) => a - b);
+  return { p50: quantile(s, 0.5), p99: quantile(s, 0.99), mean: s.reduce((a, b) => a + b, 0) / s.length };
+}
+
+const started = performance.now();
+try {
+  await mf.ready;
+  const sides = [side("shiitake", "shiitake.bench"), side("floor", "floor.bench")];
+  for (const x of sides) await x.setup();
+  for (let i = 0; i < WARMUP; i++) for (const x of sides) await x.admit();
+
+  let done = 0;
+  let block = 0;
+  while (done < N) {
+    const n = Math.min(BLOCK, N - done);
+    const order = block % 2 === 0 ? sides : [...sides].reverse();
+    for (const x of order) for (let i = 0; i < n; i++) x.samples.push(await x.admit());
+    done += n;
+    block++;
+  }
+
+  const [sh, fl] = sides.map((x) => stats(x.samples));
+  const f = (v) => v.toFixed(3).padStart(9);
+  const r = (v) => v.toFixed(2).padStart(9);
+  console.log(
+    `admission: ${N} sequential prompt admissions per side (after ${WARMUP} warm-up), blocks of ${BLOCK}, ` +
+      `mf.dispatchFetch, DO storage ${persistDir ? "on disk" : "in memory"}`,
+  );
+  console.log(`${"".padEnd(10)}${"p50 ms".padStart(9)}${"p99 ms".padStart(9)}${"mean ms".padStart(9)}`);
+  console.log(`${"shiitake".padEnd(10)}${f(sh.p50)}${f(sh.p99)}${f(sh.mean)}`);
+  console.log(`${"floor".padEnd(10)}${f(fl.p50)}${f(fl.p99)}${f(fl.mean)}`);
+  console.log(`${"ratio".padEnd(10)}${r(sh.p50 / fl.p50)}${r(sh.p99 / fl.p99)}${r(sh.mean / fl.mean)}`);
+  const ok = sh.p50 / fl.p50 <= P50_RATIO_TARGET;
+  console.log(`p50 ratio ${(sh.p50 / fl.p50).toFixed(2)} (target <= ${P50_RATIO_TARGET}: ${ok ? "met" : "NOT met"})`);
+  console.log(`wall time ${((performance.now() - started) / 1000).toFixed(1)} s`);
+} finally {
+  await mf.dispose();
+  if (persistDir) await rm(persistDir, { recursive: true, force: true });
+}

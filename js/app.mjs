@@ -1,0 +1,94 @@
+// Hono routes that forward the session routes of docs/http.md to the Agent's
+// Durable Object. Mount with:
+//   app.route("/agents/:agentId", shiitakeApp({ binding: "SHIITAKE" }))
+// behind the host's own auth middleware, which may set the Hono variable
+// `shiitakeMeta` (a JSON value) to pass host metadata to the Agent.
+import { Hono } from "hono";
+
+const MAX_AGENT_ID_BYTES = 256;
+const META_HEADER = "x-shiitake-meta";
+
+// DO-relative route -> methods the DO serves there. Only these reach the DO:
+// host-only operations are never forwarded, whatever a client asks.
+const ROUTES = [
+  ["/sessions", ["GET", "POST"]],
+  ["/sessions/:sessionId", ["GET", "DELETE"]],
+  ["/sessions/:sessionId/commands", ["POST"]],
+  ["/sessions/:sessionId/withdraw", ["POST"]],
+  ["/sessions/:sessionId/watch", ["GET"]],
+  ["/sessions/:sessionId/settlement", ["GET"]],
+];
+
+function errorResponse(c, status, code, message, headers) {
+  return c.json({ error: { code, message } }, status, headers);
+}
+
+// Header values must be Latin-1; escaping everything past ASCII keeps the
+// JSON text equal in meaning and safe to send.
+function metaHeaderValue(meta) {
+  const json = JSON.stringify(meta);
+  if (json === undefined) throw new TypeError("shiitakeMeta must be a JSON value");
+  return json.replace(/[\u007f-\uffff]/g, (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
+/**
+ * @param {{ binding: string | ((c: import("hono").Context) => any) }} options
+ */
+export function shiitakeApp({ binding } = {}) {
+  if (typeof binding !== "string" && typeof binding !== "function") {
+    throw new TypeError("shiitakeApp: `binding` must be an env binding name or a function (c) => namespace");
+  }
+  const namespaceOf = typeof binding === "function" ? binding : (c) => c.env?.[binding];
+  const app = new Hono();
+
+  const forward = (segments) => async (c) => {
+    const agentId = c.req.param("agentId");
+    if (typeof agentId !== "string" || agentId === "") {
+      return errorResponse(c, 400, "invalid_request", "the agentId path parameter is missing");
+    }
+    if (new TextEncoder().encode(agentId).length > MAX_AGENT_ID_BYTES) {
+      return errorResponse(c, 400, "invalid_request", `agentId is longer than ${MAX_AGENT_ID_BYTES} bytes`);
+    }
+    const ns = namespaceOf(c);
+    if (!ns || typeof ns.idFromName !== "function" || typeof ns.get !== "function") {
+      console.error("shiitakeApp: no Durable Object namespace for binding", binding);
+      return errorResponse(c, 503, "not_configured", "the Shiitake Durable Object binding is missing");
+    }
+
+    // The DO-relative path is the last `segments` segments of the raw path,
+    // so the session id reaches the DO byte for byte (still percent-encoded)
+    // whatever the mount prefix is.
+    const url = new URL(c.req.url);
+    const parts = url.pathname.replace(/(.)\/$/, "$1").split("/"); // a non-strict parent router allows "/x/"
+    const target = new URL(`/${parts.slice(-segments).join("/")}${url.search}`, url.origin);
+
+    const raw = c.req.raw;
+    const headers = new Headers(raw.headers);
+    headers.delete(META_HEADER);
+    headers.delete("authorization");
+    const meta = c.get("shiitakeMeta");
+    if (meta !== undefined) headers.set(META_HEADER, metaHeaderValue(meta));
+
+    let body = null;
+    if (raw.method !== "GET" && raw.method !== "HEAD") {
+      // Middleware that parsed the body (c.req.json()) consumed the stream;
+      // Hono still holds a copy.
+      body = raw.bodyUsed ? await c.req.arrayBuffer() : raw.body;
+    }
+    const stub = ns.get(ns.idFromName(agentId));
+    return stub.fetch(new Request(target, { method: raw.method, headers, body, redirect: "manual" }));
+  };
+
+  for (const [path, methods] of ROUTES) {
+    app.on(methods, path, forward(path.split("/").length - 1));
+    app.all(path, (c) =>
+      errorResponse(c, 405, "method_not_allowed", `${c.req.method} is not allowed here`, {
+        allow: methods.join(", "),
+      }),
+    );
+  }
+  // A mounted app's notFound handler is never consulted by the parent, so a
+  // catch-all route gives the mount its JSON 404.
+  app.all("*", (c) => errorResponse(c, 404, "not_found", "no such route"));
+  return app;
+}

@@ -1,0 +1,108 @@
+// The Durable Object class a Worker exports: a thin JS shell around the Rust
+// core (`ShiitakeCore`, built by scripts/build.sh into build/wasm/).
+import { DurableObject } from "cloudflare:workers";
+import * as wasm from "../build/wasm/shiitake.js";
+
+// One wasm instance serves every Durable Object of this isolate. A Rust panic
+// (panic=abort) traps it as a WebAssembly.RuntimeError and leaves its memory
+// unusable, so the shim swaps in a fresh instance and each object rebuilds its
+// core from SQLite on its next call: nothing the core needs lives only in
+// memory.
+let generation = 0;
+
+// Rejecters of the calls into the core that are still awaited. A trap inside
+// a microtask that Rust queued never settles the promise the caller holds; it
+// surfaces as a global `error` event instead, which fails them all.
+const inflight = new Set();
+
+function isTrap(error) {
+  return error instanceof WebAssembly.RuntimeError;
+}
+
+function recover(error, seenGeneration) {
+  // Several callers may report the same trap; reset the instance only once.
+  if (seenGeneration !== generation) return;
+  console.error("shiitake: the wasm instance trapped; resetting it", error);
+  generation++;
+  for (const reject of inflight) reject(error);
+  inflight.clear();
+  wasm.__wbg_reset_state();
+}
+
+if (typeof globalThis.addEventListener === "function") {
+  globalThis.addEventListener("error", (event) => {
+    if (isTrap(event.error)) recover(event.error, generation);
+  });
+}
+
+function settleOrTrap(promise) {
+  return new Promise((resolve, reject) => {
+    inflight.add(reject);
+    Promise.resolve(promise)
+      .then(resolve, reject)
+      .finally(() => inflight.delete(reject));
+  });
+}
+
+function internalError() {
+  const body = {
+    error: {
+      code: "internal_error",
+      message: "the runtime failed while serving this request and was restarted; retry it",
+    },
+  };
+  return new Response(JSON.stringify(body), {
+    status: 500,
+    headers: { "content-type": "application/json" },
+  });
+}
+
+export class ShiitakeDO extends DurableObject {
+  #core = null;
+  #coreGeneration = -1;
+
+  /**
+   * Host hook, asked first for every request the object receives. Return a
+   * Response to answer it yourself, or `undefined` to let the core serve it.
+   */
+  async hostFetch(_request) {
+    return undefined;
+  }
+
+  async fetch(request) {
+    const answer = await this.hostFetch(request);
+    if (answer !== undefined) return answer;
+    const seen = generation;
+    try {
+      return await settleOrTrap(this.#coreNow().fetch(request));
+    } catch (error) {
+      if (!isTrap(error)) throw error;
+      recover(error, seen);
+      this.#core = null;
+      return internalError();
+    }
+  }
+
+  async alarm() {
+    const seen = generation;
+    try {
+      await settleOrTrap(this.#coreNow().alarm());
+    } catch (error) {
+      if (isTrap(error)) {
+        recover(error, seen);
+        this.#core = null;
+      }
+      // The runtime retries a failed alarm; the fresh core picks it up.
+      throw error;
+    }
+  }
+
+  #coreNow() {
+    // A core built before a reset points into the dropped instance.
+    if (this.#core === null || this.#coreGeneration !== generation) {
+      this.#core = new wasm.ShiitakeCore(this.ctx, this.env);
+      this.#coreGeneration = generation;
+    }
+    return this.#core;
+  }
+}

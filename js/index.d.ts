@@ -1,0 +1,8 @@
+export { ShiitakeDO } from "./do.js";
+export {
+  shiitakeApp,
+  type ShiitakeAppOptions,
+  type ShiitakeHttpEnv,
+  type ShiitakeMeta,
+  type ShiitakeNamespace,
+} from "./app.js";

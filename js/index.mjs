@@ -1,0 +1,2 @@
+export { ShiitakeDO } from "./do.mjs";
+export { shiitakeApp } from "./app.mjs";

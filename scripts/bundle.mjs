@@ -1,0 +1,55 @@
+// Bundles a Worker entry that imports the shim (js/) into one ES module that
+// Miniflare or workerd load as is, with the wasm copied next to it:
+//
+//   new Miniflare({ modules: true, scriptPath: "<outDir>/index.mjs",
+//     modulesRules: [{ type: "CompiledWasm", include: ["**/*.wasm"] }], ... })
+//
+// Tests bundle their own fixture Workers with `bundleWorker`; the build runs
+// it on the demo entry:  node scripts/bundle.mjs [entry] [outDir]
+import { copyFile, mkdir } from "node:fs/promises";
+import { basename, dirname, join, resolve } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { build } from "esbuild";
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+/** The wasm-bindgen output of scripts/build.sh. */
+export const WASM_PATH = join(ROOT, "build/wasm/shiitake_bg.wasm");
+
+/**
+ * @param {string} entryPath the Worker's entry module
+ * @param {string} outDir receives `index.mjs` and `shiitake_bg.wasm`
+ * @param {{ minify?: boolean, wasmPath?: string }} [options]
+ * @returns {Promise<{ scriptPath: string, wasmPath: string }>}
+ */
+export async function bundleWorker(entryPath, outDir, options = {}) {
+  const { minify = false, wasmPath = WASM_PATH } = options;
+  const scriptPath = join(resolve(outDir), "index.mjs");
+  await mkdir(dirname(scriptPath), { recursive: true });
+  await build({
+    entryPoints: [resolve(entryPath)],
+    outfile: scriptPath,
+    bundle: true,
+    format: "esm",
+    platform: "neutral",
+    target: "es2024",
+    // The runtime provides cloudflare:*; the wasm stays a separate module.
+    // esbuild keeps an external import's specifier as written, so the glue's
+    // `./shiitake_bg.wasm` resolves next to index.mjs: hence the copy below.
+    external: ["cloudflare:*", "*.wasm"],
+    conditions: ["workerd", "worker", "browser"],
+    mainFields: ["module", "main"],
+    minify,
+    sourcemap: false,
+    logLevel: "warning",
+  });
+  const wasmOut = join(dirname(scriptPath), basename(WASM_PATH));
+  await copyFile(wasmPath, wasmOut);
+  return { scriptPath, wasmPath: wasmOut };
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) {
+  const entry = process.argv[2] ?? join(ROOT, "js/demo.mjs");
+  const outDir = process.argv[3] ?? join(ROOT, "build/demo");
+  const { scriptPath } = await bundleWorker(entry, outDir);
+  console.log(`bundled ${entry} -> ${scriptPath}`);
+}

@@ -1,0 +1,97 @@
+# shellcheck shell=bash
+# Sourced by the other scripts (not run on its own). Puts the pinned tool
+# versions on PATH, installing whatever is missing, so that a fresh machine with
+# only rustup/cargo, an old system Node and npm gets there by itself.
+# Sets: ROOT, TOOLS, WASM_BINDGEN, and PATH (Node >= 22.12 first).
+# Quiet when everything is present; says on stderr what it installs.
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TOOLS="${SHIITAKE_TOOLS_DIR:-$ROOT/.tools}"
+export ROOT TOOLS
+
+# Exact versions: wasm-bindgen's CLI must equal the crate's `=0.2.130` pin,
+# and Node 24 is the LTS that wrangler 4.164 and Miniflare are verified on.
+SHIITAKE_NODE_VERSION=24.22.3
+SHIITAKE_WASM_BINDGEN_VERSION=0.2.130
+
+_shiitake_say() { echo "[env] $*" >&2; }
+
+_shiitake_env() {
+  local missing
+  for missing in cargo rustup npm; do
+    if ! command -v "$missing" >/dev/null 2>&1; then
+      _shiitake_say "error: '$missing' is not on PATH (needed: rustup/cargo, npm)"
+      return 1
+    fi
+  done
+  mkdir -p "$TOOLS" || return 1
+
+  # Installs below may take minutes; a second script started meanwhile waits
+  # instead of installing the same thing twice into the same folder.
+  local lockfd
+  exec {lockfd}>"$TOOLS/.install.lock" || return 1
+  flock "$lockfd" || return 1
+
+  _shiitake_node && _shiitake_rust_target && _shiitake_wasm_bindgen && _shiitake_node_modules
+  local rc=$?
+  exec {lockfd}>&-
+  return $rc
+}
+
+_shiitake_node_ok() {
+  command -v node >/dev/null 2>&1 &&
+    node -e 'const [a, b] = process.versions.node.split(".").map(Number);
+             process.exit(a > 22 || (a === 22 && b >= 12) ? 0 : 1)' 2>/dev/null
+}
+
+_shiitake_node() {
+  _shiitake_node_ok && return 0
+  local arch
+  case "$(uname -m)" in
+    x86_64 | amd64) arch=x64 ;;
+    aarch64 | arm64) arch=arm64 ;;
+    *) _shiitake_say "error: no Node >= 22.12 on PATH and no npm Node package for $(uname -m)"; return 1 ;;
+  esac
+  # The npm registry ships Node itself as a package (binary only, no npm: the
+  # system npm keeps working and runs on whichever node is first on PATH).
+  local prefix="$TOOLS/node24"
+  local bin="$prefix/node_modules/node-linux-$arch/bin"
+  if [ "$("$bin/node" --version 2>/dev/null)" != "v$SHIITAKE_NODE_VERSION" ]; then
+    _shiitake_say "system Node is $(node --version 2>/dev/null || echo absent); installing Node $SHIITAKE_NODE_VERSION into $prefix"
+    rm -rf "$prefix"
+    npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error \
+      "node-linux-$arch@$SHIITAKE_NODE_VERSION" >&2 || return 1
+  fi
+  export PATH="$bin:$PATH"
+  hash -r
+  _shiitake_node_ok || { _shiitake_say "error: $bin/node does not run"; return 1; }
+}
+
+_shiitake_rust_target() {
+  rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown && return 0
+  _shiitake_say "installing Rust target wasm32-unknown-unknown"
+  rustup target add wasm32-unknown-unknown >&2
+}
+
+_shiitake_wasm_bindgen() {
+  local v="$SHIITAKE_WASM_BINDGEN_VERSION"
+  WASM_BINDGEN="$TOOLS/wasm-bindgen-$v/bin/wasm-bindgen"
+  export WASM_BINDGEN
+  [ "$("$WASM_BINDGEN" --version 2>/dev/null)" = "wasm-bindgen $v" ] && return 0
+  # No --locked: the published lock file no longer resolves (webpki-roots).
+  _shiitake_say "installing wasm-bindgen-cli $v into $TOOLS/wasm-bindgen-$v (takes a few minutes)"
+  cargo install --quiet --force wasm-bindgen-cli@"$v" --root "$TOOLS/wasm-bindgen-$v" >&2 || return 1
+  [ "$("$WASM_BINDGEN" --version 2>/dev/null)" = "wasm-bindgen $v" ] ||
+    { _shiitake_say "error: $WASM_BINDGEN does not report version $v"; return 1; }
+}
+
+_shiitake_node_modules() {
+  local stamp="$ROOT/node_modules/.shiitake-lock.sha256" want
+  want="$(sha256sum "$ROOT/package-lock.json" | cut -d' ' -f1)" || return 1
+  [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && return 0
+  _shiitake_say "installing node_modules from package-lock.json (npm ci)"
+  (cd "$ROOT" && npm ci --no-audit --no-fund --loglevel=error >&2) || return 1
+  echo "$want" >"$stamp"
+}
+
+_shiitake_env || { _shiitake_say "error: environment setup failed"; return 1 2>/dev/null || exit 1; }

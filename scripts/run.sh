@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Serves the demo Worker locally: wrangler dev on 127.0.0.1, Durable Object
+# state (SQLite, alarms) kept under $SHIITAKE_STATE_DIR across restarts.
+# wrangler runs scripts/build.sh first (wrangler.toml [build]) and again when
+# src/ changes.
+#
+#   PORT                   default 8787
+#   SHIITAKE_STATE_DIR     default .state/
+#   SHIITAKE_TOKEN         bearer token of /agents/*; default `dev-token`,
+#                          a well-known value for local use only
+#   SHIITAKE_MODEL         default openai/scripted
+#   OPENAI_BASE_URL, OPENAI_API_KEY, SHIITAKE_INSTRUCTIONS   passed when set
+set -euo pipefail
+# shellcheck source=scripts/env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+cd "$ROOT"
+
+port="${PORT:-8787}"
+state_dir="${SHIITAKE_STATE_DIR:-$ROOT/.state}"
+token="${SHIITAKE_TOKEN:-dev-token}"
+model="${SHIITAKE_MODEL:-openai/scripted}"
+url="http://127.0.0.1:$port"
+
+args=(dev --local --ip 127.0.0.1 --port "$port" --persist-to "$state_dir"
+  --show-interactive-dev-session=false
+  --var "SHIITAKE_TOKEN:$token" --var "SHIITAKE_MODEL:$model")
+[ -n "${OPENAI_BASE_URL:-}" ] && args+=(--var "OPENAI_BASE_URL:$OPENAI_BASE_URL")
+[ -n "${SHIITAKE_INSTRUCTIONS:-}" ] && args+=(--var "SHIITAKE_INSTRUCTIONS:$SHIITAKE_INSTRUCTIONS")
+
+secrets_dir=""
+cleanup() { if [ -n "$secrets_dir" ]; then rm -rf "$secrets_dir"; fi; }
+trap cleanup EXIT
+if [ -n "${OPENAI_API_KEY:-}" ]; then
+  # Through a private env file rather than --var, so the key shows neither in
+  # the process list nor in wrangler's bindings table.
+  case "$OPENAI_API_KEY" in
+    *"'"* | *$'\n'*) echo "run: OPENAI_API_KEY must not contain a quote or a newline" >&2; exit 1 ;;
+  esac
+  secrets_dir="$(mktemp -d)"
+  (umask 077 && printf "OPENAI_API_KEY='%s'\n" "$OPENAI_API_KEY" >"$secrets_dir/secrets.env")
+  args+=(--env-file "$secrets_dir/secrets.env")
+fi
+
+banner() {
+  auth="-H 'authorization: Bearer $token' -H 'content-type: application/json'"
+  cat <<EOF
+
+  shiitake-demo is serving $url  (state: $state_dir)
+  token (local only): $token
+
+  curl -s -X POST $url/agents/demo/sessions $auth -d '{"sessionId":"hello"}'
+  curl -s -X POST $url/agents/demo/sessions/hello/commands $auth \\
+       -d '{"type":"prompt","requestId":"r1","text":"Hello!"}'
+  curl -s $url/agents/demo/sessions/hello $auth
+
+EOF
+}
+
+export WRANGLER_SEND_METRICS=false
+node_modules/.bin/wrangler "${args[@]}" &
+child=$!
+# Stopping this script stops wrangler (and its workerd) with it.
+trap 'kill -TERM "$child" 2>/dev/null || true' INT TERM
+
+# Print the usage once the server answers, below wrangler's start-up lines.
+for _ in $(seq 1 600); do
+  kill -0 "$child" 2>/dev/null || break
+  if node -e 'fetch(process.argv[1]).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))' "$url/" 2>/dev/null; then
+    banner
+    break
+  fi
+  sleep 0.5
+done
+
+status=0
+wait "$child" || status=$?
+# A signal interrupts the first wait while wrangler is still shutting down.
+while kill -0 "$child" 2>/dev/null; do wait "$child" || status=$?; done
+exit "$status"

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The project's test command (README; .ci/run): formatting, lints for both
+# targets, native tests, the wasm build, then the end-to-end tests against the
+# built wasm in Miniflare. Stops at the first failing step.
+set -euo pipefail
+# shellcheck source=scripts/env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+cd "$ROOT"
+
+step() { printf '\n==== %s ====\n' "$*"; }
+
+for component in rustfmt clippy; do
+  if ! rustup component list --installed 2>/dev/null | grep -q "^$component"; then
+    echo "[env] installing rustup component $component" >&2
+    rustup component add "$component" >&2
+  fi
+done
+
+step "cargo fmt --check"
+cargo fmt --check
+
+step "cargo clippy (native)"
+cargo clippy --all-targets -- -D warnings
+
+step "cargo clippy (wasm32)"
+cargo clippy --target wasm32-unknown-unknown --lib -- -D warnings
+
+step "cargo test"
+cargo test
+
+step "build (wasm + demo bundle)"
+bash scripts/build.sh
+
+step "end-to-end tests (node --test, Miniflare)"
+# Node 24's --test takes globs, not directories.
+node --test --test-concurrency=1 'tests/e2e/**/*.test.mjs'
