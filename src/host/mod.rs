@@ -69,8 +69,8 @@ impl ShiitakeCore {
 }
 
 async fn read_request(request: &web_sys::Request) -> Result<HttpRequest, ApiError> {
-    let url = web_sys::Url::new(&request.url())
-        .map_err(|_| ApiError::InvalidRequest("unparseable request URL".into()))?;
+    let url = request.url();
+    let (path, query) = split_url(&url);
     let headers = request.headers();
     let declared = headers
         .get("content-length")
@@ -97,11 +97,20 @@ async fn read_request(request: &web_sys::Request) -> Result<HttpRequest, ApiErro
     };
     Ok(HttpRequest {
         method: request.method(),
-        path: url.pathname(),
-        query: url.search().trim_start_matches('?').to_owned(),
+        path: path.to_owned(),
+        query: query.to_owned(),
         meta: headers.get(META_HEADER).ok().flatten(),
         body,
     })
+}
+
+/// Path and query of an absolute URL the runtime built (`scheme://host/p?q`);
+/// cheaper than constructing a JS `URL` on the hot path.
+fn split_url(url: &str) -> (&str, &str) {
+    let after_scheme = url.find("://").map_or(url, |i| &url[i + 3..]);
+    let target = after_scheme.find('/').map_or("/", |i| &after_scheme[i..]);
+    let target = target.split('#').next().unwrap_or(target);
+    target.split_once('?').unwrap_or((target, ""))
 }
 
 fn to_response(r: &HttpResponse) -> Result<web_sys::Response, JsValue> {

@@ -97,12 +97,13 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Receipt, ApiError> {
     let now_ms = ctx.now_ms;
     let ids = &mut *ctx.ids;
     atomically(store.sql(), || {
-        if !store.session_exists(a.session_id)? {
+        let facts = store.admission_facts(a.session_id, a.request_id)?;
+        if !facts.session_exists {
             return Err(ApiError::SessionNotFound(a.session_id.to_owned()));
         }
         // An existing admission wins over everything, including a fence
         // committed after it.
-        if let Some(existing) = store.command_by_request(a.session_id, a.request_id)? {
+        if let Some(existing) = facts.existing {
             let same = existing.kind == a.kind
                 && existing.input == a.input
                 && existing.meta.as_deref() == a.meta;
@@ -112,7 +113,7 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Receipt, ApiError> {
                 Err(ApiError::RequestConflict(a.request_id.to_owned()))
             };
         }
-        if store.fence_exists(a.session_id, a.request_id)? {
+        if facts.fenced {
             return Err(ApiError::RequestWithdrawn(a.request_id.to_owned()));
         }
         let command_id = ids.next_id("cmd_");
@@ -129,14 +130,13 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Receipt, ApiError> {
         };
         match a.kind {
             Kind::Prompt => {
-                let (count, bytes) = store.pending_totals(a.session_id)?;
-                if count >= PENDING_PER_SESSION_MAX {
+                if facts.pending_count >= PENDING_PER_SESSION_MAX {
                     return Err(ApiError::QueueFull(format!(
                         "session `{}` already has {PENDING_PER_SESSION_MAX} pending prompts",
                         a.session_id
                     )));
                 }
-                if bytes + a.input.len() > PENDING_BYTES_PER_SESSION_MAX {
+                if facts.pending_bytes + a.input.len() > PENDING_BYTES_PER_SESSION_MAX {
                     return Err(ApiError::QueueFull(format!(
                         "session `{}` would exceed {PENDING_BYTES_PER_SESSION_MAX} bytes of pending input",
                         a.session_id
@@ -177,15 +177,16 @@ pub fn withdraw(
     let store = ctx.store;
     let now_ms = ctx.now_ms;
     atomically(store.sql(), || {
-        if !store.session_exists(session_id)? {
+        let facts = store.admission_facts(session_id, request_id)?;
+        if !facts.session_exists {
             return Err(ApiError::SessionNotFound(session_id.to_owned()));
         }
-        if let Some(existing) = store.command_by_request(session_id, request_id)? {
+        if let Some(existing) = facts.existing {
             return Ok(Withdrawal::Accepted {
                 command_id: existing.command_id,
             });
         }
-        if store.fence_exists(session_id, request_id)? {
+        if facts.fenced {
             return Ok(Withdrawal::Unknown);
         }
         if store.fence_count(session_id)? >= FENCES_PER_SESSION_MAX {

@@ -96,20 +96,37 @@ const COMMAND_COLUMNS: &str =
     "command_id, request_id, kind, input, meta, state, terminal, accepted_at";
 
 fn command_row(row: &Row) -> Result<CommandRow, SqlError> {
+    command_row_at(row, 0)
+}
+
+/// Decodes [`COMMAND_COLUMNS`] starting at column `base`.
+fn command_row_at(row: &Row, base: usize) -> Result<CommandRow, SqlError> {
     Ok(CommandRow {
-        command_id: row.text(0)?,
-        request_id: row.opt_text(1)?,
-        kind: Kind::parse(&row.text(2)?)?,
-        input: row.text(3)?,
-        meta: row.opt_text(4)?,
-        state: State::parse(&row.text(5)?)?,
+        command_id: row.text(base)?,
+        request_id: row.opt_text(base + 1)?,
+        kind: Kind::parse(&row.text(base + 2)?)?,
+        input: row.text(base + 3)?,
+        meta: row.opt_text(base + 4)?,
+        state: State::parse(&row.text(base + 5)?)?,
         terminal: row
-            .opt_text(6)?
+            .opt_text(base + 6)?
             .as_deref()
             .map(Terminal::parse)
             .transpose()?,
-        accepted_at: row.int(7)?,
+        accepted_at: row.int(base + 7)?,
     })
+}
+
+/// Everything admission and withdrawal decide on, read in one statement:
+/// admission is the hot path, one round trip into SQLite instead of four.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdmissionFacts {
+    pub session_exists: bool,
+    pub fenced: bool,
+    pub pending_count: usize,
+    pub pending_bytes: usize,
+    /// The command already admitted under this requestId, if any.
+    pub existing: Option<CommandRow>,
 }
 
 fn count(rows: Vec<Row>) -> Result<usize, SqlError> {
@@ -195,18 +212,52 @@ impl<'a> Store<'a> {
 
     // Commands.
 
-    pub fn command_by_request(
+    pub fn admission_facts(
         &self,
         session_id: &str,
         request_id: &str,
-    ) -> Result<Option<CommandRow>, SqlError> {
+    ) -> Result<AdmissionFacts, SqlError> {
+        let columns = COMMAND_COLUMNS
+            .split(", ")
+            .map(|c| format!("c.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let rows = self.query(
             &format!(
-                "SELECT {COMMAND_COLUMNS} FROM commands WHERE session_id = ? AND request_id = ?"
+                "SELECT
+                    EXISTS (SELECT 1 FROM sessions WHERE session_id = ?),
+                    EXISTS (SELECT 1 FROM fences WHERE session_id = ? AND request_id = ?),
+                    (SELECT count(*) FROM commands WHERE session_id = ? AND state = 'pending'),
+                    (SELECT coalesce(sum(input_bytes), 0) FROM commands
+                        WHERE session_id = ? AND state = 'pending'),
+                    {columns}
+                 FROM (SELECT 1) LEFT JOIN commands c
+                    ON c.session_id = ? AND c.request_id = ?"
             ),
-            &[session_id.into(), request_id.into()],
+            &[
+                session_id.into(),
+                session_id.into(),
+                request_id.into(),
+                session_id.into(),
+                session_id.into(),
+                session_id.into(),
+                request_id.into(),
+            ],
         )?;
-        rows.first().map(command_row).transpose()
+        let row = rows
+            .first()
+            .ok_or(SqlError::Decode("no admission row".into()))?;
+        let existing = match row.opt_text(4)? {
+            Some(_) => Some(command_row_at(row, 4)?),
+            None => None,
+        };
+        Ok(AdmissionFacts {
+            session_exists: row.int(0)? == 1,
+            fenced: row.int(1)? == 1,
+            pending_count: row.int(2)? as usize,
+            pending_bytes: row.int(3)? as usize,
+            existing,
+        })
     }
 
     pub fn command(
@@ -259,19 +310,6 @@ impl<'a> Store<'a> {
         .collect()
     }
 
-    /// Count and stored bytes of a Session's pending commands.
-    pub fn pending_totals(&self, session_id: &str) -> Result<(usize, usize), SqlError> {
-        let rows = self.query(
-            "SELECT count(*), coalesce(sum(input_bytes), 0) FROM commands
-             WHERE session_id = ? AND state = 'pending'",
-            &[session_id.into()],
-        )?;
-        let row = rows
-            .first()
-            .ok_or(SqlError::Decode("no totals row".into()))?;
-        Ok((row.int(0)? as usize, row.int(1)? as usize))
-    }
-
     /// Settles a pending command as cancelled. Returns whether it was pending.
     pub fn cancel_pending(&self, command_id: &str, now_ms: i64) -> Result<bool, SqlError> {
         let rows = self.query(
@@ -283,14 +321,6 @@ impl<'a> Store<'a> {
     }
 
     // Withdrawal fences.
-
-    pub fn fence_exists(&self, session_id: &str, request_id: &str) -> Result<bool, SqlError> {
-        let rows = self.query(
-            "SELECT 1 FROM fences WHERE session_id = ? AND request_id = ?",
-            &[session_id.into(), request_id.into()],
-        )?;
-        Ok(!rows.is_empty())
-    }
 
     pub fn fence_count(&self, session_id: &str) -> Result<usize, SqlError> {
         count(self.query(
