@@ -4,6 +4,7 @@
 // bare Durable Object that parses the command and inserts one SQLite row per
 // request before answering a receipt.
 import { Hono } from "hono";
+import { bearerTokenAuth } from "../js/bearer.mjs";
 
 export class FloorDO {
   constructor(ctx) {
@@ -42,12 +43,7 @@ export class FloorDO {
 
 const app = new Hono();
 
-app.use("*", async (c, next) => {
-  if (c.req.header("authorization") !== `Bearer ${c.env.SHIITAKE_TOKEN}`) {
-    return c.json({ error: { code: "unauthorized", message: "bearer token required" } }, 401);
-  }
-  await next();
-});
+app.use("/agents/*", ...bearerTokenAuth("SHIITAKE_TOKEN"));
 
 app.all("/agents/:agentId/*", (c) => {
   const agentId = c.req.param("agentId");

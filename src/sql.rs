@@ -84,8 +84,6 @@ impl Row {
 pub enum SqlError {
     Engine(String),
     Decode(String),
-    /// The transaction body asked for a rollback; carries no data of its own.
-    RolledBack,
 }
 
 impl fmt::Display for SqlError {
@@ -93,59 +91,124 @@ impl fmt::Display for SqlError {
         match self {
             SqlError::Engine(m) => write!(f, "sql engine: {m}"),
             SqlError::Decode(m) => write!(f, "sql decode: {m}"),
-            SqlError::RolledBack => write!(f, "transaction rolled back"),
         }
     }
 }
 
 impl std::error::Error for SqlError {}
 
+/// A write statement and its parameters.
+pub type Write = (String, Vec<SqlValue>);
+
 /// Synchronous SQL over one SQLite database.
+///
+/// A transition reads first and writes last: inside [`atomically`], writes
+/// are collected and applied when the body succeeds, as one atomic batch; a
+/// body that fails writes nothing. So a refused command can never leave a
+/// partial write, and a transition with a single write pays for no
+/// savepoint. A read after a write in the same transition is a bug and is
+/// refused (it would not see the write).
 pub trait Sql {
     /// Runs one statement with positional `?` parameters and returns its rows.
     fn query(&self, sql: &str, params: &[SqlValue]) -> Result<Vec<Row>, SqlError>;
 
-    /// Runs `body` atomically: every write it makes commits together, or, when
-    /// it returns an error, none does.
-    fn transaction(&self, body: &mut dyn FnMut() -> Result<(), SqlError>) -> Result<(), SqlError>;
+    /// Applies `writes` in order, all or none.
+    fn apply(&self, writes: Vec<Write>) -> Result<(), SqlError>;
+
+    /// The write set of the transition in progress, if any.
+    fn write_set(&self) -> &WriteSet;
 }
 
-/// Runs `body` in one transaction and hands back its own result or error.
-/// A domain error (for example a full queue) rolls back like a SQL error.
+/// Collects the writes of one transition.
+#[derive(Debug, Default)]
+pub struct WriteSet {
+    /// `Some` while a transition is open.
+    writes: std::cell::RefCell<Option<Vec<Write>>>,
+}
+
+impl WriteSet {
+    fn begin(&self) {
+        let mut w = self.writes.borrow_mut();
+        assert!(w.is_none(), "transitions do not nest");
+        *w = Some(Vec::new());
+    }
+
+    fn take(&self) -> Vec<Write> {
+        self.writes.borrow_mut().take().unwrap_or_default()
+    }
+
+    /// Whether a read may run now: not after a write of the open transition.
+    fn check_read(&self, sql: &str) -> Result<(), SqlError> {
+        match &*self.writes.borrow() {
+            Some(w) if !w.is_empty() => Err(SqlError::Engine(format!(
+                "read after write in one transition: {sql}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Queues the write when a transition is open; hands it back otherwise.
+    fn defer(&self, write: Write) -> Option<Write> {
+        match &mut *self.writes.borrow_mut() {
+            Some(w) => {
+                w.push(write);
+                None
+            }
+            None => Some(write),
+        }
+    }
+}
+
+/// Reads through `sql`, refusing a read after a write of the open transition.
+pub fn read(
+    sql: &(impl Sql + ?Sized),
+    query: &str,
+    params: &[SqlValue],
+) -> Result<Vec<Row>, SqlError> {
+    sql.write_set().check_read(query)?;
+    sql.query(query, params)
+}
+
+/// Writes through `sql`: deferred to the end of the open transition, or
+/// applied at once outside one.
+pub fn write(
+    sql: &(impl Sql + ?Sized),
+    statement: &str,
+    params: Vec<SqlValue>,
+) -> Result<(), SqlError> {
+    match sql.write_set().defer((statement.to_owned(), params)) {
+        None => Ok(()),
+        Some(w) => sql.apply(vec![w]),
+    }
+}
+
+/// Runs `body` as one transition and hands back its own result or error.
+/// Its writes apply together when it succeeds; a domain error (for example a
+/// full queue) writes nothing.
 pub fn atomically<S, T, E>(sql: &S, body: impl FnOnce() -> Result<T, E>) -> Result<T, E>
 where
     S: Sql + ?Sized,
     E: From<SqlError>,
 {
-    let mut body = Some(body);
-    let mut outcome: Option<Result<T, E>> = None;
-    let run = sql.transaction(&mut || {
-        let f = body.take().expect("transaction body runs once");
-        let result = f();
-        let failed = result.is_err();
-        outcome = Some(result);
-        if failed {
-            Err(SqlError::RolledBack)
-        } else {
-            Ok(())
-        }
-    });
-    match (run, outcome) {
-        (_, Some(Err(e))) => Err(e),
-        (Err(e), _) => Err(e.into()),
-        (Ok(()), Some(Ok(v))) => Ok(v),
-        (Ok(()), None) => Err(SqlError::Engine("transaction body did not run".into()).into()),
+    sql.write_set().begin();
+    let result = body();
+    let writes = sql.write_set().take();
+    let value = result?;
+    if !writes.is_empty() {
+        sql.apply(writes)?;
     }
+    Ok(value)
 }
 
 #[cfg(not(target_arch = "wasm32"))]
 pub mod native {
     //! SQLite through `rusqlite`, for native tests and tools.
-    use super::{Row, Sql, SqlError, SqlValue};
+    use super::{Row, Sql, SqlError, SqlValue, Write, WriteSet};
     use rusqlite::types::{Value, ValueRef};
 
     pub struct NativeSql {
         conn: rusqlite::Connection,
+        write_set: WriteSet,
     }
 
     impl NativeSql {
@@ -160,7 +223,10 @@ pub mod native {
         }
 
         fn from_connection(conn: rusqlite::Connection) -> Self {
-            NativeSql { conn }
+            NativeSql {
+                conn,
+                write_set: WriteSet::default(),
+            }
         }
     }
 
@@ -204,18 +270,74 @@ pub mod native {
             Ok(out)
         }
 
-        fn transaction(
-            &self,
-            body: &mut dyn FnMut() -> Result<(), SqlError>,
-        ) -> Result<(), SqlError> {
+        fn apply(&self, writes: Vec<Write>) -> Result<(), SqlError> {
             self.conn.execute_batch("BEGIN IMMEDIATE").map_err(engine)?;
-            match body() {
-                Ok(()) => self.conn.execute_batch("COMMIT").map_err(engine),
-                Err(e) => {
+            for (statement, params) in &writes {
+                let params: Vec<Value> = params.iter().map(to_value).collect();
+                let done = self
+                    .conn
+                    .prepare_cached(statement)
+                    .and_then(|mut s| s.execute(rusqlite::params_from_iter(params.iter())));
+                if let Err(e) = done {
                     self.conn.execute_batch("ROLLBACK").map_err(engine)?;
-                    Err(e)
+                    return Err(engine(e));
                 }
             }
+            self.conn.execute_batch("COMMIT").map_err(engine)
         }
+
+        fn write_set(&self) -> &WriteSet {
+            &self.write_set
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::native::NativeSql;
+    use super::*;
+
+    fn count(sql: &NativeSql) -> i64 {
+        read(sql, "SELECT count(*) FROM t", &[]).unwrap()[0]
+            .int(0)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_transition_applies_all_writes_or_none() {
+        let sql = NativeSql::open_in_memory();
+        write(&sql, "CREATE TABLE t (x INTEGER UNIQUE)", vec![]).unwrap();
+        let ok: Result<(), SqlError> = atomically(&sql, || {
+            write(&sql, "INSERT INTO t VALUES (?)", vec![1.into()])?;
+            write(&sql, "INSERT INTO t VALUES (?)", vec![2.into()])
+        });
+        ok.unwrap();
+        assert_eq!(count(&sql), 2);
+        // A failing body writes nothing, even after queuing writes.
+        let refused: Result<(), SqlError> = atomically(&sql, || {
+            write(&sql, "INSERT INTO t VALUES (?)", vec![3.into()])?;
+            Err(SqlError::Engine("refused".into()))
+        });
+        assert!(refused.is_err());
+        assert_eq!(count(&sql), 2);
+        // A failing statement rolls back the statements before it.
+        let clash: Result<(), SqlError> = atomically(&sql, || {
+            write(&sql, "INSERT INTO t VALUES (?)", vec![4.into()])?;
+            write(&sql, "INSERT INTO t VALUES (?)", vec![1.into()])
+        });
+        assert!(clash.is_err());
+        assert_eq!(count(&sql), 2);
+    }
+
+    #[test]
+    fn a_read_after_a_write_in_one_transition_is_refused() {
+        let sql = NativeSql::open_in_memory();
+        write(&sql, "CREATE TABLE t (x INTEGER)", vec![]).unwrap();
+        let r: Result<(), SqlError> = atomically(&sql, || {
+            write(&sql, "INSERT INTO t VALUES (1)", vec![])?;
+            read(&sql, "SELECT x FROM t", &[]).map(drop)
+        });
+        assert!(matches!(r, Err(SqlError::Engine(m)) if m.contains("read after write")));
+        assert_eq!(count(&sql), 0);
     }
 }

@@ -1,7 +1,7 @@
 //! [`Sql`] over the Durable Object's `ctx.storage.sql`, with
 //! `ctx.storage.transactionSync` for atomic, rolled-back-on-error writes.
 
-use crate::sql::{Row, Sql, SqlError, SqlValue};
+use crate::sql::{Row, Sql, SqlError, SqlValue, Write, WriteSet};
 use js_sys::{Array, Function, Reflect};
 use wasm_bindgen::prelude::*;
 
@@ -20,6 +20,7 @@ pub struct DoSql {
     storage: DurableObjectStorage,
     sql: JsValue,
     exec: Function,
+    write_set: WriteSet,
 }
 
 impl DoSql {
@@ -31,6 +32,7 @@ impl DoSql {
             storage: storage.unchecked_into(),
             sql,
             exec,
+            write_set: WriteSet::default(),
         })
     }
 }
@@ -70,14 +72,20 @@ fn js_error(e: JsValue) -> SqlError {
     SqlError::Engine(message)
 }
 
-impl Sql for DoSql {
-    fn query(&self, sql: &str, params: &[SqlValue]) -> Result<Vec<Row>, SqlError> {
+impl DoSql {
+    fn exec(&self, sql: &str, params: &[SqlValue]) -> Result<JsValue, SqlError> {
         let args = Array::new_with_length(params.len() as u32 + 1);
         args.set(0, JsValue::from_str(sql));
         for (i, p) in params.iter().enumerate() {
             args.set(i as u32 + 1, to_js(p));
         }
-        let cursor = self.exec.apply(&self.sql, &args).map_err(js_error)?;
+        self.exec.apply(&self.sql, &args).map_err(js_error)
+    }
+}
+
+impl Sql for DoSql {
+    fn query(&self, sql: &str, params: &[SqlValue]) -> Result<Vec<Row>, SqlError> {
+        let cursor = self.exec(sql, params)?;
         let raw: Function = Reflect::get(&cursor, &"raw".into())
             .map_err(js_error)?
             .dyn_into()
@@ -91,20 +99,32 @@ impl Sql for DoSql {
         Ok(out)
     }
 
-    fn transaction(&self, body: &mut dyn FnMut() -> Result<(), SqlError>) -> Result<(), SqlError> {
+    fn apply(&self, writes: Vec<Write>) -> Result<(), SqlError> {
+        // A single statement is atomic by itself, and with no await between
+        // it and the response the output gate holds the answer until it is
+        // durable: no savepoint needed (admission's hot path).
+        if let [(statement, params)] = writes.as_slice() {
+            return self.exec(statement, params).map(drop);
+        }
         let mut failure: Option<SqlError> = None;
-        let result = self.storage.transaction_sync(&mut || match body() {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                failure = Some(e);
-                // Throwing makes transactionSync roll back every write.
-                Err(JsValue::from_str("shiitake: rollback"))
+        let result = self.storage.transaction_sync(&mut || {
+            for (statement, params) in &writes {
+                if let Err(e) = self.exec(statement, params) {
+                    failure = Some(e);
+                    // Throwing makes transactionSync roll back every write.
+                    return Err(JsValue::from_str("shiitake: rollback"));
+                }
             }
+            Ok(())
         });
         match (result, failure) {
             (_, Some(e)) => Err(e),
             (Err(e), None) => Err(js_error(e)),
             (Ok(_), None) => Ok(()),
         }
+    }
+
+    fn write_set(&self) -> &WriteSet {
+        &self.write_set
     }
 }

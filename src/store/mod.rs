@@ -150,7 +150,11 @@ impl<'a> Store<'a> {
     }
 
     fn query(&self, sql: &str, params: &[SqlValue]) -> Result<Vec<Row>, SqlError> {
-        self.sql.query(sql, params)
+        crate::sql::read(self.sql, sql, params)
+    }
+
+    fn write(&self, sql: &str, params: Vec<SqlValue>) -> Result<(), SqlError> {
+        crate::sql::write(self.sql, sql, params)
     }
 
     // Sessions.
@@ -168,11 +172,10 @@ impl<'a> Store<'a> {
     }
 
     pub fn insert_session(&self, session_id: &str, now_ms: i64) -> Result<(), SqlError> {
-        self.query(
+        self.write(
             "INSERT INTO sessions (session_id, created_at) VALUES (?, ?)",
-            &[session_id.into(), now_ms.into()],
-        )?;
-        Ok(())
+            vec![session_id.into(), now_ms.into()],
+        )
     }
 
     /// Sessions created after `after_seq`, oldest first, at most `limit`.
@@ -202,9 +205,9 @@ impl<'a> Store<'a> {
             return Ok(false);
         }
         for table in ["messages", "fences", "commands", "sessions"] {
-            self.query(
+            self.write(
                 &format!("DELETE FROM {table} WHERE session_id = ?"),
-                &[session_id.into()],
+                vec![session_id.into()],
             )?;
         }
         Ok(true)
@@ -275,11 +278,11 @@ impl<'a> Store<'a> {
     }
 
     pub fn insert_command(&self, c: &NewCommand<'_>) -> Result<(), SqlError> {
-        self.query(
+        self.write(
             "INSERT INTO commands (command_id, session_id, request_id, kind, input, input_bytes,
                 meta, state, terminal, accepted_at, settled_at)
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            &[
+            vec![
                 c.command_id.into(),
                 c.session_id.into(),
                 c.request_id.into(),
@@ -292,8 +295,7 @@ impl<'a> Store<'a> {
                 c.now_ms.into(),
                 (c.state == State::Settled).then_some(c.now_ms).into(),
             ],
-        )?;
-        Ok(())
+        )
     }
 
     /// Pending commands of a Session in FIFO order.
@@ -310,14 +312,13 @@ impl<'a> Store<'a> {
         .collect()
     }
 
-    /// Settles a pending command as cancelled. Returns whether it was pending.
-    pub fn cancel_pending(&self, command_id: &str, now_ms: i64) -> Result<bool, SqlError> {
-        let rows = self.query(
+    /// Settles a pending command as cancelled (a no-op for any other state).
+    pub fn cancel_pending(&self, command_id: &str, now_ms: i64) -> Result<(), SqlError> {
+        self.write(
             "UPDATE commands SET state = 'settled', terminal = 'cancelled', settled_at = ?
-             WHERE command_id = ? AND state = 'pending' RETURNING 1",
-            &[now_ms.into(), command_id.into()],
-        )?;
-        Ok(!rows.is_empty())
+             WHERE command_id = ? AND state = 'pending'",
+            vec![now_ms.into(), command_id.into()],
+        )
     }
 
     // Withdrawal fences.
@@ -335,11 +336,10 @@ impl<'a> Store<'a> {
         request_id: &str,
         now_ms: i64,
     ) -> Result<(), SqlError> {
-        self.query(
+        self.write(
             "INSERT INTO fences (session_id, request_id, created_at) VALUES (?, ?, ?)",
-            &[session_id.into(), request_id.into(), now_ms.into()],
-        )?;
-        Ok(())
+            vec![session_id.into(), request_id.into(), now_ms.into()],
+        )
     }
 
     // Messages.
@@ -350,16 +350,15 @@ impl<'a> Store<'a> {
         session_id: &str,
         body: &str,
     ) -> Result<(), SqlError> {
-        self.query(
+        self.write(
             "INSERT INTO messages (entry_id, session_id, body, bytes) VALUES (?, ?, ?, ?)",
-            &[
+            vec![
                 entry_id.into(),
                 session_id.into(),
                 body.into(),
                 (body.len() as i64).into(),
             ],
-        )?;
-        Ok(())
+        )
     }
 
     /// `(seq, bytes)` of the newest `limit` messages with `seq < before`,

@@ -4,7 +4,7 @@
 //! the host keeps custody of data this build cannot read.
 
 use crate::error::ApiError;
-use crate::sql::{atomically, Sql};
+use crate::sql::{atomically, write, Sql};
 
 /// The schema version this build reads and writes.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -77,11 +77,12 @@ pub fn open(sql: &dyn Sql) -> Result<(), ApiError> {
     if present == 0 {
         return atomically(sql, || {
             for statement in CREATE {
-                sql.query(statement, &[])?;
+                write(sql, statement, Vec::new())?;
             }
-            sql.query(
+            write(
+                sql,
                 "INSERT INTO shiitake_meta (key, value) VALUES ('schema_version', ?)",
-                &[SCHEMA_VERSION.to_string().into()],
+                vec![SCHEMA_VERSION.to_string().into()],
             )?;
             Ok(())
         });

@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import { existsSync, readdirSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -48,25 +48,8 @@ export function workerOptions(scriptPath, persistDir) {
 export async function bundleFixture(entryPath, name) {
   const { bundleWorker } = await import(pathToFileURL(path.join(ROOT, "scripts/bundle.mjs")).href);
   const outDir = path.join(ROOT, "build/fixtures", name);
-  const result = await bundleWorker(entryPath, outDir);
-  return bundledEntry(result, entryPath, outDir);
-}
-
-function bundledEntry(result, entryPath, outDir) {
-  const candidates = [];
-  if (typeof result === "string") candidates.push(result);
-  for (const key of ["scriptPath", "entry", "outFile", "outfile", "path"]) {
-    if (result && typeof result[key] === "string") candidates.push(result[key]);
-  }
-  const base = path.basename(entryPath).replace(/\.[cm]?[jt]s$/, "");
-  candidates.push(path.join(outDir, "index.mjs"), path.join(outDir, `${base}.mjs`), path.join(outDir, `${base}.js`));
-  for (const c of candidates) {
-    const p = path.isAbsolute(c) ? c : path.join(outDir, c);
-    if (existsSync(p) && !p.endsWith(".wasm")) return p;
-  }
-  const modules = readdirSync(outDir).filter((f) => /\.(m?js)$/.test(f));
-  if (modules.length === 1) return path.join(outDir, modules[0]);
-  throw new Error(`bundleWorker(${entryPath}) left no single entry module in ${outDir}: ${modules.join(", ")}`);
+  const { scriptPath } = await bundleWorker(entryPath, outDir);
+  return scriptPath;
 }
 
 /**
