@@ -82,11 +82,14 @@ pub fn list_sessions(
     })
 }
 
-pub fn delete_session(ctx: &mut Ctx<'_>, session_id: &str) -> Result<(), ApiError> {
+/// Deletes the Session and all it owns. Returns the head of the turn it was
+/// running, whose model call the host stops.
+pub fn delete_session(ctx: &mut Ctx<'_>, session_id: &str) -> Result<Option<String>, ApiError> {
     let store = ctx.store;
     atomically(store.sql(), || {
+        let running = store.running_head(session_id)?.map(|h| h.command_id);
         if store.delete_session(session_id)? {
-            Ok(())
+            Ok(running)
         } else {
             Err(ApiError::SessionNotFound(session_id.to_owned()))
         }

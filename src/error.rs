@@ -37,6 +37,8 @@ pub enum ApiError {
     TooManySessions,
     /// 429: the Session holds its maximum number of withdrawal fences.
     TooManyFences,
+    /// 429: too many open watches or parked settlement polls.
+    TooManyObservers,
     /// 503: the store was written by another schema version; left untouched.
     StorageIncompatible(String),
     /// 500: a storage fault or a broken invariant. Never caused by input.
@@ -52,7 +54,7 @@ impl ApiError {
             MethodNotAllowed(_) => 405,
             SessionExists(_) | RequestConflict(_) | RequestWithdrawn(_) => 409,
             PayloadTooLarge { .. } => 413,
-            QueueFull(_) | TooManySessions | TooManyFences => 429,
+            QueueFull(_) | TooManySessions | TooManyFences | TooManyObservers => 429,
             StorageIncompatible(_) => 503,
             Internal(_) => 500,
         }
@@ -76,6 +78,7 @@ impl ApiError {
             QueueFull(_) => "queue_full",
             TooManySessions => "too_many_sessions",
             TooManyFences => "too_many_fences",
+            TooManyObservers => "too_many_observers",
             StorageIncompatible(_) => "storage_incompatible",
             Internal(_) => "internal_error",
         }
@@ -119,6 +122,9 @@ impl fmt::Display for ApiError {
                 f,
                 "this session holds {} withdrawal fences",
                 crate::limits::FENCES_PER_SESSION_MAX
+            ),
+            TooManyObservers => f.write_str(
+                "too many open watches or settlement polls on this agent; close some and retry",
             ),
             StorageIncompatible(m) => f.write_str(m),
             Internal(m) => write!(f, "internal error: {m}"),

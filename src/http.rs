@@ -7,8 +7,10 @@ use crate::agent;
 use crate::error::ApiError;
 use crate::limits::{
     BODY_BYTES_MAX, LIST_PAGE_SESSIONS_MAX, META_BYTES_MAX, PAGE_LIMIT_DEFAULT,
-    READ_PAGE_MESSAGES_MAX,
+    READ_PAGE_MESSAGES_MAX, SETTLEMENT_TIMEOUT_MS_MAX,
 };
+use crate::observe::Frame;
+use crate::run::{self, Settlement};
 use crate::session::command::{self, parse_json, validate_request_id, Command};
 use crate::session::{admission, queue, read, Ctx};
 use serde::{Deserialize, Serialize};
@@ -26,13 +28,44 @@ pub struct HttpRequest {
     /// The `x-shiitake-meta` header, if the host set one.
     pub meta: Option<String>,
     pub body: Vec<u8>,
+    /// Set when the host already parked this request once (see [`Park`]).
+    pub waited: bool,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct HttpResponse {
     pub status: u16,
     /// JSON body; `None` for 204.
     pub body: Option<String>,
+    /// What the host does after sending (the write has committed).
+    pub effects: Effects,
+}
+
+/// Side effects of a committed transition, for the host to carry out.
+#[derive(Debug, Clone, Default)]
+pub struct Effects {
+    /// Work may be claimable: request reconciliation through the alarm.
+    pub reconcile: bool,
+    /// Running turns (by head command) whose model calls must stop.
+    pub stop_turns: Vec<String>,
+    /// Frames for the Session's watchers.
+    pub frames: Vec<(String, Frame)>,
+    /// Settlements written, to wake long polls.
+    pub settled: Vec<String>,
+    /// Hold the request until this command settles or the timeout passes,
+    /// then serve it again with `HttpRequest::waited` set.
+    pub park: Option<Park>,
+    /// Turn the response into a watch of this Session (the body is the
+    /// snapshot).
+    pub watch: Option<String>,
+    /// A deleted Session: end its watches.
+    pub ended_session: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Park {
+    pub command_id: String,
+    pub timeout_ms: u64,
 }
 
 impl HttpResponse {
@@ -41,9 +74,15 @@ impl HttpResponse {
             Ok(body) => HttpResponse {
                 status,
                 body: Some(body),
+                effects: Effects::default(),
             },
             Err(e) => ApiError::Internal(e.to_string()).into(),
         }
+    }
+
+    fn with(mut self, effects: Effects) -> Self {
+        self.effects = effects;
+        self
     }
 }
 
@@ -52,7 +91,26 @@ impl From<ApiError> for HttpResponse {
         HttpResponse {
             status: e.status(),
             body: Some(e.body()),
+            effects: Effects::default(),
         }
+    }
+}
+
+/// The effects of a cancellation: stop the turn, publish, wake.
+fn cancellation_effects(
+    session_id: &str,
+    stopped: Option<String>,
+    settled: Vec<Settlement>,
+) -> Effects {
+    Effects {
+        reconcile: true,
+        stop_turns: stopped.into_iter().collect(),
+        settled: settled.iter().map(|s| s.command_id.clone()).collect(),
+        frames: settled
+            .into_iter()
+            .map(|settlement| (session_id.to_owned(), Frame::Settled { settlement }))
+            .collect(),
+        ..Effects::default()
     }
 }
 
@@ -80,10 +138,15 @@ fn route(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, ApiError>
             match method {
                 "GET" => read_session(ctx, req, id),
                 "DELETE" => {
-                    agent::delete_session(ctx, id)?;
+                    let stopped = agent::delete_session(ctx, id)?;
                     Ok(HttpResponse {
                         status: 204,
                         body: None,
+                        effects: Effects {
+                            stop_turns: stopped.into_iter().collect(),
+                            ended_session: Some((*id).to_owned()),
+                            ..Effects::default()
+                        },
                     })
                 }
                 _ => Err(ApiError::MethodNotAllowed("GET, DELETE")),
@@ -103,8 +166,57 @@ fn route(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, ApiError>
                 _ => Err(ApiError::MethodNotAllowed("POST")),
             }
         }
+        ["sessions", id, "settlement"] => {
+            agent::validate_session_id(id)?;
+            match method {
+                "GET" => settlement(ctx, req, id),
+                _ => Err(ApiError::MethodNotAllowed("GET")),
+            }
+        }
+        ["sessions", id, "watch"] => {
+            agent::validate_session_id(id)?;
+            match method {
+                "GET" => {
+                    Query::parse(&req.query, &[])?;
+                    let page = read::page(ctx, id, None, PAGE_LIMIT_DEFAULT)?;
+                    Ok(HttpResponse::json(200, &page).with(Effects {
+                        watch: Some((*id).to_owned()),
+                        ..Effects::default()
+                    }))
+                }
+                _ => Err(ApiError::MethodNotAllowed("GET")),
+            }
+        }
         _ => Err(ApiError::NotFound),
     }
+}
+
+fn settlement(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResponse, ApiError> {
+    let query = Query::parse(&req.query, &["commandId", "timeoutMs"])?;
+    let command_id = query
+        .get("commandId")
+        .filter(|c| !c.is_empty())
+        .ok_or_else(|| ApiError::InvalidQuery("commandId: required".into()))?;
+    let timeout_ms = match query.get("timeoutMs") {
+        None => 0,
+        Some(v) => match v.parse::<u64>() {
+            Ok(n) if n <= SETTLEMENT_TIMEOUT_MS_MAX => n,
+            _ => {
+                return Err(ApiError::InvalidQuery(format!(
+                    "timeoutMs: an integer in 0..={SETTLEMENT_TIMEOUT_MS_MAX}, got `{v}`"
+                )))
+            }
+        },
+    };
+    let found = run::settlement::read(ctx.store, id, command_id)?;
+    let park = (found.is_none() && timeout_ms > 0 && !req.waited).then(|| Park {
+        command_id: command_id.to_owned(),
+        timeout_ms,
+    });
+    Ok(HttpResponse::json(200, &found).with(Effects {
+        park,
+        ..Effects::default()
+    }))
 }
 
 fn list_sessions(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, ApiError> {
@@ -155,20 +267,42 @@ fn command(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpRespons
     match command {
         Command::Prompt(p) => {
             let receipt = admission::admit_prompt(ctx, id, &p, meta)?;
-            Ok(HttpResponse::json(200, &receipt))
+            let effects = admitted(id, &receipt.command_id, &p.request_id, true);
+            Ok(HttpResponse::json(200, &receipt).with(effects))
         }
         Command::Operator(o) => {
             let receipt = admission::admit_operator(ctx, id, &o.request_id, &o.text, meta)?;
-            Ok(HttpResponse::json(200, &receipt))
+            let effects = admitted(id, &receipt.command_id, &o.request_id, false);
+            Ok(HttpResponse::json(200, &receipt).with(effects))
         }
         Command::Cancel(command::Cancel {
             command_id,
             only_if_pending,
         }) => {
-            let outcome = queue::cancel(ctx, id, &command_id, only_if_pending)?;
-            Ok(HttpResponse::json(200, &outcome))
+            let c = queue::cancel(ctx, id, &command_id, only_if_pending)?;
+            let effects = cancellation_effects(id, c.stopped_turn, c.settled);
+            Ok(HttpResponse::json(200, &c.outcome).with(effects))
         }
-        Command::Abort(_) => Ok(HttpResponse::json(200, &queue::abort(ctx, id)?)),
+        Command::Abort(_) => {
+            let c = queue::abort(ctx, id)?;
+            let effects = cancellation_effects(id, c.stopped_turn, c.settled);
+            Ok(HttpResponse::json(200, &c.outcome).with(effects))
+        }
+    }
+}
+
+/// Effects of an admission (also of its replay, which is harmless).
+fn admitted(session_id: &str, command_id: &str, request_id: &str, runs: bool) -> Effects {
+    Effects {
+        reconcile: runs,
+        frames: vec![(
+            session_id.to_owned(),
+            Frame::Admitted {
+                command_id: command_id.to_owned(),
+                request_id: Some(request_id.to_owned()),
+            },
+        )],
+        ..Effects::default()
     }
 }
 

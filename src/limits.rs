@@ -30,3 +30,21 @@ pub const PAGE_LIMIT_DEFAULT: usize = 50;
 pub const READ_PAGE_BYTES_MAX: usize = 1_048_576;
 /// Sessions in one list page.
 pub const LIST_PAGE_SESSIONS_MAX: usize = 200;
+/// Bytes of one streamed model answer: its text plus every tool call's id,
+/// name and arguments. Past it the call fails for good.
+pub const ANSWER_BYTES_MAX: usize = 1_048_576;
+/// Tool calls one model step may ask for.
+pub const TOOL_CALLS_PER_STEP_MAX: usize = 64;
+/// Bytes of one line of a provider's event stream, and of one event's data.
+pub const SSE_LINE_BYTES_MAX: usize = 1_048_576;
+/// Bytes of a model-call diagnostic (it reaches storage, watchers and logs).
+pub const DIAGNOSTIC_BYTES_MAX: usize = 1_024;
+/// Longest settlement long poll (seed: bounded to 30,000 ms).
+pub const SETTLEMENT_TIMEOUT_MS_MAX: u64 = 30_000;
+/// Open watch streams per Session, and per Agent.
+pub const WATCHERS_PER_SESSION_MAX: usize = 16;
+pub const WATCHERS_MAX: usize = 256;
+/// Frames a watcher may fall behind before it is reset with a snapshot.
+pub const WATCH_BACKLOG_FRAMES_MAX: usize = 256;
+/// Settlement long polls parked at once per Agent.
+pub const WAITERS_MAX: usize = 1_024;

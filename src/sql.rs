@@ -70,6 +70,13 @@ impl Row {
         }
     }
 
+    pub fn opt_int(&self, i: usize) -> Result<Option<i64>, SqlError> {
+        match self.column(i)? {
+            SqlValue::Null => Ok(None),
+            _ => self.int(i).map(Some),
+        }
+    }
+
     pub fn opt_text(&self, i: usize) -> Result<Option<String>, SqlError> {
         match self.column(i)? {
             SqlValue::Null => Ok(None),

@@ -1,70 +1,384 @@
 //! The Durable Object adapter (wasm only). It turns platform requests into
-//! [`HttpRequest`]s, runs the pure core against the DO's SQLite, and turns
-//! the answer back into a platform `Response`.
+//! [`HttpRequest`]s, runs the pure core against the DO's SQLite, carries out
+//! the effects of each committed transition (wake the run loop, stop a
+//! cancelled call, publish frames, wake long polls), and runs the turns the
+//! core claims when the alarm fires.
 //!
-//! Invariant: no state here that SQLite cannot rebuild. A panic resets the
-//! wasm instance (the JS shim rebuilds this object); eviction drops memory.
-//! The only cached fact, "the schema was checked", is re-derived on demand.
+//! Invariants:
+//! - no state here that SQLite cannot rebuild: live calls, watchers and
+//!   long polls are observers of durable facts; after a panic reset or an
+//!   eviction, the alarm (set before any answer that admitted work, and kept
+//!   armed as a watchdog while turns run) resumes every turn;
+//! - persist, then publish: frames and wake-ups go out after the commit.
 
+mod config;
+mod js;
 mod sql;
+mod turn;
+mod watch;
 
 use crate::error::ApiError;
-use crate::http::{self, HttpRequest, HttpResponse, META_HEADER};
-use crate::limits::BODY_BYTES_MAX;
-use crate::session::{Ctx, RandomIds};
+use crate::http::{self, Effects, HttpRequest, HttpResponse, META_HEADER};
+use crate::limits::{BODY_BYTES_MAX, PAGE_LIMIT_DEFAULT};
+use crate::observe::{Frame, RuntimeError};
+use crate::run::{self, FailOutcome, Settlement, Step, StepOutcome};
+use crate::session::{read, Ctx, RandomIds};
 use crate::store::{schema, Store};
-use std::cell::Cell;
+use config::HostConfig;
+use futures::channel::oneshot;
+use futures::future::{select, Either};
+use futures::stream::{FuturesUnordered, StreamExt};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use turn::{CallOutcome, Stopper};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
+use watch::Observers;
+
+/// How long one alarm invocation keeps claiming new turns; the next alarm
+/// continues (an alarm handler must end well inside the platform's limit).
+const LOOP_CLAIM_BUDGET_MS: i64 = 600_000;
 
 /// The Rust half of the `ShiitakeDO` class exported by `js/do.mjs`.
 #[wasm_bindgen]
 pub struct ShiitakeCore {
+    inner: Rc<Inner>,
+}
+
+struct Inner {
     sql: sql::DoSql,
+    config: HostConfig,
     schema_checked: Cell<bool>,
+    /// Turns this instance is executing, by head command.
+    live: RefCell<HashMap<String, Stopper>>,
+    observers: Observers,
+    loop_running: Cell<bool>,
+    loop_wake: RefCell<Option<oneshot::Sender<()>>>,
+    /// An alarm known to be set at or before this time (saves a write).
+    alarm_at: Cell<Option<i64>>,
 }
 
 #[wasm_bindgen]
 impl ShiitakeCore {
     /// `ctx` is the DurableObjectState; `env` the Worker's bindings.
     #[wasm_bindgen(constructor)]
-    pub fn new(ctx: JsValue, _env: JsValue) -> Result<ShiitakeCore, JsValue> {
-        Ok(ShiitakeCore {
+    pub fn new(ctx: JsValue, env: JsValue) -> Result<ShiitakeCore, JsValue> {
+        let inner = Rc::new(Inner {
             sql: sql::DoSql::from_state(&ctx)?,
+            config: HostConfig::from_env(&env),
             schema_checked: Cell::new(false),
-        })
+            live: RefCell::default(),
+            observers: Observers::default(),
+            loop_running: Cell::new(false),
+            loop_wake: RefCell::default(),
+            alarm_at: Cell::new(None),
+        });
+        // A restart (eviction, deploy, panic reset) requests reconciliation
+        // of whatever durable work is due, without waiting for a request.
+        let starting = Rc::clone(&inner);
+        wasm_bindgen_futures::spawn_local(async move {
+            if starting.open().is_ok() {
+                starting.arm_next_alarm().await;
+            }
+        });
+        Ok(ShiitakeCore { inner })
     }
 
     /// Serves one HTTP request of the contract in `docs/http.md`.
     pub async fn fetch(&self, request: web_sys::Request) -> Result<web_sys::Response, JsValue> {
-        let response = match read_request(&request).await {
-            Ok(req) => self.serve(&req),
-            Err(e) => e.into(),
-        };
-        to_response(&response)
+        self.inner.fetch(&request).await
     }
 
-    /// The durable wake. Nothing is scheduled yet: the run loop lands next.
+    /// The durable wake: runs every turn that is due.
     pub async fn alarm(&self) -> Result<(), JsValue> {
-        Ok(())
+        self.inner.alarm().await
     }
 }
 
-impl ShiitakeCore {
-    fn serve(&self, req: &HttpRequest) -> HttpResponse {
+impl Inner {
+    fn open(&self) -> Result<(), ApiError> {
         if !self.schema_checked.get() {
-            if let Err(e) = schema::open(&self.sql) {
-                return e.into();
-            }
+            schema::open(&self.sql)?;
             self.schema_checked.set(true);
         }
+        Ok(())
+    }
+
+    fn with_ctx<T>(&self, f: impl FnOnce(&mut Ctx<'_>) -> T) -> T {
         let mut ids = RandomIds;
         let mut ctx = Ctx {
             store: Store::new(&self.sql),
-            now_ms: js_sys::Date::now() as i64,
+            now_ms: js::now_ms(),
             ids: &mut ids,
         };
-        http::handle(&mut ctx, req)
+        f(&mut ctx)
+    }
+
+    fn is_live(&self, head: &str) -> bool {
+        self.live.borrow().contains_key(head)
+    }
+
+    fn serve(&self, req: &HttpRequest) -> HttpResponse {
+        if let Err(e) = self.open() {
+            return e.into();
+        }
+        self.with_ctx(|ctx| http::handle(ctx, req))
+    }
+
+    async fn fetch(&self, request: &web_sys::Request) -> Result<web_sys::Response, JsValue> {
+        let mut req = match read_request(request).await {
+            Ok(req) => req,
+            Err(e) => return to_response(&e.into()),
+        };
+        let mut response = self.serve(&req);
+        if let Some(park) = response.effects.park.take() {
+            match self.observers.wait(&park.command_id) {
+                Err(watch::Full) => response = ApiError::TooManyObservers.into(),
+                Ok(settled) => {
+                    // The client going away never cancels the command.
+                    let _ = select(settled, js::sleep(park.timeout_ms)).await;
+                    req.waited = true;
+                    response = self.serve(&req);
+                }
+            }
+        }
+        let effects = std::mem::take(&mut response.effects);
+        if let (Some(session), 200, Some(snapshot)) =
+            (&effects.watch, response.status, &response.body)
+        {
+            return match self.observers.watch(session, snapshot)? {
+                Ok(stream) => Ok(stream),
+                Err(watch::Full) => to_response(&ApiError::TooManyObservers.into()),
+            };
+        }
+        self.apply(effects).await;
+        to_response(&response)
+    }
+
+    /// Carries out what a committed transition asks for.
+    async fn apply(&self, effects: Effects) {
+        for head in &effects.stop_turns {
+            if let Some(stopper) = self.live.borrow().get(head) {
+                stopper.stop();
+            }
+        }
+        for (session, frame) in &effects.frames {
+            self.publish(session, "frame", frame);
+        }
+        for command in &effects.settled {
+            self.observers.settled(command);
+        }
+        if let Some(session) = &effects.ended_session {
+            self.observers.close_session(session);
+        }
+        if effects.reconcile {
+            self.request_reconcile().await;
+        }
+    }
+
+    fn publish(&self, session_id: &str, name: &str, data: &impl serde::Serialize) {
+        let Ok(data) = serde_json::to_string(data) else {
+            return;
+        };
+        let snapshot = || {
+            self.with_ctx(|ctx| read::page(ctx, session_id, None, PAGE_LIMIT_DEFAULT))
+                .ok()
+                .and_then(|page| serde_json::to_string(&page).ok())
+        };
+        self.observers.publish(session_id, name, &data, &snapshot);
+    }
+
+    fn publish_settled(&self, session_id: &str, settled: Vec<Settlement>) {
+        for settlement in settled {
+            self.observers.settled(&settlement.command_id);
+            self.publish(session_id, "frame", &Frame::Settled { settlement });
+        }
+    }
+
+    /// Makes sure the run loop looks at the store soon: wakes a loop running
+    /// in this instance (its watchdog alarm covers a crash), or sets the
+    /// alarm to now before the caller answers.
+    async fn request_reconcile(&self) {
+        if self.loop_running.get() {
+            if let Some(wake) = self.loop_wake.borrow_mut().take() {
+                let _ = wake.send(());
+            }
+            return;
+        }
+        let now = js::now_ms();
+        if self.alarm_at.get().is_some_and(|at| at <= now) {
+            return;
+        }
+        self.set_alarm(now).await;
+    }
+
+    async fn set_alarm(&self, at_ms: i64) {
+        match self.sql.storage.set_alarm(at_ms).await {
+            Ok(()) => self.alarm_at.set(Some(at_ms)),
+            Err(e) => web_sys::console::error_1(
+                &format!("shiitake: setAlarm failed: {}", js::error_message(&e)).into(),
+            ),
+        }
+    }
+
+    /// Sets the one alarm to the earliest durable deadline, or removes it.
+    async fn arm_next_alarm(&self) {
+        let now = js::now_ms();
+        let next = run::next_deadline(Store::new(&self.sql), now, &|h| self.is_live(h));
+        match next {
+            Ok(Some(at)) => self.set_alarm(at).await,
+            Ok(None) => {
+                if self.sql.storage.delete_alarm().await.is_ok() {
+                    self.alarm_at.set(None);
+                }
+            }
+            Err(e) => web_sys::console::error_1(&format!("shiitake: {e}").into()),
+        }
+    }
+
+    async fn alarm(&self) -> Result<(), JsValue> {
+        self.alarm_at.set(None);
+        if let Err(e) = self.open() {
+            // Nothing can run on a store this build refuses; stop waking.
+            web_sys::console::error_1(&format!("shiitake: {e}").into());
+            return Ok(());
+        }
+        if self.loop_running.get() {
+            // Another invocation is running the turns; keep its watchdog.
+            if let Some(wake) = self.loop_wake.borrow_mut().take() {
+                let _ = wake.send(());
+            }
+            self.set_alarm(js::now_ms() + self.config.watchdog_ms as i64)
+                .await;
+            return Ok(());
+        }
+        self.loop_running.set(true);
+        let result = self.run_loop().await;
+        self.loop_running.set(false);
+        self.arm_next_alarm().await;
+        result
+    }
+
+    /// Claims due turns and runs them concurrently until none is left.
+    async fn run_loop(&self) -> Result<(), JsValue> {
+        let started = js::now_ms();
+        let mut turns = FuturesUnordered::new();
+        loop {
+            let now = js::now_ms();
+            if now - started < LOOP_CLAIM_BUDGET_MS {
+                let claimed = self.with_ctx(|ctx| {
+                    run::reconcile(ctx, &|h| self.is_live(h), self.config.attempts())
+                });
+                let (steps, settled) = claimed.map_err(|e| JsValue::from_str(&e.to_string()))?;
+                for s in settled {
+                    let session = self.session_of(&s.command_id);
+                    self.publish_settled(&session.unwrap_or_default(), vec![s]);
+                }
+                for step in steps {
+                    let stopper = Stopper::new()?;
+                    self.live
+                        .borrow_mut()
+                        .insert(step.command_id.clone(), stopper.clone());
+                    let started = Frame::Started {
+                        command_id: step.command_id.clone(),
+                        attempt: step.attempt,
+                    };
+                    self.publish(&step.session_id, "frame", &started);
+                    turns.push(self.run_turn(step, stopper));
+                }
+            }
+            if turns.is_empty() {
+                return Ok(());
+            }
+            // While turns run, the alarm is a watchdog: if this instance
+            // dies, it fires and the orphaned turns resume.
+            let watchdog = now + self.config.watchdog_ms as i64;
+            let timer = run::next_deadline(Store::new(&self.sql), now, &|h| self.is_live(h))
+                .map_err(|e| JsValue::from_str(&e.to_string()))?;
+            let wake_at = timer.map_or(watchdog, |t| t.min(watchdog));
+            self.set_alarm(watchdog).await;
+            let (wake_tx, wake_rx) = oneshot::channel();
+            *self.loop_wake.borrow_mut() = Some(wake_tx);
+            let nap = js::sleep((wake_at - js::now_ms()).max(0) as u64);
+            match select(turns.next(), select(wake_rx, nap)).await {
+                Either::Left(_) | Either::Right(_) => {}
+            }
+            self.loop_wake.borrow_mut().take();
+        }
+    }
+
+    fn session_of(&self, command_id: &str) -> Option<String> {
+        Store::new(&self.sql)
+            .command_session(command_id)
+            .ok()
+            .flatten()
+    }
+
+    /// Runs one turn: model steps until it settles, fails, or is stopped.
+    async fn run_turn(&self, mut step: Step, stopper: Stopper) {
+        let head = step.command_id.clone();
+        let session = step.session_id.clone();
+        loop {
+            let on_delta = |text: &str| {
+                let delta = Frame::Delta {
+                    command_id: head.clone(),
+                    text: text.to_owned(),
+                };
+                self.publish(&session, "frame", &delta);
+            };
+            match turn::call(&self.config, &step, &stopper, &on_delta).await {
+                CallOutcome::Stopped => break,
+                CallOutcome::Answered(answer) => {
+                    let attempt = step.attempt;
+                    match self.with_ctx(|ctx| run::complete_step(ctx, &head, attempt, &answer)) {
+                        Ok(StepOutcome::Continue(next)) => step = next,
+                        Ok(StepOutcome::Settled(settled)) => {
+                            self.publish_settled(&session, settled);
+                            break;
+                        }
+                        Ok(StepOutcome::Stale) => break,
+                        Err(e) => {
+                            web_sys::console::error_1(&format!("shiitake: {e}").into());
+                            break;
+                        }
+                    }
+                }
+                CallOutcome::Failed(error) => {
+                    let delay = self.config.retry.delay_ms(step.attempt);
+                    let outcome = self.with_ctx(|ctx| {
+                        run::fail_attempt(
+                            ctx,
+                            &head,
+                            step.attempt,
+                            error.retryable,
+                            &error.diagnostic,
+                            self.config.attempts(),
+                            delay,
+                        )
+                    });
+                    let now = js::now_ms();
+                    let report = |retry_in_ms| RuntimeError {
+                        command_id: head.clone(),
+                        diagnostic: error.diagnostic.clone(),
+                        retry_in_ms,
+                    };
+                    match outcome {
+                        Ok(FailOutcome::Retry { retry_at }) => {
+                            self.publish(&session, "runtime-error", &report(Some(retry_at - now)));
+                        }
+                        Ok(FailOutcome::Settled(settled)) => {
+                            self.publish(&session, "runtime-error", &report(None));
+                            self.publish_settled(&session, settled);
+                        }
+                        Ok(FailOutcome::Stale) => {}
+                        Err(e) => web_sys::console::error_1(&format!("shiitake: {e}").into()),
+                    }
+                    break;
+                }
+            }
+        }
+        self.live.borrow_mut().remove(&head);
     }
 }
 
@@ -101,6 +415,7 @@ async fn read_request(request: &web_sys::Request) -> Result<HttpRequest, ApiErro
         query: query.to_owned(),
         meta: headers.get(META_HEADER).ok().flatten(),
         body,
+        waited: false,
     })
 }
 

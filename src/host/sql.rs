@@ -1,23 +1,13 @@
 //! [`Sql`] over the Durable Object's `ctx.storage.sql`, with
 //! `ctx.storage.transactionSync` for atomic, rolled-back-on-error writes.
 
+use super::js::DurableObjectStorage;
 use crate::sql::{Row, Sql, SqlError, SqlValue, Write, WriteSet};
 use js_sys::{Array, Function, Reflect};
 use wasm_bindgen::prelude::*;
 
-#[wasm_bindgen]
-extern "C" {
-    type DurableObjectStorage;
-
-    #[wasm_bindgen(method, catch, js_name = transactionSync)]
-    fn transaction_sync(
-        this: &DurableObjectStorage,
-        body: &mut dyn FnMut() -> Result<(), JsValue>,
-    ) -> Result<JsValue, JsValue>;
-}
-
 pub struct DoSql {
-    storage: DurableObjectStorage,
+    pub storage: DurableObjectStorage,
     sql: JsValue,
     exec: Function,
     write_set: WriteSet,
@@ -64,12 +54,7 @@ fn from_js(v: JsValue) -> Result<SqlValue, SqlError> {
 }
 
 fn js_error(e: JsValue) -> SqlError {
-    let message = e
-        .dyn_ref::<js_sys::Error>()
-        .map(|e| String::from(e.message()))
-        .or_else(|| e.as_string())
-        .unwrap_or_else(|| format!("{e:?}"));
-    SqlError::Engine(message)
+    SqlError::Engine(super::js::error_message(&e))
 }
 
 impl DoSql {

@@ -7,6 +7,7 @@ use crate::error::ApiError;
 use crate::limits::{
     FENCES_PER_SESSION_MAX, PENDING_BYTES_PER_SESSION_MAX, PENDING_PER_SESSION_MAX,
 };
+use crate::run::Settlement;
 use crate::sql::atomically;
 use crate::store::{Kind, NewCommand, State, Terminal};
 use serde::Serialize;
@@ -126,8 +127,10 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Receipt, ApiError> {
             meta: a.meta,
             state: State::Pending,
             terminal: None,
+            settlement: None,
             now_ms,
         };
+        let recorded;
         match a.kind {
             Kind::Prompt => {
                 if facts.pending_count >= PENDING_PER_SESSION_MAX {
@@ -148,6 +151,9 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Receipt, ApiError> {
                 // its durable entry id is its command id.
                 row.state = State::Settled;
                 row.terminal = Some(Terminal::Completed);
+                recorded =
+                    Settlement::new(&command_id, Terminal::Completed, None, None).to_json()?;
+                row.settlement = Some(&recorded);
                 let text: OperatorInput = serde_json::from_str(&a.input).map_err(internal)?;
                 let body = super::read::message_body(&super::read::Message {
                     entry_id: &command_id,

@@ -5,6 +5,7 @@ use super::admission::prompt_input;
 use super::command::Image;
 use super::Ctx;
 use crate::error::ApiError;
+use crate::run::{settle_turn, Settlement};
 use crate::sql::atomically;
 use crate::store::{CommandRow, Kind, State, Terminal};
 use serde::Serialize;
@@ -82,13 +83,26 @@ pub(crate) fn raw_json(json: String) -> Result<Box<RawValue>, ApiError> {
     RawValue::from_string(json).map_err(|e| ApiError::Internal(format!("stored json: {e}")))
 }
 
-/// Cancels one accepted command of this Session.
+/// What a cancellation changed, for the host to act on after the commit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cancellation<T> {
+    /// The answer to the caller.
+    pub outcome: T,
+    /// The head of a running turn that was cancelled: stop its model call.
+    pub stopped_turn: Option<String>,
+    /// Settlements this transition wrote.
+    pub settled: Vec<Settlement>,
+}
+
+/// Cancels one accepted command of this Session. A pending prompt never
+/// runs; a running one stops its whole turn (unless `only_if_pending`);
+/// anything else is `too_late`.
 pub fn cancel(
     ctx: &mut Ctx<'_>,
     session_id: &str,
     command_id: &str,
-    _only_if_pending: bool,
-) -> Result<CancelOutcome, ApiError> {
+    only_if_pending: bool,
+) -> Result<Cancellation<CancelOutcome>, ApiError> {
     let store = ctx.store;
     let now_ms = ctx.now_ms;
     atomically(store.sql(), || {
@@ -99,42 +113,80 @@ pub fn cancel(
             .command(session_id, command_id)?
             .ok_or_else(|| ApiError::CommandNotFound(command_id.to_owned()))?;
         let command_id = row.command_id.clone();
+        let mut result = Cancellation {
+            outcome: CancelOutcome::TooLate {
+                command_id: command_id.clone(),
+            },
+            stopped_turn: None,
+            settled: Vec::new(),
+        };
+        let cancelled = || -> Result<CancelOutcome, ApiError> {
+            Ok(CancelOutcome::Cancelled {
+                command_id: command_id.clone(),
+                text: prompt_input(&row.input)?.text,
+            })
+        };
         match (row.kind, row.state, row.terminal) {
             (Kind::Prompt, State::Pending, _) => {
-                store.cancel_pending(&command_id, now_ms)?;
-                let text = prompt_input(&row.input)?.text;
-                Ok(CancelOutcome::Cancelled { command_id, text })
+                result.settled = settle_turn(
+                    store,
+                    std::slice::from_ref(&row),
+                    Terminal::Cancelled,
+                    None,
+                    None,
+                    now_ms,
+                )?;
+                result.outcome = cancelled()?;
+            }
+            (Kind::Prompt, State::Running, _) if !only_if_pending => {
+                let head = row.turn_id.clone().unwrap_or_else(|| command_id.clone());
+                let turn = store.turn(&head)?;
+                result.settled =
+                    settle_turn(store, &turn, Terminal::Cancelled, None, None, now_ms)?;
+                result.stopped_turn = Some(head);
+                result.outcome = cancelled()?;
             }
             // Idempotent: a retried cancel sees the same outcome.
             (Kind::Prompt, State::Settled, Some(Terminal::Cancelled)) => {
-                let text = prompt_input(&row.input)?.text;
-                Ok(CancelOutcome::Cancelled { command_id, text })
+                result.outcome = cancelled()?;
             }
-            _ => Ok(CancelOutcome::TooLate { command_id }),
+            _ => {}
         }
+        Ok(result)
     })
 }
 
-/// Cancels every queued prompt of the Session in one atomic write.
-pub fn abort(ctx: &mut Ctx<'_>, session_id: &str) -> Result<AbortOutcome, ApiError> {
+/// Cancels the running turn and every queued prompt of the Session in one
+/// atomic write.
+pub fn abort(ctx: &mut Ctx<'_>, session_id: &str) -> Result<Cancellation<AbortOutcome>, ApiError> {
     let store = ctx.store;
     let now_ms = ctx.now_ms;
     atomically(store.sql(), || {
         if !store.session_exists(session_id)? {
             return Err(ApiError::SessionNotFound(session_id.to_owned()));
         }
-        let mut cancelled = Vec::new();
-        for row in store.pending(session_id)? {
-            store.cancel_pending(&row.command_id, now_ms)?;
+        let head = store.running_head(session_id)?;
+        let mut commands = match &head {
+            Some(h) => store.turn(&h.command_id)?,
+            None => Vec::new(),
+        };
+        commands.extend(store.pending(session_id)?);
+        let mut cancelled = Vec::with_capacity(commands.len());
+        for row in &commands {
             cancelled.push(Cancelled {
                 text: prompt_input(&row.input)?.text,
-                command_id: row.command_id,
-                request_id: row.request_id,
+                command_id: row.command_id.clone(),
+                request_id: row.request_id.clone(),
             });
         }
-        Ok(AbortOutcome {
-            status: "cancelled",
-            cancelled,
+        let settled = settle_turn(store, &commands, Terminal::Cancelled, None, None, now_ms)?;
+        Ok(Cancellation {
+            outcome: AbortOutcome {
+                status: "cancelled",
+                cancelled,
+            },
+            stopped_turn: head.map(|h| h.command_id),
+            settled,
         })
     })
 }

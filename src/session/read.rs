@@ -2,6 +2,7 @@
 //! `READ_PAGE_BYTES_MAX` bytes, newest page first, each page oldest first,
 //! plus the pending queue and the running command.
 
+use super::admission::prompt_input;
 use super::command::Image;
 use super::queue::{pending, raw_json, PendingItem};
 use super::Ctx;
@@ -47,8 +48,19 @@ pub struct Page {
     pub session_id: String,
     pub messages: Vec<Box<RawValue>>,
     pub pending: Vec<PendingItem>,
-    pub running: Option<PendingItem>,
+    pub running: Option<RunningItem>,
     pub cursor: Option<String>,
+}
+
+/// The Session's running turn, as readers see it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunningItem {
+    pub command_id: String,
+    pub request_id: Option<String>,
+    pub text: String,
+    pub attempt: u32,
+    pub started_at: Option<i64>,
 }
 
 /// Reads one page of the Session. `before` is the cursor of an earlier page.
@@ -89,7 +101,18 @@ pub fn page(
         session_id: session_id.to_owned(),
         messages,
         pending: pending(ctx, session_id)?,
-        running: None,
+        running: store
+            .running_head(session_id)?
+            .map(|head| -> Result<RunningItem, ApiError> {
+                Ok(RunningItem {
+                    text: prompt_input(&head.input)?.text,
+                    command_id: head.command_id,
+                    request_id: head.request_id,
+                    attempt: head.attempt,
+                    started_at: head.started_at,
+                })
+            })
+            .transpose()?,
         cursor,
     })
 }

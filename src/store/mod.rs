@@ -68,6 +68,7 @@ pub struct SessionRow {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommandRow {
     pub command_id: String,
+    pub session_id: String,
     pub request_id: Option<String>,
     pub kind: Kind,
     /// Canonical JSON of the admitted input.
@@ -77,6 +78,19 @@ pub struct CommandRow {
     pub state: State,
     pub terminal: Option<Terminal>,
     pub accepted_at: i64,
+    /// The head command of the turn this steer prompt joined.
+    pub turn_id: Option<String>,
+    /// Model-call attempts made for this turn.
+    pub attempt: u32,
+    pub started_at: Option<i64>,
+    /// The durable retry timer of a failed attempt.
+    pub retry_at: Option<i64>,
+    /// Diagnostic of the last failed attempt.
+    pub last_error: Option<String>,
+    /// Usage of the turn's finished steps, JSON.
+    pub usage: Option<String>,
+    /// The CommandSettlement JSON once settled.
+    pub settlement: Option<String>,
 }
 
 /// A command to insert.
@@ -89,11 +103,12 @@ pub struct NewCommand<'a> {
     pub meta: Option<&'a str>,
     pub state: State,
     pub terminal: Option<Terminal>,
+    pub settlement: Option<&'a str>,
     pub now_ms: i64,
 }
 
-const COMMAND_COLUMNS: &str =
-    "command_id, request_id, kind, input, meta, state, terminal, accepted_at";
+const COMMAND_COLUMNS: &str = "command_id, request_id, kind, input, meta, state, terminal, \
+     accepted_at, session_id, turn_id, attempt, started_at, retry_at, last_error, usage, settlement";
 
 fn command_row(row: &Row) -> Result<CommandRow, SqlError> {
     command_row_at(row, 0)
@@ -114,6 +129,15 @@ fn command_row_at(row: &Row, base: usize) -> Result<CommandRow, SqlError> {
             .map(Terminal::parse)
             .transpose()?,
         accepted_at: row.int(base + 7)?,
+        session_id: row.text(base + 8)?,
+        turn_id: row.opt_text(base + 9)?,
+        attempt: u32::try_from(row.int(base + 10)?)
+            .map_err(|_| SqlError::Decode("attempt out of range".into()))?,
+        started_at: row.opt_int(base + 11)?,
+        retry_at: row.opt_int(base + 12)?,
+        last_error: row.opt_text(base + 13)?,
+        usage: row.opt_text(base + 14)?,
+        settlement: row.opt_text(base + 15)?,
     })
 }
 
@@ -280,8 +304,8 @@ impl<'a> Store<'a> {
     pub fn insert_command(&self, c: &NewCommand<'_>) -> Result<(), SqlError> {
         self.write(
             "INSERT INTO commands (command_id, session_id, request_id, kind, input, input_bytes,
-                meta, state, terminal, accepted_at, settled_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                meta, state, terminal, accepted_at, settled_at, settlement)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             vec![
                 c.command_id.into(),
                 c.session_id.into(),
@@ -294,6 +318,7 @@ impl<'a> Store<'a> {
                 c.terminal.map(Terminal::as_str).into(),
                 c.now_ms.into(),
                 (c.state == State::Settled).then_some(c.now_ms).into(),
+                c.settlement.into(),
             ],
         )
     }
@@ -312,13 +337,163 @@ impl<'a> Store<'a> {
         .collect()
     }
 
-    /// Settles a pending command as cancelled (a no-op for any other state).
-    pub fn cancel_pending(&self, command_id: &str, now_ms: i64) -> Result<(), SqlError> {
+    /// Records a command's settlement. Guarded by the states it may leave
+    /// from, so a settlement is written once.
+    pub fn settle(
+        &self,
+        command_id: &str,
+        terminal: Terminal,
+        settlement: &str,
+        now_ms: i64,
+    ) -> Result<(), SqlError> {
         self.write(
-            "UPDATE commands SET state = 'settled', terminal = 'cancelled', settled_at = ?
-             WHERE command_id = ? AND state = 'pending'",
-            vec![now_ms.into(), command_id.into()],
+            "UPDATE commands SET state = 'settled', terminal = ?, settlement = ?,
+                settled_at = ?, retry_at = NULL
+             WHERE command_id = ? AND state IN ('pending', 'running')",
+            vec![
+                terminal.as_str().into(),
+                settlement.into(),
+                now_ms.into(),
+                command_id.into(),
+            ],
         )
+    }
+
+    /// Starts (or restarts) a command as part of the turn headed by `turn_id`
+    /// (`None`: it heads its own turn).
+    pub fn claim(
+        &self,
+        command_id: &str,
+        turn_id: Option<&str>,
+        attempt: u32,
+        now_ms: i64,
+    ) -> Result<(), SqlError> {
+        self.write(
+            "UPDATE commands SET state = 'running', turn_id = ?, attempt = ?, started_at = ?,
+                retry_at = NULL
+             WHERE command_id = ? AND state IN ('pending', 'running')",
+            vec![
+                turn_id.into(),
+                i64::from(attempt).into(),
+                now_ms.into(),
+                command_id.into(),
+            ],
+        )
+    }
+
+    /// Arms the durable retry timer of a failed attempt.
+    pub fn schedule_retry(
+        &self,
+        command_id: &str,
+        retry_at: i64,
+        diagnostic: &str,
+    ) -> Result<(), SqlError> {
+        self.write(
+            "UPDATE commands SET retry_at = ?, last_error = ?
+             WHERE command_id = ? AND state = 'running'",
+            vec![retry_at.into(), diagnostic.into(), command_id.into()],
+        )
+    }
+
+    pub fn set_usage(&self, command_id: &str, usage: &str) -> Result<(), SqlError> {
+        self.write(
+            "UPDATE commands SET usage = ? WHERE command_id = ?",
+            vec![usage.into(), command_id.into()],
+        )
+    }
+
+    /// Running turn heads of every Session (one per Session), oldest first.
+    pub fn running_heads(&self) -> Result<Vec<CommandRow>, SqlError> {
+        self.query(
+            &format!(
+                "SELECT {COMMAND_COLUMNS} FROM commands
+                 WHERE state = 'running' AND turn_id IS NULL ORDER BY seq"
+            ),
+            &[],
+        )?
+        .iter()
+        .map(command_row)
+        .collect()
+    }
+
+    /// The Session a command belongs to.
+    pub fn command_session(&self, command_id: &str) -> Result<Option<String>, SqlError> {
+        let rows = self.query(
+            "SELECT session_id FROM commands WHERE command_id = ?",
+            &[command_id.into()],
+        )?;
+        rows.first().map(|r| r.text(0)).transpose()
+    }
+
+    /// The running turn head of one Session, if any.
+    pub fn running_head(&self, session_id: &str) -> Result<Option<CommandRow>, SqlError> {
+        let rows = self.query(
+            &format!(
+                "SELECT {COMMAND_COLUMNS} FROM commands
+                 WHERE session_id = ? AND state = 'running' AND turn_id IS NULL"
+            ),
+            &[session_id.into()],
+        )?;
+        rows.first().map(command_row).transpose()
+    }
+
+    /// The commands of the turn headed by `head_id`: the head, then the
+    /// steer prompts that joined it, in admission order.
+    pub fn turn(&self, head_id: &str) -> Result<Vec<CommandRow>, SqlError> {
+        self.query(
+            &format!(
+                "SELECT {COMMAND_COLUMNS} FROM commands
+                 WHERE state = 'running' AND (command_id = ? OR turn_id = ?) ORDER BY seq"
+            ),
+            &[head_id.into(), head_id.into()],
+        )?
+        .iter()
+        .map(command_row)
+        .collect()
+    }
+
+    /// Sessions with pending prompts and no running turn, at most `limit`.
+    pub fn idle_sessions_with_pending(&self, limit: usize) -> Result<Vec<String>, SqlError> {
+        self.query(
+            "SELECT DISTINCT c.session_id FROM commands c
+             WHERE c.state = 'pending' AND NOT EXISTS (
+                SELECT 1 FROM commands r WHERE r.session_id = c.session_id AND r.state = 'running')
+             LIMIT ?",
+            &[(limit as i64).into()],
+        )?
+        .iter()
+        .map(|r| r.text(0))
+        .collect()
+    }
+
+    /// Pending `steer` prompts of a Session, FIFO.
+    pub fn pending_steers(&self, session_id: &str) -> Result<Vec<CommandRow>, SqlError> {
+        self.query(
+            &format!(
+                "SELECT {COMMAND_COLUMNS} FROM commands
+                 WHERE session_id = ? AND state = 'pending'
+                   AND json_extract(input, '$.delivery') = 'steer'
+                 ORDER BY seq"
+            ),
+            &[session_id.into()],
+        )?
+        .iter()
+        .map(command_row)
+        .collect()
+    }
+
+    /// The newest `limit` message bodies of a Session, oldest first.
+    pub fn recent_messages(&self, session_id: &str, limit: usize) -> Result<Vec<String>, SqlError> {
+        let mut bodies = self
+            .query(
+                "SELECT body FROM messages WHERE session_id = ? ORDER BY seq DESC LIMIT ?",
+                &[session_id.into(), (limit as i64).into()],
+            )?
+            .iter()
+            .map(|r| r.text(0))
+            .collect::<Result<Vec<_>, _>>()?;
+        bodies.reverse();
+        Ok(bodies)
     }
 
     // Withdrawal fences.

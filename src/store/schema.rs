@@ -28,7 +28,10 @@ const CREATE: &[&str] = &[
     )",
     // One row per accepted command. `input` is the canonical JSON of what was
     // admitted (compared on replay, retained after cancellation); `state`
-    // moves pending -> running -> settled and never back.
+    // moves pending -> running -> settled and never back. A running turn is
+    // its head command plus steer prompts joined to it (`turn_id` = head);
+    // `attempt` counts model-call attempts of the turn, `retry_at` is its
+    // durable retry timer. `settlement` is the CommandSettlement, written once.
     "CREATE TABLE commands (
         seq INTEGER PRIMARY KEY,
         command_id TEXT NOT NULL UNIQUE,
@@ -41,7 +44,14 @@ const CREATE: &[&str] = &[
         state TEXT NOT NULL,
         terminal TEXT,
         accepted_at INTEGER NOT NULL,
-        settled_at INTEGER
+        settled_at INTEGER,
+        turn_id TEXT,
+        attempt INTEGER NOT NULL DEFAULT 0,
+        started_at INTEGER,
+        retry_at INTEGER,
+        last_error TEXT,
+        usage TEXT,
+        settlement TEXT
     )",
     "CREATE UNIQUE INDEX commands_by_request ON commands (session_id, request_id)
         WHERE request_id IS NOT NULL",

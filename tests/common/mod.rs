@@ -48,6 +48,17 @@ impl Harness {
         &self.sql
     }
 
+    /// Runs `f` with a core context at the harness clock.
+    pub fn with_ctx<T>(&mut self, f: impl FnOnce(&mut Ctx<'_>) -> T) -> T {
+        self.now_ms += 1;
+        let mut ctx = Ctx {
+            store: Store::new(&self.sql),
+            now_ms: self.now_ms,
+            ids: &mut self.ids,
+        };
+        f(&mut ctx)
+    }
+
     pub fn request(&mut self, method: &str, target: &str, body: &str, meta: Option<&str>) -> Reply {
         self.now_ms += 1;
         let (path, query) = target.split_once('?').unwrap_or((target, ""));
@@ -57,6 +68,7 @@ impl Harness {
             query: query.into(),
             meta: meta.map(Into::into),
             body: body.as_bytes().to_vec(),
+            waited: false,
         };
         let mut ctx = Ctx {
             store: Store::new(&self.sql),

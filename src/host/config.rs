@@ -1,0 +1,84 @@
+//! The host's configuration, read from the Worker's env (wrangler vars and
+//! secrets) when the Durable Object starts. Keys live only in this struct:
+//! never stored, logged or echoed.
+
+use super::js::env_string;
+use crate::model::{ModelSpec, ProviderConfig, RetryPolicy};
+use crate::run::Attempts;
+use wasm_bindgen::JsValue;
+
+/// How long a live turn may go without the instance proving it is alive
+/// before the alarm treats it as orphaned (default).
+const WATCHDOG_MS_DEFAULT: u64 = 30_000;
+/// One model call's wall-time bound.
+pub const MODEL_CALL_TIMEOUT_MS: u64 = 300_000;
+const MAX_OUTPUT_TOKENS_DEFAULT: u32 = 4_096;
+
+pub struct HostConfig {
+    /// The model, or why none can be called.
+    pub model: Result<(ModelSpec, ProviderConfig), String>,
+    pub instructions: Option<String>,
+    pub retry: RetryPolicy,
+    pub watchdog_ms: u64,
+    pub max_output_tokens: u32,
+    /// Fault injection for tests: panic when a streamed delta contains it.
+    pub panic_marker: Option<String>,
+}
+
+impl HostConfig {
+    pub fn from_env(env: &JsValue) -> Self {
+        let defaults = RetryPolicy::default();
+        HostConfig {
+            model: model(env),
+            instructions: env_string(env, "SHIITAKE_INSTRUCTIONS"),
+            retry: RetryPolicy {
+                attempts_max: number(env, "SHIITAKE_ATTEMPTS_MAX", 1, 100)
+                    .map_or(defaults.attempts_max, |n| n as u32),
+                base_delay_ms: number(env, "SHIITAKE_RETRY_BASE_MS", 1, 600_000)
+                    .unwrap_or(defaults.base_delay_ms),
+                max_delay_ms: number(env, "SHIITAKE_RETRY_MAX_MS", 1, 3_600_000)
+                    .unwrap_or(defaults.max_delay_ms),
+            },
+            watchdog_ms: number(env, "SHIITAKE_WATCHDOG_MS", 100, 600_000)
+                .unwrap_or(WATCHDOG_MS_DEFAULT),
+            max_output_tokens: number(env, "SHIITAKE_MAX_OUTPUT_TOKENS", 1, 1_000_000)
+                .map_or(MAX_OUTPUT_TOKENS_DEFAULT, |n| n as u32),
+            panic_marker: env_string(env, "SHIITAKE_FAULT_PANIC_MARKER"),
+        }
+    }
+
+    pub fn attempts(&self) -> Attempts {
+        Attempts {
+            max: self.retry.attempts_max,
+        }
+    }
+}
+
+fn model(env: &JsValue) -> Result<(ModelSpec, ProviderConfig), String> {
+    let spelling = env_string(env, "SHIITAKE_MODEL")
+        .ok_or("no model configured: set SHIITAKE_MODEL to provider/model")?;
+    let spec = ModelSpec::parse(&spelling)?;
+    let prefix = spec.provider.name().to_ascii_uppercase();
+    let config = ProviderConfig::new(
+        spec.provider,
+        env_string(env, &format!("{prefix}_BASE_URL")),
+        env_string(env, &format!("{prefix}_API_KEY")),
+    );
+    Ok((spec, config))
+}
+
+/// A numeric setting within bounds; out of bounds or malformed falls back to
+/// the default with a warning naming the setting (never its neighbours).
+fn number(env: &JsValue, name: &str, min: u64, max: u64) -> Option<u64> {
+    let raw = env_string(env, name)?;
+    match raw.parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Some(n),
+        _ => {
+            web_sys::console::warn_1(
+                &format!("shiitake: {name} must be an integer in {min}..={max}; using the default")
+                    .into(),
+            );
+            None
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! The few platform APIs the host calls that web-sys does not cover for a
+//! Durable Object: the storage alarm, timers and the global `fetch`.
+
+use js_sys::Promise;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+#[wasm_bindgen]
+extern "C" {
+    pub type DurableObjectStorage;
+
+    #[wasm_bindgen(method, catch, js_name = transactionSync)]
+    pub fn transaction_sync(
+        this: &DurableObjectStorage,
+        body: &mut dyn FnMut() -> Result<(), JsValue>,
+    ) -> Result<JsValue, JsValue>;
+
+    #[wasm_bindgen(method, js_name = setAlarm)]
+    fn set_alarm_at(this: &DurableObjectStorage, scheduled_ms: f64) -> Promise;
+
+    #[wasm_bindgen(method, js_name = deleteAlarm)]
+    fn delete_alarm_now(this: &DurableObjectStorage) -> Promise;
+
+    #[wasm_bindgen(js_name = setTimeout)]
+    fn set_timeout(callback: &js_sys::Function, ms: f64) -> JsValue;
+
+    #[wasm_bindgen(js_name = fetch)]
+    fn global_fetch(request: &web_sys::Request) -> Promise;
+}
+
+impl DurableObjectStorage {
+    pub async fn set_alarm(&self, at_ms: i64) -> Result<(), JsValue> {
+        JsFuture::from(self.set_alarm_at(at_ms as f64))
+            .await
+            .map(drop)
+    }
+
+    pub async fn delete_alarm(&self) -> Result<(), JsValue> {
+        JsFuture::from(self.delete_alarm_now()).await.map(drop)
+    }
+}
+
+/// Resolves after `ms` milliseconds of wall time.
+pub fn sleep(ms: u64) -> JsFuture {
+    JsFuture::from(Promise::new(&mut |resolve, _| {
+        set_timeout(&resolve, ms as f64);
+    }))
+}
+
+pub async fn fetch(request: &web_sys::Request) -> Result<web_sys::Response, JsValue> {
+    JsFuture::from(global_fetch(request)).await?.dyn_into()
+}
+
+pub fn now_ms() -> i64 {
+    js_sys::Date::now() as i64
+}
+
+/// The message of a JS error value, for diagnostics.
+pub fn error_message(e: &JsValue) -> String {
+    e.dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| e.as_string())
+        .unwrap_or_else(|| "unknown error".into())
+}
+
+/// A string binding of the Worker's env (vars and secrets).
+pub fn env_string(env: &JsValue, name: &str) -> Option<String> {
+    js_sys::Reflect::get(env, &JsValue::from_str(name))
+        .ok()
+        .and_then(|v| v.as_string())
+        .filter(|v| !v.is_empty())
+}

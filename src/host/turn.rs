@@ -1,0 +1,193 @@
+//! One model step of a turn: the streamed call to the provider. The step's
+//! tokens go to watchers as they arrive and are never written; the caller
+//! records the finished answer in one transition.
+
+use super::config::{HostConfig, MODEL_CALL_TIMEOUT_MS};
+use super::js::{self, error_message};
+use crate::model::{
+    build_call, classify_status, Answer, ModelError, ModelMessage, ModelRequest, Role,
+    StreamDecoder, StreamEvent,
+};
+use crate::run::{ContextRole, Step, StepAnswer, TokenUsage};
+use futures::future::{select, Either};
+use std::cell::Cell;
+use std::rc::Rc;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+/// Most bytes of an error body read for a diagnostic.
+const ERROR_BODY_BYTES_MAX: usize = 65_536;
+
+/// How a model call ended.
+pub enum CallOutcome {
+    Answered(StepAnswer),
+    Failed(ModelError),
+    /// The turn was cancelled (or its Session deleted): drop everything.
+    Stopped,
+}
+
+/// A live call's handle: the registry keeps it so a cancel can stop it.
+#[derive(Clone)]
+pub struct Stopper {
+    controller: web_sys::AbortController,
+    stopped: Rc<Cell<bool>>,
+}
+
+impl Stopper {
+    pub fn new() -> Result<Self, JsValue> {
+        Ok(Stopper {
+            controller: web_sys::AbortController::new()?,
+            stopped: Rc::new(Cell::new(false)),
+        })
+    }
+
+    pub fn stop(&self) {
+        self.stopped.set(true);
+        self.controller.abort();
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.stopped.get()
+    }
+}
+
+/// Calls the model for `step`, streaming each text delta to `on_delta`.
+pub async fn call(
+    config: &HostConfig,
+    step: &Step,
+    stopper: &Stopper,
+    on_delta: &dyn Fn(&str),
+) -> CallOutcome {
+    let (spec, provider) = match &config.model {
+        Ok(model) => model,
+        Err(why) => return CallOutcome::Failed(ModelError::new(false, why.clone())),
+    };
+    let messages: Vec<ModelMessage> = step
+        .context
+        .iter()
+        .map(|m| ModelMessage {
+            role: match m.role {
+                ContextRole::User => Role::User,
+                ContextRole::Assistant => Role::Assistant,
+            },
+            text: m.text.clone(),
+            images: m.images.clone(),
+        })
+        .collect();
+    let call = build_call(
+        provider,
+        &ModelRequest {
+            spec,
+            instructions: config.instructions.as_deref(),
+            messages: &messages,
+            max_output_tokens: config.max_output_tokens,
+        },
+    );
+    let streamed = stream(&call, spec.provider, stopper, config, on_delta);
+    let deadline = js::sleep(MODEL_CALL_TIMEOUT_MS);
+    let outcome = match select(Box::pin(streamed), deadline).await {
+        Either::Left((outcome, _)) => outcome,
+        Either::Right(_) => {
+            stopper.controller.abort();
+            Err(ModelError::new(
+                true,
+                format!("the model call exceeded {MODEL_CALL_TIMEOUT_MS} ms"),
+            ))
+        }
+    };
+    match outcome {
+        _ if stopper.is_stopped() => CallOutcome::Stopped,
+        Ok(answer) => CallOutcome::Answered(StepAnswer {
+            usage: answer.usage.map(|u| TokenUsage {
+                input_tokens: u.input_tokens,
+                output_tokens: u.output_tokens,
+            }),
+            tool_call_count: answer.tool_calls.len() as u32,
+            text: answer.text,
+        }),
+        Err(e) => CallOutcome::Failed(e),
+    }
+}
+
+async fn stream(
+    call: &crate::model::HttpCall,
+    provider: crate::model::Provider,
+    stopper: &Stopper,
+    config: &HostConfig,
+    on_delta: &dyn Fn(&str),
+) -> Result<Answer, ModelError> {
+    let network =
+        |e: JsValue| ModelError::new(true, format!("model call failed: {}", error_message(&e)));
+    let headers = web_sys::Headers::new().map_err(network)?;
+    for (name, value) in &call.headers {
+        headers.append(name, value).map_err(network)?;
+    }
+    let init = web_sys::RequestInit::new();
+    init.set_method("POST");
+    init.set_headers(&headers);
+    init.set_body(&JsValue::from_str(&call.body));
+    init.set_signal(Some(&stopper.controller.signal()));
+    let request = web_sys::Request::new_with_str_and_init(&call.url, &init).map_err(network)?;
+    let response = js::fetch(&request).await.map_err(network)?;
+    let reader = response.body().map(|body| {
+        body.get_reader()
+            .unchecked_into::<web_sys::ReadableStreamDefaultReader>()
+    });
+    if !(200..300).contains(&response.status()) {
+        let text = match reader {
+            Some(reader) => read_bounded(&reader, ERROR_BODY_BYTES_MAX).await,
+            None => String::new(),
+        };
+        return Err(classify_status(response.status(), &text));
+    }
+    let reader = reader.ok_or_else(|| ModelError::new(true, "the model answered with no body"))?;
+    let mut decoder = StreamDecoder::new(provider);
+    let mut answer = Answer::default();
+    loop {
+        let chunk = JsFuture::from(reader.read()).await.map_err(network)?;
+        let done = js_sys::Reflect::get(&chunk, &"done".into())
+            .map(|d| d.is_truthy())
+            .unwrap_or(true);
+        let events = if done {
+            decoder.finish()?
+        } else {
+            let value = js_sys::Reflect::get(&chunk, &"value".into()).map_err(network)?;
+            decoder.push(&js_sys::Uint8Array::new(&value).to_vec())?
+        };
+        for event in &events {
+            answer.apply(event)?;
+            if let StreamEvent::TextDelta(text) = event {
+                if let Some(marker) = &config.panic_marker {
+                    // Fault injection (tests): a trap in the middle of a turn.
+                    assert!(
+                        !text.contains(marker.as_str()),
+                        "fault injection: panic marker streamed"
+                    );
+                }
+                on_delta(text);
+            }
+        }
+        if done {
+            return Ok(answer);
+        }
+    }
+}
+
+/// Reads at most `limit` bytes of a body as text (for error diagnostics).
+async fn read_bounded(reader: &web_sys::ReadableStreamDefaultReader, limit: usize) -> String {
+    let mut bytes = Vec::new();
+    while bytes.len() < limit {
+        let Ok(chunk) = JsFuture::from(reader.read()).await else {
+            break;
+        };
+        if js_sys::Reflect::get(&chunk, &"done".into()).map_or(true, |d| d.is_truthy()) {
+            break;
+        }
+        if let Ok(value) = js_sys::Reflect::get(&chunk, &"value".into()) {
+            bytes.extend(js_sys::Uint8Array::new(&value).to_vec());
+        }
+    }
+    let _ = reader.cancel();
+    bytes.truncate(limit);
+    String::from_utf8_lossy(&bytes).into_owned()
+}

@@ -1,0 +1,163 @@
+//! Live observers: SSE watch streams and settlement long polls. In memory
+//! only (an observer reconnects after a restart and gets a fresh snapshot);
+//! bounded in number and in backlog.
+
+use crate::limits::{
+    WAITERS_MAX, WATCHERS_MAX, WATCHERS_PER_SESSION_MAX, WATCH_BACKLOG_FRAMES_MAX,
+};
+use futures::channel::oneshot;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::{spawn_local, JsFuture};
+
+struct Watcher {
+    writer: web_sys::WritableStreamDefaultWriter,
+    /// Writes the consumer has not taken yet.
+    outstanding: Cell<usize>,
+    /// Frames were dropped; the next chance sends a fresh snapshot.
+    lagging: Cell<bool>,
+    closed: Cell<bool>,
+}
+
+impl Watcher {
+    fn send(self: &Rc<Self>, text: &str) {
+        self.outstanding.set(self.outstanding.get() + 1);
+        let promise = self
+            .writer
+            .write_with_chunk(&js_sys::Uint8Array::from(text.as_bytes()));
+        let me = Rc::clone(self);
+        spawn_local(async move {
+            match JsFuture::from(promise).await {
+                Ok(_) => me.outstanding.set(me.outstanding.get() - 1),
+                // The client went away: closing a watch cancels nothing.
+                Err(_) => me.closed.set(true),
+            }
+        });
+    }
+}
+
+#[derive(Default)]
+pub struct Observers {
+    watchers: RefCell<HashMap<String, Vec<Rc<Watcher>>>>,
+    waiters: RefCell<HashMap<String, Vec<oneshot::Sender<()>>>>,
+}
+
+/// Too many observers: the caller answers 429.
+pub struct Full;
+
+impl Observers {
+    /// Opens a watch of `session_id` whose first event is `snapshot`.
+    pub fn watch(
+        &self,
+        session_id: &str,
+        snapshot: &str,
+    ) -> Result<Result<web_sys::Response, Full>, JsValue> {
+        self.prune();
+        let mut all = self.watchers.borrow_mut();
+        let total: usize = all.values().map(Vec::len).sum();
+        let here = all.get(session_id).map_or(0, Vec::len);
+        if total >= WATCHERS_MAX || here >= WATCHERS_PER_SESSION_MAX {
+            return Ok(Err(Full));
+        }
+        let pipe = web_sys::TransformStream::new()?;
+        let watcher = Rc::new(Watcher {
+            writer: pipe.writable().get_writer()?,
+            outstanding: Cell::new(0),
+            lagging: Cell::new(false),
+            closed: Cell::new(false),
+        });
+        watcher.send(&event("snapshot", snapshot));
+        all.entry(session_id.to_owned()).or_default().push(watcher);
+        let headers = web_sys::Headers::new()?;
+        headers.set("content-type", "text/event-stream; charset=utf-8")?;
+        headers.set("cache-control", "no-cache")?;
+        let init = web_sys::ResponseInit::new();
+        init.set_status(200);
+        init.set_headers(&headers);
+        Ok(Ok(
+            web_sys::Response::new_with_opt_readable_stream_and_init(
+                Some(&pipe.readable()),
+                &init,
+            )?,
+        ))
+    }
+
+    /// Sends one event to every watcher of the Session. A watcher more than
+    /// `WATCH_BACKLOG_FRAMES_MAX` frames behind stops receiving frames and,
+    /// once it has drained, gets `snapshot()` instead of the backlog.
+    pub fn publish(
+        &self,
+        session_id: &str,
+        name: &str,
+        data: &str,
+        snapshot: &dyn Fn() -> Option<String>,
+    ) {
+        let watchers = match self.watchers.borrow().get(session_id) {
+            Some(w) => w.clone(),
+            None => return,
+        };
+        let text = event(name, data);
+        let mut fresh: Option<Option<String>> = None;
+        for w in watchers.iter().filter(|w| !w.closed.get()) {
+            if w.lagging.get() {
+                if w.outstanding.get() == 0 {
+                    if let Some(snapshot) = fresh.get_or_insert_with(snapshot) {
+                        w.lagging.set(false);
+                        w.send(&event("snapshot", snapshot));
+                    }
+                }
+            } else if w.outstanding.get() >= WATCH_BACKLOG_FRAMES_MAX {
+                w.lagging.set(true);
+            } else {
+                w.send(&text);
+            }
+        }
+    }
+
+    /// Ends the watches of a deleted Session.
+    pub fn close_session(&self, session_id: &str) {
+        if let Some(watchers) = self.watchers.borrow_mut().remove(session_id) {
+            for w in watchers {
+                let _ = w.writer.close();
+            }
+        }
+    }
+
+    fn prune(&self) {
+        self.watchers.borrow_mut().retain(|_, list| {
+            list.retain(|w| !w.closed.get());
+            !list.is_empty()
+        });
+    }
+
+    /// Registers a long poll for `command_id`'s settlement.
+    pub fn wait(&self, command_id: &str) -> Result<oneshot::Receiver<()>, Full> {
+        let mut waiters = self.waiters.borrow_mut();
+        waiters.retain(|_, list| {
+            list.retain(|tx| !tx.is_canceled());
+            !list.is_empty()
+        });
+        if waiters.values().map(Vec::len).sum::<usize>() >= WAITERS_MAX {
+            return Err(Full);
+        }
+        let (tx, rx) = oneshot::channel();
+        waiters.entry(command_id.to_owned()).or_default().push(tx);
+        Ok(rx)
+    }
+
+    /// Wakes the long polls of a settled command.
+    pub fn settled(&self, command_id: &str) {
+        if let Some(list) = self.waiters.borrow_mut().remove(command_id) {
+            for tx in list {
+                let _ = tx.send(());
+            }
+        }
+    }
+}
+
+fn event(name: &str, data: &str) -> String {
+    // `data` is compact JSON: one line.
+    format!("event: {name}\ndata: {data}\n\n")
+}

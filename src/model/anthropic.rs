@@ -1,0 +1,552 @@
+//! Anthropic Messages (`POST {base}/v1/messages`), streamed: the request body
+//! and the event decoder. Events are dispatched on the SSE `event:` name, as
+//! the official SDKs do, so an event added later is ignored unread.
+
+use super::sse::SseEvent;
+use super::{
+    instructions, parse_data, stream_error, to_json, ModelError, ModelRequest, StreamEvent, Usage,
+};
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<&'a str>,
+    messages: Vec<Message<'a>>,
+    max_tokens: u32,
+    stream: bool,
+}
+
+#[derive(Serialize)]
+struct Message<'a> {
+    role: &'static str,
+    content: Vec<Part<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Part<'a> {
+    Text { text: &'a str },
+    Image { source: ImageSource<'a> },
+}
+
+#[derive(Serialize)]
+struct ImageSource<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    media_type: &'a str,
+    data: &'a str,
+}
+
+pub(super) fn body(req: &ModelRequest) -> String {
+    let messages = req
+        .messages
+        .iter()
+        .map(|message| {
+            // Anthropic refuses an empty text block; a message of images
+            // alone goes without one.
+            let text = Some(Part::Text {
+                text: &message.text,
+            })
+            .filter(|_| !message.text.is_empty() || message.images.is_empty());
+            let images = message.images.iter().map(|image| Part::Image {
+                source: ImageSource {
+                    kind: "base64",
+                    media_type: &image.media_type,
+                    data: &image.data,
+                },
+            });
+            Message {
+                role: message.role.wire(),
+                content: text.into_iter().chain(images).collect(),
+            }
+        })
+        .collect();
+    to_json(&Body {
+        model: &req.spec.model,
+        system: instructions(req),
+        messages,
+        max_tokens: req.max_output_tokens,
+        stream: true,
+    })
+}
+
+#[derive(Deserialize)]
+struct MessageStart {
+    message: StartedMessage,
+}
+
+#[derive(Deserialize)]
+struct StartedMessage {
+    usage: Option<WireUsage>,
+}
+
+/// Input counts exclude prompt-cache reads and writes; they are added so
+/// `input_tokens` means what OpenAI's `prompt_tokens` means: the whole prompt.
+#[derive(Deserialize)]
+struct WireUsage {
+    input_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    /// `None` when the event carries no input counts (older `message_delta`).
+    fn input(&self) -> Option<u64> {
+        let parts = [
+            self.input_tokens,
+            self.cache_creation_input_tokens,
+            self.cache_read_input_tokens,
+        ];
+        parts
+            .iter()
+            .any(Option::is_some)
+            .then(|| parts.iter().flatten().sum())
+    }
+}
+
+#[derive(Deserialize)]
+struct BlockStart {
+    index: u32,
+    content_block: Block,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block {
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+    },
+    /// `thinking`, `server_tool_use`, and whatever comes next.
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+struct BlockDelta {
+    index: u32,
+    delta: Delta,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Delta {
+    #[serde(rename = "text_delta")]
+    Text { text: String },
+    #[serde(rename = "input_json_delta")]
+    InputJson { partial_json: String },
+    /// `thinking_delta`, `signature_delta`, `citations_delta`, ...
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+struct MessageDelta {
+    delta: MessageDeltaBody,
+    usage: Option<WireUsage>,
+}
+
+#[derive(Deserialize)]
+struct MessageDeltaBody {
+    stop_reason: Option<String>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Decoder {
+    done: bool,
+    usage: Usage,
+    /// Content blocks stream one after another (start, deltas, stop), so
+    /// only the open one needs remembering: its block index and its tool
+    /// call index.
+    open_tool: Option<(u32, u32)>,
+    tool_calls_started: u32,
+}
+
+impl Decoder {
+    pub(super) fn ended(&self) -> bool {
+        self.done
+    }
+
+    pub(super) fn on_event(
+        &mut self,
+        event: SseEvent,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), ModelError> {
+        let data = event.data.as_str();
+        match event.event.as_deref() {
+            Some("message_start") => {
+                let start: MessageStart = parse_data("a `message_start` event", data)?;
+                if let Some(usage) = start.message.usage {
+                    self.update_usage(&usage);
+                }
+            }
+            Some("content_block_start") => {
+                let start: BlockStart = parse_data("a `content_block_start` event", data)?;
+                match start.content_block {
+                    Block::Text { text } if !text.is_empty() => {
+                        out.push(StreamEvent::TextDelta(text));
+                    }
+                    Block::ToolUse { id, name } => {
+                        let index = self.tool_calls_started;
+                        self.tool_calls_started += 1;
+                        self.open_tool = Some((start.index, index));
+                        out.push(StreamEvent::ToolCallDelta {
+                            index,
+                            id: Some(id),
+                            name: Some(name),
+                            arguments: String::new(),
+                        });
+                    }
+                    Block::Text { .. } | Block::Other => {}
+                }
+            }
+            Some("content_block_delta") => {
+                let delta: BlockDelta = parse_data("a `content_block_delta` event", data)?;
+                match delta.delta {
+                    Delta::Text { text } if !text.is_empty() => {
+                        out.push(StreamEvent::TextDelta(text));
+                    }
+                    Delta::InputJson { partial_json } if !partial_json.is_empty() => {
+                        if let Some((block, index)) = self.open_tool {
+                            if block == delta.index {
+                                out.push(StreamEvent::ToolCallDelta {
+                                    index,
+                                    id: None,
+                                    name: None,
+                                    arguments: partial_json,
+                                });
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Some("content_block_stop") => self.open_tool = None,
+            Some("message_delta") => {
+                let delta: MessageDelta = parse_data("a `message_delta` event", data)?;
+                if let Some(reason) = delta.delta.stop_reason {
+                    out.push(StreamEvent::Finished { reason });
+                }
+                if let Some(usage) = delta.usage {
+                    self.update_usage(&usage);
+                    out.push(StreamEvent::Usage(self.usage));
+                }
+            }
+            Some("message_stop") => self.done = true,
+            Some("error") => return Err(stream_error(data)),
+            _ => {} // ping, and events added later
+        }
+        Ok(())
+    }
+
+    /// Counts are cumulative: a later event's count replaces the earlier one.
+    fn update_usage(&mut self, usage: &WireUsage) {
+        if let Some(input) = usage.input() {
+            self.usage.input_tokens = input;
+        }
+        if let Some(output) = usage.output_tokens {
+            self.usage.output_tokens = output;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{answer_of, assert_split_invariant, crlf, request_fixture};
+    use super::super::*;
+    use serde_json::json;
+
+    #[test]
+    fn build_call_with_images_system_and_key() {
+        let (spec, messages) = request_fixture("anthropic/claude-sonnet-4-5", true);
+        let req = ModelRequest {
+            spec: &spec,
+            instructions: Some("Be brief."),
+            messages: &messages,
+            max_output_tokens: 4096,
+        };
+        let config = ProviderConfig::new(
+            Provider::Anthropic,
+            Some("https://api.anthropic.com/".into()),
+            Some("sk-ant-test".into()),
+        );
+        let call = build_call(&config, &req);
+        assert_eq!(call.url, "https://api.anthropic.com/v1/messages");
+        assert_eq!(
+            call.headers,
+            vec![
+                ("content-type".into(), "application/json".into()),
+                ("x-api-key".into(), "sk-ant-test".into()),
+                ("anthropic-version".into(), "2023-06-01".into()),
+            ]
+        );
+        let body: Value = serde_json::from_str(&call.body).unwrap();
+        assert_eq!(
+            body,
+            json!({
+                "model": "claude-sonnet-4-5",
+                "system": "Be brief.",
+                "messages": [
+                    {"role": "user", "content": [
+                        {"type": "text", "text": "What is in this picture?"},
+                        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+                        {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4AAQ"}},
+                    ]},
+                    {"role": "assistant", "content": [{"type": "text", "text": "A mushroom."}]},
+                    {"role": "user", "content": [{"type": "text", "text": "Which kind?"}]},
+                ],
+                "max_tokens": 4096,
+                "stream": true,
+            })
+        );
+    }
+
+    #[test]
+    fn build_call_without_key_system_or_text() {
+        let spec = ModelSpec::parse("anthropic/claude-haiku-4-5").unwrap();
+        let messages = [ModelMessage {
+            role: Role::User,
+            text: String::new(),
+            images: vec![Image {
+                media_type: "image/webp".into(),
+                data: "UklGRg==".into(),
+            }],
+        }];
+        let req = ModelRequest {
+            spec: &spec,
+            instructions: Some(""),
+            messages: &messages,
+            max_output_tokens: 10,
+        };
+        let config = ProviderConfig::new(
+            Provider::Anthropic,
+            Some(String::new()),
+            Some(String::new()),
+        );
+        let call = build_call(&config, &req);
+        assert_eq!(call.url, "https://api.anthropic.com/v1/messages");
+        assert_eq!(
+            call.headers,
+            vec![
+                ("content-type".into(), "application/json".into()),
+                ("anthropic-version".into(), "2023-06-01".into()),
+            ]
+        );
+        assert_eq!(
+            call.body,
+            r#"{"model":"claude-haiku-4-5","messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/webp","data":"UklGRg=="}}]}],"max_tokens":10,"stream":true}"#
+        );
+    }
+
+    /// The shape of a real Messages stream: text, then a tool call, with
+    /// ping, a thinking-free answer, cache counts and the final usage.
+    const STREAM: &str = r#"event: message_start
+data: {"type":"message_start","message":{"id":"msg_014p7gG3wDgGV9EUtLvnow3U","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":472,"cache_creation_input_tokens":0,"cache_read_input_tokens":100,"output_tokens":2,"service_tier":"standard"}}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}
+
+event: ping
+data: {"type": "ping"}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Okay, let me check the weather"}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" in Zürich — 🌦️"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":0}
+
+event: content_block_start
+data: {"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_01T1x1fJ34qAmk2tNTrN7Up6","name":"get_weather","input":{}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":""}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"location\": \"Zür"}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"ich\", \"unit\": \"celsius\"}"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":1}
+
+event: content_block_start
+data: {"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_02","name":"get_time","input":{}}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":2}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":89}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+"#;
+
+    #[test]
+    fn stream_in_every_split() {
+        for stream in [STREAM.to_owned(), crlf(STREAM)] {
+            let events = assert_split_invariant(Provider::Anthropic, stream.as_bytes());
+            assert_eq!(
+                events,
+                vec![
+                    StreamEvent::TextDelta("Okay, let me check the weather".into()),
+                    StreamEvent::TextDelta(" in Zürich — 🌦️".into()),
+                    StreamEvent::ToolCallDelta {
+                        index: 0,
+                        id: Some("toolu_01T1x1fJ34qAmk2tNTrN7Up6".into()),
+                        name: Some("get_weather".into()),
+                        arguments: String::new(),
+                    },
+                    StreamEvent::ToolCallDelta {
+                        index: 0,
+                        id: None,
+                        name: None,
+                        arguments: "{\"location\": \"Zür".into(),
+                    },
+                    StreamEvent::ToolCallDelta {
+                        index: 0,
+                        id: None,
+                        name: None,
+                        arguments: "ich\", \"unit\": \"celsius\"}".into(),
+                    },
+                    StreamEvent::ToolCallDelta {
+                        index: 1,
+                        id: Some("toolu_02".into()),
+                        name: Some("get_time".into()),
+                        arguments: String::new(),
+                    },
+                    StreamEvent::Finished {
+                        reason: "tool_use".into()
+                    },
+                    StreamEvent::Usage(Usage {
+                        input_tokens: 572,
+                        output_tokens: 89
+                    }),
+                ]
+            );
+            let answer = answer_of(&events);
+            assert_eq!(answer.text, "Okay, let me check the weather in Zürich — 🌦️");
+            assert_eq!(
+                answer.tool_calls,
+                vec![
+                    ToolCall {
+                        id: "toolu_01T1x1fJ34qAmk2tNTrN7Up6".into(),
+                        name: "get_weather".into(),
+                        arguments: r#"{"location": "Zürich", "unit": "celsius"}"#.into(),
+                    },
+                    ToolCall {
+                        id: "toolu_02".into(),
+                        name: "get_time".into(),
+                        arguments: String::new(),
+                    },
+                ]
+            );
+            assert_eq!(answer.finish_reason.as_deref(), Some("tool_use"));
+        }
+    }
+
+    #[test]
+    fn usage_input_from_message_delta_when_present() {
+        let stream = concat!(
+            "event: message_start\n",
+            r#"data: {"type":"message_start","message":{"usage":{"input_tokens":10,"output_tokens":1}}}"#,
+            "\n\nevent: message_delta\n",
+            r#"data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":12,"cache_read_input_tokens":3,"output_tokens":7}}"#,
+            "\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        );
+        let events = assert_split_invariant(Provider::Anthropic, stream.as_bytes());
+        assert_eq!(
+            answer_of(&events).usage,
+            Some(Usage {
+                input_tokens: 15,
+                output_tokens: 7
+            })
+        );
+    }
+
+    #[test]
+    fn unknown_events_and_blocks_are_ignored() {
+        let stream = concat!(
+            "event: brand_new_event\ndata: not even json\n\n",
+            "event: content_block_start\n",
+            r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
+            "\n\nevent: content_block_delta\n",
+            r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Hmm."}}"#,
+            "\n\nevent: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        );
+        let events = assert_split_invariant(Provider::Anthropic, stream.as_bytes());
+        assert_eq!(events, vec![]);
+    }
+
+    #[test]
+    fn truncated_stream_is_retryable() {
+        let cut = STREAM.find("event: message_stop").unwrap();
+        let mut decoder = StreamDecoder::new(Provider::Anthropic);
+        decoder.push(&STREAM.as_bytes()[..cut]).unwrap();
+        let error = decoder.finish().unwrap_err();
+        assert!(error.retryable);
+        assert_eq!(
+            error.diagnostic,
+            "provider stream ended before `message_stop`"
+        );
+    }
+
+    #[test]
+    fn error_events() {
+        let cases = [
+            ("overloaded_error", "Overloaded", true),
+            ("api_error", "Internal server error", true),
+            (
+                "rate_limit_error",
+                "Number of request tokens has exceeded your rate limit",
+                true,
+            ),
+            (
+                "invalid_request_error",
+                "prompt is too long: 215000 tokens > 200000 maximum",
+                false,
+            ),
+            ("authentication_error", "invalid x-api-key", false),
+        ];
+        for (kind, message, retryable) in cases {
+            let wire = format!(
+                "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"usage\":{{\"input_tokens\":5}}}}}}\n\n\
+                 event: error\ndata: {{\"type\": \"error\", \"error\": {{\"type\": \"{kind}\", \"message\": \"{message}\"}}}}\n\n"
+            );
+            let error = StreamDecoder::new(Provider::Anthropic)
+                .push(wire.as_bytes())
+                .unwrap_err();
+            assert_eq!(error.retryable, retryable, "{kind}");
+            assert_eq!(
+                error.diagnostic,
+                format!("provider stream error: {kind}: {message}")
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_json_names_the_event() {
+        let error = StreamDecoder::new(Provider::Anthropic)
+            .push(b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\"}}\n\n")
+            .unwrap_err();
+        assert!(!error.retryable);
+        assert!(
+            error.diagnostic.starts_with(
+                "provider sent malformed JSON in a `content_block_delta` event: missing field `text`"
+            ),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,584 @@
+//! The model provider layer, sans-IO: [`build_call`] turns a request into the
+//! HTTP call to make, [`StreamDecoder`] turns the streamed answer's bytes into
+//! [`StreamEvent`]s, [`Answer`] accumulates them, [`classify_status`] and
+//! [`RetryPolicy`] decide what a failure means. The wasm host performs the
+//! fetch, pushes the body in as it arrives and owns the clock.
+//!
+//! Secrets: the API key is read in exactly one place, [`build_call`], and
+//! only into a request header. Diagnostics are built from what the provider
+//! sent, never from the call, and are bounded by `DIAGNOSTIC_BYTES_MAX`.
+
+mod anthropic;
+mod openai;
+mod sse;
+
+use crate::limits::{ANSWER_BYTES_MAX, DIAGNOSTIC_BYTES_MAX, TOOL_CALLS_PER_STEP_MAX};
+use crate::session::command::Image;
+use serde_json::Value;
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provider {
+    /// Chat Completions: OpenAI and compatible servers (llama.cpp, vLLM, Ollama).
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+impl Provider {
+    /// The spelling before the `/` of a model address.
+    pub fn name(self) -> &'static str {
+        match self {
+            Provider::OpenAi => "openai",
+            Provider::Anthropic => "anthropic",
+        }
+    }
+
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            Provider::OpenAi => "https://api.openai.com/v1",
+            Provider::Anthropic => "https://api.anthropic.com",
+        }
+    }
+}
+
+/// A model address, `provider/model`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelSpec {
+    pub provider: Provider,
+    /// Sent verbatim; may itself contain `/` (`openai/meta-llama/Llama-3`).
+    pub model: String,
+}
+
+impl ModelSpec {
+    pub fn parse(spelling: &str) -> Result<ModelSpec, String> {
+        let Some((provider, model)) = spelling.split_once('/') else {
+            return Err(format!(
+                "model `{spelling}`: expected provider/model, e.g. openai/gpt-4o-mini"
+            ));
+        };
+        let provider = match provider {
+            "openai" => Provider::OpenAi,
+            "anthropic" => Provider::Anthropic,
+            other => {
+                return Err(format!(
+                    "model `{spelling}`: unknown provider `{other}`; expected openai or anthropic"
+                ))
+            }
+        };
+        if model.is_empty() {
+            return Err(format!("model `{spelling}`: the model name is empty"));
+        }
+        Ok(ModelSpec {
+            provider,
+            model: model.to_owned(),
+        })
+    }
+}
+
+/// Where and as whom to call a provider. `Debug` hides the key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ProviderConfig {
+    /// With or without a trailing `/`.
+    pub base_url: String,
+    pub api_key: Option<String>,
+}
+
+impl ProviderConfig {
+    /// From the host's settings as read: an absent or empty base URL means
+    /// the provider's default, an empty key means none.
+    pub fn new(provider: Provider, base_url: Option<String>, api_key: Option<String>) -> Self {
+        ProviderConfig {
+            base_url: base_url
+                .filter(|url| !url.is_empty())
+                .unwrap_or_else(|| provider.default_base_url().to_owned()),
+            api_key: api_key.filter(|key| !key.is_empty()),
+        }
+    }
+}
+
+impl fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+impl Role {
+    fn wire(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelMessage {
+    pub role: Role,
+    pub text: String,
+    pub images: Vec<Image>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ModelRequest<'a> {
+    pub spec: &'a ModelSpec,
+    pub instructions: Option<&'a str>,
+    pub messages: &'a [ModelMessage],
+    pub max_output_tokens: u32,
+}
+
+/// A POST to make. `Debug` hides the header values (they hold the key).
+#[derive(Clone, PartialEq, Eq)]
+pub struct HttpCall {
+    pub url: String,
+    /// Lower-case names.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl fmt::Debug for HttpCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(name, _)| name.as_str()).collect();
+        f.debug_struct("HttpCall")
+            .field("url", &self.url)
+            .field("header_names", &names)
+            .field("body_bytes", &self.body.len())
+            .finish()
+    }
+}
+
+/// The one place the API key is used.
+pub fn build_call(config: &ProviderConfig, req: &ModelRequest) -> HttpCall {
+    let base = config.base_url.trim_end_matches('/');
+    let key = config.api_key.as_deref();
+    let mut headers = vec![("content-type".to_owned(), "application/json".to_owned())];
+    match req.spec.provider {
+        Provider::OpenAi => {
+            if let Some(key) = key {
+                headers.push(("authorization".to_owned(), format!("Bearer {key}")));
+            }
+            HttpCall {
+                url: format!("{base}/chat/completions"),
+                headers,
+                body: openai::body(req),
+            }
+        }
+        Provider::Anthropic => {
+            if let Some(key) = key {
+                headers.push(("x-api-key".to_owned(), key.to_owned()));
+            }
+            headers.push(("anthropic-version".to_owned(), "2023-06-01".to_owned()));
+            HttpCall {
+                url: format!("{base}/v1/messages"),
+                headers,
+                body: anthropic::body(req),
+            }
+        }
+    }
+}
+
+/// Instructions worth sending: an empty system prompt is omitted (Anthropic
+/// refuses empty text).
+fn instructions<'a>(req: &ModelRequest<'a>) -> Option<&'a str> {
+    req.instructions.filter(|text| !text.is_empty())
+}
+
+fn to_json(body: &impl serde::Serialize) -> String {
+    // Plain structs of strings and numbers: serialisation cannot fail.
+    serde_json::to_string(body).expect("a request body serialises")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// JSON text as the model wrote it; may be empty for a call without
+    /// arguments (Anthropic streams no `input_json_delta` then).
+    pub arguments: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEvent {
+    /// Answer text, never empty.
+    TextDelta(String),
+    /// A piece of tool call `index` (0-based, dense per answer). The first
+    /// piece carries `id` and `name`; `arguments` pieces concatenate.
+    ToolCallDelta {
+        index: u32,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: String,
+    },
+    /// Usage so far; a later one replaces an earlier one.
+    Usage(Usage),
+    /// The provider's own stop reason (`stop`, `tool_calls`, `length`;
+    /// `end_turn`, `tool_use`, `max_tokens`, ...), not normalised.
+    Finished { reason: String },
+}
+
+/// A failed model call. The diagnostic is bounded and holds only what the
+/// provider said, never the key or the request headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelError {
+    pub retryable: bool,
+    pub diagnostic: String,
+}
+
+impl ModelError {
+    /// Bounds the diagnostic (for the host's own errors too, e.g. a network
+    /// failure).
+    pub fn new(retryable: bool, diagnostic: impl Into<String>) -> Self {
+        ModelError {
+            retryable,
+            diagnostic: bounded(diagnostic.into()),
+        }
+    }
+}
+
+impl fmt::Display for ModelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.diagnostic)
+    }
+}
+
+/// At most `DIAGNOSTIC_BYTES_MAX` bytes, cut on a char boundary and marked.
+fn bounded(mut text: String) -> String {
+    if text.len() > DIAGNOSTIC_BYTES_MAX {
+        const MARK: &str = "…";
+        let cut = text.floor_char_boundary(DIAGNOSTIC_BYTES_MAX - MARK.len());
+        text.truncate(cut);
+        text.push_str(MARK);
+    }
+    text
+}
+
+/// Decodes one call's streamed body. After an error it keeps answering that
+/// error: the call is over.
+#[derive(Debug)]
+pub struct StreamDecoder {
+    sse: sse::SseDecoder,
+    provider: ProviderDecoder,
+    failed: Option<ModelError>,
+}
+
+#[derive(Debug)]
+enum ProviderDecoder {
+    OpenAi(openai::Decoder),
+    Anthropic(anthropic::Decoder),
+}
+
+impl StreamDecoder {
+    pub fn new(provider: Provider) -> Self {
+        StreamDecoder {
+            sse: sse::SseDecoder::default(),
+            provider: match provider {
+                Provider::OpenAi => ProviderDecoder::OpenAi(openai::Decoder::default()),
+                Provider::Anthropic => ProviderDecoder::Anthropic(anthropic::Decoder::default()),
+            },
+            failed: None,
+        }
+    }
+
+    /// Any chunk boundary works, including inside a line or a character.
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, ModelError> {
+        if let Some(error) = &self.failed {
+            return Err(error.clone());
+        }
+        let result = self.decode(bytes);
+        if let Err(error) = &result {
+            self.failed = Some(error.clone());
+        }
+        result
+    }
+
+    fn decode(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, ModelError> {
+        let mut out = Vec::new();
+        for event in self.sse.push(bytes)? {
+            // Whatever follows the end marker is not part of the answer.
+            if self.ended() {
+                break;
+            }
+            match &mut self.provider {
+                ProviderDecoder::OpenAi(d) => d.on_event(event, &mut out)?,
+                ProviderDecoder::Anthropic(d) => d.on_event(event, &mut out)?,
+            }
+        }
+        Ok(out)
+    }
+
+    fn ended(&self) -> bool {
+        match &self.provider {
+            ProviderDecoder::OpenAi(d) => d.ended(),
+            ProviderDecoder::Anthropic(d) => d.ended(),
+        }
+    }
+
+    /// The body ended. An event without its closing blank line is dropped
+    /// (the SSE rule), so this yields no events; it fails, retryably, when
+    /// the provider's end marker never came: the connection broke.
+    pub fn finish(&mut self) -> Result<Vec<StreamEvent>, ModelError> {
+        if let Some(error) = &self.failed {
+            return Err(error.clone());
+        }
+        if self.ended() {
+            return Ok(Vec::new());
+        }
+        let marker = match self.provider {
+            ProviderDecoder::OpenAi(_) => "data: [DONE]",
+            ProviderDecoder::Anthropic(_) => "message_stop",
+        };
+        let error = ModelError::new(true, format!("provider stream ended before `{marker}`"));
+        self.failed = Some(error.clone());
+        Err(error)
+    }
+}
+
+/// Parses one event's JSON; a provider that sends broken JSON is broken
+/// deterministically, so this is not retried.
+fn parse_data<'a, T: serde::Deserialize<'a>>(what: &str, data: &'a str) -> Result<T, ModelError> {
+    serde_json::from_str(data).map_err(|e| {
+        ModelError::new(
+            false,
+            format!("provider sent malformed JSON in {what}: {e}"),
+        )
+    })
+}
+
+/// What a provider's error JSON says, in the shapes seen in practice:
+/// `{"error":{"type","code","message"}}` (OpenAI, Anthropic, llama.cpp, vLLM),
+/// `{"error":"..."}`, `{"message":"..."}`, `{"detail":"..."}`.
+#[derive(Debug, Default)]
+struct ProviderErrorBody<'a> {
+    kind: Option<&'a str>,
+    code: Option<&'a Value>,
+    message: Option<&'a str>,
+}
+
+impl<'a> ProviderErrorBody<'a> {
+    fn read(value: &'a Value) -> Self {
+        match value.get("error") {
+            Some(error @ Value::Object(_)) => ProviderErrorBody {
+                kind: error.get("type").and_then(Value::as_str),
+                code: error.get("code").filter(|code| !code.is_null()),
+                message: error.get("message").and_then(Value::as_str),
+            },
+            Some(Value::String(message)) => ProviderErrorBody {
+                message: Some(message),
+                ..Default::default()
+            },
+            _ => ProviderErrorBody {
+                kind: value.get("type").and_then(Value::as_str),
+                code: None,
+                message: ["message", "detail"]
+                    .iter()
+                    .find_map(|field| value.get(field).and_then(Value::as_str)),
+            },
+        }
+    }
+
+    fn code_str(&self) -> Option<&'a str> {
+        self.code.and_then(Value::as_str)
+    }
+}
+
+/// Error kinds that mean "try again later": server faults, overload, rate
+/// limits, timeouts (OpenAI and Anthropic spellings).
+fn retryable_kind(kind: &str) -> bool {
+    matches!(
+        kind,
+        "server_error"
+            | "api_error"
+            | "overloaded_error"
+            | "rate_limit_error"
+            | "rate_limit_exceeded"
+            | "timeout_error"
+    )
+}
+
+fn retryable_status(status: u16) -> bool {
+    matches!(status, 408 | 409 | 429 | 500..=599)
+}
+
+/// A failed HTTP status with its (host-bounded) body. 408, 409, 429 and 5xx
+/// are retryable, except a 429 that says the account is out of quota: that
+/// does not pass by waiting.
+pub fn classify_status(status: u16, body: &str) -> ModelError {
+    let value = serde_json::from_str::<Value>(body).ok();
+    let error = value
+        .as_ref()
+        .map(ProviderErrorBody::read)
+        .unwrap_or_default();
+    let out_of_quota = [error.kind, error.code_str()].contains(&Some("insufficient_quota"));
+    let retryable = retryable_status(status) && !out_of_quota;
+    let message = match error.message {
+        Some(message) => message,
+        None => body,
+    };
+    let message = message.trim();
+    // Cut before formatting: an HTML error page can be large.
+    let message = &message[..message.floor_char_boundary(DIAGNOSTIC_BYTES_MAX)];
+    if message.is_empty() {
+        ModelError::new(retryable, format!("provider answered HTTP {status}"))
+    } else {
+        ModelError::new(
+            retryable,
+            format!("provider answered HTTP {status}: {message}"),
+        )
+    }
+}
+
+/// An error the provider reported inside a 200 stream.
+fn stream_error(data: &str) -> ModelError {
+    let value = serde_json::from_str::<Value>(data).ok();
+    let error = value
+        .as_ref()
+        .map(ProviderErrorBody::read)
+        .unwrap_or_default();
+    let retryable = error.kind.is_some_and(retryable_kind)
+        || error.code_str().is_some_and(retryable_kind)
+        // vLLM and llama.cpp put an HTTP status in `code`.
+        || error
+            .code
+            .and_then(Value::as_u64)
+            .and_then(|code| u16::try_from(code).ok())
+            .is_some_and(retryable_status);
+    let message = error.message.unwrap_or(data).trim();
+    let message = &message[..message.floor_char_boundary(DIAGNOSTIC_BYTES_MAX)];
+    let diagnostic = match error.kind {
+        Some(kind) => format!("provider stream error: {kind}: {message}"),
+        None => format!("provider stream error: {message}"),
+    };
+    ModelError::new(retryable, diagnostic)
+}
+
+/// One model answer, accumulated from its stream. Bounded: text, ids, names
+/// and arguments together by `ANSWER_BYTES_MAX`, calls by
+/// `TOOL_CALLS_PER_STEP_MAX`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Answer {
+    pub text: String,
+    pub usage: Option<Usage>,
+    /// In order of first appearance.
+    pub tool_calls: Vec<ToolCall>,
+    pub finish_reason: Option<String>,
+    /// The stream index of each entry of `tool_calls`.
+    tool_indexes: Vec<u32>,
+    bytes: usize,
+}
+
+impl Answer {
+    pub fn apply(&mut self, event: &StreamEvent) -> Result<(), ModelError> {
+        match event {
+            StreamEvent::TextDelta(text) => {
+                self.charge(text.len())?;
+                self.text.push_str(text);
+            }
+            StreamEvent::ToolCallDelta {
+                index,
+                id,
+                name,
+                arguments,
+            } => {
+                let position = match self.tool_indexes.iter().position(|i| i == index) {
+                    Some(position) => position,
+                    None => {
+                        if self.tool_calls.len() >= TOOL_CALLS_PER_STEP_MAX {
+                            return Err(ModelError::new(
+                                false,
+                                format!(
+                                    "model asked for more than {TOOL_CALLS_PER_STEP_MAX} tool calls in one step"
+                                ),
+                            ));
+                        }
+                        self.tool_indexes.push(*index);
+                        self.tool_calls.push(ToolCall::default());
+                        self.tool_calls.len() - 1
+                    }
+                };
+                // Some servers repeat id and name on every piece: the first wins.
+                let call = &self.tool_calls[position];
+                let id = id.as_deref().filter(|_| call.id.is_empty());
+                let name = name.as_deref().filter(|_| call.name.is_empty());
+                let added = id.map_or(0, str::len) + name.map_or(0, str::len) + arguments.len();
+                self.charge(added)?;
+                let call = &mut self.tool_calls[position];
+                if let Some(id) = id {
+                    call.id.push_str(id);
+                }
+                if let Some(name) = name {
+                    call.name.push_str(name);
+                }
+                call.arguments.push_str(arguments);
+            }
+            StreamEvent::Usage(usage) => self.usage = Some(*usage),
+            StreamEvent::Finished { reason } => self.finish_reason = Some(reason.clone()),
+        }
+        Ok(())
+    }
+
+    fn charge(&mut self, bytes: usize) -> Result<(), ModelError> {
+        if self.bytes + bytes > ANSWER_BYTES_MAX {
+            return Err(ModelError::new(
+                false,
+                format!("model answer exceeds {ANSWER_BYTES_MAX} bytes"),
+            ));
+        }
+        self.bytes += bytes;
+        Ok(())
+    }
+}
+
+/// When to try a failed call again: exponential backoff, capped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    pub attempts_max: u32,
+    pub base_delay_ms: u64,
+    pub max_delay_ms: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            attempts_max: 10,
+            base_delay_ms: 3_000,
+            max_delay_ms: 60_000,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait after attempt `failed_attempt` (1-based) failed:
+    /// base, 2·base, 4·base, ... capped at `max_delay_ms`.
+    pub fn delay_ms(&self, failed_attempt: u32) -> u64 {
+        let doublings = failed_attempt.saturating_sub(1).min(63);
+        self.base_delay_ms
+            .saturating_mul(1u64 << doublings)
+            .min(self.max_delay_ms)
+    }
+
+    /// The wait before the next attempt, or `None` when `error` is final:
+    /// not retryable, or `failed_attempt` was the last one allowed.
+    pub fn retry_after_ms(&self, error: &ModelError, failed_attempt: u32) -> Option<u64> {
+        (error.retryable && failed_attempt < self.attempts_max)
+            .then(|| self.delay_ms(failed_attempt))
+    }
+}
+
+#[cfg(test)]
+mod tests;

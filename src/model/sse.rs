@@ -1,0 +1,218 @@
+//! Incremental Server-Sent Events decoder (the WHATWG "event stream
+//! interpretation", minus `id`/`retry`, which a one-shot POST never uses).
+//! Bytes go in at any boundary; whole events come out. Lines are split on
+//! bytes, so a chunk ending inside a UTF-8 sequence is harmless: a line is
+//! decoded only once it is complete. Every buffer is bounded.
+
+use super::ModelError;
+use crate::limits::SSE_LINE_BYTES_MAX;
+
+/// One dispatched event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The `event:` field, when the event had one.
+    pub event: Option<String>,
+    /// The `data:` lines, joined with `\n`.
+    pub data: String,
+}
+
+#[derive(Debug, Default)]
+pub struct SseDecoder {
+    /// The current, incomplete line.
+    line: Vec<u8>,
+    /// The previous chunk ended on `\r`: a leading `\n` completes that line
+    /// ending rather than ending an empty line (which would dispatch).
+    after_cr: bool,
+    event: Option<String>,
+    /// Each `data:` value followed by `\n`, as the standard builds it.
+    data: String,
+}
+
+impl SseDecoder {
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, ModelError> {
+        let mut events = Vec::new();
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            if self.after_cr {
+                self.after_cr = false;
+                if rest[0] == b'\n' {
+                    rest = &rest[1..];
+                    continue;
+                }
+            }
+            match rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+                Some(end) => {
+                    self.extend_line(&rest[..end])?;
+                    self.after_cr = rest[end] == b'\r';
+                    rest = &rest[end + 1..];
+                    // Taken and put back so the buffer's capacity is reused.
+                    let line = std::mem::take(&mut self.line);
+                    let outcome = self.process_line(&line, &mut events);
+                    self.line = line;
+                    self.line.clear();
+                    outcome?;
+                }
+                None => {
+                    self.extend_line(rest)?;
+                    break;
+                }
+            }
+        }
+        Ok(events)
+    }
+
+    fn extend_line(&mut self, bytes: &[u8]) -> Result<(), ModelError> {
+        if self.line.len() + bytes.len() > SSE_LINE_BYTES_MAX {
+            return Err(too_long("line"));
+        }
+        self.line.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn process_line(&mut self, line: &[u8], events: &mut Vec<SseEvent>) -> Result<(), ModelError> {
+        if line.is_empty() {
+            self.dispatch(events);
+            return Ok(());
+        }
+        // The standard decodes the stream as UTF-8 with replacement.
+        let line = String::from_utf8_lossy(line);
+        if line.starts_with(':') {
+            return Ok(()); // a comment (keep-alive)
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (line.as_ref(), ""),
+        };
+        match field {
+            "event" => self.event = Some(value.to_owned()),
+            "data" => {
+                if self.data.len() + value.len() + 1 > SSE_LINE_BYTES_MAX {
+                    return Err(too_long("event's data"));
+                }
+                self.data.push_str(value);
+                self.data.push('\n');
+            }
+            _ => {} // id, retry and unknown fields
+        }
+        Ok(())
+    }
+
+    fn dispatch(&mut self, events: &mut Vec<SseEvent>) {
+        let event = self.event.take();
+        if self.data.is_empty() {
+            return; // the standard drops an event without data
+        }
+        let mut data = std::mem::take(&mut self.data);
+        data.pop(); // the last line's `\n`
+        events.push(SseEvent { event, data });
+    }
+}
+
+fn too_long(what: &str) -> ModelError {
+    ModelError::new(
+        false,
+        format!("provider stream: an SSE {what} exceeds {SSE_LINE_BYTES_MAX} bytes"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(event: Option<&str>, data: &str) -> SseEvent {
+        SseEvent {
+            event: event.map(str::to_owned),
+            data: data.to_owned(),
+        }
+    }
+
+    fn decode(chunks: &[&[u8]]) -> Vec<SseEvent> {
+        let mut decoder = SseDecoder::default();
+        let mut out = Vec::new();
+        for chunk in chunks {
+            out.extend(decoder.push(chunk).unwrap());
+        }
+        out
+    }
+
+    #[test]
+    fn fields_comments_and_multiline_data() {
+        let stream = b": keep-alive\n\
+            event: first\n\
+            data: a\n\
+            data:b\n\
+            data\n\
+            id: 7\n\
+            retry: 100\n\
+            \n\
+            data: second\n\
+            \n\
+            event: no-data\n\
+            \n\
+            data: third\n\
+            \n";
+        assert_eq!(
+            decode(&[stream]),
+            vec![
+                ev(Some("first"), "a\nb\n"),
+                ev(None, "second"),
+                // `event:` of an event without data does not leak into the next.
+                ev(None, "third"),
+            ]
+        );
+    }
+
+    #[test]
+    fn line_endings_across_chunks() {
+        // \r\n split between chunks, a bare \r, and a \r\n blank line.
+        let events = decode(&[b"data: x\r", b"\ndata: y\r", b"\r", b"\n", b"data: z\r\r"]);
+        assert_eq!(events, vec![ev(None, "x\ny"), ev(None, "z")]);
+    }
+
+    #[test]
+    fn incomplete_event_is_not_dispatched() {
+        assert_eq!(decode(&[b"data: a\n"]), vec![]);
+        assert_eq!(decode(&[b"data: a\n\ndata: b"]), vec![ev(None, "a")]);
+    }
+
+    #[test]
+    fn utf8_split_inside_a_character() {
+        let bytes = "data: héllo 🍄\n\n".as_bytes();
+        for split in 0..=bytes.len() {
+            let (a, b) = bytes.split_at(split);
+            assert_eq!(decode(&[a, b]), vec![ev(None, "héllo 🍄")]);
+        }
+    }
+
+    #[test]
+    fn a_line_at_the_limit_passes_one_byte_more_fails() {
+        let mut decoder = SseDecoder::default();
+        let prefix = b"data: ";
+        let fill = vec![b'x'; SSE_LINE_BYTES_MAX - prefix.len()];
+        decoder.push(prefix).unwrap();
+        decoder.push(&fill).unwrap();
+        let events = decoder.push(b"\n\n").unwrap();
+        assert_eq!(events[0].data.len(), SSE_LINE_BYTES_MAX - prefix.len());
+
+        decoder.push(prefix).unwrap();
+        decoder.push(&fill).unwrap();
+        let error = decoder.push(b"x").unwrap_err();
+        assert!(!error.retryable);
+        assert!(error.diagnostic.contains("line exceeds"), "{error}");
+    }
+
+    #[test]
+    fn joined_data_is_bounded_too() {
+        let mut decoder = SseDecoder::default();
+        let line = format!("data: {}\n", "x".repeat(SSE_LINE_BYTES_MAX / 4));
+        let mut result = Ok(Vec::new());
+        for _ in 0..5 {
+            result = decoder.push(line.as_bytes());
+            if result.is_err() {
+                break;
+            }
+        }
+        let error = result.unwrap_err();
+        assert!(error.diagnostic.contains("data exceeds"), "{error}");
+    }
+}

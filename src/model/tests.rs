@@ -1,0 +1,371 @@
+//! Tests of the shared model layer, and helpers for the provider tests.
+
+use super::*;
+
+pub(super) fn request_fixture(spelling: &str, images: bool) -> (ModelSpec, Vec<ModelMessage>) {
+    let images = if images {
+        vec![
+            Image {
+                media_type: "image/png".into(),
+                data: "iVBORw0KGgo=".into(),
+            },
+            Image {
+                media_type: "image/jpeg".into(),
+                data: "/9j/4AAQ".into(),
+            },
+        ]
+    } else {
+        Vec::new()
+    };
+    let messages = vec![
+        ModelMessage {
+            role: Role::User,
+            text: "What is in this picture?".into(),
+            images,
+        },
+        ModelMessage {
+            role: Role::Assistant,
+            text: "A mushroom.".into(),
+            images: Vec::new(),
+        },
+        ModelMessage {
+            role: Role::User,
+            text: "Which kind?".into(),
+            images: Vec::new(),
+        },
+    ];
+    (ModelSpec::parse(spelling).unwrap(), messages)
+}
+
+pub(super) fn crlf(stream: &str) -> String {
+    stream.replace('\n', "\r\n")
+}
+
+pub(super) fn answer_of(events: &[StreamEvent]) -> Answer {
+    let mut answer = Answer::default();
+    for event in events {
+        answer.apply(event).unwrap();
+    }
+    answer
+}
+
+fn decode_in_chunks<'a>(
+    provider: Provider,
+    chunks: impl IntoIterator<Item = &'a [u8]>,
+) -> Vec<StreamEvent> {
+    let mut decoder = StreamDecoder::new(provider);
+    let mut events = Vec::new();
+    for chunk in chunks {
+        events.extend(decoder.push(chunk).unwrap());
+    }
+    events.extend(decoder.finish().unwrap());
+    events
+}
+
+/// Decodes `stream` whole, split at every position, byte by byte and in
+/// pseudo-random 1..=17-byte chunks; all must agree. Returns the events.
+pub(super) fn assert_split_invariant(provider: Provider, stream: &[u8]) -> Vec<StreamEvent> {
+    let whole = decode_in_chunks(provider, [stream]);
+    for split in 0..=stream.len() {
+        let (a, b) = stream.split_at(split);
+        assert_eq!(
+            decode_in_chunks(provider, [a, b]),
+            whole,
+            "split at {split}"
+        );
+    }
+    assert_eq!(
+        decode_in_chunks(provider, stream.chunks(1)),
+        whole,
+        "byte by byte"
+    );
+    for seed in 1..=16u64 {
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mut chunks = Vec::new();
+        let mut rest = stream;
+        while !rest.is_empty() {
+            // xorshift64: deterministic, no dependency.
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let size = (1 + state % 17) as usize;
+            let (chunk, tail) = rest.split_at(size.min(rest.len()));
+            chunks.push(chunk);
+            rest = tail;
+        }
+        assert_eq!(decode_in_chunks(provider, chunks), whole, "seed {seed}");
+    }
+    whole
+}
+
+#[test]
+fn model_spec_parse() {
+    let spec = ModelSpec::parse("openai/gpt-4o-mini").unwrap();
+    assert_eq!(
+        (spec.provider, spec.model.as_str()),
+        (Provider::OpenAi, "gpt-4o-mini")
+    );
+    let spec = ModelSpec::parse("anthropic/claude-sonnet-4-5").unwrap();
+    assert_eq!(
+        (spec.provider, spec.model.as_str()),
+        (Provider::Anthropic, "claude-sonnet-4-5")
+    );
+    let spec = ModelSpec::parse("openai/meta-llama/Llama-3").unwrap();
+    assert_eq!(spec.model, "meta-llama/Llama-3");
+
+    let error = ModelSpec::parse("gemini/gemini-2.5-pro").unwrap_err();
+    assert!(error.contains("unknown provider `gemini`"), "{error}");
+    assert!(error.contains("openai or anthropic"), "{error}");
+    assert!(ModelSpec::parse("openai/").unwrap_err().contains("empty"));
+    assert!(ModelSpec::parse("gpt-4o")
+        .unwrap_err()
+        .contains("provider/model"));
+    assert!(ModelSpec::parse("OpenAI/gpt-4o").is_err());
+}
+
+#[test]
+fn provider_config_defaults() {
+    let config = ProviderConfig::new(Provider::OpenAi, None, None);
+    assert_eq!(config.base_url, "https://api.openai.com/v1");
+    assert_eq!(config.api_key, None);
+    let config = ProviderConfig::new(Provider::Anthropic, Some(String::new()), None);
+    assert_eq!(config.base_url, "https://api.anthropic.com");
+    let config = ProviderConfig::new(
+        Provider::OpenAi,
+        Some("http://localhost:11434/v1".into()),
+        None,
+    );
+    assert_eq!(config.base_url, "http://localhost:11434/v1");
+}
+
+#[test]
+fn debug_output_never_shows_the_key() {
+    let (spec, messages) = request_fixture("openai/gpt-4o-mini", false);
+    let req = ModelRequest {
+        spec: &spec,
+        instructions: None,
+        messages: &messages,
+        max_output_tokens: 1,
+    };
+    let config = ProviderConfig::new(Provider::OpenAi, None, Some("sk-secret-42".into()));
+    let call = build_call(&config, &req);
+    assert!(call
+        .headers
+        .iter()
+        .any(|(_, value)| value.contains("sk-secret-42")));
+    for debug in [format!("{config:?}"), format!("{call:?}")] {
+        assert!(!debug.contains("sk-secret-42"), "{debug}");
+    }
+    assert!(!call.body.contains("sk-secret-42"));
+}
+
+#[test]
+fn classify_status_table() {
+    let retryable = [408, 409, 429, 500, 502, 503, 504, 529, 599];
+    let final_ = [400, 401, 403, 404, 413, 422, 300, 600];
+    for status in retryable {
+        assert!(classify_status(status, "").retryable, "{status}");
+    }
+    for status in final_ {
+        assert!(!classify_status(status, "").retryable, "{status}");
+    }
+}
+
+#[test]
+fn classify_status_extracts_the_message() {
+    let cases = [
+        (
+            401,
+            r#"{"error":{"message":"Incorrect API key provided: sk-abc***xyz. You can find your API key at https://platform.openai.com/account/api-keys.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}"#,
+            false,
+            "provider answered HTTP 401: Incorrect API key provided: sk-abc***xyz. You can find your API key at https://platform.openai.com/account/api-keys.",
+        ),
+        (
+            529,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":"req_011CSHoEeqs5C35K2UUqR7Fy"}"#,
+            true,
+            "provider answered HTTP 529: Overloaded",
+        ),
+        (
+            429,
+            r#"{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#,
+            false,
+            "provider answered HTTP 429: You exceeded your current quota, please check your plan and billing details.",
+        ),
+        (
+            429,
+            r#"{"error":{"message":"Rate limit reached for gpt-4o-mini","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#,
+            true,
+            "provider answered HTTP 429: Rate limit reached for gpt-4o-mini",
+        ),
+        (404, r#"{"error":"model \"llama3\" not found, try pulling it first"}"#, false,
+            "provider answered HTTP 404: model \"llama3\" not found, try pulling it first"),
+        (400, r#"{"detail":"Not Found"}"#, false, "provider answered HTTP 400: Not Found"),
+        (502, "<html><body>Bad Gateway</body></html>\n", true,
+            "provider answered HTTP 502: <html><body>Bad Gateway</body></html>"),
+        (503, "   ", true, "provider answered HTTP 503"),
+        (500, r#"{"unexpected":true}"#, true, r#"provider answered HTTP 500: {"unexpected":true}"#),
+    ];
+    for (status, body, retryable, diagnostic) in cases {
+        let error = classify_status(status, body);
+        assert_eq!(
+            (error.retryable, error.diagnostic.as_str()),
+            (retryable, diagnostic)
+        );
+    }
+}
+
+#[test]
+fn diagnostics_are_bounded_on_a_char_boundary() {
+    let body = "é".repeat(5_000); // 10 KB, two bytes a character
+    let error = classify_status(500, &body);
+    assert!(error.diagnostic.len() <= DIAGNOSTIC_BYTES_MAX);
+    assert!(error.diagnostic.ends_with('…'));
+    let json = format!(r#"{{"error":{{"message":"{}"}}}}"#, "🍄".repeat(2_600));
+    let error = classify_status(400, &json);
+    assert!(error.diagnostic.len() <= DIAGNOSTIC_BYTES_MAX);
+    assert!(error.diagnostic.len() > DIAGNOSTIC_BYTES_MAX - 8);
+    let error = ModelError::new(true, "x".repeat(DIAGNOSTIC_BYTES_MAX));
+    assert_eq!(error.diagnostic.len(), DIAGNOSTIC_BYTES_MAX);
+    assert!(!error.diagnostic.ends_with('…'));
+    let in_stream = format!(
+        "event: error\ndata: {{\"type\":\"error\",\"error\":{{\"type\":\"api_error\",\"message\":\"{}\"}}}}\n\n",
+        "ü".repeat(5_000)
+    );
+    let error = StreamDecoder::new(Provider::Anthropic)
+        .push(in_stream.as_bytes())
+        .unwrap_err();
+    assert!(error.diagnostic.len() <= DIAGNOSTIC_BYTES_MAX);
+}
+
+#[test]
+fn retry_policy_delays() {
+    let policy = RetryPolicy::default();
+    assert_eq!(
+        (
+            policy.attempts_max,
+            policy.base_delay_ms,
+            policy.max_delay_ms
+        ),
+        (10, 3_000, 60_000)
+    );
+    let delays: Vec<u64> = (1..=9).map(|attempt| policy.delay_ms(attempt)).collect();
+    assert_eq!(
+        delays,
+        [3_000, 6_000, 12_000, 24_000, 48_000, 60_000, 60_000, 60_000, 60_000]
+    );
+    assert_eq!(policy.delay_ms(0), 3_000);
+    assert_eq!(policy.delay_ms(u32::MAX), 60_000);
+    let huge = RetryPolicy {
+        attempts_max: 3,
+        base_delay_ms: u64::MAX / 2,
+        max_delay_ms: u64::MAX,
+    };
+    assert_eq!(huge.delay_ms(10), u64::MAX);
+
+    let transient = ModelError::new(true, "provider answered HTTP 503");
+    let fatal = ModelError::new(false, "provider answered HTTP 400");
+    assert_eq!(policy.retry_after_ms(&transient, 1), Some(3_000));
+    assert_eq!(policy.retry_after_ms(&transient, 9), Some(60_000));
+    assert_eq!(policy.retry_after_ms(&transient, 10), None);
+    assert_eq!(policy.retry_after_ms(&fatal, 1), None);
+}
+
+#[test]
+fn answer_text_is_bounded() {
+    let mut answer = Answer::default();
+    let half = "x".repeat(ANSWER_BYTES_MAX / 2);
+    answer.apply(&StreamEvent::TextDelta(half.clone())).unwrap();
+    answer.apply(&StreamEvent::TextDelta(half)).unwrap();
+    let error = answer
+        .apply(&StreamEvent::TextDelta("y".into()))
+        .unwrap_err();
+    assert!(!error.retryable);
+    assert_eq!(answer.text.len(), ANSWER_BYTES_MAX);
+}
+
+#[test]
+fn tool_arguments_count_toward_the_answer_bound() {
+    let mut answer = Answer::default();
+    answer
+        .apply(&StreamEvent::TextDelta("x".repeat(ANSWER_BYTES_MAX - 10)))
+        .unwrap();
+    let error = answer
+        .apply(&StreamEvent::ToolCallDelta {
+            index: 0,
+            id: Some("call_1".into()),
+            name: Some("f".into()),
+            arguments: "{\"a\":1}".into(),
+        })
+        .unwrap_err();
+    assert!(!error.retryable);
+}
+
+#[test]
+fn tool_calls_are_bounded_and_merged_by_index() {
+    let mut answer = Answer::default();
+    for index in 0..TOOL_CALLS_PER_STEP_MAX as u32 {
+        // Indexes need not be dense or start at 0.
+        let index = index * 2 + 1;
+        for piece in ["{\"n\":", "1}"] {
+            answer
+                .apply(&StreamEvent::ToolCallDelta {
+                    index,
+                    id: Some(format!("call_{index}")),
+                    name: Some("f".into()),
+                    arguments: piece.into(),
+                })
+                .unwrap();
+        }
+    }
+    assert_eq!(answer.tool_calls.len(), TOOL_CALLS_PER_STEP_MAX);
+    assert_eq!(
+        answer.tool_calls[1],
+        ToolCall {
+            id: "call_3".into(),
+            name: "f".into(),
+            arguments: "{\"n\":1}".into(),
+        }
+    );
+    let error = answer
+        .apply(&StreamEvent::ToolCallDelta {
+            index: 0,
+            id: Some("call_x".into()),
+            name: Some("f".into()),
+            arguments: String::new(),
+        })
+        .unwrap_err();
+    assert!(!error.retryable);
+    assert!(
+        error.diagnostic.contains("more than 64 tool calls"),
+        "{error}"
+    );
+}
+
+#[test]
+fn usage_and_finish_reason_last_wins() {
+    let mut answer = Answer::default();
+    for event in [
+        StreamEvent::Usage(Usage {
+            input_tokens: 1,
+            output_tokens: 1,
+        }),
+        StreamEvent::Finished {
+            reason: "length".into(),
+        },
+        StreamEvent::Usage(Usage {
+            input_tokens: 5,
+            output_tokens: 9,
+        }),
+    ] {
+        answer.apply(&event).unwrap();
+    }
+    assert_eq!(
+        answer.usage,
+        Some(Usage {
+            input_tokens: 5,
+            output_tokens: 9
+        })
+    );
+    assert_eq!(answer.finish_reason.as_deref(), Some("length"));
+}

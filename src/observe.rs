@@ -1,0 +1,44 @@
+//! Observation: the frames a watcher receives after its snapshot. Frames are
+//! built by the core and published by the host after the transition that
+//! caused them commits (persist, then send); streamed tokens exist only as
+//! frames, never as rows.
+
+use crate::run::Settlement;
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum Frame {
+    #[serde(rename_all = "camelCase")]
+    Admitted {
+        command_id: String,
+        request_id: Option<String>,
+    },
+    #[serde(rename_all = "camelCase")]
+    Started {
+        command_id: String,
+        attempt: u32,
+    },
+    #[serde(rename_all = "camelCase")]
+    Delta {
+        command_id: String,
+        text: String,
+    },
+    Message {
+        message: Box<RawValue>,
+    },
+    Settled {
+        settlement: Settlement,
+    },
+}
+
+/// A failed model call, published as a `runtime-error` event.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeError {
+    pub command_id: String,
+    pub diagnostic: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_in_ms: Option<i64>,
+}

@@ -1,0 +1,424 @@
+//! The run loop's state machine (seed: "Accept, execute and observe"):
+//! claim the head of each idle Session's queue, resume turns a dead instance
+//! left running, record each step's answer, retry failed model calls on a
+//! durable timer, and settle every command exactly once.
+//!
+//! Pure transitions over the store; the host performs the model calls and
+//! tells the outcome back. Every function here is one atomic transition.
+//!
+//! Invariants:
+//! - one running turn per Session (a head plus the steer prompts it joined);
+//! - a turn's steps are appended only by its current attempt (`attempt`
+//!   guards every write), so an answer is never appended twice and a stale
+//!   attempt (from before a restart or a cancel) changes nothing;
+//! - a command's settlement is written once (`Store::settle` only leaves
+//!   pending or running).
+
+pub mod settlement;
+
+use crate::error::ApiError;
+use crate::session::admission::prompt_input;
+use crate::session::command::{Delivery, Image};
+use crate::session::read::{message_body, Message};
+use crate::session::Ctx;
+use crate::sql::atomically;
+use crate::store::{CommandRow, Kind, State, Store, Terminal};
+use serde::Deserialize;
+pub use settlement::{Settlement, TokenUsage};
+
+/// Most messages of the transcript a model call sees (newest kept).
+pub const CONTEXT_MESSAGES_MAX: usize = 200;
+/// Most turns one reconciliation pass claims; the next pass takes the rest.
+pub const CLAIMS_PER_PASS_MAX: usize = 64;
+
+/// A message of the model context, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextMessage {
+    pub role: ContextRole,
+    pub text: String,
+    pub images: Vec<Image>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContextRole {
+    User,
+    Assistant,
+}
+
+/// One model step to perform: who it is for and what the model sees.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub session_id: String,
+    /// The turn's head command.
+    pub command_id: String,
+    /// Guards every write this step's outcome makes.
+    pub attempt: u32,
+    pub context: Vec<ContextMessage>,
+}
+
+/// What a finished model step produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepAnswer {
+    pub text: String,
+    pub usage: Option<TokenUsage>,
+    pub tool_call_count: u32,
+}
+
+/// The outcome of [`complete_step`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepOutcome {
+    /// The turn settled; every command of it carries this settlement.
+    Settled(Vec<Settlement>),
+    /// Steer prompts joined: call the model again with this step.
+    Continue(Step),
+    /// The attempt is no longer current (cancelled, or superseded after a
+    /// restart); nothing was written.
+    Stale,
+}
+
+/// The outcome of [`fail_attempt`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum FailOutcome {
+    /// Retry when the durable timer fires at `retry_at` (ms since epoch).
+    Retry {
+        retry_at: i64,
+    },
+    Settled(Vec<Settlement>),
+    Stale,
+}
+
+/// Retry policy of the host, as the state machine needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempts {
+    /// Model-call attempts per turn, restarts included.
+    pub max: u32,
+}
+
+/// Claims every turn that can run now: the queue head of each idle Session
+/// and every running turn that is neither live in this instance nor waiting
+/// on its retry timer. `is_live(head)` tells whether this instance is
+/// executing that turn right now. Turns past the attempt limit settle
+/// (`failed` after a failed call, `interrupted` after restarts).
+pub fn reconcile(
+    ctx: &mut Ctx<'_>,
+    is_live: &dyn Fn(&str) -> bool,
+    attempts: Attempts,
+) -> Result<(Vec<Step>, Vec<Settlement>), ApiError> {
+    let store = ctx.store;
+    let now_ms = ctx.now_ms;
+    atomically(store.sql(), || {
+        // Reads first (a transition writes last).
+        let mut resumable = Vec::new();
+        for head in store.running_heads()? {
+            if is_live(&head.command_id) || head.retry_at.is_some_and(|at| at > now_ms) {
+                continue;
+            }
+            let turn = store.turn(&head.command_id)?;
+            let context = context(store, &head.session_id, &[])?;
+            resumable.push((head, turn, context));
+            if resumable.len() == CLAIMS_PER_PASS_MAX {
+                break;
+            }
+        }
+        let mut fresh = Vec::new();
+        let room = CLAIMS_PER_PASS_MAX - resumable.len();
+        for session_id in store.idle_sessions_with_pending(room)? {
+            let Some(head) = store.pending(&session_id)?.into_iter().next() else {
+                continue;
+            };
+            let prompt = user_message(&head, now_ms)?;
+            let context = context(store, &session_id, std::slice::from_ref(&prompt.1))?;
+            fresh.push((head, prompt, context));
+        }
+
+        let mut steps = Vec::new();
+        let mut settled = Vec::new();
+        for (head, turn, context) in resumable {
+            if head.attempt >= attempts.max {
+                let (terminal, diagnostic) = match (&head.retry_at, &head.last_error) {
+                    (Some(_), Some(error)) => (Terminal::Failed, error.clone()),
+                    _ => (
+                        Terminal::Interrupted,
+                        format!(
+                            "the turn was interrupted by a runtime restart, eviction or reset \
+                             {} time(s); attempt limit {} reached",
+                            head.attempt, attempts.max
+                        ),
+                    ),
+                };
+                settled.extend(settle_turn(
+                    store,
+                    &turn,
+                    terminal,
+                    None,
+                    Some(&diagnostic),
+                    now_ms,
+                )?);
+                continue;
+            }
+            let attempt = head.attempt + 1;
+            store.claim(&head.command_id, None, attempt, now_ms)?;
+            steps.push(Step {
+                session_id: head.session_id.clone(),
+                command_id: head.command_id,
+                attempt,
+                context,
+            });
+        }
+        for (head, (entry_id, prompt), context) in fresh {
+            store.claim(&head.command_id, None, 1, now_ms)?;
+            store.insert_message(&entry_id, &head.session_id, &prompt.body)?;
+            steps.push(Step {
+                session_id: head.session_id.clone(),
+                command_id: head.command_id,
+                attempt: 1,
+                context,
+            });
+        }
+        Ok((steps, settled))
+    })
+}
+
+/// Records a finished model step of the turn headed by `command_id`. With
+/// steer prompts waiting, they join the turn and the model is called again;
+/// otherwise the turn settles `completed` and its answer is appended, in one
+/// write.
+pub fn complete_step(
+    ctx: &mut Ctx<'_>,
+    command_id: &str,
+    attempt: u32,
+    answer: &StepAnswer,
+) -> Result<StepOutcome, ApiError> {
+    let store = ctx.store;
+    let now_ms = ctx.now_ms;
+    let ids = &mut *ctx.ids;
+    atomically(store.sql(), || {
+        let turn = store.turn(command_id)?;
+        let Some(head) = current_head(&turn, command_id, attempt) else {
+            return Ok(StepOutcome::Stale);
+        };
+        let usage = TokenUsage::sum(head.usage.as_deref(), answer.usage)?;
+        let steers = store.pending_steers(&head.session_id)?;
+        let answer_id = ids.next_id("msg_");
+        let answer_body = message_body(&Message {
+            entry_id: &answer_id,
+            role: "assistant",
+            text: &answer.text,
+            request_id: None,
+            command_id: Some(command_id),
+            images: &[],
+            meta: None,
+            created_at: now_ms,
+        })?;
+        if steers.is_empty() {
+            store.insert_message(&answer_id, &head.session_id, &answer_body)?;
+            let settled = settle_turn(
+                store,
+                &turn,
+                Terminal::Completed,
+                Some((&answer.text, usage, answer.tool_call_count)),
+                None,
+                now_ms,
+            )?;
+            return Ok(StepOutcome::Settled(settled));
+        }
+        let joined = steers
+            .iter()
+            .map(|s| user_message(s, now_ms))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut unwritten = vec![Pending {
+            body: answer_body.clone(),
+        }];
+        unwritten.extend(joined.iter().map(|(_, p)| Pending {
+            body: p.body.clone(),
+        }));
+        let context = context(store, &head.session_id, &unwritten)?;
+        store.insert_message(&answer_id, &head.session_id, &answer_body)?;
+        for (steer, (entry_id, prompt)) in steers.iter().zip(&joined) {
+            store.claim(&steer.command_id, Some(command_id), attempt, now_ms)?;
+            store.insert_message(entry_id, &head.session_id, &prompt.body)?;
+        }
+        if let Some(usage) = usage {
+            store.set_usage(
+                command_id,
+                &serde_json::to_string(&usage).map_err(internal)?,
+            )?;
+        }
+        Ok(StepOutcome::Continue(Step {
+            session_id: head.session_id.clone(),
+            command_id: command_id.to_owned(),
+            attempt,
+            context,
+        }))
+    })
+}
+
+/// Records a failed model call: a retryable failure under the attempt limit
+/// arms the durable retry timer; anything else settles the turn `failed`.
+pub fn fail_attempt(
+    ctx: &mut Ctx<'_>,
+    command_id: &str,
+    attempt: u32,
+    retryable: bool,
+    diagnostic: &str,
+    attempts: Attempts,
+    retry_delay_ms: u64,
+) -> Result<FailOutcome, ApiError> {
+    let store = ctx.store;
+    let now_ms = ctx.now_ms;
+    atomically(store.sql(), || {
+        let turn = store.turn(command_id)?;
+        if current_head(&turn, command_id, attempt).is_none() {
+            return Ok(FailOutcome::Stale);
+        }
+        if retryable && attempt < attempts.max {
+            let retry_at = now_ms.saturating_add(i64::try_from(retry_delay_ms).unwrap_or(i64::MAX));
+            store.schedule_retry(command_id, retry_at, diagnostic)?;
+            return Ok(FailOutcome::Retry { retry_at });
+        }
+        let diagnostic = if retryable {
+            format!(
+                "{diagnostic} (attempt {attempt} of {}; no attempts left)",
+                attempts.max
+            )
+        } else {
+            diagnostic.to_owned()
+        };
+        let settled = settle_turn(
+            store,
+            &turn,
+            Terminal::Failed,
+            None,
+            Some(&diagnostic),
+            now_ms,
+        )?;
+        Ok(FailOutcome::Settled(settled))
+    })
+}
+
+/// The earliest moment reconciliation has work: `now_ms` when a turn can be
+/// claimed or resumed now, the earliest retry timer otherwise, `None` when
+/// nothing waits. Live turns are the host's to watch.
+pub fn next_deadline(
+    store: Store<'_>,
+    now_ms: i64,
+    is_live: &dyn Fn(&str) -> bool,
+) -> Result<Option<i64>, ApiError> {
+    if !store.idle_sessions_with_pending(1)?.is_empty() {
+        return Ok(Some(now_ms));
+    }
+    let mut earliest: Option<i64> = None;
+    for head in store.running_heads()? {
+        if is_live(&head.command_id) {
+            continue;
+        }
+        let due = head.retry_at.unwrap_or(now_ms).max(now_ms);
+        earliest = Some(earliest.map_or(due, |e| e.min(due)));
+    }
+    Ok(earliest)
+}
+
+/// Settles every command of a turn with one shared outcome.
+pub(crate) fn settle_turn(
+    store: Store<'_>,
+    turn: &[CommandRow],
+    terminal: Terminal,
+    answer: Option<(&str, Option<TokenUsage>, u32)>,
+    diagnostic: Option<&str>,
+    now_ms: i64,
+) -> Result<Vec<Settlement>, ApiError> {
+    let mut settled = Vec::with_capacity(turn.len());
+    for command in turn {
+        let settlement = Settlement::new(&command.command_id, terminal, answer, diagnostic);
+        store.settle(
+            &command.command_id,
+            terminal,
+            &settlement.to_json()?,
+            now_ms,
+        )?;
+        settled.push(settlement);
+    }
+    Ok(settled)
+}
+
+/// The head of `turn` if it is running under `attempt`.
+fn current_head<'t>(
+    turn: &'t [CommandRow],
+    command_id: &str,
+    attempt: u32,
+) -> Option<&'t CommandRow> {
+    turn.iter()
+        .find(|c| c.command_id == command_id)
+        .filter(|h| h.state == State::Running && h.attempt == attempt && h.kind == Kind::Prompt)
+}
+
+/// A message about to be written, not yet readable from the store.
+struct Pending {
+    body: String,
+}
+
+/// The `user` message a prompt becomes when its turn starts.
+fn user_message(command: &CommandRow, now_ms: i64) -> Result<(String, Pending), ApiError> {
+    let input = prompt_input(&command.input)?;
+    debug_assert!(matches!(
+        input.delivery,
+        Delivery::FollowUp | Delivery::Steer
+    ));
+    let entry_id = format!("msg_{}", command.command_id);
+    let body = message_body(&Message {
+        entry_id: &entry_id,
+        role: "user",
+        text: &input.text,
+        request_id: command.request_id.as_deref(),
+        command_id: Some(&command.command_id),
+        images: &input.images,
+        meta: crate::session::read::meta_raw(command.meta.as_deref())?,
+        created_at: now_ms,
+    })?;
+    Ok((entry_id, Pending { body }))
+}
+
+/// What the model sees: the newest stored messages plus `unwritten` ones
+/// (this transition's writes), starting at a user message.
+fn context(
+    store: Store<'_>,
+    session_id: &str,
+    unwritten: &[Pending],
+) -> Result<Vec<ContextMessage>, ApiError> {
+    #[derive(Deserialize)]
+    struct Stored {
+        role: String,
+        text: String,
+        #[serde(default)]
+        images: Vec<Image>,
+    }
+    let keep = CONTEXT_MESSAGES_MAX.saturating_sub(unwritten.len());
+    let stored = store.recent_messages(session_id, keep)?;
+    let mut context = Vec::new();
+    for body in stored
+        .iter()
+        .map(String::as_str)
+        .chain(unwritten.iter().map(|p| p.body.as_str()))
+    {
+        let m: Stored = serde_json::from_str(body).map_err(internal)?;
+        let (role, text) = match m.role.as_str() {
+            "assistant" => (ContextRole::Assistant, m.text),
+            // Operator lines reach the model as attributed user content.
+            "operator" => (ContextRole::User, format!("[operator] {}", m.text)),
+            _ => (ContextRole::User, m.text),
+        };
+        if context.is_empty() && role == ContextRole::Assistant {
+            continue; // a context starts with the user
+        }
+        context.push(ContextMessage {
+            role,
+            text,
+            images: m.images,
+        });
+    }
+    Ok(context)
+}
+
+fn internal(e: serde_json::Error) -> ApiError {
+    ApiError::Internal(format!("stored json: {e}"))
+}

@@ -1,0 +1,89 @@
+//! CommandSettlement: how one accepted command ended, written once with the
+//! settling transition and read independently of transcript paging.
+
+use crate::error::ApiError;
+use crate::store::Terminal;
+use serde::{Deserialize, Serialize};
+
+/// Token usage reported by the provider, summed over a turn's steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl TokenUsage {
+    /// `stored` (JSON of earlier steps) plus `step`.
+    pub fn sum(
+        stored: Option<&str>,
+        step: Option<TokenUsage>,
+    ) -> Result<Option<TokenUsage>, ApiError> {
+        let earlier: Option<TokenUsage> = stored
+            .map(serde_json::from_str)
+            .transpose()
+            .map_err(|e| ApiError::Internal(format!("stored usage: {e}")))?;
+        Ok(match (earlier, step) {
+            (Some(a), Some(b)) => Some(TokenUsage {
+                input_tokens: a.input_tokens.saturating_add(b.input_tokens),
+                output_tokens: a.output_tokens.saturating_add(b.output_tokens),
+            }),
+            (a, b) => a.or(b),
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Settlement {
+    pub command_id: String,
+    pub terminal: String,
+    pub answer: Option<String>,
+    pub usage: Option<TokenUsage>,
+    pub tool_call_count: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnostic: Option<String>,
+}
+
+impl Settlement {
+    pub fn new(
+        command_id: &str,
+        terminal: Terminal,
+        answer: Option<(&str, Option<TokenUsage>, u32)>,
+        diagnostic: Option<&str>,
+    ) -> Self {
+        Settlement {
+            command_id: command_id.to_owned(),
+            terminal: terminal.as_str().to_owned(),
+            answer: answer.map(|(text, _, _)| text.to_owned()),
+            usage: answer.and_then(|(_, usage, _)| usage),
+            tool_call_count: answer.map_or(0, |(_, _, n)| n),
+            diagnostic: diagnostic.map(str::to_owned),
+        }
+    }
+
+    pub fn to_json(&self) -> Result<String, ApiError> {
+        serde_json::to_string(self).map_err(|e| ApiError::Internal(e.to_string()))
+    }
+}
+
+/// The settlement of one command of the Session, `None` while it is not
+/// settled; unknown Sessions and commands are errors.
+pub fn read(
+    store: crate::store::Store<'_>,
+    session_id: &str,
+    command_id: &str,
+) -> Result<Option<Settlement>, ApiError> {
+    if !store.session_exists(session_id)? {
+        return Err(ApiError::SessionNotFound(session_id.to_owned()));
+    }
+    let row = store
+        .command(session_id, command_id)?
+        .ok_or_else(|| ApiError::CommandNotFound(command_id.to_owned()))?;
+    row.settlement
+        .map(|json| {
+            serde_json::from_str(&json)
+                .map_err(|e| ApiError::Internal(format!("stored settlement: {e}")))
+        })
+        .transpose()
+}

@@ -1,0 +1,468 @@
+//! The run state machine over real SQLite: claim, steps, retries on a
+//! durable timer, restarts mid-turn, steer, cancel, and exactly-once
+//! settlement.
+
+mod common;
+
+use common::Harness;
+use serde_json::json;
+use shiitake::run::{
+    complete_step, fail_attempt, next_deadline, reconcile, Attempts, ContextRole, FailOutcome,
+    Step, StepAnswer, StepOutcome, TokenUsage,
+};
+use shiitake::store::Store;
+
+const ATTEMPTS: Attempts = Attempts { max: 3 };
+
+fn answer(text: &str) -> StepAnswer {
+    StepAnswer {
+        text: text.into(),
+        usage: Some(TokenUsage {
+            input_tokens: 10,
+            output_tokens: 2,
+        }),
+        tool_call_count: 0,
+    }
+}
+
+fn claim(h: &mut Harness, live: &[&str]) -> Vec<Step> {
+    let live: Vec<String> = live.iter().map(|s| s.to_string()).collect();
+    let (steps, settled) = h
+        .with_ctx(|ctx| reconcile(ctx, &|id| live.iter().any(|l| l == id), ATTEMPTS))
+        .unwrap();
+    assert!(settled.is_empty(), "{settled:?}");
+    steps
+}
+
+fn settlement(h: &mut Harness, session: &str, command: &str) -> serde_json::Value {
+    let r = h.call(
+        "GET",
+        &format!("/sessions/{session}/settlement?commandId={command}"),
+        json!(null),
+    );
+    assert_eq!(r.status, 200, "{}", r.json);
+    r.json
+}
+
+fn roles(h: &mut Harness, session: &str) -> Vec<(String, String)> {
+    h.read(session, "").json["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap().into(),
+                m["text"].as_str().unwrap().into(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_prompt_runs_to_one_settlement_and_queues_behind_the_running_turn() {
+    let mut h = Harness::new();
+    h.session("s");
+    h.command(
+        "s",
+        json!({"type":"operator","requestId":"o","text":"be brief"}),
+    );
+    let first = h.prompt("s", "r1", "hello").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let second = h.prompt("s", "r2", "again").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(settlement(&mut h, "s", &first), json!(null));
+
+    let steps = claim(&mut h, &[]);
+    assert_eq!(steps.len(), 1, "one running turn per Session");
+    let step = &steps[0];
+    assert_eq!(
+        (step.command_id.as_str(), step.attempt),
+        (first.as_str(), 1)
+    );
+    let context: Vec<_> = step
+        .context
+        .iter()
+        .map(|m| (m.role, m.text.as_str()))
+        .collect();
+    assert_eq!(
+        context,
+        vec![
+            (ContextRole::User, "[operator] be brief"),
+            (ContextRole::User, "hello")
+        ]
+    );
+    let read = h.read("s", "").json;
+    assert_eq!(read["running"]["commandId"], first.as_str());
+    assert_eq!(read["pending"][0]["commandId"], second.as_str());
+    assert!(
+        claim(&mut h, &[&first]).is_empty(),
+        "a live turn is not claimed twice"
+    );
+
+    let done = h
+        .with_ctx(|ctx| complete_step(ctx, &first, 1, &answer("hi there")))
+        .unwrap();
+    assert!(matches!(done, StepOutcome::Settled(ref s) if s.len() == 1));
+    let s = settlement(&mut h, "s", &first);
+    assert_eq!(
+        s,
+        json!({"commandId": first, "terminal":"completed","answer":"hi there",
+        "usage":{"inputTokens":10,"outputTokens":2},"toolCallCount":0})
+    );
+    // The same step reported again (a duplicate delivery) changes nothing.
+    let again = h
+        .with_ctx(|ctx| complete_step(ctx, &first, 1, &answer("hi there")))
+        .unwrap();
+    assert_eq!(again, StepOutcome::Stale);
+    assert_eq!(
+        roles(&mut h, "s"),
+        vec![
+            ("operator".into(), "be brief".into()),
+            ("user".into(), "hello".into()),
+            ("assistant".into(), "hi there".into())
+        ]
+    );
+
+    let steps = claim(&mut h, &[]);
+    assert_eq!(steps[0].command_id, second);
+    let texts: Vec<_> = steps[0].context.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(
+        texts,
+        vec!["[operator] be brief", "hello", "hi there", "again"]
+    );
+}
+
+#[test]
+fn sessions_run_independently() {
+    let mut h = Harness::new();
+    for s in ["a", "b"] {
+        h.session(s);
+        h.prompt(s, "r", "x");
+    }
+    let steps = claim(&mut h, &[]);
+    let mut sessions: Vec<_> = steps.iter().map(|s| s.session_id.as_str()).collect();
+    sessions.sort();
+    assert_eq!(sessions, vec!["a", "b"]);
+}
+
+#[test]
+fn a_restart_mid_turn_resumes_once_and_the_stale_attempt_appends_nothing() {
+    let mut h = Harness::new();
+    h.session("s");
+    let id = h.prompt("s", "r", "hello").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let first = claim(&mut h, &[]).remove(0);
+    h.restart(); // the instance died mid-stream: nothing is live any more
+    let now = h.now_ms;
+    let deadline = next_deadline(Store::new(h.sql()), now, &|_| false).unwrap();
+    assert_eq!(deadline, Some(now), "an orphaned turn is due at once");
+    let resumed = claim(&mut h, &[]).remove(0);
+    assert_eq!(
+        (resumed.command_id.as_str(), resumed.attempt),
+        (id.as_str(), 2)
+    );
+    assert_eq!(
+        resumed.context, first.context,
+        "the user message was appended once"
+    );
+    // The old attempt's answer arrives late: refused.
+    let stale = h
+        .with_ctx(|ctx| complete_step(ctx, &id, 1, &answer("old")))
+        .unwrap();
+    assert_eq!(stale, StepOutcome::Stale);
+    h.with_ctx(|ctx| complete_step(ctx, &id, 2, &answer("new")))
+        .unwrap();
+    assert_eq!(
+        roles(&mut h, "s"),
+        vec![
+            ("user".into(), "hello".into()),
+            ("assistant".into(), "new".into())
+        ]
+    );
+}
+
+#[test]
+fn restarts_past_the_attempt_limit_settle_interrupted() {
+    let mut h = Harness::new();
+    h.session("s");
+    let id = h.prompt("s", "r", "hello").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for attempt in 1..=ATTEMPTS.max {
+        let step = claim(&mut h, &[]).remove(0);
+        assert_eq!(step.attempt, attempt);
+        h.restart();
+    }
+    let (steps, settled) = h
+        .with_ctx(|ctx| reconcile(ctx, &|_| false, ATTEMPTS))
+        .unwrap();
+    assert!(steps.is_empty());
+    assert_eq!(settled.len(), 1);
+    let s = settlement(&mut h, "s", &id);
+    assert_eq!(s["terminal"], "interrupted");
+    assert!(
+        s["diagnostic"].as_str().unwrap().contains("interrupted"),
+        "{s}"
+    );
+    assert_eq!(
+        next_deadline(Store::new(h.sql()), h.now_ms, &|_| false).unwrap(),
+        None
+    );
+}
+
+#[test]
+fn failed_calls_retry_on_a_durable_timer_then_fail_with_a_diagnostic() {
+    let mut h = Harness::new();
+    h.session("s");
+    let id = h.prompt("s", "r", "hello").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let step = claim(&mut h, &[]).remove(0);
+    let out = h
+        .with_ctx(|ctx| {
+            fail_attempt(
+                ctx,
+                &id,
+                step.attempt,
+                true,
+                "provider answered HTTP 500: boom",
+                ATTEMPTS,
+                3_000,
+            )
+        })
+        .unwrap();
+    let FailOutcome::Retry { retry_at } = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(retry_at, h.now_ms + 3_000);
+    // Not due before the timer, even across a restart; due at it.
+    h.restart();
+    assert!(claim(&mut h, &[]).is_empty());
+    assert_eq!(
+        next_deadline(Store::new(h.sql()), h.now_ms, &|_| false).unwrap(),
+        Some(retry_at)
+    );
+    h.now_ms = retry_at;
+    let step = claim(&mut h, &[]).remove(0);
+    assert_eq!(step.attempt, 2);
+    h.with_ctx(|ctx| {
+        fail_attempt(
+            ctx,
+            &id,
+            2,
+            true,
+            "provider answered HTTP 429: slow down",
+            ATTEMPTS,
+            6_000,
+        )
+    })
+    .unwrap();
+    h.now_ms += 6_000;
+    let step = claim(&mut h, &[]).remove(0);
+    let out = h
+        .with_ctx(|ctx| {
+            fail_attempt(
+                ctx,
+                &id,
+                step.attempt,
+                true,
+                "provider answered HTTP 500: boom",
+                ATTEMPTS,
+                12_000,
+            )
+        })
+        .unwrap();
+    assert!(matches!(out, FailOutcome::Settled(_)));
+    let s = settlement(&mut h, "s", &id);
+    assert_eq!(s["terminal"], "failed");
+    assert!(
+        s["diagnostic"].as_str().unwrap().contains("HTTP 500"),
+        "{s}"
+    );
+    assert_eq!(s["answer"], json!(null));
+
+    // A call that cannot succeed fails at once.
+    let id = h.prompt("s", "r2", "again").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let step = claim(&mut h, &[]).remove(0);
+    let out = h
+        .with_ctx(|ctx| {
+            fail_attempt(
+                ctx,
+                &id,
+                step.attempt,
+                false,
+                "provider answered HTTP 400: bad",
+                ATTEMPTS,
+                3_000,
+            )
+        })
+        .unwrap();
+    assert!(matches!(out, FailOutcome::Settled(_)));
+    assert_eq!(settlement(&mut h, "s", &id)["terminal"], "failed");
+}
+
+#[test]
+fn steer_prompts_join_the_running_turn_and_follow_ups_wait() {
+    let mut h = Harness::new();
+    h.session("s");
+    let head = h.prompt("s", "r1", "write a poem").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    claim(&mut h, &[]);
+    let follow = h.prompt("s", "r2", "then a limerick").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let steer = h
+        .command(
+            "s",
+            json!({"type":"prompt","requestId":"r3","text":"make it rhyme","delivery":"steer"}),
+        )
+        .json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = h
+        .with_ctx(|ctx| complete_step(ctx, &head, 1, &answer("roses")))
+        .unwrap();
+    let StepOutcome::Continue(step) = out else {
+        panic!("{out:?}")
+    };
+    let texts: Vec<_> = step.context.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(texts, vec!["write a poem", "roses", "make it rhyme"]);
+    let pending: Vec<_> = h.pending("s").into_iter().map(|p| p.0).collect();
+    assert_eq!(
+        pending,
+        vec![follow.clone()],
+        "the follow-up waits for the next turn"
+    );
+    h.with_ctx(|ctx| complete_step(ctx, &head, 1, &answer("roses, rhymed")))
+        .unwrap();
+    for id in [&head, &steer] {
+        let s = settlement(&mut h, "s", id);
+        assert_eq!(
+            (s["terminal"].as_str(), s["answer"].as_str()),
+            (Some("completed"), Some("roses, rhymed"))
+        );
+        assert_eq!(
+            s["usage"],
+            json!({"inputTokens":20,"outputTokens":4}),
+            "usage sums the steps"
+        );
+    }
+    assert_eq!(claim(&mut h, &[])[0].command_id, follow);
+}
+
+#[test]
+fn cancel_and_abort_stop_the_running_turn_and_its_answer_is_dropped() {
+    let mut h = Harness::new();
+    h.session("s");
+    let running = h.prompt("s", "r1", "long task").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    claim(&mut h, &[]);
+    let only_pending = h.command(
+        "s",
+        json!({"type":"cancel","commandId": running,"onlyIfPending": true}),
+    );
+    assert_eq!(only_pending.json["status"], "too_late");
+    let c = h.command("s", json!({"type":"cancel","commandId": running}));
+    assert_eq!(
+        c.json,
+        json!({"status":"cancelled","commandId": running,"text":"long task"})
+    );
+    assert_eq!(settlement(&mut h, "s", &running)["terminal"], "cancelled");
+    let late = h
+        .with_ctx(|ctx| complete_step(ctx, &running, 1, &answer("too late")))
+        .unwrap();
+    assert_eq!(late, StepOutcome::Stale);
+    assert_eq!(
+        roles(&mut h, "s"),
+        vec![("user".into(), "long task".into())]
+    );
+    let settled = h.command("s", json!({"type":"cancel","commandId": running}));
+    assert_eq!(settled.json["status"], "cancelled", "idempotent");
+
+    let a = h.prompt("s", "r2", "one").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    claim(&mut h, &[]);
+    let b = h.prompt("s", "r3", "two").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let abort = h.command("s", json!({"type":"abort"}));
+    let ids: Vec<_> = abort.json["cancelled"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["commandId"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, vec![a.clone(), b.clone()]);
+    for id in [&a, &b] {
+        assert_eq!(settlement(&mut h, "s", id)["terminal"], "cancelled");
+    }
+    assert!(h.read("s", "").json["running"].is_null());
+
+    let done = h.prompt("s", "r4", "quick").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    claim(&mut h, &[]);
+    h.with_ctx(|ctx| complete_step(ctx, &done, 1, &answer("ok")))
+        .unwrap();
+    let c = h.command("s", json!({"type":"cancel","commandId": done}));
+    assert_eq!(c.json["status"], "too_late");
+}
+
+#[test]
+fn settlement_reads_are_bounded_and_exact() {
+    let mut h = Harness::new();
+    h.session("s");
+    let op = h
+        .command(
+            "s",
+            json!({"type":"operator","requestId":"o","text":"note"}),
+        )
+        .json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(settlement(&mut h, "s", &op)["terminal"], "completed");
+    for (query, status) in [
+        ("", 400),
+        ("?commandId=", 400),
+        ("?commandId=x&timeoutMs=30001", 400),
+        ("?commandId=x&timeoutMs=-1", 400),
+        ("?commandId=x&timeoutMs=abc", 400),
+        ("?commandId=cmd_unknown", 404),
+        ("?commandId=x&bogus=1", 400),
+    ] {
+        let r = h.call(
+            "GET",
+            &format!("/sessions/s/settlement{query}"),
+            json!(null),
+        );
+        assert_eq!(r.status, status, "{query}: {}", r.json);
+    }
+    let r = h.call(
+        "GET",
+        &format!("/sessions/s/settlement?commandId={op}&timeoutMs=30000"),
+        json!(null),
+    );
+    assert_eq!(r.status, 200);
+}
