@@ -8,7 +8,7 @@ use common::Harness;
 use serde_json::json;
 use shiitake::run::{
     complete_step, fail_attempt, next_deadline, reconcile, Attempts, ContextRole, FailOutcome,
-    Step, StepAnswer, StepOutcome, TokenUsage,
+    Failure, Reconciled, Step, StepAnswer, StepOutcome, TokenUsage,
 };
 use shiitake::store::Store;
 
@@ -25,9 +25,16 @@ fn answer(text: &str) -> StepAnswer {
     }
 }
 
+fn failure(retryable: bool, diagnostic: &str) -> Failure {
+    Failure {
+        retryable,
+        diagnostic: diagnostic.into(),
+    }
+}
+
 fn claim(h: &mut Harness, live: &[&str]) -> Vec<Step> {
     let live: Vec<String> = live.iter().map(|s| s.to_string()).collect();
-    let (steps, settled) = h
+    let Reconciled { steps, settled } = h
         .with_ctx(|ctx| reconcile(ctx, &|id| live.iter().any(|l| l == id), ATTEMPTS))
         .unwrap();
     assert!(settled.is_empty(), "{settled:?}");
@@ -104,7 +111,7 @@ fn a_prompt_runs_to_one_settlement_and_queues_behind_the_running_turn() {
     );
 
     let done = h
-        .with_ctx(|ctx| complete_step(ctx, &first, 1, &answer("hi there")))
+        .with_ctx(|ctx| complete_step(ctx, "s", &first, 1, &answer("hi there")))
         .unwrap();
     assert!(matches!(done, StepOutcome::Settled(ref s) if s.len() == 1));
     let s = settlement(&mut h, "s", &first);
@@ -115,7 +122,7 @@ fn a_prompt_runs_to_one_settlement_and_queues_behind_the_running_turn() {
     );
     // The same step reported again (a duplicate delivery) changes nothing.
     let again = h
-        .with_ctx(|ctx| complete_step(ctx, &first, 1, &answer("hi there")))
+        .with_ctx(|ctx| complete_step(ctx, "s", &first, 1, &answer("hi there")))
         .unwrap();
     assert_eq!(again, StepOutcome::Stale);
     assert_eq!(
@@ -173,10 +180,10 @@ fn a_restart_mid_turn_resumes_once_and_the_stale_attempt_appends_nothing() {
     );
     // The old attempt's answer arrives late: refused.
     let stale = h
-        .with_ctx(|ctx| complete_step(ctx, &id, 1, &answer("old")))
+        .with_ctx(|ctx| complete_step(ctx, "s", &id, 1, &answer("old")))
         .unwrap();
     assert_eq!(stale, StepOutcome::Stale);
-    h.with_ctx(|ctx| complete_step(ctx, &id, 2, &answer("new")))
+    h.with_ctx(|ctx| complete_step(ctx, "s", &id, 2, &answer("new")))
         .unwrap();
     assert_eq!(
         roles(&mut h, "s"),
@@ -200,7 +207,7 @@ fn restarts_past_the_attempt_limit_settle_interrupted() {
         assert_eq!(step.attempt, attempt);
         h.restart();
     }
-    let (steps, settled) = h
+    let Reconciled { steps, settled } = h
         .with_ctx(|ctx| reconcile(ctx, &|_| false, ATTEMPTS))
         .unwrap();
     assert!(steps.is_empty());
@@ -230,10 +237,10 @@ fn failed_calls_retry_on_a_durable_timer_then_fail_with_a_diagnostic() {
         .with_ctx(|ctx| {
             fail_attempt(
                 ctx,
+                "s",
                 &id,
                 step.attempt,
-                true,
-                "provider answered HTTP 500: boom",
+                &failure(true, "provider answered HTTP 500: boom"),
                 ATTEMPTS,
                 3_000,
             )
@@ -256,10 +263,10 @@ fn failed_calls_retry_on_a_durable_timer_then_fail_with_a_diagnostic() {
     h.with_ctx(|ctx| {
         fail_attempt(
             ctx,
+            "s",
             &id,
             2,
-            true,
-            "provider answered HTTP 429: slow down",
+            &failure(true, "provider answered HTTP 429: slow down"),
             ATTEMPTS,
             6_000,
         )
@@ -271,10 +278,10 @@ fn failed_calls_retry_on_a_durable_timer_then_fail_with_a_diagnostic() {
         .with_ctx(|ctx| {
             fail_attempt(
                 ctx,
+                "s",
                 &id,
                 step.attempt,
-                true,
-                "provider answered HTTP 500: boom",
+                &failure(true, "provider answered HTTP 500: boom"),
                 ATTEMPTS,
                 12_000,
             )
@@ -299,10 +306,10 @@ fn failed_calls_retry_on_a_durable_timer_then_fail_with_a_diagnostic() {
         .with_ctx(|ctx| {
             fail_attempt(
                 ctx,
+                "s",
                 &id,
                 step.attempt,
-                false,
-                "provider answered HTTP 400: bad",
+                &failure(false, "provider answered HTTP 400: bad"),
                 ATTEMPTS,
                 3_000,
             )
@@ -335,7 +342,7 @@ fn steer_prompts_join_the_running_turn_and_follow_ups_wait() {
         .unwrap()
         .to_owned();
     let out = h
-        .with_ctx(|ctx| complete_step(ctx, &head, 1, &answer("roses")))
+        .with_ctx(|ctx| complete_step(ctx, "s", &head, 1, &answer("roses")))
         .unwrap();
     let StepOutcome::Continue(step) = out else {
         panic!("{out:?}")
@@ -348,7 +355,7 @@ fn steer_prompts_join_the_running_turn_and_follow_ups_wait() {
         vec![follow.clone()],
         "the follow-up waits for the next turn"
     );
-    h.with_ctx(|ctx| complete_step(ctx, &head, 1, &answer("roses, rhymed")))
+    h.with_ctx(|ctx| complete_step(ctx, "s", &head, 1, &answer("roses, rhymed")))
         .unwrap();
     for id in [&head, &steer] {
         let s = settlement(&mut h, "s", id);
@@ -386,7 +393,7 @@ fn cancel_and_abort_stop_the_running_turn_and_its_answer_is_dropped() {
     );
     assert_eq!(settlement(&mut h, "s", &running)["terminal"], "cancelled");
     let late = h
-        .with_ctx(|ctx| complete_step(ctx, &running, 1, &answer("too late")))
+        .with_ctx(|ctx| complete_step(ctx, "s", &running, 1, &answer("too late")))
         .unwrap();
     assert_eq!(late, StepOutcome::Stale);
     assert_eq!(
@@ -423,7 +430,7 @@ fn cancel_and_abort_stop_the_running_turn_and_its_answer_is_dropped() {
         .unwrap()
         .to_owned();
     claim(&mut h, &[]);
-    h.with_ctx(|ctx| complete_step(ctx, &done, 1, &answer("ok")))
+    h.with_ctx(|ctx| complete_step(ctx, "s", &done, 1, &answer("ok")))
         .unwrap();
     let c = h.command("s", json!({"type":"cancel","commandId": done}));
     assert_eq!(c.json["status"], "too_late");

@@ -270,10 +270,10 @@ impl Inner {
                 let claimed = self.with_ctx(|ctx| {
                     run::reconcile(ctx, &|h| self.is_live(h), self.config.attempts())
                 });
-                let (steps, settled) = claimed.map_err(|e| JsValue::from_str(&e.to_string()))?;
-                for s in settled {
-                    let session = self.session_of(&s.command_id);
-                    self.publish_settled(&session.unwrap_or_default(), vec![s]);
+                let run::Reconciled { steps, settled } =
+                    claimed.map_err(|e| JsValue::from_str(&e.to_string()))?;
+                for (session, settlement) in settled {
+                    self.publish_settled(&session, vec![settlement]);
                 }
                 for step in steps {
                     let stopper = Stopper::new()?;
@@ -308,13 +308,6 @@ impl Inner {
         }
     }
 
-    fn session_of(&self, command_id: &str) -> Option<String> {
-        Store::new(&self.sql)
-            .command_session(command_id)
-            .ok()
-            .flatten()
-    }
-
     /// Runs one turn: model steps until it settles, fails, or is stopped.
     async fn run_turn(&self, mut step: Step, stopper: Stopper) {
         let head = step.command_id.clone();
@@ -331,7 +324,9 @@ impl Inner {
                 CallOutcome::Stopped => break,
                 CallOutcome::Answered(answer) => {
                     let attempt = step.attempt;
-                    match self.with_ctx(|ctx| run::complete_step(ctx, &head, attempt, &answer)) {
+                    match self
+                        .with_ctx(|ctx| run::complete_step(ctx, &session, &head, attempt, &answer))
+                    {
                         Ok(StepOutcome::Continue(next)) => step = next,
                         Ok(StepOutcome::Settled(settled)) => {
                             self.publish_settled(&session, settled);
@@ -349,10 +344,13 @@ impl Inner {
                     let outcome = self.with_ctx(|ctx| {
                         run::fail_attempt(
                             ctx,
+                            &session,
                             &head,
                             step.attempt,
-                            error.retryable,
-                            &error.diagnostic,
+                            &run::Failure {
+                                retryable: error.retryable,
+                                diagnostic: error.diagnostic.clone(),
+                            },
                             self.config.attempts(),
                             delay,
                         )

@@ -308,6 +308,9 @@ impl StreamDecoder {
 
     fn decode(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, ModelError> {
         let mut out = Vec::new();
+        if self.ended() {
+            return Ok(out); // not even buffered: it could only hit a bound
+        }
         for event in self.sse.push(bytes)? {
             // Whatever follows the end marker is not part of the answer.
             if self.ended() {
@@ -570,13 +573,6 @@ impl RetryPolicy {
         self.base_delay_ms
             .saturating_mul(1u64 << doublings)
             .min(self.max_delay_ms)
-    }
-
-    /// The wait before the next attempt, or `None` when `error` is final:
-    /// not retryable, or `failed_attempt` was the last one allowed.
-    pub fn retry_after_ms(&self, error: &ModelError, failed_attempt: u32) -> Option<u64> {
-        (error.retryable && failed_attempt < self.attempts_max)
-            .then(|| self.delay_ms(failed_attempt))
     }
 }
 

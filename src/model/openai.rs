@@ -163,7 +163,8 @@ impl Decoder {
                     self.tool_call(call, out);
                 }
             }
-            if let Some(reason) = choice.finish_reason {
+            // Some compatible servers send "" for "not yet".
+            if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
                 out.push(StreamEvent::Finished { reason });
             }
         }

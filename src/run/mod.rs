@@ -18,7 +18,7 @@ pub mod settlement;
 
 use crate::error::ApiError;
 use crate::session::admission::prompt_input;
-use crate::session::command::{Delivery, Image};
+use crate::session::command::Image;
 use crate::session::read::{message_body, Message};
 use crate::session::Ctx;
 use crate::sql::atomically;
@@ -87,11 +87,29 @@ pub enum FailOutcome {
     Stale,
 }
 
+/// A failed model call, as the state machine needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// Whether another attempt may succeed (network, 429, 5xx, overload).
+    pub retryable: bool,
+    /// Bounded, secret-free description for the settlement.
+    pub diagnostic: String,
+}
+
 /// Retry policy of the host, as the state machine needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Attempts {
     /// Model-call attempts per turn, restarts included.
     pub max: u32,
+}
+
+/// What one reconciliation pass did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reconciled {
+    /// Turns to run now.
+    pub steps: Vec<Step>,
+    /// Turns it settled (past the attempt limit), with their Session.
+    pub settled: Vec<(String, Settlement)>,
 }
 
 /// Claims every turn that can run now: the queue head of each idle Session
@@ -103,7 +121,7 @@ pub fn reconcile(
     ctx: &mut Ctx<'_>,
     is_live: &dyn Fn(&str) -> bool,
     attempts: Attempts,
-) -> Result<(Vec<Step>, Vec<Settlement>), ApiError> {
+) -> Result<Reconciled, ApiError> {
     let store = ctx.store;
     let now_ms = ctx.now_ms;
     atomically(store.sql(), || {
@@ -113,7 +131,7 @@ pub fn reconcile(
             if is_live(&head.command_id) || head.retry_at.is_some_and(|at| at > now_ms) {
                 continue;
             }
-            let turn = store.turn(&head.command_id)?;
+            let turn = store.turn(&head.session_id, &head.command_id)?;
             let context = context(store, &head.session_id, &[])?;
             resumable.push((head, turn, context));
             if resumable.len() == CLAIMS_PER_PASS_MAX {
@@ -127,7 +145,7 @@ pub fn reconcile(
                 continue;
             };
             let prompt = user_message(&head, now_ms)?;
-            let context = context(store, &session_id, std::slice::from_ref(&prompt.1))?;
+            let context = context(store, &session_id, std::slice::from_ref(&prompt))?;
             fresh.push((head, prompt, context));
         }
 
@@ -146,18 +164,16 @@ pub fn reconcile(
                         ),
                     ),
                 };
-                settled.extend(settle_turn(
-                    store,
-                    &turn,
-                    terminal,
-                    None,
-                    Some(&diagnostic),
-                    now_ms,
-                )?);
+                let session = head.session_id.clone();
+                settled.extend(
+                    settle_turn(store, &turn, terminal, None, Some(&diagnostic), now_ms)?
+                        .into_iter()
+                        .map(|s| (session.clone(), s)),
+                );
                 continue;
             }
             let attempt = head.attempt + 1;
-            store.claim(&head.command_id, None, attempt, now_ms)?;
+            store.claim(&head, None, attempt, now_ms)?;
             steps.push(Step {
                 session_id: head.session_id.clone(),
                 command_id: head.command_id,
@@ -165,9 +181,9 @@ pub fn reconcile(
                 context,
             });
         }
-        for (head, (entry_id, prompt), context) in fresh {
-            store.claim(&head.command_id, None, 1, now_ms)?;
-            store.insert_message(&entry_id, &head.session_id, &prompt.body)?;
+        for (head, prompt, context) in fresh {
+            store.claim(&head, None, 1, now_ms)?;
+            store.insert_message(&head.session_id, &prompt.body)?;
             steps.push(Step {
                 session_id: head.session_id.clone(),
                 command_id: head.command_id,
@@ -175,7 +191,7 @@ pub fn reconcile(
                 context,
             });
         }
-        Ok((steps, settled))
+        Ok(Reconciled { steps, settled })
     })
 }
 
@@ -185,6 +201,7 @@ pub fn reconcile(
 /// write.
 pub fn complete_step(
     ctx: &mut Ctx<'_>,
+    session_id: &str,
     command_id: &str,
     attempt: u32,
     answer: &StepAnswer,
@@ -193,7 +210,7 @@ pub fn complete_step(
     let now_ms = ctx.now_ms;
     let ids = &mut *ctx.ids;
     atomically(store.sql(), || {
-        let turn = store.turn(command_id)?;
+        let turn = store.turn(session_id, command_id)?;
         let Some(head) = current_head(&turn, command_id, attempt) else {
             return Ok(StepOutcome::Stale);
         };
@@ -211,7 +228,7 @@ pub fn complete_step(
             created_at: now_ms,
         })?;
         if steers.is_empty() {
-            store.insert_message(&answer_id, &head.session_id, &answer_body)?;
+            store.insert_message(&head.session_id, &answer_body)?;
             let settled = settle_turn(
                 store,
                 &turn,
@@ -229,20 +246,17 @@ pub fn complete_step(
         let mut unwritten = vec![Pending {
             body: answer_body.clone(),
         }];
-        unwritten.extend(joined.iter().map(|(_, p)| Pending {
+        unwritten.extend(joined.iter().map(|p| Pending {
             body: p.body.clone(),
         }));
         let context = context(store, &head.session_id, &unwritten)?;
-        store.insert_message(&answer_id, &head.session_id, &answer_body)?;
-        for (steer, (entry_id, prompt)) in steers.iter().zip(&joined) {
-            store.claim(&steer.command_id, Some(command_id), attempt, now_ms)?;
-            store.insert_message(entry_id, &head.session_id, &prompt.body)?;
+        store.insert_message(&head.session_id, &answer_body)?;
+        for (steer, prompt) in steers.iter().zip(&joined) {
+            store.claim(steer, Some(command_id), attempt, now_ms)?;
+            store.insert_message(&head.session_id, &prompt.body)?;
         }
         if let Some(usage) = usage {
-            store.set_usage(
-                command_id,
-                &serde_json::to_string(&usage).map_err(internal)?,
-            )?;
+            store.set_usage(head, &serde_json::to_string(&usage).map_err(internal)?)?;
         }
         Ok(StepOutcome::Continue(Step {
             session_id: head.session_id.clone(),
@@ -257,26 +271,27 @@ pub fn complete_step(
 /// arms the durable retry timer; anything else settles the turn `failed`.
 pub fn fail_attempt(
     ctx: &mut Ctx<'_>,
+    session_id: &str,
     command_id: &str,
     attempt: u32,
-    retryable: bool,
-    diagnostic: &str,
+    failure: &Failure,
     attempts: Attempts,
     retry_delay_ms: u64,
 ) -> Result<FailOutcome, ApiError> {
     let store = ctx.store;
     let now_ms = ctx.now_ms;
     atomically(store.sql(), || {
-        let turn = store.turn(command_id)?;
-        if current_head(&turn, command_id, attempt).is_none() {
+        let turn = store.turn(session_id, command_id)?;
+        let Some(head) = current_head(&turn, command_id, attempt) else {
             return Ok(FailOutcome::Stale);
-        }
-        if retryable && attempt < attempts.max {
+        };
+        let diagnostic = failure.diagnostic.as_str();
+        if failure.retryable && attempt < attempts.max {
             let retry_at = now_ms.saturating_add(i64::try_from(retry_delay_ms).unwrap_or(i64::MAX));
-            store.schedule_retry(command_id, retry_at, diagnostic)?;
+            store.schedule_retry(head, retry_at, diagnostic)?;
             return Ok(FailOutcome::Retry { retry_at });
         }
-        let diagnostic = if retryable {
+        let diagnostic = if failure.retryable {
             format!(
                 "{diagnostic} (attempt {attempt} of {}; no attempts left)",
                 attempts.max
@@ -330,12 +345,7 @@ pub(crate) fn settle_turn(
     let mut settled = Vec::with_capacity(turn.len());
     for command in turn {
         let settlement = Settlement::new(&command.command_id, terminal, answer, diagnostic);
-        store.settle(
-            &command.command_id,
-            terminal,
-            &settlement.to_json()?,
-            now_ms,
-        )?;
+        store.settle(command, terminal, &settlement.to_json()?, now_ms)?;
         settled.push(settlement);
     }
     Ok(settled)
@@ -358,12 +368,8 @@ struct Pending {
 }
 
 /// The `user` message a prompt becomes when its turn starts.
-fn user_message(command: &CommandRow, now_ms: i64) -> Result<(String, Pending), ApiError> {
+fn user_message(command: &CommandRow, now_ms: i64) -> Result<Pending, ApiError> {
     let input = prompt_input(&command.input)?;
-    debug_assert!(matches!(
-        input.delivery,
-        Delivery::FollowUp | Delivery::Steer
-    ));
     let entry_id = format!("msg_{}", command.command_id);
     let body = message_body(&Message {
         entry_id: &entry_id,
@@ -375,7 +381,7 @@ fn user_message(command: &CommandRow, now_ms: i64) -> Result<(String, Pending), 
         meta: crate::session::read::meta_raw(command.meta.as_deref())?,
         created_at: now_ms,
     })?;
-    Ok((entry_id, Pending { body }))
+    Ok(Pending { body })
 }
 
 /// What the model sees: the newest stored messages plus `unwritten` ones

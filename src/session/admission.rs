@@ -9,7 +9,7 @@ use crate::limits::{
 };
 use crate::run::Settlement;
 use crate::sql::atomically;
-use crate::store::{Kind, NewCommand, State, Terminal};
+use crate::store::{command_id, Kind, NewCommand, State, Terminal};
 use serde::Serialize;
 
 /// The answer to an accepted command, also replayed for a retried request.
@@ -117,10 +117,11 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Receipt, ApiError> {
         if facts.fenced {
             return Err(ApiError::RequestWithdrawn(a.request_id.to_owned()));
         }
-        let command_id = ids.next_id("cmd_");
+        let command_id = command_id(facts.next_seq, &ids.next_id(""));
         let mut row = NewCommand {
             command_id: &command_id,
             session_id: a.session_id,
+            seq: facts.next_seq,
             request_id: Some(a.request_id),
             kind: a.kind,
             input: &a.input,
@@ -165,7 +166,7 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Receipt, ApiError> {
                     meta: super::read::meta_raw(a.meta)?,
                     created_at: now_ms,
                 })?;
-                store.insert_message(&command_id, a.session_id, &body)?;
+                store.insert_message(a.session_id, &body)?;
             }
         }
         store.insert_command(&row)?;

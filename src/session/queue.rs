@@ -140,7 +140,7 @@ pub fn cancel(
             }
             (Kind::Prompt, State::Running, _) if !only_if_pending => {
                 let head = row.turn_id.clone().unwrap_or_else(|| command_id.clone());
-                let turn = store.turn(&head)?;
+                let turn = store.turn(session_id, &head)?;
                 result.settled =
                     settle_turn(store, &turn, Terminal::Cancelled, None, None, now_ms)?;
                 result.stopped_turn = Some(head);
@@ -167,7 +167,7 @@ pub fn abort(ctx: &mut Ctx<'_>, session_id: &str) -> Result<Cancellation<AbortOu
         }
         let head = store.running_head(session_id)?;
         let mut commands = match &head {
-            Some(h) => store.turn(&h.command_id)?,
+            Some(h) => store.turn(session_id, &h.command_id)?,
             None => Vec::new(),
         };
         commands.extend(store.pending(session_id)?);

@@ -67,8 +67,10 @@ pub struct SessionRow {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommandRow {
-    pub command_id: String,
     pub session_id: String,
+    /// Admission order within the Session (the FIFO).
+    pub seq: i64,
+    pub command_id: String,
     pub request_id: Option<String>,
     pub kind: Kind,
     /// Canonical JSON of the admitted input.
@@ -95,8 +97,9 @@ pub struct CommandRow {
 
 /// A command to insert.
 pub struct NewCommand<'a> {
-    pub command_id: &'a str,
     pub session_id: &'a str,
+    pub seq: i64,
+    pub command_id: &'a str,
     pub request_id: Option<&'a str>,
     pub kind: Kind,
     pub input: &'a str,
@@ -107,8 +110,22 @@ pub struct NewCommand<'a> {
     pub now_ms: i64,
 }
 
-const COMMAND_COLUMNS: &str = "command_id, request_id, kind, input, meta, state, terminal, \
-     accepted_at, session_id, turn_id, attempt, started_at, retry_at, last_error, usage, settlement";
+/// A command id names its Session-local sequence number (`cmd_<seq>_<random>`),
+/// so a lookup by id is a primary-key lookup, with no index of its own to
+/// write on every admission.
+pub fn command_id(seq: i64, random: &str) -> String {
+    format!("cmd_{seq}_{random}")
+}
+
+fn command_seq(command_id: &str) -> Option<i64> {
+    let rest = command_id.strip_prefix("cmd_")?;
+    let (seq, _) = rest.split_once('_')?;
+    seq.parse().ok().filter(|n| *n > 0)
+}
+
+const COMMAND_COLUMNS: &str = "session_id, seq, command_id, request_id, kind, input, meta, \
+     state, terminal, accepted_at, turn_id, attempt, started_at, retry_at, last_error, usage, \
+     settlement";
 
 fn command_row(row: &Row) -> Result<CommandRow, SqlError> {
     command_row_at(row, 0)
@@ -117,28 +134,33 @@ fn command_row(row: &Row) -> Result<CommandRow, SqlError> {
 /// Decodes [`COMMAND_COLUMNS`] starting at column `base`.
 fn command_row_at(row: &Row, base: usize) -> Result<CommandRow, SqlError> {
     Ok(CommandRow {
-        command_id: row.text(base)?,
-        request_id: row.opt_text(base + 1)?,
-        kind: Kind::parse(&row.text(base + 2)?)?,
-        input: row.text(base + 3)?,
-        meta: row.opt_text(base + 4)?,
-        state: State::parse(&row.text(base + 5)?)?,
+        session_id: row.text(base)?,
+        seq: row.int(base + 1)?,
+        command_id: row.text(base + 2)?,
+        request_id: row.opt_text(base + 3)?,
+        kind: Kind::parse(&row.text(base + 4)?)?,
+        input: row.text(base + 5)?,
+        meta: row.opt_text(base + 6)?,
+        state: State::parse(&row.text(base + 7)?)?,
         terminal: row
-            .opt_text(base + 6)?
+            .opt_text(base + 8)?
             .as_deref()
             .map(Terminal::parse)
             .transpose()?,
-        accepted_at: row.int(base + 7)?,
-        session_id: row.text(base + 8)?,
-        turn_id: row.opt_text(base + 9)?,
-        attempt: u32::try_from(row.int(base + 10)?)
+        accepted_at: row.int(base + 9)?,
+        turn_id: row.opt_text(base + 10)?,
+        attempt: u32::try_from(row.int(base + 11)?)
             .map_err(|_| SqlError::Decode("attempt out of range".into()))?,
-        started_at: row.opt_int(base + 11)?,
-        retry_at: row.opt_int(base + 12)?,
-        last_error: row.opt_text(base + 13)?,
-        usage: row.opt_text(base + 14)?,
-        settlement: row.opt_text(base + 15)?,
+        started_at: row.opt_int(base + 12)?,
+        retry_at: row.opt_int(base + 13)?,
+        last_error: row.opt_text(base + 14)?,
+        usage: row.opt_text(base + 15)?,
+        settlement: row.opt_text(base + 16)?,
     })
+}
+
+fn command_rows(rows: Vec<Row>) -> Result<Vec<CommandRow>, SqlError> {
+    rows.iter().map(command_row).collect()
 }
 
 /// Everything admission and withdrawal decide on, read in one statement:
@@ -149,6 +171,8 @@ pub struct AdmissionFacts {
     pub fenced: bool,
     pub pending_count: usize,
     pub pending_bytes: usize,
+    /// The sequence number the next command of the Session gets.
+    pub next_seq: i64,
     /// The command already admitted under this requestId, if any.
     pub existing: Option<CommandRow>,
 }
@@ -163,6 +187,10 @@ fn count(rows: Vec<Row>) -> Result<usize, SqlError> {
 pub struct Store<'a> {
     sql: &'a dyn Sql,
 }
+
+/// Commands not yet settled: the partial index `commands_unsettled` covers
+/// exactly these, so queue and run queries never scan settled history.
+const UNSETTLED: &str = "settled_at IS NULL";
 
 impl<'a> Store<'a> {
     pub fn new(sql: &'a dyn Sql) -> Self {
@@ -245,37 +273,31 @@ impl<'a> Store<'a> {
         request_id: &str,
     ) -> Result<AdmissionFacts, SqlError> {
         let columns = COMMAND_COLUMNS
-            .split(", ")
-            .map(|c| format!("c.{c}"))
+            .split(',')
+            .map(|c| format!("c.{}", c.trim()))
             .collect::<Vec<_>>()
             .join(", ");
         let rows = self.query(
             &format!(
                 "SELECT
-                    EXISTS (SELECT 1 FROM sessions WHERE session_id = ?),
-                    EXISTS (SELECT 1 FROM fences WHERE session_id = ? AND request_id = ?),
-                    (SELECT count(*) FROM commands WHERE session_id = ? AND state = 'pending'),
-                    (SELECT coalesce(sum(input_bytes), 0) FROM commands
-                        WHERE session_id = ? AND state = 'pending'),
+                    EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1),
+                    EXISTS (SELECT 1 FROM fences WHERE session_id = ?1 AND request_id = ?2),
+                    (SELECT count(*) FROM commands
+                        WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending'),
+                    (SELECT coalesce(sum(length(input)), 0) FROM commands
+                        WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending'),
+                    (SELECT coalesce(max(seq), 0) + 1 FROM commands WHERE session_id = ?1),
                     {columns}
                  FROM (SELECT 1) LEFT JOIN commands c
-                    ON c.session_id = ? AND c.request_id = ?"
+                    ON c.session_id = ?1 AND c.request_id = ?2"
             ),
-            &[
-                session_id.into(),
-                session_id.into(),
-                request_id.into(),
-                session_id.into(),
-                session_id.into(),
-                session_id.into(),
-                request_id.into(),
-            ],
+            &[session_id.into(), request_id.into()],
         )?;
         let row = rows
             .first()
             .ok_or(SqlError::Decode("no admission row".into()))?;
-        let existing = match row.opt_text(4)? {
-            Some(_) => Some(command_row_at(row, 4)?),
+        let existing = match row.opt_text(5)? {
+            Some(_) => Some(command_row_at(row, 5)?),
             None => None,
         };
         Ok(AdmissionFacts {
@@ -283,36 +305,43 @@ impl<'a> Store<'a> {
             fenced: row.int(1)? == 1,
             pending_count: row.int(2)? as usize,
             pending_bytes: row.int(3)? as usize,
+            next_seq: row.int(4)?,
             existing,
         })
     }
 
+    /// A command of the Session by id.
     pub fn command(
         &self,
         session_id: &str,
         command_id: &str,
     ) -> Result<Option<CommandRow>, SqlError> {
+        let Some(seq) = command_seq(command_id) else {
+            return Ok(None);
+        };
         let rows = self.query(
             &format!(
-                "SELECT {COMMAND_COLUMNS} FROM commands WHERE session_id = ? AND command_id = ?"
+                "SELECT {COMMAND_COLUMNS} FROM commands
+                 WHERE session_id = ? AND seq = ? AND command_id = ?"
             ),
-            &[session_id.into(), command_id.into()],
+            &[session_id.into(), seq.into(), command_id.into()],
         )?;
         rows.first().map(command_row).transpose()
     }
 
     pub fn insert_command(&self, c: &NewCommand<'_>) -> Result<(), SqlError> {
+        debug_assert_eq!(command_seq(c.command_id), Some(c.seq));
         self.write(
-            "INSERT INTO commands (command_id, session_id, request_id, kind, input, input_bytes,
-                meta, state, terminal, accepted_at, settled_at, settlement)
+            "INSERT INTO commands (session_id, seq, command_id, request_id, kind, input, meta,
+                state, terminal, accepted_at, settled_at, settlement)
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             vec![
-                c.command_id.into(),
                 c.session_id.into(),
+                c.seq.into(),
+                c.command_id.into(),
                 c.request_id.into(),
                 c.kind.as_str().into(),
                 c.input.into(),
-                (c.input.len() as i64).into(),
                 c.meta.into(),
                 c.state.as_str().into(),
                 c.terminal.map(Terminal::as_str).into(),
@@ -325,36 +354,36 @@ impl<'a> Store<'a> {
 
     /// Pending commands of a Session in FIFO order.
     pub fn pending(&self, session_id: &str) -> Result<Vec<CommandRow>, SqlError> {
-        self.query(
+        command_rows(self.query(
             &format!(
                 "SELECT {COMMAND_COLUMNS} FROM commands
-                 WHERE session_id = ? AND state = 'pending' ORDER BY seq"
+                 WHERE session_id = ? AND {UNSETTLED} AND state = 'pending' ORDER BY seq"
             ),
             &[session_id.into()],
-        )?
-        .iter()
-        .map(command_row)
-        .collect()
+        )?)
     }
 
     /// Records a command's settlement. Guarded by the states it may leave
     /// from, so a settlement is written once.
     pub fn settle(
         &self,
-        command_id: &str,
+        command: &CommandRow,
         terminal: Terminal,
         settlement: &str,
         now_ms: i64,
     ) -> Result<(), SqlError> {
         self.write(
-            "UPDATE commands SET state = 'settled', terminal = ?, settlement = ?,
-                settled_at = ?, retry_at = NULL
-             WHERE command_id = ? AND state IN ('pending', 'running')",
+            &format!(
+                "UPDATE commands SET state = 'settled', terminal = ?, settlement = ?,
+                    settled_at = ?, retry_at = NULL
+                 WHERE session_id = ? AND seq = ? AND {UNSETTLED}"
+            ),
             vec![
                 terminal.as_str().into(),
                 settlement.into(),
                 now_ms.into(),
-                command_id.into(),
+                command.session_id.as_str().into(),
+                command.seq.into(),
             ],
         )
     }
@@ -363,20 +392,23 @@ impl<'a> Store<'a> {
     /// (`None`: it heads its own turn).
     pub fn claim(
         &self,
-        command_id: &str,
+        command: &CommandRow,
         turn_id: Option<&str>,
         attempt: u32,
         now_ms: i64,
     ) -> Result<(), SqlError> {
         self.write(
-            "UPDATE commands SET state = 'running', turn_id = ?, attempt = ?, started_at = ?,
-                retry_at = NULL
-             WHERE command_id = ? AND state IN ('pending', 'running')",
+            &format!(
+                "UPDATE commands SET state = 'running', turn_id = ?, attempt = ?, started_at = ?,
+                    retry_at = NULL
+                 WHERE session_id = ? AND seq = ? AND {UNSETTLED}"
+            ),
             vec![
                 turn_id.into(),
                 i64::from(attempt).into(),
                 now_ms.into(),
-                command_id.into(),
+                command.session_id.as_str().into(),
+                command.seq.into(),
             ],
         )
     }
@@ -384,45 +416,44 @@ impl<'a> Store<'a> {
     /// Arms the durable retry timer of a failed attempt.
     pub fn schedule_retry(
         &self,
-        command_id: &str,
+        command: &CommandRow,
         retry_at: i64,
         diagnostic: &str,
     ) -> Result<(), SqlError> {
         self.write(
-            "UPDATE commands SET retry_at = ?, last_error = ?
-             WHERE command_id = ? AND state = 'running'",
-            vec![retry_at.into(), diagnostic.into(), command_id.into()],
+            &format!(
+                "UPDATE commands SET retry_at = ?, last_error = ?
+                 WHERE session_id = ? AND seq = ? AND {UNSETTLED}"
+            ),
+            vec![
+                retry_at.into(),
+                diagnostic.into(),
+                command.session_id.as_str().into(),
+                command.seq.into(),
+            ],
         )
     }
 
-    pub fn set_usage(&self, command_id: &str, usage: &str) -> Result<(), SqlError> {
+    pub fn set_usage(&self, command: &CommandRow, usage: &str) -> Result<(), SqlError> {
         self.write(
-            "UPDATE commands SET usage = ? WHERE command_id = ?",
-            vec![usage.into(), command_id.into()],
+            "UPDATE commands SET usage = ? WHERE session_id = ? AND seq = ?",
+            vec![
+                usage.into(),
+                command.session_id.as_str().into(),
+                command.seq.into(),
+            ],
         )
     }
 
-    /// Running turn heads of every Session (one per Session), oldest first.
+    /// Running turn heads of every Session (one per Session).
     pub fn running_heads(&self) -> Result<Vec<CommandRow>, SqlError> {
-        self.query(
+        command_rows(self.query(
             &format!(
                 "SELECT {COMMAND_COLUMNS} FROM commands
-                 WHERE state = 'running' AND turn_id IS NULL ORDER BY seq"
+                 WHERE {UNSETTLED} AND state = 'running' AND turn_id IS NULL"
             ),
             &[],
-        )?
-        .iter()
-        .map(command_row)
-        .collect()
-    }
-
-    /// The Session a command belongs to.
-    pub fn command_session(&self, command_id: &str) -> Result<Option<String>, SqlError> {
-        let rows = self.query(
-            "SELECT session_id FROM commands WHERE command_id = ?",
-            &[command_id.into()],
-        )?;
-        rows.first().map(|r| r.text(0)).transpose()
+        )?)
     }
 
     /// The running turn head of one Session, if any.
@@ -430,35 +461,37 @@ impl<'a> Store<'a> {
         let rows = self.query(
             &format!(
                 "SELECT {COMMAND_COLUMNS} FROM commands
-                 WHERE session_id = ? AND state = 'running' AND turn_id IS NULL"
+                 WHERE session_id = ? AND {UNSETTLED} AND state = 'running' AND turn_id IS NULL"
             ),
             &[session_id.into()],
         )?;
         rows.first().map(command_row).transpose()
     }
 
-    /// The commands of the turn headed by `head_id`: the head, then the
-    /// steer prompts that joined it, in admission order.
-    pub fn turn(&self, head_id: &str) -> Result<Vec<CommandRow>, SqlError> {
-        self.query(
+    /// The commands of the running turn headed by `head_id`: the head, then
+    /// the steer prompts that joined it, in admission order.
+    pub fn turn(&self, session_id: &str, head_id: &str) -> Result<Vec<CommandRow>, SqlError> {
+        command_rows(self.query(
             &format!(
                 "SELECT {COMMAND_COLUMNS} FROM commands
-                 WHERE state = 'running' AND (command_id = ? OR turn_id = ?) ORDER BY seq"
+                 WHERE session_id = ? AND {UNSETTLED} AND state = 'running'
+                   AND (command_id = ? OR turn_id = ?)
+                 ORDER BY seq"
             ),
-            &[head_id.into(), head_id.into()],
-        )?
-        .iter()
-        .map(command_row)
-        .collect()
+            &[session_id.into(), head_id.into(), head_id.into()],
+        )?)
     }
 
     /// Sessions with pending prompts and no running turn, at most `limit`.
     pub fn idle_sessions_with_pending(&self, limit: usize) -> Result<Vec<String>, SqlError> {
         self.query(
-            "SELECT DISTINCT c.session_id FROM commands c
-             WHERE c.state = 'pending' AND NOT EXISTS (
-                SELECT 1 FROM commands r WHERE r.session_id = c.session_id AND r.state = 'running')
-             LIMIT ?",
+            &format!(
+                "SELECT DISTINCT c.session_id FROM commands c
+                 WHERE c.{UNSETTLED} AND c.state = 'pending' AND NOT EXISTS (
+                    SELECT 1 FROM commands r WHERE r.session_id = c.session_id
+                        AND r.{UNSETTLED} AND r.state = 'running')
+                 LIMIT ?"
+            ),
             &[(limit as i64).into()],
         )?
         .iter()
@@ -468,32 +501,15 @@ impl<'a> Store<'a> {
 
     /// Pending `steer` prompts of a Session, FIFO.
     pub fn pending_steers(&self, session_id: &str) -> Result<Vec<CommandRow>, SqlError> {
-        self.query(
+        command_rows(self.query(
             &format!(
                 "SELECT {COMMAND_COLUMNS} FROM commands
-                 WHERE session_id = ? AND state = 'pending'
+                 WHERE session_id = ? AND {UNSETTLED} AND state = 'pending'
                    AND json_extract(input, '$.delivery') = 'steer'
                  ORDER BY seq"
             ),
             &[session_id.into()],
-        )?
-        .iter()
-        .map(command_row)
-        .collect()
-    }
-
-    /// The newest `limit` message bodies of a Session, oldest first.
-    pub fn recent_messages(&self, session_id: &str, limit: usize) -> Result<Vec<String>, SqlError> {
-        let mut bodies = self
-            .query(
-                "SELECT body FROM messages WHERE session_id = ? ORDER BY seq DESC LIMIT ?",
-                &[session_id.into(), (limit as i64).into()],
-            )?
-            .iter()
-            .map(|r| r.text(0))
-            .collect::<Result<Vec<_>, _>>()?;
-        bodies.reverse();
-        Ok(bodies)
+        )?)
     }
 
     // Withdrawal fences.
@@ -517,22 +533,14 @@ impl<'a> Store<'a> {
         )
     }
 
-    // Messages.
+    // Messages: one row each, keyed by (Session, position), no other index.
 
-    pub fn insert_message(
-        &self,
-        entry_id: &str,
-        session_id: &str,
-        body: &str,
-    ) -> Result<(), SqlError> {
+    /// Appends a message at the end of the Session's transcript.
+    pub fn insert_message(&self, session_id: &str, body: &str) -> Result<(), SqlError> {
         self.write(
-            "INSERT INTO messages (entry_id, session_id, body, bytes) VALUES (?, ?, ?, ?)",
-            vec![
-                entry_id.into(),
-                session_id.into(),
-                body.into(),
-                (body.len() as i64).into(),
-            ],
+            "INSERT INTO messages (session_id, seq, body)
+             VALUES (?1, (SELECT coalesce(max(seq), 0) + 1 FROM messages WHERE session_id = ?1), ?2)",
+            vec![session_id.into(), body.into()],
         )
     }
 
@@ -545,8 +553,8 @@ impl<'a> Store<'a> {
         limit: usize,
     ) -> Result<Vec<(i64, usize)>, SqlError> {
         self.query(
-            "SELECT seq, bytes FROM messages WHERE session_id = ? AND seq < ?
-             ORDER BY seq DESC LIMIT ?",
+            "SELECT seq, length(CAST(body AS BLOB)) FROM messages
+             WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
             &[session_id.into(), before.into(), (limit as i64).into()],
         )?
         .iter()
@@ -568,5 +576,19 @@ impl<'a> Store<'a> {
         .iter()
         .map(|r| r.text(0))
         .collect()
+    }
+
+    /// The newest `limit` message bodies of a Session, oldest first.
+    pub fn recent_messages(&self, session_id: &str, limit: usize) -> Result<Vec<String>, SqlError> {
+        let mut bodies = self
+            .query(
+                "SELECT body FROM messages WHERE session_id = ? ORDER BY seq DESC LIMIT ?",
+                &[session_id.into(), (limit as i64).into()],
+            )?
+            .iter()
+            .map(|r| r.text(0))
+            .collect::<Result<Vec<_>, _>>()?;
+        bodies.reverse();
+        Ok(bodies)
     }
 }

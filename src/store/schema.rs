@@ -26,20 +26,22 @@ const CREATE: &[&str] = &[
         session_id TEXT NOT NULL UNIQUE,
         created_at INTEGER NOT NULL
     )",
-    // One row per accepted command. `input` is the canonical JSON of what was
-    // admitted (compared on replay, retained after cancellation); `state`
-    // moves pending -> running -> settled and never back. A running turn is
-    // its head command plus steer prompts joined to it (`turn_id` = head);
-    // `attempt` counts model-call attempts of the turn, `retry_at` is its
-    // durable retry timer. `settlement` is the CommandSettlement, written once.
+    // One row per accepted command, keyed by (Session, admission order).
+    // `input` is the canonical JSON of what was admitted (compared on
+    // replay, retained after cancellation); `state` moves pending -> running
+    // -> settled and never back. A running turn is its head command plus the
+    // steer prompts that joined it (`turn_id` = head); `attempt` counts its
+    // model-call attempts, `retry_at` is its durable retry timer.
+    // `settlement` is the CommandSettlement, written once. Row writes are
+    // the cost that dominates: besides the row, only the requestId index and
+    // the partial index of unsettled commands are written.
     "CREATE TABLE commands (
-        seq INTEGER PRIMARY KEY,
-        command_id TEXT NOT NULL UNIQUE,
         session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        command_id TEXT NOT NULL,
         request_id TEXT,
         kind TEXT NOT NULL,
         input TEXT NOT NULL,
-        input_bytes INTEGER NOT NULL,
         meta TEXT,
         state TEXT NOT NULL,
         terminal TEXT,
@@ -51,11 +53,12 @@ const CREATE: &[&str] = &[
         retry_at INTEGER,
         last_error TEXT,
         usage TEXT,
-        settlement TEXT
-    )",
+        settlement TEXT,
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID",
     "CREATE UNIQUE INDEX commands_by_request ON commands (session_id, request_id)
         WHERE request_id IS NOT NULL",
-    "CREATE INDEX commands_by_state ON commands (session_id, state, seq)",
+    "CREATE INDEX commands_unsettled ON commands (session_id, seq) WHERE settled_at IS NULL",
     "CREATE TABLE fences (
         session_id TEXT NOT NULL,
         request_id TEXT NOT NULL,
@@ -63,15 +66,14 @@ const CREATE: &[&str] = &[
         PRIMARY KEY (session_id, request_id)
     ) WITHOUT ROWID",
     // `body` is the message exactly as the read serves it, so a page is a
-    // concatenation and never re-serialises stored JSON.
+    // concatenation and never re-serialises stored JSON. One row per
+    // message, no secondary index: `seq` is the position in the Session.
     "CREATE TABLE messages (
-        seq INTEGER PRIMARY KEY,
-        entry_id TEXT NOT NULL UNIQUE,
         session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
         body TEXT NOT NULL,
-        bytes INTEGER NOT NULL
-    )",
-    "CREATE INDEX messages_by_session ON messages (session_id, seq)",
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID",
 ];
 
 /// Creates the schema on an empty database or checks the stored version.

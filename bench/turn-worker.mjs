@@ -1,0 +1,80 @@
+// Worker for bench/turn.mjs. `CountingDO` is the real ShiitakeDO with its
+// SQLite and alarm calls counted (the Rust core reads `ctx.storage.sql.exec`
+// when it is built, so wrapping it here sees every statement); `/bench/*` is
+// served by its hostFetch. `TurnFloorDO` is the floor of one turn on this
+// runtime: fetch the model's streamed answer, insert one row, answer.
+import { DurableObject } from "cloudflare:workers";
+import { Hono } from "hono";
+import { ShiitakeDO } from "../js/do.mjs";
+import { shiitakeApp } from "../js/app.mjs";
+import { bearerTokenAuth } from "../js/bearer.mjs";
+
+export class CountingDO extends ShiitakeDO {
+  #cursors = [];
+  #alarmWrites = 0;
+
+  constructor(ctx, env) {
+    super(ctx, env);
+    const sql = ctx.storage.sql;
+    const exec = sql.exec.bind(sql);
+    sql.exec = (...args) => {
+      const cursor = exec(...args);
+      this.#cursors.push(cursor);
+      return cursor;
+    };
+    for (const name of ["setAlarm", "deleteAlarm"]) {
+      const original = ctx.storage[name].bind(ctx.storage);
+      ctx.storage[name] = (...args) => {
+        this.#alarmWrites++;
+        return original(...args);
+      };
+    }
+  }
+
+  async hostFetch(request) {
+    const { pathname } = new URL(request.url);
+    if (pathname === "/bench/stats") {
+      const rowsWritten = this.#cursors.reduce((n, c) => n + c.rowsWritten, 0);
+      return Response.json({ rowsWritten, statements: this.#cursors.length, alarmWrites: this.#alarmWrites });
+    }
+    if (pathname === "/bench/reset") {
+      this.#cursors = [];
+      this.#alarmWrites = 0;
+      return Response.json({ ok: true });
+    }
+    return undefined;
+  }
+}
+
+export class TurnFloorDO extends DurableObject {
+  constructor(ctx, env) {
+    super(ctx, env);
+    ctx.storage.sql.exec("CREATE TABLE IF NOT EXISTS answers (seq INTEGER PRIMARY KEY, text TEXT NOT NULL)");
+  }
+
+  async fetch(request) {
+    const { text } = await request.json();
+    const response = await fetch(`${this.env.OPENAI_BASE_URL}/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "scripted", stream: true, messages: [{ role: "user", content: text }] }),
+    });
+    const answer = await response.text();
+    this.ctx.storage.sql.exec("INSERT INTO answers (text) VALUES (?)", answer);
+    return Response.json({ bytes: answer.length });
+  }
+}
+
+const app = new Hono();
+app.use("/agents/*", ...bearerTokenAuth("SHIITAKE_TOKEN"));
+app.post("/agents/:agentId/floor", (c) => {
+  const ns = c.env.FLOOR;
+  return ns.get(ns.idFromName(c.req.param("agentId"))).fetch(c.req.raw);
+});
+app.all("/agents/:agentId/bench/*", (c) => {
+  const ns = c.env.SHIITAKE;
+  const url = new URL(c.req.url);
+  return ns.get(ns.idFromName(c.req.param("agentId"))).fetch(new URL(url.pathname.replace(/^\/agents\/[^/]+/, ""), url.origin));
+});
+app.route("/agents/:agentId", shiitakeApp({ binding: "SHIITAKE" }));
+export default app;
