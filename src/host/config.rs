@@ -7,9 +7,6 @@ use crate::model::{ModelSpec, ProviderConfig, RetryPolicy};
 use crate::run::Attempts;
 use wasm_bindgen::JsValue;
 
-/// How long a live turn may go without the instance proving it is alive
-/// before the alarm treats it as orphaned (default).
-const WATCHDOG_MS_DEFAULT: u64 = 30_000;
 /// One model call's wall-time bound.
 pub const MODEL_CALL_TIMEOUT_MS: u64 = 300_000;
 const MAX_OUTPUT_TOKENS_DEFAULT: u32 = 4_096;
@@ -19,7 +16,6 @@ pub struct HostConfig {
     pub model: Result<(ModelSpec, ProviderConfig), String>,
     pub instructions: Option<String>,
     pub retry: RetryPolicy,
-    pub watchdog_ms: u64,
     pub max_output_tokens: u32,
     /// Fault injection for tests: panic when a streamed delta contains it.
     pub panic_marker: Option<String>,
@@ -39,8 +35,6 @@ impl HostConfig {
                 max_delay_ms: number(env, "SHIITAKE_RETRY_MAX_MS", 1, 3_600_000)
                     .unwrap_or(defaults.max_delay_ms),
             },
-            watchdog_ms: number(env, "SHIITAKE_WATCHDOG_MS", 100, 600_000)
-                .unwrap_or(WATCHDOG_MS_DEFAULT),
             max_output_tokens: number(env, "SHIITAKE_MAX_OUTPUT_TOKENS", 1, 1_000_000)
                 .map_or(MAX_OUTPUT_TOKENS_DEFAULT, |n| n as u32),
             panic_marker: env_string(env, "SHIITAKE_FAULT_PANIC_MARKER"),

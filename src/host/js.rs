@@ -29,10 +29,9 @@ extern "C" {
 }
 
 impl DurableObjectStorage {
-    pub async fn set_alarm(&self, at_ms: i64) -> Result<(), JsValue> {
+    /// Issues the write now; the future only reports its completion.
+    pub fn set_alarm(&self, at_ms: i64) -> JsFuture {
         JsFuture::from(self.set_alarm_at(at_ms as f64))
-            .await
-            .map(drop)
     }
 
     pub async fn delete_alarm(&self) -> Result<(), JsValue> {

@@ -6,9 +6,10 @@
 //!
 //! Invariants:
 //! - no state here that SQLite cannot rebuild: live calls, watchers and
-//!   long polls are observers of durable facts; after a panic reset or an
-//!   eviction, the alarm (set before any answer that admitted work, and kept
-//!   armed as a watchdog while turns run) resumes every turn;
+//!   long polls are observers of durable facts. After a panic reset, a
+//!   restart or an eviction, turns resume from the store: an alarm handler
+//!   that did not finish is retried by the platform (alarms run at least
+//!   once), and a starting instance arms the alarm for whatever is due;
 //! - persist, then publish: frames and wake-ups go out after the commit.
 
 mod config;
@@ -26,7 +27,7 @@ use crate::session::{read, Ctx, RandomIds};
 use crate::store::{schema, Store};
 use config::HostConfig;
 use futures::channel::oneshot;
-use futures::future::{select, Either};
+use futures::future::select;
 use futures::stream::{FuturesUnordered, StreamExt};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -39,6 +40,8 @@ use watch::Observers;
 /// How long one alarm invocation keeps claiming new turns; the next alarm
 /// continues (an alarm handler must end well inside the platform's limit).
 const LOOP_CLAIM_BUDGET_MS: i64 = 600_000;
+/// Longest sleep of the loop between checks while turns run.
+const LOOP_NAP_MS_MAX: i64 = 60_000;
 
 /// The Rust half of the `ShiitakeDO` class exported by `js/do.mjs`.
 #[wasm_bindgen]
@@ -55,6 +58,8 @@ struct Inner {
     observers: Observers,
     loop_running: Cell<bool>,
     loop_wake: RefCell<Option<oneshot::Sender<()>>>,
+    /// A wake arrived while the loop was not waiting.
+    wake_requested: Cell<bool>,
     /// An alarm known to be set at or before this time (saves a write).
     alarm_at: Cell<Option<i64>>,
 }
@@ -72,6 +77,7 @@ impl ShiitakeCore {
             observers: Observers::default(),
             loop_running: Cell::new(false),
             loop_wake: RefCell::default(),
+            wake_requested: Cell::new(false),
             alarm_at: Cell::new(None),
         });
         // A restart (eviction, deploy, panic reset) requests reconciliation
@@ -173,7 +179,7 @@ impl Inner {
             self.observers.close_session(session);
         }
         if effects.reconcile {
-            self.request_reconcile().await;
+            self.request_reconcile();
         }
     }
 
@@ -197,28 +203,44 @@ impl Inner {
     }
 
     /// Makes sure the run loop looks at the store soon: wakes a loop running
-    /// in this instance (its watchdog alarm covers a crash), or sets the
-    /// alarm to now before the caller answers.
-    async fn request_reconcile(&self) {
+    /// in this instance (an unfinished alarm is retried after a crash), or
+    /// sets the alarm to now. The alarm write is not awaited: the output gate
+    /// holds the caller's answer until it is durable.
+    fn request_reconcile(&self) {
         if self.loop_running.get() {
-            if let Some(wake) = self.loop_wake.borrow_mut().take() {
-                let _ = wake.send(());
-            }
+            self.wake_loop();
             return;
         }
         let now = js::now_ms();
         if self.alarm_at.get().is_some_and(|at| at <= now) {
             return;
         }
-        self.set_alarm(now).await;
+        let write = self.sql.storage.set_alarm(now);
+        self.alarm_at.set(Some(now));
+        wasm_bindgen_futures::spawn_local(async move {
+            if let Err(e) = write.await {
+                web_sys::console::error_1(
+                    &format!("shiitake: setAlarm failed: {}", js::error_message(&e)).into(),
+                );
+            }
+        });
+    }
+
+    fn wake_loop(&self) {
+        self.wake_requested.set(true);
+        if let Some(wake) = self.loop_wake.borrow_mut().take() {
+            let _ = wake.send(());
+        }
     }
 
     async fn set_alarm(&self, at_ms: i64) {
-        match self.sql.storage.set_alarm(at_ms).await {
-            Ok(()) => self.alarm_at.set(Some(at_ms)),
-            Err(e) => web_sys::console::error_1(
+        let write = self.sql.storage.set_alarm(at_ms);
+        self.alarm_at.set(Some(at_ms));
+        if let Err(e) = write.await {
+            self.alarm_at.set(None);
+            web_sys::console::error_1(
                 &format!("shiitake: setAlarm failed: {}", js::error_message(&e)).into(),
-            ),
+            );
         }
     }
 
@@ -245,12 +267,8 @@ impl Inner {
             return Ok(());
         }
         if self.loop_running.get() {
-            // Another invocation is running the turns; keep its watchdog.
-            if let Some(wake) = self.loop_wake.borrow_mut().take() {
-                let _ = wake.send(());
-            }
-            self.set_alarm(js::now_ms() + self.config.watchdog_ms as i64)
-                .await;
+            // Another invocation is running the turns: it takes this wake.
+            self.wake_loop();
             return Ok(());
         }
         self.loop_running.set(true);
@@ -291,19 +309,21 @@ impl Inner {
             if turns.is_empty() {
                 return Ok(());
             }
-            // While turns run, the alarm is a watchdog: if this instance
-            // dies, it fires and the orphaned turns resume.
-            let watchdog = now + self.config.watchdog_ms as i64;
+            // Sleep until a turn ends, a request wakes the loop, or the
+            // earliest retry timer of a turn not running here is due. No
+            // await between the claim and registering the wake: a wake
+            // cannot fall in between.
             let timer = run::next_deadline(Store::new(&self.sql), now, &|h| self.is_live(h))
                 .map_err(|e| JsValue::from_str(&e.to_string()))?;
-            let wake_at = timer.map_or(watchdog, |t| t.min(watchdog));
-            self.set_alarm(watchdog).await;
+            if self.wake_requested.replace(false) {
+                continue;
+            }
             let (wake_tx, wake_rx) = oneshot::channel();
             *self.loop_wake.borrow_mut() = Some(wake_tx);
-            let nap = js::sleep((wake_at - js::now_ms()).max(0) as u64);
-            match select(turns.next(), select(wake_rx, nap)).await {
-                Either::Left(_) | Either::Right(_) => {}
-            }
+            let nap = js::sleep(
+                timer.map_or(LOOP_NAP_MS_MAX, |t| (t - now).clamp(0, LOOP_NAP_MS_MAX)) as u64,
+            );
+            let _ = select(turns.next(), select(wake_rx, nap)).await;
             self.loop_wake.borrow_mut().take();
         }
     }
