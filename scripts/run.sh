@@ -10,6 +10,10 @@
 #                          a well-known value for local use only
 #   SHIITAKE_MODEL         default openai/scripted
 #   OPENAI_BASE_URL, OPENAI_API_KEY, SHIITAKE_INSTRUCTIONS   passed when set
+#   MODEL_PORT             when OPENAI_BASE_URL is unset, the scripted model
+#                          server (tests/support/model-server.mjs, echo
+#                          answers) runs on 127.0.0.1:MODEL_PORT for as long
+#                          as wrangler does; default PORT+1
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -24,21 +28,47 @@ url="http://127.0.0.1:$port"
 args=(dev --local --ip 127.0.0.1 --port "$port" --persist-to "$state_dir"
   --show-interactive-dev-session=false
   --var "SHIITAKE_TOKEN:$token" --var "SHIITAKE_MODEL:$model")
-[ -n "${OPENAI_BASE_URL:-}" ] && args+=(--var "OPENAI_BASE_URL:$OPENAI_BASE_URL")
 [ -n "${SHIITAKE_INSTRUCTIONS:-}" ] && args+=(--var "SHIITAKE_INSTRUCTIONS:$SHIITAKE_INSTRUCTIONS")
 
-secrets_dir=""
-cleanup() { if [ -n "$secrets_dir" ]; then rm -rf "$secrets_dir"; fi; }
+run_dir="$(mktemp -d)" # private (0700): the key file, the model server's URL
+model_pid=""
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+  if [ -n "$model_pid" ]; then kill -TERM "$model_pid" 2>/dev/null || true; fi
+  rm -rf "$run_dir"
+}
 trap cleanup EXIT
+
+# No provider given: serve the scripted model server so prompts get answers.
+if [ -n "${OPENAI_BASE_URL:-}" ]; then
+  model_url="$OPENAI_BASE_URL"
+  model_line="model: $model at $model_url"
+else
+  model_port="${MODEL_PORT:-$((port + 1))}"
+  # It prints its base URL once it listens.
+  node tests/support/model-server.mjs --port "$model_port" >"$run_dir/model.url" &
+  model_pid=$!
+  for _ in $(seq 1 100); do
+    [ -s "$run_dir/model.url" ] && break
+    kill -0 "$model_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  model_url="$(head -n 1 "$run_dir/model.url")"
+  if [ -z "$model_url" ]; then
+    echo "run: the scripted model server did not start on 127.0.0.1:$model_port (port taken? set MODEL_PORT)" >&2
+    exit 1
+  fi
+  model_line="model: $model at $model_url, the scripted model server (echo answers; set OPENAI_BASE_URL for a real provider)"
+fi
+args+=(--var "OPENAI_BASE_URL:$model_url")
 if [ -n "${OPENAI_API_KEY:-}" ]; then
   # Through a private env file rather than --var, so the key shows neither in
   # the process list nor in wrangler's bindings table.
   case "$OPENAI_API_KEY" in
     *"'"* | *$'\n'*) echo "run: OPENAI_API_KEY must not contain a quote or a newline" >&2; exit 1 ;;
   esac
-  secrets_dir="$(mktemp -d)"
-  (umask 077 && printf "OPENAI_API_KEY='%s'\n" "$OPENAI_API_KEY" >"$secrets_dir/secrets.env")
-  args+=(--env-file "$secrets_dir/secrets.env")
+  (umask 077 && printf "OPENAI_API_KEY='%s'\n" "$OPENAI_API_KEY" >"$run_dir/secrets.env")
+  args+=(--env-file "$run_dir/secrets.env")
 fi
 
 banner() {
@@ -47,10 +77,12 @@ banner() {
 
   shiitake-demo is serving $url  (state: $state_dir)
   token (local only): $token
+  $model_line
 
   curl -s -X POST $url/agents/demo/sessions $auth -d '{"sessionId":"hello"}'
   curl -s -X POST $url/agents/demo/sessions/hello/commands $auth \\
        -d '{"type":"prompt","requestId":"r1","text":"Hello!"}'
+  curl -s "$url/agents/demo/sessions/hello/settlement?commandId=<commandId>&timeoutMs=30000" $auth
   curl -s $url/agents/demo/sessions/hello $auth
 
 EOF

@@ -14,6 +14,7 @@ use crate::run::{self, Settlement};
 use crate::session::command::{self, parse_json, validate_request_id, Command};
 use crate::session::{admission, queue, read, Ctx};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 /// The header that carries host metadata from `shiitakeApp()` to the DO.
 pub const META_HEADER: &str = "x-shiitake-meta";
@@ -271,8 +272,17 @@ fn command(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpRespons
             Ok(HttpResponse::json(200, &receipt).with(effects))
         }
         Command::Operator(o) => {
-            let receipt = admission::admit_operator(ctx, id, &o.request_id, &o.text, meta)?;
-            let effects = admitted(id, &receipt.command_id, &o.request_id, false);
+            let admitted_line = admission::admit_operator(ctx, id, &o.request_id, &o.text, meta)?;
+            let receipt = admitted_line.receipt;
+            let mut effects = admitted(id, &receipt.command_id, &o.request_id, false);
+            if let Some(message) = admitted_line
+                .message
+                .and_then(|m| RawValue::from_string(m).ok())
+            {
+                effects
+                    .frames
+                    .push((id.to_owned(), Frame::Message { message }));
+            }
             Ok(HttpResponse::json(200, &receipt).with(effects))
         }
         Command::Cancel(command::Cancel {

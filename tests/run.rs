@@ -113,7 +113,9 @@ fn a_prompt_runs_to_one_settlement_and_queues_behind_the_running_turn() {
     let done = h
         .with_ctx(|ctx| complete_step(ctx, "s", &first, 1, &answer("hi there")))
         .unwrap();
-    assert!(matches!(done, StepOutcome::Settled(ref s) if s.len() == 1));
+    assert!(
+        matches!(done, StepOutcome::Settled { ref settled, ref answer } if settled.len() == 1 && answer.contains("hi there"))
+    );
     let s = settlement(&mut h, "s", &first);
     assert_eq!(
         s,

@@ -195,6 +195,13 @@ impl Inner {
         self.observers.publish(session_id, name, &data, &snapshot);
     }
 
+    /// Publishes a stored message (its stored JSON) as a `message` frame.
+    fn publish_message(&self, session_id: &str, body: String) {
+        if let Ok(message) = serde_json::value::RawValue::from_string(body) {
+            self.publish(session_id, "frame", &Frame::Message { message });
+        }
+    }
+
     fn publish_settled(&self, session_id: &str, settled: Vec<Settlement>) {
         for settlement in settled {
             self.observers.settled(&settlement.command_id);
@@ -303,6 +310,9 @@ impl Inner {
                         attempt: step.attempt,
                     };
                     self.publish(&step.session_id, "frame", &started);
+                    for message in &step.appended {
+                        self.publish_message(&step.session_id, message.clone());
+                    }
                     turns.push(self.run_turn(step, stopper));
                 }
             }
@@ -347,8 +357,14 @@ impl Inner {
                     match self
                         .with_ctx(|ctx| run::complete_step(ctx, &session, &head, attempt, &answer))
                     {
-                        Ok(StepOutcome::Continue(next)) => step = next,
-                        Ok(StepOutcome::Settled(settled)) => {
+                        Ok(StepOutcome::Continue(next)) => {
+                            for message in &next.appended {
+                                self.publish_message(&session, message.clone());
+                            }
+                            step = next;
+                        }
+                        Ok(StepOutcome::Settled { settled, answer }) => {
+                            self.publish_message(&session, answer);
                             self.publish_settled(&session, settled);
                             break;
                         }

@@ -54,6 +54,8 @@ pub struct Step {
     /// Guards every write this step's outcome makes.
     pub attempt: u32,
     pub context: Vec<ContextMessage>,
+    /// Messages the claiming transition appended (stored JSON), to publish.
+    pub appended: Vec<String>,
 }
 
 /// What a finished model step produced.
@@ -68,7 +70,11 @@ pub struct StepAnswer {
 #[derive(Debug, Clone, PartialEq)]
 pub enum StepOutcome {
     /// The turn settled; every command of it carries this settlement.
-    Settled(Vec<Settlement>),
+    /// `answer` is the appended assistant message (stored JSON).
+    Settled {
+        settled: Vec<Settlement>,
+        answer: String,
+    },
     /// Steer prompts joined: call the model again with this step.
     Continue(Step),
     /// The attempt is no longer current (cancelled, or superseded after a
@@ -179,6 +185,7 @@ pub fn reconcile(
                 command_id: head.command_id,
                 attempt,
                 context,
+                appended: Vec::new(),
             });
         }
         for (head, prompt, context) in fresh {
@@ -189,6 +196,7 @@ pub fn reconcile(
                 command_id: head.command_id,
                 attempt: 1,
                 context,
+                appended: vec![prompt.body],
             });
         }
         Ok(Reconciled { steps, settled })
@@ -237,7 +245,10 @@ pub fn complete_step(
                 None,
                 now_ms,
             )?;
-            return Ok(StepOutcome::Settled(settled));
+            return Ok(StepOutcome::Settled {
+                settled,
+                answer: answer_body,
+            });
         }
         let joined = steers
             .iter()
@@ -263,6 +274,7 @@ pub fn complete_step(
             command_id: command_id.to_owned(),
             attempt,
             context,
+            appended: unwritten.into_iter().map(|p| p.body).collect(),
         }))
     })
 }

@@ -67,6 +67,7 @@ pub fn admit_prompt(
             meta,
         },
     )
+    .map(|a| a.receipt)
 }
 
 /// Records an operator line in the transcript at once.
@@ -76,7 +77,7 @@ pub fn admit_operator(
     request_id: &str,
     text: &str,
     meta: Option<&str>,
-) -> Result<Receipt, ApiError> {
+) -> Result<Admitted, ApiError> {
     let input = serde_json::to_string(&OperatorInput {
         text: text.to_owned(),
     })
@@ -93,7 +94,14 @@ pub fn admit_operator(
     )
 }
 
-fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Receipt, ApiError> {
+/// An admission's receipt and, for a newly recorded operator line, the
+/// message it appended (stored JSON, for watchers).
+pub struct Admitted {
+    pub receipt: Receipt,
+    pub message: Option<String>,
+}
+
+fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Admitted, ApiError> {
     let store = ctx.store;
     let now_ms = ctx.now_ms;
     let ids = &mut *ctx.ids;
@@ -109,7 +117,10 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Receipt, ApiError> {
                 && existing.input == a.input
                 && existing.meta.as_deref() == a.meta;
             return if same {
-                Ok(Receipt::accepted(existing.command_id))
+                Ok(Admitted {
+                    receipt: Receipt::accepted(existing.command_id),
+                    message: None,
+                })
             } else {
                 Err(ApiError::RequestConflict(a.request_id.to_owned()))
             };
@@ -132,6 +143,7 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Receipt, ApiError> {
             now_ms,
         };
         let recorded;
+        let mut message = None;
         match a.kind {
             Kind::Prompt => {
                 if facts.pending_count >= PENDING_PER_SESSION_MAX {
@@ -167,10 +179,14 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Receipt, ApiError> {
                     created_at: now_ms,
                 })?;
                 store.insert_message(a.session_id, &body)?;
+                message = Some(body);
             }
         }
         store.insert_command(&row)?;
-        Ok(Receipt::accepted(command_id))
+        Ok(Admitted {
+            receipt: Receipt::accepted(command_id),
+            message,
+        })
     })
 }
 

@@ -1,5 +1,9 @@
 // Admission: receipts, replays, conflicts, requestId bounds, operator lines,
 // the FIFO pending queue, and Session-scoped requestIds.
+//
+// The model never answers here (startWorker's "hold" model): a Session's
+// first prompt becomes its running turn and stays so. Tests about `pending`
+// occupy the Session first (`a.occupy`), so the prompts they admit queue.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { PNG_1X1, bytes, expectAccepted, expectError, expectStatus, startWorker } from "./helpers.mjs";
@@ -18,12 +22,22 @@ async function session() {
   return { a, sid };
 }
 
-test("a prompt answers 200 {status:accepted, commandId} and waits in pending", async () => {
+/** A Session whose running turn never ends, so admitted prompts stay pending. */
+async function occupied() {
   const { a, sid } = await session();
+  const occupier = await a.occupy(sid);
+  return { a, sid, occupier };
+}
+
+/** The Session's messages other than the occupier's `user` message. */
+const others = (page, occupier) => page.messages.filter((m) => m.commandId !== occupier);
+
+test("a prompt answers 200 {status:accepted, commandId} and waits in pending", async () => {
+  const { a, sid, occupier } = await occupied();
   const res = await a.prompt(sid, "req-1", "hello");
   const commandId = expectAccepted(res);
   const page = await a.read(sid);
-  assert.equal(page.running, null, "the demo Worker runs no model: prompts stay queued");
+  assert.equal(page.running?.commandId, occupier, "the running turn never ends: prompts behind it stay queued");
   assert.equal(page.pending.length, 1);
   const p = page.pending[0];
   assert.equal(p.commandId, commandId);
@@ -33,11 +47,11 @@ test("a prompt answers 200 {status:accepted, commandId} and waits in pending", a
   assert.equal(p.position, 1);
   assert.ok(p.acceptedAt !== undefined && p.acceptedAt !== null, JSON.stringify(p));
   assert.equal(p.meta ?? null, null, "no host metadata was sent");
-  assert.deepEqual(page.messages, [], "a queued prompt is not a transcript message yet");
+  assert.deepEqual(others(page, occupier), [], "a queued prompt is not a transcript message yet");
 });
 
 test("the same requestId and input replays the identical receipt and queues nothing new", async () => {
-  const { a, sid } = await session();
+  const { a, sid } = await occupied();
   const first = await a.prompt(sid, "req-1", "hello", { images: [{ mediaType: "image/png", data: PNG_1X1 }], delivery: "steer" });
   const commandId = expectAccepted(first);
   for (let i = 0; i < 3; i++) {
@@ -55,7 +69,7 @@ test("the same requestId and input replays the identical receipt and queues noth
 });
 
 test("an omitted delivery and an explicit followUp are the same input", async () => {
-  const { a, sid } = await session();
+  const { a, sid } = await occupied();
   const commandId = await a.admit(sid, "req-1", "hello");
   const again = await a.prompt(sid, "req-1", "hello", { delivery: "followUp" });
   assert.equal(expectAccepted(again), commandId);
@@ -63,7 +77,7 @@ test("an omitted delivery and an explicit followUp are the same input", async ()
 });
 
 test("other input under an admitted requestId is 409 request_conflict", async () => {
-  const { a, sid } = await session();
+  const { a, sid, occupier } = await occupied();
   const img = { mediaType: "image/png", data: PNG_1X1 };
   const commandId = await a.admit(sid, "req-1", "hello", { images: [img] });
   const conflicts = [
@@ -82,7 +96,7 @@ test("other input under an admitted requestId is 409 request_conflict", async ()
     pending.map((p) => [p.commandId, p.text]),
     [[commandId, "hello"]],
   );
-  assert.deepEqual((await a.read(sid)).messages, [], "no operator line was recorded");
+  assert.deepEqual(others(await a.read(sid), occupier), [], "no operator line was recorded");
 });
 
 test("an operator requestId conflicts with a different operator text or a prompt", async () => {
@@ -114,9 +128,8 @@ test("requestId must be non-empty and at most 256 UTF-8 bytes", async () => {
   expectError(await a.operator(sid, euro257, "five"), 400, "invalid_request");
   expectError(await a.withdraw(sid, euro257), 400, "invalid_request");
 
-  const pending = await a.pending(sid);
   assert.deepEqual(
-    pending.map((p) => [p.commandId, p.requestId]),
+    (await a.queue(sid)).map((p) => [p.commandId, p.requestId]),
     [
       [okAscii, ascii256],
       [okEuro, euro256],
@@ -140,14 +153,14 @@ test("an operator line is recorded in the transcript at once with requestId and 
 });
 
 test("operator lines keep their order and do not disturb the pending queue", async () => {
-  const { a, sid } = await session();
+  const { a, sid, occupier } = await occupied();
   const p1 = await a.admit(sid, "p1", "first prompt");
   const o1 = await a.admitOperator(sid, "o1", "line one");
   const p2 = await a.admit(sid, "p2", "second prompt");
   const o2 = await a.admitOperator(sid, "o2", "line two");
   const page = await a.read(sid);
   assert.deepEqual(
-    page.messages.map((m) => [m.role, m.commandId, m.text]),
+    others(page, occupier).map((m) => [m.role, m.commandId, m.text]),
     [
       ["operator", o1, "line one"],
       ["operator", o2, "line two"],
@@ -163,7 +176,7 @@ test("operator lines keep their order and do not disturb the pending queue", asy
 });
 
 test("pending lists prompts in FIFO order with requestId, text, delivery and 1-based position", async () => {
-  const { a, sid } = await session();
+  const { a, sid } = await occupied();
   const admitted = [];
   for (let i = 0; i < 6; i++) {
     const requestId = `req-${i}`;
@@ -181,7 +194,7 @@ test("pending lists prompts in FIFO order with requestId, text, delivery and 1-b
 });
 
 test("a prompt needs text or an image; an image-only prompt is accepted", async () => {
-  const { a, sid } = await session();
+  const { a, sid } = await occupied();
   expectError(await a.prompt(sid, "r1", ""), 400, "invalid_request");
   expectError(await a.prompt(sid, "r2", "", { images: [] }), 400, "invalid_request");
   const commandId = await a.admit(sid, "r3", "", { images: [{ mediaType: "image/jpeg", data: PNG_1X1 }] });
@@ -194,7 +207,7 @@ test("a prompt needs text or an image; an image-only prompt is accepted", async 
 });
 
 test("every image media type is accepted; another type or non-base64 data is 400", async () => {
-  const { a, sid } = await session();
+  const { a, sid } = await occupied();
   const images = ["image/png", "image/jpeg", "image/gif", "image/webp"].map((mediaType) => ({ mediaType, data: PNG_1X1 }));
   await a.admit(sid, "all-four", "see these", { images });
   assert.deepEqual((await a.pending(sid))[0].images, images);
@@ -218,11 +231,11 @@ test("requestIds are Session-scoped: the same requestId in two Sessions is two c
   const c2 = await a.admit("two", "shared", "a different text is no conflict here");
   assert.notEqual(c1, c2);
   assert.deepEqual(
-    (await a.pending("one")).map((p) => [p.commandId, p.text]),
+    (await a.queue("one")).map((p) => [p.commandId, p.text]),
     [[c1, "hello"]],
   );
   assert.deepEqual(
-    (await a.pending("two")).map((p) => [p.commandId, p.text]),
+    (await a.queue("two")).map((p) => [p.commandId, p.text]),
     [[c2, "a different text is no conflict here"]],
   );
   // Each Session replays its own receipt.
@@ -237,7 +250,7 @@ test("a replay after other admissions still answers the original receipt", async
   await a.admitOperator(sid, "r3", "three");
   assert.equal(expectAccepted(await a.prompt(sid, "r1", "one")), c1);
   assert.deepEqual(
-    (await a.pending(sid)).map((p) => p.requestId),
+    (await a.queue(sid)).map((p) => p.requestId),
     ["r1", "r2"],
   );
 });

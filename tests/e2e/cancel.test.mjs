@@ -1,4 +1,6 @@
-// Cancel and abort.
+// Cancel and abort of queued prompts. The model never answers here (the
+// "hold" model): each Session is occupied by a running turn first, so the
+// prompts a test admits stay pending. (Cancel of running work: run.test.mjs.)
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { expectAccepted, expectError, expectStatus, startWorker } from "./helpers.mjs";
@@ -11,14 +13,18 @@ after(async () => {
   await h?.dispose();
 });
 
-/** A Session with `n` pending prompts r0..r{n-1} / "text i". */
+/** A Session with a running turn that never ends and `n` pending prompts r0..r{n-1} / "text i". */
 async function queued(n) {
   const a = h.agent();
   const sid = await a.createSession("s");
+  const occupier = await a.occupy(sid);
   const ids = [];
   for (let i = 0; i < n; i++) ids.push(await a.admit(sid, `r${i}`, `text ${i}`));
-  return { a, sid, ids };
+  return { a, sid, ids, occupier };
 }
+
+/** The operator lines of a read. */
+const operatorLines = (page) => page.messages.filter((m) => m.role === "operator");
 
 test("cancel a pending prompt: cancelled with its text; the others keep FIFO order and renumber", async () => {
   const { a, sid, ids } = await queued(4);
@@ -79,7 +85,7 @@ test("cancel of an operator line is too_late", async () => {
   }
   const page = await a.read(sid);
   assert.deepEqual(
-    page.messages.map((m) => m.commandId),
+    operatorLines(page).map((m) => m.commandId),
     [op],
   );
   assert.deepEqual(
@@ -93,15 +99,17 @@ test("cancel of a commandId this Session never accepted is 404 command_not_found
   await a.createSession("one");
   await a.createSession("two");
   const c1 = await a.admit("one", "r", "in one");
+  const c2 = await a.admit("one", "r2", "queued in one");
   expectError(await a.cancel("one", "cmd_does_not_exist"), 404, "command_not_found");
   expectError(await a.cancel("two", c1), 404, "command_not_found");
   // Another Agent's command is not this Session's either.
   const b = h.agent();
   await b.createSession("one");
   expectError(await b.cancel("one", c1), 404, "command_not_found");
+  expectError(await b.cancel("one", c2), 404, "command_not_found");
   assert.deepEqual(
-    (await a.pending("one")).map((p) => p.commandId),
-    [c1],
+    (await a.queue("one")).map((p) => p.commandId),
+    [c1, c2],
   );
 });
 
@@ -119,21 +127,24 @@ test("cancel body: closed schema", async () => {
   assert.equal((await a.pending(sid)).length, 1);
 });
 
-test("abort cancels every pending prompt in one answer and empties pending", async () => {
-  const { a, sid, ids } = await queued(5);
+test("abort cancels the running turn and every pending prompt in one answer and empties pending", async () => {
+  const { a, sid, ids, occupier } = await queued(5);
   const op = await a.admitOperator(sid, "op", "stays in the transcript");
   await a.cancel(sid, ids[2]);
   const res = await a.abort(sid);
   expectStatus(res, 200);
   assert.deepEqual(res.json, {
     status: "cancelled",
-    cancelled: [0, 1, 3, 4].map((i) => ({ commandId: ids[i], requestId: `r${i}`, text: `text ${i}` })),
+    cancelled: [
+      { commandId: occupier, requestId: "occupier", text: "occupies the Session: the model never answers it" },
+      ...[0, 1, 3, 4].map((i) => ({ commandId: ids[i], requestId: `r${i}`, text: `text ${i}` })),
+    ],
   });
   const page = await a.read(sid);
   assert.deepEqual(page.pending, []);
   assert.equal(page.running, null);
   assert.deepEqual(
-    page.messages.map((m) => m.commandId),
+    operatorLines(page).map((m) => m.commandId),
     [op],
   );
   // Each aborted prompt now answers cancelled.
@@ -145,8 +156,8 @@ test("abort cancels every pending prompt in one answer and empties pending", asy
   // New work queues normally after an abort.
   const next = await a.admit(sid, "after", "after the abort");
   assert.deepEqual(
-    (await a.pending(sid)).map((p) => [p.commandId, p.position]),
-    [[next, 1]],
+    (await a.queue(sid)).map((p) => p.commandId),
+    [next],
   );
 });
 
@@ -161,11 +172,13 @@ test("abort touches only its Session", async () => {
   await a.createSession("one");
   await a.createSession("two");
   await a.admit("one", "r", "one");
+  await a.admit("one", "r2", "one, queued");
   const keep = await a.admit("two", "r", "two");
-  assert.equal((await a.abort("one")).json.cancelled.length, 1);
+  const keepQueued = await a.admit("two", "r2", "two, queued");
+  assert.equal((await a.abort("one")).json.cancelled.length, 2);
   assert.deepEqual(
-    (await a.pending("two")).map((p) => p.commandId),
-    [keep],
+    (await a.queue("two")).map((p) => p.commandId),
+    [keep, keepQueued],
   );
 });
 

@@ -1,9 +1,17 @@
 // Shared harness for the end-to-end tests: one Miniflare per test file,
 // serving the built demo Worker (or a fixture Worker bundled on the fly),
-// and a small JSON client with assertion helpers.
+// a scripted model server (tests/support/model-server.mjs) it calls, and a
+// small JSON client with assertion helpers (settlement long poll, watch).
 //
 // Every test addresses its own Agent (`h.agent()` picks a fresh agentId, so a
 // fresh Durable Object), which keeps tests independent inside one Miniflare.
+//
+// Model: by default `startWorker()` points the Worker at a model server in
+// "hold" mode, where every model call hangs until the test file ends. The
+// first prompt of a Session then becomes `running` and stays so; the prompts
+// behind it stay `pending`. Tests about the queue occupy the Session first
+// (`a.occupy(sid)`); tests about running work pick `model: "echo"` and script
+// the answers (`h.model.scriptFor(tag, ...)`).
 
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
@@ -13,10 +21,34 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { Miniflare } from "miniflare";
+import { startModelServer } from "../support/model-server.mjs";
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 export const DEMO_SCRIPT = path.join(ROOT, "build/demo/index.mjs");
 export const TOKEN = "test-token";
+/** The provider key the Worker is given; tests assert it reaches the model and nothing else. */
+export const MODEL_API_KEY = "sk-test-7f3c9a1e-never-echoed";
+/** The model the Worker is configured with (`SHIITAKE_MODEL` = `openai/<this>`). */
+export const MODEL_NAME = "scripted-e2e";
+
+/**
+ * The Worker bindings `startWorker({ bindings })` takes (the settings
+ * src/host/config.rs reads; values are passed as strings). A name outside
+ * this list is refused, so a typo cannot silently test the default.
+ */
+export const WORKER_BINDINGS = [
+  "SHIITAKE_MODEL",
+  "OPENAI_BASE_URL",
+  "OPENAI_API_KEY",
+  "ANTHROPIC_BASE_URL",
+  "ANTHROPIC_API_KEY",
+  "SHIITAKE_INSTRUCTIONS",
+  "SHIITAKE_RETRY_BASE_MS",
+  "SHIITAKE_RETRY_MAX_MS",
+  "SHIITAKE_ATTEMPTS_MAX",
+  "SHIITAKE_MAX_OUTPUT_TOKENS",
+  "SHIITAKE_FAULT_PANIC_MARKER",
+];
 // The newest date the pinned workerd (1.20260730.x) accepts.
 export const COMPATIBILITY_DATE = "2026-07-30";
 
@@ -27,15 +59,18 @@ export const PNG_1X1 =
 /** UTF-8 byte length of a string. */
 export const bytes = (s) => Buffer.byteLength(s, "utf8");
 
-/** Miniflare options for a Worker whose entry exports the `ShiitakeDO` class. */
-export function workerOptions(scriptPath, persistDir) {
+/**
+ * Miniflare options for a Worker whose entry exports the `ShiitakeDO` class;
+ * `bindings` are added to `SHIITAKE_TOKEN`.
+ */
+export function workerOptions(scriptPath, persistDir, bindings = {}) {
   return {
     modules: true,
     scriptPath,
     modulesRules: [{ type: "CompiledWasm", include: ["**/*.wasm"] }],
     compatibilityDate: COMPATIBILITY_DATE,
     durableObjects: { SHIITAKE: { className: "ShiitakeDO", useSQLite: true } },
-    bindings: { SHIITAKE_TOKEN: TOKEN },
+    bindings: { SHIITAKE_TOKEN: TOKEN, ...bindings },
     ...(persistDir ? { durableObjectsPersist: persistDir } : {}),
   };
 }
@@ -56,30 +91,53 @@ export async function bundleFixture(entryPath, name) {
  * Starts Miniflare on `scriptPath` (the demo Worker by default).
  * `persist: true` keeps Durable Object storage in a temporary directory so
  * that `restart()` can prove what survives; `dispose()` removes it.
+ *
+ * `model`: "hold" (default) or "echo" starts a scripted model server
+ * (`h.model`, see tests/support/model-server.mjs) with that fallback and
+ * binds `SHIITAKE_MODEL=openai/${MODEL_NAME}`, `OPENAI_BASE_URL` and
+ * `OPENAI_API_KEY=${MODEL_API_KEY}`; `false` starts none and binds none.
+ * `bindings`: more Worker bindings (names from WORKER_BINDINGS; numbers are
+ * passed as strings, like wrangler vars), overriding those.
  */
-export async function startWorker({ scriptPath = DEMO_SCRIPT, persist = false } = {}) {
+export async function startWorker({ scriptPath = DEMO_SCRIPT, persist = false, model = "hold", bindings = {} } = {}) {
   if (!existsSync(scriptPath)) {
     throw new Error(`${path.relative(ROOT, scriptPath)} is missing: run \`bash scripts/build.sh\` first`);
   }
+  for (const name of Object.keys(bindings)) {
+    if (!WORKER_BINDINGS.includes(name)) throw new Error(`startWorker: unknown binding ${name} (known: ${WORKER_BINDINGS.join(", ")})`);
+  }
+  if (model !== false && model !== "hold" && model !== "echo") throw new Error(`startWorker: model is "hold", "echo" or false, not ${model}`);
+  const server = model === false ? undefined : await startModelServer({ fallback: model });
+  const all = {};
+  if (server) Object.assign(all, { SHIITAKE_MODEL: `openai/${MODEL_NAME}`, OPENAI_BASE_URL: server.url, OPENAI_API_KEY: MODEL_API_KEY });
+  for (const [name, value] of Object.entries(bindings)) all[name] = String(value);
   const persistDir = persist ? await mkdtemp(path.join(tmpdir(), "shiitake-e2e-")) : undefined;
-  const h = new Harness(scriptPath, persistDir);
+  const h = new Harness(scriptPath, persistDir, all, server);
   await h.start();
   return h;
 }
 
+/** Answers kept by the harness (newest last) for leak checks. */
+const SEEN_MAX = 5000;
+
 export class Harness {
-  constructor(scriptPath, persistDir) {
+  constructor(scriptPath, persistDir, bindings = {}, model = undefined) {
     this.scriptPath = scriptPath;
     this.persistDir = persistDir;
+    this.bindings = bindings;
+    /** The scripted model server, when startWorker started one. */
+    this.model = model;
     this.mf = undefined;
+    /** Every answer this harness received: `{method, path, status, text, headers}` (bounded). */
+    this.seen = [];
   }
 
   async start() {
-    this.mf = new Miniflare(workerOptions(this.scriptPath, this.persistDir));
+    this.mf = new Miniflare(workerOptions(this.scriptPath, this.persistDir, this.bindings));
     await this.mf.ready;
   }
 
-  /** Disposes Miniflare and starts a new one on the same persisted storage. */
+  /** Disposes Miniflare and starts a new one on the same persisted storage (the model server stays). */
   async restart() {
     assert.ok(this.persistDir, "restart() needs startWorker({ persist: true })");
     await this.mf.dispose();
@@ -89,16 +147,22 @@ export class Harness {
   async dispose() {
     if (this.mf) await this.mf.dispose();
     this.mf = undefined;
+    if (this.model) await this.model.close();
     if (this.persistDir) await rm(this.persistDir, { recursive: true, force: true });
+  }
+
+  remember(entry) {
+    this.seen.push(entry);
+    if (this.seen.length > SEEN_MAX) this.seen.shift();
   }
 
   /**
    * One request. `body`: undefined (none), a string or Uint8Array (sent as
    * is), or any other value (sent as JSON). `token: null` sends no
-   * Authorization header. Returns `{status, json, text, headers}`; `json` is
-   * undefined when the body is not JSON.
+   * Authorization header; `signal` aborts the request. Returns `{status,
+   * json, text, headers}`; `json` is undefined when the body is not JSON.
    */
-  async api(method, urlPath, body, { token = TOKEN, headers = {} } = {}) {
+  async api(method, urlPath, body, { token = TOKEN, headers = {}, signal } = {}) {
     const h = { ...headers };
     if (token !== null) h.authorization = `Bearer ${token}`;
     let payload;
@@ -107,8 +171,9 @@ export class Harness {
       else payload = JSON.stringify(body);
       if (!Object.keys(h).some((k) => k.toLowerCase() === "content-type")) h["content-type"] = "application/json";
     }
-    const res = await this.mf.dispatchFetch(`http://localhost${urlPath}`, { method, headers: h, body: payload });
+    const res = await this.mf.dispatchFetch(`http://localhost${urlPath}`, { method, headers: h, body: payload, signal });
     const text = await res.text();
+    this.remember({ method, path: urlPath, status: res.status, text, headers: [...res.headers].map((kv) => kv.join(": ")).join("\n") });
     let json;
     if (text !== "") {
       try {
@@ -200,6 +265,83 @@ export class Agent {
     return (await this.read(sessionId)).pending;
   }
 
+  /**
+   * The Session's unsettled prompts in FIFO order, the running one first:
+   * `[{commandId, requestId, text}]`. Unlike `pending`, it does not depend on
+   * whether the run loop has claimed the oldest prompt yet.
+   */
+  async queue(sessionId) {
+    const page = await this.read(sessionId);
+    return [...(page.running ? [page.running] : []), ...page.pending].map(({ commandId, requestId, text }) => ({ commandId, requestId, text }));
+  }
+
+  /** Waits (bounded) until `commandId` is the Session's running turn; returns the read. */
+  async waitRunning(sessionId, commandId, { timeoutMs = 5000 } = {}) {
+    return eventually(
+      async () => {
+        const page = await this.read(sessionId);
+        return page.running?.commandId === commandId ? page : null;
+      },
+      { timeoutMs, what: `${commandId} to be running in ${sessionId}` },
+    );
+  }
+
+  /**
+   * Admits a throwaway prompt and waits until it is the Session's running
+   * turn: with the default "hold" model it stays running, so the prompts
+   * admitted next stay pending (positions from 1). Returns its commandId. Its
+   * `user` message is the Session's newest message at that point.
+   */
+  async occupy(sessionId, requestId = "occupier", text = "occupies the Session: the model never answers it") {
+    const commandId = await this.admit(sessionId, requestId, text);
+    await this.waitRunning(sessionId, commandId);
+    return commandId;
+  }
+
+  /** GET .../settlement: `{status, json, text, headers}`; `timeoutMs` omitted when undefined. */
+  settlement(sessionId, commandId, timeoutMs, opts) {
+    const q = new URLSearchParams();
+    if (commandId !== undefined) q.set("commandId", commandId);
+    if (timeoutMs !== undefined) q.set("timeoutMs", String(timeoutMs));
+    return this.api("GET", `/sessions/${encodeURIComponent(sessionId)}/settlement?${q}`, undefined, opts);
+  }
+
+  /**
+   * Long-polls the settlement in 30 s chunks until it is not null (at most
+   * `boundMs`); asserts 200 and returns the CommandSettlement.
+   */
+  async waitSettled(sessionId, commandId, { boundMs = 60_000 } = {}) {
+    const deadline = Date.now() + boundMs;
+    for (;;) {
+      const left = deadline - Date.now();
+      const res = await this.settlement(sessionId, commandId, Math.max(0, Math.min(30_000, left)));
+      expectStatus(res, 200);
+      if (res.json !== null) {
+        assert.equal(res.json.commandId, commandId, describe(res));
+        return res.json;
+      }
+      if (Date.now() >= deadline) throw new Error(`${commandId} in ${sessionId} not settled within ${boundMs} ms`);
+    }
+  }
+
+  /** Opens GET .../watch; asserts 200 text/event-stream. */
+  async watch(sessionId, { timeoutMs = 5000 } = {}) {
+    const controller = new AbortController();
+    const urlPath = `/agents/${this.id}/sessions/${encodeURIComponent(sessionId)}/watch`;
+    const res = await this.h.mf.dispatchFetch(`http://localhost${urlPath}`, {
+      headers: { authorization: `Bearer ${TOKEN}`, accept: "text/event-stream" },
+      signal: controller.signal,
+    });
+    if (res.status !== 200 || !(res.headers.get("content-type") ?? "").startsWith("text/event-stream")) {
+      const text = await res.text();
+      controller.abort();
+      throw new assert.AssertionError({
+        message: `watch: expected HTTP 200 text/event-stream, got ${describe({ status: res.status, text })} (${res.headers.get("content-type")})`,
+      });
+    }
+    return new Watch(res, controller, timeoutMs, (text) => this.h.remember({ method: "GET", path: urlPath, status: 200, text, headers: "" }));
+  }
+
   /** Walks every page of the Session read (newest page first); returns the pages. */
   async readAllPages(sessionId, limit, maxPages = 1000) {
     const pages = [];
@@ -230,6 +372,149 @@ export class Agent {
       cursor = res.json.cursor;
     }
     throw new Error(`more than ${maxPages} pages`);
+  }
+}
+
+/**
+ * A Server-Sent Events reader: `next()` gives the next `{event, data}` (data
+ * JSON-parsed when it is JSON; event "message" when the frame names none), or
+ * null at the end of the stream, and throws after the timeout. Iterable.
+ */
+export class Watch {
+  constructor(res, controller, timeoutMs, onClose = () => {}) {
+    this.reader = res.body.getReader();
+    this.decoder = new TextDecoder();
+    this.controller = controller;
+    this.timeoutMs = timeoutMs;
+    this.onClose = onClose;
+    this.buffer = "";
+    this.raw = "";
+    this.ready = [];
+    this.ended = false;
+    this.closed = false;
+    /** Every event received so far. */
+    this.events = [];
+    this.reading = undefined;
+  }
+
+  async next(timeoutMs = this.timeoutMs) {
+    let timer;
+    const timeout = new Promise((_, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`watch: no event within ${timeoutMs} ms; got so far: ${this.events.map(kind).join(", ") || "nothing"}`)),
+        timeoutMs,
+      );
+    });
+    try {
+      await Promise.race([this.#fill(), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+    // Taken only here, so an abandoned (timed-out) wait loses no event.
+    if (this.ready.length === 0) return null;
+    const ev = this.ready.shift();
+    this.events.push(ev);
+    return ev;
+  }
+
+  /** Resolves once an event is ready or the stream ended. */
+  async #fill() {
+    while (this.ready.length === 0 && !this.ended) {
+      // One read (and parse) at a time, shared by waits that timed out.
+      this.reading ??= this.#step().finally(() => {
+        this.reading = undefined;
+      });
+      await this.reading;
+    }
+  }
+
+  async #step() {
+    const { value, done } = await this.reader.read();
+    if (done) {
+      this.ended = true;
+      this.#parse(true);
+    } else {
+      const text = this.decoder.decode(value, { stream: true });
+      this.raw += text;
+      this.buffer += text;
+      this.#parse(false);
+    }
+  }
+
+  #parse(final) {
+    this.buffer = this.buffer.replace(/\r\n?/g, "\n");
+    const blocks = this.buffer.split("\n\n");
+    this.buffer = final ? "" : blocks.pop();
+    for (const block of blocks) {
+      let event = "message";
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line === "" || line.startsWith(":")) continue;
+        const i = line.indexOf(":");
+        const field = i < 0 ? line : line.slice(0, i);
+        let value = i < 0 ? "" : line.slice(i + 1);
+        if (value.startsWith(" ")) value = value.slice(1);
+        if (field === "event") event = value;
+        else if (field === "data") data.push(value);
+      }
+      if (data.length === 0) continue;
+      const text = data.join("\n");
+      let parsed;
+      try {
+        parsed = JSON.parse(text);
+      } catch {
+        parsed = text;
+      }
+      this.ready.push({ event, data: parsed });
+    }
+  }
+
+  /** Reads events until `predicate(event)` holds; returns those read (the match last). */
+  async until(predicate, timeoutMs = this.timeoutMs) {
+    const deadline = Date.now() + timeoutMs;
+    const got = [];
+    for (;;) {
+      const ev = await this.next(Math.max(1, deadline - Date.now()));
+      if (ev === null) throw new Error(`watch ended before the awaited event; got: ${got.map(kind).join(", ")}`);
+      got.push(ev);
+      if (predicate(ev)) return got;
+    }
+  }
+
+  async *[Symbol.asyncIterator]() {
+    for (;;) {
+      const ev = await this.next();
+      if (ev === null) return;
+      yield ev;
+    }
+  }
+
+  async close() {
+    if (this.closed) return;
+    this.closed = true;
+    this.onClose(this.raw);
+    await this.reader.cancel().catch(() => {});
+    this.controller.abort();
+  }
+}
+
+/** A watch event's kind: a frame's `type`, else the SSE event name. */
+export function kind(ev) {
+  return ev.event === "frame" && ev.data && typeof ev.data === "object" ? ev.data.type : ev.event;
+}
+
+/**
+ * Calls `fn` until it returns a truthy value (returned) or `timeoutMs` passes
+ * (throws, naming `what`). For state only observable by reading it.
+ */
+export async function eventually(fn, { timeoutMs = 5000, intervalMs = 10, what = "a condition" } = {}) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  for (;;) {
+    last = await fn();
+    if (last) return last;
+    if (Date.now() >= deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, intervalMs));
   }
 }
 

@@ -103,6 +103,7 @@ group("host Worker: hostFetch and host metadata", () => {
   test("host metadata is stored on pending prompts and operator lines; a client-sent header is ignored", async () => {
     const a = h.agent();
     await a.createSession("s");
+    await a.occupy("s"); // the model never answers: what follows stays pending
     const ada = { author: { id: "ada", name: "Ada" }, channel: "web" };
     const c1 = await a.admit("s", "with-meta", "from ada", {}, meta(ada));
     const c2 = await a.admit("s", "forged", "from eve", {}, { headers: { "x-shiitake-meta": JSON.stringify({ author: { id: "eve" } }) } });
@@ -122,7 +123,7 @@ group("host Worker: hostFetch and host metadata", () => {
       ],
     );
     assert.deepEqual(
-      page.messages.map((m) => [m.commandId, m.role, m.meta]),
+      page.messages.filter((m) => m.role === "operator").map((m) => [m.commandId, m.role, m.meta]),
       [[o1, "operator", { author: { id: "ops" } }]],
     );
   });
@@ -147,7 +148,7 @@ group("host Worker: hostFetch and host metadata", () => {
     expectError(await a.operator("s", "o1", "line", meta({ author: "bob" })), 409, "request_conflict");
     assert.equal(expectAccepted(await a.operator("s", "o1", "line", meta({ author: "ada" }))), o);
     assert.deepEqual(
-      (await a.pending("s")).map((p) => p.commandId),
+      (await a.queue("s")).map((p) => p.commandId),
       [c1, c2],
     );
   });
@@ -165,9 +166,12 @@ group("host Worker: hostFetch and host metadata", () => {
     expectError(await a.prompt("s", "over-cap", "too much", {}, meta(sized(4097))), 400, "invalid_meta");
     expectError(await a.operator("s", "over-cap-op", "too much", meta(sized(4097))), 400, "invalid_meta");
     assert.deepEqual(
-      (await a.pending("s")).map((p) => p.commandId),
+      (await a.queue("s")).map((p) => p.commandId),
       [c],
     );
-    assert.deepEqual((await a.read("s")).messages, []);
+    assert.deepEqual(
+      (await a.read("s")).messages.filter((m) => m.role === "operator"),
+      [],
+    );
   });
 });

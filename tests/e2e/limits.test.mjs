@@ -1,4 +1,6 @@
-// Limits: text bytes, body bytes, images, the pending queue.
+// Limits: text bytes, body bytes, images, the pending queue. The model never
+// answers here (the "hold" model): tests about pending prompts occupy the
+// Session with a running turn first, so what they admit stays pending.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { PNG_1X1, bytes, expectAccepted, expectError, startWorker } from "./helpers.mjs";
@@ -17,8 +19,15 @@ async function session() {
   return { a, sid };
 }
 
-test("text: 65,536 UTF-8 bytes are accepted, 65,537 are 400 (bytes, not characters)", async () => {
+/** A Session whose running turn never ends. */
+async function occupied() {
   const { a, sid } = await session();
+  const occupier = await a.occupy(sid);
+  return { a, sid, occupier };
+}
+
+test("text: 65,536 UTF-8 bytes are accepted, 65,537 are 400 (bytes, not characters)", async () => {
+  const { a, sid } = await occupied();
   const ascii = "a".repeat(65_536);
   const twoByte = "é".repeat(32_768); // 32,768 characters, 65,536 bytes
   const twoByteOver = `${twoByte}a`; // 32,769 characters, 65,537 bytes
@@ -40,7 +49,7 @@ test("text: 65,536 UTF-8 bytes are accepted, 65,537 are 400 (bytes, not characte
   );
   assert.equal(page.pending[1].text, twoByte);
   assert.deepEqual(
-    page.messages.map((m) => [m.commandId, m.text === twoByte]),
+    page.messages.filter((m) => m.role === "operator").map((m) => [m.commandId, m.text === twoByte]),
     [[o1, true]],
   );
 });
@@ -60,14 +69,14 @@ test("a body over 1,048,576 bytes is 413 payload_too_large; a body just under is
   expectError(await a.api("POST", "/sessions", `{"sessionId":"x"}${" ".repeat(1_048_576)}`), 413, "payload_too_large");
   expectError(await a.api("POST", `/sessions/${sid}/withdraw`, `{"requestId":"x"}${" ".repeat(1_048_576)}`), 413, "payload_too_large");
   assert.deepEqual(
-    (await a.pending(sid)).map((p) => p.requestId),
+    (await a.queue(sid)).map((p) => p.requestId),
     ["padded"],
   );
   assert.deepEqual((await a.withdraw(sid, "big")).json, { status: "unknown" }, "a refused body admitted nothing");
 });
 
 test("at most 4 images: 5 are 400 invalid_request", async () => {
-  const { a, sid } = await session();
+  const { a, sid } = await occupied();
   const img = { mediaType: "image/png", data: PNG_1X1 };
   const c = await a.admit(sid, "four", "four", { images: [img, img, img, img] });
   expectError(await a.prompt(sid, "five", "five", { images: [img, img, img, img, img] }), 400, "invalid_request");
@@ -78,7 +87,7 @@ test("at most 4 images: 5 are 400 invalid_request", async () => {
 });
 
 test("the 65th pending prompt is 429 queue_full; cancelling one frees a place", async () => {
-  const { a, sid } = await session();
+  const { a, sid } = await occupied();
   const ids = [];
   for (let i = 0; i < 64; i++) ids.push(await a.admit(sid, `r${i}`, `p${i}`));
   expectError(await a.prompt(sid, "r64", "p64"), 429, "queue_full");
@@ -102,7 +111,7 @@ test("the 65th pending prompt is 429 queue_full; cancelling one frees a place", 
 });
 
 test("pending input is bounded at 2,097,152 bytes: 429 queue_full", async () => {
-  const { a, sid } = await session();
+  const { a, sid } = await occupied();
   // Each prompt carries 4 images of 250,000 base64 characters (187,500 bytes
   // decoded): ~1.0 MB of base64 per prompt, under the body cap. Two fit under
   // 2 MiB whether base64 or decoded bytes are counted; a third never does.

@@ -101,6 +101,7 @@ test("default limit is 50", async () => {
 
 test("pending is not paged away by before/limit", async () => {
   const { a, sid } = await withLines(3);
+  await a.occupy(sid); // the model never answers: the next prompt stays pending
   const p = await a.admit(sid, "p", "queued");
   const page = await a.read(sid, { limit: "1" });
   assert.equal(page.messages.length, 1);

@@ -1,5 +1,8 @@
 // What a receipt promises survives a restart: Miniflare disposed and started
-// again on the same persisted Durable Object storage.
+// again on the same persisted Durable Object storage. The model never answers
+// here (the "hold" model): a running turn occupies each Session, so the
+// prompts behind it stay pending across the restart. (A turn resumed after a
+// restart: run-restart.test.mjs.)
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { expectAccepted, expectError, expectStatus, startWorker } from "./helpers.mjs";
@@ -16,6 +19,7 @@ test("accepted work, transcript, fences and receipts survive a restart", async (
   const a = h.agent("restart-agent");
   await a.createSession("s");
   await a.createSession("t");
+  const occupier = await a.occupy("s");
   const img = { mediaType: "image/webp", data: "AAAA" };
   const ids = [];
   for (let i = 0; i < 5; i++) ids.push(await a.admit("s", `r${i}`, `prompt ${i}`, i === 3 ? { images: [img], delivery: "steer" } : {}));
@@ -39,7 +43,10 @@ test("accepted work, transcript, fences and receipts survive a restart", async (
   assert.deepEqual(cold.messages, warm.messages);
   assert.deepEqual(
     cold.messages.map((m) => [m.role, m.commandId, m.requestId, m.text]),
-    [["operator", op, "op", "an operator line"]],
+    [
+      ["user", occupier, "occupier", "occupies the Session: the model never answers it"],
+      ["operator", op, "op", "an operator line"],
+    ],
   );
   const list = await a.api("GET", "/sessions");
   expectStatus(list, 200);
@@ -66,7 +73,7 @@ test("accepted work, transcript, fences and receipts survive a restart", async (
   assert.equal(cold.pending.some((p) => p.commandId === cancelled), false);
   // New admissions get new ids, queued behind the old ones.
   const fresh = await a.admit("s", "r5", "prompt 5");
-  assert.ok(![...ids, op, cancelled].includes(fresh), "a commandId is never reused");
+  assert.ok(![occupier, ...ids, op, cancelled].includes(fresh), "a commandId is never reused");
   assert.deepEqual(
     (await a.pending("s")).map((p) => [p.commandId, p.position]),
     [...ids, fresh].map((id, i) => [id, i + 1]),
@@ -84,7 +91,7 @@ test("a second restart keeps what the first run after restart wrote; deleted Ses
   assert.deepEqual((await a.withdraw("keep", "w")).json, { status: "unknown" });
   await h.restart();
   assert.deepEqual(
-    (await a.pending("keep")).map((p) => p.commandId),
+    (await a.queue("keep")).map((p) => p.commandId),
     [c, c2],
   );
   expectError(await a.prompt("keep", "w", "z"), 409, "request_withdrawn");

@@ -52,9 +52,9 @@ test("a taken sessionId is 409 session_exists and the first Session is untouched
   await a.createSession("dup");
   await a.admit("dup", "r1", "hello");
   expectError(await a.api("POST", "/sessions", { sessionId: "dup" }), 409, "session_exists");
-  const page = await a.read("dup");
-  assert.equal(page.pending.length, 1);
-  assert.equal(page.pending[0].requestId, "r1");
+  const queue = await a.queue("dup");
+  assert.equal(queue.length, 1);
+  assert.equal(queue[0].requestId, "r1");
 });
 
 test("an invalid sessionId is 400 invalid_request and creates nothing", async () => {

@@ -20,6 +20,7 @@ async function session() {
 
 test("withdraw after an admission answers its receipt and cancels nothing", async () => {
   const { a, sid } = await session();
+  await a.occupy(sid); // the model never answers: what follows stays pending
   const c0 = await a.admit(sid, "r0", "zero");
   const c1 = await a.admit(sid, "r1", "one");
   const res = await a.withdraw(sid, "r1");
@@ -56,7 +57,7 @@ test("withdraw of an unknown requestId answers unknown and fences later admissio
   // A retry with a new requestId is admitted.
   const c = await a.admit(sid, "lost-2", "the lost text");
   assert.deepEqual(
-    (await a.pending(sid)).map((p) => [p.commandId, p.requestId]),
+    (await a.queue(sid)).map((p) => [p.commandId, p.requestId]),
     [[c, "lost-2"]],
   );
 });
@@ -88,6 +89,7 @@ test("withdraw of an operator line answers accepted with its commandId (its entr
 
 test("withdraw of a cancelled prompt still answers accepted with its commandId", async () => {
   const { a, sid } = await session();
+  await a.occupy(sid);
   const commandId = await a.admit(sid, "r", "to cancel");
   const cancel = await a.cancel(sid, commandId);
   expectStatus(cancel, 200);
