@@ -16,6 +16,7 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import { Miniflare } from "miniflare";
 import { COMPATIBILITY_DATE, DEMO_SCRIPT, ROOT, TOKEN, bundleFixture, workerOptions } from "../tests/e2e/helpers.mjs";
+import { startModelServer } from "../tests/support/model-server.mjs";
 const SESSIONS = 4; // prompts rotate across these Sessions...
 const PENDING_PER_SESSION = 60; // ...each aborted (untimed) before 64 are pending
 const P50_RATIO_TARGET = 1.2;
@@ -46,13 +47,20 @@ if (!existsSync(DEMO_SCRIPT)) {
   process.exit(2);
 }
 
+const model = await startModelServer({ fallback: "hold" });
 const FLOOR_SCRIPT = await bundleFixture(path.join(ROOT, "bench/floor-worker.mjs"), "bench-floor");
 
 const persistDir = args.memory ? undefined : await mkdtemp(path.join(tmpdir(), "shiitake-bench-"));
 const mf = new Miniflare({
   ...(persistDir ? { durableObjectsPersist: persistDir } : {}),
   workers: [
-    { name: "shiitake", routes: ["shiitake.bench/*"], ...workerOptions(DEMO_SCRIPT) },
+    // Admission as users meet it: each Session's first prompt is running a
+    // model call (held open by the scripted server), the rest queue behind it.
+    {
+      name: "shiitake",
+      routes: ["shiitake.bench/*"],
+      ...workerOptions(DEMO_SCRIPT, undefined, process.env.BENCH_NO_MODEL ? {} : { SHIITAKE_MODEL: "openai/bench", OPENAI_BASE_URL: process.env.BENCH_MODEL_URL ?? model.url }),
+    },
     {
       name: "floor",
       routes: ["floor.bench/*"],
@@ -162,5 +170,6 @@ try {
   console.log(`wall time ${((performance.now() - started) / 1000).toFixed(1)} s`);
 } finally {
   await mf.dispose();
+  await model.close();
   if (persistDir) await rm(persistDir, { recursive: true, force: true });
 }

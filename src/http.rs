@@ -267,8 +267,14 @@ fn command(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpRespons
     let meta = meta.as_deref();
     match command {
         Command::Prompt(p) => {
-            let receipt = admission::admit_prompt(ctx, id, &p, meta)?;
-            let effects = admitted(id, &receipt.command_id, &p.request_id, true);
+            let admitted_prompt = admission::admit_prompt(ctx, id, &p, meta)?;
+            let receipt = admitted_prompt.receipt;
+            let effects = admitted(
+                id,
+                &receipt.command_id,
+                &p.request_id,
+                admitted_prompt.startable,
+            );
             Ok(HttpResponse::json(200, &receipt).with(effects))
         }
         Command::Operator(o) => {
@@ -301,10 +307,12 @@ fn command(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpRespons
     }
 }
 
-/// Effects of an admission (also of its replay, which is harmless).
-fn admitted(session_id: &str, command_id: &str, request_id: &str, runs: bool) -> Effects {
+/// Effects of an admission: publish it; wake the run loop when the prompt
+/// can start now (a prompt behind a running turn starts when it ends, a
+/// steer joins at its next step: no wake needed).
+fn admitted(session_id: &str, command_id: &str, request_id: &str, startable: bool) -> Effects {
     Effects {
-        reconcile: runs,
+        reconcile: startable,
         frames: vec![(
             session_id.to_owned(),
             Frame::Admitted {

@@ -34,7 +34,7 @@ fn failure(retryable: bool, diagnostic: &str) -> Failure {
 
 fn claim(h: &mut Harness, live: &[&str]) -> Vec<Step> {
     let live: Vec<String> = live.iter().map(|s| s.to_string()).collect();
-    let Reconciled { steps, settled } = h
+    let Reconciled { steps, settled, .. } = h
         .with_ctx(|ctx| reconcile(ctx, &|id| live.iter().any(|l| l == id), ATTEMPTS))
         .unwrap();
     assert!(settled.is_empty(), "{settled:?}");
@@ -209,7 +209,7 @@ fn restarts_past_the_attempt_limit_settle_interrupted() {
         assert_eq!(step.attempt, attempt);
         h.restart();
     }
-    let Reconciled { steps, settled } = h
+    let Reconciled { steps, settled, .. } = h
         .with_ctx(|ctx| reconcile(ctx, &|_| false, ATTEMPTS))
         .unwrap();
     assert!(steps.is_empty());

@@ -18,9 +18,6 @@ extern "C" {
     #[wasm_bindgen(method, js_name = setAlarm)]
     fn set_alarm_at(this: &DurableObjectStorage, scheduled_ms: f64) -> Promise;
 
-    #[wasm_bindgen(method, js_name = deleteAlarm)]
-    fn delete_alarm_now(this: &DurableObjectStorage) -> Promise;
-
     #[wasm_bindgen(js_name = setTimeout)]
     fn set_timeout(callback: &js_sys::Function, ms: f64) -> JsValue;
 
@@ -32,10 +29,6 @@ impl DurableObjectStorage {
     /// Issues the write now; the future only reports its completion.
     pub fn set_alarm(&self, at_ms: i64) -> JsFuture {
         JsFuture::from(self.set_alarm_at(at_ms as f64))
-    }
-
-    pub async fn delete_alarm(&self) -> Result<(), JsValue> {
-        JsFuture::from(self.delete_alarm_now()).await.map(drop)
     }
 }
 

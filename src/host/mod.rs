@@ -222,8 +222,7 @@ impl Inner {
         if self.alarm_at.get().is_some_and(|at| at <= now) {
             return;
         }
-        let write = self.sql.storage.set_alarm(now);
-        self.alarm_at.set(Some(now));
+        let write = self.write_alarm(now);
         wasm_bindgen_futures::spawn_local(async move {
             if let Err(e) = write.await {
                 web_sys::console::error_1(
@@ -240,10 +239,15 @@ impl Inner {
         }
     }
 
-    async fn set_alarm(&self, at_ms: i64) {
+    /// Issues the alarm write now; the future reports its completion.
+    fn write_alarm(&self, at_ms: i64) -> JsFuture {
         let write = self.sql.storage.set_alarm(at_ms);
         self.alarm_at.set(Some(at_ms));
-        if let Err(e) = write.await {
+        write
+    }
+
+    async fn set_alarm(&self, at_ms: i64) {
+        if let Err(e) = self.write_alarm(at_ms).await {
             self.alarm_at.set(None);
             web_sys::console::error_1(
                 &format!("shiitake: setAlarm failed: {}", js::error_message(&e)).into(),
@@ -251,17 +255,16 @@ impl Inner {
         }
     }
 
-    /// Sets the one alarm to the earliest durable deadline, or removes it.
+    /// Sets the one alarm to the earliest durable deadline. With nothing
+    /// due it writes nothing: a fired alarm is spent, and a stale one (a
+    /// retry timer of a cancelled turn) only costs an empty pass, which is
+    /// cheaper than a delete on every turn. No await between the read and
+    /// the write, so a request's later `setAlarm(now)` is never overwritten.
     async fn arm_next_alarm(&self) {
         let now = js::now_ms();
-        let next = run::next_deadline(Store::new(&self.sql), now, &|h| self.is_live(h));
-        match next {
+        match run::next_deadline(Store::new(&self.sql), now, &|h| self.is_live(h)) {
             Ok(Some(at)) => self.set_alarm(at).await,
-            Ok(None) => {
-                if self.sql.storage.delete_alarm().await.is_ok() {
-                    self.alarm_at.set(None);
-                }
-            }
+            Ok(None) => {}
             Err(e) => web_sys::console::error_1(&format!("shiitake: {e}").into()),
         }
     }
@@ -281,22 +284,49 @@ impl Inner {
         self.loop_running.set(true);
         let result = self.run_loop().await;
         self.loop_running.set(false);
-        self.arm_next_alarm().await;
-        result
+        match result {
+            Ok(Some(write)) => {
+                if let Err(e) = write.await {
+                    web_sys::console::error_1(
+                        &format!("shiitake: setAlarm failed: {}", js::error_message(&e)).into(),
+                    );
+                }
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => {
+                // The platform retries this alarm; make sure due work waits
+                // no longer than that.
+                self.arm_next_alarm().await;
+                Err(e)
+            }
+        }
     }
 
     /// Claims due turns and runs them concurrently until none is left.
-    async fn run_loop(&self) -> Result<(), JsValue> {
+    /// Returns the alarm write for the work left for later. It is issued in
+    /// the same synchronous step as the last reconciliation and the end of
+    /// the loop, so a request arriving afterwards sets its own alarm and is
+    /// never overwritten by a later deadline.
+    async fn run_loop(&self) -> Result<Option<JsFuture>, JsValue> {
         let started = js::now_ms();
         let mut turns = FuturesUnordered::new();
         loop {
             let now = js::now_ms();
+            self.wake_requested.set(false);
+            // Past the claim budget, finish the live turns and let a fresh
+            // alarm continue.
+            let mut later = Some(now);
             if now - started < LOOP_CLAIM_BUDGET_MS {
                 let claimed = self.with_ctx(|ctx| {
                     run::reconcile(ctx, &|h| self.is_live(h), self.config.attempts())
                 });
-                let run::Reconciled { steps, settled } =
-                    claimed.map_err(|e| JsValue::from_str(&e.to_string()))?;
+                let run::Reconciled {
+                    steps,
+                    settled,
+                    next_deadline,
+                } = claimed.map_err(|e| JsValue::from_str(&e.to_string()))?;
+                later = next_deadline;
                 for (session, settlement) in settled {
                     self.publish_settled(&session, vec![settlement]);
                 }
@@ -317,23 +347,21 @@ impl Inner {
                 }
             }
             if turns.is_empty() {
-                return Ok(());
+                self.loop_running.set(false);
+                return Ok(later.map(|at| self.write_alarm(at)));
             }
-            // Sleep until a turn ends, a request wakes the loop, or the
-            // earliest retry timer of a turn not running here is due. No
-            // await between the claim and registering the wake: a wake
-            // cannot fall in between.
-            let timer = run::next_deadline(Store::new(&self.sql), now, &|h| self.is_live(h))
-                .map_err(|e| JsValue::from_str(&e.to_string()))?;
-            if self.wake_requested.replace(false) {
-                continue;
-            }
+            // Sleep until a turn ends, a request wakes the loop, or work
+            // left for later is due. No await between the claim and
+            // registering the wake: a wake cannot fall in between.
             let (wake_tx, wake_rx) = oneshot::channel();
             *self.loop_wake.borrow_mut() = Some(wake_tx);
-            let nap = js::sleep(
-                timer.map_or(LOOP_NAP_MS_MAX, |t| (t - now).clamp(0, LOOP_NAP_MS_MAX)) as u64,
-            );
-            let _ = select(turns.next(), select(wake_rx, nap)).await;
+            let nap_ms = match later {
+                Some(at) if now - started < LOOP_CLAIM_BUDGET_MS => {
+                    (at - now).clamp(0, LOOP_NAP_MS_MAX)
+                }
+                _ => LOOP_NAP_MS_MAX,
+            };
+            let _ = select(turns.next(), select(wake_rx, js::sleep(nap_ms as u64))).await;
             self.loop_wake.borrow_mut().take();
         }
     }

@@ -116,6 +116,9 @@ pub struct Reconciled {
     pub steps: Vec<Step>,
     /// Turns it settled (past the attempt limit), with their Session.
     pub settled: Vec<(String, Settlement)>,
+    /// The earliest moment work it did not claim is due (retry timers,
+    /// claims past the per-pass bound), for the alarm.
+    pub next_deadline: Option<i64>,
 }
 
 /// Claims every turn that can run now: the queue head of each idle Session
@@ -133,20 +136,32 @@ pub fn reconcile(
     atomically(store.sql(), || {
         // Reads first (a transition writes last).
         let mut resumable = Vec::new();
+        // The earliest work this pass leaves for later.
+        let mut next_deadline: Option<i64> = None;
+        let mut later = |at: i64| next_deadline = Some(next_deadline.map_or(at, |d| d.min(at)));
         for head in store.running_heads()? {
-            if is_live(&head.command_id) || head.retry_at.is_some_and(|at| at > now_ms) {
+            if is_live(&head.command_id) {
+                continue;
+            }
+            if let Some(at) = head.retry_at.filter(|at| *at > now_ms) {
+                later(at);
+                continue;
+            }
+            if resumable.len() == CLAIMS_PER_PASS_MAX {
+                later(now_ms);
                 continue;
             }
             let turn = store.turn(&head.session_id, &head.command_id)?;
             let context = context(store, &head.session_id, &[])?;
             resumable.push((head, turn, context));
-            if resumable.len() == CLAIMS_PER_PASS_MAX {
-                break;
-            }
         }
         let mut fresh = Vec::new();
         let room = CLAIMS_PER_PASS_MAX - resumable.len();
-        for session_id in store.idle_sessions_with_pending(room)? {
+        let idle = store.idle_sessions_with_pending(room + 1)?;
+        if idle.len() > room {
+            later(now_ms);
+        }
+        for session_id in idle.into_iter().take(room) {
             let Some(head) = store.pending(&session_id)?.into_iter().next() else {
                 continue;
             };
@@ -199,7 +214,11 @@ pub fn reconcile(
                 appended: vec![prompt.body],
             });
         }
-        Ok(Reconciled { steps, settled })
+        Ok(Reconciled {
+            steps,
+            settled,
+            next_deadline,
+        })
     })
 }
 

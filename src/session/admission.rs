@@ -55,7 +55,7 @@ pub fn admit_prompt(
     session_id: &str,
     prompt: &Prompt,
     meta: Option<&str>,
-) -> Result<Receipt, ApiError> {
+) -> Result<Admitted, ApiError> {
     let input = serde_json::to_string(&prompt.input()).map_err(internal)?;
     admit(
         ctx,
@@ -67,7 +67,6 @@ pub fn admit_prompt(
             meta,
         },
     )
-    .map(|a| a.receipt)
 }
 
 /// Records an operator line in the transcript at once.
@@ -99,6 +98,8 @@ pub fn admit_operator(
 pub struct Admitted {
     pub receipt: Receipt,
     pub message: Option<String>,
+    /// A new prompt the run loop can start now (its Session is idle).
+    pub startable: bool,
 }
 
 fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Admitted, ApiError> {
@@ -120,6 +121,7 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Admitted, ApiError> {
                 Ok(Admitted {
                     receipt: Receipt::accepted(existing.command_id),
                     message: None,
+                    startable: false,
                 })
             } else {
                 Err(ApiError::RequestConflict(a.request_id.to_owned()))
@@ -186,6 +188,7 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Admitted, ApiError> {
         Ok(Admitted {
             receipt: Receipt::accepted(command_id),
             message,
+            startable: a.kind == Kind::Prompt && !facts.running,
         })
     })
 }

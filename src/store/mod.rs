@@ -173,6 +173,8 @@ pub struct AdmissionFacts {
     pub pending_bytes: usize,
     /// The sequence number the next command of the Session gets.
     pub next_seq: i64,
+    /// Whether the Session is running a turn (a new prompt cannot start now).
+    pub running: bool,
     /// The command already admitted under this requestId, if any.
     pub existing: Option<CommandRow>,
 }
@@ -189,8 +191,11 @@ pub struct Store<'a> {
 }
 
 /// Commands not yet settled: the partial index `commands_unsettled` covers
-/// exactly these, so queue and run queries never scan settled history.
+/// exactly these. Queue and run queries name it (`UNSETTLED_COMMANDS`), so
+/// they never scan settled history however long it grows (without stats
+/// the planner would prefer the primary key).
 const UNSETTLED: &str = "settled_at IS NULL";
+const UNSETTLED_COMMANDS: &str = "commands INDEXED BY commands_unsettled";
 
 impl<'a> Store<'a> {
     pub fn new(sql: &'a dyn Sql) -> Self {
@@ -282,11 +287,13 @@ impl<'a> Store<'a> {
                 "SELECT
                     EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1),
                     EXISTS (SELECT 1 FROM fences WHERE session_id = ?1 AND request_id = ?2),
-                    (SELECT count(*) FROM commands
+                    (SELECT count(*) FROM {UNSETTLED_COMMANDS}
                         WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending'),
-                    (SELECT coalesce(sum(length(input)), 0) FROM commands
+                    (SELECT coalesce(sum(length(input)), 0) FROM {UNSETTLED_COMMANDS}
                         WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending'),
-                    (SELECT coalesce(max(seq), 0) + 1 FROM commands WHERE session_id = ?1),
+                    coalesce((SELECT seq FROM commands WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1), 0) + 1,
+                    EXISTS (SELECT 1 FROM {UNSETTLED_COMMANDS}
+                        WHERE session_id = ?1 AND {UNSETTLED} AND state = 'running'),
                     {columns}
                  FROM (SELECT 1) LEFT JOIN commands c
                     ON c.session_id = ?1 AND c.request_id = ?2"
@@ -296,8 +303,8 @@ impl<'a> Store<'a> {
         let row = rows
             .first()
             .ok_or(SqlError::Decode("no admission row".into()))?;
-        let existing = match row.opt_text(5)? {
-            Some(_) => Some(command_row_at(row, 5)?),
+        let existing = match row.opt_text(6)? {
+            Some(_) => Some(command_row_at(row, 6)?),
             None => None,
         };
         Ok(AdmissionFacts {
@@ -306,6 +313,7 @@ impl<'a> Store<'a> {
             pending_count: row.int(2)? as usize,
             pending_bytes: row.int(3)? as usize,
             next_seq: row.int(4)?,
+            running: row.int(5)? == 1,
             existing,
         })
     }
@@ -356,7 +364,7 @@ impl<'a> Store<'a> {
     pub fn pending(&self, session_id: &str) -> Result<Vec<CommandRow>, SqlError> {
         command_rows(self.query(
             &format!(
-                "SELECT {COMMAND_COLUMNS} FROM commands
+                "SELECT {COMMAND_COLUMNS} FROM {UNSETTLED_COMMANDS}
                  WHERE session_id = ? AND {UNSETTLED} AND state = 'pending' ORDER BY seq"
             ),
             &[session_id.into()],
@@ -449,7 +457,7 @@ impl<'a> Store<'a> {
     pub fn running_heads(&self) -> Result<Vec<CommandRow>, SqlError> {
         command_rows(self.query(
             &format!(
-                "SELECT {COMMAND_COLUMNS} FROM commands
+                "SELECT {COMMAND_COLUMNS} FROM {UNSETTLED_COMMANDS}
                  WHERE {UNSETTLED} AND state = 'running' AND turn_id IS NULL"
             ),
             &[],
@@ -460,7 +468,7 @@ impl<'a> Store<'a> {
     pub fn running_head(&self, session_id: &str) -> Result<Option<CommandRow>, SqlError> {
         let rows = self.query(
             &format!(
-                "SELECT {COMMAND_COLUMNS} FROM commands
+                "SELECT {COMMAND_COLUMNS} FROM {UNSETTLED_COMMANDS}
                  WHERE session_id = ? AND {UNSETTLED} AND state = 'running' AND turn_id IS NULL"
             ),
             &[session_id.into()],
@@ -473,7 +481,7 @@ impl<'a> Store<'a> {
     pub fn turn(&self, session_id: &str, head_id: &str) -> Result<Vec<CommandRow>, SqlError> {
         command_rows(self.query(
             &format!(
-                "SELECT {COMMAND_COLUMNS} FROM commands
+                "SELECT {COMMAND_COLUMNS} FROM {UNSETTLED_COMMANDS}
                  WHERE session_id = ? AND {UNSETTLED} AND state = 'running'
                    AND (command_id = ? OR turn_id = ?)
                  ORDER BY seq"
@@ -486,10 +494,9 @@ impl<'a> Store<'a> {
     pub fn idle_sessions_with_pending(&self, limit: usize) -> Result<Vec<String>, SqlError> {
         self.query(
             &format!(
-                "SELECT DISTINCT c.session_id FROM commands c
-                 WHERE c.{UNSETTLED} AND c.state = 'pending' AND NOT EXISTS (
-                    SELECT 1 FROM commands r WHERE r.session_id = c.session_id
-                        AND r.{UNSETTLED} AND r.state = 'running')
+                "SELECT session_id FROM {UNSETTLED_COMMANDS} WHERE {UNSETTLED}
+                 GROUP BY session_id
+                 HAVING sum(state = 'running') = 0 AND sum(state = 'pending') > 0
                  LIMIT ?"
             ),
             &[(limit as i64).into()],
@@ -503,7 +510,7 @@ impl<'a> Store<'a> {
     pub fn pending_steers(&self, session_id: &str) -> Result<Vec<CommandRow>, SqlError> {
         command_rows(self.query(
             &format!(
-                "SELECT {COMMAND_COLUMNS} FROM commands
+                "SELECT {COMMAND_COLUMNS} FROM {UNSETTLED_COMMANDS}
                  WHERE session_id = ? AND {UNSETTLED} AND state = 'pending'
                    AND json_extract(input, '$.delivery') = 'steer'
                  ORDER BY seq"
@@ -538,9 +545,10 @@ impl<'a> Store<'a> {
     /// Appends a message at the end of the Session's transcript.
     pub fn insert_message(&self, session_id: &str, body: &str) -> Result<(), SqlError> {
         self.write(
-            "INSERT INTO messages (session_id, seq, body)
-             VALUES (?1, (SELECT coalesce(max(seq), 0) + 1 FROM messages WHERE session_id = ?1), ?2)",
-            vec![session_id.into(), body.into()],
+            "INSERT INTO messages (session_id, seq, body, bytes)
+             VALUES (?1, coalesce((SELECT seq FROM messages WHERE session_id = ?1
+                ORDER BY seq DESC LIMIT 1), 0) + 1, ?2, ?3)",
+            vec![session_id.into(), body.into(), (body.len() as i64).into()],
         )
     }
 
@@ -553,7 +561,7 @@ impl<'a> Store<'a> {
         limit: usize,
     ) -> Result<Vec<(i64, usize)>, SqlError> {
         self.query(
-            "SELECT seq, length(CAST(body AS BLOB)) FROM messages
+            "SELECT seq, bytes FROM messages
              WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
             &[session_id.into(), before.into(), (limit as i64).into()],
         )?

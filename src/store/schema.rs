@@ -67,11 +67,13 @@ const CREATE: &[&str] = &[
     ) WITHOUT ROWID",
     // `body` is the message exactly as the read serves it, so a page is a
     // concatenation and never re-serialises stored JSON. One row per
-    // message, no secondary index: `seq` is the position in the Session.
+    // message, no secondary index: `seq` is the position in the Session;
+    // `bytes` lets a page be cut by size without reading bodies.
     "CREATE TABLE messages (
         session_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
         body TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
         PRIMARY KEY (session_id, seq)
     ) WITHOUT ROWID",
 ];
