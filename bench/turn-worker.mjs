@@ -65,10 +65,45 @@ export class TurnFloorDO extends DurableObject {
   }
 }
 
+// The floor of an alarm-driven turn: the request stores the prompt and sets
+// the alarm; the alarm fetches the answer, stores it, and reports the turn
+// done over loopback (BENCH_NOTIFY_URL), like a watcher's frame.
+export class AlarmFloorDO extends DurableObject {
+  constructor(ctx, env) {
+    super(ctx, env);
+    ctx.storage.sql.exec(
+      "CREATE TABLE IF NOT EXISTS turns (seq INTEGER PRIMARY KEY, text TEXT NOT NULL, answer TEXT)",
+    );
+  }
+
+  async fetch(request) {
+    const { text } = await request.json();
+    const { seq } = this.ctx.storage.sql.exec("INSERT INTO turns (text) VALUES (?) RETURNING seq", text).one();
+    this.ctx.storage.setAlarm(Date.now());
+    return Response.json({ seq });
+  }
+
+  async alarm() {
+    for (const { seq, text } of this.ctx.storage.sql.exec("SELECT seq, text FROM turns WHERE answer IS NULL").toArray()) {
+      const response = await fetch(`${this.env.OPENAI_BASE_URL}/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: "scripted", stream: true, messages: [{ role: "user", content: text }] }),
+      });
+      this.ctx.storage.sql.exec("UPDATE turns SET answer = ? WHERE seq = ?", await response.text(), seq);
+      await fetch(`${this.env.BENCH_NOTIFY_URL}?seq=${seq}`);
+    }
+  }
+}
+
 const app = new Hono();
 app.use("/agents/*", ...bearerTokenAuth("SHIITAKE_TOKEN"));
 app.post("/agents/:agentId/floor", (c) => {
   const ns = c.env.FLOOR;
+  return ns.get(ns.idFromName(c.req.param("agentId"))).fetch(c.req.raw);
+});
+app.post("/agents/:agentId/alarmfloor", (c) => {
+  const ns = c.env.ALARM_FLOOR;
   return ns.get(ns.idFromName(c.req.param("agentId"))).fetch(c.req.raw);
 });
 app.all("/agents/:agentId/bench/*", (c) => {

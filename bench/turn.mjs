@@ -13,6 +13,7 @@
 //    settlement long poll, which costs one more round trip, is shown too.
 // Needs `bash scripts/build.sh` first. Prints figures; asserts nothing.
 
+import http from "node:http";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { Miniflare } from "miniflare";
@@ -28,6 +29,18 @@ const TURNS = Number(args.turns);
 const CHUNKS_250 = Array.from({ length: 250 }, (_, i) => `w${i} `);
 let answerChunks = CHUNKS_250;
 const model = await startModelServer({ fallback: () => ({ chunks: answerChunks }) });
+// The alarm floor reports each finished turn here.
+const notified = new Map();
+const notify = http.createServer((req, res) => {
+  const seq = Number(new URL(req.url, "http://x").searchParams.get("seq"));
+  notified.get(seq)?.();
+  notified.set(seq, null);
+  res.end("ok");
+});
+await new Promise((resolve) => notify.listen(0, "127.0.0.1", resolve));
+const notifyUrl = `http://127.0.0.1:${notify.address().port}/done`;
+const doneNotified = (seq) =>
+  notified.get(seq) === null ? Promise.resolve() : new Promise((resolve) => notified.set(seq, resolve));
 const script = await bundleFixture(path.join(ROOT, "bench/turn-worker.mjs"), "bench-turn");
 const mf = new Miniflare({
   modules: true,
@@ -37,8 +50,14 @@ const mf = new Miniflare({
   durableObjects: {
     SHIITAKE: { className: "CountingDO", useSQLite: true },
     FLOOR: { className: "TurnFloorDO", useSQLite: true },
+    ALARM_FLOOR: { className: "AlarmFloorDO", useSQLite: true },
   },
-  bindings: { SHIITAKE_TOKEN: TOKEN, SHIITAKE_MODEL: "openai/scripted", OPENAI_BASE_URL: model.url },
+  bindings: {
+    SHIITAKE_TOKEN: TOKEN,
+    SHIITAKE_MODEL: "openai/scripted",
+    OPENAI_BASE_URL: model.url,
+    BENCH_NOTIFY_URL: notifyUrl,
+  },
 });
 
 const headers = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
@@ -117,6 +136,7 @@ const watch = await openWatch("fast", "s");
 const shiitake = [];
 const watched = [];
 const floor = [];
+const alarmFloor = [];
 for (let i = 0; i < N; i++) {
   let t = performance.now();
   await turn("fast", "s");
@@ -132,6 +152,10 @@ for (let i = 0; i < N; i++) {
   t = performance.now();
   await call("POST", "/agents/fast/floor", { text: "go" });
   floor.push(performance.now() - t);
+  t = performance.now();
+  const { seq: alarmSeq } = await call("POST", "/agents/fast/alarmfloor", { text: "go" });
+  await doneNotified(alarmSeq);
+  alarmFloor.push(performance.now() - t);
 }
 watch.close();
 const p = (xs, q) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))];
@@ -140,9 +164,13 @@ const row = (name, xs) => `  ${name.padEnd(24)} p50 ${p(xs, 0.5).toFixed(3)} ms 
 console.log(`turn with an instant model (${N} turns each, interleaved with the floor):`);
 console.log(row("shiitake, watched", watched));
 console.log(row("shiitake, long poll", shiitake));
-console.log(row("floor", floor));
+console.log(row("floor, in the request", floor));
+console.log(row("floor, in an alarm", alarmFloor));
 console.log(`  overhead p50 (watched) ${(w50 - f50).toFixed(3)} ms (target <= 2 ms), ratio ${(w50 / f50).toFixed(2)}`);
 console.log(`  overhead p50 (long poll, one more round trip) ${(s50 - f50).toFixed(3)} ms`);
+const a50 = p(alarmFloor, 0.5);
+console.log(`  overhead p50 over the alarm floor (watched - alarm floor) ${(w50 - a50).toFixed(3)} ms`);
 
 await mf.dispose();
 await model.close();
+notify.close();
