@@ -122,6 +122,11 @@ fn a_prompt_runs_to_one_settlement_and_queues_behind_the_running_turn() {
         json!({"commandId": first, "terminal":"completed","answer":"hi there",
         "usage":{"inputTokens":10,"outputTokens":2},"toolCallCount":0})
     );
+    let assistant = &h.read("s", "").json["messages"][2];
+    assert_eq!(
+        assistant["usage"],
+        json!({"inputTokens":10,"outputTokens":2})
+    );
     // The same step reported again (a duplicate delivery) changes nothing.
     let again = h
         .with_ctx(|ctx| complete_step(ctx, "s", &first, 1, &answer("hi there")))

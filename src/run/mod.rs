@@ -252,6 +252,7 @@ pub fn complete_step(
             command_id: Some(command_id),
             images: &[],
             meta: None,
+            usage: answer.usage,
             created_at: now_ms,
         })?;
         if steers.is_empty() {
@@ -410,6 +411,7 @@ fn user_message(command: &CommandRow, now_ms: i64) -> Result<Pending, ApiError> 
         command_id: Some(&command.command_id),
         images: &input.images,
         meta: crate::session::read::meta_raw(command.meta.as_deref())?,
+        usage: None,
         created_at: now_ms,
     })?;
     Ok(Pending { body })

@@ -178,6 +178,7 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Admitted, ApiError> {
                     command_id: Some(&command_id),
                     images: &[],
                     meta: super::read::meta_raw(a.meta)?,
+                    usage: None,
                     created_at: now_ms,
                 })?;
                 store.insert_message(a.session_id, &body)?;

@@ -26,6 +26,9 @@ pub struct Message<'a> {
     pub images: &'a [Image],
     #[serde(skip_serializing_if = "Option::is_none")]
     pub meta: Option<&'a RawValue>,
+    /// Token usage of the model step that wrote an assistant message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::run::TokenUsage>,
     pub created_at: i64,
 }
 
