@@ -62,3 +62,21 @@ pub fn env_string(env: &JsValue, name: &str) -> Option<String> {
         .and_then(|v| v.as_string())
         .filter(|v| !v.is_empty())
 }
+
+/// Random ids: 96 bits from the platform CSPRNG, hex-encoded.
+#[derive(Debug, Default)]
+pub struct RandomIds;
+
+impl crate::session::IdSource for RandomIds {
+    fn next_id(&mut self, prefix: &str) -> String {
+        let mut bytes = [0u8; 12];
+        // The platform CSPRNG failing leaves no safe way to mint ids.
+        getrandom::fill(&mut bytes).expect("platform randomness is available");
+        let mut id = String::with_capacity(prefix.len() + 24);
+        id.push_str(prefix);
+        for b in bytes {
+            id.push_str(&format!("{b:02x}"));
+        }
+        id
+    }
+}

@@ -42,21 +42,3 @@ impl IdSource for CounterIds {
         format!("{prefix}{:08}", self.next)
     }
 }
-
-/// Random ids: 96 bits from the platform CSPRNG, hex-encoded.
-#[derive(Debug, Default)]
-pub struct RandomIds;
-
-impl IdSource for RandomIds {
-    fn next_id(&mut self, prefix: &str) -> String {
-        let mut bytes = [0u8; 12];
-        // The platform CSPRNG failing leaves no safe way to mint ids.
-        getrandom::fill(&mut bytes).expect("platform randomness is available");
-        let mut id = String::with_capacity(prefix.len() + 24);
-        id.push_str(prefix);
-        for b in bytes {
-            id.push_str(&format!("{b:02x}"));
-        }
-        id
-    }
-}
