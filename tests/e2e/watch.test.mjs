@@ -190,3 +190,132 @@ test("watch of an unknown Session is 404 session_not_found; other methods 405", 
   expectError(await a.api("GET", "/sessions/nope/watch"), 404, "session_not_found");
   expectError(await a.api("POST", `/sessions/${sid}/watch`, {}), 405, "method_not_allowed");
 });
+
+// A watcher more than 256 frames behind (WATCH_BACKLOG_FRAMES_MAX,
+// src/limits.rs) stops receiving frames and, once drained, gets a fresh
+// snapshot instead of the backlog.
+//
+// What "behind" means through Miniflare: the Durable Object counts the writes
+// to the watch's TransformStream that nothing has pulled yet. workerd pulls
+// the stream into the HTTP socket as long as the kernel takes bytes, and on
+// loopback the kernel takes a lot: workerd's send buffer autotunes to ~4 MB
+// (tcp_wmem max) plus the client's receive buffer, ~5.3 MB measured. A client
+// that does not read (the helper's fetch-based watch behaves exactly like a raw
+// node:http request with the response paused: undici does not read ahead past
+// its small stream queue) is only seen as slow once that much is queued. So the
+// test first queues ~13.5 MB in big frames (five 900 kB answers: few frames,
+// many bytes), then streams 600 small deltas: the slow watcher gets at most
+// ~256 of that turn's frames, the rest is dropped.
+//
+// The turn is paced (2 ms a chunk): deltas published in one burst (the model
+// server's chunks read in one go) put every watcher, however fast, more than
+// 256 frames behind, so a fast watcher keeps up only with a paced stream.
+const BACKLOG_FRAMES_MAX = 256;
+const commandOf = (ev) => {
+  if (ev.event !== "frame") return undefined;
+  if (kind(ev) === "message") return messageOf(ev).commandId;
+  if (kind(ev) === "settled") return settlementOf(ev).commandId;
+  return ev.data.commandId;
+};
+
+/** Reads events until none arrives for `quietMs`; returns them. */
+async function drain(w, quietMs = 300) {
+  const got = [];
+  for (;;) {
+    let ev;
+    try {
+      ev = await w.next(quietMs);
+    } catch {
+      return got;
+    }
+    if (ev === null) throw new Error(`watch ended while draining; got: ${got.map(kind)}`);
+    got.push(ev);
+  }
+}
+
+test("a slow watcher is reset with a fresh snapshot rather than buffered without bound; a reading watcher gets every delta", { timeout: 10_000 }, async () => {
+  const tag = uniq("watch-slow");
+  const { a, sid } = await session();
+  const slow = await a.watch(sid); // never read until the turn settled
+  try {
+    // Fill the transport's buffers in front of the slow watcher.
+    const FILLS = 5;
+    for (let i = 0; i < FILLS; i++) {
+      const fillTag = `${tag}-fill${i}`;
+      h.model.scriptFor(fillTag, { chunks: ["f".repeat(300_000), "g".repeat(300_000), "h".repeat(300_000)] });
+      const fill = await a.admit(sid, `fill-${i}`, `fill ${fillTag}`);
+      assert.equal((await a.waitSettled(sid, fill, { boundMs: 5000 })).terminal, "completed");
+    }
+
+    const fast = await a.watch(sid);
+    try {
+      assert.equal((await fast.next()).event, "snapshot");
+      const chunks = Array.from({ length: 600 }, (_, i) => `${i},`);
+      const answer = chunks.join("");
+      h.model.scriptFor(tag, { chunks, chunkDelayMs: 2 });
+      const id = await a.admit(sid, "r1", `stream 600 chunks ${tag}`);
+      const fastTurn = fast.until(isSettled(id), 8000);
+      // Settled, seen through the settlement long poll.
+      const settled = await a.waitSettled(sid, id, { boundMs: 8000 });
+      assert.equal(settled.terminal, "completed");
+      assert.equal(settled.answer, answer);
+
+      // The reading watcher: every delta, the stored messages, the settlement, no reset.
+      const fastEvents = await fastTurn;
+      const fastKinds = fastEvents.map(kind);
+      assert.ok(!fastKinds.includes("snapshot"), `no reset for a reading watcher: ${fastKinds}`);
+      const fastDeltas = fastEvents.filter((ev) => kind(ev) === "delta");
+      assert.equal(fastDeltas.length, 600, "every delta");
+      assert.equal(fastDeltas.map((d) => d.data.text).join(""), answer);
+      const turnFrames = fastEvents.filter((ev) => commandOf(ev) === id);
+      assert.deepEqual(turnFrames.map(kind), ["admitted", "started", "message", ...Array(600).fill("delta"), "message", "settled"]);
+
+      // The slow watcher: the first snapshot, all the fill turns (they went into
+      // the transport, or into the backlog), then a prefix of this turn's
+      // frames at most ~256 long, then nothing: not the 605 of the turn.
+      const drained = await drain(slow);
+      assert.equal(drained[0].event, "snapshot");
+      const later = drained.slice(1);
+      assert.ok(later.every((ev) => ev.event === "frame"), `no second snapshot while lagging: ${later.map(kind)}`);
+      const slowTurn = later.filter((ev) => commandOf(ev) === id);
+      const fillSettled = later.filter((ev) => kind(ev) === "settled" && commandOf(ev) !== id).length;
+      assert.equal(fillSettled, FILLS, "the frames before the lag are all delivered, in order");
+      assert.ok(
+        slowTurn.length < turnFrames.length,
+        `the slow watcher got all ${turnFrames.length} frames of the turn: the transport buffered more than the ~13.5 MB queued before it`,
+      );
+      assert.ok(slowTurn.length <= BACKLOG_FRAMES_MAX + 4, `at most ~${BACKLOG_FRAMES_MAX} frames of the turn, got ${slowTurn.length}`);
+      assert.deepEqual(slowTurn, turnFrames.slice(0, slowTurn.length), "what it got is a prefix of the turn's frames");
+      assert.ok(!slowTurn.some((ev) => kind(ev) === "settled"), "the settlement was not delivered");
+
+      // The next change resets it: a fresh snapshot (the Session read, with the
+      // settled turn's answer), then live frames again.
+      const op = await a.admitOperator(sid, "op", `after the lag ${tag}`);
+      const snap = await slow.next(2000);
+      assert.equal(snap.event, "snapshot", `a fresh snapshot, got ${kind(snap)}`);
+      assert.deepEqual(snap.data, await a.read(sid), "the snapshot is the Session read");
+      const assistant = snap.data.messages.find((m) => m.role === "assistant" && m.commandId === id);
+      assert.equal(assistant?.text, answer, "the snapshot holds the settled turn's assistant message");
+      assert.ok(snap.data.messages.some((m) => m.commandId === op), "and the change that triggered it");
+
+      const liveTag = `${tag}-live`;
+      h.model.scriptFor(liveTag, { chunks: ["live ", "again"], chunkDelayMs: 5 });
+      const next = await a.admit(sid, "r2", `after the snapshot ${liveTag}`);
+      const live = await slow.until(isSettled(next), 5000);
+      assert.ok(live.every((ev) => ev.event === "frame"), `live frames after the snapshot: ${live.map(kind)}`);
+      const admitted = live.find((ev) => kind(ev) === "admitted");
+      assert.equal(admitted?.data.commandId, next, `an admitted frame for the new command: ${live.map(kind)}`);
+      const liveDeltas = live.filter((ev) => kind(ev) === "delta" && ev.data.commandId === next);
+      assert.equal(liveDeltas.map((d) => d.data.text).join(""), "live again");
+
+      // The reading watcher never needed a snapshot.
+      const fastLive = await fast.until(isSettled(next), 5000);
+      assert.ok(!fastLive.some((ev) => ev.event === "snapshot"), `${fastLive.map(kind)}`);
+      assert.ok(fastLive.some((ev) => kind(ev) === "admitted" && ev.data.commandId === op), "the fast watcher saw the operator line admitted");
+    } finally {
+      await fast.close();
+    }
+  } finally {
+    await slow.close();
+  }
+});
