@@ -44,7 +44,9 @@ pub const SETTLEMENT_TIMEOUT_MS_MAX: u64 = 30_000;
 /// Open watch streams per Session, and per Agent.
 pub const WATCHERS_PER_SESSION_MAX: usize = 16;
 pub const WATCHERS_MAX: usize = 256;
-/// Frames a watcher may fall behind before it is reset with a snapshot.
+/// Frames, and bytes, a watcher may fall behind before it is reset with a
+/// snapshot (a frame can carry a whole answer, so both are bounded).
 pub const WATCH_BACKLOG_FRAMES_MAX: usize = 256;
+pub const WATCH_BACKLOG_BYTES_MAX: usize = 4_194_304;
 /// Settlement long polls parked at once per Agent.
 pub const WAITERS_MAX: usize = 1_024;

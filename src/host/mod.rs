@@ -32,7 +32,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use js::RandomIds;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use turn::{CallOutcome, Stopper};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
@@ -51,6 +51,8 @@ pub struct ShiitakeCore {
 }
 
 struct Inner {
+    /// For observers that call back (a watcher's fresh snapshot).
+    me: Weak<Inner>,
     sql: sql::DoSql,
     config: HostConfig,
     schema_checked: Cell<bool>,
@@ -70,8 +72,10 @@ impl ShiitakeCore {
     /// `ctx` is the DurableObjectState; `env` the Worker's bindings.
     #[wasm_bindgen(constructor)]
     pub fn new(ctx: JsValue, env: JsValue) -> Result<ShiitakeCore, JsValue> {
-        let inner = Rc::new(Inner {
-            sql: sql::DoSql::from_state(&ctx)?,
+        let sql = sql::DoSql::from_state(&ctx)?;
+        let inner = Rc::new_cyclic(|me| Inner {
+            me: me.clone(),
+            sql,
             config: HostConfig::from_env(&env),
             schema_checked: Cell::new(false),
             live: RefCell::default(),
@@ -154,7 +158,10 @@ impl Inner {
         if let (Some(session), 200, Some(snapshot)) =
             (&effects.watch, response.status, &response.body)
         {
-            return match self.observers.watch(session, snapshot)? {
+            let me = self.me.clone();
+            let source: watch::SnapshotSource =
+                Rc::new(move |session| me.upgrade()?.snapshot(session));
+            return match self.observers.watch(session, snapshot, source)? {
                 Ok(stream) => Ok(stream),
                 Err(watch::Full) => to_response(&ApiError::TooManyObservers.into()),
             };
@@ -185,15 +192,16 @@ impl Inner {
     }
 
     fn publish(&self, session_id: &str, name: &str, data: &impl serde::Serialize) {
-        let Ok(data) = serde_json::to_string(data) else {
-            return;
-        };
-        let snapshot = || {
-            self.with_ctx(|ctx| read::page(ctx, session_id, None, PAGE_LIMIT_DEFAULT))
-                .ok()
-                .and_then(|page| serde_json::to_string(&page).ok())
-        };
-        self.observers.publish(session_id, name, &data, &snapshot);
+        if let Ok(data) = serde_json::to_string(data) {
+            self.observers.publish(session_id, name, &data);
+        }
+    }
+
+    /// The Session read a watch starts from (and restarts from after lag).
+    fn snapshot(&self, session_id: &str) -> Option<String> {
+        self.with_ctx(|ctx| read::page(ctx, session_id, None, PAGE_LIMIT_DEFAULT))
+            .ok()
+            .and_then(|page| serde_json::to_string(&page).ok())
     }
 
     /// Publishes a stored message (its stored JSON) as a `message` frame.

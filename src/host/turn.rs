@@ -154,18 +154,24 @@ async fn stream(
             let value = js_sys::Reflect::get(&chunk, &"value".into()).map_err(network)?;
             decoder.push(&js_sys::Uint8Array::new(&value).to_vec())?
         };
+        // One frame per network read, however many deltas it held: a burst
+        // must not flood watchers past their backlog bound.
+        let mut text = String::new();
         for event in &events {
             answer.apply(event)?;
-            if let StreamEvent::TextDelta(text) = event {
-                if let Some(marker) = &config.panic_marker {
-                    // Fault injection (tests): a trap in the middle of a turn.
-                    assert!(
-                        !text.contains(marker.as_str()),
-                        "fault injection: panic marker streamed"
-                    );
-                }
-                on_delta(text);
+            if let StreamEvent::TextDelta(delta) = event {
+                text.push_str(delta);
             }
+        }
+        if !text.is_empty() {
+            if let Some(marker) = &config.panic_marker {
+                // Fault injection (tests): a trap in the middle of a turn.
+                assert!(
+                    !text.contains(marker.as_str()),
+                    "fault injection: panic marker streamed"
+                );
+            }
+            on_delta(&text);
         }
         if done {
             return Ok(answer);

@@ -3,7 +3,8 @@
 //! bounded in number and in backlog.
 
 use crate::limits::{
-    WAITERS_MAX, WATCHERS_MAX, WATCHERS_PER_SESSION_MAX, WATCH_BACKLOG_FRAMES_MAX,
+    WAITERS_MAX, WATCHERS_MAX, WATCHERS_PER_SESSION_MAX, WATCH_BACKLOG_BYTES_MAX,
+    WATCH_BACKLOG_FRAMES_MAX,
 };
 use futures::channel::oneshot;
 use std::cell::{Cell, RefCell};
@@ -12,29 +13,59 @@ use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::{spawn_local, JsFuture};
 
+/// Builds a fresh snapshot (the Session read) of a Session, if it exists.
+pub type SnapshotSource = Rc<dyn Fn(&str) -> Option<String>>;
+
 struct Watcher {
+    session_id: String,
     writer: web_sys::WritableStreamDefaultWriter,
-    /// Writes the consumer has not taken yet.
+    /// Writes the consumer has not taken yet, and their bytes.
     outstanding: Cell<usize>,
-    /// Frames were dropped; the next chance sends a fresh snapshot.
+    outstanding_bytes: Cell<usize>,
+    /// Frames were dropped; once drained it gets a fresh snapshot.
     lagging: Cell<bool>,
     closed: Cell<bool>,
+    snapshot: SnapshotSource,
 }
 
 impl Watcher {
     fn send(self: &Rc<Self>, text: &str) {
+        let bytes = text.len();
         self.outstanding.set(self.outstanding.get() + 1);
+        self.outstanding_bytes
+            .set(self.outstanding_bytes.get() + bytes);
         let promise = self
             .writer
             .write_with_chunk(&js_sys::Uint8Array::from(text.as_bytes()));
         let me = Rc::clone(self);
         spawn_local(async move {
             match JsFuture::from(promise).await {
-                Ok(_) => me.outstanding.set(me.outstanding.get() - 1),
+                Ok(_) => {
+                    me.outstanding.set(me.outstanding.get() - 1);
+                    me.outstanding_bytes.set(me.outstanding_bytes.get() - bytes);
+                    me.resync_if_drained();
+                }
                 // The client went away: closing a watch cancels nothing.
                 Err(_) => me.closed.set(true),
             }
         });
+    }
+
+    /// Past either bound the watcher stops taking frames.
+    fn full(&self) -> bool {
+        self.outstanding.get() >= WATCH_BACKLOG_FRAMES_MAX
+            || self.outstanding_bytes.get() >= WATCH_BACKLOG_BYTES_MAX
+    }
+
+    /// A lagging watcher that has taken everything gets a fresh snapshot at
+    /// once, so it never sits on stale state waiting for the next change.
+    fn resync_if_drained(self: &Rc<Self>) {
+        if self.lagging.get() && self.outstanding.get() == 0 && !self.closed.get() {
+            if let Some(snapshot) = (self.snapshot)(&self.session_id) {
+                self.lagging.set(false);
+                self.send(&event("snapshot", &snapshot));
+            }
+        }
     }
 }
 
@@ -53,6 +84,7 @@ impl Observers {
         &self,
         session_id: &str,
         snapshot: &str,
+        source: SnapshotSource,
     ) -> Result<Result<web_sys::Response, Full>, JsValue> {
         self.prune();
         let mut all = self.watchers.borrow_mut();
@@ -63,10 +95,13 @@ impl Observers {
         }
         let pipe = web_sys::TransformStream::new()?;
         let watcher = Rc::new(Watcher {
+            session_id: session_id.to_owned(),
             writer: pipe.writable().get_writer()?,
             outstanding: Cell::new(0),
+            outstanding_bytes: Cell::new(0),
             lagging: Cell::new(false),
             closed: Cell::new(false),
+            snapshot: source,
         });
         watcher.send(&event("snapshot", snapshot));
         all.entry(session_id.to_owned()).or_default().push(watcher);
@@ -85,30 +120,20 @@ impl Observers {
     }
 
     /// Sends one event to every watcher of the Session. A watcher more than
-    /// `WATCH_BACKLOG_FRAMES_MAX` frames behind stops receiving frames and,
-    /// once it has drained, gets `snapshot()` instead of the backlog.
-    pub fn publish(
-        &self,
-        session_id: &str,
-        name: &str,
-        data: &str,
-        snapshot: &dyn Fn() -> Option<String>,
-    ) {
+    /// `WATCH_BACKLOG_FRAMES_MAX` frames or `WATCH_BACKLOG_BYTES_MAX` bytes
+    /// behind stops receiving frames and, once drained, gets a fresh
+    /// snapshot instead of the backlog.
+    pub fn publish(&self, session_id: &str, name: &str, data: &str) {
         let watchers = match self.watchers.borrow().get(session_id) {
             Some(w) => w.clone(),
             None => return,
         };
         let text = event(name, data);
-        let mut fresh: Option<Option<String>> = None;
-        for w in watchers.iter().filter(|w| !w.closed.get()) {
-            if w.lagging.get() {
-                if w.outstanding.get() == 0 {
-                    if let Some(snapshot) = fresh.get_or_insert_with(snapshot) {
-                        w.lagging.set(false);
-                        w.send(&event("snapshot", snapshot));
-                    }
-                }
-            } else if w.outstanding.get() >= WATCH_BACKLOG_FRAMES_MAX {
+        for w in watchers
+            .iter()
+            .filter(|w| !w.closed.get() && !w.lagging.get())
+        {
+            if w.full() {
                 w.lagging.set(true);
             } else {
                 w.send(&text);

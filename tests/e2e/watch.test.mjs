@@ -265,45 +265,54 @@ test("a slow watcher is reset with a fresh snapshot rather than buffered without
       const fastKinds = fastEvents.map(kind);
       assert.ok(!fastKinds.includes("snapshot"), `no reset for a reading watcher: ${fastKinds}`);
       const fastDeltas = fastEvents.filter((ev) => kind(ev) === "delta");
-      assert.equal(fastDeltas.length, 600, "every delta");
-      assert.equal(fastDeltas.map((d) => d.data.text).join(""), answer);
+      // One delta frame per network read of the model's stream: never more
+      // frames than chunks, and together exactly the answer.
+      assert.ok(fastDeltas.length >= 1 && fastDeltas.length <= 600, `${fastDeltas.length} delta frames`);
+      assert.equal(fastDeltas.map((d) => d.data.text).join(""), answer, "every delta's text");
       const turnFrames = fastEvents.filter((ev) => commandOf(ev) === id);
-      assert.deepEqual(turnFrames.map(kind), ["admitted", "started", "message", ...Array(600).fill("delta"), "message", "settled"]);
+      assert.deepEqual(turnFrames.map(kind), ["admitted", "started", "message", ...Array(fastDeltas.length).fill("delta"), "message", "settled"]);
 
       // The slow watcher: the first snapshot, all the fill turns (they went into
       // the transport, or into the backlog), then a prefix of this turn's
-      // frames at most ~256 long, then nothing: not the 605 of the turn.
+      // frames at most ~256 long, then -- as soon as it has drained -- a
+      // fresh snapshot instead of the rest.
       const drained = await drain(slow);
       assert.equal(drained[0].event, "snapshot");
       const later = drained.slice(1);
-      assert.ok(later.every((ev) => ev.event === "frame"), `no second snapshot while lagging: ${later.map(kind)}`);
-      const slowTurn = later.filter((ev) => commandOf(ev) === id);
-      const fillSettled = later.filter((ev) => kind(ev) === "settled" && commandOf(ev) !== id).length;
-      assert.equal(fillSettled, FILLS, "the frames before the lag are all delivered, in order");
+      const reset = later.findIndex((ev) => ev.event === "snapshot");
+      const frames = reset < 0 ? later : later.slice(0, reset);
+      assert.ok(frames.every((ev) => ev.event === "frame"), `frames until the reset: ${frames.map(kind)}`);
+      const slowTurn = frames.filter((ev) => commandOf(ev) === id);
+      const fillSettled = frames.filter((ev) => kind(ev) === "settled" && commandOf(ev) !== id).length;
+      // The backlog bound (256 frames or 4 MiB) cut the stream somewhere in
+      // the ~16 MB of fills and turn frames: not everything was delivered...
       assert.ok(
-        slowTurn.length < turnFrames.length,
-        `the slow watcher got all ${turnFrames.length} frames of the turn: the transport buffered more than the ~13.5 MB queued before it`,
+        fillSettled < FILLS || slowTurn.length < turnFrames.length,
+        `the slow watcher got every frame (${fillSettled} fills, ${slowTurn.length} of ${turnFrames.length} turn frames): the transport buffered more than was queued`,
       );
+      // ...and what it got is the start of the real sequence, in order.
       assert.ok(slowTurn.length <= BACKLOG_FRAMES_MAX + 4, `at most ~${BACKLOG_FRAMES_MAX} frames of the turn, got ${slowTurn.length}`);
-      assert.deepEqual(slowTurn, turnFrames.slice(0, slowTurn.length), "what it got is a prefix of the turn's frames");
-      assert.ok(!slowTurn.some((ev) => kind(ev) === "settled"), "the settlement was not delivered");
+      assert.deepEqual(slowTurn, turnFrames.slice(0, slowTurn.length), "what it got of the turn is a prefix of its frames");
+      if (slowTurn.length > 0) assert.equal(fillSettled, FILLS, "fills come before the turn");
+      assert.ok(!slowTurn.some((ev) => kind(ev) === "settled"), "the settlement was not delivered as a frame");
 
-      // The next change resets it: a fresh snapshot (the Session read, with the
-      // settled turn's answer), then live frames again.
-      const op = await a.admitOperator(sid, "op", `after the lag ${tag}`);
-      const snap = await slow.next(2000);
+      // Drained, it is reset by itself (no further change needed): a fresh
+      // snapshot, the Session read with the settled turn's answer in it.
+      const snap = reset < 0 ? await slow.next(2000) : later[reset];
       assert.equal(snap.event, "snapshot", `a fresh snapshot, got ${kind(snap)}`);
+      assert.equal(reset < 0 || reset === later.length - 1, true, `nothing after the reset yet: ${later.map(kind)}`);
       assert.deepEqual(snap.data, await a.read(sid), "the snapshot is the Session read");
       const assistant = snap.data.messages.find((m) => m.role === "assistant" && m.commandId === id);
       assert.equal(assistant?.text, answer, "the snapshot holds the settled turn's assistant message");
-      assert.ok(snap.data.messages.some((m) => m.commandId === op), "and the change that triggered it");
 
+      // Then live frames again.
+      const op = await a.admitOperator(sid, "op", `after the lag ${tag}`);
       const liveTag = `${tag}-live`;
       h.model.scriptFor(liveTag, { chunks: ["live ", "again"], chunkDelayMs: 5 });
       const next = await a.admit(sid, "r2", `after the snapshot ${liveTag}`);
       const live = await slow.until(isSettled(next), 5000);
       assert.ok(live.every((ev) => ev.event === "frame"), `live frames after the snapshot: ${live.map(kind)}`);
-      const admitted = live.find((ev) => kind(ev) === "admitted");
+      const admitted = live.find((ev) => kind(ev) === "admitted" && ev.data.commandId === next);
       assert.equal(admitted?.data.commandId, next, `an admitted frame for the new command: ${live.map(kind)}`);
       const liveDeltas = live.filter((ev) => kind(ev) === "delta" && ev.data.commandId === next);
       assert.equal(liveDeltas.map((d) => d.data.text).join(""), "live again");
