@@ -16,18 +16,9 @@ after(async () => {
   await h?.dispose();
 });
 
-async function session() {
-  const a = h.agent();
-  const sid = await a.createSession("s");
-  return { a, sid };
-}
+const session = () => h.session();
 
-/** A Session whose running turn never ends, so admitted prompts stay pending. */
-async function occupied() {
-  const { a, sid } = await session();
-  const occupier = await a.occupy(sid);
-  return { a, sid, occupier };
-}
+const occupied = () => h.occupied();
 
 /** The Session's messages other than the occupier's `user` message. */
 const others = (page, occupier) => page.messages.filter((m) => m.commandId !== occupier);

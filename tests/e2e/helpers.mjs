@@ -28,8 +28,12 @@ export const DEMO_SCRIPT = path.join(ROOT, "build/demo/index.mjs");
 export const TOKEN = "test-token";
 /** The provider key the Worker is given; tests assert it reaches the model and nothing else. */
 export const MODEL_API_KEY = "sk-test-7f3c9a1e-never-echoed";
-/** The model the Worker is configured with (`SHIITAKE_MODEL` = `openai/<this>`). */
+/** The model the Worker is configured with (`SHIITAKE_MODEL` = `openai/<this>` or `anthropic/<this>`). */
 export const MODEL_NAME = "scripted-e2e";
+/** The Anthropic key the Worker is given with `model: { provider: "anthropic" }`. */
+export const ANTHROPIC_TEST_KEY = "sk-ant-test-2b8e51d0-never-echoed";
+/** The providers `startWorker({ model: { provider } })` can bind. */
+export const MODEL_PROVIDERS = ["openai", "anthropic"];
 
 /**
  * The Worker bindings `startWorker({ bindings })` takes (the settings
@@ -96,6 +100,11 @@ export async function bundleFixture(entryPath, name) {
  * (`h.model`, see tests/support/model-server.mjs) with that fallback and
  * binds `SHIITAKE_MODEL=openai/${MODEL_NAME}`, `OPENAI_BASE_URL` and
  * `OPENAI_API_KEY=${MODEL_API_KEY}`; `false` starts none and binds none.
+ * `{ fallback?: "hold" | "echo", provider?: "openai" | "anthropic" }`: the
+ * same server, bound for that provider; "anthropic" binds
+ * `SHIITAKE_MODEL=anthropic/${MODEL_NAME}`, `ANTHROPIC_BASE_URL` (the
+ * server's root) and `ANTHROPIC_API_KEY=${ANTHROPIC_TEST_KEY}` instead (no
+ * OPENAI_* at all). `h.modelApiKey` is the key bound either way.
  * `bindings`: more Worker bindings (names from WORKER_BINDINGS; numbers are
  * passed as strings, like wrangler vars), overriding those.
  */
@@ -106,15 +115,40 @@ export async function startWorker({ scriptPath = DEMO_SCRIPT, persist = false, m
   for (const name of Object.keys(bindings)) {
     if (!WORKER_BINDINGS.includes(name)) throw new Error(`startWorker: unknown binding ${name} (known: ${WORKER_BINDINGS.join(", ")})`);
   }
-  if (model !== false && model !== "hold" && model !== "echo") throw new Error(`startWorker: model is "hold", "echo" or false, not ${model}`);
-  const server = model === false ? undefined : await startModelServer({ fallback: model });
+  const { fallback, provider } = modelOptions(model);
+  const server = fallback === undefined ? undefined : await startModelServer({ fallback });
   const all = {};
-  if (server) Object.assign(all, { SHIITAKE_MODEL: `openai/${MODEL_NAME}`, OPENAI_BASE_URL: server.url, OPENAI_API_KEY: MODEL_API_KEY });
+  let modelApiKey;
+  if (server && provider === "anthropic") {
+    modelApiKey = ANTHROPIC_TEST_KEY;
+    Object.assign(all, { SHIITAKE_MODEL: `anthropic/${MODEL_NAME}`, ANTHROPIC_BASE_URL: server.origin, ANTHROPIC_API_KEY: modelApiKey });
+  } else if (server) {
+    modelApiKey = MODEL_API_KEY;
+    Object.assign(all, { SHIITAKE_MODEL: `openai/${MODEL_NAME}`, OPENAI_BASE_URL: server.url, OPENAI_API_KEY: modelApiKey });
+  }
   for (const [name, value] of Object.entries(bindings)) all[name] = String(value);
   const persistDir = persist ? await mkdtemp(path.join(tmpdir(), "shiitake-e2e-")) : undefined;
   const h = new Harness(scriptPath, persistDir, all, server);
+  h.provider = server ? provider : undefined;
+  h.modelApiKey = modelApiKey;
   await h.start();
   return h;
+}
+
+/** `startWorker`'s `model` option as `{fallback, provider}`; `fallback` undefined: no server. */
+function modelOptions(model) {
+  if (model === false) return { fallback: undefined, provider: undefined };
+  if (model === "hold" || model === "echo") return { fallback: model, provider: "openai" };
+  if (model !== null && typeof model === "object" && !Array.isArray(model)) {
+    for (const k of Object.keys(model)) {
+      if (k !== "fallback" && k !== "provider") throw new Error(`startWorker: unknown model option ${k} (known: fallback, provider)`);
+    }
+    const { fallback = "hold", provider = "openai" } = model;
+    if (fallback !== "hold" && fallback !== "echo") throw new Error(`startWorker: model.fallback is "hold" or "echo", not ${fallback}`);
+    if (!MODEL_PROVIDERS.includes(provider)) throw new Error(`startWorker: model.provider is ${MODEL_PROVIDERS.join(" or ")}, not ${provider}`);
+    return { fallback, provider };
+  }
+  throw new Error(`startWorker: model is "hold", "echo", false or {fallback, provider}, not ${JSON.stringify(model)}`);
 }
 
 /** Answers kept by the harness (newest last) for leak checks. */
@@ -127,6 +161,10 @@ export class Harness {
     this.bindings = bindings;
     /** The scripted model server, when startWorker started one. */
     this.model = model;
+    /** The provider the Worker is bound to call ("openai" | "anthropic"), when startWorker started a server. */
+    this.provider = undefined;
+    /** The provider key the Worker was given (MODEL_API_KEY or ANTHROPIC_TEST_KEY). */
+    this.modelApiKey = undefined;
     this.mf = undefined;
     /** Every answer this harness received: `{method, path, status, text, headers}` (bounded). */
     this.seen = [];
@@ -190,6 +228,20 @@ export class Harness {
   /** A client for one Agent (a fresh agentId unless given). */
   agent(agentId = `agent-${randomUUID()}`) {
     return new Agent(this, agentId);
+  }
+
+  /** A fresh Agent with one Session "s": `{a, sid}`. */
+  async session() {
+    const a = this.agent();
+    const sid = await a.createSession("s");
+    return { a, sid };
+  }
+
+  /** A fresh Session whose running turn never ends (the "hold" model), so admitted prompts stay pending: `{a, sid, occupier}`. */
+  async occupied() {
+    const { a, sid } = await this.session();
+    const occupier = await a.occupy(sid);
+    return { a, sid, occupier };
   }
 }
 

@@ -11,11 +11,7 @@ after(async () => {
   await h?.dispose();
 });
 
-async function session() {
-  const a = h.agent();
-  const sid = await a.createSession("s");
-  return { a, sid };
-}
+const session = () => h.session();
 
 test("malformed JSON is 400 invalid_json on every route that takes a body", async () => {
   const { a, sid } = await session();

@@ -13,18 +13,9 @@ after(async () => {
   await h?.dispose();
 });
 
-async function session() {
-  const a = h.agent();
-  const sid = await a.createSession("s");
-  return { a, sid };
-}
+const session = () => h.session();
 
-/** A Session whose running turn never ends. */
-async function occupied() {
-  const { a, sid } = await session();
-  const occupier = await a.occupy(sid);
-  return { a, sid, occupier };
-}
+const occupied = () => h.occupied();
 
 test("text: 65,536 UTF-8 bytes are accepted, 65,537 are 400 (bytes, not characters)", async () => {
   const { a, sid } = await occupied();

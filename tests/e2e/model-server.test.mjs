@@ -228,3 +228,261 @@ test("CLI mode: prints its base URL; the control API scripts, lists and resets",
     child.kill("SIGTERM");
   }
 });
+
+// ---- Anthropic Messages (POST /v1/messages, base URL model.origin) ----
+
+const ANTHROPIC_HEADERS = { "content-type": "application/json", "x-api-key": "sk-ant-xyz", "anthropic-version": "2023-06-01" };
+
+const messages = (body, { headers = ANTHROPIC_HEADERS, signal } = {}) =>
+  fetch(`${model.origin}/v1/messages`, {
+    method: "POST",
+    headers,
+    body: JSON.stringify({ model: "claude-test", max_tokens: 64, ...body }),
+    signal,
+  });
+
+const userSays = (text) => [{ role: "user", content: [{ type: "text", text }] }];
+
+/** Reads an Anthropic SSE answer to the end: `[{event, data}]`, data parsed. */
+async function anthropicSse(res) {
+  const text = await res.text();
+  assert.ok(text.endsWith("\n\n"), "every event ends with a blank line");
+  return text
+    .split("\n\n")
+    .filter((block) => block !== "")
+    .map((block) => {
+      const lines = block.split("\n");
+      assert.equal(lines.length, 2, `one event line and one data line: ${block}`);
+      assert.match(lines[0], /^event: [a-z_]+$/);
+      assert.match(lines[1], /^data: /);
+      const ev = { event: lines[0].slice(7), data: JSON.parse(lines[1].slice(6)) };
+      assert.equal(ev.data.type, ev.event, "the data's type names the event");
+      return ev;
+    });
+}
+
+const textOf = (events) =>
+  events
+    .filter((e) => e.event === "content_block_delta")
+    .map((e) => {
+      assert.equal(e.data.delta.type, "text_delta");
+      return e.data.delta.text;
+    })
+    .join("");
+
+test("anthropic: a streamed echo in the real wire format, usage from message_start and message_delta", async () => {
+  model.reset();
+  const res = await messages({
+    stream: true,
+    system: "be brief",
+    messages: [
+      { role: "user", content: "first" },
+      { role: "assistant", content: [{ type: "text", text: "ok" }] },
+      { role: "user", content: [{ type: "text", text: "the last user message" }] },
+    ],
+  });
+  assert.equal(res.status, 200);
+  assert.match(res.headers.get("content-type"), /^text\/event-stream/);
+  const events = await anthropicSse(res);
+  const names = events.map((e) => e.event);
+  assert.deepEqual(names.slice(0, 2), ["message_start", "content_block_start"]);
+  assert.deepEqual(names.slice(-3), ["content_block_stop", "message_delta", "message_stop"]);
+  assert.ok(names.includes("ping"), `a ping: ${names}`);
+  assert.deepEqual(
+    [...new Set(names)].sort(),
+    ["content_block_delta", "content_block_start", "content_block_stop", "message_delta", "message_start", "message_stop", "ping"],
+  );
+  const start = events[0].data.message;
+  assert.equal(start.role, "assistant");
+  assert.equal(start.model, "claude-test");
+  assert.deepEqual(start.content, []);
+  assert.match(start.id, /^msg_/);
+  assert.ok(start.usage.input_tokens > 0);
+  assert.deepEqual(events[1].data, { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } });
+  assert.equal(textOf(events), "Echo: the last user message");
+  const deltas = events.filter((e) => e.event === "content_block_delta");
+  assert.ok(deltas.length >= 6 && deltas.length <= 9, `${deltas.length} deltas`);
+  for (const d of deltas) assert.equal(d.data.index, 0);
+  const md = events.at(-2).data;
+  assert.deepEqual(md.delta, { stop_reason: "end_turn", stop_sequence: null });
+  assert.ok(md.usage.output_tokens > 0);
+  const [r] = model.requests();
+  assert.equal(r.api, "anthropic");
+  assert.equal(r.path, "/v1/messages");
+  assert.equal(r.headers["x-api-key"], "sk-ant-xyz");
+  assert.equal(r.headers["anthropic-version"], "2023-06-01");
+  assert.equal(r.outcome, "completed");
+  assert.equal(r.chunksSent, deltas.length);
+  assert.equal(r.aborted, false);
+});
+
+test("anthropic: scripted usage in either naming, usage null, finishReason mapped, lanes match the system prompt too, unstreamed JSON", async () => {
+  model.reset();
+  model.script(
+    { chunks: ["a", "b"], usage: { prompt_tokens: 21, completion_tokens: 5, total_tokens: 26 } },
+    { text: "x", usage: { input_tokens: 7, output_tokens: 3, cache_read_input_tokens: 2 }, finishReason: "length" },
+    { text: "y", usage: null },
+  );
+  model.scriptFor("SYS-LANE", { text: "from the system lane" });
+  const usageOf = (events) => [events[0].data.message.usage, events.find((e) => e.event === "message_delta").data];
+
+  const lane = await anthropicSse(await messages({ stream: true, system: "tagged SYS-LANE", messages: userSays("hi") }));
+  assert.equal(textOf(lane), "from the system lane");
+
+  const first = await anthropicSse(await messages({ stream: true, messages: userSays("hi") }));
+  assert.equal(textOf(first), "ab");
+  const [s1, d1] = usageOf(first);
+  assert.equal(s1.input_tokens, 21);
+  assert.deepEqual(d1.usage, { output_tokens: 5 });
+
+  const second = await anthropicSse(await messages({ stream: true, messages: userSays("hi") }));
+  const [s2, d2] = usageOf(second);
+  assert.equal(s2.input_tokens, 7);
+  assert.equal(s2.cache_read_input_tokens, 2);
+  assert.deepEqual(d2, { type: "message_delta", delta: { stop_reason: "max_tokens", stop_sequence: null }, usage: { output_tokens: 3 } });
+
+  const third = await anthropicSse(await messages({ stream: true, messages: userSays("hi") }));
+  assert.equal(third[0].data.message.usage, undefined, "usage: null sends none");
+  assert.equal(usageOf(third)[1].usage, undefined);
+
+  // Not streamed: a Message object.
+  model.script({ text: "plain answer", usage: { input_tokens: 4, output_tokens: 2 } });
+  const res = await messages({ messages: userSays("hi") });
+  assert.equal(res.status, 200);
+  const json = await res.json();
+  assert.equal(json.type, "message");
+  assert.deepEqual(json.content, [{ type: "text", text: "plain answer" }]);
+  assert.equal(json.stop_reason, "end_turn");
+  assert.deepEqual(json.usage, { input_tokens: 4, output_tokens: 2 });
+  assert.equal(model.unconsumed(), 0);
+});
+
+test("anthropic: HTTP errors carry Anthropic's error body; streamError sends an in-stream error event", async () => {
+  model.reset();
+  model.script(
+    { status: 529 },
+    { status: 400, body: { type: "error", error: { type: "invalid_request_error", message: "prompt is too long" } } },
+    { chunks: ["part", "ial"], streamError: "overloaded_error" },
+    { streamError: { type: "api_error", message: "Internal server error" } },
+    { streamError: "overloaded_error" },
+  );
+  const stream = { stream: true, messages: userSays("x") };
+  const r529 = await messages(stream);
+  assert.equal(r529.status, 529);
+  assert.deepEqual(await r529.json(), { type: "error", error: { type: "overloaded_error", message: "Overloaded" } });
+  const r400 = await messages(stream);
+  assert.equal(r400.status, 400);
+  assert.equal((await r400.json()).error.message, "prompt is too long");
+
+  const partial = await anthropicSse(await messages(stream));
+  assert.equal(textOf(partial), "partial");
+  assert.deepEqual(partial.at(-1), { event: "error", data: { type: "error", error: { type: "overloaded_error", message: "Overloaded" } } });
+  assert.ok(!partial.some((e) => e.event === "message_stop" || e.event === "message_delta"), "nothing after the error");
+
+  const bare = await anthropicSse(await messages(stream));
+  assert.equal(textOf(bare), "", "no content without text or chunks");
+  assert.deepEqual(bare.at(-1).data.error, { type: "api_error", message: "Internal server error" });
+
+  // Unstreamed, the in-stream error is its HTTP error.
+  const unstreamed = await messages({ messages: userSays("x") });
+  assert.equal(unstreamed.status, 529);
+  assert.equal((await unstreamed.json()).error.type, "overloaded_error");
+
+  assert.deepEqual(
+    model.requests().map((r) => [r.outcome, r.status]),
+    [
+      ["error", 529],
+      ["error", 400],
+      ["error", 200],
+      ["error", 200],
+      ["error", 529],
+    ],
+  );
+});
+
+test("anthropic: a request Anthropic would refuse is a 400 invalid_request_error naming the problem, and consumes nothing", async () => {
+  model.reset();
+  model.script({ text: "kept" });
+  const ok = { model: "claude-test", max_tokens: 64, stream: true, messages: userSays("hi") };
+  const { max_tokens: _dropped, ...noMaxTokens } = ok;
+  const cases = [
+    [noMaxTokens, /max_tokens: Field required/],
+    [{ ...ok, max_tokens: 0 }, /max_tokens/],
+    [{ ...ok, messages: [] }, /messages: at least one message/],
+    [{ ...ok, messages: [{ role: "assistant", content: [{ type: "text", text: "hi" }] }] }, /first message must use the "user" role/],
+    [{ ...ok, messages: [{ role: "system", content: "hi" }] }, /role/],
+    [{ ...ok, messages: [{ role: "user", content: [{ type: "text", text: "" }] }] }, /text content blocks must be non-empty/],
+    [{ ...ok, messages: [{ role: "user", content: [{ type: "text", text: "a" }, { type: "text", text: "" }] }] }, /text content blocks must be non-empty/],
+    [{ ...ok, messages: [{ role: "user", content: "" }] }, /text content blocks must be non-empty/],
+    [{ ...ok, messages: [{ role: "user", content: [] }] }, /at least 1 item/],
+    [{ ...ok, messages: [{ role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/bmp", data: "AAAA" } }] }] }, /media_type/],
+    [{ ...ok, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "data:," } }] }] }, /image_url/],
+    [{ ...ok, stream_options: { include_usage: true } }, /stream_options: Extra inputs are not permitted/],
+    [{ ...ok, system: [{ type: "text", text: "" }] }, /system: text content blocks must be non-empty/],
+    [{ ...ok, model: undefined }, /model: Field required/],
+  ];
+  for (const [body, why] of cases) {
+    const res = await fetch(`${model.origin}/v1/messages`, { method: "POST", headers: ANTHROPIC_HEADERS, body: JSON.stringify(body) });
+    assert.equal(res.status, 400, JSON.stringify(body));
+    const json = await res.json();
+    assert.equal(json.type, "error");
+    assert.equal(json.error.type, "invalid_request_error");
+    assert.match(json.error.message, why, JSON.stringify(body));
+  }
+  const { "anthropic-version": _v, ...noVersion } = ANTHROPIC_HEADERS;
+  for (const headers of [noVersion, { ...ANTHROPIC_HEADERS, "anthropic-version": "2099-01-01" }]) {
+    const res = await fetch(`${model.origin}/v1/messages`, { method: "POST", headers, body: JSON.stringify(ok) });
+    assert.equal(res.status, 400);
+    assert.match((await res.json()).error.message, /^anthropic-version: /);
+  }
+  assert.equal(model.unconsumed(), 1);
+  const refused = model.requests();
+  assert.equal(refused.length, cases.length + 2);
+  for (const r of refused) assert.equal(r.outcome, "invalid");
+  assert.match(refused[0].error, /max_tokens/);
+  // A valid request with an image and both roles goes through.
+  const good = await messages({
+    stream: true,
+    messages: [
+      { role: "user", content: [{ type: "text", text: "look" }, { type: "image", source: { type: "base64", media_type: "image/png", data: "iVBORw0KGgo=" } }] },
+      { role: "assistant", content: [{ type: "text", text: "seen" }] },
+      { role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/webp", data: "UklGRg==" } }] },
+    ],
+  });
+  assert.equal(textOf(await anthropicSse(good)), "kept");
+});
+
+test("anthropic: hang, dropAfterChunks and gates work as for OpenAI", async () => {
+  model.reset();
+  model.script({ hang: true, chunks: ["par", "tial"] }, { dropAfterChunks: 1, chunks: ["a", "b"] }, { gate: "ag", chunks: ["x", "y"] });
+  const ac = new AbortController();
+  const hanging = await messages({ stream: true, messages: userSays("x") }, { signal: ac.signal });
+  assert.equal(hanging.status, 200);
+  await model.waitFor((rs) => rs[0]?.chunksSent === 2 && rs[0].outcome === "hanging");
+  ac.abort();
+  await model.waitFor((rs) => rs[0].aborted);
+  assert.equal(model.requests()[0].outcome, "aborted");
+
+  const dropped = await messages({ stream: true, messages: userSays("x") });
+  await assert.rejects(dropped.text());
+  await model.waitFor((rs) => rs[1]?.outcome === "dropped");
+  assert.equal(model.requests()[1].chunksSent, 1);
+  assert.equal(model.requests()[1].aborted, false);
+
+  const gated = await messages({ stream: true, messages: userSays("x") });
+  const body = anthropicSse(gated);
+  await model.waitForRequests(3);
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(model.requests()[2].chunksSent, 0, "nothing passes a closed gate");
+  model.release("ag");
+  assert.equal(textOf(await body), "xy");
+});
+
+test("openai: streamError sends an in-stream error chunk and no [DONE]", async () => {
+  model.reset();
+  model.script({ chunks: ["so far"], streamError: { type: "server_error", message: "The server had an error" } });
+  const events = await sse(await chat({ stream: true, messages: [{ role: "user", content: "x" }] }));
+  assert.equal(contentOf(events.slice(0, -1)), "so far");
+  assert.deepEqual(events.at(-1), { error: { message: "The server had an error", type: "server_error", param: null, code: null } });
+  assert.equal(model.requests()[0].outcome, "error");
+});

@@ -41,11 +41,7 @@ const SETTLE_MS = 10_000;
 
 const uniq = (name) => `[${name}-${randomUUID().slice(0, 8)}]`;
 
-async function session() {
-  const a = h.agent();
-  const sid = await a.createSession("s");
-  return { a, sid };
-}
+const session = () => h.session();
 
 const settled = (a, sid, id) => a.waitSettled(sid, id, { boundMs: SETTLE_MS });
 

@@ -24,11 +24,7 @@ const messageOf = (ev) => ev.data.message ?? ev.data;
 const settlementOf = (ev) => ev.data.settlement ?? ev.data;
 const isSettled = (id) => (ev) => kind(ev) === "settled" && settlementOf(ev).commandId === id;
 
-async function session() {
-  const a = h.agent();
-  const sid = await a.createSession("s");
-  return { a, sid };
-}
+const session = () => h.session();
 
 /** Opens a watch, admits a prompt answered in four chunks, and reads until it settles. */
 async function watchOneTurn(tag) {

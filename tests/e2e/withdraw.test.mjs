@@ -12,11 +12,7 @@ after(async () => {
   await h?.dispose();
 });
 
-async function session() {
-  const a = h.agent();
-  const sid = await a.createSession("s");
-  return { a, sid };
-}
+const session = () => h.session();
 
 test("withdraw after an admission answers its receipt and cancels nothing", async () => {
   const { a, sid } = await session();
