@@ -480,3 +480,25 @@ fn settlement_reads_are_bounded_and_exact() {
     );
     assert_eq!(r.status, 200);
 }
+
+#[test]
+fn an_empty_answer_is_kept_in_the_transcript_but_not_sent_to_the_model() {
+    let mut h = Harness::new();
+    h.session("s");
+    let first = h.prompt("s", "r1", "say nothing").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    claim(&mut h, &[]);
+    h.with_ctx(|ctx| complete_step(ctx, "s", &first, 1, &answer("")))
+        .unwrap();
+    h.prompt("s", "r2", "now say something");
+    let step = claim(&mut h, &[]).remove(0);
+    let texts: Vec<_> = step.context.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(texts, vec!["say nothing", "now say something"]);
+    assert_eq!(
+        roles(&mut h, "s").len(),
+        3,
+        "the empty answer is still a message"
+    );
+}

@@ -449,6 +449,9 @@ fn context(
         if context.is_empty() && role == ContextRole::Assistant {
             continue; // a context starts with the user
         }
+        if text.is_empty() && m.images.is_empty() {
+            continue; // an empty answer says nothing; providers refuse empty content
+        }
         context.push(ContextMessage {
             role,
             text,

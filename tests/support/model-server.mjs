@@ -1,35 +1,57 @@
-// A scripted OpenAI-compatible model server (Chat Completions) for the
-// end-to-end tests and for local runs (scripts/run.sh starts it when
-// OPENAI_BASE_URL is unset). Loopback only, no API key needed; it records what
-// it received, Authorization header included, so a test can assert the key
-// arrives.
+// A scripted model server for the end-to-end tests and for local runs
+// (scripts/run.sh starts it when OPENAI_BASE_URL is unset). It speaks two
+// wire formats on one port: OpenAI Chat Completions (`POST /v1/chat/completions`,
+// base URL `model.url` = http://127.0.0.1:PORT/v1) and Anthropic Messages
+// (`POST /v1/messages`, base URL `model.origin` = http://127.0.0.1:PORT, the
+// client appends /v1/messages). Loopback only, no API key needed; it records
+// what it received, headers included (Authorization, x-api-key), so a test can
+// assert the key arrives.
 //
 //   import { startModelServer } from "../support/model-server.mjs";
 //   const model = await startModelServer();          // port 0: any free port
-//   model.url                                        // http://127.0.0.1:PORT/v1
+//   model.url                                        // http://127.0.0.1:PORT/v1  (OpenAI)
+//   model.origin                                     // http://127.0.0.1:PORT     (Anthropic)
 //   model.script({ text: "Hi!", chunkDelayMs: 20 }, { status: 500 });
 //   model.requests()                                 // what it received, in order
 //
-//   node tests/support/model-server.mjs --port 8788 [--hold]   # prints its base URL
+//   node tests/support/model-server.mjs --port 8788 [--hold]   # prints its (OpenAI) base URL
 //
-// Scripted responses are consumed one per chat-completion request, FIFO. A
-// response scripted with `scriptFor(match, ...)` is only consumed by a request
-// one of whose messages contains `match`, so tests sharing one server keep
-// their scripts apart. With nothing queued the fallback answers: "echo"
-// (`Echo: <last user text>` in ~8 chunks), "hold" (every request hangs until
-// the client aborts or the server closes), or a response of your own.
+// Scripted responses are consumed one per model request (either format),
+// FIFO. A response scripted with `scriptFor(match, ...)` is only consumed by
+// a request one of whose messages (or, for Anthropic, whose `system`)
+// contains `match`, so tests sharing one server keep their scripts apart.
+// With nothing queued the fallback answers: "echo" (`Echo: <last user text>`
+// in ~8 chunks), "hold" (every request hangs until the client aborts or the
+// server closes), or a response of your own.
 //
 // A response is one of:
 //   { text?, chunks?, chunkDelayMs?, usage?, finishReason? }  an answer; neither
-//       text nor chunks: the echo answer. `usage` (OpenAI field names) replaces
-//       the rough count; `usage: null` sends no usage chunk.
-//   { status: 429|500|400|..., body?, headers? }  an HTTP error; `body` defaults
-//       to {error: {message, type, param, code}}.
+//       text nor chunks: the echo answer. `usage` replaces the rough count:
+//       OpenAI field names (`prompt_tokens`, `completion_tokens`) or Anthropic
+//       ones (`input_tokens`, `output_tokens`, `cache_*_input_tokens`), either
+//       is translated for the other format; `usage: null` sends no usage.
+//       `finishReason` is OpenAI's (stop, length, tool_calls; mapped to
+//       end_turn, max_tokens, tool_use for Anthropic, other values verbatim).
+//   { status: 429|500|529|400|..., body?, headers? }  an HTTP error; `body`
+//       defaults to {error: {message, type, param, code}} (OpenAI) or
+//       {type: "error", error: {type, message}} (Anthropic).
 //   { hang: true, text?|chunks? }  streams those chunks, then stays open until
 //       the client aborts or close().
 //   { dropAfterChunks: n, text?|chunks? }  destroys the socket after n chunks.
-//   any of the streaming ones with `gate: "name"`: headers and the role chunk
-//       go out, then the answer waits for `release("name")`.
+//   { streamError: "overloaded_error" | {type, message?}, text?|chunks? }
+//       streams those chunks, then an in-stream error and ends the stream:
+//       Anthropic `event: error` {type: "error", error: {type, message}},
+//       OpenAI `data: {error: {message, type, param, code}}`. Unstreamed, it
+//       is the matching HTTP error (529, 500, 429 or 400).
+//   any of the streaming ones with `gate: "name"`: headers and the first
+//       event(s) go out (OpenAI: the role chunk; Anthropic: message_start,
+//       content_block_start, ping), then the answer waits for `release("name")`.
+//
+// Anthropic requests are checked as Anthropic would: a 400
+// invalid_request_error (Anthropic error body) when `anthropic-version` is
+// missing or unknown, `model` or `max_tokens` is missing, `messages` is empty,
+// the first message is not `user`, a role is not user/assistant, a content
+// block is an empty text or a malformed image, or a field is unknown.
 //
 // Control API (for the CLI mode): POST /__script (a JSON array of responses,
 // or {match, responses}), GET /__requests, POST /__reset,
@@ -43,6 +65,26 @@ import { pathToFileURL } from "node:url";
 export const RECORDS_MAX = 1000;
 const BODY_BYTES_MAX = 32 * 1024 * 1024;
 const ECHO_CHUNKS = 8;
+/** `anthropic-version` values the Messages API accepts. */
+const ANTHROPIC_VERSIONS = ["2023-06-01", "2023-01-01"];
+const ANTHROPIC_IMAGE_TYPES = ["image/jpeg", "image/png", "image/gif", "image/webp"];
+/** Top-level Messages request fields; anything else is refused, as Anthropic does. */
+const ANTHROPIC_FIELDS = [
+  "model",
+  "messages",
+  "max_tokens",
+  "system",
+  "stream",
+  "metadata",
+  "stop_sequences",
+  "temperature",
+  "top_p",
+  "top_k",
+  "tools",
+  "tool_choice",
+  "thinking",
+  "service_tier",
+];
 
 /**
  * @param {{ port?: number, host?: string, fallback?: "echo" | "hold" | object | ((body: any) => object) }} [options]
@@ -76,10 +118,14 @@ export async function startModelServer({ port = 0, host = "127.0.0.1", fallback 
     });
   });
   const address = server.address();
-  const url = `http://${host}:${address.port}/v1`;
+  const origin = `http://${host}:${address.port}`;
+  const url = `${origin}/v1`;
 
   const api = {
+    /** The OpenAI base URL (`…/v1`; the client appends /chat/completions). */
     url,
+    /** The Anthropic base URL (the server root; the client appends /v1/messages). */
+    origin,
     port: address.port,
     /** Queues responses for the next requests, FIFO. */
     script(...responses) {
@@ -96,13 +142,15 @@ export async function startModelServer({ port = 0, host = "127.0.0.1", fallback 
       for (const r of responses) lane.responses.push(checkResponse(r));
     },
     /**
-     * Copies of the recorded requests, oldest first: `{seq, method, path,
-     * headers, body, receivedAt, endedAt, status, outcome, aborted,
-     * chunksSent, scripted}`. `outcome`: completed | error | hanging |
-     * dropped | aborted | invalid | streaming; `aborted`: the client went
-     * away before the answer ended (not a drop, not close()). `match`: a
-     * string one of the request's messages contains, or a predicate on the
-     * record.
+     * Copies of the recorded requests, oldest first: `{seq, api, method,
+     * path, headers, body, receivedAt, endedAt, status, outcome, aborted,
+     * chunksSent, scripted, error}`. `api`: "openai" | "anthropic";
+     * `outcome`: completed | error (an HTTP error or an in-stream error) |
+     * hanging | dropped | aborted | invalid | streaming; `error`: the message
+     * of an `invalid` refusal; `aborted`: the client went away before the
+     * answer ended (not a drop, not close()). `match`: a string one of the
+     * request's messages (or its Anthropic `system`) contains, or a predicate
+     * on the record.
      */
     requests(match) {
       return state.records.filter((r) => matches(r, match)).map((r) => structuredClone(r));
@@ -178,10 +226,17 @@ export async function startModelServer({ port = 0, host = "127.0.0.1", fallback 
 
 function checkResponse(r) {
   if (r === null || typeof r !== "object" || Array.isArray(r)) throw new TypeError(`a scripted response is an object, got ${JSON.stringify(r)}`);
-  const known = ["text", "chunks", "chunkDelayMs", "usage", "finishReason", "status", "body", "headers", "hang", "dropAfterChunks", "gate"];
+  const known = ["text", "chunks", "chunkDelayMs", "usage", "finishReason", "status", "body", "headers", "hang", "dropAfterChunks", "gate", "streamError"];
   for (const k of Object.keys(r)) if (!known.includes(k)) throw new TypeError(`unknown field \`${k}\` in scripted response ${JSON.stringify(r)}`);
   if (r.chunks !== undefined && (!Array.isArray(r.chunks) || r.chunks.some((c) => typeof c !== "string"))) {
     throw new TypeError("`chunks` is an array of strings");
+  }
+  if (r.streamError !== undefined) {
+    const e = r.streamError;
+    const ok =
+      (typeof e === "string" && e !== "") ||
+      (e !== null && typeof e === "object" && typeof e.type === "string" && e.type !== "" && (e.message === undefined || typeof e.message === "string"));
+    if (!ok) throw new TypeError("`streamError` is an error type (e.g. \"overloaded_error\") or {type, message?}");
   }
   return structuredClone(r);
 }
@@ -200,7 +255,10 @@ export function contentText(content) {
 
 function requestText(body) {
   const messages = Array.isArray(body?.messages) ? body.messages : [];
-  return messages.map((m) => contentText(m?.content)).join("\n");
+  const texts = messages.map((m) => contentText(m?.content));
+  // Anthropic's system prompt is a field, not a message (OpenAI's is a message).
+  if (body?.system !== undefined) texts.unshift(contentText(body.system));
+  return texts.join("\n");
 }
 
 function matches(record, match) {
@@ -214,6 +272,7 @@ function summary(r) {
   const last = messages.at(-1);
   return {
     seq: r.seq,
+    api: r.api,
     path: r.path,
     outcome: r.outcome,
     aborted: r.aborted,
@@ -313,12 +372,14 @@ async function handle(state, changed, req, res) {
   if (req.method === "GET" && path === "/v1/models") {
     return sendJson(res, 200, { object: "list", data: [{ id: "scripted", object: "model", created: 0, owned_by: "shiitake-tests" }] });
   }
-  if (path !== "/v1/chat/completions") {
+  if (path !== "/v1/chat/completions" && path !== "/v1/messages") {
     return sendJson(res, 404, { error: { message: `no route ${req.method} ${path}`, type: "invalid_request_error", param: null, code: "not_found" } });
   }
+  const anthropic = path === "/v1/messages";
 
   const record = {
     seq: ++state.seq,
+    api: anthropic ? "anthropic" : "openai",
     method: req.method,
     path,
     headers: { ...req.headers },
@@ -353,8 +414,12 @@ async function handle(state, changed, req, res) {
 
   const raw = await readBody(req);
   const fail = (status, message) => {
+    record.error = message;
+    record.status = status;
     end("invalid");
-    sendJson(res, status, { error: { message, type: "invalid_request_error", param: null, code: null } });
+    if (anthropic) sendJson(res, status, anthropicError(anthropicErrorType(status), message), { "request-id": `req_scripted_${record.seq}` });
+    else sendJson(res, status, { error: { message, type: "invalid_request_error", param: null, code: null } });
+    changed();
   };
   if (req.method !== "POST") return fail(405, `use POST for ${path}`);
   let body;
@@ -366,11 +431,16 @@ async function handle(state, changed, req, res) {
   }
   record.body = body;
   changed();
-  if (body === null || typeof body !== "object" || Array.isArray(body)) return fail(400, "the body is not a JSON object");
-  if (typeof body.model !== "string" || body.model === "") return fail(400, "`model` is required");
-  if (!Array.isArray(body.messages) || body.messages.length === 0) return fail(400, "`messages` must be a non-empty array");
-  if (body.messages.some((m) => m === null || typeof m !== "object" || typeof m.role !== "string")) {
-    return fail(400, "every message needs a `role`");
+  if (anthropic) {
+    const refusal = checkAnthropicRequest(req.headers, body);
+    if (refusal !== null) return fail(400, refusal);
+  } else {
+    if (body === null || typeof body !== "object" || Array.isArray(body)) return fail(400, "the body is not a JSON object");
+    if (typeof body.model !== "string" || body.model === "") return fail(400, "`model` is required");
+    if (!Array.isArray(body.messages) || body.messages.length === 0) return fail(400, "`messages` must be a non-empty array");
+    if (body.messages.some((m) => m === null || typeof m !== "object" || typeof m.role !== "string")) {
+      return fail(400, "every message needs a `role`");
+    }
   }
 
   // Pick the response: a matching lane first, then the FIFO queue, then the fallback.
@@ -385,49 +455,101 @@ async function handle(state, changed, req, res) {
   else if (typeof state.fallback === "function") response = checkResponse(state.fallback(body));
   else response = checkResponse(state.fallback);
 
-  const id = `chatcmpl-${record.seq}-${Date.now().toString(36)}`;
-  const created = Math.floor(Date.now() / 1000);
-  const model = body.model;
+  // Unstreamed, an in-stream error is the HTTP error it stands for.
+  if (response.streamError !== undefined && body.stream !== true && (response.status === undefined || response.status === 200)) {
+    const { type, message } = streamErrorOf(response.streamError);
+    const status = statusOfErrorType(type);
+    response = {
+      ...response,
+      status,
+      body: anthropic ? anthropicError(type, message) : { error: { message, type, param: null, code: null } },
+    };
+  }
 
   if (response.status !== undefined && response.status !== 200) {
     record.status = response.status;
-    const errBody = response.body ?? {
-      error: { message: `scripted failure (HTTP ${response.status})`, type: errorType(response.status), param: null, code: null },
-    };
+    const errBody =
+      response.body ??
+      (anthropic
+        ? anthropicError(anthropicErrorType(response.status), response.status === 529 ? "Overloaded" : `scripted failure (HTTP ${response.status})`)
+        : { error: { message: `scripted failure (HTTP ${response.status})`, type: errorType(response.status), param: null, code: null } });
     end("error");
-    return sendJson(res, response.status, errBody, response.headers ?? {});
+    return sendJson(res, response.status, errBody, { ...(anthropic ? { "request-id": `req_scripted_${record.seq}` } : {}), ...(response.headers ?? {}) });
   }
 
   const answer = response.text ?? (response.chunks ? response.chunks.join("") : `Echo: ${lastUserText(body)}`);
-  // A hang with neither text nor chunks streams no content at all.
-  const pieces = response.chunks ?? (response.text === undefined && response.hang ? [] : split(answer, ECHO_CHUNKS));
-  const usage =
-    response.usage === null
-      ? null
-      : (response.usage ?? {
-          prompt_tokens: Math.max(1, Math.ceil(text.length / 4)),
-          completion_tokens: Math.max(1, Math.ceil(answer.length / 4)),
-          total_tokens: Math.max(1, Math.ceil(text.length / 4)) + Math.max(1, Math.ceil(answer.length / 4)),
-        });
+  // A hang or a stream error with neither text nor chunks streams no content at all.
+  const pieces = response.chunks ?? (response.text === undefined && (response.hang || response.streamError !== undefined) ? [] : split(answer, ECHO_CHUNKS));
+  const roughIn = Math.max(1, Math.ceil(text.length / 4));
+  const roughOut = Math.max(1, Math.ceil(answer.length / 4));
   const delay = response.chunkDelayMs ?? 0;
   const finishReason = response.finishReason ?? "stop";
   record.status = 200;
 
+  const opts = { state, changed, req, res, record, end, gone: gone.signal, body, response, answer, pieces, delay, finishReason };
+  if (anthropic) return answerAnthropic({ ...opts, usage: anthropicUsage(response.usage, roughIn, roughOut) });
+  return answerOpenAi({ ...opts, usage: openAiUsage(response.usage, roughIn, roughOut) });
+}
+
+/** Sleeps through the gate and the pacing of an unstreamed answer; false when the client went away or it hangs or drops. */
+async function unstreamed({ state, changed, req, record, end, gone, response, pieces, delay }) {
+  if (response.gate !== undefined) await waitGate(state, response.gate, gone);
+  await sleep(delay * pieces.length, gone);
+  if (gone.aborted) return false;
+  if (response.hang) {
+    record.outcome = "hanging";
+    changed();
+    return false; // never answered
+  }
+  if (response.dropAfterChunks !== undefined) {
+    end("dropped");
+    req.socket.destroy();
+    return false;
+  }
+  return true;
+}
+
+/**
+ * Streams the pieces (after the gate), each after `delay`; `onPiece(i)` sends
+ * one. Returns "gone" (the client went away), "dropped", "hanging" or "done".
+ */
+async function streamPieces({ state, changed, req, res, record, end, gone, response, pieces, delay }, onPiece) {
+  if (response.gate !== undefined) {
+    await waitGate(state, response.gate, gone);
+    if (gone.aborted) return "gone";
+  }
+  const limit = response.dropAfterChunks ?? pieces.length;
+  for (let i = 0; i < Math.min(limit, pieces.length); i++) {
+    await sleep(delay, gone);
+    if (gone.aborted) return "gone";
+    onPiece(i);
+    record.chunksSent++;
+    changed();
+  }
+  if (response.dropAfterChunks !== undefined) {
+    // Let the chunks leave before the connection is cut mid-stream.
+    await new Promise((resolve) => res.write("", resolve));
+    end("dropped");
+    req.socket.destroy();
+    return "dropped";
+  }
+  if (response.hang) {
+    record.outcome = "hanging";
+    changed();
+    return "hanging"; // open until the client aborts or close()
+  }
+  return "done";
+}
+
+async function answerOpenAi(o) {
+  const { changed, res, record, end, body, response, answer, pieces, usage, finishReason } = o;
+  const id = `chatcmpl-${record.seq}-${Date.now().toString(36)}`;
+  const created = Math.floor(Date.now() / 1000);
+  const model = body.model;
+
   if (body.stream !== true) {
     // A plain chat.completion; hang and drop apply to it too.
-    if (response.gate !== undefined) await waitGate(state, response.gate, gone.signal);
-    await sleep(delay * pieces.length, gone.signal);
-    if (gone.signal.aborted) return;
-    if (response.hang) {
-      record.outcome = "hanging";
-      changed();
-      return; // never answered
-    }
-    if (response.dropAfterChunks !== undefined) {
-      end("dropped");
-      req.socket.destroy();
-      return;
-    }
+    if (!(await unstreamed(o))) return;
     end("completed");
     return sendJson(res, 200, {
       id,
@@ -456,30 +578,14 @@ async function handle(state, changed, req, res) {
   send(chunk({ role: "assistant", content: "", refusal: null }, null));
   changed();
 
-  if (response.gate !== undefined) {
-    await waitGate(state, response.gate, gone.signal);
-    if (gone.signal.aborted) return;
-  }
-
-  const limit = response.dropAfterChunks ?? pieces.length;
-  for (let i = 0; i < Math.min(limit, pieces.length); i++) {
-    await sleep(delay, gone.signal);
-    if (gone.signal.aborted) return;
-    send(chunk({ content: pieces[i] }, null));
-    record.chunksSent++;
+  if ((await streamPieces(o, (i) => send(chunk({ content: pieces[i] }, null)))) !== "done") return;
+  if (response.streamError !== undefined) {
+    const { type, message } = streamErrorOf(response.streamError);
+    send({ error: { message, type, param: null, code: null } });
+    end("error");
+    res.end();
     changed();
-  }
-  if (response.dropAfterChunks !== undefined) {
-    // Let the chunks leave before the connection is cut mid-stream.
-    await new Promise((resolve) => res.write("", resolve));
-    end("dropped");
-    req.socket.destroy();
     return;
-  }
-  if (response.hang) {
-    record.outcome = "hanging";
-    changed();
-    return; // open until the client aborts or close()
   }
   send(chunk({}, finishReason));
   if (includeUsage && usage) {
@@ -489,6 +595,194 @@ async function handle(state, changed, req, res) {
   end("completed");
   res.end();
   changed();
+}
+
+async function answerAnthropic(o) {
+  const { changed, res, record, end, body, response, answer, pieces, usage, finishReason } = o;
+  const id = `msg_scripted_${record.seq}_${Date.now().toString(36)}`;
+  const model = body.model;
+  const stopReason = ANTHROPIC_STOP_REASONS[finishReason] ?? finishReason;
+  const headers = { "request-id": `req_scripted_${record.seq}` };
+
+  if (body.stream !== true) {
+    if (!(await unstreamed(o))) return;
+    end("completed");
+    return sendJson(
+      res,
+      200,
+      {
+        id,
+        type: "message",
+        role: "assistant",
+        model,
+        content: [{ type: "text", text: answer }],
+        stop_reason: stopReason,
+        stop_sequence: null,
+        usage: usage ?? { input_tokens: 0, output_tokens: 0 },
+      },
+      headers,
+    );
+  }
+
+  res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive", ...headers });
+  record.outcome = "streaming";
+  const send = (event, obj) => res.write(`event: ${event}\ndata: ${JSON.stringify({ type: event, ...obj })}\n\n`);
+  const { output_tokens: outputTokens, ...inputUsage } = usage ?? {};
+  send("message_start", {
+    message: {
+      id,
+      type: "message",
+      role: "assistant",
+      model,
+      content: [],
+      stop_reason: null,
+      stop_sequence: null,
+      ...(usage ? { usage: { ...inputUsage, output_tokens: Math.min(1, outputTokens) } } : {}),
+    },
+  });
+  send("content_block_start", { index: 0, content_block: { type: "text", text: "" } });
+  send("ping", {});
+  changed();
+
+  const sent = await streamPieces(o, (i) => {
+    send("content_block_delta", { index: 0, delta: { type: "text_delta", text: pieces[i] } });
+    if (i % 4 === 3) send("ping", {});
+  });
+  if (sent !== "done") return;
+  if (response.streamError !== undefined) {
+    send("error", { error: streamErrorOf(response.streamError) });
+    end("error");
+    res.end();
+    changed();
+    return;
+  }
+  send("content_block_stop", { index: 0 });
+  send("message_delta", { delta: { stop_reason: stopReason, stop_sequence: null }, ...(usage ? { usage: { output_tokens: outputTokens } } : {}) });
+  send("message_stop", {});
+  end("completed");
+  res.end();
+  changed();
+}
+
+const ANTHROPIC_STOP_REASONS = { stop: "end_turn", length: "max_tokens", tool_calls: "tool_use", content_filter: "refusal" };
+
+/** OpenAI usage from a scripted one (either naming) or the rough counts; null for `usage: null`. */
+function openAiUsage(u, roughIn, roughOut) {
+  if (u === null) return null;
+  if (u === undefined) return { prompt_tokens: roughIn, completion_tokens: roughOut, total_tokens: roughIn + roughOut };
+  if ("input_tokens" in u || "output_tokens" in u) {
+    const p = (u.input_tokens ?? 0) + (u.cache_creation_input_tokens ?? 0) + (u.cache_read_input_tokens ?? 0);
+    const c = u.output_tokens ?? 0;
+    return { prompt_tokens: p, completion_tokens: c, total_tokens: p + c };
+  }
+  return u;
+}
+
+/** Anthropic usage from a scripted one (either naming) or the rough counts; null for `usage: null`. */
+function anthropicUsage(u, roughIn, roughOut) {
+  if (u === null) return null;
+  if (u === undefined) return { input_tokens: roughIn, output_tokens: roughOut };
+  if ("prompt_tokens" in u || "completion_tokens" in u) return { input_tokens: u.prompt_tokens ?? 0, output_tokens: u.completion_tokens ?? 0 };
+  return { input_tokens: 0, output_tokens: 0, ...u };
+}
+
+function streamErrorOf(e) {
+  const type = typeof e === "string" ? e : e.type;
+  const message = (typeof e === "object" ? e.message : undefined) ?? (type === "overloaded_error" ? "Overloaded" : `scripted ${type}`);
+  return { type, message };
+}
+
+/** The HTTP status an error type stands for (Anthropic's and OpenAI's spellings). */
+function statusOfErrorType(type) {
+  const statuses = {
+    overloaded_error: 529,
+    api_error: 500,
+    server_error: 500,
+    rate_limit_error: 429,
+    rate_limit_exceeded: 429,
+    authentication_error: 401,
+    permission_error: 403,
+    not_found_error: 404,
+    request_too_large: 413,
+    timeout_error: 504,
+  };
+  return statuses[type] ?? 400;
+}
+
+function anthropicError(type, message) {
+  return { type: "error", error: { type, message } };
+}
+
+function anthropicErrorType(status) {
+  if (status === 401) return "authentication_error";
+  if (status === 403) return "permission_error";
+  if (status === 404) return "not_found_error";
+  if (status === 413) return "request_too_large";
+  if (status === 429) return "rate_limit_error";
+  if (status === 529) return "overloaded_error";
+  if (status >= 500) return "api_error";
+  return "invalid_request_error";
+}
+
+const isObject = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
+
+/** Why Anthropic would refuse this Messages request (400), or null. */
+function checkAnthropicRequest(headers, body) {
+  const version = headers["anthropic-version"];
+  if (version === undefined || version === "") return "anthropic-version: header is required";
+  if (!ANTHROPIC_VERSIONS.includes(version)) return `anthropic-version: invalid version ${JSON.stringify(version)}`;
+  if (!isObject(body)) return "the body is not a JSON object";
+  for (const k of Object.keys(body)) if (!ANTHROPIC_FIELDS.includes(k)) return `${k}: Extra inputs are not permitted`;
+  if (body.model === undefined) return "model: Field required";
+  if (typeof body.model !== "string" || body.model === "") return "model: Input should be a non-empty string";
+  if (body.max_tokens === undefined) return "max_tokens: Field required";
+  if (!Number.isInteger(body.max_tokens) || body.max_tokens < 1) return "max_tokens: Input should be an integer >= 1";
+  if (body.stream !== undefined && typeof body.stream !== "boolean") return "stream: Input should be a valid boolean";
+  if (body.system !== undefined) {
+    if (Array.isArray(body.system)) {
+      for (const [j, b] of body.system.entries()) {
+        if (!isObject(b) || b.type !== "text" || typeof b.text !== "string") return `system.${j}: Input should be a text block`;
+        if (b.text === "") return "system: text content blocks must be non-empty";
+      }
+    } else if (typeof body.system !== "string") return "system: Input should be a valid string or list of text blocks";
+  }
+  if (body.messages === undefined) return "messages: Field required";
+  if (!Array.isArray(body.messages)) return "messages: Input should be a valid list";
+  if (body.messages.length === 0) return "messages: at least one message is required";
+  for (const [i, m] of body.messages.entries()) {
+    if (!isObject(m)) return `messages.${i}: Input should be a valid dictionary`;
+    for (const k of Object.keys(m)) if (k !== "role" && k !== "content") return `messages.${i}.${k}: Extra inputs are not permitted`;
+    if (m.role !== "user" && m.role !== "assistant") return `messages.${i}.role: Input should be 'user' or 'assistant'`;
+    if (typeof m.content === "string") {
+      if (m.content === "") return "messages: text content blocks must be non-empty";
+      continue;
+    }
+    if (!Array.isArray(m.content)) return `messages.${i}.content: Input should be a valid string or list of content blocks`;
+    if (m.content.length === 0) return `messages.${i}.content: List should have at least 1 item`;
+    for (const [j, b] of m.content.entries()) {
+      const at = `messages.${i}.content.${j}`;
+      if (!isObject(b) || typeof b.type !== "string") return `${at}: Input should be a content block with a \`type\``;
+      if (b.type === "text") {
+        if (typeof b.text !== "string") return `${at}.text: Field required`;
+        if (b.text === "") return "messages: text content blocks must be non-empty";
+      } else if (b.type === "image") {
+        const src = b.source;
+        if (!isObject(src)) return `${at}.source: Field required`;
+        if (src.type === "base64") {
+          if (!ANTHROPIC_IMAGE_TYPES.includes(src.media_type)) return `${at}.source.base64.media_type: Input should be ${ANTHROPIC_IMAGE_TYPES.map((t) => `'${t}'`).join(", ")}`;
+          if (typeof src.data !== "string" || src.data === "") return `${at}.source.base64.data: Field required`;
+          if (!/^[A-Za-z0-9+/]*={0,2}$/.test(src.data) || src.data.length % 4 !== 0) return `${at}.source.base64: invalid base64 data`;
+        } else if (src.type === "url") {
+          if (typeof src.url !== "string" || src.url === "") return `${at}.source.url.url: Field required`;
+        } else return `${at}.source: Input tag ${JSON.stringify(src.type)} does not match 'base64', 'url'`;
+        if (m.role !== "user") return `${at}: image blocks are only allowed in user messages`;
+      } else if (!["tool_use", "tool_result", "document", "thinking", "redacted_thinking"].includes(b.type)) {
+        return `${at}.type: Input tag ${JSON.stringify(b.type)} does not match any of the expected tags`;
+      }
+    }
+  }
+  if (body.messages[0].role !== "user") return 'messages: first message must use the "user" role';
+  return null;
 }
 
 function errorType(status) {
