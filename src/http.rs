@@ -47,6 +47,9 @@ pub struct HttpResponse {
 pub struct Effects {
     /// Work may be claimable: request reconciliation through the alarm.
     pub reconcile: bool,
+    /// A turn claimed at admission that this instance has not started: its
+    /// first attempt is already counted.
+    pub fresh_turn: Option<String>,
     /// Running turns (by head command) whose model calls must stop.
     pub stop_turns: Vec<String>,
     /// Frames for the Session's watchers.
@@ -267,29 +270,14 @@ fn command(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpRespons
     let meta = meta.as_deref();
     match command {
         Command::Prompt(p) => {
-            let admitted_prompt = admission::admit_prompt(ctx, id, &p, meta)?;
-            let receipt = admitted_prompt.receipt;
-            let effects = admitted(
-                id,
-                &receipt.command_id,
-                &p.request_id,
-                admitted_prompt.startable,
-            );
-            Ok(HttpResponse::json(200, &receipt).with(effects))
+            let admitted = admission::admit_prompt(ctx, id, &p, meta)?;
+            let effects = admission_effects(id, &p.request_id, &admitted);
+            Ok(HttpResponse::json(200, &admitted.receipt).with(effects))
         }
         Command::Operator(o) => {
-            let admitted_line = admission::admit_operator(ctx, id, &o.request_id, &o.text, meta)?;
-            let receipt = admitted_line.receipt;
-            let mut effects = admitted(id, &receipt.command_id, &o.request_id, false);
-            if let Some(message) = admitted_line
-                .message
-                .and_then(|m| RawValue::from_string(m).ok())
-            {
-                effects
-                    .frames
-                    .push((id.to_owned(), Frame::Message { message }));
-            }
-            Ok(HttpResponse::json(200, &receipt).with(effects))
+            let admitted = admission::admit_operator(ctx, id, &o.request_id, &o.text, meta)?;
+            let effects = admission_effects(id, &o.request_id, &admitted);
+            Ok(HttpResponse::json(200, &admitted.receipt).with(effects))
         }
         Command::Cancel(command::Cancel {
             command_id,
@@ -307,19 +295,35 @@ fn command(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpRespons
     }
 }
 
-/// Effects of an admission: publish it; wake the run loop when the prompt
-/// can start now (a prompt behind a running turn starts when it ends, a
-/// steer joins at its next step: no wake needed).
-fn admitted(session_id: &str, command_id: &str, request_id: &str, startable: bool) -> Effects {
+/// Effects of an admission (also of its replay, which is harmless): publish
+/// it and the message it appended; for a prompt that started its turn at
+/// once, wake the run loop and mark the turn fresh. A prompt behind a
+/// running turn starts when that ends, a steer joins at its next step: no
+/// wake needed.
+fn admission_effects(
+    session_id: &str,
+    request_id: &str,
+    admitted: &admission::Admitted,
+) -> Effects {
+    let command_id = admitted.receipt.command_id.clone();
+    let mut frames = vec![(
+        session_id.to_owned(),
+        Frame::Admitted {
+            command_id: command_id.clone(),
+            request_id: Some(request_id.to_owned()),
+        },
+    )];
+    if let Some(message) = admitted
+        .message
+        .as_ref()
+        .and_then(|m| RawValue::from_string(m.clone()).ok())
+    {
+        frames.push((session_id.to_owned(), Frame::Message { message }));
+    }
     Effects {
-        reconcile: startable,
-        frames: vec![(
-            session_id.to_owned(),
-            Frame::Admitted {
-                command_id: command_id.to_owned(),
-                request_id: Some(request_id.to_owned()),
-            },
-        )],
+        reconcile: admitted.claimed,
+        fresh_turn: admitted.claimed.then_some(command_id),
+        frames,
         ..Effects::default()
     }
 }

@@ -11,6 +11,7 @@ use shiitake::sql::Sql;
 fn same_request_replays_receipt_other_input_conflicts() {
     let mut h = Harness::new();
     h.session("s");
+    h.occupy("s");
     let first = h.prompt("s", "r1", "hello");
     assert_eq!(first.status, 200);
     assert_eq!(first.json["status"], "accepted");
@@ -41,6 +42,7 @@ fn same_request_replays_receipt_other_input_conflicts() {
 fn replay_compares_host_metadata_by_value() {
     let mut h = Harness::new();
     h.session("s");
+    h.occupy("s");
     let body = r#"{"type":"prompt","requestId":"r","text":"x"}"#;
     let a = h.request(
         "POST",
@@ -81,6 +83,7 @@ fn replay_compares_host_metadata_by_value() {
 fn withdraw_fences_and_existing_admission_wins_across_restart() {
     let mut h = Harness::new();
     h.session("s");
+    h.occupy("s");
     h.session("t");
     let accepted = h.prompt("s", "kept", "hi").json["commandId"].clone();
     let w = h.withdraw("s", "kept");
@@ -124,18 +127,20 @@ fn withdraw_fences_and_existing_admission_wins_across_restart() {
         json!({"status":"accepted","commandId": line.json["commandId"]})
     );
     let messages = h.read("s", "").json["messages"].clone();
+    let operator = messages.as_array().unwrap().last().unwrap();
     assert_eq!(
-        messages[0]["entryId"], line.json["commandId"],
+        operator["entryId"], line.json["commandId"],
         "operator commandId is its entry id"
     );
-    assert_eq!(messages[0]["requestId"], "op");
-    assert_eq!(messages[0]["role"], "operator");
+    assert_eq!(operator["requestId"], "op");
+    assert_eq!(operator["role"], "operator");
 }
 
 #[test]
 fn cancel_and_abort_keep_text_and_fifo() {
     let mut h = Harness::new();
     h.session("s");
+    h.occupy("s");
     let ids: Vec<String> = (0..4)
         .map(|i| {
             h.prompt("s", &format!("r{i}"), &format!("text {i}")).json["commandId"]
@@ -181,8 +186,10 @@ fn cancel_and_abort_keep_text_and_fifo() {
             )
         })
         .collect();
+    // The running turn first, then the queue in FIFO order.
+    assert_eq!(cancelled[0].1, "occupies the session");
     assert_eq!(
-        cancelled,
+        cancelled[1..],
         vec![
             (ids[0].as_str(), "text 0"),
             (ids[2].as_str(), "text 2"),
@@ -206,6 +213,7 @@ fn cancel_and_abort_keep_text_and_fifo() {
 fn queue_is_bounded_and_a_refusal_writes_nothing() {
     let mut h = Harness::new();
     h.session("s");
+    h.occupy("s");
     for i in 0..PENDING_PER_SESSION_MAX {
         assert_eq!(h.prompt("s", &format!("r{i}"), "x").status, 200);
     }
@@ -215,7 +223,11 @@ fn queue_is_bounded_and_a_refusal_writes_nothing() {
         (429, Some("queue_full"))
     );
     let rows = h.sql().query("SELECT count(*) FROM commands", &[]).unwrap();
-    assert_eq!(rows[0].int(0).unwrap(), PENDING_PER_SESSION_MAX as i64);
+    assert_eq!(
+        rows[0].int(0).unwrap(),
+        PENDING_PER_SESSION_MAX as i64 + 1,
+        "the running turn and a full queue; the refusal wrote nothing"
+    );
     let head = h.pending("s")[0].0.clone();
     h.command("s", json!({"type":"cancel","commandId": head}));
     assert_eq!(
@@ -226,6 +238,7 @@ fn queue_is_bounded_and_a_refusal_writes_nothing() {
 
     let mut h = Harness::new();
     h.session("b");
+    h.occupy("b");
     let big = "y".repeat(TEXT_BYTES_MAX);
     let mut accepted = 0;
     let last = loop {

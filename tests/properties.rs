@@ -64,7 +64,11 @@ proptest! {
         let mut h = Harness::new();
         for s in SESSIONS { h.session(s); }
         let mut facts: HashMap<(usize, u8), Fact> = HashMap::new();
-        // Model queue per session: (commandId, text), FIFO.
+        // Model per session: the running turn and the queue, (commandId,
+        // text), FIFO. A prompt admitted into an idle Session (nothing
+        // running, nothing queued) starts its turn at once; no run loop runs
+        // here, so a turn only ends by cancellation.
+        let mut running: [Option<(String, String)>; 2] = [None, None];
         let mut queues: [Vec<(String, String)>; 2] = [Vec::new(), Vec::new()];
 
         for op in ops {
@@ -99,7 +103,12 @@ proptest! {
                             prop_assert_eq!(r.status, 200, "{}", r.json);
                             let id = r.json["commandId"].as_str().unwrap().to_owned();
                             if let Some(t) = input.strip_prefix("prompt:") {
-                                queues[session].push((id.clone(), t.to_owned()));
+                                let entry = (id.clone(), t.to_owned());
+                                if running[session].is_none() && queues[session].is_empty() {
+                                    running[session] = Some(entry);
+                                } else {
+                                    queues[session].push(entry);
+                                }
                             }
                             facts.insert((session, request), Fact::Admitted { command_id: id, input });
                         }
@@ -119,6 +128,10 @@ proptest! {
                     }
                 }
                 Op::Cancel { session, pick } => {
+                    if let Some((id, _)) = &running[session] {
+                        let r = h.command(SESSIONS[session], json!({"type":"cancel","commandId": id,"onlyIfPending": true}));
+                        prop_assert_eq!(&r.json, &json!({"status":"too_late","commandId": id}));
+                    }
                     let queue = &mut queues[session];
                     if !queue.is_empty() {
                         let (id, text) = queue.remove(pick % queue.len());
@@ -130,7 +143,8 @@ proptest! {
                     let r = h.command(SESSIONS[session], json!({"type":"abort"}));
                     let got: Vec<String> = r.json["cancelled"].as_array().unwrap().iter()
                         .map(|c| c["commandId"].as_str().unwrap().to_owned()).collect();
-                    let want: Vec<String> = queues[session].drain(..).map(|(id, _)| id).collect();
+                    let want: Vec<String> = running[session].take().into_iter()
+                        .chain(queues[session].drain(..)).map(|(id, _)| id).collect();
                     prop_assert_eq!(got, want);
                 }
                 Op::Restart => h.restart(),
@@ -150,10 +164,14 @@ proptest! {
                 &[],
             ).unwrap();
             prop_assert_eq!(fenced[0].int(0).unwrap(), 0);
-            // The queue is the FIFO of admitted, uncancelled prompts.
+            // The running turn and the queue are the admitted, uncancelled
+            // prompts, in FIFO order.
             for (i, s) in SESSIONS.iter().enumerate() {
                 let got: Vec<(String, String)> = h.pending(s).into_iter().map(|(id, _, t)| (id, t)).collect();
                 prop_assert_eq!(&got, &queues[i]);
+                let read = h.read(s, "").json;
+                let got_running = read["running"]["commandId"].as_str().map(str::to_owned);
+                prop_assert_eq!(got_running, running[i].as_ref().map(|(id, _)| id.clone()));
             }
         }
     }

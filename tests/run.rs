@@ -34,8 +34,18 @@ fn failure(retryable: bool, diagnostic: &str) -> Failure {
 
 fn claim(h: &mut Harness, live: &[&str]) -> Vec<Step> {
     let live: Vec<String> = live.iter().map(|s| s.to_string()).collect();
+    // Prompts admitted into an idle Session are claimed by their admission;
+    // until a restart this instance has not started them (fresh).
+    let fresh = !h.restarted;
     let Reconciled { steps, settled, .. } = h
-        .with_ctx(|ctx| reconcile(ctx, &|id| live.iter().any(|l| l == id), ATTEMPTS))
+        .with_ctx(|ctx| {
+            reconcile(
+                ctx,
+                &|id| live.iter().any(|l| l == id),
+                &|_| fresh,
+                ATTEMPTS,
+            )
+        })
         .unwrap();
     assert!(settled.is_empty(), "{settled:?}");
     steps
@@ -82,6 +92,13 @@ fn a_prompt_runs_to_one_settlement_and_queues_behind_the_running_turn() {
         .unwrap()
         .to_owned();
     assert_eq!(settlement(&mut h, "s", &first), json!(null));
+    // Admitted into an idle Session, the first prompt started its turn in
+    // its admission's write; the second waits.
+    let read = h.read("s", "").json;
+    assert_eq!(read["running"]["commandId"], first.as_str());
+    assert_eq!(read["running"]["attempt"], 1);
+    assert_eq!(read["messages"][1]["role"], "user");
+    assert_eq!(read["pending"][0]["commandId"], second.as_str());
 
     let steps = claim(&mut h, &[]);
     assert_eq!(steps.len(), 1, "one running turn per Session");
@@ -215,7 +232,7 @@ fn restarts_past_the_attempt_limit_settle_interrupted() {
         h.restart();
     }
     let Reconciled { steps, settled, .. } = h
-        .with_ctx(|ctx| reconcile(ctx, &|_| false, ATTEMPTS))
+        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| false, ATTEMPTS))
         .unwrap();
     assert!(steps.is_empty());
     assert_eq!(settled.len(), 1);

@@ -31,7 +31,7 @@ use futures::future::select;
 use futures::stream::{FuturesUnordered, StreamExt};
 use js::RandomIds;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::{Rc, Weak};
 use turn::{CallOutcome, Stopper};
 use wasm_bindgen::prelude::*;
@@ -58,6 +58,9 @@ struct Inner {
     schema_checked: Cell<bool>,
     /// Turns this instance is executing, by head command.
     live: RefCell<HashMap<String, Stopper>>,
+    /// Turns claimed by an admission here and not started yet (their first
+    /// attempt is counted). Lost on a reset: then the attempt counts again.
+    fresh: RefCell<HashSet<String>>,
     observers: Observers,
     loop_running: Cell<bool>,
     loop_wake: RefCell<Option<oneshot::Sender<()>>>,
@@ -79,6 +82,7 @@ impl ShiitakeCore {
             config: HostConfig::from_env(&env),
             schema_checked: Cell::new(false),
             live: RefCell::default(),
+            fresh: RefCell::default(),
             observers: Observers::default(),
             loop_running: Cell::new(false),
             loop_wake: RefCell::default(),
@@ -173,6 +177,7 @@ impl Inner {
     /// Carries out what a committed transition asks for.
     async fn apply(&self, effects: Effects) {
         for head in &effects.stop_turns {
+            self.fresh.borrow_mut().remove(head);
             if let Some(stopper) = self.live.borrow().get(head) {
                 stopper.stop();
             }
@@ -185,6 +190,9 @@ impl Inner {
         }
         if let Some(session) = &effects.ended_session {
             self.observers.close_session(session);
+        }
+        if let Some(head) = effects.fresh_turn {
+            self.fresh.borrow_mut().insert(head);
         }
         if effects.reconcile {
             self.request_reconcile();
@@ -328,7 +336,12 @@ impl Inner {
             let mut later = Some(now);
             if now - started < LOOP_CLAIM_BUDGET_MS {
                 let claimed = self.with_ctx(|ctx| {
-                    run::reconcile(ctx, &|h| self.is_live(h), self.config.attempts())
+                    run::reconcile(
+                        ctx,
+                        &|h| self.is_live(h),
+                        &|h| self.fresh.borrow().contains(h),
+                        self.config.attempts(),
+                    )
                 });
                 let run::Reconciled {
                     steps,
@@ -340,18 +353,22 @@ impl Inner {
                     self.publish_settled(&session, vec![settlement]);
                 }
                 for step in steps {
+                    self.fresh.borrow_mut().remove(&step.command_id);
                     let stopper = Stopper::new()?;
                     self.live
                         .borrow_mut()
                         .insert(step.command_id.clone(), stopper.clone());
+                    // The user message (when this pass appended it), then
+                    // `started`: the order an admission that starts its turn
+                    // at once publishes too.
+                    for message in &step.appended {
+                        self.publish_message(&step.session_id, message.clone());
+                    }
                     let started = Frame::Started {
                         command_id: step.command_id.clone(),
                         attempt: step.attempt,
                     };
                     self.publish(&step.session_id, "frame", &started);
-                    for message in &step.appended {
-                        self.publish_message(&step.session_id, message.clone());
-                    }
                     turns.push(self.run_turn(step, stopper));
                 }
             }

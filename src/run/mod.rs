@@ -18,7 +18,7 @@ pub mod settlement;
 
 use crate::error::ApiError;
 use crate::session::admission::prompt_input;
-use crate::session::command::Image;
+use crate::session::command::{Image, PromptInput};
 use crate::session::read::{message_body, Message};
 use crate::session::Ctx;
 use crate::sql::atomically;
@@ -123,12 +123,14 @@ pub struct Reconciled {
 
 /// Claims every turn that can run now: the queue head of each idle Session
 /// and every running turn that is neither live in this instance nor waiting
-/// on its retry timer. `is_live(head)` tells whether this instance is
+/// on its retry timer (a prompt admitted into an idle Session is claimed by
+/// its admission; `is_fresh` names those this instance has not started). `is_live(head)` tells whether this instance is
 /// executing that turn right now. Turns past the attempt limit settle
 /// (`failed` after a failed call, `interrupted` after restarts).
 pub fn reconcile(
     ctx: &mut Ctx<'_>,
     is_live: &dyn Fn(&str) -> bool,
+    is_fresh: &dyn Fn(&str) -> bool,
     attempts: Attempts,
 ) -> Result<Reconciled, ApiError> {
     let store = ctx.store;
@@ -193,8 +195,17 @@ pub fn reconcile(
                 );
                 continue;
             }
-            let attempt = head.attempt + 1;
-            store.claim(&head, None, attempt, now_ms)?;
+            // A turn this instance claimed at admission and never started
+            // runs its first attempt as claimed. Any other orphan (a dead
+            // instance's) counts a new attempt, so a turn that keeps
+            // crashing its runtime ends at the attempt limit.
+            let attempt = if head.attempt == 1 && is_fresh(&head.command_id) {
+                1
+            } else {
+                let next = head.attempt + 1;
+                store.claim(&head, None, next, now_ms)?;
+                next
+            };
             steps.push(Step {
                 session_id: head.session_id.clone(),
                 command_id: head.command_id,
@@ -401,20 +412,35 @@ struct Pending {
 
 /// The `user` message a prompt becomes when its turn starts.
 fn user_message(command: &CommandRow, now_ms: i64) -> Result<Pending, ApiError> {
-    let input = prompt_input(&command.input)?;
-    let entry_id = format!("msg_{}", command.command_id);
-    let body = message_body(&Message {
-        entry_id: &entry_id,
+    let body = user_message_body(
+        &command.command_id,
+        command.request_id.as_deref(),
+        &prompt_input(&command.input)?,
+        command.meta.as_deref(),
+        now_ms,
+    )?;
+    Ok(Pending { body })
+}
+
+/// The stored JSON of a prompt's `user` message.
+pub(crate) fn user_message_body(
+    command_id: &str,
+    request_id: Option<&str>,
+    input: &PromptInput,
+    meta: Option<&str>,
+    now_ms: i64,
+) -> Result<String, ApiError> {
+    message_body(&Message {
+        entry_id: &format!("msg_{command_id}"),
         role: "user",
         text: &input.text,
-        request_id: command.request_id.as_deref(),
-        command_id: Some(&command.command_id),
+        request_id,
+        command_id: Some(command_id),
         images: &input.images,
-        meta: crate::session::read::meta_raw(command.meta.as_deref())?,
+        meta: crate::session::read::meta_raw(meta)?,
         usage: None,
         created_at: now_ms,
-    })?;
-    Ok(Pending { body })
+    })
 }
 
 /// What the model sees: the newest stored messages plus `unwritten` ones

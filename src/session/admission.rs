@@ -93,13 +93,15 @@ pub fn admit_operator(
     )
 }
 
-/// An admission's receipt and, for a newly recorded operator line, the
-/// message it appended (stored JSON, for watchers).
+/// An admission's receipt and the message it appended, if any (stored
+/// JSON, for watchers: an operator line, or the user message of a prompt
+/// that started its turn at once).
 pub struct Admitted {
     pub receipt: Receipt,
     pub message: Option<String>,
-    /// A new prompt the run loop can start now (its Session is idle).
-    pub startable: bool,
+    /// The prompt was admitted into an idle Session and claimed: its turn
+    /// is running (attempt 1) and waits for the run loop to call the model.
+    pub claimed: bool,
 }
 
 fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Admitted, ApiError> {
@@ -121,7 +123,7 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Admitted, ApiError> {
                 Ok(Admitted {
                     receipt: Receipt::accepted(existing.command_id),
                     message: None,
-                    startable: false,
+                    claimed: false,
                 })
             } else {
                 Err(ApiError::RequestConflict(a.request_id.to_owned()))
@@ -142,8 +144,10 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Admitted, ApiError> {
             state: State::Pending,
             terminal: None,
             settlement: None,
+            attempt: 0,
             now_ms,
         };
+        let mut claimed = false;
         let recorded;
         let mut message = None;
         match a.kind {
@@ -159,6 +163,24 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Admitted, ApiError> {
                         "session `{}` would exceed {PENDING_BYTES_PER_SESSION_MAX} bytes of pending input",
                         a.session_id
                     )));
+                }
+                if !facts.running && facts.pending_count == 0 {
+                    // An idle Session: the prompt starts its turn in this very
+                    // write (running, attempt 1, its user message appended),
+                    // so the model call waits for no second durable write.
+                    row.state = State::Running;
+                    row.attempt = 1;
+                    let input: PromptInput = serde_json::from_str(&a.input).map_err(internal)?;
+                    let body = crate::run::user_message_body(
+                        &command_id,
+                        Some(a.request_id),
+                        &input,
+                        a.meta,
+                        now_ms,
+                    )?;
+                    store.insert_message(a.session_id, &body)?;
+                    message = Some(body);
+                    claimed = true;
                 }
             }
             Kind::Operator => {
@@ -189,7 +211,7 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Admitted, ApiError> {
         Ok(Admitted {
             receipt: Receipt::accepted(command_id),
             message,
-            startable: a.kind == Kind::Prompt && !facts.running,
+            claimed,
         })
     })
 }

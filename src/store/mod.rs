@@ -107,6 +107,8 @@ pub struct NewCommand<'a> {
     pub state: State,
     pub terminal: Option<Terminal>,
     pub settlement: Option<&'a str>,
+    /// 1 for a prompt claimed at admission (state running), else 0.
+    pub attempt: u32,
     pub now_ms: i64,
 }
 
@@ -341,8 +343,8 @@ impl<'a> Store<'a> {
         debug_assert_eq!(command_seq(c.command_id), Some(c.seq));
         self.write(
             "INSERT INTO commands (session_id, seq, command_id, request_id, kind, input, meta,
-                state, terminal, accepted_at, settled_at, settlement)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                state, terminal, accepted_at, settled_at, settlement, attempt, started_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             vec![
                 c.session_id.into(),
                 c.seq.into(),
@@ -356,6 +358,8 @@ impl<'a> Store<'a> {
                 c.now_ms.into(),
                 (c.state == State::Settled).then_some(c.now_ms).into(),
                 c.settlement.into(),
+                i64::from(c.attempt).into(),
+                (c.state == State::Running).then_some(c.now_ms).into(),
             ],
         )
     }

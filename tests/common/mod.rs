@@ -15,6 +15,8 @@ pub struct Harness {
     sql: NativeSql,
     ids: CounterIds,
     pub now_ms: i64,
+    /// Set by `restart`: turns claimed at admission are no longer fresh.
+    pub restarted: bool,
 }
 
 pub struct Reply {
@@ -34,12 +36,14 @@ impl Harness {
             sql,
             ids: CounterIds::default(),
             now_ms: 1_000,
+            restarted: false,
         }
     }
 
     /// Drops every in-memory handle and reopens the store, as an evicted or
     /// restarted Durable Object does. Ids keep counting so they stay unique.
     pub fn restart(&mut self) {
+        self.restarted = true;
         self.sql = NativeSql::open(&self.path).unwrap();
         schema::open(&self.sql).unwrap();
     }
@@ -98,6 +102,14 @@ impl Harness {
     pub fn session(&mut self, id: &str) {
         let r = self.call("POST", "/sessions", serde_json::json!({ "sessionId": id }));
         assert_eq!(r.status, 201, "{}", r.json);
+    }
+
+    /// Starts a turn in the Session that nothing finishes (no run loop runs
+    /// here), so later prompts queue behind it.
+    pub fn occupy(&mut self, session: &str) {
+        let r = self.prompt(session, "occupier", "occupies the session");
+        assert_eq!(r.status, 200, "{}", r.json);
+        assert!(self.read(session, "").json["running"].is_object());
     }
 
     pub fn command(&mut self, session: &str, body: Value) -> Reply {

@@ -88,7 +88,7 @@ test("watch: message frames carry the stored user message (at the turn start) an
   assert.equal(assistant.text, "Streamed answer");
   const userAt = events.findIndex((ev) => kind(ev) === "message" && messageOf(ev).role === "user");
   const assistantAt = events.findIndex((ev) => kind(ev) === "message" && messageOf(ev).role === "assistant");
-  assert.ok(userAt > kinds.indexOf("started") && userAt < kinds.indexOf("delta"), `the user message when the turn starts: ${kinds}`);
+  assert.ok(userAt > kinds.indexOf("admitted") && userAt < kinds.indexOf("started"), `the user message when the turn starts, before \`started\`: ${kinds}`);
   assert.ok(assistantAt > kinds.lastIndexOf("delta") && assistantAt < kinds.indexOf("settled"), `the assistant message after the deltas: ${kinds}`);
   // The frames carry the stored messages, as a read returns them.
   const page = await a.read(sid);
@@ -266,7 +266,7 @@ test("a slow watcher is reset with a fresh snapshot rather than buffered without
       assert.ok(fastDeltas.length >= 1 && fastDeltas.length <= 600, `${fastDeltas.length} delta frames`);
       assert.equal(fastDeltas.map((d) => d.data.text).join(""), answer, "every delta's text");
       const turnFrames = fastEvents.filter((ev) => commandOf(ev) === id);
-      assert.deepEqual(turnFrames.map(kind), ["admitted", "started", "message", ...Array(fastDeltas.length).fill("delta"), "message", "settled"]);
+      assert.deepEqual(turnFrames.map(kind), ["admitted", "message", "started", ...Array(fastDeltas.length).fill("delta"), "message", "settled"]);
 
       // The slow watcher: the first snapshot, all the fill turns (they went into
       // the transport, or into the backlog), then a prefix of this turn's
