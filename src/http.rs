@@ -137,62 +137,46 @@ fn route(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, ApiError>
             "POST" => create_session(ctx, req),
             _ => Err(ApiError::MethodNotAllowed("GET, POST")),
         },
-        ["sessions", id] => {
+        ["sessions", id, rest @ ..] => {
             agent::validate_session_id(id)?;
-            match method {
-                "GET" => read_session(ctx, req, id),
-                "DELETE" => {
-                    let stopped = agent::delete_session(ctx, id)?;
-                    Ok(HttpResponse {
-                        status: 204,
-                        body: None,
-                        effects: Effects {
-                            stop_turns: stopped.into_iter().collect(),
-                            ended_session: Some((*id).to_owned()),
-                            ..Effects::default()
-                        },
-                    })
-                }
-                _ => Err(ApiError::MethodNotAllowed("GET, DELETE")),
-            }
-        }
-        ["sessions", id, "commands"] => {
-            agent::validate_session_id(id)?;
-            match method {
-                "POST" => command(ctx, req, id),
-                _ => Err(ApiError::MethodNotAllowed("POST")),
-            }
-        }
-        ["sessions", id, "withdraw"] => {
-            agent::validate_session_id(id)?;
-            match method {
-                "POST" => withdraw(ctx, req, id),
-                _ => Err(ApiError::MethodNotAllowed("POST")),
-            }
-        }
-        ["sessions", id, "settlement"] => {
-            agent::validate_session_id(id)?;
-            match method {
-                "GET" => settlement(ctx, req, id),
-                _ => Err(ApiError::MethodNotAllowed("GET")),
-            }
-        }
-        ["sessions", id, "watch"] => {
-            agent::validate_session_id(id)?;
-            match method {
-                "GET" => {
-                    Query::parse(&req.query, &[])?;
-                    let page = read::page(ctx, id, None, PAGE_LIMIT_DEFAULT)?;
-                    Ok(HttpResponse::json(200, &page).with(Effects {
-                        watch: Some((*id).to_owned()),
-                        ..Effects::default()
-                    }))
-                }
-                _ => Err(ApiError::MethodNotAllowed("GET")),
+            match (rest, method) {
+                ([], "GET") => read_session(ctx, req, id),
+                ([], "DELETE") => delete_session(ctx, id),
+                ([], _) => Err(ApiError::MethodNotAllowed("GET, DELETE")),
+                (["commands"], "POST") => command(ctx, req, id),
+                (["withdraw"], "POST") => withdraw(ctx, req, id),
+                (["commands" | "withdraw"], _) => Err(ApiError::MethodNotAllowed("POST")),
+                (["settlement"], "GET") => settlement(ctx, req, id),
+                (["watch"], "GET") => watch(ctx, req, id),
+                (["settlement" | "watch"], _) => Err(ApiError::MethodNotAllowed("GET")),
+                _ => Err(ApiError::NotFound),
             }
         }
         _ => Err(ApiError::NotFound),
     }
+}
+
+fn delete_session(ctx: &mut Ctx<'_>, id: &str) -> Result<HttpResponse, ApiError> {
+    let stopped = agent::delete_session(ctx, id)?;
+    Ok(HttpResponse {
+        status: 204,
+        body: None,
+        effects: Effects {
+            stop_turns: stopped.into_iter().collect(),
+            ended_session: Some(id.to_owned()),
+            ..Effects::default()
+        },
+    })
+}
+
+/// The watch's snapshot; the host turns the answer into the event stream.
+fn watch(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResponse, ApiError> {
+    Query::parse(&req.query, &[])?;
+    let page = read::page(ctx, id, None, PAGE_LIMIT_DEFAULT)?;
+    Ok(HttpResponse::json(200, &page).with(Effects {
+        watch: Some(id.to_owned()),
+        ..Effects::default()
+    }))
 }
 
 fn settlement(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResponse, ApiError> {
