@@ -21,6 +21,9 @@ extern "C" {
     #[wasm_bindgen(js_name = setTimeout)]
     fn set_timeout(callback: &js_sys::Function, ms: f64) -> JsValue;
 
+    #[wasm_bindgen(js_name = clearTimeout)]
+    fn clear_timeout(timer: &JsValue);
+
     #[wasm_bindgen(js_name = fetch)]
     fn global_fetch(request: &web_sys::Request) -> Promise;
 }
@@ -32,11 +35,38 @@ impl DurableObjectStorage {
     }
 }
 
+/// A timer: resolves after its delay; dropping it clears the timeout, so an
+/// abandoned wait (a long poll answered early, a loop woken early) leaves no
+/// timer behind.
+pub struct Sleep {
+    timer: JsValue,
+    done: JsFuture,
+}
+
 /// Resolves after `ms` milliseconds of wall time.
-pub fn sleep(ms: u64) -> JsFuture {
-    JsFuture::from(Promise::new(&mut |resolve, _| {
-        set_timeout(&resolve, ms as f64);
-    }))
+pub fn sleep(ms: u64) -> Sleep {
+    let mut timer = JsValue::UNDEFINED;
+    let done = JsFuture::from(Promise::new(&mut |resolve, _| {
+        timer = set_timeout(&resolve, ms as f64);
+    }));
+    Sleep { timer, done }
+}
+
+impl std::future::Future for Sleep {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        std::pin::Pin::new(&mut self.done).poll(cx).map(drop)
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        clear_timeout(&self.timer);
+    }
 }
 
 pub async fn fetch(request: &web_sys::Request) -> Result<web_sys::Response, JsValue> {
