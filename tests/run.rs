@@ -130,8 +130,26 @@ fn a_prompt_runs_to_one_settlement_and_queues_behind_the_running_turn() {
     let done = h
         .with_ctx(|ctx| complete_step(ctx, "s", &first, 1, &answer("hi there")))
         .unwrap();
-    assert!(
-        matches!(done, StepOutcome::Settled { ref settled, ref answer } if settled.len() == 1 && answer.contains("hi there"))
+    let StepOutcome::Settled {
+        settled,
+        answer: answer_body,
+        next,
+    } = done
+    else {
+        panic!("{done:?}")
+    };
+    assert_eq!(settled.len(), 1);
+    assert!(answer_body.contains("hi there"));
+    // The queue's next prompt started in the settling write.
+    let next = next.expect("the next turn is claimed with the settlement");
+    assert_eq!(
+        (next.command_id.as_str(), next.attempt),
+        (second.as_str(), 1)
+    );
+    let texts: Vec<_> = next.context.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(
+        texts,
+        vec!["[operator] be brief", "hello", "hi there", "again"]
     );
     let s = settlement(&mut h, "s", &first);
     assert_eq!(
@@ -154,17 +172,15 @@ fn a_prompt_runs_to_one_settlement_and_queues_behind_the_running_turn() {
         vec![
             ("operator".into(), "be brief".into()),
             ("user".into(), "hello".into()),
-            ("assistant".into(), "hi there".into())
+            ("assistant".into(), "hi there".into()),
+            ("user".into(), "again".into())
         ]
     );
-
-    let steps = claim(&mut h, &[]);
-    assert_eq!(steps[0].command_id, second);
-    let texts: Vec<_> = steps[0].context.iter().map(|m| m.text.as_str()).collect();
-    assert_eq!(
-        texts,
-        vec!["[operator] be brief", "hello", "hi there", "again"]
-    );
+    let read = h.read("s", "").json;
+    assert_eq!(read["running"]["commandId"], second.as_str());
+    assert!(read["pending"].as_array().unwrap().is_empty());
+    // Live in the instance that settled the first: not claimed again.
+    assert!(claim(&mut h, &[&second]).is_empty());
 }
 
 #[test]

@@ -353,22 +353,7 @@ impl Inner {
                     self.publish_settled(&session, vec![settlement]);
                 }
                 for step in steps {
-                    self.fresh.borrow_mut().remove(&step.command_id);
-                    let stopper = Stopper::new()?;
-                    self.live
-                        .borrow_mut()
-                        .insert(step.command_id.clone(), stopper.clone());
-                    // The user message (when this pass appended it), then
-                    // `started`: the order an admission that starts its turn
-                    // at once publishes too.
-                    for message in &step.appended {
-                        self.publish_message(&step.session_id, message.clone());
-                    }
-                    let started = Frame::Started {
-                        command_id: step.command_id.clone(),
-                        attempt: step.attempt,
-                    };
-                    self.publish(&step.session_id, "frame", &started);
+                    let stopper = self.start(&step)?;
                     turns.push(self.run_turn(step, stopper));
                 }
             }
@@ -392,9 +377,30 @@ impl Inner {
         }
     }
 
-    /// Runs one turn: model steps until it settles, fails, or is stopped.
-    async fn run_turn(&self, mut step: Step, stopper: Stopper) {
-        let head = step.command_id.clone();
+    /// Marks a claimed turn live and publishes its start: the user message
+    /// (when the claim appended it), then `started`, the order an admission
+    /// that starts its turn at once publishes too.
+    fn start(&self, step: &Step) -> Result<Stopper, JsValue> {
+        self.fresh.borrow_mut().remove(&step.command_id);
+        let stopper = Stopper::new()?;
+        self.live
+            .borrow_mut()
+            .insert(step.command_id.clone(), stopper.clone());
+        for message in &step.appended {
+            self.publish_message(&step.session_id, message.clone());
+        }
+        let started = Frame::Started {
+            command_id: step.command_id.clone(),
+            attempt: step.attempt,
+        };
+        self.publish(&step.session_id, "frame", &started);
+        Ok(stopper)
+    }
+
+    /// Runs one turn: model steps until it settles, fails, or is stopped;
+    /// then the Session's next turn when its settlement claimed one.
+    async fn run_turn(&self, mut step: Step, mut stopper: Stopper) {
+        let mut head = step.command_id.clone();
         let session = step.session_id.clone();
         loop {
             let on_delta = |text: &str| {
@@ -417,10 +423,23 @@ impl Inner {
                             }
                             step = next;
                         }
-                        Ok(StepOutcome::Settled { settled, answer }) => {
+                        Ok(StepOutcome::Settled {
+                            settled,
+                            answer,
+                            next,
+                        }) => {
                             self.publish_message(&session, answer);
                             self.publish_settled(&session, settled);
-                            break;
+                            let Some(next) = next else { break };
+                            self.live.borrow_mut().remove(&head);
+                            match self.start(&next) {
+                                Ok(next_stopper) => stopper = next_stopper,
+                                // The claim is durable: the next alarm pass
+                                // resumes it as an orphan.
+                                Err(_) => break,
+                            }
+                            head = next.command_id.clone();
+                            step = next;
                         }
                         Ok(StepOutcome::Stale) => break,
                         Err(e) => {

@@ -70,10 +70,12 @@ pub struct StepAnswer {
 #[derive(Debug, Clone, PartialEq)]
 pub enum StepOutcome {
     /// The turn settled; every command of it carries this settlement.
-    /// `answer` is the appended assistant message (stored JSON).
+    /// `answer` is the appended assistant message (stored JSON); `next` is
+    /// the Session's next turn, claimed in the same write, to run now.
     Settled {
         settled: Vec<Settlement>,
         answer: String,
+        next: Option<Step>,
     },
     /// Steer prompts joined: call the model again with this step.
     Continue(Step),
@@ -267,6 +269,24 @@ pub fn complete_step(
             created_at: now_ms,
         })?;
         if steers.is_empty() {
+            // The queue's next prompt starts in this same write: no durable
+            // round between back-to-back turns.
+            let next = match store.pending(session_id)?.into_iter().next() {
+                Some(next) => {
+                    let prompt = user_message(&next, now_ms)?;
+                    let unwritten = [
+                        Pending {
+                            body: answer_body.clone(),
+                        },
+                        Pending {
+                            body: prompt.body.clone(),
+                        },
+                    ];
+                    let context = context(store, session_id, &unwritten)?;
+                    Some((next, prompt, context))
+                }
+                None => None,
+            };
             store.insert_message(&head.session_id, &answer_body)?;
             let settled = settle_turn(
                 store,
@@ -276,9 +296,24 @@ pub fn complete_step(
                 None,
                 now_ms,
             )?;
+            let next = match next {
+                Some((next, prompt, context)) => {
+                    store.claim(&next, None, 1, now_ms)?;
+                    store.insert_message(session_id, &prompt.body)?;
+                    Some(Step {
+                        session_id: session_id.to_owned(),
+                        command_id: next.command_id,
+                        attempt: 1,
+                        context,
+                        appended: vec![prompt.body],
+                    })
+                }
+                None => None,
+            };
             return Ok(StepOutcome::Settled {
                 settled,
                 answer: answer_body,
+                next,
             });
         }
         let joined = steers
