@@ -21,6 +21,8 @@ pub enum ApiError {
     SessionNotFound(String),
     /// 404: the Session never accepted this command.
     CommandNotFound(String),
+    /// 403: an identity-bound request may not cancel another principal's work.
+    NotOwner(String),
     /// 405: the path exists, the method does not.
     MethodNotAllowed(&'static str),
     /// 409: `POST /sessions` with a sessionId that is taken.
@@ -39,6 +41,8 @@ pub enum ApiError {
     TooManyFences,
     /// 429: too many open watches or parked settlement polls.
     TooManyObservers,
+    /// 503: the host's configuration (metadata schema, identity path) is invalid.
+    HostMisconfigured(String),
     /// 503: the store was written by another schema version; left untouched.
     StorageIncompatible(String),
     /// 500: a storage fault or a broken invariant. Never caused by input.
@@ -50,12 +54,13 @@ impl ApiError {
         use ApiError::*;
         match self {
             InvalidJson(_) | InvalidRequest(_) | InvalidQuery(_) | InvalidMeta(_) => 400,
+            NotOwner(_) => 403,
             NotFound | SessionNotFound(_) | CommandNotFound(_) => 404,
             MethodNotAllowed(_) => 405,
             SessionExists(_) | RequestConflict(_) | RequestWithdrawn(_) => 409,
             PayloadTooLarge { .. } => 413,
             QueueFull(_) | TooManySessions | TooManyFences | TooManyObservers => 429,
-            StorageIncompatible(_) => 503,
+            StorageIncompatible(_) | HostMisconfigured(_) => 503,
             Internal(_) => 500,
         }
     }
@@ -67,6 +72,7 @@ impl ApiError {
             InvalidRequest(_) => "invalid_request",
             InvalidQuery(_) => "invalid_query",
             InvalidMeta(_) => "invalid_meta",
+            NotOwner(_) => "not_owner",
             NotFound => "not_found",
             SessionNotFound(_) => "session_not_found",
             CommandNotFound(_) => "command_not_found",
@@ -80,6 +86,7 @@ impl ApiError {
             TooManyFences => "too_many_fences",
             TooManyObservers => "too_many_observers",
             StorageIncompatible(_) => "storage_incompatible",
+            HostMisconfigured(_) => "host_misconfigured",
             Internal(_) => "internal_error",
         }
     }
@@ -97,6 +104,10 @@ impl fmt::Display for ApiError {
         match self {
             InvalidJson(m) => write!(f, "request body is not valid JSON: {m}"),
             InvalidRequest(m) | InvalidQuery(m) | InvalidMeta(m) | QueueFull(m) => f.write_str(m),
+            NotOwner(id) => write!(
+                f,
+                "command `{id}` belongs to another principal; only its author (or an unbound owner) may cancel it"
+            ),
             NotFound => f.write_str("no such route"),
             SessionNotFound(id) => write!(f, "session `{id}` does not exist"),
             CommandNotFound(id) => write!(f, "command `{id}` was not accepted by this session"),
@@ -127,6 +138,7 @@ impl fmt::Display for ApiError {
                 "too many open watches or settlement polls on this agent; close some and retry",
             ),
             StorageIncompatible(m) => f.write_str(m),
+            HostMisconfigured(m) => write!(f, "the host's configuration is invalid: {m}"),
             Internal(m) => write!(f, "internal error: {m}"),
         }
     }

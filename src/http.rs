@@ -6,8 +6,8 @@
 use crate::agent;
 use crate::error::ApiError;
 use crate::limits::{
-    BODY_BYTES_MAX, LIST_PAGE_SESSIONS_MAX, META_BYTES_MAX, PAGE_LIMIT_DEFAULT,
-    READ_PAGE_MESSAGES_MAX, SETTLEMENT_TIMEOUT_MS_MAX,
+    BODY_BYTES_MAX, LIST_PAGE_SESSIONS_MAX, PAGE_LIMIT_DEFAULT, READ_PAGE_MESSAGES_MAX,
+    SETTLEMENT_TIMEOUT_MS_MAX,
 };
 use crate::observe::Frame;
 use crate::run::{self, Settlement};
@@ -148,12 +148,30 @@ fn route(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, ApiError>
                 (["commands" | "withdraw"], _) => Err(ApiError::MethodNotAllowed("POST")),
                 (["settlement"], "GET") => settlement(ctx, req, id),
                 (["watch"], "GET") => watch(ctx, req, id),
-                (["settlement" | "watch"], _) => Err(ApiError::MethodNotAllowed("GET")),
+                (["pending", "latest"], "GET") => latest_pending(ctx, req, id),
+                (["settlement" | "watch"] | ["pending", "latest"], _) => {
+                    Err(ApiError::MethodNotAllowed("GET"))
+                }
                 _ => Err(ApiError::NotFound),
             }
         }
         _ => Err(ApiError::NotFound),
     }
+}
+
+/// The newest pending prompt of the request's principal (or, for an unbound
+/// request, of anyone), or `null`.
+fn latest_pending(
+    ctx: &mut Ctx<'_>,
+    req: &HttpRequest,
+    id: &str,
+) -> Result<HttpResponse, ApiError> {
+    Query::parse(&req.query, &[])?;
+    let meta = ctx.meta.check(req.meta.as_deref())?;
+    Ok(HttpResponse::json(
+        200,
+        &queue::latest_pending(ctx, id, meta.as_deref())?,
+    ))
 }
 
 fn delete_session(ctx: &mut Ctx<'_>, id: &str) -> Result<HttpResponse, ApiError> {
@@ -250,7 +268,7 @@ fn read_session(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpRe
 
 fn command(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResponse, ApiError> {
     let command = command::parse(&req.body)?;
-    let meta = canonical_meta(req.meta.as_deref())?;
+    let meta = ctx.meta.check(req.meta.as_deref())?;
     let meta = meta.as_deref();
     match command {
         Command::Prompt(p) => {
@@ -267,12 +285,12 @@ fn command(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpRespons
             command_id,
             only_if_pending,
         }) => {
-            let c = queue::cancel(ctx, id, &command_id, only_if_pending)?;
+            let c = queue::cancel(ctx, id, &command_id, only_if_pending, meta)?;
             let effects = cancellation_effects(id, c.stopped_turn, c.settled);
             Ok(HttpResponse::json(200, &c.outcome).with(effects))
         }
         Command::Abort(_) => {
-            let c = queue::abort(ctx, id)?;
+            let c = queue::abort(ctx, id, meta)?;
             let effects = cancellation_effects(id, c.stopped_turn, c.settled);
             Ok(HttpResponse::json(200, &c.outcome).with(effects))
         }
@@ -325,26 +343,6 @@ fn withdraw(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpRespon
         200,
         &admission::withdraw(ctx, id, &body.request_id)?,
     ))
-}
-
-/// Validates host metadata and returns its canonical JSON (object keys
-/// sorted), so a replay compares values, not spellings.
-fn canonical_meta(header: Option<&str>) -> Result<Option<String>, ApiError> {
-    let Some(raw) = header else { return Ok(None) };
-    if raw.len() > META_BYTES_MAX {
-        return Err(ApiError::InvalidMeta(format!(
-            "{META_HEADER}: at most {META_BYTES_MAX} bytes of JSON"
-        )));
-    }
-    let value: serde_json::Value = serde_json::from_str(raw)
-        .map_err(|e| ApiError::InvalidMeta(format!("{META_HEADER}: not JSON: {e}")))?;
-    let canonical = value.to_string();
-    if canonical.len() > META_BYTES_MAX {
-        return Err(ApiError::InvalidMeta(format!(
-            "{META_HEADER}: at most {META_BYTES_MAX} bytes of JSON"
-        )));
-    }
-    Ok(Some(canonical))
 }
 
 /// A parsed query string with a closed set of keys.

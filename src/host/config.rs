@@ -5,6 +5,7 @@
 use super::js::env_string;
 use crate::model::{ModelSpec, ProviderConfig, RetryPolicy};
 use crate::run::Attempts;
+use crate::session::meta::MetaPolicy;
 use wasm_bindgen::JsValue;
 
 /// One model call's wall-time bound.
@@ -19,6 +20,8 @@ pub struct HostConfig {
     pub max_output_tokens: u32,
     /// Fault injection for tests: panic when a streamed delta contains it.
     pub panic_marker: Option<String>,
+    /// The host's metadata schema and identity path, or why they are invalid.
+    pub meta: Result<MetaPolicy, String>,
 }
 
 impl HostConfig {
@@ -38,6 +41,10 @@ impl HostConfig {
             max_output_tokens: number(env, "SHIITAKE_MAX_OUTPUT_TOKENS", 1, 1_000_000)
                 .map_or(MAX_OUTPUT_TOKENS_DEFAULT, |n| n as u32),
             panic_marker: env_string(env, "SHIITAKE_FAULT_PANIC_MARKER"),
+            meta: MetaPolicy::new(
+                env_string(env, "SHIITAKE_META_SCHEMA").as_deref(),
+                env_string(env, "SHIITAKE_IDENTITY_PATH").as_deref(),
+            ),
         }
     }
 

@@ -23,6 +23,7 @@ use crate::http::{self, Effects, HttpRequest, HttpResponse, META_HEADER};
 use crate::limits::{BODY_BYTES_MAX, PAGE_LIMIT_DEFAULT};
 use crate::observe::{Frame, RuntimeError};
 use crate::run::{self, FailOutcome, Settlement, Step, StepOutcome};
+use crate::session::meta::MetaPolicy;
 use crate::session::{read, Ctx};
 use crate::store::{schema, Store};
 use config::HostConfig;
@@ -122,10 +123,14 @@ impl Inner {
 
     fn with_ctx<T>(&self, f: impl FnOnce(&mut Ctx<'_>) -> T) -> T {
         let mut ids = RandomIds;
+        // A misconfigured policy refuses requests (`serve`); the run loop
+        // never reads metadata rules.
+        let unbound = MetaPolicy::default();
         let mut ctx = Ctx {
             store: Store::new(&self.sql),
             now_ms: js::now_ms(),
             ids: &mut ids,
+            meta: self.config.meta.as_ref().unwrap_or(&unbound),
         };
         f(&mut ctx)
     }
@@ -137,6 +142,9 @@ impl Inner {
     fn serve(&self, req: &HttpRequest) -> HttpResponse {
         if let Err(e) = self.open() {
             return e.into();
+        }
+        if let Err(why) = &self.config.meta {
+            return ApiError::HostMisconfigured(why.clone()).into();
         }
         self.with_ctx(|ctx| http::handle(ctx, req))
     }

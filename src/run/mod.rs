@@ -420,9 +420,28 @@ pub(crate) fn settle_turn(
     diagnostic: Option<&str>,
     now_ms: i64,
 ) -> Result<Vec<Settlement>, ApiError> {
+    settle_with_meta(store, turn, terminal, answer, diagnostic, None, now_ms)
+}
+
+/// [`settle_turn`], recording the host metadata of the command that caused
+/// it (a cancellation's) on each settlement.
+pub(crate) fn settle_with_meta(
+    store: Store<'_>,
+    turn: &[CommandRow],
+    terminal: Terminal,
+    answer: Option<(&str, Option<TokenUsage>, u32)>,
+    diagnostic: Option<&str>,
+    meta: Option<&str>,
+    now_ms: i64,
+) -> Result<Vec<Settlement>, ApiError> {
+    let meta: Option<serde_json::Value> = meta
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(internal)?;
     let mut settled = Vec::with_capacity(turn.len());
     for command in turn {
-        let settlement = Settlement::new(&command.command_id, terminal, answer, diagnostic);
+        let mut settlement = Settlement::new(&command.command_id, terminal, answer, diagnostic);
+        settlement.meta = meta.clone();
         store.settle(command, terminal, &settlement.to_json()?, now_ms)?;
         settled.push(settlement);
     }

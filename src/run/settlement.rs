@@ -43,6 +43,9 @@ pub struct Settlement {
     pub tool_call_count: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnostic: Option<String>,
+    /// The host metadata of the cancellation that ended a cancelled command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
 }
 
 impl Settlement {
@@ -59,6 +62,7 @@ impl Settlement {
             usage: answer.and_then(|(_, usage, _)| usage),
             tool_call_count: answer.map_or(0, |(_, _, n)| n),
             diagnostic: diagnostic.map(str::to_owned),
+            meta: None,
         }
     }
 

@@ -10,6 +10,7 @@
 
 pub mod admission;
 pub mod command;
+pub mod meta;
 pub mod queue;
 pub mod read;
 
@@ -28,6 +29,8 @@ pub struct Ctx<'a> {
     pub store: Store<'a>,
     pub now_ms: i64,
     pub ids: &'a mut dyn IdSource,
+    /// The host's metadata schema and identity path.
+    pub meta: &'a meta::MetaPolicy,
 }
 
 /// A deterministic [`IdSource`] for tests and tools.

@@ -5,7 +5,7 @@ use super::admission::prompt_input;
 use super::command::Image;
 use super::Ctx;
 use crate::error::ApiError;
-use crate::run::{settle_turn, Settlement};
+use crate::run::{settle_with_meta, Settlement};
 use crate::sql::atomically;
 use crate::store::{CommandRow, Kind, State, Terminal};
 use serde::Serialize;
@@ -94,6 +94,38 @@ pub struct Cancellation<T> {
     pub settled: Vec<Settlement>,
 }
 
+/// The newest pending prompt of the principal that `meta` names (under the
+/// host's identity path), with its exact text, images, metadata and queue
+/// position; for an unbound request, the newest pending prompt. Lookup does
+/// not reserve the work: a claim can still win before a cancel.
+pub fn latest_pending(
+    ctx: &Ctx<'_>,
+    session_id: &str,
+    meta: Option<&str>,
+) -> Result<Option<PendingItem>, ApiError> {
+    let store = ctx.store;
+    if !store.session_exists(session_id)? {
+        return Err(ApiError::SessionNotFound(session_id.to_owned()));
+    }
+    let principal = match ctx.meta.identity_path() {
+        Some(path) => store.principal(meta, path)?.map(|who| (path, who)),
+        None => None,
+    };
+    let Some(latest) = store.latest_pending(
+        session_id,
+        principal.as_ref().map(|(p, w)| (*p, w.as_str())),
+    )?
+    else {
+        return Ok(None);
+    };
+    let position = store
+        .pending(session_id)?
+        .iter()
+        .position(|p| p.seq == latest.seq)
+        .map_or(1, |i| i + 1);
+    pending_item(latest, position).map(Some)
+}
+
 /// Cancels one accepted command of this Session. A pending prompt never
 /// runs; a running one stops its whole turn (unless `only_if_pending`);
 /// anything else is `too_late`.
@@ -102,9 +134,11 @@ pub fn cancel(
     session_id: &str,
     command_id: &str,
     only_if_pending: bool,
+    meta: Option<&str>,
 ) -> Result<Cancellation<CancelOutcome>, ApiError> {
     let store = ctx.store;
     let now_ms = ctx.now_ms;
+    let identity = ctx.meta.identity_path();
     atomically(store.sql(), || {
         if !store.session_exists(session_id)? {
             return Err(ApiError::SessionNotFound(session_id.to_owned()));
@@ -112,6 +146,16 @@ pub fn cancel(
         let row = store
             .command(session_id, command_id)?
             .ok_or_else(|| ApiError::CommandNotFound(command_id.to_owned()))?;
+        // Identity (seed: "The same identity check protects cancel"): a
+        // request bound to a principal cancels only that principal's work,
+        // replays included; an unbound owner keeps full authority.
+        if let Some(path) = identity {
+            if let Some(canceller) = store.principal(meta, path)? {
+                if store.principal(row.meta.as_deref(), path)?.as_deref() != Some(&canceller) {
+                    return Err(ApiError::NotOwner(row.command_id.clone()));
+                }
+            }
+        }
         let command_id = row.command_id.clone();
         let mut result = Cancellation {
             outcome: CancelOutcome::TooLate {
@@ -128,12 +172,13 @@ pub fn cancel(
         };
         match (row.kind, row.state, row.terminal) {
             (Kind::Prompt, State::Pending, _) => {
-                result.settled = settle_turn(
+                result.settled = settle_with_meta(
                     store,
                     std::slice::from_ref(&row),
                     Terminal::Cancelled,
                     None,
                     None,
+                    meta,
                     now_ms,
                 )?;
                 result.outcome = cancelled()?;
@@ -142,7 +187,7 @@ pub fn cancel(
                 let head = row.turn_id.clone().unwrap_or_else(|| command_id.clone());
                 let turn = store.turn(session_id, &head)?;
                 result.settled =
-                    settle_turn(store, &turn, Terminal::Cancelled, None, None, now_ms)?;
+                    settle_with_meta(store, &turn, Terminal::Cancelled, None, None, meta, now_ms)?;
                 result.stopped_turn = Some(head);
                 result.outcome = cancelled()?;
             }
@@ -158,7 +203,11 @@ pub fn cancel(
 
 /// Cancels the running turn and every queued prompt of the Session in one
 /// atomic write.
-pub fn abort(ctx: &mut Ctx<'_>, session_id: &str) -> Result<Cancellation<AbortOutcome>, ApiError> {
+pub fn abort(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    meta: Option<&str>,
+) -> Result<Cancellation<AbortOutcome>, ApiError> {
     let store = ctx.store;
     let now_ms = ctx.now_ms;
     atomically(store.sql(), || {
@@ -179,7 +228,15 @@ pub fn abort(ctx: &mut Ctx<'_>, session_id: &str) -> Result<Cancellation<AbortOu
                 request_id: row.request_id.clone(),
             });
         }
-        let settled = settle_turn(store, &commands, Terminal::Cancelled, None, None, now_ms)?;
+        let settled = settle_with_meta(
+            store,
+            &commands,
+            Terminal::Cancelled,
+            None,
+            None,
+            meta,
+            now_ms,
+        )?;
         Ok(Cancellation {
             outcome: AbortOutcome {
                 status: "cancelled",

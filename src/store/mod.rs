@@ -510,6 +510,37 @@ impl<'a> Store<'a> {
         .collect()
     }
 
+    /// The principal `path` selects in `meta` (SQLite's `json_extract`, as
+    /// the seed specifies), as JSON text; `None` when absent or null.
+    pub fn principal(&self, meta: Option<&str>, path: &str) -> Result<Option<String>, SqlError> {
+        let Some(meta) = meta else { return Ok(None) };
+        let rows = self.query(
+            "SELECT json_quote(json_extract(?1, ?2)) WHERE json_extract(?1, ?2) IS NOT NULL",
+            &[meta.into(), path.into()],
+        )?;
+        rows.first().map(|r| r.text(0)).transpose()
+    }
+
+    /// The newest pending prompt of the Session, of one principal when
+    /// `principal` is given (`(path, principal as JSON text)`).
+    pub fn latest_pending(
+        &self,
+        session_id: &str,
+        principal: Option<(&str, &str)>,
+    ) -> Result<Option<CommandRow>, SqlError> {
+        let (path, who) = principal.unzip();
+        let rows = self.query(
+            &format!(
+                "SELECT {COMMAND_COLUMNS} FROM {UNSETTLED_COMMANDS}
+                 WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending'
+                   AND (?2 IS NULL OR json_quote(json_extract(meta, ?2)) = ?3)
+                 ORDER BY seq DESC LIMIT 1"
+            ),
+            &[session_id.into(), path.into(), who.into()],
+        )?;
+        rows.first().map(command_row).transpose()
+    }
+
     /// Pending `steer` prompts of a Session, FIFO.
     pub fn pending_steers(&self, session_id: &str) -> Result<Vec<CommandRow>, SqlError> {
         command_rows(self.query(

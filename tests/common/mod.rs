@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 use shiitake::http::{handle, HttpRequest};
+use shiitake::session::meta::MetaPolicy;
 use shiitake::session::{CounterIds, Ctx};
 use shiitake::sql::native::NativeSql;
 use shiitake::store::{schema, Store};
@@ -17,6 +18,7 @@ pub struct Harness {
     pub now_ms: i64,
     /// Set by `restart`: turns claimed at admission are no longer fresh.
     pub restarted: bool,
+    pub meta: MetaPolicy,
 }
 
 pub struct Reply {
@@ -25,6 +27,14 @@ pub struct Reply {
 }
 
 impl Harness {
+    /// A harness whose host binds identities and checks metadata.
+    pub fn with_meta(meta: MetaPolicy) -> Self {
+        Harness {
+            meta,
+            ..Harness::new()
+        }
+    }
+
     pub fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("agent.sqlite");
@@ -37,6 +47,7 @@ impl Harness {
             ids: CounterIds::default(),
             now_ms: 1_000,
             restarted: false,
+            meta: MetaPolicy::default(),
         }
     }
 
@@ -59,6 +70,7 @@ impl Harness {
             store: Store::new(&self.sql),
             now_ms: self.now_ms,
             ids: &mut self.ids,
+            meta: &self.meta,
         };
         f(&mut ctx)
     }
@@ -78,6 +90,7 @@ impl Harness {
             store: Store::new(&self.sql),
             now_ms: self.now_ms,
             ids: &mut self.ids,
+            meta: &self.meta,
         };
         let r = handle(&mut ctx, &req);
         let json = r

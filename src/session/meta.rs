@@ -1,0 +1,145 @@
+//! Host metadata (seed: "Host metadata"): a JSON value the host attaches to
+//! every command, checked against the host's schema, capped at 4096 bytes,
+//! stored with the entry the command writes and returned with it; and the
+//! host's `identityPath`, which names the stable principal inside it.
+
+use crate::error::ApiError;
+use crate::limits::META_BYTES_MAX;
+
+/// The host's metadata rules, built once from its configuration.
+#[derive(Default)]
+pub struct MetaPolicy {
+    schema: Option<(boon::Schemas, boon::SchemaIndex)>,
+    identity_path: Option<String>,
+}
+
+impl std::fmt::Debug for MetaPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetaPolicy")
+            .field("schema", &self.schema.is_some())
+            .field("identity_path", &self.identity_path)
+            .finish()
+    }
+}
+
+impl MetaPolicy {
+    /// `schema`: a JSON Schema document (draft 4 to 2020-12, validated by
+    /// `boon`, which passes the JSON-Schema-Test-Suite);
+    /// `identity_path`: a SQLite JSON path such as `$.author.id`.
+    pub fn new(schema: Option<&str>, identity_path: Option<&str>) -> Result<Self, String> {
+        let schema = match schema {
+            None => None,
+            Some(text) => {
+                let document: serde_json::Value = serde_json::from_str(text)
+                    .map_err(|e| format!("the metadata schema is not JSON: {e}"))?;
+                let invalid = |e: &dyn std::fmt::Display| {
+                    format!("the metadata schema is not a valid JSON Schema: {e}")
+                };
+                // The host's schema is self-contained: no remote `$ref`s.
+                let url = "urn:shiitake:meta-schema";
+                let mut schemas = boon::Schemas::new();
+                let mut compiler = boon::Compiler::new();
+                compiler
+                    .add_resource(url, document)
+                    .map_err(|e| invalid(&e))?;
+                let index = compiler
+                    .compile(url, &mut schemas)
+                    .map_err(|e| invalid(&e))?;
+                Some((schemas, index))
+            }
+        };
+        let identity_path = match identity_path {
+            None => None,
+            Some(path) if path.starts_with('$') && path.len() <= 256 => Some(path.to_owned()),
+            Some(path) => {
+                return Err(format!(
+                    "identityPath `{path}` must be a JSON path starting with `$`, at most 256 bytes"
+                ))
+            }
+        };
+        Ok(MetaPolicy {
+            schema,
+            identity_path,
+        })
+    }
+
+    /// The JSON path of the principal, when the host binds identities.
+    pub fn identity_path(&self) -> Option<&str> {
+        self.identity_path.as_deref()
+    }
+
+    /// Checks the metadata a request carries and returns its canonical JSON
+    /// (object keys sorted), so a replay compares values, not spellings.
+    pub fn check(&self, header: Option<&str>) -> Result<Option<String>, ApiError> {
+        let Some(raw) = header else { return Ok(None) };
+        let too_big = || {
+            ApiError::InvalidMeta(format!(
+                "host metadata: at most {META_BYTES_MAX} bytes of JSON"
+            ))
+        };
+        if raw.len() > META_BYTES_MAX {
+            return Err(too_big());
+        }
+        let value: serde_json::Value = serde_json::from_str(raw)
+            .map_err(|e| ApiError::InvalidMeta(format!("host metadata is not JSON: {e}")))?;
+        if let Some((schemas, index)) = &self.schema {
+            if let Err(error) = schemas.validate(&value, *index) {
+                return Err(ApiError::InvalidMeta(format!(
+                    "host metadata does not match the host's schema: {}",
+                    error.to_string().replace('\n', " ")
+                )));
+            }
+        }
+        let canonical = value.to_string();
+        if canonical.len() > META_BYTES_MAX {
+            return Err(too_big());
+        }
+        Ok(Some(canonical))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_is_capped_validated_and_canonical() {
+        let policy = MetaPolicy::new(
+            Some(r#"{"type":"object","required":["author"],"properties":{"author":{"type":"object","required":["id"],"properties":{"id":{"type":"string"}}}}}"#),
+            Some("$.author.id"),
+        )
+        .unwrap();
+        assert_eq!(
+            policy
+                .check(Some(r#"{ "author": {"name":"Ada","id":"u1"} }"#))
+                .unwrap()
+                .as_deref(),
+            Some(r#"{"author":{"id":"u1","name":"Ada"}}"#)
+        );
+        assert_eq!(policy.check(None).unwrap(), None);
+        let e = policy.check(Some(r#"{"author":{"id":5}}"#)).unwrap_err();
+        assert_eq!(e.code(), "invalid_meta");
+        assert!(e.to_string().contains("/author/id"), "{e}");
+        assert!(policy.check(Some(r#"{"who":"x"}"#)).is_err());
+        assert!(policy.check(Some("{nope")).is_err());
+        // 4096 bytes pass, 4097 do not.
+        let open = MetaPolicy::default();
+        let fill = |n: usize| format!(r#"{{"x":"{}"}}"#, "a".repeat(n - 8));
+        assert_eq!(fill(4096).len(), 4096);
+        assert!(open.check(Some(&fill(4096))).is_ok());
+        assert!(open.check(Some(&fill(4097))).is_err());
+    }
+
+    #[test]
+    fn bad_configuration_is_named() {
+        assert!(MetaPolicy::new(Some("{"), None)
+            .unwrap_err()
+            .contains("not JSON"));
+        assert!(MetaPolicy::new(Some(r#"{"type":"nonsense"}"#), None)
+            .unwrap_err()
+            .contains("not a valid JSON Schema"));
+        assert!(MetaPolicy::new(None, Some("author.id"))
+            .unwrap_err()
+            .contains("identityPath"));
+    }
+}
