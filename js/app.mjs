@@ -17,6 +17,7 @@ const ROUTES = [
   ["/sessions/:sessionId/withdraw", ["POST"]],
   ["/sessions/:sessionId/watch", ["GET"]],
   ["/sessions/:sessionId/settlement", ["GET"]],
+  ["/sessions/:sessionId/pending/latest", ["GET"]],
 ];
 
 function errorResponse(c, status, code, message, headers) {
