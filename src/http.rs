@@ -364,6 +364,11 @@ impl<'a> Query<'a> {
             }
             let value = percent_decode(value)
                 .ok_or_else(|| ApiError::InvalidQuery(format!("{key}: bad percent-encoding")))?;
+            if pairs.iter().any(|(k, _)| *k == key) {
+                return Err(ApiError::InvalidQuery(format!(
+                    "{key}: given more than once"
+                )));
+            }
             pairs.push((key, value));
         }
         Ok(Query { pairs })

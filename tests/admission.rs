@@ -386,6 +386,7 @@ fn read_pages_walk_the_transcript_within_count_and_byte_caps() {
     );
     assert!(page["cursor"].is_string());
     for bad in [
+        "?limit=1&limit=200",
         "?limit=0",
         "?limit=201",
         "?before=abc",
