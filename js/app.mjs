@@ -47,7 +47,8 @@ export function shiitakeApp({ binding } = {}) {
     if (typeof agentId !== "string" || agentId === "") {
       return errorResponse(c, 400, "invalid_request", "the agentId path parameter is missing");
     }
-    if (new TextEncoder().encode(agentId).length > MAX_AGENT_ID_BYTES) {
+    // A UTF-16 unit is at most 3 UTF-8 bytes: short ids need no encoding.
+    if (agentId.length * 3 > MAX_AGENT_ID_BYTES && new TextEncoder().encode(agentId).length > MAX_AGENT_ID_BYTES) {
       return errorResponse(c, 400, "invalid_request", `agentId is longer than ${MAX_AGENT_ID_BYTES} bytes`);
     }
     const ns = namespaceOf(c);

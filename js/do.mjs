@@ -70,7 +70,10 @@ export class ShiitakeDO extends DurableObject {
   }
 
   async fetch(request) {
-    const answer = await this.hostFetch(request);
+    // hostFetch may answer synchronously; only a promise is awaited, so the
+    // common fall-through costs no extra turn of the event loop.
+    let answer = this.hostFetch(request);
+    if (typeof answer?.then === "function") answer = await answer;
     if (answer !== undefined) return answer;
     const seen = generation;
     try {
