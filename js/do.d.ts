@@ -17,4 +17,29 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   hostFetch(request: Request): Promise<Response | undefined>;
   fetch(request: Request): Promise<Response>;
   alarm(): Promise<void>;
+  /**
+   * Host-only (RPC, never a session route): delivers a Session's grants.
+   * Versions never move back (an older one throws an Error with
+   * `code: "grant_version_refused"`); the same version with other grants
+   * replaces the stored ones.
+   */
+  deliverGrants(sessionId: string, delivery: GrantDelivery): { delivered: "stored" | "replaced" | "unchanged" };
+  /** Host-only: the Session's delivered grants, or null. */
+  sessionGrants(sessionId: string): GrantDelivery | null;
 }
+
+/** What a grant allows on one module (keyed by module id; `files` for Files). `write` includes `read`. */
+export type GrantLevel = "none" | "read" | "write";
+
+export interface GrantDelivery {
+  /** Never moves back. */
+  version: number;
+  grants: Record<string, GrantLevel>;
+}
+
+/** Delivers grants into the object's storage while the Shiitake runtime is cold. */
+export function deliverSessionGrantsToStorage(
+  state: DurableObjectState,
+  sessionId: string,
+  delivery: GrantDelivery,
+): { delivered: "stored" | "replaced" | "unchanged" };

@@ -100,6 +100,36 @@ export class ShiitakeDO extends DurableObject {
     }
   }
 
+  /**
+   * Host-only (an RPC method, never a session route): delivers a Session's
+   * grants `{version, grants}`. Versions never move back: an older version
+   * throws (`code: "grant_version_refused"`); the same version with other
+   * grants replaces the stored ones. Answers `{delivered}`: "stored",
+   * "replaced" or "unchanged".
+   */
+  deliverGrants(sessionId, delivery) {
+    return this.#sync((core) => JSON.parse(core.deliverGrants(sessionId, JSON.stringify(delivery))));
+  }
+
+  /** Host-only: the Session's delivered grants `{version, grants}`, or null. */
+  sessionGrants(sessionId) {
+    return this.#sync((core) => JSON.parse(core.sessionGrants(sessionId)));
+  }
+
+  // A synchronous call into the core, with the same trap recovery as fetch.
+  #sync(call) {
+    const seen = generation;
+    try {
+      return call(this.#coreNow());
+    } catch (error) {
+      if (isTrap(error)) {
+        recover(error, seen);
+        this.#core = null;
+      }
+      throw error;
+    }
+  }
+
   #coreNow() {
     // A core built before a reset points into the dropped instance.
     if (this.#core === null || this.#coreGeneration !== generation) {
@@ -108,4 +138,14 @@ export class ShiitakeDO extends DurableObject {
     }
     return this.#core;
   }
+}
+
+/**
+ * Delivers a Session's grants straight into a Shiitake Durable Object's
+ * storage, without starting its runtime: for host code that runs in the
+ * object while Shiitake is cold. `state` is the DurableObjectState (`this.ctx`).
+ * Same rules and answer as `ShiitakeDO#deliverGrants`.
+ */
+export function deliverSessionGrantsToStorage(state, sessionId, delivery) {
+  return JSON.parse(wasm.deliverSessionGrantsToStorage(state, sessionId, JSON.stringify(delivery)));
 }

@@ -1,4 +1,9 @@
-export { ShiitakeDO } from "./do.js";
+export {
+  ShiitakeDO,
+  deliverSessionGrantsToStorage,
+  type GrantDelivery,
+  type GrantLevel,
+} from "./do.js";
 export {
   shiitakeApp,
   type ShiitakeAppOptions,

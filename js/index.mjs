@@ -1,2 +1,2 @@
-export { ShiitakeDO } from "./do.mjs";
+export { ShiitakeDO, deliverSessionGrantsToStorage } from "./do.mjs";
 export { shiitakeApp } from "./app.mjs";

@@ -25,6 +25,8 @@ pub enum ApiError {
     NotOwner(String),
     /// 405: the path exists, the method does not.
     MethodNotAllowed(&'static str),
+    /// 409: a grant delivery older than the stored version.
+    GrantVersionRefused { stored: u64, delivered: u64 },
     /// 409: `POST /sessions` with a sessionId that is taken.
     SessionExists(String),
     /// 409: the requestId was admitted with other input.
@@ -58,6 +60,7 @@ impl ApiError {
             NotFound | SessionNotFound(_) | CommandNotFound(_) => 404,
             MethodNotAllowed(_) => 405,
             SessionExists(_) | RequestConflict(_) | RequestWithdrawn(_) => 409,
+            GrantVersionRefused { .. } => 409,
             PayloadTooLarge { .. } => 413,
             QueueFull(_) | TooManySessions | TooManyFences | TooManyObservers => 429,
             StorageIncompatible(_) | HostMisconfigured(_) => 503,
@@ -78,6 +81,7 @@ impl ApiError {
             CommandNotFound(_) => "command_not_found",
             MethodNotAllowed(_) => "method_not_allowed",
             SessionExists(_) => "session_exists",
+            GrantVersionRefused { .. } => "grant_version_refused",
             RequestConflict(_) => "request_conflict",
             RequestWithdrawn(_) => "request_withdrawn",
             PayloadTooLarge { .. } => "payload_too_large",
@@ -113,6 +117,10 @@ impl fmt::Display for ApiError {
             CommandNotFound(id) => write!(f, "command `{id}` was not accepted by this session"),
             MethodNotAllowed(allowed) => write!(f, "method not allowed; allowed: {allowed}"),
             SessionExists(id) => write!(f, "session `{id}` already exists"),
+            GrantVersionRefused { stored, delivered } => write!(
+                f,
+                "grant version {delivered} is older than the stored version {stored}; versions never move back"
+            ),
             RequestConflict(id) => write!(
                 f,
                 "requestId `{id}` was already admitted with different input; use a new requestId"

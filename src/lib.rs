@@ -12,6 +12,7 @@
 
 pub mod agent;
 pub mod error;
+pub mod grants;
 pub mod http;
 pub mod limits;
 pub mod model;

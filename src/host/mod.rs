@@ -19,6 +19,7 @@ mod turn;
 mod watch;
 
 use crate::error::ApiError;
+use crate::grants;
 use crate::http::{self, Effects, HttpRequest, HttpResponse, META_HEADER};
 use crate::limits::{BODY_BYTES_MAX, PAGE_LIMIT_DEFAULT};
 use crate::observe::{Frame, RuntimeError};
@@ -110,6 +111,60 @@ impl ShiitakeCore {
     pub async fn alarm(&self) -> Result<(), JsValue> {
         self.inner.alarm().await
     }
+
+    /// Host-only (never a session route): stores a Session's delivered
+    /// grants `{version, grants}`; answers `{"delivered": ...}`.
+    #[wasm_bindgen(js_name = deliverGrants)]
+    pub fn deliver_grants(&self, session_id: &str, delivery: &str) -> Result<String, JsValue> {
+        self.inner.open().map_err(js_api_error)?;
+        let outcome = self
+            .inner
+            .with_ctx(|ctx| grants::deliver(ctx, session_id, delivery))
+            .map_err(js_api_error)?;
+        Ok(serde_json::json!({ "delivered": outcome }).to_string())
+    }
+
+    /// Host-only: the Session's delivered grants as JSON, or `null`.
+    #[wasm_bindgen(js_name = sessionGrants)]
+    pub fn session_grants(&self, session_id: &str) -> Result<String, JsValue> {
+        self.inner.open().map_err(js_api_error)?;
+        let stored = self
+            .inner
+            .with_ctx(|ctx| grants::delivered(ctx, session_id))
+            .map_err(js_api_error)?;
+        serde_json::to_string(&stored).map_err(|e| JsValue::from_str(&e.to_string()))
+    }
+}
+
+/// Delivers a Session's grants straight into the Durable Object's storage,
+/// without a running core (seed: `deliverSessionGrantsToStorage`, for code
+/// that runs while the runtime is cold). `state` is the DurableObjectState.
+#[wasm_bindgen(js_name = deliverSessionGrantsToStorage)]
+pub fn deliver_session_grants_to_storage(
+    state: JsValue,
+    session_id: &str,
+    delivery: &str,
+) -> Result<String, JsValue> {
+    let sql = sql::DoSql::from_state(&state)?;
+    schema::open(&sql).map_err(js_api_error)?;
+    let mut ids = RandomIds;
+    let unbound = MetaPolicy::default();
+    let mut ctx = Ctx {
+        store: Store::new(&sql),
+        now_ms: js::now_ms(),
+        ids: &mut ids,
+        meta: &unbound,
+    };
+    let outcome = grants::deliver(&mut ctx, session_id, delivery).map_err(js_api_error)?;
+    Ok(serde_json::json!({ "delivered": outcome }).to_string())
+}
+
+/// An [`ApiError`] as a JS `Error` carrying `code` and `status`.
+fn js_api_error(e: ApiError) -> JsValue {
+    let error = js_sys::Error::new(&e.to_string());
+    let _ = js_sys::Reflect::set(&error, &"code".into(), &e.code().into());
+    let _ = js_sys::Reflect::set(&error, &"status".into(), &JsValue::from(e.status()));
+    error.into()
 }
 
 impl Inner {

@@ -263,7 +263,13 @@ impl<'a> Store<'a> {
         if !self.session_exists(session_id)? {
             return Ok(false);
         }
-        for table in ["messages", "fences", "commands", "sessions"] {
+        for table in [
+            "messages",
+            "fences",
+            "commands",
+            "session_grants",
+            "sessions",
+        ] {
             self.write(
                 &format!("DELETE FROM {table} WHERE session_id = ?"),
                 vec![session_id.into()],
@@ -552,6 +558,41 @@ impl<'a> Store<'a> {
             ),
             &[session_id.into()],
         )?)
+    }
+
+    // Grants.
+
+    /// `(version, canonical grants JSON)` delivered for the Session.
+    pub fn session_grants(&self, session_id: &str) -> Result<Option<(u64, String)>, SqlError> {
+        let rows = self.query(
+            "SELECT version, grants FROM session_grants WHERE session_id = ?",
+            &[session_id.into()],
+        )?;
+        rows.first()
+            .map(|r| Ok((r.int(0)? as u64, r.text(1)?)))
+            .transpose()
+    }
+
+    pub fn put_session_grants(
+        &self,
+        session_id: &str,
+        version: u64,
+        grants: &str,
+        now_ms: i64,
+    ) -> Result<(), SqlError> {
+        self.write(
+            "INSERT INTO session_grants (session_id, version, grants, delivered_at)
+             VALUES (?, ?, ?, ?)
+             ON CONFLICT (session_id) DO UPDATE SET
+                version = excluded.version, grants = excluded.grants,
+                delivered_at = excluded.delivered_at",
+            vec![
+                session_id.into(),
+                (version as i64).into(),
+                grants.into(),
+                now_ms.into(),
+            ],
+        )
     }
 
     // Withdrawal fences.

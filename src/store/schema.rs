@@ -76,6 +76,14 @@ const CREATE: &[&str] = &[
         bytes INTEGER NOT NULL,
         PRIMARY KEY (session_id, seq)
     ) WITHOUT ROWID",
+    // The host's delivered grants of each Session: one row, replaced under
+    // the version rules of `grants::deliver`.
+    "CREATE TABLE session_grants (
+        session_id TEXT PRIMARY KEY,
+        version INTEGER NOT NULL,
+        grants TEXT NOT NULL,
+        delivered_at INTEGER NOT NULL
+    ) WITHOUT ROWID",
 ];
 
 /// Creates the schema on an empty database or checks the stored version.
