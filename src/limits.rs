@@ -50,3 +50,34 @@ pub const WATCH_BACKLOG_FRAMES_MAX: usize = 256;
 pub const WATCH_BACKLOG_BYTES_MAX: usize = 4_194_304;
 /// Settlement long polls parked at once per Agent.
 pub const WAITERS_MAX: usize = 1_024;
+
+// Capabilities (`src/capability/`): what an Agent's guest code may call.
+/// Capability modules one Agent offers.
+pub const MODULES_PER_AGENT_MAX: usize = 64;
+/// Operations one capability module offers.
+pub const OPERATIONS_PER_MODULE_MAX: usize = 256;
+/// A module id (`mcp.notes`): at most this many bytes.
+pub const MODULE_ID_BYTES_MAX: usize = 64;
+/// An operation's source name (`create-note`): 1 to this many bytes.
+pub const OPERATION_NAME_BYTES_MAX: usize = 128;
+/// An operation's description; a longer one is cut at a character boundary.
+pub const OPERATION_DESCRIPTION_BYTES_MAX: usize = 4_096;
+/// One operation's input JSON Schema, as compact JSON.
+pub const SCHEMA_BYTES_MAX: usize = 65_536;
+/// Nested schema levels (object properties, array items) one input schema
+/// may have; the top level is level 1.
+pub const SCHEMA_DEPTH_MAX: usize = 32;
+/// Descriptions and input schemas of one module's operations, together.
+pub const MODULE_BYTES_MAX: usize = 1_048_576;
+/// Argument errors one check reports (the first ones found).
+pub const SCHEMA_ERRORS_MAX: usize = 8;
+/// Bytes of one such error; a longer one (a huge property name) is cut.
+pub const SCHEMA_ERROR_BYTES_MAX: usize = 512;
+/// Results of one capability search, and the query tokens it reads.
+pub const SEARCH_RESULTS_MAX: usize = 20;
+pub const SEARCH_QUERY_TOKENS_MAX: usize = 16;
+/// Nesting of a JSON value crossing the capability boundary (tool arguments
+/// and results, schemas): arrays and objects, a scalar is depth 0.
+pub const JSON_DEPTH_MAX: usize = 64;
+/// Tool arguments, and tool results, as JSON.
+pub const TOOL_PAYLOAD_BYTES_MAX: usize = 262_144;
