@@ -4,9 +4,13 @@
 
 use super::sse::SseEvent;
 use super::{
-    instructions, parse_data, stream_error, to_json, ModelError, ModelRequest, StreamEvent, Usage,
+    parse_data, stream_error, to_json, tool_result_text, Conversation, ModelError, ModelMessage,
+    StreamEvent, ToolSpec, Turn, Usage,
 };
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::borrow::Cow;
 
 #[derive(Serialize)]
 struct Body<'a> {
@@ -16,6 +20,9 @@ struct Body<'a> {
     messages: Vec<Message<'a>>,
     max_tokens: u32,
     stream: bool,
+    /// Absent without tools; `tool_choice` is never sent (auto).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<Tool<'a>>,
 }
 
 #[derive(Serialize)]
@@ -27,8 +34,28 @@ struct Message<'a> {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Part<'a> {
-    Text { text: &'a str },
-    Image { source: ImageSource<'a> },
+    Text {
+        text: &'a str,
+    },
+    Image {
+        source: ImageSource<'a>,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        /// The model's arguments verbatim: a JSON object, `{}` for none.
+        input: &'a RawValue,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: Cow<'a, str>,
+        #[serde(skip_serializing_if = "is_false")]
+        is_error: bool,
+    },
+}
+
+fn is_false(value: &bool) -> bool {
+    !value
 }
 
 #[derive(Serialize)]
@@ -39,36 +66,141 @@ struct ImageSource<'a> {
     data: &'a str,
 }
 
-pub(super) fn body(req: &ModelRequest) -> String {
-    let messages = req
-        .messages
-        .iter()
-        .map(|message| {
-            // Anthropic refuses an empty text block; a message of images
-            // alone goes without one.
-            let text = Some(Part::Text {
-                text: &message.text,
-            })
-            .filter(|_| !message.text.is_empty() || message.images.is_empty());
-            let images = message.images.iter().map(|image| Part::Image {
-                source: ImageSource {
-                    kind: "base64",
-                    media_type: &image.media_type,
-                    data: &image.data,
-                },
-            });
-            Message {
-                role: message.role.wire(),
-                content: text.into_iter().chain(images).collect(),
+#[derive(Serialize)]
+struct Tool<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    description: &'a str,
+    input_schema: &'a Value,
+}
+
+impl Message<'_> {
+    fn holds_tool_blocks(&self) -> bool {
+        self.content
+            .iter()
+            .any(|part| matches!(part, Part::ToolUse { .. } | Part::ToolResult { .. }))
+    }
+}
+
+/// A plain message's blocks, as they always were.
+fn message_parts(message: &ModelMessage) -> Vec<Part<'_>> {
+    // Anthropic refuses an empty text block; a message of images alone goes
+    // without one.
+    let text = Some(Part::Text {
+        text: &message.text,
+    })
+    .filter(|_| !message.text.is_empty() || message.images.is_empty());
+    let images = message.images.iter().map(|image| Part::Image {
+        source: ImageSource {
+            kind: "base64",
+            media_type: &image.media_type,
+            data: &image.data,
+        },
+    });
+    text.into_iter().chain(images).collect()
+}
+
+/// Renders the turns as alternating messages, the way the Messages API
+/// wants tool turns (strictly alternating compatible servers too):
+///
+/// - a tool-call turn is an assistant message of an optional text block
+///   and one `tool_use` block a call; it joins an assistant message just
+///   before it;
+/// - a tool result is a `tool_result` block of a user message: it joins a
+///   user message just before it (so consecutive results share one
+///   message), placed after the results already there and before any other
+///   block, since results must come first;
+/// - a plain message joins the message before it when that one holds tool
+///   blocks and has its role (a user follow-up lands in the results'
+///   message as text and image blocks; empty text is dropped there);
+///   otherwise it is its own message, exactly as without tools.
+fn messages<'a>(turns: &'a [Turn<'a>]) -> Vec<Message<'a>> {
+    let mut out: Vec<Message<'a>> = Vec::with_capacity(turns.len());
+    for turn in turns {
+        match turn {
+            Turn::Message(message) => {
+                let role = message.role.wire();
+                match out.last_mut() {
+                    Some(last) if last.role == role && last.holds_tool_blocks() => {
+                        last.content
+                            .extend(message_parts(message).into_iter().filter(
+                                |part| !matches!(part, Part::Text { text } if text.is_empty()),
+                            ));
+                    }
+                    _ => out.push(Message {
+                        role,
+                        content: message_parts(message),
+                    }),
+                }
             }
-        })
-        .collect();
+            Turn::ToolCalls { text, calls } => {
+                let text = Some(Part::Text { text }).filter(|_| !text.is_empty());
+                let uses = calls.iter().map(|call| Part::ToolUse {
+                    id: call.id,
+                    name: call.name,
+                    input: call.arguments,
+                });
+                let parts = text.into_iter().chain(uses);
+                match out.last_mut() {
+                    Some(last) if last.role == "assistant" => last.content.extend(parts),
+                    _ => {
+                        let content: Vec<Part> = parts.collect();
+                        // A turn of neither text nor calls says nothing.
+                        if !content.is_empty() {
+                            out.push(Message {
+                                role: "assistant",
+                                content,
+                            });
+                        }
+                    }
+                }
+            }
+            Turn::ToolResult {
+                call_id,
+                content,
+                is_error,
+            } => {
+                let part = Part::ToolResult {
+                    tool_use_id: call_id,
+                    content: tool_result_text(content, false),
+                    is_error: *is_error,
+                };
+                match out.last_mut() {
+                    Some(last) if last.role == "user" => {
+                        let results = last
+                            .content
+                            .iter()
+                            .take_while(|part| matches!(part, Part::ToolResult { .. }))
+                            .count();
+                        last.content.insert(results, part);
+                    }
+                    _ => out.push(Message {
+                        role: "user",
+                        content: vec![part],
+                    }),
+                }
+            }
+        }
+    }
+    out
+}
+
+fn tool(spec: &ToolSpec) -> Tool<'_> {
+    Tool {
+        name: &spec.name,
+        description: &spec.description,
+        input_schema: &spec.parameters,
+    }
+}
+
+pub(super) fn body(conversation: &Conversation) -> String {
     to_json(&Body {
-        model: &req.spec.model,
-        system: instructions(req),
-        messages,
-        max_tokens: req.max_output_tokens,
+        model: &conversation.spec.model,
+        system: conversation.instructions,
+        messages: messages(&conversation.turns),
+        max_tokens: conversation.max_output_tokens,
         stream: true,
+        tools: conversation.tools.iter().map(tool).collect(),
     })
 }
 
@@ -258,9 +390,229 @@ impl Decoder {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{answer_of, assert_split_invariant, crlf, request_fixture};
+    use super::super::tests::{
+        answer_of, assert_split_invariant, crlf, request_fixture, tool_call_of, tool_fixture, user,
+    };
     use super::super::*;
     use serde_json::json;
+
+    fn anthropic_messages(items: &[ModelItem]) -> Value {
+        let spec = ModelSpec::parse("anthropic/claude-haiku-4-5").unwrap();
+        let req = ToolRequest {
+            spec: &spec,
+            instructions: None,
+            items,
+            tools: &[],
+            max_output_tokens: 1,
+        };
+        let body = tool_call_of(&ProviderConfig::new(Provider::Anthropic, None, None), &req);
+        let messages = body["messages"].clone();
+        let roles: Vec<&str> = messages
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert!(
+            roles.windows(2).all(|pair| pair[0] != pair[1]),
+            "roles alternate: {roles:?}"
+        );
+        messages
+    }
+
+    fn calls(text: &str, ids: &[&str]) -> ModelItem {
+        ModelItem::ToolCalls {
+            text: text.into(),
+            calls: ids
+                .iter()
+                .map(|id| ToolCall {
+                    id: (*id).into(),
+                    name: "f".into(),
+                    arguments: r#"{"n": 1}"#.into(),
+                })
+                .collect(),
+        }
+    }
+
+    fn result(id: &str, content: &str) -> ModelItem {
+        ModelItem::ToolResult {
+            call_id: id.into(),
+            name: "f".into(),
+            content: content.into(),
+            is_error: false,
+        }
+    }
+
+    #[test]
+    fn build_call_with_tools_and_tool_turns() {
+        let (tools, items) = tool_fixture();
+        let spec = ModelSpec::parse("anthropic/claude-sonnet-4-5").unwrap();
+        let req = ToolRequest {
+            spec: &spec,
+            instructions: Some("Be brief."),
+            items: &items,
+            tools: &tools,
+            max_output_tokens: 4096,
+        };
+        let config = ProviderConfig::new(Provider::Anthropic, None, Some("sk-ant-test".into()));
+        let call = build_call_with_tools(&config, &req).unwrap();
+        assert_eq!(call.url, "https://api.anthropic.com/v1/messages");
+        assert_eq!(
+            call.headers,
+            vec![
+                ("content-type".into(), "application/json".into()),
+                ("x-api-key".into(), "sk-ant-test".into()),
+                ("anthropic-version".into(), "2023-06-01".into()),
+            ]
+        );
+        assert_eq!(
+            tool_call_of(&config, &req),
+            json!({
+                "model": "claude-sonnet-4-5",
+                "system": "Be brief.",
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "Weather and time in Paris?"}]},
+                    {"role": "assistant", "content": [
+                        {"type": "text", "text": "Let me check."},
+                        {"type": "tool_use", "id": "call_1", "name": "get_weather",
+                            "input": {"unit": "celsius", "location": "Paris"}},
+                        {"type": "tool_use", "id": "call_2", "name": "get_time", "input": {}},
+                    ]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": "call_1", "content": "18°C, light rain"},
+                        {"type": "tool_result", "tool_use_id": "call_2",
+                            "content": "clock service unavailable", "is_error": true},
+                        {"type": "text", "text": "And tomorrow?"},
+                    ]},
+                ],
+                "max_tokens": 4096,
+                "stream": true,
+                "tools": [
+                    {
+                        "name": "get_weather",
+                        "description": "Current weather at a place.",
+                        "input_schema": {
+                            "type": "object",
+                            "properties": {
+                                "location": {"type": "string"},
+                                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                            },
+                            "required": ["location"],
+                        },
+                    },
+                    {"name": "get_time", "input_schema": {"type": "object", "properties": {}}},
+                ],
+            })
+        );
+        // The input is the model's own JSON, verbatim (key order kept).
+        assert!(call
+            .body
+            .contains(r#""input":{"unit": "celsius", "location": "Paris"}}"#));
+    }
+
+    #[test]
+    fn tool_turns_merge_into_alternating_messages() {
+        let photo = ModelMessage {
+            role: Role::User,
+            text: "Also this.".into(),
+            images: vec![Image {
+                media_type: "image/png".into(),
+                data: "iVBORw0KGgo=".into(),
+            }],
+        };
+        let items = [
+            user("Go.").into(),
+            // An assistant text, then the same turn's calls: one message.
+            ModelMessage {
+                role: Role::Assistant,
+                text: "On it.".into(),
+                images: Vec::new(),
+            }
+            .into(),
+            calls("", &["a", "b"]),
+            result("a", "1"),
+            result("b", "2"),
+            // Follow-ups join the results' message; empty text is dropped.
+            photo.into(),
+            user("").into(),
+            user("Thanks.").into(),
+            calls("Once more.", &["c"]),
+            result("c", "3"),
+            ModelMessage {
+                role: Role::Assistant,
+                text: "Done.".into(),
+                images: Vec::new(),
+            }
+            .into(),
+        ];
+        assert_eq!(
+            anthropic_messages(&items),
+            json!([
+                {"role": "user", "content": [{"type": "text", "text": "Go."}]},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "On it."},
+                    {"type": "tool_use", "id": "a", "name": "f", "input": {"n": 1}},
+                    {"type": "tool_use", "id": "b", "name": "f", "input": {"n": 1}},
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "a", "content": "1"},
+                    {"type": "tool_result", "tool_use_id": "b", "content": "2"},
+                    {"type": "text", "text": "Also this."},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+                    {"type": "text", "text": "Thanks."},
+                ]},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "Once more."},
+                    {"type": "tool_use", "id": "c", "name": "f", "input": {"n": 1}},
+                ]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c", "content": "3"}]},
+                {"role": "assistant", "content": [{"type": "text", "text": "Done."}]},
+            ])
+        );
+    }
+
+    #[test]
+    fn tool_results_always_come_first_in_their_message() {
+        // A user message recorded between the calls and their results.
+        let items = [
+            calls("", &["a", "b"]),
+            user("Hurry.").into(),
+            result("a", "1"),
+            result("b", "2"),
+        ];
+        assert_eq!(
+            anthropic_messages(&items),
+            json!([
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "a", "name": "f", "input": {"n": 1}},
+                    {"type": "tool_use", "id": "b", "name": "f", "input": {"n": 1}},
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "a", "content": "1"},
+                    {"type": "tool_result", "tool_use_id": "b", "content": "2"},
+                    {"type": "text", "text": "Hurry."},
+                ]},
+            ])
+        );
+    }
+
+    #[test]
+    fn empty_arguments_are_an_empty_input() {
+        let items = [ModelItem::ToolCalls {
+            text: String::new(),
+            calls: vec![ToolCall {
+                id: "toolu_02".into(),
+                name: "get_time".into(),
+                arguments: String::new(),
+            }],
+        }];
+        assert_eq!(
+            anthropic_messages(&items),
+            json!([{"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_02", "name": "get_time", "input": {}},
+            ]}])
+        );
+    }
 
     #[test]
     fn build_call_with_images_system_and_key() {

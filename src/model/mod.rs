@@ -4,9 +4,16 @@
 //! [`RetryPolicy`] decide what a failure means. The wasm host performs the
 //! fetch, pushes the body in as it arrives and owns the clock.
 //!
-//! Secrets: the API key is read in exactly one place, [`build_call`], and
+//! Tools travel both ways: [`build_call_with_tools`] offers [`ToolSpec`]s
+//! and replays earlier tool calls and their results ([`ModelItem`]);
+//! [`build_call`] is the same call with no tools, byte for byte what it was
+//! before tools existed.
+//!
+//! Secrets: the API key is read in exactly one place, `http_call`, and
 //! only into a request header. Diagnostics are built from what the provider
-//! sent, never from the call, and are bounded by `DIAGNOSTIC_BYTES_MAX`.
+//! sent (or, for a request refused before sending, the offending tool name
+//! or call id), never from the headers, and are bounded by
+//! `DIAGNOSTIC_BYTES_MAX`.
 
 mod anthropic;
 mod openai;
@@ -14,8 +21,14 @@ mod sse;
 
 use crate::limits::{ANSWER_BYTES_MAX, DIAGNOSTIC_BYTES_MAX, TOOL_CALLS_PER_STEP_MAX};
 use crate::session::command::Image;
-use serde_json::Value;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 use std::fmt;
+
+/// Tools offered in one model request.
+pub const TOOLS_PER_REQUEST_MAX: usize = 64;
+/// Bytes of a tool name (both providers' rule: `^[a-zA-Z0-9_-]{1,64}$`).
+pub const TOOL_NAME_BYTES_MAX: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Provider {
@@ -136,6 +149,59 @@ pub struct ModelRequest<'a> {
     pub max_output_tokens: u32,
 }
 
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolSpec {
+    /// `^[a-zA-Z0-9_-]{1,64}$`, unique within a request.
+    pub name: String,
+    /// Omitted from the wire when empty.
+    pub description: String,
+    /// A JSON Schema object describing the arguments, sent verbatim
+    /// (OpenAI `parameters`, Anthropic `input_schema`).
+    pub parameters: Value,
+}
+
+/// One entry of the model context, oldest first: what [`ToolRequest`]
+/// carries. A plain [`ModelMessage`] renders exactly as [`build_call`]
+/// renders it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelItem {
+    Message(ModelMessage),
+    /// An assistant turn that called tools: its text (may be empty), then
+    /// its calls as the model made them ([`Answer::tool_calls`]).
+    ToolCalls {
+        text: String,
+        calls: Vec<ToolCall>,
+    },
+    /// The result of the call `call_id`. `name` is the tool's; neither wire
+    /// format sends it (both match results by id).
+    ToolResult {
+        call_id: String,
+        name: String,
+        content: String,
+        is_error: bool,
+    },
+}
+
+impl From<ModelMessage> for ModelItem {
+    fn from(message: ModelMessage) -> Self {
+        ModelItem::Message(message)
+    }
+}
+
+/// A model request with tools: [`ModelRequest`] with [`ModelItem`]s for
+/// messages and the tools offered (`tool_choice` is left to the provider:
+/// auto).
+#[derive(Debug, Clone, Copy)]
+pub struct ToolRequest<'a> {
+    pub spec: &'a ModelSpec,
+    pub instructions: Option<&'a str>,
+    pub items: &'a [ModelItem],
+    /// At most [`TOOLS_PER_REQUEST_MAX`]; none sends no `tools` field.
+    pub tools: &'a [ToolSpec],
+    pub max_output_tokens: u32,
+}
+
 /// A POST to make. `Debug` hides the header values (they hold the key).
 #[derive(Clone, PartialEq, Eq)]
 pub struct HttpCall {
@@ -156,12 +222,111 @@ impl fmt::Debug for HttpCall {
     }
 }
 
-/// The one place the API key is used.
+/// The call for a request without tools. Same bytes as
+/// [`build_call_with_tools`] with no tools and the messages as
+/// [`ModelItem::Message`]s; it cannot fail.
 pub fn build_call(config: &ProviderConfig, req: &ModelRequest) -> HttpCall {
+    let conversation = Conversation {
+        spec: req.spec,
+        instructions: req.instructions.filter(|text| !text.is_empty()),
+        turns: req.messages.iter().map(Turn::Message).collect(),
+        tools: &[],
+        max_output_tokens: req.max_output_tokens,
+    };
+    http_call(config, &conversation)
+}
+
+/// The call for a request that offers tools and replays tool turns.
+///
+/// Refuses, naming the culprit (not retryable, like a provider's 400): more
+/// than [`TOOLS_PER_REQUEST_MAX`] tools; a tool name outside
+/// `^[a-zA-Z0-9_-]{1,64}$` or offered twice; parameters that are not a JSON
+/// object; a replayed tool call whose arguments are neither empty nor a JSON
+/// object (see [`ToolCall::input`], which callers should check when the
+/// answer arrives, so such a call never reaches the transcript as is).
+pub fn build_call_with_tools(
+    config: &ProviderConfig,
+    req: &ToolRequest,
+) -> Result<HttpCall, ModelError> {
+    let refuse = |diagnostic: String| ModelError::new(false, diagnostic);
+    if req.tools.len() > TOOLS_PER_REQUEST_MAX {
+        return Err(refuse(format!(
+            "{} tools offered; at most {TOOLS_PER_REQUEST_MAX} per request",
+            req.tools.len()
+        )));
+    }
+    for (position, tool) in req.tools.iter().enumerate() {
+        if !valid_tool_name(&tool.name) {
+            return Err(refuse(format!(
+                "tool name `{}` is invalid: expected 1 to {TOOL_NAME_BYTES_MAX} of a-z, A-Z, 0-9, `_`, `-`",
+                tool.name
+            )));
+        }
+        if req.tools[..position].iter().any(|t| t.name == tool.name) {
+            return Err(refuse(format!("tool `{}` is offered twice", tool.name)));
+        }
+        if !tool.parameters.is_object() {
+            return Err(refuse(format!(
+                "tool `{}`: parameters must be a JSON Schema object",
+                tool.name
+            )));
+        }
+    }
+    let mut turns = Vec::with_capacity(req.items.len());
+    for item in req.items {
+        turns.push(match item {
+            ModelItem::Message(message) => Turn::Message(message),
+            ModelItem::ToolCalls { text, calls } => Turn::ToolCalls {
+                text,
+                calls: calls
+                    .iter()
+                    .map(|call| {
+                        Ok(CallView {
+                            id: &call.id,
+                            name: &call.name,
+                            arguments: call.raw_arguments().map_err(refuse)?,
+                        })
+                    })
+                    .collect::<Result<_, ModelError>>()?,
+            },
+            ModelItem::ToolResult {
+                call_id,
+                content,
+                is_error,
+                ..
+            } => Turn::ToolResult {
+                call_id,
+                content,
+                is_error: *is_error,
+            },
+        });
+    }
+    Ok(http_call(
+        config,
+        &Conversation {
+            spec: req.spec,
+            instructions: req.instructions.filter(|text| !text.is_empty()),
+            turns,
+            tools: req.tools,
+            max_output_tokens: req.max_output_tokens,
+        },
+    ))
+}
+
+/// `^[a-zA-Z0-9_-]{1,64}$`: OpenAI's rule, and Anthropic's.
+fn valid_tool_name(name: &str) -> bool {
+    (1..=TOOL_NAME_BYTES_MAX).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The one place the API key is used.
+fn http_call(config: &ProviderConfig, conversation: &Conversation) -> HttpCall {
     let base = config.base_url.trim_end_matches('/');
     let key = config.api_key.as_deref();
     let mut headers = vec![("content-type".to_owned(), "application/json".to_owned())];
-    match req.spec.provider {
+    match conversation.spec.provider {
         Provider::OpenAi => {
             if let Some(key) = key {
                 headers.push(("authorization".to_owned(), format!("Bearer {key}")));
@@ -169,7 +334,7 @@ pub fn build_call(config: &ProviderConfig, req: &ModelRequest) -> HttpCall {
             HttpCall {
                 url: format!("{base}/chat/completions"),
                 headers,
-                body: openai::body(req),
+                body: openai::body(conversation),
             }
         }
         Provider::Anthropic => {
@@ -180,16 +345,59 @@ pub fn build_call(config: &ProviderConfig, req: &ModelRequest) -> HttpCall {
             HttpCall {
                 url: format!("{base}/v1/messages"),
                 headers,
-                body: anthropic::body(req),
+                body: anthropic::body(conversation),
             }
         }
     }
 }
 
-/// Instructions worth sending: an empty system prompt is omitted (Anthropic
-/// refuses empty text).
-fn instructions<'a>(req: &ModelRequest<'a>) -> Option<&'a str> {
-    req.instructions.filter(|text| !text.is_empty())
+/// A checked request, borrowed, as the wire encoders read it.
+struct Conversation<'a> {
+    spec: &'a ModelSpec,
+    /// Never empty: an empty system prompt is omitted (Anthropic refuses
+    /// empty text).
+    instructions: Option<&'a str>,
+    turns: Vec<Turn<'a>>,
+    tools: &'a [ToolSpec],
+    max_output_tokens: u32,
+}
+
+enum Turn<'a> {
+    Message(&'a ModelMessage),
+    ToolCalls {
+        text: &'a str,
+        calls: Vec<CallView<'a>>,
+    },
+    ToolResult {
+        call_id: &'a str,
+        content: &'a str,
+        is_error: bool,
+    },
+}
+
+struct CallView<'a> {
+    id: &'a str,
+    name: &'a str,
+    /// A JSON object, verbatim as the model wrote it (its key order kept);
+    /// `{}` for a call without arguments.
+    arguments: &'a RawValue,
+}
+
+/// What the model sees of a tool result. Both providers get the same text:
+/// an empty result reads `(no output)` (Anthropic refuses an empty error
+/// result); Anthropic marks errors with `is_error`, Chat Completions has no
+/// such field, so there the text is prefixed with `Error: `.
+fn tool_result_text(content: &str, error_prefix: bool) -> std::borrow::Cow<'_, str> {
+    let content = if content.is_empty() {
+        "(no output)"
+    } else {
+        content
+    };
+    if error_prefix {
+        format!("Error: {content}").into()
+    } else {
+        content.into()
+    }
 }
 
 fn to_json(body: &impl serde::Serialize) -> String {
@@ -210,6 +418,36 @@ pub struct ToolCall {
     /// JSON text as the model wrote it; may be empty for a call without
     /// arguments (Anthropic streams no `input_json_delta` then).
     pub arguments: String,
+}
+
+impl ToolCall {
+    /// The arguments as the tool receives them: a JSON object, `{}` when the
+    /// model sent none. Anything else (broken or truncated JSON, an array, a
+    /// string) is an error naming the call; [`build_call_with_tools`]
+    /// refuses to replay such a call, so check this when the answer arrives.
+    pub fn input(&self) -> Result<Map<String, Value>, String> {
+        let raw = self.raw_arguments()?;
+        serde_json::from_str(raw.get()).map_err(|e| self.bad_arguments(e))
+    }
+
+    fn raw_arguments(&self) -> Result<&RawValue, String> {
+        if self.arguments.trim().is_empty() {
+            return serde_json::from_str("{}").map_err(|e| self.bad_arguments(e));
+        }
+        let raw: &RawValue =
+            serde_json::from_str(&self.arguments).map_err(|e| self.bad_arguments(e))?;
+        if !raw.get().starts_with('{') {
+            return Err(self.bad_arguments("not an object"));
+        }
+        Ok(raw)
+    }
+
+    fn bad_arguments(&self, why: impl fmt::Display) -> String {
+        format!(
+            "tool call `{}` (`{}`): arguments are not a JSON object: {why}",
+            self.id, self.name
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,9 +5,12 @@
 
 use super::sse::SseEvent;
 use super::{
-    instructions, parse_data, stream_error, to_json, ModelError, ModelRequest, StreamEvent, Usage,
+    parse_data, stream_error, to_json, tool_result_text, Conversation, ModelError, StreamEvent,
+    ToolSpec, Turn, Usage,
 };
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::borrow::Cow;
 
 #[derive(Serialize)]
 struct Body<'a> {
@@ -16,6 +19,9 @@ struct Body<'a> {
     stream: bool,
     stream_options: StreamOptions,
     max_completion_tokens: u32,
+    /// Absent without tools; `tool_choice` is never sent (auto).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<Tool<'a>>,
 }
 
 #[derive(Serialize)]
@@ -24,17 +30,24 @@ struct StreamOptions {
     include_usage: bool,
 }
 
+/// Field order keeps a plain message `{"role","content"}` as it always was.
 #[derive(Serialize)]
 struct Message<'a> {
     role: &'static str,
-    content: Content<'a>,
+    /// Only on a `tool` message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+    /// `null` on an assistant turn that only called tools.
+    content: Option<Content<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<WireCall<'a>>,
 }
 
 #[derive(Serialize)]
 #[serde(untagged)]
 enum Content<'a> {
     /// The plain form every compatible server accepts.
-    Text(&'a str),
+    Text(Cow<'a, str>),
     /// Only when there are images.
     Parts(Vec<Part<'a>>),
 }
@@ -51,17 +64,56 @@ struct ImageUrl {
     url: String,
 }
 
-pub(super) fn body(req: &ModelRequest) -> String {
-    let system = instructions(req).map(|text| Message {
-        role: "system",
-        content: Content::Text(text),
-    });
-    let messages = system
-        .into_iter()
-        .chain(req.messages.iter().map(|message| Message {
-            role: message.role.wire(),
-            content: if message.images.is_empty() {
-                Content::Text(&message.text)
+#[derive(Serialize)]
+struct WireCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    /// JSON text, as the model wrote it (`{}` for none).
+    arguments: &'a str,
+}
+
+#[derive(Serialize)]
+struct Tool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: FunctionSpec<'a>,
+}
+
+#[derive(Serialize)]
+struct FunctionSpec<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+impl<'a> Message<'a> {
+    fn plain(role: &'static str, content: Content<'a>) -> Self {
+        Message {
+            role,
+            tool_call_id: None,
+            content: Some(content),
+            tool_calls: Vec::new(),
+        }
+    }
+}
+
+/// One message a turn: the calling assistant turn carries `tool_calls`,
+/// each result is a `tool` message (an error's text starts `Error: `, see
+/// `tool_result_text`).
+fn message<'a>(turn: &'a Turn<'a>) -> Message<'a> {
+    match turn {
+        Turn::Message(message) => Message::plain(
+            message.role.wire(),
+            if message.images.is_empty() {
+                Content::Text(Cow::Borrowed(&message.text))
             } else {
                 let text = Some(Part::Text {
                     text: &message.text,
@@ -74,16 +126,65 @@ pub(super) fn body(req: &ModelRequest) -> String {
                 });
                 Content::Parts(text.into_iter().chain(images).collect())
             },
-        }))
+        ),
+        Turn::ToolCalls { text, calls } => Message {
+            role: "assistant",
+            tool_call_id: None,
+            content: Some(Content::Text(Cow::Borrowed(*text)))
+                .filter(|_| !text.is_empty() || calls.is_empty()),
+            tool_calls: calls
+                .iter()
+                .map(|call| WireCall {
+                    id: call.id,
+                    kind: "function",
+                    function: WireFunction {
+                        name: call.name,
+                        arguments: call.arguments.get(),
+                    },
+                })
+                .collect(),
+        },
+        Turn::ToolResult {
+            call_id,
+            content,
+            is_error,
+        } => Message {
+            role: "tool",
+            tool_call_id: Some(call_id),
+            content: Some(Content::Text(tool_result_text(content, *is_error))),
+            tool_calls: Vec::new(),
+        },
+    }
+}
+
+fn tool(spec: &ToolSpec) -> Tool<'_> {
+    Tool {
+        kind: "function",
+        function: FunctionSpec {
+            name: &spec.name,
+            description: &spec.description,
+            parameters: &spec.parameters,
+        },
+    }
+}
+
+pub(super) fn body(conversation: &Conversation) -> String {
+    let system = conversation
+        .instructions
+        .map(|text| Message::plain("system", Content::Text(Cow::Borrowed(text))));
+    let messages = system
+        .into_iter()
+        .chain(conversation.turns.iter().map(message))
         .collect();
     to_json(&Body {
-        model: &req.spec.model,
+        model: &conversation.spec.model,
         messages,
         stream: true,
         stream_options: StreamOptions {
             include_usage: true,
         },
-        max_completion_tokens: req.max_output_tokens,
+        max_completion_tokens: conversation.max_output_tokens,
+        tools: conversation.tools.iter().map(tool).collect(),
     })
 }
 
@@ -206,9 +307,82 @@ impl Decoder {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{answer_of, assert_split_invariant, crlf, request_fixture};
+    use super::super::tests::{
+        answer_of, assert_split_invariant, crlf, request_fixture, tool_call_of, tool_fixture,
+    };
     use super::super::*;
     use serde_json::json;
+
+    #[test]
+    fn build_call_with_tools_and_tool_turns() {
+        let (tools, items) = tool_fixture();
+        let spec = ModelSpec::parse("openai/gpt-4o-mini").unwrap();
+        let req = ToolRequest {
+            spec: &spec,
+            instructions: Some("Be brief."),
+            items: &items,
+            tools: &tools,
+            max_output_tokens: 1024,
+        };
+        let config = ProviderConfig::new(Provider::OpenAi, None, Some("sk-test-123".into()));
+        let call = build_call_with_tools(&config, &req).unwrap();
+        assert_eq!(call.url, "https://api.openai.com/v1/chat/completions");
+        assert_eq!(
+            call.headers,
+            vec![
+                ("content-type".into(), "application/json".into()),
+                ("authorization".into(), "Bearer sk-test-123".into()),
+            ]
+        );
+        assert_eq!(
+            tool_call_of(&config, &req),
+            json!({
+                "model": "gpt-4o-mini",
+                "messages": [
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "Weather and time in Paris?"},
+                    {"role": "assistant", "content": "Let me check.", "tool_calls": [
+                        {"id": "call_1", "type": "function", "function": {
+                            "name": "get_weather",
+                            "arguments": "{\"unit\": \"celsius\", \"location\": \"Paris\"}",
+                        }},
+                        {"id": "call_2", "type": "function", "function": {
+                            "name": "get_time",
+                            "arguments": "{}",
+                        }},
+                    ]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "18°C, light rain"},
+                    {"role": "tool", "tool_call_id": "call_2", "content": "Error: clock service unavailable"},
+                    {"role": "user", "content": "And tomorrow?"},
+                ],
+                "stream": true,
+                "stream_options": {"include_usage": true},
+                "max_completion_tokens": 1024,
+                "tools": [
+                    {"type": "function", "function": {
+                        "name": "get_weather",
+                        "description": "Current weather at a place.",
+                        "parameters": {
+                            "type": "object",
+                            "properties": {
+                                "location": {"type": "string"},
+                                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                            },
+                            "required": ["location"],
+                        },
+                    }},
+                    {"type": "function", "function": {
+                        "name": "get_time",
+                        "parameters": {"type": "object", "properties": {}},
+                    }},
+                ],
+            })
+        );
+        // The arguments are the model's own text, not a re-serialisation.
+        assert!(call
+            .body
+            .contains(r#""arguments":"{\"unit\": \"celsius\", \"location\": \"Paris\"}""#));
+    }
 
     #[test]
     fn build_call_text_only_with_key() {

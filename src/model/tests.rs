@@ -37,6 +37,77 @@ pub(super) fn request_fixture(spelling: &str, images: bool) -> (ModelSpec, Vec<M
     (ModelSpec::parse(spelling).unwrap(), messages)
 }
 
+/// Two tools, and a conversation that used them: a question, an assistant
+/// turn with text and two calls (the second without arguments), their
+/// results (the second an error), a follow-up.
+pub(super) fn tool_fixture() -> (Vec<ToolSpec>, Vec<ModelItem>) {
+    let tools = vec![
+        ToolSpec {
+            name: "get_weather".into(),
+            description: "Current weather at a place.".into(),
+            parameters: serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "location": {"type": "string"},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["location"],
+            }),
+        },
+        ToolSpec {
+            name: "get_time".into(),
+            description: String::new(),
+            parameters: serde_json::json!({"type": "object", "properties": {}}),
+        },
+    ];
+    let items = vec![
+        user("Weather and time in Paris?").into(),
+        ModelItem::ToolCalls {
+            text: "Let me check.".into(),
+            calls: vec![
+                ToolCall {
+                    id: "call_1".into(),
+                    name: "get_weather".into(),
+                    // Keys out of order: sent verbatim, not re-serialised.
+                    arguments: r#"{"unit": "celsius", "location": "Paris"}"#.into(),
+                },
+                ToolCall {
+                    id: "call_2".into(),
+                    name: "get_time".into(),
+                    arguments: String::new(),
+                },
+            ],
+        },
+        ModelItem::ToolResult {
+            call_id: "call_1".into(),
+            name: "get_weather".into(),
+            content: "18°C, light rain".into(),
+            is_error: false,
+        },
+        ModelItem::ToolResult {
+            call_id: "call_2".into(),
+            name: "get_time".into(),
+            content: "clock service unavailable".into(),
+            is_error: true,
+        },
+        user("And tomorrow?").into(),
+    ];
+    (tools, items)
+}
+
+pub(super) fn user(text: &str) -> ModelMessage {
+    ModelMessage {
+        role: Role::User,
+        text: text.into(),
+        images: Vec::new(),
+    }
+}
+
+pub(super) fn tool_call_of(config: &ProviderConfig, req: &ToolRequest) -> Value {
+    let call = build_call_with_tools(config, req).unwrap();
+    serde_json::from_str(&call.body).unwrap()
+}
+
 pub(super) fn crlf(stream: &str) -> String {
     stream.replace('\n', "\r\n")
 }
@@ -361,4 +432,279 @@ fn usage_and_finish_reason_last_wins() {
         })
     );
     assert_eq!(answer.finish_reason.as_deref(), Some("length"));
+}
+
+/// The bodies `build_call` sent before tools existed, byte for byte.
+#[test]
+fn no_tools_path_is_byte_identical() {
+    let cases = [
+        (
+            "openai/gpt-4o-mini",
+            false,
+            Some("Be brief."),
+            1024,
+            r#"{"model":"gpt-4o-mini","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"What is in this picture?"},{"role":"assistant","content":"A mushroom."},{"role":"user","content":"Which kind?"}],"stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":1024}"#,
+        ),
+        (
+            "openai/meta-llama/Llama-3",
+            true,
+            None,
+            64,
+            r#"{"model":"meta-llama/Llama-3","messages":[{"role":"user","content":[{"type":"text","text":"What is in this picture?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}},{"type":"image_url","image_url":{"url":"data:image/jpeg;base64,/9j/4AAQ"}}]},{"role":"assistant","content":"A mushroom."},{"role":"user","content":"Which kind?"}],"stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":64}"#,
+        ),
+        (
+            "anthropic/claude-sonnet-4-5",
+            true,
+            Some("Be brief."),
+            4096,
+            r#"{"model":"claude-sonnet-4-5","system":"Be brief.","messages":[{"role":"user","content":[{"type":"text","text":"What is in this picture?"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}},{"type":"image","source":{"type":"base64","media_type":"image/jpeg","data":"/9j/4AAQ"}}]},{"role":"assistant","content":[{"type":"text","text":"A mushroom."}]},{"role":"user","content":[{"type":"text","text":"Which kind?"}]}],"max_tokens":4096,"stream":true}"#,
+        ),
+        (
+            "anthropic/claude-sonnet-4-5",
+            false,
+            None,
+            7,
+            r#"{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":[{"type":"text","text":"What is in this picture?"}]},{"role":"assistant","content":[{"type":"text","text":"A mushroom."}]},{"role":"user","content":[{"type":"text","text":"Which kind?"}]}],"max_tokens":7,"stream":true}"#,
+        ),
+    ];
+    for (spelling, images, instructions, max_output_tokens, before) in cases {
+        let (spec, messages) = request_fixture(spelling, images);
+        let config = ProviderConfig::new(spec.provider, None, Some("k".into()));
+        let req = ModelRequest {
+            spec: &spec,
+            instructions,
+            messages: &messages,
+            max_output_tokens,
+        };
+        let call = build_call(&config, &req);
+        assert_eq!(call.body, before, "{spelling}");
+        // The tools path with no tools and plain messages: the same call.
+        let items: Vec<ModelItem> = messages.iter().cloned().map(ModelItem::from).collect();
+        let with_tools = build_call_with_tools(
+            &config,
+            &ToolRequest {
+                spec: &spec,
+                instructions,
+                items: &items,
+                tools: &[],
+                max_output_tokens,
+            },
+        )
+        .unwrap();
+        assert_eq!(with_tools, call, "{spelling}");
+    }
+}
+
+#[test]
+fn plain_messages_are_never_merged() {
+    // Consecutive user messages (steer prompts) stay separate, as before.
+    for spelling in ["openai/m", "anthropic/m"] {
+        let spec = ModelSpec::parse(spelling).unwrap();
+        let messages = [user("first"), user("second")];
+        let config = ProviderConfig::new(spec.provider, None, None);
+        let call = build_call(
+            &config,
+            &ModelRequest {
+                spec: &spec,
+                instructions: None,
+                messages: &messages,
+                max_output_tokens: 1,
+            },
+        );
+        let body: Value = serde_json::from_str(&call.body).unwrap();
+        assert_eq!(body["messages"].as_array().unwrap().len(), 2, "{spelling}");
+        assert!(body.get("tools").is_none());
+    }
+}
+
+fn tools_named(names: &[&str]) -> Vec<ToolSpec> {
+    names
+        .iter()
+        .map(|name| ToolSpec {
+            name: (*name).into(),
+            description: String::new(),
+            parameters: serde_json::json!({"type": "object"}),
+        })
+        .collect()
+}
+
+fn try_build(tools: &[ToolSpec], items: &[ModelItem]) -> Vec<Result<HttpCall, ModelError>> {
+    ["openai/m", "anthropic/m"]
+        .iter()
+        .map(|spelling| {
+            let spec = ModelSpec::parse(spelling).unwrap();
+            build_call_with_tools(
+                &ProviderConfig::new(spec.provider, None, None),
+                &ToolRequest {
+                    spec: &spec,
+                    instructions: None,
+                    items,
+                    tools,
+                    max_output_tokens: 1,
+                },
+            )
+        })
+        .collect()
+}
+
+fn assert_refused(tools: &[ToolSpec], items: &[ModelItem], expected: &str) {
+    for result in try_build(tools, items) {
+        let error = result.unwrap_err();
+        assert!(!error.retryable);
+        assert_eq!(error.diagnostic, expected);
+    }
+}
+
+#[test]
+fn tool_names_follow_both_providers_rule() {
+    let longest = "a".repeat(TOOL_NAME_BYTES_MAX);
+    let ok = tools_named(&["a", "get_weather", "Get-Weather_2", &longest]);
+    for result in try_build(&ok, &[]) {
+        assert!(result.is_ok());
+    }
+    let too_long = "a".repeat(TOOL_NAME_BYTES_MAX + 1);
+    for bad in [
+        "",
+        "get weather",
+        "get.weather",
+        "ns/tool",
+        "wetter_ü",
+        "a\n",
+        &too_long,
+    ] {
+        let tools = tools_named(&["fine", bad]);
+        assert_refused(
+            &tools,
+            &[],
+            &format!("tool name `{bad}` is invalid: expected 1 to 64 of a-z, A-Z, 0-9, `_`, `-`"),
+        );
+    }
+}
+
+#[test]
+fn tool_sets_are_bounded_unique_and_schemas_are_objects() {
+    let names: Vec<String> = (0..=TOOLS_PER_REQUEST_MAX)
+        .map(|i| format!("t{i}"))
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    for result in try_build(&tools_named(&names[..TOOLS_PER_REQUEST_MAX]), &[]) {
+        let body: Value = serde_json::from_str(&result.unwrap().body).unwrap();
+        assert_eq!(
+            body["tools"].as_array().unwrap().len(),
+            TOOLS_PER_REQUEST_MAX
+        );
+    }
+    assert_refused(
+        &tools_named(&names),
+        &[],
+        "65 tools offered; at most 64 per request",
+    );
+    assert_refused(
+        &tools_named(&["a", "b", "a"]),
+        &[],
+        "tool `a` is offered twice",
+    );
+    let mut tools = tools_named(&["a"]);
+    tools[0].parameters = serde_json::json!("object");
+    assert_refused(
+        &tools,
+        &[],
+        "tool `a`: parameters must be a JSON Schema object",
+    );
+}
+
+#[test]
+fn replayed_arguments_must_be_a_json_object() {
+    let call = |arguments: &str| ToolCall {
+        id: "call_9".into(),
+        name: "f".into(),
+        arguments: arguments.into(),
+    };
+    for (arguments, why) in [
+        (r#"{"a":"#, "EOF while parsing a value at line 1 column 5"),
+        ("[1]", "not an object"),
+        (r#""x""#, "not an object"),
+        ("null", "not an object"),
+        ("{} {}", "trailing characters at line 1 column 4"),
+    ] {
+        let expected = format!("tool call `call_9` (`f`): arguments are not a JSON object: {why}");
+        assert_eq!(call(arguments).input().unwrap_err(), expected);
+        let items = [ModelItem::ToolCalls {
+            text: String::new(),
+            calls: vec![call(r#"{"ok":1}"#), call(arguments)],
+        }];
+        assert_refused(&[], &items, &expected);
+    }
+    // None (or only whitespace) is the empty object.
+    for empty in ["", "  \n"] {
+        assert_eq!(call(empty).input().unwrap(), Map::new());
+    }
+    let input = call(r#" {"b": [1, 2], "a": {"c": null}} "#)
+        .input()
+        .unwrap();
+    assert_eq!(
+        Value::Object(input),
+        serde_json::json!({"a": {"c": null}, "b": [1, 2]})
+    );
+}
+
+#[test]
+fn empty_tool_results_read_no_output() {
+    let items = [
+        ModelItem::ToolCalls {
+            text: String::new(),
+            calls: vec![
+                ToolCall {
+                    id: "a".into(),
+                    name: "f".into(),
+                    arguments: "{}".into(),
+                },
+                ToolCall {
+                    id: "b".into(),
+                    name: "f".into(),
+                    arguments: "{}".into(),
+                },
+            ],
+        },
+        ModelItem::ToolResult {
+            call_id: "a".into(),
+            name: "f".into(),
+            content: String::new(),
+            is_error: false,
+        },
+        ModelItem::ToolResult {
+            call_id: "b".into(),
+            name: "f".into(),
+            content: String::new(),
+            is_error: true,
+        },
+    ];
+    let bodies: Vec<Value> = try_build(&[], &items)
+        .into_iter()
+        .map(|result| serde_json::from_str(&result.unwrap().body).unwrap())
+        .collect();
+    assert_eq!(
+        bodies[0]["messages"],
+        serde_json::json!([
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+                {"id": "b", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            ]},
+            {"role": "tool", "tool_call_id": "a", "content": "(no output)"},
+            {"role": "tool", "tool_call_id": "b", "content": "Error: (no output)"},
+        ])
+    );
+    assert_eq!(
+        bodies[1]["messages"],
+        serde_json::json!([
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "a", "name": "f", "input": {}},
+                {"type": "tool_use", "id": "b", "name": "f", "input": {}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "a", "content": "(no output)"},
+                {"type": "tool_result", "tool_use_id": "b", "content": "(no output)", "is_error": true},
+            ]},
+        ])
+    );
 }
