@@ -75,14 +75,21 @@ export class ShiitakeDO extends DurableObject {
     let answer = this.hostFetch(request);
     if (typeof answer?.then === "function") answer = await answer;
     if (answer !== undefined) return answer;
-    const seen = generation;
-    try {
-      return await settleOrTrap(this.#coreNow().fetch(request));
-    } catch (error) {
-      if (!isTrap(error)) throw error;
-      recover(error, seen);
-      this.#core = null;
-      return internalError();
+    for (let attempt = 0; ; attempt++) {
+      const seen = generation;
+      try {
+        return await settleOrTrap(this.#coreNow().fetch(request));
+      } catch (error) {
+        if (!isTrap(error)) throw error;
+        recover(error, seen);
+        this.#core = null;
+        // A read (a settlement long poll, a Session read) that a trap cut
+        // off is served again once by the fresh instance: it changes
+        // nothing. A write is answered 500 and retried by its caller with
+        // the same requestId.
+        const read = request.method === "GET" || request.method === "HEAD";
+        if (!read || attempt > 0) return internalError();
+      }
     }
   }
 

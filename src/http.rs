@@ -130,7 +130,11 @@ fn route(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, ApiError>
         });
     }
     let segments: Vec<&str> = req.path.trim_matches('/').split('/').collect();
-    let method = req.method.as_str();
+    // HEAD is a GET whose body the host drops.
+    let method = match req.method.as_str() {
+        "HEAD" => "GET",
+        other => other,
+    };
     match segments.as_slice() {
         ["sessions"] => match method {
             "GET" => list_sessions(ctx, req),

@@ -463,6 +463,10 @@ fn bad_input_is_a_named_4xx_never_a_5xx() {
             "{method} {path} {body}"
         );
     }
+    let head = h.request("HEAD", "/sessions/s", "", None);
+    assert_eq!(head.status, 200, "HEAD is served as GET");
+    let head = h.request("HEAD", "/sessions/missing", "", None);
+    assert_eq!(head.status, 404);
     let huge = "x".repeat(shiitake::limits::BODY_BYTES_MAX + 1);
     assert_eq!(
         h.request("POST", "/sessions/s/commands", &huge, None)

@@ -221,7 +221,11 @@ impl Inner {
                 }
             }
         }
-        let effects = std::mem::take(&mut response.effects);
+        let mut effects = std::mem::take(&mut response.effects);
+        if req.method == "HEAD" {
+            response.body = None;
+            effects.watch = None;
+        }
         if let (Some(session), 200, Some(snapshot)) =
             (&effects.watch, response.status, &response.body)
         {

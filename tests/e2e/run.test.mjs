@@ -487,6 +487,10 @@ test("a wasm panic mid-turn loses nothing: the turn is retried and settles compl
   const bystander = await a.admit("bystander", "b1", `bystander ${holdTag}`);
   const queued = await a.admit("bystander", "b2", `queued ${holdTag}`);
   await modelRequests(holdTag);
+  // A long poll parked before the panic is served again by the fresh
+  // instance: null at its deadline, not a 500.
+  const bystanderPoll = a.settlement("bystander", bystander, 2000);
+  await new Promise((resolve) => setTimeout(resolve, 100));
   h.model.scriptFor(tag, { chunks: ["fine so far ", `then ${PANIC_MARKER} here`, " never seen"], chunkDelayMs: 10 }, { text: "recovered answer" });
   const id = await a.admit("s", "r1", `trigger ${tag}`);
   // Poll only once the second attempt is under way: a request in flight
@@ -506,6 +510,9 @@ test("a wasm panic mid-turn loses nothing: the turn is retried and settles compl
     ],
   );
   assert.ok(!page.messages.some((m) => m.text.includes("fine so far")), "the panicked attempt's partial answer is not in the transcript");
+  const parked = await bystanderPoll;
+  assert.equal(parked.status, 200, `the parked read survived the panic: ${parked.status} ${parked.text}`);
+  assert.equal(parked.json, null);
   // The other Session's admissions are all still there, unsettled.
   const other = await a.queue("bystander");
   assert.deepEqual(
