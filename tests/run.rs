@@ -535,3 +535,29 @@ fn an_empty_answer_is_kept_in_the_transcript_but_not_sent_to_the_model() {
         "the empty answer is still a message"
     );
 }
+
+#[test]
+fn with_a_single_attempt_a_fresh_turn_still_runs_once() {
+    let mut h = Harness::new();
+    h.session("s");
+    let id = h.prompt("s", "r", "hello").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let one = Attempts { max: 1 };
+    let Reconciled { steps, settled, .. } = h
+        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| true, one))
+        .unwrap();
+    assert!(settled.is_empty(), "{settled:?}");
+    assert_eq!(
+        (steps[0].command_id.as_str(), steps[0].attempt),
+        (id.as_str(), 1)
+    );
+    // After a restart the same turn has used its only attempt.
+    h.restart();
+    let Reconciled { steps, settled, .. } = h
+        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| false, one))
+        .unwrap();
+    assert!(steps.is_empty());
+    assert_eq!(settled[0].1.terminal, "interrupted");
+}

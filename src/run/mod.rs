@@ -177,7 +177,12 @@ pub fn reconcile(
         let mut steps = Vec::new();
         let mut settled = Vec::new();
         for (head, turn, context) in resumable {
-            if head.attempt >= attempts.max {
+            // A turn this instance claimed at admission and never started
+            // runs its first attempt as claimed. Any other orphan (a dead
+            // instance's) counts a new attempt, so a turn that keeps
+            // crashing its runtime ends at the attempt limit.
+            let fresh_start = head.attempt == 1 && is_fresh(&head.command_id);
+            if !fresh_start && head.attempt >= attempts.max {
                 let (terminal, diagnostic) = match (&head.retry_at, &head.last_error) {
                     (Some(_), Some(error)) => (Terminal::Failed, error.clone()),
                     _ => (
@@ -197,11 +202,7 @@ pub fn reconcile(
                 );
                 continue;
             }
-            // A turn this instance claimed at admission and never started
-            // runs its first attempt as claimed. Any other orphan (a dead
-            // instance's) counts a new attempt, so a turn that keeps
-            // crashing its runtime ends at the attempt limit.
-            let attempt = if head.attempt == 1 && is_fresh(&head.command_id) {
+            let attempt = if fresh_start {
                 1
             } else {
                 let next = head.attempt + 1;
