@@ -147,16 +147,23 @@ pub fn deliver_session_grants_to_storage(
 ) -> Result<String, JsValue> {
     let sql = sql::DoSql::from_state(&state)?;
     schema::open(&sql).map_err(js_api_error)?;
+    let outcome = in_ctx(&sql, &MetaPolicy::default(), |ctx| {
+        grants::deliver(ctx, session_id, delivery)
+    })
+    .map_err(js_api_error)?;
+    Ok(serde_json::json!({ "delivered": outcome }).to_string())
+}
+
+/// Runs `f` over the store with the current time and fresh random ids.
+fn in_ctx<T>(sql: &sql::DoSql, meta: &MetaPolicy, f: impl FnOnce(&mut Ctx<'_>) -> T) -> T {
     let mut ids = RandomIds;
-    let unbound = MetaPolicy::default();
     let mut ctx = Ctx {
-        store: Store::new(&sql),
+        store: Store::new(sql),
         now_ms: js::now_ms(),
         ids: &mut ids,
-        meta: &unbound,
+        meta,
     };
-    let outcome = grants::deliver(&mut ctx, session_id, delivery).map_err(js_api_error)?;
-    Ok(serde_json::json!({ "delivered": outcome }).to_string())
+    f(&mut ctx)
 }
 
 /// An [`ApiError`] as a JS `Error` carrying `code` and `status`.
@@ -177,17 +184,10 @@ impl Inner {
     }
 
     fn with_ctx<T>(&self, f: impl FnOnce(&mut Ctx<'_>) -> T) -> T {
-        let mut ids = RandomIds;
         // A misconfigured policy refuses requests (`serve`); the run loop
         // never reads metadata rules.
         let unbound = MetaPolicy::default();
-        let mut ctx = Ctx {
-            store: Store::new(&self.sql),
-            now_ms: js::now_ms(),
-            ids: &mut ids,
-            meta: self.config.meta.as_ref().unwrap_or(&unbound),
-        };
-        f(&mut ctx)
+        in_ctx(&self.sql, self.config.meta.as_ref().unwrap_or(&unbound), f)
     }
 
     fn is_live(&self, head: &str) -> bool {
@@ -237,12 +237,12 @@ impl Inner {
                 Err(watch::Full) => to_response(&ApiError::TooManyObservers.into()),
             };
         }
-        self.apply(effects).await;
+        self.apply(effects);
         to_response(&response)
     }
 
     /// Carries out what a committed transition asks for.
-    async fn apply(&self, effects: Effects) {
+    fn apply(&self, effects: Effects) {
         for head in &effects.stop_turns {
             self.fresh.borrow_mut().remove(head);
             if let Some(stopper) = self.live.borrow().get(head) {
