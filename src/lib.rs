@@ -16,6 +16,7 @@ pub mod error;
 pub mod grants;
 pub mod http;
 pub mod limits;
+pub mod mcp;
 pub mod model;
 pub mod observe;
 pub mod run;

@@ -81,3 +81,14 @@ pub const SEARCH_QUERY_TOKENS_MAX: usize = 16;
 pub const JSON_DEPTH_MAX: usize = 64;
 /// Tool arguments, and tool results, as JSON.
 pub const TOOL_PAYLOAD_BYTES_MAX: usize = 262_144;
+
+// MCP client (`src/mcp/`): one connection to one MCP server.
+/// Bytes of one MCP HTTP response body (JSON or the whole event stream).
+pub const MCP_RESPONSE_BYTES_MAX: usize = 4_194_304;
+/// `tools/list` pages one listing reads, and tools it accepts in all.
+pub const MCP_TOOLS_PAGES_MAX: usize = 20;
+pub const MCP_TOOLS_MAX: usize = 1_000;
+/// A JSON-RPC error message from a server, as reported; a longer one is cut.
+pub const MCP_RPC_ERROR_BYTES_MAX: usize = 1_024;
+/// An `Mcp-Session-Id` a server assigns (visible ASCII).
+pub const MCP_SESSION_ID_BYTES_MAX: usize = 256;

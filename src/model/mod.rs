@@ -17,7 +17,7 @@
 
 mod anthropic;
 mod openai;
-mod sse;
+pub(crate) mod sse;
 
 use crate::limits::{ANSWER_BYTES_MAX, DIAGNOSTIC_BYTES_MAX, TOOL_CALLS_PER_STEP_MAX};
 use crate::session::command::Image;

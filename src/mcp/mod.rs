@@ -1,0 +1,662 @@
+//! An MCP client for the Streamable HTTP transport, sans-IO (issue 5, first
+//! part): [`McpConnection`] produces the [`HttpRequest`]s to make and
+//! consumes the host's [`McpResponse`]s. The host performs every request as
+//! given, with redirects off (`redirect: "manual"`), and reads at most
+//! `MCP_RESPONSE_BYTES_MAX + 1` bytes of a body.
+//!
+//! Protocol revision [`PROTOCOL_VERSION`] (`2025-06-18`); a server answering
+//! [`PROTOCOL_VERSION_PREVIOUS`] (`2025-03-26`) is accepted too, any other
+//! version is refused.
+//!
+//! The flow, one request in flight at a time until the tools are listed:
+//!
+//! ```text
+//! start()            -> initialize request
+//! on_response(..)    -> Step::Send(notifications/initialized)
+//! on_response(..)    -> Step::Send(tools/list)            (202 expected)
+//! on_response(..)    -> Step::Send(tools/list, cursor) ... (≤ 20 pages)
+//! on_response(..)    -> Step::Ready(McpTools)
+//! call_tool(..)      -> ToolCall { id, request }          (any number in flight)
+//! tool_result(id, ..) -> the result as a JSON value
+//! ```
+//!
+//! `list_tools()` lists again once ready. A 404 while a session id is held
+//! ends the session ([`McpError::SessionExpired`]); `start()` begins anew.
+//!
+//! Tools become a [`ModuleSpec`] `mcp.<name>` (see [`McpTools`]). A tool the
+//! capability model refuses (a name mapping to a reserved word, two names
+//! mapping to one guest name, a schema it cannot decode, one operation over
+//! the module's bounds) is dropped alone and listed in
+//! [`McpTools::dropped`] with the reason: one odd tool should not cost the
+//! Agent the server's other tools, and the host can show the warning.
+//! Listing more than `MCP_TOOLS_MAX` tools or `MCP_TOOLS_PAGES_MAX` pages is
+//! an error (a bound on the work of one listing).
+//!
+//! Credentials: the host's extra headers go on every request and nowhere
+//! else. [`HttpRequest`]'s and [`McpConnection`]'s `Debug` show no header
+//! value but the protocol's own, and every error message has any extra
+//! header value (and each long word of one, e.g. a bearer token) replaced by
+//! `<redacted>`, even when a server echoes it back.
+
+mod tools;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+pub use tools::DroppedTool;
+
+use crate::capability::{check_payload, validate_module_id, ModuleSpec};
+use crate::limits::{
+    MCP_RESPONSE_BYTES_MAX, MCP_SESSION_ID_BYTES_MAX, MCP_TOOLS_MAX, MCP_TOOLS_PAGES_MAX,
+};
+use serde_json::{json, Value};
+use std::fmt;
+use tools::ToolsBuilder;
+
+/// The protocol revision this client speaks.
+pub const PROTOCOL_VERSION: &str = "2025-06-18";
+/// The earlier revision a server may answer with during negotiation.
+pub const PROTOCOL_VERSION_PREVIOUS: &str = "2025-03-26";
+
+const ACCEPT: &str = "Accept";
+const CONTENT_TYPE: &str = "Content-Type";
+const VERSION_HEADER: &str = "MCP-Protocol-Version";
+const SESSION_HEADER: &str = "Mcp-Session-Id";
+const REDACTED: &str = "<redacted>";
+
+/// One HTTP request for the host to make. Its `Debug` redacts every header
+/// value but `Accept`, `Content-Type` and `MCP-Protocol-Version`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HttpRequest {
+    pub method: String,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl fmt::Debug for HttpRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let headers: Vec<(&str, &str)> = self
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                let shown = [ACCEPT, CONTENT_TYPE, VERSION_HEADER]
+                    .iter()
+                    .any(|h| h.eq_ignore_ascii_case(name));
+                (name.as_str(), if shown { value.as_str() } else { REDACTED })
+            })
+            .collect();
+        f.debug_struct("HttpRequest")
+            .field("method", &self.method)
+            .field("url", &without_query(&self.url))
+            .field("headers", &headers)
+            .field("body", &self.body)
+            .finish()
+    }
+}
+
+/// The URL up to its query, which may hold a key.
+fn without_query(url: &str) -> &str {
+    url.split(['?', '#']).next().unwrap_or(url)
+}
+
+/// What the host got back for one [`HttpRequest`].
+#[derive(Debug, Clone, Copy)]
+pub struct McpResponse<'a> {
+    pub status: u16,
+    /// The `Content-Type` header, parameters included.
+    pub content_type: Option<&'a str>,
+    /// All response headers (names in any case).
+    pub headers: &'a [(String, String)],
+    pub body: &'a [u8],
+}
+
+/// A failed exchange. Messages never hold a credential (see the module
+/// documentation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum McpError {
+    /// A 3xx: redirects are refused (a credential must not follow one).
+    Redirect { status: u16 },
+    /// A 401 or 403: the server refused the configured credentials.
+    Credentials { status: u16 },
+    /// A 404 for the session id: `start()` again.
+    SessionExpired,
+    /// Any other non-2xx status, with the server's JSON-RPC error message
+    /// when its body had one.
+    Status { status: u16, detail: String },
+    /// A JSON-RPC error response: the server's code and (bounded) message.
+    Rpc { code: i64, message: String },
+    /// A malformed, oversized or unexpected response; an unsupported
+    /// protocol version.
+    Protocol(String),
+    /// A call the connection's state or configuration does not allow.
+    Usage(String),
+}
+
+impl fmt::Display for McpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            McpError::Redirect { status } => write!(
+                f,
+                "MCP server answered HTTP {status}: redirects are refused; configure the \
+                 server's final URL"
+            ),
+            McpError::Credentials { status } => write!(
+                f,
+                "MCP server refused the credentials (HTTP {status}); check the headers \
+                 configured for it"
+            ),
+            McpError::SessionExpired => {
+                f.write_str("MCP session expired (HTTP 404 for the session id); connect again")
+            }
+            McpError::Status { status, detail } if detail.is_empty() => {
+                write!(f, "MCP server answered HTTP {status}")
+            }
+            McpError::Status { status, detail } => {
+                write!(f, "MCP server answered HTTP {status}: {detail}")
+            }
+            McpError::Rpc { code, message } => write!(f, "MCP server error {code}: {message}"),
+            McpError::Protocol(message) => write!(f, "MCP protocol error: {message}"),
+            McpError::Usage(message) => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for McpError {}
+
+impl McpError {
+    fn map_text(self, f: impl Fn(String) -> String) -> McpError {
+        match self {
+            McpError::Status { status, detail } => McpError::Status {
+                status,
+                detail: f(detail),
+            },
+            McpError::Rpc { code, message } => McpError::Rpc {
+                code,
+                message: f(message),
+            },
+            McpError::Protocol(m) => McpError::Protocol(f(m)),
+            McpError::Usage(m) => McpError::Usage(f(m)),
+            other => other,
+        }
+    }
+}
+
+/// The server as it introduced itself.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ServerInfo {
+    pub name: String,
+    pub version: String,
+}
+
+/// A finished tool listing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpTools {
+    pub server: ServerInfo,
+    /// Module `mcp.<name>`, one operation per accepted tool, in the order
+    /// listed; `Module::from_spec` accepts it.
+    pub module: ModuleSpec,
+    /// Tools left out, with the reason (a warning for the host to show).
+    pub dropped: Vec<DroppedTool>,
+}
+
+/// What to do after a handshake or listing response.
+#[derive(Debug)]
+pub enum Step {
+    Send(HttpRequest),
+    Ready(McpTools),
+}
+
+/// One `tools/call` to make; pass `id` back to
+/// [`McpConnection::tool_result`] with its response.
+#[derive(Debug)]
+pub struct ToolCall {
+    pub id: u64,
+    pub request: HttpRequest,
+}
+
+#[derive(Debug)]
+enum State {
+    Idle,
+    Initializing { id: u64 },
+    Notifying { tools: bool },
+    Listing(Box<Listing>),
+    Ready,
+    Expired,
+}
+
+#[derive(Debug)]
+struct Listing {
+    id: u64,
+    pages: usize,
+    tools: usize,
+    builder: ToolsBuilder,
+}
+
+/// One connection to one MCP server (see the module documentation).
+pub struct McpConnection {
+    url: String,
+    module_id: String,
+    client_version: String,
+    extra_headers: Vec<(String, String)>,
+    state: State,
+    next_id: u64,
+    version: Option<&'static str>,
+    session_id: Option<String>,
+    server: ServerInfo,
+}
+
+impl fmt::Debug for McpConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.extra_headers.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("McpConnection")
+            .field("url", &without_query(&self.url))
+            .field("module_id", &self.module_id)
+            .field("extra_header_names", &names)
+            .field("state", &self.state)
+            .field("version", &self.version)
+            .field("has_session", &self.session_id.is_some())
+            .field("server", &self.server)
+            .finish()
+    }
+}
+
+impl McpConnection {
+    /// A connection to the server at `url`, offered as module `mcp.<name>`.
+    /// `extra_headers` (credentials) go on every request; their names must
+    /// be HTTP tokens other than the protocol's own headers, their values
+    /// free of control characters. Errors name the header, never its value.
+    pub fn new(
+        url: impl Into<String>,
+        name: &str,
+        client_version: impl Into<String>,
+        extra_headers: Vec<(String, String)>,
+    ) -> Result<McpConnection, McpError> {
+        let module_id = format!("mcp.{name}");
+        validate_module_id(&module_id)
+            .map_err(|e| McpError::Usage(format!("MCP server name: {e}")))?;
+        for (name, value) in &extra_headers {
+            let token = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            if !token {
+                return Err(McpError::Usage(format!(
+                    "extra header name `{}` is not an HTTP token",
+                    crate::capability::name::shorten(name)
+                )));
+            }
+            let own = [ACCEPT, CONTENT_TYPE, VERSION_HEADER, SESSION_HEADER]
+                .iter()
+                .any(|h| h.eq_ignore_ascii_case(name));
+            if own {
+                return Err(McpError::Usage(format!(
+                    "extra header `{name}` is set by the MCP client itself"
+                )));
+            }
+            if value.chars().any(|c| c.is_control()) {
+                return Err(McpError::Usage(format!(
+                    "extra header `{name}` has a control character in its value"
+                )));
+            }
+        }
+        Ok(McpConnection {
+            url: url.into(),
+            module_id,
+            client_version: client_version.into(),
+            extra_headers,
+            state: State::Idle,
+            next_id: 1,
+            version: None,
+            session_id: None,
+            server: ServerInfo::default(),
+        })
+    }
+
+    /// The negotiated protocol version, once initialized.
+    pub fn protocol_version(&self) -> Option<&'static str> {
+        self.version
+    }
+
+    /// Whether the server assigned a session id.
+    pub fn has_session(&self) -> bool {
+        self.session_id.is_some()
+    }
+
+    /// The `initialize` request; (re)starts the connection from scratch.
+    pub fn start(&mut self) -> HttpRequest {
+        self.version = None;
+        self.session_id = None;
+        let id = self.take_id();
+        self.state = State::Initializing { id };
+        self.post(json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": { "name": "shiitake", "version": self.client_version },
+            },
+        }))
+    }
+
+    /// A fresh `tools/list` once ready (e.g. after the server's tools
+    /// changed).
+    pub fn list_tools(&mut self) -> Result<HttpRequest, McpError> {
+        if !matches!(self.state, State::Ready) {
+            return Err(McpError::Usage(
+                "MCP connection is not ready to list tools".into(),
+            ));
+        }
+        let builder = ToolsBuilder::new(self.module_id.clone());
+        Ok(self.list_page(None, 0, 0, builder))
+    }
+
+    /// The response to the last request of `start`, a `Step::Send` or
+    /// `list_tools`.
+    pub fn on_response(&mut self, response: McpResponse<'_>) -> Result<Step, McpError> {
+        let was_listing = matches!(self.state, State::Listing(_));
+        let outcome = self.advance(response);
+        if outcome.is_err() && !matches!(self.state, State::Expired) {
+            // A failed handshake leaves nothing to resume; a failed listing
+            // leaves a ready connection that may list again.
+            self.state = if was_listing && self.version.is_some() {
+                State::Ready
+            } else {
+                State::Idle
+            };
+        }
+        outcome.map_err(|e| self.scrub(e))
+    }
+
+    fn advance(&mut self, response: McpResponse<'_>) -> Result<Step, McpError> {
+        match std::mem::replace(&mut self.state, State::Idle) {
+            State::Initializing { id } => {
+                let result = self.exchange(Some(id), &response)?;
+                let tools = self.on_initialize(&result, &response)?;
+                self.state = State::Notifying { tools };
+                Ok(Step::Send(self.post(json!({
+                    "jsonrpc": "2.0",
+                    "method": "notifications/initialized",
+                }))))
+            }
+            State::Notifying { tools } => {
+                self.exchange(None, &response)?;
+                let builder = ToolsBuilder::new(self.module_id.clone());
+                if tools {
+                    Ok(Step::Send(self.list_page(None, 0, 0, builder)))
+                } else {
+                    // No `tools` capability: nothing to list.
+                    self.state = State::Ready;
+                    self.finish(builder)
+                }
+            }
+            State::Listing(listing) => {
+                let Listing {
+                    id,
+                    pages,
+                    mut tools,
+                    mut builder,
+                } = *listing;
+                let result = self.exchange(Some(id), &response)?;
+                let page = result
+                    .get("tools")
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| protocol("tools/list result has no `tools` array"))?;
+                if tools + page.len() > MCP_TOOLS_MAX {
+                    return Err(protocol(format!(
+                        "server lists more than {MCP_TOOLS_MAX} tools"
+                    )));
+                }
+                for tool in page {
+                    builder.push(tools, tool);
+                    tools += 1;
+                }
+                match result.get("nextCursor") {
+                    None | Some(Value::Null) => {
+                        self.state = State::Ready;
+                        self.finish(builder)
+                    }
+                    Some(Value::String(cursor)) => {
+                        if pages + 1 >= MCP_TOOLS_PAGES_MAX {
+                            return Err(protocol(format!(
+                                "server lists tools over more than {MCP_TOOLS_PAGES_MAX} pages"
+                            )));
+                        }
+                        Ok(Step::Send(self.list_page(
+                            Some(cursor),
+                            pages + 1,
+                            tools,
+                            builder,
+                        )))
+                    }
+                    Some(_) => Err(protocol("tools/list `nextCursor` is not a string")),
+                }
+            }
+            state @ (State::Idle | State::Ready | State::Expired) => {
+                self.state = state;
+                Err(McpError::Usage(
+                    "MCP connection expects no handshake or listing response".into(),
+                ))
+            }
+        }
+    }
+
+    fn finish(&self, builder: ToolsBuilder) -> Result<Step, McpError> {
+        let (module, dropped) = builder
+            .finish()
+            .map_err(|e| protocol(format!("tools do not form a module: {e}")))?;
+        Ok(Step::Ready(McpTools {
+            server: self.server.clone(),
+            module,
+            dropped,
+        }))
+    }
+
+    /// Checks the initialize result and takes the session id; whether the
+    /// server offers tools.
+    fn on_initialize(
+        &mut self,
+        result: &Value,
+        response: &McpResponse<'_>,
+    ) -> Result<bool, McpError> {
+        let version = result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .ok_or_else(|| protocol("initialize result has no `protocolVersion`"))?;
+        self.version = Some(match version {
+            PROTOCOL_VERSION => PROTOCOL_VERSION,
+            PROTOCOL_VERSION_PREVIOUS => PROTOCOL_VERSION_PREVIOUS,
+            other => {
+                return Err(protocol(format!(
+                    "server speaks protocol version `{}`; this client supports \
+                     {PROTOCOL_VERSION} and {PROTOCOL_VERSION_PREVIOUS}",
+                    crate::capability::name::shorten(other)
+                )))
+            }
+        });
+        let session = response
+            .headers
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(SESSION_HEADER));
+        if let Some((_, id)) = session {
+            let visible = id.bytes().all(|b| (0x21..=0x7e).contains(&b));
+            if id.is_empty() || id.len() > MCP_SESSION_ID_BYTES_MAX || !visible {
+                self.version = None;
+                return Err(protocol(format!(
+                    "server's {SESSION_HEADER} is not 1 to {MCP_SESSION_ID_BYTES_MAX} \
+                     visible ASCII characters"
+                )));
+            }
+            self.session_id = Some(id.clone());
+        }
+        let info = result.get("serverInfo");
+        let text = |key: &str| {
+            let mut s = info
+                .and_then(|i| i.get(key))
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            crate::capability::schema::truncate(&mut s, 256);
+            s
+        };
+        self.server = ServerInfo {
+            name: text("name"),
+            version: text("version"),
+        };
+        Ok(result
+            .get("capabilities")
+            .and_then(|c| c.get("tools"))
+            .is_some_and(|t| !t.is_null()))
+    }
+
+    /// A `tools/call` request for the tool's source name (as listed).
+    /// `arguments` must be an object within the capability payload bounds.
+    pub fn call_tool(&mut self, name: &str, arguments: &Value) -> Result<ToolCall, McpError> {
+        if self.version.is_none() || !matches!(self.state, State::Ready | State::Listing(_)) {
+            return Err(McpError::Usage(
+                "MCP connection is not initialized; call tools once it is ready".into(),
+            ));
+        }
+        if !arguments.is_object() {
+            return Err(McpError::Usage(
+                "tool arguments must be a JSON object".into(),
+            ));
+        }
+        check_payload(arguments).map_err(|e| McpError::Usage(format!("tool arguments: {e}")))?;
+        let id = self.take_id();
+        let request = self.post(json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": "tools/call",
+            "params": { "name": name, "arguments": arguments },
+        }));
+        Ok(ToolCall { id, request })
+    }
+
+    /// The result of tool call `id`: its `structuredContent` when it has one
+    /// and `isError` is not true, else `{"isError": bool, "content": [...]}`
+    /// (content as returned), within the capability payload bounds.
+    pub fn tool_result(&mut self, id: u64, response: McpResponse<'_>) -> Result<Value, McpError> {
+        let outcome = self
+            .exchange(Some(id), &response)
+            .and_then(tools::call_result);
+        outcome.map_err(|e| self.scrub(e))
+    }
+
+    fn take_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    fn list_page(
+        &mut self,
+        cursor: Option<&str>,
+        pages: usize,
+        tools: usize,
+        builder: ToolsBuilder,
+    ) -> HttpRequest {
+        let id = self.take_id();
+        let params = match cursor {
+            Some(cursor) => json!({ "cursor": cursor }),
+            None => json!({}),
+        };
+        self.state = State::Listing(Box::new(Listing {
+            id,
+            pages,
+            tools,
+            builder,
+        }));
+        self.post(json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": "tools/list",
+            "params": params,
+        }))
+    }
+
+    fn post(&self, body: Value) -> HttpRequest {
+        let mut headers = vec![
+            (
+                ACCEPT.to_owned(),
+                "application/json, text/event-stream".to_owned(),
+            ),
+            (CONTENT_TYPE.to_owned(), "application/json".to_owned()),
+        ];
+        if let Some(version) = self.version {
+            headers.push((VERSION_HEADER.to_owned(), version.to_owned()));
+        }
+        if let Some(session) = &self.session_id {
+            headers.push((SESSION_HEADER.to_owned(), session.clone()));
+        }
+        headers.extend(self.extra_headers.iter().cloned());
+        HttpRequest {
+            method: "POST".to_owned(),
+            url: self.url.clone(),
+            headers,
+            body: body.to_string(),
+        }
+    }
+
+    /// Status, size and framing of one response: the result of request
+    /// `id`, or `Null` for a notification (`id` None).
+    fn exchange(&mut self, id: Option<u64>, response: &McpResponse<'_>) -> Result<Value, McpError> {
+        let status = response.status;
+        if (300..400).contains(&status) {
+            return Err(McpError::Redirect { status });
+        }
+        if status == 401 || status == 403 {
+            return Err(McpError::Credentials { status });
+        }
+        if response.body.len() > MCP_RESPONSE_BYTES_MAX {
+            return Err(protocol(format!(
+                "response exceeds {MCP_RESPONSE_BYTES_MAX} bytes"
+            )));
+        }
+        if status == 404 && self.session_id.is_some() {
+            self.session_id = None;
+            self.version = None;
+            self.state = State::Expired;
+            return Err(McpError::SessionExpired);
+        }
+        if !(200..300).contains(&status) {
+            return Err(McpError::Status {
+                status,
+                detail: wire::error_detail(response.body),
+            });
+        }
+        match id {
+            None => Ok(Value::Null),
+            Some(id) => wire::result_of(id, response),
+        }
+    }
+
+    /// Replaces every extra header value (and each word of one of at least
+    /// 8 bytes, e.g. a bearer token) in an error's text.
+    fn scrub(&self, error: McpError) -> McpError {
+        let mut secrets: Vec<&str> = Vec::new();
+        for (_, value) in &self.extra_headers {
+            if !value.trim().is_empty() {
+                secrets.push(value.trim());
+            }
+            secrets.extend(value.split_whitespace().filter(|w| w.len() >= 8));
+        }
+        // Longest first, so a part never leaves the rest of a whole value.
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        error.map_text(|mut text| {
+            for secret in &secrets {
+                if text.contains(secret) {
+                    text = text.replace(secret, REDACTED);
+                }
+            }
+            text
+        })
+    }
+}
+
+fn protocol(message: impl Into<String>) -> McpError {
+    McpError::Protocol(message.into())
+}

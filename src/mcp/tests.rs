@@ -1,0 +1,633 @@
+use super::*;
+use serde_json::json;
+
+const URL: &str = "https://mcp.example.com/mcp?key=url-secret";
+const TOKEN: &str = "Bearer sk-live-very-secret-token";
+const SESSION: &str = "5f1d2c3a-9b8e-4d7f-a6c5-0e1f2a3b4c5d";
+
+fn conn() -> McpConnection {
+    McpConnection::new(
+        URL,
+        "notes",
+        "0.1.0",
+        vec![("Authorization".into(), TOKEN.into())],
+    )
+    .unwrap()
+}
+
+fn sse(messages: &[Value]) -> String {
+    messages
+        .iter()
+        .map(|m| format!("event: message\ndata: {m}\n\n"))
+        .collect()
+}
+
+fn resp<'a>(
+    status: u16,
+    ct: &'a str,
+    headers: &'a [(String, String)],
+    body: &'a str,
+) -> McpResponse<'a> {
+    McpResponse {
+        status,
+        content_type: (!ct.is_empty()).then_some(ct),
+        headers,
+        body: body.as_bytes(),
+    }
+}
+
+fn init_result(version: &str) -> Value {
+    json!({"result": {"protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": true}},
+        "serverInfo": {"name": "notes-server", "version": "1.2.0"}},
+        "jsonrpc": "2.0", "id": 1})
+}
+
+fn header<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
+    req.headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+fn body(req: &HttpRequest) -> Value {
+    serde_json::from_str(&req.body).unwrap()
+}
+
+fn send(step: Step) -> HttpRequest {
+    match step {
+        Step::Send(r) => r,
+        Step::Ready(t) => panic!("expected a request, got {t:?}"),
+    }
+}
+
+/// Initialize (SSE, with a session id) and the 202 for the notification;
+/// returns the first tools/list request.
+fn handshake(c: &mut McpConnection) -> HttpRequest {
+    let init = c.start();
+    assert_eq!(header(&init, "MCP-Protocol-Version"), None);
+    let headers = vec![("mcp-session-id".to_string(), SESSION.to_string())];
+    let stream = sse(&[init_result("2025-06-18")]);
+    let note = send(
+        c.on_response(resp(200, "text/event-stream", &headers, &stream))
+            .unwrap(),
+    );
+    assert_eq!(
+        body(&note),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    );
+    send(c.on_response(resp(202, "", &[], "")).unwrap())
+}
+
+fn tool(name: &str, read_only: Option<bool>) -> Value {
+    let mut t = json!({"name": name, "description": format!("{name} tool"),
+        "inputSchema": {"type": "object", "properties": {"id": {"type": "string"}},
+                        "required": ["id"], "additionalProperties": false,
+                        "$schema": "http://json-schema.org/draft-07/schema#"}});
+    if let Some(hint) = read_only {
+        t["annotations"] = json!({"readOnlyHint": hint});
+    }
+    t
+}
+
+fn ready(c: &mut McpConnection, tools: Vec<Value>) -> McpTools {
+    let list = handshake(c);
+    let id = body(&list)["id"].clone();
+    let page = json!({"result": {"tools": tools}, "jsonrpc": "2.0", "id": id}).to_string();
+    match c
+        .on_response(resp(200, "application/json", &[], &page))
+        .unwrap()
+    {
+        Step::Ready(t) => t,
+        Step::Send(r) => panic!("unexpected {r:?}"),
+    }
+}
+
+#[test]
+fn initialize_request_and_negotiation() {
+    let mut c = conn();
+    let init = c.start();
+    assert_eq!(init.method, "POST");
+    assert_eq!(init.url, URL);
+    assert_eq!(
+        header(&init, "Accept"),
+        Some("application/json, text/event-stream")
+    );
+    assert_eq!(header(&init, "Content-Type"), Some("application/json"));
+    assert_eq!(header(&init, "Authorization"), Some(TOKEN));
+    let b = body(&init);
+    assert_eq!(b["method"], "initialize");
+    assert_eq!(b["params"]["protocolVersion"], "2025-06-18");
+    assert_eq!(b["params"]["capabilities"], json!({}));
+    assert_eq!(
+        b["params"]["clientInfo"],
+        json!({"name": "shiitake", "version": "0.1.0"})
+    );
+
+    // An older server answering 2025-03-26 is accepted.
+    let body = init_result("2025-03-26").to_string();
+    let note = send(
+        c.on_response(resp(200, "application/json", &[], &body))
+            .unwrap(),
+    );
+    assert_eq!(c.protocol_version(), Some("2025-03-26"));
+    assert_eq!(header(&note, "MCP-Protocol-Version"), Some("2025-03-26"));
+    assert!(!c.has_session());
+    assert_eq!(header(&note, "Mcp-Session-Id"), None);
+
+    // Any other version is refused, naming both supported.
+    let mut c = conn();
+    c.start();
+    let body = init_result("2024-11-05").to_string();
+    let e = c
+        .on_response(resp(200, "application/json", &[], &body))
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("2024-11-05") && text.contains("2025-06-18") && text.contains("2025-03-26"),
+        "{text}"
+    );
+    assert!(c.call_tool("x", &json!({})).is_err());
+}
+
+#[test]
+fn session_id_tracked_and_pagination() {
+    let mut c = conn();
+    let first = handshake(&mut c);
+    assert!(c.has_session());
+    assert_eq!(header(&first, "Mcp-Session-Id"), Some(SESSION));
+    assert_eq!(header(&first, "MCP-Protocol-Version"), Some("2025-06-18"));
+    let b = body(&first);
+    assert_eq!(b["method"], "tools/list");
+    assert_eq!(b["params"], json!({}));
+
+    let page1 = sse(&[
+        json!({"method": "notifications/message", "params": {"level": "info", "data": "listing"}, "jsonrpc": "2.0"}),
+        json!({"result": {"tools": [tool("search_notes", Some(true))], "nextCursor": "page-2"},
+               "jsonrpc": "2.0", "id": b["id"]}),
+    ]);
+    let second = send(
+        c.on_response(resp(200, "text/event-stream", &[], &page1))
+            .unwrap(),
+    );
+    let b2 = body(&second);
+    assert_eq!(b2["params"], json!({"cursor": "page-2"}));
+    assert_ne!(b2["id"], b["id"]);
+    assert_eq!(header(&second, "Mcp-Session-Id"), Some(SESSION));
+
+    let page2 =
+        json!({"result": {"tools": [tool("createNote", None)]}, "jsonrpc": "2.0", "id": b2["id"]})
+            .to_string();
+    let Step::Ready(tools) = c
+        .on_response(resp(200, "application/json; charset=utf-8", &[], &page2))
+        .unwrap()
+    else {
+        panic!("not ready")
+    };
+    assert_eq!(
+        tools.server,
+        ServerInfo {
+            name: "notes-server".into(),
+            version: "1.2.0".into()
+        }
+    );
+    assert_eq!(tools.module.id, "mcp.notes");
+    let ops = &tools.module.operations;
+    assert_eq!(ops.len(), 2);
+    assert_eq!(
+        (ops[0].name.as_str(), ops[0].access, ops[0].replay_safe),
+        ("search_notes", Access::Read, true)
+    );
+    assert_eq!(
+        (ops[1].name.as_str(), ops[1].access, ops[1].replay_safe),
+        ("createNote", Access::Write, false)
+    );
+    assert_eq!(ops[1].description, "createNote tool");
+    assert!(tools.dropped.is_empty());
+    let module = crate::capability::Module::from_spec(tools.module.clone()).unwrap();
+    assert_eq!(module.operations[1].guest_name, "create_note");
+
+    // Tool call carries the session and version headers.
+    let call = c.call_tool("createNote", &json!({"id": "n1"})).unwrap();
+    assert_eq!(
+        body(&call.request)["params"],
+        json!({"name": "createNote", "arguments": {"id": "n1"}})
+    );
+    assert_eq!(header(&call.request, "Mcp-Session-Id"), Some(SESSION));
+    assert_eq!(header(&call.request, "Authorization"), Some(TOKEN));
+}
+
+use crate::capability::Access;
+
+#[test]
+fn read_only_hint_mapping_and_dropped_tools() {
+    let mut c = conn();
+    let mut no_desc = tool("plain", Some(false));
+    no_desc.as_object_mut().unwrap().remove("description");
+    let tools = ready(
+        &mut c,
+        vec![
+            tool("get", Some(true)),
+            no_desc,
+            tool("delete", None),
+            tool("Get", None),
+            json!({"x": 1}),
+        ],
+    );
+    let ops = &tools.module.operations;
+    assert_eq!(
+        ops.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(),
+        ["get", "plain"]
+    );
+    assert_eq!(ops[0].access, Access::Read);
+    assert_eq!(ops[1].access, Access::Write);
+    assert_eq!(ops[1].description, "");
+    let dropped: Vec<&str> = tools.dropped.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(dropped, ["delete", "Get", "tools[4]"]);
+    assert!(
+        tools.dropped[0].reason.contains("reserved word"),
+        "{:?}",
+        tools.dropped
+    );
+    assert!(
+        tools.dropped[1].reason.contains("as does tool `get`"),
+        "{:?}",
+        tools.dropped
+    );
+}
+
+#[test]
+fn tool_results_structured_and_content() {
+    let mut c = conn();
+    ready(&mut c, vec![tool("get", Some(true))]);
+    let call = c.call_tool("get", &json!({"id": "1"})).unwrap();
+    let id = call.id;
+    let answer = |result: Value| sse(&[json!({"result": result, "jsonrpc": "2.0", "id": id})]);
+
+    let body = answer(
+        json!({"content": [{"type": "text", "text": "{\"title\":\"a\"}"}],
+                             "structuredContent": {"title": "a"}}),
+    );
+    let v = c
+        .tool_result(id, resp(200, "text/event-stream", &[], &body))
+        .unwrap();
+    assert_eq!(v, json!({"title": "a"}));
+
+    let body = answer(json!({"content": [{"type": "text", "text": "hello"}]}));
+    let v = c
+        .tool_result(id, resp(200, "text/event-stream", &[], &body))
+        .unwrap();
+    assert_eq!(
+        v,
+        json!({"isError": false, "content": [{"type": "text", "text": "hello"}]})
+    );
+
+    let body = answer(
+        json!({"content": [{"type": "text", "text": "no such note"}],
+                             "structuredContent": {"x": 1}, "isError": true}),
+    );
+    let v = c
+        .tool_result(id, resp(200, "text/event-stream", &[], &body))
+        .unwrap();
+    assert_eq!(
+        v,
+        json!({"isError": true, "content": [{"type": "text", "text": "no such note"}]})
+    );
+
+    // Over the payload bound.
+    let big = "x".repeat(300_000);
+    let body = answer(json!({"content": [{"type": "text", "text": big}]}));
+    let e = c
+        .tool_result(id, resp(200, "text/event-stream", &[], &body))
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("tool result: payload is larger"),
+        "{e}"
+    );
+    let mut deep = json!(1);
+    for _ in 0..70 {
+        deep = json!([deep]);
+    }
+    let body = answer(json!({"structuredContent": {"d": deep}, "content": []}));
+    let e = c
+        .tool_result(
+            id,
+            resp(
+                200,
+                "application/json",
+                &[],
+                body.replace("event: message\ndata: ", "").trim(),
+            ),
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("deeper than 64"), "{e}");
+}
+
+#[test]
+fn statuses() {
+    let mut c = conn();
+    ready(&mut c, vec![tool("get", Some(true))]);
+    let id = c.call_tool("get", &json!({})).unwrap().id;
+    for status in [301, 307, 308] {
+        let e = c
+            .tool_result(
+                id,
+                resp(
+                    status,
+                    "",
+                    &[("location".into(), "https://evil".into())],
+                    "",
+                ),
+            )
+            .unwrap_err();
+        assert_eq!(e, McpError::Redirect { status });
+        assert!(e.to_string().contains("redirects are refused"));
+    }
+    for status in [401, 403] {
+        let e = c.tool_result(id, resp(status, "", &[], "")).unwrap_err();
+        assert_eq!(e, McpError::Credentials { status });
+    }
+    let bad = r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: Server not initialized"},"id":null}"#;
+    let e = c
+        .tool_result(id, resp(400, "application/json", &[], bad))
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "MCP server answered HTTP 400: Bad Request: Server not initialized (JSON-RPC error -32000)"
+    );
+    let e = c
+        .tool_result(id, resp(500, "text/plain", &[], "oops"))
+        .unwrap_err();
+    assert_eq!(
+        e,
+        McpError::Status {
+            status: 500,
+            detail: String::new()
+        }
+    );
+    // 404 with a session: expired; the connection must start again.
+    let e = c.tool_result(id, resp(404, "", &[], "")).unwrap_err();
+    assert_eq!(e, McpError::SessionExpired);
+    assert!(!c.has_session());
+    assert!(matches!(
+        c.call_tool("get", &json!({})),
+        Err(McpError::Usage(_))
+    ));
+    let init = c.start();
+    assert_eq!(header(&init, "Mcp-Session-Id"), None);
+    // 404 without a session: a plain status error.
+    let mut c = conn();
+    c.start();
+    let e = c.on_response(resp(404, "", &[], "")).unwrap_err();
+    assert_eq!(
+        e,
+        McpError::Status {
+            status: 404,
+            detail: String::new()
+        }
+    );
+}
+
+#[test]
+fn json_rpc_errors_and_malformed_responses() {
+    let mut c = conn();
+    ready(&mut c, vec![tool("get", Some(true))]);
+    let id = c.call_tool("get", &json!({})).unwrap().id;
+    let long = "m".repeat(5_000);
+    let err =
+        json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": long}}).to_string();
+    match c
+        .tool_result(id, resp(200, "application/json", &[], &err))
+        .unwrap_err()
+    {
+        McpError::Rpc { code, message } => {
+            assert_eq!(code, -32602);
+            assert!(message.len() <= 1_024 && message.ends_with('…'));
+        }
+        other => panic!("{other:?}"),
+    }
+    let cases: &[(&str, &str, &str)] = &[
+        ("application/json", "{not json", "not valid JSON"),
+        (
+            "application/json",
+            r#"{"jsonrpc":"1.0","id":ID,"result":{}}"#,
+            "wrong jsonrpc version",
+        ),
+        (
+            "application/json",
+            r#"{"id":ID,"result":{}}"#,
+            "wrong jsonrpc version",
+        ),
+        (
+            "application/json",
+            r#"{"jsonrpc":"2.0","id":999,"result":{}}"#,
+            "id mismatch: expected ID, got 999",
+        ),
+        ("application/json", r#"[1]"#, "not an object"),
+        (
+            "application/json",
+            r#"{"jsonrpc":"2.0","id":ID}"#,
+            "neither `result` nor `error`",
+        ),
+        (
+            "text/event-stream",
+            "event: message\ndata: {oops\n\n",
+            "malformed event stream",
+        ),
+        (
+            "text/event-stream",
+            "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":999,\"result\":{}}\n\n",
+            "id mismatch",
+        ),
+        (
+            "text/event-stream",
+            ": ping\n\n",
+            "event stream holds no response to request ID",
+        ),
+        ("text/html", "<html>", "unexpected content type `text/html`"),
+        ("", "", "without a response"),
+    ];
+    for (ct, body, expect) in cases {
+        let body = body.replace("ID", &id.to_string());
+        let expect = expect.replace("ID", &id.to_string());
+        let e = c.tool_result(id, resp(200, ct, &[], &body)).unwrap_err();
+        assert!(matches!(e, McpError::Protocol(_)), "{e:?}");
+        assert!(e.to_string().contains(&expect), "{e} !~ {expect}");
+    }
+    // An SSE line past the decoder's bound.
+    let huge = format!(
+        "data: {}\n\n",
+        "x".repeat(crate::limits::SSE_LINE_BYTES_MAX + 1)
+    );
+    let e = c
+        .tool_result(id, resp(200, "text/event-stream", &[], &huge))
+        .unwrap_err();
+    assert!(e.to_string().contains("malformed event stream"), "{e}");
+    // Oversized body.
+    let over = " ".repeat(crate::limits::MCP_RESPONSE_BYTES_MAX + 1);
+    let e = c
+        .tool_result(id, resp(200, "application/json", &[], &over))
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("response exceeds 4194304 bytes"),
+        "{e}"
+    );
+}
+
+#[test]
+fn handshake_errors_and_bad_session_ids() {
+    let mut c = conn();
+    c.start();
+    let err = r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"Invalid Request"}}"#;
+    let e = c
+        .on_response(resp(200, "application/json", &[], err))
+        .unwrap_err();
+    assert_eq!(
+        e,
+        McpError::Rpc {
+            code: -32600,
+            message: "Invalid Request".into()
+        }
+    );
+    // Nothing to resume.
+    assert!(matches!(
+        c.on_response(resp(202, "", &[], "")),
+        Err(McpError::Usage(_))
+    ));
+
+    let id = body(&c.start())["id"].clone();
+    let headers = vec![("Mcp-Session-Id".to_string(), "bad id\u{7f}".to_string())];
+    let mut init = init_result("2025-06-18");
+    init["id"] = id;
+    let body = init.to_string();
+    let e = c
+        .on_response(resp(200, "application/json", &headers, &body))
+        .unwrap_err();
+    assert!(e.to_string().contains("Mcp-Session-Id"), "{e}");
+    assert!(!c.has_session());
+}
+
+#[test]
+fn listing_bounds() {
+    let mut c = conn();
+    let mut req = handshake(&mut c);
+    for page in 0..MCP_TOOLS_PAGES_MAX {
+        let id = body(&req)["id"].clone();
+        let b = json!({"result": {"tools": [tool(&format!("t{page}"), None)], "nextCursor": format!("c{page}")},
+                       "jsonrpc": "2.0", "id": id}).to_string();
+        match c.on_response(resp(200, "application/json", &[], &b)) {
+            Ok(step) => req = send(step),
+            Err(e) => {
+                assert_eq!(page, MCP_TOOLS_PAGES_MAX - 1);
+                assert!(e.to_string().contains("more than 20 pages"), "{e}");
+            }
+        }
+    }
+    // Still ready: may list again.
+    let req = c.list_tools().unwrap();
+    let many: Vec<Value> = (0..=MCP_TOOLS_MAX)
+        .map(|i| tool(&format!("t{i}"), None))
+        .collect();
+    let b =
+        json!({"result": {"tools": many}, "jsonrpc": "2.0", "id": body(&req)["id"]}).to_string();
+    let e = c
+        .on_response(resp(200, "application/json", &[], &b))
+        .unwrap_err();
+    assert!(e.to_string().contains("more than 1000 tools"), "{e}");
+    // Past the module's operation bound: the rest is dropped.
+    let req = c.list_tools().unwrap();
+    let many: Vec<Value> = (0..300).map(|i| tool(&format!("t{i}"), None)).collect();
+    let b =
+        json!({"result": {"tools": many}, "jsonrpc": "2.0", "id": body(&req)["id"]}).to_string();
+    let Step::Ready(tools) = c
+        .on_response(resp(200, "application/json", &[], &b))
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(tools.module.operations.len(), 256);
+    assert_eq!(tools.dropped.len(), 44);
+}
+
+#[test]
+fn credentials_never_leak() {
+    let mut c = conn();
+    let req = c.start();
+    for shown in [format!("{req:?}"), format!("{c:?}")] {
+        assert!(
+            !shown.contains("very-secret") && !shown.contains("url-secret"),
+            "{shown}"
+        );
+        assert!(shown.contains("Authorization") || shown.contains("extra_header_names"));
+    }
+    // A server echoing the credential in errors (status detail, RPC error,
+    // protocol error) has it redacted.
+    let echo = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"error":{{"code":-1,"message":"bad token {TOKEN}"}}}}"#
+    );
+    let e = c
+        .on_response(resp(200, "application/json", &[], &echo))
+        .unwrap_err();
+    let bare = TOKEN.trim_start_matches("Bearer ");
+    let echo_bare = echo.replace(TOKEN, bare);
+    let mut c = conn();
+    c.start();
+    let e2 = c
+        .on_response(resp(200, "application/json", &[], &echo_bare))
+        .unwrap_err();
+    let mut c = conn();
+    c.start();
+    let e3 = c
+        .on_response(resp(400, "application/json", &[], &echo))
+        .unwrap_err();
+    let mut c = conn();
+    c.start();
+    let wrong = format!(r#"{{"jsonrpc":"{bare}","id":1,"result":{{}}}}"#);
+    let e4 = c
+        .on_response(resp(200, "application/json", &[], &wrong))
+        .unwrap_err();
+    for e in [e, e2, e3, e4] {
+        for shown in [e.to_string(), format!("{e:?}")] {
+            assert!(!shown.contains("very-secret"), "{shown}");
+            assert!(shown.contains("<redacted>"), "{shown}");
+        }
+    }
+    // The tools listing holds no header either.
+    let mut c = conn();
+    let tools = ready(&mut c, vec![tool("get", None)]);
+    assert!(!format!("{tools:?}").contains("very-secret"));
+    // Bad extra headers are refused without their value.
+    let e = McpConnection::new(
+        URL,
+        "notes",
+        "1",
+        vec![("X-Key".into(), "s3cr3t\r\nX: y".into())],
+    )
+    .unwrap_err();
+    assert!(!e.to_string().contains("s3cr3t"), "{e}");
+    assert!(McpConnection::new(
+        URL,
+        "notes",
+        "1",
+        vec![("mcp-session-id".into(), "x".into())]
+    )
+    .is_err());
+    assert!(McpConnection::new(URL, "Not Valid", "1", vec![]).is_err());
+    assert!(McpConnection::new(URL, "class", "1", vec![]).is_err());
+}
+
+#[test]
+fn server_without_tools_capability() {
+    let mut c = conn();
+    c.start();
+    let body = json!({"result": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                 "serverInfo": {"name": "s", "version": "1"}}, "jsonrpc": "2.0", "id": 1}).to_string();
+    send(
+        c.on_response(resp(200, "application/json", &[], &body))
+            .unwrap(),
+    );
+    let Step::Ready(tools) = c.on_response(resp(202, "", &[], "")).unwrap() else {
+        panic!()
+    };
+    assert!(tools.module.operations.is_empty());
+}
