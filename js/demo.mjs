@@ -3,9 +3,62 @@
 import { Hono } from "hono";
 import { HTTPException } from "hono/http-exception";
 import { bearerTokenAuth, jsonError as json } from "./bearer.mjs";
-import { ShiitakeDO, shiitakeApp } from "./index.mjs";
+import { ShiitakeDO as Base, shiitakeApp } from "./index.mjs";
 
-export { ShiitakeDO };
+// The demo Agent's tools: a small notebook in the object's own SQLite table,
+// so the model's `execute` door has something to reach (`notes.add_note`,
+// `notes.list_notes`, `notes.clock`).
+export class ShiitakeDO extends Base {
+  #notes() {
+    const sql = this.ctx.storage.sql;
+    sql.exec("CREATE TABLE IF NOT EXISTS demo_notes (seq INTEGER PRIMARY KEY, text TEXT NOT NULL)");
+    return sql;
+  }
+
+  tools() {
+    return {
+      modules: [
+        {
+          id: "notes",
+          operations: [
+            {
+              name: "add-note",
+              description: "Adds a note to this Agent's notebook; returns how many notes there are.",
+              inputSchema: { type: "object", properties: { text: { type: "string", maxLength: 4096 } }, required: ["text"] },
+              access: "write",
+              run({ text }) {
+                const sql = this.#notes();
+                if (sql.exec("SELECT count(*) AS n FROM demo_notes").one().n >= 1000) throw new Error("the notebook holds at most 1000 notes");
+                sql.exec("INSERT INTO demo_notes (text) VALUES (?)", text);
+                return { count: sql.exec("SELECT count(*) AS n FROM demo_notes").one().n };
+              },
+            },
+            {
+              name: "list-notes",
+              description: "Lists the notebook's notes, oldest first (at most 100).",
+              inputSchema: { type: "object", properties: {} },
+              access: "read",
+              replaySafe: true,
+              run() {
+                return this.#notes().exec("SELECT text FROM demo_notes ORDER BY seq LIMIT 100").toArray().map((r) => r.text);
+              },
+            },
+            {
+              name: "clock",
+              description: "The current time (ISO 8601, UTC).",
+              inputSchema: { type: "object", properties: {} },
+              access: "read",
+              replaySafe: true,
+              run() {
+                return new Date().toISOString();
+              },
+            },
+          ],
+        },
+      ],
+    };
+  }
+}
 
 const app = new Hono();
 

@@ -2,6 +2,7 @@
 // core (`ShiitakeCore`, built by scripts/build.sh into build/wasm/).
 import { DurableObject } from "cloudflare:workers";
 import * as wasm from "../build/wasm/shiitake.js";
+import { runGuest } from "./execute.mjs";
 
 // One wasm instance serves every Durable Object of this isolate. A Rust panic
 // (panic=abort) traps it as a WebAssembly.RuntimeError and leaves its memory
@@ -66,6 +67,17 @@ export class ShiitakeDO extends DurableObject {
    * Response to answer it yourself, or `undefined` to let the core serve it.
    */
   async hostFetch(_request) {
+    return undefined;
+  }
+
+  /**
+   * Host hook: the capabilities this Agent's model may use, or `undefined`
+   * for none. Read once per instance. See `js/do.d.ts` (`ShiitakeTools`):
+   * `{ modules: [{ id, operations: [{ name, description, inputSchema,
+   * access, confirm?, replaySafe?, direct?, run(args, ctx) }] }], access?,
+   * confirm? }`. `run` is called with `this` = the Durable Object.
+   */
+  tools() {
     return undefined;
   }
 
@@ -140,7 +152,7 @@ export class ShiitakeDO extends DurableObject {
   #coreNow() {
     // A core built before a reset points into the dropped instance.
     if (this.#core === null || this.#coreGeneration !== generation) {
-      this.#core = new wasm.ShiitakeCore(this.ctx, this.env);
+      this.#core = new wasm.ShiitakeCore(this.ctx, this.env, toolHost(this));
       this.#coreGeneration = generation;
     }
     return this.#core;
@@ -155,4 +167,69 @@ export class ShiitakeDO extends DurableObject {
  */
 export function deliverSessionGrantsToStorage(state, sessionId, delivery) {
   return JSON.parse(wasm.deliverSessionGrantsToStorage(state, sessionId, JSON.stringify(delivery)));
+}
+
+// The tool host the core calls (src/host/tools.rs): the Agent's capabilities
+// as data, and the calls the core decides to make. Nothing here decides a
+// grant or bounds a payload; the core does both.
+function toolHost(object) {
+  let config;
+  try {
+    config = object.tools();
+  } catch (error) {
+    return { spec: () => JSON.stringify({ modules: [], error: String(error?.message ?? error) }) };
+  }
+  if (config === undefined || config === null) return undefined;
+  const runs = new Map();
+  const modules = [];
+  const direct = [];
+  let problem;
+  for (const module of config.modules ?? []) {
+    const operations = [];
+    for (const { run, direct: isDirect, ...spec } of module?.operations ?? []) {
+      if (typeof run !== "function") problem ??= `${module.id}.${spec.name}: run must be a function`;
+      runs.set(`${module.id}\u0000${spec.name}`, run);
+      if (isDirect) direct.push(`${module.id}.${spec.name}`);
+      operations.push(spec);
+    }
+    modules.push({ ...module, operations });
+  }
+  const loader = object.env?.LOADER;
+  const spec = JSON.stringify({
+    modules,
+    direct,
+    access: config.access ?? null,
+    confirm: typeof config.confirm === "function",
+    loader: loader !== undefined,
+    ...(problem ? { error: problem } : {}),
+  });
+  return {
+    spec: () => spec,
+    async invoke(moduleId, name, args, invocation, signal) {
+      let data;
+      const ctx = {
+        ...JSON.parse(invocation),
+        signal,
+        display(value) {
+          data = value;
+        },
+      };
+      try {
+        const result = await runs.get(`${moduleId}\u0000${name}`).call(object, JSON.parse(args), ctx);
+        return JSON.stringify(data === undefined ? { result: result ?? null } : { result: result ?? null, data });
+      } catch (error) {
+        return JSON.stringify({ error: String(error?.message ?? error) });
+      }
+    },
+    async confirm(request, signal) {
+      try {
+        return (await config.confirm.call(object, JSON.parse(request), { signal })) === true;
+      } catch {
+        return false;
+      }
+    },
+    execute(code, namespaces, dispatch, signal) {
+      return runGuest(loader, { code, namespaces: [...namespaces], dispatch, signal });
+    },
+  };
 }

@@ -35,6 +35,12 @@ pub const LIST_PAGE_SESSIONS_MAX: usize = 200;
 pub const ANSWER_BYTES_MAX: usize = 1_048_576;
 /// Tool calls one model step may ask for.
 pub const TOOL_CALLS_PER_STEP_MAX: usize = 64;
+/// Model steps that call tools in one turn; asking for tools once more
+/// settles the turn `failed`.
+pub const TOOL_STEPS_PER_TURN_MAX: u32 = 32;
+/// A tool call id the model chose; a longer (or non-`[A-Za-z0-9_-]`, or
+/// repeated) one is replaced by `call_<n>`.
+pub const TOOL_CALL_ID_BYTES_MAX: usize = 64;
 /// Bytes of one line of a provider's event stream, and of one event's data.
 pub const SSE_LINE_BYTES_MAX: usize = 1_048_576;
 /// Bytes of a model-call diagnostic (it reaches storage, watchers and logs).
@@ -92,3 +98,18 @@ pub const MCP_TOOLS_MAX: usize = 1_000;
 pub const MCP_RPC_ERROR_BYTES_MAX: usize = 1_024;
 /// An `Mcp-Session-Id` a server assigns (visible ASCII).
 pub const MCP_SESSION_ID_BYTES_MAX: usize = 256;
+
+// The `execute` door and tool calls (`src/capability/door.rs`, `src/host/tools.rs`).
+/// Bytes of the `execute` tool's description (the operation list is cut).
+pub const EXECUTE_DESCRIPTION_BYTES_MAX: usize = 8_192;
+/// Wall time of one `execute` run or direct tool call (issue: 180 s) ...
+pub const TOOL_CALL_TIMEOUT_MS: u64 = 180_000;
+/// ... after which its abort signal fires and it gets this long to end.
+pub const TOOL_ABORT_GRACE_MS: u64 = 5_000;
+/// `execute` runs at once in one Agent (Durable Object); one more is refused.
+pub const EXECUTIONS_CONCURRENT_MAX: usize = 8;
+/// Operation calls (and `forage` calls) one `execute` run may make.
+pub const GUEST_CALLS_PER_EXECUTION_MAX: usize = 1_024;
+/// While a tool runs, the alarm is kept armed this far ahead (seed: the
+/// five-second heartbeat), so a crash resumes the turn within about this.
+pub const TOOL_HEARTBEAT_MS: u64 = 5_000;

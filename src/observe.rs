@@ -31,6 +31,13 @@ pub enum Frame {
     Settled {
         settlement: Settlement,
     },
+    /// Something the run could not offer, said once at its start (e.g.
+    /// `execute` without a `LOADER` binding).
+    #[serde(rename_all = "camelCase")]
+    Diagnostic {
+        command_id: String,
+        diagnostic: String,
+    },
 }
 
 /// A failed model call, published as a `runtime-error` event.

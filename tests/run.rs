@@ -6,9 +6,10 @@ mod common;
 
 use common::Harness;
 use serde_json::json;
+use shiitake::model::{ModelItem, Role};
 use shiitake::run::{
-    complete_step, fail_attempt, next_deadline, reconcile, Attempts, ContextRole, FailOutcome,
-    Failure, Reconciled, Step, StepAnswer, StepOutcome, TokenUsage,
+    complete_step, fail_attempt, next_deadline, reconcile, Attempts, FailOutcome, Failure,
+    Reconciled, Step, StepAnswer, StepOutcome, TokenUsage,
 };
 use shiitake::store::Store;
 
@@ -21,8 +22,19 @@ fn answer(text: &str) -> StepAnswer {
             input_tokens: 10,
             output_tokens: 2,
         }),
-        tool_call_count: 0,
+        tool_calls: Vec::new(),
     }
+}
+
+/// The text of each plain message of a model context.
+fn texts(step: &Step) -> Vec<&str> {
+    step.context
+        .iter()
+        .filter_map(|item| match item {
+            ModelItem::Message(m) => Some(m.text.as_str()),
+            _ => None,
+        })
+        .collect()
 }
 
 fn failure(retryable: bool, diagnostic: &str) -> Failure {
@@ -110,14 +122,14 @@ fn a_prompt_runs_to_one_settlement_and_queues_behind_the_running_turn() {
     let context: Vec<_> = step
         .context
         .iter()
-        .map(|m| (m.role, m.text.as_str()))
+        .map(|item| match item {
+            ModelItem::Message(m) => (m.role, m.text.as_str()),
+            other => panic!("not a message: {other:?}"),
+        })
         .collect();
     assert_eq!(
         context,
-        vec![
-            (ContextRole::User, "[operator] be brief"),
-            (ContextRole::User, "hello")
-        ]
+        vec![(Role::User, "[operator] be brief"), (Role::User, "hello")]
     );
     let read = h.read("s", "").json;
     assert_eq!(read["running"]["commandId"], first.as_str());
@@ -146,7 +158,7 @@ fn a_prompt_runs_to_one_settlement_and_queues_behind_the_running_turn() {
         (next.command_id.as_str(), next.attempt),
         (second.as_str(), 1)
     );
-    let texts: Vec<_> = next.context.iter().map(|m| m.text.as_str()).collect();
+    let texts: Vec<_> = texts(&next);
     assert_eq!(
         texts,
         vec!["[operator] be brief", "hello", "hi there", "again"]
@@ -387,7 +399,7 @@ fn steer_prompts_join_the_running_turn_and_follow_ups_wait() {
     let StepOutcome::Continue(step) = out else {
         panic!("{out:?}")
     };
-    let texts: Vec<_> = step.context.iter().map(|m| m.text.as_str()).collect();
+    let texts: Vec<_> = texts(&step);
     assert_eq!(texts, vec!["write a poem", "roses", "make it rhyme"]);
     let pending: Vec<_> = h.pending("s").into_iter().map(|p| p.0).collect();
     assert_eq!(
@@ -527,7 +539,7 @@ fn an_empty_answer_is_kept_in_the_transcript_but_not_sent_to_the_model() {
         .unwrap();
     h.prompt("s", "r2", "now say something");
     let step = claim(&mut h, &[]).remove(0);
-    let texts: Vec<_> = step.context.iter().map(|m| m.text.as_str()).collect();
+    let texts: Vec<_> = texts(&step);
     assert_eq!(texts, vec!["say nothing", "now say something"]);
     assert_eq!(
         roles(&mut h, "s").len(),

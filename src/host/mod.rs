@@ -15,6 +15,7 @@
 mod config;
 mod js;
 mod sql;
+mod tools;
 mod turn;
 mod watch;
 
@@ -23,6 +24,7 @@ use crate::grants;
 use crate::http::{self, Effects, HttpRequest, HttpResponse, META_HEADER};
 use crate::limits::{BODY_BYTES_MAX, PAGE_LIMIT_DEFAULT};
 use crate::observe::{Frame, RuntimeError};
+use crate::run::tools::{self as run_tools, CallsOutcome, ResultOutcome};
 use crate::run::{self, FailOutcome, Settlement, Step, StepOutcome};
 use crate::session::meta::MetaPolicy;
 use crate::session::{read, Ctx};
@@ -57,6 +59,9 @@ struct Inner {
     me: Weak<Inner>,
     sql: sql::DoSql,
     config: HostConfig,
+    /// The host Worker's tools (`ShiitakeDO#tools()`), or why they are
+    /// unusable (every turn then fails saying so).
+    tools: Result<Option<tools::HostTools>, String>,
     schema_checked: Cell<bool>,
     /// Turns this instance is executing, by head command.
     live: RefCell<HashMap<String, Stopper>>,
@@ -74,13 +79,19 @@ struct Inner {
 
 #[wasm_bindgen]
 impl ShiitakeCore {
-    /// `ctx` is the DurableObjectState; `env` the Worker's bindings.
+    /// `ctx` is the DurableObjectState; `env` the Worker's bindings;
+    /// `tools` the shim's tool host (`js/do.mjs`), or undefined.
     #[wasm_bindgen(constructor)]
-    pub fn new(ctx: JsValue, env: JsValue) -> Result<ShiitakeCore, JsValue> {
+    pub fn new(ctx: JsValue, env: JsValue, tools: JsValue) -> Result<ShiitakeCore, JsValue> {
         let sql = sql::DoSql::from_state(&ctx)?;
+        let tools = tools::HostTools::new(tools);
+        if let Err(why) = &tools {
+            web_sys::console::error_1(&format!("shiitake: {why}").into());
+        }
         let inner = Rc::new_cyclic(|me| Inner {
             me: me.clone(),
             sql,
+            tools,
             config: HostConfig::from_env(&env),
             schema_checked: Cell::new(false),
             live: RefCell::default(),
@@ -461,6 +472,17 @@ impl Inner {
             attempt: step.attempt,
         };
         self.publish(&step.session_id, "frame", &started);
+        let unavailable = match &self.tools {
+            Ok(Some(tools)) => tools.toolset.execute_unavailable(),
+            _ => None,
+        };
+        if let Some(why) = unavailable {
+            let diagnostic = Frame::Diagnostic {
+                command_id: step.command_id.clone(),
+                diagnostic: why.to_owned(),
+            };
+            self.publish(&step.session_id, "frame", &diagnostic);
+        }
         Ok(stopper)
     }
 
@@ -470,6 +492,12 @@ impl Inner {
         let mut head = step.command_id.clone();
         let session = step.session_id.clone();
         loop {
+            if !step.tool_calls.is_empty() {
+                match self.close_calls(&step, &stopper).await {
+                    Some(next) => step = next,
+                    None => break,
+                }
+            }
             let on_delta = |text: &str| {
                 let delta = Frame::Delta {
                     command_id: head.clone(),
@@ -477,8 +505,42 @@ impl Inner {
                 };
                 self.publish(&session, "frame", &delta);
             };
-            match turn::call(&self.config, &step, &stopper, &on_delta).await {
+            let (specs, protocol) = match &self.tools {
+                Ok(Some(tools)) => (tools.toolset.specs(), tools.toolset.protocol()),
+                Ok(None) => (Vec::new(), run_tools::Protocol::new([])),
+                Err(why) => {
+                    let failure = turn::CallOutcome::Failed(crate::model::ModelError::new(
+                        false,
+                        why.clone(),
+                    ));
+                    self.settle_failure(&session, &head, &step, failure);
+                    break;
+                }
+            };
+            match turn::call(&self.config, &step, &specs, &stopper, &on_delta).await {
                 CallOutcome::Stopped => break,
+                CallOutcome::Answered(answer) if !answer.tool_calls.is_empty() => {
+                    let attempt = step.attempt;
+                    let recorded = self.with_ctx(|ctx| {
+                        run_tools::record_calls(ctx, &session, &head, attempt, &answer, &protocol)
+                    });
+                    match recorded {
+                        Ok(CallsOutcome::Run { message, calls }) => {
+                            self.publish_message(&session, message);
+                            step.tool_calls = calls;
+                            step.context.clear();
+                        }
+                        Ok(CallsOutcome::Settled(settled)) => {
+                            self.publish_settled(&session, settled);
+                            break;
+                        }
+                        Ok(CallsOutcome::Stale) => break,
+                        Err(e) => {
+                            web_sys::console::error_1(&format!("shiitake: {e}").into());
+                            break;
+                        }
+                    }
+                }
                 CallOutcome::Answered(answer) => {
                     let attempt = step.attempt;
                     match self
@@ -515,44 +577,92 @@ impl Inner {
                         }
                     }
                 }
-                CallOutcome::Failed(error) => {
-                    let delay = self.config.retry.delay_ms(step.attempt);
-                    let outcome = self.with_ctx(|ctx| {
-                        run::fail_attempt(
-                            ctx,
-                            &session,
-                            &head,
-                            step.attempt,
-                            &run::Failure {
-                                retryable: error.retryable,
-                                diagnostic: error.diagnostic.clone(),
-                            },
-                            self.config.attempts(),
-                            delay,
-                        )
-                    });
-                    let now = js::now_ms();
-                    let report = |retry_in_ms| RuntimeError {
-                        command_id: head.clone(),
-                        diagnostic: error.diagnostic.clone(),
-                        retry_in_ms,
-                    };
-                    match outcome {
-                        Ok(FailOutcome::Retry { retry_at }) => {
-                            self.publish(&session, "runtime-error", &report(Some(retry_at - now)));
-                        }
-                        Ok(FailOutcome::Settled(settled)) => {
-                            self.publish(&session, "runtime-error", &report(None));
-                            self.publish_settled(&session, settled);
-                        }
-                        Ok(FailOutcome::Stale) => {}
-                        Err(e) => web_sys::console::error_1(&format!("shiitake: {e}").into()),
-                    }
+                failure @ CallOutcome::Failed(_) => {
+                    self.settle_failure(&session, &head, &step, failure);
                     break;
                 }
             }
         }
         self.live.borrow_mut().remove(&head);
+    }
+
+    /// Closes the open calls of `step` in order, recording each outcome;
+    /// answers the next model step once the last is closed. `None`: the
+    /// turn was stopped or the attempt went stale.
+    async fn close_calls(&self, step: &Step, stopper: &Stopper) -> Option<Step> {
+        for call in &step.tool_calls {
+            if stopper.is_stopped() {
+                return None;
+            }
+            let output = self.run_call(step, call, stopper).await?;
+            if stopper.is_stopped() {
+                return None;
+            }
+            let recorded = self.with_ctx(|ctx| {
+                run_tools::record_result(
+                    ctx,
+                    &step.session_id,
+                    &step.command_id,
+                    step.attempt,
+                    &call.id,
+                    &output,
+                )
+            });
+            match recorded {
+                Ok(ResultOutcome::Recorded { message, next }) => {
+                    self.publish_message(&step.session_id, message);
+                    if next.is_some() {
+                        return next;
+                    }
+                }
+                Ok(ResultOutcome::Stale) => return None,
+                Err(e) => {
+                    web_sys::console::error_1(&format!("shiitake: {e}").into());
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
+    /// Records a failed model call: a retry on the durable timer, or the
+    /// turn's `failed` settlement.
+    fn settle_failure(&self, session: &str, head: &str, step: &Step, failure: CallOutcome) {
+        let CallOutcome::Failed(error) = failure else {
+            return;
+        };
+        let delay = self.config.retry.delay_ms(step.attempt);
+        let outcome = self.with_ctx(|ctx| {
+            run::fail_attempt(
+                ctx,
+                session,
+                head,
+                step.attempt,
+                &run::Failure {
+                    retryable: error.retryable,
+                    diagnostic: error.diagnostic.clone(),
+                },
+                self.config.attempts(),
+                delay,
+            )
+        });
+        let now = js::now_ms();
+        let report = |retry_in_ms| RuntimeError {
+            command_id: head.to_owned(),
+            diagnostic: error.diagnostic.clone(),
+            retry_in_ms,
+        };
+        match outcome {
+            Ok(FailOutcome::Retry { retry_at }) => {
+                self.publish(session, "runtime-error", &report(Some(retry_at - now)));
+            }
+            Ok(FailOutcome::Settled(settled)) => {
+                self.publish(session, "runtime-error", &report(None));
+                self.publish_settled(session, settled);
+            }
+            Ok(FailOutcome::Stale) => {}
+            Err(e) => web_sys::console::error_1(&format!("shiitake: {e}").into()),
+        }
     }
 }
 

@@ -5,12 +5,13 @@
 use super::config::{HostConfig, MODEL_CALL_TIMEOUT_MS};
 use super::js::{self, error_message};
 use crate::model::{
-    build_call, classify_status, Answer, ModelError, ModelMessage, ModelRequest, Role,
-    StreamDecoder, StreamEvent,
+    build_call_with_tools, classify_status, Answer, ModelError, StreamDecoder, StreamEvent,
+    ToolRequest, ToolSpec,
 };
-use crate::run::{ContextRole, Step, StepAnswer, TokenUsage};
+use crate::run::{Step, StepAnswer, TokenUsage};
 use futures::future::{select, Either};
 use std::cell::Cell;
+use std::cell::RefCell;
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
@@ -31,6 +32,8 @@ pub enum CallOutcome {
 pub struct Stopper {
     controller: web_sys::AbortController,
     stopped: Rc<Cell<bool>>,
+    /// Tool calls' own controllers, aborted with the turn.
+    children: Rc<RefCell<Vec<web_sys::AbortController>>>,
 }
 
 impl Stopper {
@@ -38,15 +41,34 @@ impl Stopper {
         Ok(Stopper {
             controller: web_sys::AbortController::new()?,
             stopped: Rc::new(Cell::new(false)),
+            children: Rc::default(),
         })
     }
 
     pub fn stop(&self) {
         self.stopped.set(true);
         self.controller.abort();
+        for child in self.children.borrow_mut().drain(..) {
+            child.abort();
+        }
     }
 
-    fn is_stopped(&self) -> bool {
+    /// Ties a tool call's controller to the turn: a stop aborts it too.
+    /// Only the newest few are kept: calls of a turn run one at a time.
+    pub fn adopt(&self, child: &web_sys::AbortController) {
+        if self.is_stopped() {
+            child.abort();
+            return;
+        }
+        let mut children = self.children.borrow_mut();
+        children.retain(|c| !c.signal().aborted());
+        if children.len() >= 8 {
+            children.remove(0);
+        }
+        children.push(child.clone());
+    }
+
+    pub fn is_stopped(&self) -> bool {
         self.stopped.get()
     }
 }
@@ -55,6 +77,7 @@ impl Stopper {
 pub async fn call(
     config: &HostConfig,
     step: &Step,
+    tools: &[ToolSpec],
     stopper: &Stopper,
     on_delta: &dyn Fn(&str),
 ) -> CallOutcome {
@@ -62,27 +85,17 @@ pub async fn call(
         Ok(model) => model,
         Err(why) => return CallOutcome::Failed(ModelError::new(false, why.clone())),
     };
-    let messages: Vec<ModelMessage> = step
-        .context
-        .iter()
-        .map(|m| ModelMessage {
-            role: match m.role {
-                ContextRole::User => Role::User,
-                ContextRole::Assistant => Role::Assistant,
-            },
-            text: m.text.clone(),
-            images: m.images.clone(),
-        })
-        .collect();
-    let call = build_call(
-        provider,
-        &ModelRequest {
-            spec,
-            instructions: config.instructions.as_deref(),
-            messages: &messages,
-            max_output_tokens: config.max_output_tokens,
-        },
-    );
+    let request = ToolRequest {
+        spec,
+        instructions: config.instructions.as_deref(),
+        items: &step.context,
+        tools,
+        max_output_tokens: config.max_output_tokens,
+    };
+    let call = match build_call_with_tools(provider, &request) {
+        Ok(call) => call,
+        Err(e) => return CallOutcome::Failed(e),
+    };
     let streamed = stream(&call, spec.provider, stopper, config, on_delta);
     let deadline = js::sleep(MODEL_CALL_TIMEOUT_MS);
     let outcome = match select(Box::pin(streamed), deadline).await {
@@ -102,7 +115,7 @@ pub async fn call(
                 input_tokens: u.input_tokens,
                 output_tokens: u.output_tokens,
             }),
-            tool_call_count: answer.tool_calls.len() as u32,
+            tool_calls: answer.tool_calls,
             text: answer.text,
         }),
         Err(e) => CallOutcome::Failed(e),

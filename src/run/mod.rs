@@ -15,8 +15,10 @@
 //!   pending or running).
 
 pub mod settlement;
+pub mod tools;
 
 use crate::error::ApiError;
+use crate::model::{ModelItem, ModelMessage, Role, ToolCall};
 use crate::session::admission::prompt_input;
 use crate::session::command::{Image, PromptInput};
 use crate::session::read::{message_body, Message};
@@ -24,26 +26,13 @@ use crate::session::Ctx;
 use crate::sql::atomically;
 use crate::store::{CommandRow, Kind, State, Store, Terminal};
 use serde::Deserialize;
+use serde_json::Value;
 pub use settlement::{Settlement, TokenUsage};
 
 /// Most messages of the transcript a model call sees (newest kept).
 pub const CONTEXT_MESSAGES_MAX: usize = 200;
 /// Most turns one reconciliation pass claims; the next pass takes the rest.
 pub const CLAIMS_PER_PASS_MAX: usize = 64;
-
-/// A message of the model context, oldest first.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContextMessage {
-    pub role: ContextRole,
-    pub text: String,
-    pub images: Vec<Image>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ContextRole {
-    User,
-    Assistant,
-}
 
 /// One model step to perform: who it is for and what the model sees.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,7 +42,12 @@ pub struct Step {
     pub command_id: String,
     /// Guards every write this step's outcome makes.
     pub attempt: u32,
-    pub context: Vec<ContextMessage>,
+    /// What the model sees. Empty while `tool_calls` remain: the host
+    /// closes them first, and the last outcome answers the context.
+    pub context: Vec<ModelItem>,
+    /// Calls of an interrupted tool step to close before the model call
+    /// (see [`tools`]).
+    pub tool_calls: Vec<tools::OpenCall>,
     /// Messages the claiming transition appended (stored JSON), to publish.
     pub appended: Vec<String>,
 }
@@ -63,7 +57,9 @@ pub struct Step {
 pub struct StepAnswer {
     pub text: String,
     pub usage: Option<TokenUsage>,
-    pub tool_call_count: u32,
+    /// Calls the model made; with any, record them with
+    /// [`tools::record_calls`], else the step completes ([`complete_step`]).
+    pub tool_calls: Vec<ToolCall>,
 }
 
 /// The outcome of [`complete_step`].
@@ -156,8 +152,15 @@ pub fn reconcile(
                 continue;
             }
             let turn = store.turn(&head.session_id, &head.command_id)?;
-            let context = context(store, &head.session_id, &[])?;
-            resumable.push((head, turn, context));
+            let open = tools::Progress::parse(head.usage.as_deref())?.open;
+            // Open calls are closed first; their last outcome answers the
+            // context then.
+            let context = if open.is_empty() {
+                context(store, &head.session_id, &[])?
+            } else {
+                Vec::new()
+            };
+            resumable.push((head, turn, context, open));
         }
         let mut fresh = Vec::new();
         let room = CLAIMS_PER_PASS_MAX - resumable.len();
@@ -176,7 +179,7 @@ pub fn reconcile(
 
         let mut steps = Vec::new();
         let mut settled = Vec::new();
-        for (head, turn, context) in resumable {
+        for (head, turn, context, open) in resumable {
             // A turn this instance claimed at admission and never started
             // runs its first attempt as claimed. Any other orphan (a dead
             // instance's) counts a new attempt, so a turn that keeps
@@ -214,6 +217,7 @@ pub fn reconcile(
                 command_id: head.command_id,
                 attempt,
                 context,
+                tool_calls: open,
                 appended: Vec::new(),
             });
         }
@@ -225,6 +229,7 @@ pub fn reconcile(
                 command_id: head.command_id,
                 attempt: 1,
                 context,
+                tool_calls: Vec::new(),
                 appended: vec![prompt.body],
             });
         }
@@ -255,7 +260,9 @@ pub fn complete_step(
         let Some(head) = current_head(&turn, command_id, attempt) else {
             return Ok(StepOutcome::Stale);
         };
-        let usage = TokenUsage::sum(head.usage.as_deref(), answer.usage)?;
+        let mut progress = tools::Progress::parse(head.usage.as_deref())?;
+        progress.add_usage(answer.usage);
+        let usage = progress.usage();
         let steers = store.pending_steers(&head.session_id)?;
         let answer_id = ids.next_id("msg_");
         let answer_body = message_body(&Message {
@@ -264,10 +271,10 @@ pub fn complete_step(
             text: &answer.text,
             request_id: None,
             command_id: Some(command_id),
-            images: &[],
             meta: None,
             usage: answer.usage,
             created_at: now_ms,
+            ..Default::default()
         })?;
         if steers.is_empty() {
             // The queue's next prompt starts in this same write: no durable
@@ -293,7 +300,7 @@ pub fn complete_step(
                 store,
                 &turn,
                 Terminal::Completed,
-                Some((&answer.text, usage, answer.tool_call_count)),
+                Some((&answer.text, usage, progress.tool_calls)),
                 None,
                 now_ms,
             )?;
@@ -306,6 +313,7 @@ pub fn complete_step(
                         command_id: next.command_id,
                         attempt: 1,
                         context,
+                        tool_calls: Vec::new(),
                         appended: vec![prompt.body],
                     })
                 }
@@ -333,14 +341,15 @@ pub fn complete_step(
             store.claim(steer, Some(command_id), attempt, now_ms)?;
             store.insert_message(&head.session_id, &prompt.body)?;
         }
-        if let Some(usage) = usage {
-            store.set_usage(head, &serde_json::to_string(&usage).map_err(internal)?)?;
+        if usage.is_some() {
+            store.set_usage(head, &progress.to_json()?)?;
         }
         Ok(StepOutcome::Continue(Step {
             session_id: head.session_id.clone(),
             command_id: command_id.to_owned(),
             attempt,
             context,
+            tool_calls: Vec::new(),
             appended: unwritten.into_iter().map(|p| p.body).collect(),
         }))
     })
@@ -450,7 +459,7 @@ pub(crate) fn settle_with_meta(
 }
 
 /// The head of `turn` if it is running under `attempt`.
-fn current_head<'t>(
+pub(crate) fn current_head<'t>(
     turn: &'t [CommandRow],
     command_id: &str,
     attempt: u32,
@@ -461,8 +470,8 @@ fn current_head<'t>(
 }
 
 /// A message about to be written, not yet readable from the store.
-struct Pending {
-    body: String,
+pub(crate) struct Pending {
+    pub(crate) body: String,
 }
 
 /// The `user` message a prompt becomes when its turn starts.
@@ -495,51 +504,135 @@ pub(crate) fn user_message_body(
         meta: crate::session::read::meta_raw(meta)?,
         usage: None,
         created_at: now_ms,
+        ..Default::default()
     })
 }
 
 /// What the model sees: the newest stored messages plus `unwritten` ones
-/// (this transition's writes), starting at a user message.
-fn context(
+/// (this transition's writes), starting at a user message. Tool turns are
+/// replayed as the providers require: every call answered by its result
+/// right after it (a call whose turn ended without an outcome reads as
+/// such), results without their call dropped; display payloads (`data`)
+/// never reach the model.
+pub(crate) fn context(
     store: Store<'_>,
     session_id: &str,
     unwritten: &[Pending],
-) -> Result<Vec<ContextMessage>, ApiError> {
-    #[derive(Deserialize)]
-    struct Stored {
-        role: String,
-        text: String,
-        #[serde(default)]
-        images: Vec<Image>,
-    }
+) -> Result<Vec<ModelItem>, ApiError> {
     let keep = CONTEXT_MESSAGES_MAX.saturating_sub(unwritten.len());
     let stored = store.recent_messages(session_id, keep)?;
-    let mut context = Vec::new();
+    let mut items: Vec<ModelItem> = Vec::new();
+    // Calls of the newest tool step not answered yet, and the messages
+    // written while they ran (an operator line): those follow the results.
+    let mut unanswered: Vec<(String, String)> = Vec::new();
+    let mut deferred: Vec<Stored> = Vec::new();
     for body in stored
         .iter()
         .map(String::as_str)
         .chain(unwritten.iter().map(|p| p.body.as_str()))
     {
         let m: Stored = serde_json::from_str(body).map_err(internal)?;
-        let (role, text) = match m.role.as_str() {
-            "assistant" => (ContextRole::Assistant, m.text),
-            // Operator lines reach the model as attributed user content.
-            "operator" => (ContextRole::User, format!("[operator] {}", m.text)),
-            _ => (ContextRole::User, m.text),
+        if m.role != "tool" {
+            if unanswered.is_empty() {
+                push_message(&mut items, &mut unanswered, m);
+            } else {
+                deferred.push(m);
+            }
+            continue;
+        }
+        let Some(call_id) = m.tool_call_id else {
+            continue;
         };
-        if context.is_empty() && role == ContextRole::Assistant {
-            continue; // a context starts with the user
-        }
-        if text.is_empty() && m.images.is_empty() {
-            continue; // an empty answer says nothing; providers refuse empty content
-        }
-        context.push(ContextMessage {
-            role,
-            text,
-            images: m.images,
+        let Some(at) = unanswered.iter().position(|(id, _)| *id == call_id) else {
+            continue; // its call is outside the window, or answered
+        };
+        unanswered.remove(at);
+        items.push(ModelItem::ToolResult {
+            call_id,
+            name: m.tool_name.unwrap_or_default(),
+            content: m.text,
+            is_error: m.is_error,
         });
+        if unanswered.is_empty() {
+            for m in std::mem::take(&mut deferred) {
+                push_message(&mut items, &mut unanswered, m);
+            }
+        }
     }
-    Ok(context)
+    // A step whose turn ended without its outcomes (cancelled, failed).
+    while !unanswered.is_empty() {
+        for (call_id, name) in unanswered.drain(..) {
+            items.push(ModelItem::ToolResult {
+                call_id,
+                name,
+                content: "no outcome: the turn ended before this call finished".to_owned(),
+                is_error: true,
+            });
+        }
+        for m in std::mem::take(&mut deferred) {
+            push_message(&mut items, &mut unanswered, m);
+        }
+    }
+    Ok(items)
+}
+
+/// A stored message as the model context reads it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Stored {
+    role: String,
+    text: String,
+    #[serde(default)]
+    images: Vec<Image>,
+    #[serde(default)]
+    tool_calls: Vec<tools::RecordedCall>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+    #[serde(default)]
+    tool_name: Option<String>,
+    #[serde(default)]
+    is_error: bool,
+}
+
+/// Appends a non-tool message; a tool step's calls become `unanswered`.
+fn push_message(items: &mut Vec<ModelItem>, unanswered: &mut Vec<(String, String)>, m: Stored) {
+    let (role, text) = match m.role.as_str() {
+        "assistant" => (Role::Assistant, m.text),
+        // Operator lines reach the model as attributed user content.
+        "operator" => (Role::User, format!("[operator] {}", m.text)),
+        _ => (Role::User, m.text),
+    };
+    if items.is_empty() && role == Role::Assistant {
+        return; // a context starts with the user
+    }
+    if !m.tool_calls.is_empty() {
+        *unanswered = m
+            .tool_calls
+            .iter()
+            .map(|c| (c.id.clone(), c.name.clone()))
+            .collect();
+        items.push(ModelItem::ToolCalls {
+            text,
+            calls: m
+                .tool_calls
+                .into_iter()
+                .map(|c| ToolCall {
+                    id: c.id,
+                    name: c.name,
+                    arguments: Value::Object(c.arguments).to_string(),
+                })
+                .collect(),
+        });
+        return;
+    }
+    if text.is_empty() && m.images.is_empty() {
+        return; // an empty answer says nothing; providers refuse empty content
+    }
+    items.push(ModelItem::Message(ModelMessage {
+        role,
+        text,
+        images: m.images,
+    }));
 }
 
 fn internal(e: serde_json::Error) -> ApiError {

@@ -13,26 +13,6 @@ pub struct TokenUsage {
     pub output_tokens: u64,
 }
 
-impl TokenUsage {
-    /// `stored` (JSON of earlier steps) plus `step`.
-    pub fn sum(
-        stored: Option<&str>,
-        step: Option<TokenUsage>,
-    ) -> Result<Option<TokenUsage>, ApiError> {
-        let earlier: Option<TokenUsage> = stored
-            .map(serde_json::from_str)
-            .transpose()
-            .map_err(|e| ApiError::Internal(format!("stored usage: {e}")))?;
-        Ok(match (earlier, step) {
-            (Some(a), Some(b)) => Some(TokenUsage {
-                input_tokens: a.input_tokens.saturating_add(b.input_tokens),
-                output_tokens: a.output_tokens.saturating_add(b.output_tokens),
-            }),
-            (a, b) => a.or(b),
-        })
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Settlement {

@@ -198,10 +198,10 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Admitted, ApiError> {
                     text: &text.text,
                     request_id: Some(a.request_id),
                     command_id: Some(&command_id),
-                    images: &[],
                     meta: super::read::meta_raw(a.meta)?,
                     usage: None,
                     created_at: now_ms,
+                    ..Default::default()
                 })?;
                 store.insert_message(a.session_id, &body)?;
                 message = Some(body);

@@ -12,7 +12,10 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 /// A transcript entry, serialised once when written and served as stored.
-#[derive(Debug, Serialize)]
+/// Roles: `user`, `operator`, `assistant` (with `toolCalls` when the model
+/// called tools) and `tool` (one call's outcome: `text` is what the model
+/// sees, `data` the display payload it never sees).
+#[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Message<'a> {
     pub entry_id: &'a str,
@@ -29,6 +32,23 @@ pub struct Message<'a> {
     /// Token usage of the model step that wrote an assistant message.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::run::TokenUsage>,
+    /// The tool calls of an assistant step, as recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<&'a [crate::run::tools::RecordedCall]>,
+    /// The execution protocol digest of the step that made the calls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<&'a crate::run::tools::Protocol>,
+    /// A `tool` message: the call it answers and the tool's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<&'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
+    /// A tool's display payload (seed: `SessionMessage.data`): never sent
+    /// to the model, not host metadata, not under the metadata cap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<&'a RawValue>,
     pub created_at: i64,
 }
 

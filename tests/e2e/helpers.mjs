@@ -55,6 +55,8 @@ export const WORKER_BINDINGS = [
   "SHIITAKE_ATTEMPTS_MAX",
   "SHIITAKE_MAX_OUTPUT_TOKENS",
   "SHIITAKE_FAULT_PANIC_MARKER",
+  // tests/e2e/fixtures/tools-worker.mjs: "off" drops its confirm hook.
+  "TOOLS_CONFIRM_HOOK",
 ];
 // The newest date the pinned workerd (1.20260730.x) accepts.
 export const COMPATIBILITY_DATE = "2026-07-30";
@@ -70,8 +72,10 @@ export const bytes = (s) => Buffer.byteLength(s, "utf8");
  * Miniflare options for a Worker whose entry exports the `ShiitakeDO` class;
  * `bindings` are added to `SHIITAKE_TOKEN`.
  */
-export function workerOptions(scriptPath, persistDir, bindings = {}) {
+export function workerOptions(scriptPath, persistDir, bindings = {}, { loader = true } = {}) {
   return {
+    // The Worker Loader binding the `execute` tool runs model code in.
+    ...(loader ? { workerLoaders: { LOADER: {} } } : {}),
     modules: true,
     scriptPath,
     modulesRules: [{ type: "CompiledWasm", include: ["**/*.wasm"] }],
@@ -111,7 +115,7 @@ export async function bundleFixture(entryPath, name) {
  * `bindings`: more Worker bindings (names from WORKER_BINDINGS; numbers are
  * passed as strings, like wrangler vars), overriding those.
  */
-export async function startWorker({ scriptPath = DEMO_SCRIPT, persist = false, model = "hold", bindings = {} } = {}) {
+export async function startWorker({ scriptPath = DEMO_SCRIPT, persist = false, model = "hold", bindings = {}, loader = true } = {}) {
   if (!existsSync(scriptPath)) {
     throw new Error(`${path.relative(ROOT, scriptPath)} is missing: run \`bash scripts/build.sh\` first`);
   }
@@ -132,6 +136,7 @@ export async function startWorker({ scriptPath = DEMO_SCRIPT, persist = false, m
   for (const [name, value] of Object.entries(bindings)) all[name] = String(value);
   const persistDir = persist ? await mkdtemp(path.join(tmpdir(), "shiitake-e2e-")) : undefined;
   const h = new Harness(scriptPath, persistDir, all, server);
+  h.loader = loader;
   h.provider = server ? provider : undefined;
   h.modelApiKey = modelApiKey;
   await h.start();
@@ -169,12 +174,14 @@ export class Harness {
     /** The provider key the Worker was given (MODEL_API_KEY or ANTHROPIC_TEST_KEY). */
     this.modelApiKey = undefined;
     this.mf = undefined;
+    /** Whether the Worker gets the LOADER binding (`startWorker({ loader })`). */
+    this.loader = true;
     /** Every answer this harness received: `{method, path, status, text, headers}` (bounded). */
     this.seen = [];
   }
 
   async start() {
-    this.mf = new Miniflare(workerOptions(this.scriptPath, this.persistDir, this.bindings));
+    this.mf = new Miniflare(workerOptions(this.scriptPath, this.persistDir, this.bindings, { loader: this.loader }));
     await this.mf.ready;
   }
 

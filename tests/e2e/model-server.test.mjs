@@ -486,3 +486,341 @@ test("openai: streamError sends an in-stream error chunk and no [DONE]", async (
   assert.deepEqual(events.at(-1), { error: { message: "The server had an error", type: "server_error", param: null, code: null } });
   assert.equal(model.requests()[0].outcome, "error");
 });
+
+// ---- Tool calls (both formats) ----
+
+/** Joins an OpenAI stream's tool calls by index: `[{id, type, name, arguments, pieces}]`. */
+function openAiToolCalls(events) {
+  const calls = [];
+  for (const e of events) {
+    if (e === "[DONE]" || e.choices.length === 0) continue;
+    for (const d of e.choices[0].delta.tool_calls ?? []) {
+      if (d.id !== undefined) {
+        // The first piece of a call names it; its arguments start empty.
+        assert.equal(calls[d.index], undefined, `call ${d.index} starts once`);
+        assert.equal(d.function.arguments, "");
+        calls[d.index] = { id: d.id, type: d.type, name: d.function.name, arguments: "", pieces: 0 };
+      } else {
+        assert.deepEqual(Object.keys(d).sort(), ["function", "index"]);
+        assert.deepEqual(Object.keys(d.function), ["arguments"]);
+        calls[d.index].arguments += d.function.arguments;
+        calls[d.index].pieces++;
+      }
+    }
+  }
+  return calls;
+}
+
+/** Joins an Anthropic stream's content blocks, checking each starts after the last stopped: `[{type, text | id, name, json, pieces}]`. */
+function anthropicBlocks(events) {
+  const blocks = [];
+  let open = null;
+  for (const { event, data } of events) {
+    if (event === "content_block_start") {
+      assert.equal(open, null, "one block at a time");
+      assert.equal(data.index, blocks.length, "blocks are numbered in order");
+      blocks.push({ ...data.content_block, json: "", pieces: 0 });
+      open = data.index;
+    } else if (event === "content_block_delta") {
+      assert.equal(data.index, open);
+      const b = blocks[open];
+      if (data.delta.type === "text_delta") b.text += data.delta.text;
+      else {
+        assert.equal(data.delta.type, "input_json_delta");
+        assert.equal(b.type, "tool_use");
+        b.json += data.delta.partial_json;
+        b.pieces++;
+      }
+    } else if (event === "content_block_stop") {
+      assert.equal(data.index, open);
+      open = null;
+    }
+  }
+  assert.equal(open, null, "every block stopped");
+  return blocks;
+}
+
+const WEATHER_TOOL = { type: "function", function: { name: "get_weather", description: "The weather in a city", parameters: { type: "object", properties: { city: { type: "string" } } } } };
+const ANTHROPIC_WEATHER_TOOL = { name: "get_weather", description: "The weather in a city", input_schema: { type: "object", properties: { city: { type: "string" } } } };
+
+test("openai tool calls: text first, then per call a start chunk (id, name) and its arguments in pieces; finish_reason tool_calls", async () => {
+  model.reset();
+  model.script({
+    text: "Let me look.",
+    toolCalls: [
+      { name: "get_weather", arguments: { city: "Paris", units: "metric" } },
+      { id: "call_mine", name: "lookup", arguments: '{"query":"population of Paris"}' },
+    ],
+  });
+  const events = await sse(await chat({ stream: true, stream_options: { include_usage: true }, tools: [WEATHER_TOOL], messages: [{ role: "user", content: "weather?" }] }));
+  assert.equal(events.at(-1), "[DONE]");
+  const chunks = events.slice(0, -1);
+  assert.equal(contentOf(chunks), "Let me look.");
+  const lastText = chunks.findLastIndex((c) => c.choices[0]?.delta.content);
+  const firstCall = chunks.findIndex((c) => c.choices[0]?.delta.tool_calls);
+  assert.ok(lastText < firstCall, "the text comes before the tool calls");
+  const seq = model.requests()[0].seq;
+  const calls = openAiToolCalls(chunks);
+  assert.deepEqual(
+    calls.map(({ pieces, ...c }) => c),
+    [
+      { id: `call_${seq}_0`, type: "function", name: "get_weather", arguments: '{"city":"Paris","units":"metric"}' },
+      { id: "call_mine", type: "function", name: "lookup", arguments: '{"query":"population of Paris"}' },
+    ],
+  );
+  for (const c of calls) assert.ok(c.pieces >= 2 && c.pieces <= 3, `arguments in ${c.pieces} pieces`);
+  const finish = chunks.filter((c) => c.choices[0]?.finish_reason);
+  assert.equal(finish.length, 1);
+  assert.equal(finish[0].choices[0].finish_reason, "tool_calls");
+  assert.deepEqual(finish[0].choices[0].delta, {});
+  assert.deepEqual(chunks.at(-1).choices, [], "then the usage chunk");
+  assert.ok(chunks.at(-1).usage.completion_tokens > 0);
+  const r = model.requests()[0];
+  assert.equal(r.outcome, "completed");
+  assert.equal(r.chunksSent, chunks.filter((c) => c.choices[0]?.delta.content || c.choices[0]?.delta.tool_calls).length);
+
+  // Unstreamed: message.tool_calls, content null without text; finishReason still overridable.
+  model.script({ toolCalls: [{ name: "get_weather", arguments: "{}" }] }, { toolCalls: [{ name: "f", arguments: "{}" }], finishReason: "stop" });
+  const json = await (await chat({ messages: [{ role: "user", content: "weather?" }] })).json();
+  assert.deepEqual(json.choices[0].message, {
+    role: "assistant",
+    content: null,
+    refusal: null,
+    tool_calls: [{ id: `call_${model.requests()[1].seq}_0`, type: "function", function: { name: "get_weather", arguments: "{}" } }],
+  });
+  assert.equal(json.choices[0].finish_reason, "tool_calls");
+  const overridden = await sse(await chat({ stream: true, messages: [{ role: "user", content: "x" }] }));
+  assert.equal(contentOf(overridden), "", "tool calls alone: no echo");
+  assert.equal(overridden.at(-2).choices[0].finish_reason, "stop");
+});
+
+test("anthropic tool_use: blocks after the text block, input_json_delta pieces, stop_reason tool_use", async () => {
+  model.reset();
+  model.script(
+    { toolCalls: [{ name: "get_weather", arguments: { city: "Paris" } }] },
+    { text: "Checking both.", toolCalls: [{ name: "get_weather", arguments: { city: "Oslo" } }, { id: "toolu_mine", name: "lookup", arguments: '{"q":"fjords"}' }] },
+  );
+  const only = await anthropicSse(await messages({ stream: true, tools: [ANTHROPIC_WEATHER_TOOL], messages: userSays("weather?") }));
+  const seq = model.requests()[0].seq;
+  const [block, ...rest] = anthropicBlocks(only);
+  assert.deepEqual(rest, [], "no text block for tool calls alone");
+  assert.equal(block.type, "tool_use");
+  assert.equal(block.id, `toolu_${seq}_0`);
+  assert.equal(block.name, "get_weather");
+  assert.deepEqual(block.input, {}, "content_block_start carries an empty input");
+  assert.deepEqual(JSON.parse(block.json), { city: "Paris" });
+  assert.ok(block.pieces >= 2, `${block.pieces} pieces`);
+  const md = only.find((e) => e.event === "message_delta").data;
+  assert.equal(md.delta.stop_reason, "tool_use");
+  assert.equal(only.at(-1).event, "message_stop");
+
+  const both = await anthropicSse(await messages({ stream: true, messages: userSays("weather?") }));
+  const blocks = anthropicBlocks(both);
+  assert.deepEqual(
+    blocks.map((b) => [b.type, b.text ?? b.id, b.name, b.json]),
+    [
+      ["text", "Checking both.", undefined, ""],
+      ["tool_use", `toolu_${model.requests()[1].seq}_0`, "get_weather", '{"city":"Oslo"}'],
+      ["tool_use", "toolu_mine", "lookup", '{"q":"fjords"}'],
+    ],
+  );
+  assert.equal(both.find((e) => e.event === "message_delta").data.delta.stop_reason, "tool_use");
+
+  // Unstreamed: tool_use blocks with the input parsed.
+  model.script({ text: "One moment.", toolCalls: [{ id: "toolu_x", name: "get_weather", arguments: { city: "Rome" } }] });
+  const json = await (await messages({ messages: userSays("weather?") })).json();
+  assert.deepEqual(json.content, [
+    { type: "text", text: "One moment." },
+    { type: "tool_use", id: "toolu_x", name: "get_weather", input: { city: "Rome" } },
+  ]);
+  assert.equal(json.stop_reason, "tool_use");
+});
+
+test("tool calls keep gates, pacing and drops: each start and each arguments piece is a chunk", async () => {
+  model.reset();
+  model.script({ gate: "tg", chunkDelayMs: 10, toolCalls: [{ name: "f", arguments: '{"a":1}' }] }, { dropAfterChunks: 2, toolCalls: [{ name: "f", arguments: '{"abc":"defghi"}' }] });
+  const gated = chat({ stream: true, messages: [{ role: "user", content: "x" }] }).then(sse);
+  await model.waitForRequests(1);
+  await new Promise((r) => setTimeout(r, 30));
+  assert.equal(model.requests()[0].chunksSent, 0, "nothing passes a closed gate");
+  model.release("tg");
+  assert.equal(openAiToolCalls(await gated)[0].arguments, '{"a":1}');
+
+  const dropped = await messages({ stream: true, messages: userSays("x") });
+  await assert.rejects(dropped.text());
+  await model.waitFor((rs) => rs[1]?.outcome === "dropped");
+  assert.equal(model.requests()[1].chunksSent, 2, "the call's start and one piece of its arguments");
+});
+
+test("follow-ups with tool results are accepted in both formats; scriptFor and requests() match tool results and arguments", async () => {
+  model.reset();
+  model.script({ text: "from the queue" });
+  model.scriptFor("RESULT-TAG-7", { text: "routed by the tool result" });
+  model.scriptFor("ARG-TAG-7", { text: "routed by the arguments" });
+  const openAiTurn = (result) => [
+    { role: "system", content: "be brief" },
+    { role: "user", content: "weather in Paris and Oslo?" },
+    {
+      role: "assistant",
+      content: null,
+      tool_calls: [
+        { id: "call_a", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } },
+        { id: "call_b", type: "function", function: { name: "get_weather", arguments: '{"city":"Oslo"}' } },
+      ],
+    },
+    { role: "tool", tool_call_id: "call_b", content: "snow" },
+    { role: "tool", tool_call_id: "call_a", content: result },
+  ];
+  const routed = await sse(await chat({ stream: true, tools: [WEATHER_TOOL], messages: openAiTurn("sunny RESULT-TAG-7") }));
+  assert.equal(contentOf(routed), "routed by the tool result");
+  // Text parts are a tool result too, and an assistant message may carry text beside its calls.
+  const withText = [
+    { role: "user", content: "go" },
+    { role: "assistant", content: "Looking.", tool_calls: [{ id: "c1", type: "function", function: { name: "find", arguments: '{"tag":"ARG-TAG-7"}' } }] },
+    { role: "tool", tool_call_id: "c1", content: [{ type: "text", text: "found" }] },
+    { role: "assistant", content: "Found it." },
+    { role: "user", content: "thanks" },
+  ];
+  assert.equal(contentOf(await sse(await chat({ stream: true, messages: withText }))), "routed by the arguments");
+
+  model.scriptFor("RESULT-TAG-8", { text: "anthropic routed" });
+  const anthropicTurn = [
+    { role: "user", content: "weather in Paris and Oslo?" },
+    {
+      role: "assistant",
+      content: [
+        { type: "text", text: "Checking." },
+        { type: "tool_use", id: "toolu_a", name: "get_weather", input: { city: "Paris" } },
+        { type: "tool_use", id: "toolu_b", name: "get_weather", input: { city: "Oslo" } },
+      ],
+    },
+    {
+      role: "user",
+      content: [
+        { type: "tool_result", tool_use_id: "toolu_b", content: "snow" },
+        { type: "tool_result", tool_use_id: "toolu_a", content: [{ type: "text", text: "failed RESULT-TAG-8" }], is_error: true },
+        { type: "text", text: "and then?" },
+      ],
+    },
+  ];
+  const res = await messages({ stream: true, tools: [ANTHROPIC_WEATHER_TOOL], messages: anthropicTurn });
+  assert.equal(res.status, 200);
+  assert.equal(textOf(await anthropicSse(res)), "anthropic routed");
+  // Not matched by any lane: the queue answers.
+  const plain = await messages({ stream: true, messages: [anthropicTurn[0], anthropicTurn[1], { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_a" }, { type: "tool_result", tool_use_id: "toolu_b", content: "" }] }] });
+  assert.equal(textOf(await anthropicSse(plain)), "from the queue");
+
+  assert.equal(model.unconsumed(), 0);
+  assert.equal(model.requests("RESULT-TAG-7").length, 1);
+  assert.equal(model.requests("ARG-TAG-7").length, 1);
+  assert.equal(model.requests("RESULT-TAG-8").length, 1);
+  assert.equal(model.requests('"city":"Oslo"').length, 3, "tool_use input is matched as JSON");
+  assert.ok(model.requests().every((r) => r.outcome === "completed"));
+});
+
+test("openai: tool turns and tools OpenAI would refuse are a 400 naming the problem and its param, and consume nothing", async () => {
+  model.reset();
+  model.script({ text: "kept" });
+  const call = (id, args = "{}") => ({ id, type: "function", function: { name: "f", arguments: args } });
+  const asks = (...ids) => ({ role: "assistant", content: null, tool_calls: ids.map((id) => call(id)) });
+  const answers = (id, content = "ok") => ({ role: "tool", tool_call_id: id, content });
+  const user = { role: "user", content: "go" };
+  const cases = [
+    [[user, answers("call_a")], /messages with role 'tool' must be a response to a preceeding message with 'tool_calls'/, "messages.[1].role"],
+    [[user, asks("call_a"), answers("call_x")], /'tool_call_id' of 'call_x' not found in 'tool_calls' of previous message/, "messages.[2].tool_call_id"],
+    [[user, asks("call_a"), user], /must be followed by tool messages responding to each 'tool_call_id'.*: call_a$/, "messages.[1].role"],
+    [[user, asks("call_a", "call_b"), answers("call_a"), user], /did not have response messages: call_b$/, "messages.[1].role"],
+    [[user, asks("call_a")], /did not have response messages: call_a$/, "messages.[1].role"],
+    [[user, asks("call_a"), answers("call_a"), user, answers("call_a")], /must be a response to a preceeding message/, "messages.[4].role"],
+    [[user, { role: "assistant", content: null, tool_calls: [] }], /empty array/, "messages[1].tool_calls"],
+    [[user, { role: "assistant", tool_calls: [call("c", { a: 1 })] }, answers("c")], /arguments': expected a string, but got an object/, "messages[1].tool_calls[0].function.arguments"],
+    [[user, { role: "assistant", tool_calls: [{ type: "function", function: { name: "f", arguments: "{}" } }] }], /tool_calls\[0\]\.id/, "messages[1].tool_calls[0].id"],
+    [[user, asks("c"), { role: "tool", content: "ok" }], /tool_call_id/, "messages[2].tool_call_id"],
+    [[user, asks("c"), { role: "tool", tool_call_id: "c", content: null }], /messages\[2\]\.content/, "messages[2].content"],
+    [[user, { role: "assistant", content: null }], /expected a string, got null/, "messages.[1].content"],
+  ];
+  const toolCases = [
+    [[{ type: "function", function: { name: "get.weather", parameters: {} } }], /does not match pattern/, "tools[0].function.name"],
+    [[{ type: "custom_thing", function: { name: "f" } }], /tools\[0\]\.type/, "tools[0].type"],
+    [[{ type: "function" }], /tools\[0\]\.function/, "tools[0].function"],
+    [[{ type: "function", function: { name: "f", parameters: "object" } }], /parameters/, "tools[0].function.parameters"],
+    [[{ type: "function", function: { name: "f", input_schema: {} } }], /Unknown parameter: 'tools\[0\]\.function\.input_schema'/, "tools[0].function.input_schema"],
+    [[{ name: "f", input_schema: { type: "object" } }], /Unknown parameter/, "tools[0].name"],
+    [{ f: {} }, /'tools'/, "tools"],
+  ];
+  const bodies = [...cases.map(([msgs, why, param]) => [{ messages: msgs }, why, param]), ...toolCases.map(([tools, why, param]) => [{ tools, messages: [user] }, why, param])];
+  for (const [body, why, param] of bodies) {
+    const res = await chat({ stream: true, ...body });
+    assert.equal(res.status, 400, JSON.stringify(body));
+    const { error } = await res.json();
+    assert.equal(error.type, "invalid_request_error");
+    assert.match(error.message, why, JSON.stringify(body));
+    assert.equal(error.param, param, JSON.stringify(body));
+    assert.equal(error.code, null);
+  }
+  assert.equal(model.unconsumed(), 1);
+  assert.equal(model.requests().length, bodies.length);
+  assert.ok(model.requests().every((r) => r.outcome === "invalid"));
+});
+
+test("anthropic: tool turns and tools Anthropic would refuse are a 400 invalid_request_error, and consume nothing", async () => {
+  model.reset();
+  model.script({ text: "kept" });
+  const uses = (...ids) => ({ role: "assistant", content: ids.map((id) => ({ type: "tool_use", id, name: "f", input: {} })) });
+  const results = (...ids) => ({ role: "user", content: ids.map((id) => ({ type: "tool_result", tool_use_id: id, content: "ok" })) });
+  const user = userSays("go")[0];
+  const cases = [
+    [[user, uses("toolu_a"), results("toolu_a", "toolu_x")], /^messages\.2\.content\.1: unexpected `tool_use_id` found in `tool_result` blocks: toolu_x\. Each `tool_result` block must have a corresponding `tool_use` block in the previous message\.$/],
+    [[results("toolu_a")], /^messages\.0\.content\.0: unexpected `tool_use_id`/],
+    [[user, uses("toolu_a", "toolu_b"), results("toolu_a")], /^messages\.1: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_b\. Each `tool_use` block must have a corresponding `tool_result` block in the next message\.$/],
+    [[user, uses("toolu_a"), user], /^messages\.1: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_a\./],
+    [[user, uses("toolu_a")], /`tool_use` ids were found without `tool_result` blocks/],
+    [[user, uses("toolu_a"), results("toolu_a"), { role: "assistant", content: "ok" }, results("toolu_a")], /^messages\.4\.content\.0: unexpected `tool_use_id`/],
+    [[{ role: "user", content: [{ type: "tool_use", id: "toolu_a", name: "f", input: {} }] }], /tool_use blocks are only allowed in assistant messages/],
+    [[user, { role: "assistant", content: [{ type: "tool_result", tool_use_id: "toolu_a", content: "x" }] }], /tool_result blocks are only allowed in user messages/],
+    [[user, { role: "assistant", content: [{ type: "tool_use", id: "toolu_a", name: "f", input: "{}" }] }, results("toolu_a")], /tool_use\.input: Input should be a valid dictionary/],
+    [[user, { role: "assistant", content: [{ type: "tool_use", id: "call.1", name: "f", input: {} }] }, results("toolu_a")], /tool_use\.id: String should match pattern/],
+    [[user, uses("toolu_a"), { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_a", content: [{ type: "text", text: "" }] }] }], /text content blocks must be non-empty/],
+    [[user, uses("toolu_a"), { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_a", content: 42 }] }], /tool_result\.content/],
+    [[user, uses("toolu_a"), { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_a", is_error: "yes" }] }], /is_error/],
+  ];
+  const toolCases = [
+    [[{ name: "get_weather" }], /^tools\.0\.custom\.input_schema: Field required$/],
+    [[{ name: "get.weather", input_schema: { type: "object" } }], /tools\.0\.custom\.name: String should match pattern/],
+    [[{ name: "f", input_schema: { properties: {} } }], /input_schema\.type: Input should be 'object'/],
+    [[{ name: "f", input_schema: { type: "object" } }, { name: "f", input_schema: { type: "object" } }], /^tools: Tool names must be unique\.$/],
+    [[{ type: "function", function: { name: "f", parameters: {} } }], /Input tag "function"/],
+    [[{ name: "f", parameters: { type: "object" }, input_schema: { type: "object" } }], /tools\.0\.custom\.parameters: Extra inputs are not permitted/],
+  ];
+  const bodies = [...cases.map(([msgs, why]) => [{ messages: msgs }, why]), ...toolCases.map(([tools, why]) => [{ tools, messages: [user] }, why])];
+  for (const [body, why] of bodies) {
+    const res = await messages({ stream: true, ...body });
+    assert.equal(res.status, 400, JSON.stringify(body));
+    const json = await res.json();
+    assert.equal(json.type, "error");
+    assert.equal(json.error.type, "invalid_request_error");
+    assert.match(json.error.message, why, JSON.stringify(body));
+  }
+  assert.equal(model.unconsumed(), 1);
+  assert.ok(model.requests().every((r) => r.outcome === "invalid"));
+  // A server tool passes beside a custom one.
+  const ok = await messages({ stream: true, tools: [ANTHROPIC_WEATHER_TOOL, { type: "web_search_20250305", name: "web_search" }], messages: [user] });
+  assert.equal(textOf(await anthropicSse(ok)), "kept");
+});
+
+test("a scripted tool call is checked when scripted", () => {
+  for (const bad of [
+    { toolCalls: [] },
+    { toolCalls: {} },
+    { toolCalls: [{ arguments: "{}" }] },
+    { toolCalls: [{ name: "", arguments: "{}" }] },
+    { toolCalls: [{ name: "f" }] },
+    { toolCalls: [{ name: "f", arguments: 3 }] },
+    { toolCalls: [{ name: "f", arguments: [] }] },
+    { toolCalls: [{ name: "f", arguments: "{}", id: "" }] },
+    { toolCalls: [{ name: "f", arguments: "{}", input: {} }] },
+  ]) {
+    assert.throws(() => model.script(bad), TypeError, JSON.stringify(bad));
+  }
+  model.reset();
+});

@@ -19,7 +19,10 @@
 // Scripted responses are consumed one per model request (either format),
 // FIFO. A response scripted with `scriptFor(match, ...)` is only consumed by
 // a request one of whose messages (or, for Anthropic, whose `system`)
-// contains `match`, so tests sharing one server keep their scripts apart.
+// contains `match`, so tests sharing one server keep their scripts apart. A
+// message's tool results (OpenAI `tool` content, Anthropic `tool_result`
+// content) and tool-call arguments count too, so the follow-up request of a
+// tool turn can be routed by a tag its tool returned; `requests(match)` alike.
 // With nothing queued the fallback answers: "echo" (`Echo: <last user text>`
 // in ~8 chunks), "hold" (every request hangs until the client aborts or the
 // server closes), or a response of your own.
@@ -32,6 +35,22 @@
 //       is translated for the other format; `usage: null` sends no usage.
 //       `finishReason` is OpenAI's (stop, length, tool_calls; mapped to
 //       end_turn, max_tokens, tool_use for Anthropic, other values verbatim).
+//   { toolCalls: [{ id?, name, arguments }], text?|chunks?, ... }  tool calls,
+//       after the text if any (no echo without text). `arguments`: a JSON
+//       string (sent verbatim, even malformed) or an object (stringified);
+//       `id` defaults to `call_<seq>_<i>` (OpenAI) / `toolu_<seq>_<i>`
+//       (Anthropic), seq being the request's record seq, i the call's index.
+//       `finishReason` defaults to tool_calls (Anthropic: tool_use). Streamed
+//       as the APIs do, each call one chunk that starts it plus its arguments
+//       in ~3 pieces (each counts as a chunk for dropAfterChunks, chunksSent,
+//       chunkDelayMs): OpenAI `delta.tool_calls: [{index, id, type:
+//       "function", function: {name, arguments: ""}}]`, then `[{index,
+//       function: {arguments: piece}}]`; Anthropic `content_block_start`
+//       {type: "tool_use", id, name, input: {}} at index 0, or 1 after a text
+//       block, then `input_json_delta` {partial_json: piece} deltas and
+//       `content_block_stop`. Unstreamed: OpenAI `message.tool_calls` (content
+//       null without text), Anthropic `tool_use` blocks (input parsed, {} if
+//       it is not a JSON object).
 //   { status: 429|500|529|400|..., body?, headers? }  an HTTP error; `body`
 //       defaults to {error: {message, type, param, code}} (OpenAI) or
 //       {type: "error", error: {type, message}} (Anthropic).
@@ -45,13 +64,32 @@
 //       is the matching HTTP error (529, 500, 429 or 400).
 //   any of the streaming ones with `gate: "name"`: headers and the first
 //       event(s) go out (OpenAI: the role chunk; Anthropic: message_start,
-//       content_block_start, ping), then the answer waits for `release("name")`.
+//       the text block's content_block_start unless there are only tool
+//       calls, ping), then the answer waits for `release("name")`.
+//
+// OpenAI requests are checked as OpenAI would: a 400 invalid_request_error
+// (OpenAI error body, `param` naming the spot) when `model` or `messages` is
+// missing, a message has no role, an assistant message has neither content
+// nor `tool_calls`, `tool_calls` is empty or malformed (id, type "function",
+// function {name, arguments: a string}), a `tool` message lacks
+// `tool_call_id` or string (or text parts) content, a `tool` message answers
+// no call of the assistant message right before its run of tool messages, an
+// assistant's call is not answered by those tool messages, or a `tools` entry
+// is not {type: "function", function: {name (^[a-zA-Z0-9_-]{1,64}$),
+// description?, parameters? (an object), strict?}}.
 //
 // Anthropic requests are checked as Anthropic would: a 400
 // invalid_request_error (Anthropic error body) when `anthropic-version` is
 // missing or unknown, `model` or `max_tokens` is missing, `messages` is empty,
 // the first message is not `user`, a role is not user/assistant, a content
-// block is an empty text or a malformed image, or a field is unknown.
+// block is an empty text or a malformed image, or a field is unknown; when a
+// `tool_use` block (assistant only: id ^[a-zA-Z0-9_-]+$, name, input object)
+// or a `tool_result` block (user only: tool_use_id, content a string or
+// text/image blocks, is_error?) is malformed, a tool_result answers no
+// tool_use of the message right before, a tool_use is not answered by a
+// tool_result in the very next message, or a `tools` entry is not {name
+// (^[a-zA-Z0-9_-]{1,128}$, unique), description?, input_schema (type
+// "object")} (server tools, `type: "<kind>_YYYYMMDD"`, pass).
 //
 // Control API (for the CLI mode): POST /__script (a JSON array of responses,
 // or {match, responses}), GET /__requests, POST /__reset,
@@ -65,6 +103,8 @@ import { pathToFileURL } from "node:url";
 export const RECORDS_MAX = 1000;
 const BODY_BYTES_MAX = 32 * 1024 * 1024;
 const ECHO_CHUNKS = 8;
+/** A scripted tool call's arguments are streamed in about this many pieces. */
+const TOOL_ARGUMENT_PIECES = 3;
 /** `anthropic-version` values the Messages API accepts. */
 const ANTHROPIC_VERSIONS = ["2023-06-01", "2023-01-01"];
 const ANTHROPIC_IMAGE_TYPES = ["image/jpeg", "image/png", "image/gif", "image/webp"];
@@ -131,7 +171,7 @@ export async function startModelServer({ port = 0, host = "127.0.0.1", fallback 
     script(...responses) {
       for (const r of responses) state.queue.push(checkResponse(r));
     },
-    /** Queues responses for requests one of whose messages contains `match`. */
+    /** Queues responses for requests one of whose messages (tool results and arguments included) contains `match`. */
     scriptFor(match, ...responses) {
       if (typeof match !== "string" || match === "") throw new TypeError("scriptFor: match must be a non-empty string");
       let lane = state.lanes.find((l) => l.match === match);
@@ -149,8 +189,8 @@ export async function startModelServer({ port = 0, host = "127.0.0.1", fallback 
      * hanging | dropped | aborted | invalid | streaming; `error`: the message
      * of an `invalid` refusal; `aborted`: the client went away before the
      * answer ended (not a drop, not close()). `match`: a string one of the
-     * request's messages (or its Anthropic `system`) contains, or a predicate
-     * on the record.
+     * request's messages (tool results and arguments included, or its
+     * Anthropic `system`) contains, or a predicate on the record.
      */
     requests(match) {
       return state.records.filter((r) => matches(r, match)).map((r) => structuredClone(r));
@@ -226,11 +266,12 @@ export async function startModelServer({ port = 0, host = "127.0.0.1", fallback 
 
 function checkResponse(r) {
   if (r === null || typeof r !== "object" || Array.isArray(r)) throw new TypeError(`a scripted response is an object, got ${JSON.stringify(r)}`);
-  const known = ["text", "chunks", "chunkDelayMs", "usage", "finishReason", "status", "body", "headers", "hang", "dropAfterChunks", "gate", "streamError"];
+  const known = ["text", "chunks", "chunkDelayMs", "usage", "finishReason", "status", "body", "headers", "hang", "dropAfterChunks", "gate", "streamError", "toolCalls"];
   for (const k of Object.keys(r)) if (!known.includes(k)) throw new TypeError(`unknown field \`${k}\` in scripted response ${JSON.stringify(r)}`);
   if (r.chunks !== undefined && (!Array.isArray(r.chunks) || r.chunks.some((c) => typeof c !== "string"))) {
     throw new TypeError("`chunks` is an array of strings");
   }
+  if (r.toolCalls !== undefined) checkToolCalls(r.toolCalls);
   if (r.streamError !== undefined) {
     const e = r.streamError;
     const ok =
@@ -238,7 +279,28 @@ function checkResponse(r) {
       (e !== null && typeof e === "object" && typeof e.type === "string" && e.type !== "" && (e.message === undefined || typeof e.message === "string"));
     if (!ok) throw new TypeError("`streamError` is an error type (e.g. \"overloaded_error\") or {type, message?}");
   }
-  return structuredClone(r);
+  const copy = structuredClone(r);
+  // Arguments go out as the JSON text the model would write, so an object is serialized once, here.
+  for (const c of copy.toolCalls ?? []) if (typeof c.arguments !== "string") c.arguments = JSON.stringify(c.arguments);
+  return copy;
+}
+
+/** Throws unless `calls` is a non-empty list of `{id?, name, arguments}`. */
+function checkToolCalls(calls) {
+  // An empty list would still turn the default finish reason into tool_calls, for no call at all.
+  if (!Array.isArray(calls) || calls.length === 0) throw new TypeError("`toolCalls` is a non-empty array of {id?, name, arguments}");
+  for (const c of calls) {
+    if (!isObject(c)) throw new TypeError(`a tool call is an object, got ${JSON.stringify(c)}`);
+    for (const k of Object.keys(c)) if (!["id", "name", "arguments"].includes(k)) throw new TypeError(`unknown field \`${k}\` in tool call ${JSON.stringify(c)}`);
+    if (c.id !== undefined && (typeof c.id !== "string" || c.id === "")) throw new TypeError("a tool call's `id` is a non-empty string");
+    if (typeof c.name !== "string" || c.name === "") throw new TypeError("a tool call's `name` is a non-empty string");
+    if (typeof c.arguments !== "string" && !isObject(c.arguments)) throw new TypeError("a tool call's `arguments` is a JSON string or an object");
+  }
+}
+
+/** The scripted tool calls of a response with their ids: `call_<seq>_<i>` (OpenAI) or `toolu_<seq>_<i>` (Anthropic) unless scripted. */
+function toolCallsOf(response, seq, anthropic) {
+  return (response.toolCalls ?? []).map((c, i) => ({ id: c.id ?? `${anthropic ? "toolu" : "call"}_${seq}_${i}`, name: c.name, arguments: c.arguments }));
 }
 
 /** The text of a message's content (a string or an array of parts). */
@@ -253,9 +315,26 @@ export function contentText(content) {
   return "";
 }
 
+/**
+ * What a message offers to a `match`: its text, and also its tool results
+ * and tool-call arguments, so the follow-up request of a tool turn can be
+ * routed by a tag a tool returned.
+ */
+function messageText(m) {
+  const texts = [contentText(m?.content)];
+  if (Array.isArray(m?.content)) {
+    for (const b of m.content) {
+      if (b?.type === "tool_result") texts.push(contentText(b.content));
+      else if (b?.type === "tool_use") texts.push(JSON.stringify(b.input ?? {}));
+    }
+  }
+  if (Array.isArray(m?.tool_calls)) for (const c of m.tool_calls) texts.push(String(c?.function?.arguments ?? ""));
+  return texts.filter((t) => t !== "").join("\n");
+}
+
 function requestText(body) {
   const messages = Array.isArray(body?.messages) ? body.messages : [];
-  const texts = messages.map((m) => contentText(m?.content));
+  const texts = messages.map(messageText);
   // Anthropic's system prompt is a field, not a message (OpenAI's is a message).
   if (body?.system !== undefined) texts.unshift(contentText(body.system));
   return texts.join("\n");
@@ -413,12 +492,12 @@ async function handle(state, changed, req, res) {
   req.socket.setNoDelay(true);
 
   const raw = await readBody(req);
-  const fail = (status, message) => {
+  const fail = (status, message, param = null) => {
     record.error = message;
     record.status = status;
     end("invalid");
     if (anthropic) sendJson(res, status, anthropicError(anthropicErrorType(status), message), { "request-id": `req_scripted_${record.seq}` });
-    else sendJson(res, status, { error: { message, type: "invalid_request_error", param: null, code: null } });
+    else sendJson(res, status, { error: { message, type: "invalid_request_error", param, code: null } });
     changed();
   };
   if (req.method !== "POST") return fail(405, `use POST for ${path}`);
@@ -435,12 +514,8 @@ async function handle(state, changed, req, res) {
     const refusal = checkAnthropicRequest(req.headers, body);
     if (refusal !== null) return fail(400, refusal);
   } else {
-    if (body === null || typeof body !== "object" || Array.isArray(body)) return fail(400, "the body is not a JSON object");
-    if (typeof body.model !== "string" || body.model === "") return fail(400, "`model` is required");
-    if (!Array.isArray(body.messages) || body.messages.length === 0) return fail(400, "`messages` must be a non-empty array");
-    if (body.messages.some((m) => m === null || typeof m !== "object" || typeof m.role !== "string")) {
-      return fail(400, "every message needs a `role`");
-    }
+    const refusal = checkOpenAiRequest(body);
+    if (refusal !== null) return fail(400, refusal.message, refusal.param);
   }
 
   // Pick the response: a matching lane first, then the FIFO queue, then the fallback.
@@ -477,24 +552,39 @@ async function handle(state, changed, req, res) {
     return sendJson(res, response.status, errBody, { ...(anthropic ? { "request-id": `req_scripted_${record.seq}` } : {}), ...(response.headers ?? {}) });
   }
 
-  const answer = response.text ?? (response.chunks ? response.chunks.join("") : `Echo: ${lastUserText(body)}`);
-  // A hang or a stream error with neither text nor chunks streams no content at all.
-  const pieces = response.chunks ?? (response.text === undefined && (response.hang || response.streamError !== undefined) ? [] : split(answer, ECHO_CHUNKS));
+  const calls = toolCallsOf(response, record.seq, anthropic);
+  const answer = response.text ?? (response.chunks ? response.chunks.join("") : calls.length > 0 ? "" : `Echo: ${lastUserText(body)}`);
+  // A hang, a stream error or tool calls with neither text nor chunks stream no text at all.
+  const silent = response.text === undefined && (response.hang || response.streamError !== undefined || calls.length > 0);
+  const pieces = response.chunks ?? (silent ? [] : split(answer, ECHO_CHUNKS));
+  const steps = [...pieces.map((text) => ({ text })), ...toolCallSteps(calls)];
   const roughIn = Math.max(1, Math.ceil(text.length / 4));
-  const roughOut = Math.max(1, Math.ceil(answer.length / 4));
+  const roughOut = Math.max(1, Math.ceil((answer.length + calls.reduce((n, c) => n + c.name.length + c.arguments.length, 0)) / 4));
   const delay = response.chunkDelayMs ?? 0;
-  const finishReason = response.finishReason ?? "stop";
+  const finishReason = response.finishReason ?? (calls.length > 0 ? "tool_calls" : "stop");
   record.status = 200;
 
-  const opts = { state, changed, req, res, record, end, gone: gone.signal, body, response, answer, pieces, delay, finishReason };
+  const opts = { state, changed, req, res, record, end, gone: gone.signal, body, response, answer, pieces, calls, steps, delay, finishReason };
   if (anthropic) return answerAnthropic({ ...opts, usage: anthropicUsage(response.usage, roughIn, roughOut) });
   return answerOpenAi({ ...opts, usage: openAiUsage(response.usage, roughIn, roughOut) });
 }
 
+/**
+ * The chunks of the tool calls, after the text: per call, one that starts it
+ * (id and name) and one per piece of its arguments (about
+ * TOOL_ARGUMENT_PIECES, so a client must join them), as both APIs stream them.
+ */
+function toolCallSteps(calls) {
+  return calls.flatMap((call, index) => [
+    { index, call, start: true },
+    ...(call.arguments === "" ? [] : split(call.arguments, TOOL_ARGUMENT_PIECES)).map((args) => ({ index, call, args })),
+  ]);
+}
+
 /** Sleeps through the gate and the pacing of an unstreamed answer; false when the client went away or it hangs or drops. */
-async function unstreamed({ state, changed, req, record, end, gone, response, pieces, delay }) {
+async function unstreamed({ state, changed, req, record, end, gone, response, steps, delay }) {
   if (response.gate !== undefined) await waitGate(state, response.gate, gone);
-  await sleep(delay * pieces.length, gone);
+  await sleep(delay * steps.length, gone);
   if (gone.aborted) return false;
   if (response.hang) {
     record.outcome = "hanging";
@@ -510,19 +600,20 @@ async function unstreamed({ state, changed, req, record, end, gone, response, pi
 }
 
 /**
- * Streams the pieces (after the gate), each after `delay`; `onPiece(i)` sends
- * one. Returns "gone" (the client went away), "dropped", "hanging" or "done".
+ * Streams the steps (text pieces, then tool-call chunks; after the gate),
+ * each after `delay`; `onStep(step, i)` sends one. Returns "gone" (the client
+ * went away), "dropped", "hanging" or "done".
  */
-async function streamPieces({ state, changed, req, res, record, end, gone, response, pieces, delay }, onPiece) {
+async function streamPieces({ state, changed, req, res, record, end, gone, response, steps, delay }, onStep) {
   if (response.gate !== undefined) {
     await waitGate(state, response.gate, gone);
     if (gone.aborted) return "gone";
   }
-  const limit = response.dropAfterChunks ?? pieces.length;
-  for (let i = 0; i < Math.min(limit, pieces.length); i++) {
+  const limit = response.dropAfterChunks ?? steps.length;
+  for (let i = 0; i < Math.min(limit, steps.length); i++) {
     await sleep(delay, gone);
     if (gone.aborted) return "gone";
-    onPiece(i);
+    onStep(steps[i], i);
     record.chunksSent++;
     changed();
   }
@@ -542,7 +633,7 @@ async function streamPieces({ state, changed, req, res, record, end, gone, respo
 }
 
 async function answerOpenAi(o) {
-  const { changed, res, record, end, body, response, answer, pieces, usage, finishReason } = o;
+  const { changed, res, record, end, body, response, answer, calls, usage, finishReason } = o;
   const id = `chatcmpl-${record.seq}-${Date.now().toString(36)}`;
   const created = Math.floor(Date.now() / 1000);
   const model = body.model;
@@ -556,7 +647,7 @@ async function answerOpenAi(o) {
       object: "chat.completion",
       created,
       model,
-      choices: [{ index: 0, message: { role: "assistant", content: answer, refusal: null }, logprobs: null, finish_reason: finishReason }],
+      choices: [{ index: 0, message: openAiMessage(answer, calls), logprobs: null, finish_reason: finishReason }],
       ...(usage ? { usage } : {}),
       system_fingerprint: "fp_scripted",
     });
@@ -578,7 +669,7 @@ async function answerOpenAi(o) {
   send(chunk({ role: "assistant", content: "", refusal: null }, null));
   changed();
 
-  if ((await streamPieces(o, (i) => send(chunk({ content: pieces[i] }, null)))) !== "done") return;
+  if ((await streamPieces(o, (step) => send(chunk(openAiDelta(step), null)))) !== "done") return;
   if (response.streamError !== undefined) {
     const { type, message } = streamErrorOf(response.streamError);
     send({ error: { message, type, param: null, code: null } });
@@ -597,12 +688,34 @@ async function answerOpenAi(o) {
   changed();
 }
 
+/** The message of an unstreamed chat.completion: like OpenAI's, content null when there are only tool calls. */
+function openAiMessage(answer, calls) {
+  if (calls.length === 0) return { role: "assistant", content: answer, refusal: null };
+  return {
+    role: "assistant",
+    content: answer === "" ? null : answer,
+    refusal: null,
+    tool_calls: calls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } })),
+  };
+}
+
+/** The delta of one streamed step: a text piece, the start of a tool call, or a piece of its arguments. */
+function openAiDelta(step) {
+  if (step.text !== undefined) return { content: step.text };
+  const { index, call } = step;
+  if (step.start) return { tool_calls: [{ index, id: call.id, type: "function", function: { name: call.name, arguments: "" } }] };
+  return { tool_calls: [{ index, function: { arguments: step.args } }] };
+}
+
 async function answerAnthropic(o) {
-  const { changed, res, record, end, body, response, answer, pieces, usage, finishReason } = o;
+  const { changed, res, record, end, body, response, answer, pieces, calls, usage, finishReason } = o;
   const id = `msg_scripted_${record.seq}_${Date.now().toString(36)}`;
   const model = body.model;
   const stopReason = ANTHROPIC_STOP_REASONS[finishReason] ?? finishReason;
   const headers = { "request-id": `req_scripted_${record.seq}` };
+  // Tool calls alone come without a text block, as Anthropic sends them; tool_use blocks follow any text block.
+  const textBlock = calls.length === 0 || pieces.length > 0;
+  const firstToolBlock = textBlock ? 1 : 0;
 
   if (body.stream !== true) {
     if (!(await unstreamed(o))) return;
@@ -615,7 +728,10 @@ async function answerAnthropic(o) {
         type: "message",
         role: "assistant",
         model,
-        content: [{ type: "text", text: answer }],
+        content: [
+          ...(textBlock ? [{ type: "text", text: answer }] : []),
+          ...calls.map((c) => ({ type: "tool_use", id: c.id, name: c.name, input: toolInput(c.arguments) })),
+        ],
         stop_reason: stopReason,
         stop_sequence: null,
         usage: usage ?? { input_tokens: 0, output_tokens: 0 },
@@ -640,12 +756,25 @@ async function answerAnthropic(o) {
       ...(usage ? { usage: { ...inputUsage, output_tokens: Math.min(1, outputTokens) } } : {}),
     },
   });
-  send("content_block_start", { index: 0, content_block: { type: "text", text: "" } });
+  let open = null; // the index of the content block not stopped yet
+  if (textBlock) {
+    send("content_block_start", { index: 0, content_block: { type: "text", text: "" } });
+    open = 0;
+  }
   send("ping", {});
   changed();
 
-  const sent = await streamPieces(o, (i) => {
-    send("content_block_delta", { index: 0, delta: { type: "text_delta", text: pieces[i] } });
+  const sent = await streamPieces(o, (step, i) => {
+    if (step.text !== undefined) {
+      send("content_block_delta", { index: 0, delta: { type: "text_delta", text: step.text } });
+    } else if (step.start) {
+      // One block at a time: the previous one stops before the next starts.
+      if (open !== null) send("content_block_stop", { index: open });
+      open = firstToolBlock + step.index;
+      send("content_block_start", { index: open, content_block: { type: "tool_use", id: step.call.id, name: step.call.name, input: {} } });
+    } else {
+      send("content_block_delta", { index: open, delta: { type: "input_json_delta", partial_json: step.args } });
+    }
     if (i % 4 === 3) send("ping", {});
   });
   if (sent !== "done") return;
@@ -656,12 +785,22 @@ async function answerAnthropic(o) {
     changed();
     return;
   }
-  send("content_block_stop", { index: 0 });
+  if (open !== null) send("content_block_stop", { index: open });
   send("message_delta", { delta: { stop_reason: stopReason, stop_sequence: null }, ...(usage ? { usage: { output_tokens: outputTokens } } : {}) });
   send("message_stop", {});
   end("completed");
   res.end();
   changed();
+}
+
+/** An unstreamed tool_use block's `input`: the arguments parsed, {} when they are not a JSON object. */
+function toolInput(args) {
+  try {
+    const input = JSON.parse(args);
+    return isObject(input) ? input : {};
+  } catch {
+    return {};
+  }
 }
 
 const ANTHROPIC_STOP_REASONS = { stop: "end_turn", length: "max_tokens", tool_calls: "tool_use", content_filter: "refusal" };
@@ -776,13 +915,240 @@ function checkAnthropicRequest(headers, body) {
           if (typeof src.url !== "string" || src.url === "") return `${at}.source.url.url: Field required`;
         } else return `${at}.source: Input tag ${JSON.stringify(src.type)} does not match 'base64', 'url'`;
         if (m.role !== "user") return `${at}: image blocks are only allowed in user messages`;
-      } else if (!["tool_use", "tool_result", "document", "thinking", "redacted_thinking"].includes(b.type)) {
+      } else if (b.type === "tool_use") {
+        const bad = checkToolUseBlock(b, at, m.role);
+        if (bad) return bad;
+      } else if (b.type === "tool_result") {
+        const bad = checkToolResultBlock(b, at, m.role);
+        if (bad) return bad;
+      } else if (!["document", "thinking", "redacted_thinking"].includes(b.type)) {
         return `${at}.type: Input tag ${JSON.stringify(b.type)} does not match any of the expected tags`;
       }
     }
   }
   if (body.messages[0].role !== "user") return 'messages: first message must use the "user" role';
+  return checkAnthropicTools(body.tools) ?? checkAnthropicToolTurns(body.messages);
+}
+
+/** Anthropic's rules for tool names and for tool_use ids. */
+const ANTHROPIC_TOOL_NAME = /^[a-zA-Z0-9_-]{1,128}$/;
+const ANTHROPIC_TOOL_USE_ID = /^[a-zA-Z0-9_-]+$/;
+
+/** A tool_use block: in an assistant message, with an id, a name and an object `input`. */
+function checkToolUseBlock(b, at, role) {
+  for (const k of Object.keys(b)) if (!["type", "id", "name", "input", "cache_control"].includes(k)) return `${at}.tool_use.${k}: Extra inputs are not permitted`;
+  if (typeof b.id !== "string") return `${at}.tool_use.id: Field required`;
+  if (!ANTHROPIC_TOOL_USE_ID.test(b.id)) return `${at}.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'`;
+  if (typeof b.name !== "string" || b.name === "") return `${at}.tool_use.name: Field required`;
+  if (!isObject(b.input)) return `${at}.tool_use.input: Input should be a valid dictionary`;
+  if (role !== "assistant") return `${at}: tool_use blocks are only allowed in assistant messages`;
   return null;
+}
+
+/** A tool_result block: in a user message, naming its tool_use, its content a string or text/image blocks. */
+function checkToolResultBlock(b, at, role) {
+  for (const k of Object.keys(b)) {
+    if (!["type", "tool_use_id", "content", "is_error", "cache_control"].includes(k)) return `${at}.tool_result.${k}: Extra inputs are not permitted`;
+  }
+  if (typeof b.tool_use_id !== "string") return `${at}.tool_result.tool_use_id: Field required`;
+  if (!ANTHROPIC_TOOL_USE_ID.test(b.tool_use_id)) return `${at}.tool_result.tool_use_id: String should match pattern '^[a-zA-Z0-9_-]+$'`;
+  if (b.is_error !== undefined && typeof b.is_error !== "boolean") return `${at}.tool_result.is_error: Input should be a valid boolean`;
+  if (Array.isArray(b.content)) {
+    for (const [k, c] of b.content.entries()) {
+      if (!isObject(c) || (c.type !== "text" && c.type !== "image")) return `${at}.tool_result.content.${k}: Input should be a text or image block`;
+      if (c.type === "text" && typeof c.text !== "string") return `${at}.tool_result.content.${k}.text: Field required`;
+      if (c.type === "text" && c.text === "") return "messages: text content blocks must be non-empty";
+    }
+  } else if (b.content !== undefined && typeof b.content !== "string") {
+    return `${at}.tool_result.content: Input should be a valid string or list of content blocks`;
+  }
+  if (role !== "user") return `${at}: tool_result blocks are only allowed in user messages`;
+  return null;
+}
+
+/** `tools`: custom tools `{name, description?, input_schema}` with unique names; server tools (`type: "<kind>_YYYYMMDD"`) pass. */
+function checkAnthropicTools(tools) {
+  if (tools === undefined) return null;
+  if (!Array.isArray(tools)) return "tools: Input should be a valid list";
+  const names = new Set();
+  for (const [i, t] of tools.entries()) {
+    if (!isObject(t)) return `tools.${i}: Input should be a valid dictionary`;
+    if (t.type !== undefined && t.type !== "custom") {
+      if (!/_\d{8}$/.test(String(t.type))) return `tools.${i}: Input tag ${JSON.stringify(t.type)} does not match any of the expected tags`;
+    } else {
+      const at = `tools.${i}.custom`;
+      for (const k of Object.keys(t)) {
+        if (!["type", "name", "description", "input_schema", "cache_control", "strict"].includes(k)) return `${at}.${k}: Extra inputs are not permitted`;
+      }
+      if (typeof t.name !== "string") return `${at}.name: Field required`;
+      if (!ANTHROPIC_TOOL_NAME.test(t.name)) return `${at}.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'`;
+      if (t.description !== undefined && typeof t.description !== "string") return `${at}.description: Input should be a valid string`;
+      if (t.input_schema === undefined) return `${at}.input_schema: Field required`;
+      if (!isObject(t.input_schema)) return `${at}.input_schema: Input should be a valid dictionary`;
+      if (t.input_schema.type !== "object") return `${at}.input_schema.type: Input should be 'object'`;
+    }
+    if (names.has(t.name)) return "tools: Tool names must be unique.";
+    names.add(t.name);
+  }
+  return null;
+}
+
+/**
+ * The tool turns: each tool_use of an assistant message must be answered by a
+ * tool_result in the very next (user) message, and a tool_result must answer
+ * a tool_use of the message right before, as Anthropic insists.
+ */
+function checkAnthropicToolTurns(messages) {
+  const idsOf = (m, type, key) => (Array.isArray(m?.content) ? m.content.filter((b) => b.type === type).map((b) => b[key]) : []);
+  for (const [i, m] of messages.entries()) {
+    if (m.role === "user" && Array.isArray(m.content)) {
+      const offered = messages[i - 1]?.role === "assistant" ? idsOf(messages[i - 1], "tool_use", "id") : [];
+      for (const [j, b] of m.content.entries()) {
+        if (b.type === "tool_result" && !offered.includes(b.tool_use_id)) {
+          return `messages.${i}.content.${j}: unexpected \`tool_use_id\` found in \`tool_result\` blocks: ${b.tool_use_id}. Each \`tool_result\` block must have a corresponding \`tool_use\` block in the previous message.`;
+        }
+      }
+    }
+    const uses = m.role === "assistant" ? idsOf(m, "tool_use", "id") : [];
+    if (uses.length > 0) {
+      const next = messages[i + 1];
+      const answered = next?.role === "user" ? idsOf(next, "tool_result", "tool_use_id") : [];
+      const missing = uses.filter((id) => !answered.includes(id));
+      if (missing.length > 0) {
+        return `messages.${i}: \`tool_use\` ids were found without \`tool_result\` blocks immediately after: ${missing.join(", ")}. Each \`tool_use\` block must have a corresponding \`tool_result\` block in the next message.`;
+      }
+    }
+  }
+  return null;
+}
+
+/** OpenAI's rule for function names. */
+const OPENAI_TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
+
+/** A refusal of an OpenAI request: the message, and the `param` OpenAI names. */
+const openAiRefusal = (message, param = null) => ({ message, param });
+
+/** Why OpenAI would refuse this Chat Completions request (400), or null. */
+function checkOpenAiRequest(body) {
+  if (!isObject(body)) return openAiRefusal("the body is not a JSON object");
+  if (typeof body.model !== "string" || body.model === "") return openAiRefusal("`model` is required", "model");
+  if (!Array.isArray(body.messages) || body.messages.length === 0) return openAiRefusal("`messages` must be a non-empty array", "messages");
+  if (body.messages.some((m) => !isObject(m) || typeof m.role !== "string")) return openAiRefusal("every message needs a `role`", "messages");
+  return checkOpenAiTools(body.tools) ?? checkOpenAiToolTurns(body.messages);
+}
+
+/** `tools`: a list of `{type: "function", function: {name, description?, parameters?, strict?}}`. */
+function checkOpenAiTools(tools) {
+  if (tools === undefined) return null;
+  if (!Array.isArray(tools)) return openAiRefusal("Invalid type for 'tools': expected an array of objects.", "tools");
+  for (const [i, t] of tools.entries()) {
+    const at = `tools[${i}]`;
+    if (!isObject(t)) return openAiRefusal(`Invalid type for '${at}': expected an object.`, at);
+    for (const k of Object.keys(t)) if (k !== "type" && k !== "function") return openAiRefusal(`Unknown parameter: '${at}.${k}'.`, `${at}.${k}`);
+    if (t.type !== "function") return openAiRefusal(`Invalid value for '${at}.type': expected 'function'.`, `${at}.type`);
+    const f = t.function;
+    if (!isObject(f)) return openAiRefusal(`Missing required parameter: '${at}.function'.`, `${at}.function`);
+    for (const k of Object.keys(f)) {
+      if (!["name", "description", "parameters", "strict"].includes(k)) return openAiRefusal(`Unknown parameter: '${at}.function.${k}'.`, `${at}.function.${k}`);
+    }
+    if (typeof f.name !== "string") return openAiRefusal(`Missing required parameter: '${at}.function.name'.`, `${at}.function.name`);
+    if (!OPENAI_TOOL_NAME.test(f.name)) {
+      return openAiRefusal(`Invalid '${at}.function.name': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]{1,64}$'.`, `${at}.function.name`);
+    }
+    if (f.description !== undefined && typeof f.description !== "string") return openAiRefusal(`Invalid type for '${at}.function.description': expected a string.`, `${at}.function.description`);
+    // OpenAI lets `parameters` be left out (no arguments); when given it is a JSON Schema object.
+    if (f.parameters !== undefined && !isObject(f.parameters)) return openAiRefusal(`Invalid type for '${at}.function.parameters': expected an object.`, `${at}.function.parameters`);
+    if (f.strict !== undefined && f.strict !== null && typeof f.strict !== "boolean") return openAiRefusal(`Invalid type for '${at}.function.strict': expected a boolean.`, `${at}.function.strict`);
+  }
+  return null;
+}
+
+/**
+ * The tool turns: an assistant message's `tool_calls` must be answered, each,
+ * by the `tool` messages right after it, and a `tool` message must answer a
+ * call of that assistant message, as OpenAI insists.
+ */
+function checkOpenAiToolTurns(messages) {
+  let pending = null; // the last assistant message with tool_calls: { at, ids, answered }
+  const unanswered = () => {
+    const missing = pending.ids.filter((id) => !pending.answered.has(id));
+    if (missing.length === 0) return null;
+    return openAiRefusal(
+      `An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: ${missing.join(", ")}`,
+      `messages.[${pending.at}].role`,
+    );
+  };
+  for (const [i, m] of messages.entries()) {
+    if (m.role === "tool") {
+      const bad = checkOpenAiToolMessage(m, i);
+      if (bad) return bad;
+      if (pending === null) return openAiRefusal("Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.", `messages.[${i}].role`);
+      if (!pending.ids.includes(m.tool_call_id)) {
+        return openAiRefusal(`Invalid parameter: 'tool_call_id' of '${m.tool_call_id}' not found in 'tool_calls' of previous message.`, `messages.[${i}].tool_call_id`);
+      }
+      pending.answered.add(m.tool_call_id);
+      continue;
+    }
+    if (pending !== null) {
+      const bad = unanswered();
+      if (bad) return bad;
+      pending = null;
+    }
+    if (m.role === "assistant") {
+      const bad = checkOpenAiAssistantMessage(m, i);
+      if (bad) return bad;
+      if (Array.isArray(m.tool_calls)) pending = { at: i, ids: m.tool_calls.map((c) => c.id), answered: new Set() };
+    }
+  }
+  return pending === null ? null : unanswered();
+}
+
+/** An assistant message: well-formed `tool_calls` if any; content only optional with them. */
+function checkOpenAiAssistantMessage(m, i) {
+  const at = `messages[${i}]`;
+  if (m.tool_calls === undefined || m.tool_calls === null) {
+    if (m.content === undefined || m.content === null) return openAiRefusal("Invalid value for 'content': expected a string, got null.", `messages.[${i}].content`);
+    return null;
+  }
+  if (!Array.isArray(m.tool_calls)) return openAiRefusal(`Invalid type for '${at}.tool_calls': expected an array of objects.`, `${at}.tool_calls`);
+  if (m.tool_calls.length === 0) {
+    return openAiRefusal(`Invalid '${at}.tool_calls': empty array. Expected an array with minimum length 1, but got an empty array instead.`, `${at}.tool_calls`);
+  }
+  for (const [j, c] of m.tool_calls.entries()) {
+    const ct = `${at}.tool_calls[${j}]`;
+    if (!isObject(c)) return openAiRefusal(`Invalid type for '${ct}': expected an object.`, ct);
+    if (typeof c.id !== "string" || c.id === "") return openAiRefusal(`Missing required parameter: '${ct}.id'.`, `${ct}.id`);
+    if (c.type !== "function") return openAiRefusal(`Invalid value for '${ct}.type': expected 'function'.`, `${ct}.type`);
+    if (!isObject(c.function)) return openAiRefusal(`Missing required parameter: '${ct}.function'.`, `${ct}.function`);
+    if (typeof c.function.name !== "string" || c.function.name === "") return openAiRefusal(`Missing required parameter: '${ct}.function.name'.`, `${ct}.function.name`);
+    if (typeof c.function.arguments !== "string") {
+      return openAiRefusal(`Invalid type for '${ct}.function.arguments': expected a string, but got ${jsonType(c.function.arguments)} instead.`, `${ct}.function.arguments`);
+    }
+  }
+  if (m.content !== undefined && m.content !== null && typeof m.content !== "string" && !Array.isArray(m.content)) {
+    return openAiRefusal(`Invalid type for '${at}.content': expected one of a string or array of objects.`, `${at}.content`);
+  }
+  return null;
+}
+
+/** A `tool` message: the call it answers, and its result as a string (or text parts). */
+function checkOpenAiToolMessage(m, i) {
+  const at = `messages[${i}]`;
+  if (typeof m.tool_call_id !== "string" || m.tool_call_id === "") return openAiRefusal(`Missing required parameter: '${at}.tool_call_id'.`, `${at}.tool_call_id`);
+  const textParts = Array.isArray(m.content) && m.content.every((p) => isObject(p) && p.type === "text" && typeof p.text === "string");
+  if (typeof m.content !== "string" && !textParts) {
+    return openAiRefusal(`Invalid type for '${at}.content': expected one of a string or array of text parts, but got ${jsonType(m.content)} instead.`, `${at}.content`);
+  }
+  return null;
+}
+
+/** How OpenAI names a JSON value's type in its refusals. */
+function jsonType(v) {
+  if (v === null) return "null";
+  if (v === undefined) return "nothing";
+  if (Array.isArray(v)) return "an array";
+  if (typeof v === "object") return "an object";
+  return `a ${typeof v}`;
 }
 
 function errorType(status) {

@@ -1,0 +1,275 @@
+//! The tools one run offers the model (seed: Mycelium's "execute door"):
+//! `execute`, which runs model-written code whose only reachable objects are
+//! the module namespaces and `forage`, and the direct tools passed beside it.
+//! Pure: the host runs the code and the operations; this decides what a
+//! tool name or a guest path means and how every payload is bounded.
+
+use super::{check_payload, parse_payload, CapabilityError, Catalog, Module, Operation};
+use crate::limits::EXECUTE_DESCRIPTION_BYTES_MAX;
+use crate::model::ToolSpec;
+use crate::run::tools::Protocol;
+use serde_json::{json, Value};
+
+/// The name of the door.
+pub const EXECUTE: &str = "execute";
+
+/// The host's tools for one run.
+#[derive(Debug, Clone)]
+pub struct Toolset {
+    catalog: Catalog,
+    /// Direct tools: (module index, operation index), named by guest name.
+    direct: Vec<(usize, usize)>,
+    /// Whether guest code can run here, or why not (no `LOADER` binding).
+    execute: Result<(), String>,
+}
+
+/// What a tool name of the model means.
+#[derive(Debug, Clone, Copy)]
+pub enum Tool<'a> {
+    Execute,
+    Direct(&'a Module, &'a Operation),
+}
+
+/// What a guest's `host.call(path, args)` asks for.
+#[derive(Debug, Clone)]
+pub enum GuestCall<'a> {
+    Search(String),
+    Describe(String),
+    Operation(&'a Module, &'a Operation, Value),
+}
+
+impl Toolset {
+    /// `direct` lists the operations offered as their own tools, as paths
+    /// (`files.apply_patch`, the guest or the source name); each is named by its guest name, which must be
+    /// unique and not `execute`.
+    pub fn new(
+        catalog: Catalog,
+        direct: &[String],
+        execute: Result<(), String>,
+    ) -> Result<Toolset, CapabilityError> {
+        let mut picked: Vec<(usize, usize)> = Vec::new();
+        for path in direct {
+            let found = catalog
+                .modules()
+                .iter()
+                .enumerate()
+                .find_map(|(m, module)| {
+                    module
+                        .operations
+                        .iter()
+                        .position(|op| {
+                            path.strip_prefix(module.id.as_str())
+                                .and_then(|rest| rest.strip_prefix('.'))
+                                .is_some_and(|name| name == op.guest_name || name == op.name)
+                        })
+                        .map(|o| (m, o))
+                });
+            let Some((m, o)) = found else {
+                return Err(CapabilityError(format!(
+                    "direct tool `{path}`: no such operation (module.operation)"
+                )));
+            };
+            let name = &catalog.modules()[m].operations[o].guest_name;
+            if name == EXECUTE {
+                return Err(CapabilityError(format!(
+                    "direct tool `{path}`: the name `execute` is the door's"
+                )));
+            }
+            let clash = picked
+                .iter()
+                .any(|&(pm, po)| catalog.modules()[pm].operations[po].guest_name == *name);
+            if clash {
+                return Err(CapabilityError(format!(
+                    "direct tool `{path}`: another direct tool is already named `{name}`"
+                )));
+            }
+            picked.push((m, o));
+        }
+        Ok(Toolset {
+            catalog,
+            direct: picked,
+            execute,
+        })
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Why `execute` is not offered, if it is not (no modules is no reason
+    /// to say anything: there is nothing to reach).
+    pub fn execute_unavailable(&self) -> Option<&str> {
+        match &self.execute {
+            Err(why) if !self.catalog.modules().is_empty() => Some(why),
+            _ => None,
+        }
+    }
+
+    fn offers_execute(&self) -> bool {
+        self.execute.is_ok() && !self.catalog.modules().is_empty()
+    }
+
+    fn direct_ops(&self) -> impl Iterator<Item = (&Module, &Operation)> {
+        self.direct.iter().map(|&(m, o)| {
+            let module = &self.catalog.modules()[m];
+            (module, &module.operations[o])
+        })
+    }
+
+    /// The tools for the model request: `execute` first, then the direct
+    /// tools in the order given.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        let mut specs = Vec::new();
+        if self.offers_execute() {
+            specs.push(ToolSpec {
+                name: EXECUTE.to_owned(),
+                description: self.execute_description(),
+                parameters: json!({
+                    "type": "object",
+                    "properties": {"code": {
+                        "type": "string",
+                        "description": "JavaScript: the body of an async function. Its return \
+                            value (JSON) is the result; the last expression is returned."
+                    }},
+                    "required": ["code"],
+                    "additionalProperties": false
+                }),
+            });
+        }
+        for (_, op) in self.direct_ops() {
+            specs.push(ToolSpec {
+                name: op.guest_name.clone(),
+                description: op.description.clone(),
+                parameters: op.input.source().clone(),
+            });
+        }
+        specs
+    }
+
+    /// The execution protocol of a step: the tool names offered.
+    pub fn protocol(&self) -> Protocol {
+        let direct = self.direct_ops().map(|(_, op)| op.guest_name.as_str());
+        let execute = self.offers_execute().then_some(EXECUTE);
+        Protocol::new(execute.into_iter().chain(direct))
+    }
+
+    /// What the model's tool `name` is; `None` for a tool not offered.
+    pub fn tool(&self, name: &str) -> Option<Tool<'_>> {
+        if name == EXECUTE {
+            return self.offers_execute().then_some(Tool::Execute);
+        }
+        self.direct_ops()
+            .find(|(_, op)| op.guest_name == name)
+            .map(|(module, op)| Tool::Direct(module, op))
+    }
+
+    /// The top-level names guest code sees (`mcp` for `mcp.notes`), sorted.
+    pub fn namespaces(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .catalog
+            .modules()
+            .iter()
+            .map(|m| m.id.split('.').next().unwrap_or(&m.id).to_owned())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Decodes a guest call: `forage.search` `{query}`, `forage.describe`
+    /// `{path}`, or an operation path with its arguments (bounded and checked
+    /// against the input schema). The error is the guest's to see.
+    pub fn guest_call(&self, path: &str, args_json: &str) -> Result<GuestCall<'_>, String> {
+        let args = parse_payload(args_json).map_err(|e| format!("{path}: arguments: {e}"))?;
+        let field = |name: &str| {
+            args.get(name)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .ok_or_else(|| format!("{path}: expects a string `{name}`"))
+        };
+        match path {
+            "forage.search" => return Ok(GuestCall::Search(field("query")?)),
+            "forage.describe" => return Ok(GuestCall::Describe(field("path")?)),
+            _ => {}
+        }
+        let (module, op) =
+            self.catalog
+                .resolve(path)
+                .ok_or_else(|| match self.catalog.describe(path) {
+                    Err(e) => e.0,
+                    Ok(_) => format!("no operation `{path}`"),
+                })?;
+        op.check_arguments(&args)
+            .map_err(|e| format!("{}.{}: {e}", module.id, op.guest_name))?;
+        Ok(GuestCall::Operation(module, op, args))
+    }
+
+    /// `forage.search`: the matching operations, as guest paths with their
+    /// descriptions.
+    pub fn search(&self, query: &str) -> Value {
+        Value::Array(
+            self.catalog
+                .search(query)
+                .into_iter()
+                .map(|(module, op)| {
+                    json!({
+                        "path": format!("{}.{}", module.id, op.guest_name),
+                        "description": op.description,
+                        "access": op.access.as_str(),
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    /// The door's description: how to call, and the operations there are
+    /// (as many as fit `EXECUTE_DESCRIPTION_BYTES_MAX`; `forage` finds all).
+    fn execute_description(&self) -> String {
+        let mut text = String::from(
+            "Run JavaScript in a sandbox to use the tools below. Call an operation as \
+             `await <module>.<operation>({...})` (e.g. `await notes.create_note({title: \"x\"})`); \
+             it returns the operation's JSON result or throws. `await forage.search(\"words\")` \
+             finds operations; `await forage.describe(\"module.operation\")` gives one's input \
+             schema. The sandbox has no network, storage or other globals. Return the value \
+             you need (JSON, at most 256 KiB).\nOperations:",
+        );
+        let mut omitted = 0;
+        for module in self.catalog.modules() {
+            for op in &module.operations {
+                let summary = op.description.lines().next().unwrap_or("");
+                let summary = &summary[..summary.floor_char_boundary(160)];
+                let line = format!("\n- {}.{}: {summary}", module.id, op.guest_name);
+                if text.len() + line.len() > EXECUTE_DESCRIPTION_BYTES_MAX - 64 {
+                    omitted += 1;
+                } else {
+                    text.push_str(&line);
+                }
+            }
+        }
+        if omitted > 0 {
+            text.push_str(&format!(
+                "\n({omitted} more: use forage.search to find them)"
+            ));
+        }
+        text
+    }
+}
+
+/// The reply to a guest call: `{"result": value}`, bounded.
+pub fn guest_result(value: &Value) -> String {
+    match check_payload(value) {
+        Ok(()) => json!({ "result": value }).to_string(),
+        Err(e) => guest_error(&format!("the result {e}")),
+    }
+}
+
+pub fn guest_error(message: &str) -> String {
+    json!({ "error": message }).to_string()
+}
+
+/// What the model sees of a result: compact JSON, bounded by
+/// [`check_payload`] (depth 64, 256 KiB).
+pub fn result_content(value: &Value) -> Result<String, String> {
+    check_payload(value).map_err(|e| format!("the result {e}"))?;
+    Ok(value.to_string())
+}

@@ -1,0 +1,557 @@
+//! Tool calls in the Durable Object. The host Worker's capabilities come
+//! from the JS shim (`ShiitakeDO#tools()`, see `js/do.mjs`); every call is
+//! decided from the grants read at that call; operations run through the
+//! shim's `invoke`, model code through its Worker Loader sandbox
+//! (`js/execute.mjs`). Bounds: `TOOL_CALL_TIMEOUT_MS` plus
+//! `TOOL_ABORT_GRACE_MS` per call, `EXECUTIONS_CONCURRENT_MAX` sandboxes at
+//! once, `GUEST_CALLS_PER_EXECUTION_MAX` guest calls per run, every payload
+//! by `check_payload`.
+
+use super::js::{self, error_message};
+use super::Inner;
+use crate::capability::door::{self, GuestCall, Tool, Toolset};
+use crate::capability::{Access, Catalog, Invocation, Module, Operation};
+use crate::grants::{self, AccessConfig, Decision, Needs};
+use crate::limits::{
+    EXECUTIONS_CONCURRENT_MAX, GUEST_CALLS_PER_EXECUTION_MAX, TOOL_ABORT_GRACE_MS,
+    TOOL_CALL_TIMEOUT_MS, TOOL_HEARTBEAT_MS,
+};
+use crate::run::tools::{self as run_tools, OpenCall, Recovery, ToolOutput};
+use crate::run::Step;
+use futures::future::{select, Either};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+#[wasm_bindgen]
+extern "C" {
+    /// The shim's tool host (`js/do.mjs`).
+    pub type JsTools;
+
+    /// `{modules, direct, access, confirm, loader}` as JSON.
+    #[wasm_bindgen(method)]
+    fn spec(this: &JsTools) -> String;
+
+    /// Runs one operation: resolves to JSON `{result, data?}` or `{error}`.
+    #[wasm_bindgen(method)]
+    fn invoke(
+        this: &JsTools,
+        module: &str,
+        operation: &str,
+        args: &str,
+        invocation: &str,
+        signal: &web_sys::AbortSignal,
+    ) -> js_sys::Promise;
+
+    /// The host's confirm hook: resolves to a boolean.
+    #[wasm_bindgen(method)]
+    fn confirm(this: &JsTools, request: &str, signal: &web_sys::AbortSignal) -> js_sys::Promise;
+
+    /// Runs model code in a fresh sandbox: resolves to JSON `{result}` or
+    /// `{error}`, never rejects.
+    #[wasm_bindgen(method)]
+    fn execute(
+        this: &JsTools,
+        code: &str,
+        namespaces: js_sys::Array,
+        dispatch: &js_sys::Function,
+        signal: &web_sys::AbortSignal,
+    ) -> js_sys::Promise;
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Spec {
+    modules: Value,
+    #[serde(default)]
+    direct: Vec<String>,
+    #[serde(default)]
+    access: Option<Value>,
+    #[serde(default)]
+    confirm: bool,
+    #[serde(default)]
+    loader: bool,
+    /// `tools()` threw: why.
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// The host's tools, decoded once per instance.
+pub struct HostTools {
+    js: JsTools,
+    pub toolset: Toolset,
+    access: AccessConfig,
+    confirm_hook: bool,
+    /// `execute` runs in flight in this instance.
+    executions: Cell<usize>,
+}
+
+impl HostTools {
+    /// `None` when the host offers no tools at all.
+    pub fn new(js: JsValue) -> Result<Option<HostTools>, String> {
+        if js.is_undefined() || js.is_null() {
+            return Ok(None);
+        }
+        let js: JsTools = js.unchecked_into();
+        let spec: Spec = serde_json::from_str(&js.spec()).map_err(|e| format!("tools(): {e}"))?;
+        if let Some(error) = spec.error {
+            return Err(format!("tools(): {error}"));
+        }
+        let catalog = Catalog::from_json(&spec.modules.to_string())
+            .map_err(|e| format!("tools(): modules{e}", e = prefixed(&e.0)))?;
+        let execute = if spec.loader {
+            Ok(())
+        } else {
+            Err(
+                "`execute` is unavailable: the Worker has no LOADER binding (Worker Loader); \
+                 add `worker_loaders = [{ binding = \"LOADER\" }]` to wrangler.toml"
+                    .to_owned(),
+            )
+        };
+        let toolset =
+            Toolset::new(catalog, &spec.direct, execute).map_err(|e| format!("tools(): {e}"))?;
+        let access = match spec.access {
+            Some(access) => AccessConfig::parse(&access.to_string())?,
+            None => AccessConfig::default(),
+        };
+        Ok(Some(HostTools {
+            js,
+            toolset,
+            access,
+            confirm_hook: spec.confirm,
+            executions: Cell::new(0),
+        }))
+    }
+}
+
+fn prefixed(e: &str) -> String {
+    if e.starts_with('[') {
+        e.to_owned()
+    } else {
+        format!(": {e}")
+    }
+}
+
+/// A tool call's own abort: fired by the turn's stop, or at the deadline.
+struct CallSignal {
+    controller: web_sys::AbortController,
+}
+
+impl CallSignal {
+    fn signal(&self) -> web_sys::AbortSignal {
+        self.controller.signal()
+    }
+}
+
+/// What one guest call did, for the `execute` display payload.
+#[derive(serde::Serialize)]
+struct GuestTrace {
+    path: String,
+    ok: bool,
+}
+
+impl Inner {
+    /// Closes one open call of `step`: runs it (or, after a restart, decides
+    /// it was already tried) and answers its outcome. `None`: the attempt
+    /// went stale under it; nothing more of this step may run.
+    pub(super) async fn run_call(
+        &self,
+        step: &Step,
+        call: &OpenCall,
+        stopper: &super::turn::Stopper,
+    ) -> Option<ToolOutput> {
+        if let Some(why) = &call.refused {
+            return Some(ToolOutput::error(why.clone()));
+        }
+        let tools = match &self.tools {
+            Ok(Some(tools)) => tools,
+            Ok(None) => {
+                return Some(ToolOutput::error(format!(
+                    "no tool `{}` is offered",
+                    call.name
+                )))
+            }
+            Err(why) => return Some(ToolOutput::error(why.clone())),
+        };
+        let Some(tool) = tools.toolset.tool(&call.name) else {
+            let offered: Vec<String> = tools.toolset.specs().into_iter().map(|s| s.name).collect();
+            return Some(ToolOutput::error(format!(
+                "no tool `{}` is offered; tools: {}",
+                call.name,
+                offered.join(", ")
+            )));
+        };
+        let replay_safe = match tool {
+            Tool::Direct(_, op) => op.replay_safe,
+            // A run that started no unsafe operation did nothing that
+            // cannot be repeated.
+            Tool::Execute => false,
+        };
+        if run_tools::recovery(call, replay_safe) == Recovery::OutcomeUnknown {
+            return Some(run_tools::outcome_unknown(call));
+        }
+        let controller = web_sys::AbortController::new().ok()?;
+        stopper.adopt(&controller);
+        let signal = CallSignal { controller };
+        let work = async {
+            match tool {
+                Tool::Direct(module, op) => {
+                    let args = Value::Object(call.input.clone());
+                    if let Err(e) = op.check_arguments(&args) {
+                        return Some(ToolOutput::error(format!("{}: {e}", op.guest_name)));
+                    }
+                    match self
+                        .operation(tools, step, call, module, op, args, &signal)
+                        .await
+                    {
+                        Ok((result, data)) => Some(output(&result, data)),
+                        Err(Failure::Stale) => None,
+                        Err(Failure::Refused(why)) => Some(ToolOutput::error(why)),
+                    }
+                }
+                Tool::Execute => {
+                    let Some(code) = call.input.get("code").and_then(Value::as_str) else {
+                        return Some(ToolOutput::error(
+                            "execute: expects {\"code\": \"<JavaScript>\"}",
+                        ));
+                    };
+                    self.execute(tools, step, call, code, &signal).await
+                }
+            }
+        };
+        // The heartbeat keeps the alarm armed while the tool runs, so a crash
+        // resumes the turn within about TOOL_HEARTBEAT_MS.
+        let outcome = select(Box::pin(work), Box::pin(self.heartbeat())).await;
+        match outcome {
+            Either::Left((outcome, _)) => outcome,
+            Either::Right(_) => None,
+        }
+    }
+
+    async fn heartbeat(&self) {
+        loop {
+            self.set_alarm(js::now_ms() + TOOL_HEARTBEAT_MS as i64)
+                .await;
+            js::sleep(TOOL_HEARTBEAT_MS).await;
+        }
+    }
+
+    /// One operation call, decided by the grants read now.
+    #[allow(clippy::too_many_arguments)]
+    async fn operation(
+        &self,
+        tools: &HostTools,
+        step: &Step,
+        call: &OpenCall,
+        module: &Module,
+        op: &Operation,
+        args: Value,
+        signal: &CallSignal,
+    ) -> Result<(Value, Option<Box<RawValue>>), Failure> {
+        let delivered = self
+            .with_ctx(|ctx| grants::delivered(ctx, &step.session_id))
+            .map_err(|e| Failure::Refused(format!("grants unreadable: {e}")))?;
+        let needs = Needs {
+            write: op.access == Access::Write,
+            confirm: op.confirm,
+        };
+        if let Decision::Deny(why) = grants::decide(
+            &module.id,
+            needs,
+            &tools.access,
+            delivered.as_ref(),
+            tools.confirm_hook,
+        ) {
+            return Err(Failure::Refused(format!(
+                "{}.{} refused: {why}",
+                module.id, op.guest_name
+            )));
+        }
+        if op.confirm {
+            let request = json!({
+                "sessionId": step.session_id,
+                "commandId": step.command_id,
+                "callId": call.id,
+                "module": module.id,
+                "operation": op.name,
+                "arguments": args,
+            });
+            let confirmed =
+                JsFuture::from(tools.js.confirm(&request.to_string(), &signal.signal()))
+                    .await
+                    .map(|v| v.as_bool() == Some(true))
+                    .unwrap_or(false);
+            if !confirmed {
+                return Err(Failure::Refused(format!(
+                    "{}.{}: the host did not confirm this call",
+                    module.id, op.guest_name
+                )));
+            }
+        }
+        if !op.replay_safe {
+            // Persist, then act: after a crash this call is never run again.
+            let current = self
+                .with_ctx(|ctx| {
+                    run_tools::mark_started(
+                        ctx,
+                        &step.session_id,
+                        &step.command_id,
+                        step.attempt,
+                        &call.id,
+                    )
+                })
+                .unwrap_or(false);
+            if !current {
+                return Err(Failure::Stale);
+            }
+        }
+        let invocation = Invocation {
+            execution_id: format!("{}:{}", step.command_id, call.id),
+            session_id: step.session_id.clone(),
+            command_id: step.command_id.clone(),
+            deadline_ms: js::now_ms() + TOOL_CALL_TIMEOUT_MS as i64,
+        };
+        let invocation = serde_json::to_string(&invocation).unwrap_or_default();
+        let reply = tools.js.invoke(
+            &module.id,
+            &op.name,
+            &args.to_string(),
+            &invocation,
+            &signal.signal(),
+        );
+        let reply = bounded(JsFuture::from(reply), signal).await;
+        let reply = match reply {
+            Some(Ok(reply)) => reply.as_string().unwrap_or_default(),
+            Some(Err(e)) => return Err(Failure::Refused(error_message(&e))),
+            None => {
+                return Err(Failure::Refused(format!(
+                    "{}.{} did not finish within {TOOL_CALL_TIMEOUT_MS} ms",
+                    module.id, op.guest_name
+                )))
+            }
+        };
+        operation_reply(&reply).map_err(Failure::Refused)
+    }
+
+    /// Runs model code in the sandbox; its guest calls come back through
+    /// `guest_call`.
+    async fn execute(
+        &self,
+        tools: &HostTools,
+        step: &Step,
+        call: &OpenCall,
+        code: &str,
+        signal: &CallSignal,
+    ) -> Option<ToolOutput> {
+        if tools.executions.get() >= EXECUTIONS_CONCURRENT_MAX {
+            return Some(ToolOutput::error(format!(
+                "execute: {EXECUTIONS_CONCURRENT_MAX} runs are in flight in this Agent, the most \
+                 at once; try again shortly"
+            )));
+        }
+        tools.executions.set(tools.executions.get() + 1);
+        let trace: Rc<RefCell<Vec<GuestTrace>>> = Rc::default();
+        let stale = Rc::new(Cell::new(false));
+        let dispatch = {
+            let me = self.me.upgrade()?;
+            let step = step.clone();
+            let call = call.clone();
+            let trace = Rc::clone(&trace);
+            let stale = Rc::clone(&stale);
+            let controller = signal.controller.clone();
+            Closure::<dyn FnMut(String, String) -> js_sys::Promise>::new(
+                move |path: String, args: String| {
+                    let me = Rc::clone(&me);
+                    let step = step.clone();
+                    let call = call.clone();
+                    let trace = Rc::clone(&trace);
+                    let stale = Rc::clone(&stale);
+                    let signal = CallSignal {
+                        controller: controller.clone(),
+                    };
+                    wasm_bindgen_futures::future_to_promise(async move {
+                        let reply = me
+                            .guest_call(&step, &call, &path, &args, &trace, &stale, &signal)
+                            .await;
+                        Ok(JsValue::from_str(&reply))
+                    })
+                },
+            )
+        };
+        let namespaces: js_sys::Array = tools
+            .toolset
+            .namespaces()
+            .iter()
+            .map(|n| JsValue::from_str(n))
+            .collect();
+        let started = js::now_ms();
+        let run = JsFuture::from(tools.js.execute(
+            code,
+            namespaces,
+            dispatch.as_ref().unchecked_ref(),
+            &signal.signal(),
+        ));
+        let reply = bounded(run, signal).await;
+        tools.executions.set(tools.executions.get() - 1);
+        drop(dispatch);
+        if stale.get() {
+            return None;
+        }
+        let data = json!({
+            "calls": &*trace.borrow(),
+            "durationMs": js::now_ms() - started,
+        });
+        let data = RawValue::from_string(data.to_string()).ok();
+        let mut out = match reply {
+            Some(Ok(reply)) => execute_reply(&reply.as_string().unwrap_or_default()),
+            Some(Err(e)) => ToolOutput::error(format!("execute: {}", error_message(&e))),
+            None => ToolOutput::error(format!(
+                "execute: the code did not finish within {TOOL_CALL_TIMEOUT_MS} ms and was stopped"
+            )),
+        };
+        out.data = data;
+        Some(out)
+    }
+
+    /// One `host.call(path, args)` of guest code: `forage`, or an operation
+    /// under the same grant checks as a direct tool. The reply is JSON
+    /// `{result}` or `{error}`.
+    #[allow(clippy::too_many_arguments)]
+    async fn guest_call(
+        &self,
+        step: &Step,
+        call: &OpenCall,
+        path: &str,
+        args: &str,
+        trace: &RefCell<Vec<GuestTrace>>,
+        stale: &Cell<bool>,
+        signal: &CallSignal,
+    ) -> String {
+        let Ok(Some(tools)) = &self.tools else {
+            return door::guest_error("no tools are offered");
+        };
+        if stale.get() || signal.controller.signal().aborted() {
+            return door::guest_error("this run was stopped");
+        }
+        if trace.borrow().len() >= GUEST_CALLS_PER_EXECUTION_MAX {
+            return door::guest_error(&format!(
+                "at most {GUEST_CALLS_PER_EXECUTION_MAX} calls per execute run"
+            ));
+        }
+        let record = |ok: bool| {
+            trace.borrow_mut().push(GuestTrace {
+                path: crate::capability::name::shorten(path).to_owned(),
+                ok,
+            })
+        };
+        let reply = match tools.toolset.guest_call(path, args) {
+            Err(e) => Err(e),
+            Ok(GuestCall::Search(query)) => Ok(tools.toolset.search(&query)),
+            Ok(GuestCall::Describe(path)) => {
+                tools.toolset.catalog().describe(&path).map_err(|e| e.0)
+            }
+            Ok(GuestCall::Operation(module, op, args)) => {
+                match self
+                    .operation(tools, step, call, module, op, args, signal)
+                    .await
+                {
+                    Ok((result, _)) => Ok(result),
+                    Err(Failure::Refused(why)) => Err(why),
+                    Err(Failure::Stale) => {
+                        stale.set(true);
+                        signal.controller.abort();
+                        Err("this run was stopped".to_owned())
+                    }
+                }
+            }
+        };
+        record(reply.is_ok());
+        match reply {
+            Ok(value) => door::guest_result(&value),
+            Err(e) => door::guest_error(&e),
+        }
+    }
+}
+
+enum Failure {
+    /// Refused or failed: the model sees why.
+    Refused(String),
+    /// The attempt is no longer current: stop.
+    Stale,
+}
+
+/// Waits for `work` up to `TOOL_CALL_TIMEOUT_MS`; then fires the call's
+/// abort signal and gives it `TOOL_ABORT_GRACE_MS` more. `None`: it did not
+/// end in time.
+async fn bounded(work: JsFuture, signal: &CallSignal) -> Option<Result<JsValue, JsValue>> {
+    let mut work = Box::pin(work);
+    match select(work.as_mut(), js::sleep(TOOL_CALL_TIMEOUT_MS)).await {
+        Either::Left((done, _)) => return Some(done),
+        Either::Right(_) => signal.controller.abort(),
+    }
+    match select(work, js::sleep(TOOL_ABORT_GRACE_MS)).await {
+        Either::Left((Ok(_), _)) | Either::Right(_) => None,
+        Either::Left((Err(e), _)) => Some(Err(e)),
+    }
+}
+
+/// An operation's reply `{result, data?}` or `{error}`, bounded.
+fn operation_reply(reply: &str) -> Result<(Value, Option<Box<RawValue>>), String> {
+    #[derive(Deserialize)]
+    struct Reply {
+        #[serde(default)]
+        result: Option<Value>,
+        #[serde(default)]
+        data: Option<Value>,
+        #[serde(default)]
+        error: Option<String>,
+    }
+    let reply: Reply = serde_json::from_str(reply)
+        .map_err(|e| format!("the operation's reply is not valid: {e}"))?;
+    if let Some(error) = reply.error {
+        return Err(error);
+    }
+    let result = reply.result.unwrap_or(Value::Null);
+    crate::capability::check_payload(&result).map_err(|e| format!("the result {e}"))?;
+    let data = match reply.data {
+        Some(data) => {
+            crate::capability::check_payload(&data).map_err(|e| format!("the display data {e}"))?;
+            RawValue::from_string(data.to_string()).ok()
+        }
+        None => None,
+    };
+    Ok((result, data))
+}
+
+/// The sandbox's reply `{result}` or `{error}` as the model's tool result.
+fn execute_reply(reply: &str) -> ToolOutput {
+    match crate::capability::parse_payload(reply) {
+        Err(e) => ToolOutput::error(format!("execute: the result {e}")),
+        Ok(Value::Object(mut reply)) => match (reply.remove("result"), reply.remove("error")) {
+            (_, Some(error)) => ToolOutput::error(match error {
+                Value::String(s) => s,
+                other => other.to_string(),
+            }),
+            (Some(result), None) => output(&result, None),
+            (None, None) => output(&Value::Null, None),
+        },
+        Ok(_) => {
+            ToolOutput::error("execute: the sandbox replied with something other than an object")
+        }
+    }
+}
+
+fn output(result: &Value, data: Option<Box<RawValue>>) -> ToolOutput {
+    match door::result_content(result) {
+        Ok(content) => ToolOutput {
+            content,
+            is_error: false,
+            data,
+        },
+        Err(e) => ToolOutput::error(e),
+    }
+}
