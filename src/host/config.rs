@@ -3,6 +3,7 @@
 //! never stored, logged or echoed.
 
 use super::js::env_string;
+use crate::limits::TOOL_CALL_TIMEOUT_MS;
 use crate::model::{ModelSpec, ProviderConfig, RetryPolicy};
 use crate::run::Attempts;
 use crate::session::meta::MetaPolicy;
@@ -22,6 +23,9 @@ pub struct HostConfig {
     pub panic_marker: Option<String>,
     /// The host's metadata schema and identity path, or why they are invalid.
     pub meta: Result<MetaPolicy, String>,
+    /// Wall time of one tool call (`execute` run or direct tool), at most
+    /// `TOOL_CALL_TIMEOUT_MS` (the default).
+    pub tool_timeout_ms: u64,
 }
 
 impl HostConfig {
@@ -41,6 +45,8 @@ impl HostConfig {
             max_output_tokens: number(env, "SHIITAKE_MAX_OUTPUT_TOKENS", 1, 1_000_000)
                 .map_or(MAX_OUTPUT_TOKENS_DEFAULT, |n| n as u32),
             panic_marker: env_string(env, "SHIITAKE_FAULT_PANIC_MARKER"),
+            tool_timeout_ms: number(env, "SHIITAKE_TOOL_TIMEOUT_MS", 1, TOOL_CALL_TIMEOUT_MS)
+                .unwrap_or(TOOL_CALL_TIMEOUT_MS),
             meta: MetaPolicy::new(
                 env_string(env, "SHIITAKE_META_SCHEMA").as_deref(),
                 env_string(env, "SHIITAKE_IDENTITY_PATH").as_deref(),

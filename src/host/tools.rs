@@ -2,7 +2,8 @@
 //! from the JS shim (`ShiitakeDO#tools()`, see `js/do.mjs`); every call is
 //! decided from the grants read at that call; operations run through the
 //! shim's `invoke`, model code through its Worker Loader sandbox
-//! (`js/execute.mjs`). Bounds: `TOOL_CALL_TIMEOUT_MS` plus
+//! (`js/execute.mjs`). Bounds: `SHIITAKE_TOOL_TIMEOUT_MS` (at most and by
+//! default `TOOL_CALL_TIMEOUT_MS`) plus
 //! `TOOL_ABORT_GRACE_MS` per call, `EXECUTIONS_CONCURRENT_MAX` sandboxes at
 //! once, `GUEST_CALLS_PER_EXECUTION_MAX` guest calls per run, every payload
 //! by `check_payload`.
@@ -14,7 +15,7 @@ use crate::capability::{Access, Catalog, Invocation, Module, Operation};
 use crate::grants::{self, AccessConfig, Decision, Needs};
 use crate::limits::{
     EXECUTIONS_CONCURRENT_MAX, GUEST_CALLS_PER_EXECUTION_MAX, TOOL_ABORT_GRACE_MS,
-    TOOL_CALL_TIMEOUT_MS, TOOL_HEARTBEAT_MS,
+    TOOL_HEARTBEAT_MS,
 };
 use crate::run::tools::{self as run_tools, OpenCall, Recovery, ToolOutput};
 use crate::run::Step;
@@ -313,7 +314,7 @@ impl Inner {
             execution_id: format!("{}:{}", step.command_id, call.id),
             session_id: step.session_id.clone(),
             command_id: step.command_id.clone(),
-            deadline_ms: js::now_ms() + TOOL_CALL_TIMEOUT_MS as i64,
+            deadline_ms: js::now_ms() + self.config.tool_timeout_ms as i64,
         };
         let invocation = serde_json::to_string(&invocation).unwrap_or_default();
         let reply = tools.js.invoke(
@@ -323,14 +324,14 @@ impl Inner {
             &invocation,
             &signal.signal(),
         );
-        let reply = bounded(JsFuture::from(reply), signal).await;
+        let reply = bounded(JsFuture::from(reply), signal, self.config.tool_timeout_ms).await;
         let reply = match reply {
             Some(Ok(reply)) => reply.as_string().unwrap_or_default(),
             Some(Err(e)) => return Err(Failure::Refused(error_message(&e))),
             None => {
                 return Err(Failure::Refused(format!(
-                    "{}.{} did not finish within {TOOL_CALL_TIMEOUT_MS} ms",
-                    module.id, op.guest_name
+                    "{}.{} did not finish within {} ms",
+                    module.id, op.guest_name, self.config.tool_timeout_ms
                 )))
             }
         };
@@ -395,7 +396,7 @@ impl Inner {
             dispatch.as_ref().unchecked_ref(),
             &signal.signal(),
         ));
-        let reply = bounded(run, signal).await;
+        let reply = bounded(run, signal, self.config.tool_timeout_ms).await;
         tools.executions.set(tools.executions.get() - 1);
         drop(dispatch);
         if stale.get() {
@@ -410,7 +411,8 @@ impl Inner {
             Some(Ok(reply)) => execute_reply(&reply.as_string().unwrap_or_default()),
             Some(Err(e)) => ToolOutput::error(format!("execute: {}", error_message(&e))),
             None => ToolOutput::error(format!(
-                "execute: the code did not finish within {TOOL_CALL_TIMEOUT_MS} ms and was stopped"
+                "execute: the code did not finish within {} ms and was stopped",
+                self.config.tool_timeout_ms
             )),
         };
         out.data = data;
@@ -484,12 +486,16 @@ enum Failure {
     Stale,
 }
 
-/// Waits for `work` up to `TOOL_CALL_TIMEOUT_MS`; then fires the call's
+/// Waits for `work` up to `timeout_ms`; then fires the call's
 /// abort signal and gives it `TOOL_ABORT_GRACE_MS` more. `None`: it did not
 /// end in time.
-async fn bounded(work: JsFuture, signal: &CallSignal) -> Option<Result<JsValue, JsValue>> {
+async fn bounded(
+    work: JsFuture,
+    signal: &CallSignal,
+    timeout_ms: u64,
+) -> Option<Result<JsValue, JsValue>> {
     let mut work = Box::pin(work);
-    match select(work.as_mut(), js::sleep(TOOL_CALL_TIMEOUT_MS)).await {
+    match select(work.as_mut(), js::sleep(timeout_ms)).await {
         Either::Left((done, _)) => return Some(done),
         Either::Right(_) => signal.controller.abort(),
     }

@@ -68,7 +68,12 @@ function assertMessagesCall(req) {
   assert.equal(req.body.system, INSTRUCTIONS);
   assert.equal(req.body.max_tokens, MAX_OUTPUT_TOKENS);
   assert.equal(req.body.stream, true);
-  assert.deepEqual(Object.keys(req.body).sort(), ["max_tokens", "messages", "model", "stream", "system"]);
+  assert.deepEqual(Object.keys(req.body).sort(), ["max_tokens", "messages", "model", "stream", "system", "tools"]);
+  // The demo Agent offers its notebook through the execute door.
+  assert.deepEqual(
+    req.body.tools.map((t) => [t.name, t.input_schema.required]),
+    [["execute", ["code"]]],
+  );
 }
 
 test("the Worker is bound to the Anthropic provider only", () => {

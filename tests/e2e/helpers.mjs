@@ -55,6 +55,7 @@ export const WORKER_BINDINGS = [
   "SHIITAKE_ATTEMPTS_MAX",
   "SHIITAKE_MAX_OUTPUT_TOKENS",
   "SHIITAKE_FAULT_PANIC_MARKER",
+  "SHIITAKE_TOOL_TIMEOUT_MS",
   // tests/e2e/fixtures/tools-worker.mjs: "off" drops its confirm hook.
   "TOOLS_CONFIRM_HOOK",
 ];

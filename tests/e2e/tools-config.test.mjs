@@ -1,0 +1,95 @@
+// Tools under other host configurations (issue 4): without a LOADER binding
+// the `execute` tool is absent and the run says why; without a confirm hook
+// a `confirm` operation is refused; the same tool turn over the Anthropic
+// Messages wire format. Fixture: tests/e2e/fixtures/tools-worker.mjs.
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { ROOT, bundleFixture, kind, startWorker } from "./helpers.mjs";
+
+let script;
+const workers = [];
+before(async () => {
+  script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/tools-worker.mjs"), "tools-worker");
+});
+after(async () => {
+  for (const h of workers) await h.dispose();
+});
+
+async function worker(options) {
+  const h = await startWorker({ scriptPath: script, model: "echo", ...options });
+  workers.push(h);
+  return h;
+}
+
+const T = { timeout: 30_000 };
+const uniq = (name) => `[${name}-${randomUUID().slice(0, 8)}]`;
+
+test("without a LOADER binding execute is not offered, the run says why, and direct tools still work", T, async () => {
+  const h = await worker({ loader: false });
+  const tag = uniq("no-loader");
+  h.model.scriptFor(tag, { toolCalls: [{ name: "apply_patch", arguments: { patch: "p" } }] }, { text: "patched" });
+  const { a, sid } = await h.session();
+  const w = await a.watch(sid);
+  let events;
+  try {
+    await w.next();
+    const id = await a.admit(sid, "r1", `patch ${tag}`);
+    events = await w.until((ev) => kind(ev) === "settled" && (ev.data.settlement ?? ev.data).commandId === id);
+  } finally {
+    await w.close();
+  }
+  const diagnostic = events.find((ev) => kind(ev) === "diagnostic");
+  assert.ok(diagnostic, `a diagnostic frame: ${JSON.stringify(events.map(kind))}`);
+  assert.match(diagnostic.data.diagnostic, /`execute` is unavailable: the Worker has no LOADER binding/);
+  const [first] = h.model.requests(tag);
+  assert.deepEqual(first.body.tools.map((t) => t.function.name), ["apply_patch"]);
+  const tool = (await a.read(sid)).messages.find((m) => m.role === "tool");
+  assert.deepEqual(JSON.parse(tool.text), { applied: true });
+});
+
+test("without the host's confirm hook a confirm operation is refused; the others run", T, async () => {
+  const h = await worker({ bindings: { TOOLS_CONFIRM_HOOK: "off" } });
+  const tag = uniq("no-hook");
+  const code = `
+    const out = {};
+    try { await notes.wipe({ confirmed: true }); out.wipe = "ran"; } catch (e) { out.wipe = e.message; }
+    out.add = await notes.add_note({ text: "kept" });
+    return out;`;
+  h.model.scriptFor(tag, { toolCalls: [{ name: "execute", arguments: { code } }] }, { text: "ok" });
+  const { a, sid } = await h.session();
+  const id = await a.admit(sid, "r1", `wipe ${tag}`);
+  await a.waitSettled(sid, id, { boundMs: 20_000 });
+  const tool = (await a.read(sid)).messages.find((m) => m.role === "tool");
+  const out = JSON.parse(tool.text);
+  assert.match(out.wipe, /asks for confirmation and the host supplies no confirm hook/);
+  assert.equal(out.add.count, 1);
+  const ops = (await h.api("GET", `/direct/${a.id}/host/probe`)).json.map((r) => r.op);
+  assert.deepEqual(ops, ["add-note"]);
+});
+
+test("Anthropic: execute and a direct tool over tool_use / tool_result blocks", T, async () => {
+  const h = await worker({ model: { provider: "anthropic", fallback: "echo" } });
+  const tag = uniq("anthropic-tools");
+  h.model.scriptFor(
+    tag,
+    { text: "Let me add it.", toolCalls: [{ name: "execute", arguments: { code: "return await notes.add_note({ text: 'a' })" } }] },
+    { toolCalls: [{ name: "apply_patch", arguments: { patch: "q" } }, { name: "execute", arguments: { code: "return 1 + 1" } }] },
+    { text: "finished" },
+  );
+  const { a, sid } = await h.session();
+  const id = await a.admit(sid, "r1", `both ${tag}`);
+  const s = await a.waitSettled(sid, id, { boundMs: 20_000 });
+  assert.equal(s.terminal, "completed", JSON.stringify(s));
+  assert.equal(s.toolCallCount, 3);
+  const reqs = h.model.requests(tag);
+  assert.equal(reqs.length, 3);
+  for (const r of reqs) assert.equal(r.outcome === "invalid" ? r.error : null, null, "the server accepted every request");
+  assert.deepEqual(reqs[0].body.tools.map((t) => t.name), ["execute", "apply_patch"]);
+  const last = reqs[2].body.messages;
+  const results = last.at(-1).content.filter((b) => b.type === "tool_result");
+  assert.deepEqual(results.map((b) => b.content), [JSON.stringify({ applied: true }), "2"]);
+  const uses = last.at(-2).content.filter((b) => b.type === "tool_use");
+  assert.deepEqual(uses.map((b) => b.name), ["apply_patch", "execute"]);
+});
