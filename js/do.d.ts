@@ -15,6 +15,12 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
    * or `undefined` to let the Shiitake core serve it. Override in a subclass.
    */
   hostFetch(request: Request): Promise<Response | undefined>;
+  /**
+   * The capabilities this Agent's model may use, or `undefined` for none.
+   * Read once per instance (a throw is reported and fails each turn, naming
+   * the problem). Override in a subclass.
+   */
+  tools(): ShiitakeTools | undefined;
   fetch(request: Request): Promise<Response>;
   alarm(): Promise<void>;
   /**
@@ -43,3 +49,59 @@ export function deliverSessionGrantsToStorage(
   sessionId: string,
   delivery: GrantDelivery,
 ): { delivered: "stored" | "replaced" | "unchanged" };
+
+/** The host's tools: modules of operations, the Agent-wide access default, a confirm hook. */
+export interface ShiitakeTools {
+  /** At most 64 modules; ids unique (`notes`, `mcp.docs`, `files`). */
+  modules: ToolModule[];
+  /** `tools.access`: default grants by module id, and keys that fail closed. Omitted: full access. */
+  access?: { grants?: Record<string, GrantLevel>; required?: string[] };
+  /** Asked before each call of a `confirm` operation; without it such calls are refused. */
+  confirm?(call: ConfirmRequest, options: { signal: AbortSignal }): boolean | Promise<boolean>;
+}
+
+export interface ToolModule {
+  /** Dot-separated identifiers, at most 64 bytes. */
+  id: string;
+  /** At most 256. */
+  operations: ToolOperation[];
+}
+
+export interface ToolOperation {
+  /** The source name; guest code calls its snake_case form (`add-note` is `add_note`). */
+  name: string;
+  /** At most 4096 bytes are kept. */
+  description: string;
+  /** A JSON Schema object (a documented subset is checked; the rest is accepted). */
+  inputSchema: Record<string, unknown>;
+  access: "read" | "write";
+  /** Ask the host's confirm hook before each call. Default false. */
+  confirm?: boolean;
+  /** Safe to run again after a crash left its outcome unknown. Default false. */
+  replaySafe?: boolean;
+  /** Also offer it to the model as its own tool, named by its guest name. Default false. */
+  direct?: boolean;
+  /** Runs the operation; `this` is the Durable Object. Returns JSON (at most 256 KiB, 64 levels). */
+  run(args: Record<string, unknown>, ctx: ToolContext): unknown | Promise<unknown>;
+}
+
+export interface ToolContext {
+  executionId: string;
+  sessionId: string;
+  commandId: string;
+  /** Milliseconds since the epoch by which the call must end. */
+  deadlineMs: number;
+  /** Fired when the turn is cancelled or the call times out. */
+  signal: AbortSignal;
+  /** Sets the call's display payload (the `tool` message's `data`), never sent to the model. */
+  display(data: unknown): void;
+}
+
+export interface ConfirmRequest {
+  sessionId: string;
+  commandId: string;
+  callId: string;
+  module: string;
+  operation: string;
+  arguments: Record<string, unknown>;
+}

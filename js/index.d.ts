@@ -3,6 +3,11 @@ export {
   deliverSessionGrantsToStorage,
   type GrantDelivery,
   type GrantLevel,
+  type ShiitakeTools,
+  type ToolModule,
+  type ToolOperation,
+  type ToolContext,
+  type ConfirmRequest,
 } from "./do.js";
 export {
   shiitakeApp,

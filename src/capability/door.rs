@@ -273,3 +273,121 @@ pub fn result_content(value: &Value) -> Result<String, String> {
     check_payload(value).map_err(|e| format!("the result {e}"))?;
     Ok(value.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toolset(direct: &[&str], execute: Result<(), String>) -> Result<Toolset, CapabilityError> {
+        let catalog = Catalog::from_json(
+            r#"[
+              {"id": "notes", "operations": [
+                {"name": "add-note", "description": "Adds a note.", "access": "write",
+                 "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}},
+                                 "required": ["text"]}},
+                {"name": "list", "description": "Lists notes.", "access": "read",
+                 "replaySafe": true, "inputSchema": {"type": "object"}}]},
+              {"id": "mcp.docs", "operations": [
+                {"name": "list", "description": "Lists docs.", "access": "read",
+                 "inputSchema": {"type": "object"}}]},
+              {"id": "files", "operations": [
+                {"name": "apply-patch", "description": "Applies a patch.", "access": "write",
+                 "inputSchema": {"type": "object"}},
+                {"name": "execute", "description": "Clashes with the door.", "access": "write",
+                 "inputSchema": {"type": "object"}}]}
+            ]"#,
+        )
+        .unwrap();
+        let direct: Vec<String> = direct.iter().map(|d| (*d).to_owned()).collect();
+        Toolset::new(catalog, &direct, execute)
+    }
+
+    #[test]
+    fn the_offered_tools_are_execute_then_the_direct_ones() {
+        let tools = toolset(&["files.apply-patch"], Ok(())).unwrap();
+        let names: Vec<String> = tools.specs().into_iter().map(|s| s.name).collect();
+        assert_eq!(names, vec!["execute", "apply_patch"]);
+        assert_eq!(tools.protocol().tools, vec!["apply_patch", "execute"]);
+        assert!(matches!(tools.tool("execute"), Some(Tool::Execute)));
+        assert!(matches!(tools.tool("apply_patch"), Some(Tool::Direct(m, _)) if m.id == "files"));
+        assert!(
+            tools.tool("list").is_none(),
+            "not direct: reachable through execute only"
+        );
+        assert_eq!(tools.namespaces(), vec!["files", "mcp", "notes"]);
+        let description = &tools.specs()[0].description;
+        assert!(description.contains("notes.add_note: Adds a note."));
+        assert!(description.contains("mcp.docs.list"));
+    }
+
+    #[test]
+    fn without_a_sandbox_execute_is_absent_and_the_reason_is_kept() {
+        let tools = toolset(&["files.apply_patch"], Err("no LOADER".into())).unwrap();
+        let names: Vec<String> = tools.specs().into_iter().map(|s| s.name).collect();
+        assert_eq!(names, vec!["apply_patch"]);
+        assert!(tools.tool("execute").is_none());
+        assert_eq!(tools.execute_unavailable(), Some("no LOADER"));
+        assert_ne!(
+            tools.protocol().digest,
+            toolset(&["files.apply_patch"], Ok(()))
+                .unwrap()
+                .protocol()
+                .digest,
+            "the protocol digest tells the two apart"
+        );
+    }
+
+    #[test]
+    fn direct_tools_must_exist_and_not_clash() {
+        let missing = toolset(&["files.nope"], Ok(())).unwrap_err();
+        assert!(missing.0.contains("no such operation"), "{missing}");
+        let door = toolset(&["files.execute"], Ok(())).unwrap_err();
+        assert!(door.0.contains("the door's"), "{door}");
+        let twice = toolset(&["notes.list", "mcp.docs.list"], Ok(())).unwrap_err();
+        assert!(twice.0.contains("already named `list`"), "{twice}");
+    }
+
+    #[test]
+    fn guest_calls_are_decoded_checked_and_bounded() {
+        let tools = toolset(&[], Ok(())).unwrap();
+        match tools
+            .guest_call("notes.add_note", r#"{"text":"x"}"#)
+            .unwrap()
+        {
+            GuestCall::Operation(m, op, args) => {
+                assert_eq!((m.id.as_str(), op.name.as_str()), ("notes", "add-note"));
+                assert_eq!(args, json!({"text": "x"}));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            tools.guest_call("forage.search", r#"{"query":"note"}"#),
+            Ok(GuestCall::Search(q)) if q == "note"
+        ));
+        let bad = tools
+            .guest_call("notes.add_note", r#"{"text":7}"#)
+            .unwrap_err();
+        assert!(bad.starts_with("notes.add_note: "), "{bad}");
+        let unknown = tools.guest_call("notes.nope", "{}").unwrap_err();
+        assert!(unknown.contains("no operation `nope`"), "{unknown}");
+        let deep = format!("{}{}", "[".repeat(70), "]".repeat(70));
+        let deep = tools.guest_call("notes.list", &deep).unwrap_err();
+        assert!(deep.contains("deeper than 64"), "{deep}");
+        let search = tools.search("list");
+        let paths: Vec<&str> = search
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["path"].as_str().unwrap())
+            .collect();
+        assert_eq!(paths, vec!["mcp.docs.list", "notes.list"]);
+    }
+
+    #[test]
+    fn results_are_bounded_both_ways() {
+        let big = Value::String("x".repeat(300_000));
+        assert!(result_content(&big).unwrap_err().contains("262144"));
+        assert!(guest_result(&big).contains("\"error\""));
+        assert_eq!(guest_result(&json!(1)), r#"{"result":1}"#);
+    }
+}

@@ -467,6 +467,14 @@ test("every documented operation is served and answers as documented", async () 
     const c = await admit(a, "s", "watched", `${failing}: fails once, then echoes`);
     await call(a, "post", COMMANDS, { params: sid, body: { type: "operator", requestId: "o2", text: "watched note" }, status: 200 });
     await watch.until((ev) => ev.event === "frame" && ev.data?.type === "settled" && ev.data.settlement.commandId === c);
+    // A tool turn through the demo's notes module: tool-step and tool messages.
+    const tooled = `openapi-tools-${a.id}`;
+    h.model.scriptFor(tooled, { toolCalls: [{ name: "execute", arguments: { code: "return await notes.add_note({ text: 'n' })" } }] }, { text: "noted" });
+    const t = await admit(a, "s", "tooled", `${tooled}: uses a tool`);
+    await watch.until((ev) => ev.event === "frame" && ev.data?.type === "settled" && ev.data.settlement.commandId === t);
+    const page = (await call(a, "get", ONE, { params: sid, query: { limit: "200" }, status: 200 })).json;
+    assert.ok(page.messages.some((m) => m.role === "tool" && m.data !== undefined), "a tool message with display data");
+    assert.ok(page.messages.some((m) => m.role === "assistant" && m.toolCalls?.length === 1), "a tool-step message");
     for (const ev of watch.events) assert.ok(validate(ev), `watch event ${kind(ev)} does not match WatchEvent: ${errorsOf(validate)}\n${JSON.stringify(ev)}`);
     const kinds = new Set(watch.events.map(kind));
     for (const k of ["snapshot", "admitted", "message", "started", "delta", "settled", "runtime-error"]) assert.ok(kinds.has(k), `no ${k} event; got ${[...kinds].join(", ")}`);
