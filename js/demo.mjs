@@ -17,6 +17,9 @@ export class ShiitakeDO extends Base {
 
   tools() {
     return {
+      // SHIITAKE_MCP_SERVERS (a secret): [{name, url, headers?}], each the
+      // module mcp.<name>.
+      mcpServers: this.env.SHIITAKE_MCP_SERVERS ? JSON.parse(this.env.SHIITAKE_MCP_SERVERS) : [],
       modules: [
         {
           id: "notes",

@@ -201,10 +201,30 @@ function toolHost(object) {
     access: config.access ?? null,
     confirm: typeof config.confirm === "function",
     loader: loader !== undefined,
+    ...(config.mcpTimeoutMs !== undefined ? { mcpTimeoutMs: config.mcpTimeoutMs } : {}),
     ...(problem ? { error: problem } : {}),
   });
+  // MCP requests go through the host's fetch (credentials in its headers).
+  const mcpFetch = config.fetch ?? ((input, init) => fetch(input, init));
   return {
     spec: () => spec,
+    mcpServers: () => JSON.stringify(config.mcpServers ?? []),
+    async mcpFetch(method, url, headers, body, signal) {
+      const response = await mcpFetch(url, { method, headers, body, redirect: "manual", signal });
+      return {
+        status: response.status,
+        contentType: response.headers.get("content-type"),
+        headers: [...response.headers],
+        body: await readBounded(response, MCP_RESPONSE_BYTES_MAX + 1),
+      };
+    },
+    onUnavailable(report) {
+      try {
+        config.onUnavailable?.call(object, JSON.parse(report));
+      } catch (error) {
+        console.error("shiitake: onUnavailable threw", error);
+      }
+    },
     async invoke(moduleId, name, args, invocation, signal) {
       let data;
       const ctx = {
@@ -232,4 +252,30 @@ function toolHost(object) {
       return runGuest(loader, { code, namespaces: [...namespaces], dispatch, signal });
     },
   };
+}
+
+// Bytes of one MCP response body the core accepts (src/limits.rs); one more
+// is read so the core can tell an oversized body from a full one.
+const MCP_RESPONSE_BYTES_MAX = 4_194_304;
+
+async function readBounded(response, limit) {
+  if (response.body === null) return new Uint8Array(0);
+  const reader = response.body.getReader();
+  const chunks = [];
+  let size = 0;
+  while (size < limit) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    chunks.push(value);
+    size += value.byteLength;
+  }
+  await reader.cancel().catch(() => {});
+  const out = new Uint8Array(Math.min(size, limit));
+  let at = 0;
+  for (const chunk of chunks) {
+    const take = Math.min(chunk.byteLength, out.byteLength - at);
+    out.set(chunk.subarray(0, take), at);
+    at += take;
+  }
+  return out;
 }

@@ -10,6 +10,8 @@
 #                          a well-known value for local use only
 #   SHIITAKE_MODEL         default openai/scripted
 #   OPENAI_BASE_URL, OPENAI_API_KEY, SHIITAKE_INSTRUCTIONS   passed when set
+#   SHIITAKE_MCP_SERVERS   a JSON array of MCP servers {name, url, headers?}
+#                          for the demo Agent (a secret: never printed)
 #   MODEL_PORT             when OPENAI_BASE_URL is unset, the scripted model
 #                          server (tests/support/model-server.mjs, echo
 #                          answers) runs on 127.0.0.1:MODEL_PORT for as long
@@ -61,13 +63,21 @@ else
   model_line="model: $model at $model_url, the scripted model server (echo answers; set OPENAI_BASE_URL for a real provider)"
 fi
 args+=(--var "OPENAI_BASE_URL:$model_url")
-if [ -n "${OPENAI_API_KEY:-}" ]; then
-  # Through a private env file rather than --var, so the key shows neither in
-  # the process list nor in wrangler's bindings table.
-  case "$OPENAI_API_KEY" in
-    *"'"* | *$'\n'*) echo "run: OPENAI_API_KEY must not contain a quote or a newline" >&2; exit 1 ;;
+# Secrets (the provider key; SHIITAKE_MCP_SERVERS, whose header values are
+# credentials) go through a private env file rather than --var, so they show
+# neither in the process list nor in wrangler's bindings table, and never in
+# wrangler.toml.
+secrets=()
+for name in OPENAI_API_KEY SHIITAKE_MCP_SERVERS; do
+  value="${!name:-}"
+  [ -n "$value" ] || continue
+  case "$value" in
+    *"'"* | *$'\n'*) echo "run: $name must not contain a single quote or a newline" >&2; exit 1 ;;
   esac
-  (umask 077 && printf "OPENAI_API_KEY='%s'\n" "$OPENAI_API_KEY" >"$run_dir/secrets.env")
+  secrets+=("$name='$value'")
+done
+if [ "${#secrets[@]}" -gt 0 ]; then
+  (umask 077 && printf '%s\n' "${secrets[@]}" >"$run_dir/secrets.env")
   args+=(--env-file "$run_dir/secrets.env")
 fi
 

@@ -96,6 +96,11 @@ pub const MCP_TOOLS_PAGES_MAX: usize = 20;
 pub const MCP_TOOLS_MAX: usize = 1_000;
 /// A JSON-RPC error message from a server, as reported; a longer one is cut.
 pub const MCP_RPC_ERROR_BYTES_MAX: usize = 1_024;
+/// MCP servers one Agent connects.
+pub const MCP_SERVERS_MAX: usize = 16;
+/// Connecting to one MCP server and listing its tools (all servers at
+/// once); the host may set less (`tools().mcpTimeoutMs`).
+pub const MCP_CONNECT_TIMEOUT_MS: u64 = 10_000;
 /// An `Mcp-Session-Id` a server assigns (visible ASCII).
 pub const MCP_SESSION_ID_BYTES_MAX: usize = 256;
 

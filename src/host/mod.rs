@@ -14,6 +14,7 @@
 
 mod config;
 mod js;
+mod mcp;
 mod sql;
 mod tools;
 mod turn;
@@ -473,13 +474,13 @@ impl Inner {
         };
         self.publish(&step.session_id, "frame", &started);
         let unavailable = match &self.tools {
-            Ok(Some(tools)) => tools.toolset.execute_unavailable(),
+            Ok(Some(tools)) => tools.current().execute_unavailable().map(str::to_owned),
             _ => None,
         };
         if let Some(why) = unavailable {
             let diagnostic = Frame::Diagnostic {
                 command_id: step.command_id.clone(),
-                diagnostic: why.to_owned(),
+                diagnostic: why,
             };
             self.publish(&step.session_id, "frame", &diagnostic);
         }
@@ -491,6 +492,8 @@ impl Inner {
     async fn run_turn(&self, mut step: Step, mut stopper: Stopper) {
         let mut head = step.command_id.clone();
         let session = step.session_id.clone();
+        // MCP servers that could not be offered are said once per turn.
+        let mut reported = false;
         loop {
             if !step.tool_calls.is_empty() {
                 match self.close_calls(&step, &stopper).await {
@@ -506,7 +509,23 @@ impl Inner {
                 self.publish(&session, "frame", &delta);
             };
             let (specs, protocol) = match &self.tools {
-                Ok(Some(tools)) => (tools.toolset.specs(), tools.toolset.protocol()),
+                Ok(Some(tools)) => {
+                    let toolset = self.toolset().await.unwrap_or_else(|| tools.current());
+                    if !reported {
+                        reported = true;
+                        for report in tools.unavailable() {
+                            let diagnostic = Frame::Diagnostic {
+                                command_id: head.clone(),
+                                diagnostic: format!(
+                                    "MCP server `{}` is unavailable: {}",
+                                    report.name, report.reason
+                                ),
+                            };
+                            self.publish(&session, "frame", &diagnostic);
+                        }
+                    }
+                    (toolset.specs(), toolset.protocol())
+                }
                 Ok(None) => (Vec::new(), run_tools::Protocol::new([])),
                 Err(why) => {
                     let failure = turn::CallOutcome::Failed(crate::model::ModelError::new(

@@ -9,17 +9,18 @@
 //! by `check_payload`.
 
 use super::js::{self, error_message};
-use super::Inner;
+use super::{mcp, Inner};
 use crate::capability::door::{self, GuestCall, Tool, Toolset};
 use crate::capability::{Access, Catalog, Invocation, Module, Operation};
 use crate::grants::{self, AccessConfig, Decision, Needs};
 use crate::limits::{
-    EXECUTIONS_CONCURRENT_MAX, GUEST_CALLS_PER_EXECUTION_MAX, TOOL_ABORT_GRACE_MS,
-    TOOL_HEARTBEAT_MS,
+    EXECUTIONS_CONCURRENT_MAX, GUEST_CALLS_PER_EXECUTION_MAX, MCP_CONNECT_TIMEOUT_MS,
+    TOOL_ABORT_GRACE_MS, TOOL_HEARTBEAT_MS,
 };
 use crate::run::tools::{self as run_tools, OpenCall, Recovery, ToolOutput};
 use crate::run::Step;
-use futures::future::{select, Either};
+use futures::future::{select, Either, LocalBoxFuture, Shared};
+use futures::FutureExt;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -52,6 +53,27 @@ extern "C" {
     #[wasm_bindgen(method)]
     fn confirm(this: &JsTools, request: &str, signal: &web_sys::AbortSignal) -> js_sys::Promise;
 
+    /// The host's MCP servers, `[{name, url, headers?}]` as JSON (header
+    /// values are credentials: kept in memory only).
+    #[wasm_bindgen(method, js_name = mcpServers)]
+    fn mcp_servers(this: &JsTools) -> String;
+
+    /// One MCP HTTP request through the host's fetch, redirects not
+    /// followed: resolves to `{status, contentType, headers, body}`.
+    #[wasm_bindgen(method, js_name = mcpFetch)]
+    pub fn mcp_fetch(
+        this: &JsTools,
+        method: &str,
+        url: &str,
+        headers: &js_sys::Array,
+        body: &str,
+        signal: Option<&web_sys::AbortSignal>,
+    ) -> js_sys::Promise;
+
+    /// The host's `onUnavailable` report: `{name, reason}` as JSON.
+    #[wasm_bindgen(method, js_name = onUnavailable)]
+    fn on_unavailable(this: &JsTools, report: &str);
+
     /// Runs model code in a fresh sandbox: resolves to JSON `{result}` or
     /// `{error}`, never rejects.
     #[wasm_bindgen(method)]
@@ -76,6 +98,9 @@ struct Spec {
     confirm: bool,
     #[serde(default)]
     loader: bool,
+    /// Bound on connecting the MCP servers, at most `MCP_CONNECT_TIMEOUT_MS`.
+    #[serde(default)]
+    mcp_timeout_ms: Option<u64>,
     /// `tools()` threw: why.
     #[serde(default)]
     error: Option<String>,
@@ -84,11 +109,27 @@ struct Spec {
 /// The host's tools, decoded once per instance.
 pub struct HostTools {
     js: JsTools,
-    pub toolset: Toolset,
+    /// The host's own modules, direct tool paths and sandbox, kept to
+    /// rebuild the toolset once the MCP servers are connected.
+    modules: Vec<Module>,
+    direct: Vec<String>,
+    execute: Result<(), String>,
+    /// The tools offered now.
+    toolset: RefCell<Rc<Toolset>>,
     access: AccessConfig,
     confirm_hook: bool,
     /// `execute` runs in flight in this instance.
     executions: Cell<usize>,
+    mcp: RefCell<McpState>,
+    mcp_timeout_ms: u64,
+    hub: RefCell<Option<Rc<mcp::Hub>>>,
+}
+
+/// The MCP servers' connection, made once per instance at the first turn.
+enum McpState {
+    Configured(Vec<mcp::ServerConfig>),
+    Connecting(Shared<LocalBoxFuture<'static, ()>>),
+    Done,
 }
 
 impl HostTools {
@@ -113,19 +154,89 @@ impl HostTools {
                     .to_owned(),
             )
         };
-        let toolset =
-            Toolset::new(catalog, &spec.direct, execute).map_err(|e| format!("tools(): {e}"))?;
+        let servers = mcp::parse_servers(&js.mcp_servers()).map_err(|e| format!("tools(): {e}"))?;
+        let modules = catalog.modules().to_vec();
+        let toolset = Toolset::new(catalog, &spec.direct, execute.clone())
+            .map_err(|e| format!("tools(): {e}"))?;
         let access = match spec.access {
             Some(access) => AccessConfig::parse(&access.to_string())?,
             None => AccessConfig::default(),
         };
         Ok(Some(HostTools {
             js,
-            toolset,
+            modules,
+            direct: spec.direct,
+            execute,
+            toolset: RefCell::new(Rc::new(toolset)),
             access,
             confirm_hook: spec.confirm,
             executions: Cell::new(0),
+            mcp: RefCell::new(if servers.is_empty() {
+                McpState::Done
+            } else {
+                McpState::Configured(servers)
+            }),
+            mcp_timeout_ms: spec
+                .mcp_timeout_ms
+                .unwrap_or(MCP_CONNECT_TIMEOUT_MS)
+                .clamp(1, MCP_CONNECT_TIMEOUT_MS),
+            hub: RefCell::new(None),
         }))
+    }
+}
+
+impl HostTools {
+    /// The tools offered now.
+    pub fn current(&self) -> Rc<Toolset> {
+        Rc::clone(&self.toolset.borrow())
+    }
+
+    /// The MCP servers that could not be offered (after the connection).
+    pub fn unavailable(&self) -> Vec<mcp::Unavailable> {
+        self.hub
+            .borrow()
+            .as_ref()
+            .map(|hub| hub.unavailable.clone())
+            .unwrap_or_default()
+    }
+
+    /// Connects the MCP servers and rebuilds the toolset with their modules;
+    /// a module that cannot join the catalog drops its server.
+    async fn connect_mcp(&self, servers: Vec<mcp::ServerConfig>) {
+        let mut hub = mcp::connect_all(&self.js, servers, self.mcp_timeout_ms).await;
+        let mut modules = self.modules.clone();
+        for tools in hub.tools.clone() {
+            let joined = Module::from_spec(tools.module.clone())
+                .map_err(|e| e.0)
+                .and_then(|module| {
+                    let mut with = modules.clone();
+                    with.push(module);
+                    Catalog::new(with.clone()).map(|_| with).map_err(|e| e.0)
+                });
+            match joined {
+                Ok(with) => modules = with,
+                Err(reason) => hub.drop_server(&tools.module.id, reason),
+            }
+        }
+        let toolset = Catalog::new(modules)
+            .and_then(|catalog| Toolset::new(catalog, &self.direct, self.execute.clone()));
+        match toolset {
+            Ok(toolset) => *self.toolset.borrow_mut() = Rc::new(toolset),
+            Err(e) => web_sys::console::error_1(&format!("shiitake: MCP tools: {e}").into()),
+        }
+        for report in &hub.unavailable {
+            web_sys::console::warn_1(
+                &format!(
+                    "shiitake: MCP server `{}` is unavailable: {}",
+                    report.name, report.reason
+                )
+                .into(),
+            );
+            if let Ok(json) = serde_json::to_string(report) {
+                self.js.on_unavailable(&json);
+            }
+        }
+        *self.hub.borrow_mut() = Some(Rc::new(hub));
     }
 }
 
@@ -156,6 +267,38 @@ struct GuestTrace {
 }
 
 impl Inner {
+    /// The tools to offer now: connects the host's MCP servers first when
+    /// this instance has not (concurrent turns share one connection).
+    /// `None` when the host offers no tools.
+    pub(super) async fn toolset(&self) -> Option<Rc<Toolset>> {
+        let tools = self.tools.as_ref().ok()?.as_ref()?;
+        let pending = {
+            let mut state = tools.mcp.borrow_mut();
+            match &mut *state {
+                McpState::Done => None,
+                McpState::Connecting(connecting) => Some(connecting.clone()),
+                McpState::Configured(servers) => {
+                    let servers = std::mem::take(servers);
+                    let me = self.me.upgrade()?;
+                    let connecting = async move {
+                        if let Ok(Some(tools)) = &me.tools {
+                            tools.connect_mcp(servers).await;
+                            *tools.mcp.borrow_mut() = McpState::Done;
+                        }
+                    }
+                    .boxed_local()
+                    .shared();
+                    *state = McpState::Connecting(connecting.clone());
+                    Some(connecting)
+                }
+            }
+        };
+        if let Some(connecting) = pending {
+            connecting.await;
+        }
+        Some(tools.current())
+    }
+
     /// Closes one open call of `step`: runs it (or, after a restart, decides
     /// it was already tried) and answers its outcome. `None`: the attempt
     /// went stale under it; nothing more of this step may run.
@@ -178,8 +321,9 @@ impl Inner {
             }
             Err(why) => return Some(ToolOutput::error(why.clone())),
         };
-        let Some(tool) = tools.toolset.tool(&call.name) else {
-            let offered: Vec<String> = tools.toolset.specs().into_iter().map(|s| s.name).collect();
+        let toolset = self.toolset().await?;
+        let Some(tool) = toolset.tool(&call.name) else {
+            let offered: Vec<String> = toolset.specs().into_iter().map(|s| s.name).collect();
             return Some(ToolOutput::error(format!(
                 "no tool `{}` is offered; tools: {}",
                 call.name,
@@ -220,7 +364,8 @@ impl Inner {
                             "execute: expects {\"code\": \"<JavaScript>\"}",
                         ));
                     };
-                    self.execute(tools, step, call, code, &signal).await
+                    self.execute(tools, &toolset, step, call, code, &signal)
+                        .await
                 }
             }
         };
@@ -316,6 +461,22 @@ impl Inner {
             command_id: step.command_id.clone(),
             deadline_ms: js::now_ms() + self.config.tool_timeout_ms as i64,
         };
+        let timed_out = || {
+            Failure::Refused(format!(
+                "{}.{} did not finish within {} ms",
+                module.id, op.guest_name, self.config.tool_timeout_ms
+            ))
+        };
+        let hub = tools.hub.borrow().clone();
+        if let Some(server) = hub.as_ref().and_then(|hub| hub.server(&module.id)) {
+            let abort = signal.signal();
+            let called = server.call(&tools.js, &op.name, &args, &abort);
+            let result = bounded(called, signal, self.config.tool_timeout_ms)
+                .await
+                .ok_or_else(timed_out)?
+                .map_err(Failure::Refused)?;
+            return Ok((result, None));
+        }
         let invocation = serde_json::to_string(&invocation).unwrap_or_default();
         let reply = tools.js.invoke(
             &module.id,
@@ -324,25 +485,20 @@ impl Inner {
             &invocation,
             &signal.signal(),
         );
-        let reply = bounded(JsFuture::from(reply), signal, self.config.tool_timeout_ms).await;
-        let reply = match reply {
-            Some(Ok(reply)) => reply.as_string().unwrap_or_default(),
-            Some(Err(e)) => return Err(Failure::Refused(error_message(&e))),
-            None => {
-                return Err(Failure::Refused(format!(
-                    "{}.{} did not finish within {} ms",
-                    module.id, op.guest_name, self.config.tool_timeout_ms
-                )))
-            }
-        };
-        operation_reply(&reply).map_err(Failure::Refused)
+        let reply = bounded(JsFuture::from(reply), signal, self.config.tool_timeout_ms)
+            .await
+            .ok_or_else(timed_out)?
+            .map_err(|e| Failure::Refused(error_message(&e)))?;
+        operation_reply(&reply.as_string().unwrap_or_default()).map_err(Failure::Refused)
     }
 
     /// Runs model code in the sandbox; its guest calls come back through
     /// `guest_call`.
+    #[allow(clippy::too_many_arguments)]
     async fn execute(
         &self,
         tools: &HostTools,
+        toolset: &Rc<Toolset>,
         step: &Step,
         call: &OpenCall,
         code: &str,
@@ -359,6 +515,7 @@ impl Inner {
         let stale = Rc::new(Cell::new(false));
         let dispatch = {
             let me = self.me.upgrade()?;
+            let toolset = Rc::clone(toolset);
             let step = step.clone();
             let call = call.clone();
             let trace = Rc::clone(&trace);
@@ -367,6 +524,7 @@ impl Inner {
             Closure::<dyn FnMut(String, String) -> js_sys::Promise>::new(
                 move |path: String, args: String| {
                     let me = Rc::clone(&me);
+                    let toolset = Rc::clone(&toolset);
                     let step = step.clone();
                     let call = call.clone();
                     let trace = Rc::clone(&trace);
@@ -376,15 +534,16 @@ impl Inner {
                     };
                     wasm_bindgen_futures::future_to_promise(async move {
                         let reply = me
-                            .guest_call(&step, &call, &path, &args, &trace, &stale, &signal)
+                            .guest_call(
+                                &toolset, &step, &call, &path, &args, &trace, &stale, &signal,
+                            )
                             .await;
                         Ok(JsValue::from_str(&reply))
                     })
                 },
             )
         };
-        let namespaces: js_sys::Array = tools
-            .toolset
+        let namespaces: js_sys::Array = toolset
             .namespaces()
             .iter()
             .map(|n| JsValue::from_str(n))
@@ -425,6 +584,7 @@ impl Inner {
     #[allow(clippy::too_many_arguments)]
     async fn guest_call(
         &self,
+        toolset: &Toolset,
         step: &Step,
         call: &OpenCall,
         path: &str,
@@ -450,12 +610,10 @@ impl Inner {
                 ok,
             })
         };
-        let reply = match tools.toolset.guest_call(path, args) {
+        let reply = match toolset.guest_call(path, args) {
             Err(e) => Err(e),
-            Ok(GuestCall::Search(query)) => Ok(tools.toolset.search(&query)),
-            Ok(GuestCall::Describe(path)) => {
-                tools.toolset.catalog().describe(&path).map_err(|e| e.0)
-            }
+            Ok(GuestCall::Search(query)) => Ok(toolset.search(&query)),
+            Ok(GuestCall::Describe(path)) => toolset.catalog().describe(&path).map_err(|e| e.0),
             Ok(GuestCall::Operation(module, op, args)) => {
                 match self
                     .operation(tools, step, call, module, op, args, signal)
@@ -486,23 +644,21 @@ enum Failure {
     Stale,
 }
 
-/// Waits for `work` up to `timeout_ms`; then fires the call's
-/// abort signal and gives it `TOOL_ABORT_GRACE_MS` more. `None`: it did not
-/// end in time.
-async fn bounded(
-    work: JsFuture,
+/// Waits for `work` up to `timeout_ms`; then fires the call's abort signal,
+/// gives it `TOOL_ABORT_GRACE_MS` to wind down (its abort handlers run), and
+/// answers `None`: it did not end in time, whatever it does now.
+async fn bounded<F: std::future::Future>(
+    work: F,
     signal: &CallSignal,
     timeout_ms: u64,
-) -> Option<Result<JsValue, JsValue>> {
+) -> Option<F::Output> {
     let mut work = Box::pin(work);
-    match select(work.as_mut(), js::sleep(timeout_ms)).await {
-        Either::Left((done, _)) => return Some(done),
-        Either::Right(_) => signal.controller.abort(),
+    if let Either::Left((done, _)) = select(work.as_mut(), js::sleep(timeout_ms)).await {
+        return Some(done);
     }
-    match select(work, js::sleep(TOOL_ABORT_GRACE_MS)).await {
-        Either::Left((Ok(_), _)) | Either::Right(_) => None,
-        Either::Left((Err(e), _)) => Some(Err(e)),
-    }
+    signal.controller.abort();
+    let _ = select(work, js::sleep(TOOL_ABORT_GRACE_MS)).await;
+    None
 }
 
 /// An operation's reply `{result, data?}` or `{error}`, bounded.

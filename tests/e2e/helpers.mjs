@@ -58,6 +58,9 @@ export const WORKER_BINDINGS = [
   "SHIITAKE_TOOL_TIMEOUT_MS",
   // tests/e2e/fixtures/tools-worker.mjs: "off" drops its confirm hook.
   "TOOLS_CONFIRM_HOOK",
+  // tests/e2e/fixtures/mcp-worker.mjs: its MCP server list and connect timeout.
+  "MCP_SERVERS_JSON",
+  "MCP_TIMEOUT_MS",
 ];
 // The newest date the pinned workerd (1.20260730.x) accepts.
 export const COMPATIBILITY_DATE = "2026-07-30";

@@ -1,0 +1,278 @@
+// Real MCP servers for the MCP client tests, built with the official
+// TypeScript SDK (@modelcontextprotocol/sdk, pinned in package.json) and
+// served over Streamable HTTP from a plain node:http server on 127.0.0.1
+// (port 0). Stateful: the `initialize` POST creates one transport and one
+// McpServer per MCP session (kept in a Map by Mcp-Session-Id, as in the SDK's
+// stateful examples); later requests must carry that id.
+//
+//   import { startMcpServer } from "../support/mcp-server.mjs";
+//   const mcp = await startMcpServer({ mode: "json", token: "t", pageSize: 2 });
+//   mcp.url          // http://127.0.0.1:PORT/mcp
+//   mcp.requests()   // [{method, path, headers, rpc, body, status}] every HTTP request:
+//                    //   headers lower-case, rpc = body.method or null, body = parsed
+//                    //   JSON (raw text if not JSON, null if none), status null until sent
+//   mcp.calls()      // [{tool, arguments}] every tools/call a tool started on,
+//                    //   arguments as the client sent them (undefined if omitted)
+//   mcp.release()    // lets the hanging first slow-read / slow-write calls answer
+//   await mcp.close()
+//
+// Answers outside the SDK transport (everything else is the SDK's own):
+//   401 + `WWW-Authenticate: Bearer` when `token` is set and the request lacks
+//       `Authorization: Bearer <token>`;
+//   400 (-32000) for a non-initialize request without Mcp-Session-Id,
+//   404 (-32001 "Session not found") for an unknown or deleted session id,
+//   404 for any path other than /mcp; all with a JSON-RPC error body.
+//
+// The tools (one table, below) are registered with McpServer.registerTool.
+// With `pageSize`, McpServer's tools/list (which never paginates) is replaced
+// by a handler serving the same definitions in pages (cursor = start index).
+//
+// `slow-read` and `slow-write`: the first call of each (per server) hangs
+// until release(), close(), the client cancelling it (notifications/cancelled)
+// or the HTTP request that carried it closing early; it then answers `runs 1`
+// (if anyone still listens). Later calls answer `runs <n>` at once.
+
+import { randomUUID } from "node:crypto";
+import http from "node:http";
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import { ErrorCode, isInitializeRequest, ListToolsRequestSchema, McpError } from "@modelcontextprotocol/sdk/types.js";
+import * as z from "zod";
+
+const text = (t) => ({ content: [{ type: "text", text: t }] });
+const readOnly = { readOnlyHint: true };
+const noArgs = z.object({});
+
+/** Tool table: McpServer config (zod schemas) + `run(args, ctx)`; ctx = {state, hang}. */
+const TOOLS = {
+  "create-note": {
+    config: {
+      description: "Create a note.",
+      inputSchema: z.object({ title: z.string(), body: z.string().optional() }),
+    },
+    run: ({ title }, { state }) => (state.notes.push(title), text(`created ${title}`)),
+  },
+  "list-notes": {
+    config: { description: "List the note titles.", inputSchema: noArgs, annotations: readOnly },
+    run: (_args, { state }) => text(JSON.stringify(state.notes)),
+  },
+  "note-count": {
+    config: {
+      description: "Count the notes.",
+      inputSchema: noArgs,
+      outputSchema: z.object({ count: z.number() }),
+      annotations: readOnly,
+    },
+    // The SDK wants structuredContent to match outputSchema; the text form is for older clients.
+    run: (_args, { state }) => ({
+      ...text(JSON.stringify({ count: state.notes.length })),
+      structuredContent: { count: state.notes.length },
+    }),
+  },
+  fail: {
+    config: { description: "Always fails.", inputSchema: noArgs },
+    run: () => ({ isError: true, content: [{ type: "text", text: "it failed on purpose" }] }),
+  },
+  "odd-schema": {
+    config: {
+      description: "Takes a property outside a simple schema subset.",
+      // -> {"value": {"anyOf": [{"type": "string"}, {"type": "number"}]}}
+      inputSchema: z.object({ value: z.union([z.string(), z.number()]).optional() }),
+    },
+    run: () => text("ok"),
+  },
+  "slow-read": {
+    config: { description: "First call hangs until released.", inputSchema: noArgs, annotations: readOnly },
+    run: (_args, ctx) => ctx.hang("slow-read"),
+  },
+  "slow-write": {
+    config: { description: "First call hangs until released.", inputSchema: noArgs },
+    run: (_args, ctx) => ctx.hang("slow-write"),
+  },
+};
+
+/** The tools/list entries, as McpServer would list them (same zod -> JSON Schema conversion). */
+function toolList() {
+  return Object.entries(TOOLS).map(([name, { config }]) => ({
+    name,
+    description: config.description,
+    inputSchema: z.toJSONSchema(config.inputSchema, { target: "draft-7", io: "input" }),
+    ...(config.annotations && { annotations: config.annotations }),
+    execution: { taskSupport: "forbidden" },
+    ...(config.outputSchema && {
+      outputSchema: z.toJSONSchema(config.outputSchema, { target: "draft-7", io: "output" }),
+    }),
+  }));
+}
+
+const rpcError = (res, status, code, message, headers = {}) => {
+  res.writeHead(status, { "content-type": "application/json", ...headers });
+  res.end(JSON.stringify({ jsonrpc: "2.0", error: { code, message }, id: null }));
+};
+
+/**
+ * A node:http server on 127.0.0.1:0 that records every request, reads its
+ * body, then lets `handle(req, res, body)` answer; `body` is the parsed JSON,
+ * null without a body, or the BAD_JSON symbol.
+ */
+const BAD_JSON = Symbol("bad JSON");
+async function listen(handle) {
+  const records = []; // {method, path, headers, rpc, body, res}
+  const server = http.createServer(async (req, res) => {
+    const rec = { method: req.method, path: req.url, headers: { ...req.headers }, rpc: null, body: null, res };
+    records.push(rec);
+    let raw = "";
+    req.setEncoding("utf8");
+    for await (const chunk of req) raw += chunk;
+    let body = null;
+    try {
+      body = raw ? JSON.parse(raw) : null;
+      rec.body = body;
+      rec.rpc = typeof body?.method === "string" ? body.method : null;
+    } catch {
+      body = BAD_JSON;
+      rec.body = raw;
+    }
+    try {
+      await handle(req, res, body);
+    } catch (err) {
+      if (!res.headersSent) rpcError(res, 500, -32603, `Internal error: ${err.message}`);
+      else res.destroy();
+    }
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const origin = `http://127.0.0.1:${server.address().port}`;
+  return {
+    origin,
+    url: `${origin}/mcp`,
+    // status: what the response's head says (200 for an SSE stream still open), null before it is sent.
+    requests: () =>
+      records.map(({ res, ...r }) => ({
+        ...structuredClone(r),
+        status: res.headersSent ? res.statusCode : null,
+      })),
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+/** An MCP server on 127.0.0.1 (port 0) built with the official SDK over Streamable HTTP, stateful (Mcp-Session-Id). */
+export async function startMcpServer({ mode = "sse", token, pageSize, name = "test-notes" } = {}) {
+  if (mode !== "sse" && mode !== "json") throw new Error(`mode must be "sse" or "json", not ${mode}`);
+  const sessions = new Map(); // Mcp-Session-Id -> transport
+  const inflight = new Map(); // `${session} ${JSON id}` -> {signal, arguments} of a POSTed request
+  const calls = [];
+  const hung = new Set(); // resolve functions of hanging calls
+  const runs = { "slow-read": 0, "slow-write": 0 };
+  const state = { notes: [] };
+
+  /** The hanging-first-call behaviour of slow-read / slow-write. */
+  const hang = (tool, signals) => async () => {
+    const n = ++runs[tool];
+    if (n === 1) {
+      await new Promise((resolve) => {
+        const done = () => (hung.delete(done), resolve());
+        hung.add(done);
+        for (const s of signals) s?.addEventListener("abort", done, { once: true });
+      });
+    }
+    return text(`runs ${n}`);
+  };
+
+  function newSession() {
+    const mcp = new McpServer({ name, version: "1.0.0" });
+    for (const [tool, { config, run }] of Object.entries(TOOLS)) {
+      mcp.registerTool(tool, config, (args, extra) => {
+        const sent = inflight.get(`${extra.sessionId} ${JSON.stringify(extra.requestId)}`);
+        calls.push({ tool, arguments: structuredClone(sent ? sent.arguments : args) });
+        const signals = [extra.signal, sent?.signal];
+        return run(args, { state, hang: (t) => hang(t, signals)() });
+      });
+    }
+    if (pageSize) {
+      const all = toolList();
+      mcp.server.setRequestHandler(ListToolsRequestSchema, (request) => {
+        const cursor = request.params?.cursor;
+        const start = cursor === undefined ? 0 : Number(cursor);
+        if (!Number.isInteger(start) || start < 0 || start >= all.length) {
+          throw new McpError(ErrorCode.InvalidParams, `Invalid cursor: ${cursor}`);
+        }
+        const end = start + pageSize;
+        return { tools: all.slice(start, end), ...(end < all.length && { nextCursor: String(end) }) };
+      });
+    }
+    const transport = new StreamableHTTPServerTransport({
+      sessionIdGenerator: () => randomUUID(),
+      enableJsonResponse: mode === "json",
+      onsessioninitialized: (sid) => sessions.set(sid, transport),
+    });
+    transport.onclose = () => sessions.delete(transport.sessionId); // DELETE or close()
+    return { mcp, transport };
+  }
+
+  const srv = await listen(async (req, res, body) => {
+    if (new URL(req.url, "http://x").pathname !== "/mcp") return rpcError(res, 404, -32000, "Not found");
+    if (body === BAD_JSON) return rpcError(res, 400, -32700, "Parse error: Invalid JSON");
+    if (token !== undefined && req.headers.authorization !== `Bearer ${token}`) {
+      return rpcError(res, 401, -32001, "Unauthorized", { "www-authenticate": "Bearer" });
+    }
+    const sid = req.headers["mcp-session-id"];
+    let transport = sid === undefined ? undefined : sessions.get(sid);
+    if (sid === undefined && req.method === "POST" && isInitializeRequest(body)) {
+      const session = newSession();
+      await session.mcp.connect(session.transport);
+      transport = session.transport;
+    } else if (sid === undefined) {
+      return rpcError(res, 400, -32000, "Bad Request: No valid session ID provided");
+    } else if (!transport) {
+      return rpcError(res, 404, -32001, "Session not found");
+    }
+    // Requests in this POST: an abort signal for when its HTTP request closes
+    // before the answer is complete, and the arguments as sent.
+    const keys = [];
+    if (req.method === "POST" && sid !== undefined) {
+      const ac = new AbortController();
+      for (const m of [body].flat()) {
+        if (m?.method && m.id !== undefined) {
+          const key = `${sid} ${JSON.stringify(m.id)}`;
+          inflight.set(key, { signal: ac.signal, arguments: m.params?.arguments });
+          keys.push(key);
+        }
+      }
+      res.on("close", () => {
+        if (!res.writableFinished) ac.abort();
+        for (const k of keys) inflight.delete(k);
+      });
+    }
+    await transport.handleRequest(req, res, body);
+  });
+
+  return {
+    url: srv.url,
+    requests: srv.requests,
+    calls: () => structuredClone(calls),
+    release: () => [...hung].forEach((done) => done()),
+    close: async () => {
+      [...hung].forEach((done) => done());
+      await Promise.all([...sessions.values()].map((t) => t.close()));
+      await srv.close();
+    },
+  };
+}
+
+/** Answers every request 307 to another URL on itself (which redirects again). */
+export async function startRedirectServer() {
+  const srv = await listen((req, res) => {
+    res.writeHead(307, { location: `${srv.origin}/elsewhere${new URL(req.url, "http://x").pathname}` });
+    res.end();
+  });
+  return { url: srv.url, requests: srv.requests, close: srv.close };
+}
+
+/** Accepts requests and never answers them (until close). */
+export async function startHangingServer() {
+  const srv = await listen(() => {});
+  return { url: srv.url, requests: srv.requests, close: srv.close };
+}
