@@ -76,8 +76,12 @@ const TOOLS = {
   "odd-schema": {
     config: {
       description: "Takes a property outside a simple schema subset.",
-      // -> {"value": {"anyOf": [{"type": "string"}, {"type": "number"}]}}
-      inputSchema: z.object({ value: z.union([z.string(), z.number()]).optional() }),
+      // -> {"value": {"anyOf": [{"type": "string", "description": "a text"}, {"type": "number", ...}]}}
+      // (zod >= 4.6 folds an anyOf of bare types into `type: ["string", "number"]`;
+      // a described member is not bare, so the anyOf stays.)
+      inputSchema: z.object({
+        value: z.union([z.string().describe("a text"), z.number().describe("a number")]).optional(),
+      }),
     },
     run: () => text("ok"),
   },
@@ -123,7 +127,11 @@ async function listen(handle) {
     records.push(rec);
     let raw = "";
     req.setEncoding("utf8");
-    for await (const chunk of req) raw += chunk;
+    try {
+      for await (const chunk of req) raw += chunk;
+    } catch {
+      return; // the client went away mid-body
+    }
     let body = null;
     try {
       body = raw ? JSON.parse(raw) : null;
@@ -168,10 +176,10 @@ export async function startMcpServer({ mode = "sse", token, pageSize, name = "te
   const runs = { "slow-read": 0, "slow-write": 0 };
   const state = { notes: [] };
 
-  /** The hanging-first-call behaviour of slow-read / slow-write. */
-  const hang = (tool, signals) => async () => {
+  /** The hanging-first-call behaviour of slow-read / slow-write; any of `signals` aborting ends the hang. */
+  const hang = async (tool, signals) => {
     const n = ++runs[tool];
-    if (n === 1) {
+    if (n === 1 && !signals.some((s) => s?.aborted)) {
       await new Promise((resolve) => {
         const done = () => (hung.delete(done), resolve());
         hung.add(done);
@@ -187,8 +195,9 @@ export async function startMcpServer({ mode = "sse", token, pageSize, name = "te
       mcp.registerTool(tool, config, (args, extra) => {
         const sent = inflight.get(`${extra.sessionId} ${JSON.stringify(extra.requestId)}`);
         calls.push({ tool, arguments: structuredClone(sent ? sent.arguments : args) });
+        // The SDK's signal aborts on notifications/cancelled (or the session closing), ours on HTTP close.
         const signals = [extra.signal, sent?.signal];
-        return run(args, { state, hang: (t) => hang(t, signals)() });
+        return run(args, { state, hang: (t) => hang(t, signals) });
       });
     }
     if (pageSize) {

@@ -1,0 +1,199 @@
+// MCP servers as tool sources (issue 5, seed knapsack.md `mcpServers`),
+// against servers built with the official @modelcontextprotocol/sdk
+// (tests/support/mcp-server.mjs): one module mcp.<name> per server, tool
+// names mapped to guest names, pagination, JSON and SSE bodies, a bearer
+// token that reaches the server and never the Durable Object's storage, a
+// redirect refused, a hanging server and a 401 dropped and reported while the
+// others work, grants on mcp.<name>, and replay after a crash only for the
+// readOnlyHint tool. Fixture: tests/e2e/fixtures/mcp-worker.mjs.
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { readdir, readFile } from "node:fs/promises";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { ROOT, bundleFixture, kind, startWorker } from "./helpers.mjs";
+import { startHangingServer, startMcpServer, startRedirectServer } from "../support/mcp-server.mjs";
+
+const TOKEN = "mcp-bearer-3d9f1c7a-secret";
+const CONNECT_TIMEOUT_MS = 2000;
+let h;
+const servers = {};
+before(async () => {
+  servers.notes = await startMcpServer({ mode: "sse", pageSize: 2 });
+  servers.jnotes = await startMcpServer({ mode: "json" });
+  servers.secure = await startMcpServer({ mode: "json", token: TOKEN });
+  servers.redirect = await startRedirectServer();
+  servers.hang = await startHangingServer();
+  const list = [
+    { name: "notes", url: servers.notes.url },
+    { name: "jnotes", url: servers.jnotes.url },
+    { name: "secure", url: servers.secure.url, headers: { authorization: `Bearer ${TOKEN}` } },
+    { name: "moved", url: servers.redirect.url },
+    { name: "stuck", url: servers.hang.url },
+    { name: "denied", url: servers.secure.url, headers: { authorization: "Bearer wrong-token" } },
+  ];
+  const script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/mcp-worker.mjs"), "mcp-worker");
+  h = await startWorker({
+    scriptPath: script,
+    model: "echo",
+    persist: true,
+    bindings: { MCP_SERVERS_JSON: JSON.stringify(list), MCP_TIMEOUT_MS: CONNECT_TIMEOUT_MS },
+  });
+});
+after(async () => {
+  await h?.dispose();
+  for (const s of Object.values(servers)) await s.close();
+});
+
+const T = { timeout: 60_000 };
+const uniq = (name) => `[${name}-${randomUUID().slice(0, 8)}]`;
+const execute = (code) => ({ toolCalls: [{ name: "execute", arguments: { code } }] });
+
+async function turn(name, a, ...script) {
+  const tag = uniq(name);
+  h.model.scriptFor(tag, ...script);
+  const sid = `s-${randomUUID().slice(0, 8)}`;
+  await a.createSession(sid);
+  const id = await a.admit(sid, "r1", `mcp ${tag}`);
+  const settled = await a.waitSettled(sid, id, { boundMs: 30_000 });
+  const messages = (await a.read(sid, { limit: 200 })).messages;
+  return { tag, sid, id, settled, tools: messages.filter((m) => m.role === "tool"), requests: h.model.requests(tag) };
+}
+
+test("the model calls MCP tools through execute: structuredContent, {isError, content}, hyphenated names, a schema outside the subset, all pages listed", T, async () => {
+  const a = h.agent();
+  const code = `
+    const out = {};
+    out.created = await mcp.notes.create_note({ title: "alpha" });
+    out.count = await mcp.notes.note_count({});
+    out.failed = await mcp.jnotes.fail({});
+    out.odd = await mcp.notes.odd_schema({ v: 1 });
+    out.paths = (await forage.search("note")).map((r) => r.path);
+    return out;`;
+  const t = await turn("interop", a, execute(code), { text: "done" });
+  assert.equal(t.settled.terminal, "completed", JSON.stringify(t.settled));
+  assert.equal(t.tools[0].isError, undefined, t.tools[0].text);
+  const out = JSON.parse(t.tools[0].text);
+  assert.equal(out.created.isError, false);
+  assert.deepEqual(out.created.content, [{ type: "text", text: "created alpha" }]);
+  assert.deepEqual(out.count, { count: 1 }, "structuredContent is the result");
+  assert.equal(out.failed.isError, true);
+  assert.match(JSON.stringify(out.failed.content), /it failed on purpose/);
+  assert.ok(out.paths.includes("mcp.notes.create_note") && out.paths.includes("mcp.jnotes.list_notes"), JSON.stringify(out.paths));
+  // The door lists every tool of the paginated server (7 tools, pages of 2).
+  const description = t.requests[0].body.tools[0].function.description;
+  for (const tool of ["create_note", "list_notes", "note_count", "fail", "odd_schema", "slow_read", "slow_write"]) {
+    assert.match(description, new RegExp(`mcp\\.notes\\.${tool}`));
+  }
+  const cursors = servers.notes.requests().filter((r) => r.rpc === "tools/list").map((r) => r.body?.params?.cursor);
+  assert.ok(cursors.length >= 4, `paginated listing: ${JSON.stringify(cursors)}`);
+  assert.deepEqual(servers.notes.calls().map((c) => c.tool).slice(-3), ["create-note", "note-count", "odd-schema"], "source names go to the server");
+});
+
+test("the bearer token reaches the server, and no SQLite file, message or result of the Agent holds it", T, async () => {
+  const a = h.agent();
+  const t = await turn("secure", a, execute("return await mcp.secure.list_notes({});"), { text: "listed" });
+  assert.equal(t.tools[0].isError, undefined, t.tools[0].text);
+  const seen = servers.secure.requests().filter((r) => r.headers.authorization === `Bearer ${TOKEN}`);
+  assert.ok(seen.length > 0, "the server got the token");
+  const read = await a.read(t.sid, { limit: 200 });
+  assert.ok(!JSON.stringify(read).includes(TOKEN), "not in the transcript");
+  for (const req of h.model.requests()) assert.ok(!JSON.stringify(req.body).includes(TOKEN), "not sent to the model");
+  for (const file of await files(h.persistDir)) {
+    const bytes = await readFile(file);
+    assert.ok(!bytes.includes(Buffer.from(TOKEN)), `${file} holds the token`);
+    assert.ok(!bytes.includes(Buffer.from("wrong-token")), `${file} holds the other credential`);
+  }
+});
+
+test("a redirect, a hanging server and a refused credential are dropped and reported; the others work", T, async () => {
+  const a = h.agent();
+  const tag = uniq("unavailable");
+  h.model.scriptFor(tag, execute("return await mcp.jnotes.list_notes({});"), { text: "ok" });
+  await a.createSession("s");
+  const w = await a.watch("s");
+  let events;
+  const started = Date.now();
+  try {
+    await w.next();
+    const id = await a.admit("s", "r1", `go ${tag}`);
+    events = await w.until((ev) => kind(ev) === "settled" && (ev.data.settlement ?? ev.data).commandId === id, 20_000);
+  } finally {
+    await w.close();
+  }
+  assert.ok(Date.now() - started < CONNECT_TIMEOUT_MS + 5_000, "the hanging server costs at most the connect timeout");
+  const diagnostics = events.filter((ev) => kind(ev) === "diagnostic").map((ev) => ev.data.diagnostic);
+  assert.equal(diagnostics.length, 3, JSON.stringify(diagnostics));
+  assert.match(diagnostics.find((d) => d.includes("`moved`")), /redirects are refused/);
+  assert.match(diagnostics.find((d) => d.includes("`stuck`")), new RegExp(`within ${CONNECT_TIMEOUT_MS} ms`));
+  assert.match(diagnostics.find((d) => d.includes("`denied`")), /refused the credentials \(HTTP 401\)/);
+  for (const d of diagnostics) assert.ok(!d.includes("wrong-token") && !d.includes(TOKEN), d);
+  const reports = (await h.api("GET", `/direct/${a.id}/host/unavailable`)).json;
+  assert.deepEqual(reports.map((r) => r.name).sort(), ["denied", "moved", "stuck"]);
+  const tool = (await a.read("s")).messages.find((m) => m.role === "tool");
+  assert.equal(tool.isError, undefined, tool.text);
+  const offered = h.model.requests(tag)[0].body.tools[0].function.description;
+  assert.doesNotMatch(offered, /mcp\.(moved|stuck|denied)\./);
+  assert.ok(servers.redirect.requests().length >= 1 && servers.redirect.requests().every((r) => r.path === new URL(servers.redirect.url).pathname), "the redirect was not followed");
+});
+
+test("grants apply to mcp.<name>: a Session granted read may list but not create", T, async () => {
+  const a = h.agent();
+  await a.createSession("g");
+  await h.api("POST", `/host-grants/${a.id}/g`, { version: 1, grants: { "mcp.jnotes": "read" } });
+  const tag = uniq("grants");
+  const code = `
+    const out = {};
+    try { await mcp.jnotes.create_note({ title: "no" }); out.create = "ran"; } catch (e) { out.create = e.message; }
+    out.list = await mcp.jnotes.list_notes({});
+    return out;`;
+  h.model.scriptFor(tag, execute(code), { text: "ok" });
+  const before = servers.jnotes.calls().length;
+  const id = await a.admit("g", "r1", `grants ${tag}`);
+  await a.waitSettled("g", id, { boundMs: 20_000 });
+  const out = JSON.parse((await a.read("g")).messages.find((m) => m.role === "tool").text);
+  assert.match(out.create, /`mcp\.jnotes` is granted `read` here; this operation needs `write`/);
+  assert.equal(out.list.isError, false);
+  assert.deepEqual(servers.jnotes.calls().slice(before).map((c) => c.tool), ["list-notes"]);
+});
+
+test("after a crash mid-call only the readOnlyHint tool runs again", T, async () => {
+  const a = h.agent();
+  const run = async (tool) => {
+    const tag = uniq(tool);
+    h.model.scriptFor(tag, execute(`return await mcp.notes.${tool}({});`), { text: "after" });
+    const sid = `c-${tool}`;
+    await a.createSession(sid);
+    const id = await a.admit(sid, "r1", `crash ${tag}`);
+    return { sid, id };
+  };
+  const countCalls = (tool) => servers.notes.calls().filter((c) => c.tool === tool).length;
+  const read = await run("slow_read");
+  const write = await run("slow_write");
+  const deadline = Date.now() + 15_000;
+  while (countCalls("slow-read") < 1 || countCalls("slow-write") < 1) {
+    if (Date.now() > deadline) throw new Error("the slow tools were not called");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  await h.restart();
+  const r = await a.waitSettled(read.sid, read.id, { boundMs: 30_000 });
+  const w = await a.waitSettled(write.sid, write.id, { boundMs: 30_000 });
+  assert.equal(r.terminal, "completed");
+  assert.equal(w.terminal, "completed");
+  assert.equal(countCalls("slow-read"), 2, "the read-only tool ran again");
+  assert.equal(countCalls("slow-write"), 1, "the other never ran again");
+  const readTool = (await a.read(read.sid)).messages.find((m) => m.role === "tool");
+  assert.match(readTool.text, /runs 2/);
+  const writeTool = (await a.read(write.sid)).messages.find((m) => m.role === "tool");
+  assert.match(writeTool.text, /^outcome unknown/);
+});
+
+async function files(dir) {
+  const out = [];
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    const p = path.join(dir, entry.name);
+    if (entry.isDirectory()) out.push(...(await files(p)));
+    else out.push(p);
+  }
+  return out;
+}
