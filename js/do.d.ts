@@ -58,6 +58,14 @@ export interface ShiitakeTools {
   access?: { grants?: Record<string, GrantLevel>; required?: string[] };
   /** Asked before each call of a `confirm` operation; without it such calls are refused. */
   confirm?(call: ConfirmRequest, options: { signal: AbortSignal }): boolean | Promise<boolean>;
+  /** MCP servers (at most 16), each the module `mcp.<name>`. Header values are credentials: kept in memory only. */
+  mcpServers?: { name: string; url: string; headers?: Record<string, string> }[];
+  /** Carries every MCP request (default: the global fetch). Called with `redirect: "manual"`. */
+  fetch?: (url: string, init: RequestInit) => Promise<Response>;
+  /** Bound on connecting and listing each MCP server, at most and by default 10000 ms. */
+  mcpTimeoutMs?: number;
+  /** Told about each MCP server dropped at connection (the reason never holds a credential). */
+  onUnavailable?(report: { name: string; reason: string }): void;
 }
 
 export interface ToolModule {

@@ -9,7 +9,8 @@
 #   SHIITAKE_TOKEN         bearer token of /agents/*; default `dev-token`,
 #                          a well-known value for local use only
 #   SHIITAKE_MODEL         default openai/scripted
-#   OPENAI_BASE_URL, OPENAI_API_KEY, SHIITAKE_INSTRUCTIONS   passed when set
+#   OPENAI_BASE_URL, OPENAI_API_KEY, SHIITAKE_INSTRUCTIONS,
+#   SHIITAKE_TOOL_TIMEOUT_MS   passed when set
 #   SHIITAKE_MCP_SERVERS   a JSON array of MCP servers {name, url, headers?}
 #                          for the demo Agent (a secret: never printed)
 #   MODEL_PORT             when OPENAI_BASE_URL is unset, the scripted model
@@ -31,6 +32,7 @@ args=(dev --local --ip 127.0.0.1 --port "$port" --persist-to "$state_dir"
   --show-interactive-dev-session=false
   --var "SHIITAKE_TOKEN:$token" --var "SHIITAKE_MODEL:$model")
 [ -n "${SHIITAKE_INSTRUCTIONS:-}" ] && args+=(--var "SHIITAKE_INSTRUCTIONS:$SHIITAKE_INSTRUCTIONS")
+[ -n "${SHIITAKE_TOOL_TIMEOUT_MS:-}" ] && args+=(--var "SHIITAKE_TOOL_TIMEOUT_MS:$SHIITAKE_TOOL_TIMEOUT_MS")
 
 run_dir="$(mktemp -d)" # private (0700): the key file, the model server's URL
 model_pid=""
