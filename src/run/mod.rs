@@ -22,7 +22,7 @@ use crate::model::{ModelItem, ModelMessage, Role, ToolCall};
 use crate::session::admission::prompt_input;
 use crate::session::command::{Image, PromptInput};
 use crate::session::read::{message_body, Message};
-use crate::session::Ctx;
+use crate::session::{Ctx, IdSource};
 use crate::sql::atomically;
 use crate::store::{CommandRow, Kind, State, Store, Terminal};
 use serde::Deserialize;
@@ -252,14 +252,14 @@ pub fn complete_step(
     attempt: u32,
     answer: &StepAnswer,
 ) -> Result<StepOutcome, ApiError> {
-    let store = ctx.store;
-    let now_ms = ctx.now_ms;
-    let ids = &mut *ctx.ids;
-    atomically(store.sql(), || {
-        let turn = store.turn(session_id, command_id)?;
-        let Some(head) = current_head(&turn, command_id, attempt) else {
-            return Ok(StepOutcome::Stale);
-        };
+    let outcome = on_current_turn(ctx, session_id, command_id, attempt, |current| {
+        let Current {
+            store,
+            now_ms,
+            ids,
+            turn,
+            head,
+        } = current;
         let mut progress = tools::Progress::parse(head.usage.as_deref())?;
         progress.add_usage(answer.usage);
         let usage = progress.usage();
@@ -298,7 +298,7 @@ pub fn complete_step(
             store.insert_message(&head.session_id, &answer_body)?;
             let settled = settle_turn(
                 store,
-                &turn,
+                turn,
                 Terminal::Completed,
                 Some((&answer.text, usage, progress.tool_calls)),
                 None,
@@ -352,7 +352,8 @@ pub fn complete_step(
             tool_calls: Vec::new(),
             appended: unwritten.into_iter().map(|p| p.body).collect(),
         }))
-    })
+    })?;
+    Ok(outcome.unwrap_or(StepOutcome::Stale))
 }
 
 /// Records a failed model call: a retryable failure under the attempt limit
@@ -366,13 +367,14 @@ pub fn fail_attempt(
     attempts: Attempts,
     retry_delay_ms: u64,
 ) -> Result<FailOutcome, ApiError> {
-    let store = ctx.store;
-    let now_ms = ctx.now_ms;
-    atomically(store.sql(), || {
-        let turn = store.turn(session_id, command_id)?;
-        let Some(head) = current_head(&turn, command_id, attempt) else {
-            return Ok(FailOutcome::Stale);
-        };
+    let outcome = on_current_turn(ctx, session_id, command_id, attempt, |current| {
+        let Current {
+            store,
+            now_ms,
+            turn,
+            head,
+            ..
+        } = current;
         let diagnostic = failure.diagnostic.as_str();
         if failure.retryable && attempt < attempts.max {
             let retry_at = now_ms.saturating_add(i64::try_from(retry_delay_ms).unwrap_or(i64::MAX));
@@ -389,14 +391,15 @@ pub fn fail_attempt(
         };
         let settled = settle_turn(
             store,
-            &turn,
+            turn,
             Terminal::Failed,
             None,
             Some(&diagnostic),
             now_ms,
         )?;
         Ok(FailOutcome::Settled(settled))
-    })
+    })?;
+    Ok(outcome.unwrap_or(FailOutcome::Stale))
 }
 
 /// The earliest moment reconciliation has work: `now_ms` when a turn can be
@@ -456,6 +459,45 @@ pub(crate) fn settle_with_meta(
         settled.push(settlement);
     }
     Ok(settled)
+}
+
+/// What a transition on a current turn gets (see [`on_current_turn`]).
+pub(crate) struct Current<'t, 's> {
+    pub store: Store<'s>,
+    pub now_ms: i64,
+    pub ids: &'t mut dyn IdSource,
+    /// The head, then the steer prompts that joined it.
+    pub turn: &'t [CommandRow],
+    pub head: &'t CommandRow,
+}
+
+/// Runs `body` as one transition on the turn headed by `command_id` while
+/// it runs under `attempt`; `None`, with nothing written, when that attempt
+/// is no longer current (cancelled, or superseded after a restart).
+pub(crate) fn on_current_turn<T>(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    command_id: &str,
+    attempt: u32,
+    body: impl FnOnce(Current<'_, '_>) -> Result<T, ApiError>,
+) -> Result<Option<T>, ApiError> {
+    let store = ctx.store;
+    let now_ms = ctx.now_ms;
+    let ids = &mut *ctx.ids;
+    atomically(store.sql(), || {
+        let turn = store.turn(session_id, command_id)?;
+        let Some(head) = current_head(&turn, command_id, attempt) else {
+            return Ok(None);
+        };
+        body(Current {
+            store,
+            now_ms,
+            ids,
+            turn: &turn,
+            head,
+        })
+        .map(Some)
+    })
 }
 
 /// The head of `turn` if it is running under `attempt`.

@@ -11,14 +11,13 @@
 //! open calls) live in the head command's `usage` column as JSON, so every
 //! fact recovery needs is in the row it already reads.
 
-use super::{context, current_head, settle_turn, Pending, Step};
+use super::{context, on_current_turn, settle_turn, Current, Pending, Step};
 use crate::error::ApiError;
 use crate::limits::{TOOL_CALL_ID_BYTES_MAX, TOOL_STEPS_PER_TURN_MAX};
 use crate::model::ToolCall;
 use crate::run::{Settlement, StepAnswer, TokenUsage};
 use crate::session::read::{message_body, Message};
 use crate::session::Ctx;
-use crate::sql::atomically;
 use crate::store::Terminal;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -188,14 +187,14 @@ pub fn record_calls(
     answer: &StepAnswer,
     protocol: &Protocol,
 ) -> Result<CallsOutcome, ApiError> {
-    let store = ctx.store;
-    let now_ms = ctx.now_ms;
-    let ids = &mut *ctx.ids;
-    atomically(store.sql(), || {
-        let turn = store.turn(session_id, command_id)?;
-        let Some(head) = current_head(&turn, command_id, attempt) else {
-            return Ok(CallsOutcome::Stale);
-        };
+    let outcome = on_current_turn(ctx, session_id, command_id, attempt, |current| {
+        let Current {
+            store,
+            now_ms,
+            ids,
+            turn,
+            head,
+        } = current;
         let mut progress = Progress::parse(head.usage.as_deref())?;
         if progress.tool_steps >= TOOL_STEPS_PER_TURN_MAX {
             let diagnostic = format!(
@@ -204,7 +203,7 @@ pub fn record_calls(
             );
             let settled = settle_turn(
                 store,
-                &turn,
+                turn,
                 Terminal::Failed,
                 None,
                 Some(&diagnostic),
@@ -242,7 +241,8 @@ pub fn record_calls(
             message: body,
             calls: open,
         })
-    })
+    })?;
+    Ok(outcome.unwrap_or(CallsOutcome::Stale))
 }
 
 /// The calls of an answer as they will run: arguments that are not a JSON
@@ -287,12 +287,8 @@ pub fn mark_started(
     attempt: u32,
     call_id: &str,
 ) -> Result<bool, ApiError> {
-    let store = ctx.store;
-    atomically(store.sql(), || {
-        let turn = store.turn(session_id, command_id)?;
-        let Some(head) = current_head(&turn, command_id, attempt) else {
-            return Ok(false);
-        };
+    let outcome = on_current_turn(ctx, session_id, command_id, attempt, |current| {
+        let Current { store, head, .. } = current;
         let mut progress = Progress::parse(head.usage.as_deref())?;
         let Some(call) = progress.open.iter_mut().find(|c| c.id == call_id) else {
             return Ok(false);
@@ -302,7 +298,8 @@ pub fn mark_started(
             store.set_usage(head, &progress.to_json()?)?;
         }
         Ok(true)
-    })
+    })?;
+    Ok(outcome.unwrap_or(false))
 }
 
 /// Records the outcome of call `call_id` as a `tool` message and closes the
@@ -315,14 +312,14 @@ pub fn record_result(
     call_id: &str,
     output: &ToolOutput,
 ) -> Result<ResultOutcome, ApiError> {
-    let store = ctx.store;
-    let now_ms = ctx.now_ms;
-    let ids = &mut *ctx.ids;
-    atomically(store.sql(), || {
-        let turn = store.turn(session_id, command_id)?;
-        let Some(head) = current_head(&turn, command_id, attempt) else {
-            return Ok(ResultOutcome::Stale);
-        };
+    let outcome = on_current_turn(ctx, session_id, command_id, attempt, |current| {
+        let Current {
+            store,
+            now_ms,
+            ids,
+            head,
+            ..
+        } = current;
         let mut progress = Progress::parse(head.usage.as_deref())?;
         let Some(at) = progress.open.iter().position(|c| c.id == call_id) else {
             return Ok(ResultOutcome::Stale);
@@ -359,7 +356,8 @@ pub fn record_result(
             message: body,
             next,
         })
-    })
+    })?;
+    Ok(outcome.unwrap_or(ResultOutcome::Stale))
 }
 
 /// How a recovered call proceeds.
