@@ -88,12 +88,16 @@ test("the model calls MCP tools through execute: structuredContent, {isError, co
   const cursors = servers.notes.requests().filter((r) => r.rpc === "tools/list").map((r) => r.body?.params?.cursor);
   assert.ok(cursors.length >= 4, `paginated listing: ${JSON.stringify(cursors)}`);
   assert.deepEqual(servers.notes.calls().map((c) => c.tool).slice(-3), ["create-note", "note-count", "odd-schema"], "source names go to the server");
+  for (const r of servers.notes.requests()) assert.equal(r.headers["x-host-fetch"], "tools-fixture", "every request went through the host's fetch");
 });
 
 test("the bearer token reaches the server, and no SQLite file, message or result of the Agent holds it", T, async () => {
   const a = h.agent();
-  const t = await turn("secure", a, execute("return await mcp.secure.list_notes({});"), { text: "listed" });
+  // The result, the catalog (describe, search) and the transcript hold no header.
+  const code = "return { list: await mcp.secure.list_notes({}), described: await forage.describe('mcp.secure.list_notes'), found: await forage.search('secure notes') };";
+  const t = await turn("secure", a, execute(code), { text: "listed" });
   assert.equal(t.tools[0].isError, undefined, t.tools[0].text);
+  assert.equal(JSON.parse(t.tools[0].text).described.path, "mcp.secure.list_notes");
   const seen = servers.secure.requests().filter((r) => r.headers.authorization === `Bearer ${TOKEN}`);
   assert.ok(seen.length > 0, "the server got the token");
   const read = await a.read(t.sid, { limit: 200 });
