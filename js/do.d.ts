@@ -64,6 +64,8 @@ export interface ShiitakeTools {
   fetch?: (url: string, init: RequestInit) => Promise<Response>;
   /** Bound on connecting and listing each MCP server, at most and by default 10000 ms. */
   mcpTimeoutMs?: number;
+  /** How long before an unavailable MCP server is tried again (at a turn's start): 1000 to 3600000, default 60000 ms. */
+  mcpRetryMs?: number;
   /** Told about each MCP server dropped at connection (the reason never holds a credential). */
   onUnavailable?(report: { name: string; reason: string }): void;
 }

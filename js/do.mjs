@@ -202,6 +202,7 @@ function toolHost(object) {
     confirm: typeof config.confirm === "function",
     loader: loader !== undefined,
     ...(config.mcpTimeoutMs !== undefined ? { mcpTimeoutMs: config.mcpTimeoutMs } : {}),
+    ...(config.mcpRetryMs !== undefined ? { mcpRetryMs: config.mcpRetryMs } : {}),
     ...(problem ? { error: problem } : {}),
   });
   // MCP requests go through the host's fetch (credentials in its headers).

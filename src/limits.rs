@@ -101,6 +101,11 @@ pub const MCP_SERVERS_MAX: usize = 16;
 /// Connecting to one MCP server and listing its tools (all servers at
 /// once); the host may set less (`tools().mcpTimeoutMs`).
 pub const MCP_CONNECT_TIMEOUT_MS: u64 = 10_000;
+/// An unavailable MCP server is tried again at the first turn this long
+/// after it failed (the host may set 1 s to `MCP_RETRY_MS_MAX`,
+/// `tools().mcpRetryMs`).
+pub const MCP_RETRY_MS: u64 = 60_000;
+pub const MCP_RETRY_MS_MAX: u64 = 3_600_000;
 /// An `Mcp-Session-Id` a server assigns (visible ASCII).
 pub const MCP_SESSION_ID_BYTES_MAX: usize = 256;
 

@@ -284,6 +284,10 @@ fn a_turn_asking_for_tools_past_the_step_bound_fails() {
         panic!("the bound did not hold")
     };
     assert_eq!(settled[0].terminal, "failed");
+    assert_eq!(
+        settled[0].tool_call_count, TOOL_STEPS_PER_TURN_MAX,
+        "a failed turn still counts its calls"
+    );
     assert!(settled[0]
         .diagnostic
         .as_deref()
@@ -384,6 +388,19 @@ fn a_cancelled_tool_turn_leaves_a_well_formed_context_for_the_next() {
     );
     let r = h.command("s", json!({"type":"cancel","commandId": step.command_id}));
     assert_eq!(r.status, 200, "{}", r.json);
+    let cancelled = h.call(
+        "GET",
+        &format!("/sessions/s/settlement?commandId={}", step.command_id),
+        json!(null),
+    );
+    assert_eq!(
+        (
+            &cancelled.json["terminal"],
+            &cancelled.json["toolCallCount"]
+        ),
+        (&json!("cancelled"), &json!(2)),
+        "a cancelled turn counts the calls it made"
+    );
     h.prompt("s", "r2", "second");
     let Reconciled { steps, .. } = h
         .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| true, ATTEMPTS))

@@ -15,11 +15,12 @@ use futures::future::{join_all, select, Either};
 use serde::Deserialize;
 use serde_json::Value;
 use std::cell::RefCell;
+use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
 /// One configured server, as the host gave it.
-#[derive(Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     pub name: String,
@@ -66,16 +67,31 @@ pub struct Server {
     connection: RefCell<McpConnection>,
 }
 
-/// The outcome of connecting the host's servers.
+/// The host's connected servers, their tools, and the servers of the last
+/// connection round that could not be offered.
+#[derive(Default)]
 pub struct Hub {
-    pub servers: Vec<Server>,
+    pub servers: Vec<Rc<Server>>,
     pub tools: Vec<McpTools>,
     pub unavailable: Vec<Unavailable>,
 }
 
 impl Hub {
-    pub fn server(&self, module_id: &str) -> Option<&Server> {
-        self.servers.iter().find(|s| s.module_id == module_id)
+    pub fn server(&self, module_id: &str) -> Option<Rc<Server>> {
+        self.servers
+            .iter()
+            .find(|s| s.module_id == module_id)
+            .cloned()
+    }
+
+    /// This hub with the servers `round` connected added, and only the
+    /// failures of `round` as unavailable.
+    pub fn merged(&self, round: Hub) -> Hub {
+        Hub {
+            servers: self.servers.iter().cloned().chain(round.servers).collect(),
+            tools: self.tools.iter().cloned().chain(round.tools).collect(),
+            unavailable: round.unavailable,
+        }
     }
 
     /// Drops a connected server after the fact (its module could not join
@@ -93,10 +109,15 @@ impl Hub {
     }
 }
 
-/// Connects every server concurrently, each bounded by `timeout_ms`.
-pub async fn connect_all(js: &JsTools, configs: Vec<ServerConfig>, timeout_ms: u64) -> Hub {
+/// Connects every server concurrently, each bounded by `timeout_ms`;
+/// answers the hub and the configurations of the servers that failed.
+pub async fn connect_all(
+    js: &JsTools,
+    configs: Vec<ServerConfig>,
+    timeout_ms: u64,
+) -> (Hub, Vec<ServerConfig>) {
     let attempts = configs.into_iter().map(|config| async move {
-        let name = config.name.clone();
+        let kept = config.clone();
         let controller = web_sys::AbortController::new().ok();
         let signal = controller.as_ref().map(|c| c.signal());
         let work = connect(js, config, signal.as_ref());
@@ -111,26 +132,29 @@ pub async fn connect_all(js: &JsTools, configs: Vec<ServerConfig>, timeout_ms: u
                 ))
             }
         };
-        (name, outcome)
+        (kept, outcome)
     });
-    let mut hub = Hub {
-        servers: Vec::new(),
-        tools: Vec::new(),
-        unavailable: Vec::new(),
-    };
-    for (name, outcome) in join_all(attempts).await {
+    let mut hub = Hub::default();
+    let mut failed = Vec::new();
+    for (config, outcome) in join_all(attempts).await {
         match outcome {
             Ok((connection, tools)) => {
-                hub.servers.push(Server {
+                hub.servers.push(Rc::new(Server {
                     module_id: tools.module.id.clone(),
                     connection: RefCell::new(connection),
-                });
+                }));
                 hub.tools.push(tools);
             }
-            Err(reason) => hub.unavailable.push(Unavailable { name, reason }),
+            Err(reason) => {
+                hub.unavailable.push(Unavailable {
+                    name: config.name.clone(),
+                    reason,
+                });
+                failed.push(config);
+            }
         }
     }
-    hub
+    (hub, failed)
 }
 
 async fn connect(

@@ -14,8 +14,8 @@ use crate::capability::door::{self, GuestCall, Tool, Toolset};
 use crate::capability::{Access, Catalog, Invocation, Module, Operation};
 use crate::grants::{self, AccessConfig, Decision, Needs};
 use crate::limits::{
-    EXECUTIONS_CONCURRENT_MAX, GUEST_CALLS_PER_EXECUTION_MAX, MCP_CONNECT_TIMEOUT_MS,
-    TOOL_ABORT_GRACE_MS, TOOL_HEARTBEAT_MS,
+    EXECUTIONS_CONCURRENT_MAX, GUEST_CALLS_PER_EXECUTION_MAX, MCP_CONNECT_TIMEOUT_MS, MCP_RETRY_MS,
+    MCP_RETRY_MS_MAX, TOOL_ABORT_GRACE_MS, TOOL_HEARTBEAT_MS,
 };
 use crate::run::tools::{self as run_tools, OpenCall, Recovery, ToolOutput};
 use crate::run::Step;
@@ -101,6 +101,9 @@ struct Spec {
     /// Bound on connecting the MCP servers, at most `MCP_CONNECT_TIMEOUT_MS`.
     #[serde(default)]
     mcp_timeout_ms: Option<u64>,
+    /// How long before unavailable MCP servers are tried again.
+    #[serde(default)]
+    mcp_retry_ms: Option<u64>,
     /// `tools()` threw: why.
     #[serde(default)]
     error: Option<String>,
@@ -122,14 +125,18 @@ pub struct HostTools {
     executions: Cell<usize>,
     mcp: RefCell<McpState>,
     mcp_timeout_ms: u64,
+    mcp_retry_ms: u64,
     hub: RefCell<Option<Rc<mcp::Hub>>>,
 }
 
-/// The MCP servers' connection, made once per instance at the first turn.
+/// The MCP servers' connection: made at an instance's first turn; servers
+/// that failed are tried again at the first turn `mcp_retry_ms` later.
 enum McpState {
     Configured(Vec<mcp::ServerConfig>),
-    Connecting(Shared<LocalBoxFuture<'static, ()>>),
-    Done,
+    Connecting(Connecting),
+    Done {
+        retry: Option<(i64, Vec<mcp::ServerConfig>)>,
+    },
 }
 
 impl HostTools {
@@ -172,7 +179,7 @@ impl HostTools {
             confirm_hook: spec.confirm,
             executions: Cell::new(0),
             mcp: RefCell::new(if servers.is_empty() {
-                McpState::Done
+                McpState::Done { retry: None }
             } else {
                 McpState::Configured(servers)
             }),
@@ -180,6 +187,10 @@ impl HostTools {
                 .mcp_timeout_ms
                 .unwrap_or(MCP_CONNECT_TIMEOUT_MS)
                 .clamp(1, MCP_CONNECT_TIMEOUT_MS),
+            mcp_retry_ms: spec
+                .mcp_retry_ms
+                .unwrap_or(MCP_RETRY_MS)
+                .clamp(1_000, MCP_RETRY_MS_MAX),
             hub: RefCell::new(None),
         }))
     }
@@ -202,8 +213,14 @@ impl HostTools {
 
     /// Connects the MCP servers and rebuilds the toolset with their modules;
     /// a module that cannot join the catalog drops its server.
-    async fn connect_mcp(&self, servers: Vec<mcp::ServerConfig>) {
-        let mut hub = mcp::connect_all(&self.js, servers, self.mcp_timeout_ms).await;
+    /// Answers the servers that failed, to try again later.
+    async fn connect_mcp(&self, servers: Vec<mcp::ServerConfig>) -> Vec<mcp::ServerConfig> {
+        let (round, failed) = mcp::connect_all(&self.js, servers, self.mcp_timeout_ms).await;
+        let previous = self.hub.borrow().clone();
+        let mut hub = match previous {
+            Some(previous) => previous.merged(round),
+            None => round,
+        };
         let mut modules = self.modules.clone();
         for tools in hub.tools.clone() {
             let joined = Module::from_spec(tools.module.clone())
@@ -237,6 +254,7 @@ impl HostTools {
             }
         }
         *self.hub.borrow_mut() = Some(Rc::new(hub));
+        failed
     }
 }
 
@@ -266,24 +284,36 @@ struct GuestTrace {
     ok: bool,
 }
 
+type Connecting = Shared<LocalBoxFuture<'static, ()>>;
+
 impl Inner {
     /// The tools to offer now: connects the host's MCP servers first when
-    /// this instance has not (concurrent turns share one connection).
+    /// this instance has not, or retries the unavailable ones when due
+    /// (concurrent turns share one round).
     /// `None` when the host offers no tools.
     pub(super) async fn toolset(&self) -> Option<Rc<Toolset>> {
         let tools = self.tools.as_ref().ok()?.as_ref()?;
         let pending = {
             let mut state = tools.mcp.borrow_mut();
-            match &mut *state {
-                McpState::Done => None,
-                McpState::Connecting(connecting) => Some(connecting.clone()),
-                McpState::Configured(servers) => {
-                    let servers = std::mem::take(servers);
+            let servers = match &mut *state {
+                // A round in progress: wait on it rather than start one.
+                McpState::Connecting(connecting) => Err(Some(connecting.clone())),
+                McpState::Configured(servers) => Ok(std::mem::take(servers)),
+                McpState::Done {
+                    retry: Some((at, servers)),
+                } if *at <= js::now_ms() => Ok(std::mem::take(servers)),
+                McpState::Done { .. } => Err(None),
+            };
+            match servers {
+                Err(pending) => pending,
+                Ok(servers) => {
                     let me = self.me.upgrade()?;
                     let connecting = async move {
                         if let Ok(Some(tools)) = &me.tools {
-                            tools.connect_mcp(servers).await;
-                            *tools.mcp.borrow_mut() = McpState::Done;
+                            let failed = tools.connect_mcp(servers).await;
+                            let retry = (!failed.is_empty())
+                                .then(|| (js::now_ms() + tools.mcp_retry_ms as i64, failed));
+                            *tools.mcp.borrow_mut() = McpState::Done { retry };
                         }
                     }
                     .boxed_local()

@@ -451,9 +451,20 @@ pub(crate) fn settle_with_meta(
         .map(serde_json::from_str)
         .transpose()
         .map_err(internal)?;
+    // A turn that ends without an answer (failed, interrupted, cancelled)
+    // still reports the tool calls it made.
+    let mut tool_calls = 0;
+    if answer.is_none() {
+        if let Some(head) = turn.iter().find(|c| c.turn_id.is_none()) {
+            tool_calls = tools::Progress::parse(head.usage.as_deref())?.tool_calls;
+        }
+    }
     let mut settled = Vec::with_capacity(turn.len());
     for command in turn {
         let mut settlement = Settlement::new(&command.command_id, terminal, answer, diagnostic);
+        if answer.is_none() {
+            settlement.tool_call_count = tool_calls;
+        }
         settlement.meta = meta.clone();
         store.settle(command, terminal, &settlement.to_json()?, now_ms)?;
         settled.push(settlement);

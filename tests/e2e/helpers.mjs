@@ -61,6 +61,7 @@ export const WORKER_BINDINGS = [
   // tests/e2e/fixtures/mcp-worker.mjs: its MCP server list and connect timeout.
   "MCP_SERVERS_JSON",
   "MCP_TIMEOUT_MS",
+  "MCP_RETRY_MS",
 ];
 // The newest date the pinned workerd (1.20260730.x) accepts.
 export const COMPATIBILITY_DATE = "2026-07-30";

@@ -9,6 +9,7 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { readdir, readFile } from "node:fs/promises";
+import http from "node:http";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { ROOT, bundleFixture, kind, startWorker } from "./helpers.mjs";
@@ -190,6 +191,58 @@ test("after a crash mid-call only the readOnlyHint tool runs again", T, async ()
   assert.match(readTool.text, /runs 2/);
   const writeTool = (await a.read(write.sid)).messages.find((m) => m.role === "tool");
   assert.match(writeTool.text, /^outcome unknown/);
+});
+
+test("an unavailable server is tried again once the retry interval has passed", T, async () => {
+  let down = true;
+  const target = new URL(servers.jnotes.url);
+  const flaky = http.createServer((req, res) => {
+    if (down) {
+      res.writeHead(503, { "content-type": "application/json" });
+      res.end(JSON.stringify({ jsonrpc: "2.0", id: null, error: { code: -32000, message: "down for now" } }));
+      return;
+    }
+    const upstream = http.request(
+      { host: target.hostname, port: target.port, path: target.pathname, method: req.method, headers: req.headers },
+      (answer) => {
+        res.writeHead(answer.statusCode, answer.headers);
+        answer.pipe(res);
+      },
+    );
+    req.pipe(upstream);
+  });
+  await new Promise((resolve) => flaky.listen(0, "127.0.0.1", resolve));
+  const script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/mcp-worker.mjs"), "mcp-worker");
+  const h2 = await startWorker({
+    scriptPath: script,
+    model: "echo",
+    bindings: {
+      MCP_SERVERS_JSON: JSON.stringify([{ name: "flaky", url: `http://127.0.0.1:${flaky.address().port}/mcp` }]),
+      MCP_RETRY_MS: 1000,
+    },
+  });
+  try {
+    const a = h2.agent();
+    await a.createSession("s");
+    const tag1 = uniq("flaky-down");
+    h2.model.scriptFor(tag1, { text: "nothing to use" });
+    await a.waitSettled("s", await a.admit("s", "r1", `first ${tag1}`), { boundMs: 20_000 });
+    assert.equal(h2.model.requests(tag1)[0].body.tools, undefined, "no tools while the only server is down");
+    assert.deepEqual((await h2.api("GET", `/direct/${a.id}/host/unavailable`)).json.map((r) => r.name), ["flaky"]);
+    down = false;
+    await new Promise((r) => setTimeout(r, 1100));
+    const tag2 = uniq("flaky-up");
+    h2.model.scriptFor(tag2, execute("return await mcp.flaky.list_notes({});"), { text: "now it works" });
+    const id = await a.admit("s", "r2", `second ${tag2}`);
+    const settled = await a.waitSettled("s", id, { boundMs: 20_000 });
+    assert.equal(settled.toolCallCount, 1);
+    const tool = (await a.read("s")).messages.find((m) => m.role === "tool");
+    assert.equal(tool.isError, undefined, tool.text);
+    assert.equal(JSON.parse(tool.text).isError, false);
+  } finally {
+    await h2.dispose();
+    await new Promise((resolve) => flaky.close(resolve));
+  }
 });
 
 async function files(dir) {
