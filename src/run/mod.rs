@@ -437,7 +437,11 @@ pub(crate) fn settle_turn(
 }
 
 /// [`settle_turn`], recording the host metadata of the command that caused
-/// it (a cancellation's) on each settlement.
+/// it (a cancellation's) on each settlement. A running turn that ends with
+/// calls still open closes each with a `tool` message saying how it ended
+/// ([`tools::close_open_calls`]), in this same write, so no later context
+/// finds a call without its result; the head's settlement carries them to
+/// publish.
 pub(crate) fn settle_with_meta(
     store: Store<'_>,
     turn: &[CommandRow],
@@ -451,19 +455,33 @@ pub(crate) fn settle_with_meta(
         .map(serde_json::from_str)
         .transpose()
         .map_err(internal)?;
-    // A turn that ends without an answer (failed, interrupted, cancelled)
-    // still reports the tool calls it made.
-    let mut tool_calls = 0;
-    if answer.is_none() {
-        if let Some(head) = turn.iter().find(|c| c.turn_id.is_none()) {
-            tool_calls = tools::Progress::parse(head.usage.as_deref())?.tool_calls;
-        }
-    }
+    // The running head among the commands (an abort also settles queued
+    // prompts, which head no turn yet).
+    let head = turn
+        .iter()
+        .find(|c| c.turn_id.is_none() && c.state == State::Running);
+    let mut progress = match head {
+        Some(head) => tools::Progress::parse(head.usage.as_deref())?,
+        None => tools::Progress::default(),
+    };
+    let mut closing = match head {
+        Some(head) => tools::close_open_calls(store, head, &mut progress, terminal, now_ms)?,
+        None => Vec::new(),
+    };
     let mut settled = Vec::with_capacity(turn.len());
     for command in turn {
         let mut settlement = Settlement::new(&command.command_id, terminal, answer, diagnostic);
-        if answer.is_none() {
-            settlement.tool_call_count = tool_calls;
+        if let Some(head) = head {
+            let of_turn = command.seq == head.seq
+                || command.turn_id.as_deref() == Some(head.command_id.as_str());
+            // A turn that ends without an answer (failed, interrupted,
+            // cancelled) still reports the tool calls it made.
+            if of_turn && answer.is_none() {
+                settlement.tool_call_count = progress.tool_calls;
+            }
+            if command.seq == head.seq {
+                settlement.appended = std::mem::take(&mut closing);
+            }
         }
         settlement.meta = meta.clone();
         store.settle(command, terminal, &settlement.to_json()?, now_ms)?;
@@ -563,10 +581,14 @@ pub(crate) fn user_message_body(
 
 /// What the model sees: the newest stored messages plus `unwritten` ones
 /// (this transition's writes), starting at a user message. Tool turns are
-/// replayed as the providers require: every call answered by its result
-/// right after it (a call whose turn ended without an outcome reads as
-/// such), results without their call dropped; display payloads (`data`)
-/// never reach the model.
+/// replayed as both providers require: every call of a step answered by
+/// exactly one result, all of them right after the step and in call order,
+/// before any later message (an operator line written while the calls ran
+/// follows them). A call with no result reads as ended with its outcome
+/// unknown (a turn settled before its calls were closed, in a store written
+/// before settling closed them); results without their call (outside the
+/// window) and repeated results are dropped; display payloads (`data`) never
+/// reach the model.
 pub(crate) fn context(
     store: Store<'_>,
     session_id: &str,
@@ -574,56 +596,54 @@ pub(crate) fn context(
 ) -> Result<Vec<ModelItem>, ApiError> {
     let keep = CONTEXT_MESSAGES_MAX.saturating_sub(unwritten.len());
     let stored = store.recent_messages(session_id, keep)?;
-    let mut items: Vec<ModelItem> = Vec::new();
-    // Calls of the newest tool step not answered yet, and the messages
-    // written while they ran (an operator line): those follow the results.
-    let mut unanswered: Vec<(String, String)> = Vec::new();
-    let mut deferred: Vec<Stored> = Vec::new();
-    for body in stored
+    let mut messages = stored
         .iter()
         .map(String::as_str)
         .chain(unwritten.iter().map(|p| p.body.as_str()))
-    {
-        let m: Stored = serde_json::from_str(body).map_err(internal)?;
-        if m.role != "tool" {
-            if unanswered.is_empty() {
-                push_message(&mut items, &mut unanswered, m);
-            } else {
-                deferred.push(m);
-            }
-            continue;
-        }
-        let Some(call_id) = m.tool_call_id else {
+        .map(|body| serde_json::from_str::<Stored>(body).map(Some))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(internal)?;
+    let mut items: Vec<ModelItem> = Vec::new();
+    for at in 0..messages.len() {
+        // `None`: a result already placed after its step.
+        let Some(m) = messages[at].take() else {
             continue;
         };
-        let Some(at) = unanswered.iter().position(|(id, _)| *id == call_id) else {
-            continue; // its call is outside the window, or answered
-        };
-        unanswered.remove(at);
-        items.push(ModelItem::ToolResult {
-            call_id,
-            name: m.tool_name.unwrap_or_default(),
-            content: m.text,
-            is_error: m.is_error,
-        });
-        if unanswered.is_empty() {
-            for m in std::mem::take(&mut deferred) {
-                push_message(&mut items, &mut unanswered, m);
-            }
+        if m.role == "tool" {
+            continue; // its step is outside the window, or it repeats one
         }
-    }
-    // A step whose turn ended without its outcomes (cancelled, failed).
-    while !unanswered.is_empty() {
-        for (call_id, name) in unanswered.drain(..) {
-            items.push(ModelItem::ToolResult {
-                call_id,
-                name,
-                content: "no outcome: the turn ended before this call finished".to_owned(),
-                is_error: true,
+        for (call_id, name) in push_message(&mut items, m) {
+            // A step's results are written after it and before the turn's
+            // next model message: look no further than the next user or
+            // assistant message.
+            let result = messages[at + 1..]
+                .iter_mut()
+                .take_while(|m| {
+                    m.as_ref()
+                        .is_none_or(|m| m.role != "user" && m.role != "assistant")
+                })
+                .find(|m| {
+                    m.as_ref().is_some_and(|m| {
+                        m.role == "tool" && m.tool_call_id.as_deref() == Some(call_id.as_str())
+                    })
+                })
+                .and_then(Option::take);
+            items.push(match result {
+                Some(r) => ModelItem::ToolResult {
+                    call_id,
+                    name: r.tool_name.unwrap_or(name),
+                    content: r.text,
+                    is_error: r.is_error,
+                },
+                None => ModelItem::ToolResult {
+                    call_id,
+                    name,
+                    content: "outcome unknown: the turn ended before this call finished; \
+                              it was not run again"
+                        .to_owned(),
+                    is_error: true,
+                },
             });
-        }
-        for m in std::mem::take(&mut deferred) {
-            push_message(&mut items, &mut unanswered, m);
         }
     }
     Ok(items)
@@ -647,8 +667,9 @@ struct Stored {
     is_error: bool,
 }
 
-/// Appends a non-tool message; a tool step's calls become `unanswered`.
-fn push_message(items: &mut Vec<ModelItem>, unanswered: &mut Vec<(String, String)>, m: Stored) {
+/// Appends a non-tool message; returns the calls `(id, name)` of a tool
+/// step it appended, which its results must follow.
+fn push_message(items: &mut Vec<ModelItem>, m: Stored) -> Vec<(String, String)> {
     let (role, text) = match m.role.as_str() {
         "assistant" => (Role::Assistant, m.text),
         // Operator lines reach the model as attributed user content.
@@ -656,10 +677,10 @@ fn push_message(items: &mut Vec<ModelItem>, unanswered: &mut Vec<(String, String
         _ => (Role::User, m.text),
     };
     if items.is_empty() && role == Role::Assistant {
-        return; // a context starts with the user
+        return Vec::new(); // a context starts with the user
     }
     if !m.tool_calls.is_empty() {
-        *unanswered = m
+        let calls = m
             .tool_calls
             .iter()
             .map(|c| (c.id.clone(), c.name.clone()))
@@ -676,16 +697,17 @@ fn push_message(items: &mut Vec<ModelItem>, unanswered: &mut Vec<(String, String
                 })
                 .collect(),
         });
-        return;
+        return calls;
     }
-    if text.is_empty() && m.images.is_empty() {
-        return; // an empty answer says nothing; providers refuse empty content
+    if !(text.is_empty() && m.images.is_empty()) {
+        // An empty answer says nothing; providers refuse empty content.
+        items.push(ModelItem::Message(ModelMessage {
+            role,
+            text,
+            images: m.images,
+        }));
     }
-    items.push(ModelItem::Message(ModelMessage {
-        role,
-        text,
-        images: m.images,
-    }));
+    Vec::new()
 }
 
 fn internal(e: serde_json::Error) -> ApiError {

@@ -26,6 +26,12 @@ pub struct Settlement {
     /// The host metadata of the cancellation that ended a cancelled command.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Value>,
+    /// Messages the settling write appended (stored JSON), to publish as
+    /// `message` frames before this settlement: the `tool` messages that
+    /// close the calls a turn left open (on the head's settlement only).
+    /// Not part of the settlement itself: never serialized.
+    #[serde(skip)]
+    pub appended: Vec<String>,
 }
 
 impl Settlement {
@@ -43,6 +49,7 @@ impl Settlement {
             tool_call_count: answer.map_or(0, |(_, _, n)| n),
             diagnostic: diagnostic.map(str::to_owned),
             meta: None,
+            appended: Vec::new(),
         }
     }
 

@@ -18,7 +18,7 @@ use crate::model::ToolCall;
 use crate::run::{Settlement, StepAnswer, TokenUsage};
 use crate::session::read::{message_body, Message};
 use crate::session::Ctx;
-use crate::store::Terminal;
+use crate::store::{CommandRow, Store, Terminal};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -387,4 +387,67 @@ pub fn outcome_unknown(call: &OpenCall) -> ToolOutput {
          retrying.",
         call.id, call.name
     ))
+}
+
+/// What the model and the transcript are told about a call whose turn
+/// settled `terminal` before its outcome was recorded.
+pub fn ended_output(call: &OpenCall, terminal: Terminal) -> ToolOutput {
+    let ended = match terminal {
+        Terminal::Cancelled => "was cancelled",
+        Terminal::Interrupted => "was interrupted (runtime restarts reached its attempt limit)",
+        Terminal::Failed => "failed",
+        Terminal::Completed => "ended",
+    };
+    if call.started {
+        return ToolOutput::error(format!(
+            "outcome unknown: the turn {ended} while tool call `{}` (`{}`) was running an \
+             operation that is not safe to repeat; it may have taken effect and was not run \
+             again. Check its effect before retrying.",
+            call.id, call.name
+        ));
+    }
+    match terminal {
+        Terminal::Cancelled => {
+            ToolOutput::error("cancelled: the turn was cancelled before this call finished")
+        }
+        _ => ToolOutput::error(format!(
+            "outcome unknown: the turn {ended} before this call finished; it was not run again"
+        )),
+    }
+}
+
+/// Closes the calls `progress` still holds open as `head`'s turn settles
+/// `terminal`: one `tool` message each ([`ended_output`]), in call order,
+/// and no open call left on the head. Returns the messages (stored JSON).
+/// Ids are derived from the head and the call (unique: a turn settles
+/// once), since a settlement may be written without an id source.
+pub(crate) fn close_open_calls(
+    store: Store<'_>,
+    head: &CommandRow,
+    progress: &mut Progress,
+    terminal: Terminal,
+    now_ms: i64,
+) -> Result<Vec<String>, ApiError> {
+    if progress.open.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut closing = Vec::with_capacity(progress.open.len());
+    for call in std::mem::take(&mut progress.open) {
+        let output = ended_output(&call, terminal);
+        let body = message_body(&Message {
+            entry_id: &format!("msg_{}_{}", head.command_id, call.id),
+            role: "tool",
+            text: &output.content,
+            command_id: Some(&head.command_id),
+            tool_call_id: Some(&call.id),
+            tool_name: Some(&call.name),
+            is_error: true,
+            created_at: now_ms,
+            ..Default::default()
+        })?;
+        store.insert_message(&head.session_id, &body)?;
+        closing.push(body);
+    }
+    store.set_usage(head, &progress.to_json()?)?;
+    Ok(closing)
 }
