@@ -1,0 +1,65 @@
+//! Request bodies read as they stream, under a byte bound. A body without a
+//! `content-length` (chunked) is counted chunk by chunk and its stream is
+//! cancelled the moment the count passes the bound, so the sender is stopped
+//! rather than drained and the body is never held whole in wasm memory.
+
+use crate::error::ApiError;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+
+/// The body of `request`, at most `limit` bytes; 413 `payload_too_large` as
+/// soon as it passes `limit` (the stream is cancelled then). `capacity_hint`
+/// is the declared length, if any, already checked against `limit`.
+pub async fn read_bounded(
+    request: &web_sys::Request,
+    limit: usize,
+    capacity_hint: Option<usize>,
+) -> Result<Vec<u8>, ApiError> {
+    let Some(stream) = request.body() else {
+        return Ok(Vec::new());
+    };
+    let unreadable = || ApiError::InvalidRequest("request body unreadable".into());
+    let reader = stream
+        .get_reader()
+        .dyn_into::<web_sys::ReadableStreamDefaultReader>()
+        .map_err(|_| unreadable())?;
+    let mut body = Vec::with_capacity(capacity_hint.unwrap_or(0).min(limit));
+    loop {
+        let chunk = match JsFuture::from(reader.read()).await {
+            Ok(chunk) => chunk,
+            Err(_) => {
+                cancel(&reader);
+                return Err(unreadable());
+            }
+        };
+        let done = js_sys::Reflect::get(&chunk, &"done".into()).map_or(true, |d| d.is_truthy());
+        if done {
+            return Ok(body);
+        }
+        let Some(bytes) = js_sys::Reflect::get(&chunk, &"value".into())
+            .ok()
+            .and_then(|v| v.dyn_into::<js_sys::Uint8Array>().ok())
+        else {
+            cancel(&reader);
+            return Err(unreadable());
+        };
+        // Checked before copying: an oversized chunk never enters wasm memory.
+        let len = bytes.length() as usize;
+        if len > limit - body.len() {
+            cancel(&reader);
+            return Err(ApiError::PayloadTooLarge { bytes_max: limit });
+        }
+        let at = body.len();
+        body.resize(at + len, 0);
+        bytes.copy_to(&mut body[at..]);
+    }
+}
+
+/// Cancels the stream (the platform then stops receiving the body). The
+/// returned promise is observed so a refusal is not an unhandled rejection.
+fn cancel(reader: &web_sys::ReadableStreamDefaultReader) {
+    let cancelled = JsFuture::from(reader.cancel());
+    wasm_bindgen_futures::spawn_local(async move {
+        let _ = cancelled.await;
+    });
+}
