@@ -6,6 +6,7 @@ mod common;
 
 use common::Harness;
 use serde_json::json;
+use shiitake::run::{complete_step, StepAnswer, StepOutcome};
 use shiitake::session::meta::MetaPolicy;
 
 const SCHEMA: &str = r#"{
@@ -188,4 +189,120 @@ fn without_an_identity_path_metadata_binds_nothing() {
         c.json["status"], "cancelled",
         "a single-user host needs no configuration"
     );
+}
+
+/// Ada's turn with Bob's steer joined to it (after one model step).
+fn shared_turn(h: &mut Harness) -> (String, String) {
+    let id = |r: common::Reply| r.json["commandId"].as_str().unwrap().to_owned();
+    let ada = id(prompt_as(h, Some("ada"), "a1", "ada's question"));
+    let bob = id(command_as(
+        h,
+        Some("bob"),
+        json!({"type":"prompt","requestId":"b1","text":"bob's steer","delivery":"steer"}),
+    ));
+    let answer = StepAnswer {
+        text: "first step".into(),
+        usage: None,
+        tool_calls: Vec::new(),
+    };
+    let out = h
+        .with_ctx(|ctx| complete_step(ctx, "s", &ada, 1, &answer))
+        .unwrap();
+    assert!(matches!(out, StepOutcome::Continue(_)), "bob's steer joined");
+    assert_eq!(h.read("s", "").json["running"]["commandId"], ada);
+    (ada, bob)
+}
+
+fn terminal(h: &mut Harness, command: &str) -> serde_json::Value {
+    let r = h.call(
+        "GET",
+        &format!("/sessions/s/settlement?commandId={command}"),
+        json!(null),
+    );
+    r.json["terminal"].clone()
+}
+
+#[test]
+fn cancelling_ones_joined_steer_never_stops_anothers_turn() {
+    let mut h = harness();
+    let (ada, bob) = shared_turn(&mut h);
+    let own = command_as(&mut h, Some("bob"), json!({"type":"cancel","commandId": bob}));
+    assert_eq!(
+        (own.status, own.json["status"].as_str()),
+        (200, Some("too_late")),
+        "{}",
+        own.json
+    );
+    // Ada's own cancel is refused too: the turn holds Bob's steer.
+    let hers = command_as(&mut h, Some("ada"), json!({"type":"cancel","commandId": ada}));
+    assert_eq!(hers.json["status"], "too_late", "{}", hers.json);
+    for id in [&ada, &bob] {
+        assert_eq!(terminal(&mut h, id), json!(null), "{id} still runs");
+    }
+    assert_eq!(h.read("s", "").json["running"]["commandId"], ada);
+    // The unbound owner keeps full authority over the shared turn.
+    let owner = command_as(&mut h, None, json!({"type":"cancel","commandId": bob}));
+    assert_eq!(owner.json["status"], "cancelled");
+    for id in [&ada, &bob] {
+        assert_eq!(terminal(&mut h, id), "cancelled");
+    }
+}
+
+#[test]
+fn a_turn_of_ones_own_is_still_cancelled_with_its_steers() {
+    let mut h = harness();
+    let id = |r: common::Reply| r.json["commandId"].as_str().unwrap().to_owned();
+    let head = id(prompt_as(&mut h, Some("ada"), "a1", "question"));
+    let steer = id(command_as(
+        &mut h,
+        Some("ada"),
+        json!({"type":"prompt","requestId":"a2","text":"more","delivery":"steer"}),
+    ));
+    let answer = StepAnswer {
+        text: "step".into(),
+        usage: None,
+        tool_calls: Vec::new(),
+    };
+    h.with_ctx(|ctx| complete_step(ctx, "s", &head, 1, &answer))
+        .unwrap();
+    let c = command_as(&mut h, Some("ada"), json!({"type":"cancel","commandId": steer}));
+    assert_eq!(c.json["status"], "cancelled", "{}", c.json);
+    for id in [&head, &steer] {
+        assert_eq!(terminal(&mut h, id), "cancelled");
+    }
+}
+
+#[test]
+fn abort_cancels_only_the_principals_own_work() {
+    let mut h = harness();
+    let id = |r: common::Reply| r.json["commandId"].as_str().unwrap().to_owned();
+    let (ada, bob_steer) = shared_turn(&mut h);
+    let ada_queued = id(prompt_as(&mut h, Some("ada"), "a3", "ada later"));
+    let bob_queued = id(prompt_as(&mut h, Some("bob"), "b3", "bob later"));
+
+    let abort = command_as(&mut h, Some("bob"), json!({"type":"abort"}));
+    assert_eq!(abort.status, 200, "{}", abort.json);
+    let cancelled: Vec<&str> = abort.json["cancelled"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["commandId"].as_str().unwrap())
+        .collect();
+    assert_eq!(cancelled, vec![bob_queued.as_str()], "only bob's queued prompt");
+    assert_eq!(terminal(&mut h, &bob_queued), "cancelled");
+    for id in [&ada, &bob_steer, &ada_queued] {
+        assert_eq!(terminal(&mut h, id), json!(null), "{id} untouched");
+    }
+    assert_eq!(h.read("s", "").json["running"]["commandId"], ada);
+
+    // Ada cannot stop the shared turn either, only her queued prompt.
+    let abort = command_as(&mut h, Some("ada"), json!({"type":"abort"}));
+    assert_eq!(abort.json["cancelled"].as_array().unwrap().len(), 1);
+    assert_eq!(terminal(&mut h, &ada_queued), "cancelled");
+    assert_eq!(h.read("s", "").json["running"]["commandId"], ada);
+
+    // The unbound owner's abort stops everything.
+    let abort = command_as(&mut h, None, json!({"type":"abort"}));
+    assert_eq!(abort.json["cancelled"].as_array().unwrap().len(), 2);
+    assert_eq!(terminal(&mut h, &ada), "cancelled");
 }

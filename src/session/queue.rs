@@ -7,7 +7,7 @@ use super::Ctx;
 use crate::error::ApiError;
 use crate::run::{settle_with_meta, Settlement};
 use crate::sql::atomically;
-use crate::store::{CommandRow, Kind, State, Terminal};
+use crate::store::{CommandRow, Kind, State, Store, Terminal};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
@@ -149,11 +149,10 @@ pub fn cancel(
         // Identity (seed: "The same identity check protects cancel"): a
         // request bound to a principal cancels only that principal's work,
         // replays included; an unbound owner keeps full authority.
-        if let Some(path) = identity {
-            if let Some(canceller) = store.principal(meta, path)? {
-                if store.principal(row.meta.as_deref(), path)?.as_deref() != Some(&canceller) {
-                    return Err(ApiError::NotOwner(row.command_id.clone()));
-                }
+        let canceller = bound_principal(store, identity, meta)?;
+        if let Some((path, who)) = &canceller {
+            if !owned_by(store, std::slice::from_ref(&row), path, who)? {
+                return Err(ApiError::NotOwner(row.command_id.clone()));
             }
         }
         let command_id = row.command_id.clone();
@@ -186,6 +185,15 @@ pub fn cancel(
             (Kind::Prompt, State::Running, _) if !only_if_pending => {
                 let head = row.turn_id.clone().unwrap_or_else(|| command_id.clone());
                 let turn = store.turn(session_id, &head)?;
+                // A running command cannot leave its turn (its text is in
+                // the transcript), and stopping the turn settles every
+                // command in it: a bound principal may do that only when
+                // all of them are theirs, else the command is `too_late`.
+                if let Some((path, who)) = &canceller {
+                    if !owned_by(store, &turn, path, who)? {
+                        return Ok(result);
+                    }
+                }
                 result.settled =
                     settle_with_meta(store, &turn, Terminal::Cancelled, None, None, meta, now_ms)?;
                 result.stopped_turn = Some(head);
@@ -202,7 +210,8 @@ pub fn cancel(
 }
 
 /// Cancels the running turn and every queued prompt of the Session in one
-/// atomic write.
+/// atomic write; for a request bound to a principal, only that principal's
+/// (see the body). The answer lists exactly the commands it cancelled.
 pub fn abort(
     ctx: &mut Ctx<'_>,
     session_id: &str,
@@ -210,16 +219,35 @@ pub fn abort(
 ) -> Result<Cancellation<AbortOutcome>, ApiError> {
     let store = ctx.store;
     let now_ms = ctx.now_ms;
+    let identity = ctx.meta.identity_path();
     atomically(store.sql(), || {
         if !store.session_exists(session_id)? {
             return Err(ApiError::SessionNotFound(session_id.to_owned()));
         }
-        let head = store.running_head(session_id)?;
+        let canceller = bound_principal(store, identity, meta)?;
+        let mut head = store.running_head(session_id)?;
         let mut commands = match &head {
             Some(h) => store.turn(session_id, &h.command_id)?,
             None => Vec::new(),
         };
-        commands.extend(store.pending(session_id)?);
+        let mut pending = store.pending(session_id)?;
+        // A bound principal aborts only their own work: their queued
+        // prompts, and the running turn only when every command in it is
+        // theirs (the same rule as `cancel`).
+        if let Some((path, who)) = &canceller {
+            if !owned_by(store, &commands, path, who)? {
+                head = None;
+                commands.clear();
+            }
+            let mut own = Vec::with_capacity(pending.len());
+            for row in pending {
+                if owned_by(store, std::slice::from_ref(&row), path, who)? {
+                    own.push(row);
+                }
+            }
+            pending = own;
+        }
+        commands.extend(pending);
         let mut cancelled = Vec::with_capacity(commands.len());
         for row in &commands {
             cancelled.push(Cancelled {
@@ -246,4 +274,33 @@ pub fn abort(
             settled,
         })
     })
+}
+
+/// The principal a request is bound to, under the host's identity path:
+/// `None` for an unbound request (no path, or metadata without one).
+fn bound_principal<'p>(
+    store: Store<'_>,
+    identity: Option<&'p str>,
+    meta: Option<&str>,
+) -> Result<Option<(&'p str, String)>, ApiError> {
+    let Some(path) = identity else {
+        return Ok(None);
+    };
+    Ok(store.principal(meta, path)?.map(|who| (path, who)))
+}
+
+/// Whether every command of `rows` belongs to principal `who` (a command
+/// admitted without one belongs to nobody).
+fn owned_by(
+    store: Store<'_>,
+    rows: &[CommandRow],
+    path: &str,
+    who: &str,
+) -> Result<bool, ApiError> {
+    for row in rows {
+        if store.principal(row.meta.as_deref(), path)?.as_deref() != Some(who) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
