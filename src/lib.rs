@@ -19,6 +19,7 @@ pub mod limits;
 pub mod mcp;
 pub mod model;
 pub mod observe;
+pub mod redact;
 pub mod run;
 pub mod session;
 pub mod sql;

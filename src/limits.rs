@@ -45,6 +45,10 @@ pub const TOOL_CALL_ID_BYTES_MAX: usize = 64;
 pub const SSE_LINE_BYTES_MAX: usize = 1_048_576;
 /// Bytes of a model-call diagnostic (it reaches storage, watchers and logs).
 pub const DIAGNOSTIC_BYTES_MAX: usize = 1_024;
+/// A run of at least this many bytes of a configured secret (an API key, a
+/// token in an MCP header) is redacted wherever provider or server text
+/// echoes it (`src/redact.rs`): whole, after `Bearer `, or cut.
+pub const SECRET_FRAGMENT_BYTES_MIN: usize = 8;
 /// Longest settlement long poll (seed: bounded to 30,000 ms).
 pub const SETTLEMENT_TIMEOUT_MS_MAX: u64 = 30_000;
 /// Open watch streams per Session, and per Agent.

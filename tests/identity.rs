@@ -208,7 +208,10 @@ fn shared_turn(h: &mut Harness) -> (String, String) {
     let out = h
         .with_ctx(|ctx| complete_step(ctx, "s", &ada, 1, &answer))
         .unwrap();
-    assert!(matches!(out, StepOutcome::Continue(_)), "bob's steer joined");
+    assert!(
+        matches!(out, StepOutcome::Continue(_)),
+        "bob's steer joined"
+    );
     assert_eq!(h.read("s", "").json["running"]["commandId"], ada);
     (ada, bob)
 }
@@ -226,7 +229,11 @@ fn terminal(h: &mut Harness, command: &str) -> serde_json::Value {
 fn cancelling_ones_joined_steer_never_stops_anothers_turn() {
     let mut h = harness();
     let (ada, bob) = shared_turn(&mut h);
-    let own = command_as(&mut h, Some("bob"), json!({"type":"cancel","commandId": bob}));
+    let own = command_as(
+        &mut h,
+        Some("bob"),
+        json!({"type":"cancel","commandId": bob}),
+    );
     assert_eq!(
         (own.status, own.json["status"].as_str()),
         (200, Some("too_late")),
@@ -234,7 +241,11 @@ fn cancelling_ones_joined_steer_never_stops_anothers_turn() {
         own.json
     );
     // Ada's own cancel is refused too: the turn holds Bob's steer.
-    let hers = command_as(&mut h, Some("ada"), json!({"type":"cancel","commandId": ada}));
+    let hers = command_as(
+        &mut h,
+        Some("ada"),
+        json!({"type":"cancel","commandId": ada}),
+    );
     assert_eq!(hers.json["status"], "too_late", "{}", hers.json);
     for id in [&ada, &bob] {
         assert_eq!(terminal(&mut h, id), json!(null), "{id} still runs");
@@ -265,7 +276,11 @@ fn a_turn_of_ones_own_is_still_cancelled_with_its_steers() {
     };
     h.with_ctx(|ctx| complete_step(ctx, "s", &head, 1, &answer))
         .unwrap();
-    let c = command_as(&mut h, Some("ada"), json!({"type":"cancel","commandId": steer}));
+    let c = command_as(
+        &mut h,
+        Some("ada"),
+        json!({"type":"cancel","commandId": steer}),
+    );
     assert_eq!(c.json["status"], "cancelled", "{}", c.json);
     for id in [&head, &steer] {
         assert_eq!(terminal(&mut h, id), "cancelled");
@@ -288,7 +303,11 @@ fn abort_cancels_only_the_principals_own_work() {
         .iter()
         .map(|c| c["commandId"].as_str().unwrap())
         .collect();
-    assert_eq!(cancelled, vec![bob_queued.as_str()], "only bob's queued prompt");
+    assert_eq!(
+        cancelled,
+        vec![bob_queued.as_str()],
+        "only bob's queued prompt"
+    );
     assert_eq!(terminal(&mut h, &bob_queued), "cancelled");
     for id in [&ada, &bob_steer, &ada_queued] {
         assert_eq!(terminal(&mut h, id), json!(null), "{id} untouched");

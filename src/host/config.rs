@@ -5,6 +5,7 @@
 use super::js::env_string;
 use crate::limits::TOOL_CALL_TIMEOUT_MS;
 use crate::model::{ModelSpec, ProviderConfig, RetryPolicy};
+use crate::redact::Secrets;
 use crate::run::Attempts;
 use crate::session::meta::MetaPolicy;
 use wasm_bindgen::JsValue;
@@ -12,6 +13,8 @@ use wasm_bindgen::JsValue;
 /// One model call's wall-time bound.
 pub const MODEL_CALL_TIMEOUT_MS: u64 = 300_000;
 const MAX_OUTPUT_TOKENS_DEFAULT: u32 = 4_096;
+/// Keys redacted from diagnostics whichever provider is in use.
+const PROVIDER_KEYS: [&str; 2] = ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"];
 
 pub struct HostConfig {
     /// The model, or why none can be called.
@@ -26,6 +29,8 @@ pub struct HostConfig {
     /// Wall time of one tool call (`execute` run or direct tool), at most
     /// `TOOL_CALL_TIMEOUT_MS` (the default).
     pub tool_timeout_ms: u64,
+    /// Every provider key in the env, redacted from model-call failures.
+    pub secrets: Secrets,
 }
 
 impl HostConfig {
@@ -47,6 +52,14 @@ impl HostConfig {
             panic_marker: env_string(env, "SHIITAKE_FAULT_PANIC_MARKER"),
             tool_timeout_ms: number(env, "SHIITAKE_TOOL_TIMEOUT_MS", 1, TOOL_CALL_TIMEOUT_MS)
                 .unwrap_or(TOOL_CALL_TIMEOUT_MS),
+            secrets: Secrets::new(
+                PROVIDER_KEYS
+                    .iter()
+                    .filter_map(|name| env_string(env, name))
+                    .collect::<Vec<_>>()
+                    .iter()
+                    .map(String::as_str),
+            ),
             meta: MetaPolicy::new(
                 env_string(env, "SHIITAKE_META_SCHEMA").as_deref(),
                 env_string(env, "SHIITAKE_IDENTITY_PATH").as_deref(),

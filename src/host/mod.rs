@@ -12,6 +12,7 @@
 //!   once), and a starting instance arms the alarm for whatever is due;
 //! - persist, then publish: frames and wake-ups go out after the commit.
 
+mod body;
 mod config;
 mod js;
 mod mcp;
@@ -702,15 +703,8 @@ async fn read_request(request: &web_sys::Request) -> Result<HttpRequest, ApiErro
     }
     let body = match request.method().as_str() {
         "GET" | "HEAD" => Vec::new(),
-        _ => {
-            let promise = request
-                .array_buffer()
-                .map_err(|_| ApiError::InvalidRequest("request body unreadable".into()))?;
-            let buffer = JsFuture::from(promise)
-                .await
-                .map_err(|_| ApiError::InvalidRequest("request body unreadable".into()))?;
-            js_sys::Uint8Array::new(&buffer).to_vec()
-        }
+        // Chunked bodies too: counted as they stream, cancelled past the bound.
+        _ => body::read_bounded(request, BODY_BYTES_MAX, declared).await?,
     };
     Ok(HttpRequest {
         method: request.method(),

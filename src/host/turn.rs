@@ -74,7 +74,25 @@ impl Stopper {
 }
 
 /// Calls the model for `step`, streaming each text delta to `on_delta`.
+/// A failure's diagnostic holds provider text: it leaves here redacted (no
+/// configured key in any form) and bounded.
 pub async fn call(
+    config: &HostConfig,
+    step: &Step,
+    tools: &[ToolSpec],
+    stopper: &Stopper,
+    on_delta: &dyn Fn(&str),
+) -> CallOutcome {
+    match attempt(config, step, tools, stopper, on_delta).await {
+        CallOutcome::Failed(e) => CallOutcome::Failed(ModelError::new(
+            e.retryable,
+            config.secrets.redact(&e.diagnostic),
+        )),
+        outcome => outcome,
+    }
+}
+
+async fn attempt(
     config: &HostConfig,
     step: &Step,
     tools: &[ToolSpec],

@@ -35,8 +35,8 @@
 //! Credentials: the host's extra headers go on every request and nowhere
 //! else. [`HttpRequest`]'s and [`McpConnection`]'s `Debug` show no header
 //! value but the protocol's own, and every error message has any extra
-//! header value (and each long word of one, e.g. a bearer token) replaced by
-//! `<redacted>`, even when a server echoes it back.
+//! header value (whole, or any long fragment of a token in it: see
+//! `crate::redact`) replaced by `<redacted>`, even when a server echoes it.
 
 mod tools;
 mod wire;
@@ -50,6 +50,7 @@ use crate::capability::{check_payload, validate_module_id, ModuleSpec};
 use crate::limits::{
     MCP_RESPONSE_BYTES_MAX, MCP_SESSION_ID_BYTES_MAX, MCP_TOOLS_MAX, MCP_TOOLS_PAGES_MAX,
 };
+use crate::redact::{Secrets, REDACTED};
 use serde_json::{json, Value};
 use std::fmt;
 use tools::ToolsBuilder;
@@ -63,7 +64,6 @@ const ACCEPT: &str = "Accept";
 const CONTENT_TYPE: &str = "Content-Type";
 const VERSION_HEADER: &str = "MCP-Protocol-Version";
 const SESSION_HEADER: &str = "Mcp-Session-Id";
-const REDACTED: &str = "<redacted>";
 
 /// One HTTP request for the host to make. Its `Debug` redacts every header
 /// value but `Accept`, `Content-Type` and `MCP-Protocol-Version`.
@@ -240,6 +240,8 @@ pub struct McpConnection {
     module_id: String,
     client_version: String,
     extra_headers: Vec<(String, String)>,
+    /// The extra header values, for [`Self::scrub`].
+    secrets: Secrets,
     state: State,
     next_id: u64,
     version: Option<&'static str>,
@@ -301,11 +303,13 @@ impl McpConnection {
                 )));
             }
         }
+        let secrets = Secrets::new(extra_headers.iter().map(|(_, v)| v.as_str()));
         Ok(McpConnection {
             url: url.into(),
             module_id,
             client_version: client_version.into(),
             extra_headers,
+            secrets,
             state: State::Idle,
             next_id: 1,
             version: None,
@@ -634,26 +638,10 @@ impl McpConnection {
         }
     }
 
-    /// Replaces every extra header value (and each word of one of at least
-    /// 8 bytes, e.g. a bearer token) in an error's text.
+    /// Redacts every extra header value (whole, and any long fragment of
+    /// one of its tokens: `crate::redact`) in an error's text.
     fn scrub(&self, error: McpError) -> McpError {
-        let mut secrets: Vec<&str> = Vec::new();
-        for (_, value) in &self.extra_headers {
-            if !value.trim().is_empty() {
-                secrets.push(value.trim());
-            }
-            secrets.extend(value.split_whitespace().filter(|w| w.len() >= 8));
-        }
-        // Longest first, so a part never leaves the rest of a whole value.
-        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        error.map_text(|mut text| {
-            for secret in &secrets {
-                if text.contains(secret) {
-                    text = text.replace(secret, REDACTED);
-                }
-            }
-            text
-        })
+        error.map_text(|text| self.secrets.redact(&text))
     }
 }
 

@@ -119,8 +119,10 @@ export async function bundleFixture(entryPath, name) {
  * OPENAI_* at all). `h.modelApiKey` is the key bound either way.
  * `bindings`: more Worker bindings (names from WORKER_BINDINGS; numbers are
  * passed as strings, like wrangler vars), overriding those.
+ * `log`: when given, called with every chunk (a string) the runtime writes
+ * to stdout or stderr (the Worker's console: the service log).
  */
-export async function startWorker({ scriptPath = DEMO_SCRIPT, persist = false, model = "hold", bindings = {}, loader = true } = {}) {
+export async function startWorker({ scriptPath = DEMO_SCRIPT, persist = false, model = "hold", bindings = {}, loader = true, log } = {}) {
   if (!existsSync(scriptPath)) {
     throw new Error(`${path.relative(ROOT, scriptPath)} is missing: run \`bash scripts/build.sh\` first`);
   }
@@ -142,6 +144,7 @@ export async function startWorker({ scriptPath = DEMO_SCRIPT, persist = false, m
   const persistDir = persist ? await mkdtemp(path.join(tmpdir(), "shiitake-e2e-")) : undefined;
   const h = new Harness(scriptPath, persistDir, all, server);
   h.loader = loader;
+  h.log = log;
   h.provider = server ? provider : undefined;
   h.modelApiKey = modelApiKey;
   await h.start();
@@ -181,12 +184,20 @@ export class Harness {
     this.mf = undefined;
     /** Whether the Worker gets the LOADER binding (`startWorker({ loader })`). */
     this.loader = true;
+    /** `startWorker({ log })`: receives the runtime's stdout and stderr. */
+    this.log = undefined;
     /** Every answer this harness received: `{method, path, status, text, headers}` (bounded). */
     this.seen = [];
   }
 
   async start() {
-    this.mf = new Miniflare(workerOptions(this.scriptPath, this.persistDir, this.bindings, { loader: this.loader }));
+    const options = workerOptions(this.scriptPath, this.persistDir, this.bindings, { loader: this.loader });
+    if (this.log) {
+      options.handleRuntimeStdio = (stdout, stderr) => {
+        for (const stream of [stdout, stderr]) stream.on("data", (chunk) => this.log(String(chunk)));
+      };
+    }
+    this.mf = new Miniflare(options);
     await this.mf.ready;
   }
 
