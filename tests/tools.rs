@@ -14,8 +14,11 @@ use shiitake::run::tools::{
     Recovery, ResultOutcome, ToolOutput,
 };
 use shiitake::run::{
-    complete_step, reconcile, Attempts, Reconciled, Step, StepAnswer, StepOutcome, TokenUsage,
+    complete_step, fail_attempt, reconcile, Attempts, FailOutcome, Failure, Reconciled, Step,
+    StepAnswer, StepOutcome, TokenUsage,
 };
+use shiitake::session::queue;
+use shiitake::sql::Sql;
 
 const ATTEMPTS: Attempts = Attempts { max: 3 };
 
@@ -368,8 +371,121 @@ fn a_restart_mid_tool_reruns_safe_calls_and_never_unsafe_started_ones() {
     assert_eq!(results, vec!["done", "unsafe", "safe", "unstarted"]);
 }
 
+/// The model context, one line per item: `message <text>`, `calls <ids>`,
+/// `result <id> <content>`.
+fn shape(context: &[ModelItem]) -> Vec<String> {
+    context
+        .iter()
+        .map(|i| match i {
+            ModelItem::Message(m) => format!("message {}", m.text),
+            ModelItem::ToolCalls { calls, .. } => format!(
+                "calls {}",
+                calls
+                    .iter()
+                    .map(|c| c.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            ModelItem::ToolResult {
+                call_id, content, ..
+            } => format!("result {call_id} {content}"),
+        })
+        .collect()
+}
+
+/// Both providers' pairing rule: every step is followed at once by exactly
+/// one result per call, in call order, and no result stands anywhere else.
+fn assert_paired(context: &[ModelItem]) {
+    let mut at = 0;
+    while at < context.len() {
+        match &context[at] {
+            ModelItem::ToolCalls { calls, .. } => {
+                let results: Vec<&str> = context[at + 1..]
+                    .iter()
+                    .map_while(|i| match i {
+                        ModelItem::ToolResult { call_id, .. } => Some(call_id.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                let ids: Vec<&str> = calls.iter().map(|c| c.id.as_str()).collect();
+                assert_eq!(results, ids, "results of a step: {:?}", shape(context));
+                at += 1 + results.len();
+            }
+            ModelItem::ToolResult { .. } => panic!("a stray result: {:?}", shape(context)),
+            ModelItem::Message(_) => at += 1,
+        }
+    }
+}
+
+/// Claims the Session's next turn (its queue head).
+fn claim_next(h: &mut Harness) -> Step {
+    let Reconciled { mut steps, .. } = h
+        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| true, ATTEMPTS))
+        .unwrap();
+    assert_eq!(steps.len(), 1);
+    steps.remove(0)
+}
+
+/// Runs the claimed turn `step` through one tool step (each call answered
+/// with `outputs`), checks the context the model then gets, and completes
+/// the turn. Returns that context.
+fn tool_turn(h: &mut Harness, step: &Step, calls: &[(&str, &str)]) -> Vec<ModelItem> {
+    assert_paired(&step.context);
+    let answer = calls_answer(
+        "",
+        calls
+            .iter()
+            .map(|(id, _)| call(id, "execute", "{}"))
+            .collect(),
+    );
+    let CallsOutcome::Run { .. } = record(h, step, &answer) else {
+        panic!("not recorded")
+    };
+    let mut next = None;
+    for (id, output) in calls {
+        let ResultOutcome::Recorded { next: n, .. } = result(h, step, id, &ok(output)) else {
+            panic!("result of {id} not recorded")
+        };
+        next = n;
+    }
+    let next = next.expect("the step closed");
+    assert_paired(&next.context);
+    let done = h
+        .with_ctx(|ctx| {
+            complete_step(
+                ctx,
+                &step.session_id,
+                &step.command_id,
+                step.attempt,
+                &calls_answer("done", vec![]),
+            )
+        })
+        .unwrap();
+    assert!(matches!(done, StepOutcome::Settled { .. }), "{done:?}");
+    next.context
+}
+
+/// The `tool` messages of the transcript: `(toolCallId, text, isError)`.
+fn tool_messages(h: &mut Harness) -> Vec<(String, String, bool)> {
+    messages(h)
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            (
+                m["toolCallId"].as_str().unwrap().to_owned(),
+                m["text"].as_str().unwrap().to_owned(),
+                m["isError"] == json!(true),
+            )
+        })
+        .collect()
+}
+
+const CANCELLED: &str = "cancelled: the turn was cancelled before this call finished";
+
+/// The smallest case of the issue: a turn cancelled while a call runs, then
+/// tool turns whose real results must reach the model.
 #[test]
-fn a_cancelled_tool_turn_leaves_a_well_formed_context_for_the_next() {
+fn a_cancelled_tool_turn_closes_its_open_calls_for_good() {
     let mut h = Harness::new();
     let step = start(&mut h, "first");
     record(
@@ -401,30 +517,285 @@ fn a_cancelled_tool_turn_leaves_a_well_formed_context_for_the_next() {
         (&json!("cancelled"), &json!(2)),
         "a cancelled turn counts the calls it made"
     );
-    h.prompt("s", "r2", "second");
-    let Reconciled { steps, .. } = h
-        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| true, ATTEMPTS))
-        .unwrap();
-    let shape: Vec<String> = steps[0]
-        .context
-        .iter()
-        .map(|i| match i {
-            ModelItem::Message(m) => format!("message {}", m.text),
-            ModelItem::ToolCalls { calls, .. } => format!("calls {}", calls.len()),
-            ModelItem::ToolResult {
-                call_id, is_error, ..
-            } => format!("result {call_id} {is_error}"),
-        })
-        .collect();
+    // The durable record says how c2 ended; the stale attempt adds nothing.
     assert_eq!(
-        shape,
+        result(&mut h, &step, "c2", &ok("late")),
+        ResultOutcome::Stale
+    );
+    assert_eq!(
+        tool_messages(&mut h),
+        vec![
+            ("c1".into(), "one".into(), false),
+            ("c2".into(), CANCELLED.into(), true)
+        ]
+    );
+
+    h.prompt("s", "r2", "second");
+    let second = claim_next(&mut h);
+    let context = tool_turn(&mut h, &second, &[("b1", "2")]);
+    assert_eq!(
+        shape(&context),
         vec![
             "message first",
-            "calls 2",
-            "result c1 false",
-            "result c2 true",
+            "calls c1,c2",
+            "result c1 one",
+            &format!("result c2 {CANCELLED}"),
             "message [operator] note",
             "message second",
+            "calls b1",
+            "result b1 2",
+        ]
+    );
+    // And the turn after that too.
+    h.prompt("s", "r3", "third");
+    let third = claim_next(&mut h);
+    let context = tool_turn(&mut h, &third, &[("d1", "4"), ("d2", "5")]);
+    assert_eq!(
+        shape(&context)[8..],
+        [
+            "message done",
+            "message third",
+            "calls d1,d2",
+            "result d1 4",
+            "result d2 5"
+        ]
+    );
+}
+
+/// An abort of a turn whose call started an unsafe operation: that call's
+/// outcome is unknown; a queued prompt it cancels made no calls.
+#[test]
+fn an_aborted_call_that_started_an_unsafe_operation_ends_outcome_unknown() {
+    let mut h = Harness::new();
+    let step = start(&mut h, "first");
+    record(
+        &mut h,
+        &step,
+        &calls_answer(
+            "",
+            vec![call("u1", "execute", "{}"), call("u2", "execute", "{}")],
+        ),
+    );
+    assert!(h
+        .with_ctx(|ctx| mark_started(ctx, "s", &step.command_id, step.attempt, "u1"))
+        .unwrap());
+    h.prompt("s", "queued", "never runs");
+    let aborted = h.with_ctx(|ctx| queue::abort(ctx, "s", None)).unwrap();
+    let counts: Vec<u32> = aborted.settled.iter().map(|s| s.tool_call_count).collect();
+    assert_eq!(counts, vec![2, 0], "the queued prompt made no calls");
+    // The head's settlement carries the closing messages to publish.
+    let appended: Vec<Value> = aborted.settled[0]
+        .appended
+        .iter()
+        .map(|m| serde_json::from_str(m).unwrap())
+        .collect();
+    assert!(aborted.settled[1].appended.is_empty());
+    let tools = tool_messages(&mut h);
+    assert_eq!(appended.len(), 2);
+    for (m, (id, text, _)) in appended.iter().zip(&tools) {
+        assert_eq!((&m["toolCallId"], &m["text"]), (&json!(id), &json!(text)));
+    }
+    assert!(
+        tools[0]
+            .1
+            .starts_with("outcome unknown: the turn was cancelled while tool call `u1`"),
+        "{}",
+        tools[0].1
+    );
+    assert_eq!(tools[1].1, CANCELLED);
+    assert!(tools.iter().all(|t| t.2), "each is an error result");
+    // Settled serializes without them.
+    assert!(!aborted.settled[0].to_json().unwrap().contains("appended"));
+
+    h.prompt("s", "r2", "second");
+    let second = claim_next(&mut h);
+    let context = tool_turn(&mut h, &second, &[("b1", "2")]);
+    assert_eq!(
+        shape(&context)[1..],
+        [
+            "calls u1,u2",
+            &format!("result u1 {}", tools[0].1),
+            &format!("result u2 {CANCELLED}"),
+            "message second",
+            "calls b1",
+            "result b1 2",
+        ]
+    );
+}
+
+/// A tool turn whose runtime keeps restarting mid-call settles
+/// `interrupted` at the attempt limit with its calls closed: outcome unknown.
+#[test]
+fn a_tool_turn_interrupted_past_the_attempt_limit_closes_its_calls() {
+    let mut h = Harness::new();
+    let step = start(&mut h, "first");
+    record(
+        &mut h,
+        &step,
+        &calls_answer(
+            "",
+            vec![call("i1", "execute", "{}"), call("i2", "execute", "{}")],
+        ),
+    );
+    let mut resumed = step.clone();
+    for _ in 1..ATTEMPTS.max {
+        resumed = restart_and_claim(&mut h);
+        assert_eq!(resumed.tool_calls.len(), 2, "still open while it resumes");
+    }
+    mark_started_ok(&mut h, &resumed, "i1");
+    h.restart();
+    let Reconciled { steps, settled, .. } = h
+        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| false, ATTEMPTS))
+        .unwrap();
+    assert!(steps.is_empty());
+    assert_eq!(settled.len(), 1);
+    assert_eq!(settled[0].1.terminal, "interrupted");
+    assert_eq!(
+        settled[0].1.appended.len(),
+        2,
+        "published with the settlement"
+    );
+    let tools = tool_messages(&mut h);
+    assert!(tools[0]
+        .1
+        .starts_with("outcome unknown: the turn was interrupted"));
+    assert!(tools[0].1.contains("not safe to repeat"), "{}", tools[0].1);
+    assert!(
+        tools[1]
+            .1
+            .starts_with("outcome unknown: the turn was interrupted")
+            && tools[1].1.ends_with("it was not run again"),
+        "{}",
+        tools[1].1
+    );
+
+    h.prompt("s", "r2", "second");
+    let second = claim_next(&mut h);
+    let context = tool_turn(&mut h, &second, &[("b1", "2")]);
+    assert_eq!(
+        shape(&context)[1..],
+        [
+            "calls i1,i2",
+            &format!("result i1 {}", tools[0].1),
+            &format!("result i2 {}", tools[1].1),
+            "message second",
+            "calls b1",
+            "result b1 2",
+        ]
+    );
+}
+
+fn mark_started_ok(h: &mut Harness, step: &Step, call_id: &str) {
+    let marked = h
+        .with_ctx(|ctx| mark_started(ctx, "s", &step.command_id, step.attempt, call_id))
+        .unwrap();
+    assert!(marked);
+}
+
+/// A turn whose model call fails after its tool step closed has nothing
+/// open: its settlement writes no message, and later contexts pair.
+#[test]
+fn a_turn_failing_after_its_tool_step_leaves_nothing_open() {
+    let mut h = Harness::new();
+    let step = start(&mut h, "first");
+    record(
+        &mut h,
+        &step,
+        &calls_answer("", vec![call("f1", "execute", "{}")]),
+    );
+    let ResultOutcome::Recorded {
+        next: Some(next), ..
+    } = result(&mut h, &step, "f1", &ok("x"))
+    else {
+        panic!()
+    };
+    let before = messages(&mut h).len();
+    let failed = h
+        .with_ctx(|ctx| {
+            fail_attempt(
+                ctx,
+                "s",
+                &next.command_id,
+                next.attempt,
+                &Failure {
+                    retryable: false,
+                    diagnostic: "HTTP 400".into(),
+                },
+                ATTEMPTS,
+                0,
+            )
+        })
+        .unwrap();
+    let FailOutcome::Settled(settled) = failed else {
+        panic!("{failed:?}")
+    };
+    assert_eq!(
+        (settled[0].tool_call_count, settled[0].appended.len()),
+        (1, 0)
+    );
+    assert_eq!(messages(&mut h).len(), before, "nothing to close");
+
+    h.prompt("s", "r2", "second");
+    let second = claim_next(&mut h);
+    let context = tool_turn(&mut h, &second, &[("b1", "2")]);
+    assert_eq!(
+        shape(&context)[1..],
+        [
+            "calls f1",
+            "result f1 x",
+            "message second",
+            "calls b1",
+            "result b1 2"
+        ]
+    );
+}
+
+/// A store written before settling closed open calls: a settled turn's call
+/// without a result reads as outcome unknown right after its step, and
+/// nothing after it is deferred or dropped.
+#[test]
+fn a_store_with_open_calls_of_settled_turns_still_gives_paired_contexts() {
+    let mut h = Harness::new();
+    let step = start(&mut h, "first");
+    record(
+        &mut h,
+        &step,
+        &calls_answer(
+            "",
+            vec![call("o1", "execute", "{}"), call("o2", "execute", "{}")],
+        ),
+    );
+    result(&mut h, &step, "o1", &ok("one"));
+    h.command(
+        "s",
+        json!({"type":"operator","requestId":"o","text":"note"}),
+    );
+    let r = h.command("s", json!({"type":"cancel","commandId": step.command_id}));
+    assert_eq!(r.status, 200, "{}", r.json);
+    // What an older runtime left: no closing message.
+    h.sql()
+        .apply(vec![(
+            "DELETE FROM messages WHERE body LIKE ?".into(),
+            vec![format!("%{CANCELLED}%").into()],
+        )])
+        .unwrap();
+    assert_eq!(tool_messages(&mut h).len(), 1);
+
+    h.prompt("s", "r2", "second");
+    let second = claim_next(&mut h);
+    let context = tool_turn(&mut h, &second, &[("b1", "2")]);
+    assert_eq!(
+        shape(&context),
+        vec![
+            "message first",
+            "calls o1,o2",
+            "result o1 one",
+            "result o2 outcome unknown: the turn ended before this call finished; \
+             it was not run again",
+            "message [operator] note",
+            "message second",
+            "calls b1",
+            "result b1 2",
         ]
     );
 }
