@@ -50,10 +50,33 @@ export interface TokenUsage {
   outputTokens: number;
 }
 
-/** A stored message of the transcript. Key messages by `entryId`: a watch can deliver one twice. */
+export type MessageRole = "user" | "assistant" | "operator" | "tool";
+
+/** One tool call of a model step, as recorded before it ran. */
+export interface ToolCall {
+  /** 1..64 bytes. */
+  id: string;
+  /** `execute` or a direct tool. */
+  name: string;
+  arguments: { [key: string]: JsonValue };
+}
+
+/** The execution protocol of a tool step: the tool names offered (sorted) and their digest. */
+export interface ToolProtocol {
+  tools: string[];
+  /** `fnv1a64:<16 hex digits>`. */
+  digest: string;
+}
+
+/**
+ * A stored message of the transcript. Key messages by `entryId`: a watch can
+ * deliver one twice. An `assistant` message of a tool step carries
+ * `toolCalls` and `protocol`; a `tool` message is one call's outcome.
+ */
 export interface SessionMessage {
   entryId: string;
-  role: "user" | "assistant" | "operator";
+  role: MessageRole;
+  /** On a `tool` message: what the model saw. */
   text: string;
   requestId?: string;
   commandId?: string;
@@ -61,6 +84,18 @@ export interface SessionMessage {
   meta?: JsonValue;
   /** On `assistant` messages. */
   usage?: TokenUsage;
+  /** On an `assistant` message of a tool step (at most 64). */
+  toolCalls?: ToolCall[];
+  /** On an `assistant` message of a tool step. */
+  protocol?: ToolProtocol;
+  /** On a `tool` message: the call it answers. */
+  toolCallId?: string;
+  /** On a `tool` message: the tool called. */
+  toolName?: string;
+  /** On a `tool` message whose call failed or was refused; absent otherwise. */
+  isError?: true;
+  /** On a `tool` message: the tool's display payload. Never sent to the model; not host metadata. */
+  data?: JsonValue;
   /** Milliseconds since the epoch. */
   createdAt: number;
 }
@@ -137,7 +172,9 @@ export type Frame =
   | { type: "message"; message: SessionMessage }
   | { type: "started"; commandId: string; attempt: number }
   | { type: "delta"; commandId: string; text: string }
-  | { type: "settled"; settlement: CommandSettlement };
+  | { type: "settled"; settlement: CommandSettlement }
+  /** Once at a turn's start: a tool the host configured cannot be offered (e.g. `execute` without `LOADER`, an unavailable MCP server). */
+  | { type: "diagnostic"; commandId: string; diagnostic: string };
 
 export interface RuntimeErrorEvent {
   commandId: string;
@@ -197,7 +234,7 @@ export interface ReadOptions extends CallOptions {
 }
 
 export interface ReadSettlementOptions extends CallOptions {
-  /** 0..30000 ms (default 0: answer at once). */
+  /** Milliseconds (default 0: answer at once); a longer wait than 30000 is clamped to 30000. */
   timeoutMs?: number;
 }
 

@@ -17,8 +17,10 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   hostFetch(request: Request): Promise<Response | undefined>;
   /**
    * The capabilities this Agent's model may use, or `undefined` for none.
-   * Read once per instance (a throw is reported and fails each turn, naming
-   * the problem). Override in a subclass.
+   * Read once per instance. A throw, an unknown key, or a value of the
+   * wrong kind (a function where JSON data is expected, data where a
+   * function is) is reported and fails each turn, naming the key.
+   * Override in a subclass.
    */
   tools(): ShiitakeTools | undefined;
   fetch(request: Request): Promise<Response>;
@@ -54,10 +56,17 @@ export function deliverSessionGrantsToStorage(
 export interface ShiitakeTools {
   /** At most 64 modules; ids unique (`notes`, `mcp.docs`, `files`). */
   modules: ToolModule[];
-  /** `tools.access`: default grants by module id, and keys that fail closed. Omitted: full access. */
-  access?: { grants?: Record<string, GrantLevel>; required?: string[] };
-  /** Asked before each call of a `confirm` operation; without it such calls are refused. */
-  confirm?(call: ConfirmRequest, options: { signal: AbortSignal }): boolean | Promise<boolean>;
+  /**
+   * `tools.access`: default grants by module id, keys that fail closed, and
+   * the confirm hook. Omitted: full access (a `confirm` operation is still
+   * refused without `access.confirm`).
+   */
+  access?: {
+    grants?: Record<string, GrantLevel>;
+    required?: string[];
+    /** Asked before each call of a `confirm` operation (`this` = the Durable Object); without it such calls are refused. */
+    confirm?(call: ConfirmRequest, options: { signal: AbortSignal }): boolean | Promise<boolean>;
+  };
   /** MCP servers (at most 16), each the module `mcp.<name>`. Header values are credentials: kept in memory only. */
   mcpServers?: { name: string; url: string; headers?: Record<string, string> }[];
   /** Carries every MCP request (default: the global fetch). Called with `redirect: "manual"`. */

@@ -180,6 +180,9 @@ function toolHost(object) {
     return { spec: () => JSON.stringify({ modules: [], error: String(error?.message ?? error) }) };
   }
   if (config === undefined || config === null) return undefined;
+  const refused = checkTools(config);
+  if (refused !== undefined) return { spec: () => JSON.stringify({ modules: [], error: refused }) };
+  const { confirm, ...accessData } = config.access ?? {};
   const runs = new Map();
   const modules = [];
   const direct = [];
@@ -198,8 +201,8 @@ function toolHost(object) {
   const spec = JSON.stringify({
     modules,
     direct,
-    access: config.access ?? null,
-    confirm: typeof config.confirm === "function",
+    access: config.access === undefined ? null : accessData,
+    confirm: typeof confirm === "function",
     loader: loader !== undefined,
     ...(config.mcpTimeoutMs !== undefined ? { mcpTimeoutMs: config.mcpTimeoutMs } : {}),
     ...(config.mcpRetryMs !== undefined ? { mcpRetryMs: config.mcpRetryMs } : {}),
@@ -244,7 +247,7 @@ function toolHost(object) {
     },
     async confirm(request, signal) {
       try {
-        return (await config.confirm.call(object, JSON.parse(request), { signal })) === true;
+        return (await confirm.call(object, JSON.parse(request), { signal })) === true;
       } catch {
         return false;
       }
@@ -254,6 +257,98 @@ function toolHost(object) {
     },
   };
 }
+
+// What tools() may hold: each key is data (handed to the core as JSON) or a
+// function (called by the shim). Anything else is refused by name rather
+// than dropped by JSON.stringify, so a typo or a misplaced hook is not
+// silently ignored.
+const TOOLS_KEYS = {
+  modules: "modules",
+  access: "access",
+  mcpServers: "data",
+  mcpTimeoutMs: "data",
+  mcpRetryMs: "data",
+  fetch: "function",
+  onUnavailable: "function",
+};
+const ACCESS_KEYS = { grants: "data", required: "data", confirm: "function" };
+const MODULE_KEYS = { id: "data", operations: "operations" };
+const OPERATION_KEYS = {
+  name: "data",
+  description: "data",
+  inputSchema: "data",
+  access: "data",
+  confirm: "data",
+  replaySafe: "data",
+  direct: "data",
+  run: "function",
+};
+const MOVED = { confirm: "the confirm hook is `access.confirm`" };
+
+// Why `config` (what tools() returned) cannot be used, or undefined.
+function checkTools(config) {
+  const where = (path) => `tools()${path}`;
+  const object = (value, path, keys) => {
+    if (value === null || typeof value !== "object" || Array.isArray(value)) return `${where(path)} must be an object`;
+    for (const [key, item] of Object.entries(value)) {
+      const kind = keys[key];
+      const at = `${path}.${key}`;
+      if (kind === undefined) {
+        const hint = path === "" && MOVED[key] ? ` (${MOVED[key]})` : "";
+        return `${where(at)}: unknown key \`${key}\`${hint}; known: ${Object.keys(keys).join(", ")}`;
+      }
+      if (item === undefined) continue;
+      const problem = check(item, at, kind);
+      if (problem !== undefined) return problem;
+    }
+    return undefined;
+  };
+  const list = (value, path, each) => {
+    if (!Array.isArray(value)) return `${where(path)} must be an array`;
+    for (const [i, item] of value.entries()) {
+      const problem = each(item, `${path}[${i}]`);
+      if (problem !== undefined) return problem;
+    }
+    return undefined;
+  };
+  const check = (value, path, kind) => {
+    switch (kind) {
+      case "function":
+        return typeof value === "function" ? undefined : `${where(path)} must be a function`;
+      case "data":
+        return plainData(value, path, where);
+      case "access":
+        return object(value, path, ACCESS_KEYS);
+      case "modules":
+        return list(value, path, (m, at) => object(m, at, MODULE_KEYS));
+      case "operations":
+        return list(value, path, (op, at) => object(op, at, OPERATION_KEYS));
+    }
+    return undefined;
+  };
+  return object(config, "", TOOLS_KEYS);
+}
+
+// Why `value` is not plain JSON data (a function, symbol or bigint inside it
+// would be dropped or throw in JSON.stringify), or undefined. Bounded by the
+// core's own JSON depth bound.
+function plainData(value, path, where, depth = 0) {
+  if (depth > JSON_DEPTH_MAX) return `${where(path)} nests deeper than ${JSON_DEPTH_MAX} levels`;
+  const type = typeof value;
+  if (type === "function" || type === "symbol" || type === "bigint") {
+    return `${where(path)} is a ${type}, which cannot be passed to the core (JSON data expected)`;
+  }
+  if (value === null || type !== "object") return undefined;
+  for (const [key, item] of Object.entries(value)) {
+    const problem = plainData(item, Array.isArray(value) ? `${path}[${key}]` : `${path}.${key}`, where, depth + 1);
+    if (problem !== undefined) return problem;
+  }
+  return undefined;
+}
+
+// Nesting of a JSON value crossing the capability boundary (src/limits.rs
+// JSON_DEPTH_MAX; tests/e2e/limits-sync.test.mjs checks the copies).
+const JSON_DEPTH_MAX = 64;
 
 // Bytes of one MCP response body the core accepts (src/limits.rs); one more
 // is read so the core can tell an oversized body from a full one.

@@ -209,11 +209,12 @@ fn settlement(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResp
         .ok_or_else(|| ApiError::InvalidQuery("commandId: required".into()))?;
     let timeout_ms = match query.get("timeoutMs") {
         None => 0,
+        // Seed: "bounded to 30,000 ms": a longer wait is clamped, not refused.
         Some(v) => match v.parse::<u64>() {
-            Ok(n) if n <= SETTLEMENT_TIMEOUT_MS_MAX => n,
-            _ => {
+            Ok(n) => n.min(SETTLEMENT_TIMEOUT_MS_MAX),
+            Err(_) => {
                 return Err(ApiError::InvalidQuery(format!(
-                    "timeoutMs: an integer in 0..={SETTLEMENT_TIMEOUT_MS_MAX}, got `{v}`"
+                    "timeoutMs: a non-negative integer (waits at most {SETTLEMENT_TIMEOUT_MS_MAX}), got `{v}`"
                 )))
             }
         },

@@ -505,7 +505,6 @@ fn settlement_reads_are_bounded_and_exact() {
     for (query, status) in [
         ("", 400),
         ("?commandId=", 400),
-        ("?commandId=x&timeoutMs=30001", 400),
         ("?commandId=x&timeoutMs=-1", 400),
         ("?commandId=x&timeoutMs=abc", 400),
         ("?commandId=cmd_unknown", 404),
@@ -572,4 +571,35 @@ fn with_a_single_attempt_a_fresh_turn_still_runs_once() {
         .unwrap();
     assert!(steps.is_empty());
     assert_eq!(settled[0].1.terminal, "interrupted");
+}
+
+#[test]
+fn a_settlement_wait_longer_than_the_bound_is_clamped_not_refused() {
+    use shiitake::http::{handle, HttpRequest};
+    let mut h = Harness::new();
+    h.session("s");
+    h.occupy("s");
+    let queued = h.prompt("s", "r2", "waits").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for (asked, parked) in [
+        ("1", 1),
+        ("30000", 30_000),
+        ("30001", 30_000),
+        ("86400000", 30_000),
+    ] {
+        let req = HttpRequest {
+            method: "GET".into(),
+            path: "/sessions/s/settlement".into(),
+            query: format!("commandId={queued}&timeoutMs={asked}"),
+            meta: None,
+            body: Vec::new(),
+            waited: false,
+        };
+        let r = h.with_ctx(|ctx| handle(ctx, &req));
+        assert_eq!(r.status, 200, "timeoutMs={asked}");
+        let park = r.effects.park.expect("an unsettled command parks the poll");
+        assert_eq!(park.timeout_ms, parked, "timeoutMs={asked}");
+    }
 }

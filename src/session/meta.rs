@@ -80,7 +80,9 @@ impl MetaPolicy {
         if raw.len() > META_BYTES_MAX {
             return Err(too_big());
         }
-        let value: serde_json::Value = serde_json::from_str(raw)
+        // A repeated key would let the stored (last-wins) value and SQLite's
+        // `json_extract` of the principal disagree.
+        let value = super::command::strict_json(raw.as_bytes())
             .map_err(|e| ApiError::InvalidMeta(format!("host metadata is not JSON: {e}")))?;
         if let Some((schemas, index)) = &self.schema {
             if let Err(error) = schemas.validate(&value, *index) {

@@ -221,7 +221,7 @@ test("typed errors: conflict (409), not_found (404), invalid (400), refused (401
   await expectShiitakeError(session.prompt("x", { requestId: "" }), 400, "invalid", "invalid_request");
   await expectShiitakeError(session.prompt("x", { delivery: /** @type {any} */ ("later") }), 400, "invalid", "invalid_request");
   await expectShiitakeError(session.read({ limit: 0 }), 400, "invalid", "invalid_query");
-  await expectShiitakeError(session.readSettlement(commandId, { timeoutMs: 30_001 }), 400, "invalid", "invalid_query");
+  await expectShiitakeError(session.readSettlement(commandId, { timeoutMs: -1 }), 400, "invalid", "invalid_query");
   await expectShiitakeError(client.listSessions({ limit: 201 }), 400, "invalid", "invalid_query");
   await expectShiitakeError(client.createSession("not a valid id!"), 400, "invalid", "invalid_request");
   await expectShiitakeError(client.session("bad id!").read(), 400, "invalid", "invalid_request");

@@ -58,6 +58,8 @@ export const WORKER_BINDINGS = [
   "SHIITAKE_TOOL_TIMEOUT_MS",
   // tests/e2e/fixtures/tools-worker.mjs: "off" drops its confirm hook.
   "TOOLS_CONFIRM_HOOK",
+  // tests/e2e/fixtures/config-worker.mjs: which broken tools() it returns.
+  "TOOLS_CASE",
   // tests/e2e/fixtures/mcp-worker.mjs: its MCP server list and connect timeout.
   "MCP_SERVERS_JSON",
   "MCP_TIMEOUT_MS",

@@ -24,6 +24,25 @@ test("malformed JSON is 400 invalid_json on every route that takes a body", asyn
   assert.deepEqual(await a.pending(sid), []);
 });
 
+test("a duplicated JSON key is 400 invalid_json naming the key, on every route that takes a body", async () => {
+  const { a, sid } = await session();
+  const cases = [
+    [`/sessions/${sid}/commands`, '{"type":"prompt","type":"operator","requestId":"d1","text":"x"}', "type"],
+    [`/sessions/${sid}/commands`, '{"type":"prompt","requestId":"d2","requestId":"d3","text":"x"}', "requestId"],
+    ["/sessions", '{"sessionId":"dup-a","sessionId":"dup-b"}', "sessionId"],
+    [`/sessions/${sid}/withdraw`, '{"requestId":"w1","requestId":"w2"}', "requestId"],
+  ];
+  for (const [route, body, key] of cases) {
+    const msg = expectError(await a.api("POST", route, body), 400, "invalid_json");
+    assert.match(msg, new RegExp(`duplicate key \`${key}\``), route);
+  }
+  assert.deepEqual(await a.pending(sid), [], "nothing was admitted");
+  const read = await a.read(sid);
+  assert.deepEqual(read.messages, [], "nothing was written");
+  expectError(await a.api("GET", "/sessions/dup-a"), 404, "session_not_found");
+  expectError(await a.api("GET", "/sessions/dup-b"), 404, "session_not_found");
+});
+
 test("an empty command body is a 400", async () => {
   const { a, sid } = await session();
   const res = await a.api("POST", `/sessions/${sid}/commands`, "");

@@ -93,3 +93,25 @@ test("Anthropic: execute and a direct tool over tool_use / tool_result blocks", 
   const uses = last.at(-2).content.filter((b) => b.type === "tool_use");
   assert.deepEqual(uses.map((b) => b.name), ["apply_patch", "execute"]);
 });
+
+test("tools() with an unknown key or a value of the wrong kind is refused naming the key; nothing is dropped silently", T, async () => {
+  const config = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/config-worker.mjs"), "config-worker");
+  const expected = {
+    "moved-confirm": /tools\(\)\.confirm: unknown key `confirm` \(the confirm hook is `access\.confirm`\)/,
+    "typo": /tools\(\)\.mcpServer: unknown key `mcpServer`; known: modules, access, mcpServers/,
+    "function-description": /tools\(\)\.modules\[0\]\.operations\[0\]\.description is a function, which cannot be passed to the core/,
+    "data-hook": /tools\(\)\.access\.confirm must be a function/,
+    "unknown-operation-key": /tools\(\)\.modules\[0\]\.operations\[0\]\.retries: unknown key `retries`/,
+    "bigint-schema": /tools\(\)\.modules\[0\]\.operations\[0\]\.inputSchema\.maxProperties is a bigint/,
+    "unknown-module-key": /tools\(\)\.modules\[0\]\.label: unknown key `label`/,
+  };
+  for (const [name, pattern] of Object.entries(expected)) {
+    const h = await worker({ scriptPath: config, bindings: { TOOLS_CASE: name } });
+    const { a, sid } = await h.session();
+    const id = await a.admit(sid, "r1", "hello");
+    const settled = await a.waitSettled(sid, id);
+    assert.equal(settled.terminal, "failed", `${name}: ${JSON.stringify(settled)}`);
+    assert.match(settled.diagnostic, pattern, name);
+    assert.equal(h.model.requests().length, 0, `${name}: no model call with a refused configuration`);
+  }
+});
