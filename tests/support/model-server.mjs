@@ -73,8 +73,10 @@
 // nor `tool_calls`, `tool_calls` is empty or malformed (id, type "function",
 // function {name, arguments: a string}), a `tool` message lacks
 // `tool_call_id` or string (or text parts) content, a `tool` message answers
-// no call of the assistant message right before its run of tool messages, an
-// assistant's call is not answered by those tool messages, or a `tools` entry
+// no call of the assistant message right before its run of tool messages (or
+// one already answered), an assistant's call is not answered by those tool
+// messages (so a call with no result, or a result after a later message, is
+// refused), or a `tools` entry
 // is not {type: "function", function: {name (^[a-zA-Z0-9_-]{1,64}$),
 // description?, parameters? (an object), strict?}}.
 //
@@ -86,10 +88,15 @@
 // `tool_use` block (assistant only: id ^[a-zA-Z0-9_-]+$, name, input object)
 // or a `tool_result` block (user only: tool_use_id, content a string or
 // text/image blocks, is_error?) is malformed, a tool_result answers no
-// tool_use of the message right before, a tool_use is not answered by a
-// tool_result in the very next message, or a `tools` entry is not {name
+// tool_use of the message right before (or one already answered there), a
+// tool_use is not answered by a tool_result in the very next message, or a
+// `tools` entry is not {name
 // (^[a-zA-Z0-9_-]{1,128}$, unique), description?, input_schema (type
-// "object")} (server tools, `type: "<kind>_YYYYMMDD"`, pass).
+// "object")} (server tools, `type: "<kind>_YYYYMMDD"`, pass). Roles alternate
+// as Anthropic counts them: consecutive messages of one role are accepted,
+// since the Messages API combines them into one turn (documented), but the
+// message after one with tool_use blocks must be the user message answering
+// them, so tool turns alternate strictly.
 //
 // Control API (for the CLI mode): POST /__script (a JSON array of responses,
 // or {match, responses}), GET /__requests, POST /__reset,
@@ -1003,10 +1010,16 @@ function checkAnthropicToolTurns(messages) {
   for (const [i, m] of messages.entries()) {
     if (m.role === "user" && Array.isArray(m.content)) {
       const offered = messages[i - 1]?.role === "assistant" ? idsOf(messages[i - 1], "tool_use", "id") : [];
+      const answered = new Set();
       for (const [j, b] of m.content.entries()) {
-        if (b.type === "tool_result" && !offered.includes(b.tool_use_id)) {
+        if (b.type !== "tool_result") continue;
+        if (!offered.includes(b.tool_use_id)) {
           return `messages.${i}.content.${j}: unexpected \`tool_use_id\` found in \`tool_result\` blocks: ${b.tool_use_id}. Each \`tool_result\` block must have a corresponding \`tool_use\` block in the previous message.`;
         }
+        if (answered.has(b.tool_use_id)) {
+          return `messages.${i}.content.${j}: each \`tool_use\` must have a single result. Found multiple \`tool_result\` blocks with id: ${b.tool_use_id}`;
+        }
+        answered.add(b.tool_use_id);
       }
     }
     const uses = m.role === "assistant" ? idsOf(m, "tool_use", "id") : [];
@@ -1085,6 +1098,9 @@ function checkOpenAiToolTurns(messages) {
       if (pending === null) return openAiRefusal("Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.", `messages.[${i}].role`);
       if (!pending.ids.includes(m.tool_call_id)) {
         return openAiRefusal(`Invalid parameter: 'tool_call_id' of '${m.tool_call_id}' not found in 'tool_calls' of previous message.`, `messages.[${i}].tool_call_id`);
+      }
+      if (pending.answered.has(m.tool_call_id)) {
+        return openAiRefusal(`Invalid parameter: 'tool_call_id' of '${m.tool_call_id}' has more than one response message.`, `messages.[${i}].tool_call_id`);
       }
       pending.answered.add(m.tool_call_id);
       continue;
