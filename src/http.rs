@@ -100,20 +100,28 @@ impl From<ApiError> for HttpResponse {
     }
 }
 
-/// The effects of a cancellation: stop the turn, publish, wake.
+/// The effects of a cancellation: stop the turn, publish (the messages
+/// closing the calls it left open, then the settlements), wake.
 fn cancellation_effects(
     session_id: &str,
     stopped: Option<String>,
     settled: Vec<Settlement>,
 ) -> Effects {
+    let ids = settled.iter().map(|s| s.command_id.clone()).collect();
+    let mut frames = Vec::new();
+    for mut settlement in settled {
+        for message in std::mem::take(&mut settlement.appended) {
+            if let Ok(message) = RawValue::from_string(message) {
+                frames.push((session_id.to_owned(), Frame::Message { message }));
+            }
+        }
+        frames.push((session_id.to_owned(), Frame::Settled { settlement }));
+    }
     Effects {
         reconcile: true,
         stop_turns: stopped.into_iter().collect(),
-        settled: settled.iter().map(|s| s.command_id.clone()).collect(),
-        frames: settled
-            .into_iter()
-            .map(|settlement| (session_id.to_owned(), Frame::Settled { settlement }))
-            .collect(),
+        settled: ids,
+        frames,
         ..Effects::default()
     }
 }

@@ -7,8 +7,10 @@ mod common;
 
 use common::Harness;
 use serde_json::{json, Value};
+use shiitake::http::{handle, HttpRequest};
 use shiitake::limits::TOOL_STEPS_PER_TURN_MAX;
 use shiitake::model::{ModelItem, ToolCall};
+use shiitake::observe::Frame;
 use shiitake::run::tools::{
     mark_started, outcome_unknown, record_calls, record_result, recovery, CallsOutcome, Protocol,
     Recovery, ResultOutcome, ToolOutput,
@@ -502,8 +504,35 @@ fn a_cancelled_tool_turn_closes_its_open_calls_for_good() {
         "s",
         json!({"type":"operator","requestId":"o","text":"note"}),
     );
-    let r = h.command("s", json!({"type":"cancel","commandId": step.command_id}));
-    assert_eq!(r.status, 200, "{}", r.json);
+    // The cancel's frames publish the closing message before the settlement.
+    let cancel = HttpRequest {
+        method: "POST".into(),
+        path: "/sessions/s/commands".into(),
+        query: String::new(),
+        meta: None,
+        body: json!({"type":"cancel","commandId": step.command_id})
+            .to_string()
+            .into_bytes(),
+        waited: false,
+    };
+    let r = h.with_ctx(|ctx| handle(ctx, &cancel));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let frames: Vec<Value> = r
+        .effects
+        .frames
+        .iter()
+        .map(|(_, frame)| match frame {
+            Frame::Message { message } => serde_json::from_str(message.get()).unwrap(),
+            Frame::Settled { settlement } => json!({"settled": settlement.terminal}),
+            other => panic!("unexpected frame {other:?}"),
+        })
+        .collect();
+    assert_eq!(frames.len(), 2, "{frames:?}");
+    assert_eq!(
+        (&frames[0]["toolCallId"], &frames[0]["text"]),
+        (&json!("c2"), &json!(CANCELLED))
+    );
+    assert_eq!(frames[1], json!({"settled": "cancelled"}));
     let cancelled = h.call(
         "GET",
         &format!("/sessions/s/settlement?commandId={}", step.command_id),
