@@ -23,35 +23,41 @@ pub async fn read_bounded(
         .get_reader()
         .dyn_into::<web_sys::ReadableStreamDefaultReader>()
         .map_err(|_| unreadable())?;
+    // Cancelled on every early return; a no-op once the body has ended.
+    let _cancel = CancelOnDrop(&reader);
     let mut body = Vec::with_capacity(capacity_hint.unwrap_or(0).min(limit));
     loop {
-        let chunk = match JsFuture::from(reader.read()).await {
-            Ok(chunk) => chunk,
-            Err(_) => {
-                cancel(&reader);
-                return Err(unreadable());
-            }
-        };
+        let chunk = JsFuture::from(reader.read())
+            .await
+            .map_err(|_| unreadable())?;
         let done = js_sys::Reflect::get(&chunk, &"done".into()).map_or(true, |d| d.is_truthy());
         if done {
             return Ok(body);
         }
-        let Some(bytes) = js_sys::Reflect::get(&chunk, &"value".into())
+        let bytes = js_sys::Reflect::get(&chunk, &"value".into())
             .ok()
             .and_then(|v| v.dyn_into::<js_sys::Uint8Array>().ok())
-        else {
-            cancel(&reader);
-            return Err(unreadable());
-        };
+            .ok_or_else(unreadable)?;
         // Checked before copying: an oversized chunk never enters wasm memory.
         let len = bytes.length() as usize;
         if len > limit - body.len() {
-            cancel(&reader);
             return Err(ApiError::PayloadTooLarge { bytes_max: limit });
         }
         let at = body.len();
         body.resize(at + len, 0);
         bytes.copy_to(&mut body[at..]);
+    }
+}
+
+/// Cancels a body's stream when dropped: a read that stops early
+/// (a bound passed, a decode error, a timeout or a stop dropping the future)
+/// closes the connection instead of leaving the sender blocked on an unread
+/// stream until garbage collection. Harmless on a stream that ended.
+pub struct CancelOnDrop<'a>(pub &'a web_sys::ReadableStreamDefaultReader);
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        cancel(self.0);
     }
 }
 

@@ -172,6 +172,7 @@ async fn stream(
         return Err(classify_status(response.status(), &text));
     }
     let reader = reader.ok_or_else(|| ModelError::new(true, "the model answered with no body"))?;
+    let _cancel = super::body::CancelOnDrop(&reader);
     let mut decoder = StreamDecoder::new(provider);
     let mut answer = Answer::default();
     loop {
