@@ -73,8 +73,10 @@ export function shiitakeApp({ binding } = {}) {
 
     let body = null;
     if (raw.method !== "GET" && raw.method !== "HEAD") {
-      // Middleware that parsed the body (c.req.json()) consumed the stream;
-      // Hono still holds a copy.
+      // Passed through as a stream: the Durable Object counts it as it
+      // arrives and cancels it past the body bound, which stops the sender.
+      // Middleware that parsed the body (c.req.json()) consumed the stream
+      // and Hono holds a copy (buffered by that middleware, not here).
       body = raw.bodyUsed ? await c.req.arrayBuffer() : raw.body;
     }
     const stub = ns.get(ns.idFromName(agentId));
