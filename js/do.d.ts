@@ -5,9 +5,11 @@ import { DurableObject } from "cloudflare:workers";
  * storage. Export it (or a subclass) from your Worker and bind it with
  * `new_sqlite_classes`.
  *
- * A Rust panic answers that request 500 `internal_error` (JSON) and restarts
- * the wasm instance; the next call rebuilds the core from SQLite. A panic in
- * `alarm()` is rethrown so the runtime retries the alarm.
+ * A Rust panic restarts the wasm instance (shared by every object of the
+ * isolate); each object rebuilds its core from SQLite. Only the Session whose
+ * code trapped counts a new attempt; reads and watches are served again, a
+ * write in flight is answered 500 `internal_error` (retry it). A panic in
+ * the object's own `alarm()` is rethrown so the runtime retries the alarm.
  */
 export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   /**

@@ -16,6 +16,33 @@ let generation = 0;
 // surfaces as a global `error` event instead, which fails them all.
 const inflight = new Set();
 
+// The core's panic hook reports, just before the trap, which Agent and
+// Session were running and which turns were live (src/host/blame.rs). After
+// the reset each object's fresh core resumes its interrupted turns at their
+// current attempt, except the trapping Session's, which counts a new one.
+let lastReport = null;
+// Durable Object id -> heads of its turns to resume without a new attempt.
+const spared = new Map();
+// Watch streams to resume with a fresh snapshot after a reset.
+const watches = new Set();
+// Reads (GET/HEAD, settlement long polls among them) a reset cut off are
+// served again by the fresh instance, at most this many times each.
+const READ_RETRIES_MAX = 3;
+// Consecutive resets a watch stream survives; past it the stream ends and
+// the client reconnects (docs/http.md).
+const WATCH_RESUMES_MAX = 8;
+
+function listen() {
+  wasm.setTrapReporter((json) => {
+    try {
+      lastReport = JSON.parse(json);
+    } catch {
+      lastReport = null;
+    }
+  });
+}
+listen();
+
 function isTrap(error) {
   return error instanceof WebAssembly.RuntimeError;
 }
@@ -23,11 +50,29 @@ function isTrap(error) {
 function recover(error, seenGeneration) {
   // Several callers may report the same trap; reset the instance only once.
   if (seenGeneration !== generation) return;
-  console.error("shiitake: the wasm instance trapped; resetting it", error);
+  const report = lastReport;
+  lastReport = null;
+  console.error(
+    "shiitake: the wasm instance trapped; resetting it",
+    report ? `(${report.message}; Agent ${report.agent ?? "unknown"}, Session ${report.session ?? "none"})` : "",
+    error,
+  );
   generation++;
+  spared.clear();
+  // Blame only a trap raised inside a known scope; otherwise every turn
+  // counts an attempt, as after a crash.
+  if (report?.agent) {
+    for (const [agent, head, session] of report.live ?? []) {
+      if (agent === report.agent && session === report.session) continue;
+      if (!spared.has(agent)) spared.set(agent, []);
+      spared.get(agent).push(head);
+    }
+  }
   for (const reject of inflight) reject(error);
   inflight.clear();
   wasm.__wbg_reset_state();
+  listen();
+  for (const watch of watches) watch.interrupt();
 }
 
 if (typeof globalThis.addEventListener === "function") {
@@ -58,6 +103,10 @@ function internalError() {
   });
 }
 
+function isEventStream(response) {
+  return response.status === 200 && response.body !== null && (response.headers.get("content-type") ?? "").startsWith("text/event-stream");
+}
+
 export class ShiitakeDO extends DurableObject {
   #core = null;
   #coreGeneration = -1;
@@ -74,8 +123,9 @@ export class ShiitakeDO extends DurableObject {
    * Host hook: the capabilities this Agent's model may use, or `undefined`
    * for none. Read once per instance. See `js/do.d.ts` (`ShiitakeTools`):
    * `{ modules: [{ id, operations: [{ name, description, inputSchema,
-   * access, confirm?, replaySafe?, direct?, run(args, ctx) }] }], access?,
-   * confirm? }`. `run` is called with `this` = the Durable Object.
+   * access, confirm?, replaySafe?, direct?, run(args, ctx) }] }], access?:
+   * { grants?, required?, confirm? }, mcpServers?, ... }`. `run` and
+   * `access.confirm` are called with `this` = the Durable Object.
    */
   tools() {
     return undefined;
@@ -87,6 +137,15 @@ export class ShiitakeDO extends DurableObject {
     let answer = this.hostFetch(request);
     if (typeof answer?.then === "function") answer = await answer;
     if (answer !== undefined) return answer;
+    const response = await this.#serve(request);
+    return isEventStream(response) ? this.#resumable(request, response) : response;
+  }
+
+  // The core's answer, with trap recovery: a read a reset cut off is served
+  // again (it changes nothing); a write is answered 500 and retried by its
+  // caller with the same requestId.
+  async #serve(request) {
+    const read = request.method === "GET" || request.method === "HEAD";
     for (let attempt = 0; ; attempt++) {
       const seen = generation;
       try {
@@ -95,27 +154,73 @@ export class ShiitakeDO extends DurableObject {
         if (!isTrap(error)) throw error;
         recover(error, seen);
         this.#core = null;
-        // A read (a settlement long poll, a Session read) that a trap cut
-        // off is served again once by the fresh instance: it changes
-        // nothing. A write is answered 500 and retried by its caller with
-        // the same requestId.
-        const read = request.method === "GET" || request.method === "HEAD";
-        if (!read || attempt > 0) return internalError();
+        if (!read || attempt >= READ_RETRIES_MAX) return internalError();
       }
     }
   }
 
+  // A watch whose stream outlives a reset: the dead instance's stream is
+  // dropped and the fresh core's is spliced in, starting with a `snapshot`
+  // (as after lag), so the client never sits on a silent stream.
+  #resumable(request, response) {
+    const { readable, writable } = new TransformStream();
+    const writer = writable.getWriter();
+    const url = request.url;
+    const headers = new Headers(request.headers);
+    const RESET = Symbol("reset");
+    let interrupt = () => {};
+    let reader;
+    const watch = { interrupt: () => interrupt() };
+    watches.add(watch);
+    const pump = async (body) => {
+      for (let resumes = 0; ; resumes++) {
+        reader = body.getReader();
+        // The dead instance's stream never ends by itself: a reset is raced
+        // against every read.
+        const interrupted = new Promise((resolve) => {
+          interrupt = () => resolve(RESET);
+        });
+        let reset = false;
+        for (;;) {
+          const next = await Promise.race([reader.read(), interrupted]);
+          if (next === RESET) {
+            reset = true;
+            reader.cancel().catch(() => {});
+            break;
+          }
+          if (next.done) break; // the core ended it (Session deleted)
+          await writer.write(next.value); // throws once the client went away
+        }
+        if (!reset || resumes >= WATCH_RESUMES_MAX) break;
+        const fresh = await this.#serve(new Request(url, { method: "GET", headers }));
+        if (!isEventStream(fresh)) {
+          await fresh.body?.cancel().catch(() => {});
+          break;
+        }
+        body = fresh.body;
+      }
+      await writer.close();
+    };
+    pump(response.body)
+      .catch(() => reader?.cancel().catch(() => {}))
+      .finally(() => watches.delete(watch));
+    return new Response(readable, { status: response.status, headers: response.headers });
+  }
+
   async alarm() {
-    const seen = generation;
-    try {
-      await settleOrTrap(this.#coreNow().alarm());
-    } catch (error) {
-      if (isTrap(error)) {
+    for (let attempt = 0; ; attempt++) {
+      const seen = generation;
+      try {
+        return await settleOrTrap(this.#coreNow().alarm());
+      } catch (error) {
+        if (!isTrap(error)) throw error;
         recover(error, seen);
         this.#core = null;
+        // A bystander of another object's trap resumes its turns at once;
+        // the object whose code trapped leaves the retry to the runtime's
+        // alarm backoff.
+        if (attempt >= READ_RETRIES_MAX || !spared.has(this.ctx.id.toString())) throw error;
       }
-      // The runtime retries a failed alarm; the fresh core picks it up.
-      throw error;
     }
   }
 
@@ -152,7 +257,10 @@ export class ShiitakeDO extends DurableObject {
   #coreNow() {
     // A core built before a reset points into the dropped instance.
     if (this.#core === null || this.#coreGeneration !== generation) {
-      this.#core = new wasm.ShiitakeCore(this.ctx, this.env, toolHost(this));
+      const id = this.ctx.id.toString();
+      const heads = spared.get(id);
+      spared.delete(id);
+      this.#core = new wasm.ShiitakeCore(this.ctx, this.env, toolHost(this), heads ? JSON.stringify(heads) : undefined);
       this.#coreGeneration = generation;
     }
     return this.#core;

@@ -603,3 +603,44 @@ fn a_settlement_wait_longer_than_the_bound_is_clamped_not_refused() {
         assert_eq!(park.timeout_ms, parked, "timeoutMs={asked}");
     }
 }
+
+#[test]
+fn a_turn_spared_by_a_reset_it_did_not_cause_resumes_at_its_attempt() {
+    let mut h = Harness::new();
+    h.session("s");
+    h.session("t");
+    let spared = h.prompt("s", "r", "bystander").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let culprit = h.prompt("t", "r", "traps").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    claim(&mut h, &[]);
+    h.restart();
+    // A first crash counts for both: attempt 2.
+    let steps = claim(&mut h, &[]);
+    assert!(steps.iter().all(|s| s.attempt == 2), "{steps:?}");
+    // A wasm reset the other Session caused: the host names `spared` fresh.
+    for _ in 0..5 {
+        let Reconciled { steps, settled, .. } = h
+            .with_ctx(|ctx| reconcile(ctx, &|_| false, &|id| id == spared, ATTEMPTS))
+            .unwrap();
+        let attempts: Vec<_> = steps
+            .iter()
+            .map(|s| (s.command_id.as_str(), s.attempt))
+            .collect();
+        if settled.is_empty() {
+            assert_eq!(attempts, vec![(spared.as_str(), 2), (culprit.as_str(), 3)]);
+        } else {
+            // The culprit reached the attempt limit alone.
+            assert_eq!(attempts, vec![(spared.as_str(), 2)]);
+            assert_eq!(settled.len(), 1);
+            assert_eq!(settled[0].1.command_id, culprit);
+            assert_eq!(settlement(&mut h, "t", &culprit)["terminal"], "interrupted");
+            return;
+        }
+    }
+    panic!("the culprit never reached the attempt limit");
+}

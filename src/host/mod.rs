@@ -12,6 +12,7 @@
 //!   once), and a starting instance arms the alarm for whatever is due;
 //! - persist, then publish: frames and wake-ups go out after the commit.
 
+mod blame;
 mod body;
 mod config;
 mod js;
@@ -59,6 +60,8 @@ pub struct ShiitakeCore {
 struct Inner {
     /// For observers that call back (a watcher's fresh snapshot).
     me: Weak<Inner>,
+    /// This Durable Object's id: whose code runs, when a trap is attributed.
+    agent: Rc<str>,
     sql: sql::DoSql,
     config: HostConfig,
     /// The host Worker's tools (`ShiitakeDO#tools()`), or why they are
@@ -67,8 +70,10 @@ struct Inner {
     schema_checked: Cell<bool>,
     /// Turns this instance is executing, by head command.
     live: RefCell<HashMap<String, Stopper>>,
-    /// Turns claimed by an admission here and not started yet (their first
-    /// attempt is counted). Lost on a reset: then the attempt counts again.
+    /// Turns to start at the attempt they hold: claimed by an admission here
+    /// and not started yet, or interrupted by a wasm reset that other code
+    /// caused (handed over by the shim, `blame.rs`). Lost on a reset
+    /// otherwise: then the attempt counts again.
     fresh: RefCell<HashSet<String>>,
     observers: Observers,
     loop_running: Cell<bool>,
@@ -82,22 +87,41 @@ struct Inner {
 #[wasm_bindgen]
 impl ShiitakeCore {
     /// `ctx` is the DurableObjectState; `env` the Worker's bindings;
-    /// `tools` the shim's tool host (`js/do.mjs`), or undefined.
+    /// `tools` the shim's tool host (`js/do.mjs`), or undefined; `spared`
+    /// the heads (JSON array) of this object's turns that a wasm reset
+    /// caused by other code interrupted: they resume at their current
+    /// attempt (`blame.rs`).
     #[wasm_bindgen(constructor)]
-    pub fn new(ctx: JsValue, env: JsValue, tools: JsValue) -> Result<ShiitakeCore, JsValue> {
+    pub fn new(
+        ctx: JsValue,
+        env: JsValue,
+        tools: JsValue,
+        spared: Option<String>,
+    ) -> Result<ShiitakeCore, JsValue> {
         let sql = sql::DoSql::from_state(&ctx)?;
+        // `ctx.id.toString()`: the shim keys its trap reports the same way.
+        let agent: Rc<str> = js_sys::Reflect::get(&ctx, &"id".into())
+            .ok()
+            .filter(|id| id.is_object())
+            .map(|id| String::from(js_sys::Object::from(id).to_string()))
+            .unwrap_or_default()
+            .into();
+        let spared: HashSet<String> = spared
+            .and_then(|json| serde_json::from_str(&json).ok())
+            .unwrap_or_default();
         let tools = tools::HostTools::new(tools);
         if let Err(why) = &tools {
             web_sys::console::error_1(&format!("shiitake: {why}").into());
         }
         let inner = Rc::new_cyclic(|me| Inner {
             me: me.clone(),
+            agent,
             sql,
             tools,
             config: HostConfig::from_env(&env),
             schema_checked: Cell::new(false),
             live: RefCell::default(),
-            fresh: RefCell::default(),
+            fresh: RefCell::new(spared),
             observers: Observers::default(),
             loop_running: Cell::new(false),
             loop_wake: RefCell::default(),
@@ -107,28 +131,30 @@ impl ShiitakeCore {
         // A restart (eviction, deploy, panic reset) requests reconciliation
         // of whatever durable work is due, without waiting for a request.
         let starting = Rc::clone(&inner);
-        wasm_bindgen_futures::spawn_local(async move {
+        let scope = inner.scope(None);
+        wasm_bindgen_futures::spawn_local(blame::scoped(scope, async move {
             if starting.open().is_ok() {
                 starting.arm_next_alarm().await;
             }
-        });
+        }));
         Ok(ShiitakeCore { inner })
     }
 
     /// Serves one HTTP request of the contract in `docs/http.md`.
     pub async fn fetch(&self, request: web_sys::Request) -> Result<web_sys::Response, JsValue> {
-        self.inner.fetch(&request).await
+        blame::scoped(self.inner.scope(None), self.inner.fetch(&request)).await
     }
 
     /// The durable wake: runs every turn that is due.
     pub async fn alarm(&self) -> Result<(), JsValue> {
-        self.inner.alarm().await
+        blame::scoped(self.inner.scope(None), self.inner.alarm()).await
     }
 
     /// Host-only (never a session route): stores a Session's delivered
     /// grants `{version, grants}`; answers `{"delivered": ...}`.
     #[wasm_bindgen(js_name = deliverGrants)]
     pub fn deliver_grants(&self, session_id: &str, delivery: &str) -> Result<String, JsValue> {
+        let _scope = blame::enter(self.inner.scope(None));
         self.inner.open().map_err(js_api_error)?;
         let outcome = self
             .inner
@@ -140,6 +166,7 @@ impl ShiitakeCore {
     /// Host-only: the Session's delivered grants as JSON, or `null`.
     #[wasm_bindgen(js_name = sessionGrants)]
     pub fn session_grants(&self, session_id: &str) -> Result<String, JsValue> {
+        let _scope = blame::enter(self.inner.scope(None));
         self.inner.open().map_err(js_api_error)?;
         let stored = self
             .inner
@@ -188,6 +215,14 @@ fn js_api_error(e: ApiError) -> JsValue {
 }
 
 impl Inner {
+    /// What a trap in code running for this object is attributed to.
+    fn scope(&self, session: Option<&str>) -> blame::Scope {
+        blame::Scope {
+            agent: Rc::clone(&self.agent),
+            session: session.map(Rc::from),
+        }
+    }
+
     fn open(&self) -> Result<(), ApiError> {
         if !self.schema_checked.get() {
             schema::open(&self.sql)?;
@@ -201,6 +236,12 @@ impl Inner {
         // never reads metadata rules.
         let unbound = MetaPolicy::default();
         in_ctx(&self.sql, self.config.meta.as_ref().unwrap_or(&unbound), f)
+    }
+
+    /// A turn of this instance ended (or handed over to the next one).
+    fn end_live(&self, head: &str) {
+        self.live.borrow_mut().remove(head);
+        blame::turn_ended(&self.agent, head);
     }
 
     fn is_live(&self, head: &str) -> bool {
@@ -434,7 +475,8 @@ impl Inner {
                 }
                 for step in steps {
                     let stopper = self.start(&step)?;
-                    turns.push(self.run_turn(step, stopper));
+                    let scope = self.scope(Some(&step.session_id));
+                    turns.push(blame::scoped(scope, self.run_turn(step, stopper)));
                 }
             }
             if turns.is_empty() {
@@ -466,6 +508,7 @@ impl Inner {
         self.live
             .borrow_mut()
             .insert(step.command_id.clone(), stopper.clone());
+        blame::turn_started(&self.agent, &step.command_id, &step.session_id);
         for message in &step.appended {
             self.publish_message(&step.session_id, message.clone());
         }
@@ -580,7 +623,7 @@ impl Inner {
                             self.publish_message(&session, answer);
                             self.publish_settled(&session, settled);
                             let Some(next) = next else { break };
-                            self.live.borrow_mut().remove(&head);
+                            self.end_live(&head);
                             match self.start(&next) {
                                 Ok(next_stopper) => stopper = next_stopper,
                                 // The claim is durable: the next alarm pass
@@ -603,7 +646,7 @@ impl Inner {
                 }
             }
         }
-        self.live.borrow_mut().remove(&head);
+        self.end_live(&head);
     }
 
     /// Closes the open calls of `step` in order, recording each outcome;

@@ -122,7 +122,10 @@ pub struct Reconciled {
 /// Claims every turn that can run now: the queue head of each idle Session
 /// and every running turn that is neither live in this instance nor waiting
 /// on its retry timer (a prompt admitted into an idle Session is claimed by
-/// its admission; `is_fresh` names those this instance has not started). `is_live(head)` tells whether this instance is
+/// its admission). `is_fresh(head)` names running turns that resume at their
+/// current attempt without counting a new one: those an admission claimed and
+/// this instance has not started, and those a wasm reset caused by other code
+/// interrupted (the host's trap attribution). `is_live(head)` tells whether this instance is
 /// executing that turn right now. Turns past the attempt limit settle
 /// (`failed` after a failed call, `interrupted` after restarts).
 pub fn reconcile(
@@ -180,11 +183,11 @@ pub fn reconcile(
         let mut steps = Vec::new();
         let mut settled = Vec::new();
         for (head, turn, context, open) in resumable {
-            // A turn this instance claimed at admission and never started
-            // runs its first attempt as claimed. Any other orphan (a dead
-            // instance's) counts a new attempt, so a turn that keeps
-            // crashing its runtime ends at the attempt limit.
-            let fresh_start = head.attempt == 1 && is_fresh(&head.command_id);
+            // A fresh turn (see above) runs the attempt it holds. Any other
+            // orphan (a dead instance's, or the one whose code trapped)
+            // counts a new attempt, so a turn that keeps crashing its
+            // runtime ends at the attempt limit; so does a due retry.
+            let fresh_start = head.retry_at.is_none() && is_fresh(&head.command_id);
             if !fresh_start && head.attempt >= attempts.max {
                 let (terminal, diagnostic) = match (&head.retry_at, &head.last_error) {
                     (Some(_), Some(error)) => (Terminal::Failed, error.clone()),
@@ -206,7 +209,7 @@ pub fn reconcile(
                 continue;
             }
             let attempt = if fresh_start {
-                1
+                head.attempt
             } else {
                 let next = head.attempt + 1;
                 store.claim(&head, None, next, now_ms)?;
