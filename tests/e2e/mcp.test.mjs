@@ -8,11 +8,11 @@
 // readOnlyHint tool. Fixture: tests/e2e/fixtures/mcp-worker.mjs.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import { readdir, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import http from "node:http";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { ROOT, bundleFixture, kind, startWorker } from "./helpers.mjs";
+import { ROOT, bundleFixture, filesUnder, kind, startWorker } from "./helpers.mjs";
 import { startHangingServer, startMcpServer, startRedirectServer } from "../support/mcp-server.mjs";
 
 const TOKEN = "mcp-bearer-3d9f1c7a-secret";
@@ -104,7 +104,7 @@ test("the bearer token reaches the server, and no SQLite file, message or result
   const read = await a.read(t.sid, { limit: 200 });
   assert.ok(!JSON.stringify(read).includes(TOKEN), "not in the transcript");
   for (const req of h.model.requests()) assert.ok(!JSON.stringify(req.body).includes(TOKEN), "not sent to the model");
-  for (const file of await files(h.persistDir)) {
+  for (const file of await filesUnder(h.persistDir)) {
     const bytes = await readFile(file);
     assert.ok(!bytes.includes(Buffer.from(TOKEN)), `${file} holds the token`);
     assert.ok(!bytes.includes(Buffer.from("wrong-token")), `${file} holds the other credential`);
@@ -245,12 +245,3 @@ test("an unavailable server is tried again once the retry interval has passed", 
   }
 });
 
-async function files(dir) {
-  const out = [];
-  for (const entry of await readdir(dir, { withFileTypes: true })) {
-    const p = path.join(dir, entry.name);
-    if (entry.isDirectory()) out.push(...(await files(p)));
-    else out.push(p);
-  }
-  return out;
-}

@@ -6,11 +6,11 @@
 // Object's state directory.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import { readdir, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import http from "node:http";
 import path from "node:path";
 import { after, test } from "node:test";
-import { ROOT, bundleFixture, kind, startWorker } from "./helpers.mjs";
+import { ROOT, bundleFixture, filesUnder, kind, startWorker } from "./helpers.mjs";
 
 const T = { timeout: 120_000 };
 const STATUSES = [400, 401, 403, 404, 429, 500, 502, 503];
@@ -19,15 +19,6 @@ after(async () => {
   for (const h of started) await h.dispose();
 });
 
-async function files(dir) {
-  const out = [];
-  for (const entry of await readdir(dir, { withFileTypes: true })) {
-    const p = path.join(dir, entry.name);
-    if (entry.isDirectory()) out.push(...(await files(p)));
-    else out.push(p);
-  }
-  return out;
-}
 
 /** The forms a provider echoes a key in; each must be gone everywhere. */
 function echoes(key) {
@@ -43,7 +34,7 @@ function assertNoKey(text, key, where) {
 }
 
 async function assertStateClean(h, key) {
-  const all = await files(h.persistDir);
+  const all = await filesUnder(h.persistDir);
   assert.ok(all.some((f) => f.endsWith(".sqlite")), `a SQLite file was written: ${all.join(", ")}`);
   for (const file of all) {
     const bytes = (await readFile(file)).toString("latin1");
