@@ -13,7 +13,7 @@ import { randomUUID } from "node:crypto";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { contentText, startModelServer } from "../support/model-server.mjs";
-import { MODEL_PROVIDERS, ROOT, bundleFixture, eventually, expectStatus, startWorker } from "./helpers.mjs";
+import { MODEL_PROVIDERS, ROOT, bundleFixture, eventually, expectStatus, kind, startWorker } from "./helpers.mjs";
 
 const T = { timeout: 60_000 };
 const CANCELLED = "cancelled: the turn was cancelled before this call finished";
@@ -117,9 +117,18 @@ for (const provider of MODEL_PROVIDERS) {
       const { a, sid } = await h.session();
       const id = await a.admit(sid, "a", `sleep a while ${tag}`);
       const step = await eventually(async () => (await transcript(a, sid)).find((m) => m.toolCalls), { timeoutMs: 10_000, what: "the tool step" });
+      const watch = await a.watch(sid);
       await sleep(1000);
       const res = await a.cancel(sid, id);
       expectStatus(res, 200);
+      // Watchers see the closing message, then the settlement.
+      const events = await watch.until((ev) => kind(ev) === "settled" && ev.data.settlement.commandId === id);
+      await watch.close();
+      const live = events.filter((ev) => ["message", "settled"].includes(kind(ev))).slice(-2);
+      assert.deepEqual(
+        live.map((ev) => (kind(ev) === "message" ? [ev.data.message.toolCallId, ev.data.message.text] : ev.data.settlement.terminal)),
+        [[step.toolCalls[0].id, CANCELLED], "cancelled"],
+      );
       const s = await a.waitSettled(sid, id);
       assert.equal(s.terminal, "cancelled");
       assert.equal(s.toolCallCount, 1);
