@@ -340,8 +340,13 @@ impl Inner {
         }
     }
 
+    /// Publishes settlements, each after the messages its write appended
+    /// (the closing `tool` messages of calls left open).
     fn publish_settled(&self, session_id: &str, settled: Vec<Settlement>) {
-        for settlement in settled {
+        for mut settlement in settled {
+            for message in std::mem::take(&mut settlement.appended) {
+                self.publish_message(session_id, message);
+            }
             self.observers.settled(&settlement.command_id);
             self.publish(session_id, "frame", &Frame::Settled { settlement });
         }
