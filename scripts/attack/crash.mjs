@@ -144,6 +144,19 @@ async function startService() {
   }
 }
 
+// Stopped from outside (Ctrl-C, all.mjs's time bound): take the service down too.
+for (const signal of ["SIGINT", "SIGTERM"]) {
+  process.once(signal, () => {
+    if (service) {
+      try {
+        process.kill(-service.child.pid, "SIGKILL");
+      } catch {}
+    }
+    console.error(`crash: stopped by ${signal}; state kept in ${work}`);
+    process.exit(130);
+  });
+}
+
 async function killService() {
   if (!service) return;
   try {

@@ -225,11 +225,14 @@ class Lane {
         break;
       case "wrongType": {
         if (present.length === 0) {
-          body[r.pick(props.length ? props : ["x"])] = r.pick([1, true, null, [], {}]);
+          const k = r.pick(props.length ? props : ["x"]);
+          body[k] = r.pick([1, true, null, [], {}]);
+          req.mutated = { key: k, value: body[k] };
           break;
         }
         const k = r.pick(present);
         body[k] = r.pick([42, -1.5, true, null, [], ["a"], {}, { a: 1 }, "str"].filter((x) => jsonType(x) !== jsonType(body[k])));
+        req.mutated = { key: k, value: body[k] };
         break;
       }
       case "hugeString": {
@@ -528,6 +531,10 @@ const KNOWN_BUGS = [
   {
     label: "KNOWN BUG: the query string is not checked by POST /sessions, DELETE /sessions/{id}, POST .../commands, POST .../withdraw (unknown keys are ignored, not 400 invalid_query)",
     matches: (req) => req.kind.startsWith("query.") && /^(POST \/sessions|DELETE \/sessions\/\{sessionId\}|POST \/sessions\/\{sessionId\}\/(commands|withdraw))$/.test(req.template),
+  },
+  {
+    label: "KNOWN BUG: null is read as absent for POST /sessions `sessionId` and a prompt's `images` (not 400 invalid_request)",
+    matches: (req) => req.kind === "body.wrongType" && req.mutated?.value === null && ["sessionId", "images"].includes(req.mutated.key),
   },
   {
     label: "KNOWN BUG: a JSON array body is read as the object's fields by POST /sessions and POST .../withdraw (`[\"x\"]` creates Session x / fences requestId x)",
