@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README; .ci/run): formatting, lints for both
 # targets, native tests, the wasm build, then the end-to-end tests against the
-# built wasm in Miniflare. Stops at the first failing step.
+# built wasm in Miniflare, then a short run of the attack harness
+# (scripts/attack/). Stops at the first failing step.
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -34,3 +35,6 @@ bash scripts/build.sh
 step "end-to-end tests (node --test, Miniflare)"
 # Node 24's --test takes globs, not directories.
 node --test --test-concurrency=1 'tests/e2e/**/*.test.mjs'
+
+step "attack harness, short (scripts/attack/all.mjs: crash, fuzz, races)"
+node scripts/attack/all.mjs --short
