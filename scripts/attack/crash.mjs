@@ -264,8 +264,8 @@ try {
     for (const sid of sessions) {
       inflight.push(
         (async () => {
-          for (let k = 1 + rand.int(4); k > 0 && !stop; k--) {
-            await sleep(rand.int(400));
+          for (let k = 2 + rand.int(5); k > 0 && !stop; k--) {
+            await sleep(rand.int(300));
             if (!stop) await admit(newAdmission(sid));
           }
         })(),
