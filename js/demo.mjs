@@ -75,7 +75,25 @@ app.get("/", (c) =>
 app.use("/agents/*", ...bearerTokenAuth("SHIITAKE_TOKEN"));
 app.route("/agents/:agentId", shiitakeApp({ binding: "SHIITAKE" }));
 
-app.notFound(() => json(404, "not_found", "no such route"));
+// An unknown route answers after reading (and dropping) at most 1 MiB of
+// the request body: answering mid-upload makes the runtime reset the
+// connection, and the client would see that instead of the 404.
+const DRAIN_BYTES_MAX = 1_048_576;
+async function drain(request) {
+  if (request.body === null || request.bodyUsed) return;
+  const reader = request.body.getReader();
+  for (let read = 0; read <= DRAIN_BYTES_MAX; ) {
+    const { done, value } = await reader.read();
+    if (done) return;
+    read += value.byteLength;
+  }
+  await reader.cancel();
+}
+
+app.notFound(async (c) => {
+  await drain(c.req.raw).catch(() => {});
+  return json(404, "not_found", "no such route");
+});
 app.onError((error) => {
   if (error instanceof HTTPException) return error.getResponse();
   console.error("shiitake-demo: unhandled error", error);

@@ -201,6 +201,8 @@ export class ShiitakeDO extends DurableObject {
       }
       await writer.close();
     };
+    // A write fails once the client went away: the core's stream is
+    // cancelled, which closes its watcher (src/host/watch.rs).
     pump(response.body)
       .catch(() => reader?.cancel().catch(() => {}))
       .finally(() => watches.delete(watch));

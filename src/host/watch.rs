@@ -104,6 +104,14 @@ impl Observers {
             snapshot: source,
         });
         watcher.send(&event("snapshot", snapshot));
+        // The reader cancelling (the client went away, or the shim dropped
+        // the stream) closes the watcher at once, not at its next frame.
+        let closing = JsFuture::from(watcher.writer.closed());
+        let gone = Rc::clone(&watcher);
+        spawn_local(async move {
+            let _ = closing.await;
+            gone.closed.set(true);
+        });
         all.entry(session_id.to_owned()).or_default().push(watcher);
         let headers = web_sys::Headers::new()?;
         headers.set("content-type", "text/event-stream; charset=utf-8")?;
