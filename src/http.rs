@@ -153,7 +153,7 @@ fn route(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, ApiError>
             agent::validate_session_id(id)?;
             match (rest, method) {
                 ([], "GET") => read_session(ctx, req, id),
-                ([], "DELETE") => delete_session(ctx, id),
+                ([], "DELETE") => delete_session(ctx, req, id),
                 ([], _) => Err(ApiError::MethodNotAllowed("GET, DELETE")),
                 (["commands"], "POST") => command(ctx, req, id),
                 (["withdraw"], "POST") => withdraw(ctx, req, id),
@@ -186,7 +186,12 @@ fn latest_pending(
     ))
 }
 
-fn delete_session(ctx: &mut Ctx<'_>, id: &str) -> Result<HttpResponse, ApiError> {
+fn delete_session(
+    ctx: &mut Ctx<'_>,
+    req: &HttpRequest,
+    id: &str,
+) -> Result<HttpResponse, ApiError> {
+    Query::parse(&req.query, &[])?;
     let stopped = agent::delete_session(ctx, id)?;
     Ok(HttpResponse {
         status: 204,
@@ -256,6 +261,7 @@ struct CreateSession {
 }
 
 fn create_session(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, ApiError> {
+    Query::parse(&req.query, &[])?;
     // An empty body means "no options", as for `curl -X POST`.
     let body: CreateSession = if req.body.iter().all(u8::is_ascii_whitespace) {
         CreateSession { session_id: None }
@@ -280,6 +286,7 @@ fn read_session(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpRe
 }
 
 fn command(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResponse, ApiError> {
+    Query::parse(&req.query, &[])?;
     let command = command::parse(&req.body)?;
     let meta = ctx.meta.check(req.meta.as_deref())?;
     let meta = meta.as_deref();
@@ -350,6 +357,7 @@ struct Withdraw {
 }
 
 fn withdraw(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResponse, ApiError> {
+    Query::parse(&req.query, &[])?;
     let body: Withdraw = parse_json(&req.body)?;
     validate_request_id(&body.request_id)?;
     Ok(HttpResponse::json(

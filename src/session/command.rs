@@ -238,6 +238,19 @@ mod unique_keys {
 }
 
 fn from_value<T: for<'de> Deserialize<'de>>(value: serde_json::Value) -> Result<T, ApiError> {
+    // Bodies are JSON objects (serde would also read a struct from an
+    // array, positionally), and a field is given or omitted: `null` is not
+    // a spelling of "absent".
+    let Some(object) = value.as_object() else {
+        return Err(ApiError::InvalidRequest(
+            "the body must be a JSON object".into(),
+        ));
+    };
+    if let Some(path) = null_field(object, "") {
+        return Err(ApiError::InvalidRequest(format!(
+            "{path}: null is not allowed; omit the field instead"
+        )));
+    }
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
@@ -247,6 +260,33 @@ fn from_value<T: for<'de> Deserialize<'de>>(value: serde_json::Value) -> Result<
             ApiError::InvalidRequest(format!("{path}: {inner}"))
         }
     })
+}
+
+/// The path of the first `null` object member in `object`, nested objects
+/// and arrays included (array elements that are `null` are left to the
+/// schema).
+fn null_field(object: &serde_json::Map<String, serde_json::Value>, at: &str) -> Option<String> {
+    use serde_json::Value;
+    for (key, value) in object {
+        let path = if at.is_empty() {
+            crate::capability::name::shorten(key).to_owned()
+        } else {
+            format!("{at}.{}", crate::capability::name::shorten(key))
+        };
+        let found = match value {
+            Value::Null => Some(path.clone()),
+            Value::Object(inner) => null_field(inner, &path),
+            Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
+                item.as_object()
+                    .and_then(|inner| null_field(inner, &format!("{path}[{i}]")))
+            }),
+            _ => None,
+        };
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
 }
 
 pub fn validate_request_id(id: &str) -> Result<(), ApiError> {

@@ -1,7 +1,7 @@
 // HTTP refusals: every bad input is a 4xx with a named code, never a 5xx.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { describe, expectError, expectStatus, rng, startWorker } from "./helpers.mjs";
+import { describe, expectAccepted, expectError, expectStatus, rng, startWorker } from "./helpers.mjs";
 
 let h;
 before(async () => {
@@ -41,6 +41,24 @@ test("a duplicated JSON key is 400 invalid_json naming the key, on every route t
   assert.deepEqual(read.messages, [], "nothing was written");
   expectError(await a.api("GET", "/sessions/dup-a"), 404, "session_not_found");
   expectError(await a.api("GET", "/sessions/dup-b"), 404, "session_not_found");
+});
+
+test("write routes refuse a query string, an array body and null fields, and change nothing", async () => {
+  const { a, sid } = await session();
+  const admitted = await a.admit(sid, "keep", "kept");
+  expectError(await a.api("DELETE", `/sessions/${sid}?foo=1`), 400, "invalid_query");
+  expectError(await a.api("POST", "/sessions?foo=1", { sessionId: "q1" }), 400, "invalid_query");
+  expectError(await a.api("POST", `/sessions/${sid}/commands?x=1`, { type: "prompt", requestId: "q2", text: "x" }), 400, "invalid_query");
+  expectError(await a.api("POST", `/sessions/${sid}/withdraw?x=1`, { requestId: "q3" }), 400, "invalid_query");
+  assert.match(expectError(await a.api("POST", "/sessions", '["from-array"]'), 400, "invalid_request"), /JSON object/);
+  assert.match(expectError(await a.api("POST", `/sessions/${sid}/withdraw`, '["r1"]'), 400, "invalid_request"), /JSON object/);
+  assert.match(expectError(await a.api("POST", "/sessions", { sessionId: null }), 400, "invalid_request"), /sessionId: null is not allowed/);
+  assert.match(expectError(await a.command(sid, { type: "prompt", requestId: "n1", text: "x", images: null }), 400, "invalid_request"), /images: null/);
+  assert.match(expectError(await a.command(sid, { type: "prompt", requestId: "n2", text: "x", images: [{ mediaType: "image/png", data: null }] }), 400, "invalid_request"), /images\[0\]\.data: null/);
+  for (const id of ["q1", "from-array"]) expectError(await a.api("GET", `/sessions/${id}`), 404, "session_not_found");
+  expectAccepted(await a.prompt(sid, "q3", "not fenced"));
+  expectStatus(await a.api("GET", `/sessions/${sid}`), 200);
+  assert.ok((await a.queue(sid)).some((c) => c.commandId === admitted), "the Session and its work are intact");
 });
 
 test("an empty command body is a 400", async () => {
