@@ -18,8 +18,13 @@ size_line() { # raw and gzip size of a file
   awk -v r="$raw" -v g="$gz" 'BEGIN { printf "%.0f KiB raw, %.0f KiB gzip", r / 1024, g / 1024 }'
 }
 
+# SHIITAKE_TEST_BUILD=1 compiles the fault-injection hook the e2e suite and
+# the attack harness use (Cargo feature `fault-injection`); the wasm users
+# deploy never has it.
+features=()
+[ "${SHIITAKE_TEST_BUILD:-0}" = 1 ] && features=(--features fault-injection)
 t0=$(now)
-cargo build --release --target wasm32-unknown-unknown --lib
+cargo build --release --target wasm32-unknown-unknown --lib "${features[@]}"
 t1=$(now)
 
 out=build/wasm

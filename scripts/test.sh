@@ -25,12 +25,13 @@ cargo clippy --all-targets -- -D warnings
 
 step "cargo clippy (wasm32)"
 cargo clippy --target wasm32-unknown-unknown --lib -- -D warnings
+cargo clippy --target wasm32-unknown-unknown --lib --features fault-injection -- -D warnings
 
 step "cargo test"
 cargo test
 
-step "build (wasm + demo bundle)"
-bash scripts/build.sh
+step "build (wasm + demo bundle; test build: with the fault-injection hook)"
+SHIITAKE_TEST_BUILD=1 bash scripts/build.sh
 
 step "end-to-end tests (node --test, Miniflare)"
 # Node 24's --test takes globs, not directories.

@@ -127,3 +127,18 @@ pub const GUEST_CALLS_PER_EXECUTION_MAX: usize = 1_024;
 /// While a tool runs, the alarm is kept armed this far ahead (seed: the
 /// five-second heartbeat), so a crash resumes the turn within about this.
 pub const TOOL_HEARTBEAT_MS: u64 = 5_000;
+
+// The run loop and the model call (the wasm host enforces these).
+
+/// How long one alarm invocation keeps claiming new turns; the next alarm
+/// continues (an alarm handler must end well inside the platform's limit).
+pub const LOOP_CLAIM_BUDGET_MS: i64 = 600_000;
+/// Longest sleep of the run loop between checks while turns run.
+pub const LOOP_NAP_MS_MAX: i64 = 60_000;
+/// One model call's wall time.
+pub const MODEL_CALL_TIMEOUT_MS: u64 = 300_000;
+/// Bytes of a failed model call's body read for its diagnostic.
+pub const MODEL_ERROR_BODY_BYTES_MAX: usize = 65_536;
+/// Output tokens asked of the model per call unless
+/// `SHIITAKE_MAX_OUTPUT_TOKENS` says otherwise.
+pub const MAX_OUTPUT_TOKENS_DEFAULT: u32 = 4_096;

@@ -49,3 +49,20 @@ pub struct RuntimeError {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_in_ms: Option<i64>,
 }
+
+/// One publication to a Session's watchers: its SSE event name and data.
+#[derive(Debug, Clone)]
+pub enum Event {
+    Frame(Frame),
+    RuntimeError(RuntimeError),
+}
+
+impl Event {
+    /// The SSE event name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::Frame(_) => "frame",
+            Event::RuntimeError(_) => "runtime-error",
+        }
+    }
+}

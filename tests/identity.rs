@@ -6,7 +6,8 @@ mod common;
 
 use common::Harness;
 use serde_json::json;
-use shiitake::run::{complete_step, StepAnswer, StepOutcome};
+use shiitake::model::Answer;
+use shiitake::run::{complete_step, StepOutcome};
 use shiitake::session::meta::MetaPolicy;
 
 const SCHEMA: &str = r#"{
@@ -200,11 +201,7 @@ fn shared_turn(h: &mut Harness) -> (String, String) {
         Some("bob"),
         json!({"type":"prompt","requestId":"b1","text":"bob's steer","delivery":"steer"}),
     ));
-    let answer = StepAnswer {
-        text: "first step".into(),
-        usage: None,
-        tool_calls: Vec::new(),
-    };
+    let answer = Answer::new("first step", None, Vec::new());
     let out = h
         .with_ctx(|ctx| complete_step(ctx, "s", &ada, 1, &answer))
         .unwrap();
@@ -269,11 +266,7 @@ fn a_turn_of_ones_own_is_still_cancelled_with_its_steers() {
         Some("ada"),
         json!({"type":"prompt","requestId":"a2","text":"more","delivery":"steer"}),
     ));
-    let answer = StepAnswer {
-        text: "step".into(),
-        usage: None,
-        tool_calls: Vec::new(),
-    };
+    let answer = Answer::new("step", None, Vec::new());
     h.with_ctx(|ctx| complete_step(ctx, "s", &head, 1, &answer))
         .unwrap();
     let c = command_as(

@@ -6,24 +6,24 @@ mod common;
 
 use common::Harness;
 use serde_json::json;
-use shiitake::model::{ModelItem, Role};
+use shiitake::model::{Answer, ModelItem, Role, Usage};
 use shiitake::run::{
     complete_step, fail_attempt, next_deadline, reconcile, Attempts, FailOutcome, Failure,
-    Reconciled, Step, StepAnswer, StepOutcome, TokenUsage,
+    Reconciled, Step, StepOutcome,
 };
 use shiitake::store::Store;
 
 const ATTEMPTS: Attempts = Attempts { max: 3 };
 
-fn answer(text: &str) -> StepAnswer {
-    StepAnswer {
-        text: text.into(),
-        usage: Some(TokenUsage {
+fn answer(text: &str) -> Answer {
+    Answer::new(
+        text,
+        Some(Usage {
             input_tokens: 10,
             output_tokens: 2,
         }),
-        tool_calls: Vec::new(),
-    }
+        Vec::new(),
+    )
 }
 
 /// The text of each plain message of a model context.

@@ -9,7 +9,7 @@ use common::Harness;
 use serde_json::{json, Value};
 use shiitake::http::{handle, HttpRequest};
 use shiitake::limits::TOOL_STEPS_PER_TURN_MAX;
-use shiitake::model::{ModelItem, ToolCall};
+use shiitake::model::{Answer, ModelItem, ToolCall, Usage};
 use shiitake::observe::Frame;
 use shiitake::run::tools::{
     mark_started, outcome_unknown, record_calls, record_result, recovery, CallsOutcome, Protocol,
@@ -17,7 +17,7 @@ use shiitake::run::tools::{
 };
 use shiitake::run::{
     complete_step, fail_attempt, reconcile, Attempts, FailOutcome, Failure, Reconciled, Step,
-    StepAnswer, StepOutcome, TokenUsage,
+    StepOutcome,
 };
 use shiitake::session::queue;
 use shiitake::sql::Sql;
@@ -32,15 +32,15 @@ fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
     }
 }
 
-fn calls_answer(text: &str, calls: Vec<ToolCall>) -> StepAnswer {
-    StepAnswer {
-        text: text.into(),
-        usage: Some(TokenUsage {
+fn calls_answer(text: &str, calls: Vec<ToolCall>) -> Answer {
+    Answer::new(
+        text,
+        Some(Usage {
             input_tokens: 5,
             output_tokens: 1,
         }),
-        tool_calls: calls,
-    }
+        calls,
+    )
 }
 
 fn protocol() -> Protocol {
@@ -75,7 +75,7 @@ fn restart_and_claim(h: &mut Harness) -> Step {
     steps.remove(0)
 }
 
-fn record(h: &mut Harness, step: &Step, answer: &StepAnswer) -> CallsOutcome {
+fn record(h: &mut Harness, step: &Step, answer: &Answer) -> CallsOutcome {
     h.with_ctx(|ctx| {
         record_calls(
             ctx,
@@ -228,7 +228,7 @@ fn calls_are_recorded_before_they_run_and_each_outcome_closes_one() {
     assert_eq!(settled[0].tool_call_count, 2);
     assert_eq!(
         settled[0].usage,
-        Some(TokenUsage {
+        Some(Usage {
             input_tokens: 10,
             output_tokens: 2
         })

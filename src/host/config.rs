@@ -2,17 +2,14 @@
 //! secrets) when the Durable Object starts. Keys live only in this struct:
 //! never stored, logged or echoed.
 
-use super::js::env_string;
-use crate::limits::TOOL_CALL_TIMEOUT_MS;
+use super::bindings::{env_string, log_warn};
+use crate::limits::{MAX_OUTPUT_TOKENS_DEFAULT, TOOL_CALL_TIMEOUT_MS};
 use crate::model::{ModelSpec, ProviderConfig, RetryPolicy};
 use crate::redact::Secrets;
 use crate::run::Attempts;
 use crate::session::meta::MetaPolicy;
 use wasm_bindgen::JsValue;
 
-/// One model call's wall-time bound.
-pub const MODEL_CALL_TIMEOUT_MS: u64 = 300_000;
-const MAX_OUTPUT_TOKENS_DEFAULT: u32 = 4_096;
 /// Keys redacted from diagnostics whichever provider is in use.
 const PROVIDER_KEYS: [&str; 2] = ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"];
 
@@ -22,7 +19,9 @@ pub struct HostConfig {
     pub instructions: Option<String>,
     pub retry: RetryPolicy,
     pub max_output_tokens: u32,
-    /// Fault injection for tests: panic when a streamed delta contains it.
+    /// Fault injection (test builds only): panic when a streamed delta
+    /// contains it.
+    #[cfg(feature = "fault-injection")]
     pub panic_marker: Option<String>,
     /// The host's metadata schema and identity path, or why they are invalid.
     pub meta: Result<MetaPolicy, String>,
@@ -49,6 +48,7 @@ impl HostConfig {
             },
             max_output_tokens: number(env, "SHIITAKE_MAX_OUTPUT_TOKENS", 1, 1_000_000)
                 .map_or(MAX_OUTPUT_TOKENS_DEFAULT, |n| n as u32),
+            #[cfg(feature = "fault-injection")]
             panic_marker: env_string(env, "SHIITAKE_FAULT_PANIC_MARKER"),
             tool_timeout_ms: number(env, "SHIITAKE_TOOL_TIMEOUT_MS", 1, TOOL_CALL_TIMEOUT_MS)
                 .unwrap_or(TOOL_CALL_TIMEOUT_MS),
@@ -94,10 +94,9 @@ fn number(env: &JsValue, name: &str, min: u64, max: u64) -> Option<u64> {
     match raw.parse::<u64>() {
         Ok(n) if (min..=max).contains(&n) => Some(n),
         _ => {
-            web_sys::console::warn_1(
-                &format!("shiitake: {name} must be an integer in {min}..={max}; using the default")
-                    .into(),
-            );
+            log_warn(format!(
+                "{name} must be an integer in {min}..={max}; using the default"
+            ));
             None
         }
     }

@@ -1,127 +1,110 @@
-//! MCP servers in the Durable Object (seed `knapsack.md`, `mcpServers`): the
-//! host's list of `{name, url, headers?}` becomes modules `mcp.<name>`. The
-//! protocol is `crate::mcp` (sans-IO); this performs its requests through
-//! the host's fetch (`js/do.mjs`: redirects not followed, bodies read to at
-//! most `MCP_RESPONSE_BYTES_MAX + 1` bytes). Servers connect concurrently,
-//! each under `MCP_CONNECT_TIMEOUT_MS`; one that fails is dropped and
-//! reported (`Unavailable`) while the others stay. Header values live only
-//! in the connections, in memory: never stored, logged or reported.
+//! Performs the MCP client's requests in the Durable Object. Which servers
+//! connect when, and which tools join the catalog, is `crate::mcp::Hub`'s;
+//! the protocol is `crate::mcp::McpConnection`'s (both sans-IO). This
+//! carries their requests through the host's fetch (`js/do.mjs`: redirects
+//! not followed, bodies read to at most `MCP_RESPONSE_BYTES_MAX + 1` bytes),
+//! each server's connection under the connect timeout. Header values live
+//! only in the connections, in memory: never stored, logged or reported.
 
-use super::js::{self, error_message};
-use super::tools::JsTools;
-use crate::limits::MCP_SERVERS_MAX;
-use crate::mcp::{HttpRequest, McpConnection, McpError, McpResponse, McpTools, Step};
-use futures::future::{join_all, select, Either};
-use serde::Deserialize;
+use super::bindings::{self, error_message, log_warn, JsTools};
+use super::Inner;
+use crate::mcp::{HttpRequest, McpConnection, McpError, McpResponse, McpTools, ServerConfig, Step};
+use futures::future::{join_all, select, Either, LocalBoxFuture, Shared};
+use futures::FutureExt;
 use serde_json::Value;
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
-/// One configured server, as the host gave it.
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServerConfig {
-    pub name: String,
-    pub url: String,
-    #[serde(default)]
-    pub headers: std::collections::BTreeMap<String, String>,
+/// The connected servers' live connections, by module id.
+#[derive(Default)]
+pub struct Servers {
+    by_module: RefCell<HashMap<String, Rc<Server>>>,
+    /// The connection round in progress, which concurrent turns share.
+    round: RefCell<Option<Shared<LocalBoxFuture<'static, ()>>>>,
 }
 
-/// Decodes the host's server list. Errors name the entry and the field,
-/// never a value (header values are credentials).
-pub fn parse_servers(json: &str) -> Result<Vec<ServerConfig>, String> {
-    let entries: Vec<Value> = serde_json::from_str(json)
-        .map_err(|_| "mcpServers: expected an array of {name, url, headers?}".to_owned())?;
-    if entries.len() > MCP_SERVERS_MAX {
-        return Err(format!(
-            "mcpServers: {} servers; at most {MCP_SERVERS_MAX}",
-            entries.len()
-        ));
+impl Servers {
+    pub fn get(&self, module_id: &str) -> Option<Rc<Server>> {
+        self.by_module.borrow().get(module_id).cloned()
     }
-    entries
-        .into_iter()
-        .enumerate()
-        .map(|(i, entry)| {
-            serde_json::from_value(entry).map_err(|_| {
-                format!(
-                    "mcpServers[{i}]: expected {{name: string, url: string, headers?: \
-                     {{[name]: string}}}} and nothing else"
-                )
-            })
-        })
-        .collect()
-}
-
-/// A server that could not be offered, and why (credential-free).
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Unavailable {
-    pub name: String,
-    pub reason: String,
 }
 
 /// A connected server.
 pub struct Server {
-    pub module_id: String,
     connection: RefCell<McpConnection>,
 }
 
-/// The host's connected servers, their tools, and the servers of the last
-/// connection round that could not be offered.
-#[derive(Default)]
-pub struct Hub {
-    pub servers: Vec<Rc<Server>>,
-    pub tools: Vec<McpTools>,
-    pub unavailable: Vec<Unavailable>,
+/// Performs the connection round the hub asks for now, or waits for the
+/// one in progress: every server at once, each bounded by the connect
+/// timeout. Failures are reported to the log and the host's
+/// `onUnavailable`.
+pub async fn connect_due(me: Rc<Inner>, now_ms: i64) {
+    let Ok(Some(tools)) = &me.tools else { return };
+    let started = tools.hub.borrow_mut().start_round(now_ms);
+    if let Some(configs) = started {
+        let inner = Rc::clone(&me);
+        let round = async move {
+            let Ok(Some(tools)) = &inner.tools else {
+                return;
+            };
+            let outcomes = connect_all(&tools.js, configs, tools.mcp_timeout_ms).await;
+            let mut listed = Vec::with_capacity(outcomes.len());
+            for (config, outcome) in outcomes {
+                listed.push((
+                    config,
+                    outcome.map(|(connection, listing)| {
+                        tools.servers.by_module.borrow_mut().insert(
+                            listing.module.id.clone(),
+                            Rc::new(Server {
+                                connection: RefCell::new(connection),
+                            }),
+                        );
+                        listing
+                    }),
+                ));
+            }
+            let reports = tools.hub.borrow_mut().end_round(bindings::now_ms(), listed);
+            let hub = tools.hub.borrow();
+            tools
+                .servers
+                .by_module
+                .borrow_mut()
+                .retain(|module_id, _| hub.is_server(module_id));
+            for report in &reports {
+                log_warn(format!(
+                    "MCP server `{}` is unavailable: {}",
+                    report.name, report.reason
+                ));
+                if let Ok(json) = serde_json::to_string(report) {
+                    tools.js.on_unavailable(&json);
+                }
+            }
+            tools.servers.round.borrow_mut().take();
+        }
+        .boxed_local()
+        .shared();
+        *tools.servers.round.borrow_mut() = Some(round);
+    }
+    let round = tools.servers.round.borrow().clone();
+    if let Some(round) = round {
+        round.await;
+    }
 }
 
-impl Hub {
-    pub fn server(&self, module_id: &str) -> Option<Rc<Server>> {
-        self.servers
-            .iter()
-            .find(|s| s.module_id == module_id)
-            .cloned()
-    }
-
-    /// This hub with the servers `round` connected added, and only the
-    /// failures of `round` as unavailable.
-    pub fn merged(&self, round: Hub) -> Hub {
-        Hub {
-            servers: self.servers.iter().cloned().chain(round.servers).collect(),
-            tools: self.tools.iter().cloned().chain(round.tools).collect(),
-            unavailable: round.unavailable,
-        }
-    }
-
-    /// Drops a connected server after the fact (its module could not join
-    /// the catalog), reporting why.
-    pub fn drop_server(&mut self, module_id: &str, reason: String) {
-        if let Some(at) = self.servers.iter().position(|s| s.module_id == module_id) {
-            self.servers.remove(at);
-            self.tools.retain(|t| t.module.id != module_id);
-            let name = module_id
-                .strip_prefix("mcp.")
-                .unwrap_or(module_id)
-                .to_owned();
-            self.unavailable.push(Unavailable { name, reason });
-        }
-    }
-}
-
-/// Connects every server concurrently, each bounded by `timeout_ms`;
-/// answers the hub and the configurations of the servers that failed.
-pub async fn connect_all(
+/// Connects every server concurrently, each bounded by `timeout_ms`.
+async fn connect_all(
     js: &JsTools,
     configs: Vec<ServerConfig>,
     timeout_ms: u64,
-) -> (Hub, Vec<ServerConfig>) {
+) -> Vec<(ServerConfig, Result<(McpConnection, McpTools), String>)> {
     let attempts = configs.into_iter().map(|config| async move {
-        let kept = config.clone();
         let controller = web_sys::AbortController::new().ok();
         let signal = controller.as_ref().map(|c| c.signal());
-        let work = connect(js, config, signal.as_ref());
-        let outcome = match select(Box::pin(work), js::sleep(timeout_ms)).await {
+        let work = connect(js, &config, signal.as_ref());
+        let outcome = match select(Box::pin(work), bindings::sleep(timeout_ms)).await {
             Either::Left((outcome, _)) => outcome,
             Either::Right(_) => {
                 if let Some(c) = &controller {
@@ -132,37 +115,21 @@ pub async fn connect_all(
                 ))
             }
         };
-        (kept, outcome)
+        (config, outcome)
     });
-    let mut hub = Hub::default();
-    let mut failed = Vec::new();
-    for (config, outcome) in join_all(attempts).await {
-        match outcome {
-            Ok((connection, tools)) => {
-                hub.servers.push(Rc::new(Server {
-                    module_id: tools.module.id.clone(),
-                    connection: RefCell::new(connection),
-                }));
-                hub.tools.push(tools);
-            }
-            Err(reason) => {
-                hub.unavailable.push(Unavailable {
-                    name: config.name.clone(),
-                    reason,
-                });
-                failed.push(config);
-            }
-        }
-    }
-    (hub, failed)
+    join_all(attempts).await
 }
 
 async fn connect(
     js: &JsTools,
-    config: ServerConfig,
+    config: &ServerConfig,
     signal: Option<&web_sys::AbortSignal>,
 ) -> Result<(McpConnection, McpTools), String> {
-    let headers: Vec<(String, String)> = config.headers.into_iter().collect();
+    let headers: Vec<(String, String)> = config
+        .headers
+        .iter()
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
     let connection = RefCell::new(
         McpConnection::new(
             &config.url,
@@ -175,23 +142,7 @@ async fn connect(
     let tools = handshake(js, &connection, signal)
         .await
         .map_err(|e| e.to_string())?;
-    let connection = connection.into_inner();
-    if tools.module.operations.is_empty() {
-        let dropped: Vec<String> = tools
-            .dropped
-            .iter()
-            .map(|d| format!("{}: {}", d.name, d.reason))
-            .collect();
-        return Err(format!(
-            "advertised no usable tool{}",
-            if dropped.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", dropped.join("; "))
-            }
-        ));
-    }
-    Ok((connection, tools))
+    Ok((connection.into_inner(), tools))
 }
 
 /// `initialize`, `initialized`, the paginated `tools/list`. The connection

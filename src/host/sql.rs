@@ -1,7 +1,7 @@
 //! [`Sql`] over the Durable Object's `ctx.storage.sql`, with
 //! `ctx.storage.transactionSync` for atomic, rolled-back-on-error writes.
 
-use super::js::DurableObjectStorage;
+use super::bindings::DurableObjectStorage;
 use crate::sql::{Row, Sql, SqlError, SqlValue, Write, WriteSet};
 use js_sys::{Array, Function, Reflect};
 use wasm_bindgen::prelude::*;
@@ -54,7 +54,7 @@ fn from_js(v: JsValue) -> Result<SqlValue, SqlError> {
 }
 
 fn js_error(e: JsValue) -> SqlError {
-    SqlError::Engine(super::js::error_message(&e))
+    SqlError::Engine(super::bindings::error_message(&e))
 }
 
 impl DoSql {

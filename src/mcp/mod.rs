@@ -38,12 +38,14 @@
 //! header value (whole, or any long fragment of a token in it: see
 //! `crate::redact`) replaced by `<redacted>`, even when a server echoes it.
 
+pub mod hub;
 mod tools;
 mod wire;
 
 #[cfg(test)]
 mod tests;
 
+pub use hub::{Hub, OwnTools, ServerConfig, Unavailable};
 pub use tools::DroppedTool;
 
 use crate::capability::{check_payload, validate_module_id, ModuleSpec};

@@ -405,7 +405,9 @@ fn to_json(body: &impl serde::Serialize) -> String {
     serde_json::to_string(body).expect("a request body serialises")
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Token usage the provider reported (for a turn: summed over its steps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -723,6 +725,16 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// A finished answer (a scripted model's, in tests).
+    pub fn new(text: impl Into<String>, usage: Option<Usage>, tool_calls: Vec<ToolCall>) -> Answer {
+        Answer {
+            text: text.into(),
+            usage,
+            tool_calls,
+            ..Answer::default()
+        }
+    }
+
     pub fn apply(&mut self, event: &StreamEvent) -> Result<(), ModelError> {
         match event {
             StreamEvent::TextDelta(text) => {

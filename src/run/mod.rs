@@ -14,11 +14,13 @@
 //! - a command's settlement is written once (`Store::settle` only leaves
 //!   pending or running).
 
+pub mod driver;
+pub mod operation;
 pub mod settlement;
 pub mod tools;
 
 use crate::error::ApiError;
-use crate::model::{ModelItem, ModelMessage, Role, ToolCall};
+use crate::model::{Answer, ModelItem, ModelMessage, Role, ToolCall, Usage};
 use crate::session::admission::prompt_input;
 use crate::session::command::{Image, PromptInput};
 use crate::session::read::{message_body, Message};
@@ -27,7 +29,7 @@ use crate::sql::atomically;
 use crate::store::{CommandRow, Kind, State, Store, Terminal};
 use serde::Deserialize;
 use serde_json::Value;
-pub use settlement::{Settlement, TokenUsage};
+pub use settlement::Settlement;
 
 /// Most messages of the transcript a model call sees (newest kept).
 pub const CONTEXT_MESSAGES_MAX: usize = 200;
@@ -50,16 +52,6 @@ pub struct Step {
     pub tool_calls: Vec<tools::OpenCall>,
     /// Messages the claiming transition appended (stored JSON), to publish.
     pub appended: Vec<String>,
-}
-
-/// What a finished model step produced.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StepAnswer {
-    pub text: String,
-    pub usage: Option<TokenUsage>,
-    /// Calls the model made; with any, record them with
-    /// [`tools::record_calls`], else the step completes ([`complete_step`]).
-    pub tool_calls: Vec<ToolCall>,
 }
 
 /// The outcome of [`complete_step`].
@@ -253,7 +245,7 @@ pub fn complete_step(
     session_id: &str,
     command_id: &str,
     attempt: u32,
-    answer: &StepAnswer,
+    answer: &Answer,
 ) -> Result<StepOutcome, ApiError> {
     let outcome = on_current_turn(ctx, session_id, command_id, attempt, |current| {
         let Current {
@@ -328,35 +320,61 @@ pub fn complete_step(
                 next,
             });
         }
-        let joined = steers
-            .iter()
-            .map(|s| user_message(s, now_ms))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut unwritten = vec![Pending {
-            body: answer_body.clone(),
-        }];
-        unwritten.extend(joined.iter().map(|p| Pending {
-            body: p.body.clone(),
-        }));
-        let context = context(store, &head.session_id, &unwritten)?;
-        store.insert_message(&head.session_id, &answer_body)?;
-        for (steer, prompt) in steers.iter().zip(&joined) {
-            store.claim(steer, Some(command_id), attempt, now_ms)?;
-            store.insert_message(&head.session_id, &prompt.body)?;
-        }
+        let mut next = join_steers(
+            store,
+            head,
+            attempt,
+            now_ms,
+            &steers,
+            Pending {
+                body: answer_body.clone(),
+            },
+        )?;
+        next.appended.insert(0, answer_body);
         if usage.is_some() {
             store.set_usage(head, &progress.to_json()?)?;
         }
-        Ok(StepOutcome::Continue(Step {
-            session_id: head.session_id.clone(),
-            command_id: command_id.to_owned(),
-            attempt,
-            context,
-            tool_calls: Vec::new(),
-            appended: unwritten.into_iter().map(|p| p.body).collect(),
-        }))
+        Ok(StepOutcome::Continue(next))
     })?;
     Ok(outcome.unwrap_or(StepOutcome::Stale))
+}
+
+/// The turn's next model step after `written` (this transition's message,
+/// not yet stored): the steer prompts waiting in the Session join the turn
+/// here, after it. Reads first, then writes `written`, each steer's claim
+/// and its `user` message. The step's `appended` holds the joined prompts.
+pub(crate) fn join_steers(
+    store: Store<'_>,
+    head: &CommandRow,
+    attempt: u32,
+    now_ms: i64,
+    steers: &[CommandRow],
+    written: Pending,
+) -> Result<Step, ApiError> {
+    let joined = steers
+        .iter()
+        .map(|s| user_message(s, now_ms))
+        .collect::<Result<Vec<_>, _>>()?;
+    let unwritten: Vec<Pending> = std::iter::once(&written)
+        .chain(&joined)
+        .map(|p| Pending {
+            body: p.body.clone(),
+        })
+        .collect();
+    let context = context(store, &head.session_id, &unwritten)?;
+    store.insert_message(&head.session_id, &written.body)?;
+    for (steer, prompt) in steers.iter().zip(&joined) {
+        store.claim(steer, Some(&head.command_id), attempt, now_ms)?;
+        store.insert_message(&head.session_id, &prompt.body)?;
+    }
+    Ok(Step {
+        session_id: head.session_id.clone(),
+        command_id: head.command_id.clone(),
+        attempt,
+        context,
+        tool_calls: Vec::new(),
+        appended: joined.into_iter().map(|p| p.body).collect(),
+    })
 }
 
 /// Records a failed model call: a retryable failure under the attempt limit
@@ -432,7 +450,7 @@ pub(crate) fn settle_turn(
     store: Store<'_>,
     turn: &[CommandRow],
     terminal: Terminal,
-    answer: Option<(&str, Option<TokenUsage>, u32)>,
+    answer: Option<(&str, Option<Usage>, u32)>,
     diagnostic: Option<&str>,
     now_ms: i64,
 ) -> Result<Vec<Settlement>, ApiError> {
@@ -449,7 +467,7 @@ pub(crate) fn settle_with_meta(
     store: Store<'_>,
     turn: &[CommandRow],
     terminal: Terminal,
-    answer: Option<(&str, Option<TokenUsage>, u32)>,
+    answer: Option<(&str, Option<Usage>, u32)>,
     diagnostic: Option<&str>,
     meta: Option<&str>,
     now_ms: i64,

@@ -2,16 +2,9 @@
 //! settling transition and read independently of transcript paging.
 
 use crate::error::ApiError;
+use crate::model::Usage;
 use crate::store::Terminal;
 use serde::{Deserialize, Serialize};
-
-/// Token usage reported by the provider, summed over a turn's steps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TokenUsage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -19,7 +12,7 @@ pub struct Settlement {
     pub command_id: String,
     pub terminal: String,
     pub answer: Option<String>,
-    pub usage: Option<TokenUsage>,
+    pub usage: Option<Usage>,
     pub tool_call_count: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnostic: Option<String>,
@@ -38,7 +31,7 @@ impl Settlement {
     pub fn new(
         command_id: &str,
         terminal: Terminal,
-        answer: Option<(&str, Option<TokenUsage>, u32)>,
+        answer: Option<(&str, Option<Usage>, u32)>,
         diagnostic: Option<&str>,
     ) -> Self {
         Settlement {

@@ -11,11 +11,11 @@
 //! open calls) live in the head command's `usage` column as JSON, so every
 //! fact recovery needs is in the row it already reads.
 
-use super::{context, on_current_turn, settle_turn, Current, Pending, Step};
+use super::{join_steers, on_current_turn, settle_turn, Current, Pending, Step};
 use crate::error::ApiError;
 use crate::limits::{TOOL_CALL_ID_BYTES_MAX, TOOL_STEPS_PER_TURN_MAX};
-use crate::model::ToolCall;
-use crate::run::{Settlement, StepAnswer, TokenUsage};
+use crate::model::{Answer, ToolCall, Usage};
+use crate::run::Settlement;
 use crate::session::read::{message_body, Message};
 use crate::session::Ctx;
 use crate::store::{CommandRow, Store, Terminal};
@@ -55,17 +55,17 @@ impl Progress {
             .map_err(|e| ApiError::Internal(format!("stored turn progress: {e}")))
     }
 
-    pub fn usage(&self) -> Option<TokenUsage> {
-        Some(TokenUsage {
+    pub fn usage(&self) -> Option<Usage> {
+        Some(Usage {
             input_tokens: self.input_tokens?,
             output_tokens: self.output_tokens?,
         })
     }
 
-    pub fn add_usage(&mut self, step: Option<TokenUsage>) {
+    pub fn add_usage(&mut self, step: Option<Usage>) {
         if let Some(step) = step {
             let sum = match self.usage() {
-                Some(a) => TokenUsage {
+                Some(a) => Usage {
                     input_tokens: a.input_tokens.saturating_add(step.input_tokens),
                     output_tokens: a.output_tokens.saturating_add(step.output_tokens),
                 },
@@ -171,7 +171,8 @@ pub enum CallsOutcome {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ResultOutcome {
     /// `message` is the stored `tool` message; `next` the model step to
-    /// run once the step's last call is closed.
+    /// run once the step's last call is closed (with the steer prompts that
+    /// joined the turn after it, in its `appended`).
     Recorded { message: String, next: Option<Step> },
     /// The attempt is no longer current, or the call is already closed.
     Stale,
@@ -184,7 +185,7 @@ pub fn record_calls(
     session_id: &str,
     command_id: &str,
     attempt: u32,
-    answer: &StepAnswer,
+    answer: &Answer,
     protocol: &Protocol,
 ) -> Result<CallsOutcome, ApiError> {
     let outcome = on_current_turn(ctx, session_id, command_id, attempt, |current| {
@@ -337,20 +338,15 @@ pub fn record_result(
             created_at: now_ms,
             ..Default::default()
         })?;
+        let written = Pending { body: body.clone() };
         let next = if progress.open.is_empty() {
-            let unwritten = [Pending { body: body.clone() }];
-            Some(Step {
-                session_id: session_id.to_owned(),
-                command_id: command_id.to_owned(),
-                attempt,
-                context: context(store, session_id, &unwritten)?,
-                tool_calls: Vec::new(),
-                appended: Vec::new(),
-            })
+            // The step's last result: steer prompts join the turn here.
+            let steers = store.pending_steers(session_id)?;
+            Some(join_steers(store, head, attempt, now_ms, &steers, written)?)
         } else {
+            store.insert_message(session_id, &written.body)?;
             None
         };
-        store.insert_message(session_id, &body)?;
         store.set_usage(head, &progress.to_json()?)?;
         Ok(ResultOutcome::Recorded {
             message: body,

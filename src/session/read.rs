@@ -31,7 +31,7 @@ pub struct Message<'a> {
     pub meta: Option<&'a RawValue>,
     /// Token usage of the model step that wrote an assistant message.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub usage: Option<crate::run::TokenUsage>,
+    pub usage: Option<crate::model::Usage>,
     /// The tool calls of an assistant step, as recorded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<&'a [crate::run::tools::RecordedCall]>,

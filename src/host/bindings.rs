@@ -1,5 +1,6 @@
-//! The few platform APIs the host calls that web-sys does not cover for a
-//! Durable Object: the storage alarm, timers and the global `fetch`.
+//! Every JS binding of the host: the platform APIs web-sys does not cover
+//! for a Durable Object (the storage alarm, timers, the global `fetch`), the
+//! shim's tool host (`js/do.mjs`), and the one logging helper.
 
 use js_sys::Promise;
 use wasm_bindgen::prelude::*;
@@ -26,6 +27,70 @@ extern "C" {
 
     #[wasm_bindgen(js_name = fetch)]
     fn global_fetch(request: &web_sys::Request) -> Promise;
+
+    /// The shim's tool host (`js/do.mjs`).
+    pub type JsTools;
+
+    /// `{modules, direct, access, confirm, loader, ...}` as JSON.
+    #[wasm_bindgen(method)]
+    pub fn spec(this: &JsTools) -> String;
+
+    /// Runs one operation: resolves to JSON `{result, data?}` or `{error}`.
+    #[wasm_bindgen(method)]
+    pub fn invoke(
+        this: &JsTools,
+        module: &str,
+        operation: &str,
+        args: &str,
+        invocation: &str,
+        signal: &web_sys::AbortSignal,
+    ) -> Promise;
+
+    /// The host's confirm hook: resolves to a boolean.
+    #[wasm_bindgen(method)]
+    pub fn confirm(this: &JsTools, request: &str, signal: &web_sys::AbortSignal) -> Promise;
+
+    /// The host's MCP servers, `[{name, url, headers?}]` as JSON (header
+    /// values are credentials: kept in memory only).
+    #[wasm_bindgen(method, js_name = mcpServers)]
+    pub fn mcp_servers(this: &JsTools) -> String;
+
+    /// One MCP HTTP request through the host's fetch, redirects not
+    /// followed: resolves to `{status, contentType, headers, body}`.
+    #[wasm_bindgen(method, js_name = mcpFetch)]
+    pub fn mcp_fetch(
+        this: &JsTools,
+        method: &str,
+        url: &str,
+        headers: &js_sys::Array,
+        body: &str,
+        signal: Option<&web_sys::AbortSignal>,
+    ) -> Promise;
+
+    /// The host's `onUnavailable` report: `{name, reason}` as JSON.
+    #[wasm_bindgen(method, js_name = onUnavailable)]
+    pub fn on_unavailable(this: &JsTools, report: &str);
+
+    /// Runs model code in a fresh sandbox: resolves to JSON `{result}` or
+    /// `{error}`, never rejects.
+    #[wasm_bindgen(method)]
+    pub fn execute(
+        this: &JsTools,
+        code: &str,
+        namespaces: js_sys::Array,
+        dispatch: &js_sys::Function,
+        signal: &web_sys::AbortSignal,
+    ) -> Promise;
+}
+
+/// The host's one way to log: `shiitake: <message>` on the console.
+pub fn log_error(message: impl std::fmt::Display) {
+    web_sys::console::error_1(&format!("shiitake: {message}").into());
+}
+
+/// [`log_error`] at warning level.
+pub fn log_warn(message: impl std::fmt::Display) {
+    web_sys::console::warn_1(&format!("shiitake: {message}").into());
 }
 
 impl DurableObjectStorage {

@@ -1,121 +1,63 @@
-//! One model step of a turn: the streamed call to the provider. The step's
-//! tokens go to watchers as they arrive and are never written; the caller
-//! records the finished answer in one transition.
+//! Performs one model call of a turn ([`Action::CallModel`]): the streamed
+//! request to the provider. Its tokens go to watchers as they arrive and are
+//! never written; the driver records the finished answer.
+//!
+//! [`Action::CallModel`]: crate::run::driver::Action::CallModel
 
-use super::config::{HostConfig, MODEL_CALL_TIMEOUT_MS};
-use super::js::{self, error_message};
+use super::bindings::{self, error_message};
+use super::config::HostConfig;
+use super::runner::Stopper;
+use crate::limits::{MODEL_CALL_TIMEOUT_MS, MODEL_ERROR_BODY_BYTES_MAX};
 use crate::model::{
-    build_call_with_tools, classify_status, Answer, ModelError, StreamDecoder, StreamEvent,
-    ToolRequest, ToolSpec,
+    build_call_with_tools, classify_status, Answer, ModelError, ModelItem, StreamDecoder,
+    StreamEvent, ToolRequest, ToolSpec,
 };
-use crate::run::{Step, StepAnswer, TokenUsage};
+use crate::run::driver::Input;
 use futures::future::{select, Either};
-use std::cell::Cell;
-use std::cell::RefCell;
-use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
-/// Most bytes of an error body read for a diagnostic.
-const ERROR_BODY_BYTES_MAX: usize = 65_536;
-
-/// How a model call ended.
-pub enum CallOutcome {
-    Answered(StepAnswer),
-    Failed(ModelError),
-    /// The turn was cancelled (or its Session deleted): drop everything.
-    Stopped,
-}
-
-/// A live call's handle: the registry keeps it so a cancel can stop it.
-#[derive(Clone)]
-pub struct Stopper {
-    controller: web_sys::AbortController,
-    stopped: Rc<Cell<bool>>,
-    /// Tool calls' own controllers, aborted with the turn.
-    children: Rc<RefCell<Vec<web_sys::AbortController>>>,
-}
-
-impl Stopper {
-    pub fn new() -> Result<Self, JsValue> {
-        Ok(Stopper {
-            controller: web_sys::AbortController::new()?,
-            stopped: Rc::new(Cell::new(false)),
-            children: Rc::default(),
-        })
-    }
-
-    pub fn stop(&self) {
-        self.stopped.set(true);
-        self.controller.abort();
-        for child in self.children.borrow_mut().drain(..) {
-            child.abort();
-        }
-    }
-
-    /// Ties a tool call's controller to the turn: a stop aborts it too.
-    /// Only the newest few are kept: calls of a turn run one at a time.
-    pub fn adopt(&self, child: &web_sys::AbortController) {
-        if self.is_stopped() {
-            child.abort();
-            return;
-        }
-        let mut children = self.children.borrow_mut();
-        children.retain(|c| !c.signal().aborted());
-        if children.len() >= 8 {
-            children.remove(0);
-        }
-        children.push(child.clone());
-    }
-
-    pub fn is_stopped(&self) -> bool {
-        self.stopped.get()
-    }
-}
-
-/// Calls the model for `step`, streaming each text delta to `on_delta`.
-/// A failure's diagnostic holds provider text: it leaves here redacted (no
-/// configured key in any form) and bounded.
+/// Calls the model with `context`, streaming each text delta to
+/// `on_delta`. A failure's diagnostic holds provider text: it leaves here
+/// redacted (no configured key in any form) and bounded.
 pub async fn call(
     config: &HostConfig,
-    step: &Step,
+    context: &[ModelItem],
     tools: &[ToolSpec],
     stopper: &Stopper,
     on_delta: &dyn Fn(&str),
-) -> CallOutcome {
-    match attempt(config, step, tools, stopper, on_delta).await {
-        CallOutcome::Failed(e) => CallOutcome::Failed(ModelError::new(
+) -> Input {
+    match attempt(config, context, tools, stopper, on_delta).await {
+        _ if stopper.is_stopped() => Input::Stopped,
+        Ok(answer) => Input::Answered(answer),
+        Err(e) => Input::Failed(ModelError::new(
             e.retryable,
             config.secrets.redact(&e.diagnostic),
         )),
-        outcome => outcome,
     }
 }
 
 async fn attempt(
     config: &HostConfig,
-    step: &Step,
+    context: &[ModelItem],
     tools: &[ToolSpec],
     stopper: &Stopper,
     on_delta: &dyn Fn(&str),
-) -> CallOutcome {
-    let (spec, provider) = match &config.model {
-        Ok(model) => model,
-        Err(why) => return CallOutcome::Failed(ModelError::new(false, why.clone())),
-    };
+) -> Result<Answer, ModelError> {
+    let (spec, provider) = config
+        .model
+        .as_ref()
+        .map_err(|why| ModelError::new(false, why.clone()))?;
     let request = ToolRequest {
         spec,
         instructions: config.instructions.as_deref(),
-        items: &step.context,
+        items: context,
         tools,
         max_output_tokens: config.max_output_tokens,
     };
-    let call = match build_call_with_tools(provider, &request) {
-        Ok(call) => call,
-        Err(e) => return CallOutcome::Failed(e),
-    };
+    let call = build_call_with_tools(provider, &request)?;
     let streamed = stream(&call, spec.provider, stopper, config, on_delta);
-    let deadline = js::sleep(MODEL_CALL_TIMEOUT_MS);
+    let deadline = bindings::sleep(MODEL_CALL_TIMEOUT_MS);
     let outcome = match select(Box::pin(streamed), deadline).await {
         Either::Left((outcome, _)) => outcome,
         Either::Right(_) => {
@@ -126,20 +68,11 @@ async fn attempt(
             ))
         }
     };
-    match outcome {
-        _ if stopper.is_stopped() => CallOutcome::Stopped,
-        Ok(answer) => CallOutcome::Answered(StepAnswer {
-            usage: answer.usage.map(|u| TokenUsage {
-                input_tokens: u.input_tokens,
-                output_tokens: u.output_tokens,
-            }),
-            tool_calls: answer.tool_calls,
-            text: answer.text,
-        }),
-        Err(e) => CallOutcome::Failed(e),
-    }
+    outcome
 }
 
+// `config` is read only by the fault-injection hook of test builds.
+#[cfg_attr(not(feature = "fault-injection"), allow(unused_variables))]
 async fn stream(
     call: &crate::model::HttpCall,
     provider: crate::model::Provider,
@@ -159,14 +92,14 @@ async fn stream(
     init.set_body(&JsValue::from_str(&call.body));
     init.set_signal(Some(&stopper.controller.signal()));
     let request = web_sys::Request::new_with_str_and_init(&call.url, &init).map_err(network)?;
-    let response = js::fetch(&request).await.map_err(network)?;
+    let response = bindings::fetch(&request).await.map_err(network)?;
     let reader = response.body().map(|body| {
         body.get_reader()
             .unchecked_into::<web_sys::ReadableStreamDefaultReader>()
     });
     if !(200..300).contains(&response.status()) {
         let text = match reader {
-            Some(reader) => read_bounded(&reader, ERROR_BODY_BYTES_MAX).await,
+            Some(reader) => read_bounded(&reader, MODEL_ERROR_BODY_BYTES_MAX).await,
             None => String::new(),
         };
         return Err(classify_status(response.status(), &text));
@@ -196,6 +129,7 @@ async fn stream(
             }
         }
         if !text.is_empty() {
+            #[cfg(feature = "fault-injection")]
             if let Some(marker) = &config.panic_marker {
                 // Fault injection (tests): a trap in the middle of a turn.
                 assert!(

@@ -1,0 +1,296 @@
+//! The durable wake and the turns it runs: the alarm claims due turns
+//! (`run::reconcile`), runs them concurrently, and puts the next deadline
+//! on the one alarm. Each turn is a [`Turn`] driver whose actions this
+//! performs (publish, resolve the tools, call the model, run a tool call);
+//! every decision about what a turn does next is the driver's.
+
+use super::bindings::{self, log_error};
+use super::{blame, model, Inner};
+use crate::limits::{LOOP_CLAIM_BUDGET_MS, LOOP_NAP_MS_MAX};
+use crate::observe::Frame;
+use crate::run::driver::{Action, Input, Turn, TurnPolicy};
+use crate::run::{self, Step};
+use crate::store::Store;
+use futures::channel::oneshot;
+use futures::future::select;
+use futures::stream::{FuturesUnordered, StreamExt};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+/// Calls a tool keeps tied to its turn at once (calls of a turn run one at
+/// a time; older, finished ones are let go).
+const ADOPTED_CALLS_MAX: usize = 8;
+
+/// A live turn's handle: the registry keeps it so a cancel can stop it.
+#[derive(Clone)]
+pub struct Stopper {
+    pub controller: web_sys::AbortController,
+    stopped: Rc<Cell<bool>>,
+    /// Tool calls' own controllers, aborted with the turn.
+    children: Rc<RefCell<Vec<web_sys::AbortController>>>,
+}
+
+impl Stopper {
+    pub fn new() -> Result<Self, JsValue> {
+        Ok(Stopper {
+            controller: web_sys::AbortController::new()?,
+            stopped: Rc::new(Cell::new(false)),
+            children: Rc::default(),
+        })
+    }
+
+    pub fn stop(&self) {
+        self.stopped.set(true);
+        self.controller.abort();
+        for child in self.children.borrow_mut().drain(..) {
+            child.abort();
+        }
+    }
+
+    /// Ties a tool call's controller to the turn: a stop aborts it too.
+    pub fn adopt(&self, child: &web_sys::AbortController) {
+        if self.is_stopped() {
+            child.abort();
+            return;
+        }
+        let mut children = self.children.borrow_mut();
+        children.retain(|c| !c.signal().aborted());
+        if children.len() >= ADOPTED_CALLS_MAX {
+            children.remove(0);
+        }
+        children.push(child.clone());
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.get()
+    }
+}
+
+impl Inner {
+    /// Makes sure the run loop looks at the store soon: wakes a loop running
+    /// in this instance (an unfinished alarm is retried after a crash), or
+    /// sets the alarm to now. The alarm write is not awaited: the output gate
+    /// holds the caller's answer until it is durable.
+    pub(super) fn request_reconcile(&self) {
+        if self.loop_running.get() {
+            self.wake_loop();
+            return;
+        }
+        let now = bindings::now_ms();
+        if self.alarm_at.get().is_some_and(|at| at <= now) {
+            return;
+        }
+        let write = self.write_alarm(now);
+        wasm_bindgen_futures::spawn_local(async move {
+            if let Err(e) = write.await {
+                log_error(format!("setAlarm failed: {}", bindings::error_message(&e)));
+            }
+        });
+    }
+
+    fn wake_loop(&self) {
+        self.wake_requested.set(true);
+        if let Some(wake) = self.loop_wake.borrow_mut().take() {
+            let _ = wake.send(());
+        }
+    }
+
+    /// Issues the alarm write now; the future reports its completion.
+    fn write_alarm(&self, at_ms: i64) -> JsFuture {
+        let write = self.sql.storage.set_alarm(at_ms);
+        self.alarm_at.set(Some(at_ms));
+        write
+    }
+
+    pub(super) async fn set_alarm(&self, at_ms: i64) {
+        if let Err(e) = self.write_alarm(at_ms).await {
+            self.alarm_at.set(None);
+            log_error(format!("setAlarm failed: {}", bindings::error_message(&e)));
+        }
+    }
+
+    /// Sets the one alarm to the earliest durable deadline. With nothing
+    /// due it writes nothing: a fired alarm is spent, and a stale one (a
+    /// retry timer of a cancelled turn) only costs an empty pass, which is
+    /// cheaper than a delete on every turn. No await between the read and
+    /// the write, so a request's later `setAlarm(now)` is never overwritten.
+    pub(super) async fn arm_next_alarm(&self) {
+        let now = bindings::now_ms();
+        match run::next_deadline(Store::new(&self.sql), now, &|h| self.is_live(h)) {
+            Ok(Some(at)) => self.set_alarm(at).await,
+            Ok(None) => {}
+            Err(e) => log_error(e),
+        }
+    }
+
+    pub(super) async fn alarm(&self) -> Result<(), JsValue> {
+        self.alarm_at.set(None);
+        if let Err(e) = self.open() {
+            // Nothing can run on a store this build refuses; stop waking.
+            log_error(e);
+            return Ok(());
+        }
+        if self.loop_running.get() {
+            // Another invocation is running the turns: it takes this wake.
+            self.wake_loop();
+            return Ok(());
+        }
+        self.loop_running.set(true);
+        let result = self.run_loop().await;
+        self.loop_running.set(false);
+        match result {
+            Ok(Some(write)) => {
+                if let Err(e) = write.await {
+                    log_error(format!("setAlarm failed: {}", bindings::error_message(&e)));
+                }
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => {
+                // The platform retries this alarm; make sure due work waits
+                // no longer than that.
+                self.arm_next_alarm().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Claims due turns and runs them concurrently until none is left.
+    /// Returns the alarm write for the work left for later. It is issued in
+    /// the same synchronous step as the last reconciliation and the end of
+    /// the loop, so a request arriving afterwards sets its own alarm and is
+    /// never overwritten by a later deadline.
+    async fn run_loop(&self) -> Result<Option<JsFuture>, JsValue> {
+        let started = bindings::now_ms();
+        let mut turns = FuturesUnordered::new();
+        loop {
+            let now = bindings::now_ms();
+            self.wake_requested.set(false);
+            // Past the claim budget, finish the live turns and let a fresh
+            // alarm continue.
+            let mut later = Some(now);
+            if now - started < LOOP_CLAIM_BUDGET_MS {
+                let claimed = self.with_ctx(|ctx| {
+                    run::reconcile(
+                        ctx,
+                        &|h| self.is_live(h),
+                        &|h| self.fresh.borrow().contains(h),
+                        self.config.attempts(),
+                    )
+                });
+                let run::Reconciled {
+                    steps,
+                    settled,
+                    next_deadline,
+                } = claimed.map_err(|e| JsValue::from_str(&e.to_string()))?;
+                later = next_deadline;
+                for (session, settlement) in settled {
+                    for event in crate::run::driver::settled_events(vec![settlement]) {
+                        self.publish_event(&session, &event);
+                    }
+                }
+                for step in steps {
+                    let stopper = self.start_live(&step.command_id, &step.session_id)?;
+                    let scope = self.scope(Some(&step.session_id));
+                    turns.push(blame::scoped(scope, self.run_turn(step, stopper)));
+                }
+            }
+            if turns.is_empty() {
+                self.loop_running.set(false);
+                return Ok(later.map(|at| self.write_alarm(at)));
+            }
+            // Sleep until a turn ends, a request wakes the loop, or work
+            // left for later is due. No await between the claim and
+            // registering the wake: a wake cannot fall in between.
+            let (wake_tx, wake_rx) = oneshot::channel();
+            *self.loop_wake.borrow_mut() = Some(wake_tx);
+            let nap_ms = match later {
+                Some(at) if now - started < LOOP_CLAIM_BUDGET_MS => {
+                    (at - now).clamp(0, LOOP_NAP_MS_MAX)
+                }
+                _ => LOOP_NAP_MS_MAX,
+            };
+            let _ = select(
+                turns.next(),
+                select(wake_rx, bindings::sleep(nap_ms as u64)),
+            )
+            .await;
+            self.loop_wake.borrow_mut().take();
+        }
+    }
+
+    /// Registers a turn as live in this instance: a cancel can stop it, a
+    /// trap report names it.
+    fn start_live(&self, head: &str, session: &str) -> Result<Stopper, JsValue> {
+        self.fresh.borrow_mut().remove(head);
+        let stopper = Stopper::new()?;
+        self.live
+            .borrow_mut()
+            .insert(head.to_owned(), stopper.clone());
+        blame::turn_started(&self.agent, head, session);
+        Ok(stopper)
+    }
+
+    /// A turn of this instance ended (or handed over to the next one).
+    fn end_live(&self, head: &str) {
+        self.live.borrow_mut().remove(head);
+        blame::turn_ended(&self.agent, head);
+    }
+
+    /// Performs one turn's driver until it is done.
+    async fn run_turn(&self, step: Step, mut stopper: Stopper) {
+        let session = step.session_id.clone();
+        let mut turn = Turn::new(step, TurnPolicy::new(self.config.retry));
+        loop {
+            let Some(action) = turn.poll() else {
+                // Waiting with nothing to do: the driver's bug. The claim is
+                // durable; the next reconciliation resumes the turn.
+                log_error("turn driver idle without an action");
+                break;
+            };
+            let input = match action {
+                Action::Publish(event) => {
+                    self.publish_event(&session, &event);
+                    continue;
+                }
+                Action::Next { ended, started } => {
+                    self.end_live(&ended);
+                    match self.start_live(&started, &session) {
+                        Ok(next) => stopper = next,
+                        // The claim is durable: the next alarm pass resumes
+                        // it as an orphan.
+                        Err(_) => return,
+                    }
+                    continue;
+                }
+                Action::Fault(e) => {
+                    log_error(e);
+                    continue;
+                }
+                Action::Done => break,
+                Action::Offer => Input::Offered(self.offer().await),
+                Action::CallModel { context, tools } => {
+                    let head = turn.head().to_owned();
+                    let on_delta = |text: &str| {
+                        let delta = Frame::Delta {
+                            command_id: head.clone(),
+                            text: text.to_owned(),
+                        };
+                        self.publish(&session, "frame", &delta);
+                    };
+                    model::call(&self.config, &context, &tools, &stopper, &on_delta).await
+                }
+                Action::RunTool(run) => self.run_tool(run, &stopper).await,
+            };
+            let input = if stopper.is_stopped() {
+                Input::Stopped
+            } else {
+                input
+            };
+            self.with_ctx(|ctx| turn.handle(ctx, input));
+        }
+        self.end_live(turn.head());
+    }
+}

@@ -1,0 +1,140 @@
+//! The serving path: a platform request becomes an [`HttpRequest`], the
+//! core answers it after its write commits, and the host carries out the
+//! answer's effects (stop a cancelled call, publish frames, wake long
+//! polls, request reconciliation, park a settlement poll, open a watch).
+
+use super::bindings;
+use super::{body, watch, Inner};
+use crate::error::ApiError;
+use crate::http::{self, Effects, HttpRequest, HttpResponse, META_HEADER};
+use crate::limits::BODY_BYTES_MAX;
+use futures::future::select;
+use std::rc::Rc;
+use wasm_bindgen::prelude::*;
+
+impl Inner {
+    pub(super) fn serve(&self, req: &HttpRequest) -> HttpResponse {
+        if let Err(e) = self.open() {
+            return e.into();
+        }
+        if let Err(why) = &self.config.meta {
+            return ApiError::HostMisconfigured(why.clone()).into();
+        }
+        self.with_ctx(|ctx| http::handle(ctx, req))
+    }
+
+    pub(super) async fn fetch(
+        &self,
+        request: &web_sys::Request,
+    ) -> Result<web_sys::Response, JsValue> {
+        let mut req = match read_request(request).await {
+            Ok(req) => req,
+            Err(e) => return to_response(&e.into()),
+        };
+        let mut response = self.serve(&req);
+        if let Some(park) = response.effects.park.take() {
+            match self.observers.wait(&park.command_id) {
+                Err(watch::Full) => response = ApiError::TooManyObservers.into(),
+                Ok(settled) => {
+                    // The client going away never cancels the command.
+                    let _ = select(settled, bindings::sleep(park.timeout_ms)).await;
+                    req.waited = true;
+                    response = self.serve(&req);
+                }
+            }
+        }
+        let mut effects = std::mem::take(&mut response.effects);
+        if req.method == "HEAD" {
+            response.body = None;
+            effects.watch = None;
+        }
+        if let (Some(session), 200, Some(snapshot)) =
+            (&effects.watch, response.status, &response.body)
+        {
+            let me = self.me.clone();
+            let source: watch::SnapshotSource =
+                Rc::new(move |session| me.upgrade()?.snapshot(session));
+            return match self.observers.watch(session, snapshot, source)? {
+                Ok(stream) => Ok(stream),
+                Err(watch::Full) => to_response(&ApiError::TooManyObservers.into()),
+            };
+        }
+        self.apply(effects);
+        to_response(&response)
+    }
+
+    /// Carries out what a committed transition asks for.
+    fn apply(&self, effects: Effects) {
+        for head in &effects.stop_turns {
+            self.fresh.borrow_mut().remove(head);
+            if let Some(stopper) = self.live.borrow().get(head) {
+                stopper.stop();
+            }
+        }
+        for (session, frame) in &effects.frames {
+            self.publish(session, "frame", frame);
+        }
+        for command in &effects.settled {
+            self.observers.settled(command);
+        }
+        if let Some(session) = &effects.ended_session {
+            self.observers.close_session(session);
+        }
+        if let Some(head) = effects.fresh_turn {
+            self.fresh.borrow_mut().insert(head);
+        }
+        if effects.reconcile {
+            self.request_reconcile();
+        }
+    }
+}
+
+async fn read_request(request: &web_sys::Request) -> Result<HttpRequest, ApiError> {
+    let url = request.url();
+    let (path, query) = split_url(&url);
+    let headers = request.headers();
+    let declared = headers
+        .get("content-length")
+        .ok()
+        .flatten()
+        .and_then(|v| v.parse::<usize>().ok());
+    // Refuse a declared oversize body before reading a byte of it.
+    if declared.is_some_and(|n| n > BODY_BYTES_MAX) {
+        return Err(ApiError::PayloadTooLarge {
+            bytes_max: BODY_BYTES_MAX,
+        });
+    }
+    let body = match request.method().as_str() {
+        "GET" | "HEAD" => Vec::new(),
+        // Chunked bodies too: counted as they stream, cancelled past the bound.
+        _ => body::read_bounded(request, BODY_BYTES_MAX, declared).await?,
+    };
+    Ok(HttpRequest {
+        method: request.method(),
+        path: path.to_owned(),
+        query: query.to_owned(),
+        meta: headers.get(META_HEADER).ok().flatten(),
+        body,
+        waited: false,
+    })
+}
+
+/// Path and query of an absolute URL the runtime built (`scheme://host/p?q`);
+/// cheaper than constructing a JS `URL` on the hot path.
+fn split_url(url: &str) -> (&str, &str) {
+    let after_scheme = url.find("://").map_or(url, |i| &url[i + 3..]);
+    let target = after_scheme.find('/').map_or("/", |i| &after_scheme[i..]);
+    let target = target.split('#').next().unwrap_or(target);
+    target.split_once('?').unwrap_or((target, ""))
+}
+
+fn to_response(r: &HttpResponse) -> Result<web_sys::Response, JsValue> {
+    let init = web_sys::ResponseInit::new();
+    init.set_status(r.status);
+    let headers = web_sys::Headers::new()?;
+    if r.body.is_some() {
+        headers.set("content-type", "application/json; charset=utf-8")?;
+    }
+    init.set_headers(&headers);
+    web_sys::Response::new_with_opt_str_and_init(r.body.as_deref(), &init)
+}

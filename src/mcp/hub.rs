@@ -1,0 +1,213 @@
+//! Which tools an Agent offers (seed `knapsack.md`, `mcpServers`): the
+//! host's own modules plus one module `mcp.<name>` per MCP server that
+//! connected. Pure policy: the host performs each connection round the hub
+//! starts and hands back its outcomes.
+//!
+//! - The servers connect at an instance's first turn, in one round that
+//!   concurrent turns share ([`Hub::start_round`] answers `None` while one
+//!   runs).
+//! - A server that fails (or lists no usable tool, or whose module cannot
+//!   join the catalog) is dropped and reported, while the others stay; the
+//!   failed ones are tried again at the first turn `retry_ms` after the
+//!   round. Servers already connected are kept.
+
+use super::McpTools;
+use crate::capability::door::Toolset;
+use crate::capability::{Catalog, Module};
+use crate::limits::MCP_SERVERS_MAX;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+/// One configured server, as the host gave it. Header values are
+/// credentials: kept in memory only, never in an error or `Debug` output.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    pub name: String,
+    pub url: String,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("name", &self.name)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Decodes the host's server list. Errors name the entry and the field,
+/// never a value (header values are credentials).
+pub fn parse_servers(json: &str) -> Result<Vec<ServerConfig>, String> {
+    let entries: Vec<Value> = serde_json::from_str(json)
+        .map_err(|_| "mcpServers: expected an array of {name, url, headers?}".to_owned())?;
+    if entries.len() > MCP_SERVERS_MAX {
+        return Err(format!(
+            "mcpServers: {} servers; at most {MCP_SERVERS_MAX}",
+            entries.len()
+        ));
+    }
+    entries
+        .into_iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            serde_json::from_value(entry).map_err(|_| {
+                format!(
+                    "mcpServers[{i}]: expected {{name: string, url: string, headers?: \
+                     {{[name]: string}}}} and nothing else"
+                )
+            })
+        })
+        .collect()
+}
+
+/// A server that could not be offered, and why (credential-free).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unavailable {
+    pub name: String,
+    pub reason: String,
+}
+
+/// The host's own tools, which every toolset holds.
+#[derive(Debug, Clone)]
+pub struct OwnTools {
+    pub modules: Vec<Module>,
+    /// Operations offered as their own tools, by path.
+    pub direct: Vec<String>,
+    /// Whether guest code can run here, or why not.
+    pub execute: Result<(), String>,
+}
+
+/// The tools offered, and the MCP servers' connection state.
+#[derive(Debug)]
+pub struct Hub {
+    own: OwnTools,
+    retry_ms: u64,
+    /// Servers not connected, and when they may be tried (ms since epoch).
+    waiting: Vec<ServerConfig>,
+    due_at: i64,
+    connecting: bool,
+    /// The modules of the connected servers that joined the catalog.
+    connected: Vec<Module>,
+    /// The last round's failures.
+    unavailable: Vec<Unavailable>,
+    toolset: Rc<Toolset>,
+}
+
+impl Hub {
+    /// A hub offering `own` until the first round connects `servers`.
+    pub fn new(own: OwnTools, servers: Vec<ServerConfig>, retry_ms: u64) -> Result<Hub, String> {
+        let toolset = Toolset::new(
+            Catalog::new(own.modules.clone()).map_err(|e| e.0)?,
+            &own.direct,
+            own.execute.clone(),
+        )
+        .map_err(|e| e.0)?;
+        Ok(Hub {
+            own,
+            retry_ms,
+            waiting: servers,
+            due_at: i64::MIN,
+            connecting: false,
+            connected: Vec::new(),
+            unavailable: Vec::new(),
+            toolset: Rc::new(toolset),
+        })
+    }
+
+    /// The tools offered now.
+    pub fn toolset(&self) -> Rc<Toolset> {
+        Rc::clone(&self.toolset)
+    }
+
+    /// The servers of the last round that could not be offered.
+    pub fn unavailable(&self) -> &[Unavailable] {
+        &self.unavailable
+    }
+
+    /// Whether a round is being performed.
+    pub fn connecting(&self) -> bool {
+        self.connecting
+    }
+
+    /// Whether operations of module `module_id` go to an MCP server.
+    pub fn is_server(&self, module_id: &str) -> bool {
+        self.connected.iter().any(|m| m.id == module_id)
+    }
+
+    /// The servers to connect now, all at once: `None` while a round runs,
+    /// or when none waits or the retry interval has not passed.
+    pub fn start_round(&mut self, now_ms: i64) -> Option<Vec<ServerConfig>> {
+        if self.connecting || self.waiting.is_empty() || now_ms < self.due_at {
+            return None;
+        }
+        self.connecting = true;
+        Some(std::mem::take(&mut self.waiting))
+    }
+
+    /// A round's outcomes, one per server it started: the tools listed, or
+    /// why the server failed. Answers the servers that cannot be offered,
+    /// to report now.
+    pub fn end_round(
+        &mut self,
+        now_ms: i64,
+        outcomes: Vec<(ServerConfig, Result<McpTools, String>)>,
+    ) -> Vec<Unavailable> {
+        self.connecting = false;
+        let mut unavailable = Vec::new();
+        for (config, outcome) in outcomes {
+            let joined = outcome.and_then(|tools| self.join(tools));
+            match joined {
+                Ok(module) => self.connected.push(module),
+                Err(reason) => {
+                    unavailable.push(Unavailable {
+                        name: config.name.clone(),
+                        reason,
+                    });
+                    self.waiting.push(config);
+                }
+            }
+        }
+        self.due_at = now_ms.saturating_add(i64::try_from(self.retry_ms).unwrap_or(i64::MAX));
+        let mut modules = self.own.modules.clone();
+        modules.extend(self.connected.iter().cloned());
+        // Every module joined one by one above: the catalog accepts them.
+        if let Ok(toolset) = Catalog::new(modules)
+            .and_then(|catalog| Toolset::new(catalog, &self.own.direct, self.own.execute.clone()))
+        {
+            self.toolset = Rc::new(toolset);
+        }
+        self.unavailable = unavailable.clone();
+        unavailable
+    }
+
+    /// The module of a server's listing, if it has a usable tool and can
+    /// join the catalog beside the modules offered.
+    fn join(&self, tools: McpTools) -> Result<Module, String> {
+        if tools.module.operations.is_empty() {
+            let dropped: Vec<String> = tools
+                .dropped
+                .iter()
+                .map(|d| format!("{}: {}", d.name, d.reason))
+                .collect();
+            return Err(format!(
+                "advertised no usable tool{}",
+                if dropped.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", dropped.join("; "))
+                }
+            ));
+        }
+        let module = Module::from_spec(tools.module).map_err(|e| e.0)?;
+        let mut with = self.own.modules.clone();
+        with.extend(self.connected.iter().cloned());
+        with.push(module.clone());
+        Catalog::new(with).map_err(|e| e.0)?;
+        Ok(module)
+    }
+}

@@ -1,0 +1,559 @@
+//! The turn driver: the whole sequence of a turn as a sans-IO state
+//! machine, in the manner of quinn-proto's `Connection`. The host feeds it
+//! [`Input`]s (the tools resolved, the model's answer or failure, a tool
+//! call's outcome, a stop) together with a [`Ctx`] over the store, and
+//! carries out the [`Action`]s that [`Turn::poll`] yields: publish an event,
+//! resolve the tools to offer, call the model, run a tool call. Every
+//! decision of a turn lives here: what follows an answer, a failure or a
+//! tool result; what a call that cannot run answers; which turn of the
+//! Session runs next. The host decides nothing, so native tests drive whole
+//! turns (`tests/driver.rs`).
+//!
+//! Persist, then publish: every transition commits before the events it
+//! produced are queued.
+//!
+//! Invariants:
+//! - exactly one input is awaited at a time ([`Turn::awaiting`]); an input
+//!   the driver is not waiting for is a bug of the host and is ignored;
+//! - after [`Action::Done`] nothing more is yielded;
+//! - every store write is one transition of `run` guarded by the attempt,
+//!   so a driver whose attempt went stale writes nothing.
+
+use super::tools::{
+    self as run_tools, CallsOutcome, OpenCall, Recovery, ResultOutcome, ToolOutput,
+};
+use super::{
+    complete_step, fail_attempt, Attempts, FailOutcome, Failure, Settlement, Step, StepOutcome,
+};
+use crate::capability::door::{Tool, Toolset};
+use crate::error::ApiError;
+use crate::mcp::Unavailable;
+use crate::model::{Answer, ModelError, ModelItem, RetryPolicy, ToolSpec};
+use crate::observe::{Event, Frame, RuntimeError};
+use crate::run::operation::{CallRef, OperationCall};
+use crate::session::Ctx;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+/// A stored message (its stored JSON) as a `message` frame.
+fn message_frame(body: String) -> Option<Frame> {
+    RawValue::from_string(body)
+        .ok()
+        .map(|message| Frame::Message { message })
+}
+
+/// The events of settlements: each after the messages its write appended
+/// (the closing `tool` messages of calls left open).
+pub fn settled_events(settled: Vec<Settlement>) -> Vec<Event> {
+    let mut events = Vec::new();
+    for mut settlement in settled {
+        for message in std::mem::take(&mut settlement.appended) {
+            events.extend(message_frame(message).map(Event::Frame));
+        }
+        events.push(Event::Frame(Frame::Settled { settlement }));
+    }
+    events
+}
+
+/// The host's retry rules, as a turn needs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TurnPolicy {
+    pub attempts: Attempts,
+    pub retry: RetryPolicy,
+}
+
+impl TurnPolicy {
+    pub fn new(retry: RetryPolicy) -> TurnPolicy {
+        TurnPolicy {
+            attempts: Attempts {
+                max: retry.attempts_max,
+            },
+            retry,
+        }
+    }
+}
+
+/// The tools the host can offer for the next model call.
+#[derive(Debug, Clone, Default)]
+pub struct Offer {
+    /// `None`: the host offers no tools.
+    pub toolset: Option<Rc<Toolset>>,
+    /// MCP servers that could not be offered, said at the turn's start.
+    pub unavailable: Vec<Unavailable>,
+}
+
+/// What the host tells the driver.
+#[derive(Debug)]
+pub enum Input {
+    /// Answers [`Action::Offer`]: the tools to offer, or why the host's
+    /// tools are unusable (the turn fails saying so).
+    Offered(Result<Offer, String>),
+    /// Answers [`Action::CallModel`].
+    Answered(Answer),
+    /// Answers [`Action::CallModel`]: the call failed (diagnostic redacted).
+    Failed(ModelError),
+    /// Answers [`Action::RunTool`]: the call's outcome.
+    ToolDone(ToolOutput),
+    /// Answers [`Action::RunTool`]: the call found its attempt no longer
+    /// current (an operation unsafe to replay could not be marked started).
+    ToolStale,
+    /// The turn was stopped (cancel, abort, Session deleted) while the host
+    /// performed an action: drop its outcome.
+    Stopped,
+}
+
+/// What the host does next.
+#[derive(Debug)]
+pub enum Action {
+    /// Publish to the Session's watchers; a `settled` frame also wakes the
+    /// command's long polls.
+    Publish(Event),
+    /// Resolve the tools to offer (connecting MCP servers when due), then
+    /// [`Input::Offered`].
+    Offer,
+    /// Call the model; stream text deltas as `delta` frames of
+    /// [`Turn::head`]; then [`Input::Answered`] or [`Input::Failed`].
+    CallModel {
+        context: Vec<ModelItem>,
+        tools: Vec<ToolSpec>,
+    },
+    /// Run one tool call; then [`Input::ToolDone`] or [`Input::ToolStale`].
+    RunTool(ToolRun),
+    /// The turn headed by `ended` settled and the Session's next turn,
+    /// `started`, was claimed in the same write: it continues in this driver.
+    Next { ended: String, started: String },
+    /// A storage fault or a broken invariant; the turn stops here (its
+    /// claim is durable: the next reconciliation resumes it).
+    Fault(ApiError),
+    /// The turn is over for this driver.
+    Done,
+}
+
+/// One tool call to perform.
+#[derive(Debug, Clone)]
+pub struct ToolRun {
+    pub call: OpenCall,
+    pub work: ToolWork,
+}
+
+/// What performing a call means.
+#[derive(Debug, Clone)]
+pub enum ToolWork {
+    /// A direct tool: an operation, gated by [`OperationCall`].
+    Operation(OperationCall),
+    /// Model code for the sandbox; each guest call is decided by
+    /// [`CallRef::guest_call`] and gated like a direct tool.
+    Execute { code: String, of: CallRef },
+}
+
+/// The input a driver waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Awaiting {
+    Offer,
+    Model,
+    Tool,
+    /// Done: nothing more.
+    Nothing,
+}
+
+/// One running turn of a Session, from its claim to its settlement (and
+/// on to the Session's next turn when its settlement claimed one).
+#[derive(Debug)]
+pub struct Turn {
+    session_id: String,
+    head: String,
+    attempt: u32,
+    policy: TurnPolicy,
+    /// The calls of the current tool step still to close, in call order.
+    calls: VecDeque<OpenCall>,
+    /// What the next model call sees.
+    context: Vec<ModelItem>,
+    offer: Offer,
+    /// The turn's start diagnostics are said.
+    reported: bool,
+    awaiting: Awaiting,
+    actions: VecDeque<Action>,
+}
+
+impl Turn {
+    /// Takes over a claimed turn ([`super::reconcile`]): publishes what the
+    /// claim appended and `started`, then asks for the tools to offer.
+    pub fn new(step: Step, policy: TurnPolicy) -> Turn {
+        let mut turn = Turn {
+            session_id: String::new(),
+            head: String::new(),
+            attempt: 0,
+            policy,
+            calls: VecDeque::new(),
+            context: Vec::new(),
+            offer: Offer::default(),
+            reported: false,
+            awaiting: Awaiting::Offer,
+            actions: VecDeque::new(),
+        };
+        turn.begin(step);
+        turn
+    }
+
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// The head command of the turn running now.
+    pub fn head(&self) -> &str {
+        &self.head
+    }
+
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    pub fn awaiting(&self) -> Awaiting {
+        self.awaiting
+    }
+
+    /// The next action to perform; `None` while an input is awaited.
+    pub fn poll(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// Feeds the outcome of the action performed. Transitions run on `ctx`.
+    pub fn handle(&mut self, ctx: &mut Ctx<'_>, input: Input) {
+        let result = match (self.awaiting, input) {
+            (Awaiting::Nothing, _) => Ok(()),
+            (_, Input::Stopped) => {
+                self.finish();
+                Ok(())
+            }
+            (Awaiting::Offer, Input::Offered(offer)) => self.offered(ctx, offer),
+            (Awaiting::Model, Input::Answered(answer)) => self.answered(ctx, answer),
+            (Awaiting::Model, Input::Failed(error)) => self.failed(ctx, error),
+            (Awaiting::Tool, Input::ToolDone(output)) => self.tool_done(ctx, output),
+            (Awaiting::Tool, Input::ToolStale) => {
+                self.finish();
+                Ok(())
+            }
+            // Not the input awaited: the host's bug; ignore it.
+            _ => Ok(()),
+        };
+        if let Err(e) = result {
+            self.actions.push_back(Action::Fault(e));
+            self.finish();
+        }
+    }
+
+    fn begin(&mut self, step: Step) {
+        self.session_id = step.session_id;
+        self.head = step.command_id;
+        self.attempt = step.attempt;
+        self.context = step.context;
+        self.calls = step.tool_calls.into();
+        self.reported = false;
+        for message in step.appended {
+            self.publish_message(message);
+        }
+        self.publish(Frame::Started {
+            command_id: self.head.clone(),
+            attempt: self.attempt,
+        });
+        self.ask_offer();
+    }
+
+    fn ask_offer(&mut self) {
+        self.awaiting = Awaiting::Offer;
+        self.actions.push_back(Action::Offer);
+    }
+
+    fn finish(&mut self) {
+        self.awaiting = Awaiting::Nothing;
+        self.calls.clear();
+        self.actions.push_back(Action::Done);
+    }
+
+    fn publish(&mut self, frame: Frame) {
+        self.actions.push_back(Action::Publish(Event::Frame(frame)));
+    }
+
+    fn publish_message(&mut self, body: String) {
+        if let Some(frame) = message_frame(body) {
+            self.publish(frame);
+        }
+    }
+
+    fn publish_settled(&mut self, settled: Vec<Settlement>) {
+        self.actions
+            .extend(settled_events(settled).into_iter().map(Action::Publish));
+    }
+
+    fn diagnose(&mut self, diagnostic: String) {
+        self.publish(Frame::Diagnostic {
+            command_id: self.head.clone(),
+            diagnostic,
+        });
+    }
+
+    fn offered(&mut self, ctx: &mut Ctx<'_>, offer: Result<Offer, String>) -> Result<(), ApiError> {
+        let offer = match offer {
+            Ok(offer) => offer,
+            Err(why) => return self.failed(ctx, ModelError::new(false, why)),
+        };
+        if !self.reported {
+            self.reported = true;
+            let execute = offer
+                .toolset
+                .as_ref()
+                .and_then(|t| t.execute_unavailable().map(str::to_owned));
+            if let Some(why) = execute {
+                self.diagnose(why);
+            }
+            for report in &offer.unavailable {
+                self.diagnose(format!(
+                    "MCP server `{}` is unavailable: {}",
+                    report.name, report.reason
+                ));
+            }
+        }
+        self.offer = offer;
+        if self.calls.is_empty() {
+            self.awaiting = Awaiting::Model;
+            let tools = self
+                .offer
+                .toolset
+                .as_ref()
+                .map(|t| t.specs())
+                .unwrap_or_default();
+            self.actions.push_back(Action::CallModel {
+                context: std::mem::take(&mut self.context),
+                tools,
+            });
+            return Ok(());
+        }
+        self.next_call(ctx)
+    }
+
+    fn answered(&mut self, ctx: &mut Ctx<'_>, answer: Answer) -> Result<(), ApiError> {
+        let (session, head, attempt) = (self.session_id.clone(), self.head.clone(), self.attempt);
+        if !answer.tool_calls.is_empty() {
+            let protocol = match &self.offer.toolset {
+                Some(toolset) => toolset.protocol(),
+                None => run_tools::Protocol::new([]),
+            };
+            return match run_tools::record_calls(ctx, &session, &head, attempt, &answer, &protocol)?
+            {
+                CallsOutcome::Run { message, calls } => {
+                    self.publish_message(message);
+                    self.calls = calls.into();
+                    self.next_call(ctx)
+                }
+                CallsOutcome::Settled(settled) => {
+                    self.publish_settled(settled);
+                    self.finish();
+                    Ok(())
+                }
+                CallsOutcome::Stale => {
+                    self.finish();
+                    Ok(())
+                }
+            };
+        }
+        match complete_step(ctx, &session, &head, attempt, &answer)? {
+            StepOutcome::Continue(next) => self.continue_with(next),
+            StepOutcome::Settled {
+                settled,
+                answer,
+                next,
+            } => {
+                self.publish_message(answer);
+                self.publish_settled(settled);
+                match next {
+                    Some(next) => {
+                        self.actions.push_back(Action::Next {
+                            ended: head,
+                            started: next.command_id.clone(),
+                        });
+                        self.begin(next);
+                    }
+                    None => self.finish(),
+                }
+            }
+            StepOutcome::Stale => self.finish(),
+        }
+        Ok(())
+    }
+
+    /// The same turn's next model step (steer prompts may have joined).
+    fn continue_with(&mut self, next: Step) {
+        for message in next.appended {
+            self.publish_message(message);
+        }
+        self.context = next.context;
+        self.ask_offer();
+    }
+
+    fn failed(&mut self, ctx: &mut Ctx<'_>, error: ModelError) -> Result<(), ApiError> {
+        let delay = self.policy.retry.delay_ms(self.attempt);
+        let outcome = fail_attempt(
+            ctx,
+            &self.session_id,
+            &self.head,
+            self.attempt,
+            &Failure {
+                retryable: error.retryable,
+                diagnostic: error.diagnostic.clone(),
+            },
+            self.policy.attempts,
+            delay,
+        )?;
+        let report = |retry_in_ms| {
+            Action::Publish(Event::RuntimeError(RuntimeError {
+                command_id: self.head.clone(),
+                diagnostic: error.diagnostic.clone(),
+                retry_in_ms,
+            }))
+        };
+        match outcome {
+            FailOutcome::Retry { retry_at } => {
+                let action = report(Some(retry_at - ctx.now_ms));
+                self.actions.push_back(action);
+            }
+            FailOutcome::Settled(settled) => {
+                let action = report(None);
+                self.actions.push_back(action);
+                self.publish_settled(settled);
+            }
+            FailOutcome::Stale => {}
+        }
+        self.finish();
+        Ok(())
+    }
+
+    fn tool_done(&mut self, ctx: &mut Ctx<'_>, output: ToolOutput) -> Result<(), ApiError> {
+        let Some(call) = self.calls.pop_front() else {
+            self.finish();
+            return Ok(());
+        };
+        self.record(ctx, &call, &output)
+    }
+
+    /// Records one call's outcome; after the step's last, the next model
+    /// step follows, else the next call.
+    fn record(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        call: &OpenCall,
+        output: &ToolOutput,
+    ) -> Result<(), ApiError> {
+        let recorded = run_tools::record_result(
+            ctx,
+            &self.session_id,
+            &self.head,
+            self.attempt,
+            &call.id,
+            output,
+        )?;
+        match recorded {
+            ResultOutcome::Recorded { message, next } => {
+                self.publish_message(message);
+                match next {
+                    Some(next) => {
+                        self.calls.clear();
+                        self.continue_with(next);
+                        Ok(())
+                    }
+                    None => self.next_call(ctx),
+                }
+            }
+            ResultOutcome::Stale => {
+                self.finish();
+                Ok(())
+            }
+        }
+    }
+
+    /// Closes the step's next open call: answers it at once when it cannot
+    /// run (refused arguments, a tool not offered, an unsafe operation that
+    /// may already have run), else asks the host to run it.
+    fn next_call(&mut self, ctx: &mut Ctx<'_>) -> Result<(), ApiError> {
+        let Some(call) = self.calls.front().cloned() else {
+            // Every call of the step is closed: the model answers them.
+            self.ask_offer();
+            return Ok(());
+        };
+        match self.plan(&call) {
+            Ok(work) => {
+                self.awaiting = Awaiting::Tool;
+                self.actions
+                    .push_back(Action::RunTool(ToolRun { call, work }));
+                Ok(())
+            }
+            Err(output) => {
+                self.calls.pop_front();
+                self.record(ctx, &call, &output)
+            }
+        }
+    }
+
+    fn call_ref(&self, call: &OpenCall) -> CallRef {
+        CallRef {
+            session_id: self.session_id.clone(),
+            command_id: self.head.clone(),
+            attempt: self.attempt,
+            call_id: call.id.clone(),
+        }
+    }
+
+    /// What running `call` means, or the outcome it has without running.
+    fn plan(&self, call: &OpenCall) -> Result<ToolWork, ToolOutput> {
+        if let Some(why) = &call.refused {
+            return Err(ToolOutput::error(why.clone()));
+        }
+        let Some(toolset) = &self.offer.toolset else {
+            return Err(ToolOutput::error(format!(
+                "no tool `{}` is offered",
+                call.name
+            )));
+        };
+        let Some(tool) = toolset.tool(&call.name) else {
+            let offered: Vec<String> = toolset.specs().into_iter().map(|s| s.name).collect();
+            return Err(ToolOutput::error(format!(
+                "no tool `{}` is offered; tools: {}",
+                call.name,
+                offered.join(", ")
+            )));
+        };
+        let replay_safe = match tool {
+            Tool::Direct(_, op) => op.replay_safe,
+            // A run that started no unsafe operation did nothing that
+            // cannot be repeated.
+            Tool::Execute => false,
+        };
+        if run_tools::recovery(call, replay_safe) == Recovery::OutcomeUnknown {
+            return Err(run_tools::outcome_unknown(call));
+        }
+        match tool {
+            Tool::Direct(module, op) => {
+                let args = Value::Object(call.input.clone());
+                if let Err(e) = op.check_arguments(&args) {
+                    return Err(ToolOutput::error(format!("{}: {e}", op.guest_name)));
+                }
+                Ok(ToolWork::Operation(OperationCall::new(
+                    self.call_ref(call),
+                    module,
+                    op,
+                    args,
+                )))
+            }
+            Tool::Execute => match call.input.get("code").and_then(Value::as_str) {
+                Some(code) => Ok(ToolWork::Execute {
+                    code: code.to_owned(),
+                    of: self.call_ref(call),
+                }),
+                None => Err(ToolOutput::error(
+                    "execute: expects {\"code\": \"<JavaScript>\"}",
+                )),
+            },
+        }
+    }
+}

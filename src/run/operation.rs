@@ -1,0 +1,251 @@
+//! One operation call's gate (seed: grants are read at every call): the
+//! decision whether an operation may run, for a direct tool and for each
+//! guest call of an `execute` run alike. The host performs the steps the
+//! gate answers: ask the confirm hook, then invoke the operation.
+//!
+//! ```text
+//! begin(ctx, ..)      -> Refused | Confirm(request) | Invoke | Stale
+//! confirmed(ctx, yes) -> Refused | Invoke | Stale
+//! ```
+//!
+//! Persist, then act: an operation unsafe to replay is marked started on
+//! its call ([`super::tools::mark_started`]) before `Invoke` is answered, so
+//! after a crash it is never run again.
+
+use super::tools::{mark_started, ToolOutput};
+use crate::capability::door::{self, GuestCall, Toolset};
+use crate::capability::{check_payload, parse_payload, Access, Invocation, Module, Operation};
+use crate::grants::{self, AccessConfig, Decision, Needs};
+use crate::session::Ctx;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+/// The tool call an operation runs under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallRef {
+    pub session_id: String,
+    /// The turn's head command, and the attempt that guards its writes.
+    pub command_id: String,
+    pub attempt: u32,
+    pub call_id: String,
+}
+
+/// What one guest call of an `execute` run asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GuestStep {
+    /// Answered without running anything (`forage`, or refused).
+    Reply(Result<Value, String>),
+    /// An operation, through its gate.
+    Operation(OperationCall),
+}
+
+impl CallRef {
+    /// Decodes one `host.call(path, argsJson)` of guest code run under this
+    /// call: discovery is answered here, an operation is gated like a
+    /// direct tool.
+    pub fn guest_call(&self, toolset: &Toolset, path: &str, args_json: &str) -> GuestStep {
+        match toolset.guest_call(path, args_json) {
+            Err(e) => GuestStep::Reply(Err(e)),
+            Ok(GuestCall::Search(query)) => GuestStep::Reply(Ok(toolset.search(&query))),
+            Ok(GuestCall::Describe(path)) => {
+                GuestStep::Reply(toolset.catalog().describe(&path).map_err(|e| e.0))
+            }
+            Ok(GuestCall::Operation(module, op, args)) => {
+                GuestStep::Operation(OperationCall::new(self.clone(), module, op, args))
+            }
+        }
+    }
+}
+
+/// An operation a tool call asks for, with everything its gate reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperationCall {
+    pub of: CallRef,
+    pub module_id: String,
+    /// The operation's source name (what the host or MCP server knows).
+    pub operation: String,
+    /// Its name in guest code and in messages.
+    pub guest_name: String,
+    /// The checked arguments, a JSON object.
+    pub args: Value,
+    pub needs: Needs,
+    pub replay_safe: bool,
+}
+
+/// What the host does next for an operation call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Gate {
+    /// Not run: the model sees why.
+    Refused(String),
+    /// Ask the host's confirm hook with this request (JSON), then
+    /// [`OperationCall::confirmed`].
+    Confirm(String),
+    /// Run it now.
+    Invoke,
+    /// The attempt is no longer current: nothing more of this step may run.
+    Stale,
+}
+
+/// The host's Agent-wide access rules, as a gate reads them.
+#[derive(Debug, Clone, Copy)]
+pub struct Rules<'a> {
+    pub config: &'a AccessConfig,
+    /// Whether the host supplies a confirm hook.
+    pub confirm_hook: bool,
+}
+
+impl OperationCall {
+    pub fn new(of: CallRef, module: &Module, op: &Operation, args: Value) -> OperationCall {
+        OperationCall {
+            of,
+            module_id: module.id.clone(),
+            operation: op.name.clone(),
+            guest_name: op.guest_name.clone(),
+            args,
+            needs: Needs {
+                write: op.access == Access::Write,
+                confirm: op.confirm,
+            },
+            replay_safe: op.replay_safe,
+        }
+    }
+
+    /// Decides the call from the grants read now (Agent default, the
+    /// Session's delivery).
+    pub fn begin(&self, ctx: &mut Ctx<'_>, access: Rules<'_>) -> Gate {
+        let delivered = match grants::delivered(ctx, &self.of.session_id) {
+            Ok(delivered) => delivered,
+            Err(e) => return Gate::Refused(format!("grants unreadable: {e}")),
+        };
+        let decision = grants::decide(
+            &self.module_id,
+            self.needs,
+            access.config,
+            delivered.as_ref(),
+            access.confirm_hook,
+        );
+        if let Decision::Deny(why) = decision {
+            return Gate::Refused(format!(
+                "{}.{} refused: {why}",
+                self.module_id, self.guest_name
+            ));
+        }
+        if self.needs.confirm {
+            return Gate::Confirm(
+                json!({
+                    "sessionId": self.of.session_id,
+                    "commandId": self.of.command_id,
+                    "callId": self.of.call_id,
+                    "module": self.module_id,
+                    "operation": self.operation,
+                    "arguments": self.args,
+                })
+                .to_string(),
+            );
+        }
+        self.start(ctx)
+    }
+
+    /// The confirm hook's answer (`false` for an error or a non-boolean).
+    pub fn confirmed(&self, ctx: &mut Ctx<'_>, yes: bool) -> Gate {
+        if !yes {
+            return Gate::Refused(format!(
+                "{}.{}: the host did not confirm this call",
+                self.module_id, self.guest_name
+            ));
+        }
+        self.start(ctx)
+    }
+
+    fn start(&self, ctx: &mut Ctx<'_>) -> Gate {
+        if self.replay_safe {
+            return Gate::Invoke;
+        }
+        let of = &self.of;
+        let current = mark_started(ctx, &of.session_id, &of.command_id, of.attempt, &of.call_id)
+            .unwrap_or(false);
+        if current {
+            Gate::Invoke
+        } else {
+            Gate::Stale
+        }
+    }
+
+    /// What the host's operation receives about the call.
+    pub fn invocation(&self, now_ms: i64, timeout_ms: u64) -> Invocation {
+        Invocation {
+            execution_id: format!("{}:{}", self.of.command_id, self.of.call_id),
+            session_id: self.of.session_id.clone(),
+            command_id: self.of.command_id.clone(),
+            deadline_ms: now_ms.saturating_add(i64::try_from(timeout_ms).unwrap_or(i64::MAX)),
+        }
+    }
+
+    /// Why the call produced no result in time.
+    pub fn timed_out(&self, timeout_ms: u64) -> String {
+        format!(
+            "{}.{} did not finish within {timeout_ms} ms",
+            self.module_id, self.guest_name
+        )
+    }
+}
+
+/// An operation's reply `{result, data?}` or `{error}`, bounded: the result
+/// and its display data (never shown to the model).
+pub fn operation_reply(reply: &str) -> Result<(Value, Option<Box<RawValue>>), String> {
+    #[derive(Deserialize)]
+    struct Reply {
+        #[serde(default)]
+        result: Option<Value>,
+        #[serde(default)]
+        data: Option<Value>,
+        #[serde(default)]
+        error: Option<String>,
+    }
+    let reply: Reply = serde_json::from_str(reply)
+        .map_err(|e| format!("the operation's reply is not valid: {e}"))?;
+    if let Some(error) = reply.error {
+        return Err(error);
+    }
+    let result = reply.result.unwrap_or(Value::Null);
+    check_payload(&result).map_err(|e| format!("the result {e}"))?;
+    let data = match reply.data {
+        Some(data) => {
+            check_payload(&data).map_err(|e| format!("the display data {e}"))?;
+            RawValue::from_string(data.to_string()).ok()
+        }
+        None => None,
+    };
+    Ok((result, data))
+}
+
+/// The sandbox's reply `{result}` or `{error}` as the model's tool result.
+pub fn execute_reply(reply: &str) -> ToolOutput {
+    match parse_payload(reply) {
+        Err(e) => ToolOutput::error(format!("execute: the result {e}")),
+        Ok(Value::Object(mut reply)) => match (reply.remove("result"), reply.remove("error")) {
+            (_, Some(error)) => ToolOutput::error(match error {
+                Value::String(s) => s,
+                other => other.to_string(),
+            }),
+            (Some(result), None) => result_output(&result, None),
+            (None, None) => result_output(&Value::Null, None),
+        },
+        Ok(_) => {
+            ToolOutput::error("execute: the sandbox replied with something other than an object")
+        }
+    }
+}
+
+/// An operation's result as the model's tool result.
+pub fn result_output(result: &Value, data: Option<Box<RawValue>>) -> ToolOutput {
+    match door::result_content(result) {
+        Ok(content) => ToolOutput {
+            content,
+            is_error: false,
+            data,
+        },
+        Err(e) => ToolOutput::error(e),
+    }
+}

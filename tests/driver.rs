@@ -1,0 +1,722 @@
+//! Whole turns through the turn driver (`run::driver::Turn`) under a
+//! simulated host, as quinn tests a connection pair: one clock, the store
+//! over real SQLite (a crash drops everything in memory and reopens the
+//! file), a scripted model and scripted tools. The simulated host performs
+//! the driver's actions exactly as the wasm host does and decides nothing.
+//! A crash can be injected after any durable transition: every commit past
+//! the chosen one fails, the process "dies", and a fresh one recovers from
+//! the file alone.
+
+use serde_json::{json, Value};
+use shiitake::capability::door::Toolset;
+use shiitake::capability::Catalog;
+use shiitake::grants::AccessConfig;
+use shiitake::http::{handle, HttpRequest};
+use shiitake::model::{Answer, ModelError, ModelItem, RetryPolicy, Role, ToolCall, Usage};
+use shiitake::observe::{Event, Frame};
+use shiitake::run::driver::{Action, Input, Offer, ToolWork, Turn, TurnPolicy};
+use shiitake::run::operation::{result_output, Gate, OperationCall, Rules};
+use shiitake::run::tools::ToolOutput;
+use shiitake::run::{self, Step};
+use shiitake::session::meta::MetaPolicy;
+use shiitake::session::{CounterIds, Ctx};
+use shiitake::sql::native::NativeSql;
+use shiitake::sql::{Row, Sql, SqlError, SqlValue, Write, WriteSet};
+use shiitake::store::{schema, Store};
+use std::cell::Cell;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::rc::Rc;
+
+/// SQLite that can "crash": every commit after the `crash_at`-th fails, as
+/// if the process died right after that one.
+struct Db {
+    inner: NativeSql,
+    commits: Cell<usize>,
+    crash_at: Cell<Option<usize>>,
+    crashed: Cell<bool>,
+}
+
+impl Sql for Db {
+    fn query(&self, sql: &str, params: &[SqlValue]) -> Result<Vec<Row>, SqlError> {
+        self.inner.query(sql, params)
+    }
+
+    fn apply(&self, writes: Vec<Write>) -> Result<(), SqlError> {
+        if self.crashed.get() || self.crash_at.get() == Some(self.commits.get()) {
+            self.crashed.set(true);
+            return Err(SqlError::Engine("the process crashed".into()));
+        }
+        self.inner.apply(writes)?;
+        self.commits.set(self.commits.get() + 1);
+        Ok(())
+    }
+
+    fn write_set(&self) -> &WriteSet {
+        self.inner.write_set()
+    }
+}
+
+/// The process died: everything in memory is gone.
+#[derive(Debug)]
+struct Crashed;
+
+/// A request the host receives while it performs an action.
+#[derive(Clone, Copy)]
+enum When {
+    /// During the model call with this number (1-based, over the whole run).
+    ModelCall(usize),
+    /// During the tool call with this number.
+    ToolCall(usize),
+}
+
+/// What happened outside the process (survives crashes).
+#[derive(Default)]
+struct World {
+    model_calls: usize,
+    tool_calls: usize,
+    /// Model calls that fail (retryably) before any answers.
+    failing_model_calls: usize,
+    /// Call ids under which the unsafe operation took effect.
+    effects: Vec<String>,
+    events: Vec<Event>,
+    /// Requests to make during an action: when, and the command body.
+    interjections: Vec<(When, Value)>,
+}
+
+struct Sim {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    db: Db,
+    ids: CounterIds,
+    now_ms: i64,
+    meta: MetaPolicy,
+    /// Turns claimed at admission, not started: in memory, lost at a crash.
+    fresh: HashSet<String>,
+    toolset: Rc<Toolset>,
+    access: AccessConfig,
+    policy: TurnPolicy,
+    world: World,
+    /// Command ids by request id.
+    commands: HashMap<String, String>,
+}
+
+/// Module `notes`: `add` writes and is unsafe to replay, `list` reads and
+/// is safe to replay; both offered as direct tools.
+fn toolset() -> Rc<Toolset> {
+    let catalog = Catalog::from_json(
+        &json!([{
+            "id": "notes",
+            "operations": [
+                {"name": "add", "description": "Adds a note.", "access": "write",
+                 "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}},
+                {"name": "list", "description": "Lists notes.", "access": "read", "replaySafe": true,
+                 "inputSchema": {"type": "object"}}
+            ]
+        }])
+        .to_string(),
+    )
+    .unwrap();
+    let direct = ["notes.add".to_owned(), "notes.list".to_owned()];
+    Rc::new(Toolset::new(catalog, &direct, Err("no sandbox here".into())).unwrap())
+}
+
+/// The scripted model, a function of what it sees. The current turn is
+/// everything after the last plain assistant answer: a turn that already
+/// called tools is answered `done`; a turn whose last prompt is `go` calls
+/// `add` and `list`; anything else is answered `ok`.
+fn model(context: &[ModelItem]) -> Answer {
+    let start = context
+        .iter()
+        .rposition(|i| matches!(i, ModelItem::Message(m) if m.role == Role::Assistant))
+        .map_or(0, |at| at + 1);
+    let turn = &context[start..];
+    let usage = Some(Usage {
+        input_tokens: 3,
+        output_tokens: 1,
+    });
+    if turn
+        .iter()
+        .any(|i| matches!(i, ModelItem::ToolCalls { .. }))
+    {
+        return Answer::new("done", usage, Vec::new());
+    }
+    let last_prompt = turn.iter().rev().find_map(|i| match i {
+        ModelItem::Message(m) if m.role == Role::User => Some(m.text.as_str()),
+        _ => None,
+    });
+    if last_prompt == Some("go") {
+        let call = |id: &str, name: &str, arguments: &str| ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+        };
+        return Answer::new(
+            "calling",
+            usage,
+            vec![
+                call("c1", "add", r#"{"text":"x"}"#),
+                call("c2", "list", "{}"),
+            ],
+        );
+    }
+    Answer::new("ok", usage, Vec::new())
+}
+
+impl Sim {
+    fn new() -> Sim {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.sqlite");
+        let db = Db {
+            inner: NativeSql::open(&path).unwrap(),
+            commits: Cell::new(0),
+            crash_at: Cell::new(None),
+            crashed: Cell::new(false),
+        };
+        schema::open(&db).unwrap();
+        Sim {
+            _dir: dir,
+            path,
+            db,
+            ids: CounterIds::default(),
+            now_ms: 1_000,
+            meta: MetaPolicy::default(),
+            fresh: HashSet::new(),
+            toolset: toolset(),
+            access: AccessConfig::default(),
+            policy: TurnPolicy::new(RetryPolicy {
+                attempts_max: 5,
+                base_delay_ms: 1_000,
+                max_delay_ms: 4_000,
+            }),
+            world: World::default(),
+            commands: HashMap::new(),
+        }
+    }
+
+    /// Fails every commit after `transitions` more.
+    fn crash_after(&mut self, transitions: usize) {
+        self.db
+            .crash_at
+            .set(Some(self.db.commits.get() + transitions));
+    }
+
+    /// A new process over the same file: nothing of the old one's memory.
+    fn restart(&mut self) {
+        let commits = self.db.commits.get();
+        self.db = Db {
+            inner: NativeSql::open(&self.path).unwrap(),
+            commits: Cell::new(commits),
+            crash_at: Cell::new(None),
+            crashed: Cell::new(false),
+        };
+        schema::open(&self.db).unwrap();
+        self.fresh.clear();
+    }
+
+    fn with_ctx<T>(&mut self, f: impl FnOnce(&mut Ctx<'_>) -> T) -> Result<T, Crashed> {
+        self.now_ms += 1;
+        let mut ctx = Ctx {
+            store: Store::new(&self.db),
+            now_ms: self.now_ms,
+            ids: &mut self.ids,
+            meta: &self.meta,
+        };
+        let out = f(&mut ctx);
+        if self.db.crashed.get() {
+            return Err(Crashed);
+        }
+        Ok(out)
+    }
+
+    /// One HTTP request; its effects are carried out as the wasm host does.
+    /// Answers the status, the body and the turns it stopped.
+    fn request(&mut self, method: &str, path: &str, body: Value) -> (u16, Value, Vec<String>) {
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        let req = HttpRequest {
+            method: method.into(),
+            path: path.into(),
+            query: query.into(),
+            meta: None,
+            body: if body.is_null() {
+                Vec::new()
+            } else {
+                body.to_string().into_bytes()
+            },
+            waited: false,
+        };
+        let response = self
+            .with_ctx(|ctx| handle(ctx, &req))
+            .expect("no crash in a request");
+        let effects = response.effects;
+        for (_, frame) in effects.frames {
+            self.world.events.push(Event::Frame(frame));
+        }
+        if let Some(head) = effects.fresh_turn {
+            self.fresh.insert(head);
+        }
+        let json = response
+            .body
+            .as_deref()
+            .map_or(Value::Null, |b| serde_json::from_str(b).unwrap());
+        (response.status, json, effects.stop_turns)
+    }
+
+    fn command(&mut self, body: Value) -> (u16, Value, Vec<String>) {
+        let (status, json, stopped) = self.request("POST", "/sessions/s/commands", body.clone());
+        if let (Some(request), Some(command)) =
+            (body["requestId"].as_str(), json["commandId"].as_str())
+        {
+            self.commands.insert(request.into(), command.into());
+        }
+        (status, json, stopped)
+    }
+
+    fn prompt(&mut self, request_id: &str, text: &str, delivery: &str) {
+        let (status, json, _) = self.command(json!({
+            "type": "prompt", "requestId": request_id, "text": text, "delivery": delivery
+        }));
+        assert_eq!(status, 200, "{json}");
+    }
+
+    /// Makes the requests due `now`; answers whether one stopped `head`.
+    fn interject(&mut self, now: When, head: &str) -> bool {
+        let due: Vec<Value> = self
+            .world
+            .interjections
+            .iter()
+            .filter(|(when, _)| match (when, now) {
+                (When::ModelCall(a), When::ModelCall(b))
+                | (When::ToolCall(a), When::ToolCall(b)) => *a == b,
+                _ => false,
+            })
+            .map(|(_, body)| body.clone())
+            .collect();
+        let mut stopped = false;
+        for body in due {
+            let (status, json, stops) = self.command(body);
+            assert!(status < 300, "{json}");
+            stopped |= stops.iter().any(|s| s == head);
+        }
+        stopped
+    }
+
+    /// Runs the alarm until no work is due (the clock jumps to each retry
+    /// timer). Every reconciliation pass runs its turns to their end.
+    fn run_until_idle(&mut self) -> Result<(), Crashed> {
+        for _ in 0..100 {
+            let fresh = self.fresh.clone();
+            let attempts = self.policy.attempts;
+            let reconciled = self
+                .with_ctx(|ctx| run::reconcile(ctx, &|_| false, &|h| fresh.contains(h), attempts))?
+                .unwrap();
+            for (_, settlement) in reconciled.settled {
+                self.world
+                    .events
+                    .extend(run::driver::settled_events(vec![settlement]));
+            }
+            if reconciled.steps.is_empty() {
+                match reconciled.next_deadline {
+                    Some(at) => self.now_ms = self.now_ms.max(at),
+                    None => return Ok(()),
+                }
+                continue;
+            }
+            for step in reconciled.steps {
+                self.run_turn(step)?;
+            }
+        }
+        panic!("the run loop did not go idle in 100 passes");
+    }
+
+    /// Performs one turn's driver until it is done.
+    fn run_turn(&mut self, step: Step) -> Result<(), Crashed> {
+        self.fresh.remove(&step.command_id);
+        let mut turn = Turn::new(step, self.policy);
+        loop {
+            let action = turn
+                .poll()
+                .expect("the driver always has an action or is done");
+            let input = match action {
+                Action::Publish(event) => {
+                    self.world.events.push(event);
+                    continue;
+                }
+                Action::Next { .. } => continue,
+                Action::Fault(e) => {
+                    assert!(self.db.crashed.get(), "a fault without a crash: {e}");
+                    return Err(Crashed);
+                }
+                Action::Done => return Ok(()),
+                Action::Offer => Input::Offered(Ok(Offer {
+                    toolset: Some(Rc::clone(&self.toolset)),
+                    unavailable: Vec::new(),
+                })),
+                Action::CallModel { context, tools } => {
+                    assert_eq!(tools.len(), 2, "both direct tools are offered");
+                    self.world.model_calls += 1;
+                    let n = self.world.model_calls;
+                    if self.interject(When::ModelCall(n), turn.head()) {
+                        Input::Stopped
+                    } else if n <= self.world.failing_model_calls {
+                        Input::Failed(ModelError::new(true, "HTTP 503: overloaded"))
+                    } else {
+                        Input::Answered(model(&context))
+                    }
+                }
+                Action::RunTool(run) => {
+                    self.world.tool_calls += 1;
+                    let n = self.world.tool_calls;
+                    let ToolWork::Operation(op) = run.work else {
+                        panic!("no sandbox: execute is never offered")
+                    };
+                    let input = self.operation(&op)?;
+                    if self.interject(When::ToolCall(n), turn.head()) {
+                        Input::Stopped
+                    } else {
+                        input
+                    }
+                }
+            };
+            self.with_ctx(|ctx| turn.handle(ctx, input))?;
+        }
+    }
+
+    /// Performs an operation through its gate, as the wasm host does.
+    fn operation(&mut self, op: &OperationCall) -> Result<Input, Crashed> {
+        let access = self.access.clone();
+        let rules = Rules {
+            config: &access,
+            confirm_hook: false,
+        };
+        let gate = self.with_ctx(|ctx| op.begin(ctx, rules))?;
+        Ok(match gate {
+            Gate::Invoke => {
+                if !op.replay_safe {
+                    self.world.effects.push(op.of.call_id.clone());
+                }
+                Input::ToolDone(result_output(&json!({"ran": op.guest_name}), None))
+            }
+            Gate::Refused(why) => Input::ToolDone(ToolOutput::error(why)),
+            Gate::Confirm(_) => panic!("no operation here asks for confirmation"),
+            Gate::Stale => Input::ToolStale,
+        })
+    }
+
+    /// Runs until idle, restarting after each crash (at most `crashes_max`).
+    fn run_with_recovery(&mut self, crashes_max: usize) -> usize {
+        let mut crashes = 0;
+        while self.run_until_idle().is_err() {
+            crashes += 1;
+            assert!(crashes <= crashes_max, "crashed {crashes} times");
+            self.restart();
+        }
+        crashes
+    }
+
+    fn messages(&mut self) -> Vec<Value> {
+        let (status, json, _) = self.request("GET", "/sessions/s", Value::Null);
+        assert_eq!(status, 200, "{json}");
+        json["messages"].as_array().unwrap().clone()
+    }
+
+    fn settlement(&mut self, request_id: &str) -> Value {
+        let command = self.commands[request_id].clone();
+        let (status, json, _) = self.request(
+            "GET",
+            &format!("/sessions/s/settlement?commandId={command}"),
+            Value::Null,
+        );
+        assert_eq!(status, 200, "{json}");
+        json
+    }
+
+    /// `settled` frames published per command id.
+    fn settled_frames(&self) -> HashMap<String, usize> {
+        let mut counts = HashMap::new();
+        for event in &self.world.events {
+            if let Event::Frame(Frame::Settled { settlement }) = event {
+                *counts.entry(settlement.command_id.clone()).or_default() += 1;
+            }
+        }
+        counts
+    }
+}
+
+/// `(role, text)` of each message.
+fn transcript(messages: &[Value]) -> Vec<(String, String)> {
+    messages
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap().to_owned(),
+                m["text"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn roles(messages: &[Value]) -> Vec<String> {
+    transcript(messages)
+        .into_iter()
+        .map(|(role, _)| role)
+        .collect()
+}
+
+/// A Session with a tool turn (`go`) and a plain turn queued behind it.
+fn two_turns() -> Sim {
+    let mut sim = Sim::new();
+    let (status, json, _) = sim.request("POST", "/sessions", json!({"sessionId": "s"}));
+    assert_eq!(status, 201, "{json}");
+    sim.prompt("p1", "go", "followUp");
+    sim.prompt("p2", "next", "followUp");
+    sim
+}
+
+const TWO_TURNS: [&str; 7] = [
+    "user",
+    "assistant",
+    "tool",
+    "tool",
+    "assistant",
+    "user",
+    "assistant",
+];
+
+#[test]
+fn a_tool_turn_then_the_queued_turn_run_to_one_settlement_each() {
+    let mut sim = two_turns();
+    assert_eq!(sim.run_with_recovery(0), 0);
+    let messages = sim.messages();
+    assert_eq!(roles(&messages), TWO_TURNS);
+    let texts = transcript(&messages);
+    assert_eq!(texts[2].1, r#"{"ran":"add"}"#);
+    assert_eq!(texts[3].1, r#"{"ran":"list"}"#);
+    assert_eq!(texts[4].1, "done");
+    assert_eq!(texts[6].1, "ok");
+    let first = sim.settlement("p1");
+    assert_eq!(first["terminal"], "completed");
+    assert_eq!(first["answer"], "done");
+    assert_eq!(first["toolCallCount"], 2);
+    assert_eq!(first["usage"], json!({"inputTokens": 6, "outputTokens": 2}));
+    assert_eq!(sim.settlement("p2")["answer"], "ok");
+    assert_eq!(sim.world.effects, ["c1"], "the unsafe operation ran once");
+    assert_eq!(sim.world.model_calls, 3);
+    assert!(sim.settled_frames().values().all(|n| *n == 1));
+    // The second turn was claimed by the first one's settling write: no
+    // reconciliation pass between them, one `started` frame each.
+    let started: Vec<u32> = sim
+        .world
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Frame(Frame::Started { attempt, .. }) => Some(*attempt),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started, [1, 1]);
+}
+
+#[test]
+fn a_crash_after_every_durable_transition_settles_each_command_once_and_duplicates_nothing() {
+    let clean = {
+        let mut sim = two_turns();
+        let before = sim.db.commits.get();
+        sim.run_with_recovery(0);
+        sim.db.commits.get() - before
+    };
+    assert!(
+        clean >= 6,
+        "a tool turn and a plain turn take {clean} transitions"
+    );
+    let mut unknown = 0;
+    for at in 0..=clean {
+        let mut sim = two_turns();
+        sim.crash_after(at);
+        let crashes = sim.run_with_recovery(1);
+        let context = format!("crash after transition {at} of {clean}");
+        assert_eq!(crashes, usize::from(at < clean), "{context}");
+        let messages = sim.messages();
+        assert_eq!(roles(&messages), TWO_TURNS, "{context}");
+        let ids: HashSet<&str> = messages
+            .iter()
+            .map(|m| m["entryId"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids.len(), messages.len(), "{context}: a message repeats");
+        let results: Vec<&str> = messages
+            .iter()
+            .filter_map(|m| m["toolCallId"].as_str())
+            .collect();
+        assert_eq!(results, ["c1", "c2"], "{context}: one result per call");
+        for request in ["p1", "p2"] {
+            assert_eq!(
+                sim.settlement(request)["terminal"],
+                "completed",
+                "{context}"
+            );
+        }
+        let settled = sim.settled_frames();
+        assert_eq!(settled.len(), 2, "{context}");
+        assert!(settled.values().all(|n| *n == 1), "{context}: {settled:?}");
+        // The unsafe operation never runs twice; when the crash fell between
+        // its start and its recorded result, the model is told its outcome
+        // is unknown instead of seeing it run again.
+        assert!(sim.world.effects.len() <= 1, "{context}");
+        let add = messages[2]["text"].as_str().unwrap();
+        if add != r#"{"ran":"add"}"# {
+            assert!(add.starts_with("outcome unknown"), "{context}: {add}");
+            unknown += 1;
+        }
+    }
+    // Exactly one crash point falls between the unsafe operation's start
+    // (its own transition) and its recorded result.
+    assert_eq!(unknown, 1, "of {clean} crash points");
+}
+
+#[test]
+fn a_failed_model_call_retries_on_the_durable_timer_then_completes() {
+    let mut sim = two_turns();
+    sim.world.failing_model_calls = 1;
+    let start = sim.now_ms;
+    sim.run_with_recovery(0);
+    let retry: Vec<i64> = sim
+        .world
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::RuntimeError(r) => r.retry_in_ms,
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retry.len(), 1, "one retryable failure reported");
+    assert!(
+        (990..=1_000).contains(&retry[0]),
+        "the base delay: {retry:?}"
+    );
+    assert!(
+        sim.now_ms >= start + 1_000,
+        "the clock waited for the timer"
+    );
+    let started: Vec<u32> = sim
+        .world
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Frame(Frame::Started { attempt, .. }) => Some(*attempt),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        started,
+        [1, 2, 1],
+        "the retry is attempt 2; the next turn starts at 1"
+    );
+    assert_eq!(sim.settlement("p1")["terminal"], "completed");
+    assert_eq!(roles(&sim.messages()), TWO_TURNS);
+}
+
+#[test]
+fn model_failures_past_the_attempt_limit_settle_failed_once() {
+    let mut sim = two_turns();
+    sim.world.failing_model_calls = usize::MAX;
+    sim.run_with_recovery(0);
+    let first = sim.settlement("p1");
+    assert_eq!(first["terminal"], "failed");
+    assert!(first["diagnostic"]
+        .as_str()
+        .unwrap()
+        .contains("attempt 5 of 5"));
+    assert_eq!(
+        sim.world.model_calls, 10,
+        "5 attempts for each of the two turns"
+    );
+    assert!(sim.settled_frames().values().all(|n| *n == 1));
+}
+
+#[test]
+fn a_cancel_during_the_model_call_drops_its_answer_and_the_next_turn_runs() {
+    let mut sim = two_turns();
+    let head = sim.commands["p1"].clone();
+    sim.world.interjections.push((
+        When::ModelCall(1),
+        json!({"type": "cancel", "commandId": head}),
+    ));
+    sim.run_with_recovery(0);
+    assert_eq!(sim.settlement("p1")["terminal"], "cancelled");
+    assert_eq!(sim.settlement("p2")["answer"], "ok");
+    let texts = transcript(&sim.messages());
+    assert_eq!(
+        texts,
+        [
+            ("user".to_owned(), "go".to_owned()),
+            ("user".to_owned(), "next".to_owned()),
+            ("assistant".to_owned(), "ok".to_owned()),
+        ],
+        "the cancelled turn appended nothing after its prompt"
+    );
+    assert!(sim.world.effects.is_empty());
+    assert!(sim.settled_frames().values().all(|n| *n == 1));
+}
+
+#[test]
+fn a_cancel_during_a_tool_call_closes_every_open_call_and_runs_nothing_more() {
+    let mut sim = two_turns();
+    let head = sim.commands["p1"].clone();
+    sim.world.interjections.push((
+        When::ToolCall(1),
+        json!({"type": "cancel", "commandId": head}),
+    ));
+    sim.run_with_recovery(0);
+    assert_eq!(sim.settlement("p1")["terminal"], "cancelled");
+    let messages = sim.messages();
+    let texts = transcript(&messages);
+    assert_eq!(
+        roles(&messages),
+        ["user", "assistant", "tool", "tool", "user", "assistant"]
+    );
+    assert!(
+        texts[2].1.starts_with("outcome unknown"),
+        "the unsafe call had started: {}",
+        texts[2].1
+    );
+    assert!(texts[3].1.starts_with("cancelled"), "{}", texts[3].1);
+    assert_eq!(sim.world.effects, ["c1"]);
+    assert_eq!(sim.world.tool_calls, 1, "the second call never ran");
+}
+
+#[test]
+fn a_steer_sent_during_a_tool_step_joins_the_turn_after_its_results() {
+    let mut sim = two_turns();
+    sim.world.interjections.push((
+        When::ToolCall(1),
+        json!({"type": "prompt", "requestId": "st", "text": "also this", "delivery": "steer"}),
+    ));
+    sim.run_with_recovery(0);
+    let texts = transcript(&sim.messages());
+    let roles: Vec<&str> = texts.iter().map(|(r, _)| r.as_str()).collect();
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "assistant",
+            "tool",
+            "tool",
+            "user",
+            "assistant",
+            "user",
+            "assistant"
+        ]
+    );
+    assert_eq!(
+        texts[4].1, "also this",
+        "the steer follows the step's results"
+    );
+    assert_eq!(texts[5].1, "done");
+    let steer = sim.settlement("st");
+    assert_eq!(steer["terminal"], "completed");
+    assert_eq!(steer["answer"], "done", "the steer settles with its turn");
+    assert_eq!(
+        sim.world.model_calls, 3,
+        "no extra model step for the steer"
+    );
+}
