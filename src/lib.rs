@@ -15,6 +15,7 @@ pub mod capability;
 pub mod error;
 pub mod grants;
 pub mod http;
+pub mod json;
 pub mod limits;
 pub mod mcp;
 pub mod model;

@@ -471,7 +471,8 @@ pub enum StreamEvent {
 
 /// A failed model call. The diagnostic is bounded and holds only what the
 /// provider said, never the key or the request headers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{diagnostic}")]
 pub struct ModelError {
     pub retryable: bool,
     pub diagnostic: String,
@@ -485,12 +486,6 @@ impl ModelError {
             retryable,
             diagnostic: bounded(diagnostic.into()),
         }
-    }
-}
-
-impl fmt::Display for ModelError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.diagnostic)
     }
 }
 
