@@ -24,6 +24,7 @@ pub mod redact;
 pub mod run;
 pub mod session;
 pub mod sql;
+pub mod sse;
 pub mod store;
 
 #[cfg(target_arch = "wasm32")]

@@ -51,6 +51,7 @@ use crate::limits::{
     MCP_RESPONSE_BYTES_MAX, MCP_SESSION_ID_BYTES_MAX, MCP_TOOLS_MAX, MCP_TOOLS_PAGES_MAX,
 };
 use crate::redact::{Secrets, REDACTED};
+use crate::sse::SseError;
 use serde_json::{json, Value};
 use std::fmt;
 use tools::ToolsBuilder;
@@ -145,6 +146,14 @@ pub enum McpError {
     /// A call the connection's state or configuration does not allow.
     #[error("{0}")]
     Usage(String),
+}
+
+impl From<SseError> for McpError {
+    /// Worded as a model stream's error (`provider stream: ...`); the text is
+    /// stable.
+    fn from(e: SseError) -> Self {
+        protocol(format!("malformed event stream: provider stream: {e}"))
+    }
 }
 
 /// `": detail"`, or nothing for an empty detail.

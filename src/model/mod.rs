@@ -17,10 +17,10 @@
 
 mod anthropic;
 mod openai;
-pub(crate) mod sse;
 
 use crate::limits::{ANSWER_BYTES_MAX, DIAGNOSTIC_BYTES_MAX, TOOL_CALLS_PER_STEP_MAX};
 use crate::session::command::Image;
+use crate::sse::{SseDecoder, SseError};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::fmt;
@@ -489,6 +489,12 @@ impl ModelError {
     }
 }
 
+impl From<SseError> for ModelError {
+    fn from(e: SseError) -> Self {
+        ModelError::new(false, format!("provider stream: {e}"))
+    }
+}
+
 /// At most `DIAGNOSTIC_BYTES_MAX` bytes, cut on a char boundary and marked.
 fn bounded(mut text: String) -> String {
     if text.len() > DIAGNOSTIC_BYTES_MAX {
@@ -504,7 +510,7 @@ fn bounded(mut text: String) -> String {
 /// error: the call is over.
 #[derive(Debug)]
 pub struct StreamDecoder {
-    sse: sse::SseDecoder,
+    sse: SseDecoder,
     provider: ProviderDecoder,
     failed: Option<ModelError>,
 }
@@ -518,7 +524,7 @@ enum ProviderDecoder {
 impl StreamDecoder {
     pub fn new(provider: Provider) -> Self {
         StreamDecoder {
-            sse: sse::SseDecoder::default(),
+            sse: SseDecoder::default(),
             provider: match provider {
                 Provider::OpenAi => ProviderDecoder::OpenAi(openai::Decoder::default()),
                 Provider::Anthropic => ProviderDecoder::Anthropic(anthropic::Decoder::default()),
