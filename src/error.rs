@@ -1,154 +1,106 @@
-//! One error type for the whole request boundary. Each variant names its
-//! cause, its HTTP status and its stable `code` once, here (axum-style), so
-//! no handler invents a status of its own and no input can reach a 5xx.
+//! One error type for the whole request boundary. Each variant is one row of
+//! `api_errors!`: its cause, HTTP status, stable `code` and message sit
+//! together (axum's `define_rejection!` style), so no handler invents a
+//! status of its own and no input can reach a 5xx.
 
+use crate::limits::{FENCES_PER_SESSION_MAX, SESSIONS_PER_AGENT_MAX};
 use crate::sql::SqlError;
-use std::fmt;
 
-#[derive(Debug, Clone, PartialEq)]
-pub enum ApiError {
+/// Declares [`ApiError`] from rows
+/// `Variant(fields) => status, "code", "message format", args...;`
+/// and derives `status()`, `code()` and `Display` (thiserror) from them.
+macro_rules! api_errors {
+    ($(
+        $(#[$attr:meta])*
+        $variant:ident $(($($tuple:ty),*))? $({ $($field:ident: $fty:ty),* $(,)? })?
+            => $status:literal, $code:literal, $message:literal $(, $arg:expr)*;
+    )*) => {
+        #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+        pub enum ApiError {
+            $(
+                $(#[$attr])*
+                #[error($message $(, $arg)*)]
+                $variant $(($($tuple),*))? $({ $($field: $fty),* })?,
+            )*
+        }
+
+        impl ApiError {
+            pub fn status(&self) -> u16 {
+                match self {
+                    $(ApiError::$variant { .. } => $status,)*
+                }
+            }
+
+            pub fn code(&self) -> &'static str {
+                match self {
+                    $(ApiError::$variant { .. } => $code,)*
+                }
+            }
+        }
+    };
+}
+
+api_errors! {
     /// 400: the body is not JSON.
-    InvalidJson(String),
+    InvalidJson(String) => 400, "invalid_json", "request body is not valid JSON: {0}";
     /// 400: the body or a path id breaks the command's closed schema or a limit.
-    InvalidRequest(String),
+    InvalidRequest(String) => 400, "invalid_request", "{0}";
     /// 400: a query parameter is malformed or out of range.
-    InvalidQuery(String),
+    InvalidQuery(String) => 400, "invalid_query", "{0}";
     /// 400: the host's `x-shiitake-meta` header is not a JSON value within its cap.
-    InvalidMeta(String),
+    InvalidMeta(String) => 400, "invalid_meta", "{0}";
     /// 404: no route has this path.
-    NotFound,
+    NotFound => 404, "not_found", "no such route";
     /// 404: the Session does not exist.
-    SessionNotFound(String),
+    SessionNotFound(String) => 404, "session_not_found", "session `{0}` does not exist";
     /// 404: the Session never accepted this command.
-    CommandNotFound(String),
+    CommandNotFound(String) => 404, "command_not_found",
+        "command `{0}` was not accepted by this session";
     /// 403: an identity-bound request may not cancel another principal's work.
-    NotOwner(String),
+    NotOwner(String) => 403, "not_owner",
+        "command `{0}` belongs to another principal; only its author (or an unbound owner) may cancel it";
     /// 405: the path exists, the method does not.
-    MethodNotAllowed(&'static str),
+    MethodNotAllowed(&'static str) => 405, "method_not_allowed",
+        "method not allowed; allowed: {0}";
     /// 409: a grant delivery older than the stored version.
-    GrantVersionRefused { stored: u64, delivered: u64 },
+    GrantVersionRefused { stored: u64, delivered: u64 } => 409, "grant_version_refused",
+        "grant version {delivered} is older than the stored version {stored}; versions never move back";
     /// 409: `POST /sessions` with a sessionId that is taken.
-    SessionExists(String),
+    SessionExists(String) => 409, "session_exists", "session `{0}` already exists";
     /// 409: the requestId was admitted with other input.
-    RequestConflict(String),
+    RequestConflict(String) => 409, "request_conflict",
+        "requestId `{0}` was already admitted with different input; use a new requestId";
     /// 409: the requestId was withdrawn; admission is fenced for good.
-    RequestWithdrawn(String),
+    RequestWithdrawn(String) => 409, "request_withdrawn",
+        "requestId `{0}` was withdrawn and can never be admitted; use a new requestId";
     /// 413: the body exceeds the byte cap.
-    PayloadTooLarge { bytes_max: usize },
+    PayloadTooLarge { bytes_max: usize } => 413, "payload_too_large",
+        "request body exceeds {bytes_max} bytes";
     /// 429: the Session's queue is full (count or bytes).
-    QueueFull(String),
+    QueueFull(String) => 429, "queue_full", "{0}";
     /// 429: the Agent holds its maximum number of Sessions.
-    TooManySessions,
+    TooManySessions => 429, "too_many_sessions",
+        "this agent holds {} sessions; delete one first", SESSIONS_PER_AGENT_MAX;
     /// 429: the Session holds its maximum number of withdrawal fences.
-    TooManyFences,
+    TooManyFences => 429, "too_many_fences",
+        "this session holds {} withdrawal fences", FENCES_PER_SESSION_MAX;
     /// 429: too many open watches or parked settlement polls.
-    TooManyObservers,
+    TooManyObservers => 429, "too_many_observers",
+        "too many open watches or settlement polls on this agent; close some and retry";
     /// 503: the host's configuration (metadata schema, identity path) is invalid.
-    HostMisconfigured(String),
+    HostMisconfigured(String) => 503, "host_misconfigured",
+        "the host's configuration is invalid: {0}";
     /// 503: the store was written by another schema version; left untouched.
-    StorageIncompatible(String),
+    StorageIncompatible(String) => 503, "storage_incompatible", "{0}";
     /// 500: a storage fault or a broken invariant. Never caused by input.
-    Internal(String),
+    Internal(String) => 500, "internal_error", "internal error: {0}";
 }
 
 impl ApiError {
-    pub fn status(&self) -> u16 {
-        use ApiError::*;
-        match self {
-            InvalidJson(_) | InvalidRequest(_) | InvalidQuery(_) | InvalidMeta(_) => 400,
-            NotOwner(_) => 403,
-            NotFound | SessionNotFound(_) | CommandNotFound(_) => 404,
-            MethodNotAllowed(_) => 405,
-            SessionExists(_) | RequestConflict(_) | RequestWithdrawn(_) => 409,
-            GrantVersionRefused { .. } => 409,
-            PayloadTooLarge { .. } => 413,
-            QueueFull(_) | TooManySessions | TooManyFences | TooManyObservers => 429,
-            StorageIncompatible(_) | HostMisconfigured(_) => 503,
-            Internal(_) => 500,
-        }
-    }
-
-    pub fn code(&self) -> &'static str {
-        use ApiError::*;
-        match self {
-            InvalidJson(_) => "invalid_json",
-            InvalidRequest(_) => "invalid_request",
-            InvalidQuery(_) => "invalid_query",
-            InvalidMeta(_) => "invalid_meta",
-            NotOwner(_) => "not_owner",
-            NotFound => "not_found",
-            SessionNotFound(_) => "session_not_found",
-            CommandNotFound(_) => "command_not_found",
-            MethodNotAllowed(_) => "method_not_allowed",
-            SessionExists(_) => "session_exists",
-            GrantVersionRefused { .. } => "grant_version_refused",
-            RequestConflict(_) => "request_conflict",
-            RequestWithdrawn(_) => "request_withdrawn",
-            PayloadTooLarge { .. } => "payload_too_large",
-            QueueFull(_) => "queue_full",
-            TooManySessions => "too_many_sessions",
-            TooManyFences => "too_many_fences",
-            TooManyObservers => "too_many_observers",
-            StorageIncompatible(_) => "storage_incompatible",
-            HostMisconfigured(_) => "host_misconfigured",
-            Internal(_) => "internal_error",
-        }
-    }
-
     /// The JSON body `{"error": {"code", "message"}}`.
     pub fn body(&self) -> String {
         serde_json::json!({ "error": { "code": self.code(), "message": self.to_string() } })
             .to_string()
-    }
-}
-
-impl fmt::Display for ApiError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use ApiError::*;
-        match self {
-            InvalidJson(m) => write!(f, "request body is not valid JSON: {m}"),
-            InvalidRequest(m) | InvalidQuery(m) | InvalidMeta(m) | QueueFull(m) => f.write_str(m),
-            NotOwner(id) => write!(
-                f,
-                "command `{id}` belongs to another principal; only its author (or an unbound owner) may cancel it"
-            ),
-            NotFound => f.write_str("no such route"),
-            SessionNotFound(id) => write!(f, "session `{id}` does not exist"),
-            CommandNotFound(id) => write!(f, "command `{id}` was not accepted by this session"),
-            MethodNotAllowed(allowed) => write!(f, "method not allowed; allowed: {allowed}"),
-            SessionExists(id) => write!(f, "session `{id}` already exists"),
-            GrantVersionRefused { stored, delivered } => write!(
-                f,
-                "grant version {delivered} is older than the stored version {stored}; versions never move back"
-            ),
-            RequestConflict(id) => write!(
-                f,
-                "requestId `{id}` was already admitted with different input; use a new requestId"
-            ),
-            RequestWithdrawn(id) => write!(
-                f,
-                "requestId `{id}` was withdrawn and can never be admitted; use a new requestId"
-            ),
-            PayloadTooLarge { bytes_max } => {
-                write!(f, "request body exceeds {bytes_max} bytes")
-            }
-            TooManySessions => write!(
-                f,
-                "this agent holds {} sessions; delete one first",
-                crate::limits::SESSIONS_PER_AGENT_MAX
-            ),
-            TooManyFences => write!(
-                f,
-                "this session holds {} withdrawal fences",
-                crate::limits::FENCES_PER_SESSION_MAX
-            ),
-            TooManyObservers => f.write_str(
-                "too many open watches or settlement polls on this agent; close some and retry",
-            ),
-            StorageIncompatible(m) => f.write_str(m),
-            HostMisconfigured(m) => write!(f, "the host's configuration is invalid: {m}"),
-            Internal(m) => write!(f, "internal error: {m}"),
-        }
     }
 }
 

@@ -15,6 +15,7 @@ pub mod capability;
 pub mod error;
 pub mod grants;
 pub mod http;
+pub mod json;
 pub mod limits;
 pub mod mcp;
 pub mod model;
@@ -23,6 +24,7 @@ pub mod redact;
 pub mod run;
 pub mod session;
 pub mod sql;
+pub mod sse;
 pub mod store;
 
 #[cfg(target_arch = "wasm32")]

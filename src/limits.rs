@@ -41,7 +41,8 @@ pub const TOOL_STEPS_PER_TURN_MAX: u32 = 32;
 /// A tool call id the model chose; a longer (or non-`[A-Za-z0-9_-]`, or
 /// repeated) one is replaced by `call_<n>`.
 pub const TOOL_CALL_ID_BYTES_MAX: usize = 64;
-/// Bytes of one line of a provider's event stream, and of one event's data.
+/// Bytes of one line of an event stream (a model provider's, an MCP
+/// server's), and of one event's data.
 pub const SSE_LINE_BYTES_MAX: usize = 1_048_576;
 /// Bytes of a model-call diagnostic (it reaches storage, watchers and logs).
 pub const DIAGNOSTIC_BYTES_MAX: usize = 1_024;

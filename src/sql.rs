@@ -3,8 +3,6 @@
 //! over SQLite (`rusqlite`). Both speak the same SQLite dialect, so the
 //! queries tested natively are the queries that run in production.
 
-use std::fmt;
-
 /// A SQLite value, as bound to a parameter or read from a column.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SqlValue {
@@ -87,22 +85,13 @@ impl Row {
 
 /// A failure of the SQL engine or of decoding its answer. These are bugs or
 /// infrastructure faults, never the caller's input.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SqlError {
+    #[error("sql engine: {0}")]
     Engine(String),
+    #[error("sql decode: {0}")]
     Decode(String),
 }
-
-impl fmt::Display for SqlError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SqlError::Engine(m) => write!(f, "sql engine: {m}"),
-            SqlError::Decode(m) => write!(f, "sql decode: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for SqlError {}
 
 /// A write statement and its parameters.
 pub type Write = (String, Vec<SqlValue>);

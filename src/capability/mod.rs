@@ -41,20 +41,12 @@ use crate::limits::{
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::fmt;
 
 /// A refused module, catalog or lookup. The message names the field, module
 /// or operation at fault.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct CapabilityError(pub String);
-
-impl fmt::Display for CapabilityError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for CapabilityError {}
 
 fn error<T>(message: String) -> Result<T, CapabilityError> {
     Err(CapabilityError(message))
@@ -254,15 +246,7 @@ fn check_operation_count(id: &str, count: usize) -> Result<(), CapabilityError> 
 }
 
 fn decode<T: for<'de> Deserialize<'de>>(value: Value) -> Result<T, CapabilityError> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if path == "." {
-            CapabilityError(inner.to_string())
-        } else {
-            CapabilityError(format!("{path}: {inner}"))
-        }
-    })
+    crate::json::decode(value).map_err(CapabilityError)
 }
 
 /// One operation's search terms: lower-cased words, sorted, unique.

@@ -53,6 +53,7 @@ use crate::limits::{
     MCP_RESPONSE_BYTES_MAX, MCP_SESSION_ID_BYTES_MAX, MCP_TOOLS_MAX, MCP_TOOLS_PAGES_MAX,
 };
 use crate::redact::{Secrets, REDACTED};
+use crate::sse::SseError;
 use serde_json::{json, Value};
 use std::fmt;
 use tools::ToolsBuilder;
@@ -116,56 +117,55 @@ pub struct McpResponse<'a> {
 
 /// A failed exchange. Messages never hold a credential (see the module
 /// documentation).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum McpError {
     /// A 3xx: redirects are refused (a credential must not follow one).
+    #[error(
+        "MCP server answered HTTP {status}: redirects are refused; configure the \
+         server's final URL"
+    )]
     Redirect { status: u16 },
     /// A 401 or 403: the server refused the configured credentials.
+    #[error(
+        "MCP server refused the credentials (HTTP {status}); check the headers \
+         configured for it"
+    )]
     Credentials { status: u16 },
     /// A 404 for the session id: `start()` again.
+    #[error("MCP session expired (HTTP 404 for the session id); connect again")]
     SessionExpired,
     /// Any other non-2xx status, with the server's JSON-RPC error message
     /// when its body had one.
+    #[error("MCP server answered HTTP {status}{}", after_colon(.detail))]
     Status { status: u16, detail: String },
     /// A JSON-RPC error response: the server's code and (bounded) message.
+    #[error("MCP server error {code}: {message}")]
     Rpc { code: i64, message: String },
     /// A malformed, oversized or unexpected response; an unsupported
     /// protocol version.
+    #[error("MCP protocol error: {0}")]
     Protocol(String),
     /// A call the connection's state or configuration does not allow.
+    #[error("{0}")]
     Usage(String),
 }
 
-impl fmt::Display for McpError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            McpError::Redirect { status } => write!(
-                f,
-                "MCP server answered HTTP {status}: redirects are refused; configure the \
-                 server's final URL"
-            ),
-            McpError::Credentials { status } => write!(
-                f,
-                "MCP server refused the credentials (HTTP {status}); check the headers \
-                 configured for it"
-            ),
-            McpError::SessionExpired => {
-                f.write_str("MCP session expired (HTTP 404 for the session id); connect again")
-            }
-            McpError::Status { status, detail } if detail.is_empty() => {
-                write!(f, "MCP server answered HTTP {status}")
-            }
-            McpError::Status { status, detail } => {
-                write!(f, "MCP server answered HTTP {status}: {detail}")
-            }
-            McpError::Rpc { code, message } => write!(f, "MCP server error {code}: {message}"),
-            McpError::Protocol(message) => write!(f, "MCP protocol error: {message}"),
-            McpError::Usage(message) => f.write_str(message),
-        }
+impl From<SseError> for McpError {
+    /// Worded as a model stream's error (`provider stream: ...`); the text is
+    /// stable.
+    fn from(e: SseError) -> Self {
+        protocol(format!("malformed event stream: provider stream: {e}"))
     }
 }
 
-impl std::error::Error for McpError {}
+/// `": detail"`, or nothing for an empty detail.
+fn after_colon(detail: &str) -> String {
+    if detail.is_empty() {
+        String::new()
+    } else {
+        format!(": {detail}")
+    }
+}
 
 impl McpError {
     fn map_text(self, f: impl Fn(String) -> String) -> McpError {

@@ -462,7 +462,10 @@ fn json_rpc_errors_and_malformed_responses() {
     let e = c
         .tool_result(id, resp(200, "text/event-stream", &[], &huge))
         .unwrap_err();
-    assert!(e.to_string().contains("malformed event stream"), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "MCP protocol error: malformed event stream: provider stream: an SSE line exceeds 1048576 bytes"
+    );
     // Oversized body.
     let over = " ".repeat(crate::limits::MCP_RESPONSE_BYTES_MAX + 1);
     let e = c

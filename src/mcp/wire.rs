@@ -5,7 +5,7 @@ use super::{protocol, McpError, McpResponse};
 use crate::capability::name::shorten;
 use crate::capability::schema::truncate;
 use crate::limits::MCP_RPC_ERROR_BYTES_MAX;
-use crate::model::sse::SseDecoder;
+use crate::sse::SseDecoder;
 use serde_json::Value;
 
 /// One message, classified.
@@ -61,9 +61,7 @@ fn from_json(id: u64, body: &[u8]) -> Result<Value, McpError> {
 }
 
 fn from_stream(id: u64, body: &[u8]) -> Result<Value, McpError> {
-    let events = SseDecoder::default()
-        .push(body)
-        .map_err(|e| protocol(format!("malformed event stream: {}", e.diagnostic)))?;
+    let events = SseDecoder::default().push(body)?;
     let mut mismatch = None;
     for event in events {
         if !matches!(event.event.as_deref(), None | Some("message")) {

@@ -2,11 +2,11 @@
 //! and the event decoder. Events are dispatched on the SSE `event:` name, as
 //! the official SDKs do, so an event added later is ignored unread.
 
-use super::sse::SseEvent;
 use super::{
     parse_data, stream_error, to_json, tool_result_text, Conversation, ModelError, ModelMessage,
     StreamEvent, ToolSpec, Turn, Usage,
 };
+use crate::sse::SseEvent;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;

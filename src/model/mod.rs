@@ -17,10 +17,10 @@
 
 mod anthropic;
 mod openai;
-pub(crate) mod sse;
 
 use crate::limits::{ANSWER_BYTES_MAX, DIAGNOSTIC_BYTES_MAX, TOOL_CALLS_PER_STEP_MAX};
 use crate::session::command::Image;
+use crate::sse::{SseDecoder, SseError};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::fmt;
@@ -473,7 +473,8 @@ pub enum StreamEvent {
 
 /// A failed model call. The diagnostic is bounded and holds only what the
 /// provider said, never the key or the request headers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{diagnostic}")]
 pub struct ModelError {
     pub retryable: bool,
     pub diagnostic: String,
@@ -490,9 +491,9 @@ impl ModelError {
     }
 }
 
-impl fmt::Display for ModelError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.diagnostic)
+impl From<SseError> for ModelError {
+    fn from(e: SseError) -> Self {
+        ModelError::new(false, format!("provider stream: {e}"))
     }
 }
 
@@ -511,7 +512,7 @@ fn bounded(mut text: String) -> String {
 /// error: the call is over.
 #[derive(Debug)]
 pub struct StreamDecoder {
-    sse: sse::SseDecoder,
+    sse: SseDecoder,
     provider: ProviderDecoder,
     failed: Option<ModelError>,
 }
@@ -525,7 +526,7 @@ enum ProviderDecoder {
 impl StreamDecoder {
     pub fn new(provider: Provider) -> Self {
         StreamDecoder {
-            sse: sse::SseDecoder::default(),
+            sse: SseDecoder::default(),
             provider: match provider {
                 Provider::OpenAi => ProviderDecoder::OpenAi(openai::Decoder::default()),
                 Provider::Anthropic => ProviderDecoder::Anthropic(anthropic::Decoder::default()),

@@ -3,11 +3,11 @@
 //! speak the same format with small liberties, tolerated here: `null` for
 //! absent fields, a missing tool-call `index`.
 
-use super::sse::SseEvent;
 use super::{
     parse_data, stream_error, to_json, tool_result_text, Conversation, ModelError, StreamEvent,
     ToolSpec, Turn, Usage,
 };
+use crate::sse::SseEvent;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::borrow::Cow;

@@ -310,6 +310,25 @@ fn diagnostics_are_bounded_on_a_char_boundary() {
 }
 
 #[test]
+fn an_oversized_sse_line_fails_the_call_for_good() {
+    for provider in [Provider::OpenAi, Provider::Anthropic] {
+        let mut decoder = StreamDecoder::new(provider);
+        let line = vec![b'x'; crate::limits::SSE_LINE_BYTES_MAX + 1];
+        let error = decoder.push(&line).unwrap_err();
+        assert!(!error.retryable);
+        assert_eq!(
+            error.diagnostic,
+            "provider stream: an SSE line exceeds 1048576 bytes"
+        );
+        assert_eq!(
+            decoder.push(b"\n\n").unwrap_err(),
+            error,
+            "the call is over"
+        );
+    }
+}
+
+#[test]
 fn retry_policy_delays() {
     let policy = RetryPolicy::default();
     assert_eq!(

@@ -251,15 +251,7 @@ fn from_value<T: for<'de> Deserialize<'de>>(value: serde_json::Value) -> Result<
             "{path}: null is not allowed; omit the field instead"
         )));
     }
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if path == "." {
-            ApiError::InvalidRequest(inner.to_string())
-        } else {
-            ApiError::InvalidRequest(format!("{path}: {inner}"))
-        }
-    })
+    crate::json::decode(value).map_err(ApiError::InvalidRequest)
 }
 
 /// The path of the first `null` object member in `object`, nested objects

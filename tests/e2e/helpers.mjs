@@ -21,6 +21,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { Miniflare } from "miniflare";
+import { SseParser } from "../../js/client.mjs";
 import { startModelServer } from "../support/model-server.mjs";
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
@@ -456,18 +457,19 @@ export class Agent {
 }
 
 /**
- * A Server-Sent Events reader: `next()` gives the next `{event, data}` (data
+ * A watch stream reader over the client's event-stream parser (`SseParser`
+ * of js/client.mjs): `next()` gives the next `{event, data}` (data
  * JSON-parsed when it is JSON; event "message" when the frame names none), or
  * null at the end of the stream, and throws after the timeout. Iterable.
  */
 export class Watch {
   constructor(res, controller, timeoutMs, onClose = () => {}) {
     this.reader = res.body.getReader();
-    this.decoder = new TextDecoder();
+    this.parser = new SseParser();
+    this.decoder = new TextDecoder(); // for `raw`, the text handed to onClose
     this.controller = controller;
     this.timeoutMs = timeoutMs;
     this.onClose = onClose;
-    this.buffer = "";
     this.raw = "";
     this.ready = [];
     this.ended = false;
@@ -512,38 +514,17 @@ export class Watch {
     const { value, done } = await this.reader.read();
     if (done) {
       this.ended = true;
-      this.#parse(true);
-    } else {
-      const text = this.decoder.decode(value, { stream: true });
-      this.raw += text;
-      this.buffer += text;
-      this.#parse(false);
+      this.parser.end();
+      this.raw += this.decoder.decode();
+      return;
     }
-  }
-
-  #parse(final) {
-    this.buffer = this.buffer.replace(/\r\n?/g, "\n");
-    const blocks = this.buffer.split("\n\n");
-    this.buffer = final ? "" : blocks.pop();
-    for (const block of blocks) {
-      let event = "message";
-      const data = [];
-      for (const line of block.split("\n")) {
-        if (line === "" || line.startsWith(":")) continue;
-        const i = line.indexOf(":");
-        const field = i < 0 ? line : line.slice(0, i);
-        let value = i < 0 ? "" : line.slice(i + 1);
-        if (value.startsWith(" ")) value = value.slice(1);
-        if (field === "event") event = value;
-        else if (field === "data") data.push(value);
-      }
-      if (data.length === 0) continue;
-      const text = data.join("\n");
+    this.raw += this.decoder.decode(value, { stream: true });
+    for (const { event, data } of this.parser.push(value)) {
       let parsed;
       try {
-        parsed = JSON.parse(text);
+        parsed = JSON.parse(data);
       } catch {
-        parsed = text;
+        parsed = data;
       }
       this.ready.push({ event, data: parsed });
     }

@@ -3,9 +3,24 @@
 //! Bytes go in at any boundary; whole events come out. Lines are split on
 //! bytes, so a chunk ending inside a UTF-8 sequence is harmless: a line is
 //! decoded only once it is complete. Every buffer is bounded.
+//!
+//! Model providers' streams (`crate::model`) and MCP responses
+//! (`crate::mcp`) both go through it; each maps [`SseError`] into its own
+//! error type.
 
-use super::ModelError;
 use crate::limits::SSE_LINE_BYTES_MAX;
+
+/// A stream the decoder refuses. Invalid UTF-8 is not an error: the
+/// standard decodes with replacement (U+FFFD).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SseError {
+    /// One line (field name and value) is longer than `max` bytes.
+    #[error("an SSE line exceeds {max} bytes")]
+    LineTooLong { max: usize },
+    /// One event's `data:` lines, joined, are longer than `max` bytes.
+    #[error("an SSE event's data exceeds {max} bytes")]
+    DataTooLong { max: usize },
+}
 
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,6 +31,8 @@ pub struct SseEvent {
     pub data: String,
 }
 
+/// Bytes in at any boundary, whole events out. An error ends the stream:
+/// callers push nothing after one.
 #[derive(Debug, Default)]
 pub struct SseDecoder {
     /// The current, incomplete line.
@@ -29,7 +46,7 @@ pub struct SseDecoder {
 }
 
 impl SseDecoder {
-    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, ModelError> {
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, SseError> {
         let mut events = Vec::new();
         let mut rest = bytes;
         while !rest.is_empty() {
@@ -61,15 +78,17 @@ impl SseDecoder {
         Ok(events)
     }
 
-    fn extend_line(&mut self, bytes: &[u8]) -> Result<(), ModelError> {
+    fn extend_line(&mut self, bytes: &[u8]) -> Result<(), SseError> {
         if self.line.len() + bytes.len() > SSE_LINE_BYTES_MAX {
-            return Err(too_long("line"));
+            return Err(SseError::LineTooLong {
+                max: SSE_LINE_BYTES_MAX,
+            });
         }
         self.line.extend_from_slice(bytes);
         Ok(())
     }
 
-    fn process_line(&mut self, line: &[u8], events: &mut Vec<SseEvent>) -> Result<(), ModelError> {
+    fn process_line(&mut self, line: &[u8], events: &mut Vec<SseEvent>) -> Result<(), SseError> {
         if line.is_empty() {
             self.dispatch(events);
             return Ok(());
@@ -87,7 +106,9 @@ impl SseDecoder {
             "event" => self.event = Some(value.to_owned()),
             "data" => {
                 if self.data.len() + value.len() + 1 > SSE_LINE_BYTES_MAX {
-                    return Err(too_long("event's data"));
+                    return Err(SseError::DataTooLong {
+                        max: SSE_LINE_BYTES_MAX,
+                    });
                 }
                 self.data.push_str(value);
                 self.data.push('\n');
@@ -106,13 +127,6 @@ impl SseDecoder {
         data.pop(); // the last line's `\n`
         events.push(SseEvent { event, data });
     }
-}
-
-fn too_long(what: &str) -> ModelError {
-    ModelError::new(
-        false,
-        format!("provider stream: an SSE {what} exceeds {SSE_LINE_BYTES_MAX} bytes"),
-    )
 }
 
 #[cfg(test)]
@@ -185,6 +199,53 @@ mod tests {
     }
 
     #[test]
+    fn any_chunk_boundary_gives_the_same_events() {
+        let stream = "event: a\r\ndata: one 🍄\r\n\r\n: ping\rdata: two\r\rdata: three\n\n";
+        let bytes = stream.as_bytes();
+        let whole = decode(&[bytes]);
+        assert_eq!(
+            whole,
+            vec![ev(Some("a"), "one 🍄"), ev(None, "two"), ev(None, "three")]
+        );
+        for split in 0..=bytes.len() {
+            let (a, b) = bytes.split_at(split);
+            assert_eq!(decode(&[a, b]), whole, "split at {split}");
+        }
+        let singles: Vec<&[u8]> = bytes.chunks(1).collect();
+        assert_eq!(decode(&singles), whole);
+    }
+
+    #[test]
+    fn crlf_split_across_chunks_is_one_line_end() {
+        // `\r` ends one chunk, `\n` starts the next: one line end, not an
+        // empty line, so the event is dispatched once, at the blank line.
+        assert_eq!(
+            decode(&[b"data: a\r", b"\ndata: b\r\n\r", b"\n"]),
+            vec![ev(None, "a\nb")]
+        );
+        let mut decoder = SseDecoder::default();
+        assert_eq!(decoder.push(b"data: a\r").unwrap(), vec![]);
+        assert_eq!(decoder.push(b"\n").unwrap(), vec![], "no dispatch yet");
+        assert_eq!(decoder.push(b"\r").unwrap(), vec![ev(None, "a")]);
+        assert_eq!(
+            decoder.push(b"\n").unwrap(),
+            vec![],
+            "the \\n of that \\r\\n"
+        );
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced_not_refused() {
+        let mut bytes = b"data: a".to_vec();
+        bytes.extend_from_slice(&[0xff, 0xc3]); // a stray byte, a cut sequence
+        bytes.extend_from_slice(b"b\n\n");
+        for split in 0..=bytes.len() {
+            let (a, b) = bytes.split_at(split);
+            assert_eq!(decode(&[a, b]), vec![ev(None, "a\u{fffd}\u{fffd}b")]);
+        }
+    }
+
+    #[test]
     fn a_line_at_the_limit_passes_one_byte_more_fails() {
         let mut decoder = SseDecoder::default();
         let prefix = b"data: ";
@@ -197,8 +258,21 @@ mod tests {
         decoder.push(prefix).unwrap();
         decoder.push(&fill).unwrap();
         let error = decoder.push(b"x").unwrap_err();
-        assert!(!error.retryable);
-        assert!(error.diagnostic.contains("line exceeds"), "{error}");
+        assert_eq!(
+            error,
+            SseError::LineTooLong {
+                max: SSE_LINE_BYTES_MAX
+            }
+        );
+        assert_eq!(error.to_string(), "an SSE line exceeds 1048576 bytes");
+    }
+
+    #[test]
+    fn a_line_over_the_limit_fails_within_one_chunk_too() {
+        let mut line = vec![b'x'; SSE_LINE_BYTES_MAX + 1];
+        line.extend_from_slice(b"\n\n");
+        let error = SseDecoder::default().push(&line).unwrap_err();
+        assert!(matches!(error, SseError::LineTooLong { .. }), "{error}");
     }
 
     #[test]
@@ -213,6 +287,15 @@ mod tests {
             }
         }
         let error = result.unwrap_err();
-        assert!(error.diagnostic.contains("data exceeds"), "{error}");
+        assert_eq!(
+            error,
+            SseError::DataTooLong {
+                max: SSE_LINE_BYTES_MAX
+            }
+        );
+        assert_eq!(
+            error.to_string(),
+            "an SSE event's data exceeds 1048576 bytes"
+        );
     }
 }
