@@ -14,17 +14,11 @@
 //! - a `confirm` operation is refused unless the host supplies a confirm hook.
 
 use crate::error::ApiError;
+use crate::limits::{GRANT_KEYS_MAX, GRANT_KEY_BYTES_MAX, GRANT_VERSION_MAX};
 use crate::session::Ctx;
 use crate::sql::atomically;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-
-/// Keys in one grant map.
-pub const GRANT_KEYS_MAX: usize = 64;
-/// Bytes of one grant key (a module id).
-pub const GRANT_KEY_BYTES_MAX: usize = 64;
-/// Versions are JSON-safe integers.
-pub const GRANT_VERSION_MAX: u64 = 9_007_199_254_740_991;
 
 /// What a grant allows on one module. `write` includes `read`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

@@ -143,3 +143,43 @@ pub const MODEL_ERROR_BODY_BYTES_MAX: usize = 65_536;
 /// Output tokens asked of the model per call unless
 /// `SHIITAKE_MAX_OUTPUT_TOKENS` says otherwise.
 pub const MAX_OUTPUT_TOKENS_DEFAULT: u32 = 4_096;
+/// Calls a turn keeps tied to its stop signal at once (calls of a turn run
+/// one at a time; older, finished ones are let go).
+pub const ADOPTED_CALLS_MAX: usize = 8;
+/// Most turns one reconciliation pass claims; the next pass takes the rest.
+pub const CLAIMS_PER_PASS_MAX: usize = 64;
+
+// Model calls and their retries (seed: retries are durable timers).
+
+/// Tools offered in one model request.
+pub const TOOLS_PER_REQUEST_MAX: usize = 64;
+/// Bytes of a tool name (both providers' rule: `^[a-zA-Z0-9_-]{1,64}$`).
+pub const TOOL_NAME_BYTES_MAX: usize = 64;
+/// Model-call attempts per turn, restarts included, unless
+/// `SHIITAKE_ATTEMPTS_MAX` (at most `ATTEMPTS_MAX`) says otherwise.
+pub const ATTEMPTS_MAX_DEFAULT: u32 = 10;
+pub const ATTEMPTS_MAX: u64 = 100;
+/// The first retry's delay; each next one doubles, up to the cap.
+pub const RETRY_BASE_MS_DEFAULT: u64 = 3_000;
+pub const RETRY_BASE_MS_MAX: u64 = 600_000;
+/// The cap of the retry delay.
+pub const RETRY_MAX_MS_DEFAULT: u64 = 60_000;
+pub const RETRY_MAX_MS_MAX: u64 = 3_600_000;
+/// `SHIITAKE_MAX_OUTPUT_TOKENS` at most.
+pub const MAX_OUTPUT_TOKENS_MAX: u64 = 1_000_000;
+/// The shortest MCP retry interval a host may configure.
+pub const MCP_RETRY_MS_MIN: u64 = 1_000;
+
+// Grants.
+
+/// Keys in one grant map.
+pub const GRANT_KEYS_MAX: usize = 64;
+/// Bytes of one grant key (a module id).
+pub const GRANT_KEY_BYTES_MAX: usize = 64;
+/// Versions are JSON-safe integers.
+pub const GRANT_VERSION_MAX: u64 = 9_007_199_254_740_991;
+
+// Schema error messages.
+
+/// Enum values, or property names, one schema error message lists.
+pub const LISTED_MAX: usize = 20;

@@ -51,8 +51,8 @@
 //! level is level 1). A checked value is first bounded by [`check_payload`].
 
 use crate::limits::{
-    JSON_DEPTH_MAX, SCHEMA_BYTES_MAX, SCHEMA_DEPTH_MAX, SCHEMA_ERRORS_MAX, SCHEMA_ERROR_BYTES_MAX,
-    TOOL_PAYLOAD_BYTES_MAX,
+    JSON_DEPTH_MAX, LISTED_MAX, SCHEMA_BYTES_MAX, SCHEMA_DEPTH_MAX, SCHEMA_ERRORS_MAX,
+    SCHEMA_ERROR_BYTES_MAX, TOOL_PAYLOAD_BYTES_MAX,
 };
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -79,9 +79,6 @@ pub const APPLICATORS: &[&str] = &[
     "unevaluatedProperties",
     "unevaluatedItems",
 ];
-
-/// Enum values, or property names, one error message lists.
-const LISTED_MAX: usize = 20;
 
 /// An operation's input schema: the decoded subset the arguments are checked
 /// against, and the schema as given, for display.

@@ -3,7 +3,10 @@
 //! never stored, logged or echoed.
 
 use super::bindings::{env_string, log_warn};
-use crate::limits::{MAX_OUTPUT_TOKENS_DEFAULT, TOOL_CALL_TIMEOUT_MS};
+use crate::limits::{
+    ATTEMPTS_MAX, MAX_OUTPUT_TOKENS_DEFAULT, MAX_OUTPUT_TOKENS_MAX, RETRY_BASE_MS_MAX,
+    RETRY_MAX_MS_MAX, TOOL_CALL_TIMEOUT_MS,
+};
 use crate::model::{ModelSpec, ProviderConfig, RetryPolicy};
 use crate::redact::Secrets;
 use crate::run::Attempts;
@@ -39,14 +42,14 @@ impl HostConfig {
             model: model(env),
             instructions: env_string(env, "SHIITAKE_INSTRUCTIONS"),
             retry: RetryPolicy {
-                attempts_max: number(env, "SHIITAKE_ATTEMPTS_MAX", 1, 100)
+                attempts_max: number(env, "SHIITAKE_ATTEMPTS_MAX", 1, ATTEMPTS_MAX)
                     .map_or(defaults.attempts_max, |n| n as u32),
-                base_delay_ms: number(env, "SHIITAKE_RETRY_BASE_MS", 1, 600_000)
+                base_delay_ms: number(env, "SHIITAKE_RETRY_BASE_MS", 1, RETRY_BASE_MS_MAX)
                     .unwrap_or(defaults.base_delay_ms),
-                max_delay_ms: number(env, "SHIITAKE_RETRY_MAX_MS", 1, 3_600_000)
+                max_delay_ms: number(env, "SHIITAKE_RETRY_MAX_MS", 1, RETRY_MAX_MS_MAX)
                     .unwrap_or(defaults.max_delay_ms),
             },
-            max_output_tokens: number(env, "SHIITAKE_MAX_OUTPUT_TOKENS", 1, 1_000_000)
+            max_output_tokens: number(env, "SHIITAKE_MAX_OUTPUT_TOKENS", 1, MAX_OUTPUT_TOKENS_MAX)
                 .map_or(MAX_OUTPUT_TOKENS_DEFAULT, |n| n as u32),
             #[cfg(feature = "fault-injection")]
             panic_marker: env_string(env, "SHIITAKE_FAULT_PANIC_MARKER"),

@@ -6,7 +6,7 @@
 
 use super::bindings::{self, log_error};
 use super::{blame, model, Inner};
-use crate::limits::{LOOP_CLAIM_BUDGET_MS, LOOP_NAP_MS_MAX};
+use crate::limits::{ADOPTED_CALLS_MAX, LOOP_CLAIM_BUDGET_MS, LOOP_NAP_MS_MAX};
 use crate::observe::Frame;
 use crate::run::driver::{Action, Input, Turn, TurnPolicy};
 use crate::run::{self, Step};
@@ -18,10 +18,6 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
-
-/// Calls a tool keeps tied to its turn at once (calls of a turn run one at
-/// a time; older, finished ones are let go).
-const ADOPTED_CALLS_MAX: usize = 8;
 
 /// A live turn's handle: the registry keeps it so a cancel can stop it.
 #[derive(Clone)]

@@ -19,7 +19,7 @@ use crate::capability::Catalog;
 use crate::grants::AccessConfig;
 use crate::limits::{
     EXECUTIONS_CONCURRENT_MAX, GUEST_CALLS_PER_EXECUTION_MAX, MCP_CONNECT_TIMEOUT_MS, MCP_RETRY_MS,
-    MCP_RETRY_MS_MAX, TOOL_ABORT_GRACE_MS, TOOL_HEARTBEAT_MS,
+    MCP_RETRY_MS_MAX, MCP_RETRY_MS_MIN, TOOL_ABORT_GRACE_MS, TOOL_HEARTBEAT_MS,
 };
 use crate::mcp::{Hub, OwnTools};
 use crate::run::driver::{Input, Offer, ToolRun, ToolWork};
@@ -105,7 +105,7 @@ impl HostTools {
         let retry_ms = spec
             .mcp_retry_ms
             .unwrap_or(MCP_RETRY_MS)
-            .clamp(1_000, MCP_RETRY_MS_MAX);
+            .clamp(MCP_RETRY_MS_MIN, MCP_RETRY_MS_MAX);
         let hub = Hub::new(own, servers, retry_ms).map_err(|e| format!("tools(): {e}"))?;
         let access = match spec.access {
             Some(access) => AccessConfig::parse(&access.to_string())?,

@@ -18,17 +18,15 @@
 mod anthropic;
 mod openai;
 
-use crate::limits::{ANSWER_BYTES_MAX, DIAGNOSTIC_BYTES_MAX, TOOL_CALLS_PER_STEP_MAX};
+use crate::limits::{
+    ANSWER_BYTES_MAX, ATTEMPTS_MAX_DEFAULT, DIAGNOSTIC_BYTES_MAX, RETRY_BASE_MS_DEFAULT,
+    RETRY_MAX_MS_DEFAULT, TOOLS_PER_REQUEST_MAX, TOOL_CALLS_PER_STEP_MAX, TOOL_NAME_BYTES_MAX,
+};
 use crate::session::command::Image;
 use crate::sse::{SseDecoder, SseError};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::fmt;
-
-/// Tools offered in one model request.
-pub const TOOLS_PER_REQUEST_MAX: usize = 64;
-/// Bytes of a tool name (both providers' rule: `^[a-zA-Z0-9_-]{1,64}$`).
-pub const TOOL_NAME_BYTES_MAX: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Provider {
@@ -809,9 +807,9 @@ pub struct RetryPolicy {
 impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
-            attempts_max: 10,
-            base_delay_ms: 3_000,
-            max_delay_ms: 60_000,
+            attempts_max: ATTEMPTS_MAX_DEFAULT,
+            base_delay_ms: RETRY_BASE_MS_DEFAULT,
+            max_delay_ms: RETRY_MAX_MS_DEFAULT,
         }
     }
 }

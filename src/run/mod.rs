@@ -20,6 +20,7 @@ pub mod settlement;
 pub mod tools;
 
 use crate::error::ApiError;
+use crate::limits::CLAIMS_PER_PASS_MAX;
 use crate::model::{Answer, ModelItem, ModelMessage, Role, ToolCall, Usage};
 use crate::session::admission::prompt_input;
 use crate::session::command::{Image, PromptInput};
@@ -33,8 +34,6 @@ pub use settlement::Settlement;
 
 /// Most messages of the transcript a model call sees (newest kept).
 pub const CONTEXT_MESSAGES_MAX: usize = 200;
-/// Most turns one reconciliation pass claims; the next pass takes the rest.
-pub const CLAIMS_PER_PASS_MAX: usize = 64;
 
 /// One model step to perform: who it is for and what the model sees.
 #[derive(Debug, Clone, PartialEq)]
