@@ -20,12 +20,14 @@ pub mod limits;
 pub mod mcp;
 pub mod model;
 pub mod observe;
+pub mod outbound;
 pub mod redact;
 pub mod run;
 pub mod session;
 pub mod sql;
 pub mod sse;
 pub mod store;
+pub mod text;
 
 #[cfg(target_arch = "wasm32")]
 mod host;

@@ -237,7 +237,7 @@ impl Toolset {
         for module in self.catalog.modules() {
             for op in &module.operations {
                 let summary = op.description.lines().next().unwrap_or("");
-                let summary = &summary[..summary.floor_char_boundary(160)];
+                let summary = crate::text::prefix(summary, 160);
                 let line = format!("\n- {}.{}: {summary}", module.id, op.guest_name);
                 if text.len() + line.len() > EXECUTE_DESCRIPTION_BYTES_MAX - 64 {
                     omitted += 1;

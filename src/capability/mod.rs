@@ -117,7 +117,7 @@ impl Operation {
         let input = InputSchema::decode(&spec.input_schema)
             .or_else(|e| error(format!("inputSchema: {e} (operation `{}`)", spec.name)))?;
         let mut description = spec.description;
-        schema::truncate(&mut description, OPERATION_DESCRIPTION_BYTES_MAX);
+        crate::text::truncate(&mut description, OPERATION_DESCRIPTION_BYTES_MAX);
         Ok(Operation {
             name: spec.name,
             guest_name,
@@ -413,7 +413,7 @@ impl Catalog {
                 "inputSchema": op.input.source(),
             }));
         }
-        let shown = name::shorten(path);
+        let shown = crate::text::shorten(path);
         if let Some(module) = self.module(path) {
             return error(format!(
                 "`{shown}` is a module; its operations: {}",
@@ -426,12 +426,12 @@ impl Catalog {
                 Some(module) => error(format!(
                     "module `{}` has no operation `{}`; its operations: {}",
                     module.id,
-                    name::shorten(guest_name),
+                    crate::text::shorten(guest_name),
                     listing(module.operations.iter().map(|op| op.guest_name.as_str()))
                 )),
                 None => error(format!(
                     "no module `{}`; modules: {modules}",
-                    name::shorten(module_id)
+                    crate::text::shorten(module_id)
                 )),
             },
             None => error(format!(

@@ -106,7 +106,7 @@ pub fn validate_module_id(id: &str) -> Result<(), String> {
     if id.len() > MODULE_ID_BYTES_MAX {
         return Err(format!(
             "module id `{}` is {} bytes; at most {MODULE_ID_BYTES_MAX}",
-            shorten(id),
+            crate::text::shorten(id),
             id.len()
         ));
     }
@@ -138,7 +138,7 @@ pub fn guest_name(source: &str) -> Result<String, String> {
     if source.len() > OPERATION_NAME_BYTES_MAX {
         return Err(format!(
             "operation name `{}` is {} bytes; at most {OPERATION_NAME_BYTES_MAX}",
-            shorten(source),
+            crate::text::shorten(source),
             source.len()
         ));
     }
@@ -173,19 +173,10 @@ pub fn guest_name(source: &str) -> Result<String, String> {
     if is_reserved(&out) {
         return Err(format!(
             "operation name `{}` maps to `{out}`, a reserved word in guest code; rename the operation",
-            shorten(source)
+            crate::text::shorten(source)
         ));
     }
     Ok(out)
-}
-
-/// At most 64 bytes of `s`, cut at a character boundary, for error messages.
-pub(crate) fn shorten(s: &str) -> &str {
-    let mut end = s.len().min(64);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 #[cfg(test)]

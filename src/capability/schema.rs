@@ -544,7 +544,7 @@ fn mismatch(schema: &Schema, expected: &str, got: &Value, at: &str, errors: &mut
 fn push_error(errors: &mut Vec<String>, at: &str, message: String) {
     if errors.len() < SCHEMA_ERRORS_MAX {
         let mut error = format!("{}: {message}", pointer(at));
-        truncate(&mut error, SCHEMA_ERROR_BYTES_MAX);
+        crate::text::truncate(&mut error, SCHEMA_ERROR_BYTES_MAX);
         errors.push(error);
     }
 }
@@ -595,20 +595,6 @@ fn scalar_eq(a: &Value, b: &Value) -> bool {
         },
         _ => a == b,
     }
-}
-
-/// Cuts `s` to at most `max` bytes at a character boundary, ending in `…`.
-pub(crate) fn truncate(s: &mut String, max: usize) {
-    if s.len() <= max {
-        return;
-    }
-    let ellipsis = "…";
-    let mut end = max - ellipsis.len();
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s.truncate(end);
-    s.push_str(ellipsis);
 }
 
 /// Whether `value` nests arrays and objects deeper than `max` (a scalar is

@@ -134,6 +134,27 @@ impl Drop for Sleep {
     }
 }
 
+/// Waits for `work` up to `timeout_ms`; then fires `controller`, gives
+/// the work `grace_ms` to wind down (its abort handlers run), and answers
+/// `None`: it did not end in time, whatever it does now.
+pub async fn within<F: std::future::Future>(
+    work: F,
+    timeout_ms: u64,
+    controller: &web_sys::AbortController,
+    grace_ms: u64,
+) -> Option<F::Output> {
+    use futures::future::{select, Either};
+    let mut work = Box::pin(work);
+    if let Either::Left((done, _)) = select(work.as_mut(), sleep(timeout_ms)).await {
+        return Some(done);
+    }
+    controller.abort();
+    if grace_ms > 0 {
+        let _ = select(work, sleep(grace_ms)).await;
+    }
+    None
+}
+
 pub async fn fetch(request: &web_sys::Request) -> Result<web_sys::Response, JsValue> {
     JsFuture::from(global_fetch(request)).await?.dyn_into()
 }

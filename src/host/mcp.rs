@@ -8,8 +8,9 @@
 
 use super::bindings::{self, error_message, log_warn, JsTools};
 use super::Inner;
-use crate::mcp::{HttpRequest, McpConnection, McpError, McpResponse, McpTools, ServerConfig, Step};
-use futures::future::{join_all, select, Either, LocalBoxFuture, Shared};
+use crate::mcp::{McpConnection, McpError, McpResponse, McpTools, ServerConfig, Step};
+use crate::outbound::Outbound;
+use futures::future::{join_all, LocalBoxFuture, Shared};
 use futures::FutureExt;
 use serde_json::Value;
 use std::cell::RefCell;
@@ -101,20 +102,18 @@ async fn connect_all(
     timeout_ms: u64,
 ) -> Vec<(ServerConfig, Result<(McpConnection, McpTools), String>)> {
     let attempts = configs.into_iter().map(|config| async move {
-        let controller = web_sys::AbortController::new().ok();
-        let signal = controller.as_ref().map(|c| c.signal());
-        let work = connect(js, &config, signal.as_ref());
-        let outcome = match select(Box::pin(work), bindings::sleep(timeout_ms)).await {
-            Either::Left((outcome, _)) => outcome,
-            Either::Right(_) => {
-                if let Some(c) = &controller {
-                    c.abort();
-                }
+        let Ok(controller) = web_sys::AbortController::new() else {
+            return (config, Err("could not start the connection".to_owned()));
+        };
+        let signal = controller.signal();
+        let work = connect(js, &config, Some(&signal));
+        let outcome = bindings::within(work, timeout_ms, &controller, 0)
+            .await
+            .unwrap_or_else(|| {
                 Err(format!(
                     "did not connect and list its tools within {timeout_ms} ms"
                 ))
-            }
-        };
+            });
         (config, outcome)
     });
     join_all(attempts).await
@@ -222,7 +221,7 @@ impl Response {
 /// Performs one request through the host's fetch (`redirect: "manual"`).
 async fn perform(
     js: &JsTools,
-    request: &HttpRequest,
+    request: &Outbound,
     signal: Option<&web_sys::AbortSignal>,
 ) -> Result<Response, McpError> {
     let headers = js_sys::Array::new();

@@ -13,7 +13,6 @@ use crate::model::{
     StreamEvent, ToolRequest, ToolSpec,
 };
 use crate::run::driver::Input;
-use futures::future::{select, Either};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
@@ -57,24 +56,20 @@ async fn attempt(
     };
     let call = build_call_with_tools(provider, &request)?;
     let streamed = stream(&call, spec.provider, stopper, config, on_delta);
-    let deadline = bindings::sleep(MODEL_CALL_TIMEOUT_MS);
-    let outcome = match select(Box::pin(streamed), deadline).await {
-        Either::Left((outcome, _)) => outcome,
-        Either::Right(_) => {
-            stopper.controller.abort();
+    bindings::within(streamed, MODEL_CALL_TIMEOUT_MS, &stopper.controller, 0)
+        .await
+        .unwrap_or_else(|| {
             Err(ModelError::new(
                 true,
                 format!("the model call exceeded {MODEL_CALL_TIMEOUT_MS} ms"),
             ))
-        }
-    };
-    outcome
+        })
 }
 
 // `config` is read only by the fault-injection hook of test builds.
 #[cfg_attr(not(feature = "fault-injection"), allow(unused_variables))]
 async fn stream(
-    call: &crate::model::HttpCall,
+    call: &crate::outbound::Outbound,
     provider: crate::model::Provider,
     stopper: &Stopper,
     config: &HostConfig,

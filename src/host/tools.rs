@@ -248,7 +248,7 @@ impl Inner {
         if let Some(server) = server {
             let signal = controller.signal();
             let called = server.call(&tools.js, &op.operation, &op.args, &signal);
-            let result = bounded(called, controller, timeout_ms)
+            let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
                 .await
                 .ok_or_else(timed_out)?
                 .map_err(Failure::Refused)?;
@@ -263,10 +263,15 @@ impl Inner {
             &invocation,
             &controller.signal(),
         );
-        let reply = bounded(JsFuture::from(reply), controller, timeout_ms)
-            .await
-            .ok_or_else(timed_out)?
-            .map_err(|e| Failure::Refused(error_message(&e)))?;
+        let reply = bindings::within(
+            JsFuture::from(reply),
+            timeout_ms,
+            controller,
+            TOOL_ABORT_GRACE_MS,
+        )
+        .await
+        .ok_or_else(timed_out)?
+        .map_err(|e| Failure::Refused(error_message(&e)))?;
         operation_reply(&reply.as_string().unwrap_or_default()).map_err(Failure::Refused)
     }
 
@@ -321,7 +326,13 @@ impl Inner {
             dispatch.as_ref().unchecked_ref(),
             &controller.signal(),
         ));
-        let reply = bounded(sandbox, controller, self.config.tool_timeout_ms).await;
+        let reply = bindings::within(
+            sandbox,
+            self.config.tool_timeout_ms,
+            controller,
+            TOOL_ABORT_GRACE_MS,
+        )
+        .await;
         tools.executions.set(tools.executions.get() - 1);
         drop(dispatch);
         if run.stale.get() {
@@ -370,7 +381,7 @@ impl Inner {
             },
         };
         run.trace.borrow_mut().push(GuestTrace {
-            path: crate::capability::name::shorten(path).to_owned(),
+            path: crate::text::shorten(path).to_owned(),
             ok: reply.is_ok(),
         });
         match reply {
@@ -387,21 +398,4 @@ struct GuestRun {
     trace: RefCell<Vec<GuestTrace>>,
     stale: Cell<bool>,
     controller: web_sys::AbortController,
-}
-
-/// Waits for `work` up to `timeout_ms`; then fires the call's abort signal,
-/// gives it `TOOL_ABORT_GRACE_MS` to wind down (its abort handlers run), and
-/// answers `None`: it did not end in time, whatever it does now.
-async fn bounded<F: std::future::Future>(
-    work: F,
-    controller: &web_sys::AbortController,
-    timeout_ms: u64,
-) -> Option<F::Output> {
-    let mut work = Box::pin(work);
-    if let Either::Left((done, _)) = select(work.as_mut(), bindings::sleep(timeout_ms)).await {
-        return Some(done);
-    }
-    controller.abort();
-    let _ = select(work, bindings::sleep(TOOL_ABORT_GRACE_MS)).await;
-    None
 }

@@ -1,5 +1,5 @@
 //! An MCP client for the Streamable HTTP transport, sans-IO (issue 5, first
-//! part): [`McpConnection`] produces the [`HttpRequest`]s to make and
+//! part): [`McpConnection`] produces the [`Outbound`]s to make and
 //! consumes the host's [`McpResponse`]s. The host performs every request as
 //! given, with redirects off (`redirect: "manual"`), and reads at most
 //! `MCP_RESPONSE_BYTES_MAX + 1` bytes of a body.
@@ -33,7 +33,7 @@
 //! an error (a bound on the work of one listing).
 //!
 //! Credentials: the host's extra headers go on every request and nowhere
-//! else. [`HttpRequest`]'s and [`McpConnection`]'s `Debug` show no header
+//! else. [`Outbound`]'s and [`McpConnection`]'s `Debug` show no header
 //! value but the protocol's own, and every error message has any extra
 //! header value (whole, or any long fragment of a token in it: see
 //! `crate::redact`) replaced by `<redacted>`, even when a server echoes it.
@@ -52,7 +52,8 @@ use crate::capability::{check_payload, validate_module_id, ModuleSpec};
 use crate::limits::{
     MCP_RESPONSE_BYTES_MAX, MCP_SESSION_ID_BYTES_MAX, MCP_TOOLS_MAX, MCP_TOOLS_PAGES_MAX,
 };
-use crate::redact::{Secrets, REDACTED};
+use crate::outbound::Outbound;
+use crate::redact::Secrets;
 use crate::sse::SseError;
 use serde_json::{json, Value};
 use std::fmt;
@@ -68,43 +69,7 @@ const CONTENT_TYPE: &str = "Content-Type";
 const VERSION_HEADER: &str = "MCP-Protocol-Version";
 const SESSION_HEADER: &str = "Mcp-Session-Id";
 
-/// One HTTP request for the host to make. Its `Debug` redacts every header
-/// value but `Accept`, `Content-Type` and `MCP-Protocol-Version`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct HttpRequest {
-    pub method: String,
-    pub url: String,
-    pub headers: Vec<(String, String)>,
-    pub body: String,
-}
-
-impl fmt::Debug for HttpRequest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let headers: Vec<(&str, &str)> = self
-            .headers
-            .iter()
-            .map(|(name, value)| {
-                let shown = [ACCEPT, CONTENT_TYPE, VERSION_HEADER]
-                    .iter()
-                    .any(|h| h.eq_ignore_ascii_case(name));
-                (name.as_str(), if shown { value.as_str() } else { REDACTED })
-            })
-            .collect();
-        f.debug_struct("HttpRequest")
-            .field("method", &self.method)
-            .field("url", &without_query(&self.url))
-            .field("headers", &headers)
-            .field("body", &self.body)
-            .finish()
-    }
-}
-
-/// The URL up to its query, which may hold a key.
-fn without_query(url: &str) -> &str {
-    url.split(['?', '#']).next().unwrap_or(url)
-}
-
-/// What the host got back for one [`HttpRequest`].
+/// What the host got back for one [`Outbound`].
 #[derive(Debug, Clone, Copy)]
 pub struct McpResponse<'a> {
     pub status: u16,
@@ -206,7 +171,7 @@ pub struct McpTools {
 /// What to do after a handshake or listing response.
 #[derive(Debug)]
 pub enum Step {
-    Send(HttpRequest),
+    Send(Outbound),
     Ready(McpTools),
 }
 
@@ -215,7 +180,7 @@ pub enum Step {
 #[derive(Debug)]
 pub struct ToolCall {
     pub id: u64,
-    pub request: HttpRequest,
+    pub request: Outbound,
 }
 
 #[derive(Debug)]
@@ -255,7 +220,7 @@ impl fmt::Debug for McpConnection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names: Vec<&str> = self.extra_headers.iter().map(|(n, _)| n.as_str()).collect();
         f.debug_struct("McpConnection")
-            .field("url", &without_query(&self.url))
+            .field("url", &crate::outbound::without_query(&self.url))
             .field("module_id", &self.module_id)
             .field("extra_header_names", &names)
             .field("state", &self.state)
@@ -288,7 +253,7 @@ impl McpConnection {
             if !token {
                 return Err(McpError::Usage(format!(
                     "extra header name `{}` is not an HTTP token",
-                    crate::capability::name::shorten(name)
+                    crate::text::shorten(name)
                 )));
             }
             let own = [ACCEPT, CONTENT_TYPE, VERSION_HEADER, SESSION_HEADER]
@@ -331,7 +296,7 @@ impl McpConnection {
     }
 
     /// The `initialize` request; (re)starts the connection from scratch.
-    pub fn start(&mut self) -> HttpRequest {
+    pub fn start(&mut self) -> Outbound {
         self.version = None;
         self.session_id = None;
         let id = self.take_id();
@@ -350,7 +315,7 @@ impl McpConnection {
 
     /// A fresh `tools/list` once ready (e.g. after the server's tools
     /// changed).
-    pub fn list_tools(&mut self) -> Result<HttpRequest, McpError> {
+    pub fn list_tools(&mut self) -> Result<Outbound, McpError> {
         if !matches!(self.state, State::Ready) {
             return Err(McpError::Usage(
                 "MCP connection is not ready to list tools".into(),
@@ -479,7 +444,7 @@ impl McpConnection {
                 return Err(protocol(format!(
                     "server speaks protocol version `{}`; this client supports \
                      {PROTOCOL_VERSION} and {PROTOCOL_VERSION_PREVIOUS}",
-                    crate::capability::name::shorten(other)
+                    crate::text::shorten(other)
                 )))
             }
         });
@@ -505,7 +470,7 @@ impl McpConnection {
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_owned();
-            crate::capability::schema::truncate(&mut s, 256);
+            crate::text::truncate(&mut s, 256);
             s
         };
         self.server = ServerInfo {
@@ -564,7 +529,7 @@ impl McpConnection {
         pages: usize,
         tools: usize,
         builder: ToolsBuilder,
-    ) -> HttpRequest {
+    ) -> Outbound {
         let id = self.take_id();
         let params = match cursor {
             Some(cursor) => json!({ "cursor": cursor }),
@@ -584,7 +549,7 @@ impl McpConnection {
         }))
     }
 
-    fn post(&self, body: Value) -> HttpRequest {
+    fn post(&self, body: Value) -> Outbound {
         let mut headers = vec![
             (
                 ACCEPT.to_owned(),
@@ -599,7 +564,7 @@ impl McpConnection {
             headers.push((SESSION_HEADER.to_owned(), session.clone()));
         }
         headers.extend(self.extra_headers.iter().cloned());
-        HttpRequest {
+        Outbound {
             method: "POST".to_owned(),
             url: self.url.clone(),
             headers,

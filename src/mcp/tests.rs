@@ -43,18 +43,18 @@ fn init_result(version: &str) -> Value {
         "jsonrpc": "2.0", "id": 1})
 }
 
-fn header<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
+fn header<'a>(req: &'a Outbound, name: &str) -> Option<&'a str> {
     req.headers
         .iter()
         .find(|(n, _)| n.eq_ignore_ascii_case(name))
         .map(|(_, v)| v.as_str())
 }
 
-fn body(req: &HttpRequest) -> Value {
+fn body(req: &Outbound) -> Value {
     serde_json::from_str(&req.body).unwrap()
 }
 
-fn send(step: Step) -> HttpRequest {
+fn send(step: Step) -> Outbound {
     match step {
         Step::Send(r) => r,
         Step::Ready(t) => panic!("expected a request, got {t:?}"),
@@ -63,7 +63,7 @@ fn send(step: Step) -> HttpRequest {
 
 /// Initialize (SSE, with a session id) and the 202 for the notification;
 /// returns the first tools/list request.
-fn handshake(c: &mut McpConnection) -> HttpRequest {
+fn handshake(c: &mut McpConnection) -> Outbound {
     let init = c.start();
     assert_eq!(header(&init, "MCP-Protocol-Version"), None);
     let headers = vec![("mcp-session-id".to_string(), SESSION.to_string())];

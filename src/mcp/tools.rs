@@ -1,9 +1,9 @@
 //! MCP tools as capability operations, and tool results as JSON values.
 
 use super::{protocol, McpError};
-use crate::capability::name::shorten;
 use crate::capability::{check_payload, Access, Module, ModuleSpec, Operation, OperationSpec};
 use crate::limits::{MODULE_BYTES_MAX, OPERATIONS_PER_MODULE_MAX};
+use crate::text::shorten;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 

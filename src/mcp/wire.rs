@@ -2,10 +2,10 @@
 //! stream whose events carry JSON-RPC messages.
 
 use super::{protocol, McpError, McpResponse};
-use crate::capability::name::shorten;
-use crate::capability::schema::truncate;
 use crate::limits::MCP_RPC_ERROR_BYTES_MAX;
 use crate::sse::SseDecoder;
+use crate::text::shorten;
+use crate::text::truncate;
 use serde_json::Value;
 
 /// One message, classified.

@@ -22,6 +22,7 @@ use crate::limits::{
     ANSWER_BYTES_MAX, ATTEMPTS_MAX_DEFAULT, DIAGNOSTIC_BYTES_MAX, RETRY_BASE_MS_DEFAULT,
     RETRY_MAX_MS_DEFAULT, TOOLS_PER_REQUEST_MAX, TOOL_CALLS_PER_STEP_MAX, TOOL_NAME_BYTES_MAX,
 };
+use crate::outbound::Outbound;
 use crate::session::command::Image;
 use crate::sse::{SseDecoder, SseError};
 use serde_json::value::RawValue;
@@ -200,30 +201,10 @@ pub struct ToolRequest<'a> {
     pub max_output_tokens: u32,
 }
 
-/// A POST to make. `Debug` hides the header values (they hold the key).
-#[derive(Clone, PartialEq, Eq)]
-pub struct HttpCall {
-    pub url: String,
-    /// Lower-case names.
-    pub headers: Vec<(String, String)>,
-    pub body: String,
-}
-
-impl fmt::Debug for HttpCall {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = self.headers.iter().map(|(name, _)| name.as_str()).collect();
-        f.debug_struct("HttpCall")
-            .field("url", &self.url)
-            .field("header_names", &names)
-            .field("body_bytes", &self.body.len())
-            .finish()
-    }
-}
-
 /// The call for a request without tools. Same bytes as
 /// [`build_call_with_tools`] with no tools and the messages as
 /// [`ModelItem::Message`]s; it cannot fail.
-pub fn build_call(config: &ProviderConfig, req: &ModelRequest) -> HttpCall {
+pub fn build_call(config: &ProviderConfig, req: &ModelRequest) -> Outbound {
     let conversation = Conversation {
         spec: req.spec,
         instructions: req.instructions.filter(|text| !text.is_empty()),
@@ -245,7 +226,7 @@ pub fn build_call(config: &ProviderConfig, req: &ModelRequest) -> HttpCall {
 pub fn build_call_with_tools(
     config: &ProviderConfig,
     req: &ToolRequest,
-) -> Result<HttpCall, ModelError> {
+) -> Result<Outbound, ModelError> {
     let refuse = |diagnostic: String| ModelError::new(false, diagnostic);
     if req.tools.len() > TOOLS_PER_REQUEST_MAX {
         return Err(refuse(format!(
@@ -320,7 +301,7 @@ fn valid_tool_name(name: &str) -> bool {
 }
 
 /// The one place the API key is used.
-fn http_call(config: &ProviderConfig, conversation: &Conversation) -> HttpCall {
+fn http_call(config: &ProviderConfig, conversation: &Conversation) -> Outbound {
     let base = config.base_url.trim_end_matches('/');
     let key = config.api_key.as_deref();
     let mut headers = vec![("content-type".to_owned(), "application/json".to_owned())];
@@ -329,7 +310,8 @@ fn http_call(config: &ProviderConfig, conversation: &Conversation) -> HttpCall {
             if let Some(key) = key {
                 headers.push(("authorization".to_owned(), format!("Bearer {key}")));
             }
-            HttpCall {
+            Outbound {
+                method: "POST".to_owned(),
                 url: format!("{base}/chat/completions"),
                 headers,
                 body: openai::body(conversation),
@@ -340,7 +322,8 @@ fn http_call(config: &ProviderConfig, conversation: &Conversation) -> HttpCall {
                 headers.push(("x-api-key".to_owned(), key.to_owned()));
             }
             headers.push(("anthropic-version".to_owned(), "2023-06-01".to_owned()));
-            HttpCall {
+            Outbound {
+                method: "POST".to_owned(),
                 url: format!("{base}/v1/messages"),
                 headers,
                 body: anthropic::body(conversation),
@@ -497,12 +480,7 @@ impl From<SseError> for ModelError {
 
 /// At most `DIAGNOSTIC_BYTES_MAX` bytes, cut on a char boundary and marked.
 fn bounded(mut text: String) -> String {
-    if text.len() > DIAGNOSTIC_BYTES_MAX {
-        const MARK: &str = "…";
-        let cut = text.floor_char_boundary(DIAGNOSTIC_BYTES_MAX - MARK.len());
-        text.truncate(cut);
-        text.push_str(MARK);
-    }
+    crate::text::truncate(&mut text, DIAGNOSTIC_BYTES_MAX);
     text
 }
 
@@ -673,7 +651,7 @@ pub fn classify_status(status: u16, body: &str) -> ModelError {
     };
     let message = message.trim();
     // Cut before formatting: an HTML error page can be large.
-    let message = &message[..message.floor_char_boundary(DIAGNOSTIC_BYTES_MAX)];
+    let message = crate::text::prefix(message, DIAGNOSTIC_BYTES_MAX);
     if message.is_empty() {
         ModelError::new(retryable, format!("provider answered HTTP {status}"))
     } else {
@@ -700,7 +678,7 @@ fn stream_error(data: &str) -> ModelError {
             .and_then(|code| u16::try_from(code).ok())
             .is_some_and(retryable_status);
     let message = error.message.unwrap_or(data).trim();
-    let message = &message[..message.floor_char_boundary(DIAGNOSTIC_BYTES_MAX)];
+    let message = crate::text::prefix(message, DIAGNOSTIC_BYTES_MAX);
     let diagnostic = match error.kind {
         Some(kind) => format!("provider stream error: {kind}: {message}"),
         None => format!("provider stream error: {message}"),

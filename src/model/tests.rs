@@ -547,7 +547,7 @@ fn tools_named(names: &[&str]) -> Vec<ToolSpec> {
         .collect()
 }
 
-fn try_build(tools: &[ToolSpec], items: &[ModelItem]) -> Vec<Result<HttpCall, ModelError>> {
+fn try_build(tools: &[ToolSpec], items: &[ModelItem]) -> Vec<Result<Outbound, ModelError>> {
     ["openai/m", "anthropic/m"]
         .iter()
         .map(|spelling| {

@@ -226,7 +226,7 @@ mod unique_keys {
                 if object.contains_key(&key) {
                     return Err(de::Error::custom(format_args!(
                         "duplicate key `{}`",
-                        crate::capability::name::shorten(&key)
+                        crate::text::shorten(&key)
                     )));
                 }
                 let value = map.next_value_seed(Value)?;
@@ -261,9 +261,9 @@ fn null_field(object: &serde_json::Map<String, serde_json::Value>, at: &str) -> 
     use serde_json::Value;
     for (key, value) in object {
         let path = if at.is_empty() {
-            crate::capability::name::shorten(key).to_owned()
+            crate::text::shorten(key).to_owned()
         } else {
-            format!("{at}.{}", crate::capability::name::shorten(key))
+            format!("{at}.{}", crate::text::shorten(key))
         };
         let found = match value {
             Value::Null => Some(path.clone()),

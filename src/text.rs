@@ -1,0 +1,44 @@
+//! Bounded text for messages and diagnostics: every cut falls on a
+//! character boundary.
+
+/// Bytes of a name or path quoted in an error message.
+const QUOTED_BYTES_MAX: usize = 64;
+
+/// At most `max` bytes of `s`, cut at a character boundary.
+pub fn prefix(s: &str, max: usize) -> &str {
+    &s[..s.floor_char_boundary(max)]
+}
+
+/// At most 64 bytes of `s`, for quoting a name in an error message.
+pub fn shorten(s: &str) -> &str {
+    prefix(s, QUOTED_BYTES_MAX)
+}
+
+/// Cuts `s` to at most `max` bytes, ending in `…` when it was longer.
+pub fn truncate(s: &mut String, max: usize) {
+    const MARK: &str = "…";
+    if s.len() > max {
+        let cut = s.floor_char_boundary(max.saturating_sub(MARK.len()));
+        s.truncate(cut);
+        s.push_str(MARK);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuts_fall_on_character_boundaries() {
+        assert_eq!(prefix("héllo", 2), "h");
+        assert_eq!(prefix("abc", 10), "abc");
+        let mut s = "ééééé".to_owned();
+        truncate(&mut s, 7);
+        assert_eq!(s, "éé…");
+        assert!(s.len() <= 7);
+        let mut short = "abc".to_owned();
+        truncate(&mut short, 3);
+        assert_eq!(short, "abc");
+        assert_eq!(shorten(&"x".repeat(100)).len(), 64);
+    }
+}
