@@ -1,9 +1,9 @@
 //! The Agent: one Durable Object owning many Sessions. Creating, listing
 //! (paged) and deleting Sessions.
 
+use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::limits::{SESSIONS_PER_AGENT_MAX, SESSION_ID_BYTES_MAX};
-use crate::session::Ctx;
 use crate::sql::atomically;
 use serde::Serialize;
 

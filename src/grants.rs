@@ -13,9 +13,9 @@
 //! - with no access data at all, every tool keeps full access;
 //! - a `confirm` operation is refused unless the host supplies a confirm hook.
 
+use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::limits::{GRANT_KEYS_MAX, GRANT_KEY_BYTES_MAX, GRANT_VERSION_MAX};
-use crate::session::Ctx;
 use crate::sql::atomically;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -4,6 +4,7 @@
 //! body is decided here and tested natively.
 
 use crate::agent;
+use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::limits::{
     BODY_BYTES_MAX, LIST_PAGE_SESSIONS_MAX, PAGE_LIMIT_DEFAULT, READ_PAGE_MESSAGES_MAX,
@@ -12,7 +13,7 @@ use crate::limits::{
 use crate::observe::Frame;
 use crate::run::{self, Settlement};
 use crate::session::command::{self, parse_json, validate_request_id, Command};
-use crate::session::{admission, queue, read, Ctx};
+use crate::session::{admission, queue, read};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 

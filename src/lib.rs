@@ -12,12 +12,14 @@
 
 pub mod agent;
 pub mod capability;
+pub mod ctx;
 pub mod error;
 pub mod grants;
 pub mod http;
 pub mod json;
 pub mod limits;
 pub mod mcp;
+pub mod meta;
 pub mod model;
 pub mod observe;
 pub mod outbound;

@@ -10,16 +10,16 @@
 use serde_json::{json, Value};
 use shiitake::capability::door::Toolset;
 use shiitake::capability::Catalog;
+use shiitake::ctx::{CounterIds, Ctx};
 use shiitake::grants::AccessConfig;
 use shiitake::http::{handle, HttpRequest};
+use shiitake::meta::MetaPolicy;
 use shiitake::model::{Answer, ModelError, ModelItem, RetryPolicy, Role, ToolCall, Usage};
 use shiitake::observe::{Event, Frame};
 use shiitake::run::driver::{Action, Input, Offer, ToolWork, Turn, TurnPolicy};
 use shiitake::run::operation::{result_output, Gate, OperationCall, Rules};
 use shiitake::run::tools::ToolOutput;
 use shiitake::run::{self, Step};
-use shiitake::session::meta::MetaPolicy;
-use shiitake::session::{CounterIds, Ctx};
 use shiitake::sql::native::NativeSql;
 use shiitake::sql::{Row, Sql, SqlError, SqlValue, Write, WriteSet};
 use shiitake::store::{schema, Store};

@@ -6,9 +6,9 @@ mod common;
 
 use common::Harness;
 use serde_json::json;
+use shiitake::meta::MetaPolicy;
 use shiitake::model::Answer;
 use shiitake::run::{complete_step, StepOutcome};
-use shiitake::session::meta::MetaPolicy;
 
 const SCHEMA: &str = r#"{
   "type": "object",

@@ -183,7 +183,7 @@ pub fn env_string(env: &JsValue, name: &str) -> Option<String> {
 #[derive(Debug, Default)]
 pub struct RandomIds;
 
-impl crate::session::IdSource for RandomIds {
+impl crate::ctx::IdSource for RandomIds {
     fn next_id(&mut self, prefix: &str) -> String {
         let mut bytes = [0u8; 12];
         // The platform CSPRNG failing leaves no safe way to mint ids.

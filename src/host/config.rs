@@ -7,10 +7,10 @@ use crate::limits::{
     ATTEMPTS_MAX, MAX_OUTPUT_TOKENS_DEFAULT, MAX_OUTPUT_TOKENS_MAX, RETRY_BASE_MS_MAX,
     RETRY_MAX_MS_MAX, TOOL_CALL_TIMEOUT_MS,
 };
+use crate::meta::MetaPolicy;
 use crate::model::{ModelSpec, ProviderConfig, RetryPolicy};
 use crate::redact::Secrets;
 use crate::run::Attempts;
-use crate::session::meta::MetaPolicy;
 use wasm_bindgen::JsValue;
 
 /// Keys redacted from diagnostics whichever provider is in use.

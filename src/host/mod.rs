@@ -24,12 +24,13 @@ mod sql;
 mod tools;
 mod watch;
 
+use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::grants;
 use crate::limits::PAGE_LIMIT_DEFAULT;
+use crate::meta::MetaPolicy;
 use crate::observe::{Event, Frame};
-use crate::session::meta::MetaPolicy;
-use crate::session::{read, Ctx};
+use crate::session::read;
 use crate::store::{schema, Store};
 use bindings::{log_error, RandomIds};
 use config::HostConfig;

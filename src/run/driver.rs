@@ -26,12 +26,12 @@ use super::{
     complete_step, fail_attempt, Attempts, FailOutcome, Failure, Settlement, Step, StepOutcome,
 };
 use crate::capability::door::{Tool, Toolset};
+use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::mcp::Unavailable;
 use crate::model::{Answer, ModelError, ModelItem, RetryPolicy, ToolSpec};
 use crate::observe::{Event, Frame, RuntimeError};
 use crate::run::operation::{CallRef, OperationCall};
-use crate::session::Ctx;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::collections::VecDeque;

@@ -19,13 +19,13 @@ pub mod operation;
 pub mod settlement;
 pub mod tools;
 
+use crate::ctx::{Ctx, IdSource};
 use crate::error::ApiError;
 use crate::limits::CLAIMS_PER_PASS_MAX;
 use crate::model::{Answer, ModelItem, ModelMessage, Role, ToolCall, Usage};
 use crate::session::admission::prompt_input;
 use crate::session::command::{Image, PromptInput};
 use crate::session::read::{message_body, Message};
-use crate::session::{Ctx, IdSource};
 use crate::sql::atomically;
 use crate::store::{CommandRow, Kind, State, Store, Terminal};
 use serde::Deserialize;

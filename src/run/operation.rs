@@ -15,8 +15,8 @@
 use super::tools::{mark_started, ToolOutput};
 use crate::capability::door::{self, GuestCall, Toolset};
 use crate::capability::{check_payload, parse_payload, Access, Invocation, Module, Operation};
+use crate::ctx::Ctx;
 use crate::grants::{self, AccessConfig, Decision, Needs};
-use crate::session::Ctx;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};

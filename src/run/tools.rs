@@ -12,12 +12,12 @@
 //! fact recovery needs is in the row it already reads.
 
 use super::{join_steers, on_current_turn, settle_turn, Current, Pending, Step};
+use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::limits::{TOOL_CALL_ID_BYTES_MAX, TOOL_STEPS_PER_TURN_MAX};
 use crate::model::{Answer, ToolCall, Usage};
 use crate::run::Settlement;
 use crate::session::read::{message_body, Message};
-use crate::session::Ctx;
 use crate::store::{CommandRow, Store, Terminal};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;

@@ -2,7 +2,7 @@
 //! of an uncertain send, and the withdrawal fence.
 
 use super::command::{OperatorInput, Prompt, PromptInput};
-use super::Ctx;
+use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::limits::{
     FENCES_PER_SESSION_MAX, PENDING_BYTES_PER_SESSION_MAX, PENDING_PER_SESSION_MAX,

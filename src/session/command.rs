@@ -86,7 +86,7 @@ pub struct OperatorInput {
 
 /// Parses and validates one command body.
 pub fn parse(body: &[u8]) -> Result<Command, ApiError> {
-    let mut value = strict_json(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let mut value = crate::json::strict(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
     let object = value
         .as_object_mut()
         .ok_or_else(|| ApiError::InvalidRequest("a command is a JSON object".into()))?;
@@ -156,85 +156,8 @@ pub fn parse(body: &[u8]) -> Result<Command, ApiError> {
 /// Deserialises a JSON body; the error names the offending field.
 pub fn parse_json<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
     // Syntax first, so malformed JSON and schema violations stay distinct.
-    let value = strict_json(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let value = crate::json::strict(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
     from_value(value)
-}
-
-/// Parses JSON text, refusing an object with a repeated key (plain
-/// `serde_json` keeps the last one silently, so `{"type":"prompt",
-/// "type":"operator"}` would be read as an operator line while another
-/// reader, SQLite's `json_extract` among them, sees the first).
-pub(crate) fn strict_json(text: &[u8]) -> Result<serde_json::Value, serde_json::Error> {
-    use serde::de::DeserializeSeed;
-    let mut de = serde_json::Deserializer::from_slice(text);
-    let value = unique_keys::Value.deserialize(&mut de)?;
-    de.end()?;
-    Ok(value)
-}
-
-mod unique_keys {
-    use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
-    use serde_json::{Map, Number};
-    use std::fmt;
-
-    /// A `serde_json::Value` whose objects have distinct keys.
-    pub struct Value;
-
-    impl<'de> DeserializeSeed<'de> for Value {
-        type Value = serde_json::Value;
-        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            d.deserialize_any(self)
-        }
-    }
-
-    impl<'de> Visitor<'de> for Value {
-        type Value = serde_json::Value;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a JSON value")
-        }
-        fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
-            Ok(v.into())
-        }
-        fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-            Ok(v.into())
-        }
-        fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-            Ok(v.into())
-        }
-        fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
-            Ok(Number::from_f64(v).map_or(serde_json::Value::Null, Into::into))
-        }
-        fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-            Ok(v.into())
-        }
-        fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
-            Ok(v.into())
-        }
-        fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok(serde_json::Value::Null)
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            let mut items = Vec::new();
-            while let Some(item) = seq.next_element_seed(Value)? {
-                items.push(item);
-            }
-            Ok(items.into())
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut object = Map::new();
-            while let Some(key) = map.next_key::<String>()? {
-                if object.contains_key(&key) {
-                    return Err(de::Error::custom(format_args!(
-                        "duplicate key `{}`",
-                        crate::text::shorten(&key)
-                    )));
-                }
-                let value = map.next_value_seed(Value)?;
-                object.insert(key, value);
-            }
-            Ok(object.into())
-        }
-    }
 }
 
 fn from_value<T: for<'de> Deserialize<'de>>(value: serde_json::Value) -> Result<T, ApiError> {

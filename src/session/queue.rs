@@ -3,7 +3,7 @@
 
 use super::admission::prompt_input;
 use super::command::Image;
-use super::Ctx;
+use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::run::{settle_with_meta, Settlement};
 use crate::sql::atomically;

@@ -5,7 +5,7 @@
 use super::admission::prompt_input;
 use super::command::Image;
 use super::queue::{pending, raw_json, PendingItem};
-use super::Ctx;
+use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::limits::READ_PAGE_BYTES_MAX;
 use serde::Serialize;

@@ -3,9 +3,9 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 use serde_json::Value;
+use shiitake::ctx::{CounterIds, Ctx};
 use shiitake::http::{handle, HttpRequest};
-use shiitake::session::meta::MetaPolicy;
-use shiitake::session::{CounterIds, Ctx};
+use shiitake::meta::MetaPolicy;
 use shiitake::sql::native::NativeSql;
 use shiitake::store::{schema, Store};
 use std::path::PathBuf;

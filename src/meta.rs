@@ -82,7 +82,7 @@ impl MetaPolicy {
         }
         // A repeated key would let the stored (last-wins) value and SQLite's
         // `json_extract` of the principal disagree.
-        let value = super::command::strict_json(raw.as_bytes())
+        let value = crate::json::strict(raw.as_bytes())
             .map_err(|e| ApiError::InvalidMeta(format!("host metadata is not JSON: {e}")))?;
         if let Some((schemas, index)) = &self.schema {
             if let Err(error) = schemas.validate(&value, *index) {
