@@ -11,9 +11,10 @@ use crate::limits::{
     SETTLEMENT_TIMEOUT_MS_MAX,
 };
 use crate::observe::Frame;
-use crate::run::{self, Settlement};
+use crate::run::cancel;
 use crate::session::command::{self, parse_json, validate_request_id, Command};
 use crate::session::{admission, queue, read};
+use crate::settlement::Settlement;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -233,7 +234,7 @@ fn settlement(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResp
             }
         },
     };
-    let found = run::settlement::read(ctx.store, id, command_id)?;
+    let found = crate::settlement::read(ctx.store, id, command_id)?;
     let park = (found.is_none() && timeout_ms > 0 && !req.waited).then(|| Park {
         command_id: command_id.to_owned(),
         timeout_ms,
@@ -306,12 +307,12 @@ fn command(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpRespons
             command_id,
             only_if_pending,
         }) => {
-            let c = queue::cancel(ctx, id, &command_id, only_if_pending, meta)?;
+            let c = cancel::cancel(ctx, id, &command_id, only_if_pending, meta)?;
             let effects = cancellation_effects(id, c.stopped_turn, c.settled);
             Ok(HttpResponse::json(200, &c.outcome).with(effects))
         }
         Command::Abort(_) => {
-            let c = queue::abort(ctx, id, meta)?;
+            let c = cancel::abort(ctx, id, meta)?;
             let effects = cancellation_effects(id, c.stopped_turn, c.settled);
             Ok(HttpResponse::json(200, &c.outcome).with(effects))
         }

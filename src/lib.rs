@@ -26,10 +26,12 @@ pub mod outbound;
 pub mod redact;
 pub mod run;
 pub mod session;
+pub mod settlement;
 pub mod sql;
 pub mod sse;
 pub mod store;
 pub mod text;
+pub mod transcript;
 
 #[cfg(target_arch = "wasm32")]
 mod host;

@@ -3,7 +3,7 @@
 //! caused them commits (persist, then send); streamed tokens exist only as
 //! frames, never as rows.
 
-use crate::run::Settlement;
+use crate::settlement::Settlement;
 use serde::Serialize;
 use serde_json::value::RawValue;
 

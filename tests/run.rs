@@ -11,7 +11,7 @@ use shiitake::run::{
     complete_step, fail_attempt, next_deadline, reconcile, Attempts, FailOutcome, Failure,
     Reconciled, Step, StepOutcome,
 };
-use shiitake::store::Store;
+use shiitake::store::{Store, Terminal};
 
 const ATTEMPTS: Attempts = Attempts { max: 3 };
 
@@ -570,7 +570,7 @@ fn with_a_single_attempt_a_fresh_turn_still_runs_once() {
         .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| false, one))
         .unwrap();
     assert!(steps.is_empty());
-    assert_eq!(settled[0].1.terminal, "interrupted");
+    assert_eq!(settled[0].1.terminal, Terminal::Interrupted);
 }
 
 #[test]

@@ -11,16 +11,18 @@ use shiitake::http::{handle, HttpRequest};
 use shiitake::limits::TOOL_STEPS_PER_TURN_MAX;
 use shiitake::model::{Answer, ModelItem, ToolCall, Usage};
 use shiitake::observe::Frame;
+use shiitake::run::cancel;
 use shiitake::run::tools::{
-    mark_started, outcome_unknown, record_calls, record_result, recovery, CallsOutcome, Protocol,
-    Recovery, ResultOutcome, ToolOutput,
+    mark_started, outcome_unknown, record_calls, record_result, recovery, CallsOutcome, Recovery,
+    ResultOutcome, ToolOutput,
 };
 use shiitake::run::{
     complete_step, fail_attempt, reconcile, Attempts, FailOutcome, Failure, Reconciled, Step,
     StepOutcome,
 };
-use shiitake::session::queue;
 use shiitake::sql::Sql;
+use shiitake::store::Terminal;
+use shiitake::transcript::Protocol;
 
 const ATTEMPTS: Attempts = Attempts { max: 3 };
 
@@ -288,7 +290,7 @@ fn a_turn_asking_for_tools_past_the_step_bound_fails() {
     let CallsOutcome::Settled(settled) = record(&mut h, &step, &answer) else {
         panic!("the bound did not hold")
     };
-    assert_eq!(settled[0].terminal, "failed");
+    assert_eq!(settled[0].terminal, Terminal::Failed);
     assert_eq!(
         settled[0].tool_call_count, TOOL_STEPS_PER_TURN_MAX,
         "a failed turn still counts its calls"
@@ -609,7 +611,7 @@ fn an_aborted_call_that_started_an_unsafe_operation_ends_outcome_unknown() {
         .with_ctx(|ctx| mark_started(ctx, "s", &step.command_id, step.attempt, "u1"))
         .unwrap());
     h.prompt("s", "queued", "never runs");
-    let aborted = h.with_ctx(|ctx| queue::abort(ctx, "s", None)).unwrap();
+    let aborted = h.with_ctx(|ctx| cancel::abort(ctx, "s", None)).unwrap();
     let counts: Vec<u32> = aborted.settled.iter().map(|s| s.tool_call_count).collect();
     assert_eq!(counts, vec![2, 0], "the queued prompt made no calls");
     // The head's settlement carries the closing messages to publish.
@@ -678,7 +680,7 @@ fn a_tool_turn_interrupted_past_the_attempt_limit_closes_its_calls() {
         .unwrap();
     assert!(steps.is_empty());
     assert_eq!(settled.len(), 1);
-    assert_eq!(settled[0].1.terminal, "interrupted");
+    assert_eq!(settled[0].1.terminal, Terminal::Interrupted);
     assert_eq!(
         settled[0].1.appended.len(),
         2,

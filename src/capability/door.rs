@@ -7,7 +7,7 @@
 use super::{check_payload, parse_payload, CapabilityError, Catalog, Module, Operation};
 use crate::limits::EXECUTE_DESCRIPTION_BYTES_MAX;
 use crate::model::ToolSpec;
-use crate::run::tools::Protocol;
+use crate::transcript::Protocol;
 use serde_json::{json, Value};
 
 /// The name of the door.

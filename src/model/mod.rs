@@ -23,7 +23,6 @@ use crate::limits::{
     RETRY_MAX_MS_DEFAULT, TOOLS_PER_REQUEST_MAX, TOOL_CALLS_PER_STEP_MAX, TOOL_NAME_BYTES_MAX,
 };
 use crate::outbound::Outbound;
-use crate::session::command::Image;
 use crate::sse::{SseDecoder, SseError};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -116,6 +115,15 @@ impl fmt::Debug for ProviderConfig {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .finish()
     }
+}
+
+/// An image of a prompt, as the model receives it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Image {
+    pub media_type: String,
+    /// Base64 image bytes.
+    pub data: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -338,7 +338,7 @@ impl Turn {
         if !answer.tool_calls.is_empty() {
             let protocol = match &self.offer.toolset {
                 Some(toolset) => toolset.protocol(),
-                None => run_tools::Protocol::new([]),
+                None => crate::transcript::Protocol::new([]),
             };
             return match run_tools::record_calls(ctx, &session, &head, attempt, &answer, &protocol)?
             {

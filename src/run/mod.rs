@@ -14,23 +14,23 @@
 //! - a command's settlement is written once (`Store::settle` only leaves
 //!   pending or running).
 
+pub mod cancel;
 pub mod driver;
 pub mod operation;
-pub mod settlement;
 pub mod tools;
 
 use crate::ctx::{Ctx, IdSource};
 use crate::error::ApiError;
 use crate::limits::CLAIMS_PER_PASS_MAX;
+use crate::model::Image;
 use crate::model::{Answer, ModelItem, ModelMessage, Role, ToolCall, Usage};
 use crate::session::admission::prompt_input;
-use crate::session::command::{Image, PromptInput};
-use crate::session::read::{message_body, Message};
+use crate::settlement::Settlement;
 use crate::sql::atomically;
 use crate::store::{CommandRow, Kind, State, Store, Terminal};
+use crate::transcript::{self, message_body, user_message_body, Message, RecordedCall};
 use serde::Deserialize;
 use serde_json::Value;
-pub use settlement::Settlement;
 
 /// Most messages of the transcript a model call sees (newest kept).
 pub const CONTEXT_MESSAGES_MAX: usize = 200;
@@ -261,7 +261,7 @@ pub fn complete_step(
         let answer_id = ids.next_id("msg_");
         let answer_body = message_body(&Message {
             entry_id: &answer_id,
-            role: "assistant",
+            role: transcript::Role::Assistant,
             text: &answer.text,
             request_id: None,
             command_id: Some(command_id),
@@ -567,36 +567,16 @@ pub(crate) struct Pending {
 
 /// The `user` message a prompt becomes when its turn starts.
 fn user_message(command: &CommandRow, now_ms: i64) -> Result<Pending, ApiError> {
+    let input = prompt_input(&command.input)?;
     let body = user_message_body(
         &command.command_id,
         command.request_id.as_deref(),
-        &prompt_input(&command.input)?,
+        &input.text,
+        &input.images,
         command.meta.as_deref(),
         now_ms,
     )?;
     Ok(Pending { body })
-}
-
-/// The stored JSON of a prompt's `user` message.
-pub(crate) fn user_message_body(
-    command_id: &str,
-    request_id: Option<&str>,
-    input: &PromptInput,
-    meta: Option<&str>,
-    now_ms: i64,
-) -> Result<String, ApiError> {
-    message_body(&Message {
-        entry_id: &format!("msg_{command_id}"),
-        role: "user",
-        text: &input.text,
-        request_id,
-        command_id: Some(command_id),
-        images: &input.images,
-        meta: crate::session::read::meta_raw(meta)?,
-        usage: None,
-        created_at: now_ms,
-        ..Default::default()
-    })
 }
 
 /// What the model sees: the newest stored messages plus `unwritten` ones
@@ -678,7 +658,7 @@ struct Stored {
     #[serde(default)]
     images: Vec<Image>,
     #[serde(default)]
-    tool_calls: Vec<tools::RecordedCall>,
+    tool_calls: Vec<RecordedCall>,
     #[serde(default)]
     tool_call_id: Option<String>,
     #[serde(default)]

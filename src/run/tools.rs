@@ -16,9 +16,9 @@ use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::limits::{TOOL_CALL_ID_BYTES_MAX, TOOL_STEPS_PER_TURN_MAX};
 use crate::model::{Answer, ToolCall, Usage};
-use crate::run::Settlement;
-use crate::session::read::{message_body, Message};
+use crate::settlement::Settlement;
 use crate::store::{CommandRow, Store, Terminal};
+use crate::transcript::{message_body, Message, Protocol, RecordedCall, Role};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -97,40 +97,6 @@ pub struct OpenCall {
     /// An operation unsafe to replay started under this call.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub started: bool,
-}
-
-/// A call as the assistant message records it (and the model sees it again).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RecordedCall {
-    pub id: String,
-    pub name: String,
-    pub arguments: Map<String, Value>,
-}
-
-/// The execution protocol of a step (seed: direct tools' names are recorded
-/// in the execution protocol digest): the tool names offered, sorted, and a
-/// digest of them (FNV-1a 64, for change detection, not security).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Protocol {
-    pub tools: Vec<String>,
-    pub digest: String,
-}
-
-impl Protocol {
-    pub fn new<'a>(names: impl IntoIterator<Item = &'a str>) -> Protocol {
-        let mut tools: Vec<String> = names.into_iter().map(str::to_owned).collect();
-        tools.sort();
-        tools.dedup();
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        for byte in tools.iter().flat_map(|t| t.bytes().chain([b'\n'])) {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        Protocol {
-            tools,
-            digest: format!("fnv1a64:{hash:016x}"),
-        }
-    }
 }
 
 /// One call's outcome: `content` is what the model sees; `data` the
@@ -223,7 +189,7 @@ pub fn record_calls(
             .collect();
         let body = message_body(&Message {
             entry_id: &ids.next_id("msg_"),
-            role: "assistant",
+            role: Role::Assistant,
             text: &answer.text,
             command_id: Some(command_id),
             usage: answer.usage,
@@ -328,7 +294,7 @@ pub fn record_result(
         let call = progress.open.remove(at);
         let body = message_body(&Message {
             entry_id: &ids.next_id("msg_"),
-            role: "tool",
+            role: Role::Tool,
             text: &output.content,
             command_id: Some(command_id),
             tool_call_id: Some(&call.id),
@@ -432,7 +398,7 @@ pub(crate) fn close_open_calls(
         let output = ended_output(&call, terminal);
         let body = message_body(&Message {
             entry_id: &format!("msg_{}_{}", head.command_id, call.id),
-            role: "tool",
+            role: Role::Tool,
             text: &output.content,
             command_id: Some(&head.command_id),
             tool_call_id: Some(&call.id),

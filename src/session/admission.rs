@@ -7,7 +7,7 @@ use crate::error::ApiError;
 use crate::limits::{
     FENCES_PER_SESSION_MAX, PENDING_BYTES_PER_SESSION_MAX, PENDING_PER_SESSION_MAX,
 };
-use crate::run::Settlement;
+use crate::settlement::Settlement;
 use crate::sql::atomically;
 use crate::store::{command_id, Kind, NewCommand, State, Terminal};
 use serde::Serialize;
@@ -171,10 +171,11 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Admitted, ApiError> {
                     row.state = State::Running;
                     row.attempt = 1;
                     let input: PromptInput = serde_json::from_str(&a.input).map_err(internal)?;
-                    let body = crate::run::user_message_body(
+                    let body = crate::transcript::user_message_body(
                         &command_id,
                         Some(a.request_id),
-                        &input,
+                        &input.text,
+                        &input.images,
                         a.meta,
                         now_ms,
                     )?;
@@ -192,13 +193,13 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Admitted, ApiError> {
                     Settlement::new(&command_id, Terminal::Completed, None, None).to_json()?;
                 row.settlement = Some(&recorded);
                 let text: OperatorInput = serde_json::from_str(&a.input).map_err(internal)?;
-                let body = super::read::message_body(&super::read::Message {
+                let body = crate::transcript::message_body(&crate::transcript::Message {
                     entry_id: &command_id,
-                    role: "operator",
+                    role: crate::transcript::Role::Operator,
                     text: &text.text,
                     request_id: Some(a.request_id),
                     command_id: Some(&command_id),
-                    meta: super::read::meta_raw(a.meta)?,
+                    meta: crate::transcript::meta_raw(a.meta)?,
                     usage: None,
                     created_at: now_ms,
                     ..Default::default()

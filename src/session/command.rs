@@ -4,6 +4,7 @@
 
 use crate::error::ApiError;
 use crate::limits::{IMAGES_PER_PROMPT_MAX, REQUEST_ID_BYTES_MAX, TEXT_BYTES_MAX};
+use crate::model::Image;
 use serde::{Deserialize, Serialize};
 
 /// One command body. The `type` field selects the variant; each variant is a
@@ -55,14 +56,6 @@ pub struct Prompt {
 pub struct Operator {
     pub request_id: String,
     pub text: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Image {
-    pub media_type: String,
-    /// Base64 image bytes.
-    pub data: String,
 }
 
 const IMAGE_MEDIA_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];

@@ -3,67 +3,12 @@
 //! plus the pending queue and the running command.
 
 use super::admission::prompt_input;
-use super::command::Image;
 use super::queue::{pending, raw_json, PendingItem};
 use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::limits::READ_PAGE_BYTES_MAX;
 use serde::Serialize;
 use serde_json::value::RawValue;
-
-/// A transcript entry, serialised once when written and served as stored.
-/// Roles: `user`, `operator`, `assistant` (with `toolCalls` when the model
-/// called tools) and `tool` (one call's outcome: `text` is what the model
-/// sees, `data` the display payload it never sees).
-#[derive(Debug, Default, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Message<'a> {
-    pub entry_id: &'a str,
-    pub role: &'a str,
-    pub text: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub request_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub command_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "<[Image]>::is_empty")]
-    pub images: &'a [Image],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub meta: Option<&'a RawValue>,
-    /// Token usage of the model step that wrote an assistant message.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub usage: Option<crate::model::Usage>,
-    /// The tool calls of an assistant step, as recorded.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool_calls: Option<&'a [crate::run::tools::RecordedCall]>,
-    /// The execution protocol digest of the step that made the calls.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub protocol: Option<&'a crate::run::tools::Protocol>,
-    /// A `tool` message: the call it answers and the tool's name.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool_call_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool_name: Option<&'a str>,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub is_error: bool,
-    /// A tool's display payload (seed: `SessionMessage.data`): never sent
-    /// to the model, not host metadata, not under the metadata cap.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub data: Option<&'a RawValue>,
-    pub created_at: i64,
-}
-
-/// The JSON body stored for a message.
-pub fn message_body(m: &Message<'_>) -> Result<String, ApiError> {
-    serde_json::to_string(m).map_err(|e| ApiError::Internal(e.to_string()))
-}
-
-/// Raw meta JSON as a borrowed `RawValue` for a [`Message`].
-pub fn meta_raw(meta: Option<&str>) -> Result<Option<&RawValue>, ApiError> {
-    meta.map(|m| {
-        serde_json::from_str::<&RawValue>(m).map_err(|e| ApiError::Internal(e.to_string()))
-    })
-    .transpose()
-}
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -23,7 +23,8 @@ pub enum State {
 }
 
 /// How settled work ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Terminal {
     Completed,
     Failed,

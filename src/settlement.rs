@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct Settlement {
     pub command_id: String,
-    pub terminal: String,
+    pub terminal: Terminal,
     pub answer: Option<String>,
     pub usage: Option<Usage>,
     pub tool_call_count: u32,
@@ -36,7 +36,7 @@ impl Settlement {
     ) -> Self {
         Settlement {
             command_id: command_id.to_owned(),
-            terminal: terminal.as_str().to_owned(),
+            terminal,
             answer: answer.map(|(text, _, _)| text.to_owned()),
             usage: answer.and_then(|(_, usage, _)| usage),
             tool_call_count: answer.map_or(0, |(_, _, n)| n),
