@@ -163,7 +163,7 @@ fn level_name(level: Level) -> &'static str {
 
 /// Stores a Session's delivered grants under the version rules.
 pub fn deliver(ctx: &mut Ctx<'_>, session_id: &str, json: &str) -> Result<Delivered, ApiError> {
-    let delivery: Delivery = crate::session::command::parse_json(json.as_bytes())?;
+    let delivery: Delivery = crate::json::parse_body(json.as_bytes())?;
     if delivery.version > GRANT_VERSION_MAX {
         return Err(ApiError::InvalidRequest(format!(
             "version: at most {GRANT_VERSION_MAX}"

@@ -6,13 +6,14 @@
 use crate::agent;
 use crate::ctx::Ctx;
 use crate::error::ApiError;
+use crate::json::parse_body;
 use crate::limits::{
     BODY_BYTES_MAX, LIST_PAGE_SESSIONS_MAX, PAGE_LIMIT_DEFAULT, READ_PAGE_MESSAGES_MAX,
     SETTLEMENT_TIMEOUT_MS_MAX,
 };
 use crate::observe::Frame;
 use crate::run::cancel;
-use crate::session::command::{self, parse_json, validate_request_id, Command};
+use crate::session::command::{self, validate_request_id, Command};
 use crate::session::{admission, queue, read};
 use crate::settlement::Settlement;
 use serde::{Deserialize, Serialize};
@@ -268,7 +269,7 @@ fn create_session(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, 
     let body: CreateSession = if req.body.iter().all(u8::is_ascii_whitespace) {
         CreateSession { session_id: None }
     } else {
-        parse_json(&req.body)?
+        parse_body(&req.body)?
     };
     let session_id = agent::create_session(ctx, body.session_id.as_deref())?;
     Ok(HttpResponse::json(
@@ -360,7 +361,7 @@ struct Withdraw {
 
 fn withdraw(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResponse, ApiError> {
     Query::parse(&req.query, &[])?;
-    let body: Withdraw = parse_json(&req.body)?;
+    let body: Withdraw = parse_body(&req.body)?;
     validate_request_id(&body.request_id)?;
     Ok(HttpResponse::json(
         200,

@@ -95,10 +95,10 @@ pub fn parse(body: &[u8]) -> Result<Command, ApiError> {
         }
     };
     let command = match kind.as_str() {
-        "prompt" => Command::Prompt(from_value(value)?),
-        "operator" => Command::Operator(from_value(value)?),
-        "cancel" => Command::Cancel(from_value(value)?),
-        "abort" => Command::Abort(from_value(value)?),
+        "prompt" => Command::Prompt(crate::json::from_value(value)?),
+        "operator" => Command::Operator(crate::json::from_value(value)?),
+        "cancel" => Command::Cancel(crate::json::from_value(value)?),
+        "abort" => Command::Abort(crate::json::from_value(value)?),
         other => {
             return Err(ApiError::InvalidRequest(format!(
                 "type: unknown command type `{other}`; expected prompt, operator, cancel or abort"
@@ -144,57 +144,6 @@ pub fn parse(body: &[u8]) -> Result<Command, ApiError> {
         Command::Abort(_) => {}
     }
     Ok(command)
-}
-
-/// Deserialises a JSON body; the error names the offending field.
-pub fn parse_json<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
-    // Syntax first, so malformed JSON and schema violations stay distinct.
-    let value = crate::json::strict(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-    from_value(value)
-}
-
-fn from_value<T: for<'de> Deserialize<'de>>(value: serde_json::Value) -> Result<T, ApiError> {
-    // Bodies are JSON objects (serde would also read a struct from an
-    // array, positionally), and a field is given or omitted: `null` is not
-    // a spelling of "absent".
-    let Some(object) = value.as_object() else {
-        return Err(ApiError::InvalidRequest(
-            "the body must be a JSON object".into(),
-        ));
-    };
-    if let Some(path) = null_field(object, "") {
-        return Err(ApiError::InvalidRequest(format!(
-            "{path}: null is not allowed; omit the field instead"
-        )));
-    }
-    crate::json::decode(value).map_err(ApiError::InvalidRequest)
-}
-
-/// The path of the first `null` object member in `object`, nested objects
-/// and arrays included (array elements that are `null` are left to the
-/// schema).
-fn null_field(object: &serde_json::Map<String, serde_json::Value>, at: &str) -> Option<String> {
-    use serde_json::Value;
-    for (key, value) in object {
-        let path = if at.is_empty() {
-            crate::text::shorten(key).to_owned()
-        } else {
-            format!("{at}.{}", crate::text::shorten(key))
-        };
-        let found = match value {
-            Value::Null => Some(path.clone()),
-            Value::Object(inner) => null_field(inner, &path),
-            Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
-                item.as_object()
-                    .and_then(|inner| null_field(inner, &format!("{path}[{i}]")))
-            }),
-            _ => None,
-        };
-        if found.is_some() {
-            return found;
-        }
-    }
-    None
 }
 
 pub fn validate_request_id(id: &str) -> Result<(), ApiError> {
