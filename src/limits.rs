@@ -28,6 +28,14 @@ pub const PAGE_LIMIT_DEFAULT: usize = 50;
 /// Bytes of message payload in one Session read page; a page always holds at
 /// least one message so a reader can make progress.
 pub const READ_PAGE_BYTES_MAX: usize = 1_048_576;
+/// Messages of the transcript one model call sees (the newest).
+pub const CONTEXT_MESSAGES_MAX: usize = 200;
+/// Bytes of stored messages (their JSON bodies) one model context is built
+/// from; past it the oldest whole turns are left out (`src/run/context.rs`).
+/// 4 MiB of text is roughly a million tokens, the largest provider windows,
+/// while the bodies, their parsed form and the provider request built from
+/// them (about three copies) stay a tenth of a 128 MiB Worker.
+pub const CONTEXT_BYTES_MAX: usize = 4_194_304;
 /// Sessions in one list page.
 pub const LIST_PAGE_SESSIONS_MAX: usize = 200;
 /// Bytes of one streamed model answer: its text plus every tool call's id,

@@ -27,7 +27,6 @@ use crate::session::{Ctx, IdSource};
 use crate::sql::atomically;
 use crate::store::{CommandRow, Kind, State, Store, Terminal};
 pub(crate) use context::context;
-pub use context::CONTEXT_MESSAGES_MAX;
 pub use settlement::{Settlement, TokenUsage};
 
 /// Most turns one reconciliation pass claims; the next pass takes the rest.
