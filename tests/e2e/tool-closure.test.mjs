@@ -9,16 +9,12 @@
 // tests/e2e/fixtures/tools-worker.mjs (`notes.hang` waits for its abort
 // signal, replay-safe).
 import assert from "node:assert/strict";
-import { randomUUID } from "node:crypto";
-import path from "node:path";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { contentText, startModelServer } from "../support/model-server.mjs";
-import { MODEL_PROVIDERS, ROOT, bundleFixture, eventually, expectStatus, kind, startWorker } from "./helpers.mjs";
+import { MODEL_PROVIDERS, eventually, execute, expectStatus, kind, uniq, useWorker } from "./helpers.mjs";
 
 const T = { timeout: 60_000 };
 const CANCELLED = "cancelled: the turn was cancelled before this call finished";
-const uniq = (name) => `[${name}-${randomUUID().slice(0, 8)}]`;
-const execute = (code) => ({ toolCalls: [{ name: "execute", arguments: { code } }] });
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
@@ -65,14 +61,7 @@ function stepOf(req, callId) {
 
 for (const provider of MODEL_PROVIDERS) {
   describe(provider, () => {
-    let h;
-    before(async () => {
-      const script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/tools-worker.mjs"), "tools-worker");
-      h = await startWorker({ scriptPath: script, model: { fallback: "echo", provider }, persist: true, bindings: { SHIITAKE_ATTEMPTS_MAX: 2 } });
-    });
-    after(async () => {
-      await h?.dispose();
-    });
+    const h = useWorker({ fixture: "tools-worker", model: { fallback: "echo", provider }, persist: true, bindings: { SHIITAKE_ATTEMPTS_MAX: 2 } });
 
     const transcript = async (a, sid) => (await a.read(sid, { limit: 200 })).messages;
     const probe = async (a) => (await h.api("GET", `/direct/${a.id}/host/probe`)).json.map((r) => r.op);

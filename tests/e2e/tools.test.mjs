@@ -5,34 +5,22 @@
 // default {notes: write}, vault required; confirm hook approves
 // `{confirmed: true}`).
 import assert from "node:assert/strict";
-import { randomUUID } from "node:crypto";
-import path from "node:path";
-import { after, before, test } from "node:test";
-import { ROOT, bundleFixture, startWorker } from "./helpers.mjs";
+import { test } from "node:test";
+import { execute, uniq, useWorker } from "./helpers.mjs";
 
-let h;
-before(async () => {
-  const script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/tools-worker.mjs"), "tools-worker");
-  h = await startWorker({ scriptPath: script, model: "echo" });
-});
-after(async () => {
-  await h?.dispose();
-});
+const h = useWorker({ fixture: "tools-worker", model: "echo" });
 
 const T = { timeout: 30_000 };
-const uniq = (name) => `[${name}-${randomUUID().slice(0, 8)}]`;
-const execute = (code, id) => ({ toolCalls: [{ ...(id ? { id } : {}), name: "execute", arguments: { code } }] });
 
 /** Runs one prompt through a scripted tool turn; returns what a test needs. */
 async function turn(name, ...script) {
   const tag = uniq(name);
   h.model.scriptFor(tag, ...script);
   const { a, sid } = await h.session();
-  const id = await a.admit(sid, "r1", `use the tools ${tag}`);
-  const settled = await a.waitSettled(sid, id, { boundMs: 20_000 });
+  const settled = await a.settle(sid, "r1", `use the tools ${tag}`, { boundMs: 20_000 });
   const messages = (await a.read(sid, { limit: 200 })).messages;
   const tools = messages.filter((m) => m.role === "tool");
-  return { tag, a, sid, id, settled, messages, tools, requests: h.model.requests(tag) };
+  return { tag, a, sid, settled, messages, tools, requests: h.model.requests(tag) };
 }
 
 const probe = async (a) => (await h.api("GET", `/direct/${a.id}/host/probe`)).json;
@@ -157,8 +145,7 @@ test("a required key: refused without a grant, allowed once the Session's grant 
   const a = h.agent();
   await a.createSession("s");
   await h.api("POST", `/host-grants/${a.id}/s`, { version: 1, grants: { vault: "read" } });
-  const id = await a.admit("s", "r1", `open ${tag}`);
-  await a.waitSettled("s", id, { boundMs: 20_000 });
+  await a.settle("s", "r1", `open ${tag}`, { boundMs: 20_000 });
   const tool = (await a.read("s")).messages.find((m) => m.role === "tool");
   assert.deepEqual(JSON.parse(tool.text), { secret: "vault contents" });
 });
