@@ -124,7 +124,7 @@ pub const MCP_SESSION_ID_BYTES_MAX: usize = 256;
 // The `execute` door and tool calls (`src/capability/door.rs`, `src/host/tools.rs`).
 /// Bytes of the `execute` tool's description (the operation list is cut).
 pub const EXECUTE_DESCRIPTION_BYTES_MAX: usize = 8_192;
-/// Wall time of one `execute` run or direct tool call (issue: 180 s) ...
+/// Wall time of one `execute` run or direct tool call ...
 pub const TOOL_CALL_TIMEOUT_MS: u64 = 180_000;
 /// ... after which its abort signal fires and it gets this long to end.
 pub const TOOL_ABORT_GRACE_MS: u64 = 5_000;

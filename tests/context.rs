@@ -227,7 +227,7 @@ fn past_the_byte_bound_the_oldest_whole_turns_are_left_out() {
         contexts.push((check(&h, &next.context), window_bytes(&h)));
         finish(&mut h, &next, &format!("done {t}"));
     }
-    // One more prompt: its context is built from the store as it is now.
+    // One more prompt: its context is built from every turn above.
     h.prompt("s", "last", &padded("prompt last", prompt_bytes));
     let step = claim(&mut h);
     let (shown, bytes) = check(&h, &step.context);

@@ -1,4 +1,4 @@
-// MCP servers as tool sources (issue 5, seed knapsack.md `mcpServers`),
+// MCP servers as tool sources (seed knapsack.md `mcpServers`),
 // against servers built with the official @modelcontextprotocol/sdk
 // (tests/support/mcp-server.mjs): one module mcp.<name> per server, tool
 // names mapped to guest names, pagination, JSON and SSE bodies, a bearer

@@ -1,4 +1,4 @@
-// Secrets never leave (issue 10): a provider or MCP server that echoes the
+// Secrets never leave: a provider or MCP server that echoes the
 // configured key (whole, after `Bearer `, or cut to a prefix) in an error
 // body or an in-stream error gets it redacted from every place the text
 // reaches: the settlement, the watch frames (`runtime-error`, `diagnostic`),

@@ -1,6 +1,5 @@
-// A tool step that ended is closed for good (issue 10, failure 6): when a
-// turn settles with calls still open (cancelled mid-`execute`, interrupted at
-// the attempt limit), each call gets one `tool` message saying how it ended,
+// A tool step that ended is closed for good: when a turn settles with calls
+// still open (cancelled mid-`execute`, interrupted at the attempt limit), each call gets one `tool` message saying how it ended,
 // and every later model request pairs each call with exactly one result right
 // after its step, so the Session's later tool turns reach the model with
 // their real results. Run against both wire formats; the scripted model
@@ -198,8 +197,8 @@ function requestHas(record, tag) {
   return JSON.stringify(record.body?.messages ?? []).includes(tag);
 }
 
-// The checks behind "refused as the provider would" for the cases the fix is
-// about: a call left without a result, a result after the next user message,
+// The checks behind "refused as the provider would" for the cases this file
+// is about: a call left without a result, a result after the next user message,
 // and a call answered twice.
 test("the scripted model server refuses contexts with an unanswered, misplaced or twice answered call, in both formats", T, async () => {
   const model = await startModelServer();

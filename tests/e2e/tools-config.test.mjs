@@ -1,4 +1,4 @@
-// Tools under other host configurations (issue 4): without a LOADER binding
+// Tools under other host configurations: without a LOADER binding
 // the `execute` tool is absent and the run says why; without a confirm hook
 // a `confirm` operation is refused; the same tool turn over the Anthropic
 // Messages wire format. Fixture: tests/e2e/fixtures/tools-worker.mjs.

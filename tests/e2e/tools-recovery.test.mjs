@@ -1,4 +1,4 @@
-// Tool calls against time and crashes (issue 4): the per-call timeout (here
+// Tool calls against time and crashes: the per-call timeout (here
 // SHIITAKE_TOOL_TIMEOUT_MS = 6000) fires the call's abort signal; the alarm
 // is kept armed by the five-second heartbeat while a tool runs; a restart in
 // the middle of a tool never runs an unsafe operation again (the model is

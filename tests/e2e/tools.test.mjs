@@ -1,4 +1,4 @@
-// Tools end to end (issue 4): the scripted model calls `execute` and a direct
+// Tools end to end: the scripted model calls `execute` and a direct
 // tool; the code runs in a Worker Loader sandbox and reaches host operations
 // only through the grants read at each call. Fixture:
 // tests/e2e/fixtures/tools-worker.mjs (modules notes, vault, files; Agent

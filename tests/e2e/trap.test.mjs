@@ -1,4 +1,4 @@
-// A wasm trap does not cost bystanders (issue 10): one wasm instance serves
+// A wasm trap does not cost bystanders: one wasm instance serves
 // every Durable Object of the isolate, so a Rust panic in one Agent's turn
 // resets it under all of them. The trap is attributed to the Session whose
 // code raised it (src/host/blame.rs): other Agents' and Sessions' turns
