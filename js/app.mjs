@@ -5,7 +5,9 @@
 // `shiitakeMeta` (a JSON value) to pass host metadata to the Agent.
 import { Hono } from "hono";
 
-const MAX_AGENT_ID_BYTES = 256;
+// Longest `agentId` (UTF-8 bytes) the routes forward. The shim's own bound:
+// the id only names the Durable Object (`idFromName`), the core never sees it.
+const AGENT_ID_BYTES_MAX = 256;
 const META_HEADER = "x-shiitake-meta";
 
 // DO-relative route -> methods the DO serves there. Only these reach the DO:
@@ -48,8 +50,8 @@ export function shiitakeApp({ binding } = {}) {
       return errorResponse(c, 400, "invalid_request", "the agentId path parameter is missing");
     }
     // A UTF-16 unit is at most 3 UTF-8 bytes: short ids need no encoding.
-    if (agentId.length * 3 > MAX_AGENT_ID_BYTES && new TextEncoder().encode(agentId).length > MAX_AGENT_ID_BYTES) {
-      return errorResponse(c, 400, "invalid_request", `agentId is longer than ${MAX_AGENT_ID_BYTES} bytes`);
+    if (agentId.length * 3 > AGENT_ID_BYTES_MAX && new TextEncoder().encode(agentId).length > AGENT_ID_BYTES_MAX) {
+      return errorResponse(c, 400, "invalid_request", `agentId is longer than ${AGENT_ID_BYTES_MAX} bytes`);
     }
     const ns = namespaceOf(c);
     if (!ns || typeof ns.idFromName !== "function" || typeof ns.get !== "function") {

@@ -5,6 +5,12 @@ import { HTTPException } from "hono/http-exception";
 import { bearerTokenAuth, jsonError as json } from "./bearer.mjs";
 import { ShiitakeDO as Base, shiitakeApp } from "./index.mjs";
 
+// The demo notebook's own bounds: characters of a note, notes kept, notes
+// listed.
+const NOTE_CHARS_MAX = 4096;
+const NOTES_MAX = 1000;
+const NOTES_LISTED_MAX = 100;
+
 // The demo Agent's tools: a small notebook in the object's own SQLite table,
 // so the model's `execute` door has something to reach (`notes.add_note`,
 // `notes.list_notes`, `notes.clock`).
@@ -27,23 +33,23 @@ export class ShiitakeDO extends Base {
             {
               name: "add-note",
               description: "Adds a note to this Agent's notebook; returns how many notes there are.",
-              inputSchema: { type: "object", properties: { text: { type: "string", maxLength: 4096 } }, required: ["text"] },
+              inputSchema: { type: "object", properties: { text: { type: "string", maxLength: NOTE_CHARS_MAX } }, required: ["text"] },
               access: "write",
               run({ text }) {
                 const sql = this.#notes();
-                if (sql.exec("SELECT count(*) AS n FROM demo_notes").one().n >= 1000) throw new Error("the notebook holds at most 1000 notes");
+                if (sql.exec("SELECT count(*) AS n FROM demo_notes").one().n >= NOTES_MAX) throw new Error(`the notebook holds at most ${NOTES_MAX} notes`);
                 sql.exec("INSERT INTO demo_notes (text) VALUES (?)", text);
                 return { count: sql.exec("SELECT count(*) AS n FROM demo_notes").one().n };
               },
             },
             {
               name: "list-notes",
-              description: "Lists the notebook's notes, oldest first (at most 100).",
+              description: `Lists the notebook's notes, oldest first (at most ${NOTES_LISTED_MAX}).`,
               inputSchema: { type: "object", properties: {} },
               access: "read",
               replaySafe: true,
               run() {
-                return this.#notes().exec("SELECT text FROM demo_notes ORDER BY seq LIMIT 100").toArray().map((r) => r.text);
+                return this.#notes().exec(`SELECT text FROM demo_notes ORDER BY seq LIMIT ${NOTES_LISTED_MAX}`).toArray().map((r) => r.text);
               },
             },
             {
@@ -77,7 +83,9 @@ app.route("/agents/:agentId", shiitakeApp({ binding: "SHIITAKE" }));
 
 // An unknown route answers after reading (and dropping) at most 1 MiB of
 // the request body: answering mid-upload makes the runtime reset the
-// connection, and the client would see that instead of the 404.
+// connection, and the client would see that instead of the 404. The largest
+// body a session route reads (src/limits.rs BODY_BYTES_MAX;
+// tests/e2e/limits-sync.test.mjs checks the copy).
 const DRAIN_BYTES_MAX = 1_048_576;
 async function drain(request) {
   if (request.body === null || request.bodyUsed) return;

@@ -460,8 +460,9 @@ function plainData(value, path, where, depth = 0) {
 // JSON_DEPTH_MAX; tests/e2e/limits-sync.test.mjs checks the copies).
 const JSON_DEPTH_MAX = 64;
 
-// Bytes of one MCP response body the core accepts (src/limits.rs); one more
-// is read so the core can tell an oversized body from a full one.
+// Bytes of one MCP response body the core accepts (src/limits.rs; checked
+// like JSON_DEPTH_MAX); one more is read so the core can tell an oversized
+// body from a full one.
 const MCP_RESPONSE_BYTES_MAX = 4_194_304;
 
 async function readBounded(response, limit) {

@@ -10,11 +10,17 @@
 import { RpcTarget } from "cloudflare:workers";
 import { parse } from "acorn";
 
-/** The largest result (JSON bytes) a run may hand back. */
+/**
+ * The largest result (JSON bytes) a run may hand back: the core's
+ * TOOL_PAYLOAD_BYTES_MAX (src/limits.rs; tests/e2e/limits-sync.test.mjs
+ * checks the copy).
+ */
 export const RESULT_MAX_BYTES = 262_144;
 // Room for the `{"result":...}` envelope around a result at the limit; guest
-// error messages are cut well below the limit so they always fit.
+// error messages are cut well below the limit so they always fit. Both are
+// the sandbox's own bounds.
 const REPLY_MARGIN = 1024;
+// Characters of a guest error message kept (the rest becomes "…").
 const ERROR_MAX_CHARS = 8192;
 // The guest's own date: the pinned workerd (1.20260730.x) accepts nothing newer.
 const GUEST_COMPATIBILITY_DATE = "2026-07-30";

@@ -1,5 +1,6 @@
 //! Every bound the runtime enforces, in one place (TIGER_STYLE: a limit on
-//! everything, units last). `docs/http.md` states the same numbers to users.
+//! everything, units last). `docs/http.md` states the same numbers to users;
+//! the copies in `js/` are checked by `tests/e2e/limits-sync.test.mjs`.
 
 /// Largest request body the HTTP layer reads.
 pub const BODY_BYTES_MAX: usize = 1_048_576;
@@ -28,6 +29,14 @@ pub const PAGE_LIMIT_DEFAULT: usize = 50;
 /// Bytes of message payload in one Session read page; a page always holds at
 /// least one message so a reader can make progress.
 pub const READ_PAGE_BYTES_MAX: usize = 1_048_576;
+/// Messages of the transcript one model call sees (the newest).
+pub const CONTEXT_MESSAGES_MAX: usize = 200;
+/// Bytes of stored messages (their JSON bodies) one model context is built
+/// from; past it the oldest whole turns are left out (`src/run/context.rs`).
+/// 4 MiB of text is roughly a million tokens, the largest provider windows,
+/// while the bodies, their parsed form and the provider request built from
+/// them (about three copies) stay a tenth of a 128 MiB Worker.
+pub const CONTEXT_BYTES_MAX: usize = 4_194_304;
 /// Sessions in one list page.
 pub const LIST_PAGE_SESSIONS_MAX: usize = 200;
 /// Bytes of one streamed model answer: its text plus every tool call's id,
@@ -117,7 +126,7 @@ pub const MCP_SESSION_ID_BYTES_MAX: usize = 256;
 // The `execute` door and tool calls (`src/capability/door.rs`, `src/host/tools.rs`).
 /// Bytes of the `execute` tool's description (the operation list is cut).
 pub const EXECUTE_DESCRIPTION_BYTES_MAX: usize = 8_192;
-/// Wall time of one `execute` run or direct tool call (issue: 180 s) ...
+/// Wall time of one `execute` run or direct tool call ...
 pub const TOOL_CALL_TIMEOUT_MS: u64 = 180_000;
 /// ... after which its abort signal fires and it gets this long to end.
 pub const TOOL_ABORT_GRACE_MS: u64 = 5_000;

@@ -486,8 +486,8 @@ fn tool_messages(h: &mut Harness) -> Vec<(String, String, bool)> {
 
 const CANCELLED: &str = "cancelled: the turn was cancelled before this call finished";
 
-/// The smallest case of the issue: a turn cancelled while a call runs, then
-/// tool turns whose real results must reach the model.
+/// The smallest case: a turn cancelled while a call runs, then tool turns
+/// whose real results must reach the model.
 #[test]
 fn a_cancelled_tool_turn_closes_its_open_calls_for_good() {
     let mut h = Harness::new();

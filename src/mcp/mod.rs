@@ -1,7 +1,7 @@
-//! An MCP client for the Streamable HTTP transport, sans-IO (issue 5, first
-//! part): [`McpConnection`] produces the [`Outbound`]s to make and
-//! consumes the host's [`McpResponse`]s. The host performs every request as
-//! given, with redirects off (`redirect: "manual"`), and reads at most
+//! An MCP client for the Streamable HTTP transport, sans-IO: [`McpConnection`]
+//! produces the [`Outbound`]s to make and consumes the host's
+//! [`McpResponse`]s. The host performs every request as given, with
+//! redirects off (`redirect: "manual"`), and reads at most
 //! `MCP_RESPONSE_BYTES_MAX + 1` bytes of a body.
 //!
 //! Protocol revision [`PROTOCOL_VERSION`] (`2025-06-18`); a server answering

@@ -663,17 +663,24 @@ impl<'a> Store<'a> {
         .collect()
     }
 
-    /// The newest `limit` message bodies of a Session, oldest first.
-    pub fn recent_messages(&self, session_id: &str, limit: usize) -> Result<Vec<String>, SqlError> {
-        let mut bodies = self
-            .query(
-                "SELECT body FROM messages WHERE session_id = ? ORDER BY seq DESC LIMIT ?",
-                &[session_id.into(), (limit as i64).into()],
-            )?
-            .iter()
-            .map(|r| r.text(0))
-            .collect::<Result<Vec<_>, _>>()?;
-        bodies.reverse();
-        Ok(bodies)
+    /// `(seq, bytes)` of the newest message with `from <= seq < below` whose
+    /// `role` is `role`. SQLite reads the bodies it passes, newest first and
+    /// up to the first match; none reaches the caller.
+    pub fn newest_message_with_role(
+        &self,
+        session_id: &str,
+        role: &str,
+        from: i64,
+        below: i64,
+    ) -> Result<Option<(i64, usize)>, SqlError> {
+        self.query(
+            "SELECT seq, bytes FROM messages
+             WHERE session_id = ? AND seq >= ? AND seq < ? AND json_extract(body, '$.role') = ?
+             ORDER BY seq DESC LIMIT 1",
+            &[session_id.into(), from.into(), below.into(), role.into()],
+        )?
+        .first()
+        .map(|r| Ok((r.int(0)?, r.int(1)? as usize)))
+        .transpose()
     }
 }

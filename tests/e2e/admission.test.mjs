@@ -5,16 +5,10 @@
 // first prompt becomes its running turn and stays so. Tests about `pending`
 // occupy the Session first (`a.occupy`), so the prompts they admit queue.
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
-import { PNG_1X1, bytes, expectAccepted, expectError, expectStatus, startWorker } from "./helpers.mjs";
+import { test } from "node:test";
+import { PNG_1X1, bytes, expectAccepted, expectError, expectStatus, useWorker } from "./helpers.mjs";
 
-let h;
-before(async () => {
-  h = await startWorker();
-});
-after(async () => {
-  await h?.dispose();
-});
+const h = useWorker();
 
 const session = () => h.session();
 

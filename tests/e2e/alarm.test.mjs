@@ -3,20 +3,12 @@
 // is spent, not re-armed: no heartbeat that never stops. Read through the
 // host fixture's `GET /host/alarm` (ctx.storage.getAlarm()).
 import assert from "node:assert/strict";
-import path from "node:path";
-import { after, before, test } from "node:test";
-import { ROOT, bundleFixture, eventually, expectAccepted, expectStatus, startWorker } from "./helpers.mjs";
+import { test } from "node:test";
+import { eventually, expectAccepted, expectStatus, useWorker } from "./helpers.mjs";
 
 const RETRY_BASE_MS = 3000;
-let h;
 
-before(async () => {
-  const script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/host-fetch-worker.mjs"), "host-fetch-worker");
-  h = await startWorker({ scriptPath: script, model: "echo", bindings: { SHIITAKE_RETRY_BASE_MS: RETRY_BASE_MS } });
-});
-after(async () => {
-  await h?.dispose();
-});
+const h = useWorker({ fixture: "host-fetch-worker", model: "echo", bindings: { SHIITAKE_RETRY_BASE_MS: RETRY_BASE_MS } });
 
 async function alarmOf(agentId) {
   const res = await h.api("GET", `/direct/${agentId}/host/alarm`);
@@ -28,8 +20,7 @@ test("an idle Agent has no alarm; after a turn settles the alarm is spent", asyn
   const a = h.agent();
   assert.equal(await alarmOf(a.id), null, "nothing admitted, nothing scheduled");
   await a.createSession("s");
-  const id = await a.admit("s", "r1", "hello");
-  const settled = await a.waitSettled("s", id);
+  const settled = await a.settle("s", "r1", "hello");
   assert.equal(settled.terminal, "completed");
   await eventually(async () => (await alarmOf(a.id)) === null, { what: "the alarm to be spent" });
   // And it stays spent: no periodic wake-up re-arms it.

@@ -9,37 +9,29 @@
 // Each test tags its prompt texts with a unique tag; `scriptFor(tag, ...)`
 // answers only that test's requests, and `requests(tag)` lists only them.
 import assert from "node:assert/strict";
-import { randomUUID } from "node:crypto";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { contentText } from "../support/model-server.mjs";
-import { ANTHROPIC_TEST_KEY, MODEL_API_KEY, MODEL_NAME, PNG_1X1, kind, startWorker } from "./helpers.mjs";
+import { ANTHROPIC_TEST_KEY, MODEL_API_KEY, MODEL_NAME, PNG_1X1, kind, uniq, useWorker } from "./helpers.mjs";
 
 const INSTRUCTIONS = "You are the Anthropic end-to-end test model. Answer in one line.";
 const RETRY_BASE_MS = 30;
 const MAX_OUTPUT_TOKENS = 777;
 
-let h;
-before(async () => {
-  h = await startWorker({
-    model: { provider: "anthropic", fallback: "echo" },
-    bindings: {
-      SHIITAKE_INSTRUCTIONS: INSTRUCTIONS,
-      SHIITAKE_RETRY_BASE_MS: RETRY_BASE_MS,
-      SHIITAKE_RETRY_MAX_MS: 200,
-      SHIITAKE_ATTEMPTS_MAX: 4,
-      SHIITAKE_MAX_OUTPUT_TOKENS: MAX_OUTPUT_TOKENS,
-    },
-  });
-});
-after(async () => {
-  await h?.dispose();
+const h = useWorker({
+  model: { provider: "anthropic", fallback: "echo" },
+  bindings: {
+    SHIITAKE_INSTRUCTIONS: INSTRUCTIONS,
+    SHIITAKE_RETRY_BASE_MS: RETRY_BASE_MS,
+    SHIITAKE_RETRY_MAX_MS: 200,
+    SHIITAKE_ATTEMPTS_MAX: 4,
+    SHIITAKE_MAX_OUTPUT_TOKENS: MAX_OUTPUT_TOKENS,
+  },
 });
 
 /** Bounds every test: a broken run loop fails a test instead of hanging the suite. */
 const T = { timeout: 20_000 };
 const SETTLE_MS = 10_000;
 
-const uniq = (name) => `[${name}-${randomUUID().slice(0, 8)}]`;
 const settled = (a, sid, id) => a.waitSettled(sid, id, { boundMs: SETTLE_MS });
 const text = (s) => [{ type: "text", text: s }];
 /** A model request's transcript as [role, text] lists (text blocks joined). */

@@ -2,16 +2,10 @@
 // "hold" model): each Session is occupied by a running turn first, so the
 // prompts a test admits stay pending. (Cancel of running work: run.test.mjs.)
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
-import { expectAccepted, expectError, expectStatus, startWorker } from "./helpers.mjs";
+import { test } from "node:test";
+import { expectAccepted, expectError, expectStatus, useWorker } from "./helpers.mjs";
 
-let h;
-before(async () => {
-  h = await startWorker();
-});
-after(async () => {
-  await h?.dispose();
-});
+const h = useWorker();
 
 /** A Session with a running turn that never ends and `n` pending prompts r0..r{n-1} / "text i". */
 async function queued(n) {

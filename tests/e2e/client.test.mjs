@@ -3,21 +3,14 @@
 // that adds the bearer token the way a host's authorised transport would.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { ShiitakeError, createShiitakeClient } from "../../js/client.mjs";
-import { PNG_1X1, TOKEN, startWorker } from "./helpers.mjs";
+import { PNG_1X1, TOKEN, uniq, useWorker } from "./helpers.mjs";
 
-let h;
-before(async () => {
-  h = await startWorker({ model: "echo", bindings: { SHIITAKE_RETRY_BASE_MS: 50, SHIITAKE_RETRY_MAX_MS: 400, SHIITAKE_ATTEMPTS_MAX: 3 } });
-});
-after(async () => {
-  await h?.dispose();
-});
+const h = useWorker({ model: "echo", bindings: { SHIITAKE_RETRY_BASE_MS: 50, SHIITAKE_RETRY_MAX_MS: 400, SHIITAKE_ATTEMPTS_MAX: 3 } });
 
 const T = { timeout: 20_000 };
 const SETTLE_MS = 10_000;
-const uniq = (name) => `[${name}-${randomUUID().slice(0, 8)}]`;
 
 /** The host's authorised transport: Miniflare's dispatchFetch plus the bearer token. */
 function authorisedFetch(token = TOKEN) {

@@ -3,18 +3,10 @@
 // the cold-storage helper, the version rules, and that no session route
 // reaches either.
 import assert from "node:assert/strict";
-import path from "node:path";
-import { after, before, test } from "node:test";
-import { ROOT, bundleFixture, expectStatus, startWorker } from "./helpers.mjs";
+import { test } from "node:test";
+import { expectStatus, useWorker } from "./helpers.mjs";
 
-let h;
-before(async () => {
-  const script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/host-fetch-worker.mjs"), "host-fetch-worker");
-  h = await startWorker({ scriptPath: script, model: "echo" });
-});
-after(async () => {
-  await h?.dispose();
-});
+const h = useWorker({ fixture: "host-fetch-worker", model: "echo" });
 
 let n = 0;
 const fresh = () => `grants-${n++}`;

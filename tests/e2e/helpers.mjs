@@ -1,15 +1,16 @@
-// Shared harness for the end-to-end tests: one Miniflare per test file,
-// serving the built demo Worker (or a fixture Worker bundled on the fly),
-// a scripted model server (tests/support/model-server.mjs) it calls, and a
-// small JSON client with assertion helpers (settlement long poll, watch).
+// Shared harness for the end-to-end tests: one Miniflare per test file
+// (`const h = useWorker(options)`), serving the built demo Worker (or a
+// fixture Worker bundled on the fly), a scripted model server
+// (tests/support/model-server.mjs) it calls, and a small JSON client with
+// assertion helpers (settlement long poll, watch).
 //
 // Every test addresses its own Agent (`h.agent()` picks a fresh agentId, so a
 // fresh Durable Object), which keeps tests independent inside one Miniflare.
 //
-// Model: by default `startWorker()` points the Worker at a model server in
-// "hold" mode, where every model call hangs until the test file ends. The
-// first prompt of a Session then becomes `running` and stays so; the prompts
-// behind it stay `pending`. Tests about the queue occupy the Session first
+// Model: by default the Worker is pointed at a model server in "hold" mode,
+// where every model call hangs until the test file ends. The first prompt of
+// a Session then becomes `running` and stays so; the prompts behind it stay
+// `pending`. Tests about the queue occupy the Session first
 // (`a.occupy(sid)`); tests about running work pick `model: "echo"` and script
 // the answers (`h.model.scriptFor(tag, ...)`).
 
@@ -20,6 +21,7 @@ import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { after, before } from "node:test";
 import { Miniflare } from "miniflare";
 import { SseParser } from "../../js/client.mjs";
 import { startModelServer } from "../support/model-server.mjs";
@@ -73,6 +75,12 @@ export const COMPATIBILITY_DATE = "2026-07-30";
 export const PNG_1X1 =
   "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 
+/** A tag unique to one test, for its prompt text: `h.model.scriptFor(tag, ...)` scripts the answers to prompts containing it. */
+export const uniq = (name) => `[${name}-${randomUUID().slice(0, 8)}]`;
+
+/** A scripted model step that calls the `execute` tool with `code` (with call id `id` when given). */
+export const execute = (code, id) => ({ toolCalls: [{ ...(id ? { id } : {}), name: "execute", arguments: { code } }] });
+
 /** UTF-8 byte length of a string. */
 export const bytes = (s) => Buffer.byteLength(s, "utf8");
 
@@ -125,32 +133,26 @@ export async function bundleFixture(entryPath, name) {
  * `log`: when given, called with every chunk (a string) the runtime writes
  * to stdout or stderr (the Worker's console: the service log).
  */
-export async function startWorker({ scriptPath = DEMO_SCRIPT, persist = false, model = "hold", bindings = {}, loader = true, log } = {}) {
-  if (!existsSync(scriptPath)) {
-    throw new Error(`${path.relative(ROOT, scriptPath)} is missing: run \`bash scripts/build.sh\` first`);
-  }
-  for (const name of Object.keys(bindings)) {
-    if (!WORKER_BINDINGS.includes(name)) throw new Error(`startWorker: unknown binding ${name} (known: ${WORKER_BINDINGS.join(", ")})`);
-  }
-  const { fallback, provider } = modelOptions(model);
-  const server = fallback === undefined ? undefined : await startModelServer({ fallback });
-  const all = {};
-  let modelApiKey;
-  if (server && provider === "anthropic") {
-    modelApiKey = ANTHROPIC_TEST_KEY;
-    Object.assign(all, { SHIITAKE_MODEL: `anthropic/${MODEL_NAME}`, ANTHROPIC_BASE_URL: server.origin, ANTHROPIC_API_KEY: modelApiKey });
-  } else if (server) {
-    modelApiKey = MODEL_API_KEY;
-    Object.assign(all, { SHIITAKE_MODEL: `openai/${MODEL_NAME}`, OPENAI_BASE_URL: server.url, OPENAI_API_KEY: modelApiKey });
-  }
-  for (const [name, value] of Object.entries(bindings)) all[name] = String(value);
-  const persistDir = persist ? await mkdtemp(path.join(tmpdir(), "shiitake-e2e-")) : undefined;
-  const h = new Harness(scriptPath, persistDir, all, server);
-  h.loader = loader;
-  h.log = log;
-  h.provider = server ? provider : undefined;
-  h.modelApiKey = modelApiKey;
-  await h.start();
+export async function startWorker(options = {}) {
+  const h = new Harness();
+  await h.open(options);
+  return h;
+}
+
+/**
+ * The Worker of a suite: one harness, started with `startWorker(options)`
+ * before the first test of the suite this is called in (the file, or a
+ * `describe` block) and disposed after its last. `fixture` names a Worker
+ * under tests/e2e/fixtures/ (without `.mjs`) to bundle and serve instead of
+ * the demo. The harness is usable from the suite's tests on.
+ */
+export function useWorker({ fixture, ...options } = {}) {
+  const h = new Harness();
+  before(async () => {
+    const scriptPath = fixture === undefined ? options.scriptPath : await bundleFixture(path.join(ROOT, "tests/e2e/fixtures", `${fixture}.mjs`), fixture);
+    await h.open({ ...options, scriptPath });
+  });
+  after(() => h.dispose());
   return h;
 }
 
@@ -191,6 +193,32 @@ export class Harness {
     this.log = undefined;
     /** Every answer this harness received: `{method, path, status, text, headers}` (bounded). */
     this.seen = [];
+  }
+
+  /** Starts the model server (if any) and Miniflare: `startWorker`'s options. */
+  async open({ scriptPath = DEMO_SCRIPT, persist = false, model = "hold", bindings = {}, loader = true, log } = {}) {
+    if (!existsSync(scriptPath)) {
+      throw new Error(`${path.relative(ROOT, scriptPath)} is missing: run \`bash scripts/build.sh\` first`);
+    }
+    for (const name of Object.keys(bindings)) {
+      if (!WORKER_BINDINGS.includes(name)) throw new Error(`startWorker: unknown binding ${name} (known: ${WORKER_BINDINGS.join(", ")})`);
+    }
+    const { fallback, provider } = modelOptions(model);
+    const server = fallback === undefined ? undefined : await startModelServer({ fallback });
+    const all = {};
+    let modelApiKey;
+    if (server && provider === "anthropic") {
+      modelApiKey = ANTHROPIC_TEST_KEY;
+      Object.assign(all, { SHIITAKE_MODEL: `anthropic/${MODEL_NAME}`, ANTHROPIC_BASE_URL: server.origin, ANTHROPIC_API_KEY: modelApiKey });
+    } else if (server) {
+      modelApiKey = MODEL_API_KEY;
+      Object.assign(all, { SHIITAKE_MODEL: `openai/${MODEL_NAME}`, OPENAI_BASE_URL: server.url, OPENAI_API_KEY: modelApiKey });
+    }
+    for (const [name, value] of Object.entries(bindings)) all[name] = String(value);
+    const persistDir = persist ? await mkdtemp(path.join(tmpdir(), "shiitake-e2e-")) : undefined;
+    Object.assign(this, { scriptPath, persistDir, bindings: all, model: server, loader, log, modelApiKey });
+    this.provider = server ? provider : undefined;
+    await this.start();
   }
 
   async start() {
@@ -377,6 +405,16 @@ export class Agent {
     const commandId = await this.admit(sessionId, requestId, text);
     await this.waitRunning(sessionId, commandId);
     return commandId;
+  }
+
+  /**
+   * Admits a prompt and waits for its settlement (`boundMs`, as
+   * `waitSettled`); returns the CommandSettlement, whose `commandId` is the
+   * prompt's.
+   */
+  async settle(sessionId, requestId, text, { boundMs } = {}) {
+    const commandId = await this.admit(sessionId, requestId, text);
+    return this.waitSettled(sessionId, commandId, { boundMs });
   }
 
   /** GET .../settlement: `{status, json, text, headers}`; `timeoutMs` omitted when undefined. */

@@ -1,18 +1,11 @@
 // The host side: bearer auth in the demo Worker; a fixture host Worker with a
 // hostFetch override and a metadata middleware in front of shiitakeApp().
 import assert from "node:assert/strict";
-import path from "node:path";
-import { after, before, describe as group, test } from "node:test";
-import { ROOT, bundleFixture, describe, expectAccepted, expectError, expectStatus, startWorker } from "./helpers.mjs";
+import { describe as group, test } from "node:test";
+import { describe, expectAccepted, expectError, expectStatus, useWorker } from "./helpers.mjs";
 
 group("demo Worker bearer auth", () => {
-  let h;
-  before(async () => {
-    h = await startWorker();
-  });
-  after(async () => {
-    await h?.dispose();
-  });
+  const h = useWorker();
 
   test("no token or a wrong token is 401 on every route; the right token is 200", async () => {
     const a = h.agent();
@@ -52,14 +45,7 @@ group("demo Worker bearer auth", () => {
 });
 
 group("host Worker: hostFetch and host metadata", () => {
-  let h;
-  before(async () => {
-    const script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/host-fetch-worker.mjs"), "host-fetch-worker");
-    h = await startWorker({ scriptPath: script });
-  });
-  after(async () => {
-    await h?.dispose();
-  });
+  const h = useWorker({ fixture: "host-fetch-worker" });
 
   const meta = (value) => ({ headers: { "x-test-meta": JSON.stringify(value) } });
 

@@ -1,15 +1,9 @@
 // HTTP refusals: every bad input is a 4xx with a named code, never a 5xx.
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
-import { describe, expectAccepted, expectError, expectStatus, rng, startWorker } from "./helpers.mjs";
+import { test } from "node:test";
+import { describe, expectAccepted, expectError, expectStatus, rng, useWorker } from "./helpers.mjs";
 
-let h;
-before(async () => {
-  h = await startWorker();
-});
-after(async () => {
-  await h?.dispose();
-});
+const h = useWorker();
 
 const session = () => h.session();
 

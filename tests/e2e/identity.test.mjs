@@ -3,9 +3,8 @@
 // with a metadata schema and `identityPath = $.author.id`; two authors share
 // one Session.
 import assert from "node:assert/strict";
-import path from "node:path";
-import { after, before, test } from "node:test";
-import { ROOT, bundleFixture, expectAccepted, expectError, expectStatus, startWorker } from "./helpers.mjs";
+import { test } from "node:test";
+import { expectAccepted, expectError, expectStatus, useWorker } from "./helpers.mjs";
 
 const USERS = { "token-ada": { id: "ada", name: "Ada" }, "token-bob": { id: "bob", name: "Bob" }, "token-eve": { id: 7, name: "Eve" } };
 const SCHEMA = {
@@ -14,20 +13,13 @@ const SCHEMA = {
   properties: { author: { type: "object", required: ["id", "name"], properties: { id: { type: "string" }, name: { type: "string" } } } },
 };
 
-let h;
-before(async () => {
-  const script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/multi-author-worker.mjs"), "multi-author-worker");
-  h = await startWorker({
-    scriptPath: script,
-    bindings: {
-      SHIITAKE_META_SCHEMA: JSON.stringify(SCHEMA),
-      SHIITAKE_IDENTITY_PATH: "$.author.id",
-      SHIITAKE_USERS: JSON.stringify(USERS),
-    },
-  });
-});
-after(async () => {
-  await h?.dispose();
+const h = useWorker({
+  fixture: "multi-author-worker",
+  bindings: {
+    SHIITAKE_META_SCHEMA: JSON.stringify(SCHEMA),
+    SHIITAKE_IDENTITY_PATH: "$.author.id",
+    SHIITAKE_USERS: JSON.stringify(USERS),
+  },
 });
 
 const as = (token) => ({ token });

@@ -1,6 +1,9 @@
-// The JS shim keeps a few copies of the core's bounds (src/limits.rs) where
-// it must apply them before calling into wasm; each copy must equal the
-// Rust constant of the same name.
+// The JS side keeps copies of the core's bounds (src/limits.rs): constants
+// the shim applies before calling into wasm, and figures the type
+// declarations state to users. Each copy must equal its Rust constant.
+// Bounds the JS side alone enforces (read retries, watch resumes, the
+// client's body caps, the agentId length, the demo notebook) have no Rust
+// counterpart and are not listed.
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import path from "node:path";
@@ -16,17 +19,70 @@ function rustConstants(text) {
   return out;
 }
 
+const rustLimits = async () => rustConstants(await readFile(path.join(ROOT, "src/limits.rs"), "utf8"));
+
+/** `[file, JS constant, Rust constant]`: JS constants that copy a core bound. */
+const CONSTANTS = [
+  ["js/do.mjs", "MCP_RESPONSE_BYTES_MAX", "MCP_RESPONSE_BYTES_MAX"],
+  ["js/do.mjs", "JSON_DEPTH_MAX", "JSON_DEPTH_MAX"],
+  ["js/execute.mjs", "RESULT_MAX_BYTES", "TOOL_PAYLOAD_BYTES_MAX"],
+  ["js/demo.mjs", "DRAIN_BYTES_MAX", "BODY_BYTES_MAX"],
+];
+
 test("the shim's copies of core bounds equal src/limits.rs", async () => {
-  const rust = rustConstants(await readFile(path.join(ROOT, "src/limits.rs"), "utf8"));
-  const copies = [
-    ["js/do.mjs", "MCP_RESPONSE_BYTES_MAX"],
-    ["js/do.mjs", "JSON_DEPTH_MAX"],
-  ];
-  for (const [file, name] of copies) {
+  const rust = await rustLimits();
+  for (const [file, name, rustName] of CONSTANTS) {
     const js = await readFile(path.join(ROOT, file), "utf8");
-    const m = js.match(new RegExp(`^const ${name} = ([0-9_]+);`, "m"));
+    const m = js.match(new RegExp(`^(?:export )?const ${name} = ([0-9_]+);`, "m"));
     assert.ok(m, `${file} defines ${name}`);
-    assert.ok(rust.has(name), `src/limits.rs defines ${name}`);
-    assert.equal(Number(m[1].replaceAll("_", "")), rust.get(name), `${file} ${name}`);
+    assert.ok(rust.has(rustName), `src/limits.rs defines ${rustName}`);
+    assert.equal(Number(m[1].replaceAll("_", "")), rust.get(rustName), `${file} ${name} = ${rustName}`);
+  }
+});
+
+/**
+ * `[file, text, Rust constants]`: figures the type declarations state. In
+ * `text` each `#` is a figure (digits, commas allowed, optionally `KiB`), one
+ * per constant in order; whitespace matches any whitespace, and doc-comment
+ * line breaks (`\n *`) are read as a space.
+ */
+const DOCUMENTED = [
+  ["js/app.d.ts", "at most # bytes, else the Agent answers 400 `invalid_meta`", ["META_BYTES_MAX"]],
+  ["js/client.d.ts", "/** 1..# bytes. */ id: string;", ["TOOL_CALL_ID_BYTES_MAX"]],
+  ["js/client.d.ts", "a tool step (at most #). */", ["TOOL_CALLS_PER_STEP_MAX"]],
+  ["js/client.d.ts", "before?: string | null; /** 1..# (default #). */", ["READ_PAGE_MESSAGES_MAX", "PAGE_LIMIT_DEFAULT"]],
+  ["js/client.d.ts", "ListSessionsOptions extends CallOptions { /** 1..# (default #). */", ["LIST_PAGE_SESSIONS_MAX", "PAGE_LIMIT_DEFAULT"]],
+  ["js/client.d.ts", "a longer wait than # is clamped to #.", ["SETTLEMENT_TIMEOUT_MS_MAX", "SETTLEMENT_TIMEOUT_MS_MAX"]],
+  ["js/do.d.ts", "At most # modules;", ["MODULES_PER_AGENT_MAX"]],
+  ["js/do.d.ts", "MCP servers (at most #)", ["MCP_SERVERS_MAX"]],
+  ["js/do.d.ts", "each MCP server, at most and by default # ms.", ["MCP_CONNECT_TIMEOUT_MS"]],
+  ["js/do.d.ts", "1000 to #, default # ms.", ["MCP_RETRY_MS_MAX", "MCP_RETRY_MS"]],
+  ["js/do.d.ts", "Dot-separated identifiers, at most # bytes.", ["MODULE_ID_BYTES_MAX"]],
+  ["js/do.d.ts", "/** At most #. */ operations: ToolOperation[];", ["OPERATIONS_PER_MODULE_MAX"]],
+  ["js/do.d.ts", "At most # bytes are kept.", ["OPERATION_DESCRIPTION_BYTES_MAX"]],
+  ["js/do.d.ts", "Returns JSON (at most #, # levels).", ["TOOL_PAYLOAD_BYTES_MAX", "JSON_DEPTH_MAX"]],
+  ["js/execute.d.ts", "a run hands back (#). */", ["TOOL_PAYLOAD_BYTES_MAX"]],
+];
+
+/** A figure as written: `262,144`, `256 KiB`. */
+function figure(text) {
+  const [, digits, unit] = text.match(/^([0-9][0-9,]*)( KiB)?$/);
+  return Number(digits.replaceAll(",", "")) * (unit ? 1024 : 1);
+}
+
+test("the figures the type declarations state equal src/limits.rs", async () => {
+  const rust = await rustLimits();
+  for (const [file, text, names] of DOCUMENTED) {
+    const source = (await readFile(path.join(ROOT, file), "utf8")).replace(/\n\s*\* ?/g, " ");
+    const pattern = text
+      .split("#")
+      .map((part) => part.replace(/[.*+?^${}()|[\]\\]/g, "\\$&").replace(/\s+/g, "\\s+"))
+      .join("([0-9][0-9,]*(?: KiB)?)");
+    const m = source.match(new RegExp(pattern));
+    assert.ok(m, `${file} states ${JSON.stringify(text)}`);
+    for (const [i, name] of names.entries()) {
+      assert.ok(rust.has(name), `src/limits.rs defines ${name}`);
+      assert.equal(figure(m[i + 1]), rust.get(name), `${file}: ${JSON.stringify(text)}, figure ${i + 1} = ${name}`);
+    }
   }
 });

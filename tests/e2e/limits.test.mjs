@@ -2,16 +2,10 @@
 // answers here (the "hold" model): tests about pending prompts occupy the
 // Session with a running turn first, so what they admit stays pending.
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
-import { PNG_1X1, bytes, expectAccepted, expectError, startWorker } from "./helpers.mjs";
+import { test } from "node:test";
+import { PNG_1X1, bytes, expectAccepted, expectError, useWorker } from "./helpers.mjs";
 
-let h;
-before(async () => {
-  h = await startWorker();
-});
-after(async () => {
-  await h?.dispose();
-});
+const h = useWorker();
 
 const session = () => h.session();
 

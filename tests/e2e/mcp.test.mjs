@@ -1,4 +1,4 @@
-// MCP servers as tool sources (issue 5, seed knapsack.md `mcpServers`),
+// MCP servers as tool sources (seed knapsack.md `mcpServers`),
 // against servers built with the official @modelcontextprotocol/sdk
 // (tests/support/mcp-server.mjs): one module mcp.<name> per server, tool
 // names mapped to guest names, pagination, JSON and SSE bodies, a bearer
@@ -12,7 +12,7 @@ import { readFile } from "node:fs/promises";
 import http from "node:http";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { ROOT, bundleFixture, filesUnder, kind, startWorker } from "./helpers.mjs";
+import { ROOT, bundleFixture, execute, filesUnder, kind, startWorker, uniq } from "./helpers.mjs";
 import { startHangingServer, startMcpServer, startRedirectServer } from "../support/mcp-server.mjs";
 
 const TOKEN = "mcp-bearer-3d9f1c7a-secret";
@@ -47,18 +47,15 @@ after(async () => {
 });
 
 const T = { timeout: 60_000 };
-const uniq = (name) => `[${name}-${randomUUID().slice(0, 8)}]`;
-const execute = (code) => ({ toolCalls: [{ name: "execute", arguments: { code } }] });
 
 async function turn(name, a, ...script) {
   const tag = uniq(name);
   h.model.scriptFor(tag, ...script);
   const sid = `s-${randomUUID().slice(0, 8)}`;
   await a.createSession(sid);
-  const id = await a.admit(sid, "r1", `mcp ${tag}`);
-  const settled = await a.waitSettled(sid, id, { boundMs: 30_000 });
+  const settled = await a.settle(sid, "r1", `mcp ${tag}`, { boundMs: 30_000 });
   const messages = (await a.read(sid, { limit: 200 })).messages;
-  return { tag, sid, id, settled, tools: messages.filter((m) => m.role === "tool"), requests: h.model.requests(tag) };
+  return { tag, sid, settled, tools: messages.filter((m) => m.role === "tool"), requests: h.model.requests(tag) };
 }
 
 test("the model calls MCP tools through execute: structuredContent, {isError, content}, hyphenated names, a schema outside the subset, all pages listed", T, async () => {
@@ -154,8 +151,7 @@ test("grants apply to mcp.<name>: a Session granted read may list but not create
     return out;`;
   h.model.scriptFor(tag, execute(code), { text: "ok" });
   const before = servers.jnotes.calls().length;
-  const id = await a.admit("g", "r1", `grants ${tag}`);
-  await a.waitSettled("g", id, { boundMs: 20_000 });
+  await a.settle("g", "r1", `grants ${tag}`, { boundMs: 20_000 });
   const out = JSON.parse((await a.read("g")).messages.find((m) => m.role === "tool").text);
   assert.match(out.create, /`mcp\.jnotes` is granted `read` here; this operation needs `write`/);
   assert.equal(out.list.isError, false);
@@ -226,15 +222,14 @@ test("an unavailable server is tried again once the retry interval has passed", 
     await a.createSession("s");
     const tag1 = uniq("flaky-down");
     h2.model.scriptFor(tag1, { text: "nothing to use" });
-    await a.waitSettled("s", await a.admit("s", "r1", `first ${tag1}`), { boundMs: 20_000 });
+    await a.settle("s", "r1", `first ${tag1}`, { boundMs: 20_000 });
     assert.equal(h2.model.requests(tag1)[0].body.tools, undefined, "no tools while the only server is down");
     assert.deepEqual((await h2.api("GET", `/direct/${a.id}/host/unavailable`)).json.map((r) => r.name), ["flaky"]);
     down = false;
     await new Promise((r) => setTimeout(r, 1100));
     const tag2 = uniq("flaky-up");
     h2.model.scriptFor(tag2, execute("return await mcp.flaky.list_notes({});"), { text: "now it works" });
-    const id = await a.admit("s", "r2", `second ${tag2}`);
-    const settled = await a.waitSettled("s", id, { boundMs: 20_000 });
+    const settled = await a.settle("s", "r2", `second ${tag2}`, { boundMs: 20_000 });
     assert.equal(settled.toolCallCount, 1);
     const tool = (await a.read("s")).messages.find((m) => m.role === "tool");
     assert.equal(tool.isError, undefined, tool.text);

@@ -15,9 +15,9 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import path from "node:path";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import Ajv2020 from "ajv/dist/2020.js";
-import { PNG_1X1, ROOT, TOKEN, Watch, bundleFixture, describe, eventually, kind, startWorker } from "./helpers.mjs";
+import { PNG_1X1, ROOT, TOKEN, Watch, bundleFixture, describe, eventually, kind, startWorker, useWorker } from "./helpers.mjs";
 
 const DOC_FILE = path.join(ROOT, "docs/openapi.json");
 const doc = JSON.parse(readFileSync(DOC_FILE, "utf8"));
@@ -110,15 +110,9 @@ function errorsOf(validate) {
 
 // ---------------------------------------------------------------- harness
 
-let h;
-before(async () => {
-  // A short retry delay so a scripted model failure shows a runtime-error
-  // event and then settles within the test's time.
-  h = await startWorker({ model: "echo", bindings: { SHIITAKE_RETRY_BASE_MS: 20, SHIITAKE_RETRY_MAX_MS: 40 } });
-});
-after(async () => {
-  await h?.dispose();
-});
+// A short retry delay so a scripted model failure shows a runtime-error
+// event and then settles within the test's time.
+const h = useWorker({ model: "echo", bindings: { SHIITAKE_RETRY_BASE_MS: 20, SHIITAKE_RETRY_MAX_MS: 40 } });
 
 /** The statuses each operation answered, for the coverage check. */
 const answered = new Map();

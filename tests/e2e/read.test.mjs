@@ -1,15 +1,9 @@
 // The bounded Session read: limit, `before` paging, the byte cap.
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
-import { bytes, expectError, startWorker } from "./helpers.mjs";
+import { test } from "node:test";
+import { bytes, expectError, useWorker } from "./helpers.mjs";
 
-let h;
-before(async () => {
-  h = await startWorker();
-});
-after(async () => {
-  await h?.dispose();
-});
+const h = useWorker();
 
 const PAGE_BYTES_MAX = 1_048_576;
 

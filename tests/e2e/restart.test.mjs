@@ -4,16 +4,10 @@
 // prompts behind it stay pending across the restart. (A turn resumed after a
 // restart: run-restart.test.mjs.)
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
-import { expectAccepted, expectError, expectStatus, startWorker } from "./helpers.mjs";
+import { test } from "node:test";
+import { expectAccepted, expectError, expectStatus, useWorker } from "./helpers.mjs";
 
-let h;
-before(async () => {
-  h = await startWorker({ persist: true });
-});
-after(async () => {
-  await h?.dispose();
-});
+const h = useWorker({ persist: true });
 
 test("accepted work, transcript, fences and receipts survive a restart", async () => {
   const a = h.agent("restart-agent");

@@ -4,25 +4,17 @@
 // Miniflare is disposed and started again on the same persisted storage; the
 // scripted model server lives on across restarts.
 import assert from "node:assert/strict";
-import { randomUUID } from "node:crypto";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { contentText } from "../support/model-server.mjs";
-import { startWorker } from "./helpers.mjs";
+import { uniq, useWorker } from "./helpers.mjs";
 
-let h;
-before(async () => {
-  h = await startWorker({
-    persist: true,
-    model: "echo",
-    bindings: { SHIITAKE_RETRY_BASE_MS: 50, SHIITAKE_RETRY_MAX_MS: 400, SHIITAKE_ATTEMPTS_MAX: 3 },
-  });
-});
-after(async () => {
-  await h?.dispose();
+const h = useWorker({
+  persist: true,
+  model: "echo",
+  bindings: { SHIITAKE_RETRY_BASE_MS: 50, SHIITAKE_RETRY_MAX_MS: 400, SHIITAKE_ATTEMPTS_MAX: 3 },
 });
 
 const T = { timeout: 30_000 };
-const uniq = (name) => `[${name}-${randomUUID().slice(0, 8)}]`;
 const conversation = (req) => req.body.messages.map((m) => [m.role, contentText(m.content)]);
 
 /** Waits until the model has streamed `chunks` chunks of this tag's request #i. */

@@ -8,30 +8,23 @@
 // `scriptFor(tag, ...)` answers only that test's requests, and
 // `requests(tag)` lists only them, so tests sharing the Worker stay apart.
 import assert from "node:assert/strict";
-import { randomUUID } from "node:crypto";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { contentText } from "../support/model-server.mjs";
-import { MODEL_API_KEY, MODEL_NAME, describe, expectAccepted, expectError, expectStatus, startWorker } from "./helpers.mjs";
+import { MODEL_API_KEY, MODEL_NAME, describe, expectAccepted, expectError, expectStatus, uniq, useWorker } from "./helpers.mjs";
 
 const INSTRUCTIONS = "You are the end-to-end test model. Answer in one line.";
 const PANIC_MARKER = "PANIC-NOW";
 const RETRY_BASE_MS = 50;
 
-let h;
-before(async () => {
-  h = await startWorker({
-    model: "echo",
-    bindings: {
-      SHIITAKE_INSTRUCTIONS: INSTRUCTIONS,
-      SHIITAKE_RETRY_BASE_MS: RETRY_BASE_MS,
-      SHIITAKE_RETRY_MAX_MS: 400,
-      SHIITAKE_ATTEMPTS_MAX: 3,
-      SHIITAKE_FAULT_PANIC_MARKER: PANIC_MARKER,
-    },
-  });
-});
-after(async () => {
-  await h?.dispose();
+const h = useWorker({
+  model: "echo",
+  bindings: {
+    SHIITAKE_INSTRUCTIONS: INSTRUCTIONS,
+    SHIITAKE_RETRY_BASE_MS: RETRY_BASE_MS,
+    SHIITAKE_RETRY_MAX_MS: 400,
+    SHIITAKE_ATTEMPTS_MAX: 3,
+    SHIITAKE_FAULT_PANIC_MARKER: PANIC_MARKER,
+  },
 });
 
 /** Bounds every test: a broken run loop fails a test instead of hanging the suite. */
@@ -39,7 +32,6 @@ const T = { timeout: 20_000 };
 /** How long a test waits for one settlement. */
 const SETTLE_MS = 10_000;
 
-const uniq = (name) => `[${name}-${randomUUID().slice(0, 8)}]`;
 
 const session = () => h.session();
 

@@ -1,4 +1,4 @@
-// Secrets never leave (issue 10): a provider or MCP server that echoes the
+// Secrets never leave: a provider or MCP server that echoes the
 // configured key (whole, after `Bearer `, or cut to a prefix) in an error
 // body or an in-stream error gets it redacted from every place the text
 // reaches: the settlement, the watch frames (`runtime-error`, `diagnostic`),
@@ -71,8 +71,7 @@ for (const provider of ["openai", "anthropic"]) {
     for (const [i, response] of cases.entries()) {
       const tag = `[leak-${i}-${randomUUID().slice(0, 6)}]`;
       h.model.scriptFor(tag, response);
-      const id = await a.admit("s", `r${i}`, `hello ${tag}`);
-      const settled = await a.waitSettled("s", id);
+      const settled = await a.settle("s", `r${i}`, `hello ${tag}`);
       assert.equal(settled.terminal, "failed", JSON.stringify(settled));
       assert.match(settled.diagnostic, /<redacted>/, `case ${i}: the diagnostic keeps the provider's words: ${settled.diagnostic}`);
       settlements.push(settled);
@@ -144,8 +143,7 @@ test("MCP: a server echoing its bearer token in an HTTP error and in a JSON-RPC 
     await a.createSession("s");
     const w = await a.watch("s");
     await w.next();
-    const id = await a.admit("s", "r1", "hello");
-    const settled = await a.waitSettled("s", id);
+    const settled = await a.settle("s", "r1", "hello");
     const frames = await w.until((ev) => kind(ev) === "settled", 10_000);
     await w.close();
     const diagnostics = frames.filter((ev) => kind(ev) === "diagnostic").map((ev) => ev.data.diagnostic);

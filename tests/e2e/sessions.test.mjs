@@ -1,15 +1,9 @@
 // Sessions: create, list (paged), delete.
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
-import { describe, expectError, expectStatus, startWorker } from "./helpers.mjs";
+import { test } from "node:test";
+import { describe, expectError, expectStatus, useWorker } from "./helpers.mjs";
 
-let h;
-before(async () => {
-  h = await startWorker();
-});
-after(async () => {
-  await h?.dispose();
-});
+const h = useWorker();
 
 test("create with a sessionId answers 201 with that id; a read shows an empty Session", async () => {
   const a = h.agent();

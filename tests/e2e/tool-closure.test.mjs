@@ -1,6 +1,5 @@
-// A tool step that ended is closed for good (issue 10, failure 6): when a
-// turn settles with calls still open (cancelled mid-`execute`, interrupted at
-// the attempt limit), each call gets one `tool` message saying how it ended,
+// A tool step that ended is closed for good: when a turn settles with calls
+// still open (cancelled mid-`execute`, interrupted at the attempt limit), each call gets one `tool` message saying how it ended,
 // and every later model request pairs each call with exactly one result right
 // after its step, so the Session's later tool turns reach the model with
 // their real results. Run against both wire formats; the scripted model
@@ -9,16 +8,12 @@
 // tests/e2e/fixtures/tools-worker.mjs (`notes.hang` waits for its abort
 // signal, replay-safe).
 import assert from "node:assert/strict";
-import { randomUUID } from "node:crypto";
-import path from "node:path";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { contentText, startModelServer } from "../support/model-server.mjs";
-import { MODEL_PROVIDERS, ROOT, bundleFixture, eventually, expectStatus, kind, startWorker } from "./helpers.mjs";
+import { MODEL_PROVIDERS, eventually, execute, expectStatus, kind, uniq, useWorker } from "./helpers.mjs";
 
 const T = { timeout: 60_000 };
 const CANCELLED = "cancelled: the turn was cancelled before this call finished";
-const uniq = (name) => `[${name}-${randomUUID().slice(0, 8)}]`;
-const execute = (code) => ({ toolCalls: [{ name: "execute", arguments: { code } }] });
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
@@ -65,14 +60,7 @@ function stepOf(req, callId) {
 
 for (const provider of MODEL_PROVIDERS) {
   describe(provider, () => {
-    let h;
-    before(async () => {
-      const script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/tools-worker.mjs"), "tools-worker");
-      h = await startWorker({ scriptPath: script, model: { fallback: "echo", provider }, persist: true, bindings: { SHIITAKE_ATTEMPTS_MAX: 2 } });
-    });
-    after(async () => {
-      await h?.dispose();
-    });
+    const h = useWorker({ fixture: "tools-worker", model: { fallback: "echo", provider }, persist: true, bindings: { SHIITAKE_ATTEMPTS_MAX: 2 } });
 
     const transcript = async (a, sid) => (await a.read(sid, { limit: 200 })).messages;
     const probe = async (a) => (await h.api("GET", `/direct/${a.id}/host/probe`)).json.map((r) => r.op);
@@ -209,8 +197,8 @@ function requestHas(record, tag) {
   return JSON.stringify(record.body?.messages ?? []).includes(tag);
 }
 
-// The checks behind "refused as the provider would" for the cases the fix is
-// about: a call left without a result, a result after the next user message,
+// The checks behind "refused as the provider would" for the cases this file
+// is about: a call left without a result, a result after the next user message,
 // and a call answered twice.
 test("the scripted model server refuses contexts with an unanswered, misplaced or twice answered call, in both formats", T, async () => {
   const model = await startModelServer();

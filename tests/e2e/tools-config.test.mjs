@@ -1,12 +1,11 @@
-// Tools under other host configurations (issue 4): without a LOADER binding
+// Tools under other host configurations: without a LOADER binding
 // the `execute` tool is absent and the run says why; without a confirm hook
 // a `confirm` operation is refused; the same tool turn over the Anthropic
 // Messages wire format. Fixture: tests/e2e/fixtures/tools-worker.mjs.
 import assert from "node:assert/strict";
-import { randomUUID } from "node:crypto";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { ROOT, bundleFixture, kind, startWorker } from "./helpers.mjs";
+import { ROOT, bundleFixture, execute, kind, startWorker, uniq } from "./helpers.mjs";
 
 let script;
 const workers = [];
@@ -24,7 +23,6 @@ async function worker(options) {
 }
 
 const T = { timeout: 30_000 };
-const uniq = (name) => `[${name}-${randomUUID().slice(0, 8)}]`;
 
 test("without a LOADER binding execute is not offered, the run says why, and direct tools still work", T, async () => {
   const h = await worker({ loader: false });
@@ -57,10 +55,9 @@ test("without the host's confirm hook a confirm operation is refused; the others
     try { await notes.wipe({ confirmed: true }); out.wipe = "ran"; } catch (e) { out.wipe = e.message; }
     out.add = await notes.add_note({ text: "kept" });
     return out;`;
-  h.model.scriptFor(tag, { toolCalls: [{ name: "execute", arguments: { code } }] }, { text: "ok" });
+  h.model.scriptFor(tag, execute(code), { text: "ok" });
   const { a, sid } = await h.session();
-  const id = await a.admit(sid, "r1", `wipe ${tag}`);
-  await a.waitSettled(sid, id, { boundMs: 20_000 });
+  await a.settle(sid, "r1", `wipe ${tag}`, { boundMs: 20_000 });
   const tool = (await a.read(sid)).messages.find((m) => m.role === "tool");
   const out = JSON.parse(tool.text);
   assert.match(out.wipe, /asks for confirmation and the host supplies no confirm hook/);
@@ -79,8 +76,7 @@ test("Anthropic: execute and a direct tool over tool_use / tool_result blocks", 
     { text: "finished" },
   );
   const { a, sid } = await h.session();
-  const id = await a.admit(sid, "r1", `both ${tag}`);
-  const s = await a.waitSettled(sid, id, { boundMs: 20_000 });
+  const s = await a.settle(sid, "r1", `both ${tag}`, { boundMs: 20_000 });
   assert.equal(s.terminal, "completed", JSON.stringify(s));
   assert.equal(s.toolCallCount, 3);
   const reqs = h.model.requests(tag);
@@ -108,8 +104,7 @@ test("tools() with an unknown key or a value of the wrong kind is refused naming
   for (const [name, pattern] of Object.entries(expected)) {
     const h = await worker({ scriptPath: config, bindings: { TOOLS_CASE: name } });
     const { a, sid } = await h.session();
-    const id = await a.admit(sid, "r1", "hello");
-    const settled = await a.waitSettled(sid, id);
+    const settled = await a.settle(sid, "r1", "hello");
     assert.equal(settled.terminal, "failed", `${name}: ${JSON.stringify(settled)}`);
     assert.match(settled.diagnostic, pattern, name);
     assert.equal(h.model.requests().length, 0, `${name}: no model call with a refused configuration`);

@@ -1,4 +1,4 @@
-// Tool calls against time and crashes (issue 4): the per-call timeout (here
+// Tool calls against time and crashes: the per-call timeout (here
 // SHIITAKE_TOOL_TIMEOUT_MS = 6000) fires the call's abort signal; the alarm
 // is kept armed by the five-second heartbeat while a tool runs; a restart in
 // the middle of a tool never runs an unsafe operation again (the model is
@@ -6,24 +6,13 @@
 // executions run at once. Fixture: tests/e2e/fixtures/tools-worker.mjs
 // (`slow_write` / `slow_read` hang on their first run until aborted).
 import assert from "node:assert/strict";
-import { randomUUID } from "node:crypto";
-import path from "node:path";
-import { after, before, test } from "node:test";
-import { ROOT, bundleFixture, startWorker } from "./helpers.mjs";
+import { test } from "node:test";
+import { execute, uniq, useWorker } from "./helpers.mjs";
 
 const TOOL_TIMEOUT_MS = 6000;
-let h;
-before(async () => {
-  const script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/tools-worker.mjs"), "tools-worker");
-  h = await startWorker({ scriptPath: script, model: "echo", persist: true, bindings: { SHIITAKE_TOOL_TIMEOUT_MS: TOOL_TIMEOUT_MS } });
-});
-after(async () => {
-  await h?.dispose();
-});
+const h = useWorker({ fixture: "tools-worker", model: "echo", persist: true, bindings: { SHIITAKE_TOOL_TIMEOUT_MS: TOOL_TIMEOUT_MS } });
 
 const T = { timeout: 60_000 };
-const uniq = (name) => `[${name}-${randomUUID().slice(0, 8)}]`;
-const execute = (code) => ({ toolCalls: [{ name: "execute", arguments: { code } }] });
 const probe = async (a) => (await h.api("GET", `/direct/${a.id}/host/probe`)).json.map((r) => r.op);
 
 async function waitFor(what, check, timeoutMs = 10_000) {
@@ -46,8 +35,7 @@ test("a call past the timeout is aborted (its signal fires) and the model is tol
   const a = h.agent();
   await a.createSession("s");
   const started = Date.now();
-  const id = await a.admit("s", "r1", `slow ${tag}`);
-  const s = await a.waitSettled("s", id, { boundMs: 30_000 });
+  const s = await a.settle("s", "r1", `slow ${tag}`, { boundMs: 30_000 });
   const took = Date.now() - started;
   assert.equal(s.terminal, "completed");
   const [tool] = await toolMessages(a);

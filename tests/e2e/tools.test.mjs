@@ -1,38 +1,26 @@
-// Tools end to end (issue 4): the scripted model calls `execute` and a direct
+// Tools end to end: the scripted model calls `execute` and a direct
 // tool; the code runs in a Worker Loader sandbox and reaches host operations
 // only through the grants read at each call. Fixture:
 // tests/e2e/fixtures/tools-worker.mjs (modules notes, vault, files; Agent
 // default {notes: write}, vault required; confirm hook approves
 // `{confirmed: true}`).
 import assert from "node:assert/strict";
-import { randomUUID } from "node:crypto";
-import path from "node:path";
-import { after, before, test } from "node:test";
-import { ROOT, bundleFixture, startWorker } from "./helpers.mjs";
+import { test } from "node:test";
+import { execute, uniq, useWorker } from "./helpers.mjs";
 
-let h;
-before(async () => {
-  const script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/tools-worker.mjs"), "tools-worker");
-  h = await startWorker({ scriptPath: script, model: "echo" });
-});
-after(async () => {
-  await h?.dispose();
-});
+const h = useWorker({ fixture: "tools-worker", model: "echo" });
 
 const T = { timeout: 30_000 };
-const uniq = (name) => `[${name}-${randomUUID().slice(0, 8)}]`;
-const execute = (code, id) => ({ toolCalls: [{ ...(id ? { id } : {}), name: "execute", arguments: { code } }] });
 
 /** Runs one prompt through a scripted tool turn; returns what a test needs. */
 async function turn(name, ...script) {
   const tag = uniq(name);
   h.model.scriptFor(tag, ...script);
   const { a, sid } = await h.session();
-  const id = await a.admit(sid, "r1", `use the tools ${tag}`);
-  const settled = await a.waitSettled(sid, id, { boundMs: 20_000 });
+  const settled = await a.settle(sid, "r1", `use the tools ${tag}`, { boundMs: 20_000 });
   const messages = (await a.read(sid, { limit: 200 })).messages;
   const tools = messages.filter((m) => m.role === "tool");
-  return { tag, a, sid, id, settled, messages, tools, requests: h.model.requests(tag) };
+  return { tag, a, sid, settled, messages, tools, requests: h.model.requests(tag) };
 }
 
 const probe = async (a) => (await h.api("GET", `/direct/${a.id}/host/probe`)).json;
@@ -68,8 +56,11 @@ test("a multi-step tool turn: execute reaches a granted operation, a direct tool
     { path: "notes.list_notes", ok: true },
   ]);
   assert.deepEqual(t.tools[1].data, { diff: "*** Begin Patch" });
-  for (const req of t.requests) assert.ok(!JSON.stringify(req.body).includes("*** Begin Patch\"}") || true);
-  assert.ok(!JSON.stringify(t.requests[2].body).includes("diff"), "display data never reaches the model");
+  // Each request carries every earlier result's text, and no display data.
+  for (const [i, req] of t.requests.entries()) {
+    assert.deepEqual(toolResults(req), t.tools.slice(0, i).map((m) => m.text), `request ${i}`);
+    assert.ok(!JSON.stringify(req.body).includes("diff"), `display data never reaches the model (request ${i})`);
+  }
   assert.deepEqual((await probe(t.a)).map((r) => r.op), ["add-note", "list-notes", "apply_patch"]);
 });
 
@@ -115,32 +106,34 @@ test("a result over 256 KiB from the code itself is an error result", T, async (
 
 test("grants are read at every call: a delivery between two calls of one turn applies to the next", T, async () => {
   const tag = uniq("regrant");
-  h.model.scriptFor(tag, execute("return await notes.add_note({ text: 'one' });"), execute("return await notes.add_note({ text: 'two' });"), { text: "end" });
-  const a = h.agent();
-  await a.createSession("s");
-  // Hold the second model step until the grant changed.
-  const id = await a.admit("s", "r1", `twice ${tag}`);
-  await h.model.waitFor(() => h.model.requests(tag).length >= 2, { what: "the second model step" }).catch(() => {});
-  const s = await a.waitSettled("s", id, { boundMs: 20_000 });
-  assert.equal(s.terminal, "completed");
-  // The same turn again, with notes granted read-only in between.
-  const tag2 = uniq("regrant2");
-  let delivered = false;
-  h.model.scriptFor(tag2, execute("return await notes.add_note({ text: 'three' });"), { ...execute("return await notes.add_note({ text: 'four' });"), gate: tag2 }, { text: "end" });
-  const id2 = await a.admit("s", "r2", `again ${tag2}`);
-  await h.model.waitFor(() => h.model.requests(tag2).length >= 2, { what: "the gated second step" });
-  const d = await h.api("POST", `/host-grants/${a.id}/s`, { version: 1, grants: { notes: "read" } });
+  // The second model step waits at the model server until released: its
+  // call runs after the delivery below, in the same turn.
+  h.model.scriptFor(
+    tag,
+    execute("return await notes.add_note({ text: 'one' });"),
+    { ...execute("return await notes.add_note({ text: 'two' });"), gate: tag },
+    { text: "end" },
+  );
+  const { a, sid } = await h.session();
+  const id = await a.admit(sid, "r1", `twice ${tag}`);
+  // The second step is requested once the first call's result is recorded.
+  await h.model.waitFor(() => h.model.requests(tag).length >= 2, { what: "the gated second step" });
+  const first = (await a.read(sid, { limit: 200 })).messages.filter((m) => m.role === "tool");
+  assert.equal(first.length, 1);
+  assert.equal(first[0].isError, undefined, first[0].text);
+  assert.deepEqual(JSON.parse(first[0].text), { count: 1, sessionId: sid }, "the first call ran under the Agent default (notes: write)");
+  const d = await h.api("POST", `/host-grants/${a.id}/${sid}`, { version: 1, grants: { notes: "read" } });
   assert.deepEqual(d.json, { delivered: "stored" });
-  delivered = true;
-  h.model.release(tag2);
-  const s2 = await a.waitSettled("s", id2, { boundMs: 20_000 });
-  assert.ok(delivered);
-  const tools = (await a.read("s", { limit: 200 })).messages.filter((m) => m.role === "tool").slice(-2);
-  assert.equal(tools[0].isError, undefined, tools[0].text);
-  assert.equal(tools[1].isError, true);
+  h.model.release(tag);
+  const s = await a.waitSettled(sid, id, { boundMs: 20_000 });
+  assert.equal(s.terminal, "completed", JSON.stringify(s));
+  assert.equal(s.toolCallCount, 2);
+  const tools = (await a.read(sid, { limit: 200 })).messages.filter((m) => m.role === "tool");
+  assert.equal(tools.length, 2);
+  assert.deepEqual(tools[0], first[0], "the first result stands");
+  assert.equal(tools[1].isError, true, tools[1].text);
   assert.match(tools[1].text, /granted `read`.*needs `write`/);
-  assert.equal(s2.toolCallCount, 2);
-  assert.deepEqual((await probe(a)).map((r) => r.detail), ["one", "two", "three"]);
+  assert.deepEqual((await probe(a)).map((r) => r.detail), ["one"], "the second call did not run");
 });
 
 test("a required key: refused without a grant, allowed once the Session's grant is delivered", T, async () => {
@@ -152,8 +145,7 @@ test("a required key: refused without a grant, allowed once the Session's grant 
   const a = h.agent();
   await a.createSession("s");
   await h.api("POST", `/host-grants/${a.id}/s`, { version: 1, grants: { vault: "read" } });
-  const id = await a.admit("s", "r1", `open ${tag}`);
-  await a.waitSettled("s", id, { boundMs: 20_000 });
+  await a.settle("s", "r1", `open ${tag}`, { boundMs: 20_000 });
   const tool = (await a.read("s")).messages.find((m) => m.role === "tool");
   assert.deepEqual(JSON.parse(tool.text), { secret: "vault contents" });
 });

@@ -1,4 +1,4 @@
-// A wasm trap does not cost bystanders (issue 10): one wasm instance serves
+// A wasm trap does not cost bystanders: one wasm instance serves
 // every Durable Object of the isolate, so a Rust panic in one Agent's turn
 // resets it under all of them. The trap is attributed to the Session whose
 // code raised it (src/host/blame.rs): other Agents' and Sessions' turns
@@ -6,25 +6,17 @@
 // a fresh snapshot, parked settlement long polls are answered again (never a
 // 500), and a Session whose calls keep trapping settles `interrupted` alone.
 import assert from "node:assert/strict";
-import { randomUUID } from "node:crypto";
-import { after, before, test } from "node:test";
-import { kind, startWorker } from "./helpers.mjs";
+import { test } from "node:test";
+import { kind, uniq, useWorker } from "./helpers.mjs";
 
 const PANIC_MARKER = "TRAP-HERE";
 const ATTEMPTS_MAX = 3;
-let h;
-before(async () => {
-  h = await startWorker({
-    model: "echo",
-    bindings: { SHIITAKE_FAULT_PANIC_MARKER: PANIC_MARKER, SHIITAKE_ATTEMPTS_MAX: ATTEMPTS_MAX, SHIITAKE_RETRY_BASE_MS: 50 },
-  });
-});
-after(async () => {
-  await h?.dispose();
+const h = useWorker({
+  model: "echo",
+  bindings: { SHIITAKE_FAULT_PANIC_MARKER: PANIC_MARKER, SHIITAKE_ATTEMPTS_MAX: ATTEMPTS_MAX, SHIITAKE_RETRY_BASE_MS: 50 },
 });
 
 const T = { timeout: 60_000 };
-const uniq = (name) => `[${name}-${randomUUID().slice(0, 8)}]`;
 const startedAttempts = (events, id) => events.filter((ev) => kind(ev) === "started" && ev.data.commandId === id).map((ev) => ev.data.attempt);
 
 test("a trap in one Agent's turn: other Agents' turns keep their attempt, their watches resume with a snapshot, parked polls are answered", T, async () => {
@@ -45,8 +37,7 @@ test("a trap in one Agent's turn: other Agents' turns keep their attempt, their 
   h.model.scriptFor(trapTag, { chunks: ["so far ", `then ${PANIC_MARKER}`] }, { text: "answered after the trap" });
   const culprit = h.agent();
   await culprit.createSession("c");
-  const id = await culprit.admit("c", "r1", `trap ${trapTag}`);
-  const s = await culprit.waitSettled("c", id, { boundMs: 20_000 });
+  const s = await culprit.settle("c", "r1", `trap ${trapTag}`, { boundMs: 20_000 });
   assert.equal(s.terminal, "completed", JSON.stringify(s));
   assert.equal(h.model.requests(trapTag).length, 2, "the culprit's attempt trapped and the next answered");
 
@@ -81,8 +72,7 @@ test("a Session whose calls keep trapping settles interrupted alone; a Session o
 
   const trapTag = uniq("always-traps");
   h.model.scriptFor(trapTag, ...Array.from({ length: ATTEMPTS_MAX }, () => ({ chunks: [`boom ${PANIC_MARKER}`] })));
-  const id = await a.admit("bad", "r1", `trap ${trapTag}`);
-  const s = await a.waitSettled("bad", id, { boundMs: 40_000 });
+  const s = await a.settle("bad", "r1", `trap ${trapTag}`, { boundMs: 40_000 });
   assert.equal(s.terminal, "interrupted", JSON.stringify(s));
   assert.match(s.diagnostic, /attempt limit 3 reached/);
   assert.equal(h.model.requests(trapTag).length, ATTEMPTS_MAX, "one call per attempt");

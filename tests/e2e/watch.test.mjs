@@ -3,20 +3,12 @@
 // turn starts, streamed deltas, stored messages and settlements, and
 // `runtime-error` events for failed model calls. Closing it cancels nothing.
 import assert from "node:assert/strict";
-import { randomUUID } from "node:crypto";
-import { after, before, test } from "node:test";
-import { expectError, kind, startWorker } from "./helpers.mjs";
+import { test } from "node:test";
+import { expectError, kind, uniq, useWorker } from "./helpers.mjs";
 
-let h;
-before(async () => {
-  h = await startWorker({ model: "echo", bindings: { SHIITAKE_RETRY_BASE_MS: 50, SHIITAKE_RETRY_MAX_MS: 400, SHIITAKE_ATTEMPTS_MAX: 3 } });
-});
-after(async () => {
-  await h?.dispose();
-});
+const h = useWorker({ model: "echo", bindings: { SHIITAKE_RETRY_BASE_MS: 50, SHIITAKE_RETRY_MAX_MS: 400, SHIITAKE_ATTEMPTS_MAX: 3 } });
 
 const T = { timeout: 20_000 };
-const uniq = (name) => `[${name}-${randomUUID().slice(0, 8)}]`;
 
 // A `message` frame carries a stored message and a `settled` frame a
 // CommandSettlement, under `message` / `settlement` (or inline).

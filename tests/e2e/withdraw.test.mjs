@@ -1,16 +1,10 @@
 // Withdraw: recover an uncertain send. (That a fence survives a restart is in
 // restart.test.mjs.)
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
-import { expectAccepted, expectError, expectStatus, startWorker } from "./helpers.mjs";
+import { test } from "node:test";
+import { expectAccepted, expectError, expectStatus, useWorker } from "./helpers.mjs";
 
-let h;
-before(async () => {
-  h = await startWorker();
-});
-after(async () => {
-  await h?.dispose();
-});
+const h = useWorker();
 
 const session = () => h.session();
 

@@ -1,0 +1,267 @@
+//! The model context of a step: what the model sees, rebuilt from the
+//! stored transcript at each step and bounded in messages
+//! ([`CONTEXT_MESSAGES_MAX`]) and in bytes ([`CONTEXT_BYTES_MAX`]).
+
+use super::{internal, Pending};
+use crate::error::ApiError;
+use crate::limits::{CONTEXT_BYTES_MAX, CONTEXT_MESSAGES_MAX};
+use crate::model::Image;
+use crate::model::{ModelItem, ModelMessage, Role, ToolCall};
+use crate::store::Store;
+use crate::transcript::{RecordedCall, Role as Author};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// What the model sees: the messages of [`window`] (the newest stored ones
+/// plus `unwritten` ones, this transition's writes), starting at a user
+/// message. Tool turns are replayed as both providers require: every call
+/// of a step answered by exactly one result, all of them right after the
+/// step and in call order, before any later message (an operator line
+/// written while the calls ran follows them). A call with no result reads
+/// as ended with its outcome unknown (a turn settled before its calls were
+/// closed, in a store written before settling closed them); results without
+/// their call (outside the window) and repeated results are dropped;
+/// display payloads (`data`) never reach the model.
+pub(crate) fn context(
+    store: Store<'_>,
+    session_id: &str,
+    unwritten: &[Pending],
+) -> Result<Vec<ModelItem>, ApiError> {
+    let mut messages: Vec<Option<Stored>> = window(store, session_id, unwritten)?
+        .into_iter()
+        .map(Some)
+        .collect();
+    let mut items: Vec<ModelItem> = Vec::new();
+    for at in 0..messages.len() {
+        // `None`: a result already placed after its step.
+        let Some(m) = messages[at].take() else {
+            continue;
+        };
+        if m.role == Author::Tool {
+            continue; // its step is outside the window, or it repeats one
+        }
+        for (call_id, name) in push_message(&mut items, m) {
+            // A step's results are written after it and before the turn's
+            // next model message: look no further than the next user or
+            // assistant message.
+            let result = messages[at + 1..]
+                .iter_mut()
+                .take_while(|m| {
+                    m.as_ref()
+                        .is_none_or(|m| m.role != Author::User && m.role != Author::Assistant)
+                })
+                .find(|m| {
+                    m.as_ref().is_some_and(|m| {
+                        m.role == Author::Tool
+                            && m.tool_call_id.as_deref() == Some(call_id.as_str())
+                    })
+                })
+                .and_then(Option::take);
+            items.push(match result {
+                Some(r) => ModelItem::ToolResult {
+                    call_id,
+                    name: r.tool_name.unwrap_or(name),
+                    content: r.text,
+                    is_error: r.is_error,
+                },
+                None => ModelItem::ToolResult {
+                    call_id,
+                    name,
+                    content: "outcome unknown: the turn ended before this call finished; \
+                              it was not run again"
+                        .to_owned(),
+                    is_error: true,
+                },
+            });
+        }
+    }
+    Ok(items)
+}
+
+/// A message of the window: its stored size and what the model reads of it.
+struct Entry {
+    bytes: usize,
+    message: Stored,
+}
+
+impl Entry {
+    fn parse(body: &str) -> Result<Self, ApiError> {
+        Ok(Entry {
+            bytes: body.len(),
+            message: serde_json::from_str(body).map_err(internal)?,
+        })
+    }
+
+    fn is(&self, role: Author) -> bool {
+        self.message.role == role
+    }
+}
+
+/// The messages a context is built from, oldest first: the newest
+/// [`CONTEXT_MESSAGES_MAX`] (stored, then `unwritten`) when their bodies
+/// total at most [`CONTEXT_BYTES_MAX`]. Past that bound the oldest whole
+/// turns (a turn starts at a `user` message) are left out, so the window
+/// starts at a user message; when the newest turn alone passes the bound,
+/// [`newest_turn`] keeps part of it. Sizes are read before bodies, and
+/// bodies only up to the bound (plus the rest of the newest step in
+/// [`newest_turn`]), so a context holds about `CONTEXT_BYTES_MAX` of bodies
+/// however large the transcript.
+fn window(
+    store: Store<'_>,
+    session_id: &str,
+    unwritten: &[Pending],
+) -> Result<Vec<Stored>, ApiError> {
+    let keep = CONTEXT_MESSAGES_MAX.saturating_sub(unwritten.len());
+    // `(seq, bytes)`, newest first.
+    let sizes = store.message_sizes_before(session_id, i64::MAX, keep)?;
+    let unwritten_bytes: usize = unwritten.iter().map(|p| p.body.len()).sum();
+    let total = unwritten_bytes + sizes.iter().map(|&(_, bytes)| bytes).sum::<usize>();
+    // The newest stored messages that fit beside the unwritten ones.
+    let mut room = CONTEXT_BYTES_MAX.saturating_sub(unwritten_bytes);
+    let loaded = sizes
+        .iter()
+        .take_while(|&&(_, bytes)| {
+            let fits = bytes <= room;
+            room = room.saturating_sub(bytes);
+            fits
+        })
+        .count();
+    let mut entries = Vec::with_capacity(loaded + unwritten.len());
+    if loaded > 0 {
+        for body in store.message_bodies(session_id, sizes[loaded - 1].0, i64::MAX)? {
+            entries.push(Entry::parse(&body)?);
+        }
+    }
+    for p in unwritten {
+        entries.push(Entry::parse(&p.body)?);
+    }
+    let messages = if total <= CONTEXT_BYTES_MAX {
+        entries
+    } else if let Some(first_user) = entries.iter().position(|e| e.is(Author::User)) {
+        entries.split_off(first_user)
+    } else {
+        newest_turn(store, session_id, &sizes, loaded, entries)?
+    };
+    Ok(messages.into_iter().map(|e| e.message).collect())
+}
+
+/// The newest turn when it alone passes the byte bound (`loaded`, the
+/// newest `sizes` whose bodies `entries` hold, has no user message): its
+/// user message, then the newest steps (an `assistant` message with its
+/// results and whatever follows) that fit beside it; what lies between is
+/// left out. At least the newest step is kept whole, since a step is never
+/// split from its results, so the window may pass the bound by up to one
+/// step (at most `TOOL_CALLS_PER_STEP_MAX` results). A turn whose user
+/// message is older than the newest [`CONTEXT_MESSAGES_MAX`] messages keeps
+/// none, as without the byte bound.
+fn newest_turn(
+    store: Store<'_>,
+    session_id: &str,
+    sizes: &[(i64, usize)],
+    loaded: usize,
+    mut entries: Vec<Entry>,
+) -> Result<Vec<Entry>, ApiError> {
+    let Some(&(oldest, _)) = sizes.last() else {
+        return Ok(entries); // only unwritten messages
+    };
+    // Stored messages in `oldest..below` are not loaded.
+    let below = if loaded > 0 {
+        sizes[loaded - 1].0
+    } else {
+        sizes[0].0 + 1
+    };
+    let user = store.newest_message_with_role(session_id, "user", oldest, below)?;
+    let room = CONTEXT_BYTES_MAX.saturating_sub(user.map_or(0, |(_, bytes)| bytes));
+    // The oldest loaded step whose tail fits beside the user message, else
+    // the newest loaded step.
+    let mut tail: usize = entries.iter().map(|e| e.bytes).sum();
+    let mut step = None;
+    for (at, e) in entries.iter().enumerate() {
+        if e.is(Author::Assistant) && tail <= room {
+            step = Some(at);
+            break;
+        }
+        tail -= e.bytes;
+    }
+    match step.or_else(|| entries.iter().rposition(|e| e.is(Author::Assistant))) {
+        Some(at) => drop(entries.drain(..at)),
+        None => {
+            // The newest step began before the loaded messages: load it.
+            let after_user = user.map_or(oldest, |(seq, _)| seq + 1);
+            if let Some((seq, _)) =
+                store.newest_message_with_role(session_id, "assistant", after_user, below)?
+            {
+                let older = store.message_bodies(session_id, seq, below - 1)?;
+                let older = older.iter().map(|b| Entry::parse(b));
+                entries.splice(0..0, older.collect::<Result<Vec<_>, _>>()?);
+            }
+        }
+    }
+    if let Some((seq, _)) = user {
+        for body in store.message_bodies(session_id, seq, seq)? {
+            entries.insert(0, Entry::parse(&body)?);
+        }
+    }
+    Ok(entries)
+}
+
+/// A stored message as the model context reads it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Stored {
+    role: Author,
+    text: String,
+    #[serde(default)]
+    images: Vec<Image>,
+    #[serde(default)]
+    tool_calls: Vec<RecordedCall>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+    #[serde(default)]
+    tool_name: Option<String>,
+    #[serde(default)]
+    is_error: bool,
+}
+
+/// Appends a non-tool message; returns the calls `(id, name)` of a tool
+/// step it appended, which its results must follow.
+fn push_message(items: &mut Vec<ModelItem>, m: Stored) -> Vec<(String, String)> {
+    let (role, text) = match m.role {
+        Author::Assistant => (Role::Assistant, m.text),
+        // Operator lines reach the model as attributed user content.
+        Author::Operator => (Role::User, format!("[operator] {}", m.text)),
+        _ => (Role::User, m.text),
+    };
+    if items.is_empty() && role == Role::Assistant {
+        return Vec::new(); // a context starts with the user
+    }
+    if !m.tool_calls.is_empty() {
+        let calls = m
+            .tool_calls
+            .iter()
+            .map(|c| (c.id.clone(), c.name.clone()))
+            .collect();
+        items.push(ModelItem::ToolCalls {
+            text,
+            calls: m
+                .tool_calls
+                .into_iter()
+                .map(|c| ToolCall {
+                    id: c.id,
+                    name: c.name,
+                    arguments: Value::Object(c.arguments).to_string(),
+                })
+                .collect(),
+        });
+        return calls;
+    }
+    if !(text.is_empty() && m.images.is_empty()) {
+        // An empty answer says nothing; providers refuse empty content.
+        items.push(ModelItem::Message(ModelMessage {
+            role,
+            text,
+            images: m.images,
+        }));
+    }
+    Vec::new()
+}

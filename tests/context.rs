@@ -1,0 +1,392 @@
+//! The model context's bounds over real SQLite: at most
+//! `CONTEXT_MESSAGES_MAX` messages and `CONTEXT_BYTES_MAX` bytes of stored
+//! bodies. Past the byte bound the oldest whole turns are left out; the
+//! newest turn is kept, its tool steps never split from their results.
+
+mod common;
+
+use common::Harness;
+use serde_json::json;
+use shiitake::limits::{CONTEXT_BYTES_MAX, CONTEXT_MESSAGES_MAX, TEXT_BYTES_MAX};
+use shiitake::model::{Answer, ModelItem, Role, ToolCall};
+use shiitake::run::tools::ToolOutput;
+use shiitake::run::tools::{record_calls, record_result, CallsOutcome, ResultOutcome};
+use shiitake::run::{complete_step, reconcile, Attempts, Reconciled, Step, StepOutcome};
+use shiitake::sql::Sql;
+use shiitake::transcript::Protocol;
+
+const ATTEMPTS: Attempts = Attempts { max: 3 };
+/// A large tool result (the payload bound is 256 KiB).
+const RESULT_BYTES: usize = 200 * 1024;
+
+/// `text` padded to `bytes` (texts stay unique by their prefix).
+fn padded(text: &str, bytes: usize) -> String {
+    format!(
+        "{text} {}",
+        "x".repeat(bytes.saturating_sub(text.len() + 1))
+    )
+}
+
+/// Claims the one turn to run (a prompt admitted into an idle Session is
+/// claimed by its admission: fresh).
+fn claim(h: &mut Harness) -> Step {
+    let Reconciled { mut steps, .. } = h
+        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| true, ATTEMPTS))
+        .unwrap();
+    assert_eq!(steps.len(), 1);
+    steps.remove(0)
+}
+
+/// Runs one tool step of `step`'s turn: `calls` calls named `{name}.{i}`,
+/// each answered by a result of `bytes`. Returns the next model step.
+fn tool_step(h: &mut Harness, step: &Step, name: &str, calls: usize, bytes: usize) -> Step {
+    let answer = Answer::new(
+        format!("step {name}"),
+        None,
+        (0..calls)
+            .map(|i| ToolCall {
+                id: format!("{name}_{i}"),
+                name: "execute".into(),
+                arguments: "{}".into(),
+            })
+            .collect(),
+    );
+    let protocol = Protocol::new(["execute"]);
+    let CallsOutcome::Run { calls, .. } = h
+        .with_ctx(|ctx| {
+            record_calls(
+                ctx,
+                &step.session_id,
+                &step.command_id,
+                step.attempt,
+                &answer,
+                &protocol,
+            )
+        })
+        .unwrap()
+    else {
+        panic!("calls not recorded")
+    };
+    let mut next = None;
+    for call in calls {
+        let output = ToolOutput {
+            content: padded(&format!("result {}", call.id), bytes),
+            is_error: false,
+            data: None,
+        };
+        let ResultOutcome::Recorded { next: n, .. } = h
+            .with_ctx(|ctx| {
+                record_result(
+                    ctx,
+                    &step.session_id,
+                    &step.command_id,
+                    step.attempt,
+                    &call.id,
+                    &output,
+                )
+            })
+            .unwrap()
+        else {
+            panic!("result not recorded")
+        };
+        next = n;
+    }
+    next.expect("the last result answers the next step")
+}
+
+/// Completes `step`'s turn with a plain answer.
+fn finish(h: &mut Harness, step: &Step, text: &str) {
+    let answer = Answer::new(text, None, Vec::new());
+    let outcome = h
+        .with_ctx(|ctx| {
+            complete_step(
+                ctx,
+                &step.session_id,
+                &step.command_id,
+                step.attempt,
+                &answer,
+            )
+        })
+        .unwrap();
+    assert!(
+        matches!(outcome, StepOutcome::Settled { .. }),
+        "{outcome:?}"
+    );
+}
+
+/// A stored message: role, text and size of its body.
+struct Row {
+    role: String,
+    text: String,
+    bytes: usize,
+}
+
+fn rows(h: &Harness) -> Vec<Row> {
+    h.sql()
+        .query(
+            "SELECT json_extract(body, '$.role'), json_extract(body, '$.text'), bytes
+             FROM messages WHERE session_id = 's' ORDER BY seq",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| Row {
+            role: r.text(0).unwrap(),
+            text: r.text(1).unwrap(),
+            bytes: r.int(2).unwrap() as usize,
+        })
+        .collect()
+}
+
+/// What a context shows of each message (texts are unique in these tests).
+fn text(item: &ModelItem) -> &str {
+    match item {
+        ModelItem::Message(m) => m.text.strip_prefix("[operator] ").unwrap_or(&m.text),
+        ModelItem::ToolCalls { text, .. } => text,
+        ModelItem::ToolResult { content, .. } => content,
+    }
+}
+
+/// Checks the shape of `context` against the store: it starts at a user
+/// message, every tool step is followed by exactly its results in call
+/// order, its messages appear in store order, and the newest user message is
+/// in it. Returns the stored indexes it shows and their bytes.
+fn check(h: &Harness, context: &[ModelItem]) -> (Vec<usize>, usize) {
+    let rows = rows(h);
+    assert!(
+        matches!(&context[0], ModelItem::Message(m) if m.role == Role::User),
+        "starts at a user message: {:?}",
+        text(&context[0]).get(..40)
+    );
+    let mut at = 0;
+    while at < context.len() {
+        match &context[at] {
+            ModelItem::ToolCalls { calls, .. } => {
+                for (i, call) in calls.iter().enumerate() {
+                    match context.get(at + 1 + i) {
+                        Some(ModelItem::ToolResult { call_id, .. }) => {
+                            assert_eq!(call_id, &call.id, "results in call order")
+                        }
+                        other => panic!("call {} not answered: {other:?}", call.id),
+                    }
+                }
+                at += 1 + calls.len();
+            }
+            ModelItem::ToolResult { call_id, .. } => panic!("result {call_id} without its call"),
+            ModelItem::Message(_) => at += 1,
+        }
+    }
+    let shown: Vec<usize> = context
+        .iter()
+        .map(|item| {
+            let t = text(item);
+            rows.iter()
+                .position(|r| r.text == t)
+                .unwrap_or_else(|| panic!("not stored: {:?}", t.get(..40)))
+        })
+        .collect();
+    assert!(shown.windows(2).all(|w| w[0] < w[1]), "in store order");
+    let newest_user = rows.iter().rposition(|r| r.role == "user").unwrap();
+    assert!(shown.contains(&newest_user), "the newest turn is kept");
+    let bytes = shown.iter().map(|&i| rows[i].bytes).sum();
+    (shown, bytes)
+}
+
+/// Bytes of the newest `CONTEXT_MESSAGES_MAX` stored messages: what the
+/// context was built from with the message bound alone.
+fn window_bytes(h: &Harness) -> usize {
+    let rows = rows(h);
+    let from = rows.len().saturating_sub(CONTEXT_MESSAGES_MAX);
+    rows[from..].iter().map(|r| r.bytes).sum()
+}
+
+#[test]
+fn past_the_byte_bound_the_oldest_whole_turns_are_left_out() {
+    let mut h = Harness::new();
+    h.session("s");
+    let prompt_bytes = TEXT_BYTES_MAX - 1024;
+    // 16 turns of a large prompt and a step of 4 large results: about
+    // 13.8 MiB in 112 messages, under the message bound.
+    let turns = 16;
+    let mut contexts = Vec::new();
+    for t in 0..turns {
+        let r = h.prompt(
+            "s",
+            &format!("r{t}"),
+            &padded(&format!("prompt {t}"), prompt_bytes),
+        );
+        assert_eq!(r.status, 200, "{}", r.json);
+        let step = claim(&mut h);
+        contexts.push((check(&h, &step.context), window_bytes(&h)));
+        let next = tool_step(&mut h, &step, &format!("t{t}"), 4, RESULT_BYTES);
+        contexts.push((check(&h, &next.context), window_bytes(&h)));
+        finish(&mut h, &next, &format!("done {t}"));
+    }
+    // One more prompt: its context is built from every turn above.
+    h.prompt("s", "last", &padded("prompt last", prompt_bytes));
+    let step = claim(&mut h);
+    let (shown, bytes) = check(&h, &step.context);
+    let before = window_bytes(&h);
+    let rows = rows(&h);
+    assert!(rows.len() < CONTEXT_MESSAGES_MAX);
+    assert!(before > 3 * CONTEXT_BYTES_MAX, "{before}");
+
+    // Every context is within the bound, and under it nothing is left out.
+    for ((_, bytes), before) in &contexts {
+        assert!(*bytes <= CONTEXT_BYTES_MAX, "{bytes}");
+        if before <= &CONTEXT_BYTES_MAX {
+            assert_eq!(bytes, before);
+        }
+    }
+    // Past it turns are dropped whole: the context is the suffix from a
+    // user message on, and one turn more would not fit.
+    assert!(bytes <= CONTEXT_BYTES_MAX, "{bytes}");
+    let start = shown[0];
+    assert_eq!(shown, (start..rows.len()).collect::<Vec<_>>(), "a suffix");
+    let previous_turn = rows[..start]
+        .iter()
+        .rposition(|r| r.role == "user")
+        .unwrap();
+    let with_it: usize = rows[previous_turn..].iter().map(|r| r.bytes).sum();
+    assert!(
+        with_it > CONTEXT_BYTES_MAX,
+        "only as many turns as needed go"
+    );
+    eprintln!(
+        "context bound {CONTEXT_BYTES_MAX}: {before} bytes in the newest {} messages, \
+         {bytes} kept in {} messages ({} turns of {})",
+        rows.len().min(CONTEXT_MESSAGES_MAX),
+        shown.len(),
+        shown.iter().filter(|&&i| rows[i].role == "user").count(),
+        turns + 1,
+    );
+}
+
+#[test]
+fn a_turn_past_the_bound_keeps_its_prompt_and_its_newest_steps() {
+    let mut h = Harness::new();
+    h.session("s");
+    h.prompt("s", "r1", "a long task");
+    let mut step = claim(&mut h);
+    // 8 steps of 3 large results: about 4.7 MiB in one turn.
+    let steps = 8;
+    for s in 0..steps {
+        step = tool_step(&mut h, &step, &format!("s{s}"), 3, RESULT_BYTES);
+    }
+    let rows = rows(&h);
+    let (shown, bytes) = check(&h, &step.context);
+    assert!(bytes <= CONTEXT_BYTES_MAX, "{bytes}");
+    assert_eq!(rows[shown[0]].text, "a long task");
+    // The prompt, then a suffix from a step on; one step more would not fit.
+    let from = shown[1];
+    assert_eq!(rows[from].role, "assistant");
+    assert_eq!(shown[1..], (from..rows.len()).collect::<Vec<_>>());
+    let previous_step = rows[..from]
+        .iter()
+        .rposition(|r| r.role == "assistant")
+        .unwrap();
+    let with_it: usize =
+        rows[0].bytes + rows[previous_step..].iter().map(|r| r.bytes).sum::<usize>();
+    assert!(with_it > CONTEXT_BYTES_MAX);
+    let kept = shown
+        .iter()
+        .filter(|&&i| rows[i].role == "assistant")
+        .count();
+    assert!(kept > 1 && kept < steps, "{kept} of {steps} steps");
+}
+
+#[test]
+fn a_step_past_the_bound_is_kept_whole() {
+    let mut h = Harness::new();
+    h.session("s");
+    h.prompt("s", "r1", "read everything");
+    let step = claim(&mut h);
+    let step = tool_step(&mut h, &step, "small", 1, 16);
+    // One step of 24 large results: about 4.7 MiB.
+    let calls = 24;
+    let next = tool_step(&mut h, &step, "big", calls, RESULT_BYTES);
+    let rows = rows(&h);
+    let (shown, bytes) = check(&h, &next.context);
+    assert!(
+        bytes > CONTEXT_BYTES_MAX,
+        "a single step may pass the bound"
+    );
+    // The prompt and the newest step with every result; the older step
+    // between them is left out.
+    let big = rows.iter().position(|r| r.text == "step big").unwrap();
+    assert_eq!(rows[shown[0]].text, "read everything");
+    assert_eq!(shown[1..], (big..rows.len()).collect::<Vec<_>>());
+    assert_eq!(shown.len(), 2 + calls);
+
+    // Resumed after a restart (no unwritten message), the same context.
+    h.restart();
+    let Reconciled { steps, .. } = h
+        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| false, ATTEMPTS))
+        .unwrap();
+    assert_eq!(steps[0].context, next.context);
+}
+
+#[test]
+fn under_the_byte_bound_only_the_message_bound_applies() {
+    let mut h = Harness::new();
+    h.session("s");
+    // More operator lines than the message bound, then a prompt: the
+    // context is the newest messages, the oldest of them operator lines
+    // (no turn boundary is sought under the byte bound).
+    for i in 0..CONTEXT_MESSAGES_MAX {
+        let r = h.command(
+            "s",
+            json!({"type": "operator", "requestId": format!("o{i}"), "text": format!("line {i}")}),
+        );
+        assert_eq!(r.status, 200, "{}", r.json);
+    }
+    h.prompt("s", "r1", "hello");
+    let step = claim(&mut h);
+    let texts: Vec<&str> = step.context.iter().map(text).collect();
+    assert_eq!(texts.len(), CONTEXT_MESSAGES_MAX);
+    assert_eq!(texts[0], "line 1");
+    assert_eq!(texts[CONTEXT_MESSAGES_MAX - 2], "line 199");
+    assert_eq!(texts[CONTEXT_MESSAGES_MAX - 1], "hello");
+}
+
+#[test]
+fn past_the_byte_bound_the_context_starts_at_a_user_message() {
+    let mut h = Harness::new();
+    h.session("s");
+    // Large operator lines past the bound, then a prompt: only the prompt's
+    // turn remains.
+    for i in 0..80 {
+        let r = h.command(
+            "s",
+            json!({"type": "operator", "requestId": format!("o{i}"),
+                   "text": padded(&format!("line {i}"), TEXT_BYTES_MAX)}),
+        );
+        assert_eq!(r.status, 200, "{}", r.json);
+    }
+    h.prompt("s", "r1", "hello");
+    let step = claim(&mut h);
+    let texts: Vec<&str> = step.context.iter().map(text).collect();
+    assert_eq!(texts, ["hello"]);
+}
+
+#[test]
+fn a_step_that_fits_only_without_its_prompt_is_kept_with_it() {
+    let mut h = Harness::new();
+    h.session("s");
+    let prompt = padded("a large prompt", TEXT_BYTES_MAX - 1024);
+    h.prompt("s", "r1", &prompt);
+    let step = claim(&mut h);
+    let step = tool_step(&mut h, &step, "small", 1, 16);
+    // One step just under the bound: with the prompt it passes it.
+    let next = tool_step(&mut h, &step, "big", 19, 213 * 1024);
+    let rows = rows(&h);
+    let big = rows.iter().position(|r| r.text == "step big").unwrap();
+    let step_bytes: usize = rows[big..].iter().map(|r| r.bytes).sum();
+    assert!(step_bytes <= CONTEXT_BYTES_MAX);
+    assert!(step_bytes + rows[0].bytes > CONTEXT_BYTES_MAX);
+    // The prompt and the big step whole; the small step between is left out.
+    let (shown, bytes) = check(&h, &next.context);
+    assert_eq!(shown[0], 0);
+    assert_eq!(shown[1..], (big..rows.len()).collect::<Vec<_>>());
+    assert!(bytes > CONTEXT_BYTES_MAX);
+}
