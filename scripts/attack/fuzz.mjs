@@ -364,7 +364,7 @@ class Lane {
         parts.query = parts.query.filter(([k]) => k !== p.name);
         const bad = [s.minimum - 1, (s.maximum ?? 0) + 1, -1, 2 ** 31, 2 ** 53 + 1, 1e30].filter((x) => x < s.minimum || (s.maximum !== undefined && x > s.maximum));
         parts.query.push([p.name, String(r.pick(bad))]);
-        // Settlement timeoutMs above 30,000 is clamped per the seed (issue 10), not refused.
+        // Settlement timeoutMs above 30,000 is clamped per the seed, not refused.
         if (p.name === "timeoutMs" && Number(parts.query.at(-1)[1]) > 0) {
           req.refuse = false;
           req.kind = "query.timeoutClamp";
@@ -525,7 +525,7 @@ async function send(h, req) {
 }
 
 /**
- * Known runtime bugs (reported with issue 10's harness), skipped only in
+ * Known runtime bugs, skipped only in
  * --short so the test command stays green until they are fixed; a long run
  * fails on them. Each names the request family it excuses.
  */
