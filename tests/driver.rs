@@ -720,3 +720,22 @@ fn a_steer_sent_during_a_tool_step_joins_the_turn_after_its_results() {
         "no extra model step for the steer"
     );
 }
+
+#[test]
+fn the_gate_reads_the_grants_at_each_call_and_a_refusal_runs_nothing() {
+    let mut sim = two_turns();
+    sim.access = AccessConfig::parse(r#"{"grants": {"notes": "read"}}"#).unwrap();
+    sim.run_with_recovery(0);
+    let texts = transcript(&sim.messages());
+    assert!(
+        texts[2].1.starts_with("notes.add refused:") && texts[2].1.contains("needs `write`"),
+        "{}",
+        texts[2].1
+    );
+    assert_eq!(
+        texts[3].1, r#"{"ran":"list"}"#,
+        "read access lets `list` run"
+    );
+    assert!(sim.world.effects.is_empty(), "the refused write never ran");
+    assert_eq!(sim.settlement("p1")["terminal"], "completed");
+}

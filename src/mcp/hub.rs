@@ -211,3 +211,127 @@ impl Hub {
         Ok(module)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capability::{Access, ModuleSpec, OperationSpec};
+    use crate::mcp::ServerInfo;
+    use serde_json::json;
+
+    fn server(name: &str) -> ServerConfig {
+        ServerConfig {
+            name: name.into(),
+            url: format!("https://{name}.example/mcp"),
+            headers: [(
+                "authorization".to_owned(),
+                "Bearer sk-secret-token".to_owned(),
+            )]
+            .into(),
+        }
+    }
+
+    fn listing(module_id: &str, tools: &[&str]) -> McpTools {
+        McpTools {
+            server: ServerInfo {
+                name: "s".into(),
+                version: "1".into(),
+            },
+            module: ModuleSpec {
+                id: module_id.into(),
+                operations: tools
+                    .iter()
+                    .map(|name| OperationSpec {
+                        name: (*name).into(),
+                        description: String::new(),
+                        input_schema: json!({"type": "object"}),
+                        access: Access::Read,
+                        confirm: false,
+                        replay_safe: true,
+                    })
+                    .collect(),
+            },
+            dropped: Vec::new(),
+        }
+    }
+
+    fn hub(servers: Vec<ServerConfig>) -> Hub {
+        let own = OwnTools {
+            modules: Vec::new(),
+            direct: Vec::new(),
+            execute: Ok(()),
+        };
+        Hub::new(own, servers, 60_000).unwrap()
+    }
+
+    #[test]
+    fn one_round_at_a_time_failures_retried_after_the_interval() {
+        let mut hub = hub(vec![server("a"), server("b")]);
+        let round = hub.start_round(1_000).unwrap();
+        assert_eq!(round.len(), 2, "every server at once");
+        assert!(hub.connecting());
+        assert_eq!(
+            hub.start_round(1_000),
+            None,
+            "concurrent turns share the round"
+        );
+        let reports = hub.end_round(
+            2_000,
+            vec![
+                (round[0].clone(), Ok(listing("mcp.a", &["get"]))),
+                (round[1].clone(), Err("HTTP 503".into())),
+            ],
+        );
+        assert_eq!(
+            reports,
+            [Unavailable {
+                name: "b".into(),
+                reason: "HTTP 503".into()
+            }]
+        );
+        assert!(hub.is_server("mcp.a") && !hub.is_server("mcp.b"));
+        assert_eq!(hub.toolset().namespaces(), ["mcp"]);
+        assert_eq!(
+            hub.start_round(61_999),
+            None,
+            "not before the retry interval"
+        );
+        let retry = hub.start_round(62_000).unwrap();
+        assert_eq!(
+            retry,
+            [server("b")],
+            "only the failed server, the other is kept"
+        );
+        hub.end_round(62_500, vec![(server("b"), Ok(listing("mcp.b", &["put"])))]);
+        assert!(hub.is_server("mcp.a") && hub.is_server("mcp.b"));
+        assert!(hub.unavailable().is_empty());
+        assert_eq!(hub.start_round(1_000_000), None, "nothing waits");
+    }
+
+    #[test]
+    fn a_listing_without_tools_or_a_module_that_cannot_join_drops_its_server() {
+        let mut hub = hub(vec![server("a"), server("b"), server("c")]);
+        let round = hub.start_round(0).unwrap();
+        let reports = hub.end_round(
+            1,
+            vec![
+                (round[0].clone(), Ok(listing("mcp.a", &["get"]))),
+                (round[1].clone(), Ok(listing("mcp.b", &[]))),
+                // The same module id as `a`: the catalog refuses it.
+                (round[2].clone(), Ok(listing("mcp.a", &["other"]))),
+            ],
+        );
+        let names: Vec<&str> = reports.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["b", "c"]);
+        assert!(reports[0].reason.starts_with("advertised no usable tool"));
+        assert!(hub.is_server("mcp.a"));
+        assert_eq!(hub.toolset().catalog().modules().len(), 1);
+    }
+
+    #[test]
+    fn debug_output_names_no_header_value() {
+        let shown = format!("{:?}", server("a"));
+        assert!(shown.contains("authorization"), "{shown}");
+        assert!(!shown.contains("sk-secret"), "{shown}");
+    }
+}
