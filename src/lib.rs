@@ -14,6 +14,7 @@ pub mod agent;
 pub mod capability;
 pub mod ctx;
 pub mod error;
+pub mod files;
 pub mod grants;
 pub mod http;
 pub mod json;

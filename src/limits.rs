@@ -192,3 +192,36 @@ pub const GRANT_VERSION_MAX: u64 = 9_007_199_254_740_991;
 
 /// Enum values, or property names, one schema error message lists.
 pub const LISTED_MAX: usize = 20;
+
+// Files (`src/files/`, knapsack: Knapsack.files, apply_patch, files-search).
+
+/// Bytes of one file path (R2's key bound), and its components at most.
+pub const FILE_PATH_BYTES_MAX: usize = 1_024;
+pub const FILE_PATH_DEPTH_MAX: usize = 32;
+/// Bytes of file content one `files.read` returns (cut at a line end; the
+/// model reads on with `startLine`), under the tool result bound.
+pub const FILE_READ_BYTES_MAX: usize = 131_072;
+/// Bytes of a file the files module writes, replaces or patches.
+pub const FILE_BYTES_MAX: usize = 4_194_304;
+/// Files one patch may touch.
+pub const PATCH_FILES_MAX: usize = 64;
+/// Hunks of one patch, all files together.
+pub const PATCH_HUNKS_MAX: usize = 1_024;
+/// Entries one `files.list` page returns.
+pub const LIST_ENTRIES_MAX: usize = 1_000;
+/// Files one `files.search` looks at, and bytes it reads in all.
+pub const SEARCH_FILES_MAX: usize = 10_000;
+pub const SEARCH_SCAN_BYTES_MAX: usize = 67_108_864;
+/// Matches one `files.search` returns, and bytes of a matching line shown.
+pub const SEARCH_MATCHES_MAX: usize = 200;
+pub const SEARCH_LINE_BYTES_MAX: usize = 512;
+/// Ignore files (`.gitignore`) one search policy reads, bytes of each, and
+/// bytes of all together (files-search: adapters supply bounded text).
+pub const IGNORE_FILES_MAX: usize = 256;
+pub const IGNORE_FILE_BYTES_MAX: usize = 65_536;
+pub const IGNORE_BYTES_MAX: usize = 1_048_576;
+/// The SQLite workspace's defaults: bytes of one file, of all files, and
+/// files in all (a host may set less).
+pub const WORKSPACE_FILE_BYTES_MAX: usize = 1_048_576;
+pub const WORKSPACE_BYTES_MAX: usize = 67_108_864;
+pub const WORKSPACE_FILES_MAX: usize = 10_000;
