@@ -4,3 +4,19 @@
 //! reads and writes through a port.
 
 pub mod path;
+pub mod port;
+pub mod workspace;
+
+/// Runs a future that never waits (a port over synchronous storage) to its
+/// end, for native callers and tests.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(value) => value,
+        std::task::Poll::Pending => {
+            panic!("block_on: the future waited; only synchronous ports run here")
+        }
+    }
+}
