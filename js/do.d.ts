@@ -1,3 +1,4 @@
+import type { FilesPort, sqliteWorkspace } from "./files.js";
 import { DurableObject } from "cloudflare:workers";
 
 /**
@@ -77,6 +78,13 @@ export interface ShiitakeTools {
   mcpTimeoutMs?: number;
   /** How long before an unavailable MCP server is tried again (at a turn's start): 1000 to 3600000, default 60000 ms. */
   mcpRetryMs?: number;
+  /**
+   * The `files` module over one port (`sqliteWorkspace()`, `r2Files(bucket)`
+   * or your own `FilesPort`): read, write, list, stat, search, replace, and
+   * `apply_patch` when the port patches. Its operations are also direct
+   * tools unless `direct: false`. Grants key it as `files`.
+   */
+  files?: { port: FilesPort | ReturnType<typeof sqliteWorkspace>; direct?: boolean };
   /** Told about each MCP server dropped at connection (the reason never holds a credential). */
   onUnavailable?(report: { name: string; reason: string }): void;
 }

@@ -3,6 +3,7 @@
 import { DurableObject } from "cloudflare:workers";
 import * as wasm from "../build/wasm/shiitake.js";
 import { runGuest } from "./execute.mjs";
+import { WORKSPACE } from "./files.mjs";
 
 // One wasm instance serves every Durable Object of this isolate. A Rust panic
 // (panic=abort) traps it as a WebAssembly.RuntimeError and leaves its memory
@@ -307,6 +308,18 @@ function toolHost(object) {
     }
     modules.push({ ...module, operations });
   }
+  // Files ports by the id of the module over each (`files`).
+  const ports = new Map();
+  let files;
+  if (config.files !== undefined) {
+    const { port, direct } = config.files;
+    if (port[WORKSPACE] !== undefined) {
+      files = { workspace: port[WORKSPACE], ...(direct !== undefined ? { direct } : {}) };
+    } else {
+      ports.set("files", port);
+      files = { patches: port.patches === true, ...(direct !== undefined ? { direct } : {}) };
+    }
+  }
   const loader = object.env?.LOADER;
   const spec = JSON.stringify({
     modules,
@@ -316,6 +329,7 @@ function toolHost(object) {
     loader: loader !== undefined,
     ...(config.mcpTimeoutMs !== undefined ? { mcpTimeoutMs: config.mcpTimeoutMs } : {}),
     ...(config.mcpRetryMs !== undefined ? { mcpRetryMs: config.mcpRetryMs } : {}),
+    ...(files !== undefined ? { files } : {}),
     ...(problem ? { error: problem } : {}),
   });
   // MCP requests go through the host's fetch (credentials in its headers).
@@ -355,6 +369,18 @@ function toolHost(object) {
         return JSON.stringify({ error: String(error?.message ?? error) });
       }
     },
+    async filesCall(id, method, args, signal) {
+      try {
+        const port = ports.get(id);
+        const value = await port[method].call(port, ...JSON.parse(args), { signal });
+        if (method === "read" && typeof value === "string" && value.length > FILE_BYTES_MAX) {
+          return JSON.stringify({ error: `the file is over ${FILE_BYTES_MAX} bytes, the most the files module reads` });
+        }
+        return JSON.stringify({ value: value ?? null });
+      } catch (error) {
+        return JSON.stringify({ error: String(error?.message ?? error) });
+      }
+    },
     async confirm(request, signal) {
       try {
         return (await confirm.call(object, JSON.parse(request), { signal })) === true;
@@ -380,7 +406,10 @@ const TOOLS_KEYS = {
   mcpRetryMs: "data",
   fetch: "function",
   onUnavailable: "function",
+  files: "files",
 };
+const FILES_KEYS = { port: "port", direct: "data" };
+const PORT_METHODS = ["read", "stat", "list", "write", "replace"];
 const ACCESS_KEYS = { grants: "data", required: "data", confirm: "function" };
 const MODULE_KEYS = { id: "data", operations: "operations" };
 const OPERATION_KEYS = {
@@ -433,6 +462,16 @@ function checkTools(config) {
         return list(value, path, (m, at) => object(m, at, MODULE_KEYS));
       case "operations":
         return list(value, path, (op, at) => object(op, at, OPERATION_KEYS));
+      case "files":
+        if (value?.port === undefined) return `${where(path)}.port is required (sqliteWorkspace(), r2Files(bucket) or your own port)`;
+        return object(value, path, FILES_KEYS);
+      case "port":
+        if (value === null || typeof value !== "object") return `${where(path)} must be a Files port`;
+        if (value[WORKSPACE] !== undefined) return plainData(value[WORKSPACE], path, where);
+        for (const method of PORT_METHODS) {
+          if (typeof value[method] !== "function") return `${where(path)}.${method} must be a function (a Files port has ${PORT_METHODS.join(", ")})`;
+        }
+        return undefined;
     }
     return undefined;
   };
@@ -459,6 +498,11 @@ function plainData(value, path, where, depth = 0) {
 // Nesting of a JSON value crossing the capability boundary (src/limits.rs
 // JSON_DEPTH_MAX; tests/e2e/limits-sync.test.mjs checks the copies).
 const JSON_DEPTH_MAX = 64;
+
+// Bytes of one file the files module handles (src/limits.rs FILE_BYTES_MAX;
+// checked like JSON_DEPTH_MAX). JS string length counts UTF-16 units, at
+// most the UTF-8 bytes; the core checks bytes again.
+const FILE_BYTES_MAX = 4_194_304;
 
 // Bytes of one MCP response body the core accepts (src/limits.rs; checked
 // like JSON_DEPTH_MAX); one more is read so the core can tell an oversized

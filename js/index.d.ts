@@ -16,3 +16,4 @@ export {
   type ShiitakeMeta,
   type ShiitakeNamespace,
 } from "./app.js";
+export { sqliteWorkspace, r2Files, type FilesPort, type FileChange, type WorkspaceBounds } from "./files.js";

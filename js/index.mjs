@@ -1,2 +1,3 @@
 export { ShiitakeDO, deliverSessionGrantsToStorage } from "./do.mjs";
 export { shiitakeApp } from "./app.mjs";
+export { sqliteWorkspace, r2Files } from "./files.mjs";

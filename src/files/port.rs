@@ -33,7 +33,7 @@ pub struct Page {
     pub cursor: Option<String>,
 }
 
-/// One file write of a compare-and-swap: `expected` is the content the write
+/// One file write of a [`Port::replace`]: `expected` is the content the write
 /// was computed from (`None`: the file must not exist), `content` the new
 /// content (`None`: delete the file).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -43,9 +43,9 @@ pub struct Change {
     pub content: Option<String>,
 }
 
-/// A compare-and-swap's outcome.
+/// A [`Port::replace`]'s outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Swap {
+pub enum Replaced {
     Done,
     /// A file no longer holds what the change expected: nothing was written.
     Conflict {
@@ -72,7 +72,7 @@ pub trait Port {
     /// Applies every change or none: a change whose file no longer holds
     /// its `expected` content refuses them all. One change is the seed's
     /// `port.replace`; several are one patch.
-    async fn swap(&self, changes: &[Change]) -> Result<Swap, PortError>;
+    async fn replace(&self, changes: &[Change]) -> Result<Replaced, PortError>;
     /// Whether the port supplies the patch engine (`apply_patch` offered).
     fn patches(&self) -> bool;
 }

@@ -7,7 +7,7 @@
 //! runtime's facts, and a build without files support leaves it alone.
 
 use super::path::is_within;
-use super::port::{Change, Entry, Page, Port, PortError, Stat, Swap};
+use super::port::{Change, Entry, Page, Port, PortError, Stat, Replaced};
 use crate::limits::{
     LIST_ENTRIES_MAX, WORKSPACE_BYTES_MAX, WORKSPACE_FILES_MAX, WORKSPACE_FILE_BYTES_MAX,
 };
@@ -114,13 +114,13 @@ impl<'a> Workspace<'a> {
 
     /// Checks every change against the stored files and the bounds, then
     /// writes them all in one transition.
-    fn commit(&self, changes: &[Change]) -> Result<Swap, PortError> {
-        let result: Result<Result<Swap, PortError>, SqlError> = atomically(self.sql, || {
+    fn commit(&self, changes: &[Change]) -> Result<Replaced, PortError> {
+        let result: Result<Result<Replaced, PortError>, SqlError> = atomically(self.sql, || {
             let mut sizes = Vec::with_capacity(changes.len());
             for change in changes {
                 let current = self.content(&change.path)?;
                 if current != change.expected {
-                    return Ok(Ok(Swap::Conflict {
+                    return Ok(Ok(Replaced::Conflict {
                         path: change.path.clone(),
                     }));
                 }
@@ -187,7 +187,7 @@ impl<'a> Workspace<'a> {
                     )?,
                 }
             }
-            Ok(Ok(Swap::Done))
+            Ok(Ok(Replaced::Done))
         });
         result.map_err(port_error)?
     }
@@ -273,14 +273,14 @@ impl Port for Workspace<'_> {
         // Between the read and the commit nothing else runs: the wasm host
         // is single-threaded and the commit re-checks inside its transition.
         match self.commit(&[change])? {
-            Swap::Done => Ok(()),
-            Swap::Conflict { path } => {
+            Replaced::Done => Ok(()),
+            Replaced::Conflict { path } => {
                 Err(PortError(format!("{path}: changed while being written")))
             }
         }
     }
 
-    async fn swap(&self, changes: &[Change]) -> Result<Swap, PortError> {
+    async fn replace(&self, changes: &[Change]) -> Result<Replaced, PortError> {
         self.commit(changes)
     }
 
@@ -338,7 +338,7 @@ mod tests {
         let changes: Vec<_> = (0..total)
             .map(|i| change(&format!("d/{i:05}"), None, Some("x")))
             .collect();
-        assert_eq!(block_on(ws.swap(&changes)).unwrap(), Swap::Done);
+        assert_eq!(block_on(ws.replace(&changes)).unwrap(), Replaced::Done);
         let mut seen = Vec::new();
         let mut cursor = None;
         loop {
@@ -355,7 +355,7 @@ mod tests {
     }
 
     #[test]
-    fn a_swap_applies_all_or_nothing_and_refuses_a_stale_expectation() {
+    fn a_replace_applies_all_or_nothing_and_refuses_a_stale_expectation() {
         let sql = NativeSql::open_in_memory();
         let ws = Workspace::open(&sql, Bounds::default(), 1).unwrap();
         block_on(ws.write("a", "one")).unwrap();
@@ -367,22 +367,22 @@ mod tests {
             change("c", None, Some("three")),
         ];
         assert_eq!(
-            block_on(ws.swap(&stale)).unwrap(),
-            Swap::Conflict { path: "b".into() }
+            block_on(ws.replace(&stale)).unwrap(),
+            Replaced::Conflict { path: "b".into() }
         );
         assert_eq!(block_on(ws.read("a")).unwrap().as_deref(), Some("one"));
         assert_eq!(block_on(ws.read("c")).unwrap(), None);
         // Creating over an existing file is a conflict too.
         assert_eq!(
-            block_on(ws.swap(&[change("a", None, Some("x"))])).unwrap(),
-            Swap::Conflict { path: "a".into() }
+            block_on(ws.replace(&[change("a", None, Some("x"))])).unwrap(),
+            Replaced::Conflict { path: "a".into() }
         );
         let fresh = [
             change("a", Some("one"), Some("ONE")),
             change("b", Some("two"), None),
             change("c", None, Some("three")),
         ];
-        assert_eq!(block_on(ws.swap(&fresh)).unwrap(), Swap::Done);
+        assert_eq!(block_on(ws.replace(&fresh)).unwrap(), Replaced::Done);
         assert_eq!(block_on(ws.read("a")).unwrap().as_deref(), Some("ONE"));
         assert_eq!(block_on(ws.read("b")).unwrap(), None);
         assert_eq!(block_on(ws.read("c")).unwrap().as_deref(), Some("three"));
@@ -408,7 +408,7 @@ mod tests {
         block_on(ws.write("c", "z")).unwrap();
         let e = block_on(ws.write("d", "z")).unwrap_err().0;
         assert!(e.contains("4 files; at most 3"), "{e}");
-        block_on(ws.swap(&[change("c", Some("z"), None)])).unwrap();
+        block_on(ws.replace(&[change("c", Some("z"), None)])).unwrap();
         block_on(ws.write("d", "z")).unwrap();
         for bad in [
             r#"{"fileBytesMax":0}"#,

@@ -67,6 +67,18 @@ extern "C" {
         signal: Option<&web_sys::AbortSignal>,
     ) -> Promise;
 
+    /// One call of a host Files port (`read`, `stat`, `list`, `write`,
+    /// `replace`) with its arguments as a JSON array: resolves to JSON
+    /// `{value}` or `{error}`, never rejects.
+    #[wasm_bindgen(method, js_name = filesCall)]
+    pub fn files_call(
+        this: &JsTools,
+        port: &str,
+        method: &str,
+        args: &str,
+        signal: &web_sys::AbortSignal,
+    ) -> Promise;
+
     /// The host's `onUnavailable` report: `{name, reason}` as JSON.
     #[wasm_bindgen(method, js_name = onUnavailable)]
     pub fn on_unavailable(this: &JsTools, report: &str);

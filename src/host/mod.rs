@@ -16,6 +16,7 @@ mod bindings;
 mod blame;
 mod body;
 mod config;
+mod files;
 mod mcp;
 mod model;
 mod runner;

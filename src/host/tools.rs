@@ -13,9 +13,12 @@
 
 use super::bindings::{self, error_message, JsTools};
 use super::runner::Stopper;
+use super::files::HostPort;
 use super::{mcp, Inner};
 use crate::capability::door::{self, Toolset};
 use crate::capability::Catalog;
+use crate::files::module::MODULE_ID;
+use crate::files::workspace::Bounds;
 use crate::grants::AccessConfig;
 use crate::limits::{
     EXECUTIONS_CONCURRENT_MAX, GUEST_CALLS_PER_EXECUTION_MAX, MCP_CONNECT_TIMEOUT_MS, MCP_RETRY_MS,
@@ -54,9 +57,41 @@ struct Spec {
     /// How long before unavailable MCP servers are tried again.
     #[serde(default)]
     mcp_retry_ms: Option<u64>,
+    /// The host's Files port (`tools().files`).
+    #[serde(default)]
+    files: Option<FilesSpec>,
     /// `tools()` threw: why.
     #[serde(default)]
     error: Option<String>,
+}
+
+/// `tools().files` as the shim describes it: the SQLite workspace (its
+/// bounds) or a JS port, whether it supplies the patch engine, and whether
+/// the module's operations are also direct tools (the default).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FilesSpec {
+    #[serde(default)]
+    workspace: Option<Value>,
+    #[serde(default)]
+    patches: bool,
+    #[serde(default = "yes")]
+    direct: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl FilesSpec {
+    fn port(&self) -> Result<HostPort, String> {
+        match &self.workspace {
+            Some(bounds) => Ok(HostPort::Workspace(Bounds::parse(&bounds.to_string())?)),
+            None => Ok(HostPort::Js {
+                patches: self.patches,
+            }),
+        }
+    }
 }
 
 /// The host's tools, decoded once per instance.
@@ -66,6 +101,8 @@ pub struct HostTools {
     pub hub: RefCell<Hub>,
     /// The MCP servers' live connections.
     pub servers: mcp::Servers,
+    /// The Files ports, by the id of the module over each.
+    ports: Vec<(String, HostPort)>,
     access: AccessConfig,
     confirm_hook: bool,
     /// `execute` runs in flight in this instance.
@@ -95,11 +132,28 @@ impl HostTools {
                     .to_owned(),
             )
         };
+        let mut modules = catalog.modules().to_vec();
+        let mut direct = spec.direct;
+        let mut ports = Vec::new();
+        if let Some(files) = &spec.files {
+            let port = files.port().map_err(|e| format!("tools().files: {e}"))?;
+            let patches = match &port {
+                HostPort::Workspace(_) => true,
+                HostPort::Js { patches } => *patches,
+            };
+            let module = crate::files::module::module(MODULE_ID, patches)
+                .map_err(|e| format!("tools().files: {e}"))?;
+            if files.direct {
+                direct.extend(module.operations.iter().map(|op| format!("{MODULE_ID}.{}", op.name)));
+            }
+            modules.push(module);
+            ports.push((MODULE_ID.to_owned(), port));
+        }
         let servers = crate::mcp::hub::parse_servers(&js.mcp_servers())
             .map_err(|e| format!("tools(): {e}"))?;
         let own = OwnTools {
-            modules: catalog.modules().to_vec(),
-            direct: spec.direct,
+            modules,
+            direct,
             execute,
         };
         let retry_ms = spec
@@ -115,6 +169,7 @@ impl HostTools {
             js,
             hub: RefCell::new(hub),
             servers: mcp::Servers::default(),
+            ports,
             access,
             confirm_hook: spec.confirm,
             executions: Cell::new(0),
@@ -123,6 +178,12 @@ impl HostTools {
                 .unwrap_or(MCP_CONNECT_TIMEOUT_MS)
                 .clamp(1, MCP_CONNECT_TIMEOUT_MS),
         }))
+    }
+
+    fn port(&self, module_id: &str) -> Option<&HostPort> {
+        self.ports
+            .iter()
+            .find_map(|(id, port)| (id == module_id).then_some(port))
     }
 
     fn rules(&self) -> Rules<'_> {
@@ -239,6 +300,15 @@ impl Inner {
         }
         let timeout_ms = self.config.tool_timeout_ms;
         let timed_out = || Failure::Refused(op.timed_out(timeout_ms));
+        if let Some(port) = tools.port(&op.module_id) {
+            let signal = controller.signal();
+            let called = port.call(&self.sql, &tools.js, op, bindings::now_ms(), &signal);
+            let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
+                .await
+                .ok_or_else(timed_out)?
+                .map_err(Failure::Refused)?;
+            return Ok((result, None));
+        }
         let server = tools
             .hub
             .borrow()

@@ -27,6 +27,9 @@ const CONSTANTS = [
   ["js/do.mjs", "JSON_DEPTH_MAX", "JSON_DEPTH_MAX"],
   ["js/execute.mjs", "RESULT_MAX_BYTES", "TOOL_PAYLOAD_BYTES_MAX"],
   ["js/demo.mjs", "DRAIN_BYTES_MAX", "BODY_BYTES_MAX"],
+  ["js/do.mjs", "FILE_BYTES_MAX", "FILE_BYTES_MAX"],
+  ["js/files.mjs", "FILE_BYTES_MAX", "FILE_BYTES_MAX"],
+  ["js/files.mjs", "LIST_ENTRIES_MAX", "LIST_ENTRIES_MAX"],
 ];
 
 test("the shim's copies of core bounds equal src/limits.rs", async () => {

@@ -1,0 +1,408 @@
+//! The `files` module (seed: "Knapsack.files({ port }) builds a Files module
+//! and direct tools from one port"): its operations as the model and guest
+//! code see them, and [`call`], which runs one against a [`Port`]. The
+//! module's input schemas are the only decoding of arguments: the door and
+//! the driver check them (direct tools and guest calls alike), then `call`
+//! reads the same fields.
+
+use super::patch;
+use super::path::{normalize, normalize_file};
+use super::port::{Change, Entry, Port, Stat, Replaced};
+use super::search::{self, Matcher, Matches};
+use super::visibility::{IgnoreFile, Visibility};
+use crate::capability::{Access, CapabilityError, Module, ModuleSpec, OperationSpec};
+use crate::limits::{
+    FILE_BYTES_MAX, FILE_READ_BYTES_MAX, IGNORE_BYTES_MAX, SEARCH_FILES_MAX, SEARCH_SCAN_BYTES_MAX,
+};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// The files module's id at the top level; a Computer's is
+/// `computers.<name>.files`.
+pub const MODULE_ID: &str = "files";
+/// The patch operation, offered as the direct tool `apply_patch`.
+pub const APPLY_PATCH: &str = "apply_patch";
+
+/// The module over a port; `apply_patch` only when the port supplies the
+/// patch engine.
+pub fn module(id: &str, patches: bool) -> Result<Module, CapabilityError> {
+    let op = |name: &str, description: &str, schema: Value, access: Access, replay_safe| {
+        OperationSpec {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            input_schema: schema,
+            access,
+            confirm: false,
+            replay_safe,
+        }
+    };
+    let path = json!({ "type": "string", "description": "Root-relative, `/`-separated." });
+    let mut operations = vec![
+        op(
+            "read",
+            &format!(
+                "Reads a text file. Long files come in windows of whole lines (at most \
+                 {FILE_READ_BYTES_MAX} bytes): read on from `endLine + 1`."
+            ),
+            json!({ "type": "object", "additionalProperties": false, "required": ["path"],
+                    "properties": { "path": path,
+                        "startLine": { "type": "integer", "minimum": 1, "description": "First line (1-based); default 1." },
+                        "lineCount": { "type": "integer", "minimum": 1, "description": "Lines at most." } } }),
+            Access::Read,
+            true,
+        ),
+        op(
+            "write",
+            "Creates or overwrites a text file with `content`.",
+            json!({ "type": "object", "additionalProperties": false, "required": ["path", "content"],
+                    "properties": { "path": path, "content": { "type": "string" } } }),
+            Access::Write,
+            true,
+        ),
+        op(
+            "list",
+            "Lists a directory (default: the root): files with their size, subdirectories as \
+             `dir`. Paths .gitignore excludes, and .git, are left out. Pass `next` back as \
+             `cursor` for the next page.",
+            json!({ "type": "object", "additionalProperties": false,
+                    "properties": { "path": path,
+                        "recursive": { "type": "boolean", "description": "Every file below, not just the direct entries." },
+                        "cursor": { "type": "string" } } }),
+            Access::Read,
+            true,
+        ),
+        op(
+            "stat",
+            "Whether a path is a file (and its size in bytes), a directory or missing.",
+            json!({ "type": "object", "additionalProperties": false, "required": ["path"],
+                    "properties": { "path": path } }),
+            Access::Read,
+            true,
+        ),
+        op(
+            "search",
+            "Finds lines containing `query` (case-insensitive unless `caseSensitive`) in the \
+             files under `path`, optionally only those matching `glob` (e.g. `**/*.rs`). \
+             Paths .gitignore excludes, and .git, are not searched.",
+            json!({ "type": "object", "additionalProperties": false, "required": ["query"],
+                    "properties": { "query": { "type": "string", "minLength": 1 },
+                        "path": path,
+                        "glob": { "type": "string" },
+                        "caseSensitive": { "type": "boolean" } } }),
+            Access::Read,
+            true,
+        ),
+        op(
+            "replace",
+            "Replaces the text `old` with `new` in a file. `old` must occur exactly once \
+             (give enough surrounding lines), unless `all` is true. Refused, with nothing \
+             changed, when the file changed since it was read.",
+            json!({ "type": "object", "additionalProperties": false, "required": ["path", "old", "new"],
+                    "properties": { "path": path,
+                        "old": { "type": "string", "minLength": 1 },
+                        "new": { "type": "string" },
+                        "all": { "type": "boolean" } } }),
+            Access::Write,
+            false,
+        ),
+    ];
+    if patches {
+        let schema: Value = serde_json::from_str(patch::INPUT_SCHEMA)
+            .map_err(|e| CapabilityError(format!("apply_patch input schema: {e}")))?;
+        operations.push(op(
+            APPLY_PATCH,
+            "Applies a patch (`*** Begin Patch` ... `*** End Patch`: Add File, Delete File, \
+             Update File with `@@` chunks, Move to) to every file it names, or to none.",
+            schema,
+            Access::Write,
+            false,
+        ));
+    }
+    Module::from_spec(ModuleSpec {
+        id: id.to_owned(),
+        operations,
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReadArgs {
+    path: String,
+    start_line: Option<usize>,
+    line_count: Option<usize>,
+}
+
+#[derive(Deserialize)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+#[derive(Deserialize)]
+struct ListArgs {
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    recursive: bool,
+    cursor: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct PathArgs {
+    path: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SearchArgs {
+    query: String,
+    #[serde(default)]
+    path: String,
+    glob: Option<String>,
+    #[serde(default)]
+    case_sensitive: bool,
+}
+
+#[derive(Deserialize)]
+struct ReplaceArgs {
+    path: String,
+    old: String,
+    new: String,
+    #[serde(default)]
+    all: bool,
+}
+
+#[derive(Deserialize)]
+struct PatchArgs {
+    input: String,
+}
+
+fn args<T: serde::de::DeserializeOwned>(args: &Value) -> Result<T, String> {
+    crate::json::decode(args.clone()).map_err(|e| format!("arguments: {e}"))
+}
+
+/// Runs one operation of the files module against `port`: the model sees
+/// the `Ok` value as the result and the `Err` text as the tool's error.
+pub async fn call(port: &impl Port, operation: &str, arguments: &Value) -> Result<Value, String> {
+    match operation {
+        "read" => read(port, args(arguments)?).await,
+        "write" => {
+            let WriteArgs { path, content } = args(arguments)?;
+            let path = normalize_file(&path).map_err(|e| e.0)?;
+            bounded(&path, content.len())?;
+            port.write(&path, &content).await.map_err(|e| e.0)?;
+            Ok(json!({ "path": path, "bytes": content.len() }))
+        }
+        "list" => list(port, args(arguments)?).await,
+        "stat" => {
+            let PathArgs { path } = args(arguments)?;
+            let path = normalize(&path).map_err(|e| e.0)?;
+            Ok(match port.stat(&path).await.map_err(|e| e.0)? {
+                Stat::File { size } => json!({ "path": path, "kind": "file", "size": size }),
+                Stat::Dir => json!({ "path": path, "kind": "dir" }),
+                Stat::Missing => json!({ "path": path, "kind": "missing" }),
+            })
+        }
+        "search" => find(port, args(arguments)?).await,
+        "replace" => replace(port, args(arguments)?).await,
+        APPLY_PATCH if port.patches() => {
+            let PatchArgs { input } = args(arguments)?;
+            apply_patch(port, &input).await
+        }
+        other => Err(format!("files has no operation `{other}`")),
+    }
+}
+
+fn bounded(path: &str, bytes: usize) -> Result<(), String> {
+    if bytes > FILE_BYTES_MAX {
+        return Err(format!(
+            "{path}: {bytes} bytes; the files module writes at most {FILE_BYTES_MAX} per file"
+        ));
+    }
+    Ok(())
+}
+
+async fn existing(port: &impl Port, path: &str) -> Result<String, String> {
+    port.read(path)
+        .await
+        .map_err(|e| e.0)?
+        .ok_or_else(|| format!("{path}: no such file"))
+}
+
+async fn read(port: &impl Port, a: ReadArgs) -> Result<Value, String> {
+    let path = normalize_file(&a.path).map_err(|e| e.0)?;
+    let content = existing(port, &path).await?;
+    let lines: Vec<&str> = content.split_inclusive('\n').collect();
+    let total = lines.len();
+    let start = a.start_line.unwrap_or(1);
+    if start > total.max(1) {
+        return Err(format!("{path}: startLine {start} is past the end ({total} lines)"));
+    }
+    let wanted = a.line_count.unwrap_or(usize::MAX);
+    let mut window = String::new();
+    let mut end = start - 1;
+    for line in lines.iter().skip(start - 1).take(wanted) {
+        if window.len() + line.len() > FILE_READ_BYTES_MAX {
+            break;
+        }
+        window.push_str(line);
+        end += 1;
+    }
+    if end < start && start <= total {
+        // One line longer than a window: show its beginning.
+        window = crate::text::prefix(lines[start - 1], FILE_READ_BYTES_MAX).to_owned();
+        end = start;
+    }
+    Ok(json!({
+        "path": path,
+        "content": window,
+        "startLine": start,
+        "endLine": end,
+        "totalLines": total,
+        "truncated": end < total,
+    }))
+}
+
+/// Every file under `dir` (all pages), at most `SEARCH_FILES_MAX`: the
+/// second value says the listing was cut.
+async fn entries(port: &impl Port, dir: &str) -> Result<(Vec<Entry>, bool), String> {
+    let mut all = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = port.list(dir, cursor.as_deref()).await.map_err(|e| e.0)?;
+        let progressed = page.entries.last().map(|e| e.path.clone());
+        all.extend(page.entries);
+        if all.len() > SEARCH_FILES_MAX {
+            all.truncate(SEARCH_FILES_MAX);
+            return Ok((all, true));
+        }
+        match page.cursor {
+            // A port that hands back the same cursor would loop forever.
+            Some(next) if Some(&next) != cursor.as_ref() && progressed.is_some() => {
+                cursor = Some(next)
+            }
+            _ => return Ok((all, false)),
+        }
+    }
+}
+
+/// The invocation's search visibility from the ignore files that bear on
+/// `dir` (seed files-search: bounded ignore-file text from the adapter).
+async fn visibility(port: &impl Port, entries: &[Entry], dir: &str) -> Result<Visibility, String> {
+    let mut files = Vec::new();
+    let mut bytes = 0;
+    for path in search::ignore_files(entries, dir) {
+        let Some(text) = port.read(&path).await.map_err(|e| e.0)? else {
+            continue;
+        };
+        bytes += text.len();
+        if bytes > IGNORE_BYTES_MAX {
+            return Err(format!(
+                "the .gitignore files under `{dir}` hold more than {IGNORE_BYTES_MAX} bytes"
+            ));
+        }
+        files.push(IgnoreFile {
+            dir: super::path::parent(&path).to_owned(),
+            text,
+        });
+    }
+    Visibility::new(files).map_err(|e| e.to_string())
+}
+
+async fn list(port: &impl Port, a: ListArgs) -> Result<Value, String> {
+    let dir = normalize(&a.path).map_err(|e| e.0)?;
+    let (entries, cut) = entries(port, &dir).await?;
+    let visible = visibility(port, &entries, &dir).await?;
+    let listing = search::list(&entries, &dir, a.recursive, &visible, a.cursor.as_deref())?;
+    let mut value = serde_json::to_value(listing).map_err(|e| e.to_string())?;
+    if cut {
+        value["cut"] = json!(format!(
+            "only the first {SEARCH_FILES_MAX} files under `{dir}` were looked at"
+        ));
+    }
+    Ok(value)
+}
+
+async fn find(port: &impl Port, a: SearchArgs) -> Result<Value, String> {
+    let dir = normalize(&a.path).map_err(|e| e.0)?;
+    let matcher = Matcher::new(&a.query, a.case_sensitive).map_err(|e| e.to_string())?;
+    let (entries, cut) = entries(port, &dir).await?;
+    let visible = visibility(port, &entries, &dir).await?;
+    let candidates = search::candidates(&entries, &dir, a.glob.as_deref(), &visible)?;
+    let mut matches = Matches::default();
+    let mut scanned = 0usize;
+    let mut searched = 0usize;
+    for entry in candidates.files {
+        if matches.full() {
+            break;
+        }
+        // Read what was listed; a file removed since is skipped.
+        let Some(content) = port.read(&entry.path).await.map_err(|e| e.0)? else {
+            continue;
+        };
+        scanned += content.len();
+        if scanned > SEARCH_SCAN_BYTES_MAX {
+            break;
+        }
+        searched += 1;
+        search::search_file(&entry.path, &content, &matcher, &mut matches);
+    }
+    let mut value = json!({ "matches": matches.found, "filesSearched": searched });
+    if matches.truncated {
+        value["truncated"] = json!(true);
+    }
+    if cut || candidates.cut.is_some() {
+        value["cut"] = json!(candidates
+            .cut
+            .unwrap_or_else(|| format!("only the first {SEARCH_FILES_MAX} files were looked at")));
+    }
+    Ok(value)
+}
+
+async fn replace(port: &impl Port, a: ReplaceArgs) -> Result<Value, String> {
+    let path = normalize_file(&a.path).map_err(|e| e.0)?;
+    let current = existing(port, &path).await?;
+    let count = current.matches(a.old.as_str()).count();
+    let next = match count {
+        0 => return Err(format!("{path}: `old` was not found; read the file and copy the text exactly")),
+        1 => current.replacen(a.old.as_str(), &a.new, 1),
+        _ if a.all => current.replace(a.old.as_str(), &a.new),
+        n => {
+            return Err(format!(
+                "{path}: `old` occurs {n} times; include more surrounding text so it occurs \
+                 once, or set `all` to replace every occurrence"
+            ))
+        }
+    };
+    bounded(&path, next.len())?;
+    let change = Change {
+        path: path.clone(),
+        expected: Some(current),
+        content: Some(next),
+    };
+    match port.replace(&[change]).await.map_err(|e| e.0)? {
+        Replaced::Done => Ok(json!({ "path": path, "replaced": if a.all { count } else { 1 } })),
+        Replaced::Conflict { path } => Err(conflict(&path)),
+    }
+}
+
+fn conflict(path: &str) -> String {
+    format!(
+        "{path} changed while this edit was being made (another writer); nothing was \
+         changed. Read the file again and redo the edit."
+    )
+}
+
+async fn apply_patch(port: &impl Port, input: &str) -> Result<Value, String> {
+    let patch = patch::parse(input).map_err(|e| e.to_string())?;
+    let mut current = std::collections::BTreeMap::new();
+    for path in patch.reads() {
+        let content = port.read(&path).await.map_err(|e| e.0)?;
+        current.insert(path, content);
+    }
+    let changes = patch.apply(&current).map_err(|e| e.to_string())?;
+    match port.replace(&changes).await.map_err(|e| e.0)? {
+        Replaced::Done => Ok(patch::applied(&patch)),
+        Replaced::Conflict { path } => Err(conflict(&path)),
+    }
+}

@@ -1,0 +1,143 @@
+//! Performs the files module's operations ([`crate::files::module::call`])
+//! against the host's port: the Agent's own SQLite workspace, or a port the
+//! host wrote in JS (the R2 port among them), reached through the shim's
+//! `filesCall`. Everything the operations decide is in the core.
+
+use super::bindings::{error_message, JsTools};
+use super::sql::DoSql;
+use crate::files::module;
+use crate::files::port::{Change, Page, Port, PortError, Replaced, Stat};
+use crate::files::workspace::{Bounds, Workspace};
+use crate::limits::FILE_BYTES_MAX;
+use crate::run::operation::OperationCall;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use wasm_bindgen_futures::JsFuture;
+
+/// Where a files module's files live.
+#[derive(Debug, Clone)]
+pub enum HostPort {
+    /// The Agent's own SQLite.
+    Workspace(Bounds),
+    /// A port object in JS, by the module id the shim keys it with.
+    Js { patches: bool },
+}
+
+/// A JS port, borrowed for one call.
+pub struct JsPort<'a> {
+    pub js: &'a JsTools,
+    pub module_id: &'a str,
+    pub patches: bool,
+    pub signal: &'a web_sys::AbortSignal,
+}
+
+// A reply holds at most one file's content, JSON-escaped (up to 6 bytes a
+// character for control characters), plus its envelope.
+const REPLY_BYTES_MAX: usize = FILE_BYTES_MAX * 6 + 4_096;
+
+impl JsPort<'_> {
+    async fn call<T: DeserializeOwned>(&self, method: &str, args: Value) -> Result<T, PortError> {
+        #[derive(Deserialize)]
+        struct Reply {
+            #[serde(default)]
+            value: Value,
+            #[serde(default)]
+            error: Option<String>,
+        }
+        let promise = self
+            .js
+            .files_call(self.module_id, method, &args.to_string(), self.signal);
+        let reply = JsFuture::from(promise)
+            .await
+            .map_err(|e| PortError(error_message(&e)))?
+            .as_string()
+            .unwrap_or_default();
+        if reply.len() > REPLY_BYTES_MAX {
+            return Err(PortError(format!(
+                "the files port's `{method}` answered {} bytes; at most {REPLY_BYTES_MAX}",
+                reply.len()
+            )));
+        }
+        let reply: Reply = serde_json::from_str(&reply)
+            .map_err(|e| PortError(format!("the files port's `{method}` answer: {e}")))?;
+        if let Some(error) = reply.error {
+            return Err(PortError(crate::text::shorten(&error).to_owned()));
+        }
+        crate::json::decode(reply.value)
+            .map_err(|e| PortError(format!("the files port's `{method}` answer: {e}")))
+    }
+}
+
+impl Port for JsPort<'_> {
+    async fn read(&self, path: &str) -> Result<Option<String>, PortError> {
+        self.call("read", json!([path])).await
+    }
+
+    async fn stat(&self, path: &str) -> Result<Stat, PortError> {
+        #[derive(Deserialize)]
+        #[serde(tag = "kind", rename_all = "lowercase")]
+        enum Found {
+            File { size: u64 },
+            Dir,
+        }
+        Ok(match self.call::<Option<Found>>("stat", json!([path])).await? {
+            Some(Found::File { size }) => Stat::File { size },
+            Some(Found::Dir) => Stat::Dir,
+            None => Stat::Missing,
+        })
+    }
+
+    async fn list(&self, dir: &str, cursor: Option<&str>) -> Result<Page, PortError> {
+        self.call("list", json!([dir, cursor])).await
+    }
+
+    async fn write(&self, path: &str, content: &str) -> Result<(), PortError> {
+        self.call::<Value>("write", json!([path, content])).await.map(drop)
+    }
+
+    async fn replace(&self, changes: &[Change]) -> Result<Replaced, PortError> {
+        #[derive(Deserialize)]
+        struct Answer {
+            #[serde(default)]
+            conflict: Option<String>,
+        }
+        let answer: Answer = self.call("replace", json!([changes])).await?;
+        Ok(match answer.conflict {
+            Some(path) => Replaced::Conflict { path },
+            None => Replaced::Done,
+        })
+    }
+
+    fn patches(&self) -> bool {
+        self.patches
+    }
+}
+
+impl HostPort {
+    /// Runs the files operation `op` on this port.
+    pub async fn call(
+        &self,
+        sql: &DoSql,
+        js: &JsTools,
+        op: &OperationCall,
+        now_ms: i64,
+        signal: &web_sys::AbortSignal,
+    ) -> Result<Value, String> {
+        match self {
+            HostPort::Workspace(bounds) => {
+                let workspace = Workspace::open(sql, *bounds, now_ms).map_err(|e| e.0)?;
+                module::call(&workspace, &op.operation, &op.args).await
+            }
+            HostPort::Js { patches } => {
+                let port = JsPort {
+                    js,
+                    module_id: &op.module_id,
+                    patches: *patches,
+                    signal,
+                };
+                module::call(&port, &op.operation, &op.args).await
+            }
+        }
+    }
+}
