@@ -3,7 +3,7 @@
 import { Hono } from "hono";
 import { HTTPException } from "hono/http-exception";
 import { bearerTokenAuth, jsonError as json } from "./bearer.mjs";
-import { ShiitakeDO as Base, shiitakeApp } from "./index.mjs";
+import { ShiitakeDO as Base, shiitakeApp, sqliteWorkspace } from "./index.mjs";
 
 // The demo notebook's own bounds: characters of a note, notes kept, notes
 // listed.
@@ -11,9 +11,10 @@ const NOTE_CHARS_MAX = 4096;
 const NOTES_MAX = 1000;
 const NOTES_LISTED_MAX = 100;
 
-// The demo Agent's tools: a small notebook in the object's own SQLite table,
-// so the model's `execute` door has something to reach (`notes.add_note`,
-// `notes.list_notes`, `notes.clock`).
+// The demo Agent's tools: files in the object's own SQLite (read, write,
+// list, stat, search, replace, apply_patch), and a small notebook in its own
+// table, so the model's `execute` door has something to reach
+// (`notes.add_note`, `notes.list_notes`, `notes.clock`).
 export class ShiitakeDO extends Base {
   #notes() {
     const sql = this.ctx.storage.sql;
@@ -23,6 +24,7 @@ export class ShiitakeDO extends Base {
 
   tools() {
     return {
+      files: { port: sqliteWorkspace() },
       // SHIITAKE_MCP_SERVERS (a secret): [{name, url, headers?}], each the
       // module mcp.<name>.
       mcpServers: this.env.SHIITAKE_MCP_SERVERS ? JSON.parse(this.env.SHIITAKE_MCP_SERVERS) : [],

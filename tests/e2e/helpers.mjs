@@ -67,6 +67,8 @@ export const WORKER_BINDINGS = [
   "MCP_SERVERS_JSON",
   "MCP_TIMEOUT_MS",
   "MCP_RETRY_MS",
+  // tests/e2e/fixtures/files-worker.mjs: which Files port ("sqlite" | "r2").
+  "FILES_PORT",
 ];
 // The newest date the pinned workerd (1.20260730.x) accepts.
 export const COMPATIBILITY_DATE = "2026-07-30";
@@ -88,8 +90,9 @@ export const bytes = (s) => Buffer.byteLength(s, "utf8");
  * Miniflare options for a Worker whose entry exports the `ShiitakeDO` class;
  * `bindings` are added to `SHIITAKE_TOKEN`.
  */
-export function workerOptions(scriptPath, persistDir, bindings = {}, { loader = true } = {}) {
+export function workerOptions(scriptPath, persistDir, bindings = {}, { loader = true, r2Buckets = [] } = {}) {
   return {
+    ...(r2Buckets.length > 0 ? { r2Buckets, ...(persistDir ? { r2Persist: persistDir } : {}) } : {}),
     // The Worker Loader binding the `execute` tool runs model code in.
     ...(loader ? { workerLoaders: { LOADER: {} } } : {}),
     modules: true,
@@ -130,6 +133,8 @@ export async function bundleFixture(entryPath, name) {
  * OPENAI_* at all). `h.modelApiKey` is the key bound either way.
  * `bindings`: more Worker bindings (names from WORKER_BINDINGS; numbers are
  * passed as strings, like wrangler vars), overriding those.
+ * `r2Buckets`: R2 bucket binding names (Miniflare's local R2; persisted
+ * with `persist: true`).
  * `log`: when given, called with every chunk (a string) the runtime writes
  * to stdout or stderr (the Worker's console: the service log).
  */
@@ -189,6 +194,8 @@ export class Harness {
     this.mf = undefined;
     /** Whether the Worker gets the LOADER binding (`startWorker({ loader })`). */
     this.loader = true;
+    /** R2 bucket bindings (`startWorker({ r2Buckets })`), persisted with the Durable Objects. */
+    this.r2Buckets = [];
     /** `startWorker({ log })`: receives the runtime's stdout and stderr. */
     this.log = undefined;
     /** Every answer this harness received: `{method, path, status, text, headers}` (bounded). */
@@ -196,7 +203,7 @@ export class Harness {
   }
 
   /** Starts the model server (if any) and Miniflare: `startWorker`'s options. */
-  async open({ scriptPath = DEMO_SCRIPT, persist = false, model = "hold", bindings = {}, loader = true, log } = {}) {
+  async open({ scriptPath = DEMO_SCRIPT, persist = false, model = "hold", bindings = {}, loader = true, r2Buckets = [], log } = {}) {
     if (!existsSync(scriptPath)) {
       throw new Error(`${path.relative(ROOT, scriptPath)} is missing: run \`bash scripts/build.sh\` first`);
     }
@@ -216,13 +223,13 @@ export class Harness {
     }
     for (const [name, value] of Object.entries(bindings)) all[name] = String(value);
     const persistDir = persist ? await mkdtemp(path.join(tmpdir(), "shiitake-e2e-")) : undefined;
-    Object.assign(this, { scriptPath, persistDir, bindings: all, model: server, loader, log, modelApiKey });
+    Object.assign(this, { scriptPath, persistDir, bindings: all, model: server, loader, r2Buckets, log, modelApiKey });
     this.provider = server ? provider : undefined;
     await this.start();
   }
 
   async start() {
-    const options = workerOptions(this.scriptPath, this.persistDir, this.bindings, { loader: this.loader });
+    const options = workerOptions(this.scriptPath, this.persistDir, this.bindings, { loader: this.loader, r2Buckets: this.r2Buckets });
     if (this.log) {
       options.handleRuntimeStdio = (stdout, stderr) => {
         for (const stream of [stdout, stderr]) stream.on("data", (chunk) => this.log(String(chunk)));
