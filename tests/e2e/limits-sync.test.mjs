@@ -27,6 +27,8 @@ const CONSTANTS = [
   ["js/do.mjs", "JSON_DEPTH_MAX", "JSON_DEPTH_MAX"],
   ["js/execute.mjs", "RESULT_MAX_BYTES", "TOOL_PAYLOAD_BYTES_MAX"],
   ["js/demo.mjs", "DRAIN_BYTES_MAX", "BODY_BYTES_MAX"],
+  ["js/computer.mjs", "COMPUTER_RESPONSE_BYTES_MAX", "COMPUTER_RESPONSE_BYTES_MAX"],
+  ["js/computer.mjs", "SECRET_TOKEN_BYTES_MIN", "SECRET_FRAGMENT_BYTES_MIN"],
 ];
 
 test("the shim's copies of core bounds equal src/limits.rs", async () => {
@@ -62,6 +64,8 @@ const DOCUMENTED = [
   ["js/do.d.ts", "At most # bytes are kept.", ["OPERATION_DESCRIPTION_BYTES_MAX"]],
   ["js/do.d.ts", "Returns JSON (at most #, # levels).", ["TOOL_PAYLOAD_BYTES_MAX", "JSON_DEPTH_MAX"]],
   ["js/execute.d.ts", "a run hands back (#). */", ["TOOL_PAYLOAD_BYTES_MAX"]],
+  ["js/computer.d.ts", "Bytes of one response body the transport reads (#);", ["COMPUTER_RESPONSE_BYTES_MAX"]],
+  ["js/computer.d.ts", "whole and by each token of at least # bytes.", ["SECRET_FRAGMENT_BYTES_MIN"]],
 ];
 
 /** A figure as written: `262,144`, `256 KiB`. */
