@@ -22,8 +22,9 @@ export interface ServiceComputerOptions {
   url?: string;
   /**
    * Sent with every request (e.g. `authorization: Bearer ...`). Their values
-   * are credentials: replaced by `<redacted>` in every message and body the
-   * transport hands back, whole and by each token of at least 8 bytes.
+   * are credentials: replaced by `<redacted>` in every message the transport
+   * makes, whole and by each token of at least 8 bytes; in a body it hands
+   * back, those of at least 8 bytes (a short value cannot corrupt a result).
    */
   headers?: HeadersInit;
 }

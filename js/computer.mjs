@@ -22,7 +22,10 @@ export function serviceComputer({ fetcher, url = "https://computer.invalid", hea
   const base = String(url).replace(/\/+$/, "");
   const send = fetcher ? (request) => fetcher.fetch(request) : (request) => fetch(request);
   const extra = new Headers(headers ?? {});
-  const redact = redactor([...extra.values()]);
+  // Messages lose every header value; bodies (results, which a short value
+  // such as `1` would corrupt) the values and tokens of 8 bytes or more.
+  const redact = redactor([...extra.values()], 1);
+  const redactBody = redactor([...extra.values()], SECRET_TOKEN_BYTES_MIN);
 
   // One POST: { status, text } for a body within the bound, else throws an
   // Error whose message names the step and never holds a header value.
@@ -50,12 +53,12 @@ export function serviceComputer({ fetcher, url = "https://computer.invalid", hea
     if (bytes.byteLength > COMPUTER_RESPONSE_BYTES_MAX) {
       throw new ComputerError(`Computer's ${step} response (HTTP ${response.status}) is larger than ${COMPUTER_RESPONSE_BYTES_MAX} bytes`);
     }
-    const text = redact(new TextDecoder().decode(bytes));
+    const text = new TextDecoder().decode(bytes);
     if (response.status < 200 || response.status >= 300) {
       const auth = response.status === 401 || response.status === 403 ? " (the Computer refused the call's credentials or admission)" : "";
-      throw new ComputerError(`Computer answered HTTP ${response.status} to ${step}${auth}${detailOf(text)}`);
+      throw new ComputerError(`Computer answered HTTP ${response.status} to ${step}${auth}${detailOf(text, redact)}`);
     }
-    return text;
+    return redactBody(text);
   }
 
   return {
@@ -99,8 +102,9 @@ function reasonOf(signal) {
   return name === "TimeoutError" ? "its deadline passed; the request was aborted" : "the request was aborted";
 }
 
-// ": <the provider's error message>" when the body is `{ "error": "..." }`, else "".
-function detailOf(text) {
+// ": <the provider's error message>" (redacted, then cut) when the body is
+// `{ "error": "..." }`, else "".
+function detailOf(text, redact) {
   let message;
   try {
     message = JSON.parse(text)?.error;
@@ -108,7 +112,7 @@ function detailOf(text) {
     return "";
   }
   if (typeof message !== "string" || message === "") return "";
-  return `: ${cut(message, DETAIL_BYTES_MAX)}`;
+  return `: ${cut(redact(message), DETAIL_BYTES_MAX)}`;
 }
 
 // At most `max` UTF-8 bytes of `text`, ending in "…" when cut.
@@ -119,14 +123,17 @@ function cut(text, max) {
   return `${kept}…`;
 }
 
-// Replaces every configured header value, and every long token of one (the
-// token after "Bearer "), with "<redacted>": as written and as a JSON string
+// Replaces every configured header value, and every token of one (the token
+// after "Bearer "), of at least `minBytes` bytes (tokens: at least
+// SECRET_TOKEN_BYTES_MIN) with "<redacted>": as written and as a JSON string
 // escapes it, so a body stays valid JSON.
-function redactor(values) {
+function redactor(values, minBytes) {
+  const size = (text) => new TextEncoder().encode(text).byteLength;
   const secrets = new Set();
-  for (const value of values) {
-    if (value.length > 0) secrets.add(value);
-    for (const token of value.split(/\s+/)) if (new TextEncoder().encode(token).byteLength >= SECRET_TOKEN_BYTES_MIN) secrets.add(token);
+  for (const raw of values) {
+    const value = raw.trim();
+    if (value.length > 0 && size(value) >= minBytes) secrets.add(value);
+    for (const token of value.split(/\s+/)) if (size(token) >= Math.max(minBytes, SECRET_TOKEN_BYTES_MIN)) secrets.add(token);
   }
   const forms = [];
   for (const secret of secrets) {

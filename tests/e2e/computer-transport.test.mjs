@@ -136,6 +136,14 @@ test("the bearer credential reaches the provider and never an error message", as
   }
 });
 
+test("a body echoing a credential has it redacted; a short header value leaves a result intact", async () => {
+  const headers = { authorization: `Bearer ${TOKEN}`, "x-shard": "5" };
+  const echoed = await call("auth", "run-command", { command: `echo ${TOKEN}` }, { headers, ctx: context() });
+  assert.deepEqual(echoed.reply, { result: { stdout: "ran echo <redacted>", exitCode: 0 } });
+  const note = await call("auth", "write-note", { path: "b.txt", text: "12345" }, { headers, ctx: context() });
+  assert.deepEqual(note.reply, { result: { written: "b.txt", bytes: 5 } });
+});
+
 test("a redirect is refused, not followed", async () => {
   const before = (await peerState("/ok/calls")).calls.length;
   const out = await describe("redirect");

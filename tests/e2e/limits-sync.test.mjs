@@ -65,7 +65,7 @@ const DOCUMENTED = [
   ["js/do.d.ts", "Returns JSON (at most #, # levels).", ["TOOL_PAYLOAD_BYTES_MAX", "JSON_DEPTH_MAX"]],
   ["js/execute.d.ts", "a run hands back (#). */", ["TOOL_PAYLOAD_BYTES_MAX"]],
   ["js/computer.d.ts", "Bytes of one response body the transport reads (#);", ["COMPUTER_RESPONSE_BYTES_MAX"]],
-  ["js/computer.d.ts", "whole and by each token of at least # bytes.", ["SECRET_FRAGMENT_BYTES_MIN"]],
+  ["js/computer.d.ts", "whole and by each token of at least # bytes; in a body it hands back, those of at least # bytes", ["SECRET_FRAGMENT_BYTES_MIN", "SECRET_FRAGMENT_BYTES_MIN"]],
 ];
 
 /** A figure as written: `262,144`, `256 KiB`. */
