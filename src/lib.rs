@@ -12,6 +12,7 @@
 
 pub mod agent;
 pub mod capability;
+pub mod computer;
 pub mod ctx;
 pub mod error;
 pub mod files;

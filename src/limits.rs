@@ -225,3 +225,21 @@ pub const IGNORE_BYTES_MAX: usize = 1_048_576;
 pub const WORKSPACE_FILE_BYTES_MAX: usize = 1_048_576;
 pub const WORKSPACE_BYTES_MAX: usize = 67_108_864;
 pub const WORKSPACE_FILES_MAX: usize = 10_000;
+
+// Computers (`src/computer/`, knapsack: Knapsack.computer, Knapsack.computers).
+/// Bytes of one Computer's advertisement, as JSON text.
+pub const COMPUTER_ADVERTISEMENT_BYTES_MAX: usize = 262_144;
+/// Computers one host lists.
+pub const COMPUTERS_MAX: usize = 32;
+/// A Computer connection's id (its stable identity): 1 to this many bytes.
+pub const COMPUTER_ID_BYTES_MAX: usize = 128;
+/// A Computer's name: 1 to this many bytes, so that both its module
+/// `computers.<name>` and its files module `computers.<name>.files` stay
+/// within `MODULE_ID_BYTES_MAX` (64 - `computers.` - `.files`).
+pub const COMPUTER_NAME_BYTES_MAX: usize = 48;
+/// Describing one Computer (all at once); past it the Computer is dropped
+/// and reported.
+pub const COMPUTER_DESCRIBE_TIMEOUT_MS: u64 = 10_000;
+/// Bytes of one Computer HTTP response body (`advertise`, `call`); the
+/// transport reads one more byte to tell an oversized body.
+pub const COMPUTER_RESPONSE_BYTES_MAX: usize = 4_194_304;

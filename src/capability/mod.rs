@@ -52,6 +52,28 @@ fn error<T>(message: String) -> Result<T, CapabilityError> {
     Err(CapabilityError(message))
 }
 
+/// The namespace of Computers' modules (`computers.<name>`, seed knapsack:
+/// `Knapsack.computers`).
+pub const COMPUTERS_NAMESPACE: &str = "computers";
+
+/// The authority id of a module: the key its grants are read under. A
+/// Computer's commands (`computers.<name>`) and everything nested under it
+/// (its files, `computers.<name>.files`) share the Computer's authority
+/// `computers.<name>` (seed knapsack: they "share that Computer's authority
+/// id"); every other module is its own authority.
+pub fn authority(module_id: &str) -> &str {
+    let Some(rest) = module_id
+        .strip_prefix(COMPUTERS_NAMESPACE)
+        .and_then(|rest| rest.strip_prefix('.'))
+    else {
+        return module_id;
+    };
+    match rest.find('.') {
+        Some(dot) => &module_id[..COMPUTERS_NAMESPACE.len() + 1 + dot],
+        None => module_id,
+    }
+}
+
 /// What an operation does to the world it reaches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

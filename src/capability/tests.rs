@@ -434,3 +434,18 @@ fn invocation_is_plain_data() {
         invocation
     );
 }
+
+#[test]
+fn authority_of_a_module() {
+    assert_eq!(authority("computers.laptop"), "computers.laptop");
+    assert_eq!(authority("computers.laptop.files"), "computers.laptop");
+    assert_eq!(authority("computers.laptop.files.deep"), "computers.laptop");
+    assert_eq!(authority("computers"), "computers");
+    assert_eq!(
+        authority("computersx.laptop.files"),
+        "computersx.laptop.files"
+    );
+    assert_eq!(authority("mcp.notes"), "mcp.notes");
+    assert_eq!(authority("files"), "files");
+    assert_eq!(authority("mcp.computers.laptop"), "mcp.computers.laptop");
+}

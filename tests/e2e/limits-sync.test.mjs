@@ -30,6 +30,8 @@ const CONSTANTS = [
   ["js/do.mjs", "FILE_BYTES_MAX", "FILE_BYTES_MAX"],
   ["js/files.mjs", "FILE_BYTES_MAX", "FILE_BYTES_MAX"],
   ["js/files.mjs", "LIST_ENTRIES_MAX", "LIST_ENTRIES_MAX"],
+  ["js/computer.mjs", "COMPUTER_RESPONSE_BYTES_MAX", "COMPUTER_RESPONSE_BYTES_MAX"],
+  ["js/computer.mjs", "SECRET_TOKEN_BYTES_MIN", "SECRET_FRAGMENT_BYTES_MIN"],
 ];
 
 test("the shim's copies of core bounds equal src/limits.rs", async () => {
@@ -65,6 +67,8 @@ const DOCUMENTED = [
   ["js/do.d.ts", "At most # bytes are kept.", ["OPERATION_DESCRIPTION_BYTES_MAX"]],
   ["js/do.d.ts", "Returns JSON (at most #, # levels).", ["TOOL_PAYLOAD_BYTES_MAX", "JSON_DEPTH_MAX"]],
   ["js/execute.d.ts", "a run hands back (#). */", ["TOOL_PAYLOAD_BYTES_MAX"]],
+  ["js/computer.d.ts", "Bytes of one response body the transport reads (#);", ["COMPUTER_RESPONSE_BYTES_MAX"]],
+  ["js/computer.d.ts", "whole and by each token of at least # bytes; in a body it hands back, those of at least # bytes", ["SECRET_FRAGMENT_BYTES_MIN", "SECRET_FRAGMENT_BYTES_MIN"]],
 ];
 
 /** A figure as written: `262,144`, `256 KiB`. */
