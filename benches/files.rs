@@ -35,7 +35,9 @@ fn run(ws: &Workspace<'_>, op: &str, args: Value) -> Value {
 }
 
 fn patch_bench() {
-    let lines: Vec<String> = (0..10_000).map(|i| format!("line {i} of the file")).collect();
+    let lines: Vec<String> = (0..10_000)
+        .map(|i| format!("line {i} of the file"))
+        .collect();
     let original = lines.join("\n") + "\n";
     let mut patch = String::from("*** Begin Patch\n*** Update File: big.txt\n");
     let mut edited = lines.clone();
@@ -58,7 +60,11 @@ fn patch_bench() {
     for _ in 0..RUNS {
         let sql = NativeSql::open_in_memory();
         let ws = Workspace::open(&sql, bounds(), 1).unwrap();
-        run(&ws, "write", json!({ "path": "big.txt", "content": original }));
+        run(
+            &ws,
+            "write",
+            json!({ "path": "big.txt", "content": original }),
+        );
         let started = Instant::now();
         run(&ws, "apply_patch", json!({ "input": patch }));
         patched.push(started.elapsed());
@@ -67,9 +73,17 @@ fn patch_bench() {
 
         let sql = NativeSql::open_in_memory();
         let ws = Workspace::open(&sql, bounds(), 1).unwrap();
-        run(&ws, "write", json!({ "path": "big.txt", "content": original }));
+        run(
+            &ws,
+            "write",
+            json!({ "path": "big.txt", "content": original }),
+        );
         let started = Instant::now();
-        run(&ws, "write", json!({ "path": "big.txt", "content": expected }));
+        run(
+            &ws,
+            "write",
+            json!({ "path": "big.txt", "content": expected }),
+        );
         written.push(started.elapsed());
     }
     let (p, w) = (median(patched), median(written));
@@ -87,10 +101,18 @@ fn workspace(ignores: bool) -> (NativeSql, usize) {
     {
         let ws = Workspace::open(&sql, bounds(), 1).unwrap();
         if ignores {
-            run(&ws, "write", json!({ "path": ".gitignore", "content": "*.log\ntarget/\n" }));
+            run(
+                &ws,
+                "write",
+                json!({ "path": ".gitignore", "content": "*.log\ntarget/\n" }),
+            );
             for d in 0..20 {
                 let text = format!("generated-{d}.txt\n!keep.log\n");
-                run(&ws, "write", json!({ "path": format!("pkg{d}/.gitignore"), "content": text }));
+                run(
+                    &ws,
+                    "write",
+                    json!({ "path": format!("pkg{d}/.gitignore"), "content": text }),
+                );
             }
         }
         for i in 0..2_000 {
@@ -101,7 +123,11 @@ fn workspace(ignores: bool) -> (NativeSql, usize) {
                 format!("pkg{}/src/mod{}", i % 20, i % 7)
             };
             let content = format!("fn item_{i}() {{}}\n// some text\n// needle {}\n", i % 3);
-            run(&ws, "write", json!({ "path": format!("{dir}/file{i}.rs"), "content": content }));
+            run(
+                &ws,
+                "write",
+                json!({ "path": format!("{dir}/file{i}.rs"), "content": content }),
+            );
         }
     }
     (sql, 2_000)

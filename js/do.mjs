@@ -320,6 +320,8 @@ function toolHost(object) {
       files = { patches: port.patches === true, ...(direct !== undefined ? { direct } : {}) };
     }
   }
+  // The Computers of the host's list as last read, by name.
+  const computers = new Map();
   const loader = object.env?.LOADER;
   const spec = JSON.stringify({
     modules,
@@ -330,6 +332,7 @@ function toolHost(object) {
     ...(config.mcpTimeoutMs !== undefined ? { mcpTimeoutMs: config.mcpTimeoutMs } : {}),
     ...(config.mcpRetryMs !== undefined ? { mcpRetryMs: config.mcpRetryMs } : {}),
     ...(files !== undefined ? { files } : {}),
+    ...(config.computers !== undefined ? { computers: true } : {}),
     ...(problem ? { error: problem } : {}),
   });
   // MCP requests go through the host's fetch (credentials in its headers).
@@ -365,6 +368,37 @@ function toolHost(object) {
       try {
         const result = await runs.get(`${moduleId}\u0000${name}`).call(object, JSON.parse(args), ctx);
         return JSON.stringify(data === undefined ? { result: result ?? null } : { result: result ?? null, data });
+      } catch (error) {
+        return JSON.stringify({ error: String(error?.message ?? error) });
+      }
+    },
+    computersList() {
+      try {
+        const list = typeof config.computers === "function" ? config.computers.call(object) : config.computers;
+        const refused = checkComputers(list);
+        if (refused !== undefined) return JSON.stringify({ error: refused });
+        computers.clear();
+        for (const key of [...ports.keys()]) if (key.startsWith("computers.")) ports.delete(key);
+        const described = list.map(({ computer, files, ...data }) => {
+          computers.set(data.name, computer);
+          if (files !== undefined) ports.set(`computers.${data.name}.files`, files);
+          return { ...data, files: files !== undefined, patches: files?.patches === true };
+        });
+        return JSON.stringify({ list: described });
+      } catch (error) {
+        return JSON.stringify({ error: String(error?.message ?? error) });
+      }
+    },
+    async computerDescribe(name, signal) {
+      const advertised = await computers.get(name).describe({ signal });
+      return typeof advertised === "string" ? advertised : JSON.stringify(advertised);
+    },
+    async computerCall(name, operation, args, invocation, signal) {
+      try {
+        const computer = computers.get(name);
+        if (computer === undefined) return JSON.stringify({ error: `no Computer named ${name} in the host's list` });
+        const reply = await computer.call(operation, args, { ...JSON.parse(invocation), signal });
+        return typeof reply === "string" ? reply : JSON.stringify(reply);
       } catch (error) {
         return JSON.stringify({ error: String(error?.message ?? error) });
       }
@@ -407,7 +441,9 @@ const TOOLS_KEYS = {
   fetch: "function",
   onUnavailable: "function",
   files: "files",
+  computers: "computers",
 };
+const COMPUTER_KEYS = { id: "data", name: "data", computer: "computer", confirmCalls: "data", files: "port" };
 const FILES_KEYS = { port: "port", direct: "data" };
 const PORT_METHODS = ["read", "stat", "list", "write", "replace"];
 const ACCESS_KEYS = { grants: "data", required: "data", confirm: "function" };
@@ -465,6 +501,13 @@ function checkTools(config) {
       case "files":
         if (value?.port === undefined) return `${where(path)}.port is required (sqliteWorkspace(), r2Files(bucket) or your own port)`;
         return object(value, path, FILES_KEYS);
+      case "computers":
+        return typeof value === "function" ? undefined : list(value, path, (c, at) => object(c, at, COMPUTER_KEYS));
+      case "computer":
+        for (const method of ["describe", "call"]) {
+          if (typeof value?.[method] !== "function") return `${where(path)}.${method} must be a function (a Computer has describe and call; see serviceComputer)`;
+        }
+        return undefined;
       case "port":
         if (value === null || typeof value !== "object") return `${where(path)} must be a Files port`;
         if (value[WORKSPACE] !== undefined) return plainData(value[WORKSPACE], path, where);
@@ -476,6 +519,12 @@ function checkTools(config) {
     return undefined;
   };
   return object(config, "", TOOLS_KEYS);
+}
+
+// Why the Computer list `tools().computers` gave (an array, or what its
+// function returned) cannot be used, or undefined.
+function checkComputers(list) {
+  return Array.isArray(list) ? checkTools({ computers: list }) : "tools().computers must be an array or a function returning one";
 }
 
 // Why `value` is not plain JSON data (a function, symbol or bigint inside it

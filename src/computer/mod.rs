@@ -218,6 +218,9 @@ pub struct Connection {
     /// `computers.<name>.files`.
     #[serde(default)]
     pub files: bool,
+    /// Its files port supplies the patch engine (`apply_patch`).
+    #[serde(default)]
+    pub patches: bool,
 }
 
 impl Connection {
@@ -295,7 +298,7 @@ pub fn decode_list(value: Value) -> Result<Vec<Connection>, String> {
 }
 
 /// A digest of a Computer list by what its modules depend on: each entry's
-/// (id, name, confirmCalls, files), in any order. Two lists with equal
+/// (id, name, confirmCalls, files, patches), in any order. Two lists with equal
 /// digests describe the same Computers (FNV-1a over length-prefixed fields,
 /// entries sorted by id; stable across builds).
 pub fn list_digest(list: &[Connection]) -> u64 {
@@ -308,7 +311,11 @@ pub fn list_digest(list: &[Connection]) -> u64 {
             hash.write(&(field.len() as u64).to_le_bytes());
             hash.write(field);
         }
-        hash.write(&[u8::from(c.confirm_calls), u8::from(c.files)]);
+        hash.write(&[
+            u8::from(c.confirm_calls),
+            u8::from(c.files),
+            u8::from(c.patches),
+        ]);
     }
     hash.finish()
 }

@@ -7,7 +7,7 @@
 //! runtime's facts, and a build without files support leaves it alone.
 
 use super::path::is_within;
-use super::port::{Change, Entry, Page, Port, PortError, Stat, Replaced};
+use super::port::{Change, Entry, Page, Port, PortError, Replaced, Stat};
 use crate::limits::{
     LIST_ENTRIES_MAX, WORKSPACE_BYTES_MAX, WORKSPACE_FILES_MAX, WORKSPACE_FILE_BYTES_MAX,
 };

@@ -79,6 +79,27 @@ extern "C" {
         signal: &web_sys::AbortSignal,
     ) -> Promise;
 
+    /// The host's Computer list now: JSON `{list: [{id, name, confirmCalls,
+    /// files, patches}]}` or `{error}`.
+    #[wasm_bindgen(method, js_name = computersList)]
+    pub fn computers_list(this: &JsTools) -> String;
+
+    /// Asks Computer `name` for its advertisement: resolves to its JSON
+    /// text, rejects with the provider's refusal.
+    #[wasm_bindgen(method, js_name = computerDescribe)]
+    pub fn computer_describe(this: &JsTools, name: &str, signal: &web_sys::AbortSignal) -> Promise;
+
+    /// One call of Computer `name`: resolves to JSON `{result}` or `{error}`.
+    #[wasm_bindgen(method, js_name = computerCall)]
+    pub fn computer_call(
+        this: &JsTools,
+        name: &str,
+        operation: &str,
+        args: &str,
+        invocation: &str,
+        signal: &web_sys::AbortSignal,
+    ) -> Promise;
+
     /// The host's `onUnavailable` report: `{name, reason}` as JSON.
     #[wasm_bindgen(method, js_name = onUnavailable)]
     pub fn on_unavailable(this: &JsTools, report: &str);

@@ -81,11 +81,13 @@ impl Port for JsPort<'_> {
             File { size: u64 },
             Dir,
         }
-        Ok(match self.call::<Option<Found>>("stat", json!([path])).await? {
-            Some(Found::File { size }) => Stat::File { size },
-            Some(Found::Dir) => Stat::Dir,
-            None => Stat::Missing,
-        })
+        Ok(
+            match self.call::<Option<Found>>("stat", json!([path])).await? {
+                Some(Found::File { size }) => Stat::File { size },
+                Some(Found::Dir) => Stat::Dir,
+                None => Stat::Missing,
+            },
+        )
     }
 
     async fn list(&self, dir: &str, cursor: Option<&str>) -> Result<Page, PortError> {
@@ -93,7 +95,9 @@ impl Port for JsPort<'_> {
     }
 
     async fn write(&self, path: &str, content: &str) -> Result<(), PortError> {
-        self.call::<Value>("write", json!([path, content])).await.map(drop)
+        self.call::<Value>("write", json!([path, content]))
+            .await
+            .map(drop)
     }
 
     async fn replace(&self, changes: &[Change]) -> Result<Replaced, PortError> {

@@ -15,6 +15,7 @@
 mod bindings;
 mod blame;
 mod body;
+mod computers;
 mod config;
 mod files;
 mod mcp;

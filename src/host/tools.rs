@@ -12,8 +12,9 @@
 //! [`Action::RunTool`]: crate::run::driver::Action::RunTool
 
 use super::bindings::{self, error_message, JsTools};
-use super::runner::Stopper;
+use super::computers::{self, Computers};
 use super::files::HostPort;
+use super::runner::Stopper;
 use super::{mcp, Inner};
 use crate::capability::door::{self, Toolset};
 use crate::capability::Catalog;
@@ -57,6 +58,9 @@ struct Spec {
     /// How long before unavailable MCP servers are tried again.
     #[serde(default)]
     mcp_retry_ms: Option<u64>,
+    /// Whether the host lists Computers (`tools().computers`).
+    #[serde(default)]
+    computers: bool,
     /// The host's Files port (`tools().files`).
     #[serde(default)]
     files: Option<FilesSpec>,
@@ -103,6 +107,10 @@ pub struct HostTools {
     pub servers: mcp::Servers,
     /// The Files ports, by the id of the module over each.
     ports: Vec<(String, HostPort)>,
+    /// The host's Computers, described at a turn's start when their list
+    /// changed.
+    pub computers: Computers,
+    pub has_computers: bool,
     access: AccessConfig,
     confirm_hook: bool,
     /// `execute` runs in flight in this instance.
@@ -144,7 +152,12 @@ impl HostTools {
             let module = crate::files::module::module(MODULE_ID, patches)
                 .map_err(|e| format!("tools().files: {e}"))?;
             if files.direct {
-                direct.extend(module.operations.iter().map(|op| format!("{MODULE_ID}.{}", op.name)));
+                direct.extend(
+                    module
+                        .operations
+                        .iter()
+                        .map(|op| format!("{MODULE_ID}.{}", op.name)),
+                );
             }
             modules.push(module);
             ports.push((MODULE_ID.to_owned(), port));
@@ -170,6 +183,8 @@ impl HostTools {
             hub: RefCell::new(hub),
             servers: mcp::Servers::default(),
             ports,
+            computers: Computers::default(),
+            has_computers: spec.computers,
             access,
             confirm_hook: spec.confirm,
             executions: Cell::new(0),
@@ -180,10 +195,15 @@ impl HostTools {
         }))
     }
 
-    fn port(&self, module_id: &str) -> Option<&HostPort> {
-        self.ports
-            .iter()
-            .find_map(|(id, port)| (id == module_id).then_some(port))
+    /// The Files port of module `module_id`: the host's own, or a
+    /// described Computer's.
+    fn port(&self, module_id: &str) -> Option<HostPort> {
+        let find = |ports: &[(String, HostPort)]| {
+            ports
+                .iter()
+                .find_map(|(id, port)| (id == module_id).then(|| port.clone()))
+        };
+        find(&self.ports).or_else(|| find(&self.computers.ports.borrow()))
     }
 
     fn rules(&self) -> Rules<'_> {
@@ -227,7 +247,8 @@ impl Inner {
             Err(why) => return Err(why.clone()),
         };
         if let Some(me) = self.me.upgrade() {
-            mcp::connect_due(me, bindings::now_ms()).await;
+            let servers = mcp::connect_due(Rc::clone(&me), bindings::now_ms());
+            futures::future::join(servers, computers::refresh(me)).await;
         }
         let hub = tools.hub.borrow();
         Ok(Offer {
@@ -303,6 +324,19 @@ impl Inner {
         if let Some(port) = tools.port(&op.module_id) {
             let signal = controller.signal();
             let called = port.call(&self.sql, &tools.js, op, bindings::now_ms(), &signal);
+            let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
+                .await
+                .ok_or_else(timed_out)?
+                .map_err(Failure::Refused)?;
+            return Ok((result, None));
+        }
+        if tools.hub.borrow().is_computer(&op.module_id) {
+            let name = op.module_id.strip_prefix("computers.").unwrap_or_default();
+            let invocation = op.invocation(bindings::now_ms(), timeout_ms);
+            let invocation = serde_json::to_string(&invocation).unwrap_or_default();
+            let signal = controller.signal();
+            let called =
+                computers::call(tools, name, &op.operation, &op.args, &invocation, &signal);
             let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
                 .await
                 .ok_or_else(timed_out)?

@@ -95,6 +95,10 @@ pub struct Hub {
     connected: Vec<Module>,
     /// The last round's failures.
     unavailable: Vec<Unavailable>,
+    /// The described Computers' modules (commands and files), and the
+    /// digest of the list they were described from.
+    computers: Vec<Module>,
+    computers_digest: Option<u64>,
     toolset: Rc<Toolset>,
 }
 
@@ -115,6 +119,8 @@ impl Hub {
             connecting: false,
             connected: Vec::new(),
             unavailable: Vec::new(),
+            computers: Vec::new(),
+            computers_digest: None,
             toolset: Rc::new(toolset),
         })
     }
@@ -173,16 +179,64 @@ impl Hub {
             }
         }
         self.due_at = now_ms.saturating_add(i64::try_from(self.retry_ms).unwrap_or(i64::MAX));
+        self.rebuild();
+        self.unavailable = unavailable.clone();
+        unavailable
+    }
+
+    /// The digest of the Computer list the offered Computers were described
+    /// from (`None` before the first description).
+    pub fn computers_digest(&self) -> Option<u64> {
+        self.computers_digest
+    }
+
+    /// Replaces the Computers' modules with those of a new description
+    /// (the list changed): each Computer's modules (commands, then files)
+    /// join together or not at all. Answers the Computers (by module id of
+    /// their commands) that could not join, and why.
+    pub fn set_computers(
+        &mut self,
+        digest: u64,
+        computers: Vec<Vec<Module>>,
+    ) -> Vec<(String, String)> {
+        self.computers.clear();
+        let mut refused = Vec::new();
+        for modules in computers {
+            let mut with = self.modules();
+            with.extend(modules.iter().cloned());
+            match Catalog::new(with) {
+                Ok(_) => self.computers.extend(modules),
+                Err(e) => refused.push((
+                    modules.first().map(|m| m.id.clone()).unwrap_or_default(),
+                    e.0,
+                )),
+            }
+        }
+        self.computers_digest = Some(digest);
+        self.rebuild();
+        refused
+    }
+
+    /// Whether operations of module `module_id` go to a Computer's commands.
+    pub fn is_computer(&self, module_id: &str) -> bool {
+        self.computers.iter().any(|m| m.id == module_id)
+    }
+
+    /// Every module offered: the host's own, the servers', the Computers'.
+    fn modules(&self) -> Vec<Module> {
         let mut modules = self.own.modules.clone();
         modules.extend(self.connected.iter().cloned());
-        // Every module joined one by one above: the catalog accepts them.
-        if let Ok(toolset) = Catalog::new(modules)
+        modules.extend(self.computers.iter().cloned());
+        modules
+    }
+
+    fn rebuild(&mut self) {
+        // Every module joined one by one: the catalog accepts them.
+        if let Ok(toolset) = Catalog::new(self.modules())
             .and_then(|catalog| Toolset::new(catalog, &self.own.direct, self.own.execute.clone()))
         {
             self.toolset = Rc::new(toolset);
         }
-        self.unavailable = unavailable.clone();
-        unavailable
     }
 
     /// The module of a server's listing, if it has a usable tool and can
@@ -204,8 +258,7 @@ impl Hub {
             ));
         }
         let module = Module::from_spec(tools.module).map_err(|e| e.0)?;
-        let mut with = self.own.modules.clone();
-        with.extend(self.connected.iter().cloned());
+        let mut with = self.modules();
         with.push(module.clone());
         Catalog::new(with).map_err(|e| e.0)?;
         Ok(module)

@@ -118,8 +118,9 @@ impl OperationCall {
             Ok(delivered) => delivered,
             Err(e) => return Gate::Refused(format!("grants unreadable: {e}")),
         };
+        // A Computer's commands and files share its grant key.
         let decision = grants::decide(
-            &self.module_id,
+            crate::capability::authority(&self.module_id),
             self.needs,
             access.config,
             delivered.as_ref(),

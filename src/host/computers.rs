@@ -1,0 +1,173 @@
+//! Performs the Computers' description rounds and calls (seed knapsack:
+//! Knapsack.computer, Knapsack.computers). Which Computers stay, what their
+//! modules are and what their grants key is, is `crate::computer`'s and
+//! `mcp::Hub`'s; this asks the shim for the host's list at each turn's
+//! start, describes every Computer at once under the describe timeout when
+//! the list changed, and carries calls with their invocation context.
+
+use super::bindings::{self, error_message, log_warn};
+use super::files::HostPort;
+use super::tools::HostTools;
+use super::Inner;
+use crate::computer::{self, Connection, Described, Reply, Round};
+use crate::files::module::module as files_module;
+use crate::limits::COMPUTER_DESCRIBE_TIMEOUT_MS;
+use futures::future::{join_all, LocalBoxFuture, Shared};
+use futures::FutureExt;
+use serde::Deserialize;
+use std::cell::RefCell;
+use std::rc::Rc;
+use wasm_bindgen_futures::JsFuture;
+
+/// The Computers' live state in this instance.
+#[derive(Default)]
+pub struct Computers {
+    /// The description round in progress, which concurrent turns share.
+    round: RefCell<Option<Shared<LocalBoxFuture<'static, ()>>>>,
+    /// The files ports of the Computers offered, by files module id.
+    pub ports: RefCell<Vec<(String, HostPort)>>,
+}
+
+#[derive(Deserialize)]
+struct Listed {
+    #[serde(default)]
+    list: Option<serde_json::Value>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// Describes the host's Computers again when their list changed since the
+/// last description (or waits for the round in progress). A list the host
+/// cannot give keeps the Computers described before, and is logged.
+pub async fn refresh(me: Rc<Inner>) {
+    let Ok(Some(tools)) = &me.tools else { return };
+    if !tools.has_computers {
+        return;
+    }
+    let pending = tools.computers.round.borrow().clone();
+    if let Some(round) = pending {
+        return round.await;
+    }
+    let list = match read_list(tools) {
+        Ok(list) => list,
+        Err(why) => return log_warn(format!("tools().computers: {why}")),
+    };
+    let digest = computer::list_digest(&list);
+    if tools.hub.borrow().computers_digest() == Some(digest) {
+        return;
+    }
+    let inner = Rc::clone(&me);
+    let round = async move {
+        let Ok(Some(tools)) = &inner.tools else {
+            return;
+        };
+        describe_all(tools, list, digest).await;
+        tools.computers.round.borrow_mut().take();
+    }
+    .boxed_local()
+    .shared();
+    *tools.computers.round.borrow_mut() = Some(round.clone());
+    round.await;
+}
+
+fn read_list(tools: &HostTools) -> Result<Vec<Connection>, String> {
+    let listed: Listed =
+        serde_json::from_str(&tools.js.computers_list()).map_err(|e| e.to_string())?;
+    if let Some(error) = listed.error {
+        return Err(error);
+    }
+    computer::decode_list(listed.list.unwrap_or_default())
+}
+
+async fn describe_all(tools: &HostTools, list: Vec<Connection>, digest: u64) {
+    let timeout_ms = COMPUTER_DESCRIBE_TIMEOUT_MS;
+    let attempts = list.into_iter().map(|connection| async move {
+        let Ok(controller) = web_sys::AbortController::new() else {
+            return (connection, Described::Rejected("could not be asked".into()));
+        };
+        let asked = JsFuture::from(
+            tools
+                .js
+                .computer_describe(&connection.name, &controller.signal()),
+        );
+        let described = match bindings::within(asked, timeout_ms, &controller, 0).await {
+            None => Described::TimedOut,
+            Some(Ok(text)) => Described::Advertised(text.as_string().unwrap_or_default()),
+            Some(Err(e)) => Described::Rejected(error_message(&e)),
+        };
+        (connection, described)
+    });
+    let round = Round::decide(join_all(attempts).await, timeout_ms);
+    let mut reports = round.unavailable.clone();
+    let mut offered = Vec::new();
+    let mut ports = Vec::new();
+    for available in round.available {
+        let mut modules = vec![available.module.clone()];
+        if let Some(id) = available.files_module_id() {
+            let patches = available.connection.patches;
+            match files_module(&id, patches) {
+                Ok(module) => {
+                    modules.push(module);
+                    ports.push((id, HostPort::Js { patches }));
+                }
+                Err(e) => {
+                    reports.push(unavailable(&available.connection, e.0));
+                    continue;
+                }
+            }
+        }
+        offered.push((available.connection, modules));
+    }
+    let (connections, modules): (Vec<_>, Vec<_>) = offered.into_iter().unzip();
+    let refused = tools.hub.borrow_mut().set_computers(digest, modules);
+    for (module_id, why) in refused {
+        if let Some(c) = connections.iter().find(|c| c.module_id() == module_id) {
+            reports.push(unavailable(c, why));
+            let files = c.files_module_id();
+            ports.retain(|(id, _)| Some(id) != files.as_ref());
+        }
+    }
+    *tools.computers.ports.borrow_mut() = ports;
+    for report in &reports {
+        log_warn(format!(
+            "Computer `{}` is unavailable: {}",
+            report.name, report.reason
+        ));
+        if let Ok(json) = serde_json::to_string(report) {
+            tools.js.on_unavailable(&json);
+        }
+    }
+}
+
+fn unavailable(connection: &Connection, reason: String) -> computer::Unavailable {
+    computer::Unavailable {
+        id: connection.id.clone(),
+        name: connection.name.clone(),
+        reason,
+    }
+}
+
+/// One call of a Computer's advertised operation, with the invocation
+/// context (execution id, deadline; the abort signal beside it).
+pub async fn call(
+    tools: &HostTools,
+    name: &str,
+    operation: &str,
+    args: &serde_json::Value,
+    invocation: &str,
+    signal: &web_sys::AbortSignal,
+) -> Result<serde_json::Value, String> {
+    let reply = JsFuture::from(tools.js.computer_call(
+        name,
+        operation,
+        &args.to_string(),
+        invocation,
+        signal,
+    ))
+    .await
+    .map_err(|e| error_message(&e))?;
+    match computer::call_reply(&reply.as_string().unwrap_or_default())? {
+        Reply::Result(value) => Ok(value),
+        Reply::Error(why) => Err(why),
+    }
+}
