@@ -333,6 +333,7 @@ function toolHost(object) {
     ...(config.mcpRetryMs !== undefined ? { mcpRetryMs: config.mcpRetryMs } : {}),
     ...(files !== undefined ? { files } : {}),
     ...(config.computers !== undefined ? { computers: true } : {}),
+    ...(config.computersTimeoutMs !== undefined ? { computersTimeoutMs: config.computersTimeoutMs } : {}),
     ...(problem ? { error: problem } : {}),
   });
   // MCP requests go through the host's fetch (credentials in its headers).
@@ -442,6 +443,7 @@ const TOOLS_KEYS = {
   onUnavailable: "function",
   files: "files",
   computers: "computers",
+  computersTimeoutMs: "data",
 };
 const COMPUTER_KEYS = { id: "data", name: "data", computer: "computer", confirmCalls: "data", files: "port" };
 const FILES_KEYS = { port: "port", direct: "data" };

@@ -11,7 +11,6 @@ use super::tools::HostTools;
 use super::Inner;
 use crate::computer::{self, Connection, Described, Reply, Round};
 use crate::files::module::module as files_module;
-use crate::limits::COMPUTER_DESCRIBE_TIMEOUT_MS;
 use futures::future::{join_all, LocalBoxFuture, Shared};
 use futures::FutureExt;
 use serde::Deserialize;
@@ -80,7 +79,7 @@ fn read_list(tools: &HostTools) -> Result<Vec<Connection>, String> {
 }
 
 async fn describe_all(tools: &HostTools, list: Vec<Connection>, digest: u64) {
-    let timeout_ms = COMPUTER_DESCRIBE_TIMEOUT_MS;
+    let timeout_ms = tools.computers_timeout_ms;
     let attempts = list.into_iter().map(|connection| async move {
         let Ok(controller) = web_sys::AbortController::new() else {
             return (connection, Described::Rejected("could not be asked".into()));

@@ -22,8 +22,9 @@ use crate::files::module::MODULE_ID;
 use crate::files::workspace::Bounds;
 use crate::grants::AccessConfig;
 use crate::limits::{
-    EXECUTIONS_CONCURRENT_MAX, GUEST_CALLS_PER_EXECUTION_MAX, MCP_CONNECT_TIMEOUT_MS, MCP_RETRY_MS,
-    MCP_RETRY_MS_MAX, MCP_RETRY_MS_MIN, TOOL_ABORT_GRACE_MS, TOOL_HEARTBEAT_MS,
+    COMPUTER_DESCRIBE_TIMEOUT_MS, EXECUTIONS_CONCURRENT_MAX, GUEST_CALLS_PER_EXECUTION_MAX,
+    MCP_CONNECT_TIMEOUT_MS, MCP_RETRY_MS, MCP_RETRY_MS_MAX, MCP_RETRY_MS_MIN, TOOL_ABORT_GRACE_MS,
+    TOOL_HEARTBEAT_MS,
 };
 use crate::mcp::{Hub, OwnTools};
 use crate::run::driver::{Input, Offer, ToolRun, ToolWork};
@@ -61,6 +62,10 @@ struct Spec {
     /// Whether the host lists Computers (`tools().computers`).
     #[serde(default)]
     computers: bool,
+    /// Bound on describing the Computers, at most
+    /// `COMPUTER_DESCRIBE_TIMEOUT_MS`.
+    #[serde(default)]
+    computers_timeout_ms: Option<u64>,
     /// The host's Files port (`tools().files`).
     #[serde(default)]
     files: Option<FilesSpec>,
@@ -111,6 +116,7 @@ pub struct HostTools {
     /// changed.
     pub computers: Computers,
     pub has_computers: bool,
+    pub computers_timeout_ms: u64,
     access: AccessConfig,
     confirm_hook: bool,
     /// `execute` runs in flight in this instance.
@@ -185,6 +191,10 @@ impl HostTools {
             ports,
             computers: Computers::default(),
             has_computers: spec.computers,
+            computers_timeout_ms: spec
+                .computers_timeout_ms
+                .unwrap_or(COMPUTER_DESCRIBE_TIMEOUT_MS)
+                .clamp(1, COMPUTER_DESCRIBE_TIMEOUT_MS),
             access,
             confirm_hook: spec.confirm,
             executions: Cell::new(0),

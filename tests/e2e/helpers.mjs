@@ -135,6 +135,9 @@ export async function bundleFixture(entryPath, name) {
  * passed as strings, like wrangler vars), overriding those.
  * `r2Buckets`: R2 bucket binding names (Miniflare's local R2; persisted
  * with `persist: true`).
+ * `peers`: more Workers, each `{ name, binding, scriptPath, ... }` (more
+ * Miniflare worker options), bound to the runtime's Worker as the service
+ * binding `binding`.
  * `log`: when given, called with every chunk (a string) the runtime writes
  * to stdout or stderr (the Worker's console: the service log).
  */
@@ -194,6 +197,8 @@ export class Harness {
     this.mf = undefined;
     /** Whether the Worker gets the LOADER binding (`startWorker({ loader })`). */
     this.loader = true;
+    /** Peer Workers beside the runtime's (`startWorker({ peers })`). */
+    this.peers = [];
     /** R2 bucket bindings (`startWorker({ r2Buckets })`), persisted with the Durable Objects. */
     this.r2Buckets = [];
     /** `startWorker({ log })`: receives the runtime's stdout and stderr. */
@@ -203,7 +208,7 @@ export class Harness {
   }
 
   /** Starts the model server (if any) and Miniflare: `startWorker`'s options. */
-  async open({ scriptPath = DEMO_SCRIPT, persist = false, model = "hold", bindings = {}, loader = true, r2Buckets = [], log } = {}) {
+  async open({ scriptPath = DEMO_SCRIPT, persist = false, model = "hold", bindings = {}, loader = true, r2Buckets = [], peers = [], log } = {}) {
     if (!existsSync(scriptPath)) {
       throw new Error(`${path.relative(ROOT, scriptPath)} is missing: run \`bash scripts/build.sh\` first`);
     }
@@ -223,13 +228,20 @@ export class Harness {
     }
     for (const [name, value] of Object.entries(bindings)) all[name] = String(value);
     const persistDir = persist ? await mkdtemp(path.join(tmpdir(), "shiitake-e2e-")) : undefined;
-    Object.assign(this, { scriptPath, persistDir, bindings: all, model: server, loader, r2Buckets, log, modelApiKey });
+    Object.assign(this, { scriptPath, persistDir, bindings: all, model: server, loader, r2Buckets, peers, log, modelApiKey });
     this.provider = server ? provider : undefined;
     await this.start();
   }
 
   async start() {
-    const options = workerOptions(this.scriptPath, this.persistDir, this.bindings, { loader: this.loader, r2Buckets: this.r2Buckets });
+    let options = workerOptions(this.scriptPath, this.persistDir, this.bindings, { loader: this.loader, r2Buckets: this.r2Buckets });
+    if (this.peers.length > 0) {
+      // Persistence is shared by every Worker; the rest is the runtime's own.
+      const { durableObjectsPersist, r2Persist, ...own } = options;
+      const serviceBindings = Object.fromEntries(this.peers.map((p) => [p.binding, p.name]));
+      const peers = this.peers.map(({ binding: _, ...peer }) => ({ modules: true, compatibilityDate: COMPATIBILITY_DATE, modulesRoot: ROOT, ...peer }));
+      options = { durableObjectsPersist, r2Persist, workers: [{ name: "shiitake", ...own, serviceBindings }, ...peers] };
+    }
     if (this.log) {
       options.handleRuntimeStdio = (stdout, stderr) => {
         for (const stream of [stdout, stderr]) stream.on("data", (chunk) => this.log(String(chunk)));
