@@ -3,4 +3,5 @@
 //! visibility and the `files` module's operations. The host performs the
 //! reads and writes through a port.
 
+pub mod patch;
 pub mod path;
