@@ -207,6 +207,15 @@ pub const FILE_BYTES_MAX: usize = 4_194_304;
 pub const PATCH_FILES_MAX: usize = 64;
 /// Hunks of one patch, all files together.
 pub const PATCH_HUNKS_MAX: usize = 1_024;
+/// Characters (code points) of one patch text: the apply_patch input
+/// schema's `maxLength` (`schemas/files-patch.input.json`).
+pub const PATCH_CHARS_MAX: usize = 262_144;
+/// Line comparisons (and lines hashed for comparing) one patch's context
+/// matching may make, all files together: a patch of ambiguous context on
+/// large files fails instead of running long.
+pub const PATCH_MATCH_STEPS_MAX: usize = 67_108_864;
+/// Bytes of a patch's lines quoted in its error message.
+pub const PATCH_EXCERPT_BYTES_MAX: usize = 240;
 /// Entries one `files.list` page returns.
 pub const LIST_ENTRIES_MAX: usize = 1_000;
 /// Files one `files.search` looks at, and bytes it reads in all.

@@ -3,6 +3,7 @@
 //! visibility and the `files` module's operations. The host performs the
 //! reads and writes through a port.
 
+pub mod patch;
 pub mod path;
 pub mod port;
 pub mod workspace;
