@@ -4,3 +4,4 @@
 //! reads and writes through a port.
 
 pub mod path;
+pub mod visibility;
