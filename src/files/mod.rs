@@ -4,4 +4,5 @@
 //! reads and writes through a port.
 
 pub mod path;
+pub mod search;
 pub mod visibility;

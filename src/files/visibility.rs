@@ -71,7 +71,7 @@ pub enum Hidden {
 impl std::fmt::Display for Hidden {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Hidden::GitDir => f.write_str("it lies in a `.git` directory"),
+            Hidden::GitDir => f.write_str("paths with a `.git` component are never shown"),
             Hidden::Ignored {
                 excluded,
                 pattern,
