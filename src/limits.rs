@@ -224,6 +224,10 @@ pub const SEARCH_SCAN_BYTES_MAX: usize = 67_108_864;
 /// Matches one `files.search` returns, and bytes of a matching line shown.
 pub const SEARCH_MATCHES_MAX: usize = 200;
 pub const SEARCH_LINE_BYTES_MAX: usize = 512;
+/// Bytes of one `files.search` query, and of the regex compiled from it
+/// (the program, and separately its lazy DFA's cache).
+pub const FILES_SEARCH_QUERY_BYTES_MAX: usize = 1_024;
+pub const FILES_SEARCH_REGEX_BYTES_MAX: usize = 1_048_576;
 /// Ignore files (`.gitignore`) one search policy reads, bytes of each, and
 /// bytes of all together (files-search: adapters supply bounded text).
 pub const IGNORE_FILES_MAX: usize = 256;

@@ -5,7 +5,10 @@
 
 pub mod patch;
 pub mod path;
+pub mod module;
 pub mod port;
+pub mod search;
+pub mod visibility;
 pub mod workspace;
 
 /// Runs a future that never waits (a port over synchronous storage) to its
