@@ -3,9 +3,9 @@
 //! visibility and the `files` module's operations. The host performs the
 //! reads and writes through a port.
 
+pub mod module;
 pub mod patch;
 pub mod path;
-pub mod module;
 pub mod port;
 pub mod search;
 pub mod visibility;

@@ -7,13 +7,11 @@
 
 use super::patch;
 use super::path::{normalize, normalize_file};
-use super::port::{Change, Entry, Port, Stat, Replaced};
-use super::search::{self, Matcher, Matches};
+use super::port::{Change, Entry, Port, Replaced, Stat};
+use super::search::{self, Matcher, Matches, PathGlob};
 use super::visibility::{IgnoreFile, Visibility};
 use crate::capability::{Access, CapabilityError, Module, ModuleSpec, OperationSpec};
-use crate::limits::{
-    FILE_BYTES_MAX, FILE_READ_BYTES_MAX, IGNORE_BYTES_MAX, SEARCH_FILES_MAX, SEARCH_SCAN_BYTES_MAX,
-};
+use crate::limits::{FILE_BYTES_MAX, FILE_READ_BYTES_MAX, IGNORE_BYTES_MAX, SEARCH_FILES_MAX};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -26,16 +24,15 @@ pub const APPLY_PATCH: &str = "apply_patch";
 /// The module over a port; `apply_patch` only when the port supplies the
 /// patch engine.
 pub fn module(id: &str, patches: bool) -> Result<Module, CapabilityError> {
-    let op = |name: &str, description: &str, schema: Value, access: Access, replay_safe| {
-        OperationSpec {
+    let op =
+        |name: &str, description: &str, schema: Value, access: Access, replay_safe| OperationSpec {
             name: name.to_owned(),
             description: description.to_owned(),
             input_schema: schema,
             access,
             confirm: false,
             replay_safe,
-        }
-    };
+        };
     let path = json!({ "type": "string", "description": "Root-relative, `/`-separated." });
     let mut operations = vec![
         op(
@@ -81,13 +78,15 @@ pub fn module(id: &str, patches: bool) -> Result<Module, CapabilityError> {
         ),
         op(
             "search",
-            "Finds lines containing `query` (case-insensitive unless `caseSensitive`) in the \
-             files under `path`, optionally only those matching `glob` (e.g. `**/*.rs`). \
-             Paths .gitignore excludes, and .git, are not searched.",
+            "Finds lines containing `query` (case-insensitive unless `caseSensitive`; a \
+             regular expression when `regex`) in the files under `path`, optionally only \
+             those matching `glob` (e.g. `**/*.rs`). Paths .gitignore excludes, and .git, \
+             are not searched.",
             json!({ "type": "object", "additionalProperties": false, "required": ["query"],
                     "properties": { "query": { "type": "string", "minLength": 1 },
                         "path": path,
                         "glob": { "type": "string" },
+                        "regex": { "type": "boolean" },
                         "caseSensitive": { "type": "boolean" } } }),
             Access::Read,
             true,
@@ -159,6 +158,8 @@ struct SearchArgs {
     #[serde(default)]
     path: String,
     glob: Option<String>,
+    #[serde(default)]
+    regex: bool,
     #[serde(default)]
     case_sensitive: bool,
 }
@@ -236,7 +237,9 @@ async fn read(port: &impl Port, a: ReadArgs) -> Result<Value, String> {
     let total = lines.len();
     let start = a.start_line.unwrap_or(1);
     if start > total.max(1) {
-        return Err(format!("{path}: startLine {start} is past the end ({total} lines)"));
+        return Err(format!(
+            "{path}: startLine {start} is past the end ({total} lines)"
+        ));
     }
     let wanted = a.line_count.unwrap_or(usize::MAX);
     let mut window = String::new();
@@ -287,18 +290,27 @@ async fn entries(port: &impl Port, dir: &str) -> Result<(Vec<Entry>, bool), Stri
 }
 
 /// The invocation's search visibility from the ignore files that bear on
-/// `dir` (seed files-search: bounded ignore-file text from the adapter).
+/// `dir`: those listed under it and those of its ancestors (seed
+/// files-search: bounded ignore-file text from the adapter).
 async fn visibility(port: &impl Port, entries: &[Entry], dir: &str) -> Result<Visibility, String> {
+    let mut paths: Vec<String> = Vec::new();
+    let mut ancestor = dir;
+    while !ancestor.is_empty() {
+        ancestor = super::path::parent(ancestor);
+        paths.push(join(ancestor, search::IGNORE_FILE_NAME));
+    }
+    paths.reverse();
+    paths.extend(search::ignore_files(entries, dir).paths);
     let mut files = Vec::new();
     let mut bytes = 0;
-    for path in search::ignore_files(entries, dir) {
+    for path in paths {
         let Some(text) = port.read(&path).await.map_err(|e| e.0)? else {
             continue;
         };
         bytes += text.len();
         if bytes > IGNORE_BYTES_MAX {
             return Err(format!(
-                "the .gitignore files under `{dir}` hold more than {IGNORE_BYTES_MAX} bytes"
+                "the .gitignore files bearing on `{dir}` hold more than {IGNORE_BYTES_MAX} bytes"
             ));
         }
         files.push(IgnoreFile {
@@ -309,11 +321,20 @@ async fn visibility(port: &impl Port, entries: &[Entry], dir: &str) -> Result<Vi
     Visibility::new(files).map_err(|e| e.to_string())
 }
 
+fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
 async fn list(port: &impl Port, a: ListArgs) -> Result<Value, String> {
     let dir = normalize(&a.path).map_err(|e| e.0)?;
     let (entries, cut) = entries(port, &dir).await?;
     let visible = visibility(port, &entries, &dir).await?;
-    let listing = search::list(&entries, &dir, a.recursive, &visible, a.cursor.as_deref())?;
+    let listing = search::list(&entries, &dir, a.recursive, &visible, a.cursor.as_deref())
+        .map_err(|e| e.to_string())?;
     let mut value = serde_json::to_value(listing).map_err(|e| e.to_string())?;
     if cut {
         value["cut"] = json!(format!(
@@ -325,36 +346,40 @@ async fn list(port: &impl Port, a: ListArgs) -> Result<Value, String> {
 
 async fn find(port: &impl Port, a: SearchArgs) -> Result<Value, String> {
     let dir = normalize(&a.path).map_err(|e| e.0)?;
-    let matcher = Matcher::new(&a.query, a.case_sensitive).map_err(|e| e.to_string())?;
+    let matcher = Matcher::new(&a.query, a.regex, a.case_sensitive).map_err(|e| e.to_string())?;
+    let glob = a
+        .glob
+        .as_deref()
+        .map(PathGlob::new)
+        .transpose()
+        .map_err(|e| e.to_string())?;
     let (entries, cut) = entries(port, &dir).await?;
     let visible = visibility(port, &entries, &dir).await?;
-    let candidates = search::candidates(&entries, &dir, a.glob.as_deref(), &visible)?;
+    let candidates =
+        search::candidates(&entries, &dir, glob.as_ref(), &visible).map_err(|e| e.to_string())?;
     let mut matches = Matches::default();
-    let mut scanned = 0usize;
     let mut searched = 0usize;
     for entry in candidates.files {
-        if matches.full() {
+        if matches.truncated {
             break;
         }
         // Read what was listed; a file removed since is skipped.
         let Some(content) = port.read(&entry.path).await.map_err(|e| e.0)? else {
             continue;
         };
-        scanned += content.len();
-        if scanned > SEARCH_SCAN_BYTES_MAX {
-            break;
-        }
         searched += 1;
         search::search_file(&entry.path, &content, &matcher, &mut matches);
     }
-    let mut value = json!({ "matches": matches.found, "filesSearched": searched });
+    let mut value = json!({ "matches": matches.matches, "filesSearched": searched });
     if matches.truncated {
         value["truncated"] = json!(true);
     }
-    if cut || candidates.cut.is_some() {
-        value["cut"] = json!(candidates
-            .cut
-            .unwrap_or_else(|| format!("only the first {SEARCH_FILES_MAX} files were looked at")));
+    if let Some(why) = candidates.cut {
+        value["cut"] = json!(why.to_string());
+    } else if cut {
+        value["cut"] = json!(format!(
+            "only the first {SEARCH_FILES_MAX} files were looked at"
+        ));
     }
     Ok(value)
 }
@@ -364,7 +389,11 @@ async fn replace(port: &impl Port, a: ReplaceArgs) -> Result<Value, String> {
     let current = existing(port, &path).await?;
     let count = current.matches(a.old.as_str()).count();
     let next = match count {
-        0 => return Err(format!("{path}: `old` was not found; read the file and copy the text exactly")),
+        0 => {
+            return Err(format!(
+                "{path}: `old` was not found; read the file and copy the text exactly"
+            ))
+        }
         1 => current.replacen(a.old.as_str(), &a.new, 1),
         _ if a.all => current.replace(a.old.as_str(), &a.new),
         n => {

@@ -9,12 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// A file as a listing shows it: directories are implicit (path prefixes).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Entry {
-    pub path: String,
-    pub size: u64,
-}
+pub use super::search::Entry;
 
 /// What a path names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -88,15 +88,9 @@ impl Line {
     }
 }
 
-/// One file write of an applied patch. `expected`: the content the change
-/// was computed from (`None`: the file must not exist), so a port can
-/// refuse a conflicting concurrent edit. `content`: `None` deletes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Change {
-    pub path: String,
-    pub expected: Option<String>,
-    pub content: Option<String>,
-}
+/// The patch's writes are the port's changes: each carries the content it
+/// was computed from, so a port can refuse a conflicting concurrent edit.
+pub use super::port::Change;
 
 /// Reads a patch; its paths are normalised and its bounds enforced
 /// ([`PATCH_CHARS_MAX`], [`PATCH_FILES_MAX`], [`PATCH_HUNKS_MAX`]).
