@@ -34,6 +34,7 @@ fn connection(id: &str, name: &str) -> Connection {
         name: name.into(),
         confirm_calls: false,
         files: false,
+        patches: false,
     }
 }
 
@@ -275,7 +276,8 @@ fn the_computer_list_is_closed_bounded_and_unique() {
                 id: "c-1".into(),
                 name: "laptop".into(),
                 confirm_calls: true,
-                files: true
+                files: true,
+                patches: false
             },
             connection("c-2", "build"),
         ]

@@ -106,8 +106,9 @@ impl Port for JsPort<'_> {
             #[serde(default)]
             conflict: Option<String>,
         }
-        let answer: Answer = self.call("replace", json!([changes])).await?;
-        Ok(match answer.conflict {
+        // `null` (or nothing) when every change applied.
+        let answer: Option<Answer> = self.call("replace", json!([changes])).await?;
+        Ok(match answer.and_then(|a| a.conflict) {
             Some(path) => Replaced::Conflict { path },
             None => Replaced::Done,
         })
