@@ -27,6 +27,10 @@ pub(super) fn update(
     chunks: &[Chunk],
     budget: &mut Budget,
 ) -> Result<String, PatchError> {
+    // A plain rename keeps the bytes (no line ending is added).
+    if chunks.is_empty() {
+        return Ok(text.to_owned());
+    }
     let crlf = text.contains('\n') && text.matches('\n').count() == text.matches("\r\n").count();
     let ending = if crlf { "\r\n" } else { "\n" };
     let mut lines: Vec<&str> = text.split(ending).collect();
