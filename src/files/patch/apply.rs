@@ -116,10 +116,10 @@ fn place<'c>(
         };
         return Ok(Edit { at, lines: all });
     }
-    // A trailing empty context line often stands for the file's last line
-    // break (Codex retries without it); so are tried, in turn: the lines
-    // from the cursor, without trailing empty context, then both starting
-    // at the last header's own line (a model may repeat it as context).
+    // Tried in turn: the lines from the cursor; the same without trailing
+    // empty context lines (one often stands for the file's final line
+    // break, and Codex retries so too); then both at the last header's own
+    // line (a model may repeat the header as the first context line).
     let short = without_trailing_blank(&all);
     let mut tries = vec![(*cursor, usize::MAX, &all)];
     if short.len() < all.len() {
