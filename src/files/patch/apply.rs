@@ -27,6 +27,10 @@ pub(super) fn update(
     chunks: &[Chunk],
     budget: &mut Budget,
 ) -> Result<String, PatchError> {
+    // A plain rename keeps the bytes (no line ending is added).
+    if chunks.is_empty() {
+        return Ok(text.to_owned());
+    }
     let crlf = text.contains('\n') && text.matches('\n').count() == text.matches("\r\n").count();
     let ending = if crlf { "\r\n" } else { "\n" };
     let mut lines: Vec<&str> = text.split(ending).collect();
@@ -112,10 +116,10 @@ fn place<'c>(
         };
         return Ok(Edit { at, lines: all });
     }
-    // A trailing empty context line often stands for the file's last line
-    // break (Codex retries without it); so are tried, in turn: the lines
-    // from the cursor, without trailing empty context, then both starting
-    // at the last header's own line (a model may repeat it as context).
+    // Tried in turn: the lines from the cursor; the same without trailing
+    // empty context lines (one often stands for the file's final line
+    // break, and Codex retries so too); then both at the last header's own
+    // line (a model may repeat the header as the first context line).
     let short = without_trailing_blank(&all);
     let mut tries = vec![(*cursor, usize::MAX, &all)];
     if short.len() < all.len() {

@@ -17,7 +17,8 @@
 //! line. Beyond Codex: several `@@` headers in a row (sought in turn, as the
 //! format's instructions to models describe), a unified-diff range header
 //! (`@@ -3,4 +3,5 @@`) read as a bare `@@`, and a Move with no chunk (a
-//! plain rename).
+//! plain rename). The patch's own line breaks may be CRLF; an added file's
+//! lines end in `\n`.
 
 use std::collections::BTreeSet;
 
