@@ -85,8 +85,37 @@ export interface ShiitakeTools {
    * tools unless `direct: false`. Grants key it as `files`.
    */
   files?: { port: FilesPort | ReturnType<typeof sqliteWorkspace>; direct?: boolean };
-  /** Told about each MCP server dropped at connection (the reason never holds a credential). */
-  onUnavailable?(report: { name: string; reason: string }): void;
+  /**
+   * The host's Computers (at most 32), or a function answering them, asked
+   * at each turn's start (`this` = the Durable Object): a change of the
+   * list is described again at the next turn. Each becomes the module
+   * `computers.<name>` (every call write and unsafe to replay), and with
+   * `files` also `computers.<name>.files`; grants key both as
+   * `computers.<name>`. One that rejects, hangs or advertises an unusable
+   * schema is dropped and reported to `onUnavailable`.
+   */
+  computers?: ComputerConnection[] | (() => ComputerConnection[]);
+  /** Bound on describing the Computers, at most and by default 10000 ms. */
+  computersTimeoutMs?: number;
+  /** Told about each MCP server or Computer dropped (the reason never holds a credential); a Computer's report has its `id`. */
+  onUnavailable?(report: { id?: string; name: string; reason: string }): void;
+}
+
+/** One Computer of the host's list. */
+export interface ComputerConnection {
+  /** The connection's stable identity, at most 128 bytes. */
+  id: string;
+  /** The guest name: `computers.<name>`; at most 48 bytes. */
+  name: string;
+  /** The provider: `serviceComputer(...)` from "shiitake/computer", or your own. */
+  computer: {
+    describe(options: { signal: AbortSignal }): Promise<string | object>;
+    call(operation: string, argsJson: string, ctx: { executionId: string; sessionId: string; commandId: string; deadlineMs: number; signal: AbortSignal }): Promise<string | object>;
+  };
+  /** Ask the confirm hook before every advertised call (read or write alike). */
+  confirmCalls?: boolean;
+  /** The Computer's own files: `computers.<name>.files`. */
+  files?: FilesPort;
 }
 
 export interface ToolModule {

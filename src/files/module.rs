@@ -435,3 +435,115 @@ async fn apply_patch(port: &impl Port, input: &str) -> Result<Value, String> {
         Replaced::Conflict { path } => Err(conflict(&path)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::files::block_on;
+    use crate::files::workspace::{Bounds, Workspace};
+    use crate::sql::native::NativeSql;
+
+    fn run(ws: &Workspace<'_>, op: &str, args: Value) -> Result<Value, String> {
+        block_on(call(ws, op, &args))
+    }
+
+    #[test]
+    fn the_module_offers_apply_patch_only_with_a_patch_engine() {
+        let names = |m: Module| m.operations.into_iter().map(|o| o.name).collect::<Vec<_>>();
+        assert_eq!(
+            names(module(MODULE_ID, false).unwrap()),
+            ["read", "write", "list", "stat", "search", "replace"]
+        );
+        assert!(names(module("computers.laptop.files", true).unwrap())
+            .contains(&APPLY_PATCH.to_owned()));
+    }
+
+    #[test]
+    fn reads_come_in_windows_of_whole_lines() {
+        let sql = NativeSql::open_in_memory();
+        let ws = Workspace::open(&sql, Bounds::default(), 1).unwrap();
+        let line = format!("{}\n", "x".repeat(1_000));
+        let content = line.repeat(300); // 300,300 bytes: over one window
+        run(&ws, "write", json!({ "path": "big", "content": content })).unwrap();
+        let first = run(&ws, "read", json!({ "path": "big" })).unwrap();
+        let end = first["endLine"].as_u64().unwrap() as usize;
+        assert_eq!(first["content"].as_str().unwrap().len(), end * line.len());
+        assert!(
+            end * line.len() <= FILE_READ_BYTES_MAX && (end + 1) * line.len() > FILE_READ_BYTES_MAX
+        );
+        assert_eq!(first["truncated"], true);
+        let next = run(
+            &ws,
+            "read",
+            json!({ "path": "big", "startLine": end + 1, "lineCount": 2 }),
+        )
+        .unwrap();
+        assert_eq!(next["startLine"], end + 1);
+        assert_eq!(next["endLine"], end + 2);
+        let past = run(&ws, "read", json!({ "path": "big", "startLine": 301 })).unwrap_err();
+        assert!(past.contains("past the end (300 lines)"), "{past}");
+        assert!(run(&ws, "read", json!({ "path": "nope" }))
+            .unwrap_err()
+            .contains("no such file"));
+    }
+
+    #[test]
+    fn replace_needs_one_occurrence_unless_all() {
+        let sql = NativeSql::open_in_memory();
+        let ws = Workspace::open(&sql, Bounds::default(), 1).unwrap();
+        run(&ws, "write", json!({ "path": "f", "content": "a b a" })).unwrap();
+        let e = run(
+            &ws,
+            "replace",
+            json!({ "path": "f", "old": "a", "new": "c" }),
+        )
+        .unwrap_err();
+        assert!(e.contains("occurs 2 times"), "{e}");
+        let e = run(
+            &ws,
+            "replace",
+            json!({ "path": "f", "old": "z", "new": "c" }),
+        )
+        .unwrap_err();
+        assert!(e.contains("was not found"), "{e}");
+        let done = run(
+            &ws,
+            "replace",
+            json!({ "path": "f", "old": "a", "new": "c", "all": true }),
+        )
+        .unwrap();
+        assert_eq!(done["replaced"], 2);
+        let done = run(
+            &ws,
+            "replace",
+            json!({ "path": "f", "old": "b", "new": "B" }),
+        )
+        .unwrap();
+        assert_eq!(done["replaced"], 1);
+        assert_eq!(
+            run(&ws, "read", json!({ "path": "f" })).unwrap()["content"],
+            "c B c"
+        );
+    }
+
+    #[test]
+    fn search_reads_the_gitignore_of_ancestors_of_the_searched_directory() {
+        let sql = NativeSql::open_in_memory();
+        let ws = Workspace::open(&sql, Bounds::default(), 1).unwrap();
+        for (path, content) in [
+            (".gitignore", "*.tmp\n"),
+            ("a/b/x.tmp", "hit"),
+            ("a/b/y.txt", "hit"),
+        ] {
+            run(&ws, "write", json!({ "path": path, "content": content })).unwrap();
+        }
+        let found = run(&ws, "search", json!({ "query": "hit", "path": "a/b" })).unwrap();
+        let paths: Vec<&str> = found["matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["path"].as_str().unwrap())
+            .collect();
+        assert_eq!(paths, ["a/b/y.txt"], "the root's *.tmp applies under a/b");
+    }
+}

@@ -381,6 +381,53 @@ mod tests {
         assert_eq!(hub.toolset().catalog().modules().len(), 1);
     }
 
+    fn module(id: &str, ops: &[&str]) -> Module {
+        Module::from_spec(listing(id, ops).module).unwrap()
+    }
+
+    #[test]
+    fn computers_join_with_their_files_or_not_at_all_and_a_new_list_replaces_them() {
+        let mut hub = hub(vec![server("a")]);
+        let round = hub.start_round(0).unwrap();
+        hub.end_round(1, vec![(round[0].clone(), Ok(listing("mcp.a", &["get"])))]);
+        assert_eq!(hub.computers_digest(), None);
+        let refused = hub.set_computers(
+            7,
+            vec![
+                vec![
+                    module("computers.laptop", &["run"]),
+                    module("computers.laptop.files", &["read"]),
+                ],
+                // Clashes with the server's module: refused whole.
+                vec![module("mcp.a", &["other"])],
+            ],
+        );
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].0, "mcp.a");
+        assert_eq!(hub.computers_digest(), Some(7));
+        assert!(hub.is_computer("computers.laptop"));
+        assert!(hub.is_server("mcp.a"), "the servers stay");
+        let toolset = hub.toolset();
+        let ids: Vec<&str> = toolset
+            .catalog()
+            .modules()
+            .iter()
+            .map(|m| m.id.as_str())
+            .collect();
+        assert_eq!(ids, ["mcp.a", "computers.laptop", "computers.laptop.files"]);
+        // A new description replaces every Computer's modules.
+        hub.set_computers(8, vec![vec![module("computers.desk", &["run"])]]);
+        assert!(!hub.is_computer("computers.laptop") && hub.is_computer("computers.desk"));
+        let toolset = hub.toolset();
+        let ids: Vec<&str> = toolset
+            .catalog()
+            .modules()
+            .iter()
+            .map(|m| m.id.as_str())
+            .collect();
+        assert_eq!(ids, ["mcp.a", "computers.desk"]);
+    }
+
     #[test]
     fn debug_output_names_no_header_value() {
         let shown = format!("{:?}", server("a"));
