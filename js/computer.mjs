@@ -6,6 +6,7 @@
 // refused, the call aborted when its signal fires or its deadline passes,
 // and the configured header values (credentials) kept out of every message
 // and body it hands back.
+import { readBounded } from "./bounded.mjs";
 
 /** Bytes of one response body (src/limits.rs COMPUTER_RESPONSE_BYTES_MAX). */
 export const COMPUTER_RESPONSE_BYTES_MAX = 4_194_304;
@@ -147,28 +148,4 @@ function redactor(values, minBytes) {
     for (const form of forms) out = out.replaceAll(form, REDACTED);
     return out;
   };
-}
-
-// At most `limit` bytes of the body; the rest is cancelled.
-async function readBounded(response, limit) {
-  if (response.body === null) return new Uint8Array(0);
-  const reader = response.body.getReader();
-  const chunks = [];
-  let size = 0;
-  while (size < limit) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    chunks.push(value);
-    size += value.byteLength;
-  }
-  await reader.cancel().catch(() => {});
-  const out = new Uint8Array(Math.min(size, limit));
-  let at = 0;
-  for (const chunk of chunks) {
-    const take = Math.min(chunk.byteLength, out.byteLength - at);
-    out.set(chunk.subarray(0, take), at);
-    at += take;
-    if (at === out.byteLength) break;
-  }
-  return out;
 }

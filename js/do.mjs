@@ -4,6 +4,7 @@ import { DurableObject } from "cloudflare:workers";
 import * as wasm from "../build/wasm/shiitake.js";
 import { runGuest } from "./execute.mjs";
 import { WORKSPACE } from "./files.mjs";
+import { readBounded } from "./bounded.mjs";
 
 // One wasm instance serves every Durable Object of this isolate. A Rust panic
 // (panic=abort) traps it as a WebAssembly.RuntimeError and leaves its memory
@@ -559,25 +560,3 @@ const FILE_BYTES_MAX = 4_194_304;
 // like JSON_DEPTH_MAX); one more is read so the core can tell an oversized
 // body from a full one.
 const MCP_RESPONSE_BYTES_MAX = 4_194_304;
-
-async function readBounded(response, limit) {
-  if (response.body === null) return new Uint8Array(0);
-  const reader = response.body.getReader();
-  const chunks = [];
-  let size = 0;
-  while (size < limit) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    chunks.push(value);
-    size += value.byteLength;
-  }
-  await reader.cancel().catch(() => {});
-  const out = new Uint8Array(Math.min(size, limit));
-  let at = 0;
-  for (const chunk of chunks) {
-    const take = Math.min(chunk.byteLength, out.byteLength - at);
-    out.set(chunk.subarray(0, take), at);
-    at += take;
-  }
-  return out;
-}

@@ -446,7 +446,7 @@ pub fn candidates<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::files::visibility::IgnoreFile;
+    use crate::files::visibility::tests::policy;
 
     fn entries(paths: &[&str]) -> Vec<Entry> {
         paths
@@ -456,19 +456,6 @@ mod tests {
                 size: p.len() as u64,
             })
             .collect()
-    }
-
-    fn policy(files: &[(&str, &str)]) -> Visibility {
-        Visibility::new(
-            files
-                .iter()
-                .map(|(dir, text)| IgnoreFile {
-                    dir: (*dir).to_owned(),
-                    text: (*text).to_owned(),
-                })
-                .collect(),
-        )
-        .unwrap()
     }
 
     const TREE: &[&str] = &[

@@ -239,10 +239,11 @@ impl Visibility {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn policy(files: &[(&str, &str)]) -> Visibility {
+    /// A policy from `(dir, text)` pairs (the search tests build theirs so).
+    pub(crate) fn policy(files: &[(&str, &str)]) -> Visibility {
         Visibility::new(
             files
                 .iter()
