@@ -61,10 +61,20 @@ function assertMessagesCall(req) {
   assert.equal(req.body.max_tokens, MAX_OUTPUT_TOKENS);
   assert.equal(req.body.stream, true);
   assert.deepEqual(Object.keys(req.body).sort(), ["max_tokens", "messages", "model", "stream", "system", "tools"]);
-  // The demo Agent offers its notebook through the execute door.
+  // The demo Agent offers its notebook through the execute door, and its
+  // SQLite workspace's files as direct tools.
   assert.deepEqual(
     req.body.tools.map((t) => [t.name, t.input_schema.required]),
-    [["execute", ["code"]]],
+    [
+      ["execute", ["code"]],
+      ["read", ["path"]],
+      ["write", ["path", "content"]],
+      ["list", undefined],
+      ["stat", ["path"]],
+      ["search", ["query"]],
+      ["replace", ["path", "old", "new"]],
+      ["apply_patch", ["input"]],
+    ],
   );
 }
 

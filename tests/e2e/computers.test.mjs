@@ -53,6 +53,7 @@ test("the answering Computers stay, a hanging one and one with an unusable schem
     out.read = await computers.laptop.files.read({ path: "notes/a.txt" });
     try { await computers.stuck.run_command({ command: "x" }); } catch (e) { out.stuck = e.message; }
     try { await computers.broken.shout({}); } catch (e) { out.broken = e.message; }
+    try { await computers.broken.files.read({ path: "notes/a.txt" }); } catch (e) { out.brokenFiles = e.message; }
     return out;`);
   const out = JSON.parse(t.tool.text);
   assert.deepEqual(out.ran, { stdout: "ran ls -la", exitCode: 0 });
@@ -60,10 +61,12 @@ test("the answering Computers stay, a hanging one and one with an unusable schem
   assert.equal(out.read.content, "on the laptop\n");
   assert.match(out.stuck, /stuck/);
   assert.match(out.broken, /broken/);
+  assert.match(out.brokenFiles, /broken\.files/, "a dropped Computer's files go with its commands");
   const description = t.requests[0].body.tools.find((x) => x.function.name === "execute").function.description;
   assert.match(description, /computers\.laptop\.run_command/);
   assert.match(description, /computers\.laptop\.files\.read/);
   assert.doesNotMatch(description, /computers\.(stuck|broken)/);
+  assert.doesNotMatch(description, /computers\.broken\.files/);
   const reports = (await h.api("GET", `/direct/${t.a.id}/host/unavailable`)).json;
   const byName = Object.fromEntries(reports.map((r) => [r.name, r.reason]));
   assert.match(byName.stuck, /did not describe itself within 1500 ms/);
