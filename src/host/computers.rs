@@ -36,7 +36,8 @@ struct Listed {
 }
 
 /// Describes the host's Computers again when their list changed since the
-/// last description (or waits for the round in progress). A list the host
+/// last description, or a Computer was dropped and the retry interval
+/// passed (or waits for the round in progress). A list the host
 /// cannot give keeps the Computers described before, and is logged.
 pub async fn refresh(me: Rc<Inner>) {
     let Ok(Some(tools)) = &me.tools else { return };
@@ -52,7 +53,7 @@ pub async fn refresh(me: Rc<Inner>) {
         Err(why) => return log_warn(format!("tools().computers: {why}")),
     };
     let digest = computer::list_digest(&list);
-    if tools.hub.borrow().computers_digest() == Some(digest) {
+    if !tools.hub.borrow().computers_due(digest, bindings::now_ms()) {
         return;
     }
     let inner = Rc::clone(&me);
@@ -118,7 +119,12 @@ async fn describe_all(tools: &HostTools, list: Vec<Connection>, digest: u64) {
         offered.push((available.connection, modules));
     }
     let (connections, modules): (Vec<_>, Vec<_>) = offered.into_iter().unzip();
-    let refused = tools.hub.borrow_mut().set_computers(digest, modules);
+    let dropped = !reports.is_empty();
+    let refused =
+        tools
+            .hub
+            .borrow_mut()
+            .set_computers(digest, modules, dropped, bindings::now_ms());
     for (module_id, why) in refused {
         if let Some(c) = connections.iter().find(|c| c.module_id() == module_id) {
             reports.push(unavailable(c, why));

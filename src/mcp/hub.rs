@@ -99,6 +99,8 @@ pub struct Hub {
     /// digest of the list they were described from.
     computers: Vec<Module>,
     computers_digest: Option<u64>,
+    /// When the list is described again because a Computer was dropped.
+    computers_retry_at: Option<i64>,
     toolset: Rc<Toolset>,
 }
 
@@ -121,6 +123,7 @@ impl Hub {
             unavailable: Vec::new(),
             computers: Vec::new(),
             computers_digest: None,
+            computers_retry_at: None,
             toolset: Rc::new(toolset),
         })
     }
@@ -184,20 +187,25 @@ impl Hub {
         unavailable
     }
 
-    /// The digest of the Computer list the offered Computers were described
-    /// from (`None` before the first description).
-    pub fn computers_digest(&self) -> Option<u64> {
-        self.computers_digest
+    /// Whether the Computer list with `digest` is to be described now: it
+    /// changed since the last description, or a Computer was dropped then
+    /// and the retry interval (the MCP servers') has passed.
+    pub fn computers_due(&self, digest: u64, now_ms: i64) -> bool {
+        self.computers_digest != Some(digest)
+            || self.computers_retry_at.is_some_and(|at| now_ms >= at)
     }
 
-    /// Replaces the Computers' modules with those of a new description
-    /// (the list changed): each Computer's modules (commands, then files)
-    /// join together or not at all. Answers the Computers (by module id of
-    /// their commands) that could not join, and why.
+    /// Replaces the Computers' modules with those of a new description:
+    /// each Computer's modules (commands, then files) join together or not
+    /// at all. `dropped`: the description dropped a Computer, so the list is
+    /// described again after the retry interval. Answers the Computers (by
+    /// module id of their commands) that could not join, and why.
     pub fn set_computers(
         &mut self,
         digest: u64,
         computers: Vec<Vec<Module>>,
+        dropped: bool,
+        now_ms: i64,
     ) -> Vec<(String, String)> {
         self.computers.clear();
         let mut refused = Vec::new();
@@ -213,6 +221,8 @@ impl Hub {
             }
         }
         self.computers_digest = Some(digest);
+        self.computers_retry_at = (dropped || !refused.is_empty())
+            .then(|| now_ms.saturating_add(i64::try_from(self.retry_ms).unwrap_or(i64::MAX)));
         self.rebuild();
         refused
     }
@@ -390,7 +400,7 @@ mod tests {
         let mut hub = hub(vec![server("a")]);
         let round = hub.start_round(0).unwrap();
         hub.end_round(1, vec![(round[0].clone(), Ok(listing("mcp.a", &["get"])))]);
-        assert_eq!(hub.computers_digest(), None);
+        assert!(hub.computers_due(7, 0), "never described");
         let refused = hub.set_computers(
             7,
             vec![
@@ -401,10 +411,16 @@ mod tests {
                 // Clashes with the server's module: refused whole.
                 vec![module("mcp.a", &["other"])],
             ],
+            false,
+            1_000,
         );
         assert_eq!(refused.len(), 1);
         assert_eq!(refused[0].0, "mcp.a");
-        assert_eq!(hub.computers_digest(), Some(7));
+        assert!(!hub.computers_due(7, 1_000) && hub.computers_due(8, 1_000));
+        assert!(
+            hub.computers_due(7, 61_000),
+            "one could not join: tried again"
+        );
         assert!(hub.is_computer("computers.laptop"));
         assert!(hub.is_server("mcp.a"), "the servers stay");
         let toolset = hub.toolset();
@@ -416,7 +432,16 @@ mod tests {
             .collect();
         assert_eq!(ids, ["mcp.a", "computers.laptop", "computers.laptop.files"]);
         // A new description replaces every Computer's modules.
-        hub.set_computers(8, vec![vec![module("computers.desk", &["run"])]]);
+        hub.set_computers(
+            8,
+            vec![vec![module("computers.desk", &["run"])]],
+            false,
+            2_000,
+        );
+        assert!(
+            !hub.computers_due(8, 1_000_000),
+            "nothing dropped: no retry"
+        );
         assert!(!hub.is_computer("computers.laptop") && hub.is_computer("computers.desk"));
         let toolset = hub.toolset();
         let ids: Vec<&str> = toolset
@@ -426,6 +451,9 @@ mod tests {
             .map(|m| m.id.as_str())
             .collect();
         assert_eq!(ids, ["mcp.a", "computers.desk"]);
+        // A description that dropped one is tried again after the interval.
+        hub.set_computers(8, Vec::new(), true, 3_000);
+        assert!(!hub.computers_due(8, 62_999) && hub.computers_due(8, 63_000));
     }
 
     #[test]
