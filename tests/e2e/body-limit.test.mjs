@@ -134,7 +134,22 @@ function promptOfSize(requestId, size) {
 }
 
 /** Streams `body` in 64 KiB chunks, chunked transfer encoding. */
-function streamExact(urlPath, body) {
+async function streamExact(urlPath, body) {
+  // A server that answers 413 and closes with the chunked terminator still
+  // unread resets the connection, and the reset can discard the answer the
+  // client has not read yet (TCP, not the server): such a send is repeated,
+  // at most 3 times; a refused body is refused again, a fitting one never
+  // meets this.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await streamOnce(urlPath, body);
+    } catch (error) {
+      if (attempt >= 3 || !["ECONNRESET", "EPIPE"].includes(error.code)) throw error;
+    }
+  }
+}
+
+function streamOnce(urlPath, body) {
   return new Promise((resolve, reject) => {
     const req = request(new URL(urlPath, origin), {
       method: "POST",
