@@ -1,0 +1,402 @@
+// Types of the "shiitake/extensions" entry: declaring an extension (the
+// fluent builder), its manifest for the core, and one hook call.
+//
+// The builder's types follow what it declares: `ctx.state.read((s) => s.goals.get("x"))`
+// is typed from the collection's schema when that schema is a Standard Schema
+// (its output type; writes take its input type), and as JSON when it is a
+// JSON Schema (the core validates those; no types are derived from them).
+// Declarations (.config, .state, .requests) are only offered before the first
+// callback, as at run time.
+
+// ---------------------------------------------------------------------------
+// JSON and schemas
+
+export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
+
+/** A JSON Schema document, read-only. */
+export type JsonSchema = { readonly [keyword: string]: unknown };
+
+/** The Standard Schema v1 interface (https://standardschema.dev), as much of it as is used here. */
+export interface StandardSchemaV1<Input = unknown, Output = Input> {
+  readonly "~standard": StandardSchemaV1.Props<Input, Output>;
+}
+
+export declare namespace StandardSchemaV1 {
+  interface Props<Input = unknown, Output = Input> {
+    readonly version: 1;
+    readonly vendor: string;
+    readonly validate: (value: unknown) => Result<Output> | Promise<Result<Output>>;
+    readonly types?: Types<Input, Output> | undefined;
+  }
+  type Result<Output> = { readonly value: Output; readonly issues?: undefined } | { readonly issues: ReadonlyArray<Issue> };
+  interface Issue {
+    readonly message: string;
+    readonly path?: ReadonlyArray<PropertyKey | { readonly key: PropertyKey }> | undefined;
+  }
+  interface Types<Input = unknown, Output = Input> {
+    readonly input: Input;
+    readonly output: Output;
+  }
+}
+
+/** What a schema may be: a JSON Schema object (validated by the core) or a Standard Schema (validated here, synchronously). */
+export type Schema = JsonSchema | StandardSchemaV1;
+
+/** The values a schema hands out: a Standard Schema's output type; JSON for a JSON Schema or no schema. */
+export type SchemaOutput<S> = S extends StandardSchemaV1 ? NonNullable<S["~standard"]["types"]>["output"] : JsonValue;
+/** The values a schema accepts: a Standard Schema's input type; JSON for a JSON Schema or no schema. */
+export type SchemaInput<S> = S extends StandardSchemaV1 ? NonNullable<S["~standard"]["types"]>["input"] : JsonValue;
+
+// ---------------------------------------------------------------------------
+// State declarations
+
+declare const rowTypes: unique symbol;
+
+/** A keyed collection; rows read as `Out`, written as `In` (a Standard Schema's output replaces what is written). */
+export interface CollectionDeclaration<Out = JsonValue, In = Out> {
+  readonly kind: "collection";
+  readonly schema: Schema | undefined;
+  /** Types only; absent at run time. */
+  readonly [rowTypes]?: { out: Out; in: In };
+}
+
+/** One optional row, stored under the key "". */
+export interface DocumentDeclaration<Out = JsonValue, In = Out> {
+  readonly kind: "document";
+  readonly schema: Schema | undefined;
+  /** Types only; absent at run time. */
+  readonly [rowTypes]?: { out: Out; in: In };
+}
+
+export type StateDeclarations = { readonly [name: string]: CollectionDeclaration<any, any> | DocumentDeclaration<any, any> };
+
+export declare function defineCollection(): CollectionDeclaration<JsonValue, JsonValue>;
+export declare function defineCollection<S extends Schema>(schema: S): CollectionDeclaration<SchemaOutput<S>, SchemaInput<S>>;
+export declare function defineDocument(): DocumentDeclaration<JsonValue, JsonValue>;
+export declare function defineDocument<S extends Schema>(schema: S): DocumentDeclaration<SchemaOutput<S>, SchemaInput<S>>;
+
+/** A collection as read: copies of its rows; arrays sorted by key. */
+export interface CollectionView<Row> {
+  get(key: string): Row | undefined;
+  has(key: string): boolean;
+  keys(): string[];
+  values(): Row[];
+  entries(): Array<[key: string, row: Row]>;
+  readonly size: number;
+}
+
+/** A collection in `state.update`: the view plus writes (validated at once; a refusal throws). */
+export interface CollectionDraft<Row, In = Row> extends CollectionView<Row> {
+  /** Stores `row` (JSON, not null) under `key` (1..=256 UTF-8 bytes). */
+  put(key: string, row: In): void;
+  delete(key: string): void;
+}
+
+export interface DocumentView<Row> {
+  get(): Row | undefined;
+}
+
+export interface DocumentDraft<Row, In = Row> extends DocumentView<Row> {
+  /** Stores `row` (JSON, not null). */
+  set(row: In): void;
+  clear(): void;
+}
+
+export type StateView<S extends StateDeclarations> = {
+  readonly [K in keyof S]: S[K] extends DocumentDeclaration<infer O, any>
+    ? DocumentView<O>
+    : S[K] extends CollectionDeclaration<infer O, any>
+      ? CollectionView<O>
+      : never;
+};
+
+export type StateDraft<S extends StateDeclarations> = {
+  readonly [K in keyof S]: S[K] extends DocumentDeclaration<infer O, infer I>
+    ? DocumentDraft<O, I>
+    : S[K] extends CollectionDeclaration<infer O, infer I>
+      ? CollectionDraft<O, I>
+      : never;
+};
+
+/**
+ * A migration's draft: rows may still have an earlier version's shape, so
+ * they read as JSON; writes take the current version's rows.
+ */
+export type MigrationDraft<S extends StateDeclarations> = {
+  readonly [K in keyof S]: S[K] extends DocumentDeclaration<any, infer I>
+    ? DocumentDraft<JsonValue, I>
+    : S[K] extends CollectionDeclaration<any, infer I>
+      ? CollectionDraft<JsonValue, I>
+      : never;
+};
+
+/** Migration V turns state V-1 into V; every version 2..=V needs one. */
+export type Migration<S extends StateDeclarations, C> = (draft: MigrationDraft<S>, ctx: HookContext<S, C>) => void;
+
+export interface VersionedState<S extends StateDeclarations, C> {
+  /** 1..=1000; default 1. */
+  version?: number;
+  collections: S;
+  migrations?: { [version: number]: Migration<S, C> };
+}
+
+// ---------------------------------------------------------------------------
+// Contexts
+
+/** The Session a call is about: its id and committed transcript position. */
+export interface SessionRef {
+  readonly id: string;
+  readonly position: number;
+}
+
+/** The run a prompt or tools call is for. */
+export interface RunRef {
+  readonly sessionId: string;
+  readonly commandId: string;
+}
+
+export interface TimerOptions {
+  /** When, in ms since epoch; or give `delayMs`. */
+  at?: number;
+  /** From `ctx.now`, in ms (>= 0); or give `at`. */
+  delayMs?: number;
+  sessionId?: string;
+  payload?: JsonValue;
+}
+
+export interface SendOptions {
+  sessionId: string;
+  /** 1..=65536 UTF-8 bytes. */
+  text: string;
+  /** Default true: nothing is sent to a Session that does not exist. */
+  requireExistingSession?: boolean;
+}
+
+/** What projections, prompts and tools get: they run outside the owner transaction and only read. */
+export interface ReadContext<S extends StateDeclarations, C> {
+  readonly extensionId: string;
+  readonly config: C;
+  /** ms since epoch. */
+  readonly now: number;
+  readonly session: SessionRef | undefined;
+  readonly state: {
+    /** Calls `fn` with a view of the state (this call's writes included) and returns its value. */
+    read<R>(fn: (view: StateView<S>) => R): R;
+  };
+}
+
+/** What commands, hooks and migrations get: they run inside the owner transaction. */
+export interface HookContext<S extends StateDeclarations, C> extends ReadContext<S, C> {
+  readonly state: ReadContext<S, C>["state"] & {
+    /** Calls `fn` with a draft of the state and returns its value; the writes are the call's outcome. */
+    update<R>(fn: (draft: StateDraft<S>) => R): R;
+  };
+  readonly timers: {
+    /** Sets (or replaces) the timer `name` ([A-Za-z0-9_.:-], 1..=128). */
+    set(name: string, options: TimerOptions): void;
+    cancel(name: string): void;
+  };
+  /** Queues a prompt into a Session. */
+  send(message: SendOptions): void;
+}
+
+// ---------------------------------------------------------------------------
+// Events
+
+export interface TokenUsage {
+  inputTokens: number;
+  outputTokens: number;
+}
+
+export interface SettledEvent {
+  sessionId: string;
+  commandId: string;
+  terminal: "completed" | "failed" | "cancelled" | "interrupted";
+  answer: string | null;
+  usage: TokenUsage | null;
+  toolCallCount: number;
+  diagnostic?: string;
+}
+
+export interface TimerEvent {
+  name: string;
+  sessionId: string | null;
+  payload: JsonValue;
+  /** ms since epoch. */
+  dueAt: number;
+}
+
+/** An Effect-style Option, accepted from projections. */
+export type OptionLike<T> = { readonly _tag: "Some"; readonly value: T } | { readonly _tag: "None" };
+
+/** A tool offered to the model: made by `commands.tool` only. */
+export interface ToolMarker<Name extends string = string> {
+  readonly command: Name;
+  readonly description: string | null;
+}
+
+export interface ToolCommands<Names extends string> {
+  /** Offers the session-scope command `name` as a tool; another name throws. */
+  tool<N extends Names>(name: N, options?: { description?: string }): ToolMarker<N>;
+}
+
+// ---------------------------------------------------------------------------
+// The builder
+
+export type Scope = "session" | "agent";
+
+export interface CommandOptions<I extends Schema | undefined, Sc extends Scope> {
+  /** Default "session". */
+  scope?: Sc;
+  /** Absent: any JSON. */
+  input?: I;
+  /** At most 1024 characters. */
+  description?: string;
+}
+
+/** What the types remember of a command: its scope (for `commands.tool`). */
+export type CommandDeclarations = { readonly [name: string]: Scope };
+
+type SessionCommandNames<Cm extends CommandDeclarations> = { [K in keyof Cm]: Cm[K] extends "session" ? K : never }[keyof Cm] & string;
+
+type InputOf<I> = [I] extends [undefined] ? JsonValue : SchemaOutput<I>;
+
+/** Requested capabilities, e.g. `{ attention: true }`. */
+export type Requests = { readonly [capability: string]: boolean };
+
+/** A declared extension: callbacks may still be added. */
+export interface ExtensionDefinition<
+  S extends StateDeclarations = {},
+  C = JsonValue,
+  Cm extends CommandDeclarations = {},
+> {
+  readonly id: string;
+  readonly version: string;
+
+  /** A command (name: [a-z][a-z0-9_]{0,31}, unique; at most 32); its return value (JSON) is the result. */
+  command<N extends string, I extends Schema | undefined = undefined, Sc extends Scope = "session">(
+    name: N,
+    options: CommandOptions<I, Sc>,
+    handler: (ctx: HookContext<S, C>, input: InputOf<I>) => unknown,
+  ): ExtensionDefinition<S, C, Cm & { readonly [K in N]: Sc }>;
+  command<N extends string>(
+    name: N,
+    handler: (ctx: HookContext<S, C>, input: JsonValue) => unknown,
+  ): ExtensionDefinition<S, C, Cm & { readonly [K in N]: "session" }>;
+
+  /** Called when a command of a Session settles. */
+  onSettled(fn: (ctx: HookContext<S, C>, event: SettledEvent) => void): ExtensionDefinition<S, C, Cm>;
+  /** Called when one of the extension's timers is due. */
+  onTimer(fn: (ctx: HookContext<S, C>, timer: TimerEvent) => void): ExtensionDefinition<S, C, Cm>;
+  /** What the extension publishes for a scope (one per scope); `undefined` or `None` publishes nothing. */
+  projection(spec: { scope?: Scope; read: (ctx: ReadContext<S, C>) => unknown }): ExtensionDefinition<S, C, Cm>;
+  /** Sections added to a run's prompt. */
+  prompt(fn: (ctx: ReadContext<S, C>, run: RunRef) => string | readonly string[] | undefined | null | void): ExtensionDefinition<S, C, Cm>;
+  /** The session commands offered to the model as tools in a run. */
+  tools(
+    fn: (ctx: ReadContext<S, C>, run: RunRef, commands: ToolCommands<SessionCommandNames<Cm>>) => ReadonlyArray<ToolMarker>,
+  ): ExtensionDefinition<S, C, Cm>;
+}
+
+/** An extension before its first callback: declarations are offered too, each once. */
+export interface ExtensionBuilder<S extends StateDeclarations = {}, C = JsonValue, Cm extends CommandDeclarations = {}>
+  extends ExtensionDefinition<S, C, Cm> {
+  /** The roster's config, checked by `schema`; `default` when the roster gives none. */
+  config<CS extends Schema>(schema: CS, options?: { default?: SchemaInput<CS> }): ExtensionBuilder<S, SchemaOutput<CS>, Cm>;
+  /** The state at version 1: a map of collections and documents (at most 16). */
+  state<NS extends StateDeclarations>(collections: NS): ExtensionBuilder<NS, C, Cm>;
+  /** The state at `version`, with a migration for every version 2..=version. */
+  state<NS extends StateDeclarations>(spec: VersionedState<NS, C>): ExtensionBuilder<NS, C, Cm>;
+  /** Capabilities the extension asks the host for. */
+  requests(requested: Requests): ExtensionBuilder<S, C, Cm>;
+}
+
+/** Starts an extension; `version` defaults to "0.0.0". */
+export declare function defineExtension(spec: string | { id: string; version?: string }): ExtensionBuilder;
+
+/** Whether `value` was made by `defineExtension`. */
+export declare function isExtension(value: unknown): value is ExtensionDefinition<any, any, any>;
+
+// ---------------------------------------------------------------------------
+// The roster, the manifest, hook calls (used by the runtime)
+
+export type AnyExtension = ExtensionDefinition<any, any, any>;
+
+/** One item of `ShiitakeDO#extensions()`. */
+export type RosterItem = AnyExtension | { extension: AnyExtension; grantKey?: string; feature?: string; config?: JsonValue };
+
+export interface RosterEntry {
+  readonly definition: AnyExtension;
+  readonly grantKey: string;
+  readonly feature: string | null;
+  readonly config: JsonValue;
+}
+
+export interface ExtensionManifest {
+  id: string;
+  version: string;
+  config: JsonValue;
+  configSchema: JsonValue | null;
+  configValidate: boolean;
+  state: {
+    version: number;
+    collections: { [name: string]: { document: boolean; schema: JsonValue | null; validate: boolean } };
+  };
+  migrations: number[];
+  commands: { [name: string]: { scope: Scope; inputSchema: JsonValue | null; validate: boolean; description: string | null } };
+  hooks: { settled: boolean; timer: boolean };
+  projection: { session: boolean; agent: boolean };
+  prompt: boolean;
+  tools: boolean;
+  requests: { [capability: string]: boolean };
+  grantKey: string;
+  feature: string | null;
+}
+
+export type HookRequest = {
+  state?: { [collection: string]: { [key: string]: JsonValue } };
+  config?: JsonValue;
+  now: number;
+  session?: SessionRef | null;
+} & (
+  | { kind: "settled"; event: SettledEvent }
+  | { kind: "timer"; event: TimerEvent }
+  | { kind: "command"; event: { name: string; input?: JsonValue; requestId?: string } }
+  | { kind: "migrate"; event: { from: number; to: number } }
+  | { kind: "project"; event: { scope: Scope } }
+  | { kind: "prompt"; event: RunRef }
+  | { kind: "tools"; event: RunRef }
+);
+
+export type TimerWrite =
+  | { name: string; at: number; sessionId: string | null; payload: JsonValue }
+  | { name: string; cancel: true };
+
+export type HookResponse =
+  | {
+      ok: true;
+      /** One per touched (collection, key), first-touch order, final value; null deletes; a document's key is "". */
+      writes: Array<{ collection: string; key: string; value: JsonValue }>;
+      timers: TimerWrite[];
+      sends: Array<{ sessionId: string; text: string; requireExistingSession: boolean }>;
+      result?: JsonValue;
+      value?: JsonValue;
+      sections?: string[];
+      tools?: Array<{ command: string; description: string | null }>;
+    }
+  | { ok: false; error: string; refused?: true };
+
+export declare function normalizeRoster(list: readonly RosterItem[]): RosterEntry[];
+export declare function manifestOf(entry: RosterEntry | AnyExtension): ExtensionManifest;
+export declare function runHook(entry: RosterEntry | AnyExtension, request: HookRequest): HookResponse;
+
+export declare const EXTENSIONS_MAX: 16;
+export declare const EXTENSION_COLLECTIONS_MAX: 16;
+export declare const EXTENSION_COMMANDS_MAX: 32;
+export declare const EXTENSION_STATE_VERSION_MAX: 1000;
+export declare const EXTENSION_DESCRIPTION_MAX: 1024;
+export declare const EXTENSION_KEY_BYTES_MAX: 256;
+export declare const EXTENSION_SEND_TEXT_BYTES_MAX: 65536;
+export declare const EXTENSION_FEATURE_MAX: 128;
+export declare const EXTENSION_ERROR_MAX: 1024;
+export declare const EXTENSION_REQUESTS_MAX: 32;
