@@ -59,6 +59,19 @@ api_errors! {
     /// 403: an identity-bound request may not cancel another principal's work.
     NotOwner(String) => 403, "not_owner",
         "command `{0}` belongs to another principal; only its author (or an unbound owner) may cancel it";
+    /// 404: no extension of this id runs in the Agent's roster.
+    ExtensionNotFound(String) => 404, "extension_not_found",
+        "extension `{0}` is not in this agent's roster";
+    /// 404: the extension declares no such command.
+    ExtensionCommandNotFound { extension: String, command: String } => 404,
+        "extension_command_not_found", "extension `{extension}` declares no command `{command}`";
+    /// 409: the extension is stopped (a hook failed); the host resumes it.
+    ExtensionStopped { extension: String, reason: String } => 409, "extension_stopped",
+        "extension `{extension}` is stopped until the host resumes it or its revision changes: {reason}";
+    /// 422: the command's handler threw; nothing it wrote was kept.
+    ExtensionCommandFailed(String) => 422, "extension_command_failed", "{0}";
+    /// 422: the command would pass one of the extension's bounds; nothing was kept.
+    ExtensionLimit(String) => 422, "extension_limit", "{0}";
     /// 405: the path exists, the method does not.
     MethodNotAllowed(&'static str) => 405, "method_not_allowed",
         "method not allowed; allowed: {0}";
@@ -90,6 +103,10 @@ api_errors! {
     /// 503: the host's configuration (metadata schema, identity path) is invalid.
     HostMisconfigured(String) => 503, "host_misconfigured",
         "the host's configuration is invalid: {0}";
+    /// 503: the host's `initialize(extensions)` failed; this instance serves
+    /// nothing until a later open succeeds. Its durable work waits.
+    RuntimeClosed(String) => 503, "runtime_closed",
+        "the runtime is closed for this instance: initialize failed: {0}";
     /// 503: the store was written by another schema version; left untouched.
     StorageIncompatible(String) => 503, "storage_incompatible", "{0}";
     /// 500: a storage fault or a broken invariant. Never caused by input.

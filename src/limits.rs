@@ -256,3 +256,48 @@ pub const COMPUTER_DESCRIBE_TIMEOUT_MS: u64 = 10_000;
 /// Bytes of one Computer HTTP response body (`advertise`, `call`); the
 /// transport reads one more byte to tell an oversized body.
 pub const COMPUTER_RESPONSE_BYTES_MAX: usize = 4_194_304;
+
+// Extensions (`src/extension/`, seed: "Extensions and authority"). The
+// JS authoring library (`js/extensions.mjs`) checks the definition bounds
+// too, at definition time.
+/// Extensions in one Agent's roster.
+pub const EXTENSIONS_MAX: usize = 16;
+/// Collections (documents included) one extension declares.
+pub const EXTENSION_COLLECTIONS_MAX: usize = 16;
+/// Commands one extension declares.
+pub const EXTENSION_COMMANDS_MAX: usize = 32;
+/// Rows in one collection.
+pub const EXTENSION_ROWS_PER_COLLECTION_MAX: usize = 1_000;
+/// Bytes of one row, as JSON.
+pub const EXTENSION_ROW_BYTES_MAX: usize = 16_384;
+/// Bytes of one extension's whole state (keys and rows as JSON): what a
+/// hook call is handed.
+pub const EXTENSION_STATE_BYTES_MAX: usize = 1_048_576;
+/// Bytes of one row key.
+pub const EXTENSION_KEY_BYTES_MAX: usize = 256;
+/// Timers one extension holds at once.
+pub const EXTENSION_TIMERS_MAX: usize = 64;
+/// Bytes of one timer's payload, as JSON.
+pub const EXTENSION_TIMER_PAYLOAD_BYTES_MAX: usize = 16_384;
+/// Bytes of one projection value, as JSON.
+pub const EXTENSION_PROJECTION_BYTES_MAX: usize = 16_384;
+/// Bytes of one command's input and of its result, as JSON.
+pub const EXTENSION_COMMAND_BYTES_MAX: usize = 65_536;
+/// Prompts one command or timer call sends (at most one per Session).
+pub const EXTENSION_SENDS_PER_CALL_MAX: usize = 8;
+/// Bytes of the prompt sections one extension adds to a model call.
+pub const EXTENSION_PROMPT_BYTES_MAX: usize = 16_384;
+/// Bytes of a recorded stop reason (a hook's error, cut).
+pub const EXTENSION_STOP_REASON_BYTES_MAX: usize = 1_024;
+/// Highest state version a definition declares.
+pub const EXTENSION_STATE_VERSION_MAX: u32 = 1_000;
+/// Bytes of one definition's manifest, as JSON.
+pub const EXTENSION_MANIFEST_BYTES_MAX: usize = 262_144;
+/// Bytes of one answer of the authoring host (a hook call's writes).
+pub const EXTENSION_ANSWER_BYTES_MAX: usize = 4_194_304;
+/// Missed settlements one catch-up transition replays.
+pub const EXTENSION_REPLAY_PER_PASS_MAX: usize = 64;
+/// Due timers one pass fires (each in its own transition).
+pub const EXTENSION_TIMERS_PER_PASS_MAX: usize = 16;
+/// Command request ids one extension remembers for replay (the newest).
+pub const EXTENSION_REQUESTS_KEPT_MAX: usize = 10_000;

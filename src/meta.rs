@@ -4,12 +4,13 @@
 //! host's `identityPath`, which names the stable principal inside it.
 
 use crate::error::ApiError;
+use crate::json_schema::Validator;
 use crate::limits::META_BYTES_MAX;
 
 /// The host's metadata rules, built once from its configuration.
 #[derive(Default)]
 pub struct MetaPolicy {
-    schema: Option<(boon::Schemas, boon::SchemaIndex)>,
+    schema: Option<Validator>,
     identity_path: Option<String>,
 }
 
@@ -32,20 +33,10 @@ impl MetaPolicy {
             Some(text) => {
                 let document: serde_json::Value = serde_json::from_str(text)
                     .map_err(|e| format!("the metadata schema is not JSON: {e}"))?;
-                let invalid = |e: &dyn std::fmt::Display| {
-                    format!("the metadata schema is not a valid JSON Schema: {e}")
-                };
                 // The host's schema is self-contained: no remote `$ref`s.
-                let url = "urn:shiitake:meta-schema";
-                let mut schemas = boon::Schemas::new();
-                let mut compiler = boon::Compiler::new();
-                compiler
-                    .add_resource(url, document)
-                    .map_err(|e| invalid(&e))?;
-                let index = compiler
-                    .compile(url, &mut schemas)
-                    .map_err(|e| invalid(&e))?;
-                Some((schemas, index))
+                let validator = Validator::compile("urn:shiitake:meta-schema", document)
+                    .map_err(|e| format!("the metadata schema is {e}"))?;
+                Some(validator)
             }
         };
         let identity_path = match identity_path {
@@ -84,11 +75,10 @@ impl MetaPolicy {
         // `json_extract` of the principal disagree.
         let value = crate::json::strict(raw.as_bytes())
             .map_err(|e| ApiError::InvalidMeta(format!("host metadata is not JSON: {e}")))?;
-        if let Some((schemas, index)) = &self.schema {
-            if let Err(error) = schemas.validate(&value, *index) {
+        if let Some(validator) = &self.schema {
+            if let Err(error) = validator.check(&value) {
                 return Err(ApiError::InvalidMeta(format!(
-                    "host metadata does not match the host's schema: {}",
-                    error.to_string().replace('\n', " ")
+                    "host metadata does not match the host's schema: {error}"
                 )));
             }
         }

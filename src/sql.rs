@@ -120,6 +120,9 @@ pub trait Sql {
 pub struct WriteSet {
     /// `Some` while a transition is open.
     writes: std::cell::RefCell<Option<Vec<Write>>>,
+    /// Counts the transitions begun, so a cache of one transition's reads
+    /// (`extension`'s) knows it is stale.
+    generation: std::cell::Cell<u64>,
 }
 
 impl WriteSet {
@@ -127,6 +130,37 @@ impl WriteSet {
         let mut w = self.writes.borrow_mut();
         assert!(w.is_none(), "transitions do not nest");
         *w = Some(Vec::new());
+        self.generation.set(self.generation.get() + 1);
+    }
+
+    /// The open transition's number (the last one's when none is open).
+    pub fn generation(&self) -> u64 {
+        self.generation.get()
+    }
+
+    /// Whether a transition is open.
+    pub fn is_open(&self) -> bool {
+        self.writes.borrow().is_some()
+    }
+
+    /// Whether a read of `tables` may run now: no write of the open
+    /// transition names any of them.
+    fn check_read_beside(&self, tables: &[&str], sql: &str) -> Result<(), SqlError> {
+        let writes = self.writes.borrow();
+        let Some(writes) = &*writes else {
+            return Ok(());
+        };
+        let touches = |statement: &str| {
+            statement
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .any(|word| tables.contains(&word))
+        };
+        match writes.iter().find(|(statement, _)| touches(statement)) {
+            Some((statement, _)) => Err(SqlError::Engine(format!(
+                "read of a table this transition wrote ({statement}): {sql}"
+            ))),
+            None => Ok(()),
+        }
     }
 
     fn take(&self) -> Vec<Write> {
@@ -162,6 +196,20 @@ pub fn read(
     params: &[SqlValue],
 ) -> Result<Vec<Row>, SqlError> {
     sql.write_set().check_read(query)?;
+    sql.query(query, params)
+}
+
+/// Reads `tables` through `sql` in a transition that may already have
+/// written others: refused only when one of its writes names one of
+/// `tables` (the read would not see it). For tables a transition writes
+/// last, after caching what it read (extension state, `src/extension/`).
+pub fn read_beside(
+    sql: &(impl Sql + ?Sized),
+    tables: &[&str],
+    query: &str,
+    params: &[SqlValue],
+) -> Result<Vec<Row>, SqlError> {
+    sql.write_set().check_read_beside(tables, query)?;
     sql.query(query, params)
 }
 
@@ -335,5 +383,21 @@ mod tests {
         });
         assert!(matches!(r, Err(SqlError::Engine(m)) if m.contains("read after write")));
         assert_eq!(count(&sql), 0);
+    }
+
+    #[test]
+    fn a_read_beside_the_written_tables_is_allowed_and_of_them_refused() {
+        let sql = NativeSql::open_in_memory();
+        write(&sql, "CREATE TABLE t (x INTEGER)", vec![]).unwrap();
+        write(&sql, "CREATE TABLE t_2 (x INTEGER)", vec![]).unwrap();
+        let before = sql.write_set().generation();
+        let r: Result<(), SqlError> = atomically(&sql, || {
+            write(&sql, "INSERT INTO t_2 VALUES (1)", vec![])?;
+            // `t` is not `t_2`: whole identifiers are compared.
+            assert!(read_beside(&sql, &["t"], "SELECT x FROM t", &[]).is_ok());
+            read_beside(&sql, &["t_2"], "SELECT x FROM t_2", &[]).map(drop)
+        });
+        assert!(matches!(r, Err(SqlError::Engine(m)) if m.contains("table this transition wrote")));
+        assert_eq!(sql.write_set().generation(), before + 1);
     }
 }

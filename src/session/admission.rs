@@ -2,14 +2,15 @@
 //! of an uncertain send, and the withdrawal fence.
 
 use super::command::{OperatorInput, Prompt, PromptInput};
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, IdSource};
 use crate::error::ApiError;
 use crate::limits::{
     FENCES_PER_SESSION_MAX, PENDING_BYTES_PER_SESSION_MAX, PENDING_PER_SESSION_MAX,
+    SESSIONS_PER_AGENT_MAX,
 };
 use crate::settlement::Settlement;
 use crate::sql::atomically;
-use crate::store::{command_id, Kind, NewCommand, State, Terminal};
+use crate::store::{command_id, AdmissionFacts, Kind, NewCommand, State, Store, Terminal};
 use serde::Serialize;
 
 /// The answer to an accepted command, also replayed for a retried request.
@@ -96,6 +97,7 @@ pub fn admit_operator(
 /// An admission's receipt and the message it appended, if any (stored
 /// JSON, for watchers: an operator line, or the user message of a prompt
 /// that started its turn at once).
+#[derive(Debug)]
 pub struct Admitted {
     pub receipt: Receipt,
     pub message: Option<String>,
@@ -108,113 +110,229 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Admitted, ApiError> {
     let store = ctx.store;
     let now_ms = ctx.now_ms;
     let ids = &mut *ctx.ids;
-    atomically(store.sql(), || {
-        let facts = store.admission_facts(a.session_id, a.request_id)?;
-        if !facts.session_exists {
-            return Err(ApiError::SessionNotFound(a.session_id.to_owned()));
-        }
-        // An existing admission wins over everything, including a fence
-        // committed after it.
-        if let Some(existing) = facts.existing {
-            let same = existing.kind == a.kind
-                && existing.input == a.input
-                && existing.meta.as_deref() == a.meta;
-            return if same {
-                Ok(Admitted {
-                    receipt: Receipt::accepted(existing.command_id),
-                    message: None,
-                    claimed: false,
-                })
-            } else {
-                Err(ApiError::RequestConflict(a.request_id.to_owned()))
-            };
-        }
-        if facts.fenced {
-            return Err(ApiError::RequestWithdrawn(a.request_id.to_owned()));
-        }
-        let command_id = command_id(facts.next_seq, &ids.next_id(""));
-        let mut row = NewCommand {
-            command_id: &command_id,
-            session_id: a.session_id,
-            seq: facts.next_seq,
-            request_id: Some(a.request_id),
-            kind: a.kind,
-            input: &a.input,
-            meta: a.meta,
-            state: State::Pending,
-            terminal: None,
-            settlement: None,
-            attempt: 0,
-            now_ms,
+    atomically(store.sql(), || match decide(store, &a)? {
+        Decision::Replay(command_id) => Ok(Admitted {
+            receipt: Receipt::accepted(command_id),
+            message: None,
+            claimed: false,
+        }),
+        Decision::New(facts) => write_new(store, ids, now_ms, &a, &facts),
+    })
+}
+
+/// What an admission's reads decided.
+enum Decision {
+    /// The requestId was admitted before, with the same input: its command.
+    Replay(String),
+    /// A new command, to write with these facts.
+    New(Box<AdmissionFacts>),
+}
+
+/// The reads of an admission: replay, conflict, fence, or a new command.
+fn decide(store: Store<'_>, a: &Admission<'_>) -> Result<Decision, ApiError> {
+    let facts = store.admission_facts(a.session_id, a.request_id)?;
+    if !facts.session_exists {
+        return Err(ApiError::SessionNotFound(a.session_id.to_owned()));
+    }
+    // An existing admission wins over everything, including a fence
+    // committed after it.
+    if let Some(existing) = &facts.existing {
+        let same = existing.kind == a.kind
+            && existing.input == a.input
+            && existing.meta.as_deref() == a.meta;
+        return if same {
+            Ok(Decision::Replay(existing.command_id.clone()))
+        } else {
+            Err(ApiError::RequestConflict(a.request_id.to_owned()))
         };
-        let mut claimed = false;
-        let recorded;
-        let mut message = None;
-        match a.kind {
-            Kind::Prompt => {
-                if facts.pending_count >= PENDING_PER_SESSION_MAX {
-                    return Err(ApiError::QueueFull(format!(
-                        "session `{}` already has {PENDING_PER_SESSION_MAX} pending prompts",
-                        a.session_id
-                    )));
-                }
-                if facts.pending_bytes + a.input.len() > PENDING_BYTES_PER_SESSION_MAX {
-                    return Err(ApiError::QueueFull(format!(
-                        "session `{}` would exceed {PENDING_BYTES_PER_SESSION_MAX} bytes of pending input",
-                        a.session_id
-                    )));
-                }
-                if !facts.running && facts.pending_count == 0 {
-                    // An idle Session: the prompt starts its turn in this very
-                    // write (running, attempt 1, its user message appended),
-                    // so the model call waits for no second durable write.
-                    row.state = State::Running;
-                    row.attempt = 1;
-                    let input: PromptInput = serde_json::from_str(&a.input).map_err(internal)?;
-                    let body = crate::transcript::user_message_body(
-                        &command_id,
-                        Some(a.request_id),
-                        &input.text,
-                        &input.images,
-                        a.meta,
-                        now_ms,
-                    )?;
-                    store.insert_message(a.session_id, &body)?;
-                    message = Some(body);
-                    claimed = true;
-                }
+    }
+    if facts.fenced {
+        return Err(ApiError::RequestWithdrawn(a.request_id.to_owned()));
+    }
+    Ok(Decision::New(Box::new(facts)))
+}
+
+/// The writes of a new admission (after every read of its transition).
+fn write_new(
+    store: Store<'_>,
+    ids: &mut dyn IdSource,
+    now_ms: i64,
+    a: &Admission<'_>,
+    facts: &AdmissionFacts,
+) -> Result<Admitted, ApiError> {
+    let command_id = command_id(facts.next_seq, &ids.next_id(""));
+    let mut row = NewCommand {
+        command_id: &command_id,
+        session_id: a.session_id,
+        seq: facts.next_seq,
+        request_id: Some(a.request_id),
+        kind: a.kind,
+        input: &a.input,
+        meta: a.meta,
+        state: State::Pending,
+        terminal: None,
+        settlement: None,
+        attempt: 0,
+        now_ms,
+    };
+    let mut claimed = false;
+    let recorded;
+    let mut message = None;
+    match a.kind {
+        Kind::Prompt => {
+            if facts.pending_count >= PENDING_PER_SESSION_MAX {
+                return Err(ApiError::QueueFull(format!(
+                    "session `{}` already has {PENDING_PER_SESSION_MAX} pending prompts",
+                    a.session_id
+                )));
             }
-            Kind::Operator => {
-                // An operator line is recorded, not run: settled at admission,
-                // its durable entry id is its command id.
-                row.state = State::Settled;
-                row.terminal = Some(Terminal::Completed);
-                recorded =
-                    Settlement::new(&command_id, Terminal::Completed, None, None).to_json()?;
-                row.settlement = Some(&recorded);
-                let text: OperatorInput = serde_json::from_str(&a.input).map_err(internal)?;
-                let body = crate::transcript::message_body(&crate::transcript::Message {
-                    entry_id: &command_id,
-                    role: crate::transcript::Role::Operator,
-                    text: &text.text,
-                    request_id: Some(a.request_id),
-                    command_id: Some(&command_id),
-                    meta: crate::transcript::meta_raw(a.meta)?,
-                    usage: None,
-                    created_at: now_ms,
-                    ..Default::default()
-                })?;
+            if facts.pending_bytes + a.input.len() > PENDING_BYTES_PER_SESSION_MAX {
+                return Err(ApiError::QueueFull(format!(
+                    "session `{}` would exceed {PENDING_BYTES_PER_SESSION_MAX} bytes of pending input",
+                    a.session_id
+                )));
+            }
+            if !facts.running && facts.pending_count == 0 {
+                // An idle Session: the prompt starts its turn in this very
+                // write (running, attempt 1, its user message appended),
+                // so the model call waits for no second durable write.
+                row.state = State::Running;
+                row.attempt = 1;
+                let input: PromptInput = serde_json::from_str(&a.input).map_err(internal)?;
+                let body = crate::transcript::user_message_body(
+                    &command_id,
+                    Some(a.request_id),
+                    &input.text,
+                    &input.images,
+                    a.meta,
+                    now_ms,
+                )?;
                 store.insert_message(a.session_id, &body)?;
                 message = Some(body);
+                claimed = true;
             }
         }
-        store.insert_command(&row)?;
-        Ok(Admitted {
-            receipt: Receipt::accepted(command_id),
-            message,
-            claimed,
-        })
+        Kind::Operator => {
+            // An operator line is recorded, not run: settled at admission,
+            // its durable entry id is its command id.
+            row.state = State::Settled;
+            row.terminal = Some(Terminal::Completed);
+            recorded = Settlement::new(&command_id, Terminal::Completed, None, None).to_json()?;
+            row.settlement = Some(&recorded);
+            let text: OperatorInput = serde_json::from_str(&a.input).map_err(internal)?;
+            let body = crate::transcript::message_body(&crate::transcript::Message {
+                entry_id: &command_id,
+                role: crate::transcript::Role::Operator,
+                text: &text.text,
+                request_id: Some(a.request_id),
+                command_id: Some(&command_id),
+                meta: crate::transcript::meta_raw(a.meta)?,
+                usage: None,
+                created_at: now_ms,
+                ..Default::default()
+            })?;
+            store.insert_message(a.session_id, &body)?;
+            message = Some(body);
+        }
+    }
+    store.insert_command(&row)?;
+    Ok(Admitted {
+        receipt: Receipt::accepted(command_id),
+        message,
+        claimed,
     })
+}
+
+/// A prompt an extension sends into a Session (seed: `context.send`),
+/// admitted inside the extension's own transition: [`prepare_send`] reads,
+/// [`commit_send`] writes, so a transition prepares all its sends before it
+/// writes anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Send {
+    pub session_id: String,
+    /// Derived from what caused the send, so a replayed cause replays it.
+    pub request_id: String,
+    pub text: String,
+    /// Refuse an absent Session instead of creating it.
+    pub require_existing_session: bool,
+}
+
+/// A send whose reads are done.
+pub struct PreparedSend {
+    request_id: String,
+    session_id: String,
+    input: String,
+    /// `None`: the requestId was admitted before (replayed).
+    facts: Option<AdmissionFacts>,
+    /// The Session is created in the same write.
+    create: bool,
+}
+
+/// The reads of one send. An absent Session is refused (`session_not_found`)
+/// when the send requires it, else created (within the Sessions bound).
+pub fn prepare_send(store: Store<'_>, send: &Send) -> Result<PreparedSend, ApiError> {
+    let input = serde_json::to_string(&PromptInput {
+        text: send.text.clone(),
+        images: Vec::new(),
+        delivery: Default::default(),
+    })
+    .map_err(internal)?;
+    let a = Admission {
+        session_id: &send.session_id,
+        request_id: &send.request_id,
+        kind: Kind::Prompt,
+        input: input.clone(),
+        meta: None,
+    };
+    let mut create = false;
+    let facts = match decide(store, &a) {
+        Ok(Decision::Replay(_)) => None,
+        Ok(Decision::New(facts)) => Some(*facts),
+        Err(ApiError::SessionNotFound(_)) if !send.require_existing_session => {
+            if store.session_count()? >= SESSIONS_PER_AGENT_MAX {
+                return Err(ApiError::TooManySessions);
+            }
+            create = true;
+            Some(store.admission_facts(&send.session_id, &send.request_id)?)
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(PreparedSend {
+        request_id: send.request_id.clone(),
+        session_id: send.session_id.clone(),
+        input,
+        facts,
+        create,
+    })
+}
+
+impl PreparedSend {
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+}
+
+/// The writes of a prepared send: `None` when it was a replay.
+pub fn commit_send(
+    store: Store<'_>,
+    ids: &mut dyn IdSource,
+    now_ms: i64,
+    send: &PreparedSend,
+) -> Result<Option<Admitted>, ApiError> {
+    let Some(facts) = &send.facts else {
+        return Ok(None);
+    };
+    if send.create {
+        store.insert_session(&send.session_id, now_ms)?;
+    }
+    let a = Admission {
+        session_id: &send.session_id,
+        request_id: &send.request_id,
+        kind: Kind::Prompt,
+        input: send.input.clone(),
+        meta: None,
+    };
+    write_new(store, ids, now_ms, &a, facts).map(Some)
 }
 
 /// Resolves an uncertain send: an existing admission wins; otherwise a

@@ -191,6 +191,20 @@ fn count(rows: Vec<Row>) -> Result<usize, SqlError> {
 #[derive(Clone, Copy)]
 pub struct Store<'a> {
     sql: &'a dyn Sql,
+    settled: Option<&'a dyn OnSettled>,
+}
+
+/// Told of every settlement inside the transition that writes it (the
+/// extensions' settled hooks, `src/extension/`): what it writes commits
+/// with the settlement or not at all.
+pub trait OnSettled {
+    fn settled(
+        &self,
+        store: Store<'_>,
+        command: &CommandRow,
+        settlement: &str,
+        now_ms: i64,
+    ) -> Result<(), SqlError>;
 }
 
 /// Commands not yet settled: the partial index `commands_unsettled` covers
@@ -202,7 +216,15 @@ const UNSETTLED_COMMANDS: &str = "commands INDEXED BY commands_unsettled";
 
 impl<'a> Store<'a> {
     pub fn new(sql: &'a dyn Sql) -> Self {
-        Store { sql }
+        Store { sql, settled: None }
+    }
+
+    /// A store whose settlements `observer` is told of.
+    pub fn observed(sql: &'a dyn Sql, observer: &'a dyn OnSettled) -> Self {
+        Store {
+            sql,
+            settled: Some(observer),
+        }
     }
 
     pub fn sql(&self) -> &'a dyn Sql {
@@ -404,7 +426,15 @@ impl<'a> Store<'a> {
                 command.session_id.as_str().into(),
                 command.seq.into(),
             ],
-        )
+        )?;
+        match self.settled {
+            // A row read as settled is not settled again (the write above
+            // changes nothing), so no hook hears it twice.
+            Some(observer) if command.state != State::Settled => {
+                observer.settled(*self, command, settlement, now_ms)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Starts (or restarts) a command as part of the turn headed by `turn_id`
@@ -627,6 +657,17 @@ impl<'a> Store<'a> {
                 ORDER BY seq DESC LIMIT 1), 0) + 1, ?2, ?3)",
             vec![session_id.into(), body.into(), (body.len() as i64).into()],
         )
+    }
+
+    /// The Session's committed position: its newest message's `seq`, 0 for
+    /// an empty transcript (or an absent Session).
+    pub fn position(&self, session_id: &str) -> Result<i64, SqlError> {
+        let rows = self.query(
+            "SELECT coalesce((SELECT seq FROM messages WHERE session_id = ?
+                ORDER BY seq DESC LIMIT 1), 0)",
+            &[session_id.into()],
+        )?;
+        rows.first().map(|r| r.int(0)).unwrap_or(Ok(0))
     }
 
     /// `(seq, bytes)` of the newest `limit` messages with `seq < before`,

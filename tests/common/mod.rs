@@ -19,6 +19,8 @@ pub struct Harness {
     /// Set by `restart`: turns claimed at admission are no longer fresh.
     pub restarted: bool,
     pub meta: MetaPolicy,
+    /// The Agent's extensions, told of every settlement.
+    pub extensions: Option<shiitake::extension::Extensions>,
 }
 
 pub struct Reply {
@@ -48,6 +50,7 @@ impl Harness {
             now_ms: 1_000,
             restarted: false,
             meta: MetaPolicy::default(),
+            extensions: None,
         }
     }
 
@@ -63,11 +66,31 @@ impl Harness {
         &self.sql
     }
 
+    /// Runs `f` with the extensions and a core context at the harness clock.
+    pub fn with_ext<T>(
+        &mut self,
+        f: impl FnOnce(&shiitake::extension::Extensions, &mut Ctx<'_>) -> T,
+    ) -> T {
+        self.now_ms += 1;
+        let e = self.extensions.as_ref().expect("extensions");
+        let mut ctx = Ctx {
+            store: Store::observed(&self.sql, e),
+            now_ms: self.now_ms,
+            ids: &mut self.ids,
+            meta: &self.meta,
+        };
+        f(e, &mut ctx)
+    }
+
     /// Runs `f` with a core context at the harness clock.
     pub fn with_ctx<T>(&mut self, f: impl FnOnce(&mut Ctx<'_>) -> T) -> T {
         self.now_ms += 1;
+        let store = match &self.extensions {
+            Some(e) => Store::observed(&self.sql, e),
+            None => Store::new(&self.sql),
+        };
         let mut ctx = Ctx {
-            store: Store::new(&self.sql),
+            store,
             now_ms: self.now_ms,
             ids: &mut self.ids,
             meta: &self.meta,
@@ -86,8 +109,12 @@ impl Harness {
             body: body.as_bytes().to_vec(),
             waited: false,
         };
+        let store = match &self.extensions {
+            Some(e) => Store::observed(&self.sql, e),
+            None => Store::new(&self.sql),
+        };
         let mut ctx = Ctx {
-            store: Store::new(&self.sql),
+            store,
             now_ms: self.now_ms,
             ids: &mut self.ids,
             meta: &self.meta,

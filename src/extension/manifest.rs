@@ -1,0 +1,374 @@
+//! The roster: which extensions an Agent runs, each as the manifest the
+//! authoring library (`js/extensions.mjs`) makes of its definition, plus the
+//! host's roster data (grant key, product feature name, configuration).
+//! Checked closed and bounded; schemas compiled once; the revision computed.
+
+use crate::json_schema::Validator;
+use crate::limits::{
+    EXTENSIONS_MAX, EXTENSION_COLLECTIONS_MAX, EXTENSION_COMMANDS_MAX,
+    EXTENSION_MANIFEST_BYTES_MAX, EXTENSION_STATE_VERSION_MAX, GRANT_KEY_BYTES_MAX,
+};
+use serde::Deserialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// Where a command runs: in one Session (the default) or for the Agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    Session,
+    Agent,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Session => "session",
+            Scope::Agent => "agent",
+        }
+    }
+}
+
+/// One definition as the authoring library describes it (closed).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Manifest {
+    pub id: String,
+    pub version: String,
+    pub config: Value,
+    pub config_schema: Option<Value>,
+    pub config_validate: bool,
+    pub state: StateDecl,
+    pub migrations: Vec<u32>,
+    pub commands: BTreeMap<String, CommandDecl>,
+    pub hooks: Hooks,
+    pub projection: Projections,
+    pub prompt: bool,
+    pub tools: bool,
+    pub requests: BTreeMap<String, Value>,
+    pub grant_key: String,
+    pub feature: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StateDecl {
+    pub version: u32,
+    pub collections: BTreeMap<String, CollectionDecl>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CollectionDecl {
+    /// One row under the key `""`.
+    pub document: bool,
+    pub schema: Option<Value>,
+    /// The core checks rows against `schema` (a JSON Schema the author
+    /// gave); a Standard Schema is checked by the authoring library.
+    pub validate: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CommandDecl {
+    pub scope: Scope,
+    pub input_schema: Option<Value>,
+    pub validate: bool,
+    pub description: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hooks {
+    pub settled: bool,
+    pub timer: bool,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Projections {
+    pub session: bool,
+    pub agent: bool,
+}
+
+/// One roster entry, checked, with its compiled schemas and revision.
+#[derive(Debug)]
+pub struct Entry {
+    pub manifest: Manifest,
+    /// Version, schemas, configuration and requested capabilities, hashed
+    /// stably (canonical JSON, SHA-256): a recorded stop lasts until it
+    /// changes.
+    pub revision: String,
+    rows: BTreeMap<String, Validator>,
+    inputs: BTreeMap<String, Validator>,
+}
+
+impl Entry {
+    pub fn id(&self) -> &str {
+        &self.manifest.id
+    }
+
+    /// The declared collection `name`, if any.
+    pub fn collection(&self, name: &str) -> Option<&CollectionDecl> {
+        self.manifest.state.collections.get(name)
+    }
+
+    /// Checks a row of `collection` against its JSON Schema, if the core
+    /// validates it.
+    pub fn check_row(&self, collection: &str, row: &Value) -> Result<(), String> {
+        match self.rows.get(collection) {
+            Some(v) => v.check(row),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks a command's input against its JSON Schema, if the core
+    /// validates it.
+    pub fn check_input(&self, command: &str, input: &Value) -> Result<(), String> {
+        match self.inputs.get(command) {
+            Some(v) => v.check(input),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The extensions an Agent runs, in the host's order.
+#[derive(Debug, Default)]
+pub struct Roster {
+    entries: Vec<Entry>,
+}
+
+impl Roster {
+    /// Parses the host's roster (a JSON array of manifests); every refusal
+    /// names the extension and what is wrong.
+    pub fn parse(json: &str) -> Result<Roster, String> {
+        let items: Vec<Value> =
+            serde_json::from_str(json).map_err(|e| format!("extensions: not a JSON array: {e}"))?;
+        if items.len() > EXTENSIONS_MAX {
+            return Err(format!(
+                "extensions: {} in the roster; at most {EXTENSIONS_MAX}",
+                items.len()
+            ));
+        }
+        let mut entries: Vec<Entry> = Vec::with_capacity(items.len());
+        for (i, item) in items.into_iter().enumerate() {
+            let id = item
+                .get("id")
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+                .to_owned();
+            let entry = entry(item).map_err(|e| format!("extension {id} (roster[{i}]): {e}"))?;
+            if entries.iter().any(|e| e.id() == entry.id()) {
+                return Err(format!("extension {id}: listed twice in the roster"));
+            }
+            entries.push(entry);
+        }
+        Ok(Roster { entries })
+    }
+
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.id() == id)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Whether `name` is an extension, collection or command name.
+pub fn is_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some('a'..='z'))
+        && name.len() <= 32
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
+}
+
+fn is_version(v: &str) -> bool {
+    let (core, pre) = match v.split_once('-') {
+        Some((core, pre)) => (core, Some(pre)),
+        None => (v, None),
+    };
+    let parts: Vec<&str> = core.split('.').collect();
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        && pre.is_none_or(|p| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+        })
+}
+
+fn entry(item: Value) -> Result<Entry, String> {
+    if item.to_string().len() > EXTENSION_MANIFEST_BYTES_MAX {
+        return Err(format!(
+            "the manifest is over {EXTENSION_MANIFEST_BYTES_MAX} bytes of JSON"
+        ));
+    }
+    let manifest: Manifest = crate::json::decode(item).map_err(|e| format!("manifest: {e}"))?;
+    let m = &manifest;
+    if !is_name(&m.id) {
+        return Err("id: 1 to 32 of [a-z0-9_], starting with a letter".into());
+    }
+    if !is_version(&m.version) {
+        return Err(format!(
+            "version `{}`: MAJOR.MINOR.PATCH, optionally -PRERELEASE",
+            m.version
+        ));
+    }
+    let grant_ok = !m.grant_key.is_empty()
+        && m.grant_key.len() <= GRANT_KEY_BYTES_MAX
+        && m.grant_key.starts_with(|c: char| c.is_ascii_lowercase())
+        && m.grant_key
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.');
+    if !grant_ok {
+        return Err(format!(
+            "grantKey `{}`: 1 to {GRANT_KEY_BYTES_MAX} of [a-z0-9_.], starting with a letter",
+            m.grant_key
+        ));
+    }
+    if m.state.version == 0 || m.state.version > EXTENSION_STATE_VERSION_MAX {
+        return Err(format!(
+            "state version {}: 1 to {EXTENSION_STATE_VERSION_MAX}",
+            m.state.version
+        ));
+    }
+    let expected: Vec<u32> = (2..=m.state.version).collect();
+    if m.migrations != expected {
+        return Err(format!(
+            "state version {} needs one migration for each version 2..={}; the definition has {:?}",
+            m.state.version, m.state.version, m.migrations
+        ));
+    }
+    if m.state.collections.len() > EXTENSION_COLLECTIONS_MAX {
+        return Err(format!(
+            "{} collections; at most {EXTENSION_COLLECTIONS_MAX}",
+            m.state.collections.len()
+        ));
+    }
+    if m.commands.len() > EXTENSION_COMMANDS_MAX {
+        return Err(format!(
+            "{} commands; at most {EXTENSION_COMMANDS_MAX}",
+            m.commands.len()
+        ));
+    }
+    let id = &m.id;
+    let mut rows = BTreeMap::new();
+    for (name, c) in &m.state.collections {
+        if !is_name(name) {
+            return Err(format!(
+                "collection `{name}`: 1 to 32 of [a-z0-9_], starting with a letter"
+            ));
+        }
+        if let (true, Some(schema)) = (c.validate, &c.schema) {
+            let v = Validator::compile(&format!("urn:shiitake:{id}:{name}"), schema.clone())
+                .map_err(|e| format!("collection {name}: the schema is {e}"))?;
+            rows.insert(name.clone(), v);
+        }
+    }
+    let mut inputs = BTreeMap::new();
+    for (name, c) in &m.commands {
+        if !is_name(name) {
+            return Err(format!(
+                "command `{name}`: 1 to 32 of [a-z0-9_], starting with a letter"
+            ));
+        }
+        if let (true, Some(schema)) = (c.validate, &c.input_schema) {
+            let v = Validator::compile(&format!("urn:shiitake:{id}:{name}:input"), schema.clone())
+                .map_err(|e| format!("command {name}: the input schema is {e}"))?;
+            inputs.insert(name.clone(), v);
+        }
+    }
+    if let (true, Some(schema)) = (m.config_validate, &m.config_schema) {
+        Validator::compile(&format!("urn:shiitake:{id}:config"), schema.clone())
+            .map_err(|e| format!("config: the schema is {e}"))?
+            .check(&m.config)
+            .map_err(|e| format!("config: {e}"))?;
+    }
+    let revision = revision(m);
+    Ok(Entry {
+        manifest,
+        revision,
+        rows,
+        inputs,
+    })
+}
+
+/// The revision: SHA-256 (first 16 bytes, hex) of the canonical JSON of
+/// the version, the schemas, the configuration and the requested
+/// capabilities. Callbacks are code, not data: a changed hook is a new
+/// `version`.
+pub fn revision(m: &Manifest) -> String {
+    let collections: BTreeMap<&String, Value> = m
+        .state
+        .collections
+        .iter()
+        .map(|(k, c)| {
+            (
+                k,
+                serde_json::json!({"document": c.document, "schema": c.schema}),
+            )
+        })
+        .collect();
+    let commands: BTreeMap<&String, Value> = m
+        .commands
+        .iter()
+        .map(|(k, c)| {
+            (
+                k,
+                serde_json::json!({"scope": c.scope.as_str(), "input": c.input_schema}),
+            )
+        })
+        .collect();
+    let subject = serde_json::json!({
+        "version": m.version,
+        "config": m.config,
+        "configSchema": m.config_schema,
+        "state": {"version": m.state.version, "collections": collections},
+        "commands": commands,
+        "requests": m.requests,
+    });
+    let mut canonical = String::new();
+    canonical_json(&subject, &mut canonical);
+    let digest = Sha256::digest(canonical.as_bytes());
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// JSON with object keys sorted at every level, whatever map order
+/// `serde_json` was built with.
+pub(crate) fn canonical_json(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical_json(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_json(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}

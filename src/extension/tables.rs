@@ -1,0 +1,314 @@
+//! The extensions' tables. Created on first use, outside the versioned
+//! runtime schema (an Agent without extensions has none): one status row
+//! per extension, the timers, the settled-work log a stopped extension
+//! replays, command request ids for replay, and one state table per
+//! extension (so a transition may read one extension's state after writing
+//! another's: `sql::read_beside`).
+
+use super::manifest::Roster;
+use crate::sql::{atomically, read, read_beside, write, Row, Sql, SqlError, SqlValue};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+pub(super) const META: &str = "shiitake_extensions";
+pub(super) const TIMERS: &str = "shiitake_ext_timers";
+pub(super) const LOG: &str = "shiitake_ext_log";
+pub(super) const REQUESTS: &str = "shiitake_ext_requests";
+
+/// The state table of extension `id` (a checked name: `[a-z][a-z0-9_]*`).
+pub(super) fn state_table(id: &str) -> String {
+    format!("shiitake_state_{id}")
+}
+
+/// Creates what is missing; idempotent.
+pub(super) fn create(sql: &dyn Sql, roster: &Roster) -> Result<(), SqlError> {
+    let mut statements = vec![
+        // `stopped`: the recorded stop reason, until the host resumes the
+        // extension or its revision changes. `cursor`: the last settled
+        // work (a `LOG` seq) it handled, while it has missed some; NULL
+        // when it is up to date.
+        format!(
+            "CREATE TABLE IF NOT EXISTS {META} (
+                id TEXT PRIMARY KEY,
+                revision TEXT NOT NULL,
+                state_version INTEGER NOT NULL,
+                stopped TEXT,
+                stopped_at INTEGER,
+                cursor INTEGER,
+                updated_at INTEGER NOT NULL
+            ) WITHOUT ROWID"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {TIMERS} (
+                ext TEXT NOT NULL,
+                name TEXT NOT NULL,
+                due_at INTEGER NOT NULL,
+                session_id TEXT,
+                payload TEXT NOT NULL,
+                PRIMARY KEY (ext, name)
+            ) WITHOUT ROWID"
+        ),
+        format!("CREATE INDEX IF NOT EXISTS {TIMERS}_due ON {TIMERS} (due_at)"),
+        // Written only while some extension has missed settled work.
+        format!(
+            "CREATE TABLE IF NOT EXISTS {LOG} (
+                seq INTEGER PRIMARY KEY,
+                session_id TEXT NOT NULL,
+                command_id TEXT NOT NULL
+            )"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {REQUESTS} (
+                ext TEXT NOT NULL,
+                scope TEXT NOT NULL,
+                request_id TEXT NOT NULL,
+                command TEXT NOT NULL,
+                input TEXT NOT NULL,
+                result TEXT NOT NULL,
+                at INTEGER NOT NULL
+            )"
+        ),
+        format!(
+            "CREATE UNIQUE INDEX IF NOT EXISTS {REQUESTS}_id ON {REQUESTS} (ext, scope, request_id)"
+        ),
+    ];
+    for entry in roster.entries() {
+        statements.push(format!(
+            "CREATE TABLE IF NOT EXISTS {} (
+                collection TEXT NOT NULL,
+                key TEXT NOT NULL,
+                value TEXT NOT NULL,
+                PRIMARY KEY (collection, key)
+            ) WITHOUT ROWID",
+            state_table(entry.id())
+        ));
+    }
+    atomically(sql, || {
+        for statement in &statements {
+            write(sql, statement, Vec::new())?;
+        }
+        Ok(())
+    })
+}
+
+/// One extension's status row.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct MetaRow {
+    pub revision: String,
+    pub state_version: u32,
+    pub stopped: Option<String>,
+    pub stopped_at: Option<i64>,
+    pub cursor: Option<i64>,
+}
+
+impl MetaRow {
+    /// Stopped, or still replaying missed settled work.
+    pub fn behind(&self) -> bool {
+        self.stopped.is_some() || self.cursor.is_some()
+    }
+}
+
+pub(super) fn meta_rows(sql: &dyn Sql) -> Result<BTreeMap<String, MetaRow>, SqlError> {
+    read_beside(
+        sql,
+        &[META],
+        &format!("SELECT id, revision, state_version, stopped, stopped_at, cursor FROM {META}"),
+        &[],
+    )?
+    .iter()
+    .map(|r| {
+        Ok((
+            r.text(0)?,
+            MetaRow {
+                revision: r.text(1)?,
+                state_version: u32::try_from(r.int(2)?).unwrap_or(u32::MAX),
+                stopped: r.opt_text(3)?,
+                stopped_at: r.opt_int(4)?,
+                cursor: r.opt_int(5)?,
+            },
+        ))
+    })
+    .collect()
+}
+
+pub(super) fn put_meta(sql: &dyn Sql, id: &str, m: &MetaRow, now_ms: i64) -> Result<(), SqlError> {
+    write(
+        sql,
+        &format!(
+            "INSERT OR REPLACE INTO {META}
+                (id, revision, state_version, stopped, stopped_at, cursor, updated_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?)"
+        ),
+        vec![
+            id.into(),
+            m.revision.as_str().into(),
+            i64::from(m.state_version).into(),
+            m.stopped.clone().into(),
+            m.stopped_at.into(),
+            m.cursor.into(),
+            now_ms.into(),
+        ],
+    )
+}
+
+/// Timer names by extension.
+pub(super) fn timer_names(sql: &dyn Sql) -> Result<BTreeMap<String, BTreeSet<String>>, SqlError> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for r in read_beside(
+        sql,
+        &[TIMERS],
+        &format!("SELECT ext, name FROM {TIMERS}"),
+        &[],
+    )? {
+        out.entry(r.text(0)?).or_default().insert(r.text(1)?);
+    }
+    Ok(out)
+}
+
+pub(super) fn log_head(sql: &dyn Sql) -> Result<i64, SqlError> {
+    let rows = read_beside(
+        sql,
+        &[LOG],
+        &format!("SELECT coalesce(max(seq), 0) FROM {LOG}"),
+        &[],
+    )?;
+    rows.first().map(|r| r.int(0)).unwrap_or(Ok(0))
+}
+
+/// One extension's rows: collection -> key -> row.
+pub(super) type Rows = BTreeMap<String, BTreeMap<String, Value>>;
+
+pub(super) fn load_rows(sql: &dyn Sql, id: &str) -> Result<Rows, SqlError> {
+    let table = state_table(id);
+    let mut rows: Rows = BTreeMap::new();
+    for r in read_beside(
+        sql,
+        &[&table],
+        &format!("SELECT collection, key, value FROM {table}"),
+        &[],
+    )? {
+        let value: Value = serde_json::from_str(&r.text(2)?)
+            .map_err(|e| SqlError::Decode(format!("{table}: stored row: {e}")))?;
+        rows.entry(r.text(0)?)
+            .or_default()
+            .insert(r.text(1)?, value);
+    }
+    Ok(rows)
+}
+
+/// A due timer.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct TimerRow {
+    pub ext: String,
+    pub name: String,
+    pub due_at: i64,
+    pub session_id: Option<String>,
+    pub payload: Value,
+}
+
+fn timer_row(r: &Row) -> Result<TimerRow, SqlError> {
+    Ok(TimerRow {
+        ext: r.text(0)?,
+        name: r.text(1)?,
+        due_at: r.int(2)?,
+        session_id: r.opt_text(3)?,
+        payload: serde_json::from_str(&r.text(4)?)
+            .map_err(|e| SqlError::Decode(format!("{TIMERS}: payload: {e}")))?,
+    })
+}
+
+/// Timers due at `now_ms`, earliest first.
+pub(super) fn due_timers(
+    sql: &dyn Sql,
+    now_ms: i64,
+    limit: usize,
+) -> Result<Vec<TimerRow>, SqlError> {
+    read(
+        sql,
+        &format!(
+            "SELECT ext, name, due_at, session_id, payload FROM {TIMERS}
+             WHERE due_at <= ? ORDER BY due_at, ext, name LIMIT ?"
+        ),
+        &[now_ms.into(), (limit as i64).into()],
+    )?
+    .iter()
+    .map(timer_row)
+    .collect()
+}
+
+pub(super) fn timer(sql: &dyn Sql, ext: &str, name: &str) -> Result<Option<TimerRow>, SqlError> {
+    read(
+        sql,
+        &format!(
+            "SELECT ext, name, due_at, session_id, payload FROM {TIMERS} WHERE ext = ? AND name = ?"
+        ),
+        &[ext.into(), name.into()],
+    )?
+    .first()
+    .map(timer_row)
+    .transpose()
+}
+
+/// The earliest timer of the extensions `ids`.
+pub(super) fn earliest_timer(sql: &dyn Sql, ids: &[&str]) -> Result<Option<i64>, SqlError> {
+    if ids.is_empty() {
+        return Ok(None);
+    }
+    let marks = vec!["?"; ids.len()].join(",");
+    let params: Vec<SqlValue> = ids.iter().map(|id| (*id).into()).collect();
+    read(
+        sql,
+        &format!("SELECT min(due_at) FROM {TIMERS} WHERE ext IN ({marks})"),
+        &params,
+    )?
+    .first()
+    .map(|r| r.opt_int(0))
+    .unwrap_or(Ok(None))
+}
+
+/// Logged settled work after `cursor`: `(seq, session_id, command_id)`.
+pub(super) fn log_after(
+    sql: &dyn Sql,
+    cursor: i64,
+    limit: usize,
+) -> Result<Vec<(i64, String, String)>, SqlError> {
+    read(
+        sql,
+        &format!(
+            "SELECT seq, session_id, command_id FROM {LOG} WHERE seq > ? ORDER BY seq LIMIT ?"
+        ),
+        &[cursor.into(), (limit as i64).into()],
+    )?
+    .iter()
+    .map(|r| Ok((r.int(0)?, r.text(1)?, r.text(2)?)))
+    .collect()
+}
+
+/// A replayed command's stored `(command, input, result)`.
+pub(super) fn request(
+    sql: &dyn Sql,
+    ext: &str,
+    scope: &str,
+    request_id: &str,
+) -> Result<Option<(String, String, String)>, SqlError> {
+    read(
+        sql,
+        &format!(
+            "SELECT command, input, result FROM {REQUESTS}
+             WHERE ext = ? AND scope = ? AND request_id = ?"
+        ),
+        &[ext.into(), scope.into(), request_id.into()],
+    )?
+    .first()
+    .map(|r| Ok((r.text(0)?, r.text(1)?, r.text(2)?)))
+    .transpose()
+}
+
+pub(super) fn request_count(sql: &dyn Sql, ext: &str) -> Result<usize, SqlError> {
+    let rows = read(
+        sql,
+        &format!("SELECT count(*) FROM {REQUESTS} WHERE ext = ?"),
+        &[ext.into()],
+    )?;
+    Ok(rows.first().map(|r| r.int(0)).unwrap_or(Ok(0))? as usize)
+}

@@ -1,0 +1,529 @@
+//! Extensions over real SQLite: revision, migrations, a throwing hook's
+//! rollback and stop, replay through the cursor after a resume, timers
+//! across a reopen, commands (replay, bounds, sends). The authored
+//! callbacks are Rust closures speaking the same JSON protocol as
+//! `js/extensions.mjs`.
+
+mod common;
+
+use common::Harness;
+use serde_json::{json, Value};
+use shiitake::error::ApiError;
+use shiitake::extension::{manifest, Extensions, Host, Invocation, Roster};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+type Handler = Box<dyn FnMut(&Value) -> Value>;
+
+/// Answers calls with a closure; shared so a test can change it.
+#[derive(Clone)]
+struct Script(Rc<RefCell<Handler>>);
+
+impl Script {
+    fn new(f: impl FnMut(&Value) -> Value + 'static) -> Self {
+        Script(Rc::new(RefCell::new(Box::new(f))))
+    }
+    fn set(&self, f: impl FnMut(&Value) -> Value + 'static) {
+        *self.0.borrow_mut() = Box::new(f);
+    }
+}
+
+impl Host for Script {
+    fn call(&self, request: &str) -> String {
+        let request: Value = serde_json::from_str(request).unwrap();
+        (self.0.borrow_mut())(&request).to_string()
+    }
+}
+
+/// A manifest as `js/extensions.mjs` makes it, with `patch` merged in.
+fn manifest(id: &str, patch: Value) -> Value {
+    let mut m = json!({
+        "id": id, "version": "0.0.0",
+        "config": null, "configSchema": null, "configValidate": false,
+        "state": {"version": 1, "collections": {
+            "count": {"document": true, "schema": {"type": "integer"}, "validate": true},
+            "seen": {"document": false, "schema": null, "validate": false}
+        }},
+        "migrations": [],
+        "commands": {
+            "bump": {"scope": "session", "inputSchema": {"type": "object", "properties": {"by": {"type": "integer"}}, "required": ["by"]}, "validate": true, "description": null},
+            "agent": {"scope": "agent", "inputSchema": null, "validate": false, "description": null}
+        },
+        "hooks": {"settled": true, "timer": true},
+        "projection": {"session": true, "agent": true},
+        "prompt": true, "tools": true,
+        "requests": {},
+        "grantKey": id, "feature": null
+    });
+    merge(&mut m, patch);
+    m
+}
+
+fn merge(a: &mut Value, b: Value) {
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+fn roster(manifests: &[Value]) -> Roster {
+    Roster::parse(&Value::Array(manifests.to_vec()).to_string()).unwrap()
+}
+
+fn ok(writes: Value) -> Value {
+    json!({"ok": true, "writes": writes})
+}
+
+fn count_of(request: &Value) -> i64 {
+    request["state"]["count"][""].as_i64().unwrap_or(0)
+}
+
+/// The tally host: a settled hook counts settlements and records each
+/// command id in order; `bump` adds `by`.
+fn tally() -> Script {
+    Script::new(|r| match r["kind"].as_str().unwrap() {
+        "settled" => {
+            let n = count_of(r) + 1;
+            let id = r["event"]["commandId"].as_str().unwrap();
+            ok(json!([
+                {"collection": "count", "key": "", "value": n},
+                {"collection": "seen", "key": format!("{n:04}"), "value": id}
+            ]))
+        }
+        "command" => {
+            let n = count_of(r) + r["event"]["input"]["by"].as_i64().unwrap_or(1);
+            json!({"ok": true, "writes": [{"collection": "count", "key": "", "value": n}], "result": {"count": n}})
+        }
+        "project" => json!({"ok": true, "value": {"count": count_of(r)}}),
+        other => json!({"ok": false, "error": format!("no {other} hook")}),
+    })
+}
+
+fn open(h: &mut Harness, manifests: &[Value], host: Script) {
+    h.extensions = Some(Extensions::new(roster(manifests), Box::new(host)));
+    with_ext(h, |e, ctx| e.open(ctx)).unwrap();
+}
+
+fn rows(h: &Harness, id: &str) -> Vec<(String, String, String)> {
+    let sql = h.sql();
+    shiitake::sql::read(
+        sql,
+        &format!("SELECT collection, key, value FROM shiitake_state_{id} ORDER BY collection, key"),
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.text(0).unwrap(), r.text(1).unwrap(), r.text(2).unwrap()))
+    .collect()
+}
+
+/// Admits a prompt (claimed at once in an idle Session) and cancels it:
+/// one settlement. Returns the command id.
+fn settle_one(h: &mut Harness, session: &str, request_id: &str) -> String {
+    let r = h.call(
+        "POST",
+        &format!("/sessions/{session}/commands"),
+        json!({"type": "prompt", "requestId": request_id, "text": "hi"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.json);
+    let id = r.json["commandId"].as_str().unwrap().to_owned();
+    let r = h.call(
+        "POST",
+        &format!("/sessions/{session}/commands"),
+        json!({"type": "cancel", "commandId": id}),
+    );
+    assert_eq!(r.status, 200, "{}", r.json);
+    id
+}
+
+fn stopped(h: &mut Harness, id: &str) -> Option<String> {
+    let s = with_ext(h, |e, ctx| e.statuses(ctx.store)).unwrap();
+    s.into_iter()
+        .find(|s| s.id == id)
+        .unwrap()
+        .stopped
+        .map(|s| s.reason)
+}
+
+fn with_ext<T>(
+    h: &mut Harness,
+    f: impl FnOnce(&Extensions, &mut shiitake::ctx::Ctx<'_>) -> T,
+) -> T {
+    h.with_ext(f)
+}
+
+#[test]
+fn the_revision_is_stable_and_moves_with_version_schemas_config_and_requests() {
+    let base = manifest("tally", json!({}));
+    let r = |m: &Value| {
+        roster(std::slice::from_ref(m)).entries()[0]
+            .revision
+            .clone()
+    };
+    let rev = r(&base);
+    assert_eq!(rev.len(), 32);
+    // Key order and callbacks (hooks, projections, prompt, tools) are not
+    // part of it.
+    let mut reordered: serde_json::Map<String, Value> = serde_json::Map::new();
+    for (k, v) in base.as_object().unwrap().iter().rev() {
+        reordered.insert(k.clone(), v.clone());
+    }
+    assert_eq!(r(&Value::Object(reordered)), rev);
+    assert_eq!(
+        r(&manifest(
+            "tally",
+            json!({"hooks": {"settled": false}, "prompt": false})
+        )),
+        rev
+    );
+    for patch in [
+        json!({"version": "0.0.1"}),
+        json!({"config": {"limit": 3}}),
+        json!({"state": {"collections": {"count": {"schema": {"type": "number"}}}}}),
+        json!({"commands": {"bump": {"inputSchema": {"properties": {"by": {"type": "number"}}}}}}),
+        json!({"requests": {"attention": true}}),
+    ] {
+        assert_ne!(r(&manifest("tally", patch.clone())), rev, "{patch}");
+    }
+    // The same definition gives the same revision in a fresh parse.
+    assert_eq!(
+        manifest::revision(&roster(&[base]).entries()[0].manifest),
+        rev
+    );
+}
+
+#[test]
+fn a_roster_is_closed_and_bounded_and_names_the_extension() {
+    let parse = |v: Value| Roster::parse(&v.to_string()).unwrap_err();
+    let e = parse(json!([manifest("tally", json!({"extra": 1}))]));
+    assert!(e.contains("extension tally") && e.contains("extra"), "{e}");
+    let e = parse(json!([
+        manifest("tally", json!({})),
+        manifest("tally", json!({}))
+    ]));
+    assert!(e.contains("listed twice"), "{e}");
+    let many: Vec<Value> = (0..17)
+        .map(|i| manifest(&format!("x{i}"), json!({})))
+        .collect();
+    assert!(parse(Value::Array(many)).contains("at most 16"));
+    let e = parse(json!([manifest(
+        "tally",
+        json!({"state": {"version": 3}, "migrations": [2]})
+    )]));
+    assert!(e.contains("one migration for each version 2..=3"), "{e}");
+    let e = parse(json!([manifest("Bad-Id", json!({}))]));
+    assert!(e.contains("id: 1 to 32"), "{e}");
+    let e = parse(json!([manifest(
+        "tally",
+        json!({"configSchema": {"type": "object", "required": ["a"]}, "configValidate": true, "config": {}})
+    )]));
+    assert!(e.contains("config") && e.contains("a"), "{e}");
+}
+
+#[test]
+fn a_settled_hook_commits_with_the_settlement_and_a_throwing_one_rolls_back_and_stops() {
+    let mut h = Harness::new();
+    let host = tally();
+    open(&mut h, &[manifest("tally", json!({}))], host.clone());
+    h.session("s");
+    let first = settle_one(&mut h, "s", "r1");
+    assert_eq!(
+        rows(&h, "tally"),
+        vec![
+            ("count".into(), "".into(), "1".into()),
+            ("seen".into(), "0001".into(), format!("\"{first}\"")),
+        ]
+    );
+    // A hook that throws: the settlement still commits, the extension's
+    // writes do not, and its stop is recorded.
+    host.set(|r| match r["kind"].as_str().unwrap() {
+        "settled" => json!({"ok": false, "error": "extension tally: the settled hook threw: boom"}),
+        _ => json!({"ok": false, "error": "no"}),
+    });
+    let second = settle_one(&mut h, "s", "r2");
+    let settlement = h.call(
+        "GET",
+        &format!("/sessions/s/settlement?commandId={second}"),
+        Value::Null,
+    );
+    assert_eq!(settlement.json["terminal"], "cancelled");
+    assert_eq!(
+        rows(&h, "tally").len(),
+        2,
+        "no write of the throwing hook is kept"
+    );
+    let reason = stopped(&mut h, "tally").expect("stopped");
+    assert!(reason.contains("boom"), "{reason}");
+    // A hook that writes past a bound fails the same way (a second
+    // extension, so the first stays as it is).
+    let _ = second;
+}
+
+#[test]
+fn a_resumed_extension_replays_missed_settlements_once_in_order() {
+    let mut h = Harness::new();
+    let host = tally();
+    open(&mut h, &[manifest("tally", json!({}))], host.clone());
+    h.session("s");
+    let a = settle_one(&mut h, "s", "a");
+    host.set(|_| json!({"ok": false, "error": "down"}));
+    let b = settle_one(&mut h, "s", "b");
+    assert!(stopped(&mut h, "tally").is_some());
+    // Stopped: no hook runs (the host would fail the test if called).
+    host.set(|r| panic!("a stopped extension's hook ran: {r}"));
+    let c = settle_one(&mut h, "s", "c");
+    let d = settle_one(&mut h, "s", "d");
+    // Deadline: nothing to replay while stopped.
+    let deadline = with_ext(&mut h, |e, ctx| e.next_deadline(ctx.store, ctx.now_ms)).unwrap();
+    assert_eq!(deadline, None);
+    host.set({
+        let inner = tally();
+        move |r| {
+            let text = inner.call(&r.to_string());
+            serde_json::from_str(&text).unwrap()
+        }
+    });
+    let status = with_ext(&mut h, |e, ctx| e.resume(ctx, "tally")).unwrap();
+    assert!(status.stopped.is_none() && status.behind);
+    // Work is due now; one pass replays all three (b, c, d) in order.
+    let now = h.now_ms;
+    let deadline = with_ext(&mut h, |e, ctx| e.next_deadline(ctx.store, ctx.now_ms)).unwrap();
+    assert!(deadline.is_some_and(|d| d > now));
+    // A settlement while catching up is logged behind them, not run first.
+    let e_ = settle_one(&mut h, "s", "e");
+    let more = with_ext(&mut h, |e, ctx| e.catch_up(ctx)).unwrap();
+    assert!(!more);
+    let seen: Vec<String> = rows(&h, "tally")
+        .into_iter()
+        .filter(|r| r.0 == "seen")
+        .map(|r| r.2.trim_matches('"').to_owned())
+        .collect();
+    assert_eq!(seen, vec![a, b, c, d, e_.clone()]);
+    // Nothing is replayed twice; new settlements run at once again.
+    assert!(!with_ext(&mut h, |e, ctx| e.catch_up(ctx)).unwrap());
+    let f = settle_one(&mut h, "s", "f");
+    let seen = rows(&h, "tally")
+        .into_iter()
+        .filter(|r| r.0 == "seen")
+        .count();
+    assert_eq!(seen, 6, "{f}");
+    let logged = shiitake::sql::read(h.sql(), "SELECT count(*) FROM shiitake_ext_log", &[])
+        .unwrap()[0]
+        .int(0)
+        .unwrap();
+    assert_eq!(logged, 0, "the log is pruned once every cursor passed it");
+}
+
+#[test]
+fn migrations_run_once_in_order_in_one_transition() {
+    let mut h = Harness::new();
+    open(&mut h, &[manifest("tally", json!({}))], tally());
+    h.session("s");
+    settle_one(&mut h, "s", "a");
+    let order = Rc::new(RefCell::new(Vec::new()));
+    let v3 = manifest(
+        "tally",
+        json!({"version": "0.1.0", "state": {"version": 3, "collections": {"count": {"schema": {"type": "object"}}}}, "migrations": [2, 3]}),
+    );
+    // A failing migration: stopped, state untouched, version unchanged.
+    let failing = Script::new(|r| match r["kind"].as_str() {
+        Some("migrate") => json!({"ok": false, "error": "migration 3 threw"}),
+        _ => json!({"ok": false, "error": "not now"}),
+    });
+    h.restart();
+    open(&mut h, std::slice::from_ref(&v3), failing);
+    assert!(stopped(&mut h, "tally")
+        .unwrap()
+        .contains("migrating state 1 -> 3"));
+    assert_eq!(rows(&h, "tally")[0].2, "1");
+    // The next revision migrates: one call from 1 to 3, then never again.
+    let log = order.clone();
+    let migrate = Script::new(move |r| {
+        if r["kind"] != "migrate" {
+            return json!({"ok": true});
+        }
+        log.borrow_mut()
+            .push((r["event"]["from"].clone(), r["event"]["to"].clone()));
+        ok(json!([{"collection": "count", "key": "", "value": {"n": count_of(r) + 100}}]))
+    });
+    let mut v3b = v3.clone();
+    merge(&mut v3b, json!({"version": "0.1.1"}));
+    h.restart();
+    open(&mut h, &[v3b.clone()], migrate.clone());
+    assert_eq!(*order.borrow(), vec![(json!(1), json!(3))]);
+    assert!(stopped(&mut h, "tally").is_none());
+    assert_eq!(rows(&h, "tally")[0].2, r#"{"n":101}"#);
+    h.restart();
+    open(&mut h, &[v3b], migrate);
+    assert_eq!(order.borrow().len(), 1, "a migration runs once");
+    // A definition older than the stored state refuses to run.
+    h.restart();
+    open(
+        &mut h,
+        &[manifest("tally", json!({"version": "0.2.0"}))],
+        tally(),
+    );
+    assert!(stopped(&mut h, "tally")
+        .unwrap()
+        .contains("newer than this definition"));
+}
+
+#[test]
+fn a_timer_survives_a_reopen_fires_once_and_may_send_a_prompt() {
+    let mut h = Harness::new();
+    let host = Script::new(
+        |r| match (r["kind"].as_str().unwrap(), r["event"]["name"].as_str()) {
+            ("command", _) => json!({"ok": true, "timers": [
+                {"name": "nudge", "at": r["now"].as_i64().unwrap() + 1000, "sessionId": "s", "payload": {"text": "still there?"}}
+            ]}),
+            ("timer", Some("nudge")) => json!({"ok": true,
+            "writes": [{"collection": "count", "key": "", "value": count_of(r) + 1}],
+            "sends": [{"sessionId": r["event"]["sessionId"], "text": r["event"]["payload"]["text"]}]}),
+            _ => json!({"ok": false, "error": "unexpected"}),
+        },
+    );
+    open(
+        &mut h,
+        &[manifest("tally", json!({"hooks": {"settled": false}}))],
+        host.clone(),
+    );
+    h.session("s");
+    let set = with_ext(&mut h, |e, ctx| {
+        e.command(
+            ctx,
+            Invocation {
+                extension: "tally",
+                command: "bump",
+                session_id: Some("s"),
+                request_id: Some("t1"),
+                input: json!({"by": 1}),
+            },
+        )
+    })
+    .unwrap();
+    assert_eq!(set.result, Value::Null);
+    let due = h.now_ms + 1000;
+    // Restart: the timer is durable.
+    h.restart();
+    open(
+        &mut h,
+        &[manifest("tally", json!({"hooks": {"settled": false}}))],
+        host,
+    );
+    let deadline = with_ext(&mut h, |e, ctx| e.next_deadline(ctx.store, ctx.now_ms)).unwrap();
+    assert!(
+        deadline.is_some_and(|d| (due - 5..=due).contains(&d)),
+        "{deadline:?} vs {due}"
+    );
+    let early = with_ext(&mut h, |e, ctx| e.fire_due(ctx)).unwrap();
+    assert_eq!(early.timers, 0);
+    h.now_ms = due + 10;
+    let fired = with_ext(&mut h, |e, ctx| e.fire_due(ctx)).unwrap();
+    assert_eq!(fired.timers, 1);
+    assert_eq!(fired.admitted.len(), 1);
+    assert_eq!(fired.admitted[0].0, "s");
+    let again = with_ext(&mut h, |e, ctx| e.fire_due(ctx)).unwrap();
+    assert_eq!(again.timers, 0, "a timer fires once");
+    assert_eq!(rows(&h, "tally")[0].2, "1");
+    let read = h.call("GET", "/sessions/s", Value::Null);
+    let texts: Vec<&str> = read.json["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["text"].as_str())
+        .collect();
+    assert_eq!(texts, vec!["still there?"]);
+}
+
+#[test]
+fn commands_replay_by_request_id_and_refuse_by_name() {
+    let mut h = Harness::new();
+    let host = tally();
+    open(
+        &mut h,
+        &[manifest("tally", json!({"hooks": {"settled": false}}))],
+        host.clone(),
+    );
+    h.session("s");
+    let run = |h: &mut Harness,
+               command: &'static str,
+               session: Option<&'static str>,
+               request: Option<&'static str>,
+               input: Value| {
+        with_ext(h, |e, ctx| {
+            e.command(
+                ctx,
+                Invocation {
+                    extension: "tally",
+                    command,
+                    session_id: session,
+                    request_id: request,
+                    input,
+                },
+            )
+        })
+    };
+    let a = run(&mut h, "bump", Some("s"), Some("q1"), json!({"by": 2})).unwrap();
+    assert_eq!(a.result, json!({"count": 2}));
+    // Same id, same input: the stored result; the handler does not run again.
+    let b = run(&mut h, "bump", Some("s"), Some("q1"), json!({"by": 2})).unwrap();
+    assert_eq!(b.result, json!({"count": 2}));
+    assert_eq!(rows(&h, "tally")[0].2, "2");
+    let code = |e: ApiError| (e.status(), e.code(), e.to_string());
+    let e = code(run(&mut h, "bump", Some("s"), Some("q1"), json!({"by": 3})).unwrap_err());
+    assert_eq!(e.1, "request_conflict");
+    let e = code(run(&mut h, "bump", Some("s"), None, json!({"by": "x"})).unwrap_err());
+    assert_eq!((e.0, e.1), (400, "invalid_request"));
+    assert!(e.2.contains("tally.bump") && e.2.contains("/by"), "{}", e.2);
+    let e = code(run(&mut h, "nope", Some("s"), None, json!({})).unwrap_err());
+    assert_eq!(e.1, "extension_command_not_found");
+    let e = code(run(&mut h, "bump", None, None, json!({"by": 1})).unwrap_err());
+    assert!(e.2.contains("runs in a Session"), "{}", e.2);
+    let e = code(run(&mut h, "bump", Some("gone"), None, json!({"by": 1})).unwrap_err());
+    assert_eq!(e.1, "session_not_found");
+    // A handler writing past a bound: 422 naming the extension and bound;
+    // nothing kept.
+    host.set(|r| {
+        let writes: Vec<Value> = (0..1001)
+            .map(|i| json!({"collection": "seen", "key": format!("k{i}"), "value": i}))
+            .collect();
+        let _ = r;
+        json!({"ok": true, "writes": writes})
+    });
+    let e = code(run(&mut h, "bump", Some("s"), None, json!({"by": 1})).unwrap_err());
+    assert_eq!((e.0, e.1), (422, "extension_limit"));
+    assert!(
+        e.2.contains("extension tally") && e.2.contains("at most 1000"),
+        "{}",
+        e.2
+    );
+    host.set(
+        |_| json!({"ok": true, "writes": [{"collection": "count", "key": "", "value": "text"}]}),
+    );
+    let e = code(run(&mut h, "bump", Some("s"), None, json!({"by": 1})).unwrap_err());
+    assert!(e.2.contains("collection count"), "{}", e.2);
+    host.set(|r| {
+        let timers: Vec<Value> = (0..65)
+            .map(|i| json!({"name": format!("t{i}"), "at": r["now"]}))
+            .collect();
+        json!({"ok": true, "timers": timers})
+    });
+    let e = code(run(&mut h, "bump", Some("s"), None, json!({"by": 1})).unwrap_err());
+    assert!(e.2.contains("at most 64"), "{}", e.2);
+    host.set(|_| json!({"ok": false, "error": "extension tally: the command bump threw: nope"}));
+    let e = code(run(&mut h, "bump", Some("s"), None, json!({"by": 1})).unwrap_err());
+    assert_eq!((e.0, e.1), (422, "extension_command_failed"));
+    assert_eq!(
+        rows(&h, "tally")[0].2,
+        "2",
+        "no refused command wrote anything"
+    );
+    assert!(
+        stopped(&mut h, "tally").is_none(),
+        "a failed command does not stop its extension"
+    );
+}
