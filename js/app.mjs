@@ -20,6 +20,10 @@ const ROUTES = [
   ["/sessions/:sessionId/watch", ["GET"]],
   ["/sessions/:sessionId/settlement", ["GET"]],
   ["/sessions/:sessionId/pending/latest", ["GET"]],
+  ["/sessions/:sessionId/extensions/:extensionId/commands/:command", ["POST"]],
+  ["/extensions", ["GET"]],
+  ["/extensions/:extensionId", ["GET"]],
+  ["/extensions/:extensionId/commands/:command", ["POST"]],
 ];
 
 function errorResponse(c, status, code, message, headers) {

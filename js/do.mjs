@@ -5,6 +5,7 @@ import * as wasm from "../build/wasm/shiitake.js";
 import { runGuest } from "./execute.mjs";
 import { WORKSPACE } from "./files.mjs";
 import { readBounded } from "./bounded.mjs";
+import { manifestOf, normalizeRoster, runHook } from "./extensions.mjs";
 
 // One wasm instance serves every Durable Object of this isolate. A Rust panic
 // (panic=abort) traps it as a WebAssembly.RuntimeError and leaves its memory
@@ -112,6 +113,8 @@ function isEventStream(response) {
 export class ShiitakeDO extends DurableObject {
   #core = null;
   #coreGeneration = -1;
+  // The host's initialize(extensions) while it runs (a promise), else null.
+  #initializing = null;
 
   /**
    * Host hook, asked first for every request the object receives. Return a
@@ -133,12 +136,60 @@ export class ShiitakeDO extends DurableObject {
     return undefined;
   }
 
+  /**
+   * Host hook: the extension roster, or `undefined` for none. Read once per
+   * instance. Each item is a definition (`defineExtension` from
+   * `shiitake/extensions`) or `{ extension, grantKey?, feature?, config? }`.
+   */
+  extensions() {
+    return undefined;
+  }
+
+  /**
+   * Host hook, optional: `initialize(extensions)` runs when an instance
+   * starts, before any queued or host work, to commit Agent-scope extension
+   * commands (`extensions.command(id, name, input, { requestId })`). If it
+   * throws (or its promise rejects), this instance stays closed: every
+   * request answers 503 `runtime_closed` and the durable work waits for a
+   * later open.
+   */
+
+  /**
+   * Host-only: runs an extension command in process. `options`:
+   * `{ sessionId?, requestId?, input? }` (no sessionId: an Agent-scope
+   * command). Returns its result; refusals throw an Error with `code` and
+   * `status`.
+   */
+  async extensionCommand(extensionId, command, options = {}) {
+    await this.#ready();
+    return this.#sync((core) => runCommand(core, extensionId, command, options));
+  }
+
+  /** Host-only: resumes a stopped extension; returns its status. */
+  async resumeExtension(extensionId) {
+    await this.#ready();
+    return this.#sync((core) => JSON.parse(core.resumeExtension(extensionId)));
+  }
+
+  /** Host-only: every roster extension's status. */
+  async extensionStatuses() {
+    await this.#ready();
+    return this.#sync((core) => JSON.parse(core.extensionStatuses()));
+  }
+
+  // The core, once the host's initialize (if any) has run on it.
+  async #ready() {
+    this.#coreNow();
+    if (this.#initializing !== null) await this.#initializing;
+  }
+
   async fetch(request) {
     // hostFetch may answer synchronously; only a promise is awaited, so the
     // common fall-through costs no extra turn of the event loop.
     let answer = this.hostFetch(request);
     if (typeof answer?.then === "function") answer = await answer;
     if (answer !== undefined) return answer;
+    await this.#ready();
     const response = await this.#serve(request);
     return isEventStream(response) ? this.#resumable(request, response) : response;
   }
@@ -212,6 +263,7 @@ export class ShiitakeDO extends DurableObject {
   }
 
   async alarm() {
+    await this.#ready();
     for (let attempt = 0; ; attempt++) {
       const seen = generation;
       try {
@@ -264,11 +316,73 @@ export class ShiitakeDO extends DurableObject {
       const id = this.ctx.id.toString();
       const heads = spared.get(id);
       spared.delete(id);
-      this.#core = new wasm.ShiitakeCore(this.ctx, this.env, toolHost(this), heads ? JSON.stringify(heads) : undefined);
+      const core = new wasm.ShiitakeCore(this.ctx, this.env, toolHost(this), extensionHost(this), heads ? JSON.stringify(heads) : undefined);
+      this.#core = core;
       this.#coreGeneration = generation;
+      this.#initializing = null;
+      if (typeof this.initialize === "function") this.#initialize(core);
     }
     return this.#core;
   }
+
+  // Runs the host's initialize on a fresh core; a failure closes it.
+  #initialize(core) {
+    const handle = {
+      command: (extensionId, command, input, options = {}) => runCommand(core, extensionId, command, { ...options, input }),
+    };
+    const fail = (error) => {
+      const reason = String(error?.message ?? error);
+      console.error("shiitake: initialize(extensions) failed; this instance stays closed:", reason);
+      core.close(reason);
+    };
+    try {
+      const done = this.initialize(handle);
+      if (typeof done?.then === "function") {
+        this.#initializing = Promise.resolve(done).then(
+          () => {},
+          (error) => fail(error),
+        );
+      }
+    } catch (error) {
+      fail(error);
+    }
+  }
+}
+
+// One extension command through the core; the result parsed.
+function runCommand(core, extensionId, command, { sessionId, requestId, input } = {}) {
+  const text = core.extensionCommand(extensionId, command, sessionId, requestId, JSON.stringify(input ?? null));
+  return JSON.parse(text);
+}
+
+// The extension host the core calls (src/host/extensions.rs): the roster as
+// manifests, and one synchronous callback per call. Nothing here decides.
+function extensionHost(object) {
+  let entries;
+  try {
+    const roster = object.extensions();
+    if (roster === undefined || roster === null) return undefined;
+    entries = normalizeRoster(roster);
+  } catch (error) {
+    const message = String(error?.message ?? error);
+    return { manifests: () => JSON.stringify({ error: message }), call: () => JSON.stringify({ ok: false, error: message }) };
+  }
+  const described = entries.map(manifestOf);
+  const byId = new Map(described.map((manifest, i) => [manifest.id, entries[i]]));
+  const manifests = JSON.stringify(described);
+  return {
+    manifests: () => manifests,
+    call(requestText) {
+      try {
+        const request = JSON.parse(requestText);
+        const entry = byId.get(request.ext);
+        if (entry === undefined) return JSON.stringify({ ok: false, error: `extension ${request.ext} is not in the roster` });
+        return JSON.stringify(runHook(entry, request));
+      } catch (error) {
+        return JSON.stringify({ ok: false, error: String(error?.message ?? error) });
+      }
+    },
+  };
 }
 
 /**

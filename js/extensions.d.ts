@@ -146,7 +146,12 @@ export interface VersionedState<S extends StateDeclarations, C> {
 /** The Session a call is about: its id and committed transcript position. */
 export interface SessionRef {
   readonly id: string;
-  readonly position: number;
+  /**
+   * The Session's committed position (its newest entry's sequence), read in
+   * the calling transaction; `null` in settled hooks and projections (a
+   * settled hook runs inside the settling write, after its own appends).
+   */
+  readonly position: number | null;
 }
 
 /** The run a prompt or tools call is for. */

@@ -696,7 +696,7 @@ function call(entry, r, request) {
   let session;
   if (request.session !== undefined && request.session !== null) {
     const s = request.session;
-    if (!isPlainObject(s) || typeof s.id !== "string" || !Number.isSafeInteger(s.position)) throw bad("session must be { id, position } or null");
+    if (!isPlainObject(s) || typeof s.id !== "string" || !(s.position === null || Number.isSafeInteger(s.position))) throw bad("session must be { id, position } or null");
     session = Object.freeze({ id: s.id, position: s.position });
   }
   if (!isPlainObject(event)) throw bad("event must be an object");

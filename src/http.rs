@@ -6,6 +6,7 @@
 use crate::agent;
 use crate::ctx::Ctx;
 use crate::error::ApiError;
+use crate::extension::{Extensions, Invocation};
 use crate::json::parse_body;
 use crate::limits::{
     BODY_BYTES_MAX, LIST_PAGE_SESSIONS_MAX, PAGE_LIMIT_DEFAULT, READ_PAGE_MESSAGES_MAX,
@@ -50,9 +51,9 @@ pub struct HttpResponse {
 pub struct Effects {
     /// Work may be claimable: request reconciliation through the alarm.
     pub reconcile: bool,
-    /// A turn claimed at admission that this instance has not started: its
+    /// Turns claimed at admission that this instance has not started: their
     /// first attempt is already counted.
-    pub fresh_turn: Option<String>,
+    pub fresh_turns: Vec<String>,
     /// Running turns (by head command) whose model calls must stop.
     pub stop_turns: Vec<String>,
     /// Frames for the Session's watchers.
@@ -73,6 +74,17 @@ pub struct Effects {
 pub struct Park {
     pub command_id: String,
     pub timeout_ms: u64,
+}
+
+impl Effects {
+    /// Joins the effects of another admission into these.
+    pub fn add(&mut self, other: Effects) {
+        self.reconcile |= other.reconcile;
+        self.fresh_turns.extend(other.fresh_turns);
+        self.frames.extend(other.frames);
+        self.settled.extend(other.settled);
+        self.stop_turns.extend(other.stop_turns);
+    }
 }
 
 impl HttpResponse {
@@ -129,12 +141,16 @@ fn cancellation_effects(
     }
 }
 
-/// Serves one request.
-pub fn handle(ctx: &mut Ctx<'_>, req: &HttpRequest) -> HttpResponse {
-    route(ctx, req).unwrap_or_else(HttpResponse::from)
+/// Serves one request; `ext`: the Agent's extensions, if its host runs any.
+pub fn handle(ctx: &mut Ctx<'_>, ext: Option<&Extensions>, req: &HttpRequest) -> HttpResponse {
+    route(ctx, ext, req).unwrap_or_else(HttpResponse::from)
 }
 
-fn route(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, ApiError> {
+fn route(
+    ctx: &mut Ctx<'_>,
+    ext: Option<&Extensions>,
+    req: &HttpRequest,
+) -> Result<HttpResponse, ApiError> {
     if req.body.len() > BODY_BYTES_MAX {
         return Err(ApiError::PayloadTooLarge {
             bytes_max: BODY_BYTES_MAX,
@@ -147,6 +163,11 @@ fn route(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, ApiError>
         other => other,
     };
     match segments.as_slice() {
+        ["extensions", rest @ ..] => extension_route(ctx, ext, req, method, None, rest),
+        ["sessions", id, "extensions", rest @ ..] => {
+            agent::validate_session_id(id)?;
+            extension_route(ctx, ext, req, method, Some(id), rest)
+        }
         ["sessions"] => match method {
             "GET" => list_sessions(ctx, req),
             "POST" => create_session(ctx, req),
@@ -155,14 +176,14 @@ fn route(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, ApiError>
         ["sessions", id, rest @ ..] => {
             agent::validate_session_id(id)?;
             match (rest, method) {
-                ([], "GET") => read_session(ctx, req, id),
+                ([], "GET") => read_session(ctx, ext, req, id),
                 ([], "DELETE") => delete_session(ctx, req, id),
                 ([], _) => Err(ApiError::MethodNotAllowed("GET, DELETE")),
                 (["commands"], "POST") => command(ctx, req, id),
                 (["withdraw"], "POST") => withdraw(ctx, req, id),
                 (["commands" | "withdraw"], _) => Err(ApiError::MethodNotAllowed("POST")),
                 (["settlement"], "GET") => settlement(ctx, req, id),
-                (["watch"], "GET") => watch(ctx, req, id),
+                (["watch"], "GET") => watch(ctx, ext, req, id),
                 (["pending", "latest"], "GET") => latest_pending(ctx, req, id),
                 (["settlement" | "watch"] | ["pending", "latest"], _) => {
                     Err(ApiError::MethodNotAllowed("GET"))
@@ -208,9 +229,14 @@ fn delete_session(
 }
 
 /// The watch's snapshot; the host turns the answer into the event stream.
-fn watch(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResponse, ApiError> {
+fn watch(
+    ctx: &mut Ctx<'_>,
+    ext: Option<&Extensions>,
+    req: &HttpRequest,
+    id: &str,
+) -> Result<HttpResponse, ApiError> {
     Query::parse(&req.query, &[])?;
-    let page = read::page(ctx, id, None, PAGE_LIMIT_DEFAULT)?;
+    let page = with_projections(ctx, ext, id, read::page(ctx, id, None, PAGE_LIMIT_DEFAULT)?)?;
     Ok(HttpResponse::json(200, &page).with(Effects {
         watch: Some(id.to_owned()),
         ..Effects::default()
@@ -278,14 +304,115 @@ fn create_session(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, 
     ))
 }
 
-fn read_session(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResponse, ApiError> {
+fn read_session(
+    ctx: &mut Ctx<'_>,
+    ext: Option<&Extensions>,
+    req: &HttpRequest,
+    id: &str,
+) -> Result<HttpResponse, ApiError> {
     let query = Query::parse(&req.query, &["before", "limit"])?;
     let limit = query.limit(READ_PAGE_MESSAGES_MAX)?;
     let before = query.cursor("before")?;
+    let page = read::page(ctx, id, before, limit)?;
     Ok(HttpResponse::json(
         200,
-        &read::page(ctx, id, before, limit)?,
+        &with_projections(ctx, ext, id, page)?,
     ))
+}
+
+/// A Session page with its extensions' Session projections (`extensions`,
+/// by extension id; an extension publishing none is absent), when the
+/// Agent runs extensions.
+pub fn with_projections(
+    ctx: &Ctx<'_>,
+    ext: Option<&Extensions>,
+    id: &str,
+    page: impl Serialize,
+) -> Result<serde_json::Value, ApiError> {
+    let mut value = serde_json::to_value(page).map_err(|e| ApiError::Internal(e.to_string()))?;
+    if let (Some(ext), serde_json::Value::Object(map)) = (ext, &mut value) {
+        if !ext.roster().is_empty() {
+            let (projections, _failed) = ext.session_projections(ctx.store, id);
+            map.insert("extensions".into(), serde_json::json!(projections));
+        }
+    }
+    Ok(value)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ExtensionCommand {
+    #[serde(default)]
+    request_id: Option<String>,
+    #[serde(default)]
+    input: Option<serde_json::Value>,
+}
+
+/// `/extensions...` and `/sessions/:id/extensions...`: the roster's status
+/// and its commands.
+fn extension_route(
+    ctx: &mut Ctx<'_>,
+    ext: Option<&Extensions>,
+    req: &HttpRequest,
+    method: &str,
+    session_id: Option<&str>,
+    rest: &[&str],
+) -> Result<HttpResponse, ApiError> {
+    let none = Extensions::none();
+    let ext = ext.unwrap_or(&none);
+    match (session_id, rest, method) {
+        (None, [], "GET") => {
+            Query::parse(&req.query, &[])?;
+            let list = ext.statuses(ctx.store)?;
+            Ok(HttpResponse::json(
+                200,
+                &serde_json::json!({ "extensions": list }),
+            ))
+        }
+        (None, [id], "GET") => {
+            Query::parse(&req.query, &[])?;
+            Ok(HttpResponse::json(200, &ext.status(ctx.store, id)?))
+        }
+        (_, [id, "commands", name], "POST") => {
+            Query::parse(&req.query, &[])?;
+            let body: ExtensionCommand = if req.body.iter().all(u8::is_ascii_whitespace) {
+                ExtensionCommand {
+                    request_id: None,
+                    input: None,
+                }
+            } else {
+                parse_body(&req.body)?
+            };
+            if let Some(r) = &body.request_id {
+                validate_request_id(r)?;
+            }
+            let invoked = ext.command(
+                ctx,
+                Invocation {
+                    extension: id,
+                    command: name,
+                    session_id,
+                    request_id: body.request_id.as_deref(),
+                    input: body.input.unwrap_or(serde_json::Value::Null),
+                },
+            )?;
+            let mut effects = Effects::default();
+            for sent in &invoked.sent {
+                effects.add(admission_effects(
+                    &sent.session_id,
+                    &sent.request_id,
+                    &sent.admitted,
+                ));
+            }
+            Ok(
+                HttpResponse::json(200, &serde_json::json!({ "result": invoked.result }))
+                    .with(effects),
+            )
+        }
+        (None, [] | [_], _) => Err(ApiError::MethodNotAllowed("GET")),
+        (_, [_, "commands", _], _) => Err(ApiError::MethodNotAllowed("POST")),
+        _ => Err(ApiError::NotFound),
+    }
 }
 
 fn command(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResponse, ApiError> {
@@ -325,7 +452,7 @@ fn command(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpRespons
 /// once, wake the run loop and mark the turn fresh. A prompt behind a
 /// running turn starts when that ends, a steer joins at its next step: no
 /// wake needed.
-fn admission_effects(
+pub fn admission_effects(
     session_id: &str,
     request_id: &str,
     admitted: &admission::Admitted,
@@ -347,7 +474,7 @@ fn admission_effects(
     }
     Effects {
         reconcile: admitted.claimed,
-        fresh_turn: admitted.claimed.then_some(command_id),
+        fresh_turns: admitted.claimed.then_some(command_id).into_iter().collect(),
         frames,
         ..Effects::default()
     }

@@ -31,6 +31,15 @@ pub enum Frame {
     Settled {
         settlement: Settlement,
     },
+    /// An extension's projection, published after the commit that changed
+    /// it: its Session projection on that Session's watch, its Agent
+    /// projection (`scope: "agent"`) on every watch.
+    #[serde(rename_all = "camelCase")]
+    Extension {
+        extension_id: String,
+        scope: &'static str,
+        value: serde_json::Value,
+    },
     /// Something the run could not offer, said once at its start (e.g.
     /// `execute` without a `LOADER` binding).
     #[serde(rename_all = "camelCase")]

@@ -246,15 +246,13 @@ impl Sim {
             waited: false,
         };
         let response = self
-            .with_ctx(|ctx| handle(ctx, &req))
+            .with_ctx(|ctx| handle(ctx, None, &req))
             .expect("no crash in a request");
         let effects = response.effects;
         for (_, frame) in effects.frames {
             self.world.events.push(Event::Frame(frame));
         }
-        if let Some(head) = effects.fresh_turn {
-            self.fresh.insert(head);
-        }
+        self.fresh.extend(effects.fresh_turns);
         let json = response
             .body
             .as_deref()

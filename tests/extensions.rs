@@ -424,8 +424,8 @@ fn a_timer_survives_a_reopen_fires_once_and_may_send_a_prompt() {
     h.now_ms = due + 10;
     let fired = with_ext(&mut h, |e, ctx| e.fire_due(ctx)).unwrap();
     assert_eq!(fired.timers, 1);
-    assert_eq!(fired.admitted.len(), 1);
-    assert_eq!(fired.admitted[0].0, "s");
+    assert_eq!(fired.sent.len(), 1);
+    assert_eq!(fired.sent[0].session_id, "s");
     let again = with_ext(&mut h, |e, ctx| e.fire_due(ctx)).unwrap();
     assert_eq!(again.timers, 0, "a timer fires once");
     assert_eq!(rows(&h, "tally")[0].2, "1");

@@ -597,7 +597,7 @@ fn a_settlement_wait_longer_than_the_bound_is_clamped_not_refused() {
             body: Vec::new(),
             waited: false,
         };
-        let r = h.with_ctx(|ctx| handle(ctx, &req));
+        let r = h.with_ctx(|ctx| handle(ctx, None, &req));
         assert_eq!(r.status, 200, "timeoutMs={asked}");
         let park = r.effects.park.expect("an unsettled command parks the poll");
         assert_eq!(park.timeout_ms, parked, "timeoutMs={asked}");

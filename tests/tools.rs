@@ -517,7 +517,7 @@ fn a_cancelled_tool_turn_closes_its_open_calls_for_good() {
             .into_bytes(),
         waited: false,
     };
-    let r = h.with_ctx(|ctx| handle(ctx, &cancel));
+    let r = h.with_ctx(|ctx| handle(ctx, None, &cancel));
     assert_eq!(r.status, 200, "{:?}", r.body);
     let frames: Vec<Value> = r
         .effects

@@ -144,15 +144,31 @@ pub struct Invocation<'a> {
 #[derive(Debug)]
 pub struct Invoked {
     pub result: Value,
-    /// `(sessionId, admission)` of each prompt it sent.
-    pub admitted: Vec<(String, Admitted)>,
+    pub sent: Vec<Sent>,
+}
+
+/// A prompt a command or a timer sent, as admitted.
+#[derive(Debug)]
+pub struct Sent {
+    pub session_id: String,
+    pub request_id: String,
+    pub admitted: Admitted,
 }
 
 /// What one pass of timers did.
 #[derive(Debug, Default)]
 pub struct Fired {
     pub timers: usize,
-    pub admitted: Vec<(String, Admitted)>,
+    pub sent: Vec<Sent>,
+}
+
+/// The host of an empty roster: never called.
+struct NoHost;
+
+impl Host for NoHost {
+    fn call(&self, _request: &str) -> String {
+        r#"{"ok":false,"error":"no extensions"}"#.into()
+    }
 }
 
 /// One extension as the host sees it.
@@ -198,6 +214,11 @@ impl Extensions {
             cache: RefCell::new(None),
             touched: RefCell::new(BTreeSet::new()),
         }
+    }
+
+    /// An Agent without extensions.
+    pub fn none() -> Self {
+        Extensions::new(Roster::default(), Box::new(NoHost))
     }
 
     pub fn roster(&self) -> &Roster {
@@ -668,7 +689,7 @@ impl Extensions {
                     return if command == inv.command && input == canonical {
                         Ok(Invoked {
                             result: serde_json::from_str(&result).map_err(internal)?,
-                            admitted: Vec::new(),
+                            sent: Vec::new(),
                         })
                     } else {
                         Err(ApiError::RequestConflict(request_id.to_owned()))
@@ -752,8 +773,8 @@ impl Extensions {
                     ],
                 )?;
             }
-            let admitted = commit_sends(store, ids, now_ms, &prepared)?;
-            Ok(Invoked { result, admitted })
+            let sent = commit_sends(store, ids, now_ms, &prepared)?;
+            Ok(Invoked { result, sent })
         })
     }
 
@@ -783,7 +804,7 @@ impl Extensions {
         {
             let entry = self.entry(&timer.ext)?;
             let ids = &mut *ctx.ids;
-            let admitted = atomically(sql, || {
+            let sent = atomically(sql, || {
                 // Reads first: is it still due, and as what.
                 let Some(current) = tables::timer(sql, &timer.ext, &timer.name)? else {
                     return Ok(Vec::new());
@@ -856,7 +877,7 @@ impl Extensions {
                 commit_sends(store, ids, now_ms, &prepared)
             })?;
             fired.timers += 1;
-            fired.admitted.extend(admitted);
+            fired.sent.extend(sent);
         }
         Ok(fired)
     }
@@ -1064,6 +1085,11 @@ impl Extensions {
         .map_err(Failure::reason)
     }
 
+    /// One extension's status, with its Agent projection.
+    pub fn status(&self, store: Store<'_>, id: &str) -> Result<Status, ApiError> {
+        self.status_of(store, self.entry(id)?)
+    }
+
     /// Every roster extension's status, with its Agent projection.
     pub fn statuses(&self, store: Store<'_>) -> Result<Vec<Status>, ApiError> {
         self.roster
@@ -1187,11 +1213,15 @@ fn commit_sends(
     ids: &mut dyn crate::ctx::IdSource,
     now_ms: i64,
     prepared: &[PreparedSend],
-) -> Result<Vec<(String, Admitted)>, ApiError> {
+) -> Result<Vec<Sent>, ApiError> {
     let mut out = Vec::new();
     for p in prepared {
         if let Some(admitted) = commit_send(store, ids, now_ms, p)? {
-            out.push((p.session_id().to_owned(), admitted));
+            out.push(Sent {
+                session_id: p.session_id().to_owned(),
+                request_id: p.request_id().to_owned(),
+                admitted,
+            });
         }
     }
     Ok(out)

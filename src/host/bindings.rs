@@ -28,6 +28,19 @@ extern "C" {
     #[wasm_bindgen(js_name = fetch)]
     fn global_fetch(request: &web_sys::Request) -> Promise;
 
+    /// The shim's extension host (`js/do.mjs`): the roster's manifests and
+    /// the authored callbacks (`js/extensions.mjs`).
+    pub type JsExtensions;
+
+    /// The roster as a JSON array of manifests, or `{"error"}` when the
+    /// host's `extensions()` is unusable.
+    #[wasm_bindgen(method)]
+    pub fn manifests(this: &JsExtensions) -> String;
+
+    /// Runs one callback synchronously: JSON request in, JSON answer out.
+    #[wasm_bindgen(method)]
+    pub fn call(this: &JsExtensions, request: &str) -> String;
+
     /// The shim's tool host (`js/do.mjs`).
     pub type JsTools;
 

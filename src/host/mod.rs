@@ -17,6 +17,7 @@ mod blame;
 mod body;
 mod computers;
 mod config;
+mod extensions;
 mod files;
 mod mcp;
 mod model;
@@ -60,6 +61,14 @@ struct Inner {
     /// The host Worker's tools (`ShiitakeDO#tools()`), or why they are
     /// unusable (every turn then fails saying so).
     tools: Result<Option<tools::HostTools>, String>,
+    /// The host's extensions (`ShiitakeDO#extensions()`), or why the roster
+    /// is unusable (every request is then refused saying so).
+    extensions: Result<crate::extension::Extensions, String>,
+    /// Projections last published (`extensions.rs`).
+    published: RefCell<extensions::Published>,
+    /// Why the host's `initialize(extensions)` failed: this instance serves
+    /// nothing (503) and runs no work; the durable work waits.
+    closed: RefCell<Option<String>>,
     schema_checked: Cell<bool>,
     /// Turns this instance is executing, by head command.
     live: RefCell<HashMap<String, Stopper>>,
@@ -89,6 +98,7 @@ impl ShiitakeCore {
         ctx: JsValue,
         env: JsValue,
         tools: JsValue,
+        extensions: JsValue,
         spared: Option<String>,
     ) -> Result<ShiitakeCore, JsValue> {
         let sql = sql::DoSql::from_state(&ctx)?;
@@ -106,11 +116,18 @@ impl ShiitakeCore {
         if let Err(why) = &tools {
             log_error(why);
         }
+        let extensions = extensions::from_shim(extensions);
+        if let Err(why) = &extensions {
+            log_error(why);
+        }
         let inner = Rc::new_cyclic(|me| Inner {
             me: me.clone(),
             agent,
             sql,
             tools,
+            extensions,
+            published: RefCell::default(),
+            closed: RefCell::default(),
             config: HostConfig::from_env(&env),
             schema_checked: Cell::new(false),
             live: RefCell::default(),
@@ -156,6 +173,85 @@ impl ShiitakeCore {
         Ok(serde_json::json!({ "delivered": outcome }).to_string())
     }
 
+    /// Host-only: runs an extension command in process (an Agent-scope one
+    /// when `session_id` is undefined) and answers its result as JSON.
+    /// Refusals throw an `Error` with `code` and `status`.
+    #[wasm_bindgen(js_name = extensionCommand)]
+    pub fn extension_command(
+        &self,
+        extension: &str,
+        command: &str,
+        session_id: Option<String>,
+        request_id: Option<String>,
+        input: &str,
+    ) -> Result<String, JsValue> {
+        let _scope = blame::enter(self.inner.scope(session_id.as_deref()));
+        let inner = &self.inner;
+        inner.ready().map_err(js_api_error)?;
+        if let Some(r) = &request_id {
+            crate::session::command::validate_request_id(r).map_err(js_api_error)?;
+        }
+        let input: serde_json::Value = serde_json::from_str(input)
+            .map_err(|e| js_api_error(ApiError::InvalidRequest(format!("input: {e}"))))?;
+        let ext = inner
+            .extensions()
+            .ok_or_else(|| extensions::js_error("no extensions"))?;
+        let invoked = inner
+            .with_ctx(|ctx| {
+                ext.command(
+                    ctx,
+                    crate::extension::Invocation {
+                        extension,
+                        command,
+                        session_id: session_id.as_deref(),
+                        request_id: request_id.as_deref(),
+                        input,
+                    },
+                )
+            })
+            .map_err(js_api_error)?;
+        inner.apply(Inner::sent_effects(&invoked.sent));
+        inner.publish_projections();
+        Ok(invoked.result.to_string())
+    }
+
+    /// Host-only: resumes a stopped extension; answers its status as JSON.
+    #[wasm_bindgen(js_name = resumeExtension)]
+    pub fn resume_extension(&self, extension: &str) -> Result<String, JsValue> {
+        let _scope = blame::enter(self.inner.scope(None));
+        let inner = &self.inner;
+        inner.ready().map_err(js_api_error)?;
+        let ext = inner
+            .extensions()
+            .ok_or_else(|| extensions::js_error("no extensions"))?;
+        let status = inner
+            .with_ctx(|ctx| ext.resume(ctx, extension))
+            .map_err(js_api_error)?;
+        // The missed settled work replays in the alarm's passes.
+        inner.request_reconcile();
+        serde_json::to_string(&status).map_err(|e| JsValue::from_str(&e.to_string()))
+    }
+
+    /// Host-only: every roster extension's status as JSON.
+    #[wasm_bindgen(js_name = extensionStatuses)]
+    pub fn extension_statuses(&self) -> Result<String, JsValue> {
+        let _scope = blame::enter(self.inner.scope(None));
+        let inner = &self.inner;
+        inner.ready().map_err(js_api_error)?;
+        let ext = inner
+            .extensions()
+            .ok_or_else(|| extensions::js_error("no extensions"))?;
+        let list = ext.statuses(inner.store()).map_err(js_api_error)?;
+        serde_json::to_string(&list).map_err(|e| JsValue::from_str(&e.to_string()))
+    }
+
+    /// The host's `initialize(extensions)` failed: this instance answers
+    /// every request `503 runtime_closed` and runs no work until it is
+    /// replaced; the durable work waits for a later open.
+    pub fn close(&self, reason: &str) {
+        *self.inner.closed.borrow_mut() = Some(reason.to_owned());
+    }
+
     /// Host-only: the Session's delivered grants as JSON, or `null`.
     #[wasm_bindgen(js_name = sessionGrants)]
     pub fn session_grants(&self, session_id: &str) -> Result<String, JsValue> {
@@ -180,18 +276,18 @@ pub fn deliver_session_grants_to_storage(
 ) -> Result<String, JsValue> {
     let sql = sql::DoSql::from_state(&state)?;
     schema::open(&sql).map_err(js_api_error)?;
-    let outcome = in_ctx(&sql, &MetaPolicy::default(), |ctx| {
+    let outcome = in_ctx(Store::new(&sql), &MetaPolicy::default(), |ctx| {
         grants::deliver(ctx, session_id, delivery)
     })
     .map_err(js_api_error)?;
     Ok(serde_json::json!({ "delivered": outcome }).to_string())
 }
 
-/// Runs `f` over the store with the current time and fresh random ids.
-fn in_ctx<T>(sql: &sql::DoSql, meta: &MetaPolicy, f: impl FnOnce(&mut Ctx<'_>) -> T) -> T {
+/// Runs `f` over `store` with the current time and fresh random ids.
+fn in_ctx<T>(store: Store<'_>, meta: &MetaPolicy, f: impl FnOnce(&mut Ctx<'_>) -> T) -> T {
     let mut ids = RandomIds;
     let mut ctx = Ctx {
-        store: Store::new(sql),
+        store,
         now_ms: bindings::now_ms(),
         ids: &mut ids,
         meta,
@@ -216,19 +312,47 @@ impl Inner {
         }
     }
 
+    /// Opens the store: the schema, then the extensions (tables, new
+    /// revisions, migrations). Once per instance.
     fn open(&self) -> Result<(), ApiError> {
         if !self.schema_checked.get() {
             schema::open(&self.sql)?;
+            if let Some(ext) = self.extensions() {
+                self.with_ctx(|ctx| ext.open(ctx))?;
+            }
             self.schema_checked.set(true);
         }
         Ok(())
+    }
+
+    /// Open, and not closed by a failed `initialize`, with a usable roster.
+    fn ready(&self) -> Result<(), ApiError> {
+        if let Some(why) = &*self.closed.borrow() {
+            return Err(ApiError::RuntimeClosed(why.clone()));
+        }
+        if let Err(why) = &self.extensions {
+            return Err(ApiError::HostMisconfigured(why.clone()));
+        }
+        self.open()
+    }
+
+    /// The store, its settlements told to the extensions.
+    fn store(&self) -> Store<'_> {
+        match self.extensions() {
+            Some(ext) => Store::observed(&self.sql, ext),
+            None => Store::new(&self.sql),
+        }
     }
 
     fn with_ctx<T>(&self, f: impl FnOnce(&mut Ctx<'_>) -> T) -> T {
         // A misconfigured policy refuses requests (`serve`); the run loop
         // never reads metadata rules.
         let unbound = MetaPolicy::default();
-        in_ctx(&self.sql, self.config.meta.as_ref().unwrap_or(&unbound), f)
+        in_ctx(
+            self.store(),
+            self.config.meta.as_ref().unwrap_or(&unbound),
+            f,
+        )
     }
 
     fn is_live(&self, head: &str) -> bool {
@@ -255,10 +379,14 @@ impl Inner {
         }
     }
 
-    /// The Session read a watch starts from (and restarts from after lag).
+    /// The Session read a watch starts from (and restarts from after lag),
+    /// with its extensions' projections.
     fn snapshot(&self, session_id: &str) -> Option<String> {
-        self.with_ctx(|ctx| read::page(ctx, session_id, None, PAGE_LIMIT_DEFAULT))
-            .ok()
-            .and_then(|page| serde_json::to_string(&page).ok())
+        self.with_ctx(|ctx| {
+            let page = read::page(ctx, session_id, None, PAGE_LIMIT_DEFAULT)?;
+            crate::http::with_projections(ctx, self.extensions(), session_id, page)
+        })
+        .ok()
+        .map(|page| page.to_string())
     }
 }

@@ -21,12 +21,13 @@ use wasm_bindgen_futures::JsFuture;
 /// redacted (no configured key in any form) and bounded.
 pub async fn call(
     config: &HostConfig,
+    instructions: Option<&str>,
     context: &[ModelItem],
     tools: &[ToolSpec],
     stopper: &Stopper,
     on_delta: &dyn Fn(&str),
 ) -> Input {
-    match attempt(config, context, tools, stopper, on_delta).await {
+    match attempt(config, instructions, context, tools, stopper, on_delta).await {
         _ if stopper.is_stopped() => Input::Stopped,
         Ok(answer) => Input::Answered(answer),
         Err(e) => Input::Failed(ModelError::new(
@@ -38,6 +39,7 @@ pub async fn call(
 
 async fn attempt(
     config: &HostConfig,
+    instructions: Option<&str>,
     context: &[ModelItem],
     tools: &[ToolSpec],
     stopper: &Stopper,
@@ -49,7 +51,7 @@ async fn attempt(
         .map_err(|why| ModelError::new(false, why.clone()))?;
     let request = ToolRequest {
         spec,
-        instructions: config.instructions.as_deref(),
+        instructions,
         items: context,
         tools,
         max_output_tokens: config.max_output_tokens,

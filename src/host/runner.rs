@@ -114,16 +114,27 @@ impl Inner {
     /// the write, so a request's later `setAlarm(now)` is never overwritten.
     pub(super) async fn arm_next_alarm(&self) {
         let now = bindings::now_ms();
-        match run::next_deadline(Store::new(&self.sql), now, &|h| self.is_live(h)) {
+        match self.next_deadline(now) {
             Ok(Some(at)) => self.set_alarm(at).await,
             Ok(None) => {}
             Err(e) => log_error(e),
         }
     }
 
+    /// The earliest durable deadline: due turns and retries, extension
+    /// timers and replays.
+    fn next_deadline(&self, now: i64) -> Result<Option<i64>, crate::error::ApiError> {
+        let turns = run::next_deadline(Store::new(&self.sql), now, &|h| self.is_live(h))?;
+        let extensions = match self.extensions() {
+            Some(ext) => ext.next_deadline(self.store(), now)?,
+            None => None,
+        };
+        Ok(earliest(turns, extensions))
+    }
+
     pub(super) async fn alarm(&self) -> Result<(), JsValue> {
         self.alarm_at.set(None);
-        if let Err(e) = self.open() {
+        if let Err(e) = self.ready() {
             // Nothing can run on a store this build refuses; stop waking.
             log_error(e);
             return Ok(());
@@ -168,6 +179,7 @@ impl Inner {
             // alarm continue.
             let mut later = Some(now);
             if now - started < LOOP_CLAIM_BUDGET_MS {
+                self.extension_pass();
                 let claimed = self.with_ctx(|ctx| {
                     run::reconcile(
                         ctx,
@@ -181,7 +193,13 @@ impl Inner {
                     settled,
                     next_deadline,
                 } = claimed.map_err(|e| JsValue::from_str(&e.to_string()))?;
-                later = next_deadline;
+                let extensions = match self.extensions() {
+                    Some(ext) => ext
+                        .next_deadline(self.store(), bindings::now_ms())
+                        .map_err(|e| JsValue::from_str(&e.to_string()))?,
+                    None => None,
+                };
+                later = earliest(next_deadline, extensions);
                 for (session, settlement) in settled {
                     for event in crate::run::driver::settled_events(vec![settlement]) {
                         self.publish_event(&session, &event);
@@ -269,6 +287,7 @@ impl Inner {
                 Action::Offer => Input::Offered(self.offer().await),
                 Action::CallModel { context, tools } => {
                     let head = turn.head().to_owned();
+                    let instructions = self.instructions(&session, &head);
                     let on_delta = |text: &str| {
                         let delta = Frame::Delta {
                             command_id: head.clone(),
@@ -276,7 +295,15 @@ impl Inner {
                         };
                         self.publish(&session, "frame", &delta);
                     };
-                    model::call(&self.config, &context, &tools, &stopper, &on_delta).await
+                    model::call(
+                        &self.config,
+                        instructions.as_deref(),
+                        &context,
+                        &tools,
+                        &stopper,
+                        &on_delta,
+                    )
+                    .await
                 }
                 Action::RunTool(run) => self.run_tool(run, &stopper).await,
             };
@@ -286,7 +313,39 @@ impl Inner {
                 input
             };
             self.with_ctx(|ctx| turn.handle(ctx, input));
+            // Settled hooks ran in that write.
+            self.publish_projections();
         }
         self.end_live(turn.head());
+    }
+
+    /// The model's instructions for a call of the run headed by `head`: the
+    /// host's, then the running extensions' prompt sections (read outside
+    /// any transition; a builder that fails is left out and logged).
+    fn instructions(&self, session: &str, head: &str) -> Option<String> {
+        let own = self.config.instructions.clone();
+        let Some(ext) = self.extensions() else {
+            return own;
+        };
+        if ext.roster().is_empty() {
+            return own;
+        }
+        let (sections, errors) = ext.prompt_sections(self.store(), session, head);
+        for e in errors {
+            log_error(e);
+        }
+        if sections.is_empty() {
+            return own;
+        }
+        let mut parts: Vec<String> = own.into_iter().collect();
+        parts.extend(sections);
+        Some(parts.join("\n\n"))
+    }
+}
+
+fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }

@@ -14,13 +14,13 @@ use wasm_bindgen::prelude::*;
 
 impl Inner {
     pub(super) fn serve(&self, req: &HttpRequest) -> HttpResponse {
-        if let Err(e) = self.open() {
+        if let Err(e) = self.ready() {
             return e.into();
         }
         if let Err(why) = &self.config.meta {
             return ApiError::HostMisconfigured(why.clone()).into();
         }
-        self.with_ctx(|ctx| http::handle(ctx, req))
+        self.with_ctx(|ctx| http::handle(ctx, self.extensions(), req))
     }
 
     pub(super) async fn fetch(
@@ -60,11 +60,12 @@ impl Inner {
             };
         }
         self.apply(effects);
+        self.publish_projections();
         to_response(&response)
     }
 
     /// Carries out what a committed transition asks for.
-    fn apply(&self, effects: Effects) {
+    pub(super) fn apply(&self, effects: Effects) {
         for head in &effects.stop_turns {
             self.fresh.borrow_mut().remove(head);
             if let Some(stopper) = self.live.borrow().get(head) {
@@ -80,9 +81,7 @@ impl Inner {
         if let Some(session) = &effects.ended_session {
             self.observers.close_session(session);
         }
-        if let Some(head) = effects.fresh_turn {
-            self.fresh.borrow_mut().insert(head);
-        }
+        self.fresh.borrow_mut().extend(effects.fresh_turns);
         if effects.reconcile {
             self.request_reconcile();
         }

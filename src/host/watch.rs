@@ -79,6 +79,12 @@ pub struct Observers {
 pub struct Full;
 
 impl Observers {
+    /// The Sessions someone watches now.
+    pub fn watched_sessions(&self) -> Vec<String> {
+        self.prune();
+        self.watchers.borrow().keys().cloned().collect()
+    }
+
     /// Opens a watch of `session_id` whose first event is `snapshot`.
     pub fn watch(
         &self,

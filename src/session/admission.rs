@@ -310,6 +310,10 @@ impl PreparedSend {
     pub fn session_id(&self) -> &str {
         &self.session_id
     }
+
+    pub fn request_id(&self) -> &str {
+        &self.request_id
+    }
 }
 
 /// The writes of a prepared send: `None` when it was a replay.

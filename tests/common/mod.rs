@@ -119,7 +119,7 @@ impl Harness {
             ids: &mut self.ids,
             meta: &self.meta,
         };
-        let r = handle(&mut ctx, &req);
+        let r = handle(&mut ctx, self.extensions.as_ref(), &req);
         let json = r
             .body
             .as_deref()

@@ -69,6 +69,8 @@ export const WORKER_BINDINGS = [
   "MCP_RETRY_MS",
   // tests/e2e/fixtures/files-worker.mjs: which Files port ("sqlite" | "r2").
   "FILES_PORT",
+  // tests/e2e/fixtures/extensions-worker.mjs: its initialize ("ok" | "fail").
+  "INIT",
 ];
 // The newest date the pinned workerd (1.20260730.x) accepts.
 export const COMPATIBILITY_DATE = "2026-07-30";

@@ -1,0 +1,149 @@
+//! The Agent's extensions in the Durable Object: the shim's roster and
+//! callbacks (`js/do.mjs`, `js/extensions.mjs`) behind the core's
+//! [`Extensions`], and the projections published after each commit. Every
+//! rule (state, hooks, timers, cursors) is the core's.
+
+use super::bindings::{log_error, JsExtensions};
+use super::Inner;
+use crate::extension::{Extensions, Host, Roster, Sent};
+use crate::http::Effects;
+use crate::observe::Frame;
+use std::collections::HashMap;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+
+/// Calls the authored callbacks through the shim.
+struct ShimHost(JsExtensions);
+
+impl Host for ShimHost {
+    fn call(&self, request: &str) -> String {
+        self.0.call(request)
+    }
+}
+
+/// The roster the shim describes, or why it is unusable (every request is
+/// then refused with `host_misconfigured`).
+pub(super) fn from_shim(shim: JsValue) -> Result<Extensions, String> {
+    if shim.is_undefined() || shim.is_null() {
+        return Ok(Extensions::none());
+    }
+    let shim: JsExtensions = shim.unchecked_into();
+    let manifests = shim.manifests();
+    if let Ok(serde_json::Value::Object(o)) = serde_json::from_str(&manifests) {
+        let why = o
+            .get("error")
+            .and_then(|e| e.as_str())
+            .unwrap_or("extensions() answered an object")
+            .to_owned();
+        return Err(why);
+    }
+    let roster = Roster::parse(&manifests)?;
+    Ok(Extensions::new(roster, Box::new(ShimHost(shim))))
+}
+
+/// Projections last published, by extension and Session (`None`: the
+/// Agent's), so an unchanged value is not sent again.
+pub(super) type Published = HashMap<(String, Option<String>), String>;
+
+impl Inner {
+    /// The extensions, when the roster is usable.
+    pub(super) fn extensions(&self) -> Option<&Extensions> {
+        self.extensions.as_ref().ok()
+    }
+
+    /// Publishes the projections the last transitions may have changed:
+    /// for each touched extension, its Session projection to every watched
+    /// Session and its Agent projection to all of them. Read after the
+    /// commit, from committed state.
+    pub(super) fn publish_projections(&self) {
+        let Some(ext) = self.extensions() else {
+            return;
+        };
+        let touched = ext.take_touched();
+        if touched.is_empty() {
+            return;
+        }
+        let sessions = self.observers.watched_sessions();
+        let store = self.store();
+        let mut ids: Vec<&str> = touched.iter().map(|t| t.extension.as_str()).collect();
+        ids.dedup();
+        for id in ids {
+            let Some(entry) = ext.roster().get(id) else {
+                continue;
+            };
+            let mut scopes: Vec<Option<&str>> = sessions.iter().map(|s| Some(s.as_str())).collect();
+            scopes.push(None);
+            for scope in scopes {
+                let value = match ext.project(store, entry, scope) {
+                    Ok(Some(value)) => value,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        log_error(e);
+                        continue;
+                    }
+                };
+                let text = value.to_string();
+                let key = (id.to_owned(), scope.map(str::to_owned));
+                if self.published.borrow().get(&key) == Some(&text) {
+                    continue;
+                }
+                let frame = Frame::Extension {
+                    extension_id: id.to_owned(),
+                    scope: if scope.is_some() { "session" } else { "agent" },
+                    value,
+                };
+                let targets: Vec<&String> = match scope {
+                    Some(_) => sessions
+                        .iter()
+                        .filter(|s| Some(s.as_str()) == scope)
+                        .collect(),
+                    None => sessions.iter().collect(),
+                };
+                for session in targets {
+                    self.publish(session, "frame", &frame);
+                }
+                self.published.borrow_mut().insert(key, text);
+            }
+        }
+    }
+
+    /// The effects of prompts extensions sent: publish, wake, fresh turns.
+    pub(super) fn sent_effects(sent: &[Sent]) -> Effects {
+        let mut effects = Effects::default();
+        for s in sent {
+            effects.add(crate::http::admission_effects(
+                &s.session_id,
+                &s.request_id,
+                &s.admitted,
+            ));
+        }
+        effects
+    }
+
+    /// Extension timers and replays due now, run in the alarm's pass.
+    /// Bounded per pass; what is left shows in the next deadline.
+    pub(super) fn extension_pass(&self) {
+        let Some(ext) = self.extensions() else {
+            return;
+        };
+        if ext.roster().is_empty() {
+            return;
+        }
+        match self.with_ctx(|ctx| ext.fire_due(ctx)) {
+            Ok(fired) => {
+                let effects = Self::sent_effects(&fired.sent);
+                self.apply(effects);
+            }
+            Err(e) => log_error(format!("extension timers: {e}")),
+        }
+        if let Err(e) = self.with_ctx(|ctx| ext.catch_up(ctx)) {
+            log_error(format!("extension replay: {e}"));
+        }
+        self.publish_projections();
+    }
+}
+
+/// A JS `Error` for a refused host call.
+pub(super) fn js_error(message: &str) -> JsValue {
+    js_sys::Error::new(message).into()
+}

@@ -1,0 +1,184 @@
+// Extensions end to end in a real SQLite-backed Durable Object, with the
+// two example extensions (examples/extensions/) and a settled-hook `tally`
+// (fixture tests/e2e/fixtures/extensions-worker.mjs): commands over HTTP and
+// in process (bodies checked, request ids replayed), a goal whose progress
+// a settled hook keeps and a watch and the Session read see as projection
+// frames, the goal's prompt section in the model's instructions, a reminder
+// timer that fires after a restart and sends its prompt once, a throwing
+// hook that stops its extension until the host resumes it (the missed
+// settlements then replayed once, in order), and initialize closing or
+// opening an instance.
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { uniq, useWorker } from "./helpers.mjs";
+
+const T = { timeout: 90_000 };
+
+async function waitFor(what, fn, { timeoutMs = 20_000, everyMs = 100 } = {}) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await fn();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
+
+describe("extensions", () => {
+  const h = useWorker({ fixture: "extensions-worker", model: "echo", persist: true, bindings: { INIT: "ok" } });
+  const command = (a, sid, ext, name, body) =>
+    a.api("POST", sid === null ? `/extensions/${ext}/commands/${name}` : `/sessions/${sid}/extensions/${ext}/commands/${name}`, body);
+  const host = (a, method, rel, body) => h.api(method, `/direct/${a.id}/host/${rel}`, body);
+
+  test("the goal: set by a command, kept by a settled hook, projected to a watch and the read, in the model's instructions, ended at a position", T, async () => {
+    const { a, sid } = await h.session();
+    const watch = await a.watch(sid);
+    const snapshot = await watch.next();
+    assert.equal(snapshot.data.extensions.goal, undefined, "no goal projection before the goal is set");
+    assert.deepEqual(snapshot.data.extensions.reminder, { pending: [] });
+    const set = await command(a, sid, "goal", "set", { requestId: "g1", input: { text: "write the release notes" } });
+    assert.equal(set.status, 200, set.text);
+    assert.deepEqual(set.json, { result: { text: "write the release notes", status: "active" } });
+    const first = await watch.until((e) => e.data?.type === "extension" && e.data.extensionId === "goal");
+    assert.deepEqual(first.at(-1).data, {
+      type: "extension",
+      extensionId: "goal",
+      scope: "session",
+      value: { text: "write the release notes", status: "active", turns: 0, completed: 0, startedAfter: 0 },
+    });
+    const tag = uniq("goal");
+    const settled = await a.settle(sid, `p-${tag}`, `draft them ${tag}`);
+    assert.equal(settled.terminal, "completed");
+    const progress = await watch.until((e) => e.data?.type === "extension" && e.data.extensionId === "goal");
+    assert.equal(progress.at(-1).data.value.turns, 1, "the settled hook counted the turn");
+    assert.equal(progress.at(-1).data.value.completed, 1);
+    // The model saw the goal's prompt section beside the host's instructions.
+    const [request] = h.model.requests(tag);
+    assert.match(JSON.stringify(request.body), /This conversation has a goal: write the release notes/);
+    // The ending line: the Session position read in the ending transaction.
+    const read = await a.read(sid);
+    const ended = await command(a, sid, "goal", "end", { requestId: "g2", input: { status: "achieved" } });
+    assert.equal(ended.status, 200, ended.text);
+    assert.equal(ended.json.result.endedAfter, read.messages.length, "after the last committed entry");
+    const after = await a.read(sid);
+    assert.equal(after.extensions.goal.status, "achieved");
+    assert.equal(after.extensions.goal.endedAfter, read.messages.length);
+    // Ending twice is the handler's refusal: 422, and nothing changes.
+    const again = await command(a, sid, "goal", "end", { input: { status: "abandoned" } });
+    assert.equal(again.status, 422, again.text);
+    assert.equal(again.json.error.code, "extension_command_failed");
+    assert.match(again.json.error.message, /no active goal/);
+    assert.equal((await a.read(sid)).extensions.goal.status, "achieved");
+    watch.close?.();
+  });
+
+  test("commands are checked, replayed by requestId and refused by name", T, async () => {
+    const { a, sid } = await h.session();
+    const add = (body) => command(a, sid, "reminder", "add", body);
+    const ok = await add({ requestId: "r1", input: { text: "later", delayMs: 600_000 } });
+    assert.equal(ok.status, 200, ok.text);
+    const replay = await add({ requestId: "r1", input: { text: "later", delayMs: 600_000 } });
+    assert.deepEqual(replay.json, ok.json, "the same requestId and input answer the stored result");
+    const conflict = await add({ requestId: "r1", input: { text: "other", delayMs: 1 } });
+    assert.equal(conflict.status, 409);
+    assert.equal(conflict.json.error.code, "request_conflict");
+    // Zod refuses the input: 400 naming the field.
+    const bad = await add({ input: { text: "", delayMs: -1 } });
+    assert.equal(bad.status, 400, bad.text);
+    assert.match(bad.json.error.message, /text|delayMs/);
+    // The config the roster gave bounds the delay (the handler's refusal).
+    const far = await add({ input: { text: "x", delayMs: 600_001 } });
+    assert.equal(far.status, 422, far.text);
+    assert.match(far.json.error.message, /at most 600000/);
+    // A JSON Schema input is checked by the core.
+    const goalBad = await command(a, sid, "goal", "set", { input: { text: 5 } });
+    assert.equal(goalBad.status, 400);
+    assert.match(goalBad.json.error.message, /goal\.set.*\/text/);
+    for (const [res, code] of [
+      [await command(a, sid, "nope", "add", {}), "extension_not_found"],
+      [await command(a, sid, "reminder", "nope", {}), "extension_command_not_found"],
+      [await command(a, "missing", "reminder", "add", { input: { text: "x", delayMs: 1 } }), "session_not_found"],
+      [await command(a, sid, "reminder", "add", { input: { text: "x", delayMs: 1 }, extra: 1 }), "invalid_request"],
+      [await command(a, null, "reminder", "add", { input: { text: "x", delayMs: 1 } }), "invalid_request"],
+    ]) {
+      assert.equal(res.json?.error?.code, code, res.text);
+    }
+    // The roster's status, with the host's grant key and feature name.
+    const list = await a.api("GET", "/extensions");
+    assert.equal(list.status, 200);
+    const reminderStatus = list.json.extensions.find((e) => e.id === "reminder");
+    assert.equal(reminderStatus.grantKey, "reminders");
+    assert.equal(reminderStatus.feature, "Reminders");
+    assert.match(reminderStatus.revision, /^[0-9a-f]{32}$/);
+    assert.equal(reminderStatus.stopped, null);
+    // initialize committed its Agent-scope command before any work.
+    const tally = await a.api("GET", "/extensions/tally");
+    assert.deepEqual(tally.json.projection.marks, ["initialized"]);
+    // In process: the host's own call, same handler.
+    const inproc = await host(a, "POST", "command/tally/mark", { requestId: "m1", input: "by host" });
+    assert.equal(inproc.status, 200, inproc.text);
+    assert.deepEqual(inproc.json, { marks: ["initialized", "by host"] });
+  });
+
+  test("a reminder's timer survives a restart, fires once and sends its prompt", T, async () => {
+    const { a, sid } = await h.session();
+    const added = await command(a, sid, "reminder", "add", { requestId: "t1", input: { text: "check the deploy", delayMs: 3000 } });
+    assert.equal(added.status, 200, added.text);
+    assert.equal((await a.read(sid)).extensions.reminder.pending.length, 1);
+    await h.restart();
+    const reminded = await waitFor("the reminder's prompt", async () => {
+      const read = await a.read(sid, { limit: 200 });
+      return read.messages.some((m) => m.role === "assistant") ? read : null;
+    });
+    const users = reminded.messages.filter((m) => m.role === "user");
+    assert.deepEqual(users.map((m) => m.text), ["Reminder: check the deploy"]);
+    assert.deepEqual(reminded.extensions.reminder.pending, []);
+    // Once: nothing more arrives.
+    await new Promise((r) => setTimeout(r, 2500));
+    const later = await a.read(sid, { limit: 200 });
+    assert.equal(later.messages.filter((m) => m.role === "user").length, 1);
+  });
+
+  test("a throwing settled hook stops its extension; resuming replays the missed settlements once, in order", T, async () => {
+    const a = h.agent();
+    const sid = await a.createSession("s");
+    const tally = async () => (await a.api("GET", "/extensions/tally")).json;
+    const s1 = await a.settle(sid, "t1", "one");
+    await host(a, "POST", "tally/break?on=1");
+    const s2 = await a.settle(sid, "t2", "two");
+    const stopped = await tally();
+    assert.match(stopped.stopped?.reason ?? "", /tally is broken/);
+    await host(a, "POST", "tally/break?on=0");
+    const s3 = await a.settle(sid, "t3", "three");
+    assert.equal(s3.terminal, "completed", "the Session runs on while its extension is stopped");
+    assert.deepEqual((await tally()).projection.seen, [s1.commandId], "no hook ran while stopped");
+    // Commands of a stopped extension are refused by name.
+    const refused = await command(a, null, "tally", "mark", { input: "x" });
+    assert.equal(refused.status, 409);
+    assert.equal(refused.json.error.code, "extension_stopped");
+    const resumed = await host(a, "POST", "resume/tally");
+    assert.equal(resumed.status, 200, resumed.text);
+    assert.equal(resumed.json.stopped, null);
+    const caught = await waitFor("the replay", async () => {
+      const t = await tally();
+      return t.behind === false && t.projection.seen.length >= 3 ? t : null;
+    });
+    assert.deepEqual(caught.projection.seen, [s1.commandId, s2.commandId, s3.commandId]);
+    const s4 = await a.settle(sid, "t4", "four");
+    assert.deepEqual((await tally()).projection.seen, [s1.commandId, s2.commandId, s3.commandId, s4.commandId]);
+  });
+});
+
+describe("extensions with a failing initialize", () => {
+  const h = useWorker({ fixture: "extensions-worker", model: "echo", bindings: { INIT: "fail" } });
+
+  test("initialize failing closes the instance: 503 runtime_closed, nothing runs", T, async () => {
+    const a = h.agent();
+    const res = await a.api("POST", "/sessions", { sessionId: "s" });
+    assert.equal(res.status, 503, res.text);
+    assert.equal(res.json.error.code, "runtime_closed");
+    assert.match(res.json.error.message, /could not initialize/);
+    const list = await a.api("GET", "/extensions");
+    assert.equal(list.status, 503);
+  });
+});
