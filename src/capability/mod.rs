@@ -167,6 +167,9 @@ impl Operation {
 pub struct Module {
     pub id: String,
     pub operations: Vec<Operation>,
+    /// The key grants name it by, when not [`authority`] of its id: an
+    /// extension's module is granted by its roster grant's `grantKey`.
+    pub grant_key: Option<String>,
 }
 
 impl Module {
@@ -178,9 +181,23 @@ impl Module {
         let module = Module {
             id: id.into(),
             operations,
+            grant_key: None,
         };
         module.validate()?;
         Ok(module)
+    }
+
+    /// The module, granted by `key` instead of its id.
+    pub fn granted_by(mut self, key: impl Into<String>) -> Module {
+        self.grant_key = Some(key.into());
+        self
+    }
+
+    /// The key grants name this module by.
+    pub fn authority(&self) -> &str {
+        self.grant_key
+            .as_deref()
+            .unwrap_or_else(|| authority(&self.id))
     }
 
     pub fn from_spec(spec: ModuleSpec) -> Result<Module, CapabilityError> {

@@ -1059,6 +1059,59 @@ impl Extensions {
         (tools, errors)
     }
 
+    /// The modules of the commands running extensions offer to the model
+    /// in the run headed by `command_id`: module = the extension id,
+    /// granted by its roster `grantKey`; each operation a declared Session
+    /// command (`write`, safe to replay: a replay answers the stored
+    /// result). A builder's error leaves its module out and is returned.
+    pub fn tool_modules(
+        &self,
+        store: Store<'_>,
+        session_id: &str,
+        command_id: &str,
+    ) -> (Vec<crate::capability::Module>, Vec<String>) {
+        use crate::capability::{Access, Module, ModuleSpec, OperationSpec};
+        let (offered, mut errors) = self.command_tools(store, session_id, command_id);
+        let mut modules = Vec::new();
+        for (entry, markers) in offered {
+            let operations = markers
+                .iter()
+                .map(|m| {
+                    let decl = &entry.manifest.commands[&m.command];
+                    OperationSpec {
+                        name: m.command.clone(),
+                        description: m
+                            .description
+                            .clone()
+                            .or_else(|| decl.description.clone())
+                            .unwrap_or_else(|| format!("{}.{}", entry.id(), m.command)),
+                        input_schema: decl
+                            .input_schema
+                            .clone()
+                            .unwrap_or_else(|| json!({"type": "object"})),
+                        access: Access::Write,
+                        confirm: false,
+                        replay_safe: true,
+                    }
+                })
+                .collect();
+            let spec = ModuleSpec {
+                id: entry.id().to_owned(),
+                operations,
+            };
+            match Module::from_spec(spec) {
+                Ok(module) => modules.push(module.granted_by(&entry.manifest.grant_key)),
+                Err(e) => errors.push(format!("extension {}: its tools: {}", entry.id(), e.0)),
+            }
+        }
+        (modules, errors)
+    }
+
+    /// Whether `module_id` is an extension's command module.
+    pub fn is_tool_module(&self, module_id: &str) -> bool {
+        self.roster.get(module_id).is_some_and(|e| e.manifest.tools)
+    }
+
     /// Runs a prompt or tools builder over committed state.
     fn built(
         &self,

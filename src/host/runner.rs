@@ -270,6 +270,7 @@ impl Inner {
                     continue;
                 }
                 Action::Next { ended, started } => {
+                    self.run_ended(&ended);
                     self.end_live(&ended);
                     match self.start_live(&started, &session) {
                         Ok(next) => stopper = next,
@@ -284,7 +285,7 @@ impl Inner {
                     continue;
                 }
                 Action::Done => break,
-                Action::Offer => Input::Offered(self.offer().await),
+                Action::Offer => Input::Offered(self.offer(&session, turn.head()).await),
                 Action::CallModel { context, tools } => {
                     let head = turn.head().to_owned();
                     let instructions = self.instructions(&session, &head);
@@ -316,6 +317,7 @@ impl Inner {
             // Settled hooks ran in that write.
             self.publish_projections();
         }
+        self.run_ended(turn.head());
         self.end_live(turn.head());
     }
 

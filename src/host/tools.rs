@@ -122,6 +122,9 @@ pub struct HostTools {
     /// `execute` runs in flight in this instance.
     executions: Cell<usize>,
     pub mcp_timeout_ms: u64,
+    /// The toolset of each live run that offers extension tools, by head
+    /// (dropped when the run ends).
+    run_toolsets: RefCell<std::collections::HashMap<String, Rc<Toolset>>>,
 }
 
 impl HostTools {
@@ -198,6 +201,7 @@ impl HostTools {
             access,
             confirm_hook: spec.confirm,
             executions: Cell::new(0),
+            run_toolsets: RefCell::default(),
             mcp_timeout_ms: spec
                 .mcp_timeout_ms
                 .unwrap_or(MCP_CONNECT_TIMEOUT_MS)
@@ -250,7 +254,10 @@ impl Inner {
     /// Answers [`crate::run::driver::Action::Offer`]: the tools to offer
     /// now, after the connection round the hub asks for (concurrent turns
     /// share one round).
-    pub(super) async fn offer(&self) -> Result<Offer, String> {
+    /// The tools of the run headed by `head`: the hub's (MCP servers and
+    /// Computers connected when due) and the commands the running
+    /// extensions offer in this run.
+    pub(super) async fn offer(&self, session: &str, head: &str) -> Result<Offer, String> {
         let tools = match &self.tools {
             Ok(Some(tools)) => tools,
             Ok(None) => return Ok(Offer::default()),
@@ -260,11 +267,41 @@ impl Inner {
             let servers = mcp::connect_due(Rc::clone(&me), bindings::now_ms());
             futures::future::join(servers, computers::refresh(me)).await;
         }
+        let extra = match self.extensions() {
+            Some(ext) if !ext.roster().is_empty() => {
+                let (modules, errors) = ext.tool_modules(self.store(), session, head);
+                for e in errors {
+                    bindings::log_error(e);
+                }
+                modules
+            }
+            _ => Vec::new(),
+        };
         let hub = tools.hub.borrow();
+        let toolset = if extra.is_empty() {
+            hub.toolset()
+        } else {
+            let toolset = hub.toolset_with(extra).unwrap_or_else(|e| {
+                bindings::log_error(format!("extension tools not offered: {e}"));
+                hub.toolset()
+            });
+            tools
+                .run_toolsets
+                .borrow_mut()
+                .insert(head.to_owned(), Rc::clone(&toolset));
+            toolset
+        };
         Ok(Offer {
-            toolset: Some(hub.toolset()),
+            toolset: Some(toolset),
             unavailable: hub.unavailable().to_vec(),
         })
+    }
+
+    /// Forgets a finished run's own toolset.
+    pub(super) fn run_ended(&self, head: &str) {
+        if let Ok(Some(tools)) = &self.tools {
+            tools.run_toolsets.borrow_mut().remove(head);
+        }
     }
 
     /// Performs one tool call; the outcome is the driver's next input.
@@ -284,7 +321,8 @@ impl Inner {
                     Err(Failure::Stale) => Input::ToolStale,
                 },
                 ToolWork::Execute { code, of } => {
-                    let toolset = tools.hub.borrow().toolset();
+                    let own = tools.run_toolsets.borrow().get(&of.command_id).cloned();
+                    let toolset = own.unwrap_or_else(|| tools.hub.borrow().toolset());
                     match self.execute(tools, toolset, of, &code, &controller).await {
                         Some(output) => Input::ToolDone(output),
                         None => Input::ToolStale,
@@ -331,6 +369,12 @@ impl Inner {
         }
         let timeout_ms = self.config.tool_timeout_ms;
         let timed_out = || Failure::Refused(op.timed_out(timeout_ms));
+        if let Some(ext) = self
+            .extensions()
+            .filter(|ext| ext.is_tool_module(&op.module_id))
+        {
+            return self.extension_tool(ext, op);
+        }
         if let Some(port) = tools.port(&op.module_id) {
             let signal = controller.signal();
             let called = port.call(&self.sql, &tools.js, op, bindings::now_ms(), &signal);
@@ -387,6 +431,34 @@ impl Inner {
         .ok_or_else(timed_out)?
         .map_err(|e| Failure::Refused(error_message(&e)))?;
         operation_reply(&reply.as_string().unwrap_or_default()).map_err(Failure::Refused)
+    }
+
+    /// Runs an extension command the model called, scoped to the run's
+    /// Session, in its own transition; its requestId names the call, so a
+    /// replayed call answers the stored result.
+    fn extension_tool(
+        &self,
+        ext: &crate::extension::Extensions,
+        op: &OperationCall,
+    ) -> Result<(Value, Option<Box<RawValue>>), Failure> {
+        let request_id = format!("tool:{}:{}", op.of.command_id, op.of.call_id);
+        let invoked = self
+            .with_ctx(|ctx| {
+                ext.command(
+                    ctx,
+                    crate::extension::Invocation {
+                        extension: &op.module_id,
+                        command: &op.operation,
+                        session_id: Some(&op.of.session_id),
+                        request_id: Some(&request_id),
+                        input: op.args.clone(),
+                    },
+                )
+            })
+            .map_err(|e| Failure::Refused(e.to_string()))?;
+        self.apply(Self::sent_effects(&invoked.sent));
+        self.publish_projections();
+        Ok((invoked.result, None))
     }
 
     /// Runs model code in the sandbox; its guest calls come back through

@@ -133,6 +133,20 @@ impl Hub {
         Rc::clone(&self.toolset)
     }
 
+    /// The tools offered now plus `extra` modules (one run's extension
+    /// tools); `extra` that cannot join the catalog is refused whole.
+    pub fn toolset_with(&self, extra: Vec<Module>) -> Result<Rc<Toolset>, String> {
+        if extra.is_empty() {
+            return Ok(self.toolset());
+        }
+        let mut modules = self.modules();
+        modules.extend(extra);
+        let catalog = Catalog::new(modules).map_err(|e| e.0)?;
+        Toolset::new(catalog, &self.own.direct, self.own.execute.clone())
+            .map(Rc::new)
+            .map_err(|e| e.0)
+    }
+
     /// The servers of the last round that could not be offered.
     pub fn unavailable(&self) -> &[Unavailable] {
         &self.unavailable

@@ -63,6 +63,8 @@ impl CallRef {
 pub struct OperationCall {
     pub of: CallRef,
     pub module_id: String,
+    /// The key its grants are read under (`Module::authority`).
+    pub grant_key: String,
     /// The operation's source name (what the host or MCP server knows).
     pub operation: String,
     /// Its name in guest code and in messages.
@@ -100,6 +102,7 @@ impl OperationCall {
         OperationCall {
             of,
             module_id: module.id.clone(),
+            grant_key: module.authority().to_owned(),
             operation: op.name.clone(),
             guest_name: op.guest_name.clone(),
             args,
@@ -118,9 +121,10 @@ impl OperationCall {
             Ok(delivered) => delivered,
             Err(e) => return Gate::Refused(format!("grants unreadable: {e}")),
         };
-        // A Computer's commands and files share its grant key.
+        // A Computer's commands and files share its grant key; an
+        // extension's module is granted by its roster grant key.
         let decision = grants::decide(
-            crate::capability::authority(&self.module_id),
+            &self.grant_key,
             self.needs,
             access.config,
             delivered.as_ref(),

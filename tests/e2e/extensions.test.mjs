@@ -10,7 +10,7 @@
 // opening an instance.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { uniq, useWorker } from "./helpers.mjs";
+import { execute, uniq, useWorker } from "./helpers.mjs";
 
 const T = { timeout: 90_000 };
 
@@ -118,6 +118,32 @@ describe("extensions", () => {
     const inproc = await host(a, "POST", "command/tally/mark", { requestId: "m1", input: "by host" });
     assert.equal(inproc.status, 200, inproc.text);
     assert.deepEqual(inproc.json, { marks: ["initialized", "by host"] });
+  });
+
+  test("the model calls an extension command through execute, in its Session, granted by the roster's grantKey", T, async () => {
+    const { a, sid } = await h.session();
+    const tag = uniq("tool");
+    h.model.scriptFor(tag, execute("return await reminder.add({ text: 'stretch', delayMs: 600000 });"), { text: "set" });
+    const settled = await a.settle(sid, `p-${tag}`, `remind me ${tag}`);
+    assert.equal(settled.terminal, "completed", JSON.stringify(settled));
+    const [first] = h.model.requests(tag);
+    assert.match(JSON.stringify(first.body.tools), /reminder\.add/, "execute lists the command");
+    const read = await a.read(sid, { limit: 200 });
+    const tool = read.messages.find((m) => m.role === "tool");
+    assert.ok(!tool.isError, tool.text);
+    const out = JSON.parse(tool.text);
+    assert.ok(out.name.startsWith(`${sid}:`), tool.text);
+    assert.deepEqual(read.extensions.reminder.pending.map((p) => p.text), ["stretch"]);
+    // The Session's grants name the module by the roster's grantKey.
+    const delivered = await h.api("POST", `/host-grants/${a.id}/${sid}`, { version: 1, grants: { reminders: "read" } });
+    assert.equal(delivered.status, 200, delivered.text);
+    const tag2 = uniq("denied");
+    h.model.scriptFor(tag2, execute("return await reminder.add({ text: 'again', delayMs: 600000 });"), { text: "refused" });
+    await a.settle(sid, `p-${tag2}`, `remind me again ${tag2}`);
+    const after = await a.read(sid, { limit: 200 });
+    const denied = after.messages.filter((m) => m.role === "tool").at(-1);
+    assert.match(denied.text, /refused/, denied.text);
+    assert.equal(after.extensions.reminder.pending.length, 1, "the refused call changed nothing");
   });
 
   test("a reminder's timer survives a restart, fires once and sends its prompt", T, async () => {
