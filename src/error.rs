@@ -63,8 +63,8 @@ api_errors! {
     ExtensionNotFound(String) => 404, "extension_not_found",
         "extension `{0}` is not in this agent's roster";
     /// 404: the extension declares no such command.
-    ExtensionCommandNotFound { extension: String, command: String } => 404,
-        "extension_command_not_found", "extension `{extension}` declares no command `{command}`";
+    ExtensionCommandNotFound { extension: String, command: String } => 404, "extension_command_not_found",
+        "extension `{extension}` declares no command `{command}`";
     /// 409: the extension is stopped (a hook failed); the host resumes it.
     ExtensionStopped { extension: String, reason: String } => 409, "extension_stopped",
         "extension `{extension}` is stopped until the host resumes it or its revision changes: {reason}";

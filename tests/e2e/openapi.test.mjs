@@ -227,7 +227,7 @@ async function call(agent, method, template, { params = {}, query = {}, body, ra
 async function openWatch(agent, sessionId) {
   const controller = new AbortController();
   const p = `/sessions/${encodeURIComponent(sessionId)}/watch`;
-  const res = await h.mf.dispatchFetch(`http://localhost/agents/${agent.id}${p}`, {
+  const res = await agent.h.mf.dispatchFetch(`http://localhost/agents/${agent.id}${p}`, {
     headers: { authorization: `Bearer ${TOKEN}`, accept: "text/event-stream" },
     signal: controller.signal,
   });
@@ -487,6 +487,9 @@ test("every documented operation is served and answers as documented", async () 
   // The host's authentication.
   await call(a, "get", S, { token: null, status: 401 });
 
+  // Extensions, on a host that runs them (tests/e2e/fixtures/extensions-worker.mjs).
+  await extensionOperations();
+
   // Coverage: every operation was served, and every documented 2xx was seen.
   for (const [method, template, op] of operations()) {
     const key = opKey(method, template);
@@ -496,6 +499,50 @@ test("every documented operation is served and answers as documented", async () 
     }
   }
 });
+
+/** The extension routes' answers against the document, on a host with extensions. */
+async function extensionOperations() {
+  const script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/extensions-worker.mjs"), "extensions-worker");
+  const h4 = await startWorker({ scriptPath: script, model: "echo", bindings: { INIT: "ok" } });
+  try {
+    const a = h4.agent();
+    const s = { sessionId: "s" };
+    const goal = { ...s, extensionId: "goal", command: "set" };
+    await call(a, "post", S, { body: s, status: 201 });
+    const list = await call(a, "get", "/extensions", { status: 200 });
+    assert.deepEqual(list.json.extensions.map((e) => e.id), ["goal", "reminder", "tally"]);
+    await call(a, "get", "/extensions", { query: { x: "1" }, status: 400 });
+    await call(a, "get", "/extensions/{extensionId}", { params: { extensionId: "tally" }, status: 200 });
+    await call(a, "get", "/extensions/{extensionId}", { params: { extensionId: "nope" }, status: 404 });
+    const SCMD = "/sessions/{sessionId}/extensions/{extensionId}/commands/{command}";
+    const ACMD = "/extensions/{extensionId}/commands/{command}";
+    await call(a, "post", SCMD, { params: goal, body: { requestId: "g", input: { text: "a goal" } }, status: 200 });
+    await call(a, "post", SCMD, { params: goal, body: { requestId: "g", input: { text: "a goal" } }, status: 200 });
+    await call(a, "post", SCMD, { params: goal, body: { requestId: "g", input: { text: "other" } }, status: 409 });
+    await call(a, "post", SCMD, { params: goal, body: { input: { text: 5 } }, status: 400, beyondSchema: true });
+    await call(a, "post", SCMD, { params: goal, body: { input: {}, extra: 1 }, status: 400 });
+    await call(a, "post", SCMD, { params: goal, raw: "{", status: 400 });
+    await call(a, "post", SCMD, { params: { ...goal, command: "nope" }, body: {}, status: 404 });
+    await call(a, "post", SCMD, { params: { ...goal, sessionId: "nobody" }, body: { input: { text: "x" } }, status: 404 });
+    await call(a, "post", SCMD, { params: { ...goal, command: "end" }, body: { input: { status: "achieved" } }, status: 200 });
+    await call(a, "post", SCMD, { params: { ...goal, command: "end" }, body: { input: { status: "achieved" } }, status: 422 });
+    await call(a, "post", ACMD, { params: { extensionId: "tally", command: "mark" }, body: { input: "m" }, status: 200 });
+    await call(a, "post", ACMD, { params: { extensionId: "tally", command: "mark" }, raw: "x".repeat(1_048_577), status: 413 });
+    // The read carries the projections; a watch carries them as frames.
+    const page = await call(a, "get", ONE, { params: s, status: 200 });
+    assert.equal(page.json.extensions.goal.status, "achieved");
+    const { watch, validate } = await openWatch(a, "s");
+    try {
+      await call(a, "post", SCMD, { params: goal, body: { input: { text: "next" } }, status: 200 });
+      await watch.until((e) => e.event === "frame" && e.data?.type === "extension");
+      for (const ev of watch.events) assert.ok(validate(ev), `watch event ${kind(ev)} does not match WatchEvent: ${errorsOf(validate)}\n${JSON.stringify(ev)}`);
+    } finally {
+      await watch.close();
+    }
+  } finally {
+    await h4.dispose();
+  }
+}
 
 test("identity-bound answers match the document (the multi-author host)", async () => {
   // tests/e2e/fixtures/multi-author-worker.mjs: the host sets `shiitakeMeta`
