@@ -527,3 +527,131 @@ fn commands_replay_by_request_id_and_refuse_by_name() {
         "a failed command does not stop its extension"
     );
 }
+
+#[test]
+fn every_bound_refuses_by_name_and_keeps_nothing() {
+    let mut h = Harness::new();
+    let host = tally();
+    open(
+        &mut h,
+        &[manifest("tally", json!({"hooks": {"settled": false}}))],
+        host.clone(),
+    );
+    h.session("s");
+    let run = |h: &mut Harness| {
+        with_ext(h, |e, ctx| {
+            e.command(
+                ctx,
+                Invocation {
+                    extension: "tally",
+                    command: "bump",
+                    session_id: Some("s"),
+                    request_id: None,
+                    input: json!({"by": 1}),
+                },
+            )
+        })
+        .unwrap_err()
+        .to_string()
+    };
+    // A row over 16 KiB.
+    host.set(|_| json!({"ok": true, "writes": [{"collection": "seen", "key": "k", "value": "x".repeat(16_385)}]}));
+    assert!(run(&mut h).contains("at most 16384"));
+    // The whole state over 1 MiB (rows under their own bound).
+    host.set(|_| {
+        let writes: Vec<Value> = (0..70).map(|i| json!({"collection": "seen", "key": format!("k{i}"), "value": "x".repeat(16_000)})).collect();
+        json!({"ok": true, "writes": writes})
+    });
+    let e = run(&mut h);
+    assert!(
+        e.contains("state would be") && e.contains("at most 1048576"),
+        "{e}"
+    );
+    // A key over 256 bytes; a document under another key.
+    host.set(|_| json!({"ok": true, "writes": [{"collection": "seen", "key": "k".repeat(257), "value": 1}]}));
+    assert!(run(&mut h).contains("keys are 1 to 256 bytes"));
+    host.set(|_| json!({"ok": true, "writes": [{"collection": "count", "key": "x", "value": 1}]}));
+    assert!(run(&mut h).contains("a document has the one key"));
+    // Sends: at most 8 per call, one per Session.
+    host.set(|_| {
+        let sends: Vec<Value> = (0..9)
+            .map(|i| json!({"sessionId": format!("s{i}"), "text": "hi"}))
+            .collect();
+        json!({"ok": true, "sends": sends})
+    });
+    assert!(run(&mut h).contains("at most 8"));
+    host.set(|_| json!({"ok": true, "sends": [{"sessionId": "s", "text": "a"}, {"sessionId": "s", "text": "b"}]}));
+    assert!(run(&mut h).contains("at most one per Session"));
+    assert!(
+        rows(&h, "tally").is_empty(),
+        "no refused call wrote anything"
+    );
+    // A projection over 16 KiB publishes nothing and says why.
+    host.set(|_| json!({"ok": true, "value": "x".repeat(16_385)}));
+    let entry_ok = with_ext(&mut h, |e, ctx| {
+        let entry = e.roster().get("tally").unwrap();
+        e.project(ctx.store, entry, Some("s"))
+    });
+    assert!(entry_ok.unwrap_err().contains("at most 16384"));
+}
+
+#[test]
+fn a_settled_hook_cannot_send_and_stops_saying_so() {
+    let mut h = Harness::new();
+    let host = Script::new(|r| match r["kind"].as_str() {
+        Some("settled") => json!({"ok": true, "sends": [{"sessionId": "s", "text": "again"}]}),
+        _ => json!({"ok": true}),
+    });
+    open(&mut h, &[manifest("tally", json!({}))], host);
+    h.session("s");
+    settle_one(&mut h, "s", "a");
+    let reason = stopped(&mut h, "tally").unwrap();
+    assert!(
+        reason.contains("send is available in commands and timer hooks only"),
+        "{reason}"
+    );
+    let read = h.call("GET", "/sessions/s", Value::Null);
+    assert_eq!(read.json["pending"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn the_http_routes_serve_status_commands_and_the_reads_projections() {
+    let mut h = Harness::new();
+    open(
+        &mut h,
+        &[manifest("tally", json!({"hooks": {"settled": false}}))],
+        tally(),
+    );
+    h.session("s");
+    let r = h.call(
+        "POST",
+        "/sessions/s/extensions/tally/commands/bump",
+        json!({"requestId": "x", "input": {"by": 4}}),
+    );
+    assert_eq!(
+        (r.status, r.json.clone()),
+        (200, json!({"result": {"count": 4}}))
+    );
+    let r = h.call("GET", "/sessions/s", Value::Null);
+    assert_eq!(r.json["extensions"], json!({"tally": {"count": 4}}));
+    let r = h.call("GET", "/extensions", Value::Null);
+    assert_eq!(r.json["extensions"][0]["id"], "tally");
+    assert_eq!(r.json["extensions"][0]["projection"], json!({"count": 4}));
+    let r = h.call(
+        "POST",
+        "/extensions/tally/commands/bump",
+        json!({"input": {"by": 1}}),
+    );
+    assert_eq!(r.status, 400, "a Session command at the Agent route");
+    let r = h.call("GET", "/extensions/tally/commands/bump", Value::Null);
+    assert_eq!(r.status, 405);
+    let r = h.call(
+        "POST",
+        "/sessions/s/extensions/tally/commands/bump",
+        json!({"input": {"by": 1}, "x": 1}),
+    );
+    assert_eq!(
+        (r.status, r.json["error"]["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+}

@@ -32,6 +32,13 @@ const CONSTANTS = [
   ["js/files.mjs", "LIST_ENTRIES_MAX", "LIST_ENTRIES_MAX"],
   ["js/computer.mjs", "COMPUTER_RESPONSE_BYTES_MAX", "COMPUTER_RESPONSE_BYTES_MAX"],
   ["js/computer.mjs", "SECRET_TOKEN_BYTES_MIN", "SECRET_FRAGMENT_BYTES_MIN"],
+  ["js/extensions.mjs", "EXTENSIONS_MAX", "EXTENSIONS_MAX"],
+  ["js/extensions.mjs", "EXTENSION_COLLECTIONS_MAX", "EXTENSION_COLLECTIONS_MAX"],
+  ["js/extensions.mjs", "EXTENSION_COMMANDS_MAX", "EXTENSION_COMMANDS_MAX"],
+  ["js/extensions.mjs", "EXTENSION_STATE_VERSION_MAX", "EXTENSION_STATE_VERSION_MAX"],
+  ["js/extensions.mjs", "EXTENSION_KEY_BYTES_MAX", "EXTENSION_KEY_BYTES_MAX"],
+  ["js/extensions.mjs", "EXTENSION_SEND_TEXT_BYTES_MAX", "TEXT_BYTES_MAX"],
+  ["js/extensions.mjs", "EXTENSION_ERROR_MAX", "EXTENSION_STOP_REASON_BYTES_MAX"],
 ];
 
 test("the shim's copies of core bounds equal src/limits.rs", async () => {
