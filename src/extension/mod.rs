@@ -977,6 +977,30 @@ impl Extensions {
         (values, errors)
     }
 
+    /// Runs the `kind` builder (prompt or tools) of every running extension
+    /// that has one, over committed state: each extension's answer or error.
+    fn builders(
+        &self,
+        store: Store<'_>,
+        kind: &str,
+        session_id: &str,
+        command_id: &str,
+    ) -> Vec<(&Entry, Result<Answer, String>)> {
+        let Ok(meta) = tables::meta_rows(store.sql()) else {
+            return Vec::new();
+        };
+        self.roster
+            .entries()
+            .iter()
+            .filter(|e| match kind {
+                "prompt" => e.manifest.prompt,
+                _ => e.manifest.tools,
+            })
+            .filter(|e| meta.get(e.id()).is_some_and(|m| m.stopped.is_none()))
+            .map(|e| (e, self.built(store, e, kind, session_id, command_id)))
+            .collect()
+    }
+
     /// Running extensions' prompt sections for a model call of the run
     /// headed by `command_id`, each extension's within
     /// [`EXTENSION_PROMPT_BYTES_MAX`]; a builder that fails is left out and
@@ -989,28 +1013,23 @@ impl Extensions {
     ) -> (Vec<String>, Vec<String>) {
         let mut sections = Vec::new();
         let mut errors = Vec::new();
-        let Ok(meta) = tables::meta_rows(store.sql()) else {
-            return (sections, errors);
-        };
-        for entry in self.roster.entries().iter().filter(|e| e.manifest.prompt) {
-            if meta.get(entry.id()).is_none_or(|m| m.stopped.is_some()) {
+        for (entry, answer) in self.builders(store, "prompt", session_id, command_id) {
+            let added = match answer {
+                Ok(answer) => answer.sections.unwrap_or_default(),
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            };
+            let bytes: usize = added.iter().map(String::len).sum();
+            if bytes > EXTENSION_PROMPT_BYTES_MAX {
+                errors.push(format!(
+                    "extension {}: prompt sections of {bytes} bytes; at most {EXTENSION_PROMPT_BYTES_MAX}",
+                    entry.id()
+                ));
                 continue;
             }
-            match self.built(store, entry, "prompt", session_id, command_id) {
-                Ok(answer) => {
-                    let added = answer.sections.unwrap_or_default();
-                    let bytes: usize = added.iter().map(String::len).sum();
-                    if bytes > EXTENSION_PROMPT_BYTES_MAX {
-                        errors.push(format!(
-                            "extension {}: prompt sections of {bytes} bytes; at most {EXTENSION_PROMPT_BYTES_MAX}",
-                            entry.id()
-                        ));
-                        continue;
-                    }
-                    sections.extend(added.into_iter().filter(|s| !s.trim().is_empty()));
-                }
-                Err(e) => errors.push(e),
-            }
+            sections.extend(added.into_iter().filter(|s| !s.trim().is_empty()));
         }
         (sections, errors)
     }
@@ -1018,7 +1037,7 @@ impl Extensions {
     /// Running extensions' commands offered to the model for the run
     /// headed by `command_id`: `(extension, markers)`, each marker a
     /// declared Session command.
-    pub fn command_tools(
+    fn command_tools(
         &self,
         store: Store<'_>,
         session_id: &str,
@@ -1026,34 +1045,29 @@ impl Extensions {
     ) -> (Vec<(&Entry, Vec<ToolMarker>)>, Vec<String>) {
         let mut tools = Vec::new();
         let mut errors = Vec::new();
-        let Ok(meta) = tables::meta_rows(store.sql()) else {
-            return (tools, errors);
-        };
-        for entry in self.roster.entries().iter().filter(|e| e.manifest.tools) {
-            if meta.get(entry.id()).is_none_or(|m| m.stopped.is_some()) {
-                continue;
-            }
-            match self.built(store, entry, "tools", session_id, command_id) {
-                Ok(answer) => {
-                    let markers = answer.tools.unwrap_or_default();
-                    let bad = markers.iter().find(|m| {
-                        entry
-                            .manifest
-                            .commands
-                            .get(&m.command)
-                            .is_none_or(|c| c.scope != Scope::Session)
-                    });
-                    match bad {
-                        Some(m) => errors.push(format!(
-                            "extension {}: the tools builder offered `{}`, not a declared Session command",
-                            entry.id(),
-                            m.command
-                        )),
-                        None if !markers.is_empty() => tools.push((entry, markers)),
-                        None => {}
-                    }
+        for (entry, answer) in self.builders(store, "tools", session_id, command_id) {
+            let markers = match answer {
+                Ok(answer) => answer.tools.unwrap_or_default(),
+                Err(e) => {
+                    errors.push(e);
+                    continue;
                 }
-                Err(e) => errors.push(e),
+            };
+            let bad = markers.iter().find(|m| {
+                entry
+                    .manifest
+                    .commands
+                    .get(&m.command)
+                    .is_none_or(|c| c.scope != Scope::Session)
+            });
+            match bad {
+                Some(m) => errors.push(format!(
+                    "extension {}: the tools builder offered `{}`, not a declared Session command",
+                    entry.id(),
+                    m.command
+                )),
+                None if !markers.is_empty() => tools.push((entry, markers)),
+                None => {}
             }
         }
         (tools, errors)

@@ -45,7 +45,17 @@ pub(super) fn from_shim(shim: JsValue) -> Result<Extensions, String> {
 /// Agent's), so an unchanged value is not sent again.
 pub(super) type Published = HashMap<(String, Option<String>), String>;
 
+/// Projections remembered as published (extensions x watched Sessions).
+const PUBLISHED_MAX: usize = 4_096;
+
 impl Inner {
+    /// The extensions of a ready instance, for a host-only call.
+    pub(super) fn extensions_ready(&self) -> Result<&Extensions, JsValue> {
+        self.ready().map_err(super::js_api_error)?;
+        self.extensions()
+            .ok_or_else(|| js_sys::Error::new("no extensions").into())
+    }
+
     /// The extensions, when the roster is usable.
     pub(super) fn extensions(&self) -> Option<&Extensions> {
         self.extensions.as_ref().ok()
@@ -102,7 +112,12 @@ impl Inner {
                 for session in targets {
                     self.publish(session, "frame", &frame);
                 }
-                self.published.borrow_mut().insert(key, text);
+                let mut published = self.published.borrow_mut();
+                // Bounded: past it, values are sent again once (harmless).
+                if published.len() >= PUBLISHED_MAX {
+                    published.clear();
+                }
+                published.insert(key, text);
             }
         }
     }
@@ -141,9 +156,4 @@ impl Inner {
         }
         self.publish_projections();
     }
-}
-
-/// A JS `Error` for a refused host call.
-pub(super) fn js_error(message: &str) -> JsValue {
-    js_sys::Error::new(message).into()
 }

@@ -187,15 +187,12 @@ impl ShiitakeCore {
     ) -> Result<String, JsValue> {
         let _scope = blame::enter(self.inner.scope(session_id.as_deref()));
         let inner = &self.inner;
-        inner.ready().map_err(js_api_error)?;
+        let ext = inner.extensions_ready()?;
         if let Some(r) = &request_id {
             crate::session::command::validate_request_id(r).map_err(js_api_error)?;
         }
         let input: serde_json::Value = serde_json::from_str(input)
             .map_err(|e| js_api_error(ApiError::InvalidRequest(format!("input: {e}"))))?;
-        let ext = inner
-            .extensions()
-            .ok_or_else(|| extensions::js_error("no extensions"))?;
         let invoked = inner
             .with_ctx(|ctx| {
                 ext.command(
@@ -220,10 +217,7 @@ impl ShiitakeCore {
     pub fn resume_extension(&self, extension: &str) -> Result<String, JsValue> {
         let _scope = blame::enter(self.inner.scope(None));
         let inner = &self.inner;
-        inner.ready().map_err(js_api_error)?;
-        let ext = inner
-            .extensions()
-            .ok_or_else(|| extensions::js_error("no extensions"))?;
+        let ext = inner.extensions_ready()?;
         let status = inner
             .with_ctx(|ctx| ext.resume(ctx, extension))
             .map_err(js_api_error)?;
@@ -237,10 +231,7 @@ impl ShiitakeCore {
     pub fn extension_statuses(&self) -> Result<String, JsValue> {
         let _scope = blame::enter(self.inner.scope(None));
         let inner = &self.inner;
-        inner.ready().map_err(js_api_error)?;
-        let ext = inner
-            .extensions()
-            .ok_or_else(|| extensions::js_error("no extensions"))?;
+        let ext = inner.extensions_ready()?;
         let list = ext.statuses(inner.store()).map_err(js_api_error)?;
         serde_json::to_string(&list).map_err(|e| JsValue::from_str(&e.to_string()))
     }
