@@ -132,6 +132,11 @@ export interface SessionRead {
   running: RunningTurn | null;
   /** The `before` of the next older page; `null`: none. */
   cursor: string | null;
+  /**
+   * When the Agent runs extensions: each extension's Session projection of
+   * this Session, by extension id (an extension publishing none is absent).
+   */
+  extensions?: Record<string, unknown>;
 }
 
 export type Terminal = "completed" | "failed" | "cancelled" | "interrupted";
@@ -174,7 +179,21 @@ export type Frame =
   | { type: "delta"; commandId: string; text: string }
   | { type: "settled"; settlement: CommandSettlement }
   /** Once at a turn's start: a tool the host configured cannot be offered (e.g. `execute` without `LOADER`, an unavailable MCP server). */
-  | { type: "diagnostic"; commandId: string; diagnostic: string };
+  | { type: "diagnostic"; commandId: string; diagnostic: string }
+  | ExtensionFrame;
+
+/**
+ * An extension's projection, published after the commit that changed it
+ * (only when its value changed): its Session projection (`scope:
+ * "session"`) on that Session's watch, its Agent projection (`scope:
+ * "agent"`) on every watched Session.
+ */
+export interface ExtensionFrame {
+  type: "extension";
+  extensionId: string;
+  scope: "session" | "agent";
+  value: unknown;
+}
 
 export interface RuntimeErrorEvent {
   commandId: string;
@@ -323,7 +342,17 @@ export type ShiitakeErrorCode =
   | "not_configured"
   | "invalid_response"
   | "response_too_large"
-  | "event_too_large";
+  | "event_too_large"
+  | "runtime_closed"
+  | "extension_not_found"
+  | "extension_command_not_found"
+  | "extension_stopped"
+  | "extension_command_failed"
+  | "extension_limit"
+  /** A projection an extension binding observed failed the contract's schema (client-side; see ShiitakeSchemaError). */
+  | "invalid_projection"
+  /** A binding's watch ended (client-side; reported when the binding gives up reopening it). */
+  | "watch_ended";
 
 /**
  * A refusal (a non-2xx answer, `code` from its `{error: {code, message}}`
@@ -360,4 +389,221 @@ export class SseParser {
   constructor(maxBytes?: number);
   push(chunk: Uint8Array, out?: SseEvent[]): SseEvent[];
   end(): void;
+}
+
+// ---------------------------------------------------------------------------
+// Extension bindings
+
+/** The Standard Schema v1 interface (https://standardschema.dev), as much of it as is used here. Zod 4, Valibot and ArkType schemas are ones. */
+export interface StandardSchemaV1<Input = unknown, Output = Input> {
+  readonly "~standard": StandardSchemaV1.Props<Input, Output>;
+}
+
+export declare namespace StandardSchemaV1 {
+  interface Props<Input = unknown, Output = Input> {
+    readonly version: 1;
+    readonly vendor: string;
+    readonly validate: (value: unknown) => Result<Output> | Promise<Result<Output>>;
+    readonly types?: Types<Input, Output> | undefined;
+  }
+  type Result<Output> = { readonly value: Output; readonly issues?: undefined } | { readonly issues: ReadonlyArray<Issue> };
+  interface Issue {
+    readonly message: string;
+    readonly path?: ReadonlyArray<PropertyKey | { readonly key: PropertyKey }> | undefined;
+  }
+  interface Types<Input = unknown, Output = Input> {
+    readonly input: Input;
+    readonly output: Output;
+  }
+  type InferInput<S extends StandardSchemaV1> = NonNullable<S["~standard"]["types"]>["input"];
+  type InferOutput<S extends StandardSchemaV1> = NonNullable<S["~standard"]["types"]>["output"];
+}
+
+/** One command of an extension contract: its input schema, checked before any request. */
+export interface ExtensionCommandContract {
+  input?: StandardSchemaV1;
+}
+
+/**
+ * What a client knows of an extension: its id, the schema of its
+ * projection, and its commands with their input schemas. Schemas are
+ * Standard Schemas validated synchronously (an asynchronous one is an
+ * error). The server validates too; these are the client's own view.
+ */
+export interface ExtensionContract {
+  id: string;
+  projection?: { schema?: StandardSchemaV1 };
+  /** When given, `command` takes only these names. */
+  commands?: { [name: string]: ExtensionCommandContract };
+}
+
+/** The projection's type: the projection schema's output, or any JSON when the contract has none. */
+export type ProjectionOf<C extends ExtensionContract> = C extends { projection: { schema: infer S extends StandardSchemaV1 } }
+  ? StandardSchemaV1.InferOutput<S>
+  : JsonValue;
+
+/** The command names a contract allows (any string when it lists none). */
+export type CommandNameOf<C extends ExtensionContract> = C extends { commands: infer M } ? Extract<keyof M, string> : string;
+
+/** A command's input: its schema's input type, or any JSON-serialisable value when it has none. */
+export type CommandInputOf<C extends ExtensionContract, N extends string> = C extends { commands: infer M }
+  ? N extends keyof M
+    ? M[N] extends { input: infer S extends StandardSchemaV1 }
+      ? StandardSchemaV1.InferInput<S>
+      : unknown
+    : never
+  : unknown;
+
+/** `command`'s arguments after the name: the input may be left out when its type admits `undefined`. */
+export type CommandArgs<C extends ExtensionContract, N extends string> = undefined extends CommandInputOf<C, N>
+  ? [input?: CommandInputOf<C, N>, options?: ExtensionCommandOptions]
+  : [input: CommandInputOf<C, N>, options?: ExtensionCommandOptions];
+
+/**
+ * What a binding last *observed* of a projection; never what a command is
+ * assumed to have done: a command's success leaves the slot as it is, a
+ * read or a watch frame changes it. `observedAt` is `Date.now()` at the
+ * observation.
+ * - `unknown`: nothing observed yet;
+ * - `absent`: the last observation carried no value (the extension publishes none);
+ * - `observed`: the value (the projection schema's output);
+ * - `invalid`: the value failed the projection schema (`error.issues` say how); the binding keeps working.
+ */
+export type ProjectionSlot<T> =
+  | { readonly status: "unknown" }
+  | { readonly status: "absent"; readonly observedAt: number }
+  | { readonly status: "observed"; readonly value: T; readonly observedAt: number }
+  | { readonly status: "invalid"; readonly error: ShiitakeSchemaError; readonly observedAt: number };
+
+/**
+ * Called with the new slot after every observation (a read, a snapshot, a
+ * frame; the same value observed again is an observation too). Called with
+ * `error` too, and the slot unchanged, when the binding gave up reopening a
+ * watch. It is not called at subscribe time: read `binding.slot`.
+ */
+export type ProjectionListener<T> = (slot: ProjectionSlot<T>, error?: unknown) => void;
+
+/**
+ * How a binding reopens a watch that ended or failed: after `initialDelayMs`,
+ * doubling up to `maxDelayMs`, until `maxFailures` consecutive failures (a
+ * watch that delivered its snapshot resets the count); a 4xx refusal other
+ * than 408 and 429 (e.g. `session_not_found`) ends the attempts at once.
+ * Giving up leaves the slot as it is and reports the last error.
+ */
+export interface ReconnectOptions {
+  /** Default 500. */
+  initialDelayMs?: number;
+  /** Default 10000. */
+  maxDelayMs?: number;
+  /** Default 8. */
+  maxFailures?: number;
+}
+
+export interface ExtensionBindingOptions {
+  /** Hears why a watch was given up (as the listeners' second argument does) and what a listener threw. Without it, a listener's throw goes to `reportError` (or `console.error`). */
+  onError?: (error: unknown) => void;
+  reconnect?: ReconnectOptions;
+}
+
+export interface ExtensionCommandOptions extends CallOptions {
+  /** Defaults to `crypto.randomUUID()`. The same id with the same input answers the same result: reuse it to retry an uncertain call. */
+  requestId?: string;
+}
+
+export interface ExtensionBindingBase<C extends ExtensionContract> {
+  /** The contract's extension id. */
+  readonly id: string;
+  readonly slot: ProjectionSlot<ProjectionOf<C>>;
+  readonly closed: boolean;
+  /**
+   * `listener(slot)` on every observation; returns the unsubscribe function
+   * (idempotent). Throws once the binding is closed.
+   */
+  subscribe(listener: ProjectionListener<ProjectionOf<C>>): () => void;
+  /**
+   * Sends a command; resolves its `result`. An input the contract's schema
+   * refuses rejects with a `ShiitakeSchemaError` (`invalid_request`, status
+   * 400) and sends nothing. Server refusals reject with a `ShiitakeError`:
+   * `invalid_request` 400, `extension_not_found` / `extension_command_not_found`
+   * / `session_not_found` 404, `extension_stopped` / `request_conflict` 409,
+   * `extension_command_failed` / `extension_limit` 422, `runtime_closed` 503.
+   * The slot does not change: the effect shows when a read or a frame observes it.
+   */
+  command<N extends CommandNameOf<C>>(name: N, ...args: CommandArgs<C, N>): Promise<JsonValue>;
+  /** Closes the binding's watches and drops its listeners. Idempotent; later calls throw (or reject). Host work goes on. */
+  close(): void;
+}
+
+/** An extension's Session scope on one Session. */
+export interface SessionExtensionBinding<C extends ExtensionContract = ExtensionContract> extends ExtensionBindingBase<C> {
+  readonly session: ShiitakeSession;
+  /** Reads the Session (`read({limit: 1})`) and observes its `extensions[id]`; resolves the slot. A watch observation made while the read was in flight wins. */
+  refresh(options?: CallOptions): Promise<ProjectionSlot<ProjectionOf<C>>>;
+  /**
+   * The first subscriber opens one watch of the Session (its snapshot and
+   * its `extension` frames of this id with `scope: "session"` are
+   * observations), reopened as `ReconnectOptions` says; the last
+   * unsubscribe closes it. A subscriber added after the binding gave up
+   * opens it again.
+   */
+  subscribe(listener: ProjectionListener<ProjectionOf<C>>): () => void;
+}
+
+/** Status of one extension of the Agent (`GET /extensions/:id`). */
+export interface ExtensionStatus {
+  id: string;
+  version: string;
+  revision: string;
+  stateVersion: number;
+  grantKey: string;
+  feature: string | null;
+  /** Why and when (milliseconds since the epoch, when known) it stopped; `null`: running. */
+  stopped: { reason: string; at: number | null } | null;
+  /** Settled work it has missed and not yet replayed. */
+  behind: boolean;
+  /** The Agent projection; absent when it publishes none. */
+  projection?: unknown;
+}
+
+/** An extension's Agent scope. */
+export interface AgentExtensionBinding<C extends ExtensionContract = ExtensionContract> extends ExtensionBindingBase<C> {
+  /** The last Status read (by `refresh` or a followed watch's (re)opening); `undefined` before. */
+  readonly status: ExtensionStatus | undefined;
+  /** Reads the Status (`GET /extensions/:id`) and observes its `projection`; resolves the slot. */
+  refresh(options?: CallOptions): Promise<ProjectionSlot<ProjectionOf<C>>>;
+  /**
+   * Follows the `scope: "agent"` frames of this id on `session`'s watch
+   * (a Session handle of the same client): opened now, reopened as
+   * `ReconnectOptions` says, and each (re)opening reads the Status once (a
+   * snapshot carries Session projections only). Returns the function that
+   * stops following. Listeners are added with `subscribe`, which opens no watch.
+   */
+  follow(session: ShiitakeSession): () => void;
+}
+
+/** Binds an extension's Session scope on a Session handle (`client.session(id)`). No I/O until `refresh`, `subscribe` or `command`. */
+export function bindSessionExtension<const C extends ExtensionContract>(
+  session: ShiitakeSession,
+  contract: C,
+  options?: ExtensionBindingOptions,
+): SessionExtensionBinding<C>;
+
+/** Binds an extension's Agent scope on a client. No I/O until `refresh`, `follow` or `command`. */
+export function bindAgentExtension<const C extends ExtensionContract>(
+  client: ShiitakeClient,
+  contract: C,
+  options?: ExtensionBindingOptions,
+): AgentExtensionBinding<C>;
+
+/**
+ * A value a contract's schema refused: a command's input (`invalid_request`,
+ * status 400, as the server would answer; nothing was sent) or an observed
+ * projection (`invalid_projection`, status 200). A projection schema that
+ * validates asynchronously, or whose validate throws, makes the slot
+ * `invalid` with this error (`cause`: what was thrown); a command input
+ * schema doing so rejects the call with a TypeError (or what it threw).
+ */
+export class ShiitakeSchemaError extends ShiitakeError {
+  constructor(status: number, code: string, message: string, issues?: ReadonlyArray<StandardSchemaV1.Issue>, options?: { cause?: unknown });
+  readonly issues: ReadonlyArray<StandardSchemaV1.Issue>;
 }

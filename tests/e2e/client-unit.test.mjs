@@ -1,9 +1,20 @@
 // The typed client (js/client.mjs) without a Worker (no Miniflare): its event-stream parser
-// on every kind of chunk split, the watch's life cycle, request encoding and
-// the mapping of answers to ShiitakeError, all against a fake fetch.
+// on every kind of chunk split, the watch's life cycle, request encoding,
+// the mapping of answers to ShiitakeError and the extension bindings' slot,
+// watch and reopening rules, all against a fake fetch.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { RESPONSE_BYTES_MAX, SseParser, ShiitakeError, WATCH_EVENT_BYTES_MAX, createShiitakeClient } from "../../js/client.mjs";
+import { z } from "zod";
+import {
+  RESPONSE_BYTES_MAX,
+  SseParser,
+  ShiitakeError,
+  ShiitakeSchemaError,
+  WATCH_EVENT_BYTES_MAX,
+  bindAgentExtension,
+  bindSessionExtension,
+  createShiitakeClient,
+} from "../../js/client.mjs";
 
 const enc = new TextEncoder();
 
@@ -460,4 +471,460 @@ test("client.close(): closes its open watches only; later calls throw; calls in 
   assert.equal((await poll).answer, "a", "the long poll in flight was not cut");
   assert.equal(f.calls.length, 4);
   client.close(); // idempotent
+});
+
+// ---- extension bindings ----
+
+const GoalSchema = z.object({ text: z.string(), status: z.enum(["active", "achieved", "abandoned"]), turns: z.number().int().min(0) });
+const SetInput = z.object({ text: z.string().min(1) });
+const goalContract = { id: "goal", projection: { schema: GoalSchema }, commands: { set: { input: SetInput }, end: {} } };
+const GOAL = { text: "ship", status: "active", turns: 0 };
+const page = (extensions) => ({ sessionId: "s", messages: [], pending: [], running: null, cursor: null, ...(extensions === undefined ? {} : { extensions }) });
+const extFrame = (extensionId, scope, value) => ev("frame", { type: "extension", extensionId, scope, value });
+
+/** Polls `fn` until it returns truthy (bounded); returns its value. */
+async function until(fn, what = "a condition", timeoutMs = 2000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 2));
+  }
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * A fake Agent for the bindings: `reads` answers the Session reads (the
+ * next one each time; the last repeats), `statuses` the Status reads,
+ * `commands` the commands (a Response or a body), each watch gets a fresh
+ * stream in `streams` (or `watchAnswer()` when given).
+ */
+function fakeAgent({ reads = [page()], statuses = [], command = { result: { ok: true } }, watchAnswer } = {}) {
+  const streams = [];
+  const f = fakeFetch((url, init) => {
+    const path = url.slice(BASE.length).replace(/\?.*$/, "");
+    if (path.endsWith("/watch")) {
+      if (watchAnswer) return watchAnswer(url);
+      const s = sseResponse();
+      streams.push(s);
+      return s.response;
+    }
+    if (init.method === "POST") return command instanceof Response ? command : json(200, command);
+    if (path.startsWith("/extensions/")) return json(200, statuses.length > 1 ? statuses.shift() : statuses[0]);
+    return json(200, reads.length > 1 ? reads.shift() : reads[0]);
+  });
+  const client = createShiitakeClient({ baseUrl: BASE, fetch: f });
+  return { f, client, streams, session: client.session("s"), watchCalls: () => f.calls.filter((c) => c.url.endsWith("/watch")).length };
+}
+
+test("extension slot: unknown, then what each read observed (observed, absent, invalid, observed again); the schema's output is kept", async () => {
+  const goalBad = { ...GOAL, turns: -1 };
+  const { f, session } = fakeAgent({ reads: [page({ goal: { ...GOAL, extra: 1 } }), page({ reminder: {} }), page(), page({ goal: goalBad }), page({ goal: GOAL })] });
+  const b = bindSessionExtension(session, goalContract);
+  assert.equal(f.calls.length, 0, "binding performs no I/O");
+  assert.deepEqual(b.slot, { status: "unknown" });
+  assert.equal(b.id, "goal");
+
+  const t0 = Date.now();
+  const s1 = await b.refresh();
+  assert.equal(s1, b.slot);
+  assert.equal(s1.status, "observed");
+  assert.deepEqual(s1.value, GOAL, "zod's output: the unknown key stripped");
+  assert.ok(s1.observedAt >= t0 && s1.observedAt <= Date.now());
+  assert.deepEqual(f.calls[0].url, `${BASE}/sessions/s?limit=1`);
+
+  assert.equal((await b.refresh()).status, "absent", "no goal in extensions");
+  assert.equal((await b.refresh()).status, "absent", "no extensions at all");
+  const s4 = await b.refresh();
+  assert.equal(s4.status, "invalid");
+  assert.ok(s4.error instanceof ShiitakeSchemaError && s4.error instanceof ShiitakeError);
+  assert.deepEqual([s4.error.code, s4.error.status], ["invalid_projection", 200]);
+  assert.deepEqual(s4.error.issues.map((i) => i.path), [["turns"]]);
+  assert.match(s4.error.message, /goal.*\/turns/);
+  assert.equal(s4.value, undefined);
+  assert.equal((await b.refresh()).status, "observed", "the binding keeps working after an invalid value");
+  assert.ok(Object.isFrozen(b.slot));
+
+  // Without a projection schema the value is taken as it is.
+  const loose = bindSessionExtension(fakeAgent({ reads: [page({ goal: { any: [1] } })] }).session, { id: "goal" });
+  assert.deepEqual((await loose.refresh()).value, { any: [1] });
+});
+
+test("extension command: validated before any request, the Session-scope route, the result; it does not change the slot", async () => {
+  const { f, session } = fakeAgent({ reads: [page({ goal: GOAL })], command: { result: { text: "x", status: "active" } } });
+  const b = bindSessionExtension(session, goalContract);
+  const seen = [];
+  b.subscribe((slot) => seen.push(slot));
+  await b.refresh();
+  const before = b.slot;
+  const n = seen.length;
+
+  assert.deepEqual(await b.command("set", { text: "x" }), { text: "x", status: "active" });
+  assert.deepEqual(await b.command("set", { text: "x" }, { requestId: "r1" }), { text: "x", status: "active" });
+  await b.command("end");
+  const posts = f.calls.filter((c) => c.init.method === "POST");
+  assert.deepEqual(
+    posts.map((c) => [c.url, c.body]),
+    [
+      [`${BASE}/sessions/s/extensions/goal/commands/set`, { requestId: posts[0].body.requestId, input: { text: "x" } }],
+      [`${BASE}/sessions/s/extensions/goal/commands/set`, { requestId: "r1", input: { text: "x" } }],
+      [`${BASE}/sessions/s/extensions/goal/commands/end`, { requestId: posts[2].body.requestId }],
+    ],
+  );
+  assert.match(posts[0].body.requestId, /^[0-9a-f-]{36}$/, "a generated requestId");
+  assert.notEqual(posts[0].body.requestId, posts[2].body.requestId);
+  assert.equal(b.slot, before, "a command's success is not an observation");
+  assert.equal(seen.length, n, "listeners are not called by a command");
+
+  // Refused by the contract's schema: no request.
+  const calls = f.calls.length;
+  const e = await b.command("set", { text: "" }).catch((e) => e);
+  assert.ok(e instanceof ShiitakeSchemaError && e instanceof ShiitakeError, String(e));
+  assert.deepEqual([e.status, e.code, e.kind], [400, "invalid_request", "invalid"]);
+  assert.deepEqual(e.issues[0].path, ["text"]);
+  await assert.rejects(b.command("nope", {}), TypeError, "a name the contract does not list");
+  await assert.rejects(b.command("set", { text: "x" }, { requestId: 5 }), TypeError);
+  assert.equal(f.calls.length, calls, "nothing was sent");
+
+  // An asynchronous schema is refused (synchronous validation only), without a request.
+  const asyncSchema = { "~standard": { version: 1, vendor: "t", validate: async (v) => ({ value: v }) } };
+  const ab = bindSessionExtension(session, { id: "goal", commands: { set: { input: asyncSchema } }, projection: { schema: asyncSchema } });
+  await assert.rejects(ab.command("set", { text: "x" }), /asynchronously/);
+  assert.equal(f.calls.length, calls);
+  const slot = await ab.refresh();
+  assert.equal(slot.status, "invalid", "an async projection schema makes the slot invalid");
+  assert.match(slot.error.message, /asynchronously/);
+
+  // Server refusals are typed ShiitakeErrors.
+  for (const [status, code] of [
+    [409, "extension_stopped"],
+    [422, "extension_command_failed"],
+    [404, "extension_command_not_found"],
+    [503, "runtime_closed"],
+  ]) {
+    const { session: s2 } = fakeAgent({ command: json(status, { error: { code, message: `m ${code}` } }) });
+    const err = await bindSessionExtension(s2, goalContract)
+      .command("set", { text: "x" })
+      .catch((e) => e);
+    assert.ok(err instanceof ShiitakeError && !(err instanceof ShiitakeSchemaError), String(err));
+    assert.deepEqual([err.status, err.code, err.message], [status, code, `m ${code}`]);
+  }
+  // A 200 without a result is an unusable answer.
+  const { session: s3 } = fakeAgent({ command: { nope: 1 } });
+  assert.equal((await bindSessionExtension(s3, goalContract).command("end").catch((e) => e)).code, "invalid_response");
+});
+
+test("extension subscribe: one watch for all subscribers; its snapshot and this extension's Session frames are observed, others ignored; the last unsubscribe closes it", async () => {
+  const { session, streams, watchCalls } = fakeAgent();
+  const b = bindSessionExtension(session, goalContract);
+  const a1 = [];
+  const a2 = [];
+  const un1 = b.subscribe((slot, error) => a1.push([slot, error]));
+  const un2 = b.subscribe((slot) => a2.push(slot));
+  assert.equal(watchCalls(), 1, "one watch");
+  assert.deepEqual(b.slot, { status: "unknown" }, "subscribing is no observation");
+  await until(() => streams.length === 1);
+  const w = streams[0];
+  w.push(ev("snapshot", page({ reminder: { pending: [] } })));
+  await until(() => a1.length === 1, "the snapshot");
+  assert.equal(a1[0][0].status, "absent");
+  assert.equal(a1[0].length, 2);
+  assert.equal(a1[0][1], undefined);
+  w.push(
+    extFrame("reminder", "session", { pending: [1] }) +
+      extFrame("goal", "agent", GOAL) +
+      ev("frame", { type: "delta", commandId: "c", text: "x" }) +
+      ev("frame", { type: "extension", extensionId: "goal", scope: "session", value: { ...GOAL, turns: 1 } }),
+  );
+  await until(() => a1.length === 2, "the goal frame");
+  assert.equal(a1[1][0].status, "observed");
+  assert.equal(a1[1][0].value.turns, 1, "the other extension's and the agent-scope frames were ignored");
+  assert.deepEqual(a2, a1.map(([s]) => s));
+  w.push(extFrame("goal", "session", { text: 7 }));
+  await until(() => a1.length === 3);
+  assert.equal(b.slot.status, "invalid");
+
+  un1();
+  un1(); // idempotent
+  w.push(extFrame("goal", "session", GOAL));
+  await until(() => a2.length === 4);
+  assert.equal(a1.length, 3, "an unsubscribed listener hears nothing");
+  assert.equal(w.cancelled, false, "one subscriber is left");
+  un2();
+  assert.equal(w.cancelled, true, "the last unsubscribe closed the watch");
+  await sleep(20);
+  assert.equal(watchCalls(), 1, "and it is not reopened");
+
+  // Subscribing again opens a new watch; a snapshot carrying the goal is observed.
+  const a3 = [];
+  const un3 = b.subscribe((s) => a3.push(s));
+  await until(() => streams.length === 2);
+  streams[1].push(ev("snapshot", page({ goal: GOAL })));
+  await until(() => a3.length === 1);
+  assert.deepEqual(a3[0].value, GOAL);
+  un3();
+
+  // A listener's throw goes to onError and the others still hear.
+  const errors = [];
+  const { session: s2, streams: st2 } = fakeAgent();
+  const b2 = bindSessionExtension(s2, goalContract, { onError: (e) => errors.push(e) });
+  const heard = [];
+  b2.subscribe(() => {
+    throw new Error("listener bug");
+  });
+  b2.subscribe((s) => heard.push(s));
+  await until(() => st2.length === 1);
+  st2[0].push(ev("snapshot", page({ goal: GOAL })));
+  await until(() => heard.length === 1);
+  assert.deepEqual(
+    errors.map((e) => e.message),
+    ["listener bug"],
+  );
+  b2.close();
+});
+
+test("extension subscribe: a refresh answered after a watch observation does not overwrite it", async () => {
+  let release;
+  const gate = new Promise((r) => {
+    release = r;
+  });
+  const streams = [];
+  const f = fakeFetch(async (url) => {
+    if (url.endsWith("/watch")) {
+      const s = sseResponse();
+      streams.push(s);
+      return s.response;
+    }
+    await gate;
+    return json(200, page({ goal: { ...GOAL, turns: 0 } }));
+  });
+  const b = bindSessionExtension(createShiitakeClient({ baseUrl: BASE, fetch: f }).session("s"), goalContract);
+  b.subscribe(() => {});
+  const r = b.refresh();
+  await until(() => streams.length === 1);
+  streams[0].push(ev("snapshot", page({ goal: { ...GOAL, turns: 3 } })));
+  await until(() => b.slot.status === "observed");
+  release();
+  assert.equal((await r).value.turns, 3, "the watch's observation stands");
+  // With no watch observation meanwhile, the read is observed.
+  assert.equal((await b.refresh()).value.turns, 0);
+  b.close();
+});
+
+test("extension subscribe: a watch that ends or fails is reopened after a doubling, capped delay; it gives up after maxFailures in a row, the slot unchanged", async () => {
+  // The watch ends after its snapshot: reopened (the count restarts with each snapshot).
+  const { session, streams, watchCalls } = fakeAgent();
+  const b = bindSessionExtension(session, goalContract, { reconnect: { initialDelayMs: 5, maxDelayMs: 20, maxFailures: 3 } });
+  b.subscribe(() => {});
+  for (let i = 0; i < 5; i++) {
+    await until(() => streams.length === i + 1, `watch ${i + 1}`);
+    streams[i].push(ev("snapshot", page({ goal: { ...GOAL, turns: i } })));
+    await until(() => b.slot.value?.turns === i);
+    streams[i].end();
+  }
+  await until(() => streams.length === 6);
+  assert.equal(watchCalls(), 6, "five ended watches, each reopened: more than maxFailures, since each delivered its snapshot");
+  b.close();
+
+  // Refused every time (503): attempts at growing intervals, then the error reported.
+  const times = [];
+  const refusal = () => {
+    times.push(Date.now());
+    return json(503, { error: { code: "runtime_closed", message: "closed" } });
+  };
+  const failing = fakeAgent({ reads: [page({ goal: GOAL })], watchAnswer: refusal });
+  const errors = [];
+  const heard = [];
+  const fb = bindSessionExtension(failing.session, goalContract, { reconnect: { initialDelayMs: 10, maxDelayMs: 40, maxFailures: 5 }, onError: (e) => errors.push(e) });
+  await fb.refresh();
+  const observed = fb.slot;
+  fb.subscribe((slot, error) => heard.push([slot, error]));
+  await until(() => errors.length === 1, "giving up", 5000);
+  assert.equal(times.length, 5, "maxFailures attempts");
+  const gaps = times.slice(1).map((t, i) => t - times[i]);
+  for (const [i, min] of [10, 20, 40, 40].entries()) assert.ok(gaps[i] >= min - 2, `gap ${i} ${gaps[i]} >= ${min} (${gaps})`);
+  assert.ok(gaps[3] < 40 * 4, `the delay is capped (${gaps})`);
+  assert.deepEqual([errors[0].code, errors[0].status], ["runtime_closed", 503]);
+  assert.equal(heard.length, 1);
+  assert.equal(heard[0][0], observed, "the slot is unchanged");
+  assert.equal(heard[0][1], errors[0], "the listeners' second argument");
+  assert.equal(fb.slot, observed);
+  await sleep(100);
+  assert.equal(times.length, 5, "no more attempts");
+  // A new subscriber starts again.
+  fb.subscribe(() => {});
+  await until(() => times.length === 6);
+  fb.close();
+
+  // A permanent refusal (404 session_not_found) ends the attempts at once.
+  const gone = fakeAgent({ watchAnswer: () => json(404, { error: { code: "session_not_found", message: "no" } }) });
+  const goneErrors = [];
+  const gb = bindSessionExtension(gone.session, goalContract, { onError: (e) => goneErrors.push(e) });
+  gb.subscribe(() => {});
+  await until(() => goneErrors.length === 1);
+  assert.equal(goneErrors[0].code, "session_not_found");
+  assert.equal(gone.watchCalls(), 1);
+  gb.close();
+
+  // The defaults: the first retry waits 500 ms.
+  const slow = fakeAgent({ watchAnswer: () => json(503, {}) });
+  const sb = bindSessionExtension(slow.session, goalContract);
+  sb.subscribe(() => {});
+  await sleep(250);
+  assert.equal(slow.watchCalls(), 1, "not retried before 500 ms");
+  sb.close();
+  assert.throws(() => bindSessionExtension(slow.session, goalContract, { reconnect: { maxFailures: 0 } }), TypeError);
+  assert.throws(() => bindSessionExtension(slow.session, goalContract, { reconnect: { initialDelayMs: -1 } }), TypeError);
+});
+
+test("extension close(): the watch, a pending reopen and the listeners stop; later calls throw; a read in flight is not observed", async () => {
+  const { f, session, streams, watchCalls } = fakeAgent({ reads: [page({ goal: GOAL })] });
+  const b = bindSessionExtension(session, goalContract);
+  const heard = [];
+  b.subscribe((s) => heard.push(s));
+  await until(() => streams.length === 1);
+  const inflight = b.refresh();
+  b.close();
+  assert.equal(b.closed, true);
+  await until(() => streams[0].cancelled, "the watch closed");
+  assert.deepEqual(await inflight, { status: "unknown" }, "a read answered after close is not observed");
+  assert.equal(heard.length, 0);
+  assert.throws(() => b.subscribe(() => {}), /closed/);
+  await assert.rejects(b.refresh(), /closed/);
+  await assert.rejects(b.command("end"), /closed/);
+  b.close(); // idempotent
+  const calls = f.calls.length;
+  await sleep(30);
+  assert.equal(f.calls.length, calls, "nothing more is requested");
+
+  // Closed while waiting to reopen: no more attempts.
+  const failing = fakeAgent({ watchAnswer: () => json(503, {}) });
+  const fb = bindSessionExtension(failing.session, goalContract, { reconnect: { initialDelayMs: 30 } });
+  fb.subscribe(() => {});
+  await until(() => failing.watchCalls() === 1);
+  await sleep(5);
+  fb.close();
+  await sleep(80);
+  assert.equal(failing.watchCalls(), 1);
+
+  // The client's close() ends the binding's watch without a retry or a report.
+  const c = fakeAgent();
+  const errors = [];
+  const cb = bindSessionExtension(c.session, goalContract, { onError: (e) => errors.push(e), reconnect: { initialDelayMs: 1 } });
+  cb.subscribe(() => {});
+  await until(() => c.streams.length === 1);
+  c.client.close();
+  await sleep(30);
+  assert.deepEqual([c.watchCalls(), errors.length, c.streams[0].cancelled], [1, 0, true]);
+  assert.equal(watchCalls(), 1);
+});
+
+test("agent extension binding: refresh reads the Status; follow observes only this extension's agent-scope frames and reads the Status at each (re)opening", async () => {
+  const status = (projection) => ({ id: "tally", version: "0.0.0", revision: "r", stateVersion: 1, grantKey: "tally", feature: null, stopped: null, behind: false, ...(projection === undefined ? {} : { projection }) });
+  const Tally = z.object({ seen: z.array(z.string()), marks: z.array(z.string()) });
+  const { f, client, streams } = fakeAgent({ statuses: [status(), status({ seen: [], marks: ["initialized"] }), status({ seen: ["a"], marks: ["initialized"] })], command: { result: { marks: ["x"] } } });
+  const b = bindAgentExtension(client, { id: "tally", projection: { schema: Tally }, commands: { mark: { input: z.string() } } });
+  assert.equal(b.status, undefined);
+  assert.deepEqual(b.slot, { status: "unknown" });
+  assert.equal((await b.refresh()).status, "absent");
+  assert.equal(b.status.grantKey, "tally");
+  assert.deepEqual((await b.refresh()).value, { seen: [], marks: ["initialized"] });
+  assert.equal(f.calls.at(-1).url, `${BASE}/extensions/tally`);
+
+  const before = b.slot;
+  assert.deepEqual(await b.command("mark", "x", { requestId: "m1" }), { marks: ["x"] });
+  assert.deepEqual([f.calls.at(-1).url, f.calls.at(-1).body], [`${BASE}/extensions/tally/commands/mark`, { requestId: "m1", input: "x" }]);
+  assert.equal(b.slot, before, "a command does not change the slot");
+  await assert.rejects(b.command("mark", 5), (e) => e instanceof ShiitakeSchemaError && e.code === "invalid_request");
+
+  const heard = [];
+  b.subscribe((s) => heard.push(s));
+  assert.equal(streams.length, 0, "subscribe opens no watch on the Agent scope");
+  const unfollow = b.follow(client.session("s"));
+  await until(() => streams.length === 1);
+  streams[0].push(ev("snapshot", page({ tally: { ignored: true } })));
+  await until(() => heard.length === 1, "the Status read at the opening");
+  assert.deepEqual(heard[0].value, { seen: ["a"], marks: ["initialized"] });
+  streams[0].push(extFrame("tally", "session", { seen: [], marks: [] }) + extFrame("other", "agent", { seen: [], marks: [] }) + extFrame("tally", "agent", { seen: ["a", "b"], marks: ["initialized"] }));
+  await until(() => heard.length === 2);
+  assert.deepEqual(heard[1].value.seen, ["a", "b"]);
+  assert.throws(() => b.follow({ id: "s" }), TypeError);
+  assert.throws(() => b.follow(createShiitakeClient({ baseUrl: BASE, fetch: f }).session("s")), TypeError, "a Session of another client");
+  unfollow();
+  assert.equal(streams[0].cancelled, true);
+  b.close();
+  assert.throws(() => b.follow(client.session("s")), /closed/);
+  await assert.rejects(b.refresh(), /closed/);
+});
+
+test("extension bindings refuse what is not a Session handle, client or contract", () => {
+  const { client, session } = fakeAgent();
+  assert.throws(() => bindSessionExtension({ id: "s", read() {}, watch() {} }, { id: "goal" }), TypeError);
+  assert.throws(() => bindSessionExtension(client, { id: "goal" }), TypeError);
+  assert.throws(() => bindAgentExtension(session, { id: "goal" }), TypeError);
+  assert.throws(() => bindSessionExtension(session, { id: "" }), TypeError);
+  assert.throws(() => bindSessionExtension(session, null), TypeError);
+  assert.throws(() => bindSessionExtension(session, { id: "goal", projection: { schema: { type: "object" } } }), /Standard Schema/, "a JSON Schema is not a Standard Schema");
+  assert.throws(() => bindSessionExtension(session, { id: "goal", commands: { set: { input: {} } } }), /Standard Schema/);
+  assert.throws(() => bindSessionExtension(session, { id: "goal" }, { onError: 1 }), TypeError);
+});
+
+test("extension binding types: the slot's value from the projection schema, command names and inputs from the contract", async () => {
+  const ts = (await import("typescript")).default;
+  const root = new URL("../../", import.meta.url).pathname;
+  const file = `${root}client-extension-types.check.mts`;
+  const source = `
+    import { z } from "zod";
+    import { bindAgentExtension, bindSessionExtension, createShiitakeClient, type Frame, type JsonValue, type ProjectionSlot, type SessionRead } from "shiitake/client";
+    const client = createShiitakeClient({ baseUrl: "http://x" });
+    const Goal = z.object({ text: z.string(), status: z.enum(["active", "achieved"]), turns: z.number() });
+    const goal = bindSessionExtension(client.session("s"), {
+      id: "goal",
+      projection: { schema: Goal },
+      commands: { set: { input: z.object({ text: z.string() }) }, end: {}, maybe: { input: z.string().optional() } },
+    });
+    const slot = goal.slot;
+    if (slot.status === "observed") {
+      slot.value.text satisfies string;
+      slot.value.status satisfies "active" | "achieved";
+      // @ts-expect-error not in the schema
+      slot.value.nope;
+    }
+    if (slot.status === "invalid") slot.error.issues satisfies ReadonlyArray<{ message: string }>;
+    // @ts-expect-error no value before an observation
+    slot.value;
+    goal.command("set", { text: "x" }, { requestId: "r" });
+    // @ts-expect-error the input's type
+    goal.command("set", { text: 5 });
+    // @ts-expect-error the input is required
+    goal.command("set");
+    // @ts-expect-error a name the contract does not list
+    goal.command("other", {});
+    goal.command("end");
+    goal.command("maybe");
+    goal.subscribe((s: ProjectionSlot<z.output<typeof Goal>>, error?: unknown) => {});
+    const tally = bindAgentExtension(client, { id: "tally", projection: { schema: z.object({ marks: z.array(z.string()) }) }, commands: { mark: { input: z.string() } } });
+    if (tally.slot.status === "observed") tally.slot.value.marks satisfies string[];
+    tally.status?.grantKey satisfies string | undefined;
+    // @ts-expect-error the input's type
+    tally.command("mark", 1);
+    const stop: () => void = tally.follow(client.session("s"));
+    const loose = bindSessionExtension(client.session("s"), { id: "any" });
+    loose.command("anything", { a: 1 });
+    if (loose.slot.status === "observed") loose.slot.value satisfies JsonValue;
+    declare const frame: Frame;
+    if (frame.type === "extension") { frame.scope satisfies "session" | "agent"; frame.extensionId satisfies string; }
+    declare const read: SessionRead;
+    read.extensions?.goal satisfies unknown;
+  `;
+  const options = { noEmit: true, strict: true, target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext, types: [] };
+  const host = ts.createCompilerHost(options);
+  const { getSourceFile, fileExists, readFile } = host;
+  host.getSourceFile = (name, ...rest) => (name === file ? ts.createSourceFile(name, source, ts.ScriptTarget.ES2022, true) : getSourceFile.call(host, name, ...rest));
+  host.fileExists = (name) => name === file || fileExists.call(host, name);
+  host.readFile = (name) => (name === file ? source : readFile.call(host, name));
+  const program = ts.createProgram([file], options, host);
+  const diagnostics = ts.getPreEmitDiagnostics(program).map((d) => ts.flattenDiagnosticMessageText(d.messageText, "\n"));
+  assert.deepEqual(diagnostics, []);
 });
