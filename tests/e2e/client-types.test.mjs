@@ -48,6 +48,8 @@ const PAIRS = [
   { schema: "WatchEvent", type: "WatchEvent" },
   { schema: "Image", type: "ImageInput" },
   { schema: "Delivery", type: "Delivery" },
+  { schema: "ExtensionStatus", type: "ExtensionStatus" },
+  { schema: "ExtensionFrame", type: "ExtensionFrame" },
   { schema: { enum: schemas.ErrorCode.enum.filter((c) => !CODES_NOT_FOR_CLIENTS.has(c)) }, type: "ShiitakeErrorCode" },
 ];
 
