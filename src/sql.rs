@@ -266,6 +266,12 @@ pub mod native {
                 .map_err(|e| SqlError::Engine(e.to_string()))
         }
 
+        /// Rows inserted, updated or deleted on this connection since it
+        /// was opened (SQLite's `total_changes`), for benchmarks.
+        pub fn total_changes(&self) -> u64 {
+            self.conn.total_changes()
+        }
+
         fn from_connection(conn: rusqlite::Connection) -> Self {
             NativeSql {
                 conn,
