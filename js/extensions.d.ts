@@ -328,11 +328,24 @@ export declare function isExtension(value: unknown): value is ExtensionDefinitio
 export type AnyExtension = ExtensionDefinition<any, any, any>;
 
 /** One item of `ShiitakeDO#extensions()`. */
-export type RosterItem = AnyExtension | { extension: AnyExtension; grantKey?: string; feature?: string; config?: JsonValue };
+export type RosterItem =
+  | AnyExtension
+  | {
+      extension: AnyExtension;
+      grantKey?: string;
+      /** The host's grants; each must be requested by the definition. The files grant has one holder per roster. */
+      grants?: readonly Grant[];
+      feature?: string;
+      config?: JsonValue;
+    };
+
+/** A capability a roster entry grants. */
+export type Grant = "attention" | "files";
 
 export interface RosterEntry {
   readonly definition: AnyExtension;
   readonly grantKey: string;
+  readonly grants: readonly Grant[];
   readonly feature: string | null;
   readonly config: JsonValue;
 }
@@ -355,6 +368,7 @@ export interface ExtensionManifest {
   tools: boolean;
   requests: { [capability: string]: boolean };
   grantKey: string;
+  grants: Grant[];
   feature: string | null;
 }
 

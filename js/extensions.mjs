@@ -41,6 +41,8 @@ const GRANT_KEY = /^[a-z][a-z0-9_.]{0,63}$/;
 const TIMER_NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
 const SESSION_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
 const REQUEST_NAME = /^[A-Za-z][A-Za-z0-9_]{0,63}$/;
+/** What a roster entry may grant (src/extension/manifest.rs `Grant`). */
+const GRANTS = ["attention", "files"];
 const SCOPES = ["session", "agent"];
 const KINDS = ["settled", "timer", "command", "migrate", "project", "prompt", "tools"];
 
@@ -584,11 +586,16 @@ export function normalizeRoster(list) {
   if (!Array.isArray(list)) throw refusal(`extension roster: expected an array of extensions, not ${typeName(list)}`);
   if (list.length > EXTENSIONS_MAX) throw refusal(`extension roster: ${list.length} extensions, more than ${EXTENSIONS_MAX}`);
   const seen = new Set();
+  let filesHolder;
   return list.map((item, i) => {
     const entry = normalizeEntry(item, `extension roster[${i}]`);
     const id = record(entry.definition).id;
     if (seen.has(id)) throw refusal(`extension ${id}: listed twice in the roster`);
     seen.add(id);
+    if (entry.grants.includes("files")) {
+      if (filesHolder !== undefined) throw refusal(`extension ${id}: the files grant is exclusive and extension ${filesHolder} holds it`);
+      filesHolder = id;
+    }
     return entry;
   });
 }
@@ -596,15 +603,22 @@ export function normalizeRoster(list) {
 function normalizeEntry(item, where) {
   let spec = { extension: item };
   if (!isExtension(item)) {
-    if (!isPlainObject(item)) throw refusal(`${where}: not an extension definition (defineExtension) or { extension, grantKey?, feature?, config? }`);
+    if (!isPlainObject(item)) throw refusal(`${where}: not an extension definition (defineExtension) or { extension, grantKey?, grants?, feature?, config? }`);
     spec = item;
   }
   if (!isExtension(spec.extension)) throw refusal(`${where}: extension is not an extension definition (defineExtension)`);
   const r = record(spec.extension);
   const at = `extension ${r.id}`;
-  closedKeys(spec, ["extension", "grantKey", "feature", "config"], at);
+  closedKeys(spec, ["extension", "grantKey", "grants", "feature", "config"], at);
   const grantKey = spec.grantKey ?? r.id;
   if (typeof grantKey !== "string" || !GRANT_KEY.test(grantKey)) throw refusal(`${at}: grantKey ${quote(grantKey)} must match ${GRANT_KEY}`);
+  const grants = spec.grants ?? [];
+  if (!Array.isArray(grants)) throw refusal(`${at}: grants must be an array of ${GRANTS.join(" or ")}`);
+  for (const [i, g] of grants.entries()) {
+    if (!GRANTS.includes(g)) throw refusal(`${at}: grants[${i}] ${quote(g)} is not a grant; the grants are ${GRANTS.join(" and ")}`);
+    if (grants.indexOf(g) !== i) throw refusal(`${at}: grants ${g} twice`);
+    if (r.requests[g] !== true) throw refusal(`${at}: grants ${g}, which the definition does not request (requests({ ${g}: true }))`);
+  }
   const feature = spec.feature ?? null;
   if (feature !== null) {
     if (typeof feature !== "string" || feature.length === 0 || codePoints(feature) > EXTENSION_FEATURE_MAX || !wellFormed(feature)) {
@@ -618,7 +632,7 @@ function normalizeEntry(item, where) {
     const output = runStandard(r.config.standard, input, `${at}: config`, "config is validated synchronously when the roster is read");
     config = output === undefined ? null : toJson(output, `${at}: config`);
   }
-  return Object.freeze({ definition: spec.extension, grantKey, feature, config });
+  return Object.freeze({ definition: spec.extension, grantKey, grants: Object.freeze([...grants]), feature, config });
 }
 
 function entryOf(entry) {
@@ -629,7 +643,7 @@ function entryOf(entry) {
 
 /** The plain-JSON description of one normalized roster entry, for the core. */
 export function manifestOf(entry) {
-  const { definition, grantKey, feature, config } = entryOf(entry);
+  const { definition, grantKey, grants, feature, config } = entryOf(entry);
   const r = record(definition);
   const collections = {};
   for (const c of r.state.collections.values()) {
@@ -654,6 +668,7 @@ export function manifestOf(entry) {
     tools: r.hooks.tools !== null,
     requests: { ...r.requests },
     grantKey,
+    grants: [...grants],
     feature: feature ?? null,
   };
 }

@@ -14,6 +14,7 @@ pub mod agent;
 pub mod capability;
 pub mod computer;
 pub mod ctx;
+pub mod delivery;
 pub mod error;
 pub mod extension;
 pub mod files;

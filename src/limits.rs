@@ -301,3 +301,16 @@ pub const EXTENSION_REPLAY_PER_PASS_MAX: usize = 64;
 pub const EXTENSION_TIMERS_PER_PASS_MAX: usize = 16;
 /// Command request ids one extension remembers for replay (the newest).
 pub const EXTENSION_REQUESTS_KEPT_MAX: usize = 10_000;
+
+// Attention (seed: "Extensions and authority") and its delivery
+// (`src/delivery.rs`, the host's work lane, seed: `hostJobs`).
+/// Characters of one attention item's `summary`.
+pub const ATTENTION_SUMMARY_CHARS_MAX: usize = 200;
+/// Outstanding attention items one Session carries (all owners).
+pub const ATTENTION_PER_SESSION_MAX: usize = 64;
+/// Outstanding attention items one owner (extension) retains across
+/// Sessions; clearing releases capacity.
+pub const ATTENTION_PER_OWNER_MAX: usize = 4_096;
+/// Undelivered entries the delivery outbox holds; a transition that would
+/// stage past it is refused.
+pub const DELIVERY_PENDING_MAX: u64 = 16_384;

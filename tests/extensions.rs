@@ -225,6 +225,44 @@ fn a_roster_is_closed_and_bounded_and_names_the_extension() {
 }
 
 #[test]
+fn grants_need_a_request_and_the_files_grant_has_one_holder() {
+    let parse = |v: Value| Roster::parse(&v.to_string());
+    let asks = json!({"requests": {"files": true, "attention": true}});
+    let with = |id: &str, grants: Value| {
+        let mut m = manifest(id, asks.clone());
+        m["grants"] = grants;
+        m
+    };
+    let e = parse(json!([manifest("a", json!({"grants": ["files"]}))])).unwrap_err();
+    assert!(
+        e.contains("extension a") && e.contains("does not request"),
+        "{e}"
+    );
+    let e = parse(json!([with("a", json!(["push"]))])).unwrap_err();
+    assert!(e.contains("push") && e.contains("attention"), "{e}");
+    let e = parse(json!([with("a", json!(["files", "files"]))])).unwrap_err();
+    assert!(e.contains("twice"), "{e}");
+    let e = parse(json!([
+        with("a", json!(["files", "attention"])),
+        with("b", json!(["files"]))
+    ]))
+    .unwrap_err();
+    assert!(
+        e.contains("extension b: the files grant is exclusive and extension a holds it"),
+        "{e}"
+    );
+    // Attention is not exclusive; requesting files without the grant is fine.
+    let r = parse(json!([
+        with("a", json!(["files", "attention"])),
+        with("b", json!(["attention"]))
+    ]))
+    .unwrap();
+    assert_eq!(r.files_holder().map(|e| e.id()), Some("a"));
+    assert!(r.get("b").unwrap().granted(manifest::Grant::Attention));
+    assert!(!r.get("b").unwrap().granted(manifest::Grant::Files));
+}
+
+#[test]
 fn a_settled_hook_commits_with_the_settlement_and_a_throwing_one_rolls_back_and_stops() {
     let mut h = Harness::new();
     let host = tally();

@@ -49,6 +49,30 @@ pub struct Manifest {
     pub requests: BTreeMap<String, Value>,
     pub grant_key: String,
     pub feature: Option<String>,
+    /// The host's grants (roster data, not the definition's): each one a
+    /// capability the definition requests.
+    #[serde(default)]
+    pub grants: Vec<Grant>,
+}
+
+/// A capability the host grants an extension in its roster entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Grant {
+    /// `context.attention.set/clear` (the definition requests `attention`).
+    Attention,
+    /// The exclusive files grant: the extension's `files(context, run)`
+    /// tools (the definition requests `files`); one holder per roster.
+    Files,
+}
+
+impl Grant {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Grant::Attention => "attention",
+            Grant::Files => "files",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -109,6 +133,11 @@ impl Entry {
         &self.manifest.id
     }
 
+    /// Whether the host's roster grants this extension `grant`.
+    pub fn granted(&self, grant: Grant) -> bool {
+        self.manifest.grants.contains(&grant)
+    }
+
     /// The declared collection `name`, if any.
     pub fn collection(&self, name: &str) -> Option<&CollectionDecl> {
         self.manifest.state.collections.get(name)
@@ -162,6 +191,14 @@ impl Roster {
             if entries.iter().any(|e| e.id() == entry.id()) {
                 return Err(format!("extension {id}: listed twice in the roster"));
             }
+            if entry.granted(Grant::Files) {
+                if let Some(holder) = entries.iter().find(|e| e.granted(Grant::Files)) {
+                    return Err(format!(
+                        "extension {id}: the files grant is exclusive and extension {} holds it",
+                        holder.id()
+                    ));
+                }
+            }
             entries.push(entry);
         }
         Ok(Roster { entries })
@@ -177,6 +214,11 @@ impl Roster {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// The extension holding the exclusive files grant, if any.
+    pub fn files_holder(&self) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.granted(Grant::Files))
     }
 }
 
@@ -233,6 +275,18 @@ fn entry(item: Value) -> Result<Entry, String> {
             "grantKey `{}`: 1 to {GRANT_KEY_BYTES_MAX} of [a-z0-9_.], starting with a letter",
             m.grant_key
         ));
+    }
+    for (i, g) in m.grants.iter().enumerate() {
+        if m.grants[..i].contains(g) {
+            return Err(format!("grants: `{}` twice", g.as_str()));
+        }
+        if m.requests.get(g.as_str()) != Some(&Value::Bool(true)) {
+            return Err(format!(
+                "grants `{}`, which the definition does not request (requests({{ {}: true }}))",
+                g.as_str(),
+                g.as_str()
+            ));
+        }
     }
     if m.state.version == 0 || m.state.version > EXTENSION_STATE_VERSION_MAX {
         return Err(format!(

@@ -150,6 +150,7 @@ test("the manifest: JSON Schema verbatim (validated by the core), zod as JSON Sc
     tools: true,
     requests: { attention: true },
     grantKey: "goal",
+    grants: [],
     feature: "goals",
   });
   // zod's JSON Schema form is a real one (not the vendor marker), and the manifest is plain JSON.
@@ -165,8 +166,8 @@ test("normalizeRoster: defaults, zod config validation, and refusals", () => {
   const plain = defineExtension("plain");
   const tuned = defineExtension("tuned").config(z.object({ max: z.number().int().default(3) }), { default: {} });
   assert.deepEqual(normalizeRoster([plain, { extension: tuned }]), [
-    { definition: plain, grantKey: "plain", feature: null, config: null },
-    { definition: tuned, grantKey: "tuned", feature: null, config: { max: 3 } },
+    { definition: plain, grantKey: "plain", grants: [], feature: null, config: null },
+    { definition: tuned, grantKey: "tuned", grants: [], feature: null, config: { max: 3 } },
   ]);
   assert.deepEqual(normalizeRoster([{ extension: tuned, grantKey: "team.tuned", feature: "f", config: { max: 9 } }])[0].config, { max: 9 });
   assert.equal(normalizeRoster([{ extension: tuned, grantKey: "team.tuned" }])[0].grantKey, "team.tuned");
@@ -186,6 +187,16 @@ test("normalizeRoster: defaults, zod config validation, and refusals", () => {
   refuses(() => normalizeRoster([plain, { extension: defineExtension("plain") }]), /^extension plain: listed twice in the roster/);
   refuses(() => normalizeRoster([{ extension: plain, grantKey: "Team" }]), /^extension plain: grantKey "Team" must match/);
   refuses(() => normalizeRoster([{ extension: plain, feature: "f".repeat(129) }]), /^extension plain: feature must be a non-empty string of at most 128/);
+
+  // Grants: each requested by the definition; the files grant has one holder.
+  const asks = (id) => defineExtension(id).requests({ attention: true, files: true });
+  const [a, b] = [asks("a"), asks("b")];
+  assert.deepEqual(normalizeRoster([{ extension: a, grants: ["files", "attention"] }, { extension: b, grants: ["attention"] }]).map((e) => e.grants), [["files", "attention"], ["attention"]]);
+  assert.deepEqual(manifestOf(normalizeRoster([{ extension: a, grants: ["files"] }])[0]).grants, ["files"]);
+  refuses(() => normalizeRoster([{ extension: plain, grants: ["files"] }]), /^extension plain: grants files, which the definition does not request/);
+  refuses(() => normalizeRoster([{ extension: a, grants: ["push"] }]), /^extension a: grants\[0\] "push" is not a grant; the grants are attention and files/);
+  refuses(() => normalizeRoster([{ extension: a, grants: ["files", "files"] }]), /^extension a: grants files twice/);
+  refuses(() => normalizeRoster([{ extension: a, grants: ["files"] }, { extension: b, grants: ["files"] }]), /^extension b: the files grant is exclusive and extension a holds it/);
 });
 
 test("writes: one per touched key in first-touch order with the final value; read-your-writes; copies, not aliases", () => {
