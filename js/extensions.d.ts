@@ -173,8 +173,22 @@ export interface SendOptions {
   sessionId: string;
   /** 1..=65536 UTF-8 bytes. */
   text: string;
-  /** Default true: nothing is sent to a Session that does not exist. */
+  /**
+   * `true`: the admission refuses an absent Session (`send` throws
+   * `AdmissionError` reason `closed`, catchable) instead of creating it.
+   * Default `false`: the addressed Session is created. Automated
+   * continuations (timers) pass `true`, so a deleted Session is never
+   * recreated.
+   */
   requireExistingSession?: boolean;
+}
+
+/** `context.send` refused by the admission transaction. */
+export declare class AdmissionError extends Error {
+  readonly name: "AdmissionError";
+  /** `closed`: the send required an existing Session and it is absent. */
+  readonly reason: "closed";
+  readonly sessionId: string;
 }
 
 /** What projections, prompts and tools get: they run outside the owner transaction and only read. */
@@ -201,7 +215,12 @@ export interface HookContext<S extends StateDeclarations, C> extends ReadContext
     set(name: string, options: TimerOptions): void;
     cancel(name: string): void;
   };
-  /** Queues a prompt into a Session. */
+  /**
+   * Admits a prompt into a Session with the owner transaction (request
+   * identity derived from the cause, so a replayed command or timer replays
+   * it). Throws `AdmissionError` (reason `closed`) when
+   * `requireExistingSession` is set and the Session is absent.
+   */
   send(message: SendOptions): void;
 }
 
@@ -377,6 +396,8 @@ export type HookRequest = {
   config?: JsonValue;
   now: number;
   session?: SessionRef | null;
+  /** Sessions a send of this call found absent (`send` to them throws `AdmissionError`). */
+  closed?: string[];
 } & (
   | { kind: "settled"; event: SettledEvent }
   | { kind: "timer"; event: TimerEvent }

@@ -574,6 +574,20 @@ export function defineExtension(spec) {
 }
 
 /** Whether `value` was made by defineExtension. */
+/**
+ * `context.send` refused by the admission transaction. `reason` `closed`:
+ * the send required an existing Session (`requireExistingSession: true`)
+ * and it is absent; nothing was created.
+ */
+export class AdmissionError extends Error {
+  constructor(reason, sessionId, message) {
+    super(message);
+    this.name = "AdmissionError";
+    this.reason = reason;
+    this.sessionId = sessionId;
+  }
+}
+
 export function isExtension(value) {
   return typeof value === "object" && value !== null && DEFINITIONS.has(value);
 }
@@ -717,7 +731,9 @@ function call(entry, r, request) {
   if (!isPlainObject(event)) throw bad("event must be an object");
   const readOnly = READ_ONLY_KINDS[kind];
   const config = request.config !== undefined ? request.config : entry.config;
-  const call = new HookCall(r, request.state, readOnly);
+  const closed = request.closed ?? [];
+  if (!Array.isArray(closed) || !closed.every((id) => typeof id === "string")) throw bad("closed must be an array of Session ids");
+  const call = new HookCall(r, request.state, readOnly, new Set(closed));
   const ctx = call.context({ config, now: request.now, session });
   try {
     return dispatch(r, call, ctx, kind, event, bad);
@@ -865,11 +881,14 @@ function promptSections(id, out) {
  * call's writes), the writes, timers and sends in first-touch order.
  */
 class HookCall {
-  constructor(r, state, readOnly) {
+  constructor(r, state, readOnly, closedSessions = new Set()) {
     this.r = r;
     this.id = r.id;
     this.readOnly = readOnly;
     this.closed = false;
+    // Sessions the admission found absent for a send requiring one (the
+    // core runs the callback again with them, so `send` throws).
+    this.closedSessions = closedSessions;
     this.rows = new Map();
     this.sorted = new Map();
     this.writes = new Map();
@@ -975,8 +994,9 @@ class HookCall {
     if (typeof text !== "string" || text.length === 0) throw refusal(`${where}: text must be a non-empty string`);
     if (!wellFormed(text)) throw refusal(`${where}: text has a lone surrogate (not UTF-8)`);
     if (utf8Length(text) > EXTENSION_SEND_TEXT_BYTES_MAX) throw refusal(`${where}: text is longer than ${EXTENSION_SEND_TEXT_BYTES_MAX} UTF-8 bytes`);
-    const requireExistingSession = message.requireExistingSession ?? true;
+    const requireExistingSession = message.requireExistingSession ?? false;
     if (typeof requireExistingSession !== "boolean") throw refusal(`${where}: requireExistingSession must be true or false`);
+    if (requireExistingSession && this.closedSessions.has(sessionId)) throw new AdmissionError("closed", sessionId, `${where}: Session ${sessionId} does not exist, and the send requires an existing Session`);
     this.sends.push({ sessionId, text, requireExistingSession });
   }
 

@@ -6,7 +6,7 @@
 use crate::agent;
 use crate::ctx::Ctx;
 use crate::error::ApiError;
-use crate::extension::{Extensions, Invocation};
+use crate::extension::{Extensions, Invocation, Invoked, Sent};
 use crate::json::parse_body;
 use crate::limits::{
     BODY_BYTES_MAX, LIST_PAGE_SESSIONS_MAX, PAGE_LIMIT_DEFAULT, READ_PAGE_MESSAGES_MAX,
@@ -348,6 +348,23 @@ struct ExtensionCommand {
     input: Option<serde_json::Value>,
 }
 
+/// The effects of prompts extensions sent: publish, wake, fresh turns.
+pub fn sent_effects(sent: &[Sent]) -> Effects {
+    let mut effects = Effects::default();
+    for s in sent {
+        effects.add(admission_effects(&s.session_id, &s.request_id, &s.admitted));
+    }
+    effects
+}
+
+/// The effects of an extension command: its sends', and a reconciliation
+/// when it moved timers (so the alarm covers the new deadline).
+pub fn invoked_effects(invoked: &Invoked) -> Effects {
+    let mut effects = sent_effects(&invoked.sent);
+    effects.reconcile |= invoked.rearm;
+    effects
+}
+
 /// `/extensions...` and `/sessions/:id/extensions...`: the roster's status
 /// and its commands.
 fn extension_route(
@@ -396,17 +413,9 @@ fn extension_route(
                     input: body.input.unwrap_or(serde_json::Value::Null),
                 },
             )?;
-            let mut effects = Effects::default();
-            for sent in &invoked.sent {
-                effects.add(admission_effects(
-                    &sent.session_id,
-                    &sent.request_id,
-                    &sent.admitted,
-                ));
-            }
             Ok(
                 HttpResponse::json(200, &serde_json::json!({ "result": invoked.result }))
-                    .with(effects),
+                    .with(invoked_effects(&invoked)),
             )
         }
         (None, [] | [_], _) => Err(ApiError::MethodNotAllowed("GET")),

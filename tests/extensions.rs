@@ -693,3 +693,189 @@ fn the_http_routes_serve_status_commands_and_the_reads_projections() {
         (400, Some("invalid_request"))
     );
 }
+
+/// A host answering like `js/extensions.mjs` for a send: `bump` sends
+/// `text` into `input.to`, requiring an existing Session when
+/// `input.require`; a Session the core reports `closed` makes `send`
+/// throw, which the command catches (records it) when `input.catch`.
+fn sender(calls: Rc<RefCell<Vec<Value>>>) -> Script {
+    Script::new(move |r| {
+        calls.borrow_mut().push(r.clone());
+        let (kind, input) = (r["kind"].as_str().unwrap(), &r["event"]["input"]);
+        let (to, require) = match kind {
+            "command" => (input["to"].clone(), input["require"].as_bool().unwrap()),
+            "timer" => (
+                r["event"]["sessionId"].clone(),
+                r["event"]["payload"]["require"].as_bool().unwrap(),
+            ),
+            _ => return json!({"ok": true}),
+        };
+        let closed = r["closed"].as_array().cloned().unwrap_or_default();
+        if require && closed.contains(&to) {
+            if kind == "command" && !input["catch"].as_bool().unwrap() {
+                return json!({"ok": false, "error": format!("AdmissionError: closed: Session {to}")});
+            }
+            return json!({"ok": true, "writes": [{"collection": "seen", "key": "closed", "value": to}]});
+        }
+        let mut answer = json!({"ok": true, "sends": [{"sessionId": to, "text": "hello", "requireExistingSession": require}]});
+        if kind == "command" && input["arm"].as_bool() == Some(true) {
+            answer["timers"] = json!([{"name": "later", "at": r["now"].as_i64().unwrap() + 1000,
+                "sessionId": to, "payload": {"require": require}}]);
+            answer["sends"] = json!([]);
+        }
+        answer
+    })
+}
+
+#[test]
+fn send_creates_the_session_unless_it_requires_an_existing_one_and_closed_is_catchable() {
+    let mut h = Harness::new();
+    let calls = Rc::new(RefCell::new(Vec::new()));
+    let m = manifest(
+        "tally",
+        json!({"hooks": {"settled": false}, "commands": {"bump": {"inputSchema": null, "validate": false}}}),
+    );
+    open(&mut h, &[m], sender(calls.clone()));
+    h.session("s");
+    let bump = |h: &mut Harness, rid: &str, input: Value| {
+        with_ext(h, |e, ctx| {
+            e.command(
+                ctx,
+                Invocation {
+                    extension: "tally",
+                    command: "bump",
+                    session_id: Some("s"),
+                    request_id: Some(rid),
+                    input,
+                },
+            )
+        })
+    };
+    let exists = |h: &mut Harness, id: &str| {
+        h.call("GET", &format!("/sessions/{id}"), Value::Null)
+            .status
+            == 200
+    };
+
+    // Without the condition the addressed Session is created.
+    let done = bump(
+        &mut h,
+        "c1",
+        json!({"to": "fresh", "require": false, "catch": false}),
+    )
+    .unwrap();
+    assert_eq!(done.sent.len(), 1);
+    assert!(exists(&mut h, "fresh"));
+    let commands = |calls: &RefCell<Vec<Value>>| -> Vec<Value> {
+        calls
+            .borrow()
+            .iter()
+            .filter(|c| c["kind"] == "command")
+            .cloned()
+            .collect()
+    };
+    assert_eq!(commands(&calls).len(), 1);
+
+    // With it, an absent Session is refused `closed` and not created; the
+    // callback runs again knowing it, and catches.
+    calls.borrow_mut().clear();
+    let done = bump(
+        &mut h,
+        "c2",
+        json!({"to": "absent", "require": true, "catch": true}),
+    )
+    .unwrap();
+    assert!(done.sent.is_empty());
+    assert!(!exists(&mut h, "absent"));
+    let seen = commands(&calls);
+    assert_eq!(
+        seen.len(),
+        2,
+        "one call, then one knowing the Session closed"
+    );
+    assert!(seen[0].get("closed").is_none());
+    assert_eq!(seen[1]["closed"], json!(["absent"]));
+    assert!(rows(&h, "tally").contains(&("seen".into(), "closed".into(), "\"absent\"".into())));
+
+    // Uncaught, it fails the command, which writes nothing.
+    let before = rows(&h, "tally");
+    let e = bump(
+        &mut h,
+        "c3",
+        json!({"to": "absent2", "require": true, "catch": false}),
+    )
+    .unwrap_err();
+    assert_eq!(e.status(), 422, "{e}");
+    assert!(
+        e.to_string()
+            .contains("AdmissionError: closed: Session \"absent2\""),
+        "{e}"
+    );
+    assert!(!exists(&mut h, "absent2"));
+    assert_eq!(rows(&h, "tally"), before);
+
+    // An existing Session is admitted into either way.
+    let done = bump(
+        &mut h,
+        "c4",
+        json!({"to": "fresh", "require": true, "catch": false}),
+    )
+    .unwrap();
+    assert_eq!(done.sent.len(), 1);
+}
+
+#[test]
+fn a_timer_requiring_its_session_does_not_recreate_it_after_deletion() {
+    for require in [true, false] {
+        let mut h = Harness::new();
+        let calls = Rc::new(RefCell::new(Vec::new()));
+        let m = manifest(
+            "tally",
+            json!({"hooks": {"settled": false}, "commands": {"bump": {"inputSchema": null, "validate": false}}}),
+        );
+        open(&mut h, &[m], sender(calls.clone()));
+        h.session("s");
+        h.session("doomed");
+        with_ext(&mut h, |e, ctx| {
+            e.command(
+                ctx,
+                Invocation {
+                    extension: "tally",
+                    command: "bump",
+                    session_id: Some("s"),
+                    request_id: Some("arm"),
+                    input: json!({"to": "doomed", "require": require, "catch": true, "arm": true}),
+                },
+            )
+        })
+        .unwrap();
+        assert_eq!(
+            h.call("DELETE", "/sessions/doomed", Value::Null).status,
+            204
+        );
+        h.now_ms += 1001;
+        let fired = with_ext(&mut h, |e, ctx| e.fire_due(ctx)).unwrap();
+        assert_eq!(fired.timers, 1, "require={require}");
+        assert_eq!(
+            stopped(&mut h, "tally"),
+            None,
+            "a closed Session does not stop the extension"
+        );
+        let status = h.call("GET", "/sessions/doomed", Value::Null).status;
+        if require {
+            assert_eq!(
+                status, 404,
+                "a deleted Session is never recreated by a timer"
+            );
+            assert!(fired.sent.is_empty());
+        } else {
+            assert_eq!(
+                status, 200,
+                "without the condition the Session is created again"
+            );
+            assert_eq!(fired.sent.len(), 1);
+        }
+        let again = with_ext(&mut h, |e, ctx| e.fire_due(ctx)).unwrap();
+        assert_eq!(again.timers, 0, "fires once");
+    }
+}

@@ -1,12 +1,13 @@
 // The `reminder` extension: a command (also offered to the model as a tool)
 // sets a durable timer; when it is due, the timer hook sends a follow-up
 // prompt into the Session. The timer rides the Agent's one alarm, survives
-// eviction and restarts, and fires once. Schemas are Zod 4 (any synchronous
+// eviction and restarts, and fires once; a Session deleted meanwhile is
+// not recreated (`requireExistingSession`). Schemas are Zod 4 (any synchronous
 // Standard Schema works).
 //
 //   POST /sessions/:id/extensions/reminder/commands/add  {"requestId": "r1", "input": {"text": "check the deploy", "delayMs": 60000}}
 import { z } from "zod";
-import { defineCollection, defineExtension } from "../../js/extensions.mjs";
+import { AdmissionError, defineCollection, defineExtension } from "../../js/extensions.mjs";
 
 const Pending = z.object({ sessionId: z.string(), text: z.string(), dueAt: z.number().int() });
 const Config = z.object({ delayMsMax: z.number().int().positive() });
@@ -32,7 +33,12 @@ export const reminder = defineExtension({ id: "reminder", version: "1.0.0" })
   )
   .onTimer((ctx, timer) => {
     ctx.state.update((s) => s.pending.delete(timer.name));
-    ctx.send({ sessionId: timer.sessionId, text: `Reminder: ${timer.payload.text}` });
+    // An automated continuation: a Session deleted since is not recreated.
+    try {
+      ctx.send({ sessionId: timer.sessionId, text: `Reminder: ${timer.payload.text}`, requireExistingSession: true });
+    } catch (error) {
+      if (!(error instanceof AdmissionError)) throw error;
+    }
   })
   .projection({
     scope: "session",

@@ -34,6 +34,11 @@ pub(super) struct Request<'a> {
     pub now: i64,
     pub session: Option<SessionRef<'a>>,
     pub event: Value,
+    /// Sessions a send of this call found absent while it required an
+    /// existing one: `send` to them throws `AdmissionError` reason
+    /// `closed` when the callback runs again.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub closed: &'a [String],
 }
 
 /// The answer to one call.
@@ -92,12 +97,10 @@ pub struct TimerOp {
 pub struct SendOp {
     pub session_id: String,
     pub text: String,
-    #[serde(default = "yes")]
+    /// Refuse an absent Session (`AdmissionError` reason `closed`) instead
+    /// of creating it (the default, as the seed says).
+    #[serde(default)]
     pub require_existing_session: bool,
-}
-
-fn yes() -> bool {
-    true
 }
 
 /// A command offered to the model (`commands.tool(name, {description})`).

@@ -111,6 +111,13 @@ enum Failure {
     Bound(String),
 }
 
+/// Why a call that may send wrote nothing: its callback failed, or the
+/// admission refused one of its sends.
+enum Refusal {
+    Hook(Failure),
+    Send(ApiError),
+}
+
 impl Failure {
     fn reason(self) -> String {
         match self {
@@ -145,6 +152,8 @@ pub struct Invocation<'a> {
 pub struct Invoked {
     pub result: Value,
     pub sent: Vec<Sent>,
+    /// The command set or cancelled timers: the alarm's deadline may move.
+    pub rearm: bool,
 }
 
 /// A prompt a command or a timer sent, as admitted.
@@ -290,17 +299,75 @@ impl Extensions {
         event: Value,
         now_ms: i64,
         sends_allowed: bool,
+        closed: &[String],
     ) -> Result<Result<Staged, Failure>, SqlError> {
         let state = Self::state(sql, cache, entry)?.clone();
         let timers = cache.timers.get(entry.id()).cloned().unwrap_or_default();
-        let answer = match self.ask(entry, kind, &state.rows, session, event, now_ms) {
+        let answer = match self.ask(entry, kind, &state.rows, session, event, now_ms, closed) {
             Ok(answer) => answer,
             Err(failure) => return Ok(Err(failure)),
         };
         Ok(stage(entry, state, timers, answer, sends_allowed).map_err(Failure::Bound))
     }
 
+    /// Calls `entry`'s callback `kind` in a transition that may send, and
+    /// prepares its sends (their admission reads). A send requiring an
+    /// existing Session that is absent is refused with `AdmissionError`
+    /// reason `closed`, which the author may catch: the callback, pure over
+    /// the state it is handed, runs again with that Session known closed,
+    /// so its `send` throws. Each rerun closes one more of its at most
+    /// [`EXTENSION_SENDS_PER_CALL_MAX`] Sessions, which bounds the reruns.
+    #[allow(clippy::too_many_arguments)]
+    fn call_and_send(
+        &self,
+        store: Store<'_>,
+        entry: &Entry,
+        kind: &str,
+        session: Option<SessionRef<'_>>,
+        event: &Value,
+        now_ms: i64,
+        cause: &str,
+        fresh: Option<String>,
+    ) -> Result<Result<(Staged, Vec<PreparedSend>), Refusal>, ApiError> {
+        let sql = store.sql();
+        let mut closed: Vec<String> = Vec::new();
+        loop {
+            let staged = match self.with_cache(sql, |cache| {
+                let session = session.clone();
+                let event = event.clone();
+                self.call(
+                    sql, cache, entry, kind, session, event, now_ms, true, &closed,
+                )
+            })? {
+                Ok(staged) => staged,
+                Err(failure) => return Ok(Err(Refusal::Hook(failure))),
+            };
+            let mut prepared = Vec::with_capacity(staged.sends.len());
+            let mut absent = None;
+            for send in sends(entry.id(), cause, &staged.sends, fresh.clone()) {
+                match prepare_send(store, &send) {
+                    Ok(p) => prepared.push(p),
+                    Err(ApiError::SessionNotFound(s))
+                        if send.require_existing_session
+                            && !closed.contains(&s)
+                            && closed.len() < EXTENSION_SENDS_PER_CALL_MAX =>
+                    {
+                        absent = Some(s);
+                        break;
+                    }
+                    Err(e @ ApiError::Internal(_)) => return Err(e),
+                    Err(e) => return Ok(Err(Refusal::Send(e))),
+                }
+            }
+            match absent {
+                None => return Ok(Ok((staged, prepared))),
+                Some(s) => closed.push(s),
+            }
+        }
+    }
+
     /// Asks the host; a refusal or a throw is a [`Failure`].
+    #[allow(clippy::too_many_arguments)]
     fn ask(
         &self,
         entry: &Entry,
@@ -309,6 +376,7 @@ impl Extensions {
         session: Option<SessionRef<'_>>,
         event: Value,
         now_ms: i64,
+        closed: &[String],
     ) -> Result<Answer, Failure> {
         let id = entry.id();
         let request = serde_json::to_string(&Request {
@@ -319,6 +387,7 @@ impl Extensions {
             now: now_ms,
             session,
             event,
+            closed,
         })
         .map_err(|e| Failure::Failed(format!("extension {id}: request: {e}")))?;
         let text = self.host.call(&request);
@@ -447,7 +516,17 @@ impl Extensions {
             ))
         } else if meta.state_version < declared {
             let event = json!({"from": meta.state_version, "to": declared});
-            match self.call(sql, cache, entry, "migrate", None, event, now_ms, false)? {
+            match self.call(
+                sql,
+                cache,
+                entry,
+                "migrate",
+                None,
+                event,
+                now_ms,
+                false,
+                &[],
+            )? {
                 Ok(staged) => {
                     self.apply(sql, cache, entry, None, staged)?;
                     meta.state_version = declared;
@@ -575,9 +654,17 @@ impl Extensions {
                             id: &session_id,
                             position: None,
                         });
-                        match self
-                            .call(sql, cache, entry, "settled", session, event, now_ms, false)?
-                        {
+                        match self.call(
+                            sql,
+                            cache,
+                            entry,
+                            "settled",
+                            session,
+                            event,
+                            now_ms,
+                            false,
+                            &[],
+                        )? {
                             Ok(staged) => {
                                 self.apply(sql, cache, entry, Some(&session_id), staged)?;
                             }
@@ -690,6 +777,7 @@ impl Extensions {
                         Ok(Invoked {
                             result: serde_json::from_str(&result).map_err(internal)?,
                             sent: Vec::new(),
+                            rearm: false,
                         })
                     } else {
                         Err(ApiError::RequestConflict(request_id.to_owned()))
@@ -706,16 +794,20 @@ impl Extensions {
                 "requestId": inv.request_id,
             });
             let session = inv.session_id.map(|s| SessionRef { id: s, position });
-            let staged = self
-                .with_cache(sql, |cache| {
-                    self.call(sql, cache, entry, "command", session, event, now_ms, true)
-                })?
-                .map_err(|f| match f {
-                    Failure::Refused(e) => ApiError::InvalidRequest(e),
-                    Failure::Failed(e) => ApiError::ExtensionCommandFailed(e),
-                    Failure::Bound(e) => ApiError::ExtensionLimit(e),
+            let cause = format!("command:{scope}:{}", inv.request_id.unwrap_or(""));
+            let fresh = inv.request_id.is_none().then(|| ids.next_id(""));
+            let (staged, prepared) = self
+                .call_and_send(
+                    store, entry, "command", session, &event, now_ms, &cause, fresh,
+                )?
+                .map_err(|r| match r {
+                    Refusal::Hook(Failure::Refused(e)) => ApiError::InvalidRequest(e),
+                    Refusal::Hook(Failure::Failed(e)) => ApiError::ExtensionCommandFailed(e),
+                    Refusal::Hook(Failure::Bound(e)) => ApiError::ExtensionLimit(e),
+                    Refusal::Send(e) => e,
                 })?;
             let result = staged.answer.result.clone().unwrap_or(Value::Null);
+            let rearm = !staged.answer.timers.is_empty();
             let result_text = result.to_string();
             if result_text.len() > EXTENSION_COMMAND_BYTES_MAX {
                 return Err(ApiError::ExtensionCommandFailed(format!(
@@ -724,17 +816,6 @@ impl Extensions {
                     result_text.len()
                 )));
             }
-            let cause = format!("command:{scope}:{}", inv.request_id.unwrap_or(""));
-            let sends = sends(
-                id,
-                &cause,
-                &staged.sends,
-                inv.request_id.is_none().then(|| ids.next_id("")),
-            );
-            let prepared = sends
-                .iter()
-                .map(|s| prepare_send(store, s))
-                .collect::<Result<Vec<_>, _>>()?;
             // Writes.
             self.with_cache(sql, |cache| {
                 self.apply(sql, cache, entry, inv.session_id, staged)
@@ -774,7 +855,11 @@ impl Extensions {
                 )?;
             }
             let sent = commit_sends(store, ids, now_ms, &prepared)?;
-            Ok(Invoked { result, sent })
+            Ok(Invoked {
+                result,
+                sent,
+                rearm,
+            })
         })
     }
 
@@ -826,40 +911,31 @@ impl Extensions {
                     .session_id
                     .as_deref()
                     .map(|id| SessionRef { id, position });
-                let outcome = self.with_cache(sql, |cache| {
-                    // The firing timer no longer counts against the bound.
+                // The firing timer no longer counts against the bound.
+                self.with_cache(sql, |cache| {
                     if let Some(names) = cache.timers.get_mut(entry.id()) {
                         names.remove(&current.name);
                     }
-                    self.call(sql, cache, entry, "timer", session, event, now_ms, true)
+                    Ok(())
                 })?;
-                let staged = match outcome {
-                    Ok(staged) => staged,
-                    Err(failure) => {
-                        self.with_cache(sql, |cache| {
-                            let head = cache.log_head;
-                            self.stop(sql, cache, entry, failure.reason(), Some(head), now_ms)
-                        })?;
-                        return Ok(Vec::new());
-                    }
-                };
                 let cause = format!("timer:{}:{}", current.name, current.due_at);
-                let sends = sends(entry.id(), &cause, &staged.sends, None);
-                let prepared = sends
-                    .iter()
-                    .map(|s| prepare_send(store, s))
-                    .collect::<Result<Vec<_>, ApiError>>();
-                let prepared = match prepared {
-                    Ok(p) => p,
-                    // A send the admission refuses fails the hook.
-                    Err(e) => {
-                        self.with_cache(sql, |cache| {
-                            let head = cache.log_head;
-                            let reason = format!(
+                let outcome = self
+                    .call_and_send(store, entry, "timer", session, &event, now_ms, &cause, None)?;
+                let (staged, prepared) = match outcome {
+                    Ok(done) => done,
+                    Err(refusal) => {
+                        // A throwing hook, or a send the admission refuses
+                        // (other than a caught `closed`), fails the hook.
+                        let reason = match refusal {
+                            Refusal::Hook(failure) => failure.reason(),
+                            Refusal::Send(e) => format!(
                                 "extension {}: timer {}: send: {e}",
                                 entry.id(),
                                 current.name
-                            );
+                            ),
+                        };
+                        self.with_cache(sql, |cache| {
+                            let head = cache.log_head;
                             self.stop(sql, cache, entry, reason, Some(head), now_ms)
                         })?;
                         return Ok(Vec::new());
@@ -942,6 +1018,7 @@ impl Extensions {
                 session,
                 json!({"scope": scope}),
                 0,
+                &[],
             )
             .map_err(Failure::reason)?;
         let Some(value) = answer.value else {
@@ -1148,6 +1225,7 @@ impl Extensions {
             }),
             json!({"sessionId": session_id, "commandId": command_id}),
             0,
+            &[],
         )
         .map_err(Failure::reason)
     }
@@ -1227,6 +1305,7 @@ impl OnSettled for Extensions {
                     event.clone(),
                     now_ms,
                     false,
+                    &[],
                 )? {
                     Ok(staged) => {
                         self.apply(sql, cache, entry, Some(&command.session_id), staged)?;

@@ -5,8 +5,7 @@
 
 use super::bindings::{log_error, JsExtensions};
 use super::Inner;
-use crate::extension::{Extensions, Host, Roster, Sent};
-use crate::http::Effects;
+use crate::extension::{Extensions, Host, Roster};
 use crate::observe::Frame;
 use std::collections::HashMap;
 use wasm_bindgen::prelude::*;
@@ -122,19 +121,6 @@ impl Inner {
         }
     }
 
-    /// The effects of prompts extensions sent: publish, wake, fresh turns.
-    pub(super) fn sent_effects(sent: &[Sent]) -> Effects {
-        let mut effects = Effects::default();
-        for s in sent {
-            effects.add(crate::http::admission_effects(
-                &s.session_id,
-                &s.request_id,
-                &s.admitted,
-            ));
-        }
-        effects
-    }
-
     /// Extension timers and replays due now, run in the alarm's pass.
     /// Bounded per pass; what is left shows in the next deadline.
     pub(super) fn extension_pass(&self) {
@@ -146,7 +132,7 @@ impl Inner {
         }
         match self.with_ctx(|ctx| ext.fire_due(ctx)) {
             Ok(fired) => {
-                let effects = Self::sent_effects(&fired.sent);
+                let effects = crate::http::sent_effects(&fired.sent);
                 self.apply(effects);
             }
             Err(e) => log_error(format!("extension timers: {e}")),

@@ -207,7 +207,7 @@ impl ShiitakeCore {
                 )
             })
             .map_err(js_api_error)?;
-        inner.apply(Inner::sent_effects(&invoked.sent));
+        inner.apply(crate::http::invoked_effects(&invoked));
         inner.publish_projections();
         Ok(invoked.result.to_string())
     }

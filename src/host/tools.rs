@@ -456,7 +456,7 @@ impl Inner {
                 )
             })
             .map_err(|e| Failure::Refused(e.to_string()))?;
-        self.apply(Self::sent_effects(&invoked.sent));
+        self.apply(crate::http::invoked_effects(&invoked));
         self.publish_projections();
         Ok((invoked.result, None))
     }

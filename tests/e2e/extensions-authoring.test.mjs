@@ -11,6 +11,7 @@ import {
   EXTENSION_COMMANDS_MAX,
   EXTENSION_STATE_VERSION_MAX,
   EXTENSIONS_MAX,
+  AdmissionError,
   defineCollection,
   defineDocument,
   defineExtension,
@@ -406,6 +407,36 @@ test("projections, prompts and tools cannot write, set timers or send", () => {
   }
 });
 
+test("send: requireExistingSession to a Session the core found absent throws AdmissionError (closed), catchable", () => {
+  const caught = [];
+  const nudge = defineExtension("nudge").onTimer((ctx, timer) => {
+    for (const sessionId of ["gone", "here"]) {
+      try {
+        ctx.send({ sessionId, text: "still there?", requireExistingSession: true });
+      } catch (error) {
+        assert.ok(error instanceof AdmissionError);
+        caught.push({ name: error.name, reason: error.reason, sessionId: error.sessionId, message: error.message });
+      }
+    }
+    // Without the condition the Session is created, closed or not.
+    ctx.send({ sessionId: "gone", text: "create it", ...(timer.payload?.explicit ? { requireExistingSession: false } : {}) });
+  });
+  const entry = normalizeRoster([nudge])[0];
+  const timer = { name: "t", sessionId: null, payload: null, dueAt: 1 };
+  const first = runHook(entry, request("timer", timer, {}));
+  assert.deepEqual(first.sends.map((s) => [s.sessionId, s.requireExistingSession]), [["gone", true], ["here", true], ["gone", false]]);
+  assert.deepEqual(caught, []);
+  const again = runHook(entry, { ...request("timer", { ...timer, payload: { explicit: true } }, {}), closed: ["gone"] });
+  assert.deepEqual(again.sends.map((s) => [s.sessionId, s.requireExistingSession]), [["here", true], ["gone", false]]);
+  assert.deepEqual(caught, [{ name: "AdmissionError", reason: "closed", sessionId: "gone", message: "extension nudge: send: Session gone does not exist, and the send requires an existing Session" }]);
+  // Uncaught, it fails the call with its message.
+  const strict = defineExtension("strict").onTimer((ctx) => ctx.send({ sessionId: "gone", text: "x", requireExistingSession: true }));
+  const failed = runHook(normalizeRoster([strict])[0], { ...request("timer", timer, {}), closed: ["gone"] });
+  assert.equal(failed.ok, false);
+  assert.match(failed.error, /Session gone does not exist, and the send requires an existing Session/);
+  assert.match(runHook(entry, { ...request("timer", timer, {}), closed: "gone" }).error, /bad hook request: closed must be an array of Session ids/);
+});
+
 test("context, timers and sends", () => {
   let seen;
   let kept;
@@ -437,7 +468,7 @@ test("context, timers and sends", () => {
       { name: "gone", cancel: true },
     ],
     sends: [
-      { sessionId: "s1", text: "wake up", requireExistingSession: true },
+      { sessionId: "s1", text: "wake up", requireExistingSession: false },
       { sessionId: "s2", text: "create me", requireExistingSession: false },
     ],
   });

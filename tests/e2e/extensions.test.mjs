@@ -165,6 +165,26 @@ describe("extensions", () => {
     assert.equal(later.messages.filter((m) => m.role === "user").length, 1);
   });
 
+  test("a reminder whose Session was deleted does not recreate it (requireExistingSession) and the extension runs on", T, async () => {
+    const { a, sid } = await h.session();
+    const added = await command(a, sid, "reminder", "add", { requestId: "d1", input: { text: "too late", delayMs: 1500 } });
+    assert.equal(added.status, 200, added.text);
+    const deleted = await a.api("DELETE", `/sessions/${sid}`);
+    assert.equal(deleted.status, 204, deleted.text);
+    // Past its due time (1.5 s) and an alarm pass.
+    await new Promise((r) => setTimeout(r, 3500));
+    assert.equal((await a.api("GET", `/sessions/${sid}`)).status, 404, "the deleted Session is not recreated");
+    const status = (await a.api("GET", "/extensions/reminder")).json;
+    assert.equal(status.stopped, null, "a closed Session does not stop the extension");
+    // It still works for a live Session.
+    const live = await a.createSession("live");
+    assert.equal((await command(a, live, "reminder", "add", { requestId: "d2", input: { text: "on time", delayMs: 1 } })).status, 200);
+    await waitFor("the live reminder's prompt", async () => {
+      const read = await a.read(live, { limit: 200 });
+      return read.messages.some((m) => m.role === "user" && m.text === "Reminder: on time") ? read : null;
+    });
+  });
+
   test("a throwing settled hook stops its extension; resuming replays the missed settlements once, in order", T, async () => {
     const a = h.agent();
     const sid = await a.createSession("s");
