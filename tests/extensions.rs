@@ -727,8 +727,8 @@ fn sender(calls: Rc<RefCell<Vec<Value>>>) -> Script {
     })
 }
 
-#[test]
-fn send_creates_the_session_unless_it_requires_an_existing_one_and_closed_is_catchable() {
+/// A harness running [`sender`] as `tally`, with Session `s`; the calls.
+fn sending() -> (Harness, Rc<RefCell<Vec<Value>>>) {
     let mut h = Harness::new();
     let calls = Rc::new(RefCell::new(Vec::new()));
     let m = manifest(
@@ -737,6 +737,12 @@ fn send_creates_the_session_unless_it_requires_an_existing_one_and_closed_is_cat
     );
     open(&mut h, &[m], sender(calls.clone()));
     h.session("s");
+    (h, calls)
+}
+
+#[test]
+fn send_creates_the_session_unless_it_requires_an_existing_one_and_closed_is_catchable() {
+    let (mut h, calls) = sending();
     let bump = |h: &mut Harness, rid: &str, input: Value| {
         with_ext(h, |e, ctx| {
             e.command(
@@ -827,14 +833,7 @@ fn send_creates_the_session_unless_it_requires_an_existing_one_and_closed_is_cat
 #[test]
 fn a_timer_requiring_its_session_does_not_recreate_it_after_deletion() {
     for require in [true, false] {
-        let mut h = Harness::new();
-        let calls = Rc::new(RefCell::new(Vec::new()));
-        let m = manifest(
-            "tally",
-            json!({"hooks": {"settled": false}, "commands": {"bump": {"inputSchema": null, "validate": false}}}),
-        );
-        open(&mut h, &[m], sender(calls.clone()));
-        h.session("s");
+        let (mut h, _) = sending();
         h.session("doomed");
         with_ext(&mut h, |e, ctx| {
             e.command(
