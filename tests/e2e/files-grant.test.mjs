@@ -129,6 +129,7 @@ describe("a files grant holder's tools", () => {
   test("a builder that throws or returns nothing leaves the run without files tools; the digest differs", T, async () => {
     const withFiles = await turn("digest", [execute("return 1")], { sid: "digest" });
     for (const sid of ["throw-1", "none-1"]) {
+      await withFiles.a.createSession(sid);
       const t = await turn(sid, [execute("return 1"), step(call("write", { path: "x", content: "y" }))], { a: withFiles.a, sid });
       assert.deepEqual(offered(t.requests[0]), ["execute"]);
       assert.deepEqual(t.steps[0].protocol.tools, ["execute"]);
