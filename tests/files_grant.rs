@@ -88,13 +88,16 @@ fn open(h: &mut Harness, manifests: &[Value], host: Script) {
     h.with_ext(|e, ctx| e.open(ctx)).unwrap();
 }
 
-fn files_tools(h: &Harness, session: &str, head: &str) -> Option<Result<Option<FilesPort>, String>> {
+fn files_tools(
+    h: &Harness,
+    session: &str,
+    head: &str,
+) -> Option<Result<Option<FilesPort>, String>> {
     let e = h.extensions.as_ref().unwrap();
-    e.files_tools(Store::new(h.sql()), session, head)
-        .map(|t| {
-            assert_eq!(t.holder, "bench");
-            t.port
-        })
+    e.files_tools(Store::new(h.sql()), session, head).map(|t| {
+        assert_eq!(t.holder, "bench");
+        t.port
+    })
 }
 
 fn answer(value: Value) -> Value {
@@ -119,7 +122,11 @@ fn the_holder_is_asked_with_a_read_only_run_context_and_its_answer_is_the_port()
         }))
     );
     let calls = host.files_calls();
-    assert_eq!(calls.len(), 1, "one call per ask: the host keeps it per run");
+    assert_eq!(
+        calls.len(),
+        1,
+        "one call per ask: the host keeps it per run"
+    );
     let request = &calls[0];
     assert_eq!(request["ext"], "bench");
     assert_eq!(
@@ -160,9 +167,15 @@ fn only_a_granted_running_holder_with_a_files_hook_is_asked() {
     };
     assert_eq!(asked(&[manifest("bench", json!({}))]), (true, 1));
     // Requested and hooked, but not granted by the roster.
-    assert_eq!(asked(&[manifest("bench", json!({"grants": []}))]), (false, 0));
+    assert_eq!(
+        asked(&[manifest("bench", json!({"grants": []}))]),
+        (false, 0)
+    );
     // Granted, but no files hook.
-    assert_eq!(asked(&[manifest("bench", json!({"files": false}))]), (false, 0));
+    assert_eq!(
+        asked(&[manifest("bench", json!({"files": false}))]),
+        (false, 0)
+    );
 
     // A stopped holder is not asked.
     let mut h = Harness::new();

@@ -118,7 +118,10 @@ impl Toolset {
                     module.id
                 )));
             }
-            if self.direct_ops().any(|(_, taken)| taken.guest_name == *name) {
+            if self
+                .direct_ops()
+                .any(|(_, taken)| taken.guest_name == *name)
+            {
                 return Err(CapabilityError(format!(
                     "direct tool `{}.{name}`: another direct tool is already named `{name}`",
                     module.id

@@ -42,6 +42,14 @@ impl RunFiles {
         self.0.borrow().get(head).cloned().flatten()
     }
 
+    /// The run's tools could not be offered: none for the rest of the run,
+    /// so no call of another module `files` reaches the port.
+    pub(super) fn withdraw(&self, head: &str) {
+        if let Some(port) = self.0.borrow_mut().get_mut(head) {
+            *port = None;
+        }
+    }
+
     /// Forgets a finished run's tools (and the shim its port).
     pub(super) fn release(&self, js: &JsTools, head: &str) {
         if self.0.borrow_mut().remove(head).is_some() {

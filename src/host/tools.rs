@@ -299,7 +299,10 @@ impl Inner {
             if let Some(patches) = files {
                 match crate::extension::files_grant::with_files_tools(&toolset, patches) {
                     Ok(with) => toolset = Rc::new(with),
-                    Err(e) => bindings::log_error(format!("files tools not offered: {e}")),
+                    Err(e) => {
+                        bindings::log_error(format!("files tools not offered: {e}"));
+                        tools.run_files.withdraw(head);
+                    }
                 }
             }
             tools
