@@ -82,7 +82,10 @@ export interface ShiitakeTools {
    * The `files` module over one port (`sqliteWorkspace()`, `r2Files(bucket)`
    * or your own `FilesPort`): read, write, list, stat, search, replace, and
    * `apply_patch` when the port patches. Its operations are also direct
-   * tools unless `direct: false`. Grants key it as `files`.
+   * tools unless `direct: false`. Grants key it as `files`. Not beside an
+   * extension holding the files grant (`extensions.d.ts`, `.files()`):
+   * both would be `files`, so such a host is refused (503
+   * host_misconfigured naming both).
    */
   files?: { port: FilesPort | ReturnType<typeof sqliteWorkspace>; direct?: boolean };
   /**

@@ -377,12 +377,36 @@ function extensionHost(object) {
         const request = JSON.parse(requestText);
         const entry = byId.get(request.ext);
         if (entry === undefined) return JSON.stringify({ ok: false, error: `extension ${request.ext} is not in the roster` });
+        if (request.kind === "files") return JSON.stringify(captureFiles(object, request, runHook(entry, request)));
         return JSON.stringify(runHook(entry, request));
       } catch (error) {
         return JSON.stringify({ ok: false, error: String(error?.message ?? error) });
       }
     },
   };
+}
+
+// The ports the files grant holder's `files(context, run)` returned, per
+// Durable Object, by `files@<commandId>` of the run (src/host/files_grant.rs
+// keys its calls the same way); released when the run ends.
+const grantPortsOf = new WeakMap();
+
+function grantPorts(object) {
+  let ports = grantPortsOf.get(object);
+  if (ports === undefined) grantPortsOf.set(object, (ports = new Map()));
+  return ports;
+}
+
+// A files hook's answer for the core: the port kept here for the run, its
+// description (the workspace's bounds, or whether a JS port patches) as
+// `value`.
+function captureFiles(object, request, answer) {
+  if (!answer.ok) return answer;
+  const { files, ...rest } = answer;
+  if (files === null || files === undefined) return { ...rest, value: null };
+  if (files[WORKSPACE] !== undefined) return { ...rest, value: { workspace: files[WORKSPACE] } };
+  grantPorts(object).set(`files@${request.event.commandId}`, files);
+  return { ...rest, value: { patches: files.patches === true } };
 }
 
 /**
@@ -409,6 +433,9 @@ function toolHost(object) {
   const refused = checkTools(config);
   if (refused !== undefined) return { spec: () => JSON.stringify({ modules: [], error: refused }) };
   const { confirm, ...accessData } = config.access ?? {};
+  // A fresh core: the runs whose ports were kept are gone.
+  const grantPortsNow = grantPorts(object);
+  grantPortsNow.clear();
   const runs = new Map();
   const modules = [];
   const direct = [];
@@ -521,7 +548,8 @@ function toolHost(object) {
     },
     async filesCall(id, method, args, signal) {
       try {
-        const port = ports.get(id);
+        const port = ports.get(id) ?? grantPortsNow.get(id);
+        if (port === undefined) return JSON.stringify({ error: `no files port ${id} (its run ended)` });
         const value = await port[method].call(port, ...JSON.parse(args), { signal });
         if (method === "read" && typeof value === "string" && value.length > FILE_BYTES_MAX) {
           return JSON.stringify({ error: `the file is over ${FILE_BYTES_MAX} bytes, the most the files module reads` });
@@ -530,6 +558,9 @@ function toolHost(object) {
       } catch (error) {
         return JSON.stringify({ error: String(error?.message ?? error) });
       }
+    },
+    filesRelease(id) {
+      grantPortsNow.delete(id);
     },
     async confirm(request, signal) {
       try {

@@ -8,6 +8,8 @@
 // Declarations (.config, .state, .requests) are only offered before the first
 // callback, as at run time.
 
+import type { FilesPort, sqliteWorkspace } from "./files.js";
+
 // ---------------------------------------------------------------------------
 // JSON and schemas
 
@@ -154,7 +156,7 @@ export interface SessionRef {
   readonly position: number | null;
 }
 
-/** The run a prompt or tools call is for. */
+/** The run a prompt, tools or files call is for. */
 export interface RunRef {
   readonly sessionId: string;
   readonly commandId: string;
@@ -320,7 +322,31 @@ export interface ExtensionDefinition<
   tools(
     fn: (ctx: ReadContext<S, C>, run: RunRef, commands: ToolCommands<SessionCommandNames<Cm>>) => ReadonlyArray<ToolMarker>,
   ): ExtensionDefinition<S, C, Cm>;
+  /**
+   * The run's Files, for the exclusive files grant. Needs
+   * `.requests({ files: true })` first (refused by name otherwise); called
+   * only when the roster grants this extension `files` (`{ extension,
+   * grants: ["files"] }`, one holder per roster) and it is running, once at
+   * the start of each run (turn), with a read-only context. The port
+   * returned is kept for that whole run: its operations are offered to the
+   * model as direct tools beside `execute` (`read`, `write`, `list`, `stat`,
+   * `search`, `replace`, and `apply_patch` when the port patches), never as
+   * a module `execute` reaches; grants key them as `files`. `undefined`:
+   * no files tools this run. A builder that throws is logged and the run
+   * goes on without them. The host must offer a tool runtime (`tools()`,
+   * at least `{}`) and must not configure its own `tools().files` beside a
+   * holder: either is refused as host_misconfigured.
+   */
+  files(fn: (ctx: ReadContext<S, C>, run: RunRef) => FileTools | undefined | null | void): ExtensionDefinition<S, C, Cm>;
 }
+
+/**
+ * What a files hook returns: one Files port (seed knapsack:
+ * `Knapsack.files({ port })`): `sqliteWorkspace(bounds)` (the Agent's own
+ * SQLite), `r2Files(bucket, { prefix })`, or the host's own `FilesPort`.
+ * The port enforces its own root and authority.
+ */
+export type FileTools = FilesPort | ReturnType<typeof sqliteWorkspace>;
 
 /** An extension before its first callback: declarations are offered too, each once. */
 export interface ExtensionBuilder<S extends StateDeclarations = {}, C = JsonValue, Cm extends CommandDeclarations = {}>
@@ -385,6 +411,8 @@ export interface ExtensionManifest {
   projection: { session: boolean; agent: boolean };
   prompt: boolean;
   tools: boolean;
+  /** Whether the definition has a files hook (`.files()`). */
+  files: boolean;
   requests: { [capability: string]: boolean };
   grantKey: string;
   grants: Grant[];
@@ -406,6 +434,7 @@ export type HookRequest = {
   | { kind: "project"; event: { scope: Scope } }
   | { kind: "prompt"; event: RunRef }
   | { kind: "tools"; event: RunRef }
+  | { kind: "files"; event: RunRef }
 );
 
 export type TimerWrite =
@@ -423,6 +452,8 @@ export type HookResponse =
       value?: JsonValue;
       sections?: string[];
       tools?: Array<{ command: string; description: string | null }>;
+      /** A files call's port itself (not JSON; the runtime keeps it for the run), or null. */
+      files?: FileTools | null;
     }
   | { ok: false; error: string; refused?: true };
 

@@ -44,7 +44,7 @@ const REQUEST_NAME = /^[A-Za-z][A-Za-z0-9_]{0,63}$/;
 /** What a roster entry may grant (src/extension/manifest.rs `Grant`). */
 const GRANTS = ["attention", "files"];
 const SCOPES = ["session", "agent"];
-const KINDS = ["settled", "timer", "command", "migrate", "project", "prompt", "tools"];
+const KINDS = ["settled", "timer", "command", "migrate", "project", "prompt", "tools", "files"];
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -373,7 +373,7 @@ function runStandard(standard, value, where, why, schemaWhere = where) {
 /** The declared parts of each definition, out of users' reach. */
 const DEFINITIONS = new WeakMap();
 
-const DECLARATION_RULE = "must be declared before callbacks (.command, .onSettled, .onTimer, .projection, .prompt, .tools)";
+const DECLARATION_RULE = "must be declared before callbacks (.command, .onSettled, .onTimer, .projection, .prompt, .tools, .files)";
 
 class ExtensionDefinition {
   constructor(record) {
@@ -509,6 +509,19 @@ class ExtensionDefinition {
   tools(fn) {
     return onceCallback(this, "tools", ".tools()", fn);
   }
+
+  /**
+   * The run's Files (the exclusive files grant): `fn(context, run)` returns
+   * a Files port (`sqliteWorkspace(bounds)`, `r2Files(bucket, { prefix })`
+   * or the host's own port object) or undefined. Needs `.requests({ files:
+   * true })`, and is called only for the roster's files grant holder, once
+   * per run.
+   */
+  files(fn) {
+    const r = record(this);
+    if (r.requests.files !== true) throw refusal(`extension ${r.id}: .files() needs .requests({ files: true }) first (the files grant is requested, then granted by the host's roster)`);
+    return onceCallback(this, "files", ".files()", fn);
+  }
 }
 
 function record(definition) {
@@ -568,7 +581,7 @@ export function defineExtension(spec) {
     state: { version: 1, collections: new Map(), migrations: new Map() },
     requests: {},
     commands: new Map(),
-    hooks: { settled: null, timer: null, prompt: null, tools: null },
+    hooks: { settled: null, timer: null, prompt: null, tools: null, files: null },
     projections: { session: null, agent: null },
   });
 }
@@ -680,6 +693,7 @@ export function manifestOf(entry) {
     projection: { session: r.projections.session !== null, agent: r.projections.agent !== null },
     prompt: r.hooks.prompt !== null,
     tools: r.hooks.tools !== null,
+    files: r.hooks.files !== null,
     requests: { ...r.requests },
     grantKey,
     grants: [...grants],
@@ -691,7 +705,7 @@ export function manifestOf(entry) {
 // Hook calls
 
 /** Where a call runs outside the owner transaction: its name in refusals. */
-const READ_ONLY_KINDS = { project: "a projection", prompt: "a prompt hook", tools: "a tools hook" };
+const READ_ONLY_KINDS = { project: "a projection", prompt: "a prompt hook", tools: "a tools hook", files: "a files hook" };
 
 /**
  * Runs one hook call: `request` is `{ kind, state, config, now, session, event }`
@@ -831,6 +845,13 @@ function dispatch(r, call, ctx, kind, event, bad) {
       });
       return { ...call.finish(), tools };
     }
+    case "files": {
+      if (!r.hooks.files) return failure(`extension ${r.id} has no files hook`);
+      const out = invoke(call, "the files hook", () => r.hooks.files(ctx, runOf(event)));
+      // The port itself, not JSON: the shim keeps it for the run and hands
+      // the core its description (js/do.mjs).
+      return { ...call.finish(), files: filesPort(r.id, out) };
+    }
   }
   throw bad(`unknown kind ${quote(kind)}`);
 }
@@ -861,6 +882,22 @@ function unwrapOption(value) {
 
 function runOf(event) {
   return Object.freeze({ sessionId: event.sessionId, commandId: event.commandId });
+}
+
+/** The brand of `sqliteWorkspace()` (js/files.mjs `WORKSPACE`, a registered symbol). */
+const WORKSPACE = Symbol.for("shiitake.files.workspace");
+/** The Files port methods (js/files.d.ts `FilesPort`). */
+const PORT_METHODS = ["read", "stat", "list", "write", "replace"];
+
+/** What a files hook returned: a Files port, or null for none this run. */
+function filesPort(id, out) {
+  if (out === undefined || out === null) return null;
+  const what = "the files hook must return a Files port (sqliteWorkspace(), r2Files(bucket) or an object with read, stat, list, write and replace) or undefined";
+  if (typeof out !== "object") throw refusal(`extension ${id}: ${what}, not ${typeName(out)}`);
+  if (out[WORKSPACE] !== undefined) return out;
+  const missing = PORT_METHODS.filter((m) => typeof out[m] !== "function");
+  if (missing.length > 0) throw refusal(`extension ${id}: ${what}; this one has no ${missing.join(", ")}`);
+  return out;
 }
 
 function promptSections(id, out) {

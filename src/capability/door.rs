@@ -19,6 +19,10 @@ pub struct Toolset {
     catalog: Catalog,
     /// Direct tools: (module index, operation index), named by guest name.
     direct: Vec<(usize, usize)>,
+    /// Modules offered as direct tools only (the files grant holder's
+    /// Files): every operation a tool of its own, none in the catalog, so
+    /// neither `execute` nor `forage` reaches them.
+    direct_only: Vec<Module>,
     /// Whether guest code can run here, or why not (no `LOADER` binding).
     execute: Result<(), String>,
 }
@@ -88,8 +92,44 @@ impl Toolset {
         Ok(Toolset {
             catalog,
             direct: picked,
+            direct_only: Vec::new(),
             execute,
         })
+    }
+
+    /// This toolset plus `module` as direct tools only: each operation is a
+    /// tool named by its guest name (beside `execute`, in the protocol
+    /// digest), while the catalog `execute` and `forage` reach is left as
+    /// it was. A name another tool already has (or `execute`) is refused.
+    pub fn with_direct_only(mut self, module: Module) -> Result<Toolset, CapabilityError> {
+        if self.catalog.modules().iter().any(|m| m.id == module.id)
+            || self.direct_only.iter().any(|m| m.id == module.id)
+        {
+            return Err(CapabilityError(format!(
+                "module `{}`: another module already has this id",
+                module.id
+            )));
+        }
+        for op in &module.operations {
+            let name = &op.guest_name;
+            if name == EXECUTE {
+                return Err(CapabilityError(format!(
+                    "direct tool `{}.{name}`: the name `execute` is the door's",
+                    module.id
+                )));
+            }
+            if self
+                .direct_ops()
+                .any(|(_, taken)| taken.guest_name == *name)
+            {
+                return Err(CapabilityError(format!(
+                    "direct tool `{}.{name}`: another direct tool is already named `{name}`",
+                    module.id
+                )));
+            }
+        }
+        self.direct_only.push(module);
+        Ok(self)
     }
 
     pub fn catalog(&self) -> &Catalog {
@@ -110,10 +150,17 @@ impl Toolset {
     }
 
     fn direct_ops(&self) -> impl Iterator<Item = (&Module, &Operation)> {
-        self.direct.iter().map(|&(m, o)| {
-            let module = &self.catalog.modules()[m];
-            (module, &module.operations[o])
-        })
+        let only = self
+            .direct_only
+            .iter()
+            .flat_map(|module| module.operations.iter().map(move |op| (module, op)));
+        self.direct
+            .iter()
+            .map(|&(m, o)| {
+                let module = &self.catalog.modules()[m];
+                (module, &module.operations[o])
+            })
+            .chain(only)
     }
 
     /// The tools for the model request: `execute` first, then the direct
@@ -345,6 +392,75 @@ mod tests {
         assert!(door.0.contains("the door's"), "{door}");
         let twice = toolset(&["notes.list", "mcp.docs.list"], Ok(())).unwrap_err();
         assert!(twice.0.contains("already named `list`"), "{twice}");
+    }
+
+    /// A module like the files grant holder's: offered beside `execute` only.
+    fn own_files() -> Module {
+        let catalog = Catalog::from_json(
+            r#"[{"id": "files", "operations": [
+                {"name": "read", "description": "Reads a file.", "access": "read",
+                 "replaySafe": true, "inputSchema": {"type": "object"}},
+                {"name": "replace", "description": "Replaces text.", "access": "write",
+                 "inputSchema": {"type": "object"}}]}]"#,
+        )
+        .unwrap();
+        catalog.modules()[0].clone().granted_by("files")
+    }
+
+    #[test]
+    fn direct_only_modules_are_tools_beside_execute_and_never_in_its_catalog() {
+        let catalog = Catalog::from_json(
+            r#"[{"id": "notes", "operations": [
+                {"name": "list", "description": "Lists notes.", "access": "read",
+                 "inputSchema": {"type": "object"}}]}]"#,
+        )
+        .unwrap();
+        let plain = Toolset::new(catalog, &[], Ok(())).unwrap();
+        let tools = plain.clone().with_direct_only(own_files()).unwrap();
+        let names: Vec<String> = tools.specs().into_iter().map(|s| s.name).collect();
+        assert_eq!(names, vec!["execute", "read", "replace"]);
+        assert_eq!(tools.protocol().tools, vec!["execute", "read", "replace"]);
+        assert_ne!(tools.protocol().digest, plain.protocol().digest);
+        match tools.tool("replace") {
+            Some(Tool::Direct(m, op)) => {
+                assert_eq!((m.id.as_str(), m.authority()), ("files", "files"));
+                assert!(!op.replay_safe);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Not reachable through the door: no namespace, no search hit, no
+        // guest path, not in execute's description.
+        assert_eq!(tools.namespaces(), vec!["notes"]);
+        assert_eq!(tools.search("read"), json!([]));
+        assert_eq!(tools.search("files"), json!([]));
+        assert!(tools.guest_call("files.read", "{}").is_err());
+        assert!(tools.catalog().modules().iter().all(|m| m.id != "files"));
+        assert!(!tools.specs()[0].description.contains("files."));
+        // Alone (no module to reach), execute is not offered; the tools are.
+        let alone = Toolset::new(Catalog::new(vec![]).unwrap(), &[], Ok(()))
+            .unwrap()
+            .with_direct_only(own_files())
+            .unwrap();
+        let names: Vec<String> = alone.specs().into_iter().map(|s| s.name).collect();
+        assert_eq!(names, vec!["read", "replace"]);
+        assert!(alone.tool("execute").is_none());
+    }
+
+    #[test]
+    fn direct_only_names_must_not_clash() {
+        let tools = toolset(&["notes.list"], Ok(())).unwrap();
+        let clash = Catalog::from_json(
+            r#"[{"id": "own", "operations": [
+                {"name": "list", "description": "x", "access": "read",
+                 "inputSchema": {"type": "object"}}]}]"#,
+        )
+        .unwrap()
+        .modules()[0]
+            .clone();
+        let e = tools.clone().with_direct_only(clash).unwrap_err();
+        assert!(e.0.contains("already named `list`"), "{e}");
+        let e = tools.with_direct_only(own_files()).unwrap_err();
+        assert!(e.0.contains("another module already has this id"), "{e}");
     }
 
     #[test]

@@ -46,6 +46,10 @@ pub struct Manifest {
     pub projection: Projections,
     pub prompt: bool,
     pub tools: bool,
+    /// Whether the definition has a `files(context, run)` hook (it must
+    /// request `files`; only the files grant holder's is called).
+    #[serde(default)]
+    pub files: bool,
     pub requests: BTreeMap<String, Value>,
     pub grant_key: String,
     pub feature: Option<String>,
@@ -287,6 +291,11 @@ fn entry(item: Value) -> Result<Entry, String> {
                 g.as_str()
             ));
         }
+    }
+    if m.files && m.requests.get("files") != Some(&Value::Bool(true)) {
+        return Err(
+            "has a files hook but does not request files (requests({ files: true }))".into(),
+        );
     }
     if m.state.version == 0 || m.state.version > EXTENSION_STATE_VERSION_MAX {
         return Err(format!(

@@ -20,6 +20,7 @@
 //!   transition, from committed state.
 
 mod call;
+pub mod files_grant;
 pub mod manifest;
 mod tables;
 

@@ -92,6 +92,11 @@ extern "C" {
         signal: &web_sys::AbortSignal,
     ) -> Promise;
 
+    /// Forgets the files grant holder's port captured for a run (`port`:
+    /// the key `filesCall` reached it by), when the run ends.
+    #[wasm_bindgen(method, js_name = filesRelease)]
+    pub fn files_release(this: &JsTools, port: &str);
+
     /// The host's Computer list now: JSON `{list: [{id, name, confirmCalls,
     /// files, patches}]}` or `{error}`.
     #[wasm_bindgen(method, js_name = computersList)]

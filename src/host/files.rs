@@ -120,9 +120,32 @@ impl Port for JsPort<'_> {
 }
 
 impl HostPort {
+    /// Whether the port supplies the patch engine (`apply_patch`).
+    pub fn patches(&self) -> bool {
+        match self {
+            HostPort::Workspace(_) => true,
+            HostPort::Js { patches } => *patches,
+        }
+    }
+
     /// Runs the files operation `op` on this port.
     pub async fn call(
         &self,
+        sql: &DoSql,
+        js: &JsTools,
+        op: &OperationCall,
+        now_ms: i64,
+        signal: &web_sys::AbortSignal,
+    ) -> Result<Value, String> {
+        self.call_as(&op.module_id, sql, js, op, now_ms, signal)
+            .await
+    }
+
+    /// [`HostPort::call`], a JS port reached by the shim's key `key`
+    /// instead of the module id (a run's captured port).
+    pub async fn call_as(
+        &self,
+        key: &str,
         sql: &DoSql,
         js: &JsTools,
         op: &OperationCall,
@@ -137,7 +160,7 @@ impl HostPort {
             HostPort::Js { patches } => {
                 let port = JsPort {
                     js,
-                    module_id: &op.module_id,
+                    module_id: key,
                     patches: *patches,
                     signal,
                 };

@@ -19,6 +19,7 @@ mod computers;
 mod config;
 mod extensions;
 mod files;
+mod files_grant;
 mod mcp;
 mod model;
 mod runner;
@@ -116,7 +117,7 @@ impl ShiitakeCore {
         if let Err(why) = &tools {
             log_error(why);
         }
-        let extensions = extensions::from_shim(extensions);
+        let extensions = files_grant::check(&tools, extensions::from_shim(extensions));
         if let Err(why) = &extensions {
             log_error(why);
         }

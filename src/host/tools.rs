@@ -14,6 +14,7 @@
 use super::bindings::{self, error_message, JsTools};
 use super::computers::{self, Computers};
 use super::files::HostPort;
+use super::files_grant::{self, RunFiles};
 use super::runner::Stopper;
 use super::{mcp, Inner};
 use crate::capability::door::{self, Toolset};
@@ -125,6 +126,8 @@ pub struct HostTools {
     /// The toolset of each live run that offers extension tools, by head
     /// (dropped when the run ends).
     run_toolsets: RefCell<std::collections::HashMap<String, Rc<Toolset>>>,
+    /// The files grant holder's tools of each live run (`files_grant.rs`).
+    pub(super) run_files: RunFiles,
 }
 
 impl HostTools {
@@ -202,6 +205,7 @@ impl HostTools {
             confirm_hook: spec.confirm,
             executions: Cell::new(0),
             run_toolsets: RefCell::default(),
+            run_files: RunFiles::default(),
             mcp_timeout_ms: spec
                 .mcp_timeout_ms
                 .unwrap_or(MCP_CONNECT_TIMEOUT_MS)
@@ -218,6 +222,11 @@ impl HostTools {
                 .find_map(|(id, port)| (id == module_id).then(|| port.clone()))
         };
         find(&self.ports).or_else(|| find(&self.computers.ports.borrow()))
+    }
+
+    /// Whether the host configured its own Files (`tools().files`).
+    pub(super) fn has_own_files(&self) -> bool {
+        self.ports.iter().any(|(id, _)| id == MODULE_ID)
     }
 
     fn rules(&self) -> Rules<'_> {
@@ -277,14 +286,25 @@ impl Inner {
             }
             _ => Vec::new(),
         };
+        // The files grant holder's tools, captured at the run's first offer.
+        let files = self.run_files(tools, session, head);
         let hub = tools.hub.borrow();
-        let toolset = if extra.is_empty() {
+        let toolset = if extra.is_empty() && files.is_none() {
             hub.toolset()
         } else {
-            let toolset = hub.toolset_with(extra).unwrap_or_else(|e| {
+            let mut toolset = hub.toolset_with(extra).unwrap_or_else(|e| {
                 bindings::log_error(format!("extension tools not offered: {e}"));
                 hub.toolset()
             });
+            if let Some(patches) = files {
+                match crate::extension::files_grant::with_files_tools(&toolset, patches) {
+                    Ok(with) => toolset = Rc::new(with),
+                    Err(e) => {
+                        bindings::log_error(format!("files tools not offered: {e}"));
+                        tools.run_files.withdraw(head);
+                    }
+                }
+            }
             tools
                 .run_toolsets
                 .borrow_mut()
@@ -301,6 +321,7 @@ impl Inner {
     pub(super) fn run_ended(&self, head: &str) {
         if let Ok(Some(tools)) = &self.tools {
             tools.run_toolsets.borrow_mut().remove(head);
+            tools.run_files.release(&tools.js, head);
         }
     }
 
@@ -369,6 +390,22 @@ impl Inner {
         }
         let timeout_ms = self.config.tool_timeout_ms;
         let timed_out = || Failure::Refused(op.timed_out(timeout_ms));
+        // The files grant holder's tools of this run, on the port captured
+        // for it (the only module `files` there is: the host's own is
+        // refused beside a holder).
+        if let Some(port) = (op.module_id == MODULE_ID)
+            .then(|| tools.run_files.port(&op.of.command_id))
+            .flatten()
+        {
+            let signal = controller.signal();
+            let key = files_grant::port_key(&op.of.command_id);
+            let called = port.call_as(&key, &self.sql, &tools.js, op, bindings::now_ms(), &signal);
+            let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
+                .await
+                .ok_or_else(timed_out)?
+                .map_err(Failure::Refused)?;
+            return Ok((result, None));
+        }
         if let Some(ext) = self
             .extensions()
             .filter(|ext| ext.is_tool_module(&op.module_id))

@@ -149,6 +149,7 @@ test("the manifest: JSON Schema verbatim (validated by the core), zod as JSON Sc
     projection: { session: false, agent: true },
     prompt: false,
     tools: true,
+    files: false,
     requests: { attention: true },
     grantKey: "goal",
     grants: [],

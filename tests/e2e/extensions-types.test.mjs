@@ -66,6 +66,10 @@ base.onTimer((ctx) => {
 const raw = defineExtension("raw").state({ r: defineCollection({ type: "object" }) }).onTimer((ctx) => {
   const row: JsonValue | undefined = ctx.state.read((s) => s.r.get("k"));
 });
+const bench = defineExtension("bench").requests({ files: true }).files((ctx, run) => {
+  const head: string = run.commandId;
+  return head === "" ? undefined : { read: async () => null, stat: async () => null, list: async () => ({ entries: [], cursor: null }), write: async () => {}, replace: async () => null };
+});
 const migrated = defineExtension("m").state({
   version: 2,
   collections: { notes: defineCollection(Goal) },
@@ -86,6 +90,8 @@ const WRONG = {
   declarationAfterCallback: [`base.onSettled(() => {}).state({});`, /Property 'state' does not exist/],
   undeclaredTool: [`base.command("set", (ctx) => null).tools((ctx, run, c) => [c.tool("nope")]);`, /'"nope"' is not assignable to parameter of type '"set"'/],
   agentTool: [`base.command("admin", { scope: "agent" }, () => null).tools((ctx, run, c) => [c.tool("admin")]);`, /'"admin"' is not assignable to parameter of type 'never'/],
+  updateInFiles: [`base.files((ctx) => { ctx.state.update(() => 1); return undefined; });`, /Property 'update' does not exist/],
+  notAPort: [`base.files(() => ({ read: async () => null }));`, /not assignable/],
   badScope: [`base.command("x", { scope: "global" }, () => null);`, /'"global"' is not assignable/],
 };
 

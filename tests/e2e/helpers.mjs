@@ -71,6 +71,8 @@ export const WORKER_BINDINGS = [
   "FILES_PORT",
   // tests/e2e/fixtures/extensions-worker.mjs: its initialize ("ok" | "fail").
   "INIT",
+  // tests/e2e/fixtures/files-grant-worker.mjs: which roster and tools ("ok" | "two" | "both" | "notools").
+  "FILES_GRANT_CASE",
 ];
 // The newest date the pinned workerd (1.20260730.x) accepts.
 export const COMPATIBILITY_DATE = "2026-07-30";
