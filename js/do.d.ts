@@ -75,11 +75,11 @@ export interface DeliveryEntry {
 export interface HostJobs {
   deliver(entries: DeliveryEntry[], options: { signal: AbortSignal }): void | Promise<void>;
   tick?(options: { signal: AbortSignal }): void | Promise<void>;
-  /** 100 to 600000 ms, default 3000. */
+  /** The first retry's delay: 100 to 600000 ms, default 3000. */
   retryBaseMs?: number;
-  /** retryBaseMs to 600000 ms, default 60000 (or retryBaseMs when larger). */
+  /** The retry delay's cap: retryBaseMs to 600000 ms, default 60000 (or retryBaseMs when larger). */
   retryMaxMs?: number;
-  /** Wall time of one pass, 100 to 30000 ms (the default). */
+  /** Wall time of one pass: 100 to 30000 ms (the default). */
   timeoutMs?: number;
 }
 

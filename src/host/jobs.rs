@@ -115,7 +115,13 @@ impl HostJobs {
     }
 }
 
-fn setting(name: &str, value: Option<u64>, min: u64, max: u64, default: u64) -> Result<u64, String> {
+fn setting(
+    name: &str,
+    value: Option<u64>,
+    min: u64,
+    max: u64,
+    default: u64,
+) -> Result<u64, String> {
     match value {
         None => Ok(default),
         Some(n) if (min..=max).contains(&n) => Ok(n),
@@ -380,8 +386,8 @@ impl Inner {
     ) -> Result<bool, String> {
         let mut batches = 0;
         loop {
-            let entries = delivery::pending(&self.sql, HOST_DELIVERY_BATCH_MAX)
-                .map_err(|e| e.to_string())?;
+            let entries =
+                delivery::pending(&self.sql, HOST_DELIVERY_BATCH_MAX).map_err(|e| e.to_string())?;
             let Some(last) = entries.last().map(|e| e.seq) else {
                 break;
             };

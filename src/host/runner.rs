@@ -134,7 +134,10 @@ impl Inner {
             Some(ext) => ext.next_deadline(self.store(), now)?,
             None => None,
         };
-        Ok(earliest(earliest(turns, extensions), self.lane_deadline(now)?))
+        Ok(earliest(
+            earliest(turns, extensions),
+            self.lane_deadline(now)?,
+        ))
     }
 
     pub(super) async fn alarm(&self) -> Result<(), JsValue> {
