@@ -119,6 +119,26 @@ test("a failing delivery is retried with doubling backoff until it succeeds, dur
   assert.ok(kinds(done.log, "tick").at(-1).at >= kinds(done.log, "deliver")[0].at);
 });
 
+test("a failing tick fails its pass: the delivered batch stays acknowledged, the pass is retried until the tick succeeds", T, async () => {
+  const a = await agent();
+  await route(a, "fail-tick?n=2");
+  await stage(a, "before-tick");
+  const failing = await eventually(async () => {
+    const s = await jobs(a);
+    return s.lane !== null ? s : undefined;
+  }, { what: "the failed tick's retry" });
+  assert.match(failing.lane.error, /^tick: the watchdog is down/);
+  assert.equal(failing.outbox.length, 0, "delivered before the tick, so acknowledged");
+  const done = await eventually(async () => {
+    const s = await jobs(a);
+    return s.lane === null && kinds(s.log, "tick").length > 0 ? s : undefined;
+  }, { what: "the tick to succeed", timeoutMs: 5000 });
+  assert.equal(kinds(done.log, "tick-rejected").length, 2);
+  assert.deepEqual(delivered(done.log).map((e) => e.key), ["before-tick"], "not delivered again");
+  const ticks = kinds(done.log, "tick-rejected", "tick");
+  assert.ok(ticks[1].at - ticks[0].at >= 300 - 10 && ticks[2].at - ticks[1].at >= 600 - 10, "the ordinary backoff");
+});
+
 test("a slow host pass never delays a turn; a pass past its deadline is aborted and retried", T, async () => {
   const a = await agent();
   await a.createSession("s");
