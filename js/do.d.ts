@@ -37,6 +37,50 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   deliverGrants(sessionId: string, delivery: GrantDelivery): { delivered: "stored" | "replaced" | "unchanged" };
   /** Host-only: the Session's delivered grants, or null. */
   sessionGrants(sessionId: string): GrantDelivery | null;
+  /**
+   * The host work lane, or `undefined` for none (then outbox entries are
+   * acknowledged undelivered). Read once per instance; an unknown key or a
+   * value of the wrong kind is reported and fails every pass, naming it.
+   * Override in a subclass.
+   */
+  hostJobs(): HostJobs | undefined;
+  /**
+   * Closes the runtime: requests answer 503 `runtime_closed`, no new work
+   * starts in this instance; resolves once the running host work pass and
+   * the live turns (both aborted) have ended. Durable work waits for a
+   * later open.
+   */
+  close(reason?: string): Promise<void>;
+}
+
+/** One delivery outbox entry (`src/delivery.rs`): the newest change of its `key`. */
+export interface DeliveryEntry {
+  seq: number;
+  key: string;
+  body: unknown;
+  /** When the transition that staged it ran (ms since epoch). */
+  at: number;
+}
+
+/**
+ * The host work lane (`ShiitakeDO#hostJobs()`). Each pass hands `deliver`
+ * the oldest undelivered entries (at most 64 a call, 16 calls a pass, in
+ * `seq` order), acknowledging each batch when its promise resolves, then
+ * calls `tick`. The lane runs beside the turns, never delaying them. A pass
+ * that throws, rejects or outlasts `timeoutMs` (its signal aborts) fails:
+ * the batch is not acknowledged, and the pass is retried after
+ * `retryBaseMs`, doubling up to `retryMaxMs`, until it succeeds (the retry
+ * is durable). Delivery is at least once. `this` = the Durable Object.
+ */
+export interface HostJobs {
+  deliver(entries: DeliveryEntry[], options: { signal: AbortSignal }): void | Promise<void>;
+  tick?(options: { signal: AbortSignal }): void | Promise<void>;
+  /** The first retry's delay: 100 to 600000 ms, default 3000. */
+  retryBaseMs?: number;
+  /** The retry delay's cap: retryBaseMs to 600000 ms, default 60000 (or retryBaseMs when larger). */
+  retryMaxMs?: number;
+  /** Wall time of one pass: 100 to 30000 ms (the default). */
+  timeoutMs?: number;
 }
 
 /** What a grant allows on one module (keyed by module id; `files` for Files). `write` includes `read`. */

@@ -115,6 +115,9 @@ export class ShiitakeDO extends DurableObject {
   #coreGeneration = -1;
   // The host's initialize(extensions) while it runs (a promise), else null.
   #initializing = null;
+  // Why the host closed the runtime (`close`), else null: cores built
+  // after a reset stay closed.
+  #closed = null;
 
   /**
    * Host hook, asked first for every request the object receives. Return a
@@ -143,6 +146,46 @@ export class ShiitakeDO extends DurableObject {
    */
   extensions() {
     return undefined;
+  }
+
+  /**
+   * Host hook: the host work lane, or `undefined` for none. Read once per
+   * instance. `{ deliver(entries, { signal }), tick?({ signal }),
+   * retryBaseMs?, retryMaxMs?, timeoutMs? }`: each pass hands `deliver` the
+   * delivery outbox's oldest entries `[{ seq, key, body, at }]` (at most 64
+   * a call, in `seq` order; acknowledged once its promise resolves), then
+   * calls `tick`. A pass that throws, rejects or outlasts `timeoutMs` (at
+   * most and by default 30 s; its signal aborts) is retried after
+   * `retryBaseMs` (3 s), doubling up to `retryMaxMs` (60 s), until it
+   * succeeds; entries are delivered at least once. Both are called with
+   * `this` = the Durable Object. Without it, entries are acknowledged
+   * undelivered. See `src/host/jobs.rs`.
+   */
+  hostJobs() {
+    return undefined;
+  }
+
+  /**
+   * Closes the runtime: every request then answers 503 `runtime_closed` and
+   * no new work starts in this instance (the durable work waits for a later
+   * open). Aborts the running host work pass and the live turns, and
+   * resolves once both have ended.
+   */
+  async close(reason = "the host closed the runtime") {
+    this.#closed = String(reason);
+    await this.#coreNow().close(this.#closed);
+  }
+
+  /**
+   * Test builds only (`SHIITAKE_TEST_BUILD=1`): stages a delivery outbox
+   * entry as an attention write would; `wake: false` leaves it for the next
+   * wake (the alarm, a live tool's heartbeat).
+   */
+  testStageDelivery(key, body, { wake = true } = {}) {
+    return this.#sync((core) => {
+      if (typeof core.stageDelivery !== "function") throw new Error("testStageDelivery exists in test builds only");
+      core.stageDelivery(key, JSON.stringify(body), wake);
+    });
   }
 
   /**
@@ -316,10 +359,14 @@ export class ShiitakeDO extends DurableObject {
       const id = this.ctx.id.toString();
       const heads = spared.get(id);
       spared.delete(id);
-      const core = new wasm.ShiitakeCore(this.ctx, this.env, toolHost(this), extensionHost(this), heads ? JSON.stringify(heads) : undefined);
+      const core = new wasm.ShiitakeCore(this.ctx, this.env, toolHost(this), extensionHost(this), heads ? JSON.stringify(heads) : undefined, jobsHost(this));
       this.#core = core;
       this.#coreGeneration = generation;
       this.#initializing = null;
+      if (this.#closed !== null) {
+        core.close(this.#closed);
+        return core;
+      }
       if (typeof this.initialize === "function") this.#initialize(core);
     }
     return this.#core;
@@ -417,6 +464,48 @@ function captureFiles(object, request, answer) {
  */
 export function deliverSessionGrantsToStorage(state, sessionId, delivery) {
   return JSON.parse(wasm.deliverSessionGrantsToStorage(state, sessionId, JSON.stringify(delivery)));
+}
+
+// The host work lane the core calls (src/host/jobs.rs): hostJobs() checked
+// key by key, and its callbacks as promises that never throw synchronously.
+function jobsHost(object) {
+  let config;
+  try {
+    config = object.hostJobs();
+  } catch (error) {
+    return { spec: () => JSON.stringify({ error: `hostJobs() threw: ${String(error?.message ?? error)}` }) };
+  }
+  if (config === undefined || config === null) return undefined;
+  const refused = checkHostJobs(config);
+  if (refused !== undefined) return { spec: () => JSON.stringify({ error: refused }) };
+  const { deliver, tick, ...settings } = config;
+  const spec = JSON.stringify({ ...settings, tick: typeof tick === "function" });
+  return {
+    spec: () => spec,
+    async deliver(entries, signal) {
+      await deliver.call(object, JSON.parse(entries), { signal });
+    },
+    async tick(signal) {
+      await tick.call(object, { signal });
+    },
+  };
+}
+
+const HOST_JOBS_KEYS = { deliver: "function", tick: "function", retryBaseMs: "integer", retryMaxMs: "integer", timeoutMs: "integer" };
+
+// Why `config` (what hostJobs() returned) cannot be used, or undefined. The
+// core checks the numbers' ranges.
+function checkHostJobs(config) {
+  if (typeof config !== "object" || Array.isArray(config)) return "hostJobs() must return an object";
+  for (const [key, value] of Object.entries(config)) {
+    const kind = HOST_JOBS_KEYS[key];
+    if (kind === undefined) return `hostJobs().${key}: unknown key \`${key}\`; known: ${Object.keys(HOST_JOBS_KEYS).join(", ")}`;
+    if (value === undefined) continue;
+    if (kind === "function" && typeof value !== "function") return `hostJobs().${key} must be a function`;
+    if (kind === "integer" && !Number.isSafeInteger(value)) return `hostJobs().${key} must be an integer`;
+  }
+  if (typeof config.deliver !== "function") return "hostJobs().deliver is required (a function)";
+  return undefined;
 }
 
 // The tool host the core calls (src/host/tools.rs): the Agent's capabilities

@@ -8,15 +8,23 @@
 //! takes a higher `seq` than every entry present, so acknowledging through
 //! the `seq` a pass read never deletes a change committed during the pass.
 //!
+//! The lane's own durable state is one row ([`LANE`], [`Lane`]): a failed
+//! pass persists its retry (`attempts`, `retry_at`, the bounded, redacted
+//! `error`), kept until a pass succeeds (never given up); a success clears
+//! it. The host schedules the lane from [`Lane::deadline`].
+//!
 //! Created on first use, outside the versioned runtime schema.
 
-use crate::limits::DELIVERY_PENDING_MAX;
+use crate::limits::{DELIVERY_PENDING_MAX, DIAGNOSTIC_BYTES_MAX};
 use crate::sql::{atomically, read, write, Sql, SqlError, SqlValue};
 use serde_json::Value;
 
 pub const OUTBOX: &str = "shiitake_delivery";
+/// The host work lane's retry state: at most one row (`id = 1`), present
+/// only while the lane is failing.
+pub const LANE: &str = "shiitake_host_lane";
 
-/// Creates the outbox if missing; idempotent.
+/// Creates the outbox and the lane's state table if missing; idempotent.
 pub fn create(sql: &dyn Sql) -> Result<(), SqlError> {
     atomically(sql, || {
         write(
@@ -27,6 +35,18 @@ pub fn create(sql: &dyn Sql) -> Result<(), SqlError> {
                     key TEXT NOT NULL UNIQUE,
                     body TEXT NOT NULL,
                     at INTEGER NOT NULL
+                )"
+            ),
+            Vec::new(),
+        )?;
+        write(
+            sql,
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {LANE} (
+                    id INTEGER PRIMARY KEY CHECK (id = 1),
+                    attempts INTEGER NOT NULL,
+                    retry_at INTEGER NOT NULL,
+                    error TEXT NOT NULL
                 )"
             ),
             Vec::new(),
@@ -111,6 +131,119 @@ pub fn acknowledge(sql: &dyn Sql, through_seq: i64) -> Result<(), SqlError> {
     )
 }
 
+/// When a failed pass is tried again: the ordinary retry policy, base,
+/// 2·base, 4·base, ... capped at `max_ms`, never given up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LanePolicy {
+    pub base_ms: u64,
+    pub max_ms: u64,
+}
+
+impl Default for LanePolicy {
+    fn default() -> Self {
+        LanePolicy {
+            base_ms: crate::limits::RETRY_BASE_MS_DEFAULT,
+            max_ms: crate::limits::RETRY_MAX_MS_DEFAULT,
+        }
+    }
+}
+
+impl LanePolicy {
+    /// The wait after `failures` consecutive failed passes (1-based).
+    pub fn delay_ms(&self, failures: u32) -> u64 {
+        let doublings = failures.saturating_sub(1).min(63);
+        self.base_ms
+            .saturating_mul(1u64 << doublings)
+            .min(self.max_ms)
+    }
+}
+
+/// The lane's durable state: the default (no row) is a healthy lane.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Lane {
+    /// Consecutive failed passes.
+    pub attempts: u32,
+    /// When the failed pass is tried again (ms since epoch).
+    pub retry_at: Option<i64>,
+    /// Why the last pass failed: bounded, redacted by the host.
+    pub error: Option<String>,
+}
+
+impl Lane {
+    /// Whether a pass may run now: no retry waiting.
+    pub fn due(&self, now_ms: i64) -> bool {
+        self.retry_at.is_none_or(|at| at <= now_ms)
+    }
+
+    /// The lane's deadline for the one alarm: its retry while failing;
+    /// otherwise now when entries wait; else none.
+    pub fn deadline(&self, pending: bool, now_ms: i64) -> Option<i64> {
+        match self.retry_at {
+            Some(at) => Some(at.max(now_ms)),
+            None if pending => Some(now_ms),
+            None => None,
+        }
+    }
+
+    /// The state after a pass failed at `now_ms` with `error`.
+    pub fn failed(&self, policy: &LanePolicy, now_ms: i64, error: &str) -> Lane {
+        let attempts = self.attempts.saturating_add(1);
+        let mut error = error.to_owned();
+        crate::text::truncate(&mut error, DIAGNOSTIC_BYTES_MAX);
+        Lane {
+            attempts,
+            retry_at: Some(now_ms.saturating_add(policy.delay_ms(attempts) as i64)),
+            error: Some(error),
+        }
+    }
+}
+
+/// The lane's state (outside any transition).
+pub fn lane(sql: &dyn Sql) -> Result<Lane, SqlError> {
+    let rows = read(
+        sql,
+        &format!("SELECT attempts, retry_at, error FROM {LANE} WHERE id = 1"),
+        &[],
+    )?;
+    let Some(row) = rows.first() else {
+        return Ok(Lane::default());
+    };
+    Ok(Lane {
+        attempts: u32::try_from(row.int(0)?).unwrap_or(u32::MAX),
+        retry_at: Some(row.int(1)?),
+        error: Some(row.text(2)?),
+    })
+}
+
+/// Persists `state` as a write of the open transition: a failing state as
+/// the row, a healthy one by deleting it.
+pub fn set_lane(sql: &dyn Sql, state: &Lane) -> Result<(), SqlError> {
+    match state.retry_at {
+        Some(at) => write(
+            sql,
+            &format!(
+                "INSERT OR REPLACE INTO {LANE} (id, attempts, retry_at, error) VALUES (1, ?, ?, ?)"
+            ),
+            vec![
+                SqlValue::Integer(i64::from(state.attempts)),
+                SqlValue::Integer(at),
+                SqlValue::Text(state.error.clone().unwrap_or_default()),
+            ],
+        ),
+        None => write(sql, &format!("DELETE FROM {LANE}"), Vec::new()),
+    }
+}
+
+/// The lane's deadline from the store (see [`Lane::deadline`]).
+pub fn next_deadline(sql: &dyn Sql, now_ms: i64) -> Result<Option<i64>, SqlError> {
+    let state = lane(sql)?;
+    if state.retry_at.is_some() {
+        return Ok(state.deadline(false, now_ms));
+    }
+    let pending = !pending(sql, 1)?.is_empty();
+    Ok(state.deadline(pending, now_ms))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,5 +288,71 @@ mod tests {
         assert!(room(DELIVERY_PENDING_MAX - 1, 1).is_ok());
         let e = room(DELIVERY_PENDING_MAX, 1).unwrap_err();
         assert!(e.contains(&DELIVERY_PENDING_MAX.to_string()), "{e}");
+    }
+
+    #[test]
+    fn the_retry_doubles_from_base_to_the_cap_and_never_gives_up() {
+        let policy = LanePolicy::default();
+        let delays: Vec<u64> = (1..=8).map(|n| policy.delay_ms(n)).collect();
+        assert_eq!(
+            delays,
+            [3_000, 6_000, 12_000, 24_000, 48_000, 60_000, 60_000, 60_000]
+        );
+        assert_eq!(policy.delay_ms(u32::MAX), 60_000);
+        let short = LanePolicy {
+            base_ms: 100,
+            max_ms: 250,
+        };
+        assert_eq!(
+            [short.delay_ms(1), short.delay_ms(2), short.delay_ms(3)],
+            [100, 200, 250]
+        );
+    }
+
+    #[test]
+    fn lane_transitions_and_deadline() {
+        let healthy = Lane::default();
+        assert!(healthy.due(0));
+        assert_eq!(healthy.deadline(false, 10), None);
+        assert_eq!(healthy.deadline(true, 10), Some(10));
+        let policy = LanePolicy::default();
+        let once = healthy.failed(&policy, 1_000, "boom");
+        assert_eq!(once.attempts, 1);
+        assert_eq!(once.retry_at, Some(4_000));
+        assert_eq!(once.error.as_deref(), Some("boom"));
+        assert!(!once.due(3_999));
+        assert!(once.due(4_000));
+        // While failing, the retry is the deadline, entries or not.
+        assert_eq!(once.deadline(true, 2_000), Some(4_000));
+        assert_eq!(once.deadline(false, 2_000), Some(4_000));
+        assert_eq!(once.deadline(false, 9_000), Some(9_000));
+        let twice = once.failed(&policy, 4_000, &"x".repeat(5_000));
+        assert_eq!(twice.attempts, 2);
+        assert_eq!(twice.retry_at, Some(10_000));
+        assert!(twice.error.as_ref().unwrap().len() <= DIAGNOSTIC_BYTES_MAX);
+    }
+
+    #[test]
+    fn lane_state_persists_and_a_success_clears_it() {
+        let sql = NativeSql::open_in_memory();
+        create(&sql).unwrap();
+        assert_eq!(lane(&sql).unwrap(), Lane::default());
+        assert_eq!(next_deadline(&sql, 5).unwrap(), None);
+        atomically(&sql, || stage(&sql, "k", &json!({"a": 1}), 5)).unwrap();
+        assert_eq!(next_deadline(&sql, 6).unwrap(), Some(6));
+        let failed = Lane::default().failed(&LanePolicy::default(), 10, "refused");
+        atomically(&sql, || set_lane(&sql, &failed)).unwrap();
+        assert_eq!(lane(&sql).unwrap(), failed);
+        assert_eq!(next_deadline(&sql, 11).unwrap(), Some(3_010));
+        let again = lane(&sql)
+            .unwrap()
+            .failed(&LanePolicy::default(), 3_010, "refused");
+        atomically(&sql, || set_lane(&sql, &again)).unwrap();
+        assert_eq!(lane(&sql).unwrap().attempts, 2);
+        atomically(&sql, || set_lane(&sql, &Lane::default())).unwrap();
+        assert_eq!(lane(&sql).unwrap(), Lane::default());
+        assert_eq!(next_deadline(&sql, 20).unwrap(), Some(20));
+        atomically(&sql, || acknowledge(&sql, i64::MAX)).unwrap();
+        assert_eq!(next_deadline(&sql, 21).unwrap(), None);
     }
 }

@@ -68,6 +68,9 @@ pub struct Effects {
     pub watch: Option<String>,
     /// A deleted Session: end its watches.
     pub ended_session: Option<String>,
+    /// The transition staged delivery outbox entries: wake the host's work
+    /// lane at once (`src/delivery.rs`).
+    pub delivery: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +83,7 @@ impl Effects {
     /// Joins the effects of another admission into these.
     pub fn add(&mut self, other: Effects) {
         self.reconcile |= other.reconcile;
+        self.delivery |= other.delivery;
         self.fresh_turns.extend(other.fresh_turns);
         self.frames.extend(other.frames);
         self.settled.extend(other.settled);

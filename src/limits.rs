@@ -314,3 +314,25 @@ pub const ATTENTION_PER_OWNER_MAX: usize = 4_096;
 /// Undelivered entries the delivery outbox holds; a transition that would
 /// stage past it is refused.
 pub const DELIVERY_PENDING_MAX: u64 = 16_384;
+
+// The host work lane (`src/host/jobs.rs`, seed: `hostJobs`).
+/// Outbox entries one `hostJobs().deliver` call receives.
+pub const HOST_DELIVERY_BATCH_MAX: usize = 64;
+/// Batches one host work pass delivers; entries left over continue in the
+/// next pass at once.
+pub const HOST_PASS_BATCHES_MAX: usize = 16;
+/// Passes one wake runs back to back (entries left over, or wakes that
+/// arrived during a pass); past it the alarm continues.
+pub const HOST_PASSES_PER_WAKE_MAX: usize = 8;
+/// Wall time of one host work pass (every `deliver` and the `tick`):
+/// the default and the most `hostJobs().timeoutMs` may ask.
+pub const HOST_PASS_TIMEOUT_MS: u64 = 30_000;
+/// The least `hostJobs().timeoutMs`.
+pub const HOST_PASS_TIMEOUT_MS_MIN: u64 = 100;
+/// How long a pass whose signal aborted (deadline, close) may take to wind
+/// down before it is abandoned.
+pub const HOST_PASS_ABORT_GRACE_MS: u64 = 1_000;
+/// Bounds of `hostJobs().retryBaseMs` and `retryMaxMs` (defaults:
+/// `RETRY_BASE_MS_DEFAULT`, `RETRY_MAX_MS_DEFAULT`).
+pub const HOST_RETRY_MS_MIN: u64 = 100;
+pub const HOST_RETRY_MS_MAX: u64 = 600_000;

@@ -41,6 +41,22 @@ extern "C" {
     #[wasm_bindgen(method)]
     pub fn call(this: &JsExtensions, request: &str) -> String;
 
+    /// The shim's host work lane (`js/do.mjs`, `ShiitakeDO#hostJobs()`).
+    pub type JsJobs;
+
+    /// `{tick, retryBaseMs?, retryMaxMs?, timeoutMs?}` or `{error}` as JSON.
+    #[wasm_bindgen(method)]
+    pub fn spec(this: &JsJobs) -> String;
+
+    /// Hands the host a batch of outbox entries (a JSON array): resolves
+    /// once the host took them, rejects when it did not.
+    #[wasm_bindgen(method)]
+    pub fn deliver(this: &JsJobs, entries: &str, signal: &web_sys::AbortSignal) -> Promise;
+
+    /// The host's own concurrent work after delivery: resolves or rejects.
+    #[wasm_bindgen(method)]
+    pub fn tick(this: &JsJobs, signal: &web_sys::AbortSignal) -> Promise;
+
     /// The shim's tool host (`js/do.mjs`).
     pub type JsTools;
 

@@ -20,6 +20,7 @@ mod config;
 mod extensions;
 mod files;
 mod files_grant;
+mod jobs;
 mod mcp;
 mod model;
 mod runner;
@@ -65,6 +66,11 @@ struct Inner {
     /// The host's extensions (`ShiitakeDO#extensions()`), or why the roster
     /// is unusable (every request is then refused saying so).
     extensions: Result<crate::extension::Extensions, String>,
+    /// The host's work lane (`ShiitakeDO#hostJobs()`, `jobs.rs`), or why
+    /// it is unusable (every pass then fails saying so).
+    jobs: Result<Option<jobs::HostJobs>, String>,
+    /// The lane's pass in this instance, and `close` calls joining it.
+    lane: jobs::LaneRun,
     /// Projections last published (`extensions.rs`).
     published: RefCell<extensions::Published>,
     /// Why the host's `initialize(extensions)` failed: this instance serves
@@ -93,7 +99,8 @@ impl ShiitakeCore {
     /// `tools` the shim's tool host (`js/do.mjs`), or undefined; `spared`
     /// the heads (JSON array) of this object's turns that a wasm reset
     /// caused by other code interrupted: they resume at their current
-    /// attempt (`blame.rs`).
+    /// attempt (`blame.rs`); `jobs` the shim's host work lane, or
+    /// undefined (`jobs.rs`).
     #[wasm_bindgen(constructor)]
     pub fn new(
         ctx: JsValue,
@@ -101,6 +108,7 @@ impl ShiitakeCore {
         tools: JsValue,
         extensions: JsValue,
         spared: Option<String>,
+        jobs: JsValue,
     ) -> Result<ShiitakeCore, JsValue> {
         let sql = sql::DoSql::from_state(&ctx)?;
         // `ctx.id.toString()`: the shim keys its trap reports the same way.
@@ -121,12 +129,18 @@ impl ShiitakeCore {
         if let Err(why) = &extensions {
             log_error(why);
         }
+        let jobs = jobs::HostJobs::new(jobs);
+        if let Err(why) = &jobs {
+            log_error(why);
+        }
         let inner = Rc::new_cyclic(|me| Inner {
             me: me.clone(),
             agent,
             sql,
             tools,
             extensions,
+            jobs,
+            lane: jobs::LaneRun::default(),
             published: RefCell::default(),
             closed: RefCell::default(),
             config: HostConfig::from_env(&env),
@@ -237,11 +251,14 @@ impl ShiitakeCore {
         serde_json::to_string(&list).map_err(|e| JsValue::from_str(&e.to_string()))
     }
 
-    /// The host's `initialize(extensions)` failed: this instance answers
-    /// every request `503 runtime_closed` and runs no work until it is
-    /// replaced; the durable work waits for a later open.
-    pub fn close(&self, reason: &str) {
-        *self.inner.closed.borrow_mut() = Some(reason.to_owned());
+    /// Closes the runtime (the host's `initialize(extensions)` failed, or
+    /// the host closes it): this instance answers every request `503
+    /// runtime_closed` and starts no work until it is replaced; the durable
+    /// work waits for a later open. Resolves once the running host work
+    /// pass and run loop have ended (both aborted: `jobs.rs`).
+    pub async fn close(&self, reason: String) {
+        let scope = self.inner.scope(None);
+        blame::scoped(scope, self.inner.close(&reason)).await;
     }
 
     /// Host-only: the Session's delivered grants as JSON, or `null`.
@@ -309,6 +326,7 @@ impl Inner {
     fn open(&self) -> Result<(), ApiError> {
         if !self.schema_checked.get() {
             schema::open(&self.sql)?;
+            crate::delivery::create(&self.sql)?;
             if let Some(ext) = self.extensions() {
                 self.with_ctx(|ctx| ext.open(ctx))?;
             }

@@ -72,6 +72,11 @@ impl Inner {
     pub(super) fn request_reconcile(&self) {
         if self.loop_running.get() {
             self.wake_loop();
+            // Host work is requested with every reconciliation (the alarm
+            // below requests it too).
+            if self.has_host_jobs() {
+                self.request_host_work();
+            }
             return;
         }
         let now = bindings::now_ms();
@@ -86,7 +91,7 @@ impl Inner {
         });
     }
 
-    fn wake_loop(&self) {
+    pub(super) fn wake_loop(&self) {
         self.wake_requested.set(true);
         if let Some(wake) = self.loop_wake.borrow_mut().take() {
             let _ = wake.send(());
@@ -122,14 +127,17 @@ impl Inner {
     }
 
     /// The earliest durable deadline: due turns and retries, extension
-    /// timers and replays.
-    fn next_deadline(&self, now: i64) -> Result<Option<i64>, crate::error::ApiError> {
+    /// timers and replays, the host work lane.
+    pub(super) fn next_deadline(&self, now: i64) -> Result<Option<i64>, crate::error::ApiError> {
         let turns = run::next_deadline(Store::new(&self.sql), now, &|h| self.is_live(h))?;
         let extensions = match self.extensions() {
             Some(ext) => ext.next_deadline(self.store(), now)?,
             None => None,
         };
-        Ok(earliest(turns, extensions))
+        Ok(earliest(
+            earliest(turns, extensions),
+            self.lane_deadline(now)?,
+        ))
     }
 
     pub(super) async fn alarm(&self) -> Result<(), JsValue> {
@@ -139,6 +147,9 @@ impl Inner {
             log_error(e);
             return Ok(());
         }
+        // Every wake requests host work beside reconciliation; the lane
+        // runs on its own, never holding this alarm.
+        self.request_host_work();
         if self.loop_running.get() {
             // Another invocation is running the turns: it takes this wake.
             self.wake_loop();
@@ -147,6 +158,7 @@ impl Inner {
         self.loop_running.set(true);
         let result = self.run_loop().await;
         self.loop_running.set(false);
+        self.lane.ended();
         match result {
             Ok(Some(write)) => {
                 if let Err(e) = write.await {
@@ -178,7 +190,12 @@ impl Inner {
             // Past the claim budget, finish the live turns and let a fresh
             // alarm continue.
             let mut later = Some(now);
-            if now - started < LOOP_CLAIM_BUDGET_MS {
+            // Closed (`close`): claim nothing more, let the stopped turns end.
+            let closed = self.closed.borrow().is_some();
+            if closed {
+                later = None;
+            }
+            if now - started < LOOP_CLAIM_BUDGET_MS && !closed {
                 self.extension_pass();
                 let claimed = self.with_ctx(|ctx| {
                     run::reconcile(
@@ -213,6 +230,13 @@ impl Inner {
             }
             if turns.is_empty() {
                 self.loop_running.set(false);
+                if !closed {
+                    // The lane's deadline too (none while its pass runs).
+                    let lane = self
+                        .lane_deadline(now)
+                        .map_err(|e| JsValue::from_str(&e.to_string()))?;
+                    later = earliest(later, lane);
+                }
                 return Ok(later.map(|at| self.write_alarm(at)));
             }
             // Sleep until a turn ends, a request wakes the loop, or work

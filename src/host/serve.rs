@@ -85,6 +85,9 @@ impl Inner {
         if effects.reconcile {
             self.request_reconcile();
         }
+        if effects.delivery {
+            self.request_host_work();
+        }
     }
 }
 

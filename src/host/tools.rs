@@ -362,8 +362,8 @@ impl Inner {
 
     async fn heartbeat(&self) {
         loop {
-            self.set_alarm(bindings::now_ms() + TOOL_HEARTBEAT_MS as i64)
-                .await;
+            // Also requests delivery processing (`jobs.rs`).
+            self.heartbeat_beat().await;
             bindings::sleep(TOOL_HEARTBEAT_MS).await;
         }
     }
