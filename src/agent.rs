@@ -1,6 +1,7 @@
 //! The Agent: one Durable Object owning many Sessions. Creating, listing
 //! (paged) and deleting Sessions.
 
+use crate::attention;
 use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::limits::{SESSIONS_PER_AGENT_MAX, SESSION_ID_BYTES_MAX};
@@ -86,9 +87,13 @@ pub fn list_sessions(
 /// running, whose model call the host stops.
 pub fn delete_session(ctx: &mut Ctx<'_>, session_id: &str) -> Result<Option<String>, ApiError> {
     let store = ctx.store;
+    let now_ms = ctx.now_ms;
     atomically(store.sql(), || {
         let running = store.running_head(session_id)?.map(|h| h.command_id);
+        // Its attention goes with it, releasing the owners' capacity.
+        let attention = attention::removed_with(store.sql(), session_id)?;
         if store.delete_session(session_id)? {
+            attention::remove_with(store.sql(), session_id, &attention, now_ms)?;
             Ok(running)
         } else {
             Err(ApiError::SessionNotFound(session_id.to_owned()))

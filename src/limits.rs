@@ -314,3 +314,12 @@ pub const ATTENTION_PER_OWNER_MAX: usize = 4_096;
 /// Undelivered entries the delivery outbox holds; a transition that would
 /// stage past it is refused.
 pub const DELIVERY_PENDING_MAX: u64 = 16_384;
+/// Bytes of an attention item's `id` (of `[A-Za-z0-9._:-]`).
+pub const ATTENTION_ID_BYTES_MAX: usize = 128;
+/// Bytes of an attention item's `kind` (of `[a-z0-9_.-]`).
+pub const ATTENTION_KIND_BYTES_MAX: usize = 64;
+/// Attention items one inbox row carries (the newest); the row's
+/// `attentionCount` tells how many are open.
+pub const INBOX_ATTENTION_PER_ROW_MAX: usize = 8;
+/// Rows of one inbox page.
+pub const INBOX_PAGE_SESSIONS_MAX: usize = 200;

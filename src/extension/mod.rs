@@ -19,10 +19,12 @@
 //! - projections, prompt sections and command tools are read outside any
 //!   transition, from committed state.
 
+mod attention;
 mod call;
 pub mod manifest;
 mod tables;
 
+pub use attention::AttentionTouched;
 pub use call::{Answer, Host, SessionRef, ToolMarker};
 pub use manifest::{Entry, Roster, Scope};
 
@@ -55,6 +57,7 @@ pub struct Extensions {
     host: Box<dyn Host>,
     cache: RefCell<Option<Cache>>,
     touched: RefCell<BTreeSet<Touched>>,
+    attention: attention::Live,
 }
 
 /// State an extension changed in a committed (or attempted) transition:
@@ -126,6 +129,7 @@ struct Staged {
     writes: Vec<Write>,
     sends: Vec<SendOp>,
     answer: Answer,
+    attention: attention::Planned,
 }
 
 /// An extension command to run ([`Extensions::command`]).
@@ -213,6 +217,7 @@ impl Extensions {
             host,
             cache: RefCell::new(None),
             touched: RefCell::new(BTreeSet::new()),
+            attention: attention::Live::default(),
         }
     }
 
@@ -297,7 +302,10 @@ impl Extensions {
             Ok(answer) => answer,
             Err(failure) => return Ok(Err(failure)),
         };
-        Ok(stage(entry, state, timers, answer, sends_allowed).map_err(Failure::Bound))
+        match stage(entry, state, timers, answer, sends_allowed) {
+            Ok(staged) => self.attention.plan(sql, entry, staged, now_ms),
+            Err(e) => Ok(Err(Failure::Bound(e))),
+        }
     }
 
     /// Asks the host; a refusal or a throw is a [`Failure`].
@@ -333,6 +341,7 @@ impl Extensions {
             ))
         })?;
         if answer.ok {
+            attention::allowed_in(id, kind, &answer.attention).map_err(Failure::Failed)?;
             return Ok(answer);
         }
         let error = answer
@@ -358,6 +367,7 @@ impl Extensions {
         for (statement, params) in staged.writes {
             write(sql, &statement, params)?;
         }
+        self.attention.commit(sql, staged.attention)?;
         cache.states.insert(entry.id().to_owned(), staged.state);
         cache.timers.insert(entry.id().to_owned(), staged.timers);
         if changed {
@@ -1455,11 +1465,13 @@ fn stage(
             ));
         }
     }
+    attention::check(entry, &answer.attention)?;
     Ok(Staged {
         state,
         timers,
         writes,
         sends: answer.sends.clone(),
         answer,
+        attention: attention::Planned::default(),
     })
 }
