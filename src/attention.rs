@@ -334,7 +334,7 @@ pub fn inbox(
             "SELECT session_id, rank, updated FROM (
                 SELECT s.session_id AS session_id,
                     CASE {needs_you}
-                        WHEN EXISTS (SELECT 1 FROM commands INDEXED BY commands_unsettled c
+                        WHEN EXISTS (SELECT 1 FROM commands AS c INDEXED BY commands_unsettled
                             WHERE c.session_id = s.session_id AND c.settled_at IS NULL) THEN 1
                         ELSE 2 END AS rank,
                     max(s.created_at,

@@ -32,10 +32,22 @@ use std::collections::{BTreeMap, BTreeSet};
 /// attention.
 const KINDS: &[&str] = &["command", "settled", "timer"];
 
-/// Refuses attention changes answered by a call that runs outside the owner
-/// transaction (projections, prompt and tools builders) or by a migration.
-pub(super) fn allowed_in(ext: &str, kind: &str, ops: &[AttentionOp]) -> Result<(), String> {
-    if ops.is_empty() || KINDS.contains(&kind) {
+/// Refuses attention changes of an extension without the attention grant,
+/// and those answered by a call that runs outside the owner transaction
+/// (projections, prompt and tools builders) or by a migration.
+pub(super) fn allowed_in(entry: &Entry, kind: &str, ops: &[AttentionOp]) -> Result<(), String> {
+    let ext = entry.id();
+    if ops.is_empty() {
+        return Ok(());
+    }
+    if !entry.granted(Grant::Attention) {
+        return Err(format!(
+            "extension {ext}: attention needs the attention grant, which its roster entry \
+             does not give ({{ extension, grants: [\"attention\"] }}, with the definition's \
+             requests({{ attention: true }}))"
+        ));
+    }
+    if KINDS.contains(&kind) {
         return Ok(());
     }
     let what = match kind {
@@ -117,13 +129,7 @@ pub(super) fn check(entry: &Entry, ops: &[AttentionOp]) -> Result<(), String> {
     if ops.is_empty() {
         return Ok(());
     }
-    if !entry.granted(Grant::Attention) {
-        return Err(format!(
-            "extension {ext}: attention needs the attention grant, which its roster entry \
-             does not give ({{ extension, grants: [\"attention\"] }}, with the definition's \
-             requests({{ attention: true }}))"
-        ));
-    }
+    allowed_in(entry, "command", ops)?;
     for op in ops {
         match op {
             AttentionOp::Set { session_id, item } => {

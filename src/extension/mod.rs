@@ -341,7 +341,7 @@ impl Extensions {
             ))
         })?;
         if answer.ok {
-            attention::allowed_in(id, kind, &answer.attention).map_err(Failure::Failed)?;
+            attention::allowed_in(entry, kind, &answer.attention).map_err(Failure::Failed)?;
             return Ok(answer);
         }
         let error = answer
