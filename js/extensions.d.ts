@@ -432,8 +432,8 @@ export type HookResponse =
       writes: Array<{ collection: string; key: string; value: JsonValue }>;
       timers: TimerWrite[];
       sends: Array<{ sessionId: string; text: string; requireExistingSession: boolean }>;
-      /** `ctx.attention.set/clear`, in call order. */
-      attention: AttentionOp[];
+      /** `ctx.attention.set/clear`, in call order (absent when none). */
+      attention?: AttentionOp[];
       result?: JsonValue;
       value?: JsonValue;
       sections?: string[];

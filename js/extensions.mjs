@@ -1170,16 +1170,18 @@ class HookCall {
     else this.writes.set(id, { collection: c.name, key, value });
   }
 
-  /** Closes the call: the success answer with its writes, timers and sends. */
+  /** Closes the call: the success answer with its writes, timers, sends and attention changes. */
   finish() {
     this.closed = true;
-    return {
+    const out = {
       ok: true,
       writes: [...this.writes.values()].map((w) => ({ collection: w.collection, key: w.key, value: cloneJson(w.value) })),
       timers: [...this.timers.values()],
       sends: this.sends,
-      attention: this.attention,
     };
+    // Only when used: `attention` changes, in call order.
+    if (this.attention.length > 0) out.attention = this.attention;
+    return out;
   }
 }
 

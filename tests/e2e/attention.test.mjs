@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { createShiitakeClient } from "../../js/client.mjs";
+import { defineDocument, defineExtension, normalizeRoster, runHook } from "../../js/extensions.mjs";
 import { TOKEN, useWorker } from "./helpers.mjs";
 
 const T = { timeout: 90_000 };
@@ -119,5 +120,92 @@ describe("attention", () => {
     assert.match(poke.json.error.message, /extension nosy: attention\.set needs the attention grant/);
     assert.deepEqual((await a.read(sid)).attention, []);
     assert.equal((await a.api("GET", "/inbox")).json.sessions[0].state, "settled");
+  });
+});
+
+// The authoring side alone (runHook fed by hand, no Worker): what
+// `ctx.attention` answers, and where and why it refuses at the call.
+describe("ctx.attention in runHook", () => {
+  const request = (kind, event, more = {}) => ({ kind, event, state: {}, config: null, now: 5_000, session: { id: "s1", position: 0 }, ...more });
+  const refuses = (fn, message) => assert.throws(fn, { name: "Error", message });
+
+  test("set and clear are collected in call order; shapes are refused at the call", () => {
+    let kept;
+    const ext = defineExtension("triage")
+      .requests({ attention: true })
+      .command("go", (ctx) => {
+        kept = ctx;
+        ctx.attention.set("s1", { id: "a", kind: "review", summary: "x".repeat(200), since: 1, expiresAt: 2 });
+        ctx.attention.clear("s2", "b");
+        ctx.attention.set("s1", { id: "c", kind: "k", summary: "é", since: 0 });
+        const at = /^extension triage: attention\.set\(s1\): /;
+        refuses(() => ctx.attention.set("s1", { id: "a", kind: "review", summary: "x".repeat(201), since: 1 }), /summary is 201 characters; at most 200$/);
+        refuses(() => ctx.attention.set("s1", { id: "a", kind: "review", summary: "", since: 1 }), /summary must be a non-empty string/);
+        refuses(() => ctx.attention.set("s1", { id: "a", kind: "Review", summary: "x", since: 1 }), /kind "Review" must be 1 to 64 of/);
+        refuses(() => ctx.attention.set("s1", { id: "a b", kind: "k", summary: "x", since: 1 }), /id "a b" must be 1 to 128 of/);
+        refuses(() => ctx.attention.set("s1", { id: "i".repeat(129), kind: "k", summary: "x", since: 1 }), /must be 1 to 128 of/);
+        refuses(() => ctx.attention.set("s1", { id: "a", kind: "k", summary: "x", since: 1.5 }), /since must be an integer ms since epoch/);
+        refuses(() => ctx.attention.set("s1", { id: "a", kind: "k", summary: "x", since: 1, expiresAt: "soon" }), /expiresAt must be an integer/);
+        refuses(() => ctx.attention.set("s1", { id: "a", kind: "k", summary: "x", since: 1, color: "red" }), at);
+        refuses(() => ctx.attention.set("bad id!", { id: "a", kind: "k", summary: "x", since: 1 }), /^extension triage: attention\.set: sessionId "bad id!" must match/);
+        refuses(() => ctx.attention.clear("s1", ""), /^extension triage: attention\.clear\(s1\): id "" must be 1 to 128 of/);
+        return null;
+      });
+    const out = runHook(normalizeRoster([{ extension: ext, grants: ["attention"] }])[0], request("command", { name: "go", input: null }));
+    assert.deepEqual(out.attention, [
+      { op: "set", sessionId: "s1", item: { id: "a", kind: "review", summary: "x".repeat(200), since: 1, expiresAt: 2 } },
+      { op: "clear", sessionId: "s2", id: "b" },
+      { op: "set", sessionId: "s1", item: { id: "c", kind: "k", summary: "é", since: 0 } },
+    ]);
+    refuses(() => kept.attention.clear("s1", "a"), /^extension triage: attention\.clear was called after the hook call returned/);
+  });
+
+  test("without the grant, and outside commands, settled and timer hooks, it refuses by name", () => {
+    const seen = [];
+    const attempt = (ctx) => {
+      try {
+        ctx.attention.set("s1", { id: "a", kind: "k", summary: "x", since: 1 });
+        seen.push(null);
+      } catch (error) {
+        seen.push(error.message);
+      }
+    };
+    const ext = defineExtension("triage")
+      .requests({ attention: true })
+      .state({ version: 2, collections: { n: defineDocument({ type: "integer" }) }, migrations: { 2: (_draft, ctx) => attempt(ctx) } })
+      .command("go", (ctx) => attempt(ctx))
+      .onSettled((ctx) => attempt(ctx))
+      .onTimer((ctx) => attempt(ctx))
+      .projection({ scope: "session", read: (ctx) => attempt(ctx) })
+      .prompt((ctx) => {
+        attempt(ctx);
+        return [];
+      });
+    const granted = normalizeRoster([{ extension: ext, grants: ["attention"] }])[0];
+    const ungranted = normalizeRoster([ext])[0];
+    const runs = [
+      ["command", { name: "go", input: null }],
+      ["settled", { sessionId: "s1", commandId: "c1" }],
+      ["timer", { name: "t", sessionId: null, payload: null, dueAt: 1 }],
+    ];
+    for (const [kind, event] of runs) {
+      const out = runHook(granted, request(kind, event));
+      assert.equal(out.ok, true, JSON.stringify(out));
+      assert.equal(out.attention.length, 1, kind);
+    }
+    assert.deepEqual(seen, [null, null, null]);
+    seen.length = 0;
+    for (const [kind, event] of runs) runHook(ungranted, request(kind, event));
+    assert.equal(seen.length, 3);
+    for (const m of seen) assert.match(m, /^extension triage: attention\.set needs the attention grant: its roster entry must grant it \(\{ extension, grants: \["attention"\] \}\)$/);
+    seen.length = 0;
+    runHook(granted, request("project", { scope: "session" }));
+    runHook(granted, request("prompt", { sessionId: "s1", commandId: "c1" }));
+    runHook(granted, request("migrate", { from: 1, to: 2 }));
+    assert.deepEqual(seen, [
+      "extension triage: attention.set is not available in a projection (outside the owner transaction)",
+      "extension triage: attention.set is not available in a prompt hook (outside the owner transaction)",
+      "extension triage: attention.set is not available in a migration; only commands, settled hooks and timer hooks change attention",
+    ]);
   });
 });
