@@ -121,7 +121,12 @@ pub fn of_session(
 
 /// One stored item, whatever its owner's standing (frames publish what a
 /// transition committed).
-pub fn item(sql: &dyn Sql, session_id: &str, ext: &str, id: &str) -> Result<Option<Item>, SqlError> {
+pub fn item(
+    sql: &dyn Sql,
+    session_id: &str,
+    ext: &str,
+    id: &str,
+) -> Result<Option<Item>, SqlError> {
     read(
         sql,
         &format!("SELECT {ITEM_COLUMNS} FROM {TABLE} WHERE session_id = ? AND ext = ? AND id = ?"),

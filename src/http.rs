@@ -10,8 +10,8 @@ use crate::error::ApiError;
 use crate::extension::{Extensions, Invocation};
 use crate::json::parse_body;
 use crate::limits::{
-    BODY_BYTES_MAX, INBOX_PAGE_SESSIONS_MAX, LIST_PAGE_SESSIONS_MAX, PAGE_LIMIT_DEFAULT, READ_PAGE_MESSAGES_MAX,
-    SETTLEMENT_TIMEOUT_MS_MAX,
+    BODY_BYTES_MAX, INBOX_PAGE_SESSIONS_MAX, LIST_PAGE_SESSIONS_MAX, PAGE_LIMIT_DEFAULT,
+    READ_PAGE_MESSAGES_MAX, SETTLEMENT_TIMEOUT_MS_MAX,
 };
 use crate::observe::Frame;
 use crate::run::cancel;

@@ -92,7 +92,11 @@ fn setup(host: Script) -> Harness {
 
 fn grants_for(granted: bool) -> Vec<Value> {
     let g: &[&str] = if granted { &["attention"] } else { &[] };
-    vec![manifest("a", g), manifest("b", &["attention"]), manifest("plain", &[])]
+    vec![
+        manifest("a", g),
+        manifest("b", &["attention"]),
+        manifest("plain", &[]),
+    ]
 }
 
 fn open(h: &mut Harness, manifests: Vec<Value>, host: Script) {
@@ -239,29 +243,52 @@ fn the_summary_is_at_most_200_characters_and_items_are_closed_and_bounded() {
     let mut h = setup(acting());
     h.session("s");
     // 200 characters of two bytes each: characters, not bytes, count.
-    ok(act(&mut h, "a", vec![set("s", item("x", &"é".repeat(200)))]));
+    ok(act(
+        &mut h,
+        "a",
+        vec![set("s", item("x", &"é".repeat(200)))],
+    ));
     let r = act(&mut h, "a", vec![set("s", item("y", &"é".repeat(201)))]);
     refused(&r, "extension_limit", &["summary", "201", "200"]);
     let r = act(&mut h, "a", vec![set("s", item("y", ""))]);
     refused(&r, "extension_limit", &["summary"]);
     let mut bad_kind = item("y", "s");
     bad_kind["kind"] = json!("Review!");
-    refused(&act(&mut h, "a", vec![set("s", bad_kind)]), "extension_limit", &["kind", "64"]);
+    refused(
+        &act(&mut h, "a", vec![set("s", bad_kind)]),
+        "extension_limit",
+        &["kind", "64"],
+    );
     refused(
         &act(&mut h, "a", vec![set("s", item(&"i".repeat(129), "s"))]),
         "extension_limit",
         &["id", "128"],
     );
-    ok(act(&mut h, "a", vec![set("s", item(&"i".repeat(128), "s"))]));
+    ok(act(
+        &mut h,
+        "a",
+        vec![set("s", item(&"i".repeat(128), "s"))],
+    ));
     let mut fractional = item("y", "s");
     fractional["since"] = json!(1.5);
-    refused(&act(&mut h, "a", vec![set("s", fractional)]), "extension_limit", &["since", "integer"]);
+    refused(
+        &act(&mut h, "a", vec![set("s", fractional)]),
+        "extension_limit",
+        &["since", "integer"],
+    );
     // Closed: an unknown field is a malformed answer.
     let mut extra = item("y", "s");
     extra["color"] = json!("red");
     let r = act(&mut h, "a", vec![set("s", extra)]);
     assert_eq!(r.status, 422, "{}", r.json);
-    assert!(r.json["error"]["message"].as_str().unwrap().contains("color"), "{}", r.json);
+    assert!(
+        r.json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("color"),
+        "{}",
+        r.json
+    );
     // Nothing of a refused command is written.
     assert_eq!(stored(&h).len(), 2);
     assert_eq!(outbox(&h).len(), 2);
@@ -271,13 +298,21 @@ fn the_summary_is_at_most_200_characters_and_items_are_closed_and_bounded() {
 fn a_session_carries_at_most_64_items_across_owners_and_replacing_takes_no_capacity() {
     let mut h = setup(acting());
     h.session("s");
-    let ops = |from: usize, to: usize| (from..to).map(|i| set("s", item(&format!("i{i}"), "x"))).collect();
+    let ops = |from: usize, to: usize| {
+        (from..to)
+            .map(|i| set("s", item(&format!("i{i}"), "x")))
+            .collect()
+    };
     ok(act(&mut h, "a", ops(0, 40)));
     ok(act(&mut h, "b", ops(40, 64)));
     assert_eq!(stored(&h).len(), 64);
     // The 65th, from either owner, is refused naming the bound.
     let r = act(&mut h, "b", vec![set("s", item("more", "x"))]);
-    refused(&r, "extension_limit", &["Session s", "65", "at most 64 per Session"]);
+    refused(
+        &r,
+        "extension_limit",
+        &["Session s", "65", "at most 64 per Session"],
+    );
     refused(&act(&mut h, "a", ops(64, 65)), "extension_limit", &["64"]);
     // Replacing an existing item is not a new one.
     ok(act(&mut h, "a", vec![set("s", item("i0", "updated"))]));
@@ -294,7 +329,11 @@ fn a_session_carries_at_most_64_items_across_owners_and_replacing_takes_no_capac
     ));
     assert_eq!(stored(&h).len(), 64);
     // Two owners may each hold an item of the same id: qualified apart.
-    ok(act(&mut h, "b", vec![clear("s", "fresh"), set("s", item("i0", "b's"))]));
+    ok(act(
+        &mut h,
+        "b",
+        vec![clear("s", "fresh"), set("s", item("i0", "b's"))],
+    ));
     let i0: Vec<_> = read_attention(&mut h, "s")
         .into_iter()
         .filter(|i| i["id"] == "i0")
@@ -341,8 +380,13 @@ fn an_owner_retains_at_most_4096_items_and_clearing_or_deleting_releases_them() 
         .filter(|(k, _)| k.starts_with("attention:a:s1:"))
         .collect();
     assert_eq!(clears.len(), 64);
-    assert!(clears.iter().all(|(_, b)| b["op"] == "clear" && b["item"].is_null()));
-    assert!(entries.len() >= before, "the s1 sets were replaced by their clears");
+    assert!(clears
+        .iter()
+        .all(|(_, b)| b["op"] == "clear" && b["item"].is_null()));
+    assert!(
+        entries.len() >= before,
+        "the s1 sets were replaced by their clears"
+    );
     let ops = (0..64)
         .map(|i| set("s64", item(&format!("n{i}"), "x")))
         .collect::<Vec<_>>();
@@ -354,7 +398,11 @@ fn an_owner_retains_at_most_4096_items_and_clearing_or_deleting_releases_them() 
 fn setting_needs_an_existing_session_and_clearing_an_absent_item_is_idempotent() {
     let mut h = setup(acting());
     let r = act(&mut h, "a", vec![set("nowhere", item("x", "x"))]);
-    refused(&r, "extension_command_failed", &["Session nowhere does not exist"]);
+    refused(
+        &r,
+        "extension_command_failed",
+        &["Session nowhere does not exist"],
+    );
     assert!(stored(&h).is_empty());
     // Clearing what is not there: no error, no write, no outbox entry.
     ok(act(&mut h, "a", vec![clear("nowhere", "x")]));
@@ -379,7 +427,11 @@ fn without_the_grant_attention_is_refused_naming_the_extension_and_the_grant() {
     let mut h = setup(acting());
     h.session("s");
     let r = act(&mut h, "plain", vec![set("s", item("x", "x"))]);
-    refused(&r, "extension_command_failed", &["extension plain", "attention grant"]);
+    refused(
+        &r,
+        "extension_command_failed",
+        &["extension plain", "attention grant"],
+    );
     assert!(stored(&h).is_empty());
 }
 
@@ -425,7 +477,11 @@ fn a_hook_that_sets_attention_and_fails_writes_nothing_and_stops() {
         ]
     );
     ok(act(&mut h, "a", vec![clear("s", "both")]));
-    ok(act(&mut h, "b", vec![clear("s", "both"), clear("t", "both")]));
+    ok(act(
+        &mut h,
+        "b",
+        vec![clear("s", "both"), clear("t", "both")],
+    ));
     // The same hook with an invalid row beside the attention: the hook
     // fails at the bound; nothing of it is written, the extension stops.
     host.set(|r| match r["kind"].as_str().unwrap() {
@@ -444,7 +500,9 @@ fn a_hook_that_sets_attention_and_fails_writes_nothing_and_stops() {
     // A hook past a capacity bound fails the same way.
     let mut h = setup(host.clone());
     h.session("s");
-    let ops = (0..64).map(|i| set("s", item(&format!("i{i}"), "x"))).collect();
+    let ops = (0..64)
+        .map(|i| set("s", item(&format!("i{i}"), "x")))
+        .collect();
     ok(act(&mut h, "b", ops));
     host.set(|r| match r["kind"].as_str().unwrap() {
         "settled" if r["ext"] == "a" => json!({"ok": true, "attention": [
@@ -453,7 +511,11 @@ fn a_hook_that_sets_attention_and_fails_writes_nothing_and_stops() {
     });
     settle_one(&mut h, "s", "r1");
     let status = h.with_ext(|e, ctx| e.status(ctx.store, "a")).unwrap();
-    assert!(status.stopped.unwrap().reason.contains("at most 64 per Session"));
+    assert!(status
+        .stopped
+        .unwrap()
+        .reason
+        .contains("at most 64 per Session"));
     assert_eq!(stored(&h).len(), 64);
 }
 
@@ -482,7 +544,8 @@ fn a_timer_hook_clears_the_item_its_command_set() {
     // Expiry is display metadata: past it, the item is still open.
     h.now_ms = 6_000;
     assert_eq!(read_attention(&mut h, "s").len(), 1);
-    let timers = shiitake::sql::read(h.sql(), "SELECT name, due_at FROM shiitake_ext_timers", &[]).unwrap();
+    let timers =
+        shiitake::sql::read(h.sql(), "SELECT name, due_at FROM shiitake_ext_timers", &[]).unwrap();
     assert_eq!(timers.len(), 1);
     let fired = h.with_ext(|e, ctx| e.fire_due(ctx)).unwrap();
     assert_eq!(fired.timers, 1);
@@ -567,7 +630,10 @@ fn the_inbox_orders_needs_you_then_running_then_settled_and_pages_stably() {
     );
     assert_eq!(all.json["nextCursor"], Value::Null);
     let s4 = &all.json["sessions"][1];
-    assert_eq!(s4["attention"], json!([{"extensionId": "a", "id": "x", "kind": "review", "summary": "look", "since": 1_700_000_000_000i64}]));
+    assert_eq!(
+        s4["attention"],
+        json!([{"extensionId": "a", "id": "x", "kind": "review", "summary": "look", "since": 1_700_000_000_000i64}])
+    );
     assert_eq!(s4["attentionCount"], 1);
     assert!(s4["updatedAt"].as_i64().unwrap() > 0);
     assert_eq!(all.json["sessions"][2]["attention"], json!([]));
@@ -598,7 +664,14 @@ fn the_inbox_orders_needs_you_then_running_then_settled_and_pages_stably() {
     ] {
         let r = inbox(&mut h, q);
         assert_eq!(r.status, 400, "{q}: {}", r.json);
-        assert!(r.json["error"]["message"].as_str().unwrap().contains(needle), "{q}: {}", r.json);
+        assert!(
+            r.json["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(needle),
+            "{q}: {}",
+            r.json
+        );
     }
     assert_eq!(h.call("POST", "/inbox", Value::Null).status, 405);
     // Clearing the last item makes the Session settled again.
@@ -629,12 +702,18 @@ fn a_stopped_owner_or_one_without_a_current_grant_is_not_counted_until_it_return
     };
     assert_eq!(state_of(&mut h, "s1"), "needs_you");
     // a stops (its settled hook fails): its item stays stored, unserved.
-    host.set(|r| match (r["kind"].as_str().unwrap(), r["ext"].as_str().unwrap()) {
-        ("settled", "a") => json!({"ok": false, "error": "a is down"}),
-        _ => acts(r),
-    });
+    host.set(
+        |r| match (r["kind"].as_str().unwrap(), r["ext"].as_str().unwrap()) {
+            ("settled", "a") => json!({"ok": false, "error": "a is down"}),
+            _ => acts(r),
+        },
+    );
     settle_one(&mut h, "s2", "r");
-    assert!(h.with_ext(|e, ctx| e.status(ctx.store, "a")).unwrap().stopped.is_some());
+    assert!(h
+        .with_ext(|e, ctx| e.status(ctx.store, "a"))
+        .unwrap()
+        .stopped
+        .is_some());
     assert_eq!(state_of(&mut h, "s1"), "settled");
     assert!(read_attention(&mut h, "s1").is_empty());
     assert_eq!(stored(&h).len(), 1);

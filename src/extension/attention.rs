@@ -24,8 +24,8 @@ use crate::limits::{
 };
 use crate::sql::{Row, Sql, SqlError, SqlValue, Write};
 use crate::store::Store;
-use std::cell::RefCell;
 use serde_json::Value;
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The callbacks that run inside an owner transaction and may change
@@ -94,10 +94,9 @@ fn checked_item(ext: &str, where_: &str, item: &AttentionItem) -> Result<Item, S
     check_id(where_, &item.id)?;
     let kind_ok = !item.kind.is_empty()
         && item.kind.len() <= ATTENTION_KIND_BYTES_MAX
-        && item
-            .kind
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.' | b'-'));
+        && item.kind.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.' | b'-')
+        });
     if !kind_ok {
         return Err(format!(
             "{where_}: kind {:?}: 1 to {ATTENTION_KIND_BYTES_MAX} bytes of [a-z0-9_.-]",
@@ -226,7 +225,10 @@ fn committed(sql: &dyn Sql, query: &str, params: &[SqlValue]) -> Result<Vec<Row>
 }
 
 fn first_int(rows: &[Row]) -> Result<i64, SqlError> {
-    rows.first().map(|r| r.int(0)).transpose().map(|n| n.unwrap_or(0))
+    rows.first()
+        .map(|r| r.int(0))
+        .transpose()
+        .map(|n| n.unwrap_or(0))
 }
 
 impl Live {
@@ -367,7 +369,9 @@ impl Live {
                             now_ms.into(),
                         ],
                     ));
-                    if let Some(e) = outbox(&mut tally, &mut staging, ext, session_id, &id, Some(&item)) {
+                    if let Some(e) =
+                        outbox(&mut tally, &mut staging, ext, session_id, &id, Some(&item))
+                    {
                         return Ok(Err(Failure::Bound(e)));
                     }
                 }

@@ -136,7 +136,8 @@ impl Inner {
             if !sessions.contains(&t.session_id) {
                 continue;
             }
-            let item = match crate::attention::item(store.sql(), &t.session_id, &t.extension, &t.id) {
+            let item = match crate::attention::item(store.sql(), &t.session_id, &t.extension, &t.id)
+            {
                 Ok(item) => item,
                 Err(e) => {
                     log_error(format!("attention frame: {e}"));
