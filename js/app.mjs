@@ -14,6 +14,7 @@ const META_HEADER = "x-shiitake-meta";
 // host-only operations are never forwarded, whatever a client asks.
 const ROUTES = [
   ["/sessions", ["GET", "POST"]],
+  ["/inbox", ["GET"]],
   ["/sessions/:sessionId", ["GET", "DELETE"]],
   ["/sessions/:sessionId/commands", ["POST"]],
   ["/sessions/:sessionId/withdraw", ["POST"]],

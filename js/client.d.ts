@@ -50,6 +50,42 @@ export interface TokenUsage {
   outputTokens: number;
 }
 
+/**
+ * An open attention item an extension set on a Session, its `id`
+ * qualified by `extensionId`.
+ */
+export interface AttentionItem {
+  extensionId: string;
+  id: string;
+  kind: string;
+  /** At most 200 characters. */
+  summary: string;
+  /** Milliseconds since the epoch. */
+  since: number;
+  /** Milliseconds since the epoch; display metadata only (never enforced). */
+  expiresAt?: number;
+}
+
+/** `needs_you`: open attention; `running`: a command running or pending; `settled`: everything else. */
+export type InboxState = "needs_you" | "running" | "settled";
+
+export interface InboxRow {
+  sessionId: string;
+  state: InboxState;
+  /** The newest open items (at most 8); `attentionCount` counts them all. */
+  attention: AttentionItem[];
+  attentionCount: number;
+  /** The Session's latest activity, milliseconds since the epoch. */
+  updatedAt: number;
+}
+
+export interface Inbox {
+  /** needs_you ahead of running ahead of settled; within one, the latest activity first, then by sessionId. */
+  sessions: InboxRow[];
+  /** Pass as `cursor` for the next page; `null`: nothing more. */
+  nextCursor: string | null;
+}
+
 export type MessageRole = "user" | "assistant" | "operator" | "tool";
 
 /** One tool call of a model step, as recorded before it ran. */
@@ -137,6 +173,11 @@ export interface SessionRead {
    * this Session, by extension id (an extension publishing none is absent).
    */
   extensions?: Record<string, unknown>;
+  /**
+   * When the Agent runs extensions: the Session's open attention, newest
+   * first (items of stopped or ungranted extensions left out).
+   */
+  attention?: AttentionItem[];
 }
 
 export type Terminal = "completed" | "failed" | "cancelled" | "interrupted";
@@ -180,7 +221,8 @@ export type Frame =
   | { type: "settled"; settlement: CommandSettlement }
   /** Once at a turn's start: a tool the host configured cannot be offered (e.g. `execute` without `LOADER`, an unavailable MCP server). */
   | { type: "diagnostic"; commandId: string; diagnostic: string }
-  | ExtensionFrame;
+  | ExtensionFrame
+  | AttentionFrame;
 
 /**
  * An extension's projection, published after the commit that changed it
@@ -193,6 +235,15 @@ export interface ExtensionFrame {
   extensionId: string;
   scope: "session" | "agent";
   value: unknown;
+}
+
+/** An attention item set (`item`) or cleared (`item` null) on the watched Session, after the commit. */
+export interface AttentionFrame {
+  type: "attention";
+  sessionId: string;
+  extensionId: string;
+  id: string;
+  item: AttentionItem | null;
 }
 
 export interface RuntimeErrorEvent {
@@ -292,8 +343,16 @@ export interface ListSessionsOptions extends CallOptions {
   cursor?: string | null;
 }
 
+export interface InboxOptions extends CallOptions {
+  /** 1..200 (default 50). */
+  limit?: number;
+  cursor?: string | null;
+}
+
 export interface ShiitakeClient {
   listSessions(options?: ListSessionsOptions): Promise<SessionList>;
+  /** The Agent's Sessions by what they need: needs_you, running, settled. */
+  inbox(options?: InboxOptions): Promise<Inbox>;
   /** Creates a Session (an id is generated when omitted). */
   createSession(sessionId?: string, options?: CallOptions): Promise<{ sessionId: string }>;
   /** Deletes a Session (its watches end, its work stops). */

@@ -151,6 +151,11 @@ class ShiitakeClient {
     return this.#t.request("GET", "/sessions", { query: { limit, cursor: cursor ?? undefined }, signal });
   }
 
+  /** `GET /inbox`: the Agent's Sessions, needs_you ahead of running ahead of settled. */
+  inbox({ limit, cursor, signal } = {}) {
+    return this.#t.request("GET", "/inbox", { query: { limit, cursor: cursor ?? undefined }, signal });
+  }
+
   createSession(sessionId, { signal } = {}) {
     return this.#t.request("POST", "/sessions", { body: sessionId === undefined ? {} : { sessionId }, signal });
   }

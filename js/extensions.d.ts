@@ -193,6 +193,27 @@ export declare class AdmissionError extends Error {
   readonly sessionId: string;
 }
 
+/**
+ * An attention item (`ctx.attention.set`): closed. Served qualified by the
+ * extension's id (`extensionId` beside `id`).
+ */
+export interface AttentionItem {
+  /** 1..=128 of [A-Za-z0-9._:-]; unique per (extension, Session): setting it again replaces it. */
+  id: string;
+  /** 1..=64 of [a-z0-9_.-]. */
+  kind: string;
+  /** 1..=200 characters (code points). */
+  summary: string;
+  /** ms since epoch (an integer). */
+  since: number;
+  /** ms since epoch (an integer); display metadata only: never enforced, clear it with a timer. */
+  expiresAt?: number;
+}
+
+export type AttentionOp =
+  | { op: "set"; sessionId: string; item: AttentionItem }
+  | { op: "clear"; sessionId: string; id: string };
+
 /** What projections, prompts and tools get: they run outside the owner transaction and only read. */
 export interface ReadContext<S extends StateDeclarations, C> {
   readonly extensionId: string;
@@ -224,6 +245,19 @@ export interface HookContext<S extends StateDeclarations, C> extends ReadContext
    * `requireExistingSession` is set and the Session is absent.
    */
   send(message: SendOptions): void;
+  /**
+   * The Sessions' attention (needs the roster entry's `attention` grant and
+   * the definition's `.requests({ attention: true })`; commands, settled and
+   * timer hooks only, never migrations). Each Session carries at most 64
+   * items, an extension at most 4,096 across Sessions. Committed with the
+   * call's other writes; refusals are thrown at the call.
+   */
+  readonly attention: {
+    /** Sets (or replaces) the item `item.id` on an existing Session. */
+    set(sessionId: string, item: AttentionItem): void;
+    /** Clears the item `id`; clearing an absent item (or in a deleted Session) does nothing. */
+    clear(sessionId: string, id: string): void;
+  };
 }
 
 // ---------------------------------------------------------------------------
@@ -448,6 +482,8 @@ export type HookResponse =
       writes: Array<{ collection: string; key: string; value: JsonValue }>;
       timers: TimerWrite[];
       sends: Array<{ sessionId: string; text: string; requireExistingSession: boolean }>;
+      /** `ctx.attention.set/clear`, in call order (absent when none). */
+      attention?: AttentionOp[];
       result?: JsonValue;
       value?: JsonValue;
       sections?: string[];
@@ -471,3 +507,6 @@ export declare const EXTENSION_SEND_TEXT_BYTES_MAX: 65536;
 export declare const EXTENSION_FEATURE_MAX: 128;
 export declare const EXTENSION_ERROR_MAX: 1024;
 export declare const EXTENSION_REQUESTS_MAX: 32;
+export declare const ATTENTION_SUMMARY_CHARS_MAX: 200;
+export declare const ATTENTION_ID_BYTES_MAX: 128;
+export declare const ATTENTION_KIND_BYTES_MAX: 64;

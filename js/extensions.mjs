@@ -34,6 +34,9 @@ export const EXTENSION_SEND_TEXT_BYTES_MAX = 65_536;
 export const EXTENSION_FEATURE_MAX = 128;
 export const EXTENSION_ERROR_MAX = 1024;
 export const EXTENSION_REQUESTS_MAX = 32;
+export const ATTENTION_SUMMARY_CHARS_MAX = 200;
+export const ATTENTION_ID_BYTES_MAX = 128;
+export const ATTENTION_KIND_BYTES_MAX = 64;
 
 const ID = /^[a-z][a-z0-9_]{0,31}$/;
 const VERSION = /^\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?$/;
@@ -41,6 +44,8 @@ const GRANT_KEY = /^[a-z][a-z0-9_.]{0,63}$/;
 const TIMER_NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
 const SESSION_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
 const REQUEST_NAME = /^[A-Za-z][A-Za-z0-9_]{0,63}$/;
+const ATTENTION_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
+const ATTENTION_KIND = /^[a-z0-9_.-]{1,64}$/;
 /** What a roster entry may grant (src/extension/manifest.rs `Grant`). */
 const GRANTS = ["attention", "files"];
 const SCOPES = ["session", "agent"];
@@ -748,6 +753,7 @@ function call(entry, r, request) {
   const closed = request.closed ?? [];
   if (!Array.isArray(closed) || !closed.every((id) => typeof id === "string")) throw bad("closed must be an array of Session ids");
   const call = new HookCall(r, request.state, readOnly, new Set(closed));
+  call.attentionRefusal = attentionRefusal(entry, r, kind, readOnly);
   const ctx = call.context({ config, now: request.now, session });
   try {
     return dispatch(r, call, ctx, kind, event, bad);
@@ -856,6 +862,20 @@ function dispatch(r, call, ctx, kind, event, bad) {
   throw bad(`unknown kind ${quote(kind)}`);
 }
 
+/**
+ * Why `ctx.attention` refuses in this call, or null: it needs the roster's
+ * attention grant and runs in commands, settled and timer hooks only.
+ */
+function attentionRefusal(entry, r, kind, readOnly) {
+  if (readOnly) return `extension ${r.id}: attention is not available in ${readOnly} (outside the owner transaction)`;
+  if (kind === "migrate") return `extension ${r.id}: attention is not available in a migration; only commands, settled hooks and timer hooks change attention`;
+  if (!entry.grants.includes("attention")) {
+    const asks = r.requests.attention === true ? "" : " and its definition to request it (.requests({ attention: true }))";
+    return `extension ${r.id}: attention needs the attention grant: its roster entry must grant it ({ extension, grants: ["attention"] })${asks}`;
+  }
+  return null;
+}
+
 /** Runs a user callback: its value, or a refusal naming `what` (thrown, or a promise returned). */
 function invoke(hookCall, what, fn) {
   let out;
@@ -931,6 +951,8 @@ class HookCall {
     this.writes = new Map();
     this.timers = new Map();
     this.sends = [];
+    this.attention = [];
+    this.attentionRefusal = null;
     if (state !== undefined && state !== null && !isPlainObject(state)) throw refusal(`extension ${r.id}: bad hook request: state must be an object`);
     for (const [name, c] of r.state.collections) {
       const given = state?.[name];
@@ -994,7 +1016,50 @@ class HookCall {
         writable("send");
         self.send(message);
       },
+      attention: Object.freeze({
+        set(sessionId, item) {
+          live("attention.set");
+          self.setAttention(sessionId, item);
+        },
+        clear(sessionId, id) {
+          live("attention.clear");
+          self.clearAttention(sessionId, id);
+        },
+      }),
     });
+  }
+
+  attentionSession(what, sessionId) {
+    if (this.attentionRefusal !== null) throw refusal(this.attentionRefusal.replace(": attention ", `: ${what} `));
+    if (typeof sessionId !== "string" || !SESSION_ID.test(sessionId)) throw refusal(`extension ${this.id}: ${what}: sessionId ${quote(sessionId)} must match ${SESSION_ID}`);
+  }
+
+  setAttention(sessionId, item) {
+    this.attentionSession("attention.set", sessionId);
+    const where = `extension ${this.id}: attention.set(${sessionId})`;
+    if (!isPlainObject(item)) throw refusal(`${where}: item must be { id, kind, summary, since, expiresAt? }`);
+    closedKeys(item, ["id", "kind", "summary", "since", "expiresAt"], where);
+    const { id, kind, summary, since } = item;
+    if (typeof id !== "string" || !ATTENTION_ID.test(id)) throw refusal(`${where}: id ${quote(id)} must be 1 to ${ATTENTION_ID_BYTES_MAX} of [A-Za-z0-9._:-]`);
+    if (typeof kind !== "string" || !ATTENTION_KIND.test(kind)) throw refusal(`${where}: kind ${quote(kind)} must be 1 to ${ATTENTION_KIND_BYTES_MAX} of [a-z0-9_.-]`);
+    if (typeof summary !== "string" || summary.length === 0) throw refusal(`${where}: summary must be a non-empty string`);
+    if (!wellFormed(summary)) throw refusal(`${where}: summary has a lone surrogate (not UTF-8)`);
+    const chars = codePoints(summary);
+    if (chars > ATTENTION_SUMMARY_CHARS_MAX) throw refusal(`${where}: summary is ${chars} characters; at most ${ATTENTION_SUMMARY_CHARS_MAX}`);
+    if (!Number.isSafeInteger(since) || since < 0) throw refusal(`${where}: since must be an integer ms since epoch, not ${quote(since)}`);
+    const out = { id, kind, summary, since };
+    if (item.expiresAt !== undefined) {
+      if (!Number.isSafeInteger(item.expiresAt) || item.expiresAt < 0) throw refusal(`${where}: expiresAt must be an integer ms since epoch, not ${quote(item.expiresAt)}`);
+      out.expiresAt = item.expiresAt;
+    }
+    this.attention.push({ op: "set", sessionId, item: out });
+  }
+
+  clearAttention(sessionId, id) {
+    this.attentionSession("attention.clear", sessionId);
+    const where = `extension ${this.id}: attention.clear(${sessionId})`;
+    if (typeof id !== "string" || !ATTENTION_ID.test(id)) throw refusal(`${where}: id ${quote(id)} must be 1 to ${ATTENTION_ID_BYTES_MAX} of [A-Za-z0-9._:-]`);
+    this.attention.push({ op: "clear", sessionId, id });
   }
 
   setTimer(name, options, now) {
@@ -1162,15 +1227,18 @@ class HookCall {
     else this.writes.set(id, { collection: c.name, key, value });
   }
 
-  /** Closes the call: the success answer with its writes, timers and sends. */
+  /** Closes the call: the success answer with its writes, timers, sends and attention changes. */
   finish() {
     this.closed = true;
-    return {
+    const out = {
       ok: true,
       writes: [...this.writes.values()].map((w) => ({ collection: w.collection, key: w.key, value: cloneJson(w.value) })),
       timers: [...this.timers.values()],
       sends: this.sends,
     };
+    // Only when used: `attention` changes, in call order.
+    if (this.attention.length > 0) out.attention = this.attention;
+    return out;
   }
 }
 

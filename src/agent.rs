@@ -1,6 +1,7 @@
 //! The Agent: one Durable Object owning many Sessions. Creating, listing
 //! (paged) and deleting Sessions.
 
+use crate::attention;
 use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::limits::{SESSIONS_PER_AGENT_MAX, SESSION_ID_BYTES_MAX};
@@ -82,14 +83,28 @@ pub fn list_sessions(
     })
 }
 
-/// Deletes the Session and all it owns. Returns the head of the turn it was
-/// running, whose model call the host stops.
-pub fn delete_session(ctx: &mut Ctx<'_>, session_id: &str) -> Result<Option<String>, ApiError> {
+/// What deleting a Session did.
+pub struct Deleted {
+    /// The head of the turn it was running, whose model call the host stops.
+    pub running: Option<String>,
+    /// Its attention was cleared: the delivery outbox holds the clears.
+    pub staged_delivery: bool,
+}
+
+/// Deletes the Session and all it owns.
+pub fn delete_session(ctx: &mut Ctx<'_>, session_id: &str) -> Result<Deleted, ApiError> {
     let store = ctx.store;
+    let now_ms = ctx.now_ms;
     atomically(store.sql(), || {
         let running = store.running_head(session_id)?.map(|h| h.command_id);
+        // Its attention goes with it, releasing the owners' capacity.
+        let attention = attention::removed_with(store.sql(), session_id)?;
         if store.delete_session(session_id)? {
-            Ok(running)
+            attention::remove_with(store.sql(), session_id, &attention, now_ms)?;
+            Ok(Deleted {
+                running,
+                staged_delivery: !attention.is_empty(),
+            })
         } else {
             Err(ApiError::SessionNotFound(session_id.to_owned()))
         }

@@ -4,13 +4,14 @@
 //! body is decided here and tested natively.
 
 use crate::agent;
+use crate::attention;
 use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::extension::{Extensions, Invocation, Invoked, Sent};
 use crate::json::parse_body;
 use crate::limits::{
-    BODY_BYTES_MAX, LIST_PAGE_SESSIONS_MAX, PAGE_LIMIT_DEFAULT, READ_PAGE_MESSAGES_MAX,
-    SETTLEMENT_TIMEOUT_MS_MAX,
+    BODY_BYTES_MAX, INBOX_PAGE_SESSIONS_MAX, LIST_PAGE_SESSIONS_MAX, PAGE_LIMIT_DEFAULT,
+    READ_PAGE_MESSAGES_MAX, SETTLEMENT_TIMEOUT_MS_MAX,
 };
 use crate::observe::Frame;
 use crate::run::cancel;
@@ -172,6 +173,10 @@ fn route(
             agent::validate_session_id(id)?;
             extension_route(ctx, ext, req, method, Some(id), rest)
         }
+        ["inbox"] => match method {
+            "GET" => inbox(ctx, ext, req),
+            _ => Err(ApiError::MethodNotAllowed("GET")),
+        },
         ["sessions"] => match method {
             "GET" => list_sessions(ctx, req),
             "POST" => create_session(ctx, req),
@@ -220,13 +225,14 @@ fn delete_session(
     id: &str,
 ) -> Result<HttpResponse, ApiError> {
     Query::parse(&req.query, &[])?;
-    let stopped = agent::delete_session(ctx, id)?;
+    let deleted = agent::delete_session(ctx, id)?;
     Ok(HttpResponse {
         status: 204,
         body: None,
         effects: Effects {
-            stop_turns: stopped.into_iter().collect(),
+            stop_turns: deleted.running.into_iter().collect(),
             ended_session: Some(id.to_owned()),
+            delivery: deleted.staged_delivery,
             ..Effects::default()
         },
     })
@@ -325,8 +331,9 @@ fn read_session(
 }
 
 /// A Session page with its extensions' Session projections (`extensions`,
-/// by extension id; an extension publishing none is absent), when the
-/// Agent runs extensions.
+/// by extension id; an extension publishing none is absent) and its open
+/// attention (`attention`, qualified items of the counted owners, newest
+/// first), when the Agent runs extensions.
 pub fn with_projections(
     ctx: &Ctx<'_>,
     ext: Option<&Extensions>,
@@ -338,9 +345,42 @@ pub fn with_projections(
         if !ext.roster().is_empty() {
             let (projections, _failed) = ext.session_projections(ctx.store, id);
             map.insert("extensions".into(), serde_json::json!(projections));
+            let owners = ext.attention_owners(ctx.store)?;
+            let items = attention::of_session(
+                ctx.store.sql(),
+                id,
+                &owners,
+                crate::limits::ATTENTION_PER_SESSION_MAX,
+            )?;
+            map.insert("attention".into(), serde_json::json!(items));
         }
     }
     Ok(value)
+}
+
+/// `GET /inbox`: the Agent's Sessions by what they need
+/// (`attention::inbox`).
+fn inbox(
+    ctx: &mut Ctx<'_>,
+    ext: Option<&Extensions>,
+    req: &HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let query = Query::parse(&req.query, &["limit", "cursor"])?;
+    let limit = query.limit(INBOX_PAGE_SESSIONS_MAX)?;
+    let cursor = match query.get("cursor") {
+        None => None,
+        Some(v) => Some(attention::InboxCursor::parse(v).ok_or_else(|| {
+            ApiError::InvalidQuery(format!("cursor: not a cursor returned by this API: `{v}`"))
+        })?),
+    };
+    let owners = match ext {
+        Some(ext) => ext.attention_owners(ctx.store)?,
+        None => Vec::new(),
+    };
+    Ok(HttpResponse::json(
+        200,
+        &attention::inbox(ctx.store.sql(), &owners, limit, cursor.as_ref())?,
+    ))
 }
 
 #[derive(Deserialize)]

@@ -11,6 +11,7 @@
 //! Everything but `host` is sans-IO: no JS imports, time and ids passed in.
 
 pub mod agent;
+pub mod attention;
 pub mod capability;
 pub mod computer;
 pub mod ctx;

@@ -336,3 +336,14 @@ pub const HOST_PASS_ABORT_GRACE_MS: u64 = 1_000;
 /// `RETRY_BASE_MS_DEFAULT`, `RETRY_MAX_MS_DEFAULT`).
 pub const HOST_RETRY_MS_MIN: u64 = 100;
 pub const HOST_RETRY_MS_MAX: u64 = 600_000;
+
+// Attention items and the inbox (see above).
+/// Bytes of an attention item's `id` (of `[A-Za-z0-9._:-]`).
+pub const ATTENTION_ID_BYTES_MAX: usize = 128;
+/// Bytes of an attention item's `kind` (of `[a-z0-9_.-]`).
+pub const ATTENTION_KIND_BYTES_MAX: usize = 64;
+/// Attention items one inbox row carries (the newest); the row's
+/// `attentionCount` tells how many are open.
+pub const INBOX_ATTENTION_PER_ROW_MAX: usize = 8;
+/// Rows of one inbox page.
+pub const INBOX_PAGE_SESSIONS_MAX: usize = 200;

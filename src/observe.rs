@@ -40,6 +40,16 @@ pub enum Frame {
         scope: &'static str,
         value: serde_json::Value,
     },
+    /// An attention item an extension set (`item`) or cleared (`item`
+    /// null), published on the Session's watch after the commit; `id` is
+    /// qualified by `extensionId`.
+    #[serde(rename_all = "camelCase")]
+    Attention {
+        session_id: String,
+        extension_id: String,
+        id: String,
+        item: Option<crate::attention::Item>,
+    },
     /// Something the run could not offer, said once at its start (e.g.
     /// `execute` without a `LOADER` binding).
     #[serde(rename_all = "camelCase")]

@@ -57,6 +57,9 @@ pub struct Answer {
     pub timers: Vec<TimerOp>,
     #[serde(default)]
     pub sends: Vec<SendOp>,
+    /// `context.attention.set/clear`, in call order (`attention.rs`).
+    #[serde(default)]
+    pub attention: Vec<AttentionOp>,
     #[serde(default)]
     pub result: Option<Value>,
     #[serde(default)]
@@ -110,4 +113,30 @@ pub struct ToolMarker {
     pub command: String,
     #[serde(default)]
     pub description: Option<String>,
+}
+
+/// An attention change (`context.attention.set/clear`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase", deny_unknown_fields)]
+pub enum AttentionOp {
+    #[serde(rename_all = "camelCase")]
+    Set {
+        session_id: String,
+        item: AttentionItem,
+    },
+    #[serde(rename_all = "camelCase")]
+    Clear { session_id: String, id: String },
+}
+
+/// An attention item as the extension gives it (unqualified: its owner is
+/// the calling extension). Times are checked to be integers by `stage`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AttentionItem {
+    pub id: String,
+    pub kind: String,
+    pub summary: String,
+    pub since: f64,
+    #[serde(default)]
+    pub expires_at: Option<f64>,
 }

@@ -19,11 +19,13 @@
 //! - projections, prompt sections and command tools are read outside any
 //!   transition, from committed state.
 
+mod attention;
 mod call;
 pub mod files_grant;
 pub mod manifest;
 mod tables;
 
+pub use attention::AttentionTouched;
 pub use call::{Answer, Host, SessionRef, ToolMarker};
 pub use manifest::{Entry, Roster, Scope};
 
@@ -56,6 +58,7 @@ pub struct Extensions {
     host: Box<dyn Host>,
     cache: RefCell<Option<Cache>>,
     touched: RefCell<BTreeSet<Touched>>,
+    attention: attention::Live,
 }
 
 /// State an extension changed in a committed (or attempted) transition:
@@ -134,6 +137,7 @@ struct Staged {
     writes: Vec<Write>,
     sends: Vec<SendOp>,
     answer: Answer,
+    attention: attention::Planned,
 }
 
 /// An extension command to run ([`Extensions::command`]).
@@ -223,6 +227,7 @@ impl Extensions {
             host,
             cache: RefCell::new(None),
             touched: RefCell::new(BTreeSet::new()),
+            attention: attention::Live::default(),
         }
     }
 
@@ -308,7 +313,10 @@ impl Extensions {
             Ok(answer) => answer,
             Err(failure) => return Ok(Err(failure)),
         };
-        Ok(stage(entry, state, timers, answer, sends_allowed).map_err(Failure::Bound))
+        match stage(entry, state, timers, answer, sends_allowed) {
+            Ok(staged) => self.attention.plan(sql, entry, staged, now_ms),
+            Err(e) => Ok(Err(Failure::Bound(e))),
+        }
     }
 
     /// Calls `entry`'s callback `kind` in a transition that may send, and
@@ -403,6 +411,7 @@ impl Extensions {
             ))
         })?;
         if answer.ok {
+            attention::allowed_in(entry, kind, &answer.attention).map_err(Failure::Failed)?;
             return Ok(answer);
         }
         let error = answer
@@ -428,6 +437,7 @@ impl Extensions {
         for (statement, params) in staged.writes {
             write(sql, &statement, params)?;
         }
+        self.attention.commit(sql, staged.attention)?;
         cache.states.insert(entry.id().to_owned(), staged.state);
         cache.timers.insert(entry.id().to_owned(), staged.timers);
         if changed {
@@ -1535,11 +1545,13 @@ fn stage(
             ));
         }
     }
+    attention::check(entry, &answer.attention)?;
     Ok(Staged {
         state,
         timers,
         writes,
         sends: answer.sends.clone(),
         answer,
+        attention: attention::Planned::default(),
     })
 }

@@ -88,7 +88,10 @@ pub(super) fn create(sql: &dyn Sql, roster: &Roster) -> Result<(), SqlError> {
             write(sql, statement, Vec::new())?;
         }
         Ok(())
-    })
+    })?;
+    // Attention and the delivery outbox its changes stage into.
+    crate::attention::create(sql)?;
+    crate::delivery::create(sql)
 }
 
 /// One extension's status row.

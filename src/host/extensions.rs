@@ -68,6 +68,7 @@ impl Inner {
         let Some(ext) = self.extensions() else {
             return;
         };
+        self.publish_attention(ext);
         let touched = ext.take_touched();
         if touched.is_empty() {
             return;
@@ -118,6 +119,39 @@ impl Inner {
                 }
                 published.insert(key, text);
             }
+        }
+    }
+
+    /// Publishes the attention items the last transitions changed to the
+    /// watchers of their Sessions, each as committed (set, or cleared).
+    fn publish_attention(&self, ext: &Extensions) {
+        let touched = ext.take_attention_touched();
+        if touched.is_empty() {
+            return;
+        }
+        // Each change staged its delivery in the same transition.
+        self.request_host_work();
+        let sessions = self.observers.watched_sessions();
+        let store = self.store();
+        for t in touched {
+            if !sessions.contains(&t.session_id) {
+                continue;
+            }
+            let item = match crate::attention::item(store.sql(), &t.session_id, &t.extension, &t.id)
+            {
+                Ok(item) => item,
+                Err(e) => {
+                    log_error(format!("attention frame: {e}"));
+                    continue;
+                }
+            };
+            let frame = Frame::Attention {
+                session_id: t.session_id.clone(),
+                extension_id: t.extension,
+                id: t.id,
+                item,
+            };
+            self.publish(&t.session_id, "frame", &frame);
         }
     }
 

@@ -50,6 +50,10 @@ const PAIRS = [
   { schema: "Delivery", type: "Delivery" },
   { schema: "ExtensionStatus", type: "ExtensionStatus" },
   { schema: "ExtensionFrame", type: "ExtensionFrame" },
+  { schema: "AttentionFrame", type: "AttentionFrame" },
+  { schema: "AttentionItem", type: "AttentionItem" },
+  { schema: "Inbox", type: "Inbox" },
+  { operation: "getInbox", method: ["ShiitakeClient", "inbox"] },
   { schema: { enum: schemas.ErrorCode.enum.filter((c) => !CODES_NOT_FOR_CLIENTS.has(c)) }, type: "ShiitakeErrorCode" },
 ];
 

@@ -39,6 +39,9 @@ const CONSTANTS = [
   ["js/extensions.mjs", "EXTENSION_KEY_BYTES_MAX", "EXTENSION_KEY_BYTES_MAX"],
   ["js/extensions.mjs", "EXTENSION_SEND_TEXT_BYTES_MAX", "TEXT_BYTES_MAX"],
   ["js/extensions.mjs", "EXTENSION_ERROR_MAX", "EXTENSION_STOP_REASON_BYTES_MAX"],
+  ["js/extensions.mjs", "ATTENTION_SUMMARY_CHARS_MAX", "ATTENTION_SUMMARY_CHARS_MAX"],
+  ["js/extensions.mjs", "ATTENTION_ID_BYTES_MAX", "ATTENTION_ID_BYTES_MAX"],
+  ["js/extensions.mjs", "ATTENTION_KIND_BYTES_MAX", "ATTENTION_KIND_BYTES_MAX"],
 ];
 
 test("the shim's copies of core bounds equal src/limits.rs", async () => {
@@ -64,6 +67,9 @@ const DOCUMENTED = [
   ["js/client.d.ts", "a tool step (at most #). */", ["TOOL_CALLS_PER_STEP_MAX"]],
   ["js/client.d.ts", "before?: string | null; /** 1..# (default #). */", ["READ_PAGE_MESSAGES_MAX", "PAGE_LIMIT_DEFAULT"]],
   ["js/client.d.ts", "ListSessionsOptions extends CallOptions { /** 1..# (default #). */", ["LIST_PAGE_SESSIONS_MAX", "PAGE_LIMIT_DEFAULT"]],
+  ["js/client.d.ts", "InboxOptions extends CallOptions { /** 1..# (default #). */", ["INBOX_PAGE_SESSIONS_MAX", "PAGE_LIMIT_DEFAULT"]],
+  ["js/client.d.ts", "The newest open items (at most #)", ["INBOX_ATTENTION_PER_ROW_MAX"]],
+  ["js/client.d.ts", "/** At most # characters. */ summary: string;", ["ATTENTION_SUMMARY_CHARS_MAX"]],
   ["js/client.d.ts", "a longer wait than # is clamped to #.", ["SETTLEMENT_TIMEOUT_MS_MAX", "SETTLEMENT_TIMEOUT_MS_MAX"]],
   ["js/do.d.ts", "At most # modules;", ["MODULES_PER_AGENT_MAX"]],
   ["js/do.d.ts", "MCP servers (at most #)", ["MCP_SERVERS_MAX"]],

@@ -346,6 +346,14 @@ test("every documented operation is served and answers as documented", async () 
   await call(a, "get", S, { status: 200 });
   for (const query of [{ limit: "0" }, { limit: "201" }, { limit: "x" }, { cursor: "" }, { page: "1" }]) await call(a, "get", S, { query, status: 400 });
 
+  // The inbox, at the documented bounds (no extensions: running and settled).
+  const inbox = await call(a, "get", "/inbox", { query: { limit: "1" }, status: 200 });
+  assert.equal(typeof inbox.json.nextCursor, "string");
+  await call(a, "get", "/inbox", { query: { limit: "200", cursor: inbox.json.nextCursor }, status: 200 });
+  await call(a, "get", "/inbox", { status: 200 });
+  for (const query of [{ limit: "0" }, { limit: "201" }, { limit: "x" }, { cursor: "" }, { page: "1" }]) await call(a, "get", "/inbox", { query, status: 400 });
+  await call(a, "get", "/inbox", { query: { cursor: "x" }, status: 400, beyondSchema: "a cursor this API never returned" });
+
   // Commands: every type, replays, refusals.
   const p1 = await admit(a, "s", "p1", "hello");
   const done = await settled(a, "s", p1);
