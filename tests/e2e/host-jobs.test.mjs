@@ -187,6 +187,47 @@ test("during a live tool the heartbeat delivers an entry staged without a wake, 
   assert.equal(settled.terminal, "completed");
 });
 
+test("attention set during a live tool is delivered before the tool ends, within the heartbeat; a failing delivery of it is retried", T, async () => {
+  const a = await agent();
+  await a.createSession("s");
+  const tag = uniq("attention");
+  h.model.scriptFor(tag, { toolCalls: [{ name: "long_wait", arguments: { ms: 8000 } }] }, { text: "waited" });
+  const id = await a.admit("s", "r1", `wait ${tag}`);
+  await eventually(async () => kinds((await jobs(a)).log, "tool-start").length === 1, { what: "the tool to start", timeoutMs: 10_000 });
+  await route(a, "fail?n=1");
+  const flaggedAt = Date.now();
+  const flag = await a.api("POST", "/sessions/s/extensions/flagger/commands/flag", { input: { id: "deploy" } });
+  expectStatus(flag, 200);
+  const state = await eventually(async () => {
+    const s = await jobs(a);
+    return delivered(s.log).some((e) => e.key === "attention:flagger:s:deploy") ? s : undefined;
+  }, { what: "the attention's delivery", timeoutMs: 7000 });
+  const entry = delivered(state.log).find((e) => e.key === "attention:flagger:s:deploy");
+  assert.deepEqual(entry.body, {
+    type: "attention",
+    op: "set",
+    extensionId: "flagger",
+    sessionId: "s",
+    id: "deploy",
+    item: { extensionId: "flagger", id: "deploy", kind: "review", summary: "look at deploy", since: entry.body.item.since },
+  });
+  assert.equal(kinds(state.log, "rejected").length, 1, "the first delivery failed and was retried");
+  const deliveredAt = kinds(state.log, "deliver").find((e) => e.detail.some((x) => x.key === entry.key)).at;
+  assert.ok(deliveredAt - flaggedAt <= 6000, `delivered ${deliveredAt - flaggedAt} ms after the write`);
+  assert.equal(kinds(state.log, "tool-end").length, 0, "delivered while the tool still runs");
+  // Clearing it delivers the clear; deleting the Session clears what is left.
+  expectStatus(await a.api("POST", "/sessions/s/extensions/flagger/commands/flag", { input: { id: "later" } }), 200);
+  const settled = await a.waitSettled("s", id);
+  assert.equal(settled.terminal, "completed", "the turn ran on meanwhile");
+  expectStatus(await a.api("DELETE", "/sessions/s"), 204);
+  const after = await eventually(async () => {
+    const s = await jobs(a);
+    const last = delivered(s.log).filter((e) => e.key === "attention:flagger:s:later").at(-1);
+    return last?.body.op === "clear" && s.outbox.length === 0 ? s : undefined;
+  }, { what: "the deletion's clear delivered" });
+  assert.equal(after.lane, null);
+});
+
 test("a pending retry survives a restart (default policy: 3 s) and is delivered after it", T, async () => {
   const a = await agent("default");
   await route(a, "fail?n=1");
