@@ -24,6 +24,7 @@ pub mod http;
 pub mod json;
 pub mod json_schema;
 pub mod limits;
+pub mod mail;
 pub mod mcp;
 pub mod meta;
 pub mod model;
