@@ -347,3 +347,36 @@ pub const ATTENTION_KIND_BYTES_MAX: usize = 64;
 pub const INBOX_ATTENTION_PER_ROW_MAX: usize = 8;
 /// Rows of one inbox page.
 pub const INBOX_PAGE_SESSIONS_MAX: usize = 200;
+
+// Mail between Agents (`src/mail/`, seed: "Agent fleet", "Delegated
+// replies").
+/// Bytes (UTF-8) of one mail's text: the same as a prompt's
+/// ([`TEXT_BYTES_MAX`]); a reply's text (the child's answer) is cut to it
+/// with a `…` mark.
+pub const MAIL_TEXT_BYTES_MAX: usize = TEXT_BYTES_MAX;
+/// Bytes of a mail key (a send's `m_<hex>`, a reply's `<key>:reply:0`);
+/// printable ASCII, no space.
+pub const MAIL_KEY_BYTES_MAX: usize = 512;
+/// Bytes of an Agent id in a mail address, of `[A-Za-z0-9._:-]` (the
+/// Session id alphabet; `/` separates the two in `replyTo`).
+pub const AGENT_ID_BYTES_MAX: usize = 128;
+/// Mails one Agent's outbox holds pending delivery; a `send` past it is
+/// refused (`429 queue_full`). Replies a settlement stages are not refused
+/// (one per received delegation), but count toward it.
+pub const MAIL_PENDING_MAX: usize = 1_024;
+/// Delivery attempts of one mail, the first included; after the last one
+/// fails the mail is undeliverable (`recipient_offline`).
+pub const MAIL_ATTEMPTS_MAX: u32 = 10;
+/// The wait after a mail's first failed delivery attempt, in ms; it doubles
+/// after each further failure, up to [`MAIL_RETRY_MAX_MS`].
+pub const MAIL_RETRY_BASE_MS: i64 = 3_000;
+/// The longest wait between two delivery attempts of one mail, in ms.
+pub const MAIL_RETRY_MAX_MS: i64 = 60_000;
+/// Outbox rows kept once they need nothing more (delivered, refused,
+/// undeliverable, recalled, and a send's whose reply arrived), and inbox
+/// rows kept once no reply is owed: the newest; older ones are pruned by
+/// the transitions that settle rows. A reply line older than the kept
+/// inbox renders as plain (neutralised) user text.
+pub const MAIL_KEPT_MAX: usize = 10_000;
+/// Bytes of a recorded delivery failure (the host's error text).
+pub const MAIL_ERROR_BYTES_MAX: usize = 1_024;

@@ -262,8 +262,12 @@ pub struct PreparedSend {
     request_id: String,
     session_id: String,
     input: String,
+    /// The host metadata the command is admitted with.
+    meta: Option<String>,
     /// `None`: the requestId was admitted before (replayed).
     facts: Option<AdmissionFacts>,
+    /// The command a replayed send was admitted as.
+    replayed: Option<String>,
     /// The Session is created in the same write.
     create: bool,
 }
@@ -271,37 +275,67 @@ pub struct PreparedSend {
 /// The reads of one send. An absent Session is refused (`session_not_found`)
 /// when the send requires it, else created (within the Sessions bound).
 pub fn prepare_send(store: Store<'_>, send: &Send) -> Result<PreparedSend, ApiError> {
-    let input = serde_json::to_string(&PromptInput {
+    let input = PromptInput {
         text: send.text.clone(),
         images: Vec::new(),
         delivery: Default::default(),
-    })
-    .map_err(internal)?;
+    };
+    prepare_prompt(
+        store,
+        &send.session_id,
+        &send.request_id,
+        &input,
+        None,
+        !send.require_existing_session,
+    )
+}
+
+/// The reads of one prompt admitted inside another transition (an
+/// extension's send, a received mail): its own input and host metadata,
+/// replayed or refused (409) like any admission under `request_id`, a
+/// fenced `request_id` refused (`request_withdrawn`). An absent Session is
+/// created when `create_absent` (within the Sessions bound), else refused
+/// (`session_not_found`). [`commit_send`] writes it.
+pub fn prepare_prompt(
+    store: Store<'_>,
+    session_id: &str,
+    request_id: &str,
+    input: &PromptInput,
+    meta: Option<&str>,
+    create_absent: bool,
+) -> Result<PreparedSend, ApiError> {
+    let input = serde_json::to_string(input).map_err(internal)?;
     let a = Admission {
-        session_id: &send.session_id,
-        request_id: &send.request_id,
+        session_id,
+        request_id,
         kind: Kind::Prompt,
         input: input.clone(),
-        meta: None,
+        meta,
     };
     let mut create = false;
+    let mut replayed = None;
     let facts = match decide(store, &a) {
-        Ok(Decision::Replay(_)) => None,
+        Ok(Decision::Replay(command_id)) => {
+            replayed = Some(command_id);
+            None
+        }
         Ok(Decision::New(facts)) => Some(*facts),
-        Err(ApiError::SessionNotFound(_)) if !send.require_existing_session => {
+        Err(ApiError::SessionNotFound(_)) if create_absent => {
             if store.session_count()? >= SESSIONS_PER_AGENT_MAX {
                 return Err(ApiError::TooManySessions);
             }
             create = true;
-            Some(store.admission_facts(&send.session_id, &send.request_id)?)
+            Some(store.admission_facts(session_id, request_id)?)
         }
         Err(e) => return Err(e),
     };
     Ok(PreparedSend {
-        request_id: send.request_id.clone(),
-        session_id: send.session_id.clone(),
+        request_id: request_id.to_owned(),
+        session_id: session_id.to_owned(),
         input,
+        meta: meta.map(str::to_owned),
         facts,
+        replayed,
         create,
     })
 }
@@ -313,6 +347,11 @@ impl PreparedSend {
 
     pub fn request_id(&self) -> &str {
         &self.request_id
+    }
+
+    /// The command this requestId was admitted as before, when replayed.
+    pub fn replayed(&self) -> Option<&str> {
+        self.replayed.as_deref()
     }
 }
 
@@ -334,7 +373,7 @@ pub fn commit_send(
         request_id: &send.request_id,
         kind: Kind::Prompt,
         input: send.input.clone(),
-        meta: None,
+        meta: send.meta.as_deref(),
     };
     write_new(store, ids, now_ms, &a, facts).map(Some)
 }
