@@ -89,9 +89,13 @@ pub struct Deleted {
     pub running: Option<String>,
     /// Its attention was cleared: the delivery outbox holds the clears.
     pub staged_delivery: bool,
+    /// Replies it owed were staged in the mail outbox (due now).
+    pub staged_mail: bool,
 }
 
-/// Deletes the Session and all it owns.
+/// Deletes the Session and all it owns. Delegated work it received and
+/// had not settled gets its `outcome_unknown` reply staged in the same
+/// transaction (`mail::owed_replies`).
 pub fn delete_session(ctx: &mut Ctx<'_>, session_id: &str) -> Result<Deleted, ApiError> {
     let store = ctx.store;
     let now_ms = ctx.now_ms;
@@ -99,11 +103,16 @@ pub fn delete_session(ctx: &mut Ctx<'_>, session_id: &str) -> Result<Deleted, Ap
         let running = store.running_head(session_id)?.map(|h| h.command_id);
         // Its attention goes with it, releasing the owners' capacity.
         let attention = attention::removed_with(store.sql(), session_id)?;
+        // Its received delegations that have not settled reply
+        // `outcome_unknown` (staged in the mail outbox).
+        let owed = crate::mail::owed_replies(store.sql(), session_id)?;
         if store.delete_session(session_id)? {
             attention::remove_with(store.sql(), session_id, &attention, now_ms)?;
+            owed.stage(store.sql(), now_ms)?;
             Ok(Deleted {
                 running,
                 staged_delivery: !attention.is_empty(),
+                staged_mail: !owed.is_empty(),
             })
         } else {
             Err(ApiError::SessionNotFound(session_id.to_owned()))

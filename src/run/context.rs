@@ -142,7 +142,53 @@ fn window(
     } else {
         newest_turn(store, session_id, &sizes, loaded, entries)?
     };
+    let messages = provenance(store, session_id, messages)?;
     Ok(messages.into_iter().map(|e| e.message).collect())
+}
+
+/// Model-visible provenance (seed: "Delegated replies", `mail::render`):
+/// a user line whose command has verified reply facts in the mail inbox
+/// reads inside `<fungi_agent_reply …>`; every other user and operator
+/// line, and the reply body, has the tag neutralised. Only the model's
+/// copy changes (the stored text stays verbatim). What rendering adds
+/// counts toward the byte bound: each entry's `bytes` grows by it, and
+/// past [`CONTEXT_BYTES_MAX`] the oldest whole turns are left out again
+/// (never the newest turn).
+fn provenance(
+    store: Store<'_>,
+    session_id: &str,
+    mut entries: Vec<Entry>,
+) -> Result<Vec<Entry>, ApiError> {
+    let commands: Vec<&str> = entries
+        .iter()
+        .filter(|e| e.is(Author::User))
+        .filter_map(|e| e.message.command_id.as_deref())
+        .collect();
+    let lines = crate::mail::reply_lines(store, session_id, &commands)?;
+    for e in &mut entries {
+        let rendered = match e.message.role {
+            Author::User => {
+                let line = e
+                    .message
+                    .command_id
+                    .as_deref()
+                    .and_then(|c| lines.get(c));
+                crate::mail::render(&e.message.text, line)
+            }
+            Author::Operator => crate::mail::neutralise(&e.message.text).into_owned(),
+            _ => continue,
+        };
+        e.bytes += rendered.len().saturating_sub(e.message.text.len());
+        e.message.text = rendered;
+    }
+    let mut total: usize = entries.iter().map(|e| e.bytes).sum();
+    while total > CONTEXT_BYTES_MAX {
+        let Some(next) = entries.iter().skip(1).position(|e| e.is(Author::User)) else {
+            break;
+        };
+        total -= entries.drain(..=next).map(|e| e.bytes).sum::<usize>();
+    }
+    Ok(entries)
 }
 
 /// The newest turn when it alone passes the byte bound (`loaded`, the
@@ -211,6 +257,9 @@ fn newest_turn(
 struct Stored {
     role: Author,
     text: String,
+    /// The command a user line belongs to (its reply facts, if any).
+    #[serde(default)]
+    command_id: Option<String>,
     #[serde(default)]
     images: Vec<Image>,
     #[serde(default)]
