@@ -298,7 +298,9 @@ pub fn validate(mail: &Mail) -> Result<(), String> {
     let base = mail.key.strip_suffix(REPLY_SUFFIX);
     match (&mail.reply, base) {
         (None, Some(_)) => Err("reply: a key ending in `:reply:0` is a reply's".into()),
-        (Some(_), None) => Err("reply: only a reply (key `<key>:reply:0`) carries reply facts".into()),
+        (Some(_), None) => {
+            Err("reply: only a reply (key `<key>:reply:0`) carries reply facts".into())
+        }
         (Some(_), Some("")) => Err("key: a reply names its send's key".into()),
         (Some(facts), Some(_)) => {
             if !mail.reply_to.is_empty() {
@@ -321,7 +323,9 @@ pub fn validate(mail: &Mail) -> Result<(), String> {
 fn check_facts(f: &ReplyFacts) -> Result<(), String> {
     let undeliverable = f.outcome == Outcome::Undeliverable;
     match &f.command_id {
-        None if !undeliverable => return Err("reply.commandId: settled work names its command".into()),
+        None if !undeliverable => {
+            return Err("reply.commandId: settled work names its command".into())
+        }
         Some(_) if undeliverable => {
             return Err("reply.commandId: an undeliverable reply has no command".into())
         }
@@ -793,7 +797,11 @@ pub enum Acceptance {
 
 /// Authenticates a reply against this Agent's outbox (seed table,
 /// "Authentication"); the frozen send, or why not.
-fn authenticate(sql: &dyn Sql, mail: &Mail, facts: &ReplyFacts) -> Result<Result<Mail, String>, ApiError> {
+fn authenticate(
+    sql: &dyn Sql,
+    mail: &Mail,
+    facts: &ReplyFacts,
+) -> Result<Result<Mail, String>, ApiError> {
     let Some(base) = mail.key.strip_suffix(REPLY_SUFFIX) else {
         return Ok(Err("not a reply key".into()));
     };
@@ -1048,9 +1056,10 @@ impl Replies {
         };
         let text = match outcome {
             Outcome::Completed => s.answer.clone().filter(|a| !a.is_empty()),
-            Outcome::Cancelled => self.cancellation_text.as_ref().and_then(|f| {
-                f(s.meta.as_ref().unwrap_or(&Value::Null)).filter(|t| !t.is_empty())
-            }),
+            Outcome::Cancelled => self
+                .cancellation_text
+                .as_ref()
+                .and_then(|f| f(s.meta.as_ref().unwrap_or(&Value::Null)).filter(|t| !t.is_empty())),
             _ => None,
         };
         let text = text.unwrap_or_else(|| sentence(outcome, None).to_owned());

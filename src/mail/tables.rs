@@ -75,7 +75,9 @@ pub(super) fn create(sql: &dyn Sql) -> Result<(), SqlError> {
                 received_at INTEGER NOT NULL
             ) WITHOUT ROWID"
         ),
-        format!("CREATE INDEX IF NOT EXISTS {INBOX}_by_command ON {INBOX} (session_id, command_id)"),
+        format!(
+            "CREATE INDEX IF NOT EXISTS {INBOX}_by_command ON {INBOX} (session_id, command_id)"
+        ),
     ];
     atomically(sql, || {
         for statement in &statements {

@@ -168,11 +168,7 @@ fn provenance(
     for e in &mut entries {
         let rendered = match e.message.role {
             Author::User => {
-                let line = e
-                    .message
-                    .command_id
-                    .as_deref()
-                    .and_then(|c| lines.get(c));
+                let line = e.message.command_id.as_deref().and_then(|c| lines.get(c));
                 crate::mail::render(&e.message.text, line)
             }
             Author::Operator => crate::mail::neutralise(&e.message.text).into_owned(),
