@@ -18,6 +18,7 @@ pub mod ctx;
 pub mod delivery;
 pub mod error;
 pub mod extension;
+pub mod fleet;
 pub mod files;
 pub mod grants;
 pub mod http;
