@@ -255,9 +255,7 @@ pub fn decode(operation: &str, args: &Value) -> Result<Call, String> {
                 limit: a.limit,
                 cursor: a.cursor,
             };
-            query
-                .check()
-                .map_err(|e| format!("agents.read: {e}"))?;
+            query.check().map_err(|e| format!("agents.read: {e}"))?;
             Ok(Call::Read {
                 agent_id: a.agent_id,
                 session_id: a.session_id,
@@ -313,9 +311,7 @@ pub fn read(
 ) -> Result<Value, ApiError> {
     agent::validate_session_id(session_id)?;
     query.check()?;
-    let limit = query
-        .limit
-        .unwrap_or(crate::limits::PAGE_LIMIT_DEFAULT);
+    let limit = query.limit.unwrap_or(crate::limits::PAGE_LIMIT_DEFAULT);
     let page = crate::session::read::page(ctx, session_id, query.before(), limit)?;
     crate::http::with_projections(ctx, ext, session_id, page)
 }
@@ -462,7 +458,8 @@ mod tests {
         let args = json!({"agentId": "a", "sessionId": "s", "requestId": long, "text": "t"});
         let e = decode("send", &args).unwrap_err();
         assert!(e.contains("requestId"), "{e}");
-        let ok = json!({"agentId": "a", "sessionId": "s", "requestId": "é".repeat(128), "text": "t"});
+        let ok =
+            json!({"agentId": "a", "sessionId": "s", "requestId": "é".repeat(128), "text": "t"});
         assert!(decode("send", &ok).is_ok());
         let empty = json!({"agentId": "a", "sessionId": "s", "requestId": ""});
         assert!(decode("recall", &empty).is_err());
@@ -471,7 +468,9 @@ mod tests {
     #[test]
     fn decode_refuses_foreign_keys_and_bad_bounds() {
         let sneaky = json!({"agentId": "a", "sessionId": "s", "requestId": "r", "text": "t", "fromSessionId": "x"});
-        assert!(decode("send", &sneaky).unwrap_err().contains("fromSessionId"));
+        assert!(decode("send", &sneaky)
+            .unwrap_err()
+            .contains("fromSessionId"));
         for t in [0, 30_001] {
             let w = json!({"agentId": "a", "sessionId": "s", "commandId": "c", "timeoutMs": t});
             assert!(decode("wait", &w).unwrap_err().contains("timeoutMs"));
@@ -494,27 +493,39 @@ mod tests {
             serde_json::to_value(WaitAnswer::of("cmd_1", None)).unwrap(),
             json!({"status": "pending", "commandId": "cmd_1"})
         );
-        let done = WaitAnswer::of("cmd_1", Some(settled(Terminal::Completed, Some("hi"), None)));
+        let done = WaitAnswer::of(
+            "cmd_1",
+            Some(settled(Terminal::Completed, Some("hi"), None)),
+        );
         assert_eq!(
             serde_json::to_value(done).unwrap(),
             json!({"status": "settled", "commandId": "cmd_1", "terminal": "completed", "text": "hi", "usage": null, "toolCallCount": 2})
         );
         let failed = WaitAnswer::of(
             "cmd_1",
-            Some(settled(Terminal::Failed, Some("partial"), Some("model: 401"))),
+            Some(settled(
+                Terminal::Failed,
+                Some("partial"),
+                Some("model: 401"),
+            )),
         );
         let v = serde_json::to_value(failed).unwrap();
         assert_eq!(v["diagnostic"], "model: 401");
         assert!(v.get("text").is_none());
-        let cancelled = WaitAnswer::of("cmd_1", Some(settled(Terminal::Cancelled, Some("x"), None)));
-        assert!(serde_json::to_value(cancelled).unwrap().get("text").is_none());
+        let cancelled =
+            WaitAnswer::of("cmd_1", Some(settled(Terminal::Cancelled, Some("x"), None)));
+        assert!(serde_json::to_value(cancelled)
+            .unwrap()
+            .get("text")
+            .is_none());
     }
 
     #[test]
     fn wait_cuts_text_at_16384_characters() {
         let long = "ü".repeat(FLEET_WAIT_TEXT_CHARS_MAX + 5);
-        let WaitAnswer::Settled { text, truncated, .. } =
-            WaitAnswer::of("c", Some(settled(Terminal::Completed, Some(&long), None)))
+        let WaitAnswer::Settled {
+            text, truncated, ..
+        } = WaitAnswer::of("c", Some(settled(Terminal::Completed, Some(&long), None)))
         else {
             panic!("settled")
         };

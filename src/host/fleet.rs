@@ -115,7 +115,11 @@ pub(super) enum Peer {
 }
 
 /// Awaits one peer call under `timeout_ms`, aborting it past that.
-pub(super) async fn peer_call(promise: js_sys::Promise, controller: &web_sys::AbortController, timeout_ms: u64) -> Peer {
+pub(super) async fn peer_call(
+    promise: js_sys::Promise,
+    controller: &web_sys::AbortController,
+    timeout_ms: u64,
+) -> Peer {
     let reply = bindings::within(JsFuture::from(promise), timeout_ms, controller, 0).await;
     match reply {
         None => Peer::Failed(format!("no answer within {timeout_ms} ms")),
@@ -155,7 +159,11 @@ impl Inner {
 
     /// Performs one `agents.*` call (after its gate). `Err`: the model
     /// sees why.
-    pub(super) async fn fleet_operation(&self, op: &OperationCall, stopper: &web_sys::AbortController) -> Result<Value, String> {
+    pub(super) async fn fleet_operation(
+        &self,
+        op: &OperationCall,
+        stopper: &web_sys::AbortController,
+    ) -> Result<Value, String> {
         let fleet = match &self.fleet {
             Ok(Some(fleet)) => fleet,
             Ok(None) => return Err("agents: this Agent's host enables no fleet".into()),
@@ -164,7 +172,9 @@ impl Inner {
         let name = format!("agents.{}", op.guest_name);
         let call = fleet::decode(&op.operation, &op.args)?;
         let refused = |e: PeerError| format!("{name}: {}: {}", e.code, e.message);
-        let failed = |agent: &str, why: String| format!("{name}: Agent `{agent}` could not be reached: {why}");
+        let failed = |agent: &str, why: String| {
+            format!("{name}: Agent `{agent}` could not be reached: {why}")
+        };
         match call {
             Call::Send {
                 agent_id,
@@ -174,14 +184,19 @@ impl Inner {
                 delivery,
             } => {
                 if !MAIL_CORE {
-                    return Err(format!("{name}: mail between Agents is not available in this build"));
+                    return Err(format!(
+                        "{name}: mail between Agents is not available in this build"
+                    ));
                 }
                 let outgoing = Outgoing {
                     from: Address {
                         agent_id: fleet.self_id.clone(),
                         session_id: op.of.session_id.clone(),
                     },
-                    to: Address { agent_id, session_id },
+                    to: Address {
+                        agent_id,
+                        session_id,
+                    },
                     request_id: &request_id,
                     text: &text,
                     delivery,
@@ -190,7 +205,10 @@ impl Inner {
                     .with_ctx(|ctx| mail::send(ctx, &outgoing))
                     .map_err(|e| format!("{name}: {}: {e}", e.code()))?;
                 let state = match state {
-                    mail::SendState::Pending { key } => self.deliver_now(fleet, &key).await.unwrap_or(mail::SendState::Pending { key }),
+                    mail::SendState::Pending { key } => self
+                        .deliver_now(fleet, &key)
+                        .await
+                        .unwrap_or(mail::SendState::Pending { key }),
                     other => other,
                 };
                 serde_json::to_value(&state).map_err(|e| e.to_string())
@@ -201,7 +219,9 @@ impl Inner {
                 request_id,
             } => {
                 if !MAIL_CORE {
-                    return Err(format!("{name}: mail between Agents is not available in this build"));
+                    return Err(format!(
+                        "{name}: mail between Agents is not available in this build"
+                    ));
                 }
                 let from = Address {
                     agent_id: fleet.self_id.clone(),
@@ -215,10 +235,14 @@ impl Inner {
                 // A send still pending here is never delivered.
                 self.with_ctx(|ctx| mail::recall(ctx, &key))
                     .map_err(|e| format!("{name}: {}: {e}", e.code()))?;
-                let promise = fleet.js.recall(&agent_id, &session_id, &key, &stopper.signal());
+                let promise = fleet
+                    .js
+                    .recall(&agent_id, &session_id, &key, &stopper.signal());
                 match peer_call(promise, stopper, FLEET_CALL_TIMEOUT_MS).await {
                     Peer::Value(v) => {
-                        let answer: RecallAnswer = serde_json::from_value(v).map_err(|e| failed(&agent_id, format!("malformed recall answer: {e}")))?;
+                        let answer: RecallAnswer = serde_json::from_value(v).map_err(|e| {
+                            failed(&agent_id, format!("malformed recall answer: {e}"))
+                        })?;
                         serde_json::to_value(answer).map_err(|e| e.to_string())
                     }
                     Peer::Refused(e) => Err(refused(e)),
@@ -231,10 +255,17 @@ impl Inner {
                 command_id,
                 timeout_ms,
             } => {
-                let promise = fleet.js.settlement(&agent_id, &session_id, &command_id, timeout_ms as f64, &stopper.signal());
+                let promise = fleet.js.settlement(
+                    &agent_id,
+                    &session_id,
+                    &command_id,
+                    timeout_ms as f64,
+                    &stopper.signal(),
+                );
                 match peer_call(promise, stopper, FLEET_CALL_TIMEOUT_MS + timeout_ms).await {
                     Peer::Value(v) => {
-                        let answer: WaitAnswer = serde_json::from_value(v).map_err(|e| failed(&agent_id, format!("malformed settlement: {e}")))?;
+                        let answer: WaitAnswer = serde_json::from_value(v)
+                            .map_err(|e| failed(&agent_id, format!("malformed settlement: {e}")))?;
                         serde_json::to_value(answer).map_err(|e| e.to_string())
                     }
                     Peer::Refused(e) => Err(refused(e)),
@@ -247,7 +278,9 @@ impl Inner {
                 query,
             } => {
                 let query = serde_json::to_string(&query).map_err(|e| e.to_string())?;
-                let promise = fleet.js.read(&agent_id, &session_id, &query, &stopper.signal());
+                let promise = fleet
+                    .js
+                    .read(&agent_id, &session_id, &query, &stopper.signal());
                 match peer_call(promise, stopper, FLEET_CALL_TIMEOUT_MS).await {
                     Peer::Value(v) => Ok(v),
                     Peer::Refused(e) => Err(refused(e)),
@@ -309,7 +342,9 @@ impl ShiitakeCore {
         };
         let decision: Decision = match serde_json::from_str(decision) {
             Ok(d) => d,
-            Err(e) => return error_answer(&ApiError::HostMisconfigured(format!("acceptMail: {e}"))),
+            Err(e) => {
+                return error_answer(&ApiError::HostMisconfigured(format!("acceptMail: {e}")))
+            }
         };
         let acceptance = match decision.refuse {
             Some(reason) => Acceptance::Refuse { reason },
@@ -351,9 +386,19 @@ impl ShiitakeCore {
     /// A peer's `agents.wait`: the command's settlement, waiting up to
     /// `timeout_ms` (at most `FLEET_WAIT_TIMEOUT_MS_MAX`) for it.
     #[wasm_bindgen(js_name = fleetSettlement)]
-    pub async fn fleet_settlement(&self, session_id: String, command_id: String, timeout_ms: f64) -> String {
+    pub async fn fleet_settlement(
+        &self,
+        session_id: String,
+        command_id: String,
+        timeout_ms: f64,
+    ) -> String {
         let scope = self.inner.scope(Some(&session_id));
-        blame::scoped(scope, self.inner.fleet_settlement(&session_id, &command_id, timeout_ms)).await
+        blame::scoped(
+            scope,
+            self.inner
+                .fleet_settlement(&session_id, &command_id, timeout_ms),
+        )
+        .await
     }
 
     /// A peer's recall of the send keyed `key` (the requestId its mail was
@@ -368,7 +413,11 @@ impl ShiitakeCore {
         match inner.with_ctx(|ctx| fleet::recall(ctx, session_id, key)) {
             Ok((answer, cancellation)) => {
                 if let Some(c) = cancellation {
-                    inner.apply(crate::http::cancellation_effects(session_id, c.stopped_turn, c.settled));
+                    inner.apply(crate::http::cancellation_effects(
+                        session_id,
+                        c.stopped_turn,
+                        c.settled,
+                    ));
                 }
                 value_answer(&answer)
             }
@@ -378,11 +427,18 @@ impl ShiitakeCore {
 }
 
 impl Inner {
-    async fn fleet_settlement(&self, session_id: &str, command_id: &str, timeout_ms: f64) -> String {
+    async fn fleet_settlement(
+        &self,
+        session_id: &str,
+        command_id: &str,
+        timeout_ms: f64,
+    ) -> String {
         if let Err(answer) = self.fleet_ready() {
             return answer;
         }
-        if !timeout_ms.is_finite() || !(0.0..=FLEET_WAIT_TIMEOUT_MS_MAX as f64).contains(&timeout_ms) {
+        if !timeout_ms.is_finite()
+            || !(0.0..=FLEET_WAIT_TIMEOUT_MS_MAX as f64).contains(&timeout_ms)
+        {
             return error_answer(&ApiError::InvalidRequest(format!(
                 "timeoutMs: 0..={FLEET_WAIT_TIMEOUT_MS_MAX}"
             )));

@@ -24,7 +24,9 @@ use super::bindings::{self, log_error, log_warn};
 use super::fleet::{peer_call, HostFleet, Peer};
 use super::{blame, Inner};
 use crate::error::ApiError;
-use crate::limits::{FLEET_CALL_TIMEOUT_MS, MAIL_DELIVERIES_PER_PASS_MAX, MAIL_PASSES_PER_WAKE_MAX};
+use crate::limits::{
+    FLEET_CALL_TIMEOUT_MS, MAIL_DELIVERIES_PER_PASS_MAX, MAIL_PASSES_PER_WAKE_MAX,
+};
 use crate::mail::{self, Mail, Receipt, SendState};
 use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
@@ -123,7 +125,11 @@ impl Inner {
         if self.ready().is_err() {
             return 0;
         }
-        let due = match mail::due(self.store(), bindings::now_ms(), MAIL_DELIVERIES_PER_PASS_MAX) {
+        let due = match mail::due(
+            self.store(),
+            bindings::now_ms(),
+            MAIL_DELIVERIES_PER_PASS_MAX,
+        ) {
             Ok(due) => due,
             Err(e) => {
                 log_error(format!("mail: {e}"));
@@ -165,7 +171,10 @@ impl Inner {
         self.mail.in_flight.borrow_mut().remove(&mail.key);
         match recorded {
             Ok(state) => {
-                if matches!(state, SendState::Undeliverable { .. } | SendState::Refused { .. }) {
+                if matches!(
+                    state,
+                    SendState::Undeliverable { .. } | SendState::Refused { .. }
+                ) {
                     // An undeliverable reply line may now wait in one of
                     // this Agent's Sessions.
                     self.request_reconcile();
@@ -185,12 +194,19 @@ impl Inner {
     /// receipt `refused`.
     async fn carry(&self, fleet: &HostFleet, mail: &Mail) -> Result<Receipt, String> {
         let json = serde_json::to_string(mail).map_err(|e| e.to_string())?;
-        let controller = web_sys::AbortController::new().map_err(|e| bindings::error_message(&e))?;
-        let promise = fleet.js.send(&mail.to.agent_id, &json, &controller.signal());
+        let controller =
+            web_sys::AbortController::new().map_err(|e| bindings::error_message(&e))?;
+        let promise = fleet
+            .js
+            .send(&mail.to.agent_id, &json, &controller.signal());
         match peer_call(promise, &controller, FLEET_CALL_TIMEOUT_MS).await {
-            Peer::Value(v) => serde_json::from_value::<Receipt>(v).map_err(|e| format!("the recipient's receipt is malformed: {e}")),
+            Peer::Value(v) => serde_json::from_value::<Receipt>(v)
+                .map_err(|e| format!("the recipient's receipt is malformed: {e}")),
             Peer::Refused(e) if e.status.unwrap_or(500) >= 500 => {
-                log_warn(format!("mail to `{}`: {}: {}", mail.to.agent_id, e.code, e.message));
+                log_warn(format!(
+                    "mail to `{}`: {}: {}",
+                    mail.to.agent_id, e.code, e.message
+                ));
                 Err(format!("{}: {}", e.code, e.message))
             }
             Peer::Refused(e) => Ok(Receipt::Refused {
