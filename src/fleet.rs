@@ -277,7 +277,7 @@ impl ReadQuery {
             }
         }
         if let Some(cursor) = &self.cursor {
-            if cursor.is_empty() || cursor.len() > 64 || cursor.parse::<i64>().is_err() {
+            if cursor.len() > 64 || !cursor.parse::<i64>().is_ok_and(|n| n > 0) {
                 return Err(ApiError::InvalidRequest(format!(
                     "cursor: not a cursor returned by a read: `{}`",
                     crate::text::shorten(cursor)
@@ -479,8 +479,10 @@ mod tests {
         assert!(decode("read", &bad_session).is_err());
         let bad_agent = json!({"agentId": "a\u{0}b", "sessionId": "s"});
         assert!(decode("read", &bad_agent).is_err());
-        let bad_cursor = json!({"agentId": "a", "sessionId": "s", "cursor": "x"});
-        assert!(decode("read", &bad_cursor).is_err());
+        for cursor in ["x", "0", "-3", ""] {
+            let bad_cursor = json!({"agentId": "a", "sessionId": "s", "cursor": cursor});
+            assert!(decode("read", &bad_cursor).is_err(), "{cursor}");
+        }
     }
 
     fn settled(terminal: Terminal, answer: Option<&str>, diagnostic: Option<&str>) -> Settlement {
