@@ -22,6 +22,12 @@ export class ShiitakeDO extends Base {
     return sql;
   }
 
+  // The fleet over the demo's own namespace: every demo Agent can delegate
+  // to another (`agents.send`, `agents.wait`, ...) with no host code.
+  fleet() {
+    return { namespace: this.env.SHIITAKE };
+  }
+
   tools() {
     return {
       files: { port: sqliteWorkspace() },

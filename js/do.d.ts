@@ -45,6 +45,26 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
    */
   hostJobs(): HostJobs | undefined;
   /**
+   * The fleet, or `undefined` for none. Read once per instance; an unknown
+   * key or a value of the wrong kind is reported (the `agents` module is
+   * then not offered and peers are refused), naming it. Override in a
+   * subclass.
+   */
+  fleet(): ShiitakeFleet | undefined;
+  /**
+   * Fleet RPC, called by a peer Agent's runtime through the namespace stub:
+   * admits one mail after `acceptMail`. Answers JSON text `{value: receipt}`
+   * or `{error: {code, status, message}}` (`fleet_disabled` without a
+   * fleet).
+   */
+  receiveMail(mailJson: string): Promise<string>;
+  /** Fleet RPC: one Session's bounded read (`queryJson`: `{limit?, cursor?}`), as JSON text `{value}` or `{error}`. */
+  fleetRead(sessionId: string, queryJson: string): Promise<string>;
+  /** Fleet RPC: one command's settlement as `agents.wait` answers it, waiting up to `timeoutMs` (0 to 30000). */
+  fleetSettlement(sessionId: string, commandId: string, timeoutMs: number): Promise<string>;
+  /** Fleet RPC: recalls the send keyed `key` (cancel if pending, else too_late; nothing admitted: fenced, unknown). */
+  fleetRecall(sessionId: string, key: string): Promise<string>;
+  /**
    * Closes the runtime: requests answer 503 `runtime_closed`, no new work
    * starts in this instance; resolves once the running host work pass and
    * the live turns (both aborted) have ended. Durable work waits for a
@@ -81,6 +101,51 @@ export interface HostJobs {
   retryMaxMs?: number;
   /** Wall time of one pass: 100 to 30000 ms (the default). */
   timeoutMs?: number;
+}
+
+/** One end of a mail between Agents. */
+export interface MailAddress {
+  agentId: string;
+  sessionId: string;
+}
+
+/** A mail as `acceptMail` sees it (closed; `reply` only on replies). */
+export interface FleetMail {
+  key: string;
+  from: MailAddress;
+  to: MailAddress;
+  /** `"<agentId>/<sessionId>"` of the sender for a delegation; empty on a reply. */
+  replyTo: string;
+  text: string;
+  delivery: "followUp" | "steer";
+  reply?: {
+    commandId?: string;
+    outcome: "completed" | "failed" | "interrupted" | "cancelled" | "outcome_unknown" | "undeliverable";
+    diagnostic?: string;
+    reason?: "recipient_offline" | "recipient_left";
+  };
+}
+
+/**
+ * The fleet (`ShiitakeDO#fleet()`): the Agents of one Durable Object
+ * namespace reaching each other. With it the model gets the `agents`
+ * module through `execute` (`send`, `recall`, `wait`, `read`; grant key
+ * `agents`), and peers may call the fleet RPC methods. Each Agent is
+ * `namespace.idFromName(agentId)`; its own id is `ctx.id.name`.
+ */
+export interface ShiitakeFleet {
+  /** This Worker's own Durable Object namespace binding (e.g. `this.env.SHIITAKE`). */
+  namespace: DurableObjectNamespace;
+  /**
+   * Decides one received mail within 5 s: `{ meta }` admits it with that
+   * host metadata (never the sender's), `{ refuse: reason }` refuses it for
+   * good (`"left"`: this Agent left the fleet). A throw, a rejection or no
+   * answer in time makes the sender retry. Absent: every mail is admitted
+   * without metadata. `this` = the Durable Object.
+   */
+  acceptMail?(mail: FleetMail, options: { signal: AbortSignal }): { meta?: unknown } | { refuse: string } | undefined | Promise<{ meta?: unknown } | { refuse: string } | undefined>;
+  /** The reply text of delegated work a person cancelled (`meta`: the cancellation's metadata), e.g. `Work cancelled by Ada.`. */
+  cancellationText?(meta: unknown): string | undefined;
 }
 
 /** What a grant allows on one module (keyed by module id; `files` for Files). `write` includes `read`. */

@@ -118,6 +118,8 @@ export class ShiitakeDO extends DurableObject {
   // Why the host closed the runtime (`close`), else null: cores built
   // after a reset stay closed.
   #closed = null;
+  // The fleet transport handed to the current core (fleetHost), if any.
+  #fleet = undefined;
 
   /**
    * Host hook, asked first for every request the object receives. Return a
@@ -163,6 +165,95 @@ export class ShiitakeDO extends DurableObject {
    */
   hostJobs() {
     return undefined;
+  }
+
+  /**
+   * Host hook: the fleet, or `undefined` for none. Read once per instance.
+   * `{ namespace, acceptMail?(mail, { signal }), cancellationText?(meta) }`:
+   * `namespace` is this Worker's own Durable Object namespace binding (each
+   * Agent is `namespace.idFromName(agentId)`); with it the model gets the
+   * `agents` module (`send`, `recall`, `wait`, `read`) and peers may call
+   * this object's fleet RPC methods. `acceptMail` decides each received
+   * mail: `{ meta? }` admits it with that host metadata (never the
+   * sender's), `{ refuse: reason }` refuses it for good (`"left"`: this
+   * Agent left the fleet); absent, every mail is admitted without
+   * metadata. `cancellationText(meta)` gives the reply text of delegated
+   * work a person cancelled (`meta`: the cancellation's metadata). Both are
+   * called with `this` = the Durable Object. See `src/host/fleet.rs`.
+   */
+  fleet() {
+    return undefined;
+  }
+
+  /**
+   * Fleet RPC (a peer Agent's runtime calls it through the namespace stub):
+   * admits one mail (JSON text, at most FLEET_BODY_BYTES_MAX) after the
+   * host's `acceptMail` decision. Answers JSON `{value: receipt}` or
+   * `{error: {code, status, message}}`; a runtime without a fleet refuses
+   * (`fleet_disabled`).
+   */
+  async receiveMail(mailJson) {
+    const bad = badText(mailJson, "mail");
+    if (bad !== undefined) return bad;
+    await this.#ready();
+    const fleet = this.#fleet;
+    let decision = {};
+    if (fleet?.acceptMail !== undefined) {
+      let mail;
+      try {
+        mail = JSON.parse(mailJson);
+      } catch (error) {
+        return peerError("invalid_request", 400, `mail: ${error.message}`);
+      }
+      const answer = await withinMs(ACCEPT_MAIL_TIMEOUT_MS, (signal) => fleet.acceptMail(mail, { signal }));
+      if (answer.error !== undefined) return peerError("accept_mail_failed", 503, `acceptMail: ${answer.error}`);
+      const refused = checkDecision(answer.value);
+      if (refused !== undefined) return peerError("accept_mail_failed", 503, refused);
+      decision = answer.value ?? {};
+    }
+    return this.#sync((core) => core.receiveMail(mailJson, JSON.stringify(decision)));
+  }
+
+  /** Fleet RPC: one Session's bounded read (`queryJson`: `{limit?, cursor?}`). */
+  async fleetRead(sessionId, queryJson) {
+    const bad = badText(sessionId, "sessionId") ?? badText(queryJson, "query");
+    if (bad !== undefined) return bad;
+    await this.#ready();
+    return this.#sync((core) => core.fleetRead(sessionId, queryJson));
+  }
+
+  /**
+   * Fleet RPC: one command's settlement as `agents.wait` answers it,
+   * waiting up to `timeoutMs` (0..=30000) for it to settle.
+   */
+  async fleetSettlement(sessionId, commandId, timeoutMs) {
+    const bad = badText(sessionId, "sessionId") ?? badText(commandId, "commandId");
+    if (bad !== undefined) return bad;
+    if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 0 || timeoutMs > FLEET_WAIT_TIMEOUT_MS_MAX) {
+      return peerError("invalid_request", 400, `timeoutMs: an integer in 0..=${FLEET_WAIT_TIMEOUT_MS_MAX}`);
+    }
+    await this.#ready();
+    const seen = generation;
+    try {
+      return await settleOrTrap(this.#coreNow().fleetSettlement(sessionId, commandId, timeoutMs));
+    } catch (error) {
+      if (!isTrap(error)) throw error;
+      recover(error, seen);
+      this.#core = null;
+      return peerError("internal_error", 500, "the runtime failed while serving this call and was restarted; retry it");
+    }
+  }
+
+  /**
+   * Fleet RPC: the recall of the send keyed `key` (its mail's requestId
+   * here): pending work is cancelled, running or settled work is left
+   * alone, and with nothing admitted a fence refuses a late delivery.
+   */
+  async fleetRecall(sessionId, key) {
+    const bad = badText(sessionId, "sessionId") ?? badText(key, "key");
+    if (bad !== undefined) return bad;
+    await this.#ready();
+    return this.#sync((core) => core.fleetRecall(sessionId, key));
   }
 
   /**
@@ -359,7 +450,17 @@ export class ShiitakeDO extends DurableObject {
       const id = this.ctx.id.toString();
       const heads = spared.get(id);
       spared.delete(id);
-      const core = new wasm.ShiitakeCore(this.ctx, this.env, toolHost(this), extensionHost(this), heads ? JSON.stringify(heads) : undefined, jobsHost(this));
+      const fleet = fleetHost(this);
+      this.#fleet = fleet;
+      const core = new wasm.ShiitakeCore(
+        this.ctx,
+        this.env,
+        toolHost(this, fleet !== undefined),
+        extensionHost(this),
+        heads ? JSON.stringify(heads) : undefined,
+        jobsHost(this),
+        fleet,
+      );
       this.#core = core;
       this.#coreGeneration = generation;
       this.#initializing = null;
@@ -508,17 +609,136 @@ function checkHostJobs(config) {
   return undefined;
 }
 
+// The fleet transport the core calls (src/host/fleet.rs): fleet() checked key
+// by key, this Agent's own id, and calls into the peers' Durable Objects of
+// the same namespace, each answer bounded. Undefined without fleet().
+function fleetHost(object) {
+  let config;
+  try {
+    config = object.fleet();
+  } catch (error) {
+    return { spec: () => JSON.stringify({ error: `fleet() threw: ${String(error?.message ?? error)}` }) };
+  }
+  if (config === undefined || config === null) return undefined;
+  const refused = checkFleet(config);
+  if (refused !== undefined) return { spec: () => JSON.stringify({ error: refused }) };
+  const { namespace, acceptMail, cancellationText } = config;
+  // workerd names an object addressed by idFromName (`ctx.id.name`).
+  const self = typeof object.ctx?.id?.name === "string" && object.ctx.id.name !== "" ? object.ctx.id.name : undefined;
+  const spec = JSON.stringify({ ...(self !== undefined ? { self } : {}), cancellationText: typeof cancellationText === "function" });
+  const stub = (agentId) => namespace.get(namespace.idFromName(agentId));
+  // One call into a peer: its JSON answer, bounded; rejects when the peer
+  // is unreachable, the signal aborts, or the answer is malformed.
+  const call = async (signal, invoke) => {
+    signal?.throwIfAborted();
+    const aborted = new Promise((_, reject) => signal?.addEventListener("abort", () => reject(new Error("aborted")), { once: true }));
+    aborted.catch(() => {});
+    const answer = await Promise.race([invoke(), aborted]);
+    if (typeof answer !== "string") throw new Error("the peer answered something other than JSON text (is it a ShiitakeDO?)");
+    if (answer.length > FLEET_BODY_BYTES_MAX) throw new Error(`the peer's answer is over ${FLEET_BODY_BYTES_MAX} bytes`);
+    return answer;
+  };
+  return {
+    spec: () => spec,
+    acceptMail: typeof acceptMail === "function" ? (mail, options) => acceptMail.call(object, mail, options) : undefined,
+    send: (agentId, mail, signal) => call(signal, () => stub(agentId).receiveMail(mail)),
+    read: (agentId, sessionId, query, signal) => call(signal, () => stub(agentId).fleetRead(sessionId, query)),
+    settlement: (agentId, sessionId, commandId, timeoutMs, signal) => call(signal, () => stub(agentId).fleetSettlement(sessionId, commandId, timeoutMs)),
+    recall: (agentId, sessionId, key, signal) => call(signal, () => stub(agentId).fleetRecall(sessionId, key)),
+    cancellationText(meta) {
+      try {
+        const text = cancellationText.call(object, JSON.parse(meta));
+        return typeof text === "string" && text !== "" ? text : undefined;
+      } catch (error) {
+        console.error("shiitake: fleet().cancellationText threw", error);
+        return undefined;
+      }
+    },
+  };
+}
+
+const FLEET_KEYS = { namespace: "namespace", acceptMail: "function", cancellationText: "function" };
+
+// Why `config` (what fleet() returned) cannot be used, or undefined.
+function checkFleet(config) {
+  if (typeof config !== "object" || Array.isArray(config)) return "fleet() must return an object";
+  for (const [key, value] of Object.entries(config)) {
+    const kind = FLEET_KEYS[key];
+    if (kind === undefined) return `fleet().${key}: unknown key \`${key}\`; known: ${Object.keys(FLEET_KEYS).join(", ")}`;
+    if (value === undefined) continue;
+    if (kind === "function" && typeof value !== "function") return `fleet().${key} must be a function`;
+    if (kind === "namespace" && (typeof value?.get !== "function" || typeof value?.idFromName !== "function")) {
+      return `fleet().${key} must be a Durable Object namespace binding (with get and idFromName), e.g. this.env.SHIITAKE`;
+    }
+  }
+  if (config.namespace === undefined) return "fleet().namespace is required (this Worker's Durable Object namespace, e.g. this.env.SHIITAKE)";
+  return undefined;
+}
+
+// Why acceptMail's answer cannot be used, or undefined: `{meta?}` or
+// `{refuse: reason}` (undefined accepts without metadata).
+function checkDecision(value) {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== "object" || Array.isArray(value)) return "acceptMail must return { meta? } or { refuse: reason }";
+  for (const key of Object.keys(value)) {
+    if (key !== "meta" && key !== "refuse") return `acceptMail returned an unknown key \`${key}\`; known: meta, refuse`;
+  }
+  if (value.refuse !== undefined) {
+    if (typeof value.refuse !== "string" || value.refuse === "") return "acceptMail's refuse must be a non-empty string (the reason)";
+    if (value.meta !== undefined) return "acceptMail returned both meta and refuse";
+  }
+  return undefined;
+}
+
+// A fleet RPC answer refusing the call.
+function peerError(code, status, message) {
+  return JSON.stringify({ error: { code, status, message } });
+}
+
+// A refusal when a fleet RPC argument is not a string within the bound.
+function badText(value, name) {
+  if (typeof value !== "string") return peerError("invalid_request", 400, `${name}: a string`);
+  if (value.length > FLEET_BODY_BYTES_MAX) return peerError("payload_too_large", 413, `${name}: over ${FLEET_BODY_BYTES_MAX} bytes`);
+  return undefined;
+}
+
+// Runs `work(signal)` for at most `ms`: `{value}` or `{error}` (a message),
+// never rejecting; the signal aborts at the deadline.
+async function withinMs(ms, work) {
+  const controller = new AbortController();
+  let timer;
+  const deadline = new Promise((resolve) => {
+    timer = setTimeout(() => {
+      controller.abort();
+      resolve({ error: `no answer within ${ms} ms` });
+    }, ms);
+  });
+  try {
+    const done = Promise.resolve()
+      .then(() => work(controller.signal))
+      .then(
+        (value) => ({ value }),
+        (error) => ({ error: String(error?.message ?? error) }),
+      );
+    return await Promise.race([done, deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 // The tool host the core calls (src/host/tools.rs): the Agent's capabilities
 // as data, and the calls the core decides to make. Nothing here decides a
-// grant or bounds a payload; the core does both.
-function toolHost(object) {
+// grant or bounds a payload; the core does both. With the fleet and no
+// tools(), the host offers the `agents` module alone.
+function toolHost(object, fleet = false) {
   let config;
   try {
     config = object.tools();
   } catch (error) {
     return { spec: () => JSON.stringify({ modules: [], error: String(error?.message ?? error) }) };
   }
-  if (config === undefined || config === null) return undefined;
+  if ((config === undefined || config === null) && !fleet) return undefined;
+  config ??= {};
   const refused = checkTools(config);
   if (refused !== undefined) return { spec: () => JSON.stringify({ modules: [], error: refused }) };
   const { confirm, ...accessData } = config.access ?? {};
@@ -780,6 +1000,18 @@ function plainData(value, path, where, depth = 0) {
   }
   return undefined;
 }
+
+// Bytes of one answer or mail crossing between two Agents (src/limits.rs;
+// checked like JSON_DEPTH_MAX). JS string length counts UTF-16 units, at
+// most the UTF-8 bytes.
+const FLEET_BODY_BYTES_MAX = 2_097_152;
+
+// The longest agents.wait (src/limits.rs; checked like JSON_DEPTH_MAX).
+const FLEET_WAIT_TIMEOUT_MS_MAX = 30_000;
+
+// How long the host's acceptMail may decide one mail: well within the
+// sender's FLEET_CALL_TIMEOUT_MS (10 s), so its delivery gets an answer.
+const ACCEPT_MAIL_TIMEOUT_MS = 5_000;
 
 // Nesting of a JSON value crossing the capability boundary (src/limits.rs
 // JSON_DEPTH_MAX; tests/e2e/limits-sync.test.mjs checks the copies).

@@ -122,7 +122,7 @@ impl From<ApiError> for HttpResponse {
 
 /// The effects of a cancellation: stop the turn, publish (the messages
 /// closing the calls it left open, then the settlements), wake.
-fn cancellation_effects(
+pub fn cancellation_effects(
     session_id: &str,
     stopped: Option<String>,
     settled: Vec<Settlement>,

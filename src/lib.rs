@@ -19,6 +19,7 @@ pub mod delivery;
 pub mod error;
 pub mod extension;
 pub mod files;
+pub mod fleet;
 pub mod grants;
 pub mod http;
 pub mod json;

@@ -380,3 +380,21 @@ pub const MAIL_RETRY_MAX_MS: i64 = 60_000;
 pub const MAIL_KEPT_MAX: usize = 10_000;
 /// Bytes of a recorded delivery failure (the host's error text).
 pub const MAIL_ERROR_BYTES_MAX: usize = 1_024;
+// Agents in one fleet (`src/fleet.rs`, `src/host/fleet.rs`, `js/do.mjs`).
+// An Agent id the `agents` module addresses (the name its Durable Object
+// is found by) is a mail address: `AGENT_ID_BYTES_MAX` above.
+/// Characters of a completed command's final text `agents.wait` returns
+/// (seed: at most 16,384, `truncated` when cut).
+pub const FLEET_WAIT_TEXT_CHARS_MAX: usize = 16_384;
+/// The longest `agents.wait` (seed: `timeoutMs` from 1 to 30000).
+pub const FLEET_WAIT_TIMEOUT_MS_MAX: u64 = 30_000;
+/// Wall time of one Durable Object to Durable Object call (a delivery, a
+/// read, a recall); a wait gets its `timeoutMs` on top.
+pub const FLEET_CALL_TIMEOUT_MS: u64 = 10_000;
+/// Bytes of one answer or mail crossing between two Agents (a Session read
+/// page is at most `READ_PAGE_BYTES_MAX` of messages, plus its frame).
+pub const FLEET_BODY_BYTES_MAX: usize = 2_097_152;
+/// Mails one delivery pass carries at once (the rest in the next pass).
+pub const MAIL_DELIVERIES_PER_PASS_MAX: usize = 16;
+/// Passes one wake runs back to back while mail stays due.
+pub const MAIL_PASSES_PER_WAKE_MAX: usize = 4;

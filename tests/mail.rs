@@ -21,7 +21,7 @@ use shiitake::run::{
 use shiitake::session::command::Delivery;
 use shiitake::sql::native::NativeSql;
 use shiitake::sql::Sql;
-use shiitake::store::{schema, Observers, Store};
+use shiitake::store::{schema, Store};
 use std::path::PathBuf;
 
 /// Ids unique across the Agents of a test (each has its own prefix).
@@ -83,10 +83,8 @@ impl Agent {
 
     fn ctx<T>(&mut self, f: impl FnOnce(&mut Ctx<'_>) -> T) -> T {
         self.now_ms += 1;
-        let observers: [&dyn shiitake::store::OnSettled; 1] = [&self.replies];
-        let observed = Observers(&observers);
         let mut ctx = Ctx {
-            store: Store::observed(&self.sql, &observed),
+            store: Store::observed(&self.sql, &self.replies),
             now_ms: self.now_ms,
             ids: &mut self.ids,
             meta: &self.meta,
@@ -177,15 +175,19 @@ impl Agent {
         let acceptance = Acceptance::Accept {
             meta: meta.map(str::to_owned),
         };
-        self.ctx(|ctx| mail::receive(ctx, &m, &acceptance)).unwrap()
+        self.ctx(|ctx| mail::receive(ctx, &m, &acceptance))
+            .unwrap()
+            .value
     }
 
     fn delivered(&mut self, key: &str, receipt: &Receipt) -> SendState {
-        self.ctx(|ctx| mail::delivered(ctx, key, receipt)).unwrap()
+        self.ctx(|ctx| mail::delivered(ctx, key, receipt))
+            .unwrap()
+            .value
     }
 
     fn failed(&mut self, key: &str, error: &str) -> SendState {
-        self.ctx(|ctx| mail::failed(ctx, key, error)).unwrap()
+        self.ctx(|ctx| mail::failed(ctx, key, error)).unwrap().value
     }
 
     fn complete(&mut self, session: &str, command: &str, attempt: u32, text: &str) -> StepOutcome {

@@ -57,6 +57,55 @@ extern "C" {
     #[wasm_bindgen(method)]
     pub fn tick(this: &JsJobs, signal: &web_sys::AbortSignal) -> Promise;
 
+    /// The shim's fleet (`js/do.mjs`, `ShiitakeDO#fleet()`): calls into
+    /// the peer Agents' Durable Objects of the same namespace. Each call
+    /// resolves to the peer's answer as JSON (`{value}` or `{error: {code,
+    /// status, message}}`) and rejects only when the peer was unreachable.
+    pub type JsFleet;
+
+    /// `{self, cancellationText}` or `{error}` as JSON.
+    #[wasm_bindgen(method)]
+    pub fn spec(this: &JsFleet) -> String;
+
+    /// Delivers one mail (JSON) to Agent `agent`: its receipt.
+    #[wasm_bindgen(method)]
+    pub fn send(this: &JsFleet, agent: &str, mail: &str, signal: &web_sys::AbortSignal) -> Promise;
+
+    /// Agent `agent`'s bounded read of a Session (`query`: `{limit?, cursor?}`).
+    #[wasm_bindgen(method)]
+    pub fn read(
+        this: &JsFleet,
+        agent: &str,
+        session: &str,
+        query: &str,
+        signal: &web_sys::AbortSignal,
+    ) -> Promise;
+
+    /// Agent `agent`'s settlement of one command, waiting up to `timeout_ms`.
+    #[wasm_bindgen(method)]
+    pub fn settlement(
+        this: &JsFleet,
+        agent: &str,
+        session: &str,
+        command: &str,
+        timeout_ms: f64,
+        signal: &web_sys::AbortSignal,
+    ) -> Promise;
+
+    /// The recall of the send keyed `key` at Agent `agent`.
+    #[wasm_bindgen(method)]
+    pub fn recall(
+        this: &JsFleet,
+        agent: &str,
+        session: &str,
+        key: &str,
+        signal: &web_sys::AbortSignal,
+    ) -> Promise;
+
+    /// The host's `cancellationText(meta)` (JSON in): the text, or undefined.
+    #[wasm_bindgen(method, js_name = cancellationText)]
+    pub fn cancellation_text(this: &JsFleet, meta: &str) -> Option<String>;
+
     /// The shim's tool host (`js/do.mjs`).
     pub type JsTools;
 

@@ -20,7 +20,9 @@ mod config;
 mod extensions;
 mod files;
 mod files_grant;
+mod fleet;
 mod jobs;
+mod mail;
 mod mcp;
 mod model;
 mod runner;
@@ -36,7 +38,8 @@ use crate::limits::PAGE_LIMIT_DEFAULT;
 use crate::meta::MetaPolicy;
 use crate::observe::{Event, Frame};
 use crate::session::read;
-use crate::store::{schema, Store};
+use crate::sql::SqlError;
+use crate::store::{schema, CommandRow, OnSettled, Store};
 use bindings::{log_error, RandomIds};
 use config::HostConfig;
 use futures::channel::oneshot;
@@ -71,6 +74,11 @@ struct Inner {
     jobs: Result<Option<jobs::HostJobs>, String>,
     /// The lane's pass in this instance, and `close` calls joining it.
     lane: jobs::LaneRun,
+    /// The host's fleet (`ShiitakeDO#fleet()`, `fleet.rs`), or why it is
+    /// unusable (the `agents` module is then not offered, peers refused).
+    fleet: Result<Option<fleet::HostFleet>, String>,
+    /// The delivery performer in this instance (`mail.rs`).
+    mail: mail::MailRun,
     /// Projections last published (`extensions.rs`).
     published: RefCell<extensions::Published>,
     /// Why the host's `initialize(extensions)` failed: this instance serves
@@ -100,7 +108,8 @@ impl ShiitakeCore {
     /// the heads (JSON array) of this object's turns that a wasm reset
     /// caused by other code interrupted: they resume at their current
     /// attempt (`blame.rs`); `jobs` the shim's host work lane, or
-    /// undefined (`jobs.rs`).
+    /// undefined (`jobs.rs`); `fleet` the shim's fleet transport, or
+    /// undefined (`fleet.rs`).
     #[wasm_bindgen(constructor)]
     pub fn new(
         ctx: JsValue,
@@ -109,6 +118,7 @@ impl ShiitakeCore {
         extensions: JsValue,
         spared: Option<String>,
         jobs: JsValue,
+        fleet: JsValue,
     ) -> Result<ShiitakeCore, JsValue> {
         let sql = sql::DoSql::from_state(&ctx)?;
         // `ctx.id.toString()`: the shim keys its trap reports the same way.
@@ -121,7 +131,11 @@ impl ShiitakeCore {
         let spared: HashSet<String> = spared
             .and_then(|json| serde_json::from_str(&json).ok())
             .unwrap_or_default();
-        let tools = tools::HostTools::new(tools);
+        let fleet = fleet::HostFleet::new(fleet);
+        if let Err(why) = &fleet {
+            log_error(why);
+        }
+        let tools = tools::HostTools::new(tools, matches!(fleet, Ok(Some(_))));
         if let Err(why) = &tools {
             log_error(why);
         }
@@ -141,6 +155,8 @@ impl ShiitakeCore {
             extensions,
             jobs,
             lane: jobs::LaneRun::default(),
+            fleet,
+            mail: mail::MailRun::default(),
             published: RefCell::default(),
             closed: RefCell::default(),
             config: HostConfig::from_env(&env),
@@ -348,10 +364,10 @@ impl Inner {
 
     /// The store, its settlements told to the extensions.
     fn store(&self) -> Store<'_> {
-        match self.extensions() {
-            Some(ext) => Store::observed(&self.sql, ext),
-            None => Store::new(&self.sql),
+        if self.extensions().is_none() && self.fleet().is_none() {
+            return Store::new(&self.sql);
         }
+        Store::observed(&self.sql, self)
     }
 
     fn with_ctx<T>(&self, f: impl FnOnce(&mut Ctx<'_>) -> T) -> T {
@@ -398,5 +414,27 @@ impl Inner {
         })
         .ok()
         .map(|page| page.to_string())
+    }
+}
+
+/// Every settlement runs, inside its settling transition, the extensions'
+/// settled hooks and the staging of the replies this Agent owes.
+impl OnSettled for Inner {
+    fn settled(
+        &self,
+        store: Store<'_>,
+        command: &CommandRow,
+        settlement: &str,
+        now_ms: i64,
+    ) -> Result<(), SqlError> {
+        if let Some(ext) = self.extensions() {
+            ext.settled(store, command, settlement, now_ms)?;
+        }
+        if let Some(fleet) = self.fleet() {
+            fleet
+                .replies()
+                .settled(store, command, settlement, now_ms)?;
+        }
+        Ok(())
     }
 }

@@ -136,7 +136,7 @@ impl Inner {
         };
         Ok(earliest(
             earliest(turns, extensions),
-            self.lane_deadline(now)?,
+            earliest(self.lane_deadline(now)?, self.mail_deadline()?),
         ))
     }
 
@@ -147,9 +147,10 @@ impl Inner {
             log_error(e);
             return Ok(());
         }
-        // Every wake requests host work beside reconciliation; the lane
-        // runs on its own, never holding this alarm.
+        // Every wake requests host work and mail delivery beside
+        // reconciliation; both run on their own, never holding this alarm.
         self.request_host_work();
+        self.request_mail();
         if self.loop_running.get() {
             // Another invocation is running the turns: it takes this wake.
             self.wake_loop();
@@ -217,10 +218,15 @@ impl Inner {
                     None => None,
                 };
                 later = earliest(next_deadline, extensions);
+                let any_settled = !settled.is_empty();
                 for (session, settlement) in settled {
                     for event in crate::run::driver::settled_events(vec![settlement]) {
                         self.publish_event(&session, &event);
                     }
+                }
+                if any_settled {
+                    // A delegated command's reply is staged when it settles.
+                    self.mail_after_transition();
                 }
                 for step in steps {
                     let stopper = self.start_live(&step.command_id, &step.session_id)?;
@@ -235,7 +241,10 @@ impl Inner {
                     let lane = self
                         .lane_deadline(now)
                         .map_err(|e| JsValue::from_str(&e.to_string()))?;
-                    later = earliest(later, lane);
+                    let mail = self
+                        .mail_deadline()
+                        .map_err(|e| JsValue::from_str(&e.to_string()))?;
+                    later = earliest(later, earliest(lane, mail));
                 }
                 return Ok(later.map(|at| self.write_alarm(at)));
             }
@@ -294,6 +303,7 @@ impl Inner {
                     continue;
                 }
                 Action::Next { ended, started } => {
+                    self.mail_after_transition();
                     self.run_ended(&ended);
                     self.end_live(&ended);
                     match self.start_live(&started, &session) {
@@ -341,6 +351,8 @@ impl Inner {
             // Settled hooks ran in that write.
             self.publish_projections();
         }
+        // The settling write may have staged a delegated command's reply.
+        self.mail_after_transition();
         self.run_ended(turn.head());
         self.end_live(turn.head());
     }

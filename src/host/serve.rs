@@ -88,6 +88,11 @@ impl Inner {
         if effects.delivery {
             self.request_host_work();
         }
+        if !effects.settled.is_empty() || effects.ended_session.is_some() {
+            // A delegated command's reply is staged when it settles (or
+            // its Session is deleted).
+            self.mail_after_transition();
+        }
     }
 }
 

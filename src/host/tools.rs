@@ -132,7 +132,9 @@ pub struct HostTools {
 
 impl HostTools {
     /// `None` when the host offers no tools at all.
-    pub fn new(js: JsValue) -> Result<Option<HostTools>, String> {
+    /// `fleet`: the host enables the fleet, so the `agents` module is
+    /// offered (`src/fleet.rs`).
+    pub fn new(js: JsValue, fleet: bool) -> Result<Option<HostTools>, String> {
         if js.is_undefined() || js.is_null() {
             return Ok(None);
         }
@@ -173,6 +175,9 @@ impl HostTools {
             }
             modules.push(module);
             ports.push((MODULE_ID.to_owned(), port));
+        }
+        if fleet {
+            modules.push(crate::fleet::module());
         }
         let servers = crate::mcp::hub::parse_servers(&js.mcp_servers())
             .map_err(|e| format!("tools(): {e}"))?;
@@ -443,6 +448,14 @@ impl Inner {
         if let Some(server) = server {
             let signal = controller.signal();
             let called = server.call(&tools.js, &op.operation, &op.args, &signal);
+            let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
+                .await
+                .ok_or_else(timed_out)?
+                .map_err(Failure::Refused)?;
+            return Ok((result, None));
+        }
+        if op.module_id == crate::fleet::MODULE_ID && self.fleet().is_some() {
+            let called = self.fleet_operation(op, controller);
             let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
                 .await
                 .ok_or_else(timed_out)?

@@ -26,7 +26,7 @@ use crate::limits::{
     MAIL_KEY_BYTES_MAX, MAIL_PENDING_MAX, MAIL_RETRY_BASE_MS, MAIL_RETRY_MAX_MS,
     MAIL_TEXT_BYTES_MAX, REQUEST_ID_BYTES_MAX, SESSION_ID_BYTES_MAX,
 };
-use crate::session::admission::{commit_send, prepare_prompt, PreparedSend};
+use crate::session::admission::{commit_send, prepare_prompt, Admitted, PreparedSend};
 use crate::session::command::{Delivery, PromptInput};
 use crate::settlement::Settlement;
 use crate::sql::{atomically, Sql, SqlError};
@@ -241,8 +241,13 @@ fn valid_id(id: &str, max: usize) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 
+/// Whether `id` is an Agent id a mail may carry (and `agents` address).
+pub fn valid_agent_id(id: &str) -> bool {
+    valid_id(id, AGENT_ID_BYTES_MAX)
+}
+
 fn check_address(field: &str, a: &Address) -> Result<(), String> {
-    if !valid_id(&a.agent_id, AGENT_ID_BYTES_MAX) {
+    if !valid_agent_id(&a.agent_id) {
         return Err(format!(
             "{field}.agentId: 1..={AGENT_ID_BYTES_MAX} bytes of [A-Za-z0-9._:-]"
         ));
@@ -495,7 +500,11 @@ pub fn due(store: Store<'_>, now_ms: i64, limit: usize) -> Result<Vec<Mail>, Api
 /// while its delivery was under way records the acceptance (the
 /// admission happened, as `withdraw` lets an admission win). An unknown
 /// key is `400 invalid_request`.
-pub fn delivered(ctx: &mut Ctx<'_>, key: &str, receipt: &Receipt) -> Result<SendState, ApiError> {
+pub fn delivered(
+    ctx: &mut Ctx<'_>,
+    key: &str,
+    receipt: &Receipt,
+) -> Result<Landing<SendState>, ApiError> {
     let store = ctx.store;
     let sql = store.sql();
     let now_ms = ctx.now_ms;
@@ -503,7 +512,9 @@ pub fn delivered(ctx: &mut Ctx<'_>, key: &str, receipt: &Receipt) -> Result<Send
     if !tables::exists(sql)? {
         return Err(no_mail(key));
     }
-    atomically(sql, || {
+    let mut slot = None;
+    let landed = &mut slot;
+    let value = atomically(sql, || {
         let row = tables::outbox(sql, key)?.ok_or_else(|| no_mail(key))?;
         match (row.state.as_str(), receipt) {
             ("pending" | "recalled", Receipt::Accepted { command_id }) => {
@@ -551,9 +562,14 @@ pub fn delivered(ctx: &mut Ctx<'_>, key: &str, receipt: &Receipt) -> Result<Send
                 row.attempts + 1,
                 Reason::RecipientLeft,
                 None,
+                landed,
             ),
             _ => state_of(&row),
         }
+    })?;
+    Ok(Landing {
+        value,
+        landed: slot,
     })
 }
 
@@ -561,7 +577,7 @@ pub fn delivered(ctx: &mut Ctx<'_>, key: &str, receipt: &Receipt) -> Result<Send
 /// attempt is scheduled with the ordinary backoff ([`retry_delay_ms`]), or
 /// past the attempt bound ([`MAIL_ATTEMPTS_MAX`]) the mail is undeliverable
 /// (`recipient_offline`). A mail no longer pending answers its state.
-pub fn failed(ctx: &mut Ctx<'_>, key: &str, error: &str) -> Result<SendState, ApiError> {
+pub fn failed(ctx: &mut Ctx<'_>, key: &str, error: &str) -> Result<Landing<SendState>, ApiError> {
     let store = ctx.store;
     let sql = store.sql();
     let now_ms = ctx.now_ms;
@@ -570,7 +586,9 @@ pub fn failed(ctx: &mut Ctx<'_>, key: &str, error: &str) -> Result<SendState, Ap
         return Err(no_mail(key));
     }
     let error = bounded(error, MAIL_ERROR_BYTES_MAX);
-    atomically(sql, || {
+    let mut slot = None;
+    let landed = &mut slot;
+    let value = atomically(sql, || {
         let row = tables::outbox(sql, key)?.ok_or_else(|| no_mail(key))?;
         if row.state != "pending" {
             return state_of(&row);
@@ -585,6 +603,7 @@ pub fn failed(ctx: &mut Ctx<'_>, key: &str, error: &str) -> Result<SendState, Ap
                 attempts,
                 Reason::RecipientOffline,
                 Some(&error),
+                landed,
             );
         }
         let next_at = now_ms.saturating_add(retry_delay_ms(attempts));
@@ -602,6 +621,10 @@ pub fn failed(ctx: &mut Ctx<'_>, key: &str, error: &str) -> Result<SendState, Ap
         Ok(SendState::Pending {
             key: key.to_owned(),
         })
+    })?;
+    Ok(Landing {
+        value,
+        landed: slot,
     })
 }
 
@@ -630,6 +653,7 @@ fn sentence(outcome: Outcome, reason: Option<Reason>) -> &'static str {
 /// (`requestId = <key>:reply:0`, authored by the intended recipient, no
 /// command id). An absent Session gets no line. A Session whose queue is
 /// full keeps the mail pending and tries again after the longest backoff.
+#[allow(clippy::too_many_arguments)]
 fn give_up(
     store: Store<'_>,
     ids: &mut dyn IdSource,
@@ -638,6 +662,7 @@ fn give_up(
     attempts: u32,
     reason: Reason,
     error: Option<&str>,
+    landed: &mut Option<Landed>,
 ) -> Result<SendState, ApiError> {
     let sql = store.sql();
     let mail = parse_mail(&row.mail)?;
@@ -713,7 +738,7 @@ fn give_up(
         now_ms,
     )?;
     if let Some((reply, verified, prepared)) = line {
-        let command_id = admit(store, ids, now_ms, &prepared)?;
+        let command_id = admit(store, ids, now_ms, &prepared, landed)?;
         tables::insert_inbox(
             sql,
             &InboxRow {
@@ -744,13 +769,20 @@ fn admit(
     ids: &mut dyn IdSource,
     now_ms: i64,
     prepared: &PreparedSend,
+    landed: &mut Option<Landed>,
 ) -> Result<String, ApiError> {
     if let Some(command_id) = prepared.replayed() {
         return Ok(command_id.to_owned());
     }
-    commit_send(store, ids, now_ms, prepared)?
-        .map(|a| a.receipt.command_id)
-        .ok_or_else(|| ApiError::Internal("a new admission wrote nothing".into()))
+    let admitted = commit_send(store, ids, now_ms, prepared)?
+        .ok_or_else(|| ApiError::Internal("a new admission wrote nothing".into()))?;
+    let command_id = admitted.receipt.command_id.clone();
+    *landed = Some(Landed {
+        session_id: prepared.session_id().to_owned(),
+        request_id: prepared.request_id().to_owned(),
+        admitted,
+    });
+    Ok(command_id)
 }
 
 /// The metadata of a reply line: the host's Acceptance metadata (a JSON
@@ -791,8 +823,15 @@ pub fn reply_meta(host: Option<&str>, line: &ReplyLine) -> Result<String, ApiErr
 /// sender's), or a refusal.
 #[derive(Debug, Clone)]
 pub enum Acceptance {
-    Accept { meta: Option<String> },
-    Refuse { reason: String },
+    Accept {
+        meta: Option<String>,
+    },
+    Refuse {
+        reason: String,
+    },
+    /// This Agent left the fleet: the sender gives up at once
+    /// (`recipient_left`).
+    Left,
 }
 
 /// Authenticates a reply against this Agent's outbox (seed table,
@@ -859,11 +898,11 @@ pub fn receive(
     ctx: &mut Ctx<'_>,
     mail: &Mail,
     acceptance: &Acceptance,
-) -> Result<Receipt, ApiError> {
+) -> Result<Landing<Receipt>, ApiError> {
     if let Err(reason) = validate(mail) {
-        return Ok(Receipt::Refused {
+        return Ok(Landing::none(Receipt::Refused {
             reason: format!("malformed mail: {reason}"),
-        });
+        }));
     }
     let store = ctx.store;
     let sql = store.sql();
@@ -871,7 +910,9 @@ pub fn receive(
     let ids = &mut *ctx.ids;
     let digest = digest(mail)?;
     tables::create(sql)?;
-    atomically(sql, || {
+    let mut slot = None;
+    let landed = &mut slot;
+    let value = atomically(sql, || {
         if let Some(row) = tables::inbox(sql, &mail.key)? {
             return Ok(if row.digest == digest {
                 Receipt::Accepted {
@@ -903,6 +944,7 @@ pub fn receive(
                     reason: bounded(reason, MAIL_ERROR_BYTES_MAX),
                 })
             }
+            Acceptance::Left => return Ok(Receipt::Left),
             Acceptance::Accept { meta } => meta.as_deref(),
         };
         let meta = match &verified {
@@ -941,7 +983,7 @@ pub fn receive(
             }
             Err(e) => return Err(e),
         };
-        let command_id = admit(store, ids, now_ms, &prepared)?;
+        let command_id = admit(store, ids, now_ms, &prepared, landed)?;
         tables::insert_inbox(
             sql,
             &InboxRow {
@@ -965,7 +1007,36 @@ pub fn receive(
             }
         }
         Ok(Receipt::Accepted { command_id })
+    })?;
+    Ok(Landing {
+        value,
+        landed: slot,
     })
+}
+
+/// An admission a mail transition made (a received mail or reply, or a
+/// local undeliverable line), for the host to publish and run.
+#[derive(Debug)]
+pub struct Landed {
+    pub session_id: String,
+    pub request_id: String,
+    pub admitted: Admitted,
+}
+
+/// A mail transition's answer and the admission it made, if any.
+#[derive(Debug)]
+pub struct Landing<T> {
+    pub value: T,
+    pub landed: Option<Landed>,
+}
+
+impl<T> Landing<T> {
+    fn none(value: T) -> Self {
+        Landing {
+            value,
+            landed: None,
+        }
+    }
 }
 
 /// The earliest owed delivery (a pending mail's next attempt), if any.
@@ -1020,7 +1091,7 @@ pub fn recall(ctx: &mut Ctx<'_>, key: &str) -> Result<Option<SendState>, ApiErro
 pub type CancellationText = Box<dyn Fn(&Value) -> Option<String>>;
 
 /// Stages replies on settlement (an [`OnSettled`], run beside the
-/// extensions' hooks through `store::Observers`): when a command admitted
+/// extensions' hooks, one `OnSettled` in the host): when a command admitted
 /// from a received send that wants a reply settles, the settling
 /// transition freezes the reply in this Agent's outbox (key
 /// `<key>:reply:0`, from the send's `to`, to its `from`, `replyTo` empty):

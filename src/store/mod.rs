@@ -207,27 +207,6 @@ pub trait OnSettled {
     ) -> Result<(), SqlError>;
 }
 
-/// Several [`OnSettled`] observers told of each settlement in order, in
-/// the same settling transition (the extensions' hooks, then the mail
-/// replies: `mail::Replies`); the first error stops the rest and fails
-/// the transition.
-pub struct Observers<'a>(pub &'a [&'a dyn OnSettled]);
-
-impl OnSettled for Observers<'_> {
-    fn settled(
-        &self,
-        store: Store<'_>,
-        command: &CommandRow,
-        settlement: &str,
-        now_ms: i64,
-    ) -> Result<(), SqlError> {
-        for observer in self.0 {
-            observer.settled(store, command, settlement, now_ms)?;
-        }
-        Ok(())
-    }
-}
-
 /// Commands not yet settled: the partial index `commands_unsettled` covers
 /// exactly these. Queue and run queries name it (`UNSETTLED_COMMANDS`), so
 /// they never scan settled history however long it grows (without stats

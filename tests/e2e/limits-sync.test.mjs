@@ -28,6 +28,8 @@ const CONSTANTS = [
   ["js/execute.mjs", "RESULT_MAX_BYTES", "TOOL_PAYLOAD_BYTES_MAX"],
   ["js/demo.mjs", "DRAIN_BYTES_MAX", "BODY_BYTES_MAX"],
   ["js/do.mjs", "FILE_BYTES_MAX", "FILE_BYTES_MAX"],
+  ["js/do.mjs", "FLEET_BODY_BYTES_MAX", "FLEET_BODY_BYTES_MAX"],
+  ["js/do.mjs", "FLEET_WAIT_TIMEOUT_MS_MAX", "FLEET_WAIT_TIMEOUT_MS_MAX"],
   ["js/files.mjs", "FILE_BYTES_MAX", "FILE_BYTES_MAX"],
   ["js/files.mjs", "LIST_ENTRIES_MAX", "LIST_ENTRIES_MAX"],
   ["js/computer.mjs", "COMPUTER_RESPONSE_BYTES_MAX", "COMPUTER_RESPONSE_BYTES_MAX"],

@@ -1,0 +1,544 @@
+//! Agents in one fleet (seed: "Agent fleet", the agent-control paragraphs
+//! of "Run it on Node"), sans-IO: the `agents` module the model reaches
+//! through `execute` (`send`, `recall`, `wait`, `read`), the decoding of its
+//! calls, and what a target Agent answers a peer: its bounded Session read,
+//! the exact settlement of one command as `agents.wait` returns it, and the
+//! recall decision (cancel pending work, never abort running work, fence a
+//! requestId nothing was admitted under). Mail itself (freezing, delivering,
+//! receiving, replies) is `crate::mail`'s; the transport is the host's.
+//!
+//! The invoking Session of every call is the run's (`CallRef`), never model
+//! input: every input schema is closed, so a `fromSessionId` or any other
+//! key is refused before anything runs.
+
+use crate::agent;
+use crate::capability::{Module, ModuleSpec};
+use crate::ctx::Ctx;
+use crate::error::ApiError;
+use crate::limits::{
+    AGENT_ID_BYTES_MAX, FLEET_WAIT_TEXT_CHARS_MAX, FLEET_WAIT_TIMEOUT_MS_MAX,
+    READ_PAGE_MESSAGES_MAX, REQUEST_ID_BYTES_MAX, SESSION_ID_BYTES_MAX, TEXT_BYTES_MAX,
+};
+use crate::model::Usage;
+use crate::run::cancel::{self, CancelOutcome, Cancellation};
+use crate::session::admission::{self, Withdrawal};
+use crate::session::command::{validate_request_id, Delivery};
+use crate::settlement::Settlement;
+use crate::store::Terminal;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// The module's id (and its grant key).
+pub const MODULE_ID: &str = "agents";
+
+/// The `agents` module: four operations over closed input schemas.
+pub fn module() -> Module {
+    let agent_id = json!({ "type": "string", "minLength": 1, "maxLength": AGENT_ID_BYTES_MAX,
+        "description": "The target Agent's id (the name its Durable Object is addressed by)." });
+    let session_id = json!({ "type": "string", "minLength": 1, "maxLength": SESSION_ID_BYTES_MAX,
+        "description": "The target Session in that Agent." });
+    let request_id = json!({ "type": "string", "minLength": 1, "maxLength": REQUEST_ID_BYTES_MAX,
+        "description": "Your own id for this send (1 to 256 UTF-8 bytes); reuse it to retry or recall the same send." });
+    let spec = json!({
+        "id": MODULE_ID,
+        "operations": [
+            {
+                "name": "send",
+                "description": "Delegates work to another Agent: admits `text` as a prompt in its Session (created if absent). A followUp send answers {status: \"accepted\", commandId} once the target admitted it, or {status: \"pending\"} while delivery continues; the target's result arrives later in this Session as a <fungi_agent_reply> line. The same requestId answers the same send again.",
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {
+                        "agentId": agent_id, "sessionId": session_id, "requestId": request_id,
+                        "text": { "type": "string", "minLength": 1, "description": "The prompt for the target." },
+                        "delivery": { "type": "string", "enum": ["followUp", "steer"],
+                            "description": "followUp (default): queue behind the target's running work; steer: join it." }
+                    },
+                    "required": ["agentId", "sessionId", "requestId", "text"],
+                    "additionalProperties": false
+                },
+                "access": "write",
+                "replaySafe": true
+            },
+            {
+                "name": "recall",
+                "description": "Recalls a send by its requestId: pending work is cancelled ({status: \"accepted\", commandId}); running or settled work is not aborted ({status: \"too_late\", commandId}); when nothing was admitted the target refuses it from now on ({status: \"unknown\"}).",
+                "inputSchema": {
+                    "type": "object",
+                    "properties": { "agentId": agent_id, "sessionId": session_id, "requestId": request_id },
+                    "required": ["agentId", "sessionId", "requestId"],
+                    "additionalProperties": false
+                },
+                "access": "write",
+                "replaySafe": true
+            },
+            {
+                "name": "wait",
+                "description": "Waits up to timeoutMs (1 to 30000) for one command of another Agent to settle: {status: \"pending\"}, or {status: \"settled\", terminal, text?, truncated?, diagnostic?, usage, toolCallCount}. A completed command returns its final text (at most 16,384 characters); failed, cancelled and interrupted commands return none, a failed one its diagnostic.",
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {
+                        "agentId": agent_id, "sessionId": session_id,
+                        "commandId": { "type": "string", "minLength": 1, "maxLength": 128 },
+                        "timeoutMs": { "type": "integer", "minimum": 1, "maximum": FLEET_WAIT_TIMEOUT_MS_MAX }
+                    },
+                    "required": ["agentId", "sessionId", "commandId", "timeoutMs"],
+                    "additionalProperties": false
+                },
+                "access": "read",
+                "replaySafe": true
+            },
+            {
+                "name": "read",
+                "description": "Reads one page of another Agent's Session (newest messages first up to `limit`, at most 200; pass the page's `cursor` back to read older ones).",
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {
+                        "agentId": agent_id, "sessionId": session_id,
+                        "limit": { "type": "integer", "minimum": 1, "maximum": READ_PAGE_MESSAGES_MAX },
+                        "cursor": { "type": "string", "minLength": 1, "maxLength": 64 }
+                    },
+                    "required": ["agentId", "sessionId"],
+                    "additionalProperties": false
+                },
+                "access": "read",
+                "replaySafe": true
+            }
+        ]
+    });
+    let spec: ModuleSpec = serde_json::from_value(spec).expect("the agents module spec is valid");
+    Module::from_spec(spec).expect("the agents module is valid")
+}
+
+/// One decoded call of the `agents` module.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Call {
+    Send {
+        agent_id: String,
+        session_id: String,
+        request_id: String,
+        text: String,
+        delivery: Delivery,
+    },
+    Recall {
+        agent_id: String,
+        session_id: String,
+        request_id: String,
+    },
+    Wait {
+        agent_id: String,
+        session_id: String,
+        command_id: String,
+        timeout_ms: u64,
+    },
+    Read {
+        agent_id: String,
+        session_id: String,
+        query: ReadQuery,
+    },
+}
+
+/// What `agents.read` asks a target for (also the RPC's query JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReadQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SendArgs {
+    agent_id: String,
+    session_id: String,
+    request_id: String,
+    text: String,
+    #[serde(default)]
+    delivery: Delivery,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RecallArgs {
+    agent_id: String,
+    session_id: String,
+    request_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct WaitArgs {
+    agent_id: String,
+    session_id: String,
+    command_id: String,
+    timeout_ms: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ReadArgs {
+    agent_id: String,
+    session_id: String,
+    #[serde(default)]
+    limit: Option<usize>,
+    #[serde(default)]
+    cursor: Option<String>,
+}
+
+/// Decodes one call of operation `operation` with `args` (already checked
+/// against the input schema, checked again here: the schema's lengths
+/// count characters, requestIds are bounded in bytes).
+pub fn decode(operation: &str, args: &Value) -> Result<Call, String> {
+    fn parse<T: serde::de::DeserializeOwned>(operation: &str, args: &Value) -> Result<T, String> {
+        serde_json::from_value(args.clone()).map_err(|e| format!("agents.{operation}: {e}"))
+    }
+    let checked = |operation: &str, agent_id: &str, session_id: &str| -> Result<(), String> {
+        validate_agent_id(agent_id).map_err(|e| format!("agents.{operation}: {e}"))?;
+        agent::validate_session_id(session_id).map_err(|e| format!("agents.{operation}: {e}"))
+    };
+    let request = |operation: &str, id: &str| -> Result<(), String> {
+        validate_request_id(id).map_err(|e| format!("agents.{operation}: {e}"))
+    };
+    match operation {
+        "send" => {
+            let a: SendArgs = parse(operation, args)?;
+            checked(operation, &a.agent_id, &a.session_id)?;
+            request(operation, &a.request_id)?;
+            if a.text.is_empty() || a.text.len() > TEXT_BYTES_MAX {
+                return Err(format!(
+                    "agents.send: text: 1..={TEXT_BYTES_MAX} UTF-8 bytes, got {}",
+                    a.text.len()
+                ));
+            }
+            Ok(Call::Send {
+                agent_id: a.agent_id,
+                session_id: a.session_id,
+                request_id: a.request_id,
+                text: a.text,
+                delivery: a.delivery,
+            })
+        }
+        "recall" => {
+            let a: RecallArgs = parse(operation, args)?;
+            checked(operation, &a.agent_id, &a.session_id)?;
+            request(operation, &a.request_id)?;
+            Ok(Call::Recall {
+                agent_id: a.agent_id,
+                session_id: a.session_id,
+                request_id: a.request_id,
+            })
+        }
+        "wait" => {
+            let a: WaitArgs = parse(operation, args)?;
+            checked(operation, &a.agent_id, &a.session_id)?;
+            if a.command_id.is_empty() || a.command_id.len() > 128 {
+                return Err("agents.wait: commandId: 1..=128 bytes".into());
+            }
+            if !(1..=FLEET_WAIT_TIMEOUT_MS_MAX).contains(&a.timeout_ms) {
+                return Err(format!(
+                    "agents.wait: timeoutMs: 1..={FLEET_WAIT_TIMEOUT_MS_MAX}, got {}",
+                    a.timeout_ms
+                ));
+            }
+            Ok(Call::Wait {
+                agent_id: a.agent_id,
+                session_id: a.session_id,
+                command_id: a.command_id,
+                timeout_ms: a.timeout_ms,
+            })
+        }
+        "read" => {
+            let a: ReadArgs = parse(operation, args)?;
+            checked(operation, &a.agent_id, &a.session_id)?;
+            let query = ReadQuery {
+                limit: a.limit,
+                cursor: a.cursor,
+            };
+            query.check().map_err(|e| format!("agents.read: {e}"))?;
+            Ok(Call::Read {
+                agent_id: a.agent_id,
+                session_id: a.session_id,
+                query,
+            })
+        }
+        other => Err(format!("agents.{other}: no such operation")),
+    }
+}
+
+impl ReadQuery {
+    /// The bounds of a read: `limit` 1..=200, `cursor` a page cursor.
+    pub fn check(&self) -> Result<(), ApiError> {
+        if let Some(limit) = self.limit {
+            if !(1..=READ_PAGE_MESSAGES_MAX).contains(&limit) {
+                return Err(ApiError::InvalidRequest(format!(
+                    "limit: 1..={READ_PAGE_MESSAGES_MAX}, got {limit}"
+                )));
+            }
+        }
+        if let Some(cursor) = &self.cursor {
+            if cursor.len() > 64 || !cursor.parse::<i64>().is_ok_and(|n| n > 0) {
+                return Err(ApiError::InvalidRequest(format!(
+                    "cursor: not a cursor returned by a read: `{}`",
+                    crate::text::shorten(cursor)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn before(&self) -> Option<i64> {
+        self.cursor.as_deref().and_then(|c| c.parse().ok())
+    }
+}
+
+/// An Agent id: what a mail may carry (`mail::valid_agent_id`).
+pub fn validate_agent_id(id: &str) -> Result<(), ApiError> {
+    if !crate::mail::valid_agent_id(id) {
+        return Err(ApiError::InvalidRequest(format!(
+            "agentId: 1..={AGENT_ID_BYTES_MAX} bytes of [A-Za-z0-9._:-]"
+        )));
+    }
+    Ok(())
+}
+
+/// A target's bounded Session read: the page the HTTP read serves.
+pub fn read(
+    ctx: &mut Ctx<'_>,
+    ext: Option<&crate::extension::Extensions>,
+    session_id: &str,
+    query: &ReadQuery,
+) -> Result<Value, ApiError> {
+    agent::validate_session_id(session_id)?;
+    query.check()?;
+    let limit = query.limit.unwrap_or(crate::limits::PAGE_LIMIT_DEFAULT);
+    let page = crate::session::read::page(ctx, session_id, query.before(), limit)?;
+    crate::http::with_projections(ctx, ext, session_id, page)
+}
+
+/// What `agents.wait` answers about one command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "camelCase")]
+pub enum WaitAnswer {
+    /// Not settled yet (the wait's deadline passed).
+    #[serde(rename_all = "camelCase")]
+    Pending { command_id: String },
+    #[serde(rename_all = "camelCase")]
+    Settled {
+        command_id: String,
+        terminal: Terminal,
+        /// A completed command's final text, at most
+        /// `FLEET_WAIT_TEXT_CHARS_MAX` characters.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        truncated: bool,
+        /// A failed run's bounded diagnostic.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        diagnostic: Option<String>,
+        usage: Option<Usage>,
+        tool_call_count: u32,
+    },
+}
+
+impl WaitAnswer {
+    /// The answer for `command_id` from its settlement, if any.
+    pub fn of(command_id: &str, settlement: Option<Settlement>) -> WaitAnswer {
+        let Some(s) = settlement else {
+            return WaitAnswer::Pending {
+                command_id: command_id.to_owned(),
+            };
+        };
+        let (text, truncated) = match (s.terminal, s.answer) {
+            (Terminal::Completed, Some(answer)) => {
+                match answer.char_indices().nth(FLEET_WAIT_TEXT_CHARS_MAX) {
+                    Some((cut, _)) => (Some(answer[..cut].to_owned()), true),
+                    None => (Some(answer), false),
+                }
+            }
+            _ => (None, false),
+        };
+        let diagnostic = match s.terminal {
+            Terminal::Failed | Terminal::Interrupted => s.diagnostic,
+            _ => None,
+        };
+        WaitAnswer::Settled {
+            command_id: s.command_id,
+            terminal: s.terminal,
+            text,
+            truncated,
+            diagnostic,
+            usage: s.usage,
+            tool_call_count: s.tool_call_count,
+        }
+    }
+}
+
+/// A target's settlement read for `agents.wait` (no waiting: the host
+/// parks the call until the command settles or the deadline passes).
+pub fn settlement(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    command_id: &str,
+) -> Result<WaitAnswer, ApiError> {
+    agent::validate_session_id(session_id)?;
+    let found = crate::settlement::read(ctx.store, session_id, command_id)?;
+    Ok(WaitAnswer::of(command_id, found))
+}
+
+/// What a recall did at the target (seed: "Recall cancels only pending
+/// work").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum RecallAnswer {
+    /// The pending command was cancelled: it never runs.
+    #[serde(rename_all = "camelCase")]
+    Accepted { command_id: String },
+    /// Running or settled: left alone.
+    #[serde(rename_all = "camelCase")]
+    TooLate { command_id: String },
+    /// Nothing was admitted; a fence refuses a late delivery.
+    Unknown,
+}
+
+/// The target's side of a recall of the send keyed `key` (the requestId
+/// its mail was admitted under): the admitted command, if pending, is
+/// cancelled (`onlyIfPending`); otherwise a withdrawal fence is put so a
+/// late delivery is refused. An absent Session is created first so the
+/// fence can hold (a delivery in flight would otherwise create it and be
+/// admitted). Answers the cancellation too, for the host's effects.
+pub fn recall(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    key: &str,
+) -> Result<(RecallAnswer, Option<Cancellation<CancelOutcome>>), ApiError> {
+    agent::validate_session_id(session_id)?;
+    validate_request_id(key)?;
+    if !ctx.store.session_exists(session_id)? {
+        match agent::create_session(ctx, Some(session_id)) {
+            Ok(_) | Err(ApiError::SessionExists(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    match admission::withdraw(ctx, session_id, key)? {
+        Withdrawal::Unknown => Ok((RecallAnswer::Unknown, None)),
+        Withdrawal::Accepted { command_id } => {
+            let cancelled = cancel::cancel(ctx, session_id, &command_id, true, None)?;
+            let answer = match &cancelled.outcome {
+                CancelOutcome::Cancelled { command_id, .. } => RecallAnswer::Accepted {
+                    command_id: command_id.clone(),
+                },
+                CancelOutcome::TooLate { command_id } => RecallAnswer::TooLate {
+                    command_id: command_id.clone(),
+                },
+            };
+            Ok((answer, Some(cancelled)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_module_is_closed_and_named() {
+        let m = module();
+        assert_eq!(m.id, "agents");
+        let names: Vec<_> = m.operations.iter().map(|o| o.guest_name.as_str()).collect();
+        assert_eq!(names, ["send", "recall", "wait", "read"]);
+        let send = m.operation("send").unwrap();
+        let extra = json!({"agentId": "a", "sessionId": "s", "requestId": "r", "text": "t", "fromSessionId": "x"});
+        assert!(send.check_arguments(&extra).is_err(), "closed schema");
+    }
+
+    #[test]
+    fn decode_bounds_request_ids_in_bytes() {
+        let long = "é".repeat(129); // 258 bytes, 129 characters
+        let args = json!({"agentId": "a", "sessionId": "s", "requestId": long, "text": "t"});
+        let e = decode("send", &args).unwrap_err();
+        assert!(e.contains("requestId"), "{e}");
+        let ok =
+            json!({"agentId": "a", "sessionId": "s", "requestId": "é".repeat(128), "text": "t"});
+        assert!(decode("send", &ok).is_ok());
+        let empty = json!({"agentId": "a", "sessionId": "s", "requestId": ""});
+        assert!(decode("recall", &empty).is_err());
+    }
+
+    #[test]
+    fn decode_refuses_foreign_keys_and_bad_bounds() {
+        let sneaky = json!({"agentId": "a", "sessionId": "s", "requestId": "r", "text": "t", "fromSessionId": "x"});
+        assert!(decode("send", &sneaky)
+            .unwrap_err()
+            .contains("fromSessionId"));
+        for t in [0, 30_001] {
+            let w = json!({"agentId": "a", "sessionId": "s", "commandId": "c", "timeoutMs": t});
+            assert!(decode("wait", &w).unwrap_err().contains("timeoutMs"));
+        }
+        let bad_session = json!({"agentId": "a", "sessionId": "no spaces"});
+        assert!(decode("read", &bad_session).is_err());
+        let bad_agent = json!({"agentId": "a\u{0}b", "sessionId": "s"});
+        assert!(decode("read", &bad_agent).is_err());
+        for cursor in ["x", "0", "-3", ""] {
+            let bad_cursor = json!({"agentId": "a", "sessionId": "s", "cursor": cursor});
+            assert!(decode("read", &bad_cursor).is_err(), "{cursor}");
+        }
+    }
+
+    fn settled(terminal: Terminal, answer: Option<&str>, diagnostic: Option<&str>) -> Settlement {
+        Settlement::new("cmd_1", terminal, answer.map(|a| (a, None, 2)), diagnostic)
+    }
+
+    #[test]
+    fn wait_answers_text_only_for_completed_work() {
+        assert_eq!(
+            serde_json::to_value(WaitAnswer::of("cmd_1", None)).unwrap(),
+            json!({"status": "pending", "commandId": "cmd_1"})
+        );
+        let done = WaitAnswer::of(
+            "cmd_1",
+            Some(settled(Terminal::Completed, Some("hi"), None)),
+        );
+        assert_eq!(
+            serde_json::to_value(done).unwrap(),
+            json!({"status": "settled", "commandId": "cmd_1", "terminal": "completed", "text": "hi", "usage": null, "toolCallCount": 2})
+        );
+        let failed = WaitAnswer::of(
+            "cmd_1",
+            Some(settled(
+                Terminal::Failed,
+                Some("partial"),
+                Some("model: 401"),
+            )),
+        );
+        let v = serde_json::to_value(failed).unwrap();
+        assert_eq!(v["diagnostic"], "model: 401");
+        assert!(v.get("text").is_none());
+        let cancelled =
+            WaitAnswer::of("cmd_1", Some(settled(Terminal::Cancelled, Some("x"), None)));
+        assert!(serde_json::to_value(cancelled)
+            .unwrap()
+            .get("text")
+            .is_none());
+    }
+
+    #[test]
+    fn wait_cuts_text_at_16384_characters() {
+        let long = "ü".repeat(FLEET_WAIT_TEXT_CHARS_MAX + 5);
+        let WaitAnswer::Settled {
+            text, truncated, ..
+        } = WaitAnswer::of("c", Some(settled(Terminal::Completed, Some(&long), None)))
+        else {
+            panic!("settled")
+        };
+        assert!(truncated);
+        assert_eq!(text.unwrap().chars().count(), FLEET_WAIT_TEXT_CHARS_MAX);
+        let exact = "a".repeat(FLEET_WAIT_TEXT_CHARS_MAX);
+        let WaitAnswer::Settled { truncated, .. } =
+            WaitAnswer::of("c", Some(settled(Terminal::Completed, Some(&exact), None)))
+        else {
+            panic!("settled")
+        };
+        assert!(!truncated);
+    }
+}

@@ -1,0 +1,458 @@
+//! The fleet in the Durable Object (seed: "Agent fleet"): the `agents`
+//! module's calls (`src/fleet.rs` decides what each means) performed over
+//! the shim's transport to the peer Agents' Durable Objects of the same
+//! namespace (`ShiitakeDO#fleet()`, `js/do.mjs`), and the RPC entry points a
+//! peer reaches: `receiveMail`, `fleetRead`, `fleetSettlement`,
+//! `fleetRecall`.
+//!
+//! Every peer call is bounded in time (`FLEET_CALL_TIMEOUT_MS`, plus the
+//! wait's own `timeoutMs`) and its answer in size (`FLEET_BODY_BYTES_MAX`,
+//! checked by the shim). A peer answers `{value}` or `{error: {code, status,
+//! message}}`; refusals reach the model as the tool call's error, naming
+//! the code (`agents.read: session_not_found: ...`).
+
+use super::bindings::{self, error_message, JsFleet};
+use super::{blame, Inner, ShiitakeCore};
+use crate::error::ApiError;
+use crate::fleet::{self, Call, ReadQuery, RecallAnswer, WaitAnswer};
+use crate::limits::{FLEET_CALL_TIMEOUT_MS, FLEET_WAIT_TIMEOUT_MS_MAX};
+use crate::mail::{self, Acceptance, Address, Mail, Outgoing};
+use crate::run::operation::OperationCall;
+use futures::future::select;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+/// `fleet()` as the shim describes it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Spec {
+    /// This Agent's own id (`ctx.id.name`), when the platform tells it.
+    #[serde(default, rename = "self")]
+    self_id: Option<String>,
+    #[serde(default)]
+    cancellation_text: bool,
+    /// `fleet()` threw or is malformed: why.
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// The host's fleet, decoded once per instance.
+pub struct HostFleet {
+    pub js: JsFleet,
+    /// This Agent's id in the namespace: the `from` of its mail.
+    pub self_id: String,
+    pub cancellation_text: bool,
+}
+
+impl HostFleet {
+    /// `None` when the host enables no fleet; an error when it is unusable
+    /// (the `agents` module is then not offered and peers are refused).
+    pub fn new(js: JsValue) -> Result<Option<HostFleet>, String> {
+        if js.is_undefined() || js.is_null() {
+            return Ok(None);
+        }
+        let js: JsFleet = js.unchecked_into();
+        let spec: Spec = serde_json::from_str(&js.spec()).map_err(|e| format!("fleet(): {e}"))?;
+        if let Some(error) = spec.error {
+            return Err(error);
+        }
+        let self_id = spec.self_id.ok_or_else(|| {
+            "fleet(): this Durable Object has no name (`ctx.id.name`); address each Agent with \
+             `namespace.idFromName(agentId)` so its peers can find it by the same id"
+                .to_owned()
+        })?;
+        fleet::validate_agent_id(&self_id).map_err(|e| format!("fleet(): this Agent's {e}"))?;
+        Ok(Some(HostFleet {
+            js,
+            self_id,
+            cancellation_text: spec.cancellation_text,
+        }))
+    }
+
+    /// The settled-work observer that stages the replies this Agent owes,
+    /// with the host's text for cancelled work (`fleet().cancellationText`,
+    /// seed: "the host's cancellation text such as Work cancelled by Ada.").
+    pub fn replies(&self) -> mail::Replies {
+        if !self.cancellation_text {
+            return mail::Replies::new();
+        }
+        let js: JsFleet = JsValue::clone(&self.js).unchecked_into();
+        mail::Replies::with_cancellation_text(Box::new(move |meta| {
+            js.cancellation_text(&meta.to_string())
+        }))
+    }
+}
+
+/// A peer's answer `{value}` or `{error: {code, status, message}}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Answer {
+    #[serde(default)]
+    value: Option<Value>,
+    #[serde(default)]
+    error: Option<PeerError>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PeerError {
+    pub code: String,
+    #[serde(default)]
+    pub status: Option<u16>,
+    pub message: String,
+}
+
+/// What a call to a peer came to.
+pub(super) enum Peer {
+    Value(Value),
+    /// The peer refused (its answer's error).
+    Refused(PeerError),
+    /// Unreachable, timed out or malformed: why.
+    Failed(String),
+}
+
+/// Awaits one peer call under `timeout_ms`, aborting it past that.
+pub(super) async fn peer_call(
+    promise: js_sys::Promise,
+    controller: &web_sys::AbortController,
+    timeout_ms: u64,
+) -> Peer {
+    let reply = bindings::within(JsFuture::from(promise), timeout_ms, controller, 0).await;
+    match reply {
+        None => Peer::Failed(format!("no answer within {timeout_ms} ms")),
+        Some(Err(e)) => Peer::Failed(error_message(&e)),
+        Some(Ok(text)) => {
+            let text = text.as_string().unwrap_or_default();
+            match serde_json::from_str::<Answer>(&text) {
+                Ok(Answer { error: Some(e), .. }) => Peer::Refused(e),
+                Ok(Answer { value, .. }) => Peer::Value(value.unwrap_or(Value::Null)),
+                Err(e) => Peer::Failed(format!("the peer's answer is malformed: {e}")),
+            }
+        }
+    }
+}
+
+/// An [`ApiError`] as a peer answer's error.
+pub(super) fn error_answer(e: &ApiError) -> String {
+    json!({ "error": { "code": e.code(), "status": e.status(), "message": e.to_string() } })
+        .to_string()
+}
+
+fn value_answer(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(value) => json!({ "value": value }).to_string(),
+        Err(e) => error_answer(&ApiError::Internal(e.to_string())),
+    }
+}
+
+impl Inner {
+    /// Whether the host enabled a usable fleet.
+    pub(super) fn fleet(&self) -> Option<&HostFleet> {
+        match &self.fleet {
+            Ok(Some(fleet)) => Some(fleet),
+            _ => None,
+        }
+    }
+
+    /// Performs one `agents.*` call (after its gate). `Err`: the model
+    /// sees why.
+    pub(super) async fn fleet_operation(
+        &self,
+        op: &OperationCall,
+        stopper: &web_sys::AbortController,
+    ) -> Result<Value, String> {
+        let fleet = match &self.fleet {
+            Ok(Some(fleet)) => fleet,
+            Ok(None) => return Err("agents: this Agent's host enables no fleet".into()),
+            Err(why) => return Err(format!("agents: {why}")),
+        };
+        let name = format!("agents.{}", op.guest_name);
+        let call = fleet::decode(&op.operation, &op.args)?;
+        let refused = |e: PeerError| format!("{name}: {}: {}", e.code, e.message);
+        let failed = |agent: &str, why: String| {
+            format!("{name}: Agent `{agent}` could not be reached: {why}")
+        };
+        match call {
+            Call::Send {
+                agent_id,
+                session_id,
+                request_id,
+                text,
+                delivery,
+            } => {
+                let outgoing = Outgoing {
+                    from: Address {
+                        agent_id: fleet.self_id.clone(),
+                        session_id: op.of.session_id.clone(),
+                    },
+                    to: Address {
+                        agent_id,
+                        session_id,
+                    },
+                    request_id: &request_id,
+                    text: &text,
+                    delivery,
+                };
+                let state = self
+                    .with_ctx(|ctx| mail::send(ctx, &outgoing))
+                    .map_err(|e| format!("{name}: {}: {e}", e.code()))?;
+                let state = match state {
+                    mail::SendState::Pending { key } => self
+                        .deliver_now(fleet, &key)
+                        .await
+                        .unwrap_or(mail::SendState::Pending { key }),
+                    other => other,
+                };
+                serde_json::to_value(&state).map_err(|e| e.to_string())
+            }
+            Call::Recall {
+                agent_id,
+                session_id,
+                request_id,
+            } => {
+                let from = Address {
+                    agent_id: fleet.self_id.clone(),
+                    session_id: op.of.session_id.clone(),
+                };
+                let to = Address {
+                    agent_id: agent_id.clone(),
+                    session_id: session_id.clone(),
+                };
+                let key = mail::send_key(&from, &to, &request_id);
+                // A send still pending here is never delivered.
+                self.with_ctx(|ctx| mail::recall(ctx, &key))
+                    .map_err(|e| format!("{name}: {}: {e}", e.code()))?;
+                let promise = fleet
+                    .js
+                    .recall(&agent_id, &session_id, &key, &stopper.signal());
+                match peer_call(promise, stopper, FLEET_CALL_TIMEOUT_MS).await {
+                    Peer::Value(v) => {
+                        let answer: RecallAnswer = serde_json::from_value(v).map_err(|e| {
+                            failed(&agent_id, format!("malformed recall answer: {e}"))
+                        })?;
+                        serde_json::to_value(answer).map_err(|e| e.to_string())
+                    }
+                    Peer::Refused(e) => Err(refused(e)),
+                    Peer::Failed(why) => Err(failed(&agent_id, why)),
+                }
+            }
+            Call::Wait {
+                agent_id,
+                session_id,
+                command_id,
+                timeout_ms,
+            } => {
+                let promise = fleet.js.settlement(
+                    &agent_id,
+                    &session_id,
+                    &command_id,
+                    timeout_ms as f64,
+                    &stopper.signal(),
+                );
+                match peer_call(promise, stopper, FLEET_CALL_TIMEOUT_MS + timeout_ms).await {
+                    Peer::Value(v) => {
+                        let answer: WaitAnswer = serde_json::from_value(v)
+                            .map_err(|e| failed(&agent_id, format!("malformed settlement: {e}")))?;
+                        serde_json::to_value(answer).map_err(|e| e.to_string())
+                    }
+                    Peer::Refused(e) => Err(refused(e)),
+                    Peer::Failed(why) => Err(failed(&agent_id, why)),
+                }
+            }
+            Call::Read {
+                agent_id,
+                session_id,
+                query,
+            } => {
+                let query = serde_json::to_string(&query).map_err(|e| e.to_string())?;
+                let promise = fleet
+                    .js
+                    .read(&agent_id, &session_id, &query, &stopper.signal());
+                match peer_call(promise, stopper, FLEET_CALL_TIMEOUT_MS).await {
+                    Peer::Value(v) => Ok(v),
+                    Peer::Refused(e) => Err(refused(e)),
+                    Peer::Failed(why) => Err(failed(&agent_id, why)),
+                }
+            }
+        }
+    }
+
+    /// Refuses a peer call (the answer to send back) when this runtime has
+    /// no usable fleet or cannot serve.
+    fn fleet_ready(&self) -> Result<(), String> {
+        match &self.fleet {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return Err(refusal(
+                    "fleet_disabled",
+                    403,
+                    "this Agent's runtime has no fleet (its host's fleet() returns nothing)",
+                ))
+            }
+            Err(why) => return Err(error_answer(&ApiError::HostMisconfigured(why.clone()))),
+        }
+        self.ready().map_err(|e| error_answer(&e))
+    }
+}
+
+/// The host's decision on one mail, as the shim passes it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Decision {
+    #[serde(default)]
+    meta: Option<Value>,
+    #[serde(default)]
+    refuse: Option<String>,
+}
+
+#[wasm_bindgen]
+impl ShiitakeCore {
+    /// A peer's mail (JSON) after the host's `acceptMail` decision (JSON
+    /// `{meta?}` or `{refuse}`): the receipt as `{value}` or `{error}`.
+    #[wasm_bindgen(js_name = receiveMail)]
+    pub fn receive_mail(&self, mail: &str, decision: &str) -> String {
+        let _scope = blame::enter(self.inner.scope(None));
+        let inner = &self.inner;
+        if let Err(answer) = inner.fleet_ready() {
+            return answer;
+        }
+        let mail: Mail = match strict_json(mail) {
+            Ok(mail) => mail,
+            Err(e) => return error_answer(&ApiError::InvalidRequest(format!("mail: {e}"))),
+        };
+        let decision: Decision = match serde_json::from_str(decision) {
+            Ok(d) => d,
+            Err(e) => {
+                return error_answer(&ApiError::HostMisconfigured(format!("acceptMail: {e}")))
+            }
+        };
+        let acceptance = match decision.refuse {
+            // The documented reason for an Agent that left the fleet.
+            Some(reason) if reason == "left" => Acceptance::Left,
+            Some(reason) => Acceptance::Refuse { reason },
+            None => Acceptance::Accept {
+                meta: decision.meta.map(|m| m.to_string()),
+            },
+        };
+        match inner.with_ctx(|ctx| mail::receive(ctx, &mail, &acceptance)) {
+            Ok(landing) => {
+                // An admitted prompt or reply line: its frames, its turn.
+                inner.land(landing.landed);
+                inner.mail_after_transition();
+                value_answer(&landing.value)
+            }
+            Err(e) => error_answer(&e),
+        }
+    }
+
+    /// A peer's bounded read of one Session (`query`: `{limit?, cursor?}`):
+    /// `{value: page}` or `{error}`.
+    #[wasm_bindgen(js_name = fleetRead)]
+    pub fn fleet_read(&self, session_id: &str, query: &str) -> String {
+        let _scope = blame::enter(self.inner.scope(Some(session_id)));
+        let inner = &self.inner;
+        if let Err(answer) = inner.fleet_ready() {
+            return answer;
+        }
+        let query: ReadQuery = match strict_json(query) {
+            Ok(q) => q,
+            Err(e) => return error_answer(&ApiError::InvalidRequest(format!("query: {e}"))),
+        };
+        match inner.with_ctx(|ctx| fleet::read(ctx, inner.extensions(), session_id, &query)) {
+            Ok(page) => value_answer(&page),
+            Err(e) => error_answer(&e),
+        }
+    }
+
+    /// A peer's `agents.wait`: the command's settlement, waiting up to
+    /// `timeout_ms` (at most `FLEET_WAIT_TIMEOUT_MS_MAX`) for it.
+    #[wasm_bindgen(js_name = fleetSettlement)]
+    pub async fn fleet_settlement(
+        &self,
+        session_id: String,
+        command_id: String,
+        timeout_ms: f64,
+    ) -> String {
+        let scope = self.inner.scope(Some(&session_id));
+        blame::scoped(
+            scope,
+            self.inner
+                .fleet_settlement(&session_id, &command_id, timeout_ms),
+        )
+        .await
+    }
+
+    /// A peer's recall of the send keyed `key` (the requestId its mail was
+    /// admitted under): `{value: {status: accepted|too_late|unknown}}`.
+    #[wasm_bindgen(js_name = fleetRecall)]
+    pub fn fleet_recall(&self, session_id: &str, key: &str) -> String {
+        let _scope = blame::enter(self.inner.scope(Some(session_id)));
+        let inner = &self.inner;
+        if let Err(answer) = inner.fleet_ready() {
+            return answer;
+        }
+        match inner.with_ctx(|ctx| fleet::recall(ctx, session_id, key)) {
+            Ok((answer, cancellation)) => {
+                if let Some(c) = cancellation {
+                    inner.apply(crate::http::cancellation_effects(
+                        session_id,
+                        c.stopped_turn,
+                        c.settled,
+                    ));
+                }
+                value_answer(&answer)
+            }
+            Err(e) => error_answer(&e),
+        }
+    }
+}
+
+impl Inner {
+    async fn fleet_settlement(
+        &self,
+        session_id: &str,
+        command_id: &str,
+        timeout_ms: f64,
+    ) -> String {
+        if let Err(answer) = self.fleet_ready() {
+            return answer;
+        }
+        if !timeout_ms.is_finite()
+            || !(0.0..=FLEET_WAIT_TIMEOUT_MS_MAX as f64).contains(&timeout_ms)
+        {
+            return error_answer(&ApiError::InvalidRequest(format!(
+                "timeoutMs: 0..={FLEET_WAIT_TIMEOUT_MS_MAX}"
+            )));
+        }
+        let read = || self.with_ctx(|ctx| fleet::settlement(ctx, session_id, command_id));
+        match read() {
+            Ok(WaitAnswer::Pending { .. }) if timeout_ms >= 1.0 => {}
+            Ok(answer) => return value_answer(&answer),
+            Err(e) => return error_answer(&e),
+        }
+        match self.observers.wait(command_id) {
+            Err(super::watch::Full) => return error_answer(&ApiError::TooManyObservers),
+            Ok(settled) => {
+                let _ = select(settled, bindings::sleep(timeout_ms as u64)).await;
+            }
+        }
+        match read() {
+            Ok(answer) => value_answer(&answer),
+            Err(e) => error_answer(&e),
+        }
+    }
+}
+
+/// A refusal of a peer call that is no [`ApiError`] of the HTTP contract.
+pub(super) fn refusal(code: &str, status: u16, message: &str) -> String {
+    json!({ "error": { "code": code, "status": status, "message": message } }).to_string()
+}
+
+/// JSON text into `T`, refusing repeated keys (`crate::json::strict`) and
+/// naming the bad field.
+fn strict_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    let value = crate::json::strict(text.as_bytes()).map_err(|e| e.to_string())?;
+    crate::json::decode(value)
+}
