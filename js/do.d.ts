@@ -164,7 +164,9 @@ export interface ShiitakeFleet {
    * model?, reasoning?})` and `agents.list({archived?, cursor?, limit?})`;
    * every Agent registers itself on its first fleet use, and a send to an
    * Agent absent from the directory is undeliverable (`recipient_offline`)
-   * at once, to an archived or erased one `recipient_left`.
+   * at once, to an archived or erased one `recipient_left`. The directory
+   * holds at most 10,000 Agents; names are at most 128 characters; a list
+   * page holds at most 200 Agents (default 50).
    */
   directory?: boolean;
   /** With `directory`: offers `agents.archive({agentId})` and `agents.unarchive({agentId})`, and `agents.list`'s `archived: true`. */
