@@ -140,9 +140,13 @@ pub struct CreateInput {
 pub enum Request {
     Create(CreateInput),
     #[serde(rename_all = "camelCase")]
-    Register { agent_id: String },
+    Register {
+        agent_id: String,
+    },
     #[serde(rename_all = "camelCase")]
-    Lookup { agent_id: String },
+    Lookup {
+        agent_id: String,
+    },
     #[serde(rename_all = "camelCase")]
     List {
         #[serde(default)]
@@ -166,7 +170,9 @@ pub enum Request {
         archived: bool,
     },
     #[serde(rename_all = "camelCase")]
-    Erase { agent_id: String },
+    Erase {
+        agent_id: String,
+    },
 }
 
 /// What [`lookup`] answers.
@@ -234,11 +240,13 @@ pub fn validate_model(model: &str) -> Result<(), String> {
         ));
     }
     let (provider, rest) = model.split_once('/').ok_or_else(bad)?;
-    let provider_ok = provider.chars().next().is_some_and(|c| {
-        c.is_ascii_lowercase() || c.is_ascii_digit()
-    }) && provider
+    let provider_ok = provider
         .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'));
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && provider
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'));
     let rest_ok = !rest.is_empty()
         && !rest.starts_with('/')
         && !rest.chars().any(|c| c.is_whitespace() || c.is_control());
@@ -629,7 +637,9 @@ fn decide(sql: &dyn Sql, caller: &str, agent_id: &str, archived: bool) -> Result
     if found.creator.as_deref() != Some(caller) {
         return Err(Refusal::new(
             &format!("{verb}:not_creator"),
-            format!("Agent `{agent_id}` was not created by this Agent; only its creator may {verb} it"),
+            format!(
+                "Agent `{agent_id}` was not created by this Agent; only its creator may {verb} it"
+            ),
         ));
     }
     match (archived, found.archived) {
@@ -729,7 +739,9 @@ pub fn handle(sql: &dyn Sql, now_ms: i64, request: &Request) -> Result<Value, Re
             caller,
             agent_id,
             archived,
-        } => Ok(value(&set_archived(sql, now_ms, caller, agent_id, *archived)?)),
+        } => Ok(value(&set_archived(
+            sql, now_ms, caller, agent_id, *archived,
+        )?)),
         Request::Erase { agent_id } => Ok(json!({ "erased": erase(sql, now_ms, agent_id)? })),
     }
 }

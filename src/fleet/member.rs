@@ -100,7 +100,10 @@ pub enum MemberAnswer {
     Archived,
     Unarchived,
     /// Refused: `reason` is `running` or `pending`.
-    Busy { reason: String, message: String },
+    Busy {
+        reason: String,
+        message: String,
+    },
 }
 
 /// The target's side, one transition: archiving is refused while a

@@ -25,7 +25,7 @@ use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::limits::{
     AGENT_ID_BYTES_MAX, AGENT_NAME_CHARS_MAX, DIRECTORY_PAGE_DEFAULT, DIRECTORY_PAGE_MAX,
-    MODEL_ADDRESS_BYTES_MAX, FLEET_WAIT_TEXT_CHARS_MAX, FLEET_WAIT_TIMEOUT_MS_MAX,
+    FLEET_WAIT_TEXT_CHARS_MAX, FLEET_WAIT_TIMEOUT_MS_MAX, MODEL_ADDRESS_BYTES_MAX,
     READ_PAGE_MESSAGES_MAX, REQUEST_ID_BYTES_MAX, SESSION_ID_BYTES_MAX, TEXT_BYTES_MAX,
 };
 use crate::model::Usage;
@@ -426,9 +426,11 @@ pub fn decode(operation: &str, args: &Value, offer: Offer) -> Result<Call, Strin
             let a: ListArgs = parse(operation, args)?;
             let archived = a.archived.unwrap_or(false);
             if archived && !offer.archive {
-                return Err("agents.list: archived: this host does not archive Agents, so it \
+                return Err(
+                    "agents.list: archived: this host does not archive Agents, so it \
                             lists no archived ones (leave `archived` out)"
-                    .into());
+                        .into(),
+                );
             }
             if let Some(limit) = a.limit {
                 if !(1..=DIRECTORY_PAGE_MAX).contains(&limit) {
@@ -689,7 +691,9 @@ mod tests {
             .contains("fromSessionId"));
         for t in [0, 30_001] {
             let w = json!({"agentId": "a", "sessionId": "s", "commandId": "c", "timeoutMs": t});
-            assert!(decode("wait", &w, Offer::default()).unwrap_err().contains("timeoutMs"));
+            assert!(decode("wait", &w, Offer::default())
+                .unwrap_err()
+                .contains("timeoutMs"));
         }
         let bad_session = json!({"agentId": "a", "sessionId": "no spaces"});
         assert!(decode("read", &bad_session, Offer::default()).is_err());
@@ -697,7 +701,10 @@ mod tests {
         assert!(decode("read", &bad_agent, Offer::default()).is_err());
         for cursor in ["x", "0", "-3", ""] {
             let bad_cursor = json!({"agentId": "a", "sessionId": "s", "cursor": cursor});
-            assert!(decode("read", &bad_cursor, Offer::default()).is_err(), "{cursor}");
+            assert!(
+                decode("read", &bad_cursor, Offer::default()).is_err(),
+                "{cursor}"
+            );
         }
     }
 

@@ -489,9 +489,7 @@ impl Inner {
         let request = Request::Lookup {
             agent_id: agent_id.to_owned(),
         };
-        let found: directory::Lookup = self
-            .directory(fleet, &request, &controller, "mail")
-            .await?;
+        let found: directory::Lookup = self.directory(fleet, &request, &controller, "mail").await?;
         Ok(match found.entry {
             Some(e) if e.archived => Some(mail::Reason::RecipientLeft),
             Some(_) => None,
@@ -689,13 +687,11 @@ impl Inner {
     async fn erase_agent(&self, agent_id: &str) -> String {
         let fleet = match &self.fleet {
             Ok(Some(fleet)) if fleet.offer.directory => fleet,
-            Ok(_) => {
-                return refusal(
-                    "fleet_disabled",
-                    403,
-                    "eraseAgent needs fleet().directory: true (the directory holds erasure addresses)",
-                )
-            }
+            Ok(_) => return refusal(
+                "fleet_disabled",
+                403,
+                "eraseAgent needs fleet().directory: true (the directory holds erasure addresses)",
+            ),
             Err(why) => return error_answer(&ApiError::HostMisconfigured(why.clone())),
         };
         if let Err(e) = fleet::validate_agent_id(agent_id) {

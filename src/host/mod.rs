@@ -136,7 +136,11 @@ impl ShiitakeCore {
         if let Err(why) = &fleet {
             log_error(why);
         }
-        let offer = fleet.as_ref().ok().and_then(|f| f.as_ref()).map(|f| f.offer);
+        let offer = fleet
+            .as_ref()
+            .ok()
+            .and_then(|f| f.as_ref())
+            .map(|f| f.offer);
         let tools = tools::HostTools::new(tools, offer);
         if let Err(why) = &tools {
             log_error(why);

@@ -654,7 +654,16 @@ pub fn undeliverable_now(
             return state_of(&row);
         }
         let attempts = row.attempts.saturating_add(1);
-        give_up(store, ids, now_ms, &row, attempts, reason, Some(&why), landed)
+        give_up(
+            store,
+            ids,
+            now_ms,
+            &row,
+            attempts,
+            reason,
+            Some(&why),
+            landed,
+        )
     })?;
     Ok(Landing {
         value,
