@@ -315,6 +315,12 @@ impl Inner {
                     reasoning: args.reasoning,
                 });
                 let entry: Entry = self.directory(fleet, &request, stopper, &name).await?;
+                // The stored default (`entry.model`, `entry.reasoning`) is
+                // only kept here: applying it to the new Agent's runs (the
+                // explicit Agent layer of the model preference) is the
+                // model resolver's, e.g. by telling the target here (a
+                // retried create answers the same entry, so it is
+                // idempotent) or when the target registers.
                 Ok(self.facts(fleet, &entry, false))
             }
             Call::List {

@@ -236,6 +236,15 @@ describe("fleet directory: create, list, archive, unarchive, erase", () => {
     assert.ok(refused.err, JSON.stringify(refused));
   });
 
+  test("fleet() is checked key by key: archive needs directory, directory is a boolean", T, async () => {
+    for (const [prefix, pattern] of [["badarchive", /fleet\(\)\.archive needs fleet\(\)\.directory/], ["badkind", /fleet\(\)\.directory must be a boolean/]]) {
+      const id = `${prefix}-${randomUUID()}`;
+      const res = await h.api("POST", `/fleet-rpc/${id}/fleetRead`, ["s", "{}"]);
+      assert.equal(res.json.error?.code, "host_misconfigured", JSON.stringify(res.json));
+      assert.match(res.json.error.message, pattern);
+    }
+  });
+
   test("eraseAgent (host-only) removes the entry and deletes the Agent's storage; mail to it is recipient_left", T, async () => {
     const a = h.agent();
     const child = await create(a, { name: "Doomed" });
