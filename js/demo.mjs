@@ -22,10 +22,11 @@ export class ShiitakeDO extends Base {
     return sql;
   }
 
-  // The fleet over the demo's own namespace: every demo Agent can delegate
-  // to another (`agents.send`, `agents.wait`, ...) with no host code.
+  // The fleet over the demo's own namespace: every demo Agent can create,
+  // list, archive and delegate to another (`agents.create`, `agents.send`,
+  // `agents.wait`, ...) with no host code.
   fleet() {
-    return { namespace: this.env.SHIITAKE };
+    return { namespace: this.env.SHIITAKE, directory: true, archive: true };
   }
 
   tools() {

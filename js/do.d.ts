@@ -64,6 +64,18 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   fleetSettlement(sessionId: string, commandId: string, timeoutMs: number): Promise<string>;
   /** Fleet RPC: recalls the send keyed `key` (cancel if pending, else too_late; nothing admitted: fenced, unknown). */
   fleetRecall(sessionId: string, key: string): Promise<string>;
+  /** Fleet RPC, served only by the object named `shiitake.directory`: one directory request (JSON), as JSON text `{value}` or `{error}`. */
+  fleetDirectory(requestJson: string): Promise<string>;
+  /** Fleet RPC: the creator's archive (`{"archived": true}`) or unarchive of this Agent: `{value: {status: "archived" | "unarchived" | "busy", reason?, message?}}` or `{error}`. */
+  fleetMember(requestJson: string): Promise<string>;
+  /**
+   * Host-only: erases Agent `agentId` (needs `fleet().directory`): its
+   * directory entry removed (the id remembered as erased) and its storage
+   * deleted. Refusals throw an Error with `code` and `status`.
+   */
+  eraseAgent(agentId: string): Promise<{ agentId: string; erased: boolean }>;
+  /** Fleet RPC, host-only (called by `eraseAgent`): closes the runtime and deletes this object's storage and alarm. */
+  fleetErase(): Promise<string>;
   /**
    * Closes the runtime: requests answer 503 `runtime_closed`, no new work
    * starts in this instance; resolves once the running host work pass and
@@ -146,6 +158,21 @@ export interface ShiitakeFleet {
   acceptMail?(mail: FleetMail, options: { signal: AbortSignal }): { meta?: unknown } | { refuse: string } | undefined | Promise<{ meta?: unknown } | { refuse: string } | undefined>;
   /** The reply text of delegated work a person cancelled (`meta`: the cancellation's metadata), e.g. `Work cancelled by Ada.`. */
   cancellationText?(meta: unknown): string | undefined;
+  /**
+   * The Agent directory, held by the object named `shiitake.directory`
+   * (reserved: it runs no Agent): offers `agents.create({requestId, name?,
+   * model?, reasoning?})` and `agents.list({archived?, cursor?, limit?})`;
+   * every Agent registers itself on its first fleet use, and a send to an
+   * Agent absent from the directory is undeliverable (`recipient_offline`)
+   * at once, to an archived or erased one `recipient_left`. The directory
+   * holds at most 10,000 Agents; names are at most 128 characters; a list
+   * page holds at most 200 Agents (default 50).
+   */
+  directory?: boolean;
+  /** With `directory`: offers `agents.archive({agentId})` and `agents.unarchive({agentId})`, and `agents.list`'s `archived: true`. */
+  archive?: boolean;
+  /** The absolute path Agent `agentId`'s tools use, as create and list report it (default `/`). `this` = the Durable Object. */
+  workingDirectory?(agentId: string): string | undefined;
 }
 
 /** What a grant allows on one module (keyed by module id; `files` for Files). `write` includes `read`. */

@@ -120,6 +120,9 @@ export class ShiitakeDO extends DurableObject {
   #closed = null;
   // The fleet transport handed to the current core (fleetHost), if any.
   #fleet = undefined;
+  // The directory (only on the object named shiitake.directory).
+  #directory = null;
+  #directoryGeneration = -1;
 
   /**
    * Host hook, asked first for every request the object receives. Return a
@@ -180,6 +183,15 @@ export class ShiitakeDO extends DurableObject {
    * metadata. `cancellationText(meta)` gives the reply text of delegated
    * work a person cancelled (`meta`: the cancellation's metadata). Both are
    * called with `this` = the Durable Object. See `src/host/fleet.rs`.
+   *
+   * The Agent directory (`src/fleet/directory.rs`), held by the object
+   * named `shiitake.directory` (reserved: it runs no Agent): `directory:
+   * true` offers `agents.create` and `agents.list` (and registers each
+   * Agent on its first fleet use; a send to an Agent absent from the
+   * directory is undeliverable `recipient_offline` at once); `archive: true`
+   * (needs `directory`) offers `agents.archive` and `agents.unarchive`;
+   * `workingDirectory(agentId)` names the absolute path an Agent's tools
+   * use, as create and list report it (default `/`).
    */
   fleet() {
     return undefined;
@@ -212,6 +224,95 @@ export class ShiitakeDO extends DurableObject {
       decision = answer.value ?? {};
     }
     return this.#sync((core) => core.receiveMail(mailJson, JSON.stringify(decision)));
+  }
+
+  /**
+   * Fleet RPC, served only by the object named `shiitake.directory`: one
+   * directory request (JSON, `src/fleet/directory.rs` `Request`), answered
+   * `{value}` or `{error}`. That object runs no Agent.
+   */
+  async fleetDirectory(requestJson) {
+    const bad = badText(requestJson, "request");
+    if (bad !== undefined) return bad;
+    if (this.ctx.id.name !== DIRECTORY_AGENT_ID) {
+      return peerError("not_directory", 404, `only the object named ${DIRECTORY_AGENT_ID} holds the fleet's directory`);
+    }
+    const seen = generation;
+    try {
+      if (this.#directory === null || this.#directoryGeneration !== generation) {
+        this.#directory = new wasm.ShiitakeDirectory(this.ctx);
+        this.#directoryGeneration = generation;
+      }
+      return this.#directory.call(requestJson);
+    } catch (error) {
+      if (isTrap(error)) {
+        recover(error, seen);
+        this.#directory = null;
+        return peerError("internal_error", 500, "the directory failed while serving this call and was restarted; retry it");
+      }
+      throw error;
+    }
+  }
+
+  /**
+   * Fleet RPC: the creator's archive (`{archived: true}`) or unarchive
+   * (`{archived: false}`) of this Agent, after the directory's check:
+   * refused (`busy`: `running` or `pending`) while work runs or waits,
+   * else the flag is persisted (an archived Agent answers sends `left`).
+   */
+  async fleetMember(requestJson) {
+    const bad = badText(requestJson, "request");
+    if (bad !== undefined) return bad;
+    await this.#ready();
+    return this.#sync((core) => core.fleetMember(requestJson));
+  }
+
+  /**
+   * Host-only (no model operation reaches it): erases Agent `agentId` of
+   * this fleet: its directory entry is removed (its id remembered as
+   * erased) and its Durable Object's storage deleted (`fleetErase`). Call
+   * it on any object of the namespace whose fleet() has `directory: true`.
+   * Resolves `{ agentId, erased }` (`erased`: an entry was removed; erasing
+   * twice is no error); refusals throw an Error with `code` and `status`.
+   */
+  async eraseAgent(agentId) {
+    const bad = badText(agentId, "agentId");
+    if (bad !== undefined) throw answerError(bad);
+    await this.#ready();
+    const seen = generation;
+    let answer;
+    try {
+      answer = await settleOrTrap(this.#coreNow().eraseAgent(agentId));
+    } catch (error) {
+      if (!isTrap(error)) throw error;
+      recover(error, seen);
+      this.#core = null;
+      throw answerError(peerError("internal_error", 500, "the runtime failed while erasing; retry it"));
+    }
+    const parsed = JSON.parse(answer);
+    if (parsed.error !== undefined) throw answerError(answer);
+    return parsed.value;
+  }
+
+  /**
+   * Fleet RPC, host-only (`eraseAgent` calls it after the directory
+   * forgot this Agent): closes the runtime and deletes this object's
+   * storage (`ctx.storage.deleteAll()`) and alarm. A later request finds
+   * an empty Agent.
+   */
+  async fleetErase() {
+    const core = this.#core;
+    this.#core = null;
+    if (core !== null) {
+      try {
+        await core.close("this Agent was erased");
+      } catch (error) {
+        console.error("shiitake: closing an erased Agent", error);
+      }
+    }
+    await this.ctx.storage.deleteAlarm();
+    await this.ctx.storage.deleteAll();
+    return JSON.stringify({ value: { erased: true } });
   }
 
   /** Fleet RPC: one Session's bounded read (`queryJson`: `{limit?, cursor?}`). */
@@ -323,6 +424,10 @@ export class ShiitakeDO extends DurableObject {
     let answer = this.hostFetch(request);
     if (typeof answer?.then === "function") answer = await answer;
     if (answer !== undefined) return answer;
+    if (this.ctx.id.name === DIRECTORY_AGENT_ID) {
+      const body = { error: { code: "agent_reserved", message: `${DIRECTORY_AGENT_ID} is the fleet's directory, not an Agent` } };
+      return new Response(JSON.stringify(body), { status: 404, headers: { "content-type": "application/json" } });
+    }
     await this.#ready();
     const response = await this.#serve(request);
     return isEventStream(response) ? this.#resumable(request, response) : response;
@@ -622,10 +727,16 @@ function fleetHost(object) {
   if (config === undefined || config === null) return undefined;
   const refused = checkFleet(config);
   if (refused !== undefined) return { spec: () => JSON.stringify({ error: refused }) };
-  const { namespace, acceptMail, cancellationText } = config;
+  const { namespace, acceptMail, cancellationText, directory, archive, workingDirectory } = config;
   // workerd names an object addressed by idFromName (`ctx.id.name`).
   const self = typeof object.ctx?.id?.name === "string" && object.ctx.id.name !== "" ? object.ctx.id.name : undefined;
-  const spec = JSON.stringify({ ...(self !== undefined ? { self } : {}), cancellationText: typeof cancellationText === "function" });
+  const spec = JSON.stringify({
+    ...(self !== undefined ? { self } : {}),
+    cancellationText: typeof cancellationText === "function",
+    directory: directory === true,
+    archive: archive === true,
+    workingDirectory: typeof workingDirectory === "function",
+  });
   const stub = (agentId) => namespace.get(namespace.idFromName(agentId));
   // One call into a peer: its JSON answer, bounded; rejects when the peer
   // is unreachable, the signal aborts, or the answer is malformed.
@@ -645,6 +756,18 @@ function fleetHost(object) {
     read: (agentId, sessionId, query, signal) => call(signal, () => stub(agentId).fleetRead(sessionId, query)),
     settlement: (agentId, sessionId, commandId, timeoutMs, signal) => call(signal, () => stub(agentId).fleetSettlement(sessionId, commandId, timeoutMs)),
     recall: (agentId, sessionId, key, signal) => call(signal, () => stub(agentId).fleetRecall(sessionId, key)),
+    directory: (request, signal) => call(signal, () => stub(DIRECTORY_AGENT_ID).fleetDirectory(request)),
+    member: (agentId, request, signal) => call(signal, () => stub(agentId).fleetMember(request)),
+    erase: (agentId, signal) => call(signal, () => (agentId === self ? object.fleetErase() : stub(agentId).fleetErase())),
+    workingDirectory(agentId) {
+      try {
+        const path = workingDirectory.call(object, agentId);
+        return typeof path === "string" ? path : undefined;
+      } catch (error) {
+        console.error("shiitake: fleet().workingDirectory threw", error);
+        return undefined;
+      }
+    },
     cancellationText(meta) {
       try {
         const text = cancellationText.call(object, JSON.parse(meta));
@@ -657,7 +780,11 @@ function fleetHost(object) {
   };
 }
 
-const FLEET_KEYS = { namespace: "namespace", acceptMail: "function", cancellationText: "function" };
+const FLEET_KEYS = { namespace: "namespace", acceptMail: "function", cancellationText: "function", directory: "boolean", archive: "boolean", workingDirectory: "function" };
+
+// The Agent id of the object holding the fleet's directory (reserved;
+// src/fleet/directory.rs DIRECTORY_AGENT_ID).
+const DIRECTORY_AGENT_ID = "shiitake.directory";
 
 // Why `config` (what fleet() returned) cannot be used, or undefined.
 function checkFleet(config) {
@@ -667,11 +794,13 @@ function checkFleet(config) {
     if (kind === undefined) return `fleet().${key}: unknown key \`${key}\`; known: ${Object.keys(FLEET_KEYS).join(", ")}`;
     if (value === undefined) continue;
     if (kind === "function" && typeof value !== "function") return `fleet().${key} must be a function`;
+    if (kind === "boolean" && typeof value !== "boolean") return `fleet().${key} must be a boolean`;
     if (kind === "namespace" && (typeof value?.get !== "function" || typeof value?.idFromName !== "function")) {
       return `fleet().${key} must be a Durable Object namespace binding (with get and idFromName), e.g. this.env.SHIITAKE`;
     }
   }
   if (config.namespace === undefined) return "fleet().namespace is required (this Worker's Durable Object namespace, e.g. this.env.SHIITAKE)";
+  if (config.archive === true && config.directory !== true) return "fleet().archive needs fleet().directory: true (archiving is a directory change)";
   return undefined;
 }
 
@@ -693,6 +822,12 @@ function checkDecision(value) {
 // A fleet RPC answer refusing the call.
 function peerError(code, status, message) {
   return JSON.stringify({ error: { code, status, message } });
+}
+
+// An Error carrying a fleet answer's `{error: {code, status, message}}`.
+function answerError(answerJson) {
+  const { error } = JSON.parse(answerJson);
+  return Object.assign(new Error(`${error.code}: ${error.message}`), { code: error.code, status: error.status });
 }
 
 // A refusal when a fleet RPC argument is not a string within the bound.

@@ -394,6 +394,22 @@ pub const FLEET_CALL_TIMEOUT_MS: u64 = 10_000;
 /// Bytes of one answer or mail crossing between two Agents (a Session read
 /// page is at most `READ_PAGE_BYTES_MAX` of messages, plus its frame).
 pub const FLEET_BODY_BYTES_MAX: usize = 2_097_152;
+
+// The Agent directory (`src/fleet/directory.rs`, seed: "Agent fleet").
+/// Agents one directory holds (created and self-registered together).
+pub const DIRECTORY_AGENTS_MAX: usize = 10_000;
+/// Erased Agent ids the directory remembers (oldest forgotten first).
+pub const DIRECTORY_ERASED_KEPT_MAX: usize = 10_000;
+/// Characters of an Agent's name.
+pub const AGENT_NAME_CHARS_MAX: usize = 128;
+/// Bytes of a `provider/model` address.
+pub const MODEL_ADDRESS_BYTES_MAX: usize = 256;
+/// Agents in one `agents.list` page (default [`DIRECTORY_PAGE_DEFAULT`]).
+pub const DIRECTORY_PAGE_MAX: usize = 200;
+pub const DIRECTORY_PAGE_DEFAULT: usize = 50;
+/// Bytes of the working directory the host's `fleet().workingDirectory`
+/// names (longer or malformed answers fall back to `/`).
+pub const WORKING_DIRECTORY_BYTES_MAX: usize = 1_024;
 /// Mails one delivery pass carries at once (the rest in the next pass).
 pub const MAIL_DELIVERIES_PER_PASS_MAX: usize = 16;
 /// Passes one wake runs back to back while mail stays due.

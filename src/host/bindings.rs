@@ -102,6 +102,29 @@ extern "C" {
         signal: &web_sys::AbortSignal,
     ) -> Promise;
 
+    /// One request (JSON) to the fleet's directory object
+    /// (`crate::fleet::directory`): its `{value}` or `{error}`.
+    #[wasm_bindgen(method)]
+    pub fn directory(this: &JsFleet, request: &str, signal: &web_sys::AbortSignal) -> Promise;
+
+    /// Agent `agent`'s membership change (`{archived}` JSON,
+    /// `crate::fleet::member`).
+    #[wasm_bindgen(method)]
+    pub fn member(
+        this: &JsFleet,
+        agent: &str,
+        request: &str,
+        signal: &web_sys::AbortSignal,
+    ) -> Promise;
+
+    /// Deletes Agent `agent`'s storage (host-only erasure).
+    #[wasm_bindgen(method)]
+    pub fn erase(this: &JsFleet, agent: &str, signal: &web_sys::AbortSignal) -> Promise;
+
+    /// The host's `workingDirectory(agentId)`: the text, or undefined.
+    #[wasm_bindgen(method, js_name = workingDirectory)]
+    pub fn working_directory(this: &JsFleet, agent: &str) -> Option<String>;
+
     /// The host's `cancellationText(meta)` (JSON in): the text, or undefined.
     #[wasm_bindgen(method, js_name = cancellationText)]
     pub fn cancellation_text(this: &JsFleet, meta: &str) -> Option<String>;

@@ -3,7 +3,17 @@
 //! the shim's transport to the peer Agents' Durable Objects of the same
 //! namespace (`ShiitakeDO#fleet()`, `js/do.mjs`), and the RPC entry points a
 //! peer reaches: `receiveMail`, `fleetRead`, `fleetSettlement`,
-//! `fleetRecall`.
+//! `fleetRecall`, `fleetMember` (archive and unarchive at the target), and
+//! the host-only `eraseAgent`.
+//!
+//! With `fleet().directory` the Agent directory (`crate::fleet::directory`,
+//! held by the object named `shiitake.directory`) backs `agents.create` and
+//! `agents.list`, this Agent registers itself there on its first fleet use,
+//! and every send is looked up before it is carried (absent: undeliverable
+//! `recipient_offline` at once; archived or erased: `recipient_left`).
+//! With `fleet().archive` too, `agents.archive` and `agents.unarchive`:
+//! the directory's check, the target's own facts (`crate::fleet::member`),
+//! then the directory's commit.
 //!
 //! Every peer call is bounded in time (`FLEET_CALL_TIMEOUT_MS`, plus the
 //! wait's own `timeoutMs`) and its answer in size (`FLEET_BODY_BYTES_MAX`,
@@ -14,7 +24,9 @@
 use super::bindings::{self, error_message, JsFleet};
 use super::{blame, Inner, ShiitakeCore};
 use crate::error::ApiError;
-use crate::fleet::{self, Call, ReadQuery, RecallAnswer, WaitAnswer};
+use crate::fleet::directory::{self, Entry, Request};
+use crate::fleet::member::{self, MemberAnswer};
+use crate::fleet::{self, Call, Offer, ReadQuery, RecallAnswer, WaitAnswer};
 use crate::limits::{FLEET_CALL_TIMEOUT_MS, FLEET_WAIT_TIMEOUT_MS_MAX};
 use crate::mail::{self, Acceptance, Address, Mail, Outgoing};
 use crate::run::operation::OperationCall;
@@ -33,6 +45,12 @@ struct Spec {
     self_id: Option<String>,
     #[serde(default)]
     cancellation_text: bool,
+    #[serde(default)]
+    directory: bool,
+    #[serde(default)]
+    archive: bool,
+    #[serde(default)]
+    working_directory: bool,
     /// `fleet()` threw or is malformed: why.
     #[serde(default)]
     error: Option<String>,
@@ -44,6 +62,9 @@ pub struct HostFleet {
     /// This Agent's id in the namespace: the `from` of its mail.
     pub self_id: String,
     pub cancellation_text: bool,
+    /// The operations beyond send/recall/wait/read the host authorizes.
+    pub offer: Offer,
+    working_directory: bool,
 }
 
 impl HostFleet {
@@ -64,10 +85,18 @@ impl HostFleet {
                 .to_owned()
         })?;
         fleet::validate_agent_id(&self_id).map_err(|e| format!("fleet(): this Agent's {e}"))?;
+        if spec.archive && !spec.directory {
+            return Err("fleet().archive needs fleet().directory: true".into());
+        }
         Ok(Some(HostFleet {
             js,
             self_id,
             cancellation_text: spec.cancellation_text,
+            offer: Offer {
+                directory: spec.directory,
+                archive: spec.archive,
+            },
+            working_directory: spec.working_directory,
         }))
     }
 
@@ -169,7 +198,8 @@ impl Inner {
             Err(why) => return Err(format!("agents: {why}")),
         };
         let name = format!("agents.{}", op.guest_name);
-        let call = fleet::decode(&op.operation, &op.args)?;
+        let call = fleet::decode(&op.operation, &op.args, fleet.offer)?;
+        self.ensure_registered(fleet, stopper).await?;
         let refused = |e: PeerError| format!("{name}: {}: {}", e.code, e.message);
         let failed = |agent: &str, why: String| {
             format!("{name}: Agent `{agent}` could not be reached: {why}")
@@ -276,7 +306,202 @@ impl Inner {
                     Peer::Failed(why) => Err(failed(&agent_id, why)),
                 }
             }
+            Call::Create(args) => {
+                let request = Request::Create(directory::CreateInput {
+                    creator: fleet.self_id.clone(),
+                    request_id: args.request_id,
+                    name: args.name,
+                    model: args.model,
+                    reasoning: args.reasoning,
+                });
+                let entry: Entry = self.directory(fleet, &request, stopper, &name).await?;
+                // The stored default (`entry.model`, `entry.reasoning`) is
+                // only kept here: applying it to the new Agent's runs (the
+                // explicit Agent layer of the model preference) is the
+                // model resolver's, e.g. by telling the target here (a
+                // retried create answers the same entry, so it is
+                // idempotent) or when the target registers.
+                Ok(self.facts(fleet, &entry, false))
+            }
+            Call::List {
+                archived,
+                cursor,
+                limit,
+            } => {
+                let request = Request::List {
+                    archived,
+                    cursor,
+                    limit,
+                };
+                let page: directory::Page = self.directory(fleet, &request, stopper, &name).await?;
+                let agents: Vec<Value> = page
+                    .agents
+                    .iter()
+                    .map(|e| self.facts(fleet, e, true))
+                    .collect();
+                let mut out = json!({ "agents": agents });
+                if let Some(cursor) = page.cursor {
+                    out["cursor"] = Value::String(cursor);
+                }
+                Ok(out)
+            }
+            Call::Archive { agent_id, archived } => {
+                self.archive(fleet, &agent_id, archived, stopper, &name)
+                    .await
+            }
         }
+    }
+
+    /// One directory request: its answer decoded, or what the model sees.
+    /// A refusal whose code names its operation (`archive:not_creator`)
+    /// leads the message; any other is prefixed with the call's `name`.
+    async fn directory<T: serde::de::DeserializeOwned>(
+        &self,
+        fleet: &HostFleet,
+        request: &Request,
+        stopper: &web_sys::AbortController,
+        name: &str,
+    ) -> Result<T, String> {
+        let json = serde_json::to_string(request).map_err(|e| e.to_string())?;
+        let promise = fleet.js.directory(&json, &stopper.signal());
+        match peer_call(promise, stopper, FLEET_CALL_TIMEOUT_MS).await {
+            Peer::Value(v) => serde_json::from_value(v)
+                .map_err(|e| format!("{name}: the directory's answer is malformed: {e}")),
+            Peer::Refused(e) if e.code.contains(':') => Err(format!("{}: {}", e.code, e.message)),
+            Peer::Refused(e) => Err(format!("{name}: {}: {}", e.code, e.message)),
+            Peer::Failed(why) => Err(format!(
+                "{name}: the fleet's directory could not be reached: {why}"
+            )),
+        }
+    }
+
+    /// Registers this Agent in the directory on its first fleet use (an
+    /// Agent reached by URL, never created through `agents.create`), once.
+    async fn ensure_registered(
+        &self,
+        fleet: &HostFleet,
+        stopper: &web_sys::AbortController,
+    ) -> Result<(), String> {
+        if !fleet.offer.directory {
+            return Ok(());
+        }
+        if member::registered(&self.sql).map_err(|e| format!("agents: {e}"))? {
+            return Ok(());
+        }
+        let request = Request::Register {
+            agent_id: fleet.self_id.clone(),
+        };
+        let _: Entry = self.directory(fleet, &request, stopper, "agents").await?;
+        member::mark_registered(&self.sql, bindings::now_ms()).map_err(|e| format!("agents: {e}"))
+    }
+
+    /// What the model sees of one Agent: `{agentId, name, model?,
+    /// reasoning?, workingDirectory}` (and `archived`, `creator?` in lists).
+    /// An unnamed Agent's name is its id.
+    fn facts(&self, fleet: &HostFleet, entry: &Entry, listed: bool) -> Value {
+        let host = fleet
+            .working_directory
+            .then(|| fleet.js.working_directory(&entry.agent_id))
+            .flatten();
+        let mut out = json!({
+            "agentId": entry.agent_id,
+            "name": entry.name.clone().unwrap_or_else(|| entry.agent_id.clone()),
+            "workingDirectory": fleet::working_directory(host.as_deref()),
+        });
+        if let Some(model) = &entry.model {
+            out["model"] = json!(model);
+        }
+        if let Some(reasoning) = &entry.reasoning {
+            out["reasoning"] = json!(reasoning);
+        }
+        if listed {
+            out["archived"] = json!(entry.archived);
+            if let Some(creator) = &entry.creator {
+                out["creator"] = json!(creator);
+            }
+        }
+        out
+    }
+
+    /// `agents.archive` / `agents.unarchive` (`archived: false`): the
+    /// directory's check, the target's facts and flag, the directory's
+    /// commit. Refusals lead with `archive:<reason>` (`unarchive:…`).
+    async fn archive(
+        &self,
+        fleet: &HostFleet,
+        agent_id: &str,
+        archived: bool,
+        stopper: &web_sys::AbortController,
+        name: &str,
+    ) -> Result<Value, String> {
+        let verb = if archived { "archive" } else { "unarchive" };
+        if agent_id == fleet.self_id {
+            return Err(format!("{verb}:self: an Agent cannot {verb} itself"));
+        }
+        let check = Request::Check {
+            caller: fleet.self_id.clone(),
+            agent_id: agent_id.to_owned(),
+            archived,
+        };
+        let _: Entry = self.directory(fleet, &check, stopper, name).await?;
+        let request = json!({ "archived": archived }).to_string();
+        let promise = fleet.js.member(agent_id, &request, &stopper.signal());
+        match peer_call(promise, stopper, FLEET_CALL_TIMEOUT_MS).await {
+            Peer::Value(v) => match serde_json::from_value::<MemberAnswer>(v) {
+                Ok(MemberAnswer::Busy { reason, message }) => {
+                    return Err(format!("{verb}:{reason}: Agent `{agent_id}`: {message}"))
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    return Err(format!(
+                        "{name}: Agent `{agent_id}` answered malformed facts: {e}"
+                    ))
+                }
+            },
+            Peer::Refused(e) if UNREADABLE.contains(&e.code.as_str()) => {
+                return Err(format!(
+                    "{verb}:unreadable: Agent `{agent_id}`'s store cannot answer ({}: {})",
+                    e.code, e.message
+                ))
+            }
+            Peer::Refused(e) => return Err(format!("{name}: {}: {}", e.code, e.message)),
+            Peer::Failed(why) => {
+                return Err(format!(
+                    "{name}: Agent `{agent_id}` could not be reached: {why}"
+                ))
+            }
+        }
+        let commit = Request::SetArchived {
+            caller: fleet.self_id.clone(),
+            agent_id: agent_id.to_owned(),
+            archived,
+        };
+        let entry: Entry = self.directory(fleet, &commit, stopper, name).await?;
+        Ok(self.facts(fleet, &entry, true))
+    }
+
+    /// The directory's word on the recipient of a send before it is
+    /// carried: `None` to carry it, or the reason it is undeliverable now.
+    pub(super) async fn directory_verdict(
+        &self,
+        fleet: &HostFleet,
+        agent_id: &str,
+    ) -> Result<Option<mail::Reason>, String> {
+        if !fleet.offer.directory {
+            return Ok(None);
+        }
+        let controller =
+            web_sys::AbortController::new().map_err(|e| bindings::error_message(&e))?;
+        let request = Request::Lookup {
+            agent_id: agent_id.to_owned(),
+        };
+        let found: directory::Lookup = self.directory(fleet, &request, &controller, "mail").await?;
+        Ok(match found.entry {
+            Some(e) if e.archived => Some(mail::Reason::RecipientLeft),
+            Some(_) => None,
+            None if found.erased => Some(mail::Reason::RecipientLeft),
+            None => Some(mail::Reason::RecipientOffline),
+        })
     }
 
     /// Refuses a peer call (the answer to send back) when this runtime has
@@ -335,6 +560,11 @@ impl ShiitakeCore {
             None => Acceptance::Accept {
                 meta: decision.meta.map(|m| m.to_string()),
             },
+        };
+        // An archived Agent answers every send `Left`.
+        let acceptance = match member::acceptance(&inner.sql, &mail, acceptance) {
+            Ok(a) => a,
+            Err(e) => return error_answer(&ApiError::from(e)),
         };
         match inner.with_ctx(|ctx| mail::receive(ctx, &mail, &acceptance)) {
             Ok(landing) => {
@@ -405,6 +635,103 @@ impl ShiitakeCore {
                 value_answer(&answer)
             }
             Err(e) => error_answer(&e),
+        }
+    }
+}
+
+/// Peer codes that mean the target's store cannot answer its facts.
+const UNREADABLE: &[&str] = &[
+    "storage_incompatible",
+    "fleet_disabled",
+    "host_misconfigured",
+    "runtime_closed",
+];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MemberRequest {
+    archived: bool,
+}
+
+#[wasm_bindgen]
+impl ShiitakeCore {
+    /// A peer's `agents.archive` / `agents.unarchive` at this target
+    /// (`request`: `{archived}`): `{value: {status: archived | unarchived
+    /// | busy, reason?, message?}}` or `{error}` (a store this runtime
+    /// cannot read answers `storage_incompatible`).
+    #[wasm_bindgen(js_name = fleetMember)]
+    pub fn fleet_member(&self, request: &str) -> String {
+        let _scope = blame::enter(self.inner.scope(None));
+        let inner = &self.inner;
+        if let Err(answer) = inner.fleet_ready() {
+            return answer;
+        }
+        let request: MemberRequest = match strict_json(request) {
+            Ok(r) => r,
+            Err(e) => return error_answer(&ApiError::InvalidRequest(format!("request: {e}"))),
+        };
+        match inner.with_ctx(|ctx| member::set_archived(ctx, request.archived)) {
+            Ok(answer) => value_answer(&answer),
+            Err(e) => error_answer(&e),
+        }
+    }
+
+    /// Host-only erasure of Agent `agent_id`: its directory entry removed
+    /// (its id remembered as erased, so mail to it is undeliverable
+    /// `recipient_left`), then its storage deleted (`fleetErase` on its
+    /// object: `ctx.storage.deleteAll()`). Answers `{value: {agentId,
+    /// erased}}` (`erased`: an entry was removed) or `{error}`. Needs
+    /// `fleet().directory`. Erasing twice is no error.
+    #[wasm_bindgen(js_name = eraseAgent)]
+    pub async fn erase_agent(&self, agent_id: String) -> String {
+        let scope = self.inner.scope(None);
+        blame::scoped(scope, self.inner.erase_agent(&agent_id)).await
+    }
+}
+
+impl Inner {
+    async fn erase_agent(&self, agent_id: &str) -> String {
+        let fleet = match &self.fleet {
+            Ok(Some(fleet)) if fleet.offer.directory => fleet,
+            Ok(_) => return refusal(
+                "fleet_disabled",
+                403,
+                "eraseAgent needs fleet().directory: true (the directory holds erasure addresses)",
+            ),
+            Err(why) => return error_answer(&ApiError::HostMisconfigured(why.clone())),
+        };
+        if let Err(e) = fleet::validate_agent_id(agent_id) {
+            return error_answer(&e);
+        }
+        let controller = match web_sys::AbortController::new() {
+            Ok(c) => c,
+            Err(e) => return error_answer(&ApiError::Internal(bindings::error_message(&e))),
+        };
+        let request = Request::Erase {
+            agent_id: agent_id.to_owned(),
+        };
+        let json = serde_json::to_string(&request).unwrap_or_default();
+        let promise = fleet.js.directory(&json, &controller.signal());
+        let erased = match peer_call(promise, &controller, FLEET_CALL_TIMEOUT_MS).await {
+            Peer::Value(v) => v.get("erased").and_then(Value::as_bool).unwrap_or(false),
+            Peer::Refused(e) => return refusal(&e.code, e.status.unwrap_or(409), &e.message),
+            Peer::Failed(why) => {
+                return refusal(
+                    "directory_unreachable",
+                    503,
+                    &format!("the fleet's directory could not be reached: {why}"),
+                )
+            }
+        };
+        let promise = fleet.js.erase(agent_id, &controller.signal());
+        match peer_call(promise, &controller, FLEET_CALL_TIMEOUT_MS).await {
+            Peer::Value(_) => value_answer(&json!({ "agentId": agent_id, "erased": erased })),
+            Peer::Refused(e) => refusal(&e.code, e.status.unwrap_or(500), &e.message),
+            Peer::Failed(why) => refusal(
+                "agent_unreachable",
+                503,
+                &format!("Agent `{agent_id}`'s storage could not be deleted (its entry is gone; retry): {why}"),
+            ),
         }
     }
 }

@@ -167,9 +167,25 @@ impl Inner {
         if !self.mail.in_flight.borrow_mut().insert(mail.key.clone()) {
             return None;
         }
-        let outcome = self.carry(fleet, mail).await;
+        // A send's recipient is looked up first when the fleet has a
+        // directory: absent, archived or erased makes it undeliverable now.
+        let verdict = match mail.reply {
+            None => self.directory_verdict(fleet, &mail.to.agent_id).await,
+            Some(_) => Ok(None),
+        };
+        let outcome = match verdict {
+            Ok(None) => self.carry(fleet, mail).await.map(Ok),
+            Ok(Some(reason)) => Ok(Err(reason)),
+            Err(why) => Err(why),
+        };
         let recorded = self.with_ctx(|ctx| match &outcome {
-            Ok(receipt) => mail::delivered(ctx, &mail.key, receipt),
+            Ok(Ok(receipt)) => mail::delivered(ctx, &mail.key, receipt),
+            Ok(Err(reason)) => mail::undeliverable_now(
+                ctx,
+                &mail.key,
+                *reason,
+                "the fleet's directory: the recipient is absent, archived or erased",
+            ),
             Err(why) => mail::failed(ctx, &mail.key, why),
         });
         self.mail.in_flight.borrow_mut().remove(&mail.key);

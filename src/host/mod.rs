@@ -17,6 +17,7 @@ mod blame;
 mod body;
 mod computers;
 mod config;
+mod directory;
 mod extensions;
 mod files;
 mod files_grant;
@@ -135,7 +136,12 @@ impl ShiitakeCore {
         if let Err(why) = &fleet {
             log_error(why);
         }
-        let tools = tools::HostTools::new(tools, matches!(fleet, Ok(Some(_))));
+        let offer = fleet
+            .as_ref()
+            .ok()
+            .and_then(|f| f.as_ref())
+            .map(|f| f.offer);
+        let tools = tools::HostTools::new(tools, offer);
         if let Err(why) = &tools {
             log_error(why);
         }

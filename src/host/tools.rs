@@ -133,8 +133,11 @@ pub struct HostTools {
 impl HostTools {
     /// `None` when the host offers no tools at all.
     /// `fleet`: the host enables the fleet, so the `agents` module is
-    /// offered (`src/fleet.rs`).
-    pub fn new(js: JsValue, fleet: bool) -> Result<Option<HostTools>, String> {
+    /// offered with those operations (`src/fleet/mod.rs`).
+    pub fn new(
+        js: JsValue,
+        fleet: Option<crate::fleet::Offer>,
+    ) -> Result<Option<HostTools>, String> {
         if js.is_undefined() || js.is_null() {
             return Ok(None);
         }
@@ -176,8 +179,8 @@ impl HostTools {
             modules.push(module);
             ports.push((MODULE_ID.to_owned(), port));
         }
-        if fleet {
-            modules.push(crate::fleet::module());
+        if let Some(offer) = fleet {
+            modules.push(crate::fleet::module(offer));
         }
         let servers = crate::mcp::hub::parse_servers(&js.mcp_servers())
             .map_err(|e| format!("tools(): {e}"))?;

@@ -628,6 +628,59 @@ pub fn failed(ctx: &mut Ctx<'_>, key: &str, error: &str) -> Result<Landing<SendS
     })
 }
 
+/// Gives up a pending mail at once with `reason` (the fleet's directory
+/// says its recipient is absent or archived, `crate::fleet::directory`):
+/// like retries used up, without waiting for them. A mail no longer
+/// pending answers its state.
+pub fn undeliverable_now(
+    ctx: &mut Ctx<'_>,
+    key: &str,
+    reason: Reason,
+    why: &str,
+) -> Result<Landing<SendState>, ApiError> {
+    let store = ctx.store;
+    let sql = store.sql();
+    let now_ms = ctx.now_ms;
+    let ids = &mut *ctx.ids;
+    if !tables::exists(sql)? {
+        return Err(no_mail(key));
+    }
+    let why = bounded(why, MAIL_ERROR_BYTES_MAX);
+    let mut slot = None;
+    let landed = &mut slot;
+    let value = atomically(sql, || {
+        let row = tables::outbox(sql, key)?.ok_or_else(|| no_mail(key))?;
+        if row.state != "pending" {
+            return state_of(&row);
+        }
+        let attempts = row.attempts.saturating_add(1);
+        give_up(
+            store,
+            ids,
+            now_ms,
+            &row,
+            attempts,
+            reason,
+            Some(&why),
+            landed,
+        )
+    })?;
+    Ok(Landing {
+        value,
+        landed: slot,
+    })
+}
+
+/// How many mails this Agent still waits on: pending deliveries (its sends
+/// and the replies it owes) and accepted sends whose reply has not arrived
+/// (delegated work still waiting). Zero without the mail tables.
+pub fn waiting(sql: &dyn Sql) -> Result<usize, ApiError> {
+    if !tables::exists(sql)? {
+        return Ok(0);
+    }
+    Ok(tables::waiting_count(sql)?)
+}
+
 /// One sentence naming an outcome, for a reply with no text of its own.
 fn sentence(outcome: Outcome, reason: Option<Reason>) -> &'static str {
     match (outcome, reason) {

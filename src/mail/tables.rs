@@ -135,6 +135,19 @@ pub(super) fn pending_count(sql: &dyn Sql) -> Result<usize, SqlError> {
     Ok(rows.first().map(|r| r.int(0)).transpose()?.unwrap_or(0) as usize)
 }
 
+/// Pending mails, and accepted sends still owed their reply.
+pub(super) fn waiting_count(sql: &dyn Sql) -> Result<usize, SqlError> {
+    let rows = read(
+        sql,
+        &format!(
+            "SELECT count(*) FROM {OUTBOX} WHERE state = 'pending'
+                OR (state = 'accepted' AND reply_to <> '' AND replied_at IS NULL)"
+        ),
+        &[],
+    )?;
+    Ok(rows.first().map(|r| r.int(0)).transpose()?.unwrap_or(0) as usize)
+}
+
 /// Pending mails due at `now_ms`, earliest first.
 pub(super) fn due(sql: &dyn Sql, now_ms: i64, limit: usize) -> Result<Vec<String>, SqlError> {
     read(

@@ -505,6 +505,22 @@ impl<'a> Store<'a> {
         )?)
     }
 
+    /// How many commands of every Session are running and pending (the
+    /// fleet's archive refusals, `crate::fleet::member`).
+    pub fn unsettled_counts(&self) -> Result<(usize, usize), SqlError> {
+        let rows = self.query(
+            &format!(
+                "SELECT coalesce(sum(state = 'running'), 0), coalesce(sum(state = 'pending'), 0)
+                 FROM {UNSETTLED_COMMANDS} WHERE {UNSETTLED}"
+            ),
+            &[],
+        )?;
+        let count = |i| -> Result<usize, SqlError> {
+            Ok(rows.first().map(|r| r.int(i)).transpose()?.unwrap_or(0) as usize)
+        };
+        Ok((count(0)?, count(1)?))
+    }
+
     /// The running turn head of one Session, if any.
     pub fn running_head(&self, session_id: &str) -> Result<Option<CommandRow>, SqlError> {
         let rows = self.query(

@@ -74,6 +74,7 @@ const DOCUMENTED = [
   ["js/client.d.ts", "/** At most # characters. */ summary: string;", ["ATTENTION_SUMMARY_CHARS_MAX"]],
   ["js/client.d.ts", "a longer wait than # is clamped to #.", ["SETTLEMENT_TIMEOUT_MS_MAX", "SETTLEMENT_TIMEOUT_MS_MAX"]],
   ["js/do.d.ts", "At most # modules;", ["MODULES_PER_AGENT_MAX"]],
+  ["js/do.d.ts", "The directory holds at most # Agents; names are at most # characters; a list page holds at most # Agents (default #).", ["DIRECTORY_AGENTS_MAX", "AGENT_NAME_CHARS_MAX", "DIRECTORY_PAGE_MAX", "DIRECTORY_PAGE_DEFAULT"]],
   ["js/do.d.ts", "MCP servers (at most #)", ["MCP_SERVERS_MAX"]],
   ["js/do.d.ts", "each MCP server, at most and by default # ms.", ["MCP_CONNECT_TIMEOUT_MS"]],
   ["js/do.d.ts", "1000 to #, default # ms.", ["MCP_RETRY_MS_MAX", "MCP_RETRY_MS"]],

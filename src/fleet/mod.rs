@@ -7,16 +7,25 @@
 //! requestId nothing was admitted under). Mail itself (freezing, delivering,
 //! receiving, replies) is `crate::mail`'s; the transport is the host's.
 //!
+//! With the host's directory (`fleet().directory`, `fleet().archive`) the
+//! module also offers `create` and `list` (and `archive`, `unarchive`):
+//! the rules are [`directory`]'s (held by one reserved Durable Object) and
+//! [`member`]'s (the target's own facts and flags).
+//!
 //! The invoking Session of every call is the run's (`CallRef`), never model
 //! input: every input schema is closed, so a `fromSessionId` or any other
 //! key is refused before anything runs.
+
+pub mod directory;
+pub mod member;
 
 use crate::agent;
 use crate::capability::{Module, ModuleSpec};
 use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::limits::{
-    AGENT_ID_BYTES_MAX, FLEET_WAIT_TEXT_CHARS_MAX, FLEET_WAIT_TIMEOUT_MS_MAX,
+    AGENT_ID_BYTES_MAX, AGENT_NAME_CHARS_MAX, DIRECTORY_PAGE_DEFAULT, DIRECTORY_PAGE_MAX,
+    FLEET_WAIT_TEXT_CHARS_MAX, FLEET_WAIT_TIMEOUT_MS_MAX, MODEL_ADDRESS_BYTES_MAX,
     READ_PAGE_MESSAGES_MAX, REQUEST_ID_BYTES_MAX, SESSION_ID_BYTES_MAX, TEXT_BYTES_MAX,
 };
 use crate::model::Usage;
@@ -31,8 +40,19 @@ use serde_json::{json, Value};
 /// The module's id (and its grant key).
 pub const MODULE_ID: &str = "agents";
 
-/// The `agents` module: four operations over closed input schemas.
-pub fn module() -> Module {
+/// Which operations beyond `send`, `recall`, `wait` and `read` the host
+/// authorizes (`fleet().directory`, `fleet().archive`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Offer {
+    /// `create` and `list`.
+    pub directory: bool,
+    /// `archive` and `unarchive`, and `list`'s `archived: true`.
+    pub archive: bool,
+}
+
+/// The `agents` module: four operations over closed input schemas, and
+/// those `offer` adds.
+pub fn module(offer: Offer) -> Module {
     let agent_id = json!({ "type": "string", "minLength": 1, "maxLength": AGENT_ID_BYTES_MAX,
         "description": "The target Agent's id (the name its Durable Object is addressed by)." });
     let session_id = json!({ "type": "string", "minLength": 1, "maxLength": SESSION_ID_BYTES_MAX,
@@ -105,8 +125,91 @@ pub fn module() -> Module {
             }
         ]
     });
+    let mut spec = spec;
+    let ops = spec["operations"].as_array_mut().expect("operations");
+    if offer.directory {
+        ops.extend(directory_operations(offer.archive));
+    }
+    if offer.directory && offer.archive {
+        ops.extend(archive_operations());
+    }
     let spec: ModuleSpec = serde_json::from_value(spec).expect("the agents module spec is valid");
     Module::from_spec(spec).expect("the agents module is valid")
+}
+
+fn directory_operations(archive: bool) -> Vec<Value> {
+    let levels = directory::REASONING_LEVELS;
+    let archived_note = if archive {
+        " Pass archived: true to list only the archived Agents instead."
+    } else {
+        ""
+    };
+    vec![
+        json!({
+            "name": "create",
+            "description": "Creates a new Agent in this fleet: {agentId, name, model?, reasoning?, workingDirectory}. The same requestId answers the same Agent again (retry with it after a lost answer); other input under it is refused (create:conflict). `name` labels the Agent; `model` (provider/model spelling, e.g. openai/gpt-5) and `reasoning` (needs a model) are its stored default.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "requestId": { "type": "string", "minLength": 1, "maxLength": REQUEST_ID_BYTES_MAX,
+                        "description": "Your own id for this create (1 to 256 UTF-8 bytes); reuse it to retry." },
+                    "name": { "type": "string", "minLength": 1, "maxLength": AGENT_NAME_CHARS_MAX },
+                    "model": { "type": "string", "minLength": 3, "maxLength": MODEL_ADDRESS_BYTES_MAX,
+                        "description": "provider/model" },
+                    "reasoning": { "type": "string", "enum": levels }
+                },
+                "required": ["requestId"],
+                "additionalProperties": false
+            },
+            "access": "write",
+            "replaySafe": true
+        }),
+        json!({
+            "name": "list",
+            "description": format!("Lists the Agents of this fleet, oldest first: {{agents: [{{agentId, name, model?, reasoning?, workingDirectory, archived, creator?}}], cursor?}}. Archived Agents are left out.{archived_note} Pass a page's cursor back for the next page; limit 1 to {DIRECTORY_PAGE_MAX} (default {DIRECTORY_PAGE_DEFAULT})."),
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "archived": { "type": "boolean" },
+                    "cursor": { "type": "string", "minLength": 1, "maxLength": 20 },
+                    "limit": { "type": "integer", "minimum": 1, "maximum": DIRECTORY_PAGE_MAX }
+                },
+                "additionalProperties": false
+            },
+            "access": "read",
+            "replaySafe": true
+        }),
+    ]
+}
+
+fn archive_operations() -> Vec<Value> {
+    let agent_id = json!({ "type": "string", "minLength": 1, "maxLength": AGENT_ID_BYTES_MAX });
+    vec![
+        json!({
+            "name": "archive",
+            "description": "Archives an Agent this Agent created: hidden from lists and delegation (a send to it is undeliverable, recipient_left), nothing deleted. Refused (archive:not_creator, archive:self, archive:running, archive:pending, archive:unreadable, archive:archived) with the reason.",
+            "inputSchema": {
+                "type": "object",
+                "properties": { "agentId": agent_id },
+                "required": ["agentId"],
+                "additionalProperties": false
+            },
+            "access": "write",
+            "replaySafe": true
+        }),
+        json!({
+            "name": "unarchive",
+            "description": "Unarchives an Agent this Agent created and archived: listed and reachable again. Refused (unarchive:not_creator, unarchive:self, unarchive:not_archived) with the reason.",
+            "inputSchema": {
+                "type": "object",
+                "properties": { "agentId": agent_id },
+                "required": ["agentId"],
+                "additionalProperties": false
+            },
+            "access": "write",
+            "replaySafe": true
+        }),
+    ]
 }
 
 /// One decoded call of the `agents` module.
@@ -135,6 +238,47 @@ pub enum Call {
         session_id: String,
         query: ReadQuery,
     },
+    Create(CreateArgs),
+    List {
+        archived: bool,
+        cursor: Option<String>,
+        limit: Option<usize>,
+    },
+    /// `archived: false`: unarchive.
+    Archive {
+        agent_id: String,
+        archived: bool,
+    },
+}
+
+/// `agents.create`'s input (the creator is the calling Agent).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateArgs {
+    pub request_id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub reasoning: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ListArgs {
+    #[serde(default)]
+    archived: Option<bool>,
+    #[serde(default)]
+    cursor: Option<String>,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ArchiveArgs {
+    agent_id: String,
 }
 
 /// What `agents.read` asks a target for (also the RPC's query JSON).
@@ -189,7 +333,7 @@ struct ReadArgs {
 /// Decodes one call of operation `operation` with `args` (already checked
 /// against the input schema, checked again here: the schema's lengths
 /// count characters, requestIds are bounded in bytes).
-pub fn decode(operation: &str, args: &Value) -> Result<Call, String> {
+pub fn decode(operation: &str, args: &Value, offer: Offer) -> Result<Call, String> {
     fn parse<T: serde::de::DeserializeOwned>(operation: &str, args: &Value) -> Result<T, String> {
         serde_json::from_value(args.clone()).map_err(|e| format!("agents.{operation}: {e}"))
     }
@@ -262,6 +406,56 @@ pub fn decode(operation: &str, args: &Value) -> Result<Call, String> {
                 query,
             })
         }
+        "create" if offer.directory => {
+            let a: CreateArgs = parse(operation, args)?;
+            request(operation, &a.request_id)?;
+            let check = |r: Result<(), String>| r.map_err(|e| format!("agents.create: {e}"));
+            if let Some(name) = &a.name {
+                check(directory::validate_name(name))?;
+            }
+            if let Some(model) = &a.model {
+                check(directory::validate_model(model))?;
+            }
+            check(directory::validate_reasoning(
+                a.model.as_deref(),
+                a.reasoning.as_deref(),
+            ))?;
+            Ok(Call::Create(a))
+        }
+        "list" if offer.directory => {
+            let a: ListArgs = parse(operation, args)?;
+            let archived = a.archived.unwrap_or(false);
+            if archived && !offer.archive {
+                return Err(
+                    "agents.list: archived: this host does not archive Agents, so it \
+                            lists no archived ones (leave `archived` out)"
+                        .into(),
+                );
+            }
+            if let Some(limit) = a.limit {
+                if !(1..=DIRECTORY_PAGE_MAX).contains(&limit) {
+                    return Err(format!(
+                        "agents.list: limit: 1..={DIRECTORY_PAGE_MAX}, got {limit}"
+                    ));
+                }
+            }
+            if let Some(cursor) = &a.cursor {
+                directory::parse_cursor(cursor).map_err(|e| format!("agents.list: {e}"))?;
+            }
+            Ok(Call::List {
+                archived,
+                cursor: a.cursor,
+                limit: a.limit,
+            })
+        }
+        "archive" | "unarchive" if offer.directory && offer.archive => {
+            let a: ArchiveArgs = parse(operation, args)?;
+            validate_agent_id(&a.agent_id).map_err(|e| format!("agents.{operation}: {e}"))?;
+            Ok(Call::Archive {
+                agent_id: a.agent_id,
+                archived: operation == "archive",
+            })
+        }
         other => Err(format!("agents.{other}: no such operation")),
     }
 }
@@ -292,14 +486,38 @@ impl ReadQuery {
     }
 }
 
-/// An Agent id: what a mail may carry (`mail::valid_agent_id`).
+/// An Agent id: what a mail may carry (`mail::valid_agent_id`), never the
+/// directory's reserved id.
 pub fn validate_agent_id(id: &str) -> Result<(), ApiError> {
     if !crate::mail::valid_agent_id(id) {
         return Err(ApiError::InvalidRequest(format!(
             "agentId: 1..={AGENT_ID_BYTES_MAX} bytes of [A-Za-z0-9._:-]"
         )));
     }
+    if directory::is_reserved(id) {
+        return Err(ApiError::InvalidRequest(format!(
+            "agentId: `{id}` is reserved (the fleet's directory), never an Agent"
+        )));
+    }
     Ok(())
+}
+
+/// The working directory an Agent's tools use, as `agents.create` and
+/// `agents.list` report it: the host's `fleet().workingDirectory(agentId)`
+/// when it names an absolute path (`/…`, at most
+/// `WORKING_DIRECTORY_BYTES_MAX` bytes, no control characters), else `/`
+/// (the root of the Agent's own files).
+pub fn working_directory(host: Option<&str>) -> String {
+    match host {
+        Some(path)
+            if path.starts_with('/')
+                && path.len() <= crate::limits::WORKING_DIRECTORY_BYTES_MAX
+                && !path.chars().any(char::is_control) =>
+        {
+            path.to_owned()
+        }
+        _ => "/".to_owned(),
+    }
 }
 
 /// A target's bounded Session read: the page the HTTP read serves.
@@ -443,7 +661,7 @@ mod tests {
 
     #[test]
     fn the_module_is_closed_and_named() {
-        let m = module();
+        let m = module(Offer::default());
         assert_eq!(m.id, "agents");
         let names: Vec<_> = m.operations.iter().map(|o| o.guest_name.as_str()).collect();
         assert_eq!(names, ["send", "recall", "wait", "read"]);
@@ -456,32 +674,37 @@ mod tests {
     fn decode_bounds_request_ids_in_bytes() {
         let long = "é".repeat(129); // 258 bytes, 129 characters
         let args = json!({"agentId": "a", "sessionId": "s", "requestId": long, "text": "t"});
-        let e = decode("send", &args).unwrap_err();
+        let e = decode("send", &args, Offer::default()).unwrap_err();
         assert!(e.contains("requestId"), "{e}");
         let ok =
             json!({"agentId": "a", "sessionId": "s", "requestId": "é".repeat(128), "text": "t"});
-        assert!(decode("send", &ok).is_ok());
+        assert!(decode("send", &ok, Offer::default()).is_ok());
         let empty = json!({"agentId": "a", "sessionId": "s", "requestId": ""});
-        assert!(decode("recall", &empty).is_err());
+        assert!(decode("recall", &empty, Offer::default()).is_err());
     }
 
     #[test]
     fn decode_refuses_foreign_keys_and_bad_bounds() {
         let sneaky = json!({"agentId": "a", "sessionId": "s", "requestId": "r", "text": "t", "fromSessionId": "x"});
-        assert!(decode("send", &sneaky)
+        assert!(decode("send", &sneaky, Offer::default())
             .unwrap_err()
             .contains("fromSessionId"));
         for t in [0, 30_001] {
             let w = json!({"agentId": "a", "sessionId": "s", "commandId": "c", "timeoutMs": t});
-            assert!(decode("wait", &w).unwrap_err().contains("timeoutMs"));
+            assert!(decode("wait", &w, Offer::default())
+                .unwrap_err()
+                .contains("timeoutMs"));
         }
         let bad_session = json!({"agentId": "a", "sessionId": "no spaces"});
-        assert!(decode("read", &bad_session).is_err());
+        assert!(decode("read", &bad_session, Offer::default()).is_err());
         let bad_agent = json!({"agentId": "a\u{0}b", "sessionId": "s"});
-        assert!(decode("read", &bad_agent).is_err());
+        assert!(decode("read", &bad_agent, Offer::default()).is_err());
         for cursor in ["x", "0", "-3", ""] {
             let bad_cursor = json!({"agentId": "a", "sessionId": "s", "cursor": cursor});
-            assert!(decode("read", &bad_cursor).is_err(), "{cursor}");
+            assert!(
+                decode("read", &bad_cursor, Offer::default()).is_err(),
+                "{cursor}"
+            );
         }
     }
 
