@@ -398,3 +398,15 @@ pub const FLEET_BODY_BYTES_MAX: usize = 2_097_152;
 pub const MAIL_DELIVERIES_PER_PASS_MAX: usize = 16;
 /// Passes one wake runs back to back while mail stays due.
 pub const MAIL_PASSES_PER_WAKE_MAX: usize = 4;
+
+// Models (`src/model/preference.rs`, `src/model_choice.rs`, seed: the
+// agent-control paragraph's setModel/models and the /model-preference
+// resolver).
+/// Offered `provider/model` addresses a host may state (`SHIITAKE_MODELS`,
+/// `models().offered`), and at most what `agents.models` returns.
+pub const MODELS_OFFERED_MAX: usize = 200;
+/// Bytes of one `provider/model` address.
+pub const MODEL_ADDRESS_BYTES_MAX: usize = 256;
+/// Wall time of the host's `models().lastSwitch` callback at a turn's
+/// start; past it the layer is skipped.
+pub const MODEL_LAST_SWITCH_TIMEOUT_MS: u64 = 5_000;
