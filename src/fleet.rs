@@ -16,10 +16,11 @@ use crate::capability::{Module, ModuleSpec};
 use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::limits::{
-    AGENT_ID_BYTES_MAX, FLEET_WAIT_TEXT_CHARS_MAX, FLEET_WAIT_TIMEOUT_MS_MAX,
+    AGENT_ID_BYTES_MAX, FLEET_WAIT_TEXT_CHARS_MAX, FLEET_WAIT_TIMEOUT_MS_MAX, MODEL_ADDRESS_BYTES_MAX,
     READ_PAGE_MESSAGES_MAX, REQUEST_ID_BYTES_MAX, SESSION_ID_BYTES_MAX, TEXT_BYTES_MAX,
 };
-use crate::model::Usage;
+use crate::model::preference::Choice;
+use crate::model::{Reasoning, Usage};
 use crate::run::cancel::{self, CancelOutcome, Cancellation};
 use crate::session::admission::{self, Withdrawal};
 use crate::session::command::{validate_request_id, Delivery};
@@ -33,6 +34,12 @@ pub const MODULE_ID: &str = "agents";
 
 /// The `agents` module: four operations over closed input schemas.
 pub fn module() -> Module {
+    module_with(false)
+}
+
+/// The `agents` module; with `models` (the host authorizes it,
+/// `fleet().models`) also `setModel` and `models`.
+pub fn module_with(models: bool) -> Module {
     let agent_id = json!({ "type": "string", "minLength": 1, "maxLength": AGENT_ID_BYTES_MAX,
         "description": "The target Agent's id (the name its Durable Object is addressed by)." });
     let session_id = json!({ "type": "string", "minLength": 1, "maxLength": SESSION_ID_BYTES_MAX,
@@ -105,6 +112,34 @@ pub fn module() -> Module {
             }
         ]
     });
+    let mut spec = spec;
+    if models {
+        let operations = spec["operations"].as_array_mut().expect("operations");
+        operations.push(json!({
+            "name": "setModel",
+            "description": "Sets another Agent's explicit model (and reasoning level) for its next turns: `model` is a provider/model address its host offers (see agents.models); `reasoning` (minimal, low, medium, high, max) needs a model. Answers {agentId, model, reasoning?}. A host refusal throws `model:rejected: <why>`.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "agentId": agent_id,
+                    "model": { "type": "string", "minLength": 1, "maxLength": MODEL_ADDRESS_BYTES_MAX,
+                        "description": "provider/model, e.g. openai/gpt-4o-mini." },
+                    "reasoning": { "type": "string", "enum": ["minimal", "low", "medium", "high", "max"] }
+                },
+                "required": ["agentId", "model"],
+                "additionalProperties": false
+            },
+            "access": "write",
+            "replaySafe": true
+        }));
+        operations.push(json!({
+            "name": "models",
+            "description": "Lists the provider/model addresses this host offers from signed-in or configured providers (at most 200): {models: [...]}.",
+            "inputSchema": { "type": "object", "properties": {}, "additionalProperties": false },
+            "access": "read",
+            "replaySafe": true
+        }));
+    }
     let spec: ModuleSpec = serde_json::from_value(spec).expect("the agents module spec is valid");
     Module::from_spec(spec).expect("the agents module is valid")
 }
@@ -135,7 +170,25 @@ pub enum Call {
         session_id: String,
         query: ReadQuery,
     },
+    /// Sets the target's explicit model (checked by the target's host).
+    SetModel { agent_id: String, choice: Choice },
+    /// This host's offered models.
+    Models,
 }
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SetModelArgs {
+    agent_id: String,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelsArgs {}
 
 /// What `agents.read` asks a target for (also the RPC's query JSON).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -261,6 +314,35 @@ pub fn decode(operation: &str, args: &Value) -> Result<Call, String> {
                 session_id: a.session_id,
                 query,
             })
+        }
+        "setModel" => {
+            let a: SetModelArgs = parse(operation, args)?;
+            validate_agent_id(&a.agent_id).map_err(|e| format!("agents.setModel: {e}"))?;
+            let Some(model) = a.model else {
+                return Err(match a.reasoning {
+                    Some(_) => "agents.setModel: reasoning needs a model".into(),
+                    None => "agents.setModel: model: required (provider/model)".into(),
+                });
+            };
+            let spec = crate::model::preference::parse_address(&model)
+                .map_err(|e| format!("agents.setModel: {e}"))?;
+            let reasoning = a
+                .reasoning
+                .as_deref()
+                .map(Reasoning::parse)
+                .transpose()
+                .map_err(|e| format!("agents.setModel: {e}"))?;
+            Ok(Call::SetModel {
+                agent_id: a.agent_id,
+                choice: Choice {
+                    model: crate::model::preference::address(&spec),
+                    reasoning,
+                },
+            })
+        }
+        "models" => {
+            let _: ModelsArgs = parse(operation, args)?;
+            Ok(Call::Models)
         }
         other => Err(format!("agents.{other}: no such operation")),
     }
@@ -450,6 +532,63 @@ mod tests {
         let send = m.operation("send").unwrap();
         let extra = json!({"agentId": "a", "sessionId": "s", "requestId": "r", "text": "t", "fromSessionId": "x"});
         assert!(send.check_arguments(&extra).is_err(), "closed schema");
+    }
+
+    #[test]
+    fn model_operations_are_offered_only_when_authorized() {
+        let names = |m: Module| -> Vec<String> {
+            m.operations.iter().map(|o| o.guest_name.clone()).collect()
+        };
+        assert_eq!(names(module_with(false)), ["send", "recall", "wait", "read"]);
+        assert_eq!(
+            names(module_with(true)),
+            ["send", "recall", "wait", "read", "set_model", "models"]
+        );
+        let m = module_with(true);
+        let set = m.operation("set_model").unwrap();
+        assert!(set
+            .check_arguments(&json!({"agentId": "a", "model": "openai/x", "extra": 1}))
+            .is_err());
+        assert!(set
+            .check_arguments(&json!({"agentId": "a", "reasoning": "high"}))
+            .is_err());
+        assert!(set
+            .check_arguments(&json!({"agentId": "a", "model": "openai/x", "reasoning": "huge"}))
+            .is_err());
+        assert!(m
+            .operation("models")
+            .unwrap()
+            .check_arguments(&json!({"x": 1}))
+            .is_err());
+    }
+
+    #[test]
+    fn decode_set_model_and_models() {
+        let ok = decode(
+            "setModel",
+            &json!({"agentId": "b", "model": "anthropic/claude", "reasoning": "max"}),
+        )
+        .unwrap();
+        assert_eq!(
+            ok,
+            Call::SetModel {
+                agent_id: "b".into(),
+                choice: Choice {
+                    model: "anthropic/claude".into(),
+                    reasoning: Some(Reasoning::Max)
+                }
+            }
+        );
+        let e = decode("setModel", &json!({"agentId": "b", "reasoning": "low"})).unwrap_err();
+        assert!(e.contains("reasoning needs a model"), "{e}");
+        let e = decode("setModel", &json!({"agentId": "b", "model": "nope"})).unwrap_err();
+        assert!(e.contains("provider/model"), "{e}");
+        let e = decode("setModel", &json!({"agentId": "b", "model": "openai/x", "reasoning": "x"}))
+            .unwrap_err();
+        assert!(e.contains("reasoning"), "{e}");
+        assert!(decode("setModel", &json!({"agentId": "b", "model": "openai/x", "sessionId": "s"})).is_err());
+        assert_eq!(decode("models", &json!({})).unwrap(), Call::Models);
+        assert!(decode("models", &json!({"all": true})).is_err());
     }
 
     #[test]

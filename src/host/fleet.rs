@@ -17,6 +17,8 @@ use crate::error::ApiError;
 use crate::fleet::{self, Call, ReadQuery, RecallAnswer, WaitAnswer};
 use crate::limits::{FLEET_CALL_TIMEOUT_MS, FLEET_WAIT_TIMEOUT_MS_MAX};
 use crate::mail::{self, Acceptance, Address, Mail, Outgoing};
+use crate::model::preference::Choice;
+use crate::model_choice::SetError;
 use crate::run::operation::OperationCall;
 use futures::future::select;
 use serde::Deserialize;
@@ -33,6 +35,10 @@ struct Spec {
     self_id: Option<String>,
     #[serde(default)]
     cancellation_text: bool,
+    /// `fleet().models`: the host authorizes `agents.setModel` and
+    /// `agents.models`.
+    #[serde(default)]
+    models: bool,
     /// `fleet()` threw or is malformed: why.
     #[serde(default)]
     error: Option<String>,
@@ -44,6 +50,8 @@ pub struct HostFleet {
     /// This Agent's id in the namespace: the `from` of its mail.
     pub self_id: String,
     pub cancellation_text: bool,
+    /// The model operations are offered (`fleet().models`).
+    pub models: bool,
 }
 
 impl HostFleet {
@@ -68,6 +76,7 @@ impl HostFleet {
             js,
             self_id,
             cancellation_text: spec.cancellation_text,
+            models: spec.models,
         }))
     }
 
@@ -261,6 +270,45 @@ impl Inner {
                     Peer::Failed(why) => Err(failed(&agent_id, why)),
                 }
             }
+            Call::SetModel { agent_id, choice } => {
+                if !fleet.models {
+                    return Err(format!("{name}: this Agent's host does not offer it"));
+                }
+                let set = if agent_id == fleet.self_id {
+                    // This Agent itself: no round trip through the namespace.
+                    self.set_agent_model(&choice).map_err(|e| match e {
+                        SetError::Rejected(why) => format!("model:rejected: {why}"),
+                        SetError::Api(e) => format!("{name}: {}: {e}", e.code()),
+                    })?
+                } else {
+                    let request = serde_json::to_string(&choice).map_err(|e| e.to_string())?;
+                    let promise = fleet.js.set_model(&agent_id, &request, &stopper.signal());
+                    match peer_call(promise, stopper, FLEET_CALL_TIMEOUT_MS).await {
+                        Peer::Value(v) => serde_json::from_value::<Choice>(v).map_err(|e| {
+                            failed(&agent_id, format!("malformed setModel answer: {e}"))
+                        })?,
+                        // The target's host refused the model: the seed's
+                        // `model:rejected: …`; other refusals unchanged.
+                        Peer::Refused(e) if e.code == MODEL_REJECTED => {
+                            return Err(format!("model:rejected: {}", e.message))
+                        }
+                        Peer::Refused(e) => return Err(refused(e)),
+                        Peer::Failed(why) => return Err(failed(&agent_id, why)),
+                    }
+                };
+                let mut answer = json!({ "agentId": agent_id, "model": set.model });
+                if let Some(level) = set.reasoning {
+                    answer["reasoning"] = json!(level);
+                }
+                Ok(answer)
+            }
+            Call::Models => {
+                if !fleet.models {
+                    return Err(format!("{name}: this Agent's host does not offer it"));
+                }
+                let models = self.available_models().map_err(|why| format!("{name}: {why}"))?;
+                Ok(json!({ "models": models }))
+            }
             Call::Read {
                 agent_id,
                 session_id,
@@ -384,6 +432,30 @@ impl ShiitakeCore {
         .await
     }
 
+    /// A peer's (or a directory's create) setting of this Agent's explicit
+    /// model, `choice` = `{model, reasoning?}` JSON: checked against this
+    /// host's offered models, signed-in providers and key sources, then
+    /// stored for the next turns. `{value: {model, reasoning?}}`, or
+    /// `{error: {code: "model_rejected", status: 422, message}}` (the
+    /// caller's `model:rejected: <message>`), or another `{error}`.
+    #[wasm_bindgen(js_name = fleetSetModel)]
+    pub fn fleet_set_model(&self, choice: &str) -> String {
+        let _scope = blame::enter(self.inner.scope(None));
+        let inner = &self.inner;
+        if let Err(answer) = inner.fleet_ready() {
+            return answer;
+        }
+        let choice: Choice = match strict_json(choice) {
+            Ok(c) => c,
+            Err(e) => return error_answer(&ApiError::InvalidRequest(format!("choice: {e}"))),
+        };
+        match inner.set_agent_model(&choice) {
+            Ok(set) => value_answer(&set),
+            Err(SetError::Rejected(why)) => refusal(MODEL_REJECTED, 422, &why),
+            Err(SetError::Api(e)) => error_answer(&e),
+        }
+    }
+
     /// A peer's recall of the send keyed `key` (the requestId its mail was
     /// admitted under): `{value: {status: accepted|too_late|unknown}}`.
     #[wasm_bindgen(js_name = fleetRecall)]
@@ -444,6 +516,9 @@ impl Inner {
         }
     }
 }
+
+/// The code of a target host's model refusal (`fleetSetModel`).
+pub(super) const MODEL_REJECTED: &str = "model_rejected";
 
 /// A refusal of a peer call that is no [`ApiError`] of the HTTP contract.
 pub(super) fn refusal(code: &str, status: u16, message: &str) -> String {

@@ -133,8 +133,9 @@ pub struct HostTools {
 impl HostTools {
     /// `None` when the host offers no tools at all.
     /// `fleet`: the host enables the fleet, so the `agents` module is
-    /// offered (`src/fleet.rs`).
-    pub fn new(js: JsValue, fleet: bool) -> Result<Option<HostTools>, String> {
+    /// offered (`src/fleet.rs`), with `setModel` and `models` when it is
+    /// `Some(true)` (`fleet().models`).
+    pub fn new(js: JsValue, fleet: Option<bool>) -> Result<Option<HostTools>, String> {
         if js.is_undefined() || js.is_null() {
             return Ok(None);
         }
@@ -176,8 +177,8 @@ impl HostTools {
             modules.push(module);
             ports.push((MODULE_ID.to_owned(), port));
         }
-        if fleet {
-            modules.push(crate::fleet::module());
+        if let Some(models) = fleet {
+            modules.push(crate::fleet::module_with(models));
         }
         let servers = crate::mcp::hub::parse_servers(&js.mcp_servers())
             .map_err(|e| format!("tools(): {e}"))?;
