@@ -16,8 +16,9 @@ use crate::capability::{Module, ModuleSpec};
 use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::limits::{
-    AGENT_ID_BYTES_MAX, FLEET_WAIT_TEXT_CHARS_MAX, FLEET_WAIT_TIMEOUT_MS_MAX, MODEL_ADDRESS_BYTES_MAX,
-    READ_PAGE_MESSAGES_MAX, REQUEST_ID_BYTES_MAX, SESSION_ID_BYTES_MAX, TEXT_BYTES_MAX,
+    AGENT_ID_BYTES_MAX, FLEET_WAIT_TEXT_CHARS_MAX, FLEET_WAIT_TIMEOUT_MS_MAX,
+    MODEL_ADDRESS_BYTES_MAX, READ_PAGE_MESSAGES_MAX, REQUEST_ID_BYTES_MAX, SESSION_ID_BYTES_MAX,
+    TEXT_BYTES_MAX,
 };
 use crate::model::preference::Choice;
 use crate::model::{Reasoning, Usage};
@@ -539,7 +540,10 @@ mod tests {
         let names = |m: Module| -> Vec<String> {
             m.operations.iter().map(|o| o.guest_name.clone()).collect()
         };
-        assert_eq!(names(module_with(false)), ["send", "recall", "wait", "read"]);
+        assert_eq!(
+            names(module_with(false)),
+            ["send", "recall", "wait", "read"]
+        );
         assert_eq!(
             names(module_with(true)),
             ["send", "recall", "wait", "read", "set_model", "models"]
@@ -583,10 +587,17 @@ mod tests {
         assert!(e.contains("reasoning needs a model"), "{e}");
         let e = decode("setModel", &json!({"agentId": "b", "model": "nope"})).unwrap_err();
         assert!(e.contains("provider/model"), "{e}");
-        let e = decode("setModel", &json!({"agentId": "b", "model": "openai/x", "reasoning": "x"}))
-            .unwrap_err();
+        let e = decode(
+            "setModel",
+            &json!({"agentId": "b", "model": "openai/x", "reasoning": "x"}),
+        )
+        .unwrap_err();
         assert!(e.contains("reasoning"), "{e}");
-        assert!(decode("setModel", &json!({"agentId": "b", "model": "openai/x", "sessionId": "s"})).is_err());
+        assert!(decode(
+            "setModel",
+            &json!({"agentId": "b", "model": "openai/x", "sessionId": "s"})
+        )
+        .is_err());
         assert_eq!(decode("models", &json!({})).unwrap(), Call::Models);
         assert!(decode("models", &json!({"all": true})).is_err());
     }

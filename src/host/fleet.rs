@@ -306,7 +306,9 @@ impl Inner {
                 if !fleet.models {
                     return Err(format!("{name}: this Agent's host does not offer it"));
                 }
-                let models = self.available_models().map_err(|why| format!("{name}: {why}"))?;
+                let models = self
+                    .available_models()
+                    .map_err(|why| format!("{name}: {why}"))?;
                 Ok(json!({ "models": models }))
             }
             Call::Read {

@@ -29,7 +29,17 @@ pub async fn call(
     stopper: &Stopper,
     on_delta: &dyn Fn(&str),
 ) -> Input {
-    match attempt(config, target, instructions, context, tools, stopper, on_delta).await {
+    match attempt(
+        config,
+        target,
+        instructions,
+        context,
+        tools,
+        stopper,
+        on_delta,
+    )
+    .await
+    {
         _ if stopper.is_stopped() => Input::Stopped,
         Ok(answer) => Input::Answered(answer),
         Err(e) => Input::Failed(ModelError::new(

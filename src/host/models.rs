@@ -43,7 +43,8 @@ impl HostModels {
     /// From the shim's `models()` (undefined: none) and the env. `Err`:
     /// why the configuration is unusable (every turn fails saying so).
     pub fn new(js: JsValue, config: &HostConfig) -> Result<HostModels, String> {
-        let js: Option<JsModels> = (!js.is_undefined() && !js.is_null()).then(|| js.unchecked_into());
+        let js: Option<JsModels> =
+            (!js.is_undefined() && !js.is_null()).then(|| js.unchecked_into());
         let spec: Spec = match &js {
             Some(js) => serde_json::from_str(&js.spec()).map_err(|e| format!("models(): {e}"))?,
             None => Spec::default(),
@@ -76,7 +77,9 @@ impl HostModels {
                 names
                     .iter()
                     .enumerate()
-                    .map(|(i, name)| provider(name).map_err(|e| format!("models().keySources[{i}]: {e}")))
+                    .map(|(i, name)| {
+                        provider(name).map_err(|e| format!("models().keySources[{i}]: {e}"))
+                    })
                     .collect::<Result<Vec<_>, _>>()?,
             ),
             None => None,
@@ -113,7 +116,10 @@ impl HostModels {
         let text = match answer {
             Some(Ok(text)) => text.as_string().unwrap_or_default(),
             Some(Err(e)) => {
-                log_error(format!("models().lastSwitch failed: {}", bindings::error_message(&e)));
+                log_error(format!(
+                    "models().lastSwitch failed: {}",
+                    bindings::error_message(&e)
+                ));
                 return None;
             }
             None => {
@@ -181,7 +187,12 @@ impl Inner {
             .config
             .provider(resolved.spec.provider)
             .cloned()
-            .ok_or_else(|| format!("model:unavailable: provider {} is not signed in", resolved.spec.provider.name()))?;
+            .ok_or_else(|| {
+                format!(
+                    "model:unavailable: provider {} is not signed in",
+                    resolved.spec.provider.name()
+                )
+            })?;
         Ok(Target { resolved, provider })
     }
 
@@ -196,7 +207,8 @@ impl Inner {
     /// this host's policy, then stored; the next turn resolves it.
     pub(super) fn set_agent_model(&self, choice: &Choice) -> Result<Choice, SetError> {
         let models = self.host_models().map_err(SetError::Rejected)?;
-        let set = self.with_ctx(|ctx| model_choice::set_agent(ctx, &models.policy, Some(choice)))?;
+        let set =
+            self.with_ctx(|ctx| model_choice::set_agent(ctx, &models.policy, Some(choice)))?;
         Ok(set.unwrap_or_else(|| choice.clone()))
     }
 }
