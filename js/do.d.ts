@@ -77,6 +77,22 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   /** Fleet RPC, host-only (called by `eraseAgent`): closes the runtime and deletes this object's storage and alarm. */
   fleetErase(): Promise<string>;
   /**
+   * The models this Agent may call, or `undefined` for the env's
+   * (`SHIITAKE_MODELS`, else `SHIITAKE_MODEL`). Read once per instance; an
+   * unknown key or a value of the wrong kind is reported and fails every
+   * turn, naming it. Override in a subclass.
+   */
+  models(): ShiitakeModels | undefined;
+  /**
+   * Fleet RPC: sets this Agent's explicit model; `choiceJson` is
+   * `{model, reasoning?}` (`agents.setModel`, or a directory's create for a
+   * new Agent). Checked against this host's offered models, signed-in
+   * providers and key sources, stored for the next turns. Answers JSON
+   * text `{value: {model, reasoning?}}`, `{error: {code: "model_rejected",
+   * status: 422, message}}` or another `{error}`.
+   */
+  fleetSetModel(choiceJson: string): Promise<string>;
+  /**
    * Closes the runtime: requests answer 503 `runtime_closed`, no new work
    * starts in this instance; resolves once the running host work pass and
    * the live turns (both aborted) have ended. Durable work waits for a
@@ -173,6 +189,37 @@ export interface ShiitakeFleet {
   archive?: boolean;
   /** The absolute path Agent `agentId`'s tools use, as create and list report it (default `/`). `this` = the Durable Object. */
   workingDirectory?(agentId: string): string | undefined;
+  /**
+   * `true` authorizes the model operations: `agents.setModel({agentId,
+   * model, reasoning?})` (guest `agents.set_model`; the target's host
+   * checks the model, a refusal throws `model:rejected: <why>`) and
+   * `agents.models({})` (at most 200 offered addresses of signed-in
+   * providers).
+   */
+  models?: boolean;
+}
+
+/** A reasoning level (`agents.setModel`, stored with the Agent's model). */
+export type ModelReasoningLevel = "minimal" | "low" | "medium" | "high" | "max";
+
+/**
+ * The host's model policy (`ShiitakeDO#models()`). Each turn resolves its
+ * model at its start: explicit Session, explicit Agent, `lastSwitch`,
+ * `teamDefault`, then the first `offered` address of a signed-in provider
+ * (its `<PROVIDER>_API_KEY` or `<PROVIDER>_BASE_URL` set). An address not
+ * offered, not signed in or excluded by `keySources` is skipped; with
+ * nothing left the turn fails before any model call with a
+ * `model:unavailable: …` diagnostic.
+ */
+export interface ShiitakeModels {
+  /** `provider/model` addresses offered (at most 200); replaces `SHIITAKE_MODELS`. */
+  offered?: string[];
+  /** The Team default; absent: `SHIITAKE_MODEL`. */
+  teamDefault?: string;
+  /** The owner's key-source restriction: the provider names (`openai`, `anthropic`) that may be called. Absent: all. */
+  keySources?: string[];
+  /** The person's last manual switch for a turn (`meta`: its host metadata), within 5 s; `this` = the Durable Object. */
+  lastSwitch?(sessionId: string, meta: unknown): string | undefined | Promise<string | undefined>;
 }
 
 /** What a grant allows on one module (keyed by module id; `files` for Files). `write` includes `read`. */

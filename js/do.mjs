@@ -198,6 +198,41 @@ export class ShiitakeDO extends DurableObject {
   }
 
   /**
+   * Host hook: the models this Agent may call, or `undefined` for the env's
+   * (`SHIITAKE_MODELS`, else `SHIITAKE_MODEL`). Read once per instance.
+   * `{ offered?, teamDefault?, keySources?, lastSwitch?(sessionId, meta) }`:
+   * `offered` the `provider/model` addresses offered (at most 200; replaces
+   * the env's), `teamDefault` the Team default (else `SHIITAKE_MODEL`),
+   * `keySources` the provider names the owner's key-source restriction
+   * allows (absent: all), `lastSwitch` the person's last manual switch for
+   * a turn (`meta`: the turn's host metadata; answers an address or
+   * undefined, at most MODEL_LAST_SWITCH_TIMEOUT_MS; called with `this` =
+   * the Durable Object). A turn resolves: explicit Session, explicit Agent,
+   * last switch, Team default, then the first offered model of a signed-in
+   * provider (key or base URL set), skipping what is not offered, not
+   * signed in or excluded by the key sources. See `src/host/models.rs`.
+   */
+  models() {
+    return undefined;
+  }
+
+  /**
+   * Fleet RPC: sets this Agent's explicit model, `choiceJson` =
+   * `{model, reasoning?}` (what `agents.setModel` sends, and what a
+   * directory's create calls for a new Agent's model). Checked against this
+   * host's offered models, signed-in providers and key sources; the next
+   * turn of every Session resolves it. Answers JSON `{value: {model,
+   * reasoning?}}`, `{error: {code: "model_rejected", status: 422,
+   * message}}`, or another `{error}` (`fleet_disabled` without a fleet).
+   */
+  async fleetSetModel(choiceJson) {
+    const bad = badText(choiceJson, "choice");
+    if (bad !== undefined) return bad;
+    await this.#ready();
+    return this.#sync((core) => core.fleetSetModel(choiceJson));
+  }
+
+  /**
    * Fleet RPC (a peer Agent's runtime calls it through the namespace stub):
    * admits one mail (JSON text, at most FLEET_BODY_BYTES_MAX) after the
    * host's `acceptMail` decision. Answers JSON `{value: receipt}` or
@@ -565,6 +600,7 @@ export class ShiitakeDO extends DurableObject {
         heads ? JSON.stringify(heads) : undefined,
         jobsHost(this),
         fleet,
+        modelsHost(this),
       );
       this.#core = core;
       this.#coreGeneration = generation;
@@ -727,7 +763,7 @@ function fleetHost(object) {
   if (config === undefined || config === null) return undefined;
   const refused = checkFleet(config);
   if (refused !== undefined) return { spec: () => JSON.stringify({ error: refused }) };
-  const { namespace, acceptMail, cancellationText, directory, archive, workingDirectory } = config;
+  const { namespace, acceptMail, cancellationText, directory, archive, workingDirectory, models } = config;
   // workerd names an object addressed by idFromName (`ctx.id.name`).
   const self = typeof object.ctx?.id?.name === "string" && object.ctx.id.name !== "" ? object.ctx.id.name : undefined;
   const spec = JSON.stringify({
@@ -736,6 +772,7 @@ function fleetHost(object) {
     directory: directory === true,
     archive: archive === true,
     workingDirectory: typeof workingDirectory === "function",
+    models: models === true,
   });
   const stub = (agentId) => namespace.get(namespace.idFromName(agentId));
   // One call into a peer: its JSON answer, bounded; rejects when the peer
@@ -768,6 +805,7 @@ function fleetHost(object) {
         return undefined;
       }
     },
+    setModel: (agentId, choice, signal) => call(signal, () => stub(agentId).fleetSetModel(choice)),
     cancellationText(meta) {
       try {
         const text = cancellationText.call(object, JSON.parse(meta));
@@ -780,7 +818,7 @@ function fleetHost(object) {
   };
 }
 
-const FLEET_KEYS = { namespace: "namespace", acceptMail: "function", cancellationText: "function", directory: "boolean", archive: "boolean", workingDirectory: "function" };
+const FLEET_KEYS = { namespace: "namespace", acceptMail: "function", cancellationText: "function", directory: "boolean", archive: "boolean", workingDirectory: "function", models: "boolean" };
 
 // The Agent id of the object holding the fleet's directory (reserved;
 // src/fleet/directory.rs DIRECTORY_AGENT_ID).
@@ -801,6 +839,53 @@ function checkFleet(config) {
   }
   if (config.namespace === undefined) return "fleet().namespace is required (this Worker's Durable Object namespace, e.g. this.env.SHIITAKE)";
   if (config.archive === true && config.directory !== true) return "fleet().archive needs fleet().directory: true (archiving is a directory change)";
+  return undefined;
+}
+
+// The model host the core calls (src/host/models.rs): models() checked key
+// by key, and the host's lastSwitch bounded in time, never rejecting.
+// Undefined without models().
+function modelsHost(object) {
+  let config;
+  try {
+    config = object.models();
+  } catch (error) {
+    return { spec: () => JSON.stringify({ error: `models() threw: ${String(error?.message ?? error)}` }) };
+  }
+  if (config === undefined || config === null) return undefined;
+  const refused = checkModels(config);
+  if (refused !== undefined) return { spec: () => JSON.stringify({ error: refused }) };
+  const { offered, teamDefault, keySources, lastSwitch } = config;
+  const spec = JSON.stringify({ offered, teamDefault, keySources, lastSwitch: typeof lastSwitch === "function" });
+  return {
+    spec: () => spec,
+    async lastSwitch(sessionId, meta) {
+      const answer = await withinMs(MODEL_LAST_SWITCH_TIMEOUT_MS, () => lastSwitch.call(object, sessionId, meta === undefined ? undefined : JSON.parse(meta)));
+      if (answer.error !== undefined) return JSON.stringify({ error: `lastSwitch: ${answer.error}` });
+      const value = answer.value;
+      if (value === undefined || value === null) return JSON.stringify({ value: null });
+      if (typeof value !== "string") return JSON.stringify({ error: "lastSwitch must return a provider/model string or undefined" });
+      return JSON.stringify({ value });
+    },
+  };
+}
+
+const MODELS_KEYS = { offered: "strings", teamDefault: "string", keySources: "strings", lastSwitch: "function" };
+
+// Why `config` (what models() returned) cannot be used, or undefined.
+function checkModels(config) {
+  if (typeof config !== "object" || Array.isArray(config)) return "models() must return an object";
+  for (const [key, value] of Object.entries(config)) {
+    const kind = MODELS_KEYS[key];
+    if (kind === undefined) return `models().${key}: unknown key \`${key}\`; known: ${Object.keys(MODELS_KEYS).join(", ")}`;
+    if (value === undefined) continue;
+    if (kind === "function" && typeof value !== "function") return `models().${key} must be a function`;
+    if (kind === "string" && typeof value !== "string") return `models().${key} must be a provider/model string`;
+    if (kind === "strings") {
+      if (!Array.isArray(value) || value.some((v) => typeof v !== "string")) return `models().${key} must be an array of strings`;
+      if (value.length > MODELS_OFFERED_MAX) return `models().${key}: at most ${MODELS_OFFERED_MAX} entries`;
+    }
+  }
   return undefined;
 }
 
@@ -1147,6 +1232,14 @@ const FLEET_WAIT_TIMEOUT_MS_MAX = 30_000;
 // How long the host's acceptMail may decide one mail: well within the
 // sender's FLEET_CALL_TIMEOUT_MS (10 s), so its delivery gets an answer.
 const ACCEPT_MAIL_TIMEOUT_MS = 5_000;
+
+// Offered model addresses models() may state (src/limits.rs; checked like
+// JSON_DEPTH_MAX).
+const MODELS_OFFERED_MAX = 200;
+
+// How long the host's models().lastSwitch may take at a turn's start
+// (src/limits.rs; checked like JSON_DEPTH_MAX).
+const MODEL_LAST_SWITCH_TIMEOUT_MS = 5_000;
 
 // Nesting of a JSON value crossing the capability boundary (src/limits.rs
 // JSON_DEPTH_MAX; tests/e2e/limits-sync.test.mjs checks the copies).

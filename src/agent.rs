@@ -106,7 +106,12 @@ pub fn delete_session(ctx: &mut Ctx<'_>, session_id: &str) -> Result<Deleted, Ap
         // Its received delegations that have not settled reply
         // `outcome_unknown` (staged in the mail outbox).
         let owed = crate::mail::owed_replies(store.sql(), session_id)?;
+        // Its explicit model goes with it.
+        let chosen = crate::model_choice::session_has(store.sql(), session_id)?;
         if store.delete_session(session_id)? {
+            if chosen {
+                crate::model_choice::forget_session(store.sql(), session_id)?;
+            }
             attention::remove_with(store.sql(), session_id, &attention, now_ms)?;
             owed.stage(store.sql(), now_ms)?;
             Ok(Deleted {

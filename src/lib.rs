@@ -29,6 +29,7 @@ pub mod mail;
 pub mod mcp;
 pub mod meta;
 pub mod model;
+pub mod model_choice;
 pub mod observe;
 pub mod outbound;
 pub mod redact;

@@ -402,8 +402,6 @@ pub const DIRECTORY_AGENTS_MAX: usize = 10_000;
 pub const DIRECTORY_ERASED_KEPT_MAX: usize = 10_000;
 /// Characters of an Agent's name.
 pub const AGENT_NAME_CHARS_MAX: usize = 128;
-/// Bytes of a `provider/model` address.
-pub const MODEL_ADDRESS_BYTES_MAX: usize = 256;
 /// Agents in one `agents.list` page (default [`DIRECTORY_PAGE_DEFAULT`]).
 pub const DIRECTORY_PAGE_MAX: usize = 200;
 pub const DIRECTORY_PAGE_DEFAULT: usize = 50;
@@ -414,3 +412,15 @@ pub const WORKING_DIRECTORY_BYTES_MAX: usize = 1_024;
 pub const MAIL_DELIVERIES_PER_PASS_MAX: usize = 16;
 /// Passes one wake runs back to back while mail stays due.
 pub const MAIL_PASSES_PER_WAKE_MAX: usize = 4;
+
+// Models (`src/model/preference.rs`, `src/model_choice.rs`, seed: the
+// agent-control paragraph's setModel/models and the /model-preference
+// resolver).
+/// Offered `provider/model` addresses a host may state (`SHIITAKE_MODELS`,
+/// `models().offered`), and at most what `agents.models` returns.
+pub const MODELS_OFFERED_MAX: usize = 200;
+/// Bytes of one `provider/model` address.
+pub const MODEL_ADDRESS_BYTES_MAX: usize = 256;
+/// Wall time of the host's `models().lastSwitch` callback at a turn's
+/// start; past it the layer is skipped.
+pub const MODEL_LAST_SWITCH_TIMEOUT_MS: u64 = 5_000;

@@ -29,7 +29,7 @@
 
 use crate::limits::{
     AGENT_NAME_CHARS_MAX, DIRECTORY_AGENTS_MAX, DIRECTORY_ERASED_KEPT_MAX, DIRECTORY_PAGE_DEFAULT,
-    DIRECTORY_PAGE_MAX, MODEL_ADDRESS_BYTES_MAX, REQUEST_ID_BYTES_MAX,
+    DIRECTORY_PAGE_MAX, REQUEST_ID_BYTES_MAX,
 };
 use crate::sql::{atomically, read, write, Row, Sql, SqlError};
 use serde::{Deserialize, Serialize};
@@ -38,10 +38,6 @@ use sha2::{Digest, Sha256};
 
 /// The Agent id of the Durable Object holding the directory (reserved).
 pub const DIRECTORY_AGENT_ID: &str = "shiitake.directory";
-
-/// The reasoning levels a stored default may name (seed:
-/// `modelReasoningLevels`, minimal to max).
-pub const REASONING_LEVELS: &[&str] = &["minimal", "low", "medium", "high", "max"];
 
 const AGENTS: &str = "shiitake_directory";
 const ERASED: &str = "shiitake_directory_erased";
@@ -222,53 +218,21 @@ pub fn validate_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A model address in `provider/model` spelling: a provider of
-/// `[a-z0-9][a-z0-9._-]*`, a slash, a nonempty model without whitespace or
-/// control characters; at most [`MODEL_ADDRESS_BYTES_MAX`] bytes. Whether
-/// the host offers it is the host's decision, not this one.
+/// `model`: a `provider/model` address the runtime can call
+/// (`model::preference::parse_address`, as `agents.setModel` checks it).
 pub fn validate_model(model: &str) -> Result<(), String> {
-    let bad = || {
-        format!(
-            "model: `{}` is not in provider/model spelling (e.g. `openai/gpt-5`)",
-            crate::text::shorten(model)
-        )
-    };
-    if model.len() > MODEL_ADDRESS_BYTES_MAX {
-        return Err(format!(
-            "model: at most {MODEL_ADDRESS_BYTES_MAX} bytes, got {}",
-            model.len()
-        ));
-    }
-    let (provider, rest) = model.split_once('/').ok_or_else(bad)?;
-    let provider_ok = provider
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && provider
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'));
-    let rest_ok = !rest.is_empty()
-        && !rest.starts_with('/')
-        && !rest.chars().any(|c| c.is_whitespace() || c.is_control());
-    if provider_ok && rest_ok {
-        Ok(())
-    } else {
-        Err(bad())
-    }
+    crate::model::preference::parse_address(model)
+        .map(drop)
+        .map_err(|e| format!("model: {e}"))
 }
 
-/// `reasoning`: one of [`REASONING_LEVELS`], and only with a model.
+/// `reasoning`: a level (`model::preference::Reasoning`), and only with a
+/// model.
 pub fn validate_reasoning(model: Option<&str>, reasoning: Option<&str>) -> Result<(), String> {
     let Some(level) = reasoning else {
         return Ok(());
     };
-    if !REASONING_LEVELS.contains(&level) {
-        return Err(format!(
-            "reasoning: one of {}, got `{}`",
-            REASONING_LEVELS.join(", "),
-            crate::text::shorten(level)
-        ));
-    }
+    crate::model::preference::Reasoning::parse(level).map_err(|e| format!("reasoning: {e}"))?;
     if model.is_none() {
         return Err("reasoning: needs a model".into());
     }

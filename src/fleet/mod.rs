@@ -28,7 +28,8 @@ use crate::limits::{
     FLEET_WAIT_TEXT_CHARS_MAX, FLEET_WAIT_TIMEOUT_MS_MAX, MODEL_ADDRESS_BYTES_MAX,
     READ_PAGE_MESSAGES_MAX, REQUEST_ID_BYTES_MAX, SESSION_ID_BYTES_MAX, TEXT_BYTES_MAX,
 };
-use crate::model::Usage;
+use crate::model::preference::Choice;
+use crate::model::{Reasoning, Usage};
 use crate::run::cancel::{self, CancelOutcome, Cancellation};
 use crate::session::admission::{self, Withdrawal};
 use crate::session::command::{validate_request_id, Delivery};
@@ -41,13 +42,15 @@ use serde_json::{json, Value};
 pub const MODULE_ID: &str = "agents";
 
 /// Which operations beyond `send`, `recall`, `wait` and `read` the host
-/// authorizes (`fleet().directory`, `fleet().archive`).
+/// authorizes (`fleet().directory`, `fleet().archive`, `fleet().models`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Offer {
     /// `create` and `list`.
     pub directory: bool,
     /// `archive` and `unarchive`, and `list`'s `archived: true`.
     pub archive: bool,
+    /// `setModel` and `models`.
+    pub models: bool,
 }
 
 /// The `agents` module: four operations over closed input schemas, and
@@ -133,12 +136,44 @@ pub fn module(offer: Offer) -> Module {
     if offer.directory && offer.archive {
         ops.extend(archive_operations());
     }
+    if offer.models {
+        ops.extend(model_operations(&agent_id));
+    }
     let spec: ModuleSpec = serde_json::from_value(spec).expect("the agents module spec is valid");
     Module::from_spec(spec).expect("the agents module is valid")
 }
 
+fn model_operations(agent_id: &Value) -> Vec<Value> {
+    vec![
+        json!({
+            "name": "setModel",
+            "description": "Sets another Agent's explicit model (and reasoning level) for its next turns: `model` is a provider/model address its host offers (see agents.models); `reasoning` (minimal, low, medium, high, max) needs a model. Answers {agentId, model, reasoning?}. A host refusal throws `model:rejected: <why>`.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "agentId": agent_id,
+                    "model": { "type": "string", "minLength": 1, "maxLength": MODEL_ADDRESS_BYTES_MAX,
+                        "description": "provider/model, e.g. openai/gpt-4o-mini." },
+                    "reasoning": { "type": "string", "enum": ["minimal", "low", "medium", "high", "max"] }
+                },
+                "required": ["agentId", "model"],
+                "additionalProperties": false
+            },
+            "access": "write",
+            "replaySafe": true
+        }),
+        json!({
+            "name": "models",
+            "description": "Lists the provider/model addresses this host offers from signed-in or configured providers (at most 200): {models: [...]}.",
+            "inputSchema": { "type": "object", "properties": {}, "additionalProperties": false },
+            "access": "read",
+            "replaySafe": true
+        }),
+    ]
+}
+
 fn directory_operations(archive: bool) -> Vec<Value> {
-    let levels = directory::REASONING_LEVELS;
+    let levels: Vec<&str> = Reasoning::LEVELS.iter().map(|l| l.name()).collect();
     let archived_note = if archive {
         " Pass archived: true to list only the archived Agents instead."
     } else {
@@ -249,6 +284,13 @@ pub enum Call {
         agent_id: String,
         archived: bool,
     },
+    /// Sets the target's explicit model (checked by the target's host).
+    SetModel {
+        agent_id: String,
+        choice: Choice,
+    },
+    /// This host's offered models.
+    Models,
 }
 
 /// `agents.create`'s input (the creator is the calling Agent).
@@ -280,6 +322,20 @@ struct ListArgs {
 struct ArchiveArgs {
     agent_id: String,
 }
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SetModelArgs {
+    agent_id: String,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelsArgs {}
 
 /// What `agents.read` asks a target for (also the RPC's query JSON).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -455,6 +511,35 @@ pub fn decode(operation: &str, args: &Value, offer: Offer) -> Result<Call, Strin
                 agent_id: a.agent_id,
                 archived: operation == "archive",
             })
+        }
+        "setModel" if offer.models => {
+            let a: SetModelArgs = parse(operation, args)?;
+            validate_agent_id(&a.agent_id).map_err(|e| format!("agents.setModel: {e}"))?;
+            let Some(model) = a.model else {
+                return Err(match a.reasoning {
+                    Some(_) => "agents.setModel: reasoning needs a model".into(),
+                    None => "agents.setModel: model: required (provider/model)".into(),
+                });
+            };
+            let spec = crate::model::preference::parse_address(&model)
+                .map_err(|e| format!("agents.setModel: {e}"))?;
+            let reasoning = a
+                .reasoning
+                .as_deref()
+                .map(Reasoning::parse)
+                .transpose()
+                .map_err(|e| format!("agents.setModel: {e}"))?;
+            Ok(Call::SetModel {
+                agent_id: a.agent_id,
+                choice: Choice {
+                    model: crate::model::preference::address(&spec),
+                    reasoning,
+                },
+            })
+        }
+        "models" if offer.models => {
+            let _: ModelsArgs = parse(operation, args)?;
+            Ok(Call::Models)
         }
         other => Err(format!("agents.{other}: no such operation")),
     }
@@ -668,6 +753,96 @@ mod tests {
         let send = m.operation("send").unwrap();
         let extra = json!({"agentId": "a", "sessionId": "s", "requestId": "r", "text": "t", "fromSessionId": "x"});
         assert!(send.check_arguments(&extra).is_err(), "closed schema");
+    }
+
+    const MODELS: Offer = Offer {
+        directory: false,
+        archive: false,
+        models: true,
+    };
+
+    #[test]
+    fn model_operations_are_offered_only_when_authorized() {
+        let names = |m: Module| -> Vec<String> {
+            m.operations.iter().map(|o| o.guest_name.clone()).collect()
+        };
+        assert_eq!(
+            names(module(Offer::default())),
+            ["send", "recall", "wait", "read"]
+        );
+        assert_eq!(
+            names(module(MODELS)),
+            ["send", "recall", "wait", "read", "set_model", "models"]
+        );
+        let m = module(MODELS);
+        let set = m.operation("set_model").unwrap();
+        assert!(set
+            .check_arguments(&json!({"agentId": "a", "model": "openai/x", "extra": 1}))
+            .is_err());
+        assert!(set
+            .check_arguments(&json!({"agentId": "a", "reasoning": "high"}))
+            .is_err());
+        assert!(set
+            .check_arguments(&json!({"agentId": "a", "model": "openai/x", "reasoning": "huge"}))
+            .is_err());
+        assert!(m
+            .operation("models")
+            .unwrap()
+            .check_arguments(&json!({"x": 1}))
+            .is_err());
+    }
+
+    #[test]
+    fn decode_set_model_and_models() {
+        let ok = decode(
+            "setModel",
+            &json!({"agentId": "b", "model": "anthropic/claude", "reasoning": "max"}),
+            MODELS,
+        )
+        .unwrap();
+        assert_eq!(
+            ok,
+            Call::SetModel {
+                agent_id: "b".into(),
+                choice: Choice {
+                    model: "anthropic/claude".into(),
+                    reasoning: Some(Reasoning::Max)
+                }
+            }
+        );
+        let e = decode(
+            "setModel",
+            &json!({"agentId": "b", "reasoning": "low"}),
+            MODELS,
+        )
+        .unwrap_err();
+        assert!(e.contains("reasoning needs a model"), "{e}");
+        let e = decode(
+            "setModel",
+            &json!({"agentId": "b", "model": "nope"}),
+            MODELS,
+        )
+        .unwrap_err();
+        assert!(e.contains("provider/model"), "{e}");
+        let e = decode(
+            "setModel",
+            &json!({"agentId": "b", "model": "openai/x", "reasoning": "x"}),
+            MODELS,
+        )
+        .unwrap_err();
+        assert!(e.contains("reasoning"), "{e}");
+        assert!(decode(
+            "setModel",
+            &json!({"agentId": "b", "model": "openai/x", "sessionId": "s"}),
+            MODELS
+        )
+        .is_err());
+        assert_eq!(decode("models", &json!({}), MODELS).unwrap(), Call::Models);
+        assert!(decode("models", &json!({"all": true}), MODELS).is_err());
+        assert!(
+            decode("models", &json!({}), Offer::default()).is_err(),
+            "not offered"
+        );
     }
 
     #[test]

@@ -129,6 +129,29 @@ extern "C" {
     #[wasm_bindgen(method, js_name = cancellationText)]
     pub fn cancellation_text(this: &JsFleet, meta: &str) -> Option<String>;
 
+    /// Sets Agent `agent`'s explicit model (`choice`: `{model, reasoning?}`
+    /// JSON) through its `fleetSetModel`.
+    #[wasm_bindgen(method, js_name = setModel)]
+    pub fn set_model(
+        this: &JsFleet,
+        agent: &str,
+        choice: &str,
+        signal: &web_sys::AbortSignal,
+    ) -> Promise;
+
+    /// The shim's model host (`ShiitakeDO#models()`, `js/do.mjs`).
+    pub type JsModels;
+
+    /// `{offered?, teamDefault?, keySources?, lastSwitch, error?}` as JSON.
+    #[wasm_bindgen(method)]
+    pub fn spec(this: &JsModels) -> String;
+
+    /// The host's `lastSwitch(sessionId, meta)` (meta JSON or undefined):
+    /// resolves to JSON `{value: address | null}` or `{error}`, bounded in
+    /// time by the shim.
+    #[wasm_bindgen(method, js_name = lastSwitch)]
+    pub fn last_switch(this: &JsModels, session: &str, meta: Option<String>) -> Promise;
+
     /// The shim's tool host (`js/do.mjs`).
     pub type JsTools;
 

@@ -8,7 +8,7 @@ use crate::limits::{
     RETRY_MAX_MS_MAX, TOOL_CALL_TIMEOUT_MS,
 };
 use crate::meta::MetaPolicy;
-use crate::model::{ModelSpec, ProviderConfig, RetryPolicy};
+use crate::model::{preference, ModelSpec, Provider, ProviderConfig, RetryPolicy};
 use crate::redact::Secrets;
 use crate::run::Attempts;
 use wasm_bindgen::JsValue;
@@ -17,8 +17,16 @@ use wasm_bindgen::JsValue;
 const PROVIDER_KEYS: [&str; 2] = ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"];
 
 pub struct HostConfig {
-    /// The model, or why none can be called.
-    pub model: Result<(ModelSpec, ProviderConfig), String>,
+    /// The models this deployment offers (`SHIITAKE_MODELS`, else
+    /// `SHIITAKE_MODEL` alone), or why the setting is unusable (every turn
+    /// then fails saying so). A host's `models().offered` replaces it.
+    pub offered: Result<Vec<ModelSpec>, String>,
+    /// `SHIITAKE_MODEL`: the deployment's default, the Team default layer
+    /// when the host's `models()` states none.
+    pub default_model: Option<String>,
+    /// The providers signed in (a key or a base URL set), each with where
+    /// and as whom to call it. Keys live only here.
+    pub providers: Vec<(Provider, ProviderConfig)>,
     pub instructions: Option<String>,
     pub retry: RetryPolicy,
     pub max_output_tokens: u32,
@@ -38,8 +46,11 @@ pub struct HostConfig {
 impl HostConfig {
     pub fn from_env(env: &JsValue) -> Self {
         let defaults = RetryPolicy::default();
+        let (offered, default_model) = offered(env);
         HostConfig {
-            model: model(env),
+            offered,
+            default_model,
+            providers: providers(env),
             instructions: env_string(env, "SHIITAKE_INSTRUCTIONS"),
             retry: RetryPolicy {
                 attempts_max: number(env, "SHIITAKE_ATTEMPTS_MAX", 1, ATTEMPTS_MAX)
@@ -77,17 +88,52 @@ impl HostConfig {
     }
 }
 
-fn model(env: &JsValue) -> Result<(ModelSpec, ProviderConfig), String> {
-    let spelling = env_string(env, "SHIITAKE_MODEL")
-        .ok_or("no model configured: set SHIITAKE_MODEL to provider/model")?;
-    let spec = ModelSpec::parse(&spelling)?;
-    let prefix = spec.provider.name().to_ascii_uppercase();
-    let config = ProviderConfig::new(
-        spec.provider,
-        env_string(env, &format!("{prefix}_BASE_URL")),
-        env_string(env, &format!("{prefix}_API_KEY")),
-    );
-    Ok((spec, config))
+impl HostConfig {
+    /// Where and as whom to call `provider`, when it is signed in.
+    pub fn provider(&self, provider: Provider) -> Option<&ProviderConfig> {
+        self.providers
+            .iter()
+            .find(|(p, _)| *p == provider)
+            .map(|(_, config)| config)
+    }
+
+    /// The providers signed in.
+    pub fn signed_in(&self) -> Vec<Provider> {
+        self.providers.iter().map(|(p, _)| *p).collect()
+    }
+}
+
+/// The offered models and the default: `SHIITAKE_MODELS` (comma-separated
+/// `provider/model`, at most 200) when set, else `SHIITAKE_MODEL` alone.
+fn offered(env: &JsValue) -> (Result<Vec<ModelSpec>, String>, Option<String>) {
+    let default = env_string(env, "SHIITAKE_MODEL");
+    let default_spec = default
+        .as_deref()
+        .map(|spelling| ModelSpec::parse(spelling).map_err(|e| format!("SHIITAKE_MODEL: {e}")))
+        .transpose();
+    let offered = match (env_string(env, "SHIITAKE_MODELS"), default_spec) {
+        (_, Err(e)) => Err(e),
+        (Some(list), Ok(_)) => {
+            preference::parse_offered(&list).map_err(|e| format!("SHIITAKE_MODELS: {e}"))
+        }
+        (None, Ok(spec)) => Ok(spec.into_iter().collect()),
+    };
+    (offered, default)
+}
+
+/// Every provider whose key or base URL is set: signed in (an available
+/// login). A keyless compatible server counts by its base URL.
+fn providers(env: &JsValue) -> Vec<(Provider, ProviderConfig)> {
+    [Provider::OpenAi, Provider::Anthropic]
+        .into_iter()
+        .filter_map(|provider| {
+            let prefix = provider.name().to_ascii_uppercase();
+            let base_url = env_string(env, &format!("{prefix}_BASE_URL"));
+            let key = env_string(env, &format!("{prefix}_API_KEY"));
+            (base_url.is_some() || key.is_some())
+                .then(|| (provider, ProviderConfig::new(provider, base_url, key)))
+        })
+        .collect()
 }
 
 /// A numeric setting within bounds; out of bounds or malformed falls back to

@@ -29,6 +29,8 @@ use crate::fleet::member::{self, MemberAnswer};
 use crate::fleet::{self, Call, Offer, ReadQuery, RecallAnswer, WaitAnswer};
 use crate::limits::{FLEET_CALL_TIMEOUT_MS, FLEET_WAIT_TIMEOUT_MS_MAX};
 use crate::mail::{self, Acceptance, Address, Mail, Outgoing};
+use crate::model::preference::{Choice, Reasoning};
+use crate::model_choice::SetError;
 use crate::run::operation::OperationCall;
 use futures::future::select;
 use serde::Deserialize;
@@ -51,6 +53,10 @@ struct Spec {
     archive: bool,
     #[serde(default)]
     working_directory: bool,
+    /// `fleet().models`: the host authorizes `agents.setModel` and
+    /// `agents.models`.
+    #[serde(default)]
+    models: bool,
     /// `fleet()` threw or is malformed: why.
     #[serde(default)]
     error: Option<String>,
@@ -95,6 +101,7 @@ impl HostFleet {
             offer: Offer {
                 directory: spec.directory,
                 archive: spec.archive,
+                models: spec.models,
             },
             working_directory: spec.working_directory,
         }))
@@ -112,6 +119,16 @@ impl HostFleet {
             js.cancellation_text(&meta.to_string())
         }))
     }
+}
+
+/// What the model sees of a peer's refusal of call `name`.
+fn refusal_text(name: &str, e: PeerError) -> String {
+    format!("{name}: {}: {}", e.code, e.message)
+}
+
+/// What the model sees when call `name` could not reach `agent`.
+fn unreachable_text(name: &str, agent: &str, why: String) -> String {
+    format!("{name}: Agent `{agent}` could not be reached: {why}")
 }
 
 /// A peer's answer `{value}` or `{error: {code, status, message}}`.
@@ -200,10 +217,8 @@ impl Inner {
         let name = format!("agents.{}", op.guest_name);
         let call = fleet::decode(&op.operation, &op.args, fleet.offer)?;
         self.ensure_registered(fleet, stopper).await?;
-        let refused = |e: PeerError| format!("{name}: {}: {}", e.code, e.message);
-        let failed = |agent: &str, why: String| {
-            format!("{name}: Agent `{agent}` could not be reached: {why}")
-        };
+        let refused = |e: PeerError| refusal_text(&name, e);
+        let failed = |agent: &str, why: String| unreachable_text(&name, agent, why);
         match call {
             Call::Send {
                 agent_id,
@@ -291,6 +306,28 @@ impl Inner {
                     Peer::Failed(why) => Err(failed(&agent_id, why)),
                 }
             }
+            Call::SetModel { agent_id, choice } => {
+                if !fleet.offer.models {
+                    return Err(format!("{name}: this Agent's host does not offer it"));
+                }
+                let set = self
+                    .apply_model(fleet, &agent_id, &choice, stopper, &name)
+                    .await?;
+                let mut answer = json!({ "agentId": agent_id, "model": set.model });
+                if let Some(level) = set.reasoning {
+                    answer["reasoning"] = json!(level);
+                }
+                Ok(answer)
+            }
+            Call::Models => {
+                if !fleet.offer.models {
+                    return Err(format!("{name}: this Agent's host does not offer it"));
+                }
+                let models = self
+                    .available_models()
+                    .map_err(|why| format!("{name}: {why}"))?;
+                Ok(json!({ "models": models }))
+            }
             Call::Read {
                 agent_id,
                 session_id,
@@ -315,12 +352,22 @@ impl Inner {
                     reasoning: args.reasoning,
                 });
                 let entry: Entry = self.directory(fleet, &request, stopper, &name).await?;
-                // The stored default (`entry.model`, `entry.reasoning`) is
-                // only kept here: applying it to the new Agent's runs (the
-                // explicit Agent layer of the model preference) is the
-                // model resolver's, e.g. by telling the target here (a
-                // retried create answers the same entry, so it is
-                // idempotent) or when the target registers.
+                // The new Agent's explicit model (the Agent layer of its
+                // model preference), checked by its own host; a retried
+                // create answers the same entry and sets it again.
+                if let Some(model) = &entry.model {
+                    let reasoning = entry
+                        .reasoning
+                        .as_deref()
+                        .map(Reasoning::parse)
+                        .transpose()?;
+                    let choice = Choice {
+                        model: model.clone(),
+                        reasoning,
+                    };
+                    self.apply_model(fleet, &entry.agent_id, &choice, stopper, &name)
+                        .await?;
+                }
                 Ok(self.facts(fleet, &entry, false))
             }
             Call::List {
@@ -349,6 +396,38 @@ impl Inner {
                 self.archive(fleet, &agent_id, archived, stopper, &name)
                     .await
             }
+        }
+    }
+
+    /// Sets Agent `agent_id`'s explicit model: this Agent's own store, or
+    /// the target's `fleetSetModel`, its host checking the model (a
+    /// refusal is the seed's `model:rejected: …`; others unchanged).
+    async fn apply_model(
+        &self,
+        fleet: &HostFleet,
+        agent_id: &str,
+        choice: &Choice,
+        stopper: &web_sys::AbortController,
+        name: &str,
+    ) -> Result<Choice, String> {
+        if agent_id == fleet.self_id {
+            // This Agent itself: no round trip through the namespace.
+            return self.set_agent_model(choice).map_err(|e| match e {
+                SetError::Rejected(why) => format!("model:rejected: {why}"),
+                SetError::Api(e) => format!("{name}: {}: {e}", e.code()),
+            });
+        }
+        let request = serde_json::to_string(choice).map_err(|e| e.to_string())?;
+        let promise = fleet.js.set_model(agent_id, &request, &stopper.signal());
+        match peer_call(promise, stopper, FLEET_CALL_TIMEOUT_MS).await {
+            Peer::Value(v) => serde_json::from_value::<Choice>(v).map_err(|e| {
+                format!("{name}: Agent `{agent_id}` answered a malformed setModel: {e}")
+            }),
+            Peer::Refused(e) if e.code == MODEL_REJECTED => {
+                Err(format!("model:rejected: {}", e.message))
+            }
+            Peer::Refused(e) => Err(refusal_text(name, e)),
+            Peer::Failed(why) => Err(unreachable_text(name, agent_id, why)),
         }
     }
 
@@ -614,6 +693,30 @@ impl ShiitakeCore {
         .await
     }
 
+    /// A peer's (or a directory's create) setting of this Agent's explicit
+    /// model, `choice` = `{model, reasoning?}` JSON: checked against this
+    /// host's offered models, signed-in providers and key sources, then
+    /// stored for the next turns. `{value: {model, reasoning?}}`, or
+    /// `{error: {code: "model_rejected", status: 422, message}}` (the
+    /// caller's `model:rejected: <message>`), or another `{error}`.
+    #[wasm_bindgen(js_name = fleetSetModel)]
+    pub fn fleet_set_model(&self, choice: &str) -> String {
+        let _scope = blame::enter(self.inner.scope(None));
+        let inner = &self.inner;
+        if let Err(answer) = inner.fleet_ready() {
+            return answer;
+        }
+        let choice: Choice = match strict_json(choice) {
+            Ok(c) => c,
+            Err(e) => return error_answer(&ApiError::InvalidRequest(format!("choice: {e}"))),
+        };
+        match inner.set_agent_model(&choice) {
+            Ok(set) => value_answer(&set),
+            Err(SetError::Rejected(why)) => refusal(MODEL_REJECTED, 422, &why),
+            Err(SetError::Api(e)) => error_answer(&e),
+        }
+    }
+
     /// A peer's recall of the send keyed `key` (the requestId its mail was
     /// admitted under): `{value: {status: accepted|too_late|unknown}}`.
     #[wasm_bindgen(js_name = fleetRecall)]
@@ -771,6 +874,9 @@ impl Inner {
         }
     }
 }
+
+/// The code of a target host's model refusal (`fleetSetModel`).
+pub(super) const MODEL_REJECTED: &str = "model_rejected";
 
 /// A refusal of a peer call that is no [`ApiError`] of the HTTP contract.
 pub(super) fn refusal(code: &str, status: u16, message: &str) -> String {

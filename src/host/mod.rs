@@ -26,6 +26,7 @@ mod jobs;
 mod mail;
 mod mcp;
 mod model;
+mod models;
 mod runner;
 mod serve;
 mod sql;
@@ -78,6 +79,9 @@ struct Inner {
     /// The host's fleet (`ShiitakeDO#fleet()`, `fleet.rs`), or why it is
     /// unusable (the `agents` module is then not offered, peers refused).
     fleet: Result<Option<fleet::HostFleet>, String>,
+    /// The host's model policy (`ShiitakeDO#models()` and the env,
+    /// `models.rs`), or why it is unusable (every turn fails saying so).
+    models: Result<models::HostModels, String>,
     /// The delivery performer in this instance (`mail.rs`).
     mail: mail::MailRun,
     /// Projections last published (`extensions.rs`).
@@ -110,7 +114,10 @@ impl ShiitakeCore {
     /// caused by other code interrupted: they resume at their current
     /// attempt (`blame.rs`); `jobs` the shim's host work lane, or
     /// undefined (`jobs.rs`); `fleet` the shim's fleet transport, or
-    /// undefined (`fleet.rs`).
+    /// undefined (`fleet.rs`); `models` the shim's model host, or
+    /// undefined (`models.rs`).
+    // One argument per host hook, as the shim hands them over.
+    #[allow(clippy::too_many_arguments)]
     #[wasm_bindgen(constructor)]
     pub fn new(
         ctx: JsValue,
@@ -120,6 +127,7 @@ impl ShiitakeCore {
         spared: Option<String>,
         jobs: JsValue,
         fleet: JsValue,
+        models: JsValue,
     ) -> Result<ShiitakeCore, JsValue> {
         let sql = sql::DoSql::from_state(&ctx)?;
         // `ctx.id.toString()`: the shim keys its trap reports the same way.
@@ -134,6 +142,11 @@ impl ShiitakeCore {
             .unwrap_or_default();
         let fleet = fleet::HostFleet::new(fleet);
         if let Err(why) = &fleet {
+            log_error(why);
+        }
+        let config = HostConfig::from_env(&env);
+        let models = models::HostModels::new(models, &config);
+        if let Err(why) = &models {
             log_error(why);
         }
         let offer = fleet
@@ -162,10 +175,11 @@ impl ShiitakeCore {
             jobs,
             lane: jobs::LaneRun::default(),
             fleet,
+            models,
             mail: mail::MailRun::default(),
             published: RefCell::default(),
             closed: RefCell::default(),
-            config: HostConfig::from_env(&env),
+            config,
             schema_checked: Cell::new(false),
             live: RefCell::default(),
             fresh: RefCell::new(spared),

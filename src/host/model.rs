@@ -6,6 +6,7 @@
 
 use super::bindings::{self, error_message};
 use super::config::HostConfig;
+use super::models::Target;
 use super::runner::Stopper;
 use crate::limits::{MODEL_CALL_TIMEOUT_MS, MODEL_ERROR_BODY_BYTES_MAX};
 use crate::model::{
@@ -16,18 +17,29 @@ use crate::run::driver::Input;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
-/// Calls the model with `context`, streaming each text delta to
+/// Calls the turn's model (`target`, resolved at its start) with `context`, streaming each text delta to
 /// `on_delta`. A failure's diagnostic holds provider text: it leaves here
 /// redacted (no configured key in any form) and bounded.
 pub async fn call(
     config: &HostConfig,
+    target: &Target,
     instructions: Option<&str>,
     context: &[ModelItem],
     tools: &[ToolSpec],
     stopper: &Stopper,
     on_delta: &dyn Fn(&str),
 ) -> Input {
-    match attempt(config, instructions, context, tools, stopper, on_delta).await {
+    match attempt(
+        config,
+        target,
+        instructions,
+        context,
+        tools,
+        stopper,
+        on_delta,
+    )
+    .await
+    {
         _ if stopper.is_stopped() => Input::Stopped,
         Ok(answer) => Input::Answered(answer),
         Err(e) => Input::Failed(ModelError::new(
@@ -39,24 +51,23 @@ pub async fn call(
 
 async fn attempt(
     config: &HostConfig,
+    target: &Target,
     instructions: Option<&str>,
     context: &[ModelItem],
     tools: &[ToolSpec],
     stopper: &Stopper,
     on_delta: &dyn Fn(&str),
 ) -> Result<Answer, ModelError> {
-    let (spec, provider) = config
-        .model
-        .as_ref()
-        .map_err(|why| ModelError::new(false, why.clone()))?;
+    let spec = &target.resolved.spec;
     let request = ToolRequest {
         spec,
         instructions,
         items: context,
         tools,
         max_output_tokens: config.max_output_tokens,
+        reasoning: target.resolved.reasoning,
     };
-    let call = build_call_with_tools(provider, &request)?;
+    let call = build_call_with_tools(&target.provider, &request)?;
     let streamed = stream(&call, spec.provider, stopper, config, on_delta);
     bindings::within(streamed, MODEL_CALL_TIMEOUT_MS, &stopper.controller, 0)
         .await

@@ -290,6 +290,9 @@ impl Inner {
     async fn run_turn(&self, step: Step, mut stopper: Stopper) {
         let session = step.session_id.clone();
         let mut turn = Turn::new(step, TurnPolicy::new(self.config.retry));
+        // The model of the running turn, resolved at its start (its first
+        // offer): a change applies to the next turn. Keyed by its head.
+        let mut target: Option<(String, super::models::Target)> = None;
         loop {
             let Some(action) = turn.poll() else {
                 // Waiting with nothing to do: the driver's bug. The claim is
@@ -319,9 +322,29 @@ impl Inner {
                     continue;
                 }
                 Action::Done => break,
-                Action::Offer => Input::Offered(self.offer(&session, turn.head()).await),
+                Action::Offer => {
+                    let head = turn.head().to_owned();
+                    if target.as_ref().is_some_and(|(h, _)| *h == head) {
+                        Input::Offered(self.offer(&session, &head).await)
+                    } else {
+                        target = None;
+                        match self.resolve_model(&session, &head).await {
+                            Ok(resolved) => {
+                                target = Some((head.clone(), resolved));
+                                Input::Offered(self.offer(&session, &head).await)
+                            }
+                            // Fails the turn before any model call, saying why.
+                            Err(why) => Input::Offered(Err(why)),
+                        }
+                    }
+                }
                 Action::CallModel { context, tools } => {
                     let head = turn.head().to_owned();
+                    let Some((_, resolved)) = target.as_ref().filter(|(h, _)| *h == head) else {
+                        // The driver offers before every call: a bug.
+                        log_error("model call without a resolved model");
+                        break;
+                    };
                     let instructions = self.instructions(&session, &head);
                     let on_delta = |text: &str| {
                         let delta = Frame::Delta {
@@ -332,6 +355,7 @@ impl Inner {
                     };
                     model::call(
                         &self.config,
+                        resolved,
                         instructions.as_deref(),
                         &context,
                         &tools,

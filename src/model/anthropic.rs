@@ -4,7 +4,7 @@
 
 use super::{
     parse_data, stream_error, to_json, tool_result_text, Conversation, ModelError, ModelMessage,
-    StreamEvent, ToolSpec, Turn, Usage,
+    Reasoning, StreamEvent, ToolSpec, Turn, Usage,
 };
 use crate::sse::SseEvent;
 use serde::{Deserialize, Serialize};
@@ -23,6 +23,54 @@ struct Body<'a> {
     /// Absent without tools; `tool_choice` is never sent (auto).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<Tool<'a>>,
+    /// Extended thinking, only when a reasoning level is chosen and it fits
+    /// ([`thinking`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<Thinking>,
+}
+
+#[derive(Serialize)]
+struct Thinking {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    budget_tokens: u32,
+}
+
+/// The thinking budget of a level, in tokens (Anthropic's minimum is 1024).
+pub(super) fn budget(level: Reasoning) -> u32 {
+    match level {
+        Reasoning::Minimal => 1_024,
+        Reasoning::Low => 2_048,
+        Reasoning::Medium => 8_192,
+        Reasoning::High => 16_384,
+        Reasoning::Max => 32_768,
+    }
+}
+
+/// `thinking: {type: "enabled", budget_tokens}` for a level, or nothing:
+/// the budget must be at least 1024 and below `max_tokens` (it is cut to
+/// `max_tokens - 1`; with `max_tokens` at most 1024 no thinking is sent),
+/// and a request continuing a tool-use cycle (the last assistant message
+/// calls tools) goes without thinking, since the API then wants that
+/// message to start with the thinking block, which is not kept.
+fn thinking(level: Option<Reasoning>, max_tokens: u32, messages: &[Message]) -> Option<Thinking> {
+    let level = level?;
+    let budget = budget(level).min(max_tokens.saturating_sub(1));
+    if budget < 1_024 {
+        return None;
+    }
+    let in_tool_cycle = messages
+        .iter()
+        .rev()
+        .find(|m| m.role == "assistant")
+        .is_some_and(|m| m.content.iter().any(|p| matches!(p, Part::ToolUse { .. })));
+    if in_tool_cycle {
+        return None;
+    }
+    Some(Thinking {
+        kind: "enabled",
+        budget_tokens: budget,
+    })
 }
 
 #[derive(Serialize)]
@@ -194,13 +242,20 @@ fn tool(spec: &ToolSpec) -> Tool<'_> {
 }
 
 pub(super) fn body(conversation: &Conversation) -> String {
+    let messages = messages(&conversation.turns);
+    let thinking = thinking(
+        conversation.reasoning,
+        conversation.max_output_tokens,
+        &messages,
+    );
     to_json(&Body {
         model: &conversation.spec.model,
         system: conversation.instructions,
-        messages: messages(&conversation.turns),
+        messages,
         max_tokens: conversation.max_output_tokens,
         stream: true,
         tools: conversation.tools.iter().map(tool).collect(),
+        thinking,
     })
 }
 
@@ -404,6 +459,7 @@ mod tests {
             items,
             tools: &[],
             max_output_tokens: 1,
+            reasoning: None,
         };
         let body = tool_call_of(&ProviderConfig::new(Provider::Anthropic, None, None), &req);
         let messages = body["messages"].clone();
@@ -453,6 +509,7 @@ mod tests {
             items: &items,
             tools: &tools,
             max_output_tokens: 4096,
+            reasoning: None,
         };
         let config = ProviderConfig::new(Provider::Anthropic, None, Some("sk-ant-test".into()));
         let call = build_call_with_tools(&config, &req).unwrap();

@@ -17,6 +17,9 @@
 
 mod anthropic;
 mod openai;
+pub mod preference;
+
+pub use preference::Reasoning;
 
 use crate::limits::{
     ANSWER_BYTES_MAX, ATTEMPTS_MAX_DEFAULT, DIAGNOSTIC_BYTES_MAX, RETRY_BASE_MS_DEFAULT,
@@ -207,6 +210,9 @@ pub struct ToolRequest<'a> {
     /// At most [`TOOLS_PER_REQUEST_MAX`]; none sends no `tools` field.
     pub tools: &'a [ToolSpec],
     pub max_output_tokens: u32,
+    /// The reasoning level, mapped to the provider's own field (OpenAI
+    /// `reasoning_effort`, Anthropic `thinking`); `None` sends neither.
+    pub reasoning: Option<Reasoning>,
 }
 
 /// The call for a request without tools. Same bytes as
@@ -219,6 +225,7 @@ pub fn build_call(config: &ProviderConfig, req: &ModelRequest) -> Outbound {
         turns: req.messages.iter().map(Turn::Message).collect(),
         tools: &[],
         max_output_tokens: req.max_output_tokens,
+        reasoning: None,
     };
     http_call(config, &conversation)
 }
@@ -296,6 +303,7 @@ pub fn build_call_with_tools(
             turns,
             tools: req.tools,
             max_output_tokens: req.max_output_tokens,
+            reasoning: req.reasoning,
         },
     ))
 }
@@ -349,6 +357,7 @@ struct Conversation<'a> {
     turns: Vec<Turn<'a>>,
     tools: &'a [ToolSpec],
     max_output_tokens: u32,
+    reasoning: Option<Reasoning>,
 }
 
 enum Turn<'a> {

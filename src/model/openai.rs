@@ -4,8 +4,8 @@
 //! absent fields, a missing tool-call `index`.
 
 use super::{
-    parse_data, stream_error, to_json, tool_result_text, Conversation, ModelError, StreamEvent,
-    ToolSpec, Turn, Usage,
+    parse_data, stream_error, to_json, tool_result_text, Conversation, ModelError, Reasoning,
+    StreamEvent, ToolSpec, Turn, Usage,
 };
 use crate::sse::SseEvent;
 use serde::{Deserialize, Serialize};
@@ -22,6 +22,21 @@ struct Body<'a> {
     /// Absent without tools; `tool_choice` is never sent (auto).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<Tool<'a>>,
+    /// Absent unless a reasoning level is chosen ([`effort`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'static str>,
+}
+
+/// Chat Completions' `reasoning_effort` for a level: the API's own values
+/// `minimal`, `low`, `medium`, `high`; `max` sends `high`, the highest
+/// value every reasoning model accepts (`xhigh` exists only for some).
+pub(super) fn effort(level: Reasoning) -> &'static str {
+    match level {
+        Reasoning::Minimal => "minimal",
+        Reasoning::Low => "low",
+        Reasoning::Medium => "medium",
+        Reasoning::High | Reasoning::Max => "high",
+    }
 }
 
 #[derive(Serialize)]
@@ -185,6 +200,7 @@ pub(super) fn body(conversation: &Conversation) -> String {
         },
         max_completion_tokens: conversation.max_output_tokens,
         tools: conversation.tools.iter().map(tool).collect(),
+        reasoning_effort: conversation.reasoning.map(effort),
     })
 }
 
@@ -323,6 +339,7 @@ mod tests {
             items: &items,
             tools: &tools,
             max_output_tokens: 1024,
+            reasoning: None,
         };
         let config = ProviderConfig::new(Provider::OpenAi, None, Some("sk-test-123".into()));
         let call = build_call_with_tools(&config, &req).unwrap();

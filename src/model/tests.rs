@@ -507,6 +507,7 @@ fn no_tools_path_is_byte_identical() {
                 items: &items,
                 tools: &[],
                 max_output_tokens,
+                reasoning: None,
             },
         )
         .unwrap();
@@ -560,6 +561,7 @@ fn try_build(tools: &[ToolSpec], items: &[ModelItem]) -> Vec<Result<Outbound, Mo
                     items,
                     tools,
                     max_output_tokens: 1,
+                    reasoning: None,
                 },
             )
         })
@@ -726,4 +728,90 @@ fn empty_tool_results_read_no_output() {
             ]},
         ])
     );
+}
+
+/// A request of `items` with `reasoning`, as the body's JSON.
+fn reasoning_body(
+    spelling: &str,
+    items: &[ModelItem],
+    reasoning: Option<Reasoning>,
+    max_output_tokens: u32,
+) -> Value {
+    let spec = ModelSpec::parse(spelling).unwrap();
+    let req = ToolRequest {
+        spec: &spec,
+        instructions: None,
+        items,
+        tools: &[],
+        max_output_tokens,
+        reasoning,
+    };
+    tool_call_of(&ProviderConfig::new(spec.provider, None, None), &req)
+}
+
+#[test]
+fn reasoning_maps_to_openai_reasoning_effort() {
+    let items = [ModelItem::from(user("hi"))];
+    let none = reasoning_body("openai/o4", &items, None, 1000);
+    assert!(none.get("reasoning_effort").is_none(), "{none}");
+    for (level, wire) in [
+        (Reasoning::Minimal, "minimal"),
+        (Reasoning::Low, "low"),
+        (Reasoning::Medium, "medium"),
+        (Reasoning::High, "high"),
+        (Reasoning::Max, "high"),
+    ] {
+        let body = reasoning_body("openai/o4", &items, Some(level), 1000);
+        assert_eq!(body["reasoning_effort"], wire, "{level}");
+        assert!(body.get("thinking").is_none());
+    }
+}
+
+#[test]
+fn reasoning_maps_to_an_anthropic_thinking_budget_that_fits() {
+    let items = [ModelItem::from(user("hi"))];
+    let none = reasoning_body("anthropic/c", &items, None, 64_000);
+    assert!(none.get("thinking").is_none(), "{none}");
+    for (level, budget) in [
+        (Reasoning::Minimal, 1024),
+        (Reasoning::Low, 2048),
+        (Reasoning::Medium, 8192),
+        (Reasoning::High, 16384),
+        (Reasoning::Max, 32768),
+    ] {
+        let body = reasoning_body("anthropic/c", &items, Some(level), 64_000);
+        assert_eq!(
+            body["thinking"],
+            serde_json::json!({"type": "enabled", "budget_tokens": budget}),
+            "{level}"
+        );
+        assert!(body.get("reasoning_effort").is_none());
+    }
+    // Cut below max_tokens; none when max_tokens leaves no 1024 budget.
+    let cut = reasoning_body("anthropic/c", &items, Some(Reasoning::Max), 4096);
+    assert_eq!(cut["thinking"]["budget_tokens"], 4095);
+    let none = reasoning_body("anthropic/c", &items, Some(Reasoning::Low), 1024);
+    assert!(none.get("thinking").is_none(), "{none}");
+}
+
+#[test]
+fn anthropic_thinking_is_left_out_while_a_tool_cycle_continues() {
+    let (_, items) = tool_fixture();
+    // The fixture's last assistant message calls tools (its results and a
+    // steer follow): a continuation.
+    let body = reasoning_body("anthropic/c", &items, Some(Reasoning::High), 64_000);
+    assert!(body.get("thinking").is_none(), "{body}");
+    // The next user prompt after the tool turn's final answer: thinking again.
+    let mut next = items.clone();
+    next.push(ModelItem::from(ModelMessage {
+        role: Role::Assistant,
+        text: "done".into(),
+        images: Vec::new(),
+    }));
+    next.push(ModelItem::from(user("again")));
+    let body = reasoning_body("anthropic/c", &next, Some(Reasoning::High), 64_000);
+    assert_eq!(body["thinking"]["budget_tokens"], 16384, "{body}");
+    // OpenAI keeps its effort in a tool cycle (the API defines it per request).
+    let body = reasoning_body("openai/o4", &items, Some(Reasoning::High), 1000);
+    assert_eq!(body["reasoning_effort"], "high");
 }

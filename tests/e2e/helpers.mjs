@@ -35,8 +35,8 @@ export const MODEL_API_KEY = "sk-test-7f3c9a1e-never-echoed";
 export const MODEL_NAME = "scripted-e2e";
 /** The Anthropic key the Worker is given with `model: { provider: "anthropic" }`. */
 export const ANTHROPIC_TEST_KEY = "sk-ant-test-2b8e51d0-never-echoed";
-/** The providers `startWorker({ model: { provider } })` can bind. */
-export const MODEL_PROVIDERS = ["openai", "anthropic"];
+/** The providers `startWorker({ model: { provider } })` can bind ("both": OpenAI as `SHIITAKE_MODEL`, Anthropic signed in beside it, one server). */
+export const MODEL_PROVIDERS = ["openai", "anthropic", "both"];
 
 /**
  * The Worker bindings `startWorker({ bindings })` takes (the settings
@@ -45,6 +45,7 @@ export const MODEL_PROVIDERS = ["openai", "anthropic"];
  */
 export const WORKER_BINDINGS = [
   "SHIITAKE_MODEL",
+  "SHIITAKE_MODELS",
   "OPENAI_BASE_URL",
   "OPENAI_API_KEY",
   "ANTHROPIC_BASE_URL",
@@ -229,6 +230,7 @@ export class Harness {
     } else if (server) {
       modelApiKey = MODEL_API_KEY;
       Object.assign(all, { SHIITAKE_MODEL: `openai/${MODEL_NAME}`, OPENAI_BASE_URL: server.url, OPENAI_API_KEY: modelApiKey });
+      if (provider === "both") Object.assign(all, { ANTHROPIC_BASE_URL: server.origin, ANTHROPIC_API_KEY: ANTHROPIC_TEST_KEY });
     }
     for (const [name, value] of Object.entries(bindings)) all[name] = String(value);
     const persistDir = persist ? await mkdtemp(path.join(tmpdir(), "shiitake-e2e-")) : undefined;

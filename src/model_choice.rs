@@ -1,0 +1,209 @@
+//! The stored layers of the model-preference resolver
+//! (`crate::model::preference`): the Agent's explicit model (and reasoning)
+//! and each Session's explicit model. One table, `shiitake_model_choice`,
+//! created on first use (the first choice set), outside the versioned
+//! runtime schema; every reader works without it.
+//!
+//! Rows: `scope` = `agent`, or `session:<sessionId>`; `model` the
+//! `provider/model` address as chosen (checked against the host's offer
+//! when set, and again at every turn's start: an address the host stopped
+//! offering is skipped, never called); `reasoning` a level or NULL.
+//! Deleting a Session deletes its row (`agent::delete_session`).
+
+use crate::ctx::Ctx;
+use crate::error::ApiError;
+use crate::model::preference::{Choice, Policy};
+use crate::model::Reasoning;
+use crate::sql::{atomically, read_beside, write, Sql, SqlError};
+
+const TABLE: &str = "shiitake_model_choice";
+const AGENT: &str = "agent";
+
+fn session_scope(session_id: &str) -> String {
+    format!("session:{session_id}")
+}
+
+/// Whether the table exists (`sqlite_master` is written by no transition).
+fn exists(sql: &dyn Sql) -> Result<bool, SqlError> {
+    let rows = read_beside(
+        sql,
+        &["sqlite_master"],
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
+        &[TABLE.into()],
+    )?;
+    Ok(rows.first().map(|r| r.int(0)).transpose()?.unwrap_or(0) == 1)
+}
+
+/// Creates the table when missing; its own transition: call it outside one.
+fn create(sql: &dyn Sql) -> Result<(), SqlError> {
+    if exists(sql)? {
+        return Ok(());
+    }
+    atomically(sql, || {
+        write(
+            sql,
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {TABLE} (
+                    scope TEXT PRIMARY KEY,
+                    model TEXT NOT NULL,
+                    reasoning TEXT,
+                    updated_at INTEGER NOT NULL
+                ) WITHOUT ROWID"
+            ),
+            Vec::new(),
+        )
+    })
+}
+
+fn read_scope(sql: &dyn Sql, scope: &str) -> Result<Option<Choice>, SqlError> {
+    let rows = read_beside(
+        sql,
+        &[TABLE],
+        &format!("SELECT model, reasoning FROM {TABLE} WHERE scope = ?"),
+        &[scope.into()],
+    )?;
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    let reasoning = match row.opt_text(1)? {
+        // A level this build does not know reads as none.
+        Some(level) => Reasoning::parse(&level).ok(),
+        None => None,
+    };
+    Ok(Some(Choice {
+        model: row.text(0)?,
+        reasoning,
+    }))
+}
+
+fn put(sql: &dyn Sql, scope: &str, choice: Option<&Choice>, now_ms: i64) -> Result<(), SqlError> {
+    match choice {
+        Some(choice) => write(
+            sql,
+            &format!(
+                "INSERT INTO {TABLE} (scope, model, reasoning, updated_at) VALUES (?, ?, ?, ?)
+                 ON CONFLICT (scope) DO UPDATE SET model = excluded.model,
+                   reasoning = excluded.reasoning, updated_at = excluded.updated_at"
+            ),
+            vec![
+                scope.into(),
+                choice.model.as_str().into(),
+                choice.reasoning.map(Reasoning::name).into(),
+                now_ms.into(),
+            ],
+        ),
+        None => write(
+            sql,
+            &format!("DELETE FROM {TABLE} WHERE scope = ?"),
+            vec![scope.into()],
+        ),
+    }
+}
+
+/// The explicit layers for a turn of `session_id`: `(session, agent)`.
+pub fn layers(
+    sql: &dyn Sql,
+    session_id: &str,
+) -> Result<(Option<Choice>, Option<Choice>), SqlError> {
+    if !exists(sql)? {
+        return Ok((None, None));
+    }
+    Ok((
+        read_scope(sql, &session_scope(session_id))?,
+        read_scope(sql, AGENT)?,
+    ))
+}
+
+/// The Agent's explicit model, if set.
+pub fn agent(sql: &dyn Sql) -> Result<Option<Choice>, SqlError> {
+    if !exists(sql)? {
+        return Ok(None);
+    }
+    read_scope(sql, AGENT)
+}
+
+/// Why a choice is refused (`model:rejected: <why>` to an `agents` caller).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SetError {
+    #[error("{0}")]
+    Rejected(String),
+    #[error(transparent)]
+    Api(#[from] ApiError),
+}
+
+impl From<SqlError> for SetError {
+    fn from(e: SqlError) -> Self {
+        SetError::Api(e.into())
+    }
+}
+
+/// Checks `choice` against the host's `policy` (the address offered, its
+/// provider signed in and allowed by the key sources) and answers it in
+/// its canonical spelling.
+pub fn check(policy: &Policy, choice: &Choice) -> Result<Choice, SetError> {
+    let spec = policy.check(&choice.model).map_err(SetError::Rejected)?;
+    Ok(Choice {
+        model: crate::model::preference::address(&spec),
+        reasoning: choice.reasoning,
+    })
+}
+
+/// Sets (or with `None` clears) the Agent's explicit model, checked against
+/// `policy`; the next turn of every Session resolves it. One transition
+/// (after creating the table on first use).
+pub fn set_agent(
+    ctx: &mut Ctx<'_>,
+    policy: &Policy,
+    choice: Option<&Choice>,
+) -> Result<Option<Choice>, SetError> {
+    let checked = choice.map(|c| check(policy, c)).transpose()?;
+    let sql = ctx.store.sql();
+    create(sql)?;
+    let now_ms = ctx.now_ms;
+    atomically(sql, || put(sql, AGENT, checked.as_ref(), now_ms))?;
+    Ok(checked)
+}
+
+/// Sets (or clears) one Session's explicit model, checked against
+/// `policy`; the Session must exist. Its next turn resolves it.
+pub fn set_session(
+    ctx: &mut Ctx<'_>,
+    policy: &Policy,
+    session_id: &str,
+    choice: Option<&Choice>,
+) -> Result<Option<Choice>, SetError> {
+    let checked = choice.map(|c| check(policy, c)).transpose()?;
+    let store = ctx.store;
+    let sql = store.sql();
+    if !store.session_exists(session_id)? {
+        return Err(ApiError::SessionNotFound(session_id.to_owned()).into());
+    }
+    create(sql)?;
+    let now_ms = ctx.now_ms;
+    atomically(sql, || {
+        // Deleted meanwhile? Then nothing is stored for it.
+        if !store.session_exists(session_id)? {
+            return Err(SetError::Api(ApiError::SessionNotFound(
+                session_id.to_owned(),
+            )));
+        }
+        put(sql, &session_scope(session_id), checked.as_ref(), now_ms)?;
+        Ok(())
+    })?;
+    Ok(checked)
+}
+
+/// Inside a transition deleting `session_id` (its reads phase): whether a
+/// Session choice is stored, so [`forget_session`] is staged.
+pub fn session_has(sql: &dyn Sql, session_id: &str) -> Result<bool, SqlError> {
+    Ok(exists(sql)? && read_scope(sql, &session_scope(session_id))?.is_some())
+}
+
+/// Stages the deletion of the Session's choice (a write of its transition).
+pub fn forget_session(sql: &dyn Sql, session_id: &str) -> Result<(), SqlError> {
+    write(
+        sql,
+        &format!("DELETE FROM {TABLE} WHERE scope = ?"),
+        vec![session_scope(session_id).into()],
+    )
+}
