@@ -122,9 +122,9 @@ describe("fleet directory: create, list, archive, unarchive, erase", () => {
     assert.equal(elsewhere.json.error.code, "not_directory");
   });
 
-  test("a created Agent takes delegation: the round trip", T, async () => {
+  test("a created Agent takes delegation with the model it was created with: the round trip", T, async () => {
     const a = h.agent();
-    const child = await create(a, { name: "Worker" });
+    const child = await create(a, { name: "Worker", model: "openai/gpt-5", reasoning: "low" });
     const sid = await a.createSession("parent");
     const childTag = uniq("child");
     h.model.scriptFor(childTag, { text: `child answer ${childTag}` });
@@ -133,6 +133,10 @@ describe("fleet directory: create, list, archive, unarchive, erase", () => {
     const line = await oneReply(a, sid);
     assert.equal(line.text, `child answer ${childTag}`);
     assert.equal(line.meta.delegation.reply.commandId, sent.value.ok.commandId);
+    // The child's turn called the model create named, at its reasoning level.
+    const [request] = h.model.requests(`do it ${childTag}`);
+    assert.equal(request.body.model, "gpt-5");
+    assert.equal(request.body.reasoning_effort, "low");
   });
 
   test("a send to an Agent the directory does not hold is undeliverable recipient_offline at once", T, async () => {
