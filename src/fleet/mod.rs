@@ -67,7 +67,7 @@ pub fn module(offer: Offer) -> Module {
         "operations": [
             {
                 "name": "send",
-                "description": "Delegates work to another Agent: admits `text` as a prompt in its Session (created if absent). A followUp send answers {status: \"accepted\", commandId} once the target admitted it, or {status: \"pending\"} while delivery continues; the target's result arrives later in this Session as a <fungi_agent_reply> line. The same requestId answers the same send again.",
+                "description": "Delegates work to another Agent: admits `text` as a prompt in its Session (created if absent; leave sessionId out for a new Session named after this send, answered as sessionId). A followUp send answers {status: \"accepted\", sessionId, commandId} once the target admitted it, or {status: \"pending\", sessionId} while delivery continues; the target's result arrives later in this Session as a <fungi_agent_reply> line. The same requestId answers the same send again.",
                 "inputSchema": {
                     "type": "object",
                     "properties": {
@@ -76,7 +76,7 @@ pub fn module(offer: Offer) -> Module {
                         "delivery": { "type": "string", "enum": ["followUp", "steer"],
                             "description": "followUp (default): queue behind the target's running work; steer: join it." }
                     },
-                    "required": ["agentId", "sessionId", "requestId", "text"],
+                    "required": ["agentId", "requestId", "text"],
                     "additionalProperties": false
                 },
                 "access": "write",
@@ -252,7 +252,8 @@ fn archive_operations() -> Vec<Value> {
 pub enum Call {
     Send {
         agent_id: String,
-        session_id: String,
+        /// `None`: a Session named after the send (`mail::omitted_session`).
+        session_id: Option<String>,
         request_id: String,
         text: String,
         delivery: Delivery,
@@ -351,7 +352,8 @@ pub struct ReadQuery {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct SendArgs {
     agent_id: String,
-    session_id: String,
+    #[serde(default)]
+    session_id: Option<String>,
     request_id: String,
     text: String,
     #[serde(default)]
@@ -403,7 +405,11 @@ pub fn decode(operation: &str, args: &Value, offer: Offer) -> Result<Call, Strin
     match operation {
         "send" => {
             let a: SendArgs = parse(operation, args)?;
-            checked(operation, &a.agent_id, &a.session_id)?;
+            checked(
+                operation,
+                &a.agent_id,
+                a.session_id.as_deref().unwrap_or("omitted"),
+            )?;
             request(operation, &a.request_id)?;
             if a.text.is_empty() || a.text.len() > TEXT_BYTES_MAX {
                 return Err(format!(

@@ -227,14 +227,17 @@ impl Inner {
                 text,
                 delivery,
             } => {
+                let from = Address {
+                    agent_id: fleet.self_id.clone(),
+                    session_id: op.of.session_id.clone(),
+                };
+                let session_id = session_id
+                    .unwrap_or_else(|| mail::omitted_session(&from, &agent_id, &request_id));
                 let outgoing = Outgoing {
-                    from: Address {
-                        agent_id: fleet.self_id.clone(),
-                        session_id: op.of.session_id.clone(),
-                    },
+                    from,
                     to: Address {
                         agent_id,
-                        session_id,
+                        session_id: session_id.clone(),
                     },
                     request_id: &request_id,
                     text: &text,
@@ -250,7 +253,9 @@ impl Inner {
                         .unwrap_or(mail::SendState::Pending { key }),
                     other => other,
                 };
-                serde_json::to_value(&state).map_err(|e| e.to_string())
+                let mut answer = serde_json::to_value(&state).map_err(|e| e.to_string())?;
+                answer["sessionId"] = Value::String(session_id);
+                Ok(answer)
             }
             Call::Recall {
                 agent_id,

@@ -161,6 +161,19 @@ pub fn reply_key(key: &str) -> String {
     format!("{key}{REPLY_SUFFIX}")
 }
 
+/// The Session a send that names none is delivered to (seed: "an omitted
+/// Session is created with the message's request identity"): derived from
+/// the caller identity with the Session left out, so a retry addresses the
+/// same one and two callers never share it.
+pub fn omitted_session(from: &Address, to_agent: &str, request_id: &str) -> String {
+    let to = Address {
+        agent_id: to_agent.to_owned(),
+        session_id: String::new(),
+    };
+    let key = send_key(from, &to, request_id);
+    format!("s_{}", key.trim_start_matches("m_"))
+}
+
 /// A send as the model's `agents.send` asks for it; `from` comes from the
 /// invoking run, never from model input.
 #[derive(Debug, Clone)]
@@ -578,6 +591,30 @@ pub fn delivered(
 /// past the attempt bound ([`MAIL_ATTEMPTS_MAX`]) the mail is undeliverable
 /// (`recipient_offline`). A mail no longer pending answers its state.
 pub fn failed(ctx: &mut Ctx<'_>, key: &str, error: &str) -> Result<Landing<SendState>, ApiError> {
+    give_up_or_retry(ctx, key, error, None)
+}
+
+/// Gives up a pending mail at once with `reason` (the fleet's directory
+/// says its recipient is absent or archived, `crate::fleet::directory`):
+/// like retries used up, without waiting for them. A mail no longer
+/// pending answers its state.
+pub fn undeliverable_now(
+    ctx: &mut Ctx<'_>,
+    key: &str,
+    reason: Reason,
+    why: &str,
+) -> Result<Landing<SendState>, ApiError> {
+    give_up_or_retry(ctx, key, why, Some(reason))
+}
+
+/// One failed attempt of a pending mail: given up with `now` (or with
+/// `recipient_offline` past the attempt bound), else scheduled again.
+fn give_up_or_retry(
+    ctx: &mut Ctx<'_>,
+    key: &str,
+    error: &str,
+    now: Option<Reason>,
+) -> Result<Landing<SendState>, ApiError> {
     let store = ctx.store;
     let sql = store.sql();
     let now_ms = ctx.now_ms;
@@ -594,14 +631,15 @@ pub fn failed(ctx: &mut Ctx<'_>, key: &str, error: &str) -> Result<Landing<SendS
             return state_of(&row);
         }
         let attempts = row.attempts.saturating_add(1);
-        if attempts >= MAIL_ATTEMPTS_MAX {
+        let reason = now.or((attempts >= MAIL_ATTEMPTS_MAX).then_some(Reason::RecipientOffline));
+        if let Some(reason) = reason {
             return give_up(
                 store,
                 ids,
                 now_ms,
                 &row,
                 attempts,
-                Reason::RecipientOffline,
+                reason,
                 Some(&error),
                 landed,
             );
@@ -621,49 +659,6 @@ pub fn failed(ctx: &mut Ctx<'_>, key: &str, error: &str) -> Result<Landing<SendS
         Ok(SendState::Pending {
             key: key.to_owned(),
         })
-    })?;
-    Ok(Landing {
-        value,
-        landed: slot,
-    })
-}
-
-/// Gives up a pending mail at once with `reason` (the fleet's directory
-/// says its recipient is absent or archived, `crate::fleet::directory`):
-/// like retries used up, without waiting for them. A mail no longer
-/// pending answers its state.
-pub fn undeliverable_now(
-    ctx: &mut Ctx<'_>,
-    key: &str,
-    reason: Reason,
-    why: &str,
-) -> Result<Landing<SendState>, ApiError> {
-    let store = ctx.store;
-    let sql = store.sql();
-    let now_ms = ctx.now_ms;
-    let ids = &mut *ctx.ids;
-    if !tables::exists(sql)? {
-        return Err(no_mail(key));
-    }
-    let why = bounded(why, MAIL_ERROR_BYTES_MAX);
-    let mut slot = None;
-    let landed = &mut slot;
-    let value = atomically(sql, || {
-        let row = tables::outbox(sql, key)?.ok_or_else(|| no_mail(key))?;
-        if row.state != "pending" {
-            return state_of(&row);
-        }
-        let attempts = row.attempts.saturating_add(1);
-        give_up(
-            store,
-            ids,
-            now_ms,
-            &row,
-            attempts,
-            reason,
-            Some(&why),
-            landed,
-        )
     })?;
     Ok(Landing {
         value,
@@ -1357,6 +1352,28 @@ mod tests {
             send_key(&addr("ab", "c"), &b, "r"),
             send_key(&addr("a", "bc"), &b, "r")
         );
+    }
+
+    #[test]
+    fn an_omitted_session_is_named_after_the_caller_identity() {
+        let a = addr("parent", "s1");
+        let s = omitted_session(&a, "child", "r1");
+        assert_eq!(
+            s,
+            omitted_session(&a, "child", "r1"),
+            "a retry addresses it again"
+        );
+        assert!(
+            s.starts_with("s_") && crate::agent::validate_session_id(&s).is_ok(),
+            "{s}"
+        );
+        assert_ne!(
+            s,
+            omitted_session(&addr("parent", "s2"), "child", "r1"),
+            "per caller"
+        );
+        assert_ne!(s, omitted_session(&a, "child", "r2"));
+        assert_ne!(s, omitted_session(&a, "other", "r1"));
     }
 
     fn reply(facts: ReplyFacts) -> Mail {

@@ -282,6 +282,21 @@ describe("fleet: delegation through mail", () => {
     assert.equal((await replies(a, sid)).length, 1, "one reply");
   });
 
+  test("a send without a sessionId creates a Session named after the send; a retry addresses the same one", T, async () => {
+    const [a, b] = [h.agent(), h.agent()];
+    const sid = await a.createSession("parent");
+    const childTag = uniq("child");
+    h.model.scriptFor(childTag, { text: `fresh answer ${childTag}` });
+    const args = { agentId: b.id, requestId: "r-omitted", text: `start ${childTag}` };
+    const { out } = await delegate(a, sid, args, { hide: [childTag], followUps: [{ text: "ok" }] });
+    assert.equal(out.ok?.status, "accepted", JSON.stringify(out));
+    assert.match(out.ok.sessionId, /^s_[0-9a-f]{32}$/);
+    const child = await b.read(out.ok.sessionId, { limit: 200 });
+    assert.equal(child.messages.find((m) => m.role === "user").text, `start ${childTag}`);
+    const again = await delegate(a, sid, args, { hide: [childTag] });
+    assert.deepEqual([again.out.ok.sessionId, again.out.ok.commandId], [out.ok.sessionId, out.ok.commandId]);
+  });
+
   test("a child cancelled by a person over HTTP: the reply names the canceller (cancellationText)", T, async () => {
     const [a, b] = [h.agent(), h.agent()];
     const sid = await a.createSession("parent");
