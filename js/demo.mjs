@@ -26,7 +26,7 @@ export class ShiitakeDO extends Base {
   // list, archive and delegate to another (`agents.create`, `agents.send`,
   // `agents.wait`, ...) with no host code.
   fleet() {
-    return { namespace: this.env.SHIITAKE, directory: true, archive: true };
+    return { namespace: this.env.SHIITAKE, directory: true, archive: true, models: true };
   }
 
   tools() {

@@ -282,6 +282,25 @@ describe("fleet: delegation through mail", () => {
     assert.equal((await replies(a, sid)).length, 1, "one reply");
   });
 
+  test("the model delegates with agents.send and collects the result with agents.wait", T, async () => {
+    const [a, b] = [h.agent(), h.agent()];
+    const sid = await a.createSession("parent");
+    const childTag = uniq("child");
+    h.model.scriptFor(childTag, { text: `the answer is 42 ${childTag}` });
+    const { out } = await delegate(a, sid, { agentId: b.id, sessionId: "child", requestId: "r-wait", text: `compute ${childTag}` }, { hide: [childTag], followUps: [{ text: "ok" }] });
+    assert.equal(out.ok?.status, "accepted", JSON.stringify(out));
+    const tag = uniq("waiter");
+    h.model.scriptFor(tag, execute(call("wait", { agentId: b.id, sessionId: "child", commandId: out.ok.commandId, timeoutMs: 20_000 })), { text: `collected ${tag}` });
+    const settled = await a.settle(sid, `w-${tag}`, `collect ${tag}`);
+    assert.equal(settled.terminal, "completed");
+    const tool = (await a.read(sid, { limit: 200 })).messages.filter((m) => m.role === "tool").at(-1);
+    const waited = JSON.parse(tool.text).ok;
+    assert.equal(waited.status, "settled", tool.text);
+    assert.equal(waited.terminal, "completed");
+    assert.equal(waited.text, `the answer is 42 ${childTag}`);
+    assert.equal(waited.truncated, undefined);
+  });
+
   test("a send without a sessionId creates a Session named after the send; a retry addresses the same one", T, async () => {
     const [a, b] = [h.agent(), h.agent()];
     const sid = await a.createSession("parent");
