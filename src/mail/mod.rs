@@ -1364,7 +1364,7 @@ mod tests {
             "a retry addresses it again"
         );
         assert!(
-            s.starts_with("s_") && crate::agent::validate_session_id(&s).is_ok(),
+            s.starts_with("s_") && valid_id(&s, SESSION_ID_BYTES_MAX),
             "{s}"
         );
         assert_ne!(
