@@ -40,29 +40,16 @@ function metaHeaderValue(meta) {
 }
 
 /**
- * @param {{ binding: string | ((c: import("hono").Context) => any) }} options
+ * Adds the session routes to `app`, each forwarded to the stub that
+ * `stubOf(c)` answers (an object with `fetch(request)`), or answered by the
+ * Response it returns instead. `segmentsOf` gives the DO-relative path.
+ * Shared by `shiitakeApp` (a Durable Object binding) and `shiitake/node`
+ * (the in-process object).
  */
-export function shiitakeApp({ binding } = {}) {
-  if (typeof binding !== "string" && typeof binding !== "function") {
-    throw new TypeError("shiitakeApp: `binding` must be an env binding name or a function (c) => namespace");
-  }
-  const namespaceOf = typeof binding === "function" ? binding : (c) => c.env?.[binding];
-  const app = new Hono();
-
+export function mountSessionRoutes(app, stubOf) {
   const forward = (segments) => async (c) => {
-    const agentId = c.req.param("agentId");
-    if (typeof agentId !== "string" || agentId === "") {
-      return errorResponse(c, 400, "invalid_request", "the agentId path parameter is missing");
-    }
-    // A UTF-16 unit is at most 3 UTF-8 bytes: short ids need no encoding.
-    if (agentId.length * 3 > AGENT_ID_BYTES_MAX && new TextEncoder().encode(agentId).length > AGENT_ID_BYTES_MAX) {
-      return errorResponse(c, 400, "invalid_request", `agentId is longer than ${AGENT_ID_BYTES_MAX} bytes`);
-    }
-    const ns = namespaceOf(c);
-    if (!ns || typeof ns.idFromName !== "function" || typeof ns.get !== "function") {
-      console.error("shiitakeApp: no Durable Object namespace for binding", binding);
-      return errorResponse(c, 503, "not_configured", "the Shiitake Durable Object binding is missing");
-    }
+    const stub = await stubOf(c);
+    if (stub instanceof Response) return stub;
 
     // The DO-relative path is the last `segments` segments of the raw path,
     // so the session id reaches the DO byte for byte (still percent-encoded)
@@ -86,8 +73,7 @@ export function shiitakeApp({ binding } = {}) {
       // and Hono holds a copy (buffered by that middleware, not here).
       body = raw.bodyUsed ? await c.req.arrayBuffer() : raw.body;
     }
-    const stub = ns.get(ns.idFromName(agentId));
-    return stub.fetch(new Request(target, { method: raw.method, headers, body, redirect: "manual" }));
+    return stub.fetch(new Request(target, { method: raw.method, headers, body, redirect: "manual", ...(body !== null ? { duplex: "half" } : {}) }));
   };
 
   for (const [path, methods] of ROUTES) {
@@ -102,4 +88,30 @@ export function shiitakeApp({ binding } = {}) {
   // catch-all route gives the mount its JSON 404.
   app.all("*", (c) => errorResponse(c, 404, "not_found", "no such route"));
   return app;
+}
+
+/**
+ * @param {{ binding: string | ((c: import("hono").Context) => any) }} options
+ */
+export function shiitakeApp({ binding } = {}) {
+  if (typeof binding !== "string" && typeof binding !== "function") {
+    throw new TypeError("shiitakeApp: `binding` must be an env binding name or a function (c) => namespace");
+  }
+  const namespaceOf = typeof binding === "function" ? binding : (c) => c.env?.[binding];
+  return mountSessionRoutes(new Hono(), (c) => {
+    const agentId = c.req.param("agentId");
+    if (typeof agentId !== "string" || agentId === "") {
+      return errorResponse(c, 400, "invalid_request", "the agentId path parameter is missing");
+    }
+    // A UTF-16 unit is at most 3 UTF-8 bytes: short ids need no encoding.
+    if (agentId.length * 3 > AGENT_ID_BYTES_MAX && new TextEncoder().encode(agentId).length > AGENT_ID_BYTES_MAX) {
+      return errorResponse(c, 400, "invalid_request", `agentId is longer than ${AGENT_ID_BYTES_MAX} bytes`);
+    }
+    const ns = namespaceOf(c);
+    if (!ns || typeof ns.idFromName !== "function" || typeof ns.get !== "function") {
+      console.error("shiitakeApp: no Durable Object namespace for binding", binding);
+      return errorResponse(c, 503, "not_configured", "the Shiitake Durable Object binding is missing");
+    }
+    return ns.get(ns.idFromName(agentId));
+  });
 }
