@@ -1,0 +1,267 @@
+// shiitake/node (js/node.mjs): the wasm core on a node:sqlite file, no
+// Miniflare. A prompt through the returned Hono app over a real node:http
+// server settles with the model's answer; the file's lease refuses a second
+// open (same process, another process) until close(); a kill -9 mid-turn is
+// resumed on reopen and settled exactly once. The child-process host is
+// examples/node/server.mjs, the README's example.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import http from "node:http";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { after, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { Hono } from "hono";
+import { nodeListener, openNodeShiitake } from "../../js/node.mjs";
+import { contentText, startModelServer } from "../support/model-server.mjs";
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
+const EXAMPLE = path.join(ROOT, "examples/node/server.mjs");
+const T = { timeout: 60_000 };
+
+const dir = mkdtempSync(path.join(tmpdir(), "shiitake-node-"));
+const model = await startModelServer({ fallback: "echo" });
+const children = new Set();
+after(async () => {
+  for (const child of children) child.kill("SIGKILL");
+  await model.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const env = (extra = {}) => ({
+  SHIITAKE_MODEL: "openai/scripted-node",
+  OPENAI_BASE_URL: model.url,
+  OPENAI_API_KEY: "sk-node-test",
+  SHIITAKE_RETRY_BASE_MS: "50",
+  SHIITAKE_RETRY_MAX_MS: "400",
+  ...extra,
+});
+
+/** A JSON client of a base URL (or a fetch function). */
+function client(base) {
+  const send = typeof base === "function" ? base : (req) => fetch(req);
+  const origin = typeof base === "function" ? "http://node.test" : base;
+  const api = async (method, rel, body) => {
+    const res = await send(
+      new Request(origin + rel, {
+        method,
+        headers: body === undefined ? {} : { "content-type": "application/json" },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      }),
+    );
+    const text = await res.text();
+    return { status: res.status, json: text ? JSON.parse(text) : undefined, text };
+  };
+  return {
+    api,
+    async createSession(sessionId) {
+      const res = await api("POST", "/sessions", { sessionId });
+      assert.equal(res.status, 201, res.text);
+      return res.json.sessionId;
+    },
+    async admit(sessionId, requestId, text) {
+      const res = await api("POST", `/sessions/${sessionId}/commands`, { type: "prompt", requestId, text });
+      assert.equal(res.status, 200, res.text);
+      assert.equal(res.json.status, "accepted", res.text);
+      return res.json.commandId;
+    },
+    async settled(sessionId, commandId, boundMs = 20_000) {
+      const deadline = Date.now() + boundMs;
+      for (;;) {
+        const left = Math.max(0, Math.min(10_000, deadline - Date.now()));
+        const res = await api("GET", `/sessions/${sessionId}/settlement?commandId=${commandId}&timeoutMs=${left}`);
+        assert.equal(res.status, 200, res.text);
+        if (res.json !== null) return res.json;
+        if (Date.now() >= deadline) throw new Error(`${commandId} not settled within ${boundMs} ms`);
+      }
+    },
+    async read(sessionId) {
+      const res = await api("GET", `/sessions/${sessionId}`);
+      assert.equal(res.status, 200, res.text);
+      return res.json;
+    },
+  };
+}
+
+/** Starts examples/node/server.mjs on `file`; resolves once it listens. */
+function startExample(file, extraEnv = {}) {
+  const child = spawn(process.execPath, [EXAMPLE], {
+    cwd: ROOT,
+    env: { ...process.env, ...env(extraEnv), SHIITAKE_DB: file, PORT: "0" },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  children.add(child);
+  child.on("exit", () => children.delete(child));
+  let out = "";
+  let err = "";
+  child.stderr.on("data", (d) => (err += d));
+  const ready = new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`the example did not start: ${out}${err}`)), 15_000);
+    child.stdout.on("data", (d) => {
+      out += d;
+      const m = /listening on (http:\/\/\S+)/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      }
+    });
+    child.on("exit", (code) => {
+      clearTimeout(timer);
+      reject(new Error(`the example exited (${code}): ${out}${err}`));
+    });
+  });
+  return { child, ready, stderr: () => err };
+}
+
+const exited = (child) => new Promise((resolve) => (child.exitCode !== null || child.signalCode !== null ? resolve() : child.once("exit", resolve)));
+
+/** Tries openNodeShiitake on `file` in a child process: its outcome as JSON. */
+function openInChild(file) {
+  const code = `
+    import { openNodeShiitake } from ${JSON.stringify(path.join(ROOT, "js/node.mjs"))};
+    try { const h = await openNodeShiitake({ path: ${JSON.stringify(file)}, env: {} }); await h.close(); console.log(JSON.stringify({ opened: true })); }
+    catch (e) { console.log(JSON.stringify({ opened: false, code: e.code, message: e.message })); }`;
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ["--input-type=module", "-e", code], { stdio: ["ignore", "pipe", "inherit"] });
+    let out = "";
+    child.stdout.on("data", (d) => (out += d));
+    child.on("exit", () => {
+      try {
+        resolve(JSON.parse(out.trim().split("\n").at(-1)));
+      } catch (e) {
+        reject(new Error(`child said: ${out}`));
+      }
+    });
+  });
+}
+
+test("a prompt through the app over node:http settles with the model's answer", T, async () => {
+  const file = path.join(dir, "served.db");
+  const host = await openNodeShiitake({ path: file, env: env() });
+  assert.equal(host.agentId, "served");
+  const server = http.createServer(nodeListener(host.app.fetch));
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  try {
+    const a = client(`http://127.0.0.1:${server.address().port}`);
+    await a.createSession("s");
+    model.scriptFor("node-served", { text: "Hello from the scripted model", chunkDelayMs: 5 });
+    const id = await a.admit("s", "r1", "say hi node-served");
+    const s = await a.settled("s", id);
+    assert.equal(s.terminal, "completed", JSON.stringify(s));
+    assert.equal(s.answer, "Hello from the scripted model");
+    assert.equal(model.requests("node-served")[0].headers.authorization, "Bearer sk-node-test");
+    const page = await a.read("s");
+    assert.deepEqual(
+      page.messages.map((m) => [m.role, m.text]),
+      [
+        ["user", "say hi node-served"],
+        ["assistant", "Hello from the scripted model"],
+      ],
+    );
+    // Unknown routes and methods answer as shiitakeApp does.
+    assert.equal((await a.api("GET", "/nope")).status, 404);
+    assert.equal((await a.api("PUT", "/sessions")).status, 405);
+  } finally {
+    server.close();
+    server.closeAllConnections();
+    await host.close();
+  }
+});
+
+test("the lease: a second open in this process or another is refused, naming the file; close() releases it", T, async () => {
+  const file = path.join(dir, "leased.db");
+  const first = await openNodeShiitake({ path: file, env: env() });
+  await assert.rejects(openNodeShiitake({ path: file, env: env() }), (e) => {
+    assert.equal(e.code, "SHIITAKE_LEASE_HELD");
+    assert.ok(e.message.includes(file), e.message);
+    return true;
+  });
+  // The same file spelled another way is still the same file.
+  await assert.rejects(openNodeShiitake({ path: path.join(dir, ".", "x", "..", "leased.db"), env: env() }), { code: "SHIITAKE_LEASE_HELD" });
+  const other = await openInChild(file);
+  assert.equal(other.opened, false);
+  assert.equal(other.code, "SHIITAKE_LEASE_HELD", other.message);
+  assert.ok(other.message.includes(file), other.message);
+
+  await first.close();
+  await first.close(); // idempotent
+  const again = await openNodeShiitake({ path: file, env: env() });
+  await again.close();
+  assert.deepEqual(await openInChild(file), { opened: true });
+
+  // Held by another process (the example server): refused here, open after it stops.
+  const ex = startExample(file);
+  await ex.ready;
+  await assert.rejects(openNodeShiitake({ path: file, env: env() }), (e) => e.code === "SHIITAKE_LEASE_HELD" && e.message.includes(file));
+  ex.child.kill("SIGTERM");
+  await exited(ex.child);
+  (await openNodeShiitake({ path: file, env: env() })).close();
+});
+
+test("kill -9 mid-turn: the reopened file resumes the turn and settles it exactly once", T, async () => {
+  const file = path.join(dir, "killed.db");
+  const tag = "node-killed";
+  model.scriptFor(tag, { gate: tag, chunks: ["PARTIAL "], text: "never finished" }, { text: "the answer after the crash" });
+  const ex = startExample(file);
+  const a = client(await ex.ready);
+  await a.createSession("s");
+  const id = await a.admit("s", "r1", `answer me ${tag}`);
+  await model.waitFor(() => model.requests(tag).length >= 1, { timeoutMs: 10_000, what: "the first attempt to reach the model" });
+  const warm = await a.read("s");
+  assert.equal(warm.running?.commandId, id, JSON.stringify(warm));
+  ex.child.kill("SIGKILL");
+  await exited(ex.child);
+  model.release(tag);
+
+  // Reopened in this process: no request is needed, the persisted alarm
+  // brings the runtime back.
+  const host = await openNodeShiitake({ path: file, env: env() });
+  try {
+    await model.waitFor(() => model.requests(tag).length >= 2, { timeoutMs: 15_000, what: "the resumed attempt" });
+    // The example's middleware sets this host metadata; a replay carries the same.
+    const outer = new Hono();
+    outer.use("*", async (c, next) => {
+      c.set("shiitakeMeta", { via: "examples/node" });
+      await next();
+    });
+    outer.route("/", host.app);
+    const b = client((req) => outer.fetch(req));
+    const s = await b.settled("s", id);
+    assert.equal(s.terminal, "completed", JSON.stringify(s));
+    assert.equal(s.answer, "the answer after the crash");
+    // The replayed prompt answers the original receipt; nothing runs again.
+    const replay = await b.api("POST", "/sessions/s/commands", { type: "prompt", requestId: "r1", text: `answer me ${tag}` });
+    assert.equal(replay.status, 200, replay.text);
+    assert.equal(replay.json.commandId, id);
+    const page = await b.read("s");
+    assert.deepEqual(
+      page.messages.map((m) => [m.role, m.commandId, m.text]),
+      [
+        ["user", id, `answer me ${tag}`],
+        ["assistant", id, "the answer after the crash"],
+      ],
+    );
+    assert.equal(page.running ?? null, null);
+    assert.deepEqual(page.pending, []);
+    const reqs = model.requests(tag);
+    assert.equal(reqs.length, 2, "one attempt before the kill, one after");
+    assert.deepEqual(
+      reqs[1].body.messages.map((m) => [m.role, contentText(m.content)]).filter(([role]) => role !== "system"),
+      [["user", `answer me ${tag}`]],
+      "the resumed attempt sends the conversation without the partial answer",
+    );
+  } finally {
+    await host.close();
+  }
+  // Settled once, for good: a later open finds the same settlement and no work.
+  const later = await openNodeShiitake({ path: file, env: env() });
+  try {
+    const c = client(later.fetch);
+    assert.equal((await c.settled("s", id)).answer, "the answer after the crash");
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(model.requests(tag).length, 2);
+  } finally {
+    await later.close();
+  }
+});
