@@ -1,0 +1,86 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Hono } from "hono";
+import type { ShiitakeHttpEnv } from "./app.js";
+import type { HostJobs, ShiitakeDO, ShiitakeModels, ShiitakeTools } from "./do.js";
+
+/** A hook option: the value, or a function called with `this` (and its argument) = the object. */
+export type NodeHook<T> = T | ((this: ShiitakeDO, object: ShiitakeDO) => T);
+
+export interface NodeShiitakeOptions {
+  /** The SQLite file holding the Agent (created if absent). Held exclusively until `close()`. */
+  path: string;
+  /** `ctx.id.name`: the Agent's id. Default: the file name without its extension (`agent.db` -> `agent`). */
+  agentId?: string;
+  /** `SHIITAKE_MODEL` (`provider/model`, e.g. `openai/gpt-4o-mini`); overrides `env`'s. */
+  model?: string;
+  /** `SHIITAKE_INSTRUCTIONS`; overrides `env`'s. */
+  instructions?: string;
+  /**
+   * The Worker's vars, same names as wrangler's (`SHIITAKE_MODEL`,
+   * `SHIITAKE_MODELS`, `OPENAI_BASE_URL`, `OPENAI_API_KEY`,
+   * `ANTHROPIC_API_KEY`, `SHIITAKE_RETRY_BASE_MS`, ...). Default: the
+   * `SHIITAKE_*`, `OPENAI_*` and `ANTHROPIC_*` variables of `process.env`.
+   * There is no `LOADER`: the `execute` tool is not offered on Node.
+   */
+  env?: Record<string, unknown>;
+  /** `ShiitakeDO#tools()`: host modules (`direct: true` to offer one to the model) and MCP servers. */
+  tools?: NodeHook<ShiitakeTools | undefined>;
+  /** `ShiitakeDO#extensions()`: the extension roster. */
+  extensions?: NodeHook<unknown[] | undefined>;
+  /** `ShiitakeDO#hostJobs()`: the host work lane. */
+  hostJobs?: NodeHook<HostJobs | undefined>;
+  /** `ShiitakeDO#models()`: the models this Agent may call. */
+  models?: NodeHook<ShiitakeModels | undefined>;
+  /** `ShiitakeDO#initialize(extensions)`. */
+  initialize?: (this: ShiitakeDO, extensions: { command(extensionId: string, command: string, input: unknown, options?: { sessionId?: string; requestId?: string }): unknown }) => void | Promise<void>;
+  /** `ShiitakeDO#hostFetch(request)`: answer a request yourself, or `undefined`. */
+  hostFetch?: (this: ShiitakeDO, request: Request) => Response | undefined | Promise<Response | undefined>;
+  /** The alarm's retry after a throwing `alarm()`: Cloudflare's 2000 ms doubling, at most 6 retries. */
+  alarmRetry?: { retryBaseMs?: number; retriesMax?: number };
+}
+
+export interface NodeShiitake {
+  /** The in-process owner API (`object.agent`) when this build's ShiitakeDO has one, else undefined. */
+  agent: unknown;
+  /** The ShiitakeDO instance (host-only methods: `extensionCommand`, `deliverGrants`, ...). */
+  object: ShiitakeDO;
+  /**
+   * The Session routes of docs/http.md at its root (`/sessions`, `/sessions/:id/commands`, ...),
+   * served by the object in process. Mount behind your middleware (`app.route("/", shiitake.app)`),
+   * which may set `shiitakeMeta`; serve with `nodeListener(app.fetch)` or `@hono/node-server`.
+   */
+  app: Hono<ShiitakeHttpEnv>;
+  /** `app.fetch`. */
+  fetch(request: Request): Promise<Response>;
+  /** The file's absolute path. */
+  path: string;
+  /** `ctx.id.name`. */
+  agentId: string;
+  /**
+   * Closes the runtime (live turns are aborted; accepted work waits in the
+   * file for the next open), stops the alarm timer and releases the file.
+   * Idempotent.
+   */
+  close(reason?: string): Promise<void>;
+}
+
+/** What a second open of a held file throws (`code: "SHIITAKE_LEASE_HELD"`). */
+export class NodeStoreLeaseError extends Error {
+  code: "SHIITAKE_LEASE_HELD";
+  path: string;
+}
+
+/**
+ * Opens the Agent kept in a SQLite file (Node's built-in `node:sqlite`) and
+ * holds the file exclusively until `close()`: a second open, in this process
+ * or another, throws `NodeStoreLeaseError`. Reopening resumes accepted work.
+ */
+export function openNodeShiitake(options: NodeShiitakeOptions): Promise<NodeShiitake>;
+
+/** A `node:http` request listener serving a fetch handler: `http.createServer(nodeListener(app.fetch))`. */
+export function nodeListener(
+  fetch: (request: Request) => Response | Promise<Response>,
+): (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+
+/** Splits a SQL script into statements (quotes, comments and trigger bodies respected). */
+export function splitStatements(sql: string): string[];
