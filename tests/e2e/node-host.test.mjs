@@ -196,7 +196,7 @@ test("the lease: a second open in this process or another is refused, naming the
   await assert.rejects(openNodeShiitake({ path: file, env: env() }), (e) => e.code === "SHIITAKE_LEASE_HELD" && e.message.includes(file));
   ex.child.kill("SIGTERM");
   await exited(ex.child);
-  (await openNodeShiitake({ path: file, env: env() })).close();
+  await (await openNodeShiitake({ path: file, env: env() })).close();
 });
 
 test("kill -9 mid-turn: the reopened file resumes the turn and settles it exactly once", T, async () => {
@@ -263,5 +263,51 @@ test("kill -9 mid-turn: the reopened file resumes the turn and settles it exactl
     assert.equal(model.requests(tag).length, 2);
   } finally {
     await later.close();
+  }
+});
+
+test("a host tool module (tools option) runs on Node: a direct operation the model calls", T, async () => {
+  const file = path.join(dir, "tools.db");
+  const calls = [];
+  const host = await openNodeShiitake({
+    path: file,
+    env: env(),
+    tools: {
+      modules: [
+        {
+          id: "probe",
+          operations: [
+            {
+              name: "probe-node",
+              description: "Records its argument.",
+              inputSchema: { type: "object", properties: { x: { type: "number" } }, required: ["x"] },
+              access: "read",
+              direct: true,
+              run(args, ctx) {
+                calls.push([args.x, ctx.sessionId, this === host?.object]);
+                return { seen: args.x, tag: "node-tool-result" };
+              },
+            },
+          ],
+        },
+      ],
+    },
+  });
+  try {
+    const a = client(host.fetch);
+    await a.createSession("s");
+    model.scriptFor("node-tool-prompt", { toolCalls: [{ name: "probe_node", arguments: { x: 7 } }] });
+    model.scriptFor("node-tool-result", { text: "the probe saw 7" });
+    const id = await a.admit("s", "r1", "call the probe node-tool-prompt");
+    const s = await a.settled("s", id);
+    assert.equal(s.terminal, "completed", JSON.stringify(s));
+    assert.equal(s.answer, "the probe saw 7");
+    assert.equal(s.toolCallCount, 1);
+    assert.deepEqual(calls, [[7, "s", true]]);
+    const tools = model.requests("node-tool-prompt")[0].body.tools.map((t) => t.function.name);
+    assert.ok(tools.includes("probe_node"), tools.join());
+    assert.ok(!tools.includes("execute"), "no execute without the Worker Loader");
+  } finally {
+    await host.close();
   }
 });
