@@ -4,11 +4,11 @@
 // behind the host's own auth middleware, which may set the Hono variable
 // `shiitakeMeta` (a JSON value) to pass host metadata to the Agent.
 import { Hono } from "hono";
+import { META_HEADER, metaHeaderValue } from "./meta.mjs";
 
 // Longest `agentId` (UTF-8 bytes) the routes forward. The shim's own bound:
 // the id only names the Durable Object (`idFromName`), the core never sees it.
 const AGENT_ID_BYTES_MAX = 256;
-const META_HEADER = "x-shiitake-meta";
 
 // DO-relative route -> methods the DO serves there. Only these reach the DO:
 // host-only operations are never forwarded, whatever a client asks.
@@ -29,14 +29,6 @@ const ROUTES = [
 
 function errorResponse(c, status, code, message, headers) {
   return c.json({ error: { code, message } }, status, headers);
-}
-
-// Header values must be Latin-1; escaping everything past ASCII keeps the
-// JSON text equal in meaning and safe to send.
-function metaHeaderValue(meta) {
-  const json = JSON.stringify(meta);
-  if (json === undefined) throw new TypeError("shiitakeMeta must be a JSON value");
-  return json.replace(/[\u007f-\uffff]/g, (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}`);
 }
 
 /**

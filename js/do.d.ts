@@ -1,4 +1,18 @@
 import type { FilesPort, sqliteWorkspace } from "./files.js";
+import type {
+  AbortOutcome,
+  CancelOutcome,
+  CommandSettlement,
+  Delivery,
+  ImageInput,
+  Inbox,
+  PendingPrompt,
+  Receipt,
+  SessionList,
+  SessionRead,
+  WatchEvent,
+  WithdrawOutcome,
+} from "./client.js";
 import { DurableObject } from "cloudflare:workers";
 
 /**
@@ -37,6 +51,50 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   deliverGrants(sessionId: string, delivery: GrantDelivery): { delivered: "stored" | "replaced" | "unchanged" };
   /** Host-only: the Session's delivered grants, or null. */
   sessionGrants(sessionId: string): GrantDelivery | null;
+  /**
+   * The owner API, for code inside the object: every call is served by the
+   * same core path as the HTTP routes (docs/http.md), bypassing `hostFetch`;
+   * refusals throw `ShiitakeError` (`code`, `status`, `message`; the HTTP
+   * error table). Unbound: no host metadata (full cancel authority).
+   */
+  readonly agent: ShiitakeOwner;
+
+  // Workers RPC on the stub (the caller is the host Worker): the owner API
+  // as methods. `meta` is the host's metadata, checked like
+  // `x-shiitake-meta` (SHIITAKE_META_SCHEMA, 4,096 bytes; 400 invalid_meta)
+  // and bound through SHIITAKE_IDENTITY_PATH. Refusals reject with an Error
+  // carrying `code` and `status`.
+
+  /** RPC: admits a prompt; `{status: "accepted", commandId}` after the commit (a replay answers the same). */
+  prompt(sessionId: string, input: PromptInput, meta?: unknown): Promise<Receipt>;
+  /** RPC: records an operator line. */
+  operator(sessionId: string, input: OperatorInput, meta?: unknown): Promise<Receipt>;
+  /** RPC: cancels a command (`too_late` once it can no longer be withdrawn; 403 `not_owner` across principals). */
+  cancel(sessionId: string, input: CancelInput, meta?: unknown): Promise<CancelOutcome>;
+  /** RPC: cancels the running turn and the queued prompts (only `meta`'s principal's when bound). */
+  abort(sessionId: string, meta?: unknown): Promise<AbortOutcome>;
+  /** RPC: withdraws `requestId` (an admitted request wins; otherwise a durable fence). */
+  withdraw(sessionId: string, requestId: string, meta?: unknown): Promise<WithdrawOutcome>;
+  /** RPC: one page of the Session read. */
+  readSession(sessionId: string, query?: ReadQuery, meta?: unknown): Promise<SessionRead>;
+  /** RPC: the settlement, or null while not settled at `timeoutMs` (default 0, at most 30000). Dropping the call never cancels the command. */
+  readSettlement(sessionId: string, commandId: string, options?: { timeoutMs?: number }, meta?: unknown): Promise<CommandSettlement | null>;
+  /** RPC: the newest pending prompt of `meta`'s principal (anyone's when unbound), or null. */
+  latestPending(sessionId: string, meta?: unknown): Promise<PendingPrompt | null>;
+  /**
+   * RPC: the Session's watch, the bytes of the same `text/event-stream` as
+   * GET /sessions/:id/watch (serve it as is, or parse it with
+   * `readWatch(stream)`). Cancel the stream to close the watch.
+   */
+  watchSession(sessionId: string, meta?: unknown): Promise<ReadableStream<Uint8Array>>;
+  /** RPC: a page of the Agent's Sessions. */
+  listSessions(query?: PageQuery): Promise<SessionList>;
+  /** RPC: creates a Session (`ses_…` generated when omitted); 409 `session_exists`. */
+  createSession(sessionId?: string): Promise<{ sessionId: string }>;
+  /** RPC: deletes a Session and all of its work (not bound to a principal: authorise first). */
+  deleteSession(sessionId: string): Promise<void>;
+  /** RPC: a page of the inbox. */
+  inbox(query?: PageQuery): Promise<Inbox>;
   /**
    * The host work lane, or `undefined` for none (then outbox entries are
    * acknowledged undelivered). Read once per instance; an unknown key or a
@@ -349,3 +407,69 @@ export interface ConfirmRequest {
   operation: string;
   arguments: Record<string, unknown>;
 }
+
+/** `prompt` input (a closed schema: the core refuses other fields). */
+export interface PromptInput {
+  requestId: string;
+  text: string;
+  images?: ImageInput[];
+  delivery?: Delivery;
+}
+
+export interface OperatorInput {
+  requestId: string;
+  text: string;
+}
+
+export interface CancelInput {
+  commandId: string;
+  onlyIfPending?: boolean;
+}
+
+/** A Session read page: `cursor` is the previous page's `cursor` (the HTTP `before`). */
+export interface ReadQuery {
+  limit?: number;
+  cursor?: string;
+}
+
+export interface PageQuery {
+  limit?: number;
+  cursor?: string;
+}
+
+/** `ShiitakeDO#agent`: the owner API. */
+export interface ShiitakeOwner {
+  /** The same owner, its calls bound to host metadata `meta` (checked at each call like `x-shiitake-meta`). */
+  withMeta(meta: unknown): ShiitakeOwner;
+  /** Addresses a Session; no I/O. */
+  session(sessionId: string): ShiitakeOwnerSession;
+  listSessions(query?: PageQuery): Promise<SessionList>;
+  createSession(sessionId?: string): Promise<{ sessionId: string }>;
+  deleteSession(sessionId: string): Promise<void>;
+  inbox(query?: PageQuery): Promise<Inbox>;
+  grants: {
+    /** `ShiitakeDO#deliverGrants`. */
+    deliver(sessionId: string, delivery: GrantDelivery): { delivered: "stored" | "replaced" | "unchanged" };
+  };
+}
+
+export interface ShiitakeOwnerSession {
+  prompt(input: PromptInput): Promise<Receipt>;
+  /** `prompt` with `delivery: "steer"`. */
+  steer(input: Omit<PromptInput, "delivery">): Promise<Receipt>;
+  /** `prompt` with `delivery: "followUp"`. */
+  followUp(input: Omit<PromptInput, "delivery">): Promise<Receipt>;
+  operator(input: OperatorInput): Promise<Receipt>;
+  cancel(input: CancelInput): Promise<CancelOutcome>;
+  abort(): Promise<AbortOutcome>;
+  withdraw(requestId: string): Promise<WithdrawOutcome>;
+  read(query?: ReadQuery): Promise<SessionRead>;
+  /** The settlement, or null while not settled at `timeoutMs`; aborting `signal` rejects the read and never cancels the command. */
+  readSettlement(commandId: string, options?: { timeoutMs?: number; signal?: AbortSignal }): Promise<CommandSettlement | null>;
+  latestPending(): Promise<PendingPrompt | null>;
+  /** The watch's events (a `snapshot` first, then `frame`s); aborting `signal` or leaving the loop closes it. */
+  watch(options?: { signal?: AbortSignal }): AsyncGenerator<WatchEvent, void, undefined>;
+}
+
+/** Parses a watch's `text/event-stream` bytes (`watchSession`) into its events; aborting `signal` or leaving the loop cancels the stream. */
+export function readWatch(stream: ReadableStream<Uint8Array>, options?: { signal?: AbortSignal }): AsyncGenerator<WatchEvent, void, undefined>;

@@ -6,6 +6,8 @@ import { runGuest } from "./execute.mjs";
 import { WORKSPACE } from "./files.mjs";
 import { readBounded } from "./bounded.mjs";
 import { manifestOf, normalizeRoster, runHook } from "./extensions.mjs";
+import { ShiitakeError, SseParser } from "./client.mjs";
+import { META_HEADER, metaHeaderValue } from "./meta.mjs";
 
 // One wasm instance serves every Durable Object of this isolate. A Rust panic
 // (panic=abort) traps it as a WebAssembly.RuntimeError and leaves its memory
@@ -123,6 +125,8 @@ export class ShiitakeDO extends DurableObject {
   // The directory (only on the object named shiitake.directory).
   #directory = null;
   #directoryGeneration = -1;
+  // The owner API (`agent`), built on first use.
+  #agent = null;
 
   /**
    * Host hook, asked first for every request the object receives. Return a
@@ -447,6 +451,125 @@ export class ShiitakeDO extends DurableObject {
     return this.#sync((core) => JSON.parse(core.extensionStatuses()));
   }
 
+  /**
+   * The owner API (in-process, for code inside the object): `this.agent`
+   * is the unbound owner; `this.agent.withMeta(meta)` binds host metadata.
+   * Every call is served by the same core path as the HTTP routes of
+   * docs/http.md (a request built here, never through `hostFetch`); answers
+   * are return values, refusals throw `ShiitakeError` (`code`, `status`).
+   */
+  get agent() {
+    this.#agent ??= new OwnerAgent((method, path, options) => this.#owner(method, path, options), this);
+    return this.#agent;
+  }
+
+  // ---- Workers RPC: the owner API on the stub (the caller is the host
+  // Worker, so `meta` is the host's metadata, checked like x-shiitake-meta).
+  // Refusals throw Errors with `code` and `status`.
+
+  /** RPC: admits a prompt (`{requestId, text, images?, delivery?}`); the Receipt. */
+  prompt(sessionId, input, meta) {
+    return this.#bound(meta).session(sessionId).prompt(input);
+  }
+
+  /** RPC: records an operator line (`{requestId, text}`); the Receipt. */
+  operator(sessionId, input, meta) {
+    return this.#bound(meta).session(sessionId).operator(input);
+  }
+
+  /** RPC: cancels a command (`{commandId, onlyIfPending?}`); the Receipt. */
+  cancel(sessionId, input, meta) {
+    return this.#bound(meta).session(sessionId).cancel(input);
+  }
+
+  /** RPC: cancels the running turn and the queued prompts (of `meta`'s principal when bound). */
+  abort(sessionId, meta) {
+    return this.#bound(meta).session(sessionId).abort();
+  }
+
+  /** RPC: the withdraw answer for `requestId`. */
+  withdraw(sessionId, requestId, meta) {
+    return this.#bound(meta).session(sessionId).withdraw(requestId);
+  }
+
+  /** RPC: one page of the Session read (`{limit?, cursor?}`). */
+  readSession(sessionId, query, meta) {
+    return this.#bound(meta).session(sessionId).read(query);
+  }
+
+  /** RPC: the command's CommandSettlement, or null while it is not settled at `timeoutMs` (0..30000). */
+  readSettlement(sessionId, commandId, options, meta) {
+    return this.#bound(meta).session(sessionId).readSettlement(commandId, { timeoutMs: options?.timeoutMs });
+  }
+
+  /** RPC: the newest pending prompt of `meta`'s principal (of anyone when unbound), or null. */
+  latestPending(sessionId, meta) {
+    return this.#bound(meta).session(sessionId).latestPending();
+  }
+
+  /**
+   * RPC: the Session's watch as the bytes of its `text/event-stream`
+   * (the same stream as GET /sessions/:id/watch; parse it with
+   * `readWatch(stream)`). Cancel the stream to close the watch.
+   */
+  async watchSession(sessionId, meta) {
+    return (await this.#bound(meta).session(sessionId).watchStream()).body;
+  }
+
+  /** RPC: a page of the Agent's Sessions (`{limit?, cursor?}`). */
+  listSessions(query) {
+    return this.agent.listSessions(query);
+  }
+
+  /** RPC: creates a Session (`sessionId` generated when omitted); `{sessionId}`. */
+  createSession(sessionId) {
+    return this.agent.createSession(sessionId);
+  }
+
+  /** RPC: deletes a Session and all its work. */
+  deleteSession(sessionId) {
+    return this.agent.deleteSession(sessionId);
+  }
+
+  /** RPC: a page of the inbox (`{limit?, cursor?}`). */
+  inbox(query) {
+    return this.agent.inbox(query);
+  }
+
+  #bound(meta) {
+    return meta === undefined ? this.agent : this.agent.withMeta(meta);
+  }
+
+  // One owner call through the serving path: `{request, response}`.
+  async #owner(method, path, { query, body, meta } = {}) {
+    if (this.ctx.id.name === DIRECTORY_AGENT_ID) {
+      throw new ShiitakeError(404, "agent_reserved", `${DIRECTORY_AGENT_ID} is the fleet's directory, not an Agent`);
+    }
+    let target = path;
+    const params = Object.entries(query ?? {}).filter(([, v]) => v !== undefined && v !== null);
+    if (params.length > 0) target += `?${params.map(([k, v]) => `${k}=${encodeURIComponent(String(v))}`).join("&")}`;
+    const headers = new Headers();
+    if (meta !== undefined) {
+      let value;
+      try {
+        value = metaHeaderValue(meta);
+      } catch (error) {
+        throw new ShiitakeError(400, "invalid_meta", `the host's metadata is not a JSON value: ${error.message}`);
+      }
+      headers.set(META_HEADER, value);
+    }
+    const init = { method, headers };
+    if (body !== undefined) {
+      headers.set("content-type", "application/json");
+      init.body = JSON.stringify(body);
+    }
+    const request = new Request(new URL(target, OWNER_ORIGIN), init);
+    await this.#ready();
+    const response = await this.#serve(request);
+    if (isEventStream(response)) return { request, response: this.#resumable(request, response) };
+    return { request, response };
+  }
+
   // The core, once the host's initialize (if any) has run on it.
   async #ready() {
     this.#coreNow();
@@ -635,6 +758,188 @@ export class ShiitakeDO extends DurableObject {
     } catch (error) {
       fail(error);
     }
+  }
+}
+
+// The origin of the requests the owner API builds (never leaves the object).
+const OWNER_ORIGIN = "https://shiitake.owner";
+
+// A Session's path. The core reads path segments as they are (docs/http.md):
+// an id is passed byte for byte, except what would change the path's shape
+// (`/`, `?`, `#`, `%`, ...), which is escaped so the core refuses it.
+function sessionPath(sessionId, rest = "") {
+  if (typeof sessionId !== "string") throw new ShiitakeError(400, "invalid_request", "sessionId: a string");
+  return `/sessions/${encodeURIComponent(sessionId).replaceAll("%3A", ":")}${rest}`;
+}
+
+// The answer's value: parsed JSON (undefined for 204), or its error thrown.
+async function answerOf({ response }) {
+  const text = await response.text();
+  if (response.status >= 400) {
+    let error;
+    try {
+      error = JSON.parse(text)?.error;
+    } catch {
+      error = undefined;
+    }
+    throw new ShiitakeError(response.status, error?.code ?? `http_${response.status}`, error?.message ?? `HTTP ${response.status}`);
+  }
+  return text === "" ? undefined : JSON.parse(text);
+}
+
+// Rejects with the signal's reason when it aborts first (the work goes on).
+function unlessAborted(promise, signal) {
+  if (signal === undefined) return promise;
+  signal.throwIfAborted();
+  let onAbort;
+  const aborted = new Promise((_, reject) => {
+    onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+  return Promise.race([promise, aborted]).finally(() => signal.removeEventListener("abort", onAbort));
+}
+
+/**
+ * A Session watch's event stream (what `GET /sessions/:id/watch` and the
+ * RPC `watchSession` serve) as an async iterator of `{event, data}`
+ * (`data` parsed). Ends when the stream ends or `signal` aborts (then it
+ * throws the signal's reason); leaving the loop cancels the stream.
+ */
+export async function* readWatch(stream, { signal } = {}) {
+  const reader = stream.getReader();
+  const parser = new SseParser();
+  const onAbort = () => reader.cancel(signal.reason).catch(() => {});
+  signal?.throwIfAborted();
+  signal?.addEventListener("abort", onAbort, { once: true });
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (signal?.aborted) throw signal.reason;
+      if (done) return;
+      for (const { event, data } of parser.push(value)) yield { event, data: JSON.parse(data) };
+    }
+  } finally {
+    signal?.removeEventListener("abort", onAbort);
+    reader.cancel().catch(() => {});
+  }
+}
+
+// The owner API (`ShiitakeDO#agent`): each call one request through the
+// object's serving path; nothing here decides.
+class OwnerAgent {
+  #call;
+  #object;
+  #meta;
+
+  constructor(call, object, meta) {
+    this.#call = call;
+    this.#object = object;
+    this.#meta = meta;
+    this.grants = {
+      deliver: (sessionId, delivery) => object.deliverGrants(sessionId, delivery),
+    };
+  }
+
+  /** The same owner, its calls bound to the host metadata `meta`. */
+  withMeta(meta) {
+    return new OwnerAgent(this.#call, this.#object, meta);
+  }
+
+  /** Addresses a Session (no I/O). */
+  session(sessionId) {
+    return new OwnerSession((method, rest, options) => this.#call(method, sessionPath(sessionId, rest), { ...options, meta: this.#meta }));
+  }
+
+  async listSessions({ limit, cursor } = {}) {
+    return answerOf(await this.#call("GET", "/sessions", { query: { limit, cursor }, meta: this.#meta }));
+  }
+
+  async createSession(sessionId) {
+    return answerOf(await this.#call("POST", "/sessions", { body: sessionId === undefined ? {} : { sessionId }, meta: this.#meta }));
+  }
+
+  async deleteSession(sessionId) {
+    await answerOf(await this.#call("DELETE", sessionPath(sessionId), { meta: this.#meta }));
+  }
+
+  async inbox({ limit, cursor } = {}) {
+    return answerOf(await this.#call("GET", "/inbox", { query: { limit, cursor }, meta: this.#meta }));
+  }
+}
+
+class OwnerSession {
+  #call;
+
+  constructor(call) {
+    this.#call = call;
+  }
+
+  async #command(body) {
+    return answerOf(await this.#call("POST", "/commands", { body }));
+  }
+
+  prompt(input) {
+    return this.#command({ ...input, type: "prompt" });
+  }
+
+  steer(input) {
+    return this.prompt({ ...input, delivery: "steer" });
+  }
+
+  followUp(input) {
+    return this.prompt({ ...input, delivery: "followUp" });
+  }
+
+  operator(input) {
+    return this.#command({ ...input, type: "operator" });
+  }
+
+  cancel(input) {
+    return this.#command({ ...input, type: "cancel" });
+  }
+
+  abort() {
+    return this.#command({ type: "abort" });
+  }
+
+  async withdraw(requestId) {
+    return answerOf(await this.#call("POST", "/withdraw", { body: { requestId } }));
+  }
+
+  async read({ limit, cursor, before } = {}) {
+    return answerOf(await this.#call("GET", "", { query: { before: cursor ?? before, limit } }));
+  }
+
+  /** null while the command is not settled at the deadline; aborting never cancels the command. */
+  async readSettlement(commandId, { timeoutMs, signal } = {}) {
+    const answer = await unlessAborted(this.#call("GET", "/settlement", { query: { commandId, timeoutMs } }), signal);
+    return (await answerOf(answer)) ?? null;
+  }
+
+  async latestPending() {
+    return (await answerOf(await this.#call("GET", "/pending/latest"))) ?? null;
+  }
+
+  // The watch's Response (its body the event stream), or its refusal thrown.
+  async watchStream() {
+    const answer = await this.#call("GET", "/watch");
+    if (!isEventStream(answer.response)) await answerOf(answer);
+    return answer.response;
+  }
+
+  /** The watch as an async iterator of `{event, data}`; abort `signal` (or leave the loop) to close it. */
+  async *watch({ signal } = {}) {
+    signal?.throwIfAborted();
+    const opening = this.watchStream();
+    let response;
+    try {
+      response = await unlessAborted(opening, signal);
+    } catch (error) {
+      // Aborted while it opened: the stream that still comes is closed.
+      opening.then((r) => r.body?.cancel().catch(() => {}), () => {});
+      throw error;
+    }
+    yield* readWatch(response.body, { signal });
   }
 }
 

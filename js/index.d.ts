@@ -1,6 +1,14 @@
 export {
   ShiitakeDO,
   deliverSessionGrantsToStorage,
+  readWatch,
+  type ShiitakeOwner,
+  type ShiitakeOwnerSession,
+  type PromptInput,
+  type OperatorInput,
+  type CancelInput,
+  type ReadQuery,
+  type PageQuery,
   type GrantDelivery,
   type GrantLevel,
   type ShiitakeTools,
@@ -16,4 +24,5 @@ export {
   type ShiitakeMeta,
   type ShiitakeNamespace,
 } from "./app.js";
+export { ShiitakeError } from "./client.js";
 export { sqliteWorkspace, r2Files, type FilesPort, type FileChange, type WorkspaceBounds } from "./files.js";

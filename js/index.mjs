@@ -1,3 +1,4 @@
-export { ShiitakeDO, deliverSessionGrantsToStorage } from "./do.mjs";
+export { ShiitakeDO, deliverSessionGrantsToStorage, readWatch } from "./do.mjs";
+export { ShiitakeError } from "./client.mjs";
 export { shiitakeApp } from "./app.mjs";
 export { sqliteWorkspace, r2Files } from "./files.mjs";
