@@ -67,7 +67,8 @@ try {
 
   // The bundle.
   const files = readdirSync(out, { recursive: true }).map(String);
-  const entry = files.find((f) => /^index\.m?js$/.test(f));
+  // Named after wrangler.toml's main (js/demo.mjs -> demo.js).
+  const entry = files.find((f) => /^(index|demo)\.m?js$/.test(f));
   check(entry !== undefined, `no bundled entry module in the output (${files.join(", ") || "empty"})`);
   const wasmFiles = files.filter((f) => f.endsWith(".wasm"));
   check(wasmFiles.length === 1, `expected one wasm module in the bundle, found ${wasmFiles.length} (${files.join(", ")})`);

@@ -30,6 +30,11 @@ cargo clippy --target wasm32-unknown-unknown --lib --features fault-injection --
 step "cargo test"
 cargo test
 
+step "deployment proof (wrangler deploy --dry-run of the demo: production build, bundle, bindings, SQLite migration)"
+# Before the test build: wrangler's [build] leaves the production wasm in
+# build/, which the next step replaces.
+node scripts/deploy-check.mjs
+
 step "build (wasm + demo bundle; test build: with the fault-injection hook)"
 SHIITAKE_TEST_BUILD=1 bash scripts/build.sh
 
