@@ -217,12 +217,15 @@ export type ModelReasoningLevel = "minimal" | "low" | "medium" | "high" | "max";
  * nothing left the turn fails before any model call with a
  * `model:unavailable: …` diagnostic.
  */
-/** A synchronous Standard Schema v1 (Zod 4, Effect, Valibot...). */
+/**
+ * A Standard Schema v1 (Zod 4, Effect, Valibot...). Its `validate` must
+ * answer synchronously (`{value}` or `{issues}`); a promise is refused.
+ */
 export interface StandardSchemaV1Like {
   readonly "~standard": {
     readonly version: 1;
     readonly vendor: string;
-    readonly validate: (value: unknown) => { value: unknown; issues?: undefined } | { issues: ReadonlyArray<{ message: string; path?: ReadonlyArray<PropertyKey | { key: PropertyKey }> }> };
+    readonly validate: (value: unknown) => unknown;
   };
 }
 

@@ -5,6 +5,8 @@
 // value the core hands over. The core keeps the rest: the 4,096-byte cap and
 // strict JSON before the schema, canonical JSON and the cap again on the
 // schema's output, which is what is stored (src/meta.rs, src/host/config.rs).
+// The schema sees the metadata as JSON.parse gives it (integers beyond 2^53
+// lose precision, as anywhere in JS).
 import { SCHEMA_INTERNALS } from "./extensions.mjs";
 
 const { isStandardSchema, isPlainObject, isThenable, silence, typeName, runStandard, toJson, refusal } = SCHEMA_INTERNALS;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (README; .ci/run): formatting, lints for both
-# targets, native tests, the wasm build, then the end-to-end tests against the
-# built wasm in Miniflare, then a short run of the attack harness
-# (scripts/attack/). Stops at the first failing step.
+# targets, native tests, the deployment proof (scripts/deploy-check.mjs:
+# wrangler deploy --dry-run of the demo), the wasm test build, then the
+# end-to-end tests against the built wasm in Miniflare, then a short run of
+# the attack harness (scripts/attack/). Stops at the first failing step.
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
