@@ -142,6 +142,12 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
    */
   models(): ShiitakeModels | undefined;
   /**
+   * The host metadata's schema and identity path as code; `undefined`: the
+   * env's `SHIITAKE_META_SCHEMA` / `SHIITAKE_IDENTITY_PATH`. Defining it
+   * while either env var is set is refused (503 `host_misconfigured`).
+   */
+  meta(): ShiitakeMeta | undefined;
+  /**
    * Fleet RPC: sets this Agent's explicit model; `choiceJson` is
    * `{model, reasoning?}` (`agents.setModel`, or a directory's create for a
    * new Agent). Checked against this host's offered models, signed-in
@@ -269,6 +275,29 @@ export type ModelReasoningLevel = "minimal" | "low" | "medium" | "high" | "max";
  * nothing left the turn fails before any model call with a
  * `model:unavailable: …` diagnostic.
  */
+/**
+ * A Standard Schema v1 (Zod 4, Effect, Valibot...). Its `validate` must
+ * answer synchronously (`{value}` or `{issues}`); a promise is refused.
+ */
+export interface StandardSchemaV1Like {
+  readonly "~standard": {
+    readonly version: 1;
+    readonly vendor: string;
+    readonly validate: (value: unknown) => unknown;
+  };
+}
+
+/** The host metadata's rules (`ShiitakeDO#meta()`, `js/meta-schema.mjs`). */
+export interface ShiitakeMeta {
+  /**
+   * A JSON Schema object (the core validates it), or a synchronous Standard
+   * Schema whose output is what is stored. Absent: any JSON value.
+   */
+  schema?: Record<string, unknown> | StandardSchemaV1Like;
+  /** A JSON path into the stored metadata naming the principal, e.g. `$.author.id`. */
+  identityPath?: string;
+}
+
 export interface ShiitakeModels {
   /** `provider/model` addresses offered (at most 200); replaces `SHIITAKE_MODELS`. */
   offered?: string[];

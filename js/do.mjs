@@ -8,6 +8,7 @@ import { readBounded } from "./bounded.mjs";
 import { manifestOf, normalizeRoster, runHook } from "./extensions.mjs";
 import { ShiitakeError, SseParser } from "./client.mjs";
 import { META_HEADER, metaHeaderValue } from "./meta.mjs";
+import { metaHost } from "./meta-schema.mjs";
 
 // One wasm instance serves every Durable Object of this isolate. A Rust panic
 // (panic=abort) traps it as a WebAssembly.RuntimeError and leaves its memory
@@ -217,6 +218,26 @@ export class ShiitakeDO extends DurableObject {
    * signed in or excluded by the key sources. See `src/host/models.rs`.
    */
   models() {
+    return undefined;
+  }
+
+  /**
+   * Host hook: the host metadata's schema and identity path as code, or
+   * `undefined` for the env's (`SHIITAKE_META_SCHEMA`,
+   * `SHIITAKE_IDENTITY_PATH`). Read once per instance. `{ schema?,
+   * identityPath? }`: `schema` a JSON Schema object (validated by the core,
+   * as the env's) or any synchronous Standard Schema (Zod 4, Effect,
+   * Valibot...), run on each `x-shiitake-meta` value after the core's
+   * 4,096-byte cap and strict-JSON check; its output (defaults, stripped
+   * keys, transforms) is what is stored, canonical and capped again.
+   * Invalid metadata answers 400 `invalid_meta` naming the field path
+   * (`$.author.id: ...`). `identityPath` a JSON path (`$.author.id`) into
+   * the stored value. Unknown keys, an asynchronous schema (detected at
+   * startup by probing, else on first use) and meta() together with either
+   * env var are refused: every request answers 503 `host_misconfigured`
+   * naming why. See `js/meta-schema.mjs`.
+   */
+  meta() {
     return undefined;
   }
 
@@ -724,6 +745,7 @@ export class ShiitakeDO extends DurableObject {
         jobsHost(this),
         fleet,
         modelsHost(this),
+        metaHost(this),
       );
       this.#core = core;
       this.#coreGeneration = generation;

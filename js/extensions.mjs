@@ -1249,3 +1249,8 @@ function synchronous(id, what, out) {
   }
   return out;
 }
+
+// ---------------------------------------------------------------------------
+// For the shim only (js/meta-schema.mjs runs the host's metadata schema the same
+// way); not part of the documented API.
+export const SCHEMA_INTERNALS = Object.freeze({ isStandardSchema, isPlainObject, isThenable, silence, typeName, runStandard, toJson, refusal });

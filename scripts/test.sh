@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (README; .ci/run): formatting, lints for both
-# targets, native tests, the wasm build, then the end-to-end tests against the
-# built wasm in Miniflare, then a short run of the attack harness
-# (scripts/attack/). Stops at the first failing step.
+# targets, native tests, the deployment proof (scripts/deploy-check.mjs:
+# wrangler deploy --dry-run of the demo), the wasm test build, then the
+# end-to-end tests against the built wasm in Miniflare, then a short run of
+# the attack harness (scripts/attack/). Stops at the first failing step.
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -29,6 +30,11 @@ cargo clippy --target wasm32-unknown-unknown --lib --features fault-injection --
 
 step "cargo test"
 cargo test
+
+step "deployment proof (wrangler deploy --dry-run of the demo: production build, bundle, bindings, SQLite migration)"
+# Before the test build: wrangler's [build] leaves the production wasm in
+# build/, which the next step replaces.
+node scripts/deploy-check.mjs
 
 step "build (wasm + demo bundle; test build: with the fault-injection hook)"
 SHIITAKE_TEST_BUILD=1 bash scripts/build.sh

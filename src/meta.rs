@@ -7,10 +7,28 @@ use crate::error::ApiError;
 use crate::json_schema::Validator;
 use crate::limits::META_BYTES_MAX;
 
+/// Why the host's own check (`HostCheck`) did not give a value to store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostRefusal {
+    /// The metadata breaks the host's schema (400 `invalid_meta`); the
+    /// message names the field path.
+    Invalid(String),
+    /// The schema itself failed (threw, went asynchronous, gave a value
+    /// that is not JSON): 503 `host_misconfigured`.
+    Broken(String),
+}
+
+/// The host's own metadata check (the shim runs a Standard Schema, such as
+/// Zod 4 or Effect, synchronously): the value to store, or why not. It sees
+/// metadata already within the cap and strict JSON; its output is
+/// canonicalised and capped again.
+pub type HostCheck = Box<dyn Fn(&serde_json::Value) -> Result<serde_json::Value, HostRefusal>>;
+
 /// The host's metadata rules, built once from its configuration.
 #[derive(Default)]
 pub struct MetaPolicy {
     schema: Option<Validator>,
+    host: Option<HostCheck>,
     identity_path: Option<String>,
 }
 
@@ -18,6 +36,7 @@ impl std::fmt::Debug for MetaPolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MetaPolicy")
             .field("schema", &self.schema.is_some())
+            .field("host", &self.host.is_some())
             .field("identity_path", &self.identity_path)
             .finish()
     }
@@ -50,8 +69,16 @@ impl MetaPolicy {
         };
         Ok(MetaPolicy {
             schema,
+            host: None,
             identity_path,
         })
+    }
+
+    /// Adds the host's own check, run after the JSON Schema (if any): its
+    /// output is what is stored.
+    pub fn with_host_check(mut self, check: HostCheck) -> Self {
+        self.host = Some(check);
+        self
     }
 
     /// The JSON path of the principal, when the host binds identities.
@@ -73,7 +100,7 @@ impl MetaPolicy {
         }
         // A repeated key would let the stored (last-wins) value and SQLite's
         // `json_extract` of the principal disagree.
-        let value = crate::json::strict(raw.as_bytes())
+        let mut value = crate::json::strict(raw.as_bytes())
             .map_err(|e| ApiError::InvalidMeta(format!("host metadata is not JSON: {e}")))?;
         if let Some(validator) = &self.schema {
             if let Err(error) = validator.check(&value) {
@@ -81,6 +108,12 @@ impl MetaPolicy {
                     "host metadata does not match the host's schema: {error}"
                 )));
             }
+        }
+        if let Some(check) = &self.host {
+            value = check(&value).map_err(|refusal| match refusal {
+                HostRefusal::Invalid(why) => ApiError::InvalidMeta(why),
+                HostRefusal::Broken(why) => ApiError::HostMisconfigured(why),
+            })?;
         }
         let canonical = value.to_string();
         if canonical.len() > META_BYTES_MAX {
@@ -120,6 +153,42 @@ mod tests {
         assert_eq!(fill(4096).len(), 4096);
         assert!(open.check(Some(&fill(4096))).is_ok());
         assert!(open.check(Some(&fill(4097))).is_err());
+    }
+
+    #[test]
+    fn the_hosts_check_output_is_stored_canonical_and_capped() {
+        let policy = MetaPolicy::new(None, Some("$.author.id"))
+            .unwrap()
+            .with_host_check(Box::new(|value| {
+                match value.pointer("/author/id").and_then(|v| v.as_str()) {
+                    Some("broken") => Err(HostRefusal::Broken("the schema threw".into())),
+                    Some("big") => Ok(serde_json::json!({ "x": "a".repeat(5000) })),
+                    Some(id) => Ok(serde_json::json!({ "author": { "id": id }, "b": 1 })),
+                    None => Err(HostRefusal::Invalid("$.author.id: required".into())),
+                }
+            }));
+        assert_eq!(
+            policy
+                .check(Some(r#"{"author":{"id":"u1","drop":true}}"#))
+                .unwrap()
+                .as_deref(),
+            Some(r#"{"author":{"id":"u1"},"b":1}"#)
+        );
+        let e = policy.check(Some(r#"{"author":{}}"#)).unwrap_err();
+        assert_eq!(e.code(), "invalid_meta");
+        assert!(e.to_string().contains("$.author.id"), "{e}");
+        let e = policy
+            .check(Some(r#"{"author":{"id":"broken"}}"#))
+            .unwrap_err();
+        assert_eq!(e.code(), "host_misconfigured");
+        let e = policy
+            .check(Some(r#"{"author":{"id":"big"}}"#))
+            .unwrap_err();
+        assert_eq!(e.code(), "invalid_meta");
+        // Not strict JSON never reaches the host's check.
+        assert!(policy
+            .check(Some(r#"{"author":{"id":"u1"},"author":{}}"#))
+            .is_err());
     }
 
     #[test]

@@ -152,6 +152,19 @@ extern "C" {
     #[wasm_bindgen(method, js_name = lastSwitch)]
     pub fn last_switch(this: &JsModels, session: &str, meta: Option<String>) -> Promise;
 
+    /// The shim's metadata host (`ShiitakeDO#meta()`, `js/do.mjs`).
+    pub type JsMeta;
+
+    /// `{schema?, standard, identityPath?, error?}` as JSON (`schema`: a
+    /// JSON Schema the core validates with; `standard`: the shim validates).
+    #[wasm_bindgen(method)]
+    pub fn spec(this: &JsMeta) -> String;
+
+    /// The host's Standard Schema run on metadata (JSON): JSON `{value}`,
+    /// `{invalid}` (the message names the field path) or `{error}`.
+    #[wasm_bindgen(method)]
+    pub fn validate(this: &JsMeta, meta: &str) -> String;
+
     /// The shim's tool host (`js/do.mjs`).
     pub type JsTools;
 

@@ -2,16 +2,17 @@
 //! secrets) when the Durable Object starts. Keys live only in this struct:
 //! never stored, logged or echoed.
 
-use super::bindings::{env_string, log_warn};
+use super::bindings::{env_string, log_warn, JsMeta};
 use crate::limits::{
     ATTEMPTS_MAX, MAX_OUTPUT_TOKENS_DEFAULT, MAX_OUTPUT_TOKENS_MAX, RETRY_BASE_MS_MAX,
     RETRY_MAX_MS_MAX, TOOL_CALL_TIMEOUT_MS,
 };
-use crate::meta::MetaPolicy;
+use crate::meta::{HostRefusal, MetaPolicy};
 use crate::model::{preference, ModelSpec, Provider, ProviderConfig, RetryPolicy};
 use crate::redact::Secrets;
 use crate::run::Attempts;
-use wasm_bindgen::JsValue;
+use serde::Deserialize;
+use wasm_bindgen::{JsCast, JsValue};
 
 /// Keys redacted from diagnostics whichever provider is in use.
 const PROVIDER_KEYS: [&str; 2] = ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"];
@@ -44,7 +45,8 @@ pub struct HostConfig {
 }
 
 impl HostConfig {
-    pub fn from_env(env: &JsValue) -> Self {
+    /// `meta`: the shim's metadata host (`meta()`), or undefined.
+    pub fn from_env(env: &JsValue, meta: JsValue) -> Self {
         let defaults = RetryPolicy::default();
         let (offered, default_model) = offered(env);
         HostConfig {
@@ -74,10 +76,7 @@ impl HostConfig {
                     .iter()
                     .map(String::as_str),
             ),
-            meta: MetaPolicy::new(
-                env_string(env, "SHIITAKE_META_SCHEMA").as_deref(),
-                env_string(env, "SHIITAKE_IDENTITY_PATH").as_deref(),
-            ),
+            meta: meta_policy(env, meta),
         }
     }
 
@@ -101,6 +100,75 @@ impl HostConfig {
     pub fn signed_in(&self) -> Vec<Provider> {
         self.providers.iter().map(|(p, _)| *p).collect()
     }
+}
+
+const META_SCHEMA_VAR: &str = "SHIITAKE_META_SCHEMA";
+const IDENTITY_PATH_VAR: &str = "SHIITAKE_IDENTITY_PATH";
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct MetaSpec {
+    #[serde(default)]
+    schema: Option<serde_json::Value>,
+    #[serde(default)]
+    standard: bool,
+    #[serde(default)]
+    identity_path: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// The host's metadata rules: from its `meta()` when it defines one, else
+/// from `SHIITAKE_META_SCHEMA` and `SHIITAKE_IDENTITY_PATH`. Both at once is
+/// refused (one place states the rules; the env would otherwise be silently
+/// ignored).
+fn meta_policy(env: &JsValue, js: JsValue) -> Result<MetaPolicy, String> {
+    let env_schema = env_string(env, META_SCHEMA_VAR);
+    let env_path = env_string(env, IDENTITY_PATH_VAR);
+    if js.is_undefined() || js.is_null() {
+        return MetaPolicy::new(env_schema.as_deref(), env_path.as_deref());
+    }
+    let js: JsMeta = js.unchecked_into();
+    let spec: MetaSpec = serde_json::from_str(&js.spec()).map_err(|e| format!("meta(): {e}"))?;
+    if let Some(error) = spec.error {
+        return Err(error);
+    }
+    let set: Vec<&str> = [
+        (META_SCHEMA_VAR, &env_schema),
+        (IDENTITY_PATH_VAR, &env_path),
+    ]
+    .into_iter()
+    .filter(|(_, v)| v.is_some())
+    .map(|(name, _)| name)
+    .collect();
+    if !set.is_empty() {
+        return Err(format!(
+            "the host defines meta() and sets {}: state the metadata schema and identityPath in one place",
+            set.join(" and ")
+        ));
+    }
+    let schema = spec.schema.map(|s| s.to_string());
+    let policy = MetaPolicy::new(schema.as_deref(), spec.identity_path.as_deref())
+        .map_err(|e| format!("meta(): {e}"))?;
+    if !spec.standard {
+        return Ok(policy);
+    }
+    Ok(policy.with_host_check(Box::new(move |value| {
+        // `{value}` (which may be null), `{invalid}` or `{error}`.
+        let mut answer: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&js.validate(&value.to_string()))
+                .map_err(|e| HostRefusal::Broken(format!("meta(): the shim answered {e}")))?;
+        let text = |v: serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+        if let Some(why) = answer.remove("invalid") {
+            return Err(HostRefusal::Invalid(text(why)));
+        }
+        if let Some(why) = answer.remove("error") {
+            return Err(HostRefusal::Broken(text(why)));
+        }
+        answer
+            .remove("value")
+            .ok_or_else(|| HostRefusal::Broken("meta(): the schema gave no value".into()))
+    })))
 }
 
 /// The offered models and the default: `SHIITAKE_MODELS` (comma-separated

@@ -115,7 +115,8 @@ impl ShiitakeCore {
     /// attempt (`blame.rs`); `jobs` the shim's host work lane, or
     /// undefined (`jobs.rs`); `fleet` the shim's fleet transport, or
     /// undefined (`fleet.rs`); `models` the shim's model host, or
-    /// undefined (`models.rs`).
+    /// undefined (`models.rs`); `meta` the shim's metadata host
+    /// (`meta()`), or undefined (`config.rs`).
     // One argument per host hook, as the shim hands them over.
     #[allow(clippy::too_many_arguments)]
     #[wasm_bindgen(constructor)]
@@ -128,6 +129,7 @@ impl ShiitakeCore {
         jobs: JsValue,
         fleet: JsValue,
         models: JsValue,
+        meta: JsValue,
     ) -> Result<ShiitakeCore, JsValue> {
         let sql = sql::DoSql::from_state(&ctx)?;
         // `ctx.id.toString()`: the shim keys its trap reports the same way.
@@ -144,7 +146,10 @@ impl ShiitakeCore {
         if let Err(why) = &fleet {
             log_error(why);
         }
-        let config = HostConfig::from_env(&env);
+        let config = HostConfig::from_env(&env, meta);
+        if let Err(why) = &config.meta {
+            log_error(why);
+        }
         let models = models::HostModels::new(models, &config);
         if let Err(why) = &models {
             log_error(why);
