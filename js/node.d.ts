@@ -77,6 +77,43 @@ export class NodeStoreLeaseError extends Error {
  */
 export function openNodeShiitake(options: NodeShiitakeOptions): Promise<NodeShiitake>;
 
+/** The exclusive lease on one SQLite file (`acquireNodeStoreLease`). */
+export interface NodeStoreLease {
+  /** The file's absolute path. */
+  path: string;
+  /** The open `node:sqlite` database holding the lease. */
+  db: import("node:sqlite").DatabaseSync;
+  /** Closes the database and frees the file. Idempotent. */
+  release(): void;
+}
+
+/**
+ * Takes the exclusive lease on a SQLite file (created if absent); a second
+ * lease on it, in this process or another, throws `NodeStoreLeaseError`
+ * until `release()`. For a host that composes its own store.
+ */
+export function acquireNodeStoreLease(path: string): NodeStoreLease;
+
+/** The Durable Object runtime a `ShiitakeDO` runs on, over a lease. */
+export interface NodeRuntimeHost {
+  /** What `new ShiitakeDO(ctx, env)` takes: SQL storage, the persisted alarm, `id.name`, `waitUntil`. */
+  ctx: unknown;
+  agentId: string;
+  /** Re-arms the alarm the last run left (a due one fires at once and resumes accepted work). */
+  arm(): void;
+  /** Stops the alarm and settles `waitUntil` work; the lease stays the caller's. */
+  close(): Promise<void>;
+}
+
+/** The runtime for `object()` (the ShiitakeDO built on `ctx`) over `lease`. */
+export function nodeRuntimeHost(
+  lease: NodeStoreLease,
+  options: { object: () => ShiitakeDO; agentId?: string; alarmRetry?: { retryBaseMs?: number; retriesMax?: number } },
+): NodeRuntimeHost;
+
+/** `ShiitakeDO` loaded for Node (its `cloudflare:workers` import and wasm resolved), to subclass over `nodeRuntimeHost`. */
+export function nodeShiitakeDO(): Promise<typeof ShiitakeDO>;
+
 /** A `node:http` request listener serving a fetch handler: `http.createServer(nodeListener(app.fetch))`. */
 export function nodeListener(
   fetch: (request: Request) => Response | Promise<Response>,

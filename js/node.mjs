@@ -88,6 +88,15 @@ function loadShim() {
   return shimPromise;
 }
 
+/**
+ * `ShiitakeDO` loaded for Node (its `cloudflare:workers` import and wasm
+ * resolved here), for a host that composes its own store with
+ * `acquireNodeStoreLease` and `nodeRuntimeHost`.
+ */
+export async function nodeShiitakeDO() {
+  return (await loadShim()).ShiitakeDO;
+}
+
 /** The error a second open of a held file gets. */
 export class NodeStoreLeaseError extends Error {
   constructor(path, detail) {
@@ -436,14 +445,12 @@ const hook = (value) =>
   };
 
 /**
- * Opens the Agent kept in the SQLite file `path` (created if absent) and holds
- * the file until `close()`. See js/node.d.ts.
+ * Takes the exclusive lease on the SQLite file `path` (created if absent):
+ * a second lease on the same file, from this process or another, is refused
+ * with `NodeStoreLeaseError` until `release()`. See js/node.d.ts.
  */
-export async function openNodeShiitake(options = {}) {
-  const { path, agentId, model, instructions, tools, extensions, hostJobs, models, initialize, hostFetch } = options;
-  if (typeof path !== "string" || path === "") throw new TypeError("openNodeShiitake: `path` (the SQLite file) is required");
-  const { ShiitakeDO } = await loadShim();
-
+export function acquireNodeStoreLease(path) {
+  if (typeof path !== "string" || path === "") throw new TypeError("acquireNodeStoreLease: `path` (the SQLite file) is required");
   const file = resolve(path);
   // The real path names one file however it is spelled; a new file has none yet.
   let key;
@@ -455,15 +462,35 @@ export async function openNodeShiitake(options = {}) {
   if (held.has(key)) throw new NodeStoreLeaseError(file, "this process holds it");
   const db = openStore(file);
   held.add(key);
+  let released = false;
+  return {
+    path: file,
+    db,
+    release() {
+      if (released) return;
+      released = true;
+      db.close();
+      held.delete(key);
+    },
+  };
+}
 
-  const name = agentId ?? basename(file, extname(file));
+/**
+ * The Durable Object runtime a `ShiitakeDO` needs, over a lease
+ * (`acquireNodeStoreLease`): `ctx` (SQL storage, the alarm as a persisted
+ * timer calling `object().alarm()`, `id.name` = `agentId`, waitUntil),
+ * `arm()` to re-arm what the last run left, and `close()`, which stops the
+ * alarm and settles `waitUntil` work (the lease stays the caller's).
+ */
+export function nodeRuntimeHost(lease, { agentId, alarmRetry, object } = {}) {
+  const { db } = lease;
+  if (typeof object !== "function") throw new TypeError("nodeRuntimeHost: `object` (a function answering the ShiitakeDO) is required");
+  const name = agentId ?? basename(lease.path, extname(lease.path));
   const hex = createHash("sha256").update(`shiitake/node:${name}`).digest("hex");
   const pending = new Set();
-  let object;
-  const alarm = new NodeAlarm(db, (info) => object.alarm(info), options.alarmRetry);
-  const sql = new NodeSqlStorage(db);
+  const alarm = new NodeAlarm(db, (info) => object().alarm(info), alarmRetry);
   const storage = {
-    sql,
+    sql: new NodeSqlStorage(db),
     transactionSync: transactionSync(db),
     setAlarm: async (at) => alarm.set(at),
     getAlarm: async () => alarm.get(),
@@ -494,6 +521,28 @@ export async function openNodeShiitake(options = {}) {
       throw reason instanceof Error ? reason : new Error(String(reason ?? "aborted"));
     },
   };
+  return {
+    ctx,
+    agentId: name,
+    arm: () => alarm.arm(),
+    async close() {
+      await alarm.close();
+      await Promise.allSettled([...pending]);
+    },
+  };
+}
+
+/**
+ * Opens the Agent kept in the SQLite file `path` (created if absent) and holds
+ * the file until `close()`. See js/node.d.ts.
+ */
+export async function openNodeShiitake(options = {}) {
+  const { path, agentId, model, instructions, tools, extensions, hostJobs, models, initialize, hostFetch } = options;
+  if (typeof path !== "string" || path === "") throw new TypeError("openNodeShiitake: `path` (the SQLite file) is required");
+  const { ShiitakeDO } = await loadShim();
+  const lease = acquireNodeStoreLease(path);
+  let object;
+  const host = nodeRuntimeHost(lease, { agentId, alarmRetry: options.alarmRetry, object: () => object });
   const env = { ...(options.env ?? envFromProcess()) };
   if (model !== undefined) env.SHIITAKE_MODEL = model;
   if (instructions !== undefined) env.SHIITAKE_INSTRUCTIONS = instructions;
@@ -506,12 +555,12 @@ export async function openNodeShiitake(options = {}) {
   if (models !== undefined) proto.models = hook(models);
   if (initialize !== undefined) proto.initialize = initialize;
   if (hostFetch !== undefined) proto.hostFetch = hostFetch;
-  object = new NodeShiitake(ctx, env);
+  object = new NodeShiitake(host.ctx, env);
 
   const app = mountSessionRoutes(new Hono(), () => object);
   // Re-arm what the last run left: a due alarm fires at once and the core
   // resumes accepted work, as a Durable Object's alarm brings it back.
-  alarm.arm();
+  host.arm();
 
   let closing = null;
   const close = (reason = "the host closed the runtime") => {
@@ -522,10 +571,8 @@ export async function openNodeShiitake(options = {}) {
         } catch (error) {
           console.error("shiitake/node: closing the runtime", error);
         }
-        await alarm.close();
-        await Promise.allSettled([...pending]);
-        db.close();
-        held.delete(key);
+        await host.close();
+        lease.release();
       })();
     }
     return closing;
@@ -535,8 +582,8 @@ export async function openNodeShiitake(options = {}) {
     object,
     app,
     fetch: (request) => app.fetch(request),
-    path: file,
-    agentId: name,
+    path: lease.path,
+    agentId: host.agentId,
     close,
   };
 }

@@ -13,7 +13,7 @@ import path from "node:path";
 import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { Hono } from "hono";
-import { nodeListener, openNodeShiitake } from "../../js/node.mjs";
+import { NodeStoreLeaseError, acquireNodeStoreLease, nodeListener, nodeRuntimeHost, nodeShiitakeDO, openNodeShiitake } from "../../js/node.mjs";
 import { contentText, startModelServer } from "../support/model-server.mjs";
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
@@ -310,4 +310,34 @@ test("a host tool module (tools option) runs on Node: a direct operation the mod
   } finally {
     await host.close();
   }
+});
+
+test("a host composing its own store: acquireNodeStoreLease + nodeRuntimeHost + nodeShiitakeDO, driven through the owner API", T, async () => {
+  const file = path.join(dir, "composed.db");
+  const lease = acquireNodeStoreLease(file);
+  assert.throws(() => acquireNodeStoreLease(file), (e) => e instanceof NodeStoreLeaseError && e.code === "SHIITAKE_LEASE_HELD" && e.message.includes(file));
+  const ShiitakeDO = await nodeShiitakeDO();
+  let object;
+  const host = nodeRuntimeHost(lease, { agentId: "composed", object: () => object });
+  object = new ShiitakeDO(host.ctx, env());
+  host.arm();
+  try {
+    // The in-process owner API, the same one a Durable Object offers.
+    await object.agent.createSession("s");
+    model.scriptFor("node-composed", { text: "composed answer" });
+    const receipt = await object.agent.session("s").prompt({ requestId: "r1", text: "hello node-composed" });
+    assert.equal(receipt.status, "accepted");
+    const settlement = await object.agent.session("s").readSettlement(receipt.commandId, { timeoutMs: 20_000 });
+    assert.equal(settlement.terminal, "completed");
+    assert.equal(settlement.answer, "composed answer");
+    const again = await object.agent.session("s").prompt({ requestId: "r1", text: "hello node-composed" });
+    assert.equal(again.commandId, receipt.commandId, "replay answers the same receipt");
+  } finally {
+    await object.close("test over");
+    await host.close();
+    lease.release();
+    lease.release();
+  }
+  // Released: the file can be leased again.
+  acquireNodeStoreLease(file).release();
 });
