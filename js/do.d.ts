@@ -340,8 +340,13 @@ export interface ShiitakeTools {
     /** Asked before each call of a `confirm` operation (`this` = the Durable Object); without it such calls are refused. */
     confirm?(call: ConfirmRequest, options: { signal: AbortSignal }): boolean | Promise<boolean>;
   };
-  /** MCP servers (at most 16), each the module `mcp.<name>`. Header values are credentials: kept in memory only. */
-  mcpServers?: { name: string; url: string; headers?: Record<string, string> }[];
+  /**
+   * MCP servers (at most 16), each the module `mcp.<name>`. Header values are credentials: kept in memory only.
+   * `direct: true` offers every tool of the server as a direct tool of its own (named by its tool name,
+   * beside `execute` or without it: on Node, or a Worker without a `LOADER` binding), still granted as
+   * `mcp.<name>`. A tool name another direct tool has (or `execute`) makes the server unavailable.
+   */
+  mcpServers?: { name: string; url: string; headers?: Record<string, string>; direct?: boolean }[];
   /** Carries every MCP request (default: the global fetch). Called with `redirect: "manual"`. */
   fetch?: (url: string, init: RequestInit) => Promise<Response>;
   /** Bound on connecting and listing each MCP server, at most and by default 10000 ms. */

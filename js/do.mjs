@@ -1438,7 +1438,7 @@ function toolHost(object, fleet = false) {
 const TOOLS_KEYS = {
   modules: "modules",
   access: "access",
-  mcpServers: "data",
+  mcpServers: "mcpServers",
   mcpTimeoutMs: "data",
   mcpRetryMs: "data",
   fetch: "function",
@@ -1452,6 +1452,9 @@ const FILES_KEYS = { port: "port", direct: "data" };
 const PORT_METHODS = ["read", "stat", "list", "write", "replace"];
 const ACCESS_KEYS = { grants: "data", required: "data", confirm: "function" };
 const MODULE_KEYS = { id: "data", operations: "operations" };
+// `direct: true`: every tool of the server is a direct tool of its own
+// (no `execute` needed: Node, a Worker without LOADER).
+const MCP_SERVER_KEYS = { name: "data", url: "data", headers: "data", direct: "data" };
 const OPERATION_KEYS = {
   name: "data",
   description: "data",
@@ -1500,6 +1503,13 @@ function checkTools(config) {
         return object(value, path, ACCESS_KEYS);
       case "modules":
         return list(value, path, (m, at) => object(m, at, MODULE_KEYS));
+      case "mcpServers":
+        return list(value, path, (server, at) => {
+          const problem = object(server, at, MCP_SERVER_KEYS);
+          if (problem !== undefined) return problem;
+          if (server.direct !== undefined && typeof server.direct !== "boolean") return `${where(`${at}.direct`)} must be a boolean`;
+          return undefined;
+        });
       case "operations":
         return list(value, path, (op, at) => object(op, at, OPERATION_KEYS));
       case "files":

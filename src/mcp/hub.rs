@@ -29,6 +29,11 @@ pub struct ServerConfig {
     pub url: String,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Every tool of the server offered as a direct tool of its own (named
+    /// by its guest name), beside `execute` or without it (Node, a Worker
+    /// without `LOADER`). Still `mcp.<name>` to grants.
+    #[serde(default)]
+    pub direct: bool,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -36,6 +41,7 @@ impl std::fmt::Debug for ServerConfig {
         f.debug_struct("ServerConfig")
             .field("name", &self.name)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("direct", &self.direct)
             .finish_non_exhaustive()
     }
 }
@@ -43,8 +49,9 @@ impl std::fmt::Debug for ServerConfig {
 /// Decodes the host's server list. Errors name the entry and the field,
 /// never a value (header values are credentials).
 pub fn parse_servers(json: &str) -> Result<Vec<ServerConfig>, String> {
-    let entries: Vec<Value> = serde_json::from_str(json)
-        .map_err(|_| "mcpServers: expected an array of {name, url, headers?}".to_owned())?;
+    let entries: Vec<Value> = serde_json::from_str(json).map_err(|_| {
+        "mcpServers: expected an array of {name, url, headers?, direct?}".to_owned()
+    })?;
     if entries.len() > MCP_SERVERS_MAX {
         return Err(format!(
             "mcpServers: {} servers; at most {MCP_SERVERS_MAX}",
@@ -58,7 +65,7 @@ pub fn parse_servers(json: &str) -> Result<Vec<ServerConfig>, String> {
             serde_json::from_value(entry).map_err(|_| {
                 format!(
                     "mcpServers[{i}]: expected {{name: string, url: string, headers?: \
-                     {{[name]: string}}}} and nothing else"
+                     {{[name]: string}}, direct?: boolean}} and nothing else"
                 )
             })
         })
@@ -93,6 +100,8 @@ pub struct Hub {
     connecting: bool,
     /// The modules of the connected servers that joined the catalog.
     connected: Vec<Module>,
+    /// The ids of the connected modules whose tools are direct tools.
+    connected_direct: Vec<String>,
     /// The last round's failures.
     unavailable: Vec<Unavailable>,
     /// The described Computers' modules (commands and files), and the
@@ -120,6 +129,7 @@ impl Hub {
             due_at: i64::MIN,
             connecting: false,
             connected: Vec::new(),
+            connected_direct: Vec::new(),
             unavailable: Vec::new(),
             computers: Vec::new(),
             computers_digest: None,
@@ -142,7 +152,7 @@ impl Hub {
         let mut modules = self.modules();
         modules.extend(extra);
         let catalog = Catalog::new(modules).map_err(|e| e.0)?;
-        Toolset::new(catalog, &self.own.direct, self.own.execute.clone())
+        Toolset::new(catalog, &self.direct(), self.own.execute.clone())
             .map(Rc::new)
             .map_err(|e| e.0)
     }
@@ -183,9 +193,14 @@ impl Hub {
         self.connecting = false;
         let mut unavailable = Vec::new();
         for (config, outcome) in outcomes {
-            let joined = outcome.and_then(|tools| self.join(tools));
+            let joined = outcome.and_then(|tools| self.join(tools, config.direct));
             match joined {
-                Ok(module) => self.connected.push(module),
+                Ok(module) => {
+                    if config.direct {
+                        self.connected_direct.push(module.id.clone());
+                    }
+                    self.connected.push(module);
+                }
                 Err(reason) => {
                     unavailable.push(Unavailable {
                         name: config.name.clone(),
@@ -254,18 +269,38 @@ impl Hub {
         modules
     }
 
+    /// The direct tools, as paths: the host's own, then every tool of each
+    /// connected server marked `direct`.
+    fn direct(&self) -> Vec<String> {
+        let mut direct = self.own.direct.clone();
+        for module in &self.connected {
+            if self.connected_direct.contains(&module.id) {
+                direct.extend(
+                    module
+                        .operations
+                        .iter()
+                        .map(|op| format!("{}.{}", module.id, op.guest_name)),
+                );
+            }
+        }
+        direct
+    }
+
     fn rebuild(&mut self) {
-        // Every module joined one by one: the catalog accepts them.
+        // Every module joined one by one: the catalog (and, for a direct
+        // server, the toolset) accepts them.
         if let Ok(toolset) = Catalog::new(self.modules())
-            .and_then(|catalog| Toolset::new(catalog, &self.own.direct, self.own.execute.clone()))
+            .and_then(|catalog| Toolset::new(catalog, &self.direct(), self.own.execute.clone()))
         {
             self.toolset = Rc::new(toolset);
         }
     }
 
     /// The module of a server's listing, if it has a usable tool and can
-    /// join the catalog beside the modules offered.
-    fn join(&self, tools: McpTools) -> Result<Module, String> {
+    /// join the catalog beside the modules offered (and, when `direct`, its
+    /// tools beside the direct tools offered: a name taken, or `execute`,
+    /// refuses the server).
+    fn join(&self, tools: McpTools, direct: bool) -> Result<Module, String> {
         if tools.module.operations.is_empty() {
             let dropped: Vec<String> = tools
                 .dropped
@@ -284,7 +319,17 @@ impl Hub {
         let module = Module::from_spec(tools.module).map_err(|e| e.0)?;
         let mut with = self.modules();
         with.push(module.clone());
-        Catalog::new(with).map_err(|e| e.0)?;
+        let catalog = Catalog::new(with).map_err(|e| e.0)?;
+        if direct {
+            let mut paths = self.direct();
+            paths.extend(
+                module
+                    .operations
+                    .iter()
+                    .map(|op| format!("{}.{}", module.id, op.guest_name)),
+            );
+            Toolset::new(catalog, &paths, self.own.execute.clone()).map_err(|e| e.0)?;
+        }
         Ok(module)
     }
 }
@@ -292,6 +337,7 @@ impl Hub {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capability::door::Tool;
     use crate::capability::{Access, ModuleSpec, OperationSpec};
     use crate::mcp::ServerInfo;
     use serde_json::json;
@@ -305,6 +351,7 @@ mod tests {
                 "Bearer sk-secret-token".to_owned(),
             )]
             .into(),
+            direct: false,
         }
     }
 
@@ -403,6 +450,56 @@ mod tests {
         assert!(reports[0].reason.starts_with("advertised no usable tool"));
         assert!(hub.is_server("mcp.a"));
         assert_eq!(hub.toolset().catalog().modules().len(), 1);
+    }
+
+    #[test]
+    fn a_direct_server_offers_each_tool_as_its_own_and_clashes_refuse_it() {
+        let direct = |name: &str| ServerConfig {
+            direct: true,
+            ..server(name)
+        };
+        let own = OwnTools {
+            modules: Vec::new(),
+            direct: Vec::new(),
+            execute: Err("no LOADER".into()),
+        };
+        let mut hub = Hub::new(
+            own,
+            vec![direct("a"), direct("b"), direct("c"), server("d")],
+            60_000,
+        )
+        .unwrap();
+        let round = hub.start_round(0).unwrap();
+        let reports = hub.end_round(
+            1,
+            vec![
+                (round[0].clone(), Ok(listing("mcp.a", &["get", "put"]))),
+                // `get` is `a`'s direct tool already.
+                (round[1].clone(), Ok(listing("mcp.b", &["get"]))),
+                (round[2].clone(), Ok(listing("mcp.c", &["execute"]))),
+                // Not direct: the same name is no clash (execute only).
+                (round[3].clone(), Ok(listing("mcp.d", &["get"]))),
+            ],
+        );
+        let refused: Vec<(&str, &str)> = reports
+            .iter()
+            .map(|r| (r.name.as_str(), r.reason.as_str()))
+            .collect();
+        assert_eq!(refused.len(), 2, "{refused:?}");
+        assert_eq!(refused[0].0, "b");
+        assert!(refused[0].1.contains("already named `get`"), "{refused:?}");
+        assert_eq!(refused[1].0, "c");
+        assert!(refused[1].1.contains("the door's"), "{refused:?}");
+        let toolset = hub.toolset();
+        let names: Vec<String> = toolset.specs().into_iter().map(|s| s.name).collect();
+        assert_eq!(names, ["get", "put"], "no execute without a sandbox");
+        assert!(
+            matches!(toolset.tool("put"), Some(Tool::Direct(m, op)) if m.id == "mcp.a" && op.name == "put")
+        );
+        assert!(hub.is_server("mcp.a") && hub.is_server("mcp.d"));
+        // Extension modules beside keep the direct tools.
+        let with = hub.toolset_with(vec![module("ext", &["x"])]).unwrap();
+        assert!(with.tool("get").is_some());
     }
 
     fn module(id: &str, ops: &[&str]) -> Module {

@@ -5,7 +5,8 @@
 // token that reaches the server and never the Durable Object's storage, a
 // redirect refused, a hanging server and a 401 dropped and reported while the
 // others work, grants on mcp.<name>, and replay after a crash only for the
-// readOnlyHint tool. Fixture: tests/e2e/fixtures/mcp-worker.mjs.
+// readOnlyHint tool; a server marked `direct: true` offers its tools as
+// direct tools, callable in a Worker without LOADER (no execute). Fixture: tests/e2e/fixtures/mcp-worker.mjs.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { readFile } from "node:fs/promises";
@@ -18,6 +19,7 @@ import { startHangingServer, startMcpServer, startRedirectServer } from "../supp
 const TOKEN = "mcp-bearer-3d9f1c7a-secret";
 const CONNECT_TIMEOUT_MS = 2000;
 let h;
+let script;
 const servers = {};
 before(async () => {
   servers.notes = await startMcpServer({ mode: "sse", pageSize: 2 });
@@ -33,7 +35,7 @@ before(async () => {
     { name: "stuck", url: servers.hang.url },
     { name: "denied", url: servers.secure.url, headers: { authorization: "Bearer wrong-token" } },
   ];
-  const script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/mcp-worker.mjs"), "mcp-worker");
+  script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/mcp-worker.mjs"), "mcp-worker");
   h = await startWorker({
     scriptPath: script,
     model: "echo",
@@ -240,3 +242,37 @@ test("an unavailable server is tried again once the retry interval has passed", 
   }
 });
 
+
+test("a direct server's tools are direct tools: offered and called without execute in a Worker with no LOADER", T, async () => {
+  const direct = await startMcpServer({ mode: "json" });
+  const plain = await startMcpServer({ mode: "json" });
+  const list = [
+    { name: "dnotes", url: direct.url, direct: true },
+    // Not direct: without execute, nothing of it is offered.
+    { name: "pnotes", url: plain.url },
+  ];
+  const w = await startWorker({ scriptPath: script, model: "echo", loader: false, bindings: { MCP_SERVERS_JSON: JSON.stringify(list) } });
+  try {
+    const a = w.agent();
+    const tag = uniq("direct");
+    w.model.scriptFor(tag, { toolCalls: [{ name: "create_note", arguments: { title: "directly" } }] }, { text: "noted" });
+    await a.createSession("d");
+    const settled = await a.settle("d", "r1", `note ${tag}`, { boundMs: 30_000 });
+    assert.equal(settled.terminal, "completed", JSON.stringify(settled));
+    const [first, second] = w.model.requests(tag);
+    const names = first.body.tools.map((t) => t.function.name);
+    assert.ok(!names.includes("execute"), "no LOADER: no execute");
+    for (const tool of ["create_note", "list_notes", "note_count", "fail"]) assert.ok(names.includes(tool), JSON.stringify(names));
+    const tool = (await a.read("d", { limit: 200 })).messages.find((m) => m.role === "tool");
+    assert.equal(tool.isError, undefined, tool.text);
+    assert.equal(tool.toolName, "create_note");
+    assert.match(tool.text, /created directly/);
+    assert.match(JSON.stringify(second.body.messages), /created directly/);
+    assert.deepEqual(direct.calls().map((c) => c.tool), ["create-note"], "the source name went to the server");
+    assert.deepEqual(plain.calls(), []);
+  } finally {
+    await w.dispose();
+    await direct.close();
+    await plain.close();
+  }
+});
