@@ -23,12 +23,7 @@ pub struct SessionList {
 
 /// Session ids are path segments: a small, URL-safe alphabet, bounded.
 pub fn validate_session_id(id: &str) -> Result<(), ApiError> {
-    let ok = !id.is_empty()
-        && id.len() <= SESSION_ID_BYTES_MAX
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
-    if ok {
+    if crate::text::is_id(id, SESSION_ID_BYTES_MAX) {
         Ok(())
     } else {
         Err(ApiError::InvalidRequest(format!(

@@ -272,11 +272,7 @@ impl InboxCursor {
         let session_id = parts.next()?.to_owned();
         InboxState::of_rank(rank)?;
         let updated_at: i64 = updated.parse().ok()?;
-        let id_ok = !session_id.is_empty()
-            && session_id.len() <= SESSION_ID_BYTES_MAX
-            && session_id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+        let id_ok = crate::text::is_id(&session_id, SESSION_ID_BYTES_MAX);
         (id_ok && updated_at.to_string() == updated).then_some(InboxCursor {
             rank,
             updated_at,

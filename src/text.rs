@@ -5,6 +5,17 @@
 const QUOTED_BYTES_MAX: usize = 64;
 
 /// At most `max` bytes of `s`, cut at a character boundary.
+/// Whether `id` is 1 to `max` bytes of `[A-Za-z0-9._:-]`: the one alphabet
+/// of the runtime's ids (Sessions, Agents, attention items), safe in a URL
+/// path segment and in SQL text.
+pub fn is_id(id: &str, max: usize) -> bool {
+    !id.is_empty()
+        && id.len() <= max
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
 pub fn prefix(s: &str, max: usize) -> &str {
     &s[..s.floor_char_boundary(max)]
 }

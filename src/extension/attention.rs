@@ -75,12 +75,7 @@ fn time(where_: &str, name: &str, t: f64) -> Result<i64, String> {
 
 /// An item id: 1 to [`ATTENTION_ID_BYTES_MAX`] bytes of `[A-Za-z0-9._:-]`.
 pub(super) fn check_id(where_: &str, id: &str) -> Result<(), String> {
-    let ok = !id.is_empty()
-        && id.len() <= ATTENTION_ID_BYTES_MAX
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
-    if ok {
+    if crate::text::is_id(id, ATTENTION_ID_BYTES_MAX) {
         Ok(())
     } else {
         Err(format!(

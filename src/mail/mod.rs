@@ -246,17 +246,9 @@ pub fn retry_delay_ms(failed_attempts: u32) -> i64 {
 
 // Validation.
 
-fn valid_id(id: &str, max: usize) -> bool {
-    !id.is_empty()
-        && id.len() <= max
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
-}
-
 /// Whether `id` is an Agent id a mail may carry (and `agents` address).
 pub fn valid_agent_id(id: &str) -> bool {
-    valid_id(id, AGENT_ID_BYTES_MAX)
+    crate::text::is_id(id, AGENT_ID_BYTES_MAX)
 }
 
 fn check_address(field: &str, a: &Address) -> Result<(), String> {
@@ -265,7 +257,7 @@ fn check_address(field: &str, a: &Address) -> Result<(), String> {
             "{field}.agentId: 1..={AGENT_ID_BYTES_MAX} bytes of [A-Za-z0-9._:-]"
         ));
     }
-    if !valid_id(&a.session_id, SESSION_ID_BYTES_MAX) {
+    if !crate::text::is_id(&a.session_id, SESSION_ID_BYTES_MAX) {
         return Err(format!(
             "{field}.sessionId: 1..={SESSION_ID_BYTES_MAX} bytes of [A-Za-z0-9._:-]"
         ));
@@ -1364,7 +1356,7 @@ mod tests {
             "a retry addresses it again"
         );
         assert!(
-            s.starts_with("s_") && valid_id(&s, SESSION_ID_BYTES_MAX),
+            s.starts_with("s_") && crate::text::is_id(&s, SESSION_ID_BYTES_MAX),
             "{s}"
         );
         assert_ne!(
