@@ -11,6 +11,7 @@ import { bearerTokenAuth } from "../js/bearer.mjs";
 
 export class CountingDO extends ShiitakeDO {
   #cursors = [];
+  #texts = [];
   #alarmWrites = 0;
 
   constructor(ctx, env) {
@@ -20,6 +21,7 @@ export class CountingDO extends ShiitakeDO {
     sql.exec = (...args) => {
       const cursor = exec(...args);
       this.#cursors.push(cursor);
+      { const t = String(args[0]).replace(/\s+/g, " "); const f = t.indexOf(" FROM "); this.#texts.push(t.slice(0, 40) + (f > 40 ? " ..." + t.slice(f, f + 90) : "")); }
       return cursor;
     };
     for (const name of ["setAlarm", "deleteAlarm"]) {
@@ -35,10 +37,11 @@ export class CountingDO extends ShiitakeDO {
     const { pathname } = new URL(request.url);
     if (pathname === "/bench/stats") {
       const rowsWritten = this.#cursors.reduce((n, c) => n + c.rowsWritten, 0);
-      return Response.json({ rowsWritten, statements: this.#cursors.length, alarmWrites: this.#alarmWrites });
+      return Response.json({ rowsWritten, statements: this.#cursors.length, alarmWrites: this.#alarmWrites, texts: this.#texts, rows: this.#cursors.map((c) => c.rowsWritten) });
     }
     if (pathname === "/bench/reset") {
       this.#cursors = [];
+      this.#texts = [];
       this.#alarmWrites = 0;
       return Response.json({ ok: true });
     }

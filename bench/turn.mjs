@@ -121,6 +121,10 @@ for (let i = 0; i < TURNS; i++) {
   await turn("rows", "s");
   perTurn.push(await call("GET", "/agents/rows/bench/stats"));
 }
+if (process.env.BENCH_STATEMENTS) {
+  const last = perTurn.at(-1);
+  last.texts.forEach((t, i) => console.log(`  [${last.rows[i]}] ${t}`));
+}
 const avg = (k) => perTurn.reduce((n, s) => n + s[k], 0) / perTurn.length;
 console.log(`rows written per turn (250-chunk answer, admission to settlement, ${TURNS} turns):`);
 console.log(`  rows ${avg("rowsWritten").toFixed(1)} (target <= 8), statements ${avg("statements").toFixed(1)}, alarm writes ${avg("alarmWrites").toFixed(1)}`);

@@ -47,12 +47,7 @@ pub fn create(sql: &dyn Sql) -> Result<(), SqlError> {
 /// Whether the table exists (an Agent that never ran an extension has
 /// none). A read: call it in a transition's read phase.
 pub fn exists(sql: &dyn Sql) -> Result<bool, SqlError> {
-    let rows = read(
-        sql,
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
-        &[TABLE.into()],
-    )?;
-    Ok(rows.first().map(|r| r.int(0)).transpose()?.unwrap_or(0) > 0)
+    crate::sql::table_exists(sql, TABLE)
 }
 
 /// One open item as every public observation serves it: its id qualified

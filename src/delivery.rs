@@ -16,7 +16,7 @@
 //! Created on first use, outside the versioned runtime schema.
 
 use crate::limits::{DELIVERY_PENDING_MAX, DIAGNOSTIC_BYTES_MAX};
-use crate::sql::{atomically, read, write, Sql, SqlError, SqlValue};
+use crate::sql::{atomically, read, table_exists, write, Sql, SqlError, SqlValue};
 use serde_json::Value;
 
 pub const OUTBOX: &str = "shiitake_delivery";
@@ -24,8 +24,12 @@ pub const OUTBOX: &str = "shiitake_delivery";
 /// only while the lane is failing.
 pub const LANE: &str = "shiitake_host_lane";
 
-/// Creates the outbox and the lane's state table if missing; idempotent.
+/// Creates the outbox and the lane's state table if missing; idempotent,
+/// and free once they exist (the catalog answers).
 pub fn create(sql: &dyn Sql) -> Result<(), SqlError> {
+    if table_exists(sql, OUTBOX)? && table_exists(sql, LANE)? {
+        return Ok(());
+    }
     atomically(sql, || {
         write(
             sql,

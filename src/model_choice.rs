@@ -23,15 +23,9 @@ fn session_scope(session_id: &str) -> String {
     format!("session:{session_id}")
 }
 
-/// Whether the table exists (`sqlite_master` is written by no transition).
+/// Whether the table exists.
 fn exists(sql: &dyn Sql) -> Result<bool, SqlError> {
-    let rows = read_beside(
-        sql,
-        &["sqlite_master"],
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
-        &[TABLE.into()],
-    )?;
-    Ok(rows.first().map(|r| r.int(0)).transpose()?.unwrap_or(0) == 1)
+    crate::sql::table_exists(sql, TABLE)
 }
 
 /// Creates the table when missing; its own transition: call it outside one.

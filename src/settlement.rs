@@ -58,12 +58,14 @@ pub fn read(
     session_id: &str,
     command_id: &str,
 ) -> Result<Option<Settlement>, ApiError> {
-    if !store.session_exists(session_id)? {
-        return Err(ApiError::SessionNotFound(session_id.to_owned()));
-    }
-    let row = store
-        .command(session_id, command_id)?
-        .ok_or_else(|| ApiError::CommandNotFound(command_id.to_owned()))?;
+    // A command's row goes with its Session: the Session is read only to
+    // name what is missing.
+    let Some(row) = store.command(session_id, command_id)? else {
+        return Err(match store.session_exists(session_id)? {
+            true => ApiError::CommandNotFound(command_id.to_owned()),
+            false => ApiError::SessionNotFound(session_id.to_owned()),
+        });
+    };
     row.settlement
         .map(|json| {
             serde_json::from_str(&json)

@@ -113,6 +113,57 @@ pub trait Sql {
 
     /// The write set of the transition in progress, if any.
     fn write_set(&self) -> &WriteSet;
+
+    /// The tables this database is known to hold ([`table_exists`]).
+    fn tables(&self) -> &Tables;
+}
+
+/// The names of the database's tables, read once and dropped whenever a
+/// write batch carries DDL (so a rolled-back `CREATE` is never believed).
+/// Only this process writes the database, through [`Sql`]: the set is a
+/// cache SQLite can always rebuild, and it spares every optional table's
+/// existence check a `sqlite_master` query (opening an Agent, each turn).
+#[derive(Debug, Default)]
+pub struct Tables {
+    tables: std::cell::RefCell<Option<std::collections::HashSet<String>>>,
+}
+
+impl Tables {
+    fn forget(&self) {
+        self.tables.borrow_mut().take();
+    }
+}
+
+/// Whether `table` exists. One `sqlite_master` read per instance (and after
+/// DDL); `sqlite_master` is written by no transition, so this may run
+/// beside a transition's writes.
+pub fn table_exists(sql: &(impl Sql + ?Sized), table: &str) -> Result<bool, SqlError> {
+    let catalog = sql.tables();
+    if catalog.tables.borrow().is_none() {
+        let rows = sql.query("SELECT name FROM sqlite_master WHERE type = 'table'", &[])?;
+        let names = rows.iter().map(|r| r.text(0)).collect::<Result<_, _>>()?;
+        *catalog.tables.borrow_mut() = Some(names);
+    }
+    Ok(catalog
+        .tables
+        .borrow()
+        .as_ref()
+        .is_some_and(|t| t.contains(table)))
+}
+
+/// Applies `writes`, dropping the catalog when any of them is DDL.
+fn apply(sql: &(impl Sql + ?Sized), writes: Vec<Write>) -> Result<(), SqlError> {
+    let ddl = writes.iter().any(|(statement, _)| {
+        let head = statement.trim_start().get(..6).unwrap_or("");
+        ["CREATE", "DROP T", "ALTER "]
+            .iter()
+            .any(|k| head.eq_ignore_ascii_case(k))
+    });
+    let result = sql.apply(writes);
+    if ddl {
+        sql.tables().forget();
+    }
+    result
 }
 
 /// Collects the writes of one transition.
@@ -222,7 +273,7 @@ pub fn write(
 ) -> Result<(), SqlError> {
     match sql.write_set().defer((statement.to_owned(), params)) {
         None => Ok(()),
-        Some(w) => sql.apply(vec![w]),
+        Some(w) => apply(sql, vec![w]),
     }
 }
 
@@ -239,7 +290,7 @@ where
     let writes = sql.write_set().take();
     let value = result?;
     if !writes.is_empty() {
-        sql.apply(writes)?;
+        apply(sql, writes)?;
     }
     Ok(value)
 }
@@ -247,12 +298,13 @@ where
 #[cfg(not(target_arch = "wasm32"))]
 pub mod native {
     //! SQLite through `rusqlite`, for native tests and tools.
-    use super::{Row, Sql, SqlError, SqlValue, Write, WriteSet};
+    use super::{Row, Sql, SqlError, SqlValue, Tables, Write, WriteSet};
     use rusqlite::types::{Value, ValueRef};
 
     pub struct NativeSql {
         conn: rusqlite::Connection,
         write_set: WriteSet,
+        tables: Tables,
     }
 
     impl NativeSql {
@@ -276,6 +328,7 @@ pub mod native {
             NativeSql {
                 conn,
                 write_set: WriteSet::default(),
+                tables: Tables::default(),
             }
         }
     }
@@ -338,6 +391,10 @@ pub mod native {
 
         fn write_set(&self) -> &WriteSet {
             &self.write_set
+        }
+
+        fn tables(&self) -> &Tables {
+            &self.tables
         }
     }
 }

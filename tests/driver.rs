@@ -21,7 +21,7 @@ use shiitake::run::operation::{result_output, Gate, OperationCall, Rules};
 use shiitake::run::tools::ToolOutput;
 use shiitake::run::{self, Step};
 use shiitake::sql::native::NativeSql;
-use shiitake::sql::{Row, Sql, SqlError, SqlValue, Write, WriteSet};
+use shiitake::sql::{Row, Sql, SqlError, SqlValue, Tables, Write, WriteSet};
 use shiitake::store::{schema, Store};
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
@@ -54,6 +54,10 @@ impl Sql for Db {
 
     fn write_set(&self) -> &WriteSet {
         self.inner.write_set()
+    }
+
+    fn tables(&self) -> &Tables {
+        self.inner.tables()
     }
 }
 

@@ -31,7 +31,7 @@ use crate::limits::{
     AGENT_NAME_CHARS_MAX, DIRECTORY_AGENTS_MAX, DIRECTORY_ERASED_KEPT_MAX, DIRECTORY_PAGE_DEFAULT,
     DIRECTORY_PAGE_MAX, REQUEST_ID_BYTES_MAX,
 };
-use crate::sql::{atomically, read, write, Row, Sql, SqlError};
+use crate::sql::{atomically, read, table_exists, write, Row, Sql, SqlError};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -263,12 +263,7 @@ pub fn validate_create(input: &CreateInput) -> Result<(), String> {
 /// Creates the tables when missing; its own transition (call it outside
 /// one). Idempotent.
 pub fn create_tables(sql: &dyn Sql) -> Result<(), SqlError> {
-    let exists = read(
-        sql,
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
-        &[AGENTS.into(), ERASED.into()],
-    )?;
-    if exists.first().map(|r| r.int(0)).transpose()?.unwrap_or(0) == 2 {
+    if table_exists(sql, AGENTS)? && table_exists(sql, ERASED)? {
         return Ok(());
     }
     let statements = [

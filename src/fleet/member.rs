@@ -20,12 +20,7 @@ use serde::{Deserialize, Serialize};
 const TABLE: &str = "shiitake_fleet_member";
 
 fn exists(sql: &dyn Sql) -> Result<bool, SqlError> {
-    let rows = read(
-        sql,
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
-        &[TABLE.into()],
-    )?;
-    Ok(rows.first().map(|r| r.int(0)).transpose()?.unwrap_or(0) > 0)
+    crate::sql::table_exists(sql, TABLE)
 }
 
 fn create(sql: &dyn Sql) -> Result<(), SqlError> {

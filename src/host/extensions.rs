@@ -130,6 +130,7 @@ impl Inner {
             return;
         }
         // Each change staged its delivery in the same transition.
+        self.staged_delivery();
         self.request_host_work();
         let sessions = self.observers.watched_sessions();
         let store = self.store();

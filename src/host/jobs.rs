@@ -141,6 +141,10 @@ pub struct LaneRun {
     abort: RefCell<Option<oneshot::Sender<()>>>,
     /// `close` calls waiting for the host pass and the run loop to end.
     joiners: RefCell<Vec<oneshot::Sender<()>>>,
+    /// Without `hostJobs()`: the outbox was found empty and this instance
+    /// staged nothing since, so a wake need not read it. False at start
+    /// (a previous instance may have left entries).
+    empty: Cell<bool>,
 }
 
 impl LaneRun {
@@ -221,10 +225,21 @@ impl Inner {
         !matches!(self.jobs, Ok(None))
     }
 
+    /// A transition of this instance staged outbox entries.
+    pub(super) fn staged_delivery(&self) {
+        self.lane.empty.set(false);
+    }
+
+    /// Without `hostJobs()`, whether the outbox is known empty (no pass or
+    /// deadline needs to read it).
+    fn lane_known_empty(&self) -> bool {
+        !self.has_host_jobs() && self.lane.empty.get()
+    }
+
     /// Requests a host work pass: starts one now, or, while one runs, one
     /// more after it. A closed instance starts none.
     pub(super) fn request_host_work(&self) {
-        if self.closed.borrow().is_some() {
+        if self.closed.borrow().is_some() || self.lane_known_empty() {
             return;
         }
         if self.lane.running.get() {
@@ -264,7 +279,7 @@ impl Inner {
     /// The lane's deadline for the one alarm: none while a pass runs in
     /// this instance (it arms the alarm when it ends).
     pub(super) fn lane_deadline(&self, now: i64) -> Result<Option<i64>, ApiError> {
-        if self.lane.running.get() {
+        if self.lane.running.get() || self.lane_known_empty() {
             return Ok(None);
         }
         Ok(delivery::next_deadline(&self.sql, now)?)
@@ -329,7 +344,11 @@ impl Inner {
             Ok(None) => {
                 // No hostJobs: acknowledged without delivering.
                 return match self.acknowledge_undelivered() {
-                    Ok(more) => Pass::Done { more },
+                    Ok(more) => {
+                        // No await since the read: nothing was staged between.
+                        self.lane.empty.set(!more);
+                        Pass::Done { more }
+                    }
                     Err(e) => {
                         log_error(format!("host work lane: {e}"));
                         Pass::NotDue
@@ -489,6 +508,7 @@ impl ShiitakeCore {
             delivery::stage(&inner.sql, key, &body, now)
         })
         .map_err(|e| JsValue::from_str(&e.to_string()))?;
+        inner.staged_delivery();
         if wake {
             inner.apply(crate::http::Effects {
                 delivery: true,

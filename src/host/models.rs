@@ -169,13 +169,19 @@ impl Inner {
     pub(super) async fn resolve_model(&self, session: &str, head: &str) -> Result<Target, String> {
         let models = self.host_models()?;
         let stored = model_choice::layers(&self.sql, session).map_err(|e| e.to_string())?;
-        let meta = self
-            .store()
-            .command(session, head)
-            .ok()
-            .flatten()
-            .and_then(|row| row.meta);
-        let last_switch = models.last_switch(session, meta).await;
+        // The head's metadata is read only for a host that asks for it.
+        let last_switch = match models.js.is_some() {
+            true => {
+                let meta = self
+                    .store()
+                    .command(session, head)
+                    .ok()
+                    .flatten()
+                    .and_then(|row| row.meta);
+                models.last_switch(session, meta).await
+            }
+            false => None,
+        };
         let layers = Layers {
             session: stored.0,
             agent: stored.1,

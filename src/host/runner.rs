@@ -12,7 +12,7 @@ use crate::run::driver::{Action, Input, Turn, TurnPolicy};
 use crate::run::{self, Step};
 use crate::store::Store;
 use futures::channel::oneshot;
-use futures::future::select;
+use futures::future::{select, Either};
 use futures::stream::{FuturesUnordered, StreamExt};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -185,9 +185,21 @@ impl Inner {
     async fn run_loop(&self) -> Result<Option<JsFuture>, JsValue> {
         let started = bindings::now_ms();
         let mut turns = FuturesUnordered::new();
+        // Whether the store may hold work the last reconciliation did not
+        // see, and the deadline it found. Only a wake (a request, a landed
+        // mail), a due deadline, extensions (timers, hooks) or a turn that
+        // ended any other way than `left_no_work` can add work: a plain
+        // turn's end costs no reconciliation read.
+        let mut stale = true;
+        let mut known_later: Option<i64> = None;
         loop {
             let now = bindings::now_ms();
-            self.wake_requested.set(false);
+            if self.wake_requested.replace(false)
+                || known_later.is_some_and(|at| at <= now)
+                || self.extensions().is_some_and(|e| !e.roster().is_empty())
+            {
+                stale = true;
+            }
             // Past the claim budget, finish the live turns and let a fresh
             // alarm continue.
             let mut later = Some(now);
@@ -196,7 +208,12 @@ impl Inner {
             if closed {
                 later = None;
             }
-            if now - started < LOOP_CLAIM_BUDGET_MS && !closed {
+            let claiming = now - started < LOOP_CLAIM_BUDGET_MS && !closed;
+            if claiming && !stale {
+                later = known_later;
+            }
+            if claiming && stale {
+                stale = false;
                 self.extension_pass();
                 let claimed = self.with_ctx(|ctx| {
                     run::reconcile(
@@ -218,6 +235,7 @@ impl Inner {
                     None => None,
                 };
                 later = earliest(next_deadline, extensions);
+                known_later = later;
                 let any_settled = !settled.is_empty();
                 for (session, settlement) in settled {
                     for event in crate::run::driver::settled_events(vec![settlement]) {
@@ -259,11 +277,14 @@ impl Inner {
                 }
                 _ => LOOP_NAP_MS_MAX,
             };
-            let _ = select(
+            let woke = select(
                 turns.next(),
                 select(wake_rx, bindings::sleep(nap_ms as u64)),
             )
             .await;
+            if !matches!(woke, Either::Left((Some(true), _))) {
+                stale = true;
+            }
             self.loop_wake.borrow_mut().take();
         }
     }
@@ -286,8 +307,9 @@ impl Inner {
         blame::turn_ended(&self.agent, head);
     }
 
-    /// Performs one turn's driver until it is done.
-    async fn run_turn(&self, step: Step, mut stopper: Stopper) {
+    /// Performs one turn's driver until it is done; true when the turn
+    /// left no work behind ([`Turn::left_no_work`]).
+    async fn run_turn(&self, step: Step, mut stopper: Stopper) -> bool {
         let session = step.session_id.clone();
         let mut turn = Turn::new(step, TurnPolicy::new(self.config.retry));
         // The model of the running turn, resolved at its start (its first
@@ -313,7 +335,7 @@ impl Inner {
                         Ok(next) => stopper = next,
                         // The claim is durable: the next alarm pass resumes
                         // it as an orphan.
-                        Err(_) => return,
+                        Err(_) => return false,
                     }
                     continue;
                 }
@@ -379,6 +401,7 @@ impl Inner {
         self.mail_after_transition();
         self.run_ended(turn.head());
         self.end_live(turn.head());
+        turn.left_no_work()
     }
 
     /// The model's instructions for a call of the run headed by `head`: the

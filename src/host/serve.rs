@@ -86,6 +86,7 @@ impl Inner {
             self.request_reconcile();
         }
         if effects.delivery {
+            self.staged_delivery();
             self.request_host_work();
         }
         if !effects.settled.is_empty() || effects.ended_session.is_some() {

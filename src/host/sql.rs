@@ -2,7 +2,7 @@
 //! `ctx.storage.transactionSync` for atomic, rolled-back-on-error writes.
 
 use super::bindings::DurableObjectStorage;
-use crate::sql::{Row, Sql, SqlError, SqlValue, Write, WriteSet};
+use crate::sql::{Row, Sql, SqlError, SqlValue, Tables, Write, WriteSet};
 use js_sys::{Array, Function, Reflect};
 use wasm_bindgen::prelude::*;
 
@@ -11,6 +11,7 @@ pub struct DoSql {
     sql: JsValue,
     exec: Function,
     write_set: WriteSet,
+    tables: Tables,
 }
 
 impl DoSql {
@@ -23,6 +24,7 @@ impl DoSql {
             sql,
             exec,
             write_set: WriteSet::default(),
+            tables: Tables::default(),
         })
     }
 }
@@ -111,5 +113,9 @@ impl Sql for DoSql {
 
     fn write_set(&self) -> &WriteSet {
         &self.write_set
+    }
+
+    fn tables(&self) -> &Tables {
+        &self.tables
     }
 }

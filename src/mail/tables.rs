@@ -17,21 +17,14 @@
 //!   line), its verified facts (`facts`, a [`super::ReplyLine`] as JSON).
 
 use crate::limits::MAIL_KEPT_MAX;
-use crate::sql::{atomically, read, read_beside, write, Row, Sql, SqlError};
+use crate::sql::{atomically, read, read_beside, table_exists, write, Row, Sql, SqlError};
 
 pub(super) const OUTBOX: &str = "shiitake_mail_outbox";
 pub(super) const INBOX: &str = "shiitake_mail_inbox";
 
-/// Whether the mail tables exist (a read beside any write: `sqlite_master`
-/// is written by no transition).
+/// Whether the mail tables exist (a read beside any write).
 pub(super) fn exists(sql: &dyn Sql) -> Result<bool, SqlError> {
-    let rows = read_beside(
-        sql,
-        &["sqlite_master"],
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
-        &[OUTBOX.into(), INBOX.into()],
-    )?;
-    Ok(rows.first().map(|r| r.int(0)).transpose()?.unwrap_or(0) == 2)
+    Ok(table_exists(sql, OUTBOX)? && table_exists(sql, INBOX)?)
 }
 
 /// Creates what is missing; idempotent. Its own transition: call it

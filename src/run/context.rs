@@ -112,24 +112,24 @@ fn window(
     unwritten: &[Pending],
 ) -> Result<Vec<Stored>, ApiError> {
     let keep = CONTEXT_MESSAGES_MAX.saturating_sub(unwritten.len());
-    // `(seq, bytes)`, newest first.
-    let sizes = store.message_sizes_before(session_id, i64::MAX, keep)?;
     let unwritten_bytes: usize = unwritten.iter().map(|p| p.body.len()).sum();
-    let total = unwritten_bytes + sizes.iter().map(|&(_, bytes)| bytes).sum::<usize>();
-    // The newest stored messages that fit beside the unwritten ones.
-    let mut room = CONTEXT_BYTES_MAX.saturating_sub(unwritten_bytes);
-    let loaded = sizes
+    // `(seq, bytes, body)`, newest first, with the bodies of the newest
+    // stored messages that fit beside the unwritten ones.
+    let window = store.message_window(
+        session_id,
+        keep,
+        CONTEXT_BYTES_MAX.saturating_sub(unwritten_bytes),
+    )?;
+    let total = unwritten_bytes + window.iter().map(|(_, bytes, _)| bytes).sum::<usize>();
+    let loaded = window
         .iter()
-        .take_while(|&&(_, bytes)| {
-            let fits = bytes <= room;
-            room = room.saturating_sub(bytes);
-            fits
-        })
+        .take_while(|(_, _, body)| body.is_some())
         .count();
+    let sizes: Vec<(i64, usize)> = window.iter().map(|&(seq, bytes, _)| (seq, bytes)).collect();
     let mut entries = Vec::with_capacity(loaded + unwritten.len());
-    if loaded > 0 {
-        for body in store.message_bodies(session_id, sizes[loaded - 1].0, i64::MAX)? {
-            entries.push(Entry::parse(&body)?);
+    for (_, _, body) in window[..loaded].iter().rev() {
+        if let Some(body) = body {
+            entries.push(Entry::parse(body)?);
         }
     }
     for p in unwritten {

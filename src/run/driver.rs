@@ -175,6 +175,9 @@ pub struct Turn {
     reported: bool,
     awaiting: Awaiting,
     actions: VecDeque<Action>,
+    /// It settled `completed` with its Session's queue empty: it left no
+    /// work for a reconciliation to find ([`Turn::left_no_work`]).
+    drained: bool,
 }
 
 impl Turn {
@@ -192,6 +195,7 @@ impl Turn {
             reported: false,
             awaiting: Awaiting::Offer,
             actions: VecDeque::new(),
+            drained: false,
         };
         turn.begin(step);
         turn
@@ -212,6 +216,13 @@ impl Turn {
 
     pub fn awaiting(&self) -> Awaiting {
         self.awaiting
+    }
+
+    /// Done after settling `completed` in a Session with nothing queued:
+    /// no retry timer, no orphan, no queue head is left behind, so the
+    /// host need not reconcile for it (any other end may leave work).
+    pub fn left_no_work(&self) -> bool {
+        self.awaiting == Awaiting::Nothing && self.drained
     }
 
     /// The next action to perform; `None` while an input is awaited.
@@ -375,7 +386,10 @@ impl Turn {
                         });
                         self.begin(next);
                     }
-                    None => self.finish(),
+                    None => {
+                        self.drained = true;
+                        self.finish();
+                    }
                 }
             }
             StepOutcome::Stale => self.finish(),

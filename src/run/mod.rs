@@ -25,6 +25,7 @@ use crate::error::ApiError;
 use crate::limits::CLAIMS_PER_PASS_MAX;
 use crate::model::{Answer, ModelItem, Usage};
 use crate::session::admission::prompt_input;
+use crate::session::command::Delivery;
 use crate::settlement::Settlement;
 use crate::sql::atomically;
 use crate::store::{CommandRow, Kind, State, Store, Terminal};
@@ -129,7 +130,11 @@ pub fn reconcile(
         // The earliest work this pass leaves for later.
         let mut next_deadline: Option<i64> = None;
         let mut later = |at: i64| next_deadline = Some(next_deadline.map_or(at, |d| d.min(at)));
-        for head in store.running_heads()? {
+        let (running, idle): (Vec<_>, Vec<_>) = store
+            .runnable()?
+            .into_iter()
+            .partition(|c| c.state == State::Running);
+        for head in running.iter().filter(|c| c.turn_id.is_none()) {
             if is_live(&head.command_id) {
                 continue;
             }
@@ -141,7 +146,16 @@ pub fn reconcile(
                 later(now_ms);
                 continue;
             }
-            let turn = store.turn(&head.session_id, &head.command_id)?;
+            let turn: Vec<CommandRow> = running
+                .iter()
+                .filter(|c| {
+                    c.session_id == head.session_id
+                        && (c.command_id == head.command_id
+                            || c.turn_id.as_deref() == Some(&head.command_id))
+                })
+                .cloned()
+                .collect();
+            let head = head.clone();
             let open = tools::Progress::parse(head.usage.as_deref())?.open;
             // Open calls are closed first; their last outcome answers the
             // context then.
@@ -154,14 +168,11 @@ pub fn reconcile(
         }
         let mut fresh = Vec::new();
         let room = CLAIMS_PER_PASS_MAX - resumable.len();
-        let idle = store.idle_sessions_with_pending(room + 1)?;
         if idle.len() > room {
             later(now_ms);
         }
-        for session_id in idle.into_iter().take(room) {
-            let Some(head) = store.pending(&session_id)?.into_iter().next() else {
-                continue;
-            };
+        for head in idle.into_iter().take(room) {
+            let session_id = head.session_id.clone();
             let prompt = user_message(&head, now_ms)?;
             let context = context(store, &session_id, std::slice::from_ref(&prompt))?;
             fresh.push((head, prompt, context));
@@ -243,17 +254,18 @@ pub fn complete_step(
     answer: &Answer,
 ) -> Result<StepOutcome, ApiError> {
     let outcome = on_current_turn(ctx, session_id, command_id, attempt, |current| {
+        let steers = current.steers();
         let Current {
             store,
             now_ms,
             ids,
             turn,
             head,
+            pending,
         } = current;
         let mut progress = tools::Progress::parse(head.usage.as_deref())?;
         progress.add_usage(answer.usage);
         let usage = progress.usage();
-        let steers = store.pending_steers(&head.session_id)?;
         let answer_id = ids.next_id("msg_");
         let answer_body = message_body(&Message {
             entry_id: &answer_id,
@@ -269,7 +281,7 @@ pub fn complete_step(
         if steers.is_empty() {
             // The queue's next prompt starts in this same write: no durable
             // round between back-to-back turns.
-            let next = match store.pending(session_id)?.into_iter().next() {
+            let next = match pending.first().cloned() {
                 Some(next) => {
                     let prompt = user_message(&next, now_ms)?;
                     let unwritten = [
@@ -514,6 +526,23 @@ pub(crate) struct Current<'t, 's> {
     /// The head, then the steer prompts that joined it.
     pub turn: &'t [CommandRow],
     pub head: &'t CommandRow,
+    /// The Session's pending commands, FIFO (read with the turn).
+    pub pending: &'t [CommandRow],
+}
+
+impl Current<'_, '_> {
+    /// The pending `steer` prompts, FIFO: they join the turn at its next
+    /// step.
+    pub fn steers(&self) -> Vec<CommandRow> {
+        self.pending
+            .iter()
+            .filter(|c| {
+                c.kind == Kind::Prompt
+                    && prompt_input(&c.input).is_ok_and(|i| i.delivery == Delivery::Steer)
+            })
+            .cloned()
+            .collect()
+    }
 }
 
 /// Runs `body` as one transition on the turn headed by `command_id` while
@@ -530,7 +559,15 @@ pub(crate) fn on_current_turn<T>(
     let now_ms = ctx.now_ms;
     let ids = &mut *ctx.ids;
     atomically(store.sql(), || {
-        let turn = store.turn(session_id, command_id)?;
+        let (turn, pending): (Vec<_>, Vec<_>) = store
+            .unsettled(session_id)?
+            .into_iter()
+            .filter(|c| {
+                c.state == State::Pending
+                    || c.command_id == command_id
+                    || c.turn_id.as_deref() == Some(command_id)
+            })
+            .partition(|c| c.state == State::Running);
         let Some(head) = current_head(&turn, command_id, attempt) else {
             return Ok(None);
         };
@@ -540,6 +577,7 @@ pub(crate) fn on_current_turn<T>(
             ids,
             turn: &turn,
             head,
+            pending: &pending,
         })
         .map(Some)
     })

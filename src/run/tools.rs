@@ -161,6 +161,7 @@ pub fn record_calls(
             ids,
             turn,
             head,
+            ..
         } = current;
         let mut progress = Progress::parse(head.usage.as_deref())?;
         if progress.tool_steps >= TOOL_STEPS_PER_TURN_MAX {
@@ -280,6 +281,7 @@ pub fn record_result(
     output: &ToolOutput,
 ) -> Result<ResultOutcome, ApiError> {
     let outcome = on_current_turn(ctx, session_id, command_id, attempt, |current| {
+        let steers = current.steers();
         let Current {
             store,
             now_ms,
@@ -307,7 +309,6 @@ pub fn record_result(
         let written = Pending { body: body.clone() };
         let next = if progress.open.is_empty() {
             // The step's last result: steer prompts join the turn here.
-            let steers = store.pending_steers(session_id)?;
             Some(join_steers(store, head, attempt, now_ms, &steers, written)?)
         } else {
             store.insert_message(session_id, &written.body)?;

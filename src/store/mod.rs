@@ -505,6 +505,25 @@ impl<'a> Store<'a> {
         )?)
     }
 
+    /// What reconciliation decides on, in one read: every running command
+    /// (turn heads and the steer prompts that joined them) and the queue
+    /// head of each Session with no running turn, by Session, then in
+    /// admission order.
+    pub fn runnable(&self) -> Result<Vec<CommandRow>, SqlError> {
+        command_rows(self.query(
+            &format!(
+                "SELECT {COMMAND_COLUMNS} FROM commands c INDEXED BY commands_unsettled
+                 WHERE c.{UNSETTLED} AND (c.state = 'running' OR (c.state = 'pending'
+                   AND c.seq = (SELECT min(p.seq) FROM commands p INDEXED BY commands_unsettled
+                       WHERE p.session_id = c.session_id AND p.{UNSETTLED} AND p.state = 'pending')
+                   AND NOT EXISTS (SELECT 1 FROM commands r INDEXED BY commands_unsettled
+                       WHERE r.session_id = c.session_id AND r.{UNSETTLED} AND r.state = 'running')))
+                 ORDER BY c.session_id, c.seq"
+            ),
+            &[],
+        )?)
+    }
+
     /// How many commands of every Session are running and pending (the
     /// fleet's archive refusals, `crate::fleet::member`).
     pub fn unsettled_counts(&self) -> Result<(usize, usize), SqlError> {
@@ -594,14 +613,14 @@ impl<'a> Store<'a> {
         rows.first().map(command_row).transpose()
     }
 
-    /// Pending `steer` prompts of a Session, FIFO.
-    pub fn pending_steers(&self, session_id: &str) -> Result<Vec<CommandRow>, SqlError> {
+    /// Every unsettled command of a Session in admission order (its running
+    /// turn and its pending queue, both bounded by admission): what a
+    /// transition on a running turn decides on, in one read.
+    pub fn unsettled(&self, session_id: &str) -> Result<Vec<CommandRow>, SqlError> {
         command_rows(self.query(
             &format!(
                 "SELECT {COMMAND_COLUMNS} FROM {UNSETTLED_COMMANDS}
-                 WHERE session_id = ? AND {UNSETTLED} AND state = 'pending'
-                   AND json_extract(input, '$.delivery') = 'steer'
-                 ORDER BY seq"
+                 WHERE session_id = ? AND {UNSETTLED} ORDER BY seq"
             ),
             &[session_id.into()],
         )?)
@@ -701,6 +720,37 @@ impl<'a> Store<'a> {
         )?
         .iter()
         .map(|r| Ok((r.int(0)?, r.int(1)? as usize)))
+        .collect()
+    }
+
+    /// `(seq, bytes, body)` of the newest `limit` messages, newest first,
+    /// with the body of each message whose size, summed with every newer
+    /// one's, is at most `room` (the rest come without it, and SQLite never
+    /// seeks their rows): a context window in one statement, however long
+    /// the transcript (the window sum runs over the `limit` rows only).
+    pub fn message_window(
+        &self,
+        session_id: &str,
+        limit: usize,
+        room: usize,
+    ) -> Result<Vec<(i64, usize, Option<String>)>, SqlError> {
+        self.query(
+            "SELECT w.seq, w.bytes, m.body FROM (
+                SELECT seq, bytes,
+                    sum(bytes) OVER (ORDER BY seq DESC ROWS UNBOUNDED PRECEDING) AS run
+                FROM (SELECT seq, bytes FROM messages
+                      WHERE session_id = ?1 ORDER BY seq DESC LIMIT ?2)
+             ) w
+             LEFT JOIN messages m ON m.session_id = ?1 AND m.seq = w.seq AND w.run <= ?3
+             ORDER BY w.seq DESC",
+            &[
+                session_id.into(),
+                (limit as i64).into(),
+                (room.min(i64::MAX as usize) as i64).into(),
+            ],
+        )?
+        .iter()
+        .map(|r| Ok((r.int(0)?, r.int(1)? as usize, r.opt_text(2)?)))
         .collect()
     }
 

@@ -4,7 +4,7 @@
 //! the host keeps custody of data this build cannot read.
 
 use crate::error::ApiError;
-use crate::sql::{atomically, write, Sql};
+use crate::sql::{atomically, table_exists, write, Sql};
 
 /// The schema version this build reads and writes.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -88,14 +88,11 @@ const CREATE: &[&str] = &[
 
 /// Creates the schema on an empty database or checks the stored version.
 pub fn open(sql: &dyn Sql) -> Result<(), ApiError> {
-    let placeholders = vec!["?"; TABLES.len()].join(",");
-    let present = sql.query(
-        &format!(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ({placeholders})"
-        ),
-        &TABLES.iter().map(|t| (*t).into()).collect::<Vec<_>>(),
-    )?;
-    let present = present.first().map(|r| r.int(0)).transpose()?.unwrap_or(0);
+    // The catalog read also answers every later optional-table check.
+    let mut present = 0;
+    for table in TABLES {
+        present += usize::from(table_exists(sql, table)?);
+    }
     if present == 0 {
         return atomically(sql, || {
             for statement in CREATE {
