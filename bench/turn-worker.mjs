@@ -39,6 +39,11 @@ export class CountingDO extends ShiitakeDO {
       const rowsWritten = this.#cursors.reduce((n, c) => n + c.rowsWritten, 0);
       return Response.json({ rowsWritten, statements: this.#cursors.length, alarmWrites: this.#alarmWrites, texts: this.#texts, rows: this.#cursors.map((c) => c.rowsWritten) });
     }
+    if (pathname === "/bench/size") {
+      const sql = this.ctx.storage.sql;
+      const { payload, messages } = sql.exec("SELECT coalesce(sum(bytes), 0) AS payload, count(*) AS messages FROM messages").one();
+      return Response.json({ databaseSize: sql.databaseSize, payload, messages });
+    }
     if (pathname === "/bench/reset") {
       this.#cursors = [];
       this.#texts = [];

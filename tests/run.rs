@@ -11,6 +11,7 @@ use shiitake::run::{
     complete_step, fail_attempt, next_deadline, reconcile, Attempts, FailOutcome, Failure,
     Reconciled, Step, StepOutcome,
 };
+use shiitake::sql::Sql;
 use shiitake::store::{Store, Terminal};
 
 const ATTEMPTS: Attempts = Attempts { max: 3 };
@@ -643,4 +644,84 @@ fn a_turn_spared_by_a_reset_it_did_not_cause_resumes_at_its_attempt() {
         }
     }
     panic!("the culprit never reached the attempt limit");
+}
+
+/// A settled command keeps no second copy of what its messages hold: an
+/// operator line and a completed prompt store a digest of their input and
+/// a settlement without the row's own columns, yet every read, replay and
+/// conflict answers as before; a cancelled prompt keeps its text.
+#[test]
+fn settled_commands_store_no_second_copy_and_answer_as_before() {
+    let mut h = Harness::new();
+    h.session("s");
+    let text = "a long operator line ".repeat(8);
+    let op = h.command("s", json!({"type":"operator","requestId":"o","text": text}));
+    let op_id = op.json["commandId"].as_str().unwrap().to_owned();
+    let p = h.prompt("s", "p", "hello there").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    claim(&mut h, &[]);
+    h.with_ctx(|ctx| complete_step(ctx, "s", &p, 1, &answer("hi back")))
+        .unwrap();
+    let stored = |h: &mut Harness, id: &str| -> (String, String) {
+        let rows = h
+            .sql()
+            .query(
+                "SELECT input, settlement FROM commands WHERE command_id = ?",
+                &[id.into()],
+            )
+            .unwrap();
+        (rows[0].text(0).unwrap(), rows[0].text(1).unwrap())
+    };
+    for (id, copy) in [(&op_id, text.as_str()), (&p, "hello there")] {
+        let (input, settlement) = stored(&mut h, id);
+        assert!(input.starts_with("sha256:") && input.len() == 39, "{input}");
+        assert!(!settlement.contains(id.as_str()) && !settlement.contains(copy));
+    }
+    // Served in full, in the settlement's own field order.
+    let served = h.call(
+        "GET",
+        &format!("/sessions/s/settlement?commandId={p}"),
+        json!(null),
+    );
+    let row = Store::new(h.sql()).command("s", &p).unwrap().unwrap();
+    let body = row.settlement.unwrap();
+    assert_eq!(
+        served.json,
+        json!({"commandId": p, "terminal": "completed", "answer": "hi back",
+               "usage": {"inputTokens": 10, "outputTokens": 2}, "toolCallCount": 0})
+    );
+    assert!(body.starts_with("{\"commandId\""), "{body}");
+    assert_eq!(
+        settlement(&mut h, "s", &op_id),
+        json!({"commandId": op_id, "terminal": "completed", "answer": null, "usage": null, "toolCallCount": 0})
+    );
+    // Replays compare against the digest.
+    let again = h.command("s", json!({"type":"operator","requestId":"o","text": text}));
+    assert_eq!(again.json["commandId"], op_id.as_str());
+    assert_eq!(
+        h.prompt("s", "p", "hello there").json["commandId"],
+        p.as_str()
+    );
+    assert_eq!(h.prompt("s", "p", "hello theRe").status, 409);
+    assert_eq!(
+        h.command(
+            "s",
+            json!({"type":"operator","requestId":"o","text":"other"})
+        )
+        .status,
+        409
+    );
+    // A cancelled prompt keeps its text: a repeated cancel answers it.
+    let q = h.prompt("s", "q", "keep me").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    claim(&mut h, &[]);
+    for _ in 0..2 {
+        let c = h.command("s", json!({"type":"cancel","commandId": q}));
+        assert_eq!(c.json["text"], "keep me");
+    }
+    assert!(stored(&mut h, &q).0.contains("keep me"));
 }

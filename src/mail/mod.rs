@@ -31,6 +31,7 @@ use crate::session::command::{Delivery, PromptInput};
 use crate::settlement::Settlement;
 use crate::sql::{atomically, Sql, SqlError};
 use crate::store::{CommandRow, OnSettled, Store, Terminal};
+use crate::text::hex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -147,10 +148,6 @@ pub fn send_key(from: &Address, to: &Address, request_id: &str) -> String {
         hash.update(part.as_bytes());
     }
     format!("m_{}", hex(&hash.finalize()[..16]))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The suffix of a reply's key after its send's.

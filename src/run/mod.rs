@@ -438,11 +438,12 @@ pub fn next_deadline(
     now_ms: i64,
     is_live: &dyn Fn(&str) -> bool,
 ) -> Result<Option<i64>, ApiError> {
-    if !store.idle_sessions_with_pending(1)?.is_empty() {
+    let runnable = store.runnable()?;
+    if runnable.iter().any(|c| c.state == State::Pending) {
         return Ok(Some(now_ms));
     }
     let mut earliest: Option<i64> = None;
-    for head in store.running_heads()? {
+    for head in runnable.iter().filter(|c| c.turn_id.is_none()) {
         if is_live(&head.command_id) {
             continue;
         }

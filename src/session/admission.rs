@@ -138,7 +138,7 @@ fn decide(store: Store<'_>, a: &Admission<'_>) -> Result<Decision, ApiError> {
     // committed after it.
     if let Some(existing) = &facts.existing {
         let same = existing.kind == a.kind
-            && existing.input == a.input
+            && existing.same_input(&a.input)
             && existing.meta.as_deref() == a.meta;
         return if same {
             Ok(Decision::Replay(existing.command_id.clone()))

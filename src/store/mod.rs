@@ -6,6 +6,8 @@
 pub mod schema;
 
 use crate::sql::{Row, Sql, SqlError, SqlValue};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 /// What kind of work a command row holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +76,8 @@ pub struct CommandRow {
     pub command_id: String,
     pub request_id: Option<String>,
     pub kind: Kind,
-    /// Canonical JSON of the admitted input.
+    /// Canonical JSON of the admitted input; once settled with its text in
+    /// the transcript, its [`input_digest`] ([`CommandRow::same_input`]).
     pub input: String,
     /// Canonical JSON of the host metadata, if any.
     pub meta: Option<String>,
@@ -94,6 +97,20 @@ pub struct CommandRow {
     pub usage: Option<String>,
     /// The CommandSettlement JSON once settled.
     pub settlement: Option<String>,
+}
+
+impl CommandRow {
+    /// Whether `input` (canonical JSON) is what this command admitted.
+    pub fn same_input(&self, input: &str) -> bool {
+        self.input == input || self.input == input_digest(input)
+    }
+
+    fn with_settlement(mut self, stored: Option<String>) -> Result<Self, SqlError> {
+        self.settlement = stored
+            .map(|s| expand_settlement(s, &self.command_id, self.terminal))
+            .transpose()?;
+        Ok(self)
+    }
 }
 
 /// A command to insert.
@@ -130,13 +147,73 @@ const COMMAND_COLUMNS: &str = "session_id, seq, command_id, request_id, kind, in
      state, terminal, accepted_at, turn_id, attempt, started_at, retry_at, last_error, usage, \
      settlement";
 
+/// What a settled command keeps of its input once its transcript message
+/// holds the text (a settled prompt that ran, an operator line): a digest
+/// of the canonical input, which is all a replay compares. 128 bits of
+/// SHA-256: a different input with the same requestId cannot pass as a
+/// replay.
+pub fn input_digest(input: &str) -> String {
+    format!(
+        "sha256:{}",
+        crate::text::hex(&Sha256::digest(input.as_bytes())[..16])
+    )
+}
+
+/// The stored form of a settlement: without what the row's columns hold
+/// (`commandId`, `terminal`) and without empty fields. [`command_row`]
+/// restores the served form, so no reader sees the difference; rows
+/// written before this form (starting with `commandId`) are served as
+/// stored.
+fn compact_settlement(full: &str) -> Result<String, SqlError> {
+    let mut map: serde_json::Map<String, Value> =
+        serde_json::from_str(full).map_err(|e| SqlError::Decode(format!("settlement: {e}")))?;
+    map.remove("commandId");
+    map.remove("terminal");
+    map.retain(|key, value| match key.as_str() {
+        "toolCallCount" => value.as_u64() != Some(0),
+        _ => !value.is_null(),
+    });
+    Ok(Value::Object(map).to_string())
+}
+
+/// The served settlement of a stored one (see [`compact_settlement`]), in
+/// the field order of `crate::settlement::Settlement`.
+fn expand_settlement(
+    stored: String,
+    command_id: &str,
+    terminal: Option<Terminal>,
+) -> Result<String, SqlError> {
+    if stored.starts_with("{\"commandId\"") {
+        return Ok(stored);
+    }
+    let map: serde_json::Map<String, Value> =
+        serde_json::from_str(&stored).map_err(|e| SqlError::Decode(format!("settlement: {e}")))?;
+    let terminal = terminal.ok_or(SqlError::Decode("a settlement without terminal".into()))?;
+    let field = |key: &str| map.get(key).cloned().unwrap_or(Value::Null);
+    let mut out = format!(
+        "{{\"commandId\":{},\"terminal\":\"{}\",\"answer\":{},\"usage\":{},\"toolCallCount\":{}",
+        Value::from(command_id),
+        terminal.as_str(),
+        field("answer"),
+        field("usage"),
+        map.get("toolCallCount").cloned().unwrap_or(Value::from(0)),
+    );
+    for key in ["diagnostic", "meta"] {
+        if let Some(value) = map.get(key) {
+            out.push_str(&format!(",\"{key}\":{value}"));
+        }
+    }
+    out.push('}');
+    Ok(out)
+}
+
 fn command_row(row: &Row) -> Result<CommandRow, SqlError> {
     command_row_at(row, 0)
 }
 
 /// Decodes [`COMMAND_COLUMNS`] starting at column `base`.
 fn command_row_at(row: &Row, base: usize) -> Result<CommandRow, SqlError> {
-    Ok(CommandRow {
+    CommandRow {
         session_id: row.text(base)?,
         seq: row.int(base + 1)?,
         command_id: row.text(base + 2)?,
@@ -158,8 +235,9 @@ fn command_row_at(row: &Row, base: usize) -> Result<CommandRow, SqlError> {
         retry_at: row.opt_int(base + 13)?,
         last_error: row.opt_text(base + 14)?,
         usage: row.opt_text(base + 15)?,
-        settlement: row.opt_text(base + 16)?,
-    })
+        settlement: None,
+    }
+    .with_settlement(row.opt_text(base + 16)?)
 }
 
 fn command_rows(rows: Vec<Row>) -> Result<Vec<CommandRow>, SqlError> {
@@ -380,13 +458,19 @@ impl<'a> Store<'a> {
                 c.command_id.into(),
                 c.request_id.into(),
                 c.kind.as_str().into(),
-                c.input.into(),
+                // An operator line is settled at admission, its text in its
+                // message (see `CommandRow::input`).
+                match c.kind {
+                    Kind::Operator => input_digest(c.input),
+                    _ => c.input.to_owned(),
+                }
+                .into(),
                 c.meta.into(),
                 c.state.as_str().into(),
                 c.terminal.map(Terminal::as_str).into(),
                 c.now_ms.into(),
                 (c.state == State::Settled).then_some(c.now_ms).into(),
-                c.settlement.into(),
+                c.settlement.map(compact_settlement).transpose()?.into(),
                 i64::from(c.attempt).into(),
                 (c.state == State::Running).then_some(c.now_ms).into(),
             ],
@@ -416,13 +500,18 @@ impl<'a> Store<'a> {
         self.write(
             &format!(
                 "UPDATE commands SET state = 'settled', terminal = ?, settlement = ?,
-                    settled_at = ?, retry_at = NULL
+                    settled_at = ?, retry_at = NULL, input = coalesce(?, input)
                  WHERE session_id = ? AND seq = ? AND {UNSETTLED}"
             ),
             vec![
                 terminal.as_str().into(),
-                settlement.into(),
+                compact_settlement(settlement)?.into(),
                 now_ms.into(),
+                // A command that ran has its text in its `user` message. A
+                // cancelled one keeps it: a repeated cancel answers it.
+                (command.state == State::Running && terminal != Terminal::Cancelled)
+                    .then(|| input_digest(&command.input))
+                    .into(),
                 command.session_id.as_str().into(),
                 command.seq.into(),
             ],
@@ -494,17 +583,6 @@ impl<'a> Store<'a> {
         )
     }
 
-    /// Running turn heads of every Session (one per Session).
-    pub fn running_heads(&self) -> Result<Vec<CommandRow>, SqlError> {
-        command_rows(self.query(
-            &format!(
-                "SELECT {COMMAND_COLUMNS} FROM {UNSETTLED_COMMANDS}
-                 WHERE {UNSETTLED} AND state = 'running' AND turn_id IS NULL"
-            ),
-            &[],
-        )?)
-    }
-
     /// What reconciliation decides on, in one read: every running command
     /// (turn heads and the steer prompts that joined them) and the queue
     /// head of each Session with no running turn, by Session, then in
@@ -564,22 +642,6 @@ impl<'a> Store<'a> {
             ),
             &[session_id.into(), head_id.into(), head_id.into()],
         )?)
-    }
-
-    /// Sessions with pending prompts and no running turn, at most `limit`.
-    pub fn idle_sessions_with_pending(&self, limit: usize) -> Result<Vec<String>, SqlError> {
-        self.query(
-            &format!(
-                "SELECT session_id FROM {UNSETTLED_COMMANDS} WHERE {UNSETTLED}
-                 GROUP BY session_id
-                 HAVING sum(state = 'running') = 0 AND sum(state = 'pending') > 0
-                 LIMIT ?"
-            ),
-            &[(limit as i64).into()],
-        )?
-        .iter()
-        .map(|r| r.text(0))
-        .collect()
     }
 
     /// The principal `path` selects in `meta` (SQLite's `json_extract`, as
