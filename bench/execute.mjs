@@ -2,9 +2,11 @@
 //
 //   node bench/execute.mjs [--n 40]
 //
-// Three kinds of tool turn, interleaved, on the tools fixture
-// (tests/e2e/fixtures/tools-worker.mjs), each timed from the prompt to its
-// settlement (the model server answers instantly; two model steps a turn):
+// A plain turn and three kinds of tool turn, interleaved, on the tools
+// fixture (tests/e2e/fixtures/tools-worker.mjs), each timed from the prompt
+// to its settlement (the model server answers instantly; two model steps a
+// tool turn, one a plain turn):
+//   plain    the model answers at once (what a tool turn is compared to);
 //   direct   the model calls the direct tool `apply_patch` once (baseline);
 //   execute  the model calls `execute` with code calling `files.apply_patch`
 //            once: the same operation through a fresh sandbox;
@@ -24,6 +26,7 @@ const script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/tools-wor
 const h = await startWorker({ scriptPath: script, model: "echo" });
 
 const kinds = {
+  plain: () => ({ text: "ok" }),
   direct: () => ({ toolCalls: [{ name: "apply_patch", arguments: { patch: "p" } }] }),
   execute: () => ({ toolCalls: [{ name: "execute", arguments: { code: "return await files.apply_patch({ patch: 'p' });" } }] }),
   execute50: () => ({
@@ -46,9 +49,10 @@ async function turn(kind) {
   const id = await a.admit("s", "r", `go ${tag}`);
   const s = await a.waitSettled("s", id, { boundMs: 30_000 });
   const ms = performance.now() - start;
-  if (s.terminal !== "completed" || s.toolCallCount !== 1) throw new Error(`${kind}: ${JSON.stringify(s)}`);
+  const calls = kind === "plain" ? 0 : 1;
+  if (s.terminal !== "completed" || s.toolCallCount !== calls) throw new Error(`${kind}: ${JSON.stringify(s)}`);
   const tool = (await a.read("s")).messages.find((m) => m.role === "tool");
-  if (tool.isError) throw new Error(`${kind}: ${tool.text}`);
+  if (calls && tool.isError) throw new Error(`${kind}: ${tool.text}`);
   return ms;
 }
 
@@ -59,15 +63,17 @@ const median = (xs) => {
 
 // Warm up each path (module compile, first sandbox).
 for (const kind of Object.keys(kinds)) for (let i = 0; i < 3; i++) await turn(kind);
-const times = { direct: [], execute: [], execute50: [] };
+const times = { plain: [], direct: [], execute: [], execute50: [] };
 for (let i = 0; i < N; i++) for (const kind of Object.keys(kinds)) times[kind].push(await turn(kind));
 await h.dispose();
 
 const m = Object.fromEntries(Object.entries(times).map(([k, v]) => [k, median(v)]));
 const f = (x) => x.toFixed(2);
 console.log(`turns per kind: ${N} (interleaved), medians from prompt to settlement`);
+console.log(`  plain turn (no tool)  ${f(m.plain)} ms`);
 console.log(`  direct tool turn      ${f(m.direct)} ms`);
 console.log(`  execute turn          ${f(m.execute)} ms`);
 console.log(`  execute, 50 calls     ${f(m.execute50)} ms`);
 console.log(`execute overhead per call: ${f(m.execute - m.direct)} ms (turn ratio ${f(m.execute / m.direct)})`);
+console.log(`tool turn / plain turn: direct ${f(m.direct / m.plain)}, execute ${f(m.execute / m.plain)} (target <= 2)`);
 console.log(`one more guest call inside a run: ${f((m.execute50 - m.execute) / 49)} ms`);
