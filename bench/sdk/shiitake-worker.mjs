@@ -55,7 +55,8 @@ export class BenchDO extends ShiitakeDO {
     const route = url.pathname.slice("/bench/".length);
     if (route === "stats") {
       const rowsWritten = this.#cursors.reduce((n, c) => n + c.rowsWritten, 0);
-      return Response.json({ rowsWritten, statements: this.#cursors.length, kvWrites: this.#kv, alarmWrites: this.#alarm });
+      const rowsRead = this.#cursors.reduce((n, c) => n + c.rowsRead, 0);
+      return Response.json({ rowsWritten, rowsRead, statements: this.#cursors.length, kvWrites: this.#kv, alarmWrites: this.#alarm });
     }
     if (route === "reset") {
       this.#cursors = [];
