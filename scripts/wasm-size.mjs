@@ -8,6 +8,9 @@
 //     each crate's bodies compressed on their own (an estimate: the real wasm
 //     compresses across crates), plus data, the rest and the total;
 //
+//   node scripts/wasm-size.mjs modules FILE.wasm
+//     the same with shiitake's own functions grouped by module;
+//
 //   bash scripts/wasm-size.sh
 //     builds the variants (default, lean, feature off) and prints measured
 //     gzip sizes: removal is the exact figure where a dependency can go.
@@ -145,7 +148,17 @@ function crateOf(mangled) {
   return "other";
 }
 
-export function crates(file) {
+// shiitake's own functions by module (two levels: `host::fleet`), the rest
+// by crate as above.
+function moduleOf(mangled) {
+  const group = crateOf(mangled);
+  if (!group.startsWith("shiitake")) return group;
+  const name = mangled.replace(/\[[0-9a-f]{16}\]/g, "");
+  const m = /\bshiitake::([a-z_]+)(::[a-z_]+)?/.exec(name);
+  return m ? `shiitake::${m[1]}${m[2] ?? ""}` : group;
+}
+
+export function crates(file, by = crateOf) {
   const buf = readFileSync(file);
   const secs = sections(buf);
   const imports = secs.find((s) => s.id === 2);
@@ -160,7 +173,7 @@ export function crates(file) {
     let size;
     [size, at] = leb(buf, at);
     const name = names.get(base + i) ?? "";
-    const group = crateOf(name);
+    const group = by(name);
     if (!groups.has(group)) groups.set(group, []);
     groups.get(group).push(buf.subarray(at, at + size));
     at += size;
@@ -188,8 +201,9 @@ export function crates(file) {
 
 const [mode, file] = process.argv.slice(2);
 if (mode === "crates" && file) crates(file);
+else if (mode === "modules" && file) crates(file, moduleOf);
 else if (mode && mode !== "dump") {
-  console.error("usage: node scripts/wasm-size.mjs crates FILE.wasm");
+  console.error("usage: node scripts/wasm-size.mjs crates|modules FILE.wasm");
   process.exit(2);
 }
 if (mode === "dump" && file) {
