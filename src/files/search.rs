@@ -493,7 +493,42 @@ pub fn candidates<'a>(
     Ok(Candidates { files, cut })
 }
 
-#[cfg(test)]
+/// The lean build (no `files-search` feature): a search, a glob or an ignore
+/// file with a pattern is refused naming the feature; a tree whose ignore
+/// files hold no pattern lists as before.
+#[cfg(all(test, not(feature = "files-search")))]
+mod lean_tests {
+    use super::*;
+    use crate::files::visibility::IgnoreFile;
+
+    #[test]
+    fn a_lean_build_names_the_missing_feature() {
+        let named = |e: String| assert!(e.contains("`files-search` Cargo feature"), "{e}");
+        named(Matcher::new("x", false, false).unwrap_err().to_string());
+        named(PathGlob::new("*.rs").unwrap_err().to_string());
+        let file = |text: &str| IgnoreFile {
+            dir: "src".into(),
+            text: text.into(),
+        };
+        named(
+            Visibility::new(vec![file("target/\n")])
+                .unwrap_err()
+                .to_string(),
+        );
+        let policy = Visibility::new(vec![file("\u{feff}# nothing\n\n  \n")]).unwrap();
+        assert!(policy.is_visible("src/target/a.rs", false));
+        assert!(!policy.is_visible("src/.git/config", false));
+        let entries = [Entry {
+            path: "src/a.rs".into(),
+            size: 1,
+        }];
+        let listing = list(&entries, "", true, &policy, None).unwrap();
+        let paths: Vec<&str> = listing.entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["src/a.rs"]);
+    }
+}
+
+#[cfg(all(test, feature = "files-search"))]
 mod tests {
     use super::*;
     use crate::files::visibility::tests::policy;

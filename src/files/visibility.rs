@@ -272,7 +272,7 @@ impl Visibility {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "files-search"))]
 pub(crate) mod tests {
     use super::*;
 
