@@ -9,7 +9,7 @@
 #     dependencies behind it; the difference is exact.
 #
 # Usage: bash scripts/wasm-size.sh [variant...]   (default: all)
-#   variants: default, lean, no-meta-schema, no-files-search
+#   variants: default, lean, no-json-schema, no-files-search
 # Builds in target/ one after another (incremental, LTO: a minute or two
 # each); leaves build/wasm/ as it was (its builds go to target/wasm-size/).
 set -euo pipefail
@@ -39,14 +39,14 @@ gzip_bytes() { gzip -9 -c "$1" | wc -c; }
 kib() { awk -v b="$1" 'BEGIN { printf "%7.1f KiB", b / 1024 }'; }
 
 variants=("$@")
-[ ${#variants[@]} = 0 ] && variants=(default no-meta-schema no-files-search lean)
+[ ${#variants[@]} = 0 ] && variants=(default no-json-schema no-files-search lean)
 
 declare -A size
 for v in "${variants[@]}"; do
   case $v in
     default) build default ;;
     lean) build lean --no-default-features ;;
-    no-meta-schema) build no-meta-schema --no-default-features --features files-search ;;
+    no-json-schema) build no-json-schema --no-default-features --features files-search ;;
     no-files-search) build no-files-search --no-default-features --features json-schema ;;
     *) echo "wasm-size: unknown variant $v" >&2; exit 2 ;;
   esac
