@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Where the wasm's bytes go. Two uses:
+// Where the wasm's bytes go (a name-section reader; no twiggy needed):
 //
 //   node scripts/wasm-size.mjs crates FILE.wasm
 //     attributes every function body of FILE.wasm (built with
@@ -10,6 +10,9 @@
 //
 //   node scripts/wasm-size.mjs modules FILE.wasm
 //     the same with shiitake's own functions grouped by module;
+//
+//   node scripts/wasm-size.mjs functions FILE.wasm
+//     every function: body bytes, group and name (sort -rn for the largest);
 //
 //   bash scripts/wasm-size.sh
 //     builds the variants (default, lean, feature off) and prints measured
@@ -158,7 +161,7 @@ function moduleOf(mangled) {
   return m ? `shiitake::${m[1]}${m[2] ?? ""}` : group;
 }
 
-export function crates(file, by = crateOf) {
+function crates(file, by = crateOf) {
   const buf = readFileSync(file);
   const secs = sections(buf);
   const imports = secs.find((s) => s.id === 2);
@@ -199,20 +202,14 @@ export function crates(file, by = crateOf) {
   console.log(`${"types, imports, exports, tables".padEnd(70)} ${"".padStart(6)} ${kib(rest)}`);
 }
 
-const [mode, file] = process.argv.slice(2);
-if (mode === "crates" && file) crates(file);
-else if (mode === "modules" && file) crates(file, moduleOf);
-else if (mode && mode !== "dump") {
-  console.error("usage: node scripts/wasm-size.mjs crates|modules FILE.wasm");
-  process.exit(2);
-}
-if (mode === "dump" && file) {
+// Every function: body bytes, group, demangled name (tab-separated).
+function dump(file) {
   const buf = readFileSync(file);
   const secs = sections(buf);
   const imports = secs.find((s) => s.id === 2);
   const code = secs.find((s) => s.id === 10);
   const names = functionNames(buf, secs.find((s) => s.id === 0 && s.name === "name"));
-  const base = importedFunctions(buf, imports);
+  const base = imports ? importedFunctions(buf, imports) : 0;
   let [count, at] = leb(buf, code.start);
   for (let i = 0; i < count; i++) {
     let size;
@@ -221,4 +218,13 @@ if (mode === "dump" && file) {
     console.log(`${size}\t${crateOf(name)}\t${name}`);
     at += size;
   }
+}
+
+const [mode, file] = process.argv.slice(2);
+if (mode === "crates" && file) crates(file);
+else if (mode === "modules" && file) crates(file, moduleOf);
+else if (mode === "functions" && file) dump(file);
+else {
+  console.error("usage: node scripts/wasm-size.mjs crates|modules|functions FILE.wasm");
+  process.exit(2);
 }

@@ -63,6 +63,18 @@ for v in "${variants[@]}"; do
   echo
 done
 
+if [ -n "${size[default]:-}" ] && [ -n "${size[lean]:-}" ] && [ -n "${size[no-json-schema]:-}" ] && [ -n "${size[no-files-search]:-}" ]; then
+  schema=$((size[default] - size[no-json-schema]))
+  search=$((size[default] - size[no-files-search]))
+  both=$((size[default] - size[lean]))
+  echo
+  echo "== by removal (gzip -9)"
+  echo "json-schema: boon and what only it links (url, idna, fluent-uri, ahash, base64)  $(kib "$schema")"
+  echo "files-search: ignore, globset (and their search code)                            $(kib "$search")"
+  echo "regex, regex-automata, regex-syntax (unicode tables), aho-corasick, memchr:"
+  echo "  linked by both features, gone only when both are                             $(kib $((both - schema - search)))"
+fi
+
 for v in "${variants[@]}"; do
   echo
   echo "== $v: functions by crate"
