@@ -3,7 +3,8 @@
 # into build/demo/ (index.mjs + shiitake_bg.wasm, loadable by Miniflare).
 # Incremental: never cleans target/.
 # No wasm-opt: on top of rustc's opt-level=z + LTO, binaryen's -Oz cut the raw
-# size ~10% but made the gzip size (what Cloudflare's limit counts) ~5% worse.
+# size ~10% but made the gzip size (what Cloudflare's limit counts) ~10%
+# worse (binaryen 132); scripts/wasm-size.sh says what each dependency costs.
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -21,8 +22,12 @@ size_line() { # raw and gzip size of a file
 # SHIITAKE_TEST_BUILD=1 compiles the fault-injection hook the e2e suite and
 # the attack harness use (Cargo feature `fault-injection`); the wasm users
 # deploy never has it.
+# SHIITAKE_LEAN=1 builds without the default Cargo features (json-schema,
+# files-search: see Cargo.toml), for hosts that use neither; a host that does
+# gets a 503 or a tool error naming the missing feature.
 features=()
-[ "${SHIITAKE_TEST_BUILD:-0}" = 1 ] && features=(--features fault-injection)
+[ "${SHIITAKE_LEAN:-0}" = 1 ] && features+=(--no-default-features)
+[ "${SHIITAKE_TEST_BUILD:-0}" = 1 ] && features+=(--features fault-injection)
 t0=$(now)
 cargo build --release --target wasm32-unknown-unknown --lib "${features[@]}"
 t1=$(now)

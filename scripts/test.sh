@@ -28,6 +28,11 @@ step "cargo clippy (wasm32)"
 cargo clippy --target wasm32-unknown-unknown --lib -- -D warnings
 cargo clippy --target wasm32-unknown-unknown --lib --features fault-injection -- -D warnings
 
+step "lean build (no default features): clippy and the tests of what it refuses"
+cargo clippy --all-targets --no-default-features -- -D warnings
+cargo clippy --target wasm32-unknown-unknown --lib --no-default-features -- -D warnings
+cargo test --no-default-features a_lean_build
+
 step "cargo test"
 cargo test
 

@@ -1,10 +1,22 @@
 //! JSON Schema validation (draft 4 to 2020-12, by `boon`, which passes the
 //! JSON-Schema-Test-Suite): the host's metadata schema and the schemas of
 //! extension rows, configuration and command input.
+//!
+//! Behind the Cargo feature `json-schema` (default). Without it (the lean
+//! build) no schema compiles: the host's metadata schema is then a
+//! configuration error (503 `host_misconfigured`) and an extension whose
+//! manifest asks for validation is refused, each naming the missing feature.
+
+/// Why a schema cannot be used in a build without the `json-schema` feature.
+pub const UNAVAILABLE: &str = "unusable: this wasm was built without the `json-schema` Cargo \
+    feature (a lean build, SHIITAKE_LEAN=1), so it validates no JSON Schema; \
+    build with default features, or check the value in the host (meta() with a Standard Schema)";
 
 /// One compiled, self-contained schema (no remote `$ref`s).
 pub struct Validator {
+    #[cfg(feature = "json-schema")]
     schemas: boon::Schemas,
+    #[cfg(feature = "json-schema")]
     index: boon::SchemaIndex,
 }
 
@@ -16,6 +28,7 @@ impl std::fmt::Debug for Validator {
 
 impl Validator {
     /// Compiles `document`, named `url` (a `urn:` naming what it checks).
+    #[cfg(feature = "json-schema")]
     pub fn compile(url: &str, document: serde_json::Value) -> Result<Self, String> {
         let invalid = |e: &dyn std::fmt::Display| format!("not a valid JSON Schema: {e}");
         let mut schemas = boon::Schemas::new();
@@ -29,10 +42,23 @@ impl Validator {
         Ok(Validator { schemas, index })
     }
 
+    /// Without the `json-schema` feature: refused, naming it.
+    #[cfg(not(feature = "json-schema"))]
+    pub fn compile(_url: &str, _document: serde_json::Value) -> Result<Self, String> {
+        Err(UNAVAILABLE.to_owned())
+    }
+
     /// Checks `value`; the refusal is one line naming the failing path.
+    #[cfg(feature = "json-schema")]
     pub fn check(&self, value: &serde_json::Value) -> Result<(), String> {
         self.schemas
             .validate(value, self.index)
             .map_err(|e| e.to_string().replace('\n', " "))
+    }
+
+    /// Never reached: without the feature no `Validator` is made.
+    #[cfg(not(feature = "json-schema"))]
+    pub fn check(&self, _value: &serde_json::Value) -> Result<(), String> {
+        Err(UNAVAILABLE.to_owned())
     }
 }

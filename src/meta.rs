@@ -127,6 +127,7 @@ impl MetaPolicy {
 mod tests {
     use super::*;
 
+    #[cfg(feature = "json-schema")]
     #[test]
     fn metadata_is_capped_validated_and_canonical() {
         let policy = MetaPolicy::new(
@@ -191,6 +192,26 @@ mod tests {
             .is_err());
     }
 
+    /// The lean build (no `json-schema` feature) refuses a metadata schema
+    /// as configuration (503 `host_misconfigured`), naming the feature; a
+    /// host without a schema, or with its own check, works as before.
+    #[cfg(not(feature = "json-schema"))]
+    #[test]
+    fn a_lean_build_names_the_missing_feature() {
+        let e = MetaPolicy::new(Some(r#"{"type":"object"}"#), None).unwrap_err();
+        assert!(e.contains("`json-schema` Cargo feature"), "{e}");
+        assert!(e.starts_with("the metadata schema is unusable"), "{e}");
+        let policy = MetaPolicy::new(None, Some("$.author.id")).unwrap();
+        assert_eq!(
+            policy
+                .check(Some(r#"{"author":{"id":"u1"}}"#))
+                .unwrap()
+                .as_deref(),
+            Some(r#"{"author":{"id":"u1"}}"#)
+        );
+    }
+
+    #[cfg(feature = "json-schema")]
     #[test]
     fn bad_configuration_is_named() {
         assert!(MetaPolicy::new(Some("{"), None)

@@ -878,3 +878,25 @@ fn a_timer_requiring_its_session_does_not_recreate_it_after_deletion() {
         assert_eq!(again.timers, 0, "fires once");
     }
 }
+
+/// The lean build (no `json-schema` feature) refuses a manifest that asks
+/// for validation, naming the feature; one that asks for none is kept.
+#[cfg(not(feature = "json-schema"))]
+#[test]
+fn a_lean_build_refuses_a_validating_manifest_naming_the_feature() {
+    let validating = manifest("ext", json!({}));
+    let e = Roster::parse(&json!([validating]).to_string()).unwrap_err();
+    assert!(e.contains("`json-schema` Cargo feature"), "{e}");
+    assert!(
+        e.starts_with("extension ext (roster[0]): collection count"),
+        "{e}"
+    );
+    let plain = manifest(
+        "ext",
+        json!({
+            "state": {"collections": {"count": {"validate": false}}},
+            "commands": {"bump": {"validate": false}}
+        }),
+    );
+    assert_eq!(roster(&[plain]).entries().len(), 1);
+}

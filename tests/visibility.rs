@@ -3,6 +3,8 @@
 //! components hiding too) for every file and directory of the fixture trees,
 //! written by `scripts/gen-ignore-table.sh`. The policy must agree on every
 //! row, and the committed table must be what the script writes today.
+//! Needs the `files-search` feature (the lean build applies no pattern).
+#![cfg(feature = "files-search")]
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -4,6 +4,9 @@
 //! ignore files [`ignore_files`] names, and file contents on demand. These
 //! functions decide what is shown ([`Visibility`]), in which order, and
 //! where a bound cut it; results serialize (camelCase) straight to the model.
+//! Searching and globs need the `files-search` Cargo feature (default);
+//! without it (the lean build) the search's helpers go unused.
+#![cfg_attr(not(feature = "files-search"), allow(unused_imports, dead_code))]
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -187,16 +190,35 @@ pub fn list(
     Ok(Listing { entries, next })
 }
 
+/// Why a search, a glob or an ignore file cannot be used in a build without
+/// the `files-search` feature.
+pub const UNAVAILABLE: &str = "this wasm was built without the `files-search` Cargo feature \
+    (a lean build, SHIITAKE_LEAN=1), which searches files and applies globs and .gitignore \
+    patterns; build with default features";
+
 /// What a search looks for in each line: a literal (default) or a regex,
 /// case-insensitive unless asked otherwise.
 #[derive(Debug, Clone)]
 pub struct Matcher {
+    #[cfg(feature = "files-search")]
     regex: regex::Regex,
+    /// Never made without the feature.
+    #[cfg(not(feature = "files-search"))]
+    regex: std::convert::Infallible,
 }
 
 impl Matcher {
+    /// Without the `files-search` feature: refused, naming it.
+    #[cfg(not(feature = "files-search"))]
+    pub fn new(_query: &str, _regex: bool, _case_sensitive: bool) -> Result<Matcher, SearchError> {
+        Err(SearchError::Query(format!(
+            "files cannot be searched: {UNAVAILABLE}"
+        )))
+    }
+
     /// A matcher for `query`, at most [`FILES_SEARCH_QUERY_BYTES_MAX`] bytes.
     /// `^` and `$` match at line ends (`\n` or `\r\n`).
+    #[cfg(feature = "files-search")]
     pub fn new(query: &str, regex: bool, case_sensitive: bool) -> Result<Matcher, SearchError> {
         if query.is_empty() {
             return Err(SearchError::Query("the search query is empty".into()));
@@ -252,8 +274,15 @@ pub struct Matches {
     pub truncated: bool,
 }
 
+/// Without the `files-search` feature there is no matcher.
+#[cfg(not(feature = "files-search"))]
+pub fn search_file(_path: &str, _content: &str, matcher: &Matcher, _out: &mut Matches) {
+    match matcher.regex {}
+}
+
 /// Appends the lines of `content` that match (one entry per line, where a
 /// match starts); marks `out` truncated at [`SEARCH_MATCHES_MAX`].
+#[cfg(feature = "files-search")]
 pub fn search_file(path: &str, content: &str, matcher: &Matcher, out: &mut Matches) {
     let mut line = 1;
     let mut counted = 0; // newlines before this byte are in `line`
@@ -318,12 +347,32 @@ fn excerpt(line: &str, from: usize) -> String {
 /// root-relative path, `*` staying within one component.
 #[derive(Debug, Clone)]
 pub struct PathGlob {
+    #[cfg(feature = "files-search")]
     glob: globset::GlobMatcher,
+    /// Never made without the feature.
+    #[cfg(not(feature = "files-search"))]
+    glob: std::convert::Infallible,
     whole_path: bool,
 }
 
 impl PathGlob {
+    /// Without the `files-search` feature: refused, naming it.
+    #[cfg(not(feature = "files-search"))]
+    pub fn new(_glob: &str) -> Result<PathGlob, SearchError> {
+        Err(SearchError::Glob(format!(
+            "globs cannot be matched: {UNAVAILABLE}"
+        )))
+    }
+
+    /// Without the `files-search` feature there is no glob.
+    #[cfg(not(feature = "files-search"))]
+    pub fn matches(&self, _path: &str) -> bool {
+        let _ = self.whole_path;
+        match self.glob {}
+    }
+
     /// A filter for `glob`, at most [`FILE_PATH_BYTES_MAX`] bytes.
+    #[cfg(feature = "files-search")]
     pub fn new(glob: &str) -> Result<PathGlob, SearchError> {
         if glob.len() > FILE_PATH_BYTES_MAX {
             return Err(SearchError::Glob(format!(
@@ -349,6 +398,7 @@ impl PathGlob {
     }
 
     /// Whether `path` (canonical) passes.
+    #[cfg(feature = "files-search")]
     pub fn matches(&self, path: &str) -> bool {
         if self.whole_path {
             self.glob.is_match(path)
@@ -443,7 +493,42 @@ pub fn candidates<'a>(
     Ok(Candidates { files, cut })
 }
 
-#[cfg(test)]
+/// The lean build (no `files-search` feature): a search, a glob or an ignore
+/// file with a pattern is refused naming the feature; a tree whose ignore
+/// files hold no pattern lists as before.
+#[cfg(all(test, not(feature = "files-search")))]
+mod lean_tests {
+    use super::*;
+    use crate::files::visibility::IgnoreFile;
+
+    #[test]
+    fn a_lean_build_names_the_missing_feature() {
+        let named = |e: String| assert!(e.contains("`files-search` Cargo feature"), "{e}");
+        named(Matcher::new("x", false, false).unwrap_err().to_string());
+        named(PathGlob::new("*.rs").unwrap_err().to_string());
+        let file = |text: &str| IgnoreFile {
+            dir: "src".into(),
+            text: text.into(),
+        };
+        named(
+            Visibility::new(vec![file("target/\n")])
+                .unwrap_err()
+                .to_string(),
+        );
+        let policy = Visibility::new(vec![file("\u{feff}# nothing\n\n  \n")]).unwrap();
+        assert!(policy.is_visible("src/target/a.rs", false));
+        assert!(!policy.is_visible("src/.git/config", false));
+        let entries = [Entry {
+            path: "src/a.rs".into(),
+            size: 1,
+        }];
+        let listing = list(&entries, "", true, &policy, None).unwrap();
+        let paths: Vec<&str> = listing.entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["src/a.rs"]);
+    }
+}
+
+#[cfg(all(test, feature = "files-search"))]
 mod tests {
     use super::*;
     use crate::files::visibility::tests::policy;

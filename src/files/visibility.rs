@@ -14,8 +14,14 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
+#[cfg(feature = "files-search")]
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
+#[cfg(feature = "files-search")]
 use ignore::Match;
+/// Without the `files-search` feature no ignore file compiles (a lean build
+/// refuses a tree that has one): no matcher is ever made.
+#[cfg(not(feature = "files-search"))]
+type Gitignore = std::convert::Infallible;
 
 use crate::files::path;
 use crate::limits::{IGNORE_BYTES_MAX, IGNORE_FILES_MAX, IGNORE_FILE_BYTES_MAX};
@@ -43,6 +49,8 @@ pub enum VisibilityError {
     Duplicate(String),
     #[error("the .gitignore in {} cannot be compiled: {reason}", shown(.dir))]
     Compile { dir: String, reason: String },
+    #[error("the .gitignore in {} cannot be applied: {}", shown(.0), crate::files::search::UNAVAILABLE)]
+    Unavailable(String),
 }
 
 /// `dir` as an error message names it.
@@ -90,7 +98,9 @@ impl std::fmt::Display for Hidden {
 /// One invocation's search visibility policy.
 #[derive(Debug)]
 pub struct Visibility {
-    /// Compiled ignore files by the directory holding them.
+    /// Compiled ignore files by the directory holding them (none without
+    /// the `files-search` feature).
+    #[cfg_attr(not(feature = "files-search"), allow(dead_code))]
     matchers: HashMap<String, Gitignore>,
     /// Directories already decided in this invocation: whether the
     /// directory itself is ignored by a pattern (its ancestors are checked
@@ -121,6 +131,7 @@ impl Visibility {
         if total > IGNORE_BYTES_MAX {
             return Err(VisibilityError::TooManyBytes { bytes: total });
         }
+        #[cfg_attr(not(feature = "files-search"), allow(unused_mut))]
         let mut matchers = HashMap::with_capacity(files.len());
         for file in files {
             if path::normalize(&file.dir).as_deref() != Ok(file.dir.as_str()) {
@@ -131,20 +142,35 @@ impl Visibility {
             if matchers.contains_key(&file.dir) {
                 return Err(VisibilityError::Duplicate(file.dir));
             }
-            // Paths are handed over relative to the file's directory, so the
-            // matcher's root is `.` (the crate strips nothing then).
-            let mut builder = GitignoreBuilder::new(".");
-            // Git skips a UTF-8 byte order mark at the start of the file.
-            let text = file.text.strip_prefix('\u{feff}').unwrap_or(&file.text);
-            for line in text.lines() {
-                // A line the glob parser refuses is skipped, as git does.
-                let _ = builder.add_line(None, line);
+            // A lean build (no `files-search` feature) cannot apply a
+            // pattern: an ignore file with one is refused, naming the feature.
+            #[cfg(not(feature = "files-search"))]
+            {
+                let patterns = file.text.lines().any(|line| {
+                    let line = line.trim_start_matches('\u{feff}').trim();
+                    !line.is_empty() && !line.starts_with('#')
+                });
+                if patterns {
+                    return Err(VisibilityError::Unavailable(file.dir));
+                }
             }
-            let matcher = builder.build().map_err(|e| VisibilityError::Compile {
-                dir: file.dir.clone(),
-                reason: e.to_string(),
-            })?;
-            matchers.insert(file.dir, matcher);
+            #[cfg(feature = "files-search")]
+            {
+                // Paths are handed over relative to the file's directory, so
+                // the matcher's root is `.` (the crate strips nothing then).
+                let mut builder = GitignoreBuilder::new(".");
+                // Git skips a UTF-8 byte order mark at the start of the file.
+                let text = file.text.strip_prefix('\u{feff}').unwrap_or(&file.text);
+                for line in text.lines() {
+                    // A line the glob parser refuses is skipped, as git does.
+                    let _ = builder.add_line(None, line);
+                }
+                let matcher = builder.build().map_err(|e| VisibilityError::Compile {
+                    dir: file.dir.clone(),
+                    reason: e.to_string(),
+                })?;
+                matchers.insert(file.dir, matcher);
+            }
         }
         Ok(Visibility {
             matchers,
@@ -212,9 +238,17 @@ impl Visibility {
         })
     }
 
+    /// Without the `files-search` feature there is no pattern (`new`
+    /// refused every ignore file that has one).
+    #[cfg(not(feature = "files-search"))]
+    fn decide(&self, _path: &str, _is_dir: bool) -> Option<(bool, &str, &str)> {
+        None
+    }
+
     /// The deciding pattern for `path` alone (ancestors not considered):
     /// the ignore files of its directory and then of each parent, the first
     /// that matches decides. `Some((ignored, pattern, file's directory))`.
+    #[cfg(feature = "files-search")]
     fn decide(&self, path: &str, is_dir: bool) -> Option<(bool, &str, &str)> {
         let mut dir = path::parent(path);
         loop {
@@ -238,7 +272,7 @@ impl Visibility {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "files-search"))]
 pub(crate) mod tests {
     use super::*;
 

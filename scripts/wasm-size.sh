@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# What each dependency costs in the deployed wasm (gzip -9, what Cloudflare's
+# limit counts). Two kinds of figure:
+#
+#  1. attribution: the wasm built with names (SHIITAKE_WASM_NAMES), every
+#     function body given to the crate its name belongs to
+#     (scripts/wasm-size.mjs crates); data segments are not attributed;
+#  2. removal: the wasm built without a Cargo feature, so without the
+#     dependencies behind it; the difference is exact.
+#
+# Usage: bash scripts/wasm-size.sh [variant...]   (default: all)
+#   variants: default, lean, no-json-schema, no-files-search
+# Builds in target/ one after another (incremental, LTO: a minute or two
+# each); leaves build/wasm/ as it was (its builds go to target/wasm-size/).
+set -euo pipefail
+# shellcheck source=scripts/env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+cd "$ROOT"
+
+out=target/wasm-size
+mkdir -p "$out"
+
+# One variant: cargo features, then wasm-bindgen as scripts/build.sh runs it
+# (names kept for attribution; the gzip figure is of the wasm without them).
+build() { # name, cargo feature args...
+  local name=$1
+  shift
+  cargo build --release --target wasm32-unknown-unknown --lib "$@" >&2
+  rm -rf "$out/$name"
+  "$WASM_BINDGEN" --target module --out-dir "$out/$name" --out-name shiitake \
+    --experimental-reset-state-function --remove-producers-section \
+    target/wasm32-unknown-unknown/release/shiitake.wasm
+  "$WASM_BINDGEN" --target module --out-dir "$out/$name.stripped" --out-name shiitake \
+    --experimental-reset-state-function --remove-producers-section --remove-name-section \
+    target/wasm32-unknown-unknown/release/shiitake.wasm
+}
+
+gzip_bytes() { gzip -9 -c "$1" | wc -c; }
+kib() { awk -v b="$1" 'BEGIN { printf "%7.1f KiB", b / 1024 }'; }
+
+variants=("$@")
+[ ${#variants[@]} = 0 ] && variants=(default no-json-schema no-files-search lean)
+
+declare -A size
+for v in "${variants[@]}"; do
+  case $v in
+    default) build default ;;
+    lean) build lean --no-default-features ;;
+    no-json-schema) build no-json-schema --no-default-features --features files-search ;;
+    no-files-search) build no-files-search --no-default-features --features json-schema ;;
+    *) echo "wasm-size: unknown variant $v" >&2; exit 2 ;;
+  esac
+  size[$v]=$(gzip_bytes "$out/$v.stripped/shiitake_bg.wasm")
+done
+
+echo
+echo "== gzip -9 of shiitake_bg.wasm as deployed (no name section)"
+for v in "${variants[@]}"; do
+  printf '%-18s %9d bytes  %s' "$v" "${size[$v]}" "$(kib "${size[$v]}")"
+  if [ -n "${size[default]:-}" ] && [ "$v" != default ]; then
+    printf '   (default minus %s)' "$(kib $((size[default] - size[$v])))"
+  fi
+  echo
+done
+
+if [ -n "${size[default]:-}" ] && [ -n "${size[lean]:-}" ] && [ -n "${size[no-json-schema]:-}" ] && [ -n "${size[no-files-search]:-}" ]; then
+  schema=$((size[default] - size[no-json-schema]))
+  search=$((size[default] - size[no-files-search]))
+  both=$((size[default] - size[lean]))
+  echo
+  echo "== by removal (gzip -9)"
+  echo "json-schema: boon and what only it links (url, idna, fluent-uri, ahash, base64)  $(kib "$schema")"
+  echo "files-search: ignore, globset (and their search code)                            $(kib "$search")"
+  echo "regex, regex-automata, regex-syntax (unicode tables), aho-corasick, memchr:"
+  echo "  linked by both features, gone only when both are                             $(kib $((both - schema - search)))"
+fi
+
+for v in "${variants[@]}"; do
+  echo
+  echo "== $v: functions by crate"
+  node scripts/wasm-size.mjs crates "$out/$v/shiitake_bg.wasm"
+done
