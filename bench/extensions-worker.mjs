@@ -15,6 +15,7 @@ import { Hono } from "hono";
 import { ShiitakeDO } from "../js/do.mjs";
 import { shiitakeApp } from "../js/app.mjs";
 import { bearerTokenAuth } from "../js/bearer.mjs";
+import { SqlCounter } from "./sql-counter.mjs";
 import { defineCollection, defineExtension } from "../js/extensions.mjs";
 import { goal } from "../examples/extensions/goal.mjs";
 
@@ -68,32 +69,24 @@ const goalHook = defineExtension({ id: "goal", version: "1.0.0" })
 
 function counted(Base) {
   return class extends Base {
-    #counting = false;
-    #cursors = [];
+    #sql;
 
     constructor(ctx, env) {
       super(ctx, env);
-      // The Rust core reads `ctx.storage.sql.exec` when it is built (at the
-      // first request), so it calls this wrapper for every statement.
-      const sql = ctx.storage.sql;
-      const exec = sql.exec.bind(sql);
-      sql.exec = (...args) => {
-        const cursor = exec(...args);
-        if (this.#counting) this.#cursors.push(cursor);
-        return cursor;
-      };
+      this.#sql = new SqlCounter(ctx.storage.sql);
+      this.#sql.on = false;
     }
 
     async hostFetch(request) {
       const url = new URL(request.url);
       if (url.pathname === "/bench/count") {
-        this.#counting = url.searchParams.get("on") === "1";
-        this.#cursors = [];
-        return Response.json({ counting: this.#counting });
+        this.#sql.on = url.searchParams.get("on") === "1";
+        this.#sql.reset();
+        return Response.json({ counting: this.#sql.on });
       }
       if (url.pathname === "/bench/stats") {
-        const rowsWritten = this.#cursors.reduce((n, c) => n + c.rowsWritten, 0);
-        return Response.json({ rowsWritten, statements: this.#cursors.length });
+        const { rowsWritten, statements } = this.#sql.stats();
+        return Response.json({ rowsWritten, statements });
       }
       return undefined;
     }

@@ -11,22 +11,17 @@
 import { ShiitakeDO } from "../js/do.mjs";
 import { shiitakeApp } from "../js/app.mjs";
 import { bearerTokenAuth } from "../js/bearer.mjs";
+import { SqlCounter } from "./sql-counter.mjs";
 import { Hono } from "hono";
 
 export class BenchDO extends ShiitakeDO {
-  #counting = false;
-  #cursors = [];
+  #sql;
   #accepted = new Map();
 
   constructor(ctx, env) {
     super(ctx, env);
-    const sql = ctx.storage.sql;
-    const exec = sql.exec.bind(sql);
-    sql.exec = (...args) => {
-      const cursor = exec(...args);
-      if (this.#counting) this.#cursors.push(cursor);
-      return cursor;
-    };
+    this.#sql = new SqlCounter(ctx.storage.sql);
+    this.#sql.on = false;
   }
 
   fleet() {
@@ -45,11 +40,12 @@ export class BenchDO extends ShiitakeDO {
     const key = url.searchParams.get("key");
     switch (url.pathname) {
       case "/bench/count":
-        this.#counting = url.searchParams.get("on") === "1";
-        this.#cursors = [];
-        return Response.json({ counting: this.#counting });
+        this.#sql.on = url.searchParams.get("on") === "1";
+        this.#sql.reset();
+        return Response.json({ counting: this.#sql.on });
       case "/bench/stats":
-        return Response.json({ rowsWritten: this.#cursors.reduce((n, c) => n + c.rowsWritten, 0), statements: this.#cursors.length });
+        const { rowsWritten, statements } = this.#sql.stats();
+        return Response.json({ rowsWritten, statements });
       case "/bench/accepted":
         return Response.json({ at: this.#accepted.get(key) ?? null });
       case "/bench/outbox": {

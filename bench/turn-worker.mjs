@@ -8,22 +8,15 @@ import { Hono } from "hono";
 import { ShiitakeDO } from "../js/do.mjs";
 import { shiitakeApp } from "../js/app.mjs";
 import { bearerTokenAuth } from "../js/bearer.mjs";
+import { SqlCounter } from "./sql-counter.mjs";
 
 export class CountingDO extends ShiitakeDO {
-  #cursors = [];
-  #texts = [];
+  #sql;
   #alarmWrites = 0;
 
   constructor(ctx, env) {
     super(ctx, env);
-    const sql = ctx.storage.sql;
-    const exec = sql.exec.bind(sql);
-    sql.exec = (...args) => {
-      const cursor = exec(...args);
-      this.#cursors.push(cursor);
-      { const t = String(args[0]).replace(/\s+/g, " "); const f = t.indexOf(" FROM "); this.#texts.push(t.slice(0, 40) + (f > 40 ? " ..." + t.slice(f, f + 90) : "")); }
-      return cursor;
-    };
+    this.#sql = new SqlCounter(ctx.storage.sql);
     for (const name of ["setAlarm", "deleteAlarm"]) {
       const original = ctx.storage[name].bind(ctx.storage);
       ctx.storage[name] = (...args) => {
@@ -36,8 +29,7 @@ export class CountingDO extends ShiitakeDO {
   async hostFetch(request) {
     const { pathname } = new URL(request.url);
     if (pathname === "/bench/stats") {
-      const rowsWritten = this.#cursors.reduce((n, c) => n + c.rowsWritten, 0);
-      return Response.json({ rowsWritten, statements: this.#cursors.length, alarmWrites: this.#alarmWrites, texts: this.#texts, rows: this.#cursors.map((c) => c.rowsWritten) });
+      return Response.json({ ...this.#sql.stats(), alarmWrites: this.#alarmWrites });
     }
     if (pathname === "/bench/size") {
       const sql = this.ctx.storage.sql;
@@ -45,8 +37,7 @@ export class CountingDO extends ShiitakeDO {
       return Response.json({ databaseSize: sql.databaseSize, payload, messages });
     }
     if (pathname === "/bench/reset") {
-      this.#cursors = [];
-      this.#texts = [];
+      this.#sql.reset();
       this.#alarmWrites = 0;
       return Response.json({ ok: true });
     }

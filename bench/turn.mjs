@@ -19,6 +19,7 @@ import { parseArgs } from "node:util";
 import { Miniflare } from "miniflare";
 import { COMPATIBILITY_DATE, ROOT, TOKEN, bundleFixture } from "../tests/e2e/helpers.mjs";
 import { startModelServer } from "../tests/support/model-server.mjs";
+import { settledFrames } from "./watch.mjs";
 
 const { values: args } = parseArgs({
   options: { n: { type: "string", default: "200" }, turns: { type: "string", default: "20" } },
@@ -81,35 +82,7 @@ async function turn(agent, session) {
 
 /** An open watch of a Session: resolves `settled(commandId)` from its frames. */
 async function openWatch(agent, session) {
-  const res = await mf.dispatchFetch(`http://bench/agents/${agent}/sessions/${session}/watch`, { headers });
-  const reader = res.body.getReader();
-  const decoder = new TextDecoder();
-  const seen = new Set();
-  const waiting = new Map();
-  let buffer = "";
-  (async () => {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) return;
-      buffer += decoder.decode(value, { stream: true });
-      let cut;
-      while ((cut = buffer.indexOf("\n\n")) >= 0) {
-        const event = buffer.slice(0, cut);
-        buffer = buffer.slice(cut + 2);
-        const data = event.split("\n").find((l) => l.startsWith("data: "));
-        if (!event.startsWith("event: frame") || !data) continue;
-        const frame = JSON.parse(data.slice(6));
-        if (frame.type !== "settled") continue;
-        const id = frame.settlement.commandId;
-        seen.add(id);
-        waiting.get(id)?.();
-      }
-    }
-  })().catch(() => {});
-  return {
-    settled: (id) => (seen.has(id) ? Promise.resolve() : new Promise((resolve) => waiting.set(id, resolve))),
-    close: () => reader.cancel().catch(() => {}),
-  };
+  return settledFrames(await mf.dispatchFetch(`http://bench/agents/${agent}/sessions/${session}/watch`, { headers }));
 }
 
 // 1. Rows per turn.

@@ -20,6 +20,7 @@ import { Miniflare } from "miniflare";
 import { COMPATIBILITY_DATE, DEMO_SCRIPT, TOKEN, bundleFixture, workerOptions } from "../../tests/e2e/helpers.mjs";
 import { startModelServer } from "../../tests/support/model-server.mjs";
 import { bundleSdkWorker, bundleShiitakeWorker } from "./build.mjs";
+import { settledFrames } from "../watch.mjs";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ROOT = path.resolve(HERE, "../..");
@@ -144,35 +145,7 @@ function shiitakeClient(mf, host) {
     async watch(agent, session) {
       const res = await mf.dispatchFetch(`http://${host}/agents/${agent}/sessions/${session}/watch`, { headers: HEADERS });
       if (res.status !== 200) fail(`shiitake watch: ${res.status}`);
-      const reader = res.body.getReader();
-      const decoder = new TextDecoder();
-      const seen = new Map();
-      const waiting = new Map();
-      let buffer = "";
-      (async () => {
-        for (;;) {
-          const { done, value } = await reader.read();
-          if (done) return;
-          buffer += decoder.decode(value, { stream: true });
-          let cut;
-          while ((cut = buffer.indexOf("\n\n")) >= 0) {
-            const event = buffer.slice(0, cut);
-            buffer = buffer.slice(cut + 2);
-            if (!event.startsWith("event: frame")) continue;
-            const data = event.split("\n").find((l) => l.startsWith("data: "));
-            if (!data) continue;
-            const frame = JSON.parse(data.slice(6));
-            if (frame.type !== "settled") continue;
-            const id = frame.settlement.commandId;
-            seen.set(id, frame.settlement);
-            waiting.get(id)?.(frame.settlement);
-          }
-        }
-      })().catch(() => {});
-      return {
-        settled: (id) => (seen.has(id) ? Promise.resolve(seen.get(id)) : new Promise((resolve) => waiting.set(id, resolve))),
-        close: () => reader.cancel().catch(() => {}),
-      };
+      return settledFrames(res);
     },
   };
 }

@@ -8,21 +8,16 @@ import { Hono } from "hono";
 import { ShiitakeDO } from "../../js/demo.mjs";
 import { shiitakeApp } from "../../js/app.mjs";
 import { bearerTokenAuth } from "../../js/bearer.mjs";
+import { SqlCounter } from "../sql-counter.mjs";
 
 export class BenchDO extends ShiitakeDO {
-  #cursors = [];
+  #sql;
   #kv = 0;
   #alarm = 0;
 
   constructor(ctx, env) {
     super(ctx, env);
-    const sql = ctx.storage.sql;
-    const exec = sql.exec.bind(sql);
-    sql.exec = (...args) => {
-      const cursor = exec(...args);
-      this.#cursors.push(cursor);
-      return cursor;
-    };
+    this.#sql = new SqlCounter(ctx.storage.sql);
     const storage = ctx.storage;
     for (const name of ["put", "delete"]) {
       const original = storage[name].bind(storage);
@@ -54,12 +49,11 @@ export class BenchDO extends ShiitakeDO {
     if (!url.pathname.startsWith("/bench/")) return undefined;
     const route = url.pathname.slice("/bench/".length);
     if (route === "stats") {
-      const rowsWritten = this.#cursors.reduce((n, c) => n + c.rowsWritten, 0);
-      const rowsRead = this.#cursors.reduce((n, c) => n + c.rowsRead, 0);
-      return Response.json({ rowsWritten, rowsRead, statements: this.#cursors.length, kvWrites: this.#kv, alarmWrites: this.#alarm });
+      const { rowsWritten, rowsRead, statements } = this.#sql.stats();
+      return Response.json({ rowsWritten, rowsRead, statements, kvWrites: this.#kv, alarmWrites: this.#alarm });
     }
     if (route === "reset") {
-      this.#cursors = [];
+      this.#sql.reset();
       this.#kv = 0;
       this.#alarm = 0;
       return Response.json({ ok: true });

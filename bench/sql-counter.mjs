@@ -1,0 +1,48 @@
+// Counts what a Durable Object asks of SQLite, for the bench Workers. The
+// Rust core reads `ctx.storage.sql.exec` when it is built (at the first
+// request), so wrapping it in the constructor sees every statement.
+//
+//   const counter = new SqlCounter(ctx.storage.sql);
+//   counter.on = true; ... counter.stats()  // { statements, rowsWritten, rowsRead, texts, rows }
+
+export class SqlCounter {
+  /** Whether statements are counted now (counting from the start by default). */
+  on = true;
+  #cursors = [];
+  #texts = [];
+
+  constructor(sql) {
+    const exec = sql.exec.bind(sql);
+    sql.exec = (...args) => {
+      const cursor = exec(...args);
+      if (this.on) {
+        this.#cursors.push(cursor);
+        this.#texts.push(shorten(String(args[0])));
+      }
+      return cursor;
+    };
+  }
+
+  reset() {
+    this.#cursors = [];
+    this.#texts = [];
+  }
+
+  stats() {
+    const sum = (k) => this.#cursors.reduce((n, c) => n + c[k], 0);
+    return {
+      statements: this.#cursors.length,
+      rowsWritten: sum("rowsWritten"),
+      rowsRead: sum("rowsRead"),
+      // Each statement, shortened to its head and its FROM, and its rows written.
+      texts: this.#texts,
+      rows: this.#cursors.map((c) => c.rowsWritten),
+    };
+  }
+}
+
+function shorten(statement) {
+  const t = statement.replace(/\s+/g, " ");
+  const from = t.indexOf(" FROM ");
+  return t.slice(0, 40) + (from > 40 ? ` ...${t.slice(from, from + 90)}` : "");
+}
