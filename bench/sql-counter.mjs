@@ -3,11 +3,13 @@
 // request), so wrapping it in the constructor sees every statement.
 //
 //   const counter = new SqlCounter(ctx.storage.sql);
-//   counter.on = true; ... counter.stats()  // { statements, rowsWritten, rowsRead, texts, rows }
+//   counter.texts = true; ... counter.stats()  // { statements, rowsWritten, rowsRead, texts, rows }
 
 export class SqlCounter {
   /** Whether statements are counted now (counting from the start by default). */
   on = true;
+  /** Whether each statement's text is kept (`stats().texts`); costs a regex per statement. */
+  texts = false;
   #cursors = [];
   #texts = [];
 
@@ -17,7 +19,7 @@ export class SqlCounter {
       const cursor = exec(...args);
       if (this.on) {
         this.#cursors.push(cursor);
-        this.#texts.push(shorten(String(args[0])));
+        if (this.texts) this.#texts.push(shorten(String(args[0])));
       }
       return cursor;
     };

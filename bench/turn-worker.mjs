@@ -17,6 +17,7 @@ export class CountingDO extends ShiitakeDO {
   constructor(ctx, env) {
     super(ctx, env);
     this.#sql = new SqlCounter(ctx.storage.sql);
+    this.#sql.texts = true;
     for (const name of ["setAlarm", "deleteAlarm"]) {
       const original = ctx.storage[name].bind(ctx.storage);
       ctx.storage[name] = (...args) => {

@@ -13,6 +13,8 @@
 //    settlement long poll, which costs one more round trip, is shown too.
 // Needs `bash scripts/build.sh` first. Prints figures; asserts nothing.
 
+import { execFileSync } from "node:child_process";
+import { readFileSync, readdirSync } from "node:fs";
 import http from "node:http";
 import path from "node:path";
 import { parseArgs } from "node:util";
@@ -69,6 +71,19 @@ async function call(method, p, body) {
   return text ? JSON.parse(text) : null;
 }
 
+const CLK_TCK = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim()) || 100;
+/** The workerd process Miniflare started (a child of this process). */
+function workerdPid() {
+  for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const ppid = Number(stat.split(") ")[1].split(" ")[1]);
+      if (ppid === process.pid && stat.includes("(workerd)")) return pid;
+    } catch {}
+  }
+  throw new Error("no workerd child process");
+}
+
 let seq = 0;
 async function turn(agent, session) {
   const { commandId } = await call("POST", `/agents/${agent}/sessions/${session}/commands`, {
@@ -102,24 +117,38 @@ const avg = (k) => perTurn.reduce((n, s) => n + s[k], 0) / perTurn.length;
 console.log(`rows written per turn (250-chunk answer, admission to settlement, ${TURNS} turns):`);
 console.log(`  rows ${avg("rowsWritten").toFixed(1)} (target <= 8), statements ${avg("statements").toFixed(1)}, alarm writes ${avg("alarmWrites").toFixed(1)}`);
 
-// 2. Overhead per turn with an instant model.
+// 2. Overhead per turn with an instant model. A fresh Session every
+// ROTATE iterations keeps the model context short (at most 4 * ROTATE
+// messages), as the floor's one-message request is; the watches are opened
+// untimed.
 answerChunks = ["ok"];
-await call("POST", "/agents/fast/sessions", { sessionId: "s" });
+const ROTATE = 5;
+let session = null;
+let watch = null;
+let sessions = 0;
+async function rotate(i) {
+  if (i % ROTATE !== 0) return;
+  watch?.close();
+  session = `f${sessions++}`;
+  await call("POST", "/agents/fast/sessions", { sessionId: session });
+  watch = await openWatch("fast", session);
+}
 for (let i = 0; i < 20; i++) {
-  await turn("fast", "s");
+  await rotate(i);
+  await turn("fast", session);
   await call("POST", "/agents/fast/floor", { text: "go" });
 }
-const watch = await openWatch("fast", "s");
 const shiitake = [];
 const watched = [];
 const floor = [];
 const alarmFloor = [];
 for (let i = 0; i < N; i++) {
+  await rotate(i);
   let t = performance.now();
-  await turn("fast", "s");
+  await turn("fast", session);
   shiitake.push(performance.now() - t);
   t = performance.now();
-  const { commandId } = await call("POST", "/agents/fast/sessions/s/commands", {
+  const { commandId } = await call("POST", `/agents/fast/sessions/${session}/commands`, {
     type: "prompt",
     requestId: `w${seq++}`,
     text: "go",
@@ -134,6 +163,38 @@ for (let i = 0; i < N; i++) {
   await doneNotified(alarmSeq);
   alarmFloor.push(performance.now() - t);
 }
+
+// 3. workerd CPU per turn against per floor request (CPU time is far less
+// sensitive than wall time to what else the machine runs): blocks of N
+// each, Sessions rotated as above (Session creation and the watch open are
+// in the turn block's CPU: a small share at ROTATE turns per Session).
+const cpuMs = () => {
+  const pid = workerdPid();
+  const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+  return ((Number(f[11]) + Number(f[12])) * 1000) / CLK_TCK;
+};
+let c0 = cpuMs();
+for (let i = 0; i < N; i++) {
+  await rotate(i);
+  const { commandId } = await call("POST", `/agents/fast/sessions/${session}/commands`, { type: "prompt", requestId: `c${seq++}`, text: "go" });
+  await watch.settled(commandId);
+}
+const turnCpu = (cpuMs() - c0) / N;
+c0 = cpuMs();
+for (let i = 0; i < N; i++) {
+  await rotate(i);
+  await turn("fast", session);
+}
+const pollCpu = (cpuMs() - c0) / N;
+c0 = cpuMs();
+for (let i = 0; i < N; i++) await call("POST", "/agents/fast/floor", { text: "go" });
+const floorCpu = (cpuMs() - c0) / N;
+c0 = cpuMs();
+for (let i = 0; i < N; i++) {
+  const { seq: alarmSeq } = await call("POST", "/agents/fast/alarmfloor", { text: "go" });
+  await doneNotified(alarmSeq);
+}
+const alarmCpu = (cpuMs() - c0) / N;
 watch.close();
 const p = (xs, q) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))];
 const [s50, w50, f50] = [p(shiitake, 0.5), p(watched, 0.5), p(floor, 0.5)];
@@ -145,6 +206,10 @@ console.log(row("floor, in the request", floor));
 console.log(row("floor, in an alarm", alarmFloor));
 console.log(`  overhead p50 (watched) ${(w50 - f50).toFixed(3)} ms (target <= 2 ms), ratio ${(w50 / f50).toFixed(2)}`);
 console.log(`  overhead p50 (long poll, one more round trip) ${(s50 - f50).toFixed(3)} ms`);
+console.log(`workerd CPU per operation (${N} each, /proc utime+stime):`);
+console.log(`  turn, watched ${turnCpu.toFixed(2)} ms; turn, long poll ${pollCpu.toFixed(2)} ms (two requests)`);
+console.log(`  floor, in the request ${floorCpu.toFixed(2)} ms; floor, in an alarm ${alarmCpu.toFixed(2)} ms (two requests)`);
+console.log(`  ratio watched turn / floor ${(turnCpu / floorCpu).toFixed(2)}, long-poll turn / alarm floor ${(pollCpu / alarmCpu).toFixed(2)}`);
 const a50 = p(alarmFloor, 0.5);
 console.log(`  overhead p50 over the alarm floor (watched - alarm floor) ${(w50 - a50).toFixed(3)} ms`);
 
