@@ -4,7 +4,12 @@
 // prompt did not settle or an operation failed.
 //
 //   node bench/soak.mjs [--minutes 30] [--agents 20] [--pause-ms 20] [--session-uses 20]
-//                       [--mix plain=45,tool=20,cancel=15,watch=20]
+//                       [--mix plain=45,tool=20,cancel=15,watch=20] [--max-rss-mib 6144]
+//
+// --max-rss-mib stops the loops early (and says so) once workerd's RSS passes
+// it, to protect the machine: at the time of writing workerd's RSS grows by
+// several hundred KiB per `execute` tool turn (`--mix tool=1` shows it alone,
+// `--mix plain=1` the plain prompts), so the default mix can reach GiBs.
 //
 // One loop per Agent, each running one operation at a time, picked at random
 // (by --mix weights; default plain 45%, tool 20%, cancel 15%, watch 20%):
@@ -48,6 +53,7 @@ const { values: args } = parseArgs({
     "pause-ms": { type: "string", default: "20" },
     "session-uses": { type: "string", default: "20" },
     mix: { type: "string", default: "plain=45,tool=20,cancel=15,watch=20" },
+    "max-rss-mib": { type: "string", default: "6144" },
   },
 });
 const MINUTES = Number(args.minutes);
@@ -58,6 +64,7 @@ if (!(MINUTES > 0) || !Number.isInteger(AGENTS) || AGENTS < 1 || !(PAUSE_MS >= 0
   console.error("--minutes > 0, --agents >= 1, --pause-ms >= 0, --session-uses >= 1");
   process.exit(2);
 }
+const MAX_RSS_KIB = Number(args["max-rss-mib"]) * 1024;
 const WARMUP_MIN = MINUTES >= 6 ? 3 : MINUTES / 2;
 const SAMPLE_MS = 10_000;
 const SETTLE_BOUND_MS = 120_000;
@@ -200,7 +207,8 @@ function pick() {
 }
 
 const start = performance.now();
-const deadline = start + MINUTES * 60_000;
+let deadline = start + MINUTES * 60_000;
+let stoppedEarly = null;
 
 async function loop(ai) {
   const agent = `soak-${run}-${ai}`;
@@ -255,6 +263,11 @@ let lastMinute = sample();
 let minuteNo = 0;
 const sampler = setInterval(() => {
   const s = sample();
+  if (s.workerd > MAX_RSS_KIB && stoppedEarly === null) {
+    stoppedEarly = `workerd RSS ${(s.workerd / 1024).toFixed(0)} MiB passed --max-rss-mib ${MAX_RSS_KIB / 1024} at ${s.min.toFixed(1)} min`;
+    console.log(`stopping: ${stoppedEarly} (the loops finish their current operation)`);
+    deadline = performance.now();
+  }
   if (s.min >= minuteNo + 1 - 1e-6) {
     minuteNo++;
     const cpuPct = ((s.cpu - lastMinute.cpu) / ((s.min - lastMinute.min) * 60_000)) * 100;
@@ -271,7 +284,7 @@ await Promise.all(Array.from({ length: AGENTS }, (_, i) => loop(i)));
 clearInterval(sampler);
 const end = sample();
 
-console.log(`\nsummary after ${end.min.toFixed(1)} min:`);
+console.log(`\nsummary after ${end.min.toFixed(1)} min${stoppedEarly ? ` (stopped early: ${stoppedEarly})` : ""}:`);
 const totalOps = Object.values(stats.ops).reduce((a, b) => a + b, 0);
 console.log(`  operations ${totalOps} (${WEIGHTS.map(([k]) => `${k} ${stats.ops[k]}`).join(", ")}), prompts ${stats.prompts}, Sessions deleted ${stats.sessionsDeleted}, watch events read ${stats.watchFrames}`);
 for (const [k] of WEIGHTS) {
