@@ -47,7 +47,11 @@
 //    a warm read and a read after eviction) says the same. `--resident` sets
 //    `unsafePreventEviction` instead (every Agent stays resident; the
 //    eviction rows are then skipped). Also the store on disk per object
-//    (its .sqlite + -wal; SQLite's page cache holds these pages).
+//    (its .sqlite + -wal; SQLite's page cache holds these pages). RSS hardly
+//    shrinks when objects are evicted (c), so later objects reuse what the
+//    evicted ones freed: with eviction allowed, (a), (b) and (d) read low
+//    once workerd has evicted some; `--resident --inflight 32` gives the
+//    clean per-instance figures.
 //
 // The engine's floor is measured beside each figure in the same run:
 // bench/floor-worker.mjs, a bare SQLite Durable Object behind the same kind
