@@ -16,8 +16,11 @@ use serde_json::{json, Value};
 
 pub const TABLE: &str = "shiitake_attention";
 
-/// Creates the table if missing; idempotent.
+/// Creates the table if missing; idempotent, and free once it exists.
 pub fn create(sql: &dyn Sql) -> Result<(), SqlError> {
+    if exists(sql)? {
+        return Ok(());
+    }
     atomically(sql, || {
         write(
             sql,

@@ -6,7 +6,9 @@
 //! another's: `sql::read_beside`).
 
 use super::manifest::Roster;
-use crate::sql::{atomically, read, read_beside, write, Row, Sql, SqlError, SqlValue};
+use crate::sql::{
+    atomically, read, read_beside, table_exists, write, Row, Sql, SqlError, SqlValue,
+};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,8 +22,25 @@ pub(super) fn state_table(id: &str) -> String {
     format!("shiitake_state_{id}")
 }
 
-/// Creates what is missing; idempotent.
+/// Creates what is missing; idempotent, and free once everything exists
+/// (the catalog answers: an Agent's reopening writes nothing).
 pub(super) fn create(sql: &dyn Sql, roster: &Roster) -> Result<(), SqlError> {
+    let mut present = true;
+    for table in [META, TIMERS, LOG, REQUESTS] {
+        present &= table_exists(sql, table)?;
+    }
+    for entry in roster.entries() {
+        present &= table_exists(sql, &state_table(entry.id()))?;
+    }
+    if !present {
+        create_missing(sql, roster)?;
+    }
+    // Attention and the delivery outbox its changes stage into.
+    crate::attention::create(sql)?;
+    crate::delivery::create(sql)
+}
+
+fn create_missing(sql: &dyn Sql, roster: &Roster) -> Result<(), SqlError> {
     let mut statements = vec![
         // `stopped`: the recorded stop reason, until the host resumes the
         // extension or its revision changes. `cursor`: the last settled
@@ -88,10 +107,7 @@ pub(super) fn create(sql: &dyn Sql, roster: &Roster) -> Result<(), SqlError> {
             write(sql, statement, Vec::new())?;
         }
         Ok(())
-    })?;
-    // Attention and the delivery outbox its changes stage into.
-    crate::attention::create(sql)?;
-    crate::delivery::create(sql)
+    })
 }
 
 /// One extension's status row.

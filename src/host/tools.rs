@@ -104,6 +104,87 @@ impl FilesSpec {
     }
 }
 
+/// The own tools a spec decodes to (modules, the toolset over them).
+#[derive(Clone)]
+struct Decoded {
+    tools: Rc<OwnTools>,
+    toolset: Rc<Toolset>,
+    /// The Files ports, by the id of the module over each.
+    ports: Vec<(String, HostPort)>,
+}
+
+thread_local! {
+    /// The last spec this isolate decoded, and what it decoded to: every
+    /// instance of one Worker class hands over the same `tools()` spec, so
+    /// opening an Agent decodes and validates no catalog, and its
+    /// instances share one (an Agent's memory: `bench/scale.mjs`).
+    static DECODED: RefCell<Option<(String, Decoded)>> = const { RefCell::new(None) };
+}
+
+/// The own tools of `spec` (its JSON text `raw`) with `fleet`'s module:
+/// from the isolate's cache when the same spec was decoded last.
+fn decoded(raw: &str, spec: &Spec, fleet: Option<crate::fleet::Offer>) -> Result<Decoded, String> {
+    let key = format!("{raw}\u{0}{fleet:?}");
+    let hit = DECODED.with_borrow(|cached| {
+        cached
+            .as_ref()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, decoded)| decoded.clone())
+    });
+    if let Some(hit) = hit {
+        return Ok(hit);
+    }
+    let catalog = Catalog::from_json(&spec.modules.to_string())
+        .map_err(|e| format!("tools(): modules{e}", e = prefixed(&e.0)))?;
+    let execute = if spec.loader {
+        Ok(())
+    } else {
+        Err(
+            "`execute` is unavailable: the Worker has no LOADER binding (Worker Loader); \
+             add `worker_loaders = [{ binding = \"LOADER\" }]` to wrangler.toml"
+                .to_owned(),
+        )
+    };
+    let mut modules = catalog.modules().to_vec();
+    let mut direct = spec.direct.clone();
+    let mut ports = Vec::new();
+    if let Some(files) = &spec.files {
+        let port = files.port().map_err(|e| format!("tools().files: {e}"))?;
+        let patches = match &port {
+            HostPort::Workspace(_) => true,
+            HostPort::Js { patches } => *patches,
+        };
+        let module = crate::files::module::module(MODULE_ID, patches)
+            .map_err(|e| format!("tools().files: {e}"))?;
+        if files.direct {
+            direct.extend(
+                module
+                    .operations
+                    .iter()
+                    .map(|op| format!("{MODULE_ID}.{}", op.name)),
+            );
+        }
+        modules.push(module);
+        ports.push((MODULE_ID.to_owned(), port));
+    }
+    if let Some(offer) = fleet {
+        modules.push(crate::fleet::module(offer));
+    }
+    let tools = OwnTools {
+        modules,
+        direct,
+        execute,
+    };
+    let toolset = tools.toolset().map_err(|e| format!("tools(): {e}"))?;
+    let decoded = Decoded {
+        tools: Rc::new(tools),
+        toolset: Rc::new(toolset),
+        ports,
+    };
+    DECODED.set(Some((key, decoded.clone())));
+    Ok(decoded)
+}
+
 /// The host's tools, decoded once per instance.
 pub struct HostTools {
     pub js: JsTools,
@@ -146,54 +227,15 @@ impl HostTools {
         if let Some(error) = spec.error {
             return Err(format!("tools(): {error}"));
         }
-        let catalog = Catalog::from_json(&spec.modules.to_string())
-            .map_err(|e| format!("tools(): modules{e}", e = prefixed(&e.0)))?;
-        let execute = if spec.loader {
-            Ok(())
-        } else {
-            Err(
-                "`execute` is unavailable: the Worker has no LOADER binding (Worker Loader); \
-                 add `worker_loaders = [{ binding = \"LOADER\" }]` to wrangler.toml"
-                    .to_owned(),
-            )
-        };
-        let mut modules = catalog.modules().to_vec();
-        let mut direct = spec.direct;
-        let mut ports = Vec::new();
-        if let Some(files) = &spec.files {
-            let port = files.port().map_err(|e| format!("tools().files: {e}"))?;
-            let patches = match &port {
-                HostPort::Workspace(_) => true,
-                HostPort::Js { patches } => *patches,
-            };
-            let module = crate::files::module::module(MODULE_ID, patches)
-                .map_err(|e| format!("tools().files: {e}"))?;
-            if files.direct {
-                direct.extend(
-                    module
-                        .operations
-                        .iter()
-                        .map(|op| format!("{MODULE_ID}.{}", op.name)),
-                );
-            }
-            modules.push(module);
-            ports.push((MODULE_ID.to_owned(), port));
-        }
-        if let Some(offer) = fleet {
-            modules.push(crate::fleet::module(offer));
-        }
+        let own = decoded(&js.spec(), &spec, fleet)?;
         let servers = crate::mcp::hub::parse_servers(&js.mcp_servers())
             .map_err(|e| format!("tools(): {e}"))?;
-        let own = OwnTools {
-            modules,
-            direct,
-            execute,
-        };
         let retry_ms = spec
             .mcp_retry_ms
             .unwrap_or(MCP_RETRY_MS)
             .clamp(MCP_RETRY_MS_MIN, MCP_RETRY_MS_MAX);
-        let hub = Hub::new(own, servers, retry_ms).map_err(|e| format!("tools(): {e}"))?;
+        let ports = own.ports;
+        let hub = Hub::shared(own.tools, own.toolset, servers, retry_ms);
         let access = match spec.access {
             Some(access) => AccessConfig::parse(&access.to_string())?,
             None => AccessConfig::default(),

@@ -89,10 +89,22 @@ pub struct OwnTools {
     pub execute: Result<(), String>,
 }
 
+impl OwnTools {
+    /// The toolset of these tools alone (no MCP server or Computer yet).
+    pub fn toolset(&self) -> Result<Toolset, String> {
+        Toolset::new(
+            Catalog::new(self.modules.clone()).map_err(|e| e.0)?,
+            &self.direct,
+            self.execute.clone(),
+        )
+        .map_err(|e| e.0)
+    }
+}
+
 /// The tools offered, and the MCP servers' connection state.
 #[derive(Debug)]
 pub struct Hub {
-    own: OwnTools,
+    own: Rc<OwnTools>,
     retry_ms: u64,
     /// Servers not connected, and when they may be tried (ms since epoch).
     waiting: Vec<ServerConfig>,
@@ -116,13 +128,25 @@ pub struct Hub {
 impl Hub {
     /// A hub offering `own` until the first round connects `servers`.
     pub fn new(own: OwnTools, servers: Vec<ServerConfig>, retry_ms: u64) -> Result<Hub, String> {
-        let toolset = Toolset::new(
-            Catalog::new(own.modules.clone()).map_err(|e| e.0)?,
-            &own.direct,
-            own.execute.clone(),
-        )
-        .map_err(|e| e.0)?;
-        Ok(Hub {
+        let toolset = own.toolset()?;
+        Ok(Hub::shared(
+            Rc::new(own),
+            Rc::new(toolset),
+            servers,
+            retry_ms,
+        ))
+    }
+
+    /// A hub over tools decoded once and shared (every Agent instance of
+    /// one Worker class offers the same own tools): `toolset` is
+    /// [`OwnTools::toolset`] of `own`.
+    pub fn shared(
+        own: Rc<OwnTools>,
+        toolset: Rc<Toolset>,
+        servers: Vec<ServerConfig>,
+        retry_ms: u64,
+    ) -> Hub {
+        Hub {
             own,
             retry_ms,
             waiting: servers,
@@ -134,8 +158,8 @@ impl Hub {
             computers: Vec::new(),
             computers_digest: None,
             computers_retry_at: None,
-            toolset: Rc::new(toolset),
-        })
+            toolset,
+        }
     }
 
     /// The tools offered now.
