@@ -5,6 +5,9 @@ import { HTTPException } from "hono/http-exception";
 import { bearerTokenAuth, jsonError as json } from "./bearer.mjs";
 import { ShiitakeDO as Base, shiitakeApp, sqliteWorkspace } from "./index.mjs";
 
+// `execute` guests run through it: released when each call returns.
+export { ShiitakeSandbox } from "./index.mjs";
+
 // The demo notebook's own bounds: characters of a note, notes kept, notes
 // listed.
 const NOTE_CHARS_MAX = 4096;

@@ -1426,7 +1426,11 @@ function toolHost(object, fleet = false) {
       }
     },
     execute(code, namespaces, dispatch, signal) {
-      return runGuest(loader, { code, namespaces: [...namespaces], dispatch, signal });
+      // Through the Worker's exported ShiitakeSandbox when there is one: the
+      // guest worker is then released when the call returns, not when this
+      // object's isolate next collects garbage (see js/execute.mjs).
+      const sandbox = object.ctx?.exports?.ShiitakeSandbox;
+      return runGuest(loader, { code, namespaces: [...namespaces], dispatch, signal, sandbox });
     },
   };
 }

@@ -38,6 +38,24 @@ export interface RunGuestOptions {
   dispatch: (path: string, argsJson: string) => Promise<string>;
   /** Aborting resolves the run at once with `{"error": "aborted: <reason>"}`. */
   signal?: AbortSignal;
+  /**
+   * A stub of {@link ShiitakeSandbox} (`ctx.exports.ShiitakeSandbox`): the
+   * guest is loaded there, in the call's own I/O context, and released when
+   * it returns. Without it the guest is loaded with `loader` directly.
+   */
+  sandbox?: { evaluate(module: string, host: unknown): Promise<string> | string };
+}
+
+/**
+ * The stateless entrypoint a Durable Object runs `execute` guests through.
+ * Export it from the Worker's main module (`export { ShiitakeSandbox } from
+ * "shiitake"`): a Durable Object keeps one I/O context for its life, and a
+ * guest loaded there stays in memory until garbage collection; loaded here,
+ * it is released when the call returns. It runs a guest with no network
+ * and an empty env, and needs the `LOADER` binding.
+ */
+export declare class ShiitakeSandbox {
+  evaluate(module: string, host: unknown): Promise<string>;
 }
 
 /** The largest result, in JSON bytes, a run hands back (262,144). */

@@ -7,7 +7,7 @@
 // Everything the guest says back is untrusted (the model's code shares the
 // guest isolate and may patch JSON or TextEncoder), so the host re-checks the
 // reply's shape and size instead of trusting the guest's own checks.
-import { RpcTarget } from "cloudflare:workers";
+import { RpcTarget, WorkerEntrypoint } from "cloudflare:workers";
 import { parse } from "acorn";
 
 /**
@@ -229,11 +229,56 @@ function dispose(stub) {
   }
 }
 
+/** The guest worker's code: one module, no network, an empty env. */
+function guestWorker(module) {
+  return {
+    compatibilityDate: GUEST_COMPATIBILITY_DATE,
+    mainModule: GUEST_MODULE,
+    modules: { [GUEST_MODULE]: module },
+    globalOutbound: null,
+    env: {},
+  };
+}
+
+/** Loads `module` as a fresh worker and calls its `evaluate(host)`. */
+function loadAndEvaluate(loader, module, host) {
+  // load() makes a fresh, uncached worker; older runtimes only have get(id, cb).
+  const worker =
+    typeof loader.load === "function" ? loader.load(guestWorker(module)) : loader.get(`execute-${crypto.randomUUID()}`, async () => guestWorker(module));
+  const entrypoint = worker.getEntrypoint();
+  return { worker, entrypoint, result: entrypoint.evaluate(host) };
+}
+
 /**
- * Runs model-written JavaScript in a fresh Worker Loader worker.
+ * The stateless entrypoint a Durable Object runs its sandboxes through, as
+ * `ctx.exports.ShiitakeSandbox` (the Worker's main module must export it).
+ *
+ * Why: a Durable Object keeps one I/O context for its whole life, and the
+ * Worker Loader's stubs (not disposable in workerd 1.20260730) belong to it,
+ * so each loaded guest worker (~1.2 MiB in workerd) stays alive until V8
+ * happens to collect the stubs' wrappers: RSS grew by hundreds of KiB per
+ * `execute` call. A call to this entrypoint gets its own I/O context, which
+ * the runtime tears down when the call returns, releasing the guest with it.
+ * The guest's settings (no network, empty env) are fixed here, not taken
+ * from the caller.
+ */
+export class ShiitakeSandbox extends WorkerEntrypoint {
+  /** `module`: the guest module's source; `host`: the stub the guest may call. Resolves to the guest's reply, unchecked. */
+  evaluate(module, host) {
+    const loader = this.env?.LOADER;
+    if (!loader) return JSON.stringify({ error: "no Worker Loader binding (LOADER)" });
+    if (typeof module !== "string") return JSON.stringify({ error: "the guest module must be a string" });
+    return loadAndEvaluate(loader, module, host).result;
+  }
+}
+
+/**
+ * Runs model-written JavaScript in a fresh Worker Loader worker, through
+ * `sandbox` (a stub of {@link ShiitakeSandbox}, e.g.
+ * `ctx.exports.ShiitakeSandbox`) when given, else with `loader` directly.
  * Resolves to `{"result": value}` or `{"error": message}` JSON text; never rejects.
  */
-export async function runGuest(loader, { code, namespaces, dispatch, signal } = {}) {
+export async function runGuest(loader, { code, namespaces, dispatch, signal, sandbox } = {}) {
   let worker;
   let entrypoint;
   let host;
@@ -245,17 +290,14 @@ export async function runGuest(loader, { code, namespaces, dispatch, signal } = 
     if (refusal) return JSON.stringify({ error: refusal });
 
     host = new Host(dispatch);
-    const workerCode = {
-      compatibilityDate: GUEST_COMPATIBILITY_DATE,
-      mainModule: GUEST_MODULE,
-      modules: { [GUEST_MODULE]: guestModule(normal.body, namespaces) },
-      globalOutbound: null,
-      env: {},
-    };
-    // load() makes a fresh, uncached worker; older runtimes only have get(id, cb).
-    worker = typeof loader.load === "function" ? loader.load(workerCode) : loader.get(`execute-${crypto.randomUUID()}`, async () => workerCode);
-    entrypoint = worker.getEntrypoint();
-    const run = Promise.resolve(entrypoint.evaluate(host)).then(checkReply, (error) => JSON.stringify({ error: errorText(error) }));
+    const module = guestModule(normal.body, namespaces);
+    let result;
+    if (sandbox) {
+      result = sandbox.evaluate(module, host);
+    } else {
+      ({ worker, entrypoint, result } = loadAndEvaluate(loader, module, host));
+    }
+    const run = Promise.resolve(result).then(checkReply, (error) => JSON.stringify({ error: errorText(error) }));
     if (!signal) return await run;
     let onAbort;
     const abort = new Promise((resolve) => {
@@ -272,7 +314,8 @@ export async function runGuest(loader, { code, namespaces, dispatch, signal } = 
   } finally {
     // Stops a guest that outlives the run (abort, stray promises) from
     // reaching dispatch. The stubs are released where the runtime makes them
-    // disposable (workerd 1.20260730's loader stubs are not).
+    // disposable (workerd 1.20260730's loader stubs are not: hence
+    // ShiitakeSandbox).
     host?.close();
     dispose(entrypoint);
     dispose(worker);

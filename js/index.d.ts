@@ -17,6 +17,7 @@ export {
   type ToolContext,
   type ConfirmRequest,
 } from "./do.js";
+export { ShiitakeSandbox } from "./execute.js";
 export {
   shiitakeApp,
   type ShiitakeAppOptions,

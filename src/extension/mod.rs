@@ -480,6 +480,12 @@ impl Extensions {
     /// in one transition (a failed migration records a stop and leaves the
     /// state as it was). Each extension is its own transition.
     pub fn open(&self, ctx: &mut Ctx<'_>) -> Result<(), ApiError> {
+        // An Agent without extensions keeps none of their tables (nor
+        // attention's): every reader below answers an empty roster without
+        // them. They are created when a roster first names an extension.
+        if self.roster.is_empty() {
+            return Ok(());
+        }
         let sql = ctx.store.sql();
         tables::create(sql, &self.roster)?;
         for entry in self.roster.entries() {
@@ -634,6 +640,9 @@ impl Extensions {
     /// that fails stops it again at that settlement. Answers whether more
     /// is left.
     pub fn catch_up(&self, ctx: &mut Ctx<'_>) -> Result<bool, ApiError> {
+        if self.settled_hooks().next().is_none() {
+            return Ok(false);
+        }
         let store = ctx.store;
         let sql = store.sql();
         let now_ms = ctx.now_ms;
@@ -882,6 +891,9 @@ impl Extensions {
     /// transition unless the hook set it again). A hook that fails stops
     /// its extension and keeps the timer for after the resume.
     pub fn fire_due(&self, ctx: &mut Ctx<'_>) -> Result<Fired, ApiError> {
+        if self.roster.is_empty() {
+            return Ok(Fired::default());
+        }
         let store = ctx.store;
         let sql = store.sql();
         let now_ms = ctx.now_ms;
