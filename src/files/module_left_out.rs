@@ -40,18 +40,13 @@ mod tests {
     use crate::files::workspace::{Bounds, Workspace};
 
     /// The lean build (no `files` feature) refuses the files module, naming
-    /// the feature: the host's own (tools().files), a Computer's and the
-    /// files grant's, and any operation on a port.
+    /// the feature: the host's own (tools().files) and a Computer's, and any
+    /// operation on a port (the files grant's: `extension::files_grant`).
     #[test]
     fn a_lean_build_refuses_the_files_module_naming_the_feature() {
         let named = |e: String| assert!(e.contains("`files` Cargo feature"), "{e}");
         named(module(MODULE_ID, true).unwrap_err().0);
         named(module("computers.laptop.files", false).unwrap_err().0);
-        named(
-            crate::extension::files_grant::files_module(false)
-                .unwrap_err()
-                .0,
-        );
         let sql = crate::sql::native::NativeSql::open_in_memory();
         let workspace = Workspace::open(&sql, Bounds::default(), 0).unwrap();
         let read = serde_json::json!({ "path": "a.txt" });
