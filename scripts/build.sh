@@ -23,8 +23,9 @@ size_line() { # raw and gzip size of a file
 # the attack harness use (Cargo feature `fault-injection`); the wasm users
 # deploy never has it.
 # SHIITAKE_LEAN=1 builds without the default Cargo features (json-schema,
-# files-search: see Cargo.toml), for hosts that use neither; a host that does
-# gets a 503 or a tool error naming the missing feature.
+# files, files-search, error-paths: see Cargo.toml), for hosts that use none
+# of them; a host that does gets a 503 or a tool error naming the missing
+# feature.
 features=()
 [ "${SHIITAKE_LEAN:-0}" = 1 ] && features+=(--no-default-features)
 [ "${SHIITAKE_TEST_BUILD:-0}" = 1 ] && features+=(--features fault-injection)

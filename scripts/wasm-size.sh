@@ -9,7 +9,9 @@
 #     dependencies behind it; the difference is exact.
 #
 # Usage: bash scripts/wasm-size.sh [variant...]   (default: all)
-#   variants: default, lean, no-json-schema, no-files-search
+#   variants: default, lean, no-json-schema, no-files-search, no-files,
+#   no-error-paths, no-regex (each the default minus what it names; no-regex:
+#   neither json-schema nor files-search, the two features linking regex)
 # Builds in target/ one after another (incremental, LTO: a minute or two
 # each); leaves build/wasm/ as it was (its builds go to target/wasm-size/).
 set -euo pipefail
@@ -39,15 +41,18 @@ gzip_bytes() { gzip -9 -c "$1" | wc -c; }
 kib() { awk -v b="$1" 'BEGIN { printf "%7.1f KiB", b / 1024 }'; }
 
 variants=("$@")
-[ ${#variants[@]} = 0 ] && variants=(default no-json-schema no-files-search lean)
+[ ${#variants[@]} = 0 ] && variants=(default no-json-schema no-files-search no-files no-error-paths no-regex lean)
 
 declare -A size
 for v in "${variants[@]}"; do
   case $v in
     default) build default ;;
     lean) build lean --no-default-features ;;
-    no-json-schema) build no-json-schema --no-default-features --features files-search ;;
-    no-files-search) build no-files-search --no-default-features --features json-schema ;;
+    no-json-schema) build no-json-schema --no-default-features --features files-search,error-paths ;;
+    no-files-search) build no-files-search --no-default-features --features json-schema,files,error-paths ;;
+    no-files) build no-files --no-default-features --features json-schema,error-paths ;;
+    no-error-paths) build no-error-paths --no-default-features --features json-schema,files-search ;;
+    no-regex) build no-regex --no-default-features --features files,error-paths ;;
     *) echo "wasm-size: unknown variant $v" >&2; exit 2 ;;
   esac
   size[$v]=$(gzip_bytes "$out/$v.stripped/shiitake_bg.wasm")
@@ -63,16 +68,20 @@ for v in "${variants[@]}"; do
   echo
 done
 
-if [ -n "${size[default]:-}" ] && [ -n "${size[lean]:-}" ] && [ -n "${size[no-json-schema]:-}" ] && [ -n "${size[no-files-search]:-}" ]; then
+have() { for v in "$@"; do [ -n "${size[$v]:-}" ] || return 1; done; }
+if have default no-json-schema no-files-search no-files no-error-paths no-regex; then
   schema=$((size[default] - size[no-json-schema]))
   search=$((size[default] - size[no-files-search]))
-  both=$((size[default] - size[lean]))
+  files=$((size[default] - size[no-files]))
+  paths=$((size[default] - size[no-error-paths]))
   echo
   echo "== by removal (gzip -9)"
   echo "json-schema: boon and what only it links (url, idna, fluent-uri, ahash, base64)  $(kib "$schema")"
   echo "files-search: ignore, globset (and their search code)                            $(kib "$search")"
+  echo "files: the files module, its patch engine and workspace port (with its search)   $(kib "$files")"
+  echo "error-paths: serde_path_to_error                                                 $(kib "$paths")"
   echo "regex, regex-automata, regex-syntax (unicode tables), aho-corasick, memchr:"
-  echo "  linked by both features, gone only when both are                             $(kib $((both - schema - search)))"
+  echo "  linked by json-schema and files-search, gone only when both are              $(kib $((size[default] - size[no-regex] - schema - search)))"
 fi
 
 for v in "${variants[@]}"; do

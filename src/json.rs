@@ -8,6 +8,7 @@ use serde_json::Value;
 /// Decodes `value` as `T`. The error is serde's message prefixed with the
 /// path to the offending field (`operations[2].access: unknown variant
 /// ...`), or serde's message alone when the fault is at the root.
+#[cfg(feature = "error-paths")]
 pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, String> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
@@ -18,6 +19,15 @@ pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, String> {
             format!("{path}: {inner}")
         }
     })
+}
+
+/// Decodes `value` as `T`. Without the `error-paths` feature (the lean
+/// build) the error is serde's message alone, which names the problem
+/// (`unknown variant `x`, expected ...`, `missing field `n``) but not where
+/// it is.
+#[cfg(not(feature = "error-paths"))]
+pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, String> {
+    serde_json::from_value(value).map_err(|e| e.to_string())
 }
 
 /// Parses JSON text, refusing an object with a repeated key (plain
@@ -168,12 +178,30 @@ mod tests {
         n: u8,
     }
 
+    #[cfg(feature = "error-paths")]
     #[test]
     fn errors_name_the_path() {
         let e = decode::<Outer>(json!({ "items": [{ "n": 1 }, { "n": "x" }] })).unwrap_err();
         assert!(e.starts_with("items[1].n: invalid type: string"), "{e}");
         let e = decode::<Outer>(json!([])).unwrap_err();
         assert!(!e.starts_with('.'), "no path at the root: {e}");
+        assert!(decode::<Outer>(json!({ "items": [] })).is_ok());
+    }
+
+    /// The lean build (no `error-paths` feature) names the problem without
+    /// the path to it.
+    #[cfg(not(feature = "error-paths"))]
+    #[test]
+    fn a_lean_build_decodes_without_the_field_path() {
+        let e = decode::<Outer>(json!({ "items": [{ "n": 1 }, { "n": "x" }] })).unwrap_err();
+        assert!(
+            e.starts_with("invalid type: string \"x\", expected u8"),
+            "{e}"
+        );
+        let e = decode::<Outer>(json!({ "items": [{}] })).unwrap_err();
+        assert_eq!(e, "missing field `n`");
+        let e = decode::<Outer>(json!({ "items": [], "extra": 1 })).unwrap_err();
+        assert!(e.starts_with("unknown field `extra`"), "{e}");
         assert!(decode::<Outer>(json!({ "items": [] })).is_ok());
     }
 }

@@ -98,3 +98,15 @@ pub fn files_module(patches: bool) -> Result<Module, CapabilityError> {
 pub fn with_files_tools(toolset: &Toolset, patches: bool) -> Result<Toolset, CapabilityError> {
     toolset.clone().with_direct_only(files_module(patches)?)
 }
+
+#[cfg(all(test, not(feature = "files")))]
+mod lean_tests {
+    /// The lean build (no `files` feature) refuses the files grant's module,
+    /// naming the feature; the host refuses a roster with a holder of the
+    /// grant on it (`host/files_grant.rs`, 503 `host_misconfigured`).
+    #[test]
+    fn a_lean_build_refuses_the_files_grant_naming_the_feature() {
+        let e = super::files_module(true).unwrap_err().0;
+        assert!(e.contains("`files` Cargo feature"), "{e}");
+    }
+}

@@ -2,7 +2,17 @@
 //! files-search), sans-IO: path validation, the patch engine, search
 //! visibility and the `files` module's operations. The host performs the
 //! reads and writes through a port.
+//!
+//! The module is behind the `files` Cargo feature (default). Without it (the
+//! lean build) `module` is the stub in `module_left_out.rs`: the module
+//! cannot be built and no operation runs, each refused naming the feature,
+//! so nothing of the patch engine, search or the workspace's port is left in
+//! the wasm.
 
+#[cfg(feature = "files")]
+pub mod module;
+#[cfg(not(feature = "files"))]
+#[path = "module_left_out.rs"]
 pub mod module;
 pub mod patch;
 pub mod path;

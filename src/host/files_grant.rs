@@ -69,6 +69,9 @@ pub(super) fn check(
         return Ok(ext);
     };
     let id = holder.id();
+    if let Err(e) = crate::extension::files_grant::files_module(false) {
+        return Err(format!("extension {id} holds the files grant: {}", e.0));
+    }
     match tools {
         Ok(Some(tools)) if tools.has_own_files() => Err(format!(
             "extension {id} holds the files grant and tools().files configures the host's own \
