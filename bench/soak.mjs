@@ -8,8 +8,11 @@
 //
 // --max-rss-mib stops the loops early (and says so) once workerd's RSS passes
 // it, to protect the machine: at the time of writing workerd's RSS grows by
-// several hundred KiB per `execute` tool turn (`--mix tool=1` shows it alone,
-// `--mix plain=1` the plain prompts), so the default mix can reach GiBs.
+// about 88 KiB per `execute` tool turn (`--mix tool=1` shows it alone; Worker
+// Loader guests are freed late even through ShiitakeSandbox) and about
+// 3.8 KiB per plain prompt (`--mix plain=1`), against about 1.9 KiB per
+// request for a bare SQLite object (`--mix floor=1`), so the default mix can
+// reach GiBs.
 //
 // One loop per Agent, each running one operation at a time, picked at random
 // (by --mix weights; default plain 45%, tool 20%, cancel 15%, watch 20%):
@@ -21,7 +24,11 @@
 //   after 0-400 ms `{type:"cancel", commandId}`; the settlement is
 //   `cancelled` (or `completed` when the cancel came too late);
 // - watch: opens `GET /sessions/:id/watch`, reads the snapshot, prompts, reads
-//   frames until that prompt's `settled` frame, closes the watch.
+//   frames until that prompt's `settled` frame, closes the watch;
+// - floor (not in the default mix): one command into a bare SQLite Durable
+//   Object (bench/floor-worker.mjs) through the same Miniflare, so
+//   `--mix floor=1` shows how workerd's RSS grows per request with no
+//   Shiitake code at all (it does: about 20-30 KiB per request here).
 // Each loop's Session is deleted and replaced after --session-uses
 // operations, so the Agents' stores stay in a steady state.
 // The model is scripted by a fallback function on the request (last message
@@ -70,8 +77,8 @@ const SAMPLE_MS = 10_000;
 const SETTLE_BOUND_MS = 120_000;
 const WEIGHTS = args.mix.split(",").map((kv) => {
   const [k, w] = kv.split("=");
-  if (!["plain", "tool", "cancel", "watch"].includes(k) || !(Number(w) > 0)) {
-    console.error(`--mix: kind=weight,... with kinds plain, tool, cancel, watch (got ${kv})`);
+  if (!["plain", "tool", "cancel", "watch", "floor"].includes(k) || !(Number(w) > 0)) {
+    console.error(`--mix: kind=weight,... with kinds plain, tool, cancel, watch, floor (got ${kv})`);
     process.exit(2);
   }
   return [k, Number(w)];
@@ -91,8 +98,10 @@ function answer(body) {
 }
 
 const model = await startModelServer({ fallback: answer });
-const { mf, pid } = await startDemo(model.url);
+const FLOOR = WEIGHTS.some(([k]) => k === "floor");
+const { mf, pid } = await startDemo(model.url, { floor: FLOOR });
 const call = client(mf);
+const callFloor = client(mf, "floor.bench");
 const run = Date.now().toString(36);
 
 const stats = {
@@ -128,6 +137,11 @@ async function promptAndSettle(op, agent, session, requestId, text, afterAdmit) 
 }
 
 const ops = {
+  // The engine's own floor: one command into a bare SQLite Durable Object
+  // (bench/floor-worker.mjs, one row per request), the same request path.
+  async floor(agent, session, rid) {
+    await callFloor("POST", `/agents/${agent}/sessions/${session}/commands`, { type: "prompt", requestId: rid, text: "hello [floor]" });
+  },
   async plain(agent, session, rid) {
     const s = await promptAndSettle("plain", agent, session, rid, "hello [plain]");
     if (s && s.terminal !== "completed") stats.unexpected.push(`plain ${agent}/${session}: ${JSON.stringify(s).slice(0, 200)}`);
