@@ -345,6 +345,15 @@ pub fn with_projections(
         if !ext.roster().is_empty() {
             let (projections, _failed) = ext.session_projections(ctx.store, id);
             map.insert("extensions".into(), serde_json::json!(projections));
+            let mut histories = serde_json::Map::new();
+            for entry in ext.roster().entries() {
+                if let Some(h) = ext.session_history(ctx.store, entry, id)? {
+                    histories.insert(entry.id().to_owned(), serde_json::json!(h));
+                }
+            }
+            if !histories.is_empty() {
+                map.insert("extensionHistory".into(), histories.into());
+            }
             let owners = ext.attention_owners(ctx.store)?;
             let items = attention::of_session(
                 ctx.store.sql(),

@@ -118,6 +118,10 @@ pub struct Hooks {
 pub struct Projections {
     pub session: bool,
     pub agent: bool,
+    /// Producer history of the Session projection: each owner transaction
+    /// that changes it records the new value ([`super::history`]).
+    #[serde(default)]
+    pub history: bool,
 }
 
 /// One roster entry, checked, with its compiled schemas and revision.

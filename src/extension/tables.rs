@@ -31,6 +31,9 @@ pub(super) fn create(sql: &dyn Sql, roster: &Roster) -> Result<(), SqlError> {
     }
     for entry in roster.entries() {
         present &= table_exists(sql, &state_table(entry.id()))?;
+        if entry.manifest.projection.history {
+            present &= table_exists(sql, &super::history::table(entry.id()))?;
+        }
     }
     if !present {
         create_missing(sql, roster)?;
@@ -101,6 +104,9 @@ fn create_missing(sql: &dyn Sql, roster: &Roster) -> Result<(), SqlError> {
             ) WITHOUT ROWID",
             state_table(entry.id())
         ));
+        if entry.manifest.projection.history {
+            statements.push(super::history::create_statement(entry.id()));
+        }
     }
     atomically(sql, || {
         for statement in &statements {

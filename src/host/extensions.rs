@@ -97,10 +97,21 @@ impl Inner {
                 if self.published.borrow().get(&key) == Some(&text) {
                     continue;
                 }
+                let history = match scope {
+                    Some(session_id) => match ext.session_history(store, entry, session_id) {
+                        Ok(h) => h.map(|h| serde_json::json!(h)),
+                        Err(e) => {
+                            log_error(e);
+                            None
+                        }
+                    },
+                    None => None,
+                };
                 let frame = Frame::Extension {
                     extension_id: id.to_owned(),
                     scope: if scope.is_some() { "session" } else { "agent" },
                     value,
+                    history,
                 };
                 let targets: Vec<&String> = match scope {
                     Some(_) => sessions

@@ -146,7 +146,7 @@ test("the manifest: JSON Schema verbatim (validated by the core), zod as JSON Sc
       reset: { scope: "agent", inputSchema: null, validate: false, description: null },
     },
     hooks: { settled: true, timer: false },
-    projection: { session: false, agent: true },
+    projection: { session: false, agent: true, history: false },
     prompt: false,
     tools: true,
     files: false,
