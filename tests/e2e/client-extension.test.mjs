@@ -80,6 +80,9 @@ test("goal (Session scope): set by a command, observed through the watch, counte
     assert.deepEqual(result, { text, status: "active" });
     const active = await slotWhere(goal, (s) => s.status === "observed", "the goal frame");
     assert.deepEqual(active.value, { text, status: "active", turns: 0, completed: 0, startedAfter: 0 });
+    // The frame carried the goal's producer history; the slot keeps it.
+    assert.deepEqual(active.history.events.map((e) => [e.sequence, e.value.status]), [[1, "active"]]);
+    assert.equal(active.history.omitted, 0);
     assert.ok(active.observedAt >= first.observedAt);
 
     // A replay with the same requestId answers the stored result; another input under it conflicts.

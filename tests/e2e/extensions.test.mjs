@@ -10,6 +10,8 @@
 // opening an instance.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { createClientEntryHost, placeCells } from "../../js/client-entry.mjs";
+import { goalClient } from "../../examples/extensions/goal.client.mjs";
 import { execute, uniq, useWorker } from "./helpers.mjs";
 
 const T = { timeout: 90_000 };
@@ -40,11 +42,17 @@ describe("extensions", () => {
     assert.equal(set.status, 200, set.text);
     assert.deepEqual(set.json, { result: { text: "write the release notes", status: "active" } });
     const first = await watch.until((e) => e.data?.type === "extension" && e.data.extensionId === "goal");
-    assert.deepEqual(first.at(-1).data, {
+    const activeGoal = { text: "write the release notes", status: "active", turns: 0, completed: 0, startedAfter: 0 };
+    // The goal keeps producer history, served with the frame (`at`: the commit's time).
+    const frame = first.at(-1).data;
+    assert.ok(frame.history.events.every((e) => Number.isSafeInteger(e.at)));
+    const withoutTimes = { ...frame, history: { ...frame.history, events: frame.history.events.map(({ at: _, ...e }) => e) } };
+    assert.deepEqual(withoutTimes, {
       type: "extension",
       extensionId: "goal",
       scope: "session",
-      value: { text: "write the release notes", status: "active", turns: 0, completed: 0, startedAfter: 0 },
+      value: activeGoal,
+      history: { events: [{ sequence: 1, value: activeGoal }], omitted: 0 },
     });
     const tag = uniq("goal");
     const settled = await a.settle(sid, `p-${tag}`, `draft them ${tag}`);
@@ -69,6 +77,36 @@ describe("extensions", () => {
     assert.equal(again.json.error.code, "extension_command_failed");
     assert.match(again.json.error.message, /no active goal/);
     assert.equal((await a.read(sid)).extensions.goal.status, "achieved");
+    // Later output of the Session cannot move the ending line: the goal's
+    // settled hook leaves an ended goal as it is, so no event is recorded.
+    const later = await a.settle(sid, `p2-${tag}`, `more ${tag}`);
+    assert.equal(later.terminal, "completed");
+    const final = await a.read(sid);
+    assert.ok(final.messages.length > read.messages.length);
+    const history = final.extensionHistory.goal;
+    assert.deepEqual(
+      history.events.map((e) => [e.sequence, e.value.status, e.value.turns, e.value.endedAfter]),
+      [
+        [1, "active", 0, undefined],
+        [2, "active", 1, undefined],
+        [3, "achieved", 1, read.messages.length],
+      ],
+    );
+    assert.equal(history.omitted, 0);
+    // The client entry turns it into cells: the ending one anchored at that
+    // fixed Session position, placed after that row once its page is loaded.
+    const entries = createClientEntryHost({ entries: [goalClient] });
+    const status = await a.api("GET", "/extensions/goal");
+    entries.observe("goal", sid, { status: status.json.stopped === null ? "running" : "stopped", value: final.extensions.goal, history, commands: status.json.commands.map((c) => c.name) });
+    const { cells } = entries.contribution("goal", sid).timeline;
+    assert.deepEqual(cells, [
+      { id: "1", label: "Goal set: write the release notes", commandId: null, afterSequence: 0 },
+      { id: "3", label: "Goal achieved: write the release notes", commandId: null, afterSequence: read.messages.length },
+    ]);
+    const rows = final.messages.map((m, i) => ({ sequence: i + 1, commandId: m.commandId }));
+    const placed = placeCells({ rows, first: true }, cells);
+    assert.deepEqual(placed.start.map((c) => c.id), ["1"]);
+    assert.deepEqual(placed.after.get(read.messages.length).map((c) => c.id), ["3"], "after the last entry the ending transaction saw, not after the later turn");
     watch.close?.();
   });
 
