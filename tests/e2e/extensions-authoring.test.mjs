@@ -487,7 +487,7 @@ test("history is a session projection's opt-in, in the manifest; ctx.sessionPosi
   assert.throws(() => base().projection({ scope: "agent", read: noop, history: true }), /extension goal: projection: history is kept per Session: only a session projection keeps one/);
   assert.throws(() => base().projection({ read: noop, history: "yes" }), /extension goal: projection: history must be true or false/);
   const seen = [];
-  const ext = base().command("end", (ctx) => seen.push([ctx.sessionPosition, ctx.session.position]));
+  const ext = base().command("end", (ctx) => seen.push([ctx.sessionPosition, ctx.session?.position]));
   assert.equal(run(ext, "command", { name: "end" }).ok, true);
   assert.equal(run(ext, "command", { name: "end" }, {}, { session: { id: "s1", position: null } }).ok, true);
   assert.equal(run(ext, "command", { name: "end" }, {}, { session: null }).ok, true);
