@@ -64,7 +64,7 @@ function codePoints(text) {
   return n;
 }
 
-/** A JSON value, or null when `value` is not one (functions, cycles, class instances, non-finite numbers). */
+/** Whether `value` is JSON (not: functions, cycles, class instances, non-finite numbers). */
 function isJson(value, seen = new Set()) {
   switch (typeof value) {
     case "string":
@@ -99,7 +99,7 @@ const DECODERS = new WeakMap();
  */
 export function defineClientEntry(contract, callbacks) {
   const fn = "defineClientEntry";
-  if (!isPlainObject(contract) && (typeof contract !== "object" || contract === null)) throw new TypeError(`${fn}: the contract must be an object`);
+  if (typeof contract !== "object" || contract === null) throw new TypeError(`${fn}: the contract must be an object`);
   const id = contract.id;
   if (typeof id !== "string" || !EXTENSION_ID.test(id)) throw new TypeError(`${fn}: the contract's id must be an extension id matching ${EXTENSION_ID}`);
   let schema = null;
@@ -135,7 +135,7 @@ export function defineClientEntry(contract, callbacks) {
  */
 export function admitClientEntry(entry) {
   const bad = (problem) => refuse("entry_refused", `client entry refused: ${problem}`);
-  if (!isPlainObject(entry) && !(typeof entry === "object" && entry !== null && DECODERS.has(entry))) throw bad(`expected an object made by defineClientEntry, not ${entry === null ? "null" : typeof entry}`);
+  if (!isPlainObject(entry)) throw bad(`expected an object made by defineClientEntry, not ${entry === null ? "null" : Array.isArray(entry) ? "an array" : typeof entry}`);
   if (!Object.hasOwn(entry, "protocol")) throw bad(`it has no protocol; this host admits exactly ${CLIENT_PROTOCOL}`);
   if (entry.protocol !== CLIENT_PROTOCOL) throw bad(`protocol ${JSON.stringify(entry.protocol)} is not admitted; this host admits exactly ${CLIENT_PROTOCOL}`);
   const id = entry.id;
@@ -312,8 +312,13 @@ function decodeContribution(out, id, catalog) {
 /** Rows a contribution shows: chips, panel rows, timeline cells and the waiting row. */
 const rowCount = (c) => c.chips.length + c.panel.length + c.timeline.cells.length + (c.waiting ? 1 : 0);
 
-function sameJson(a, b) {
-  return JSON.stringify(a) === JSON.stringify(b);
+/** `value` as JSON text (what tells a changed observation), or null when it has none. */
+function jsonText(value) {
+  try {
+    return JSON.stringify(value) ?? null;
+  } catch {
+    return null;
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -463,7 +468,6 @@ export function createClientEntryHost(options) {
       state.error = error;
       report(error, id, key);
     }
-    state.generation += 1;
     changed(id, key);
   }
 
@@ -478,9 +482,10 @@ export function createClientEntryHost(options) {
       const i = installedOf(extensionId);
       if (typeof slot !== "string" || slot === "") throw new TypeError("observe(extensionId, slot, observation): slot must be a non-empty string");
       const prev = i.slots.get(slot);
-      if (prev !== undefined && sameJson(prev.observation, observation)) return false;
-      const state = prev ?? { observation: null, view: null, viewError: null, contribution: null, error: null, generation: 0 };
-      state.observation = structuredClone(observation);
+      const text = jsonText(observation);
+      if (prev !== undefined && text !== null && prev.text === text) return false;
+      const state = prev ?? { text: null, view: null, viewError: null, contribution: null, error: null };
+      state.text = text;
       try {
         state.view = decodeView(i.decoder, observation, extensionId);
         state.viewError = null;

@@ -205,12 +205,16 @@ test("output shape: chips without open targets, compact optional, a promise or u
 
 test("contribute runs once per changed slot, never per read of its rows", () => {
   let calls = 0;
-  const { host } = hostOf([
-    entryReturning(() => {
-      calls += 1;
-      return empty();
-    }),
-  ]);
+  const changes = [];
+  const { host } = hostOf(
+    [
+      entryReturning(() => {
+        calls += 1;
+        return empty();
+      }),
+    ],
+    { onChange: (where) => changes.push(`${where.extensionId}/${where.slot}`) },
+  );
   assert.equal(host.observe("progress", "s", running({ title: "a" })), true);
   for (let i = 0; i < 10; i++) host.contribution("progress", "s"); // renders
   assert.equal(host.observe("progress", "s", running({ title: "a" })), false, "the same observation again");
@@ -218,6 +222,9 @@ test("contribute runs once per changed slot, never per read of its rows", () => 
   host.observe("progress", "s", running({ title: "b" }));
   host.observe("progress", "t", running({ title: "b" }));
   assert.equal(calls, 3, "one call per changed slot");
+  assert.deepEqual(changes, ["progress/s", "progress/s", "progress/t"], "renderers hear each change once");
+  host.close();
+  assert.throws(() => host.observe("progress", "s", running({ title: "c" })), /closed/);
 });
 
 test("cells: ids are positive safe integers as decimal text; one anchor kind, never both", () => {
