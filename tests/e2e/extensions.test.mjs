@@ -7,7 +7,8 @@
 // timer that fires after a restart and sends its prompt once, a throwing
 // hook that stops its extension until the host resumes it (the missed
 // settlements then replayed once, in order), and initialize closing or
-// opening an instance.
+// opening an instance; the goal's producer history and its ending line, anchored
+// at the position its transaction read, also when the model ends it mid-turn.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { createClientEntryHost, placeCells } from "../../js/client-entry.mjs";
@@ -182,6 +183,31 @@ describe("extensions", () => {
     const denied = after.messages.filter((m) => m.role === "tool").at(-1);
     assert.match(denied.text, /refused/, denied.text);
     assert.equal(after.extensions.reminder.pending.length, 1, "the refused call changed nothing");
+  });
+
+  test("the model ends the goal mid-turn: the ending line stays at the position its transaction read, before the turn's later output", T, async () => {
+    const { a, sid } = await h.session();
+    const set = await command(a, sid, "goal", "set", { input: { text: "tidy up" } });
+    assert.equal(set.status, 200, set.text);
+    const tag = uniq("end");
+    h.model.scriptFor(tag, execute("return await goal.end({ status: 'achieved' });"), { text: "all tidy" });
+    const settled = await a.settle(sid, `p-${tag}`, `finish ${tag}`);
+    assert.equal(settled.terminal, "completed", JSON.stringify(settled));
+    const read = await a.read(sid, { limit: 200 });
+    // user, assistant (the call), tool (its result), assistant (the answer).
+    assert.deepEqual(read.messages.map((m) => m.role), ["user", "assistant", "tool", "assistant"]);
+    assert.equal(read.extensions.goal.endedAfter, 2, "the position the ending transaction read: after the call, before its result");
+    const events = read.extensionHistory.goal.events;
+    assert.deepEqual(events.map((e) => [e.sequence, e.value.status]), [
+      [1, "active"],
+      [2, "achieved"],
+    ], "the settled hook left the ended goal unchanged: no third event");
+    const entries = createClientEntryHost({ entries: [goalClient] });
+    entries.observe("goal", sid, { status: "running", value: read.extensions.goal, history: read.extensionHistory.goal, commands: ["set", "end"] });
+    const rows = read.messages.map((m, i) => ({ sequence: i + 1, commandId: m.commandId }));
+    const placed = placeCells({ rows, first: true }, entries.contribution("goal", sid).timeline.cells);
+    assert.deepEqual([...placed.after.entries()].map(([at, cells]) => [at, cells.map((c) => c.label)]), [[2, ["Goal achieved: tidy up"]]]);
+    assert.deepEqual(placed.start.map((c) => c.label), ["Goal set: tidy up"]);
   });
 
   test("a reminder's timer survives a restart, fires once and sends its prompt", T, async () => {
