@@ -345,14 +345,9 @@ pub fn with_projections(
         if !ext.roster().is_empty() {
             let (projections, _failed) = ext.session_projections(ctx.store, id);
             map.insert("extensions".into(), serde_json::json!(projections));
-            let mut histories = serde_json::Map::new();
-            for entry in ext.roster().entries() {
-                if let Some(h) = ext.session_history(ctx.store, entry, id)? {
-                    histories.insert(entry.id().to_owned(), serde_json::json!(h));
-                }
-            }
+            let histories = ext.session_histories(ctx.store, id)?;
             if !histories.is_empty() {
-                map.insert("extensionHistory".into(), histories.into());
+                map.insert("extensionHistory".into(), serde_json::json!(histories));
             }
             let owners = ext.attention_owners(ctx.store)?;
             let items = attention::of_session(

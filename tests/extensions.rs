@@ -1076,3 +1076,39 @@ fn a_replay_across_sessions_records_each_sessions_history_in_one_transition() {
     );
     assert_eq!(of(&mut h, "t"), vec![json!({"count": 2})]);
 }
+
+#[test]
+fn two_extensions_record_history_in_one_settling_transition_and_it_goes_with_the_session() {
+    let mut h = Harness::new();
+    let history_on = json!({"projection": {"history": true}});
+    open(
+        &mut h,
+        &[
+            manifest("tally", history_on.clone()),
+            manifest("other", history_on),
+        ],
+        tally(),
+    );
+    h.session("s");
+    settle_one(&mut h, "s", "r1");
+    let read = h.call("GET", "/sessions/s", Value::Null).json;
+    for id in ["tally", "other"] {
+        let events = &read["extensionHistory"][id]["events"];
+        assert_eq!(events.as_array().unwrap().len(), 1, "{id}: {read}");
+        assert_eq!(events[0]["value"], json!({"count": 1}));
+    }
+    let kept = |h: &Harness| {
+        shiitake::sql::read(h.sql(), "SELECT count(*) FROM shiitake_ext_history", &[]).unwrap()[0]
+            .int(0)
+            .unwrap()
+    };
+    assert_eq!(kept(&h), 2);
+    assert_eq!(h.call("DELETE", "/sessions/s", Value::Null).status, 204);
+    assert_eq!(kept(&h), 0, "the Session's history was deleted with it");
+    // A Session created again under the same id starts a new history.
+    h.session("s");
+    assert_eq!(
+        h.call("GET", "/sessions/s", Value::Null).json["extensionHistory"]["tally"],
+        json!({"events": [], "omitted": 0})
+    );
+}

@@ -119,7 +119,7 @@ pub struct Projections {
     pub session: bool,
     pub agent: bool,
     /// Producer history of the Session projection: each owner transaction
-    /// that changes it records the new value ([`super::history`]).
+    /// that changes it records the new value ([`crate::history`]).
     #[serde(default)]
     pub history: bool,
 }

@@ -22,7 +22,6 @@
 mod attention;
 mod call;
 pub mod files_grant;
-pub mod history;
 pub mod manifest;
 mod tables;
 
@@ -33,6 +32,7 @@ pub use manifest::{Entry, Roster, Scope};
 use crate::agent::validate_session_id;
 use crate::ctx::Ctx;
 use crate::error::ApiError;
+use crate::history::{self, History};
 use crate::limits::{
     EXTENSION_ANSWER_BYTES_MAX, EXTENSION_COMMAND_BYTES_MAX, EXTENSION_KEY_BYTES_MAX,
     EXTENSION_PROJECTION_BYTES_MAX, EXTENSION_PROMPT_BYTES_MAX, EXTENSION_REPLAY_PER_PASS_MAX,
@@ -78,8 +78,9 @@ struct Cache {
     timers: BTreeMap<String, BTreeSet<String>>,
     log_head: i64,
     states: BTreeMap<String, State>,
-    /// Producer histories read or written, by (extension, Session).
-    histories: BTreeMap<(String, String), history::History>,
+    /// Producer histories read or written: by Session (each read whole,
+    /// before any history write), then by extension.
+    histories: BTreeMap<String, BTreeMap<String, History>>,
 }
 
 /// One extension's rows and their size.
@@ -142,7 +143,7 @@ struct Staged {
     answer: Answer,
     attention: attention::Planned,
     /// The Session history this call records: (Session, history after it).
-    history: Option<(String, history::History)>,
+    history: Option<(String, History)>,
 }
 
 /// An extension command to run ([`Extensions::command`]).
@@ -375,21 +376,21 @@ impl Extensions {
         Ok(Ok(()))
     }
 
-    /// `entry`'s history of `session_id` in this transition: read once,
-    /// then as its calls left it.
+    /// `entry`'s history of `session_id` in this transition: the
+    /// Session's histories are read once, then kept as its calls leave them.
     fn history<'c>(
         sql: &dyn Sql,
         cache: &'c mut Cache,
         entry: &Entry,
         session_id: &str,
-    ) -> Result<&'c history::History, SqlError> {
-        let key = (entry.id().to_owned(), session_id.to_owned());
-        Ok(match cache.histories.entry(key) {
+    ) -> Result<&'c mut History, SqlError> {
+        let of_session = match cache.histories.entry(session_id.to_owned()) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
-                e.insert(history::load(sql, entry.id(), session_id)?)
+                e.insert(history::load(sql, session_id)?)
             }
-        })
+        };
+        Ok(of_session.entry(entry.id().to_owned()).or_default())
     }
 
     /// Calls `entry`'s callback `kind` in a transition that may send, and
@@ -516,7 +517,9 @@ impl Extensions {
         if let Some((session_id, kept)) = staged.history {
             cache
                 .histories
-                .insert((entry.id().to_owned(), session_id), kept);
+                .entry(session_id)
+                .or_default()
+                .insert(entry.id().to_owned(), kept);
         }
         if changed {
             self.touched.borrow_mut().insert(Touched {
@@ -1155,18 +1158,26 @@ impl Extensions {
         Ok(Some(value))
     }
 
-    /// The producer history `entry` keeps of `session_id`, when it keeps
-    /// one (read from committed state).
-    pub fn session_history(
+    /// The producer history of `session_id` each roster extension that
+    /// keeps one holds, by extension id (read from committed state).
+    pub fn session_histories(
         &self,
         store: Store<'_>,
-        entry: &Entry,
         session_id: &str,
-    ) -> Result<Option<history::History>, ApiError> {
-        if !entry.manifest.projection.history {
-            return Ok(None);
+    ) -> Result<BTreeMap<String, History>, ApiError> {
+        let keeping = || {
+            self.roster
+                .entries()
+                .iter()
+                .filter(|e| e.manifest.projection.history)
+        };
+        if keeping().next().is_none() {
+            return Ok(BTreeMap::new());
         }
-        Ok(Some(history::load(store.sql(), entry.id(), session_id)?))
+        let mut stored = history::load(store.sql(), session_id)?;
+        Ok(keeping()
+            .map(|e| (e.id().to_owned(), stored.remove(e.id()).unwrap_or_default()))
+            .collect())
     }
 
     /// Every Session projection of `session_id`, by extension id. A

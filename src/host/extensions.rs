@@ -98,14 +98,16 @@ impl Inner {
                     continue;
                 }
                 let history = match scope {
-                    Some(session_id) => match ext.session_history(store, entry, session_id) {
-                        Ok(h) => h.map(|h| serde_json::json!(h)),
-                        Err(e) => {
-                            log_error(e);
-                            None
+                    Some(session_id) if entry.manifest.projection.history => {
+                        match ext.session_histories(store, session_id) {
+                            Ok(mut all) => all.remove(id).map(|h| serde_json::json!(h)),
+                            Err(e) => {
+                                log_error(e);
+                                None
+                            }
                         }
-                    },
-                    None => None,
+                    }
+                    _ => None,
                 };
                 let frame = Frame::Extension {
                     extension_id: id.to_owned(),

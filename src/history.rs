@@ -1,31 +1,32 @@
-//! Producer history (seed shiitake.md "Client entries"): an extension that
+//! Producer history (seed shiitake.md "Client entries"), its rules and its
+//! storage, below both `extension/` (which records it) and `agent.rs`
+//! (which deletes it with a Session): an extension that
 //! declares `.projection({ history: true })` keeps, per Session, the values
 //! its Session projection took. Each owner transaction that changes the
 //! extension's state projects the new state and records the value in that
 //! same transaction (so a failing hook records nothing); an unchanged value
 //! records nothing. At most [`EXTENSION_HISTORY_EVENTS_MAX`] events and
 //! [`EXTENSION_HISTORY_BYTES_MAX`] bytes are kept, the oldest dropped and
-//! counted in `omitted`. One row per (extension, Session), in a table per
-//! extension (so a transition reads one extension's history beside another's
-//! writes: `sql::read_beside`).
+//! counted in `omitted`. One row per (extension, Session) in one table,
+//! read a Session at a time (every extension's row of it at once, so one
+//! transition reads before it writes any) and deleted with the Session.
 
 use crate::limits::{EXTENSION_HISTORY_BYTES_MAX, EXTENSION_HISTORY_EVENTS_MAX};
-use crate::sql::{read_beside, Sql, SqlError, Write};
+use crate::sql::{read_beside, table_exists, write, Sql, SqlError, Write};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::BTreeMap;
 
-/// The history table of extension `id` (a checked name).
-pub(super) fn table(id: &str) -> String {
-    format!("shiitake_history_{id}")
-}
+pub const TABLE: &str = "shiitake_ext_history";
 
-pub(super) fn create_statement(id: &str) -> String {
+pub fn create_statement() -> String {
     format!(
-        "CREATE TABLE IF NOT EXISTS {} (
-            session_id TEXT PRIMARY KEY,
-            body TEXT NOT NULL
-        ) WITHOUT ROWID",
-        table(id)
+        "CREATE TABLE IF NOT EXISTS {TABLE} (
+            session_id TEXT NOT NULL,
+            ext TEXT NOT NULL,
+            body TEXT NOT NULL,
+            PRIMARY KEY (session_id, ext)
+        ) WITHOUT ROWID"
     )
 }
 
@@ -84,31 +85,45 @@ impl History {
     }
 }
 
-/// The history of `session_id` kept by extension `id` (empty when none).
-pub(super) fn load(sql: &dyn Sql, id: &str, session_id: &str) -> Result<History, SqlError> {
-    let t = table(id);
-    let rows = read_beside(
+/// Every extension's history of `session_id`, by extension id.
+pub fn load(sql: &dyn Sql, session_id: &str) -> Result<BTreeMap<String, History>, SqlError> {
+    read_beside(
         sql,
-        &[&t],
-        &format!("SELECT body FROM {t} WHERE session_id = ?"),
+        &[TABLE],
+        &format!("SELECT ext, body FROM {TABLE} WHERE session_id = ?"),
         &[session_id.into()],
-    )?;
-    match rows.first() {
-        None => Ok(History::default()),
-        Some(r) => serde_json::from_str(&r.text(0)?)
-            .map_err(|e| SqlError::Decode(format!("{t}: stored history: {e}"))),
-    }
+    )?
+    .iter()
+    .map(|r| {
+        let body = serde_json::from_str(&r.text(1)?)
+            .map_err(|e| SqlError::Decode(format!("{TABLE}: stored history: {e}")))?;
+        Ok((r.text(0)?, body))
+    })
+    .collect()
 }
 
-/// The write that stores `history`.
-pub(super) fn store(id: &str, session_id: &str, history: &History) -> Write {
+/// The write that stores extension `id`'s `history` of `session_id`.
+pub fn store(id: &str, session_id: &str, history: &History) -> Write {
     let body = serde_json::to_string(history).unwrap_or_default();
     (
-        format!(
-            "INSERT OR REPLACE INTO {} (session_id, body) VALUES (?, ?)",
-            table(id)
-        ),
-        vec![session_id.into(), body.into()],
+        format!("INSERT OR REPLACE INTO {TABLE} (session_id, ext, body) VALUES (?, ?, ?)"),
+        vec![session_id.into(), id.into(), body.into()],
+    )
+}
+
+/// Whether any history table exists (an Agent that never ran extensions
+/// has none): the deleting transition's read phase asks.
+pub fn exists(sql: &dyn Sql) -> Result<bool, SqlError> {
+    table_exists(sql, TABLE)
+}
+
+/// Deletes every extension's history of a deleted Session (in the
+/// deleting transition, after [`exists`]).
+pub fn forget_session(sql: &dyn Sql, session_id: &str) -> Result<(), SqlError> {
+    write(
+        sql,
+        &format!("DELETE FROM {TABLE} WHERE session_id = ?"),
+        vec![session_id.into()],
     )
 }
 
