@@ -222,6 +222,11 @@ fn a_roster_is_closed_and_bounded_and_names_the_extension() {
         json!({"configSchema": {"type": "object", "required": ["a"]}, "configValidate": true, "config": {}})
     )]));
     assert!(e.contains("config") && e.contains("a"), "{e}");
+    let e = parse(json!([manifest(
+        "tally",
+        json!({"projection": {"session": false, "history": true}})
+    )]));
+    assert!(e.contains("history without a session projection"), "{e}");
 }
 
 #[test]

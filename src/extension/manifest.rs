@@ -301,6 +301,9 @@ fn entry(item: Value) -> Result<Entry, String> {
             "has a files hook but does not request files (requests({ files: true }))".into(),
         );
     }
+    if m.projection.history && !m.projection.session {
+        return Err("keeps history without a session projection (history is per Session)".into());
+    }
     if m.state.version == 0 || m.state.version > EXTENSION_STATE_VERSION_MAX {
         return Err(format!(
             "state version {}: 1 to {EXTENSION_STATE_VERSION_MAX}",
