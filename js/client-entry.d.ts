@@ -162,6 +162,7 @@ export interface ClientEntryHost {
   contribution(extensionId: string, slot: string): Readonly<ClientContributionV1> | null;
   view(extensionId: string, slot: string): ClientView<unknown> | null;
   error(extensionId: string, slot: string): unknown;
+  /** The newest errors reported (at most 64), oldest first; `onError` hears every one. */
   readonly errors: ReadonlyArray<{ extensionId: string; slot: string; error: unknown }>;
   /** Refuses locally (no request) when offline or stale. */
   act(extensionId: string, slot: string, action: ClientActionV1): Promise<unknown>;

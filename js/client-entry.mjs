@@ -26,6 +26,8 @@ const EXTENSION_ID = /^[a-z][a-z0-9_]{0,31}$/;
 const ROW_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
 const CELL_ID = /^[1-9][0-9]*$/;
 const STATUSES = ["running", "stopped", "offline"];
+/** Errors a host keeps for `errors` (the newest; `onError` hears every one). A client-side bound only. */
+const ERRORS_KEPT = 64;
 
 /** A refusal by this module: an entry's shape, a contribution, an action. `code` names the rule. */
 export class ClientEntryError extends Error {
@@ -419,6 +421,7 @@ export function createClientEntryHost(options) {
 
   const report = (error, extensionId, slot) => {
     errors.push({ extensionId, slot, error });
+    if (errors.length > ERRORS_KEPT) errors.shift();
     if (onError) {
       try {
         onError(error, { extensionId, slot });
@@ -514,7 +517,7 @@ export function createClientEntryHost(options) {
       return installedOf(extensionId).slots.get(slot)?.error ?? null;
     },
 
-    /** Every error reported so far, oldest first: `{ extensionId, slot, error }`. */
+    /** The newest errors reported (at most 64), oldest first: `{ extensionId, slot, error }`. */
     get errors() {
       return [...errors];
     },

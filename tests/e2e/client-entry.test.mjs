@@ -176,6 +176,11 @@ test("invalid output retires that entry's rows and reports its error; other entr
   assert.equal(host.contribution("alpha", "s"), null, "alpha's rows are retired");
   assert.match(host.error("alpha", "s").message, /chips\[0\]: unknown key "actions"/, "chips carry no actions");
   assert.deepEqual(host.contribution("beta", "s").panel, [{ id: "y", title: "fine" }], "beta is untouched");
+  // The host keeps the newest 64 errors; onError hears each.
+  for (let n = 0; n < 70; n++) host.observe("gamma", "s", running({ title: `again ${n}` }));
+  assert.equal(errors.length, 72);
+  assert.equal(host.errors.length, 64);
+  assert.match(host.errors.at(-1).error.message, /boom/);
   // Recovery: the next valid output brings alpha's rows back.
   broken = false;
   host.observe("alpha", "s", running({ title: "3" }));
