@@ -4,7 +4,10 @@
 // once per changed slot, activity (sliding slot, independent subscriptions,
 // detach), action validation and local refusals, cell ids and placement.
 import assert from "node:assert/strict";
+import path from "node:path";
 import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { build } from "esbuild";
 import {
   CLIENT_CHIPS_MAX,
   CLIENT_LABEL_CHARS_MAX,
@@ -448,4 +451,23 @@ test("the goal example's client entry: a chip and an end action while active, hi
     ],
     omitted: 3,
   });
+});
+
+test("shiitake/client-entry bundles for a browser alone: no wasm, no Node", async () => {
+  const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
+  const result = await build({
+    stdin: { contents: 'export * from "shiitake/client-entry";', resolveDir: ROOT, loader: "js" },
+    absWorkingDir: ROOT,
+    bundle: true,
+    write: false,
+    format: "esm",
+    platform: "browser",
+    minify: true,
+    logLevel: "silent",
+  });
+  const code = result.outputFiles[0].text;
+  console.log(`shiitake/client-entry browser bundle: ${code.length} bytes (minified)`);
+  for (const word of ["wasm", "WebAssembly", "cloudflare:", "node:"]) assert.ok(!code.includes(word), `bundle mentions ${word}`);
+  const bundled = await import(`data:text/javascript;base64,${Buffer.from(code).toString("base64")}`);
+  assert.equal(bundled.admitClientEntry(bundled.defineClientEntry({ id: "x" }, { contribute: empty })).protocol, "shiitake.client/v1");
 });
