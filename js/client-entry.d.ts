@@ -159,6 +159,8 @@ export interface ClientEntryHostOptions {
 export interface ClientEntryHost {
   /** Evaluates `contribute` when the observation changed; answers whether it did. */
   observe(extensionId: string, slot: string, observation: ClientObservation): boolean;
+  /** Drops every entry's state of `slot` (detaching it when selected); its rows no longer count toward the 200. */
+  forget(slot: string): void;
   contribution(extensionId: string, slot: string): Readonly<ClientContributionV1> | null;
   view(extensionId: string, slot: string): ClientView<unknown> | null;
   error(extensionId: string, slot: string): unknown;

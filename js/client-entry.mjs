@@ -156,7 +156,12 @@ export function admitClientEntry(entry) {
 
 function decodeWith(schema, value, where) {
   if (schema === null) return value;
-  const result = schema["~standard"].validate(value);
+  let result;
+  try {
+    result = schema["~standard"].validate(value);
+  } catch (cause) {
+    throw new ClientEntryError("invalid_projection", `${where}: the schema's validate threw: ${cause?.message ?? String(cause)}`, { cause });
+  }
   if (isThenable(result)) {
     Promise.resolve(result).catch(() => {});
     throw refuse("invalid_projection", `${where}: the schema validates asynchronously; client entries decode synchronously`);
@@ -500,6 +505,12 @@ export function createClientEntryHost(options) {
       evaluate(i, slot, state);
       if (attachment?.slot === slot && state.view !== null) attachment.activities.get(extensionId)?.push(state.view);
       return true;
+    },
+
+    /** Drops every entry's state of `slot` (a Session no longer shown); its rows no longer count. */
+    forget(slot) {
+      for (const i of installed.values()) i.slots.delete(slot);
+      if (attachment?.slot === slot) host.detach();
     },
 
     /** The slot's current contribution (rows), or null (none yet, retired, or no contribute). */

@@ -103,6 +103,11 @@ test("contribute sees the typed view, decoded at the seam, and returns the seed'
   assert.equal(host.view("progress", "s1").value.title, "SHIP", "the decoder's output, not the raw value");
   host.observe("progress", "s1", { status: "stopped", value: { title: "ship" } });
   assert.deepEqual(host.contribution("progress", "s1").panel, []);
+  // A decoder that throws is reported like a refusal.
+  const throwing = defineClientEntry({ id: "thrower", projection: { schema: { "~standard": { version: 1, vendor: "t", validate: () => { throw new Error("kaput"); } } } } }, { contribute: empty });
+  const t = hostOf([throwing]);
+  t.host.observe("thrower", "s", running({}));
+  assert.deepEqual([t.errors[0].error.code, /validate threw: kaput/.test(t.errors[0].error.message)], ["invalid_projection", true]);
   // A projection the decoder refuses retires the rows and reports, like invalid output.
   host.observe("progress", "s1", running({ title: 3 }));
   assert.equal(host.contribution("progress", "s1"), null);
@@ -158,6 +163,11 @@ test("bounds: at most 200 rows per entry across its slots; the slot that passes 
   assert.equal(host.contribution("progress", "d"), null);
   assert.match(errors[0].error.message, /212 rows across its slots; at most 200 per entry/);
   for (const s of ["a", "b", "c"]) assert.ok(host.contribution("progress", s));
+  // A forgotten slot's rows no longer count: "d" fits again.
+  host.forget("a");
+  assert.equal(host.contribution("progress", "a"), null);
+  host.observe("progress", "d", running({ title: "d3" }));
+  assert.ok(host.contribution("progress", "d"));
 });
 
 test("invalid output retires that entry's rows and reports its error; other entries keep theirs", () => {
