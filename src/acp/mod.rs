@@ -163,9 +163,9 @@ fn request(
 fn initialize(id: &Value, raw: Value) -> Result<Answer, RpcError> {
     // Any version the client names is answered with v1, the one served;
     // a client that cannot speak it disconnects (ACP's negotiation).
-    if !raw["protocolVersion"]
+    if raw["protocolVersion"]
         .as_u64()
-        .is_some_and(|v| v <= u64::from(u16::MAX))
+        .is_none_or(|v| v > u64::from(u16::MAX))
     {
         return Err(RpcError::params(
             "params.protocolVersion: an integer 0..=65535 is required",
