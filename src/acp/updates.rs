@@ -85,7 +85,7 @@ pub fn stop(id: &Value, settlement: &Settlement) -> String {
 /// command is followed: frames of other turns of the Session are not its
 /// output. Bounded: past `ACP_STREAM_BYTES_MAX` bytes of notifications it
 /// ends with an error (the turn goes on; `session/load` reads it).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Follow {
     id: Value,
     session_id: String,
@@ -180,6 +180,17 @@ impl Follow {
              the turn goes on: session/load reads it"
                 .into(),
         )
+    }
+
+    /// The runtime refused to stream (too many observers): the error
+    /// that answers the prompt instead; its command is admitted.
+    pub fn refuse(&mut self, refusal: crate::error::ApiError) -> String {
+        self.done = true;
+        let mut error = RpcError::from(refusal);
+        if let Some(Value::Object(data)) = &mut error.data {
+            data.insert("commandId".into(), json!(self.command_id));
+        }
+        rpc::error(&self.id, &error)
     }
 
     fn end(&mut self, message: String) -> String {
@@ -338,6 +349,13 @@ mod tests {
         let end = parse(&g.overrun());
         assert_eq!(end["error"]["data"]["commandId"], "c");
         assert!(g.done());
+        let mut r = Follow::new(json!(2), "s", "c");
+        let refused = parse(&r.refuse(crate::error::ApiError::TooManyObservers));
+        assert_eq!(refused["id"], 2);
+        assert_eq!(
+            refused["error"]["data"],
+            json!({"code": "too_many_observers", "status": 429, "commandId": "c"})
+        );
     }
 
     #[test]

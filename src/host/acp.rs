@@ -5,7 +5,7 @@
 
 use super::watch::{Full, Observers};
 use super::Inner;
-use crate::acp::{self, rpc, Answer};
+use crate::acp::{self, Answer};
 use crate::error::ApiError;
 use crate::http::HttpRequest;
 use wasm_bindgen::prelude::*;
@@ -34,15 +34,16 @@ impl Inner {
             Answer::Stream {
                 messages,
                 follow: Some(follow),
-            } => match self.observers.follow(follow, &messages)? {
-                Ok(stream) => Ok(stream),
-                // The prompt is admitted: the caller follows it again with
-                // the same requestId once a stream is free.
-                Err(Full) => Observers::answered(&[rpc::error(
-                    &serde_json::Value::Null,
-                    &ApiError::TooManyObservers.into(),
-                )]),
-            },
+            } => {
+                // Kept to answer a refusal: the follow itself is handed over.
+                let mut refusal = follow.clone();
+                match self.observers.follow(follow, &messages)? {
+                    Ok(stream) => Ok(stream),
+                    // The prompt is admitted: the caller follows it again
+                    // with the same requestId once a stream is free.
+                    Err(Full) => Observers::answered(&[refusal.refuse(ApiError::TooManyObservers)]),
+                }
+            }
         };
         self.apply(served.effects);
         self.publish_projections();

@@ -263,6 +263,31 @@ describe("ACP over HTTP", () => {
     assert.equal(conflict[0].error.data.code, "request_conflict", "other metadata under that requestId");
   });
 
+  test("a prompt whose stream finds no free watcher is still admitted, and followed again by its requestId", T, async () => {
+    const agentId = `agent-${randomUUID()}`;
+    const a = h.agent(agentId);
+    const created = await messagesOf(await post(h, agentId, { jsonrpc: "2.0", id: 1, method: "session/new", params: { cwd: "/", mcpServers: [] } }));
+    const sessionId = created[0].result.sessionId;
+    const watches = [];
+    for (let i = 0; i < 16; i++) watches.push(await a.watch(sessionId));
+    const params = { sessionId, prompt: [{ type: "text", text: "crowded" }], _meta: { "shiitake/requestId": "r-crowded" } };
+    const refused = await messagesOf(await post(h, agentId, { jsonrpc: "2.0", id: 2, method: "session/prompt", params }));
+    assert.equal(refused.length, 1);
+    assert.equal(refused[0].id, 2);
+    assert.deepEqual([refused[0].error.code, refused[0].error.data.code, refused[0].error.data.status], [-32000, "too_many_observers", 429]);
+    const { commandId } = refused[0].error.data;
+    assert.equal((await a.read(sessionId, { limit: 200 })).messages.find((m) => m.role === "user")?.commandId, commandId, "admitted");
+    for (const w of watches) await w.close();
+    // Once a watcher is free, the same requestId follows (or answers) that command.
+    let answer;
+    for (let i = 0; i < 100; i++) {
+      answer = (await messagesOf(await post(h, agentId, { jsonrpc: "2.0", id: 3, method: "session/prompt", params }))).at(-1);
+      if (answer.error?.data?.code !== "too_many_observers") break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.deepEqual(answer, { jsonrpc: "2.0", id: 3, result: { stopReason: "end_turn" } });
+  });
+
   test("hosted ACP Sessions use the Agent and Team layers, never the person's last switch", T, async () => {
     const agentId = `agent-${randomUUID()}`;
     const a = h.agent(agentId);
