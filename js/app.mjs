@@ -25,6 +25,8 @@ const ROUTES = [
   ["/extensions", ["GET"]],
   ["/extensions/:extensionId", ["GET"]],
   ["/extensions/:extensionId/commands/:command", ["POST"]],
+  // ACP (docs/acp.md): one JSON-RPC message per request.
+  ["/acp", ["POST"]],
 ];
 
 function errorResponse(c, status, code, message, headers) {

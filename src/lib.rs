@@ -10,6 +10,7 @@
 //!
 //! Everything but `host` is sans-IO: no JS imports, time and ids passed in.
 
+pub mod acp;
 pub mod agent;
 pub mod attention;
 pub mod capability;

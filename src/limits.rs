@@ -443,3 +443,9 @@ pub const MODEL_ADDRESS_BYTES_MAX: usize = 256;
 /// Wall time of the host's `models().lastSwitch` callback at a turn's
 /// start; past it the layer is skipped.
 pub const MODEL_LAST_SWITCH_TIMEOUT_MS: u64 = 5_000;
+
+/// Bytes of `session/update` notifications one ACP prompt stream sends;
+/// past it the stream ends with an error (the turn goes on).
+pub const ACP_STREAM_BYTES_MAX: usize = 16_777_216;
+/// Content blocks in one ACP `session/prompt`.
+pub const ACP_PROMPT_BLOCKS_MAX: usize = 64;

@@ -31,6 +31,9 @@ impl Inner {
             Ok(req) => req,
             Err(e) => return to_response(&e.into()),
         };
+        if req.path == "/acp" {
+            return self.acp(&req);
+        }
         let mut response = self.serve(&req);
         if let Some(park) = response.effects.park.take() {
             match self.observers.wait(&park.command_id) {
@@ -136,7 +139,7 @@ fn split_url(url: &str) -> (&str, &str) {
     target.split_once('?').unwrap_or((target, ""))
 }
 
-fn to_response(r: &HttpResponse) -> Result<web_sys::Response, JsValue> {
+pub(super) fn to_response(r: &HttpResponse) -> Result<web_sys::Response, JsValue> {
     let init = web_sys::ResponseInit::new();
     init.set_status(r.status);
     let headers = web_sys::Headers::new()?;
