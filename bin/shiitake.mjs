@@ -321,10 +321,21 @@ async function runOnce(o, client, where) {
   // Streamed tokens go to a terminal; a pipe gets the final answer alone
   // (a retried model call re-streams from the start).
   const tty = process.stdout.isTTY;
+  let midLine = false;
   const out = {
-    stream: (t) => tty && process.stdout.write(t),
-    endStream: () => {},
-    line: (t) => process.stderr.write(`${tty ? "\n" : ""}${t}\n`),
+    stream(t) {
+      if (!tty) return;
+      midLine = true;
+      process.stdout.write(t);
+    },
+    endStream() {
+      if (midLine) process.stdout.write("\n");
+      midLine = false;
+    },
+    line(t) {
+      out.endStream();
+      process.stderr.write(`${t}\n`);
+    },
   };
   const view = new SessionView(session, out);
   try {
@@ -342,7 +353,7 @@ async function runOnce(o, client, where) {
     if (interrupts > 0) cancel();
     const s = await view.settled(commandId);
     if (!tty && s.answer !== null) process.stdout.write(`${s.answer}\n`);
-    else if (tty) process.stdout.write("\n");
+    out.endStream();
     return EXIT[s.terminal];
   } finally {
     view.close();

@@ -2,8 +2,9 @@
 // Worker served by Miniflare on a real port (remote mode) or an Agent in a
 // SQLite file (`--local`), the scripted model server answering over the
 // OpenAI wire format. The chat runs in a detached tmux session, driven with
-// `send-keys` and read with `capture-pane`; `--prompt` runs as a child
-// process whose stdout and exit status are checked.
+// `send-keys` and read with `capture-pane` (and the terminal's modes are
+// checked after it exits: no raw mode left behind); `--prompt` runs as a
+// child process whose stdout and exit status are checked.
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -63,12 +64,14 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * Starts `shiitake chat <args>` in a detached 120x40 tmux session; its exit
- * status lands in a file (`exitStatus()`).
+ * status lands in a file (`exitStatus()`), and the terminal's modes after
+ * it (`stty -a`) in another (`terminalModes()`).
  */
 function chat(name, args, env = {}) {
   const status = path.join(dir, `${name}.status`);
+  const modes = path.join(dir, `${name}.stty`);
   const vars = Object.entries({ SHIITAKE_TOKEN: "", ...env }).map(([k, v]) => `${k}=${quote(v)}`);
-  const command = `cd ${quote(ROOT)} && env ${vars.join(" ")} ${quote(process.execPath)} ${quote(BIN)} chat ${args.map(quote).join(" ")}; echo $? > ${quote(status)}; sleep 600`;
+  const command = `cd ${quote(ROOT)} && env ${vars.join(" ")} ${quote(process.execPath)} ${quote(BIN)} chat ${args.map(quote).join(" ")}; code=$?; stty -a > ${quote(modes)}; echo $code > ${quote(status)}; sleep 600`;
   tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", command);
   const screen = () => tmux("capture-pane", "-p", "-t", name);
   return {
@@ -96,6 +99,7 @@ function chat(name, args, env = {}) {
       }
       return Number(readFileSync(status, "utf8"));
     },
+    terminalModes: () => readFileSync(modes, "utf8"),
     close: () => tmux("kill-session", "-t", name),
   };
 }
@@ -154,6 +158,9 @@ test("remote chat: an answer streams, tool calls show, arrow-up recalls the last
     await c.waitFor(/\* ses_\w+ {2}\d{4}-/);
     c.line("/quit");
     assert.equal(await c.exitStatus(), 0);
+    // Readline's raw mode is gone: the shell gets a cooked, echoing terminal.
+    assert.match(c.terminalModes(), /(^|\s)icanon(\s|$)/);
+    assert.match(c.terminalModes(), /(^|\s)echo(\s|$)/);
   } finally {
     c.close();
   }
@@ -187,6 +194,7 @@ test("remote chat: /cancel cancels the queued prompt, Ctrl-C the running one, Ct
     await c.waitFor(/still thinking[^\n]*\n\^C cancelling/);
     c.keys("C-c");
     assert.equal(await c.exitStatus(), 0);
+    assert.match(c.terminalModes(), /(^|\s)icanon(\s|$)/);
   } finally {
     c.close();
   }
