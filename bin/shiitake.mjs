@@ -132,13 +132,15 @@ async function connect(o) {
 /**
  * Prints one Session's watch: answer tokens as they stream, tool calls,
  * other clients' prompts, settlements; and keeps what runs and what waits.
- * `out.stream(text)` writes answer text, `out.line(text)` a whole line.
+ * `out.stream(text, commandId)` writes answer text, `out.line(text)` a
+ * whole line.
  */
 class SessionView {
-  constructor(session, out, { history = false } = {}) {
+  constructor(session, out, { showRecent = false } = {}) {
     this.session = session;
     this.out = out;
-    this.history = history;
+    /** Whether joining shows the Session: its id, recent messages, what runs and waits. */
+    this.showRecent = showRecent;
     /** The running command, per the watch. */
     this.running = null;
     /** Commands this client sent, not yet settled (in order). */
@@ -177,7 +179,8 @@ class SessionView {
     this.joined = true;
     this.running = read.running?.commandId ?? null;
     for (const p of [read.running, ...read.pending]) if (p) this.texts.set(p.commandId, p.text);
-    if (!this.history) return;
+    if (!this.showRecent) return;
+    this.out.line(`session ${this.session.id}`);
     for (const m of read.messages.slice(-RECENT_MESSAGES_SHOWN)) this.#message(m, true);
     if (read.running) this.out.line(`[running] ${summary(read.running.text)}`);
     for (const p of read.pending) this.out.line(`[queued #${p.position}] ${summary(p.text)}`);
@@ -189,7 +192,7 @@ class SessionView {
       this.streamed = "";
     } else if (f.type === "delta") {
       this.streamed += f.text;
-      this.out.stream(f.text);
+      this.out.stream(f.text, f.commandId);
     } else if (f.type === "message") {
       this.#message(f.message, false);
     } else if (f.type === "diagnostic") {
@@ -208,7 +211,7 @@ class SessionView {
       // (all of it when the client joined after the step).
       const text = !old && m.text.startsWith(this.streamed) ? m.text.slice(this.streamed.length) : m.text;
       if (old && text) this.out.line(`[assistant] ${summary(text)}`);
-      else if (text) this.out.stream(text);
+      else if (text) this.out.stream(text, m.commandId);
       this.streamed = "";
       for (const call of m.toolCalls ?? []) this.out.line(`[tool] ${call.name} ${summary(call.arguments)}`);
       if (!old) this.out.endStream();
@@ -318,14 +321,16 @@ class Screen {
 /** `--prompt`: one prompt, its answer on stdout, the exit status from its settlement. */
 async function runOnce(o, client, where) {
   const session = await openSession(client, o.session, (line) => process.stderr.write(`${line}\n`));
-  // Streamed tokens go to a terminal; a pipe gets the final answer alone
-  // (a retried model call re-streams from the start).
+  // This prompt's streamed tokens go to a terminal; a pipe gets the final
+  // answer alone (a retried model call re-streams from the start).
   const tty = process.stdout.isTTY;
+  let commandId;
   let midLine = false;
+  let streamed = false;
   const out = {
-    stream(t) {
-      if (!tty) return;
-      midLine = true;
+    stream(t, id) {
+      if (!tty || id !== commandId) return;
+      midLine = streamed = true;
       process.stdout.write(t);
     },
     endStream() {
@@ -341,7 +346,6 @@ async function runOnce(o, client, where) {
   try {
     await view.watch.opened;
     // Ctrl-C cancels the prompt (once admitted); a second one leaves at once.
-    let commandId;
     let interrupts = 0;
     const cancel = () => session.cancel(commandId).catch((e) => process.stderr.write(`cancel: ${explain(e, where)}\n`));
     process.on("SIGINT", () => {
@@ -352,7 +356,8 @@ async function runOnce(o, client, where) {
     ({ commandId } = await view.prompt(o.prompt));
     if (interrupts > 0) cancel();
     const s = await view.settled(commandId);
-    if (!tty && s.answer !== null) process.stdout.write(`${s.answer}\n`);
+    // A terminal saw the answer stream, unless it streamed before the receipt came.
+    if ((!tty || !streamed) && s.answer !== null) process.stdout.write(`${s.answer}\n`);
     out.endStream();
     return EXIT[s.terminal];
   } finally {
@@ -384,8 +389,7 @@ async function runChat(o, client, where) {
     prompt: "> ",
   });
   const screen = new Screen(process.stdout, tty ? rl : null);
-  let view = new SessionView(session, screen, { history: o.session !== undefined });
-  if (o.session !== undefined) screen.line(`session ${o.session}`);
+  let view = new SessionView(session, screen, { showRecent: o.session !== undefined });
   screen.line("/help lists the commands; Ctrl-C cancels, twice quits.");
 
   let finish;
@@ -398,7 +402,7 @@ async function runChat(o, client, where) {
   const report = (error) => screen.line(`error: ${explain(error, where)}`);
 
   const switchTo = async (id) => {
-    const next = new SessionView(client.session(id), screen, { history: true });
+    const next = new SessionView(client.session(id), screen, { showRecent: true });
     try {
       await next.watch.opened;
     } catch (error) {
@@ -407,7 +411,6 @@ async function runChat(o, client, where) {
     }
     view.close();
     view = next;
-    screen.line(`session ${id}`);
   };
 
   const commands = {

@@ -134,7 +134,7 @@ test("remote chat: an answer streams, tool calls show, arrow-up recalls the last
   model.scriptFor(tag, { chunks, chunkDelayMs: 300 });
   const c = chat("stream", remote());
   try {
-    await c.waitFor(/session ses_\w+ \(new\)/);
+    const first = /session (ses_\w+) \(new\)/.exec(await c.waitFor(/session ses_\w+ \(new\)/))[1];
     c.line(`count ${tag}`);
     // Partial text before the end: the tokens arrive as the model sends them.
     const partial = await c.waitFor(/alpha beta/);
@@ -155,7 +155,16 @@ test("remote chat: an answer streams, tool calls show, arrow-up recalls the last
     await c.waitFor(new RegExp(`> count ${esc(tag)}\\s*$`));
     c.keys("C-u");
     c.line("/sessions");
-    await c.waitFor(/\* ses_\w+ {2}\d{4}-/);
+    await c.waitFor(new RegExp(`\\* ${first} {2}\\d{4}-`));
+    // Another Session, then back: the first one's recent messages show.
+    c.line("/new");
+    const second = /> \/new\nsession (ses_\w+)\n/.exec(await c.waitFor(/> \/new\nsession ses_\w+\n/))[1];
+    assert.notEqual(second, first);
+    c.keys("C-l");
+    c.line(`/switch ${first}`);
+    await c.waitFor(new RegExp(`session ${first}\\n\\[user\\] count ${esc(tag)}\\n\\[assistant\\] alpha beta gamma delta epsilon zeta\\n[\\s\\S]*\\[assistant\\] noted it\\n`));
+    c.line("/switch nope");
+    await c.waitFor(/error: no such Session/);
     c.line("/quit");
     assert.equal(await c.exitStatus(), 0);
     // Readline's raw mode is gone: the shell gets a cooked, echoing terminal.
@@ -200,7 +209,7 @@ test("remote chat: /cancel cancels the queued prompt, Ctrl-C the running one, Ct
   }
 });
 
-test("local chat (--local file): a prompt answered, /new, the Session kept in the file for --session", T, async () => {
+test("local chat (--local file): a prompt answered, /new, Ctrl-D; --session continues it, --prompt streams to a terminal", T, async () => {
   const file = path.join(dir, "local.db");
   const tag = uniq("local");
   model.scriptFor(tag, { chunks: ["from ", "the ", "file"], chunkDelayMs: 100 });
@@ -217,7 +226,19 @@ test("local chat (--local file): a prompt answered, /new, the Session kept in th
   } finally {
     c.close();
   }
-  // The file holds the Session: --prompt continues it (the lease was released).
+  // The file holds the Session: --prompt continues it (the lease was
+  // released), streaming to a terminal, the final text alone to a pipe.
+  const slow = uniq("slow");
+  model.scriptFor(slow, { chunks: ["tick ", "tock ", "done"], chunkDelayMs: 400 });
+  const t = chat("local-once", ["--local", file, "--session", sessionId, "--prompt", `slowly ${slow}`], localEnv);
+  try {
+    const partial = await t.waitFor(/tick/);
+    assert.doesNotMatch(partial, /done/, "nothing streamed to the terminal");
+    await t.waitFor(/tick tock done\n\[completed\]/);
+    assert.equal(await t.exitStatus(), 0);
+  } finally {
+    t.close();
+  }
   const r = await once(["--local", file, "--session", sessionId, "--prompt", "and again"], { env: localEnv });
   assert.equal(r.code, 0, r.stderr);
   assert.equal(r.stdout, "Echo: and again\n");
