@@ -175,7 +175,7 @@ test("remote chat: an answer streams, tool calls show, arrow-up recalls the last
   }
 });
 
-test("remote chat: /cancel cancels the queued prompt, Ctrl-C the running one, Ctrl-C twice quits with 0", T, async () => {
+test("remote chat: /cancel cancels the queued prompt, Ctrl-C the running one, /abort both, Ctrl-C twice quits with 0", T, async () => {
   const held = uniq("held");
   const queued = uniq("queued");
   const again = uniq("again");
@@ -196,6 +196,19 @@ test("remote chat: /cancel cancels the queued prompt, Ctrl-C the running one, Ct
 
     c.keys("C-c");
     await c.waitFor(new RegExp(`cancelling the running prompt[^\\n]*\\n(> )?\\[cancelled\\] hold ${esc(held)}`));
+
+    // /abort: the running prompt and the queued one, in one write.
+    const first = uniq("first");
+    const second = uniq("second");
+    model.scriptFor(first, { hang: true, chunks: ["working "] });
+    c.line(`one ${first}`);
+    await c.waitFor(/working/);
+    c.line(`two ${second}`);
+    await c.waitFor(new RegExp(`\\[queued\\] two ${esc(second)}`));
+    c.line("/abort");
+    await c.waitFor(/aborted 2 prompt\(s\)/);
+    await c.waitFor(new RegExp(`\\[cancelled\\] one ${esc(first)}[\\s\\S]*\\[cancelled\\] two ${esc(second)}`));
+
     await sleep(QUIT_WINDOW_MS_PLUS);
     c.line(`again ${again}`);
     await c.waitFor(/still thinking/);
