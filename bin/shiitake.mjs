@@ -47,6 +47,8 @@ const QUIT_WINDOW_MS = 2000;
 const SUMMARY_CHARS_MAX = 100;
 /** Messages of a Session shown when the client joins it. */
 const RECENT_MESSAGES_SHOWN = 6;
+/** Settlements a Session view remembers. */
+const SETTLEMENTS_KEPT = 100;
 /** The settlement long poll's wait per request (the server clamps to 30 s). */
 const SETTLEMENT_WAIT_MS = 30_000;
 
@@ -153,10 +155,12 @@ class SessionView {
     this.texts = new Map();
     /** True once the watch delivered its snapshot. */
     this.joined = false;
+    /** The latest settlements (a prompt's can come before its receipt), at most SETTLEMENTS_KEPT. */
     this.settlements = new Map();
+    /** Callers of settled(), by commandId. */
     this.waiters = new Map();
     this.watch = session.watch();
-    this.done = this.#pump();
+    this.#pump();
   }
 
   async #pump() {
@@ -227,6 +231,7 @@ class SessionView {
     this.texts.delete(s.commandId);
     this.mine.delete(s.commandId);
     this.settlements.set(s.commandId, s);
+    if (this.settlements.size > SETTLEMENTS_KEPT) this.settlements.delete(this.settlements.keys().next().value);
     this.waiters.get(s.commandId)?.(s);
   }
 
@@ -450,7 +455,9 @@ async function runChat(o, client, where) {
       if (run === null) return screen.line(`unknown command /${name}; /help lists them`);
       return run(args.join(" "));
     }
-    await view.prompt(text);
+    const { commandId } = await view.prompt(text);
+    // Piped lines are a script: each prompt settles before the next line.
+    if (!tty) await view.settled(commandId);
   };
 
   // Lines are handled in order (a pipe delivers them at once).
@@ -469,11 +476,7 @@ async function runChat(o, client, where) {
   });
 
   rl.on("close", async () => {
-    // Piped lines: wait for the prompts they sent before leaving.
-    if (!tty) {
-      await chain;
-      for (const id of [...view.mine]) await view.settled(id).catch(report);
-    }
+    await chain; // piped lines still being answered
     finish(EXIT.completed);
   });
 

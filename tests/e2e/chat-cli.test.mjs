@@ -104,9 +104,14 @@ function chat(name, args, env = {}) {
   };
 }
 
-/** Runs `shiitake chat <args>` to its end: {code, stdout, stderr}. `onStderr` sees stderr as it grows. */
-function once(args, { env = {}, onStderr } = {}) {
-  const child = spawn(process.execPath, [BIN, "chat", ...args], { cwd: ROOT, env: { ...process.env, SHIITAKE_TOKEN: "", ...env }, stdio: ["ignore", "pipe", "pipe"] });
+/**
+ * Runs `shiitake chat <args>` to its end: {code, stdout, stderr}. `input`:
+ * its stdin (a pipe); `onStderr` sees stderr as it grows.
+ */
+function once(args, { env = {}, input, onStderr } = {}) {
+  const stdin = input === undefined ? "ignore" : "pipe";
+  const child = spawn(process.execPath, [BIN, "chat", ...args], { cwd: ROOT, env: { ...process.env, SHIITAKE_TOKEN: "", ...env }, stdio: [stdin, "pipe", "pipe"] });
+  if (input !== undefined) child.stdin.end(input);
   let stdout = "";
   let stderr = "";
   child.stdout.on("data", (d) => (stdout += d));
@@ -289,6 +294,12 @@ test("--prompt: the answer on stdout, exit 0 completed, 1 failed, 3 cancelled (C
   assert.equal(cancelled.code, 3, cancelled.stderr);
   assert.equal(cancelled.stdout, "");
   assert.match(cancelled.stderr, /\[cancelled\]/);
+});
+
+test("lines piped in: each is a prompt, answered in order before the client leaves with 0", T, async () => {
+  const r = await once(remote(), { input: "first line\n/sessions\nsecond line\n" });
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /^session (ses_\w+) \(new\)\n[\s\S]*Echo: first line\n\[completed\]\n[\s\S]*\* \1 {2}[\s\S]*Echo: second line\n\[completed\]\n$/);
 });
 
 test("errors: a bad flag exits 2; an unreachable service, a wrong token, an unknown Session exit 5 and say so", T, async () => {
