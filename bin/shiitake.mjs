@@ -49,7 +49,7 @@ const SUMMARY_CHARS_MAX = 100;
 const RECENT_MESSAGES_SHOWN = 6;
 /** Settlements a Session view remembers. */
 const SETTLEMENTS_KEPT = 100;
-/** The settlement long poll's wait per request (the server clamps to 30 s). */
+/** The settlement long poll's wait per request: the longest the server grants (src/limits.rs SETTLEMENT_TIMEOUT_MS_MAX). */
 const SETTLEMENT_WAIT_MS = 30_000;
 
 class UsageError extends Error {}
