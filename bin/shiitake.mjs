@@ -172,10 +172,10 @@ class SessionView {
           this.out.line(`[model error] ${summary(data.diagnostic)}${data.retryInMs === undefined ? "" : ` (retrying in ${data.retryInMs} ms)`}`);
         }
       }
-      if (!this.watch.closed) this.out.line(`[the watch of ${this.session.id} ended]`);
+      if (!this.watch.closed) this.out.line(`[the watch of ${this.session.id} ended; /switch ${this.session.id} rejoins it if it still exists]`);
     } catch (error) {
       // A watch refused at its opening is the opener's to report.
-      if (this.joined) this.out.line(`[the watch of ${this.session.id} failed: ${explain(error, "the service")}]`);
+      if (this.joined) this.out.line(`[the watch of ${this.session.id} failed: ${explain(error, "the service")}; /switch ${this.session.id} rejoins it]`);
     }
   }
 

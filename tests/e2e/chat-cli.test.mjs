@@ -131,13 +131,15 @@ async function freePort() {
   return port;
 }
 
-const remote = () => ["--url", origin, "--token", TOKEN, "--agent", `cli-${uniq("a").slice(1, -1)}`];
+/** The flags of a fresh demo Agent (`agent`: its id) on the Miniflare service. */
+const remote = (agent = `cli-${uniq("a").slice(1, -1)}`) => ["--url", origin, "--token", TOKEN, "--agent", agent];
 
 test("remote chat: an answer streams, tool calls show, arrow-up recalls the last line, /sessions, /quit exits 0", T, async () => {
   const tag = uniq("stream");
   const chunks = ["alpha ", "beta ", "gamma ", "delta ", "epsilon ", "zeta"];
   model.scriptFor(tag, { chunks, chunkDelayMs: 300 });
-  const c = chat("stream", remote());
+  const agent = `cli-${uniq("a").slice(1, -1)}`;
+  const c = chat("stream", remote(agent));
   try {
     const first = /session (ses_\w+) \(new\)/.exec(await c.waitFor(/session ses_\w+ \(new\)/))[1];
     c.line(`count ${tag}`);
@@ -170,6 +172,10 @@ test("remote chat: an answer streams, tool calls show, arrow-up recalls the last
     await c.waitFor(new RegExp(`session ${first}\\n\\[user\\] count ${esc(tag)}\\n\\[assistant\\] alpha beta gamma delta epsilon zeta\\n[\\s\\S]*\\[assistant\\] noted it\\n`));
     c.line("/switch nope");
     await c.waitFor(/error: no such Session/);
+    // Deleted elsewhere: its watch ends and the chat says so.
+    const res = await fetch(`${origin}/agents/${agent}/sessions/${first}`, { method: "DELETE", headers: { authorization: `Bearer ${TOKEN}` } });
+    assert.equal(res.status, 204);
+    await c.waitFor(new RegExp(`\\[the watch of ${first} ended; /switch ${first} rejoins it if it still exists\\]`));
     c.line("/quit");
     assert.equal(await c.exitStatus(), 0);
     // Readline's raw mode is gone: the shell gets a cooked, echoing terminal.
