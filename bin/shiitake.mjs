@@ -5,6 +5,7 @@
 // Both go through the typed client (js/client.mjs): the local Agent's
 // routes are called in process through the same `fetch` shape.
 import readline from "node:readline";
+import { Writable } from "node:stream";
 import { parseArgs } from "node:util";
 import { ShiitakeError, createShiitakeClient } from "../js/client.mjs";
 
@@ -283,10 +284,32 @@ class SessionView {
 
 /** Output to a terminal with a readline prompt below it (or to a pipe). */
 class Screen {
-  constructor(stdout, rl) {
+  constructor(stdout) {
     this.stdout = stdout;
-    this.rl = rl;
+    /** The readline interface whose prompt is redrawn below the output (a terminal only). */
+    this.rl = null;
     this.midLine = false;
+  }
+
+  /**
+   * Readline's output: while an answer streams, its echo of what is typed
+   * is held back (the typed line shows when the prompt is redrawn).
+   */
+  echo() {
+    const stdout = this.stdout;
+    const gate = new Writable({
+      write: (chunk, _encoding, done) => {
+        if (!this.midLine) stdout.write(chunk);
+        done();
+      },
+    });
+    Object.defineProperties(gate, {
+      isTTY: { get: () => stdout.isTTY },
+      columns: { get: () => stdout.columns },
+      rows: { get: () => stdout.rows },
+    });
+    stdout.on("resize", () => gate.emit("resize"));
+    return gate;
   }
 
   #clearPrompt() {
@@ -385,15 +408,16 @@ async function openSession(client, id, say) {
 async function runChat(o, client, where) {
   const session = await openSession(client, o.session, (l) => process.stdout.write(`${l}\n`));
   const tty = process.stdin.isTTY === true;
+  const screen = new Screen(process.stdout);
   const rl = readline.createInterface({
     input: process.stdin,
-    output: process.stdout,
+    output: screen.echo(),
     terminal: tty,
     historySize: HISTORY_LINES_MAX,
     removeHistoryDuplicates: true,
     prompt: "> ",
   });
-  const screen = new Screen(process.stdout, tty ? rl : null);
+  if (tty) screen.rl = rl;
   let view = new SessionView(session, screen, { showRecent: o.session !== undefined });
   screen.line("/help lists the commands; Ctrl-C cancels, twice quits.");
 

@@ -198,7 +198,8 @@ test("remote chat: /cancel cancels the queued prompt, Ctrl-C the running one, /a
     c.line(`hold ${held}`);
     await c.waitFor(/thinking about it/);
     c.line(`later ${queued}`);
-    await c.waitFor(/\[queued\]/);
+    // Typed while the answer streams: not echoed into it, shown as queued.
+    await c.waitFor(new RegExp(`thinking about it *\\n\\[queued\\] later ${esc(queued)}\\n`));
     c.line("/cancel");
     // The queued prompt is the one cancelled; the running one goes on.
     await c.waitFor(new RegExp(`> /cancel\\n[\\s\\S]*cancelling later ${esc(queued)}`));
