@@ -37,7 +37,7 @@ const COMMANDS = `  /cancel        cancel your newest queued prompt, else the ru
   /help          this list
   /quit          leave (Ctrl-D too)`;
 
-/** Exit statuses (README "Terminal client"). */
+/** Exit statuses (README "Chat from a terminal"). */
 const EXIT = { completed: 0, failed: 1, usage: 2, cancelled: 3, interrupted: 4, service: 5 };
 const DEFAULT_URL = "http://127.0.0.1:8787";
 /** Lines of input history kept (arrow keys). */
