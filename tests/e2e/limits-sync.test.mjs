@@ -27,6 +27,7 @@ const CONSTANTS = [
   ["js/do.mjs", "JSON_DEPTH_MAX", "JSON_DEPTH_MAX"],
   ["js/execute.mjs", "RESULT_MAX_BYTES", "TOOL_PAYLOAD_BYTES_MAX"],
   ["js/demo.mjs", "DRAIN_BYTES_MAX", "BODY_BYTES_MAX"],
+  ["bin/shiitake.mjs", "SETTLEMENT_WAIT_MS", "SETTLEMENT_TIMEOUT_MS_MAX"],
   ["js/do.mjs", "FILE_BYTES_MAX", "FILE_BYTES_MAX"],
   ["js/do.mjs", "FLEET_BODY_BYTES_MAX", "FLEET_BODY_BYTES_MAX"],
   ["js/do.mjs", "FLEET_WAIT_TIMEOUT_MS_MAX", "FLEET_WAIT_TIMEOUT_MS_MAX"],
