@@ -111,6 +111,13 @@ export interface ToolProtocol {
  */
 export interface SessionMessage {
   entryId: string;
+  /**
+   * On messages of a read page or a watch snapshot: the committed Session
+   * position (1-based, contiguous), what `afterSequence` timeline cells
+   * anchor on. A `message` frame carries none: it is the position after the
+   * newest the watcher has.
+   */
+  sequence?: number;
   role: MessageRole;
   /** On a `tool` message: what the model saw. */
   text: string;
