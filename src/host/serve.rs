@@ -27,6 +27,10 @@ impl Inner {
         &self,
         request: &web_sys::Request,
     ) -> Result<web_sys::Response, JsValue> {
+        let url = request.url();
+        if let Some((session, route)) = crate::ui::Route::parse(split_url(&url).0) {
+            return self.ui_fetch(request, session, route).await;
+        }
         let mut req = match read_request(request).await {
             Ok(req) => req,
             Err(e) => return to_response(&e.into()),
@@ -136,7 +140,7 @@ fn split_url(url: &str) -> (&str, &str) {
     target.split_once('?').unwrap_or((target, ""))
 }
 
-fn to_response(r: &HttpResponse) -> Result<web_sys::Response, JsValue> {
+pub(super) fn to_response(r: &HttpResponse) -> Result<web_sys::Response, JsValue> {
     let init = web_sys::ResponseInit::new();
     init.set_status(r.status);
     let headers = web_sys::Headers::new()?;
