@@ -6,10 +6,12 @@
 // without a claim, a second claim, a claim of another request and a claim
 // that is no one's are refused with 409; a call no browser answers ends at
 // the tool timeout saying so; closeUi() ends the streams, the routes answer
-// 410 and later runs' ui calls fail with a clear tool error. Fixture:
-// tests/e2e/fixtures/ui-worker.mjs.
+// 410 and later runs' ui calls fail with a clear tool error. With the host's
+// hasSession, the host decides which Sessions a browser may open; a restart
+// while a claimed ui.execute waits never asks the browser again (the model
+// is told its outcome is unknown). Fixture: tests/e2e/fixtures/ui-worker.mjs.
 import assert from "node:assert/strict";
-import { test } from "node:test";
+import { describe, test } from "node:test";
 import { SseParser } from "../../js/client.mjs";
 import { connectBrowser } from "../../js/ui-browser.mjs";
 import { TOKEN, execute, uniq, useWorker } from "./helpers.mjs";
@@ -19,9 +21,9 @@ const h = useWorker({ fixture: "ui-worker", model: "echo", bindings: { SHIITAKE_
 const T = { timeout: 60_000 };
 
 const bridge = (a, sid) => `http://localhost/agents/${a.id}/browser/sessions/${sid}/browser`;
-// The host's transport: its bearer token on every request, as a page's
-// cookies would be.
-const hostFetch = (url, init = {}) => h.mf.dispatchFetch(url, { ...init, headers: { ...init.headers, authorization: `Bearer ${TOKEN}` } });
+// The host's transport for Agent `a`'s harness: its bearer token on every
+// request, as a page's cookies would be.
+const hostFetch = (a) => (url, init = {}) => a.h.mf.dispatchFetch(url, { ...init, headers: { ...init.headers, authorization: `Bearer ${TOKEN}` } });
 
 const notebook = (log = []) => ({
   commands: () => [
@@ -35,23 +37,25 @@ const notebook = (log = []) => ({
   },
 });
 
-async function fresh() {
-  const a = h.agent();
-  await a.createSession("s");
+async function fresh(harness = h, sid = "s") {
+  const a = harness.agent();
+  await a.createSession(sid);
   return a;
 }
 
 async function turn(a, tag, ...steps) {
-  h.model.scriptFor(tag, ...steps.map((code) => execute(code)), { text: "done" });
+  a.h.model.scriptFor(tag, ...steps.map((code) => execute(code)), { text: "done" });
   const settled = await a.settle("s", `r-${tag}`, `ui ${tag}`, { boundMs: 30_000 });
   assert.equal(settled.terminal, "completed", JSON.stringify(settled));
-  return (await a.read("s", { limit: 200 })).messages.filter((m) => m.role === "tool");
+  return toolMessages(a);
 }
+
+const toolMessages = async (a, sid = "s") => (await a.read(sid, { limit: 200 })).messages.filter((m) => m.role === "tool");
 
 /** A hand-driven browser: the Session's event stream, its events in order. */
 async function events(a, sid = "s") {
   const controller = new AbortController();
-  const res = await hostFetch(`${bridge(a, sid)}/events`, { signal: controller.signal });
+  const res = await hostFetch(a)(`${bridge(a, sid)}/events`, { signal: controller.signal });
   assert.equal(res.status, 200);
   assert.match(res.headers.get("content-type"), /text\/event-stream/);
   const reader = res.body.getReader();
@@ -59,11 +63,13 @@ async function events(a, sid = "s") {
   const queue = [];
   let ended = false;
   return {
-    async next(timeoutMs = 10_000) {
+    /** The next event, `null` once the stream ended, `undefined` when none came within `timeoutMs` (asserted unless `quiet`). */
+    async next(timeoutMs = 10_000, { quiet = false } = {}) {
       const deadline = Date.now() + timeoutMs;
       while (queue.length === 0) {
         if (ended) return null;
         const left = deadline - Date.now();
+        if (left <= 0 && quiet) return undefined;
         assert.ok(left > 0, "no event in time");
         const read = await Promise.race([reader.read(), new Promise((r) => setTimeout(() => r("timeout"), left))]);
         if (read === "timeout") continue;
@@ -77,14 +83,14 @@ async function events(a, sid = "s") {
 }
 
 const post = async (a, route, body, sid = "s") => {
-  const res = await hostFetch(`${bridge(a, sid)}/${route}`, { method: "POST", headers: { "content-type": "application/json" }, body: typeof body === "string" ? body : JSON.stringify(body) });
+  const res = await hostFetch(a)(`${bridge(a, sid)}/${route}`, { method: "POST", headers: { "content-type": "application/json" }, body: typeof body === "string" ? body : JSON.stringify(body) });
   return { status: res.status, json: await res.json() };
 };
 
 test("the model discovers the App's commands and executes one; its result reaches the transcript", T, async () => {
   const a = await fresh();
   const log = [];
-  const browser = connectBrowser({ baseUrl: bridge(a, "s"), whistle: notebook(log), fetch: hostFetch });
+  const browser = connectBrowser({ baseUrl: bridge(a, "s"), whistle: notebook(log), fetch: hostFetch(a) });
   try {
     const tag = uniq("discover");
     const tools = await turn(
@@ -162,10 +168,10 @@ test("only the result of the request's own claim is taken: every other post is r
 
 test("bad requests are refused naming the problem: unknown Session, method, body, size", T, async () => {
   const a = await fresh();
-  let res = await hostFetch(`${bridge(a, "nope")}/events`);
+  let res = await hostFetch(a)(`${bridge(a, "nope")}/events`);
   assert.equal(res.status, 404);
   assert.equal((await res.json()).error.code, "session_not_found");
-  res = await hostFetch(`${bridge(a, "s")}/claims`);
+  res = await hostFetch(a)(`${bridge(a, "s")}/claims`);
   assert.equal(res.status, 405);
   await res.body.cancel();
   let posted = await post(a, "claims", "not json");
@@ -192,13 +198,13 @@ test("a call no browser answers ends at the tool timeout, saying no browser is c
 
 test("closeUi ends every stream; the routes answer 410 and later runs fail to borrow with a clear tool error", T, async () => {
   const a = await fresh();
-  const browser = connectBrowser({ baseUrl: bridge(a, "s"), whistle: notebook(), fetch: hostFetch });
+  const browser = connectBrowser({ baseUrl: bridge(a, "s"), whistle: notebook(), fetch: hostFetch(a) });
   const stream = await events(a);
   const closed = await h.api("POST", `/direct/${a.id}/host/close-ui`);
   assert.equal(closed.status, 200);
   assert.equal(await stream.next(), null, "the stream ended");
   assert.match(await browser.closed, /^HTTP 410: .*ui_closed/);
-  const res = await hostFetch(`${bridge(a, "s")}/events`);
+  const res = await hostFetch(a)(`${bridge(a, "s")}/events`);
   assert.equal(res.status, 410);
   const body = await res.json();
   assert.equal(body.error.code, "ui_closed");
@@ -207,4 +213,45 @@ test("closeUi ends every stream; the routes answer 410 and later runs fail to bo
   assert.equal(posted.status, 410);
   const tools = await turn(a, uniq("closed"), `try { return await ui.execute({ name: "greet" }); } catch (e) { return e.message; }`);
   assert.match(tools[0].text, /ui\.execute: the browser bridge is closed \(the App was closed\)/);
+});
+
+describe("with the host's hasSession, across a restart", () => {
+  const hr = useWorker({ fixture: "ui-worker", model: "echo", persist: true, bindings: { UI_HAS_SESSION: "host", SHIITAKE_TOOL_TIMEOUT_MS: 20_000 } });
+
+  test("the host's hasSession decides which Sessions a browser may open", T, async () => {
+    const a = await fresh(hr);
+    const stored = await hostFetch(a)(`${bridge(a, "s")}/events`);
+    assert.equal(stored.status, 404, "stored, but not one of the App's Sessions");
+    assert.equal((await stored.json()).error.code, "session_not_found");
+    const stream = await events(a, "app-unstored");
+    stream.close();
+  });
+
+  test("a restart while a claimed ui.execute waits never asks the browser again: its outcome is unknown", T, async () => {
+    const sid = "app-1";
+    const a = await fresh(hr, sid);
+    const stream = await events(a, sid);
+    const tag = uniq("restart");
+    hr.model.scriptFor(tag, execute(`return await ui.execute({ name: "once" });`), { text: "checked" });
+    const commandId = await a.admit(sid, `r-${tag}`, `ui ${tag}`);
+    const { event, data } = await stream.next();
+    assert.equal(event, "request");
+    assert.equal((await post(a, "claims", { requestId: data.requestId }, sid)).status, 200);
+    stream.close();
+
+    await hr.restart();
+
+    const settled = await a.waitSettled(sid, commandId, { boundMs: 30_000 });
+    assert.equal(settled.terminal, "completed");
+    const tools = await toolMessages(a, sid);
+    assert.equal(tools.length, 1, "one outcome for the one call");
+    assert.match(tools[0].text, /^outcome unknown/);
+    // The bridge was live state: the result of the old claim finds nothing,
+    // and a browser connecting now is asked nothing.
+    const late = await post(a, "results", { requestId: data.requestId, claimId: "uic_old", result: 1 }, sid);
+    assert.equal(late.status, 404);
+    const after = await events(a, sid);
+    assert.equal(await after.next(1_000, { quiet: true }), undefined, "nothing asked again");
+    after.close();
+  });
 });
