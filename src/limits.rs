@@ -434,6 +434,11 @@ pub const UI_REQUESTS_PER_SESSION_MAX: usize = 16;
 pub const UI_STREAMS_PER_SESSION_MAX: usize = 8;
 /// Browser event streams open on one Agent instance.
 pub const UI_STREAMS_MAX: usize = 256;
+/// Bytes written to one browser event stream and not read yet; past it the
+/// stream is ended (the browser reconnects and is sent what waits then).
+/// Twice what the requests one Session may have waiting can hold, so a
+/// stream opening on a full Session is not cut off.
+pub const UI_STREAM_BACKLOG_BYTES_MAX: usize = 8_388_608;
 /// Bytes of a claim's body (`{requestId}`).
 pub const UI_CLAIM_BODY_BYTES_MAX: usize = 1_024;
 /// Bytes of a result's body: a result within `TOOL_PAYLOAD_BYTES_MAX` plus

@@ -84,6 +84,7 @@ impl Inner {
         }
         if let Some(session) = &effects.ended_session {
             self.observers.close_session(session);
+            self.ui_session_ended(session);
         }
         self.fresh.borrow_mut().extend(effects.fresh_turns);
         if effects.reconcile {

@@ -12,7 +12,7 @@ use super::tools::HostTools;
 use super::{body, Inner};
 use crate::error::ApiError;
 use crate::http::HttpResponse;
-use crate::limits::UI_HAS_SESSION_TIMEOUT_MS;
+use crate::limits::{UI_HAS_SESSION_TIMEOUT_MS, UI_STREAM_BACKLOG_BYTES_MAX};
 use crate::run::operation::OperationCall;
 use crate::ui::{Ask, Bridge, Config, Event, Route};
 use futures::channel::oneshot;
@@ -36,27 +36,50 @@ pub struct HostUi {
 
 struct Stream {
     writer: web_sys::WritableStreamDefaultWriter,
+    /// Ended by the host (`close`, the Session deleted), which counted it
+    /// out of the bridge; the browser going away is seen on `closed`.
     ended: Cell<bool>,
+    /// Bytes written that the browser has not read yet.
+    backlog: Cell<usize>,
 }
 
 impl Stream {
-    fn send(&self, (name, data): &Event) {
+    fn send(self: &Rc<Self>, (name, data): &Event) {
         // `data` is compact JSON: one line.
         self.write(&format!("event: {name}\ndata: {data}\n\n"));
     }
 
-    fn write(&self, text: &str) {
+    fn write(self: &Rc<Self>, text: &str) {
         if self.ended.get() {
             return;
         }
+        let bytes = text.len();
+        if self.backlog.get() + bytes > UI_STREAM_BACKLOG_BYTES_MAX {
+            // A browser this far behind is cut off; it reconnects and is
+            // sent what waits then (its stream's `closed` counts it out).
+            let aborted = JsFuture::from(self.writer.abort());
+            spawn_local(async move {
+                let _ = aborted.await;
+            });
+            return;
+        }
+        self.backlog.set(self.backlog.get() + bytes);
         let written = JsFuture::from(
             self.writer
                 .write_with_chunk(&js_sys::Uint8Array::from(text.as_bytes())),
         );
-        // The browser going away shows on `closed` (below).
+        let me = Rc::clone(self);
         spawn_local(async move {
-            let _ = written.await;
+            if written.await.is_ok() {
+                me.backlog.set(me.backlog.get() - bytes);
+            }
         });
+    }
+
+    /// The host ends the stream.
+    fn end(&self) {
+        self.ended.set(true);
+        let _ = self.writer.close();
     }
 }
 
@@ -80,16 +103,26 @@ impl HostUi {
 
     /// Ends every stream and fails every waiting call.
     pub fn close(&self, why: &str) {
-        let (_, requests) = self.bridge.borrow_mut().close(why);
+        let requests = self.bridge.borrow_mut().close(why);
         for (_, streams) in self.streams.borrow_mut().drain() {
-            for stream in streams {
-                stream.ended.set(true);
-                let _ = stream.writer.close();
-            }
+            streams.iter().for_each(|stream| stream.end());
         }
         for id in requests {
             if let Some(waiter) = self.waiters.borrow_mut().remove(&id) {
                 let _ = waiter.send(Err(format!("the browser bridge was closed ({why})")));
+            }
+        }
+    }
+
+    /// A deleted Session: its streams end.
+    pub fn end_session(&self, session: &str) {
+        let Some(streams) = self.streams.borrow_mut().remove(session) else {
+            return;
+        };
+        for stream in streams {
+            if !stream.ended.get() {
+                stream.end();
+                self.bridge.borrow_mut().close_stream(session);
             }
         }
     }
@@ -126,6 +159,7 @@ impl HostUi {
         let stream = Rc::new(Stream {
             writer: pipe.writable().get_writer()?,
             ended: Cell::new(false),
+            backlog: Cell::new(0),
         });
         // An SSE comment first: the response starts at once.
         stream.write(": ready\n\n");
@@ -137,7 +171,7 @@ impl HostUi {
         spawn_local(async move {
             let _ = closing.await;
             if gone.ended.replace(true) {
-                return; // ended by `close`, which counted it
+                return; // ended by the host, which counted it out
             }
             if let Some(list) = me.streams.borrow_mut().get_mut(&key) {
                 list.retain(|s| !Rc::ptr_eq(s, &gone));
@@ -315,6 +349,13 @@ impl Inner {
             (false, Some(why)) => why,
             _ => format!("ui.{}: the call was stopped", op.operation),
         })
+    }
+
+    /// A deleted Session's browser streams end (its watches end too).
+    pub(super) fn ui_session_ended(&self, session: &str) {
+        if let Some(ui) = self.ui() {
+            ui.end_session(session);
+        }
     }
 
     /// Host-only (`ShiitakeDO#closeUi`): closes the browser bridge.

@@ -537,29 +537,23 @@ impl Bridge {
     }
 
     /// Closes the bridge: every route answers 410 from now on and no run
-    /// borrows. Answers the Sessions whose streams to end and the waiting
-    /// requests whose calls fail (with why).
-    pub fn close(&mut self, why: &str) -> (Vec<String>, Vec<String>) {
+    /// borrows; no stream is counted any more (the host ends them all).
+    /// Answers the waiting requests, whose calls fail.
+    pub fn close(&mut self, why: &str) -> Vec<String> {
         if self.closed.is_none() {
             self.closed = Some(why.to_owned());
         }
-        let sessions = self
-            .hosts
-            .iter()
-            .filter(|(_, h)| h.streams > 0)
-            .map(|(s, _)| s.clone())
-            .collect();
         let requests = self
             .hosts
             .values_mut()
             .flat_map(|h| h.requests.drain(..).map(|r| r.id))
             .collect();
+        let runs: Vec<&String> = self.runs.values().collect();
+        self.hosts.retain(|s, _| runs.contains(&s));
         for host in self.hosts.values_mut() {
             host.streams = 0;
         }
-        let runs: Vec<String> = self.runs.values().cloned().collect();
-        self.hosts.retain(|s, _| runs.contains(s));
-        (sessions, requests)
+        requests
     }
 
     /// Whether `session` has a browser host now (for tests and the docs'

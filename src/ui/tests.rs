@@ -1,6 +1,6 @@
 use super::*;
 use crate::ctx::CounterIds;
-use crate::limits::TOOL_PAYLOAD_BYTES_MAX;
+use crate::limits::{TOOL_PAYLOAD_BYTES_MAX, UI_STREAM_BACKLOG_BYTES_MAX};
 
 fn config() -> Config {
     Config {
@@ -75,6 +75,14 @@ fn routes_parse_only_the_three_paths() {
     assert_eq!(Route::Claims.method(), "POST");
     assert_eq!(Route::Results.body_bytes_max(), UI_RESULT_BODY_BYTES_MAX);
     const { assert!(UI_RESULT_BODY_BYTES_MAX > TOOL_PAYLOAD_BYTES_MAX) };
+    // A stream opening on a Session with every request waiting, each at
+    // the payload bound, is not cut off as a stalled reader.
+    const {
+        assert!(
+            UI_STREAM_BACKLOG_BYTES_MAX
+                > UI_REQUESTS_PER_SESSION_MAX * (TOOL_PAYLOAD_BYTES_MAX + 4_096)
+        )
+    };
 }
 
 #[test]
@@ -297,9 +305,12 @@ fn close_ends_every_stream_fails_waiting_calls_and_refuses_everything_after() {
     bridge.open_stream("s2", true).unwrap();
     bridge.borrow("s1", "h1");
     let (a, _) = bridge.ask("h1", Ask::Discover, &mut ids).unwrap();
-    let (sessions, requests) = bridge.close("the App closed");
-    assert_eq!(sessions, ["s1", "s2"]);
+    let requests = bridge.close("the App closed");
     assert_eq!(requests, std::slice::from_ref(&a));
+    assert!(
+        bridge.holds("s1") && !bridge.holds("s2"),
+        "only a run holds a host now"
+    );
     assert!(bridge.is_closed());
     let gone = |e: ApiError| (e.status(), e.code());
     assert_eq!(

@@ -187,6 +187,17 @@ test("bad requests are refused naming the problem: unknown Session, method, body
   assert.equal(posted.status, 400);
 });
 
+test("deleting the Session ends its browser streams; it cannot be opened again", T, async () => {
+  const a = await fresh();
+  const stream = await events(a);
+  const deleted = await a.api("DELETE", "/sessions/s");
+  assert.equal(deleted.status, 204);
+  assert.equal(await stream.next(), null, "the stream ended");
+  const res = await hostFetch(a)(`${bridge(a, "s")}/events`);
+  assert.equal(res.status, 404);
+  await res.body.cancel();
+});
+
 test("a call no browser answers ends at the tool timeout, saying no browser is connected", T, async () => {
   const a = await fresh();
   const tag = uniq("nobody");
