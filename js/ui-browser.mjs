@@ -79,7 +79,8 @@ export function connectBrowser({ baseUrl, whistle, fetch: fetchImpl, onError } =
         body = { requestId, claimId, error: String(error?.message ?? error) };
       }
       const posted = await post("results", body);
-      if (posted.status !== 200) report(new Error(`result ${requestId}: HTTP ${posted.status}: ${await posted.text()}`));
+      // A withdrawn request (`cancelled`) answers 404: nothing to report.
+      if (posted.status !== 200 && !own.signal.aborted) report(new Error(`result ${requestId}: HTTP ${posted.status}: ${await posted.text()}`));
       else await posted.body?.cancel();
     } catch (error) {
       if (!stop.signal.aborted) report(error);
