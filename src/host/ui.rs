@@ -151,16 +151,16 @@ impl HostUi {
         session: &str,
         stored: bool,
     ) -> Result<Result<web_sys::Response, ApiError>, JsValue> {
-        let first = match self.bridge.borrow_mut().open_stream(session, stored) {
-            Ok(first) => first,
-            Err(e) => return Ok(Err(e)),
-        };
         let pipe = web_sys::TransformStream::new()?;
         let stream = Rc::new(Stream {
             writer: pipe.writable().get_writer()?,
             ended: Cell::new(false),
             backlog: Cell::new(0),
         });
+        let first = match self.bridge.borrow_mut().open_stream(session, stored) {
+            Ok(first) => first,
+            Err(e) => return Ok(Err(e)),
+        };
         // An SSE comment first: the response starts at once.
         stream.write(": ready\n\n");
         for event in &first {
@@ -173,9 +173,14 @@ impl HostUi {
             if gone.ended.replace(true) {
                 return; // ended by the host, which counted it out
             }
-            if let Some(list) = me.streams.borrow_mut().get_mut(&key) {
+            let mut streams = me.streams.borrow_mut();
+            if let Some(list) = streams.get_mut(&key) {
                 list.retain(|s| !Rc::ptr_eq(s, &gone));
+                if list.is_empty() {
+                    streams.remove(&key);
+                }
             }
+            drop(streams);
             me.bridge.borrow_mut().close_stream(&key);
         });
         self.streams
