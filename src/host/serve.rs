@@ -106,17 +106,8 @@ async fn read_request(request: &web_sys::Request) -> Result<HttpRequest, ApiErro
     let url = request.url();
     let (path, query) = split_url(&url);
     let headers = request.headers();
-    let declared = headers
-        .get("content-length")
-        .ok()
-        .flatten()
-        .and_then(|v| v.parse::<usize>().ok());
-    // Refuse a declared oversize body before reading a byte of it.
-    if declared.is_some_and(|n| n > BODY_BYTES_MAX) {
-        return Err(ApiError::PayloadTooLarge {
-            bytes_max: BODY_BYTES_MAX,
-        });
-    }
+    // A declared oversize body is refused before a byte of it is read.
+    let declared = body::declared(request, BODY_BYTES_MAX)?;
     let body = match request.method().as_str() {
         "GET" | "HEAD" => Vec::new(),
         // Chunked bodies too: counted as they stream, cancelled past the bound.

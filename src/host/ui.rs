@@ -12,7 +12,7 @@ use super::tools::HostTools;
 use super::{body, Inner};
 use crate::error::ApiError;
 use crate::http::HttpResponse;
-use crate::limits::{UI_HAS_SESSION_TIMEOUT_MS, UI_STREAM_BACKLOG_BYTES_MAX};
+use crate::limits::{BODY_BYTES_MAX, UI_HAS_SESSION_TIMEOUT_MS, UI_STREAM_BACKLOG_BYTES_MAX};
 use crate::run::operation::OperationCall;
 use crate::ui::{Ask, Bridge, Config, Event, Route};
 use futures::channel::oneshot;
@@ -255,6 +255,18 @@ impl Inner {
     ) -> Result<Answer, ApiError> {
         self.ready()?;
         route.check(session, &request.method())?;
+        // Read under every route's bound, as the core's routes are (an
+        // upload cut off early resets the connection instead of answering
+        // 413), then held to this route's own.
+        let body = match route {
+            Route::Events => Vec::new(),
+            _ => {
+                let declared = body::declared(request, BODY_BYTES_MAX)?;
+                let body = body::read_bounded(request, BODY_BYTES_MAX, declared).await?;
+                route.check_body(body.len())?;
+                body
+            }
+        };
         let (Ok(Some(tools)), Some(ui)) = (&self.tools, self.ui()) else {
             return Err(ApiError::UiNotConfigured);
         };
@@ -265,7 +277,6 @@ impl Inner {
                 .map_err(|e| ApiError::Internal(bindings::error_message(&e)))?
                 .map(Answer::Stream);
         }
-        let body = body::read_bounded(request, route.body_bytes_max(), None).await?;
         if route == Route::Claims {
             let claimed = ui
                 .bridge

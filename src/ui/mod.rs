@@ -152,13 +152,17 @@ impl Route {
         }
     }
 
-    /// The largest body read.
-    pub fn body_bytes_max(self) -> usize {
-        match self {
+    /// Refuses a body past this route's bound (413).
+    pub fn check_body(self, bytes: usize) -> Result<(), ApiError> {
+        let bytes_max = match self {
             Route::Events => 0,
             Route::Claims => UI_CLAIM_BODY_BYTES_MAX,
             Route::Results => UI_RESULT_BODY_BYTES_MAX,
+        };
+        if bytes > bytes_max {
+            return Err(ApiError::PayloadTooLarge { bytes_max });
         }
+        Ok(())
     }
 }
 

@@ -73,7 +73,12 @@ fn routes_parse_only_the_three_paths() {
     assert_eq!(Route::parse("/browser/sessions/s1/browser/other"), None);
     assert_eq!(Route::parse("/sessions/s1/browser/claims"), None);
     assert_eq!(Route::Claims.method(), "POST");
-    assert_eq!(Route::Results.body_bytes_max(), UI_RESULT_BODY_BYTES_MAX);
+    assert!(Route::Results.check_body(UI_RESULT_BODY_BYTES_MAX).is_ok());
+    let e = Route::Claims
+        .check_body(UI_CLAIM_BODY_BYTES_MAX + 1)
+        .unwrap_err();
+    assert_eq!((e.status(), e.code()), (413, "payload_too_large"));
+    assert!(e.to_string().contains("1024"), "{e}");
     const { assert!(UI_RESULT_BODY_BYTES_MAX > TOOL_PAYLOAD_BYTES_MAX) };
     // A stream opening on a Session with every request waiting, each at
     // the payload bound, is not cut off as a stalled reader.
