@@ -12,8 +12,8 @@
 //!
 //! One browser host per Session, opened by a browser's event stream (for a
 //! stored Session) or by a run's borrow, dropped when neither holds it.
-//! A request is answered once: only by the result carrying the claim its
-//! claim answered. `close` ends every stream and fails every waiting call;
+//! A request is answered once, and only by a result carrying the `claimId`
+//! its claim was given. `close` ends every stream and fails every waiting call;
 //! afterwards every route answers 410 and no run can borrow.
 //!
 //! Invariants: live state only (nothing here is a durable fact, nothing
@@ -308,10 +308,6 @@ fn gone(why: &str) -> ApiError {
 }
 
 impl Bridge {
-    pub fn is_closed(&self) -> bool {
-        self.closed.is_some()
-    }
-
     /// A browser opens an event stream of `session` (`stored`: the host's
     /// `hasSession`). Answers the events to send first: every request
     /// waiting unclaimed.
@@ -560,8 +556,9 @@ impl Bridge {
         requests
     }
 
-    /// Whether `session` has a browser host now (for tests and the docs'
-    /// "dropped when neither holds it").
+    /// Whether `session` has a browser host now ("dropped when neither
+    /// holds it").
+    #[cfg(test)]
     pub fn holds(&self, session: &str) -> bool {
         self.hosts.contains_key(session)
     }
