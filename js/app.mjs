@@ -29,6 +29,8 @@ const ROUTES = [
   ["/browser/sessions/:sessionId/browser/events", ["GET"]],
   ["/browser/sessions/:sessionId/browser/claims", ["POST"]],
   ["/browser/sessions/:sessionId/browser/results", ["POST"]],
+  // ACP (docs/acp.md): one JSON-RPC message per request.
+  ["/acp", ["POST"]],
 ];
 
 function errorResponse(c, status, code, message, headers) {

@@ -625,7 +625,9 @@ export class ShiitakeDO extends DurableObject {
     }
     await this.#ready();
     const response = await this.#serve(request);
-    return isEventStream(response) ? this.#resumable(request, response) : response;
+    // A watch resumes after a reset; an ACP prompt stream (a POST) cannot
+    // be sent again: its client retries with the same requestId.
+    return isEventStream(response) && request.method === "GET" ? this.#resumable(request, response) : response;
   }
 
   // The core's answer, with trap recovery: a read a reset cut off is served

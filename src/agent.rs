@@ -33,6 +33,17 @@ pub fn validate_session_id(id: &str) -> Result<(), ApiError> {
 }
 
 pub fn create_session(ctx: &mut Ctx<'_>, session_id: Option<&str>) -> Result<String, ApiError> {
+    create(ctx, session_id, false)
+}
+
+/// Creates a Session ACP serves: its mark (`model_choice::hosted`) is
+/// written with it, so its turns never select a person's saved model.
+pub fn create_hosted_session(ctx: &mut Ctx<'_>) -> Result<String, ApiError> {
+    crate::model_choice::create_hosted(ctx.store.sql())?;
+    create(ctx, None, true)
+}
+
+fn create(ctx: &mut Ctx<'_>, session_id: Option<&str>, hosted: bool) -> Result<String, ApiError> {
     let session_id = match session_id {
         Some(id) => {
             validate_session_id(id)?;
@@ -50,6 +61,9 @@ pub fn create_session(ctx: &mut Ctx<'_>, session_id: Option<&str>) -> Result<Str
             return Err(ApiError::TooManySessions);
         }
         store.insert_session(&session_id, now_ms)?;
+        if hosted {
+            crate::model_choice::stage_hosted(store.sql(), &session_id)?;
+        }
         Ok(session_id.clone())
     })
 }
@@ -103,9 +117,18 @@ pub fn delete_session(ctx: &mut Ctx<'_>, session_id: &str) -> Result<Deleted, Ap
         let owed = crate::mail::owed_replies(store.sql(), session_id)?;
         // Its explicit model goes with it.
         let chosen = crate::model_choice::session_has(store.sql(), session_id)?;
+        let hosted = crate::model_choice::hosted(store.sql(), session_id)?;
+        // So does the producer history extensions kept of it.
+        let history = crate::history::exists(store.sql())?;
         if store.delete_session(session_id)? {
             if chosen {
                 crate::model_choice::forget_session(store.sql(), session_id)?;
+            }
+            if hosted {
+                crate::model_choice::forget_hosted(store.sql(), session_id)?;
+            }
+            if history {
+                crate::history::forget_session(store.sql(), session_id)?;
             }
             attention::remove_with(store.sql(), session_id, &attention, now_ms)?;
             owed.stage(store.sql(), now_ms)?;

@@ -10,6 +10,7 @@
 //!
 //! Everything but `host` is sans-IO: no JS imports, time and ids passed in.
 
+pub mod acp;
 pub mod agent;
 pub mod attention;
 pub mod capability;
@@ -21,6 +22,7 @@ pub mod extension;
 pub mod files;
 pub mod fleet;
 pub mod grants;
+pub mod history;
 pub mod http;
 pub mod json;
 pub mod json_schema;

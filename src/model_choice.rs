@@ -9,6 +9,14 @@
 //! when set, and again at every turn's start: an address the host stopped
 //! offering is skipped, never called); `reasoning` a level or NULL.
 //! Deleting a Session deletes its row (`agent::delete_session`).
+//!
+//! A second table, `shiitake_hosted_sessions` (also created on first use),
+//! marks the Sessions ACP serves (seed: "Hosted ACP sessions use the Agent
+//! and Team layers; they do not select a person's saved model
+//! preference"): a turn of a marked Session never asks the host for the
+//! person's last switch. The mark is written with the Session's creation
+//! (`agent::create_hosted_session`) or by `session/load`, and deleted with
+//! the Session.
 
 use crate::ctx::Ctx;
 use crate::error::ApiError;
@@ -114,6 +122,72 @@ pub fn agent(sql: &dyn Sql) -> Result<Option<Choice>, SqlError> {
         return Ok(None);
     }
     read_scope(sql, AGENT)
+}
+
+const HOSTED: &str = "shiitake_hosted_sessions";
+
+/// Creates the hosted-Session table when missing; its own transition: call
+/// it outside one.
+pub fn create_hosted(sql: &dyn Sql) -> Result<(), SqlError> {
+    if crate::sql::table_exists(sql, HOSTED)? {
+        return Ok(());
+    }
+    atomically(sql, || {
+        write(
+            sql,
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {HOSTED} (session_id TEXT PRIMARY KEY) WITHOUT ROWID"
+            ),
+            Vec::new(),
+        )
+    })
+}
+
+/// Whether ACP serves `session_id` (its turns skip the last switch).
+pub fn hosted(sql: &dyn Sql, session_id: &str) -> Result<bool, SqlError> {
+    if !crate::sql::table_exists(sql, HOSTED)? {
+        return Ok(false);
+    }
+    let rows = read_beside(
+        sql,
+        &[HOSTED],
+        &format!("SELECT 1 FROM {HOSTED} WHERE session_id = ?"),
+        &[session_id.into()],
+    )?;
+    Ok(!rows.is_empty())
+}
+
+/// Stages the mark (a write of the caller's transition; the table exists).
+pub fn stage_hosted(sql: &dyn Sql, session_id: &str) -> Result<(), SqlError> {
+    write(
+        sql,
+        &format!("INSERT OR IGNORE INTO {HOSTED} (session_id) VALUES (?)"),
+        vec![session_id.into()],
+    )
+}
+
+/// Marks an existing Session as served by ACP; idempotent.
+pub fn mark_hosted(ctx: &mut Ctx<'_>, session_id: &str) -> Result<(), ApiError> {
+    let store = ctx.store;
+    create_hosted(store.sql())?;
+    atomically(store.sql(), || {
+        if !store.session_exists(session_id)? {
+            return Err(ApiError::SessionNotFound(session_id.to_owned()));
+        }
+        if !hosted(store.sql(), session_id)? {
+            stage_hosted(store.sql(), session_id)?;
+        }
+        Ok(())
+    })
+}
+
+/// Stages the deletion of the Session's hosted mark.
+pub fn forget_hosted(sql: &dyn Sql, session_id: &str) -> Result<(), SqlError> {
+    write(
+        sql,
+        &format!("DELETE FROM {HOSTED} WHERE session_id = ?"),
+        vec![session_id.into()],
+    )
 }
 
 /// Why a choice is refused (`model:rejected: <why>` to an `agents` caller).

@@ -12,6 +12,7 @@
 //!   once), and a starting instance arms the alarm for whatever is due;
 //! - persist, then publish: frames and wake-ups go out after the commit.
 
+mod acp;
 mod bindings;
 mod blame;
 mod body;

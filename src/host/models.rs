@@ -169,8 +169,10 @@ impl Inner {
     pub(super) async fn resolve_model(&self, session: &str, head: &str) -> Result<Target, String> {
         let models = self.host_models()?;
         let stored = model_choice::layers(&self.sql, session).map_err(|e| e.to_string())?;
-        // The head's metadata is read only for a host that asks for it.
-        let last_switch = match models.js.is_some() {
+        // The head's metadata is read only for a host that asks for it; a
+        // Session ACP serves never selects a person's saved preference.
+        let hosted = model_choice::hosted(&self.sql, session).map_err(|e| e.to_string())?;
+        let last_switch = match models.js.is_some() && !hosted {
             true => {
                 let meta = self
                     .store()

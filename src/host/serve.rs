@@ -35,6 +35,9 @@ impl Inner {
             Ok(req) => req,
             Err(e) => return to_response(&e.into()),
         };
+        if req.path == "/acp" {
+            return self.acp(&req);
+        }
         let mut response = self.serve(&req);
         if let Some(park) = response.effects.park.take() {
             match self.observers.wait(&park.command_id) {

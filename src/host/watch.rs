@@ -1,7 +1,8 @@
-//! Live observers: SSE watch streams and settlement long polls. In memory
-//! only (an observer reconnects after a restart and gets a fresh snapshot);
-//! bounded in number and in backlog.
+//! Live observers: SSE watch streams, ACP prompt streams and settlement
+//! long polls. In memory only (an observer reconnects after a restart and
+//! gets a fresh snapshot); bounded in number and in backlog.
 
+use crate::acp::Follow;
 use crate::limits::{
     WAITERS_MAX, WATCHERS_MAX, WATCHERS_PER_SESSION_MAX, WATCH_BACKLOG_BYTES_MAX,
     WATCH_BACKLOG_FRAMES_MAX,
@@ -16,6 +17,16 @@ use wasm_bindgen_futures::{spawn_local, JsFuture};
 /// Builds a fresh snapshot (the Session read) of a Session, if it exists.
 pub type SnapshotSource = Rc<dyn Fn(&str) -> Option<String>>;
 
+/// What a watcher makes of the Session's events.
+enum Kind {
+    /// A Session watch: every event as published; after lag, a fresh
+    /// snapshot from this source.
+    Watch(SnapshotSource),
+    /// An ACP prompt stream: each event through its [`Follow`] (the core's
+    /// translation), closed once that is done; lag ends it.
+    Acp(RefCell<Follow>),
+}
+
 struct Watcher {
     session_id: String,
     writer: web_sys::WritableStreamDefaultWriter,
@@ -25,7 +36,7 @@ struct Watcher {
     /// Frames were dropped; once drained it gets a fresh snapshot.
     lagging: Cell<bool>,
     closed: Cell<bool>,
-    snapshot: SnapshotSource,
+    kind: Kind,
 }
 
 impl Watcher {
@@ -60,8 +71,11 @@ impl Watcher {
     /// A lagging watcher that has taken everything gets a fresh snapshot at
     /// once, so it never sits on stale state waiting for the next change.
     fn resync_if_drained(self: &Rc<Self>) {
+        let Kind::Watch(source) = &self.kind else {
+            return;
+        };
         if self.lagging.get() && self.outstanding.get() == 0 && !self.closed.get() {
-            if let Some(snapshot) = (self.snapshot)(&self.session_id) {
+            if let Some(snapshot) = source(&self.session_id) {
                 self.lagging.set(false);
                 self.send(&event("snapshot", &snapshot));
             }
@@ -92,6 +106,31 @@ impl Observers {
         snapshot: &str,
         source: SnapshotSource,
     ) -> Result<Result<web_sys::Response, Full>, JsValue> {
+        self.open(
+            session_id,
+            Kind::Watch(source),
+            &[event("snapshot", snapshot)],
+        )
+    }
+
+    /// Opens an ACP prompt stream of `follow`'s Session (a watcher under the
+    /// same bounds) whose first events are `first`.
+    pub fn follow(
+        &self,
+        follow: Follow,
+        first: &[String],
+    ) -> Result<Result<web_sys::Response, Full>, JsValue> {
+        let session_id = follow.session_id().to_owned();
+        let first: Vec<String> = first.iter().map(|m| acp_event(m)).collect();
+        self.open(&session_id, Kind::Acp(RefCell::new(follow)), &first)
+    }
+
+    fn open(
+        &self,
+        session_id: &str,
+        kind: Kind,
+        first: &[String],
+    ) -> Result<Result<web_sys::Response, Full>, JsValue> {
         self.prune();
         let mut all = self.watchers.borrow_mut();
         let total: usize = all.values().map(Vec::len).sum();
@@ -107,9 +146,11 @@ impl Observers {
             outstanding_bytes: Cell::new(0),
             lagging: Cell::new(false),
             closed: Cell::new(false),
-            snapshot: source,
+            kind,
         });
-        watcher.send(&event("snapshot", snapshot));
+        for text in first {
+            watcher.send(text);
+        }
         // The reader cancelling (the client went away, or the shim dropped
         // the stream) closes the watcher at once, not at its next frame.
         let closing = JsFuture::from(watcher.writer.closed());
@@ -133,6 +174,18 @@ impl Observers {
         ))
     }
 
+    /// An ACP stream that is answered whole at once (`first`, then the end).
+    pub fn answered(first: &[String]) -> Result<web_sys::Response, JsValue> {
+        let body: String = first.iter().map(|m| acp_event(m)).collect();
+        let headers = web_sys::Headers::new()?;
+        headers.set("content-type", "text/event-stream; charset=utf-8")?;
+        headers.set("cache-control", "no-cache")?;
+        let init = web_sys::ResponseInit::new();
+        init.set_status(200);
+        init.set_headers(&headers);
+        web_sys::Response::new_with_opt_str_and_init(Some(&body), &init)
+    }
+
     /// Sends one event to every watcher of the Session. A watcher more than
     /// `WATCH_BACKLOG_FRAMES_MAX` frames or `WATCH_BACKLOG_BYTES_MAX` bytes
     /// behind stops receiving frames and, once drained, gets a fresh
@@ -147,10 +200,24 @@ impl Observers {
             .iter()
             .filter(|w| !w.closed.get() && !w.lagging.get())
         {
-            if w.full() {
-                w.lagging.set(true);
-            } else {
-                w.send(&text);
+            match &w.kind {
+                Kind::Watch(_) if w.full() => w.lagging.set(true),
+                Kind::Watch(_) => w.send(&text),
+                Kind::Acp(follow) => {
+                    let mut follow = follow.borrow_mut();
+                    let out = match w.full() {
+                        true => vec![follow.overrun()],
+                        false => follow.event(name, data),
+                    };
+                    for message in &out {
+                        w.send(&acp_event(message));
+                    }
+                    if follow.done() {
+                        // Queued writes go out before the close.
+                        w.closed.set(true);
+                        let _ = w.writer.close();
+                    }
+                }
             }
         }
     }
@@ -199,4 +266,9 @@ impl Observers {
 fn event(name: &str, data: &str) -> String {
     // `data` is compact JSON: one line.
     format!("event: {name}\ndata: {data}\n\n")
+}
+
+/// One JSON-RPC message of an ACP stream (compact JSON: one line).
+fn acp_event(message: &str) -> String {
+    format!("data: {message}\n\n")
 }

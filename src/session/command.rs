@@ -106,25 +106,7 @@ pub fn parse(body: &[u8]) -> Result<Command, ApiError> {
         }
     };
     match &command {
-        Command::Prompt(p) => {
-            validate_request_id(&p.request_id)?;
-            validate_text(&p.text)?;
-            let images = p.images.as_deref().unwrap_or_default();
-            if images.len() > IMAGES_PER_PROMPT_MAX {
-                return Err(ApiError::InvalidRequest(format!(
-                    "images: at most {IMAGES_PER_PROMPT_MAX} images per prompt, got {}",
-                    images.len()
-                )));
-            }
-            for (i, image) in images.iter().enumerate() {
-                validate_image(i, image)?;
-            }
-            if p.text.is_empty() && images.is_empty() {
-                return Err(ApiError::InvalidRequest(
-                    "text: a prompt needs text or at least one image".into(),
-                ));
-            }
-        }
+        Command::Prompt(p) => validate_prompt(p)?,
         Command::Operator(o) => {
             validate_request_id(&o.request_id)?;
             validate_text(&o.text)?;
@@ -144,6 +126,29 @@ pub fn parse(body: &[u8]) -> Result<Command, ApiError> {
         Command::Abort(_) => {}
     }
     Ok(command)
+}
+
+/// A prompt's requestId, text and images against the bounds (also for
+/// prompts that arrive other than as a command body: ACP's).
+pub fn validate_prompt(p: &Prompt) -> Result<(), ApiError> {
+    validate_request_id(&p.request_id)?;
+    validate_text(&p.text)?;
+    let images = p.images.as_deref().unwrap_or_default();
+    if images.len() > IMAGES_PER_PROMPT_MAX {
+        return Err(ApiError::InvalidRequest(format!(
+            "images: at most {IMAGES_PER_PROMPT_MAX} images per prompt, got {}",
+            images.len()
+        )));
+    }
+    for (i, image) in images.iter().enumerate() {
+        validate_image(i, image)?;
+    }
+    if p.text.is_empty() && images.is_empty() {
+        return Err(ApiError::InvalidRequest(
+            "text: a prompt needs text or at least one image".into(),
+        ));
+    }
+    Ok(())
 }
 
 pub fn validate_request_id(id: &str) -> Result<(), ApiError> {

@@ -46,6 +46,11 @@ const CONSTANTS = [
   ["js/extensions.mjs", "ATTENTION_SUMMARY_CHARS_MAX", "ATTENTION_SUMMARY_CHARS_MAX"],
   ["js/extensions.mjs", "ATTENTION_ID_BYTES_MAX", "ATTENTION_ID_BYTES_MAX"],
   ["js/extensions.mjs", "ATTENTION_KIND_BYTES_MAX", "ATTENTION_KIND_BYTES_MAX"],
+  ["js/client-entry.mjs", "CLIENT_CHIPS_MAX", "CLIENT_CHIPS_MAX"],
+  ["js/client-entry.mjs", "CLIENT_PANEL_ROWS_MAX", "CLIENT_PANEL_ROWS_MAX"],
+  ["js/client-entry.mjs", "CLIENT_TIMELINE_CELLS_MAX", "CLIENT_TIMELINE_CELLS_MAX"],
+  ["js/client-entry.mjs", "CLIENT_ROWS_MAX", "CLIENT_ROWS_MAX"],
+  ["js/client-entry.mjs", "CLIENT_LABEL_CHARS_MAX", "CLIENT_LABEL_CHARS_MAX"],
 ];
 
 test("the shim's copies of core bounds equal src/limits.rs", async () => {

@@ -169,6 +169,29 @@ test("a prompt through the app over node:http settles with the model's answer", 
   }
 });
 
+test("ACP on Node: session/new, then a prompt streamed as session/update notifications and its stop reason", T, async () => {
+  const host = await openNodeShiitake({ path: path.join(dir, "acp.db"), env: env() });
+  try {
+    const rpc = async (id, method, params) => {
+      const res = await host.app.fetch(
+        new Request("http://node.test/acp", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ jsonrpc: "2.0", id, method, params }) }),
+      );
+      const text = await res.text();
+      const type = res.headers.get("content-type") ?? "";
+      return type.startsWith("text/event-stream") ? text.split("\n\n").filter(Boolean).map((e) => JSON.parse(e.slice("data: ".length))) : [JSON.parse(text)];
+    };
+    const [created] = await rpc(1, "session/new", { cwd: "/", mcpServers: [] });
+    const { sessionId } = created.result;
+    model.scriptFor("node-acp", { chunks: ["Hi ", "from ", "Node"], chunkDelayMs: 5 });
+    const out = await rpc(2, "session/prompt", { sessionId, prompt: [{ type: "text", text: "say hi node-acp" }] });
+    assert.deepEqual(out.at(-1), { jsonrpc: "2.0", id: 2, result: { stopReason: "end_turn" } });
+    const text = out.filter((m) => m.params?.update?.sessionUpdate === "agent_message_chunk").map((m) => m.params.update.content.text);
+    assert.equal(text.join(""), "Hi from Node");
+  } finally {
+    await host.close();
+  }
+});
+
 test("the lease: a second open in this process or another is refused, naming the file; close() releases it", T, async () => {
   const file = path.join(dir, "leased.db");
   const first = await openNodeShiitake({ path: file, env: env() });

@@ -492,6 +492,19 @@ test("every documented operation is served and answers as documented", async () 
   await call(a, "delete", ONE, { params: { sessionId: "gone" }, status: 404 });
   await call(a, "delete", ONE, { params: { sessionId: "bad!id" }, status: 400 });
 
+  // ACP (docs/acp.md): JSON answers, a prompt's event stream, notifications.
+  const rpc = (id, method, params) => ({ jsonrpc: "2.0", id, method, params });
+  await call(a, "post", "/acp", { body: rpc(1, "initialize", { protocolVersion: 1 }), status: 200 });
+  const acpSid = (await call(a, "post", "/acp", { body: rpc(2, "session/new", { cwd: "/", mcpServers: [] }), status: 200 })).json.result.sessionId;
+  const streamed = await call(a, "post", "/acp", { body: rpc(3, "session/prompt", { sessionId: acpSid, prompt: [{ type: "text", text: "hi" }] }), status: 200 });
+  assert.match(streamed.headers.get("content-type"), /^text\/event-stream/);
+  assert.match(streamed.text, /"stopReason":"end_turn"/);
+  assert.equal((await call(a, "post", "/acp", { body: rpc(4, "session/fork", {}), status: 200 })).json.error.code, -32601);
+  await call(a, "post", "/acp", { body: { jsonrpc: "2.0", method: "session/cancel", params: { sessionId: acpSid } }, status: 202 });
+  await call(a, "post", "/acp", { body: { jsonrpc: "2.0", method: "session/cancel", params: { sessionId: "nobody" } }, status: 404 });
+  await call(a, "post", "/acp", { body: { jsonrpc: "2.0", method: "session/cancel", params: {} }, status: 400, beyondSchema: "the params of session/cancel" });
+  await call(a, "post", "/acp", { raw: "x".repeat(1_048_577), status: 413 });
+
   // The host's authentication.
   await call(a, "get", S, { token: null, status: 401 });
 
