@@ -74,6 +74,8 @@ export const WORKER_BINDINGS = [
   "INIT",
   // tests/e2e/fixtures/files-grant-worker.mjs: which roster and tools ("ok" | "two" | "both" | "notools").
   "FILES_GRANT_CASE",
+  // tests/e2e/fixtures/ui-worker.mjs: "host" gives tools().ui a hasSession.
+  "UI_HAS_SESSION",
 ];
 // The newest date the pinned workerd (1.20260730.x) accepts.
 export const COMPATIBILITY_DATE = "2026-07-30";
