@@ -499,7 +499,7 @@ test("every documented operation is served and answers as documented", async () 
   const streamed = await call(a, "post", "/acp", { body: rpc(3, "session/prompt", { sessionId: acpSid, prompt: [{ type: "text", text: "hi" }] }), status: 200 });
   assert.match(streamed.headers.get("content-type"), /^text\/event-stream/);
   assert.match(streamed.text, /"stopReason":"end_turn"/);
-  assert.equal((await call(a, "post", "/acp", { body: rpc(4, "session/fork", {}), status: 400 })).json.error.code, -32601);
+  assert.equal((await call(a, "post", "/acp", { body: rpc(4, "session/fork", {}), status: 400, beyondSchema: "the methods served" })).json.error.code, -32601);
   await call(a, "post", "/acp", { body: { jsonrpc: "2.0", method: "session/cancel", params: { sessionId: acpSid } }, status: 202 });
   await call(a, "post", "/acp", { body: { jsonrpc: "2.0", method: "session/cancel", params: { sessionId: "nobody" } }, status: 404 });
   await call(a, "post", "/acp", { body: { jsonrpc: "2.0", method: "session/cancel", params: {} }, status: 400, beyondSchema: "the params of session/cancel" });
