@@ -4,6 +4,8 @@ import { Hono } from "hono";
 import { HTTPException } from "hono/http-exception";
 import { bearerTokenAuth, jsonError as json } from "./bearer.mjs";
 import { ShiitakeDO as Base, shiitakeApp, sqliteWorkspace } from "./index.mjs";
+// The chat page (js/chat/), bundled by scripts/chat-page.mjs (scripts/build.sh).
+import * as chatPage from "../build/chat/assets.mjs";
 
 // `execute` guests run through it: released when each call returns.
 export { ShiitakeSandbox } from "./index.mjs";
@@ -83,7 +85,19 @@ export class ShiitakeDO extends Base {
 
 const app = new Hono();
 
-app.get("/", (c) =>
+// The chat page: public (it holds no secret; it asks for the token and sends
+// it on each API request), same-origin scripts and styles only.
+const PAGE_HEADERS = {
+  "cache-control": "no-cache",
+  "x-content-type-options": "nosniff",
+  "content-security-policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+  "referrer-policy": "no-referrer",
+};
+const asset = (body, type) => (c) => c.body(body, 200, { ...PAGE_HEADERS, "content-type": type });
+app.get("/", asset(chatPage.html, "text/html; charset=utf-8"));
+app.get("/chat/chat.js", asset(chatPage.js, "text/javascript; charset=utf-8"));
+app.get("/chat/chat.css", asset(chatPage.css, "text/css; charset=utf-8"));
+app.get("/api", (c) =>
   c.json({
     name: "shiitake-demo",
     routes: "/agents/:agentId/sessions... (docs/http.md), with Authorization: Bearer <SHIITAKE_TOKEN>",
