@@ -13,7 +13,7 @@ import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { ROOT, TOKEN, startWorker, uniq } from "./helpers.mjs";
+import { ROOT, TOKEN, execute, startWorker, uniq } from "./helpers.mjs";
 
 const CHROMIUM = process.env.SHIITAKE_CHROMIUM ?? "/usr/bin/chromium";
 const FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"];
@@ -145,5 +145,24 @@ test("a reload shows the same transcript and settlements; a phone-sized screen s
   await shot(page, "phone");
   // Nothing wider than the screen.
   assert.ok((await page.evaluate(() => document.documentElement.scrollWidth)) <= 390);
+  await page.close();
+});
+
+test("a tool call shows with its arguments and its display data", T, async () => {
+  const tag = uniq("tool");
+  h.model.scriptFor(tag, execute("return await notes.add_note({ text: 'from the page' });"), { text: "Noted." });
+  const { page, errors } = await signedIn(newAgent());
+  await send(page, `Take a note ${tag}`);
+  await page.locator("li.message.assistant", { hasText: "Noted." }).waitFor();
+  // The model's call, then its outcome with the data the host displays.
+  assert.match(await page.locator("li.message.assistant .calls").first().textContent(), /^execute\(\{"code":"return await notes\.add_note/);
+  const tool = page.locator("li.message.tool").first();
+  assert.match(await tool.locator(".who").textContent(), /tool · execute/);
+  await tool.locator("summary").click();
+  const data = JSON.parse(await tool.locator("pre").textContent());
+  assert.equal(data.calls[0].path, "notes.add_note");
+  await page.locator("li.message.user .settlement.completed").waitFor();
+  await shot(page, "tool");
+  assert.deepEqual(errors, []);
   await page.close();
 });
