@@ -111,6 +111,13 @@ export interface ToolProtocol {
  */
 export interface SessionMessage {
   entryId: string;
+  /**
+   * On messages of a read page or a watch snapshot: the committed Session
+   * position (1-based, contiguous), what `afterSequence` timeline cells
+   * anchor on. A `message` frame carries none: it is the position after the
+   * newest the watcher has.
+   */
+  sequence?: number;
   role: MessageRole;
   /** On a `tool` message: what the model saw. */
   text: string;
@@ -173,6 +180,8 @@ export interface SessionRead {
    * this Session, by extension id (an extension publishing none is absent).
    */
   extensions?: Record<string, unknown>;
+  /** When an extension keeps producer history: its history of this Session, by extension id. */
+  extensionHistory?: Record<string, ExtensionHistory>;
   /**
    * When the Agent runs extensions: the Session's open attention, newest
    * first (items of stopped or ungranted extensions left out).
@@ -235,6 +244,8 @@ export interface ExtensionFrame {
   extensionId: string;
   scope: "session" | "agent";
   value: unknown;
+  /** With `scope: "session"`, when the extension keeps producer history. */
+  history?: ExtensionHistory;
 }
 
 /** An attention item set (`item`) or cleared (`item` null) on the watched Session, after the commit. */
@@ -530,8 +541,8 @@ export type CommandArgs<C extends ExtensionContract, N extends string> = undefin
  */
 export type ProjectionSlot<T> =
   | { readonly status: "unknown" }
-  | { readonly status: "absent"; readonly observedAt: number }
-  | { readonly status: "observed"; readonly value: T; readonly observedAt: number }
+  | { readonly status: "absent"; readonly observedAt: number; readonly history?: ExtensionHistory }
+  | { readonly status: "observed"; readonly value: T; readonly observedAt: number; readonly history?: ExtensionHistory }
   | { readonly status: "invalid"; readonly error: ShiitakeSchemaError; readonly observedAt: number };
 
 /**
@@ -622,6 +633,19 @@ export interface ExtensionStatus {
   behind: boolean;
   /** The Agent projection; absent when it publishes none. */
   projection?: unknown;
+  /** The advertised command catalog (a client entry's actions name these). */
+  commands: Array<{ name: string; scope: "session" | "agent"; description: string | null }>;
+}
+
+/**
+ * An extension's producer history of one Session (`.projection({ history:
+ * true })`): the values its Session projection took, oldest first, at most
+ * 32 events and 32,768 bytes; `omitted` counts the dropped ones. A Session
+ * binding's slot carries it (`history`) when the observation did.
+ */
+export interface ExtensionHistory {
+  events: Array<{ sequence: number; at: number; value: unknown }>;
+  omitted: number;
 }
 
 /** An extension's Agent scope. */

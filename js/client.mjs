@@ -580,8 +580,11 @@ class BindingCore {
     if (this.closed) throw this.closedError();
   }
 
-  /** Sets the slot from one observation (`present` false: no value) and tells the listeners. */
-  observe(present, value, fromWatch) {
+  /**
+   * Sets the slot from one observation (`present` false: no value; `history`:
+   * the producer history it carried, if any) and tells the listeners.
+   */
+  observe(present, value, fromWatch, history) {
     if (this.closed) return;
     const observedAt = Date.now();
     let slot;
@@ -600,6 +603,7 @@ class BindingCore {
       }
     }
     if (fromWatch) this.watchObservations += 1;
+    if (history !== undefined && slot.status !== "invalid") slot.history = history;
     this.slot = Object.freeze(slot);
     this.notify(undefined);
   }
@@ -737,7 +741,7 @@ class SessionExtensionBinding {
     // A watch observation made meanwhile is at least as new as this read.
     if (!core.closed && core.watchObservations === seen) {
       const ext = page?.extensions;
-      core.observe(hasOwn(ext, core.id), ext?.[core.id], false);
+      core.observe(hasOwn(ext, core.id), ext?.[core.id], false, page?.extensionHistory?.[core.id]);
     }
     return core.slot;
   }
@@ -765,9 +769,9 @@ class SessionExtensionBinding {
     const core = this.#core;
     if (event === "snapshot") {
       const ext = data?.extensions;
-      core.observe(hasOwn(ext, core.id), ext?.[core.id], true);
+      core.observe(hasOwn(ext, core.id), ext?.[core.id], true, data?.extensionHistory?.[core.id]);
     } else if (event === "frame" && data?.type === "extension" && data.extensionId === core.id && data.scope === "session") {
-      core.observe(hasOwn(data, "value"), data.value, true);
+      core.observe(hasOwn(data, "value"), data.value, true, data.history);
     }
   }
 

@@ -221,6 +221,14 @@ export interface ReadContext<S extends StateDeclarations, C> {
   /** ms since epoch. */
   readonly now: number;
   readonly session: SessionRef | undefined;
+  /**
+   * `session.position`, by the seed's name: the committed Session position
+   * (its newest entry's sequence; 0 before the first) read inside the
+   * calling transaction, for a timeline anchor (`afterSequence`) later
+   * output cannot move; `null` without a Session and where the read cannot
+   * run (settled hooks, projections).
+   */
+  readonly sessionPosition: number | null;
   readonly state: {
     /** Calls `fn` with a view of the state (this call's writes included) and returns its value. */
     read<R>(fn: (view: StateView<S>) => R): R;
@@ -348,8 +356,18 @@ export interface ExtensionDefinition<
   onSettled(fn: (ctx: HookContext<S, C>, event: SettledEvent) => void): ExtensionDefinition<S, C, Cm>;
   /** Called when one of the extension's timers is due. */
   onTimer(fn: (ctx: HookContext<S, C>, timer: TimerEvent) => void): ExtensionDefinition<S, C, Cm>;
-  /** What the extension publishes for a scope (one per scope); `undefined` or `None` publishes nothing. */
-  projection(spec: { scope?: Scope; read: (ctx: ReadContext<S, C>) => unknown }): ExtensionDefinition<S, C, Cm>;
+  /**
+   * What the extension publishes for a scope (one per scope); `undefined` or
+   * `None` publishes nothing. `history: true` (session scope only) keeps the
+   * producer history: each command or hook that changes the state records
+   * the new Session projection (unless unchanged) in its own transaction,
+   * the newest 32 events and 32 KiB per Session, older ones counted as
+   * `omitted`. It is served beside the projection (`extensionHistory` of the
+   * Session read, `history` of its `extension` frames) as `{ events:
+   * [{ sequence, at, value }], omitted }`; `sequence` is the producer's
+   * own (1, 2, ...), not a Session position.
+   */
+  projection(spec: { scope?: Scope; read: (ctx: ReadContext<S, C>) => unknown; history?: boolean }): ExtensionDefinition<S, C, Cm>;
   /** Sections added to a run's prompt. */
   prompt(fn: (ctx: ReadContext<S, C>, run: RunRef) => string | readonly string[] | undefined | null | void): ExtensionDefinition<S, C, Cm>;
   /** The session commands offered to the model as tools in a run. */
@@ -442,7 +460,7 @@ export interface ExtensionManifest {
   migrations: number[];
   commands: { [name: string]: { scope: Scope; inputSchema: JsonValue | null; validate: boolean; description: string | null } };
   hooks: { settled: boolean; timer: boolean };
-  projection: { session: boolean; agent: boolean };
+  projection: { session: boolean; agent: boolean; history: boolean };
   prompt: boolean;
   tools: boolean;
   /** Whether the definition has a files hook (`.files()`). */

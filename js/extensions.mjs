@@ -497,13 +497,17 @@ class ExtensionDefinition {
   projection(spec) {
     const r = callback(this);
     const where = `extension ${r.id}: projection`;
-    if (!isPlainObject(spec)) throw refusal(`${where}: expected { scope, read }`);
-    closedKeys(spec, ["scope", "read"], where);
+    if (!isPlainObject(spec)) throw refusal(`${where}: expected { scope, read, history? }`);
+    closedKeys(spec, ["scope", "read", "history"], where);
     const scope = spec.scope ?? "session";
     if (!SCOPES.includes(scope)) throw refusal(`${where}: scope must be "session" or "agent", not ${safeJson(scope) ?? typeName(scope)}`);
     if (r.projections[scope]) throw refusal(`${where}: a ${scope} projection is already declared (one per scope)`);
     if (typeof spec.read !== "function") throw refusal(`${where}: read must be a function (ctx) => value | undefined`);
+    const history = spec.history ?? false;
+    if (typeof history !== "boolean") throw refusal(`${where}: history must be true or false`);
+    if (history && scope !== "session") throw refusal(`${where}: history is kept per Session: only a session projection keeps one`);
     r.projections[scope] = spec.read;
+    if (history) r.projections.history = true;
     return this;
   }
 
@@ -587,7 +591,7 @@ export function defineExtension(spec) {
     requests: {},
     commands: new Map(),
     hooks: { settled: null, timer: null, prompt: null, tools: null, files: null },
-    projections: { session: null, agent: null },
+    projections: { session: null, agent: null, history: false },
   });
 }
 
@@ -695,7 +699,7 @@ export function manifestOf(entry) {
     migrations: [...r.state.migrations.keys()].sort((a, b) => a - b),
     commands,
     hooks: { settled: r.hooks.settled !== null, timer: r.hooks.timer !== null },
-    projection: { session: r.projections.session !== null, agent: r.projections.agent !== null },
+    projection: { session: r.projections.session !== null, agent: r.projections.agent !== null, history: r.projections.history },
     prompt: r.hooks.prompt !== null,
     tools: r.hooks.tools !== null,
     files: r.hooks.files !== null,
@@ -1010,6 +1014,9 @@ class HookCall {
       config: config === undefined ? null : cloneJson(config),
       now,
       session,
+      // The seed's name for session.position: the committed Session
+      // position read inside the calling transaction (null where none is).
+      sessionPosition: session?.position ?? null,
       state,
       timers,
       send(message) {

@@ -91,6 +91,8 @@ banner() {
   token (local only): $token
   $model_line
 
+  chat with it:  npx shiitake chat --url $url --token $token
+
   curl -s -X POST $url/agents/demo/sessions $auth -d '{"sessionId":"hello"}'
   curl -s -X POST $url/agents/demo/sessions/hello/commands $auth \\
        -d '{"type":"prompt","requestId":"r1","text":"Hello!"}'

@@ -44,6 +44,15 @@ node scripts/deploy-check.mjs
 step "build (wasm + demo bundle; test build: with the fault-injection hook)"
 SHIITAKE_TEST_BUILD=1 bash scripts/build.sh
 
+# tests/e2e/chat-cli.test.mjs drives the terminal client inside tmux.
+if ! command -v tmux >/dev/null 2>&1; then
+  echo "[env] installing tmux" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq >&2
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >&2
+fi
+
 step "end-to-end tests (node --test, Miniflare)"
 # Node 24's --test takes globs, not directories.
 node --test --test-concurrency=1 'tests/e2e/**/*.test.mjs'

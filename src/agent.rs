@@ -118,12 +118,17 @@ pub fn delete_session(ctx: &mut Ctx<'_>, session_id: &str) -> Result<Deleted, Ap
         // Its explicit model goes with it.
         let chosen = crate::model_choice::session_has(store.sql(), session_id)?;
         let hosted = crate::model_choice::hosted(store.sql(), session_id)?;
+        // So does the producer history extensions kept of it.
+        let history = crate::history::exists(store.sql())?;
         if store.delete_session(session_id)? {
             if chosen {
                 crate::model_choice::forget_session(store.sql(), session_id)?;
             }
             if hosted {
                 crate::model_choice::forget_hosted(store.sql(), session_id)?;
+            }
+            if history {
+                crate::history::forget_session(store.sql(), session_id)?;
             }
             attention::remove_with(store.sql(), session_id, &attention, now_ms)?;
             owed.stage(store.sql(), now_ms)?;

@@ -345,6 +345,10 @@ pub fn with_projections(
         if !ext.roster().is_empty() {
             let (projections, _failed) = ext.session_projections(ctx.store, id);
             map.insert("extensions".into(), serde_json::json!(projections));
+            let histories = ext.session_histories(ctx.store, id)?;
+            if !histories.is_empty() {
+                map.insert("extensionHistory".into(), serde_json::json!(histories));
+            }
             let owners = ext.attention_owners(ctx.store)?;
             let items = attention::of_session(
                 ctx.store.sql(),

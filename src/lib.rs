@@ -22,6 +22,7 @@ pub mod extension;
 pub mod files;
 pub mod fleet;
 pub mod grants;
+pub mod history;
 pub mod http;
 pub mod json;
 pub mod json_schema;

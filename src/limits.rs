@@ -301,6 +301,25 @@ pub const EXTENSION_REPLAY_PER_PASS_MAX: usize = 64;
 pub const EXTENSION_TIMERS_PER_PASS_MAX: usize = 16;
 /// Command request ids one extension remembers for replay (the newest).
 pub const EXTENSION_REQUESTS_KEPT_MAX: usize = 10_000;
+/// Producer history events one extension retains per Session (the newest;
+/// older ones are counted as omitted).
+pub const EXTENSION_HISTORY_EVENTS_MAX: usize = 32;
+/// Bytes of one extension's retained history of a Session (its events'
+/// values as JSON).
+pub const EXTENSION_HISTORY_BYTES_MAX: usize = 32_768;
+
+// Client entries v1 (`js/client-entry.mjs`, seed: "Client entries"): what
+// one entry's `contribute` may return, checked by the client host.
+/// Chips in one contribution.
+pub const CLIENT_CHIPS_MAX: usize = 4;
+/// Pinned panel rows in one contribution.
+pub const CLIENT_PANEL_ROWS_MAX: usize = 16;
+/// Timeline cells in one contribution.
+pub const CLIENT_TIMELINE_CELLS_MAX: usize = 32;
+/// Rows one entry shows across its slots (chips, panel rows, cells, waiting).
+pub const CLIENT_ROWS_MAX: usize = 200;
+/// Characters (code points) of one label.
+pub const CLIENT_LABEL_CHARS_MAX: usize = 4_096;
 
 // Attention (seed: "Extensions and authority") and its delivery
 // (`src/delivery.rs`, the host's work lane, seed: `hostJobs`).

@@ -39,6 +39,10 @@ pub enum Frame {
         extension_id: String,
         scope: &'static str,
         value: serde_json::Value,
+        /// The producer history of a Session projection, when the
+        /// extension keeps one (`.projection({ history: true })`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        history: Option<serde_json::Value>,
     },
     /// An attention item an extension set (`item`) or cleared (`item`
     /// null), published on the Session's watch after the commit; `id` is

@@ -222,6 +222,11 @@ fn a_roster_is_closed_and_bounded_and_names_the_extension() {
         json!({"configSchema": {"type": "object", "required": ["a"]}, "configValidate": true, "config": {}})
     )]));
     assert!(e.contains("config") && e.contains("a"), "{e}");
+    let e = parse(json!([manifest(
+        "tally",
+        json!({"projection": {"session": false, "history": true}})
+    )]));
+    assert!(e.contains("history without a session projection"), "{e}");
 }
 
 #[test]
@@ -899,4 +904,216 @@ fn a_lean_build_refuses_a_validating_manifest_naming_the_feature() {
         }),
     );
     assert_eq!(roster(&[plain]).entries().len(), 1);
+}
+
+/// The history table row of `session` kept by extension `id`, as served.
+fn history(h: &mut Harness, session: &str) -> Value {
+    h.call("GET", &format!("/sessions/{session}"), Value::Null)
+        .json["extensionHistory"]["tally"]
+        .clone()
+}
+
+#[test]
+fn producer_history_commits_with_the_state_change_dedups_and_is_served_beside_the_projection() {
+    let mut h = Harness::new();
+    let host = tally();
+    open(
+        &mut h,
+        &[manifest("tally", json!({"projection": {"history": true}}))],
+        host.clone(),
+    );
+    h.session("s");
+    h.session("t");
+    assert_eq!(history(&mut h, "s"), json!({"events": [], "omitted": 0}));
+    let bump = |h: &mut Harness, session: &str, by: i64| {
+        h.call(
+            "POST",
+            &format!("/sessions/{session}/extensions/tally/commands/bump"),
+            json!({"input": {"by": by}}),
+        )
+    };
+    assert_eq!(bump(&mut h, "s", 2).status, 200);
+    // A settled hook's change is recorded in the settling transaction.
+    settle_one(&mut h, "s", "r1");
+    let got = history(&mut h, "s");
+    let values: Vec<&Value> = got["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["value"])
+        .collect();
+    assert_eq!(values, vec![&json!({"count": 2}), &json!({"count": 3})]);
+    assert_eq!(got["events"][0]["sequence"], 1);
+    assert_eq!(got["events"][1]["sequence"], 2);
+    assert_eq!(got["omitted"], 0);
+    // Another Session's history is its own.
+    assert_eq!(history(&mut h, "t"), json!({"events": [], "omitted": 0}));
+
+    // A state write that leaves the projection as it was records nothing.
+    host.set(|r| match r["kind"].as_str().unwrap() {
+        "command" => ok(json!([{"collection": "seen", "key": "x", "value": 1}])),
+        "project" => json!({"ok": true, "value": {"count": count_of(r)}}),
+        _ => json!({"ok": false, "error": "no"}),
+    });
+    assert_eq!(bump(&mut h, "s", 0).status, 200);
+    assert_eq!(history(&mut h, "s")["events"].as_array().unwrap().len(), 2);
+
+    // A command that fails (a bound) keeps neither its write nor an event.
+    host.set(|r| match r["kind"].as_str().unwrap() {
+        "command" => ok(json!([{"collection": "count", "key": "", "value": "not an integer"}])),
+        "project" => json!({"ok": true, "value": {"count": 99}}),
+        _ => json!({"ok": false, "error": "no"}),
+    });
+    assert_eq!(bump(&mut h, "s", 1).status, 422);
+    // A projection that throws inside the owner transaction fails the call:
+    // nothing is kept.
+    host.set(|r| match r["kind"].as_str().unwrap() {
+        "command" => ok(json!([{"collection": "count", "key": "", "value": 50}])),
+        _ => json!({"ok": false, "error": "extension tally: the session projection threw: no"}),
+    });
+    let r = bump(&mut h, "s", 1);
+    assert_eq!(r.status, 422, "{}", r.json);
+    // A settled hook that throws: the settlement commits, no event does.
+    host.set(|r| match r["kind"].as_str().unwrap() {
+        "settled" => json!({"ok": false, "error": "extension tally: the settled hook threw: boom"}),
+        "project" => json!({"ok": true, "value": {"count": 1000}}),
+        _ => json!({"ok": false, "error": "no"}),
+    });
+    settle_one(&mut h, "s", "r2");
+    assert!(stopped(&mut h, "tally").is_some());
+    let kept = history(&mut h, "s");
+    assert_eq!(kept["events"].as_array().unwrap().len(), 2, "{kept}");
+    assert_eq!(
+        rows(&h, "tally")[0],
+        ("count".into(), "".into(), "3".into())
+    );
+}
+
+#[test]
+fn producer_history_keeps_the_newest_32_events_and_counts_the_omitted() {
+    let mut h = Harness::new();
+    open(
+        &mut h,
+        &[manifest(
+            "tally",
+            json!({"projection": {"history": true}, "hooks": {"settled": false}}),
+        )],
+        tally(),
+    );
+    h.session("s");
+    for _ in 0..32 {
+        let r = h.call(
+            "POST",
+            "/sessions/s/extensions/tally/commands/bump",
+            json!({"input": {"by": 1}}),
+        );
+        assert_eq!(r.status, 200);
+    }
+    let at_limit = history(&mut h, "s");
+    assert_eq!(
+        (
+            at_limit["events"].as_array().unwrap().len(),
+            at_limit["omitted"].as_u64()
+        ),
+        (32, Some(0))
+    );
+    h.call(
+        "POST",
+        "/sessions/s/extensions/tally/commands/bump",
+        json!({"input": {"by": 1}}),
+    );
+    let past = history(&mut h, "s");
+    let events = past["events"].as_array().unwrap();
+    assert_eq!((events.len(), past["omitted"].as_u64()), (32, Some(1)));
+    assert_eq!(events[0]["sequence"], 2);
+    assert_eq!(events[31]["sequence"], 33);
+    assert_eq!(events[31]["value"], json!({"count": 33}));
+}
+
+#[test]
+fn the_status_advertises_the_command_catalog() {
+    let mut h = Harness::new();
+    open(&mut h, &[manifest("tally", json!({}))], tally());
+    let r = h.call("GET", "/extensions/tally", Value::Null);
+    assert_eq!(
+        r.json["commands"],
+        json!([
+            {"name": "agent", "scope": "agent", "description": null},
+            {"name": "bump", "scope": "session", "description": null}
+        ])
+    );
+}
+
+#[test]
+fn a_replay_across_sessions_records_each_sessions_history_in_one_transition() {
+    let mut h = Harness::new();
+    let host = tally();
+    open(
+        &mut h,
+        &[manifest("tally", json!({"projection": {"history": true}}))],
+        host.clone(),
+    );
+    h.session("s");
+    h.session("t");
+    host.set(|_| json!({"ok": false, "error": "down"}));
+    settle_one(&mut h, "s", "a");
+    assert!(stopped(&mut h, "tally").is_some());
+    settle_one(&mut h, "t", "b");
+    settle_one(&mut h, "s", "c");
+    host.set({
+        let inner = tally();
+        move |r| serde_json::from_str(&inner.call(&r.to_string())).unwrap()
+    });
+    with_ext(&mut h, |e, ctx| e.resume(ctx, "tally")).unwrap();
+    // One transition replays the three settlements of two Sessions.
+    assert!(!with_ext(&mut h, |e, ctx| e.catch_up(ctx)).unwrap());
+    let of = |h: &mut Harness, s: &str| -> Vec<Value> {
+        history(h, s)["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["value"].clone())
+            .collect()
+    };
+    assert_eq!(
+        of(&mut h, "s"),
+        vec![json!({"count": 1}), json!({"count": 3})]
+    );
+    assert_eq!(of(&mut h, "t"), vec![json!({"count": 2})]);
+}
+
+#[test]
+fn two_extensions_record_history_in_one_settling_transition_and_it_goes_with_the_session() {
+    let mut h = Harness::new();
+    let history_on = json!({"projection": {"history": true}});
+    open(
+        &mut h,
+        &[
+            manifest("tally", history_on.clone()),
+            manifest("other", history_on),
+        ],
+        tally(),
+    );
+    h.session("s");
+    settle_one(&mut h, "s", "r1");
+    let read = h.call("GET", "/sessions/s", Value::Null).json;
+    for id in ["tally", "other"] {
+        let events = &read["extensionHistory"][id]["events"];
+        assert_eq!(events.as_array().unwrap().len(), 1, "{id}: {read}");
+        assert_eq!(events[0]["value"], json!({"count": 1}));
+    }
+    let kept = |h: &Harness| {
+        shiitake::sql::read(h.sql(), "SELECT count(*) FROM shiitake_ext_history", &[]).unwrap()[0]
+            .int(0)
+            .unwrap()
+    };
+    assert_eq!(kept(&h), 2);
+    assert_eq!(h.call("DELETE", "/sessions/s", Value::Null).status, 204);
+    assert_eq!(kept(&h), 0, "the Session's history was deleted with it");
+    // A Session created again under the same id starts a new history.
+    h.session("s");
+    assert_eq!(
+        h.call("GET", "/sessions/s", Value::Null).json["extensionHistory"]["tally"],
+        json!({"events": [], "omitted": 0})
+    );
 }

@@ -1,8 +1,9 @@
 // The `goal` extension: a Session's goal, set by a command, its progress
 // projected to clients, the model reminded of it in every call and able to
 // end it itself (a command offered as a tool). Ending it records the
-// Session position read inside the ending transaction, so a client draws the
-// ending line exactly after the last entry that counted.
+// Session position read inside the ending transaction (`ctx.sessionPosition`),
+// so a client draws the ending line exactly after the last entry that counted
+// (its client entry: goal.client.mjs).
 //
 //   import { goal } from "shiitake/examples/goal"   (this file)
 //   class Agent extends ShiitakeDO { extensions() { return [goal]; } }
@@ -40,7 +41,7 @@ export const goal = defineExtension({ id: "goal", version: "1.0.0" })
     },
     (ctx, { text }) =>
       ctx.state.update((s) => {
-        s.goals.put(ctx.session.id, { text, status: "active", setAt: ctx.now, turns: 0, completed: 0, startedAfter: ctx.session.position });
+        s.goals.put(ctx.session.id, { text, status: "active", setAt: ctx.now, turns: 0, completed: 0, startedAfter: ctx.sessionPosition });
         return { text, status: "active" };
       }),
   )
@@ -55,9 +56,10 @@ export const goal = defineExtension({ id: "goal", version: "1.0.0" })
         const current = s.goals.get(ctx.session.id);
         if (current === undefined || current.status !== "active") throw new Error("this conversation has no active goal");
         // The ending line: after the Session's last committed entry, read in
-        // this very transaction.
-        s.goals.put(ctx.session.id, { ...current, status, endedAt: ctx.now, endedAfter: ctx.session.position });
-        return { status, endedAfter: ctx.session.position };
+        // this very transaction (later output of the same running work
+        // cannot move it).
+        s.goals.put(ctx.session.id, { ...current, status, endedAt: ctx.now, endedAfter: ctx.sessionPosition });
+        return { status, endedAfter: ctx.sessionPosition };
       }),
   )
   .onSettled((ctx, event) => {
@@ -71,8 +73,11 @@ export const goal = defineExtension({ id: "goal", version: "1.0.0" })
       });
     });
   })
+  // `history`: each change of this projection is kept (the newest 32), so
+  // the client entry (goal.client.mjs) draws a timeline cell per event.
   .projection({
     scope: "session",
+    history: true,
     read: (ctx) =>
       ctx.state.read((s) => {
         const g = s.goals.get(ctx.session.id);

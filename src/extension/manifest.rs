@@ -118,6 +118,10 @@ pub struct Hooks {
 pub struct Projections {
     pub session: bool,
     pub agent: bool,
+    /// Producer history of the Session projection: each owner transaction
+    /// that changes it records the new value ([`crate::history`]).
+    #[serde(default)]
+    pub history: bool,
 }
 
 /// One roster entry, checked, with its compiled schemas and revision.
@@ -296,6 +300,9 @@ fn entry(item: Value) -> Result<Entry, String> {
         return Err(
             "has a files hook but does not request files (requests({ files: true }))".into(),
         );
+    }
+    if m.projection.history && !m.projection.session {
+        return Err("keeps history without a session projection (history is per Session)".into());
     }
     if m.state.version == 0 || m.state.version > EXTENSION_STATE_VERSION_MAX {
         return Err(format!(

@@ -32,6 +32,7 @@ pub use manifest::{Entry, Roster, Scope};
 use crate::agent::validate_session_id;
 use crate::ctx::Ctx;
 use crate::error::ApiError;
+use crate::history::{self, History};
 use crate::limits::{
     EXTENSION_ANSWER_BYTES_MAX, EXTENSION_COMMAND_BYTES_MAX, EXTENSION_KEY_BYTES_MAX,
     EXTENSION_PROJECTION_BYTES_MAX, EXTENSION_PROMPT_BYTES_MAX, EXTENSION_REPLAY_PER_PASS_MAX,
@@ -77,6 +78,9 @@ struct Cache {
     timers: BTreeMap<String, BTreeSet<String>>,
     log_head: i64,
     states: BTreeMap<String, State>,
+    /// Producer histories read or written: by Session (each read whole,
+    /// before any history write), then by extension.
+    histories: BTreeMap<String, BTreeMap<String, History>>,
 }
 
 /// One extension's rows and their size.
@@ -138,6 +142,8 @@ struct Staged {
     sends: Vec<SendOp>,
     answer: Answer,
     attention: attention::Planned,
+    /// The Session history this call records: (Session, history after it).
+    history: Option<(String, History)>,
 }
 
 /// An extension command to run ([`Extensions::command`]).
@@ -202,6 +208,17 @@ pub struct Status {
     /// The Agent-scope projection, when it publishes one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub projection: Option<Value>,
+    /// The advertised command catalog: every declared command, by name
+    /// (client entries' actions name these).
+    pub commands: Vec<CommandInfo>,
+}
+
+/// One command of an extension's catalog.
+#[derive(Debug, Clone, Serialize)]
+pub struct CommandInfo {
+    pub name: String,
+    pub scope: &'static str,
+    pub description: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -271,6 +288,7 @@ impl Extensions {
                 timers: tables::timer_names(sql)?,
                 log_head: tables::log_head(sql)?,
                 states: BTreeMap::new(),
+                histories: BTreeMap::new(),
             });
         }
         f(slot.as_mut().expect("cache just filled"))
@@ -309,14 +327,70 @@ impl Extensions {
     ) -> Result<Result<Staged, Failure>, SqlError> {
         let state = Self::state(sql, cache, entry)?.clone();
         let timers = cache.timers.get(entry.id()).cloned().unwrap_or_default();
+        let session_id = session.as_ref().map(|s| s.id.to_owned());
         let answer = match self.ask(entry, kind, &state.rows, session, event, now_ms, closed) {
             Ok(answer) => answer,
             Err(failure) => return Ok(Err(failure)),
         };
-        match stage(entry, state, timers, answer, sends_allowed) {
-            Ok(staged) => self.attention.plan(sql, entry, staged, now_ms),
-            Err(e) => Ok(Err(Failure::Bound(e))),
+        let mut staged = match stage(entry, state, timers, answer, sends_allowed) {
+            Ok(staged) => staged,
+            Err(e) => return Ok(Err(Failure::Bound(e))),
+        };
+        if let Some(session_id) = session_id {
+            if let Err(failure) =
+                self.record_history(sql, cache, entry, session_id, &mut staged, now_ms)?
+            {
+                return Ok(Err(failure));
+            }
         }
+        self.attention.plan(sql, entry, staged, now_ms)
+    }
+
+    /// Records the Session projection after a call that changed `entry`'s
+    /// state in its history (when it keeps one): the value is projected
+    /// from the staged state and its write joins the call's writes, so it
+    /// commits with them or not at all.
+    fn record_history(
+        &self,
+        sql: &dyn Sql,
+        cache: &mut Cache,
+        entry: &Entry,
+        session_id: String,
+        staged: &mut Staged,
+        now_ms: i64,
+    ) -> Result<Result<(), Failure>, SqlError> {
+        if !entry.manifest.projection.history || staged.answer.writes.is_empty() {
+            return Ok(Ok(()));
+        }
+        let mut kept = Self::history(sql, cache, entry, &session_id)?.clone();
+        let value = match self.projected(entry, &staged.state, Some(&session_id)) {
+            Ok(value) => value.unwrap_or(Value::Null),
+            Err(failure) => return Ok(Err(failure)),
+        };
+        if kept.record(value, now_ms) {
+            staged
+                .writes
+                .push(history::store(entry.id(), &session_id, &kept));
+            staged.history = Some((session_id, kept));
+        }
+        Ok(Ok(()))
+    }
+
+    /// `entry`'s history of `session_id` in this transition: the
+    /// Session's histories are read once, then kept as its calls leave them.
+    fn history<'c>(
+        sql: &dyn Sql,
+        cache: &'c mut Cache,
+        entry: &Entry,
+        session_id: &str,
+    ) -> Result<&'c mut History, SqlError> {
+        let of_session = match cache.histories.entry(session_id.to_owned()) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(history::load(sql, session_id)?)
+            }
+        };
+        Ok(of_session.entry(entry.id().to_owned()).or_default())
     }
 
     /// Calls `entry`'s callback `kind` in a transition that may send, and
@@ -440,6 +514,13 @@ impl Extensions {
         self.attention.commit(sql, staged.attention)?;
         cache.states.insert(entry.id().to_owned(), staged.state);
         cache.timers.insert(entry.id().to_owned(), staged.timers);
+        if let Some((session_id, kept)) = staged.history {
+            cache
+                .histories
+                .entry(session_id)
+                .or_default()
+                .insert(entry.id().to_owned(), kept);
+        }
         if changed {
             self.touched.borrow_mut().insert(Touched {
                 extension: entry.id().to_owned(),
@@ -664,6 +745,13 @@ impl Extensions {
                     work.push((*seq, session_id.clone(), settlement));
                 }
                 Self::state(sql, cache, entry)?;
+                // Each replayed Session's history is read before any write
+                // of this extension's history table.
+                if entry.manifest.projection.history {
+                    for (_, session_id, _) in &work {
+                        Self::history(sql, cache, entry, session_id)?;
+                    }
+                }
                 let mut at = cursor;
                 let mut failed = false;
                 for (seq, session_id, settlement) in work {
@@ -1019,41 +1107,77 @@ impl Extensions {
         entry: &Entry,
         session_id: Option<&str>,
     ) -> Result<Option<Value>, String> {
-        let (scope, declared) = match session_id {
-            Some(_) => ("session", entry.manifest.projection.session),
-            None => ("agent", entry.manifest.projection.agent),
+        let declared = match session_id {
+            Some(_) => entry.manifest.projection.session,
+            None => entry.manifest.projection.agent,
         };
         if !declared {
             return Ok(None);
         }
+        let rows = tables::load_rows(store.sql(), entry.id()).map_err(|e| e.to_string())?;
+        self.projected(entry, &State::of(entry, rows), session_id)
+            .map_err(Failure::reason)
+    }
+
+    /// `entry`'s projection of `state` (the Session's for `session_id`,
+    /// else the Agent's), within its bound: `None` when it publishes none.
+    fn projected(
+        &self,
+        entry: &Entry,
+        state: &State,
+        session_id: Option<&str>,
+    ) -> Result<Option<Value>, Failure> {
+        let scope = if session_id.is_some() {
+            "session"
+        } else {
+            "agent"
+        };
         let id = entry.id();
-        let rows = tables::load_rows(store.sql(), id).map_err(|e| e.to_string())?;
-        let state = State::of(entry, rows);
         let session = session_id.map(|s| SessionRef {
             id: s,
             position: None,
         });
-        let answer = self
-            .ask(
-                entry,
-                "project",
-                &state.rows,
-                session,
-                json!({"scope": scope}),
-                0,
-                &[],
-            )
-            .map_err(Failure::reason)?;
+        let answer = self.ask(
+            entry,
+            "project",
+            &state.rows,
+            session,
+            json!({"scope": scope}),
+            0,
+            &[],
+        )?;
         let Some(value) = answer.value else {
             return Ok(None);
         };
         let bytes = value.to_string().len();
         if bytes > EXTENSION_PROJECTION_BYTES_MAX {
-            return Err(format!(
+            return Err(Failure::Bound(format!(
                 "extension {id}: the {scope} projection is {bytes} bytes of JSON; at most {EXTENSION_PROJECTION_BYTES_MAX}"
-            ));
+            )));
         }
         Ok(Some(value))
+    }
+
+    /// The producer history of `session_id` each roster extension that
+    /// keeps one holds, by extension id (read from committed state).
+    pub fn session_histories(
+        &self,
+        store: Store<'_>,
+        session_id: &str,
+    ) -> Result<BTreeMap<String, History>, ApiError> {
+        let keeping = || {
+            self.roster
+                .entries()
+                .iter()
+                .filter(|e| e.manifest.projection.history)
+        };
+        if keeping().next().is_none() {
+            return Ok(BTreeMap::new());
+        }
+        let mut stored = history::load(store.sql(), session_id)?;
+        Ok(keeping()
+            .map(|e| (e.id().to_owned(), stored.remove(e.id()).unwrap_or_default()))
+            .collect())
     }
 
     /// Every Session projection of `session_id`, by extension id. A
@@ -1285,6 +1409,16 @@ impl Extensions {
             }),
             behind: m.is_some_and(|m| m.cursor.is_some()),
             projection: self.project(store, entry, None).ok().flatten(),
+            commands: entry
+                .manifest
+                .commands
+                .iter()
+                .map(|(name, c)| CommandInfo {
+                    name: name.clone(),
+                    scope: c.scope.as_str(),
+                    description: c.description.clone(),
+                })
+                .collect(),
         })
     }
 }
@@ -1565,5 +1699,6 @@ fn stage(
         sends: answer.sends.clone(),
         answer,
         attention: attention::Planned::default(),
+        history: None,
     })
 }

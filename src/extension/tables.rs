@@ -1,7 +1,7 @@
 //! The extensions' tables. Created on first use, outside the versioned
 //! runtime schema (an Agent without extensions has none): one status row
 //! per extension, the timers, the settled-work log a stopped extension
-//! replays, command request ids for replay, and one state table per
+//! replays, command request ids for replay, producer history, and one state table per
 //! extension (so a transition may read one extension's state after writing
 //! another's: `sql::read_beside`).
 
@@ -26,7 +26,7 @@ pub(super) fn state_table(id: &str) -> String {
 /// (the catalog answers: an Agent's reopening writes nothing).
 pub(super) fn create(sql: &dyn Sql, roster: &Roster) -> Result<(), SqlError> {
     let mut present = true;
-    for table in [META, TIMERS, LOG, REQUESTS] {
+    for table in [META, TIMERS, LOG, REQUESTS, crate::history::TABLE] {
         present &= table_exists(sql, table)?;
     }
     for entry in roster.entries() {
@@ -90,6 +90,8 @@ fn create_missing(sql: &dyn Sql, roster: &Roster) -> Result<(), SqlError> {
         format!(
             "CREATE UNIQUE INDEX IF NOT EXISTS {REQUESTS}_id ON {REQUESTS} (ext, scope, request_id)"
         ),
+        // Producer history: one row per (Session, extension).
+        crate::history::create_statement(),
     ];
     for entry in roster.entries() {
         statements.push(format!(

@@ -97,10 +97,23 @@ impl Inner {
                 if self.published.borrow().get(&key) == Some(&text) {
                     continue;
                 }
+                let history = match scope {
+                    Some(session_id) if entry.manifest.projection.history => {
+                        match ext.session_histories(store, session_id) {
+                            Ok(mut all) => all.remove(id).map(|h| serde_json::json!(h)),
+                            Err(e) => {
+                                log_error(e);
+                                None
+                            }
+                        }
+                    }
+                    _ => None,
+                };
                 let frame = Frame::Extension {
                     extension_id: id.to_owned(),
                     scope: if scope.is_some() { "session" } else { "agent" },
                     value,
+                    history,
                 };
                 let targets: Vec<&String> = match scope {
                     Some(_) => sessions

@@ -31,6 +31,17 @@ pub struct RunningItem {
     pub started_at: Option<i64>,
 }
 
+/// A stored message (a JSON object, served verbatim) with its committed
+/// Session position first: clients anchor timeline cells on it
+/// (`afterSequence`).
+fn with_sequence(body: &str, seq: i64) -> String {
+    debug_assert!(
+        body.starts_with('{') && body.len() > 2,
+        "a stored message is a non-empty object"
+    );
+    format!("{{\"sequence\":{seq},{}", &body[1..])
+}
+
 /// Reads one page of the Session. `before` is the cursor of an earlier page.
 pub fn page(
     ctx: &Ctx<'_>,
@@ -58,10 +69,12 @@ pub fn page(
     } else {
         let newest = sizes[0].0;
         let oldest = sizes[taken - 1].0;
+        // Positions are contiguous per Session (`Store::insert_message`).
         store
             .message_bodies(session_id, oldest, newest)?
             .into_iter()
-            .map(raw_json)
+            .zip(oldest..)
+            .map(|(body, seq)| raw_json(with_sequence(&body, seq)))
             .collect::<Result<_, _>>()?
     };
     let cursor = (sizes.len() > taken).then(|| sizes[taken - 1].0.to_string());

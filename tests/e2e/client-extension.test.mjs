@@ -4,12 +4,16 @@
 // settled-hook `tally`, whose initialize marks "initialized"): a goal set by
 // a command and observed through the watch, its progress after a turn, the
 // contract's schemas refusing before any request, replays by requestId; the
-// tally's Agent projection read and followed on a Session's watch, and a
-// stopped extension's command refused by name.
+// tally's Agent projection read and followed on a Session's watch, a
+// stopped extension's command refused by name; the goal's client entry
+// (examples/extensions/goal.client.mjs) fed by a binding, its action
+// dispatched through the command route.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { z } from "zod";
 import { ShiitakeError, ShiitakeSchemaError, bindAgentExtension, bindSessionExtension, createShiitakeClient } from "../../js/client.mjs";
+import { bindingDispatch, createClientEntryHost } from "../../js/client-entry.mjs";
+import { goalClient } from "../../examples/extensions/goal.client.mjs";
 import { TOKEN, uniq, useWorker } from "./helpers.mjs";
 
 const h = useWorker({ fixture: "extensions-worker", model: "echo", bindings: { INIT: "ok" } });
@@ -80,6 +84,9 @@ test("goal (Session scope): set by a command, observed through the watch, counte
     assert.deepEqual(result, { text, status: "active" });
     const active = await slotWhere(goal, (s) => s.status === "observed", "the goal frame");
     assert.deepEqual(active.value, { text, status: "active", turns: 0, completed: 0, startedAfter: 0 });
+    // The frame carried the goal's producer history; the slot keeps it.
+    assert.deepEqual(active.history.events.map((e) => [e.sequence, e.value.status]), [[1, "active"]]);
+    assert.equal(active.history.omitted, 0);
     assert.ok(active.observedAt >= first.observedAt);
 
     // A replay with the same requestId answers the stored result; another input under it conflicts.
@@ -184,5 +191,47 @@ test("tally (Agent scope): refresh reads the Status and projection; follow obser
     assert.deepEqual(none.slot, { status: "unknown" }, "a failed read observes nothing");
   } finally {
     tally.close();
+  }
+});
+
+test("the goal's client entry over a real binding: its end action dispatched through the extension's command route, then refused locally as stale", T, async () => {
+  const { a, sid, session } = await fresh();
+  const goal = bindSessionExtension(session, goalContract);
+  const sent = [];
+  const counting = (name, input) => (sent.push(name), goal.command(name, input));
+  const entries = createClientEntryHost({ entries: [goalClient], dispatch: bindingDispatch(() => ({ command: counting })) });
+  const catalog = (await a.api("GET", "/extensions/goal")).json;
+  const observe = (slot) =>
+    entries.observe("goal", sid, {
+      status: slot.status === "observed" || slot.status === "absent" ? (catalog.stopped === null ? "running" : "stopped") : "offline",
+      value: slot.status === "observed" ? slot.value : null,
+      history: slot.history,
+      commands: catalog.commands.map((c) => c.name),
+    });
+  const unsubscribe = goal.subscribe(observe);
+  try {
+    await goal.command("set", { text: "ship it" });
+    await slotWhere(goal, (s) => s.status === "observed", "the goal frame");
+    const rows = entries.contribution("goal", sid);
+    assert.equal(rows.chips[0].title, "Goal: ship it");
+    const [achieved] = rows.panel[0].actions;
+    assert.deepEqual(achieved, { id: "end", label: "Achieved", input: { status: "achieved" } });
+    const result = await entries.act("goal", sid, achieved);
+    assert.equal(result.status, "achieved");
+    assert.deepEqual(sent, ["end"]);
+    await slotWhere(goal, (s) => s.status === "observed" && s.value.status === "achieved", "the ended goal");
+    // The rows changed with the frame: the action taken from them is stale now.
+    await rejection(entries.act("goal", sid, achieved)).then((e) => assert.equal(e.code, "stale_action"));
+    assert.deepEqual(sent, ["end"], "nothing more was sent");
+    assert.deepEqual(
+      entries.contribution("goal", sid).timeline.cells.map((c) => [c.id, c.label, c.afterSequence]),
+      [
+        ["1", "Goal set: ship it", 0],
+        ["2", "Goal achieved: ship it", 0],
+      ],
+    );
+  } finally {
+    unsubscribe();
+    goal.close();
   }
 });

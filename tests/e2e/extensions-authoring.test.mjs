@@ -146,7 +146,7 @@ test("the manifest: JSON Schema verbatim (validated by the core), zod as JSON Sc
       reset: { scope: "agent", inputSchema: null, validate: false, description: null },
     },
     hooks: { settled: true, timer: false },
-    projection: { session: false, agent: true },
+    projection: { session: false, agent: true, history: false },
     prompt: false,
     tools: true,
     files: false,
@@ -478,4 +478,22 @@ test("context, timers and sends", () => {
     assert.deepEqual(run(defineExtension("goal"), kind, { sessionId: "s1", commandId: "c1" }), { ok: false, error });
   }
   assert.match(run(defineExtension("goal"), "explode", {}).error, /^extension goal: bad hook request: unknown kind "explode"/);
+});
+
+test("history is a session projection's opt-in, in the manifest; ctx.sessionPosition is the position read in the transaction", () => {
+  const base = () => defineExtension("goal").state({ goal: defineDocument() });
+  assert.equal(manifestOf(base().projection({ read: noop, history: true })).projection.history, true);
+  assert.equal(manifestOf(base().projection({ read: noop })).projection.history, false);
+  assert.throws(() => base().projection({ scope: "agent", read: noop, history: true }), /extension goal: projection: history is kept per Session: only a session projection keeps one/);
+  assert.throws(() => base().projection({ read: noop, history: "yes" }), /extension goal: projection: history must be true or false/);
+  const seen = [];
+  const ext = base().command("end", (ctx) => seen.push([ctx.sessionPosition, ctx.session?.position]));
+  assert.equal(run(ext, "command", { name: "end" }).ok, true);
+  assert.equal(run(ext, "command", { name: "end" }, {}, { session: { id: "s1", position: null } }).ok, true);
+  assert.equal(run(ext, "command", { name: "end" }, {}, { session: null }).ok, true);
+  assert.deepEqual(seen.slice(0, 2), [
+    [7, 7],
+    [null, null],
+  ]);
+  assert.equal(seen[2][0], null, "no Session: null");
 });

@@ -70,6 +70,11 @@ const bench = defineExtension("bench").requests({ files: true }).files((ctx, run
   const head: string = run.commandId;
   return head === "" ? undefined : { read: async () => null, stat: async () => null, list: async () => ({ entries: [], cursor: null }), write: async () => {}, replace: async () => null };
 });
+const kept = defineExtension("h").projection({ history: true, read: () => 1 });
+base.command("end", (ctx) => {
+  const at: number | null = ctx.sessionPosition;
+  return at;
+});
 const migrated = defineExtension("m").state({
   version: 2,
   collections: { notes: defineCollection(Goal) },
@@ -93,6 +98,7 @@ const WRONG = {
   updateInFiles: [`base.files((ctx) => { ctx.state.update(() => 1); return undefined; });`, /Property 'update' does not exist/],
   notAPort: [`base.files(() => ({ read: async () => null }));`, /not assignable/],
   badScope: [`base.command("x", { scope: "global" }, () => null);`, /'"global"' is not assignable/],
+  historyFlag: [`base.projection({ read: () => 1, history: "yes" });`, /'string' is not assignable to type 'boolean/],
 };
 
 test("extensions.d.ts: correct use compiles cleanly; each wrong use gets its diagnostic", () => {

@@ -7,9 +7,12 @@
 // timer that fires after a restart and sends its prompt once, a throwing
 // hook that stops its extension until the host resumes it (the missed
 // settlements then replayed once, in order), and initialize closing or
-// opening an instance.
+// opening an instance; the goal's producer history and its ending line, anchored
+// at the position its transaction read, also when the model ends it mid-turn.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { createClientEntryHost, placeCells } from "../../js/client-entry.mjs";
+import { goalClient } from "../../examples/extensions/goal.client.mjs";
 import { execute, uniq, useWorker } from "./helpers.mjs";
 
 const T = { timeout: 90_000 };
@@ -40,11 +43,17 @@ describe("extensions", () => {
     assert.equal(set.status, 200, set.text);
     assert.deepEqual(set.json, { result: { text: "write the release notes", status: "active" } });
     const first = await watch.until((e) => e.data?.type === "extension" && e.data.extensionId === "goal");
-    assert.deepEqual(first.at(-1).data, {
+    const activeGoal = { text: "write the release notes", status: "active", turns: 0, completed: 0, startedAfter: 0 };
+    // The goal keeps producer history, served with the frame (`at`: the commit's time).
+    const frame = first.at(-1).data;
+    assert.ok(frame.history.events.every((e) => Number.isSafeInteger(e.at)));
+    const withoutTimes = { ...frame, history: { ...frame.history, events: frame.history.events.map(({ at: _, ...e }) => e) } };
+    assert.deepEqual(withoutTimes, {
       type: "extension",
       extensionId: "goal",
       scope: "session",
-      value: { text: "write the release notes", status: "active", turns: 0, completed: 0, startedAfter: 0 },
+      value: activeGoal,
+      history: { events: [{ sequence: 1, value: activeGoal }], omitted: 0 },
     });
     const tag = uniq("goal");
     const settled = await a.settle(sid, `p-${tag}`, `draft them ${tag}`);
@@ -69,6 +78,36 @@ describe("extensions", () => {
     assert.equal(again.json.error.code, "extension_command_failed");
     assert.match(again.json.error.message, /no active goal/);
     assert.equal((await a.read(sid)).extensions.goal.status, "achieved");
+    // Later output of the Session cannot move the ending line: the goal's
+    // settled hook leaves an ended goal as it is, so no event is recorded.
+    const later = await a.settle(sid, `p2-${tag}`, `more ${tag}`);
+    assert.equal(later.terminal, "completed");
+    const final = await a.read(sid);
+    assert.ok(final.messages.length > read.messages.length);
+    const history = final.extensionHistory.goal;
+    assert.deepEqual(
+      history.events.map((e) => [e.sequence, e.value.status, e.value.turns, e.value.endedAfter]),
+      [
+        [1, "active", 0, undefined],
+        [2, "active", 1, undefined],
+        [3, "achieved", 1, read.messages.length],
+      ],
+    );
+    assert.equal(history.omitted, 0);
+    // The client entry turns it into cells: the ending one anchored at that
+    // fixed Session position, placed after that row once its page is loaded.
+    const entries = createClientEntryHost({ entries: [goalClient] });
+    const status = await a.api("GET", "/extensions/goal");
+    entries.observe("goal", sid, { status: status.json.stopped === null ? "running" : "stopped", value: final.extensions.goal, history, commands: status.json.commands.map((c) => c.name) });
+    const { cells } = entries.contribution("goal", sid).timeline;
+    assert.deepEqual(cells, [
+      { id: "1", label: "Goal set: write the release notes", commandId: null, afterSequence: 0 },
+      { id: "3", label: "Goal achieved: write the release notes", commandId: null, afterSequence: read.messages.length },
+    ]);
+    const rows = final.messages.map((m, i) => ({ sequence: i + 1, commandId: m.commandId }));
+    const placed = placeCells({ rows, first: true }, cells);
+    assert.deepEqual(placed.start.map((c) => c.id), ["1"]);
+    assert.deepEqual(placed.after.get(read.messages.length).map((c) => c.id), ["3"], "after the last entry the ending transaction saw, not after the later turn");
     watch.close?.();
   });
 
@@ -144,6 +183,31 @@ describe("extensions", () => {
     const denied = after.messages.filter((m) => m.role === "tool").at(-1);
     assert.match(denied.text, /refused/, denied.text);
     assert.equal(after.extensions.reminder.pending.length, 1, "the refused call changed nothing");
+  });
+
+  test("the model ends the goal mid-turn: the ending line stays at the position its transaction read, before the turn's later output", T, async () => {
+    const { a, sid } = await h.session();
+    const set = await command(a, sid, "goal", "set", { input: { text: "tidy up" } });
+    assert.equal(set.status, 200, set.text);
+    const tag = uniq("end");
+    h.model.scriptFor(tag, execute("return await goal.end({ status: 'achieved' });"), { text: "all tidy" });
+    const settled = await a.settle(sid, `p-${tag}`, `finish ${tag}`);
+    assert.equal(settled.terminal, "completed", JSON.stringify(settled));
+    const read = await a.read(sid, { limit: 200 });
+    // user, assistant (the call), tool (its result), assistant (the answer).
+    assert.deepEqual(read.messages.map((m) => m.role), ["user", "assistant", "tool", "assistant"]);
+    assert.equal(read.extensions.goal.endedAfter, 2, "the position the ending transaction read: after the call, before its result");
+    const events = read.extensionHistory.goal.events;
+    assert.deepEqual(events.map((e) => [e.sequence, e.value.status]), [
+      [1, "active"],
+      [2, "achieved"],
+    ], "the settled hook left the ended goal unchanged: no third event");
+    const entries = createClientEntryHost({ entries: [goalClient] });
+    entries.observe("goal", sid, { status: "running", value: read.extensions.goal, history: read.extensionHistory.goal, commands: ["set", "end"] });
+    const rows = read.messages.map((m, i) => ({ sequence: i + 1, commandId: m.commandId }));
+    const placed = placeCells({ rows, first: true }, entries.contribution("goal", sid).timeline.cells);
+    assert.deepEqual([...placed.after.entries()].map(([at, cells]) => [at, cells.map((c) => c.label)]), [[2, ["Goal achieved: tidy up"]]]);
+    assert.deepEqual(placed.start.map((c) => c.label), ["Goal set: tidy up"]);
   });
 
   test("a reminder's timer survives a restart, fires once and sends its prompt", T, async () => {

@@ -27,6 +27,7 @@ const CONSTANTS = [
   ["js/do.mjs", "JSON_DEPTH_MAX", "JSON_DEPTH_MAX"],
   ["js/execute.mjs", "RESULT_MAX_BYTES", "TOOL_PAYLOAD_BYTES_MAX"],
   ["js/demo.mjs", "DRAIN_BYTES_MAX", "BODY_BYTES_MAX"],
+  ["bin/shiitake.mjs", "SETTLEMENT_WAIT_MS", "SETTLEMENT_TIMEOUT_MS_MAX"],
   ["js/do.mjs", "FILE_BYTES_MAX", "FILE_BYTES_MAX"],
   ["js/do.mjs", "FLEET_BODY_BYTES_MAX", "FLEET_BODY_BYTES_MAX"],
   ["js/do.mjs", "FLEET_WAIT_TIMEOUT_MS_MAX", "FLEET_WAIT_TIMEOUT_MS_MAX"],
@@ -46,6 +47,11 @@ const CONSTANTS = [
   ["js/extensions.mjs", "ATTENTION_SUMMARY_CHARS_MAX", "ATTENTION_SUMMARY_CHARS_MAX"],
   ["js/extensions.mjs", "ATTENTION_ID_BYTES_MAX", "ATTENTION_ID_BYTES_MAX"],
   ["js/extensions.mjs", "ATTENTION_KIND_BYTES_MAX", "ATTENTION_KIND_BYTES_MAX"],
+  ["js/client-entry.mjs", "CLIENT_CHIPS_MAX", "CLIENT_CHIPS_MAX"],
+  ["js/client-entry.mjs", "CLIENT_PANEL_ROWS_MAX", "CLIENT_PANEL_ROWS_MAX"],
+  ["js/client-entry.mjs", "CLIENT_TIMELINE_CELLS_MAX", "CLIENT_TIMELINE_CELLS_MAX"],
+  ["js/client-entry.mjs", "CLIENT_ROWS_MAX", "CLIENT_ROWS_MAX"],
+  ["js/client-entry.mjs", "CLIENT_LABEL_CHARS_MAX", "CLIENT_LABEL_CHARS_MAX"],
 ];
 
 test("the shim's copies of core bounds equal src/limits.rs", async () => {

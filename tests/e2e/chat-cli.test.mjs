@@ -1,0 +1,336 @@
+// `shiitake chat` (bin/shiitake.mjs) used as a person would: the demo
+// Worker served by Miniflare on a real port (remote mode) or an Agent in a
+// SQLite file (`--local`), the scripted model server answering over the
+// OpenAI wire format. The chat runs in a detached tmux session, driven with
+// `send-keys` and read with `capture-pane` (and the terminal's modes are
+// checked after it exits: no raw mode left behind); `--prompt` runs as a
+// child process whose stdout and exit status are checked.
+import assert from "node:assert/strict";
+import { execFileSync, spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { once as once_ } from "node:events";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { Miniflare } from "miniflare";
+import { startModelServer } from "../support/model-server.mjs";
+import { DEMO_SCRIPT, MODEL_API_KEY, ROOT, TOKEN, execute, uniq, workerOptions } from "./helpers.mjs";
+
+const BIN = path.join(ROOT, "bin/shiitake.mjs");
+const T = { timeout: 60_000 };
+/** A tmux server of this file's own, so the user's sessions are never touched. */
+const SOCKET = `shiitake-chat-test-${process.pid}`;
+/** Past the CLI's window in which a second Ctrl-C quits. */
+const QUIT_WINDOW_MS_PLUS = 2100;
+const dir = mkdtempSync(path.join(tmpdir(), "shiitake-chat-"));
+
+let mf;
+let origin;
+let model;
+/** The environment a local (`--local`) Agent takes its model from. */
+let localEnv;
+
+before(async () => {
+  assert.ok(existsSync(DEMO_SCRIPT), `${path.relative(ROOT, DEMO_SCRIPT)} is missing: run \`bash scripts/build.sh\` first`);
+  model = await startModelServer({ fallback: "echo" });
+  localEnv = { SHIITAKE_MODEL: "openai/scripted-cli", OPENAI_BASE_URL: model.url, OPENAI_API_KEY: MODEL_API_KEY };
+  mf = new Miniflare({
+    ...workerOptions(DEMO_SCRIPT, undefined, { ...localEnv, SHIITAKE_RETRY_BASE_MS: "50", SHIITAKE_RETRY_MAX_MS: "200" }),
+    host: "127.0.0.1",
+    port: 0,
+  });
+  origin = (await mf.ready).origin;
+  // The server would exit with its last session (racing the next test's start).
+  tmux("new-session", "-d", "-s", "keep", "sleep 3600");
+});
+
+after(async () => {
+  try {
+    execFileSync("tmux", ["-L", SOCKET, "kill-server"], { stdio: "ignore" });
+  } catch {
+    // no session was left
+  }
+  await mf?.dispose();
+  await model?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const quote = (s) => `'${String(s).replaceAll("'", "'\\''")}'`;
+const tmux = (...args) => execFileSync("tmux", ["-L", SOCKET, ...args], { encoding: "utf8" });
+/** `t` as a RegExp source (the tags hold brackets). */
+const esc = (t) => t.replace(/[[\]]/g, "\\$&");
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Starts `shiitake chat <args>` in a detached 120x40 tmux session; its exit
+ * status lands in a file (`exitStatus()`), and the terminal's modes after
+ * it (`stty -a`) in another (`terminalModes()`).
+ */
+function chat(name, args, env = {}) {
+  const status = path.join(dir, `${name}.status`);
+  const modes = path.join(dir, `${name}.stty`);
+  const vars = Object.entries({ SHIITAKE_TOKEN: "", ...env }).map(([k, v]) => `${k}=${quote(v)}`);
+  const command = `cd ${quote(ROOT)} && env ${vars.join(" ")} ${quote(process.execPath)} ${quote(BIN)} chat ${args.map(quote).join(" ")}; code=$?; stty -a > ${quote(modes)}; echo $code > ${quote(status)}; sleep 600`;
+  tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", command);
+  const screen = () => tmux("capture-pane", "-p", "-t", name);
+  return {
+    keys: (...keys) => tmux("send-keys", "-t", name, ...keys),
+    line(text) {
+      tmux("send-keys", "-t", name, "-l", text);
+      tmux("send-keys", "-t", name, "Enter");
+    },
+    screen,
+    /** Waits until the screen matches `re`; the screen. */
+    async waitFor(re, timeoutMs = 20_000) {
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        const s = screen();
+        if (re.test(s)) return s;
+        if (Date.now() > deadline) throw new Error(`the screen never matched ${re}:\n${s}`);
+        await sleep(100);
+      }
+    },
+    async exitStatus(timeoutMs = 10_000) {
+      const deadline = Date.now() + timeoutMs;
+      while (!existsSync(status) || readFileSync(status, "utf8") === "") {
+        if (Date.now() > deadline) throw new Error(`the chat did not exit:\n${screen()}`);
+        await sleep(100);
+      }
+      return Number(readFileSync(status, "utf8"));
+    },
+    terminalModes: () => readFileSync(modes, "utf8"),
+    close: () => tmux("kill-session", "-t", name),
+  };
+}
+
+/**
+ * Runs `shiitake chat <args>` to its end: {code, stdout, stderr}. `input`:
+ * its stdin (a pipe); `onStderr` sees stderr as it grows.
+ */
+function once(args, { env = {}, input, onStderr } = {}) {
+  const stdin = input === undefined ? "ignore" : "pipe";
+  const child = spawn(process.execPath, [BIN, "chat", ...args], { cwd: ROOT, env: { ...process.env, SHIITAKE_TOKEN: "", ...env }, stdio: [stdin, "pipe", "pipe"] });
+  if (input !== undefined) child.stdin.end(input);
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d) => (stdout += d));
+  child.stderr.on("data", (d) => {
+    stderr += d;
+    onStderr?.(stderr, child);
+  });
+  return new Promise((resolve) => child.on("exit", (code) => resolve({ code, stdout, stderr })));
+}
+
+/** A loopback port nothing listens on (just freed). */
+async function freePort() {
+  const server = net.createServer().listen(0, "127.0.0.1");
+  await once_(server, "listening");
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/** The flags of a fresh demo Agent (`agent`: its id) on the Miniflare service. */
+const remote = (agent = `cli-${uniq("a").slice(1, -1)}`) => ["--url", origin, "--token", TOKEN, "--agent", agent];
+
+test("remote chat: an answer streams, tool calls show, arrow-up recalls the last line, /sessions, /quit exits 0", T, async () => {
+  const tag = uniq("stream");
+  const chunks = ["alpha ", "beta ", "gamma ", "delta ", "epsilon ", "zeta"];
+  model.scriptFor(tag, { chunks, chunkDelayMs: 300 });
+  const agent = `cli-${uniq("a").slice(1, -1)}`;
+  const c = chat("stream", remote(agent));
+  try {
+    const first = /session (ses_\w+) \(new\)/.exec(await c.waitFor(/session ses_\w+ \(new\)/))[1];
+    c.line(`count ${tag}`);
+    // Partial text before the end: the tokens arrive as the model sends them.
+    const partial = await c.waitFor(/alpha beta/);
+    assert.doesNotMatch(partial, /zeta/, "the whole answer was there at once: nothing streamed");
+    await c.waitFor(/alpha beta gamma delta epsilon zeta\n\[completed\]/);
+
+    const toolTag = uniq("tool");
+    model.scriptFor(toolTag, execute("return await notes.add_note({ text: 'buy milk' });"), { text: "noted it" });
+    c.line(`note ${toolTag}`);
+    const s = await c.waitFor(/noted it\n\[completed\] 1 tool call/);
+    assert.match(s, /\[tool\] execute \{"code":"return await notes\.add_note\(\{ text: 'buy milk' \}\);"\}/);
+    // The tool's display data: the calls its code made.
+    assert.match(s, /\[tool result\] execute \{"calls":\[\{"ok":true,"path":"notes\.add_note"\}\]/);
+
+    c.keys("Up");
+    await c.waitFor(new RegExp(`> note ${esc(toolTag)}\\s*$`));
+    c.keys("Up");
+    await c.waitFor(new RegExp(`> count ${esc(tag)}\\s*$`));
+    c.keys("C-u");
+    c.line("/sessions");
+    await c.waitFor(new RegExp(`\\* ${first} {2}\\d{4}-`));
+    // Another Session, then back: the first one's recent messages show.
+    c.line("/new");
+    const second = /> \/new\nsession (ses_\w+)\n/.exec(await c.waitFor(/> \/new\nsession ses_\w+\n/))[1];
+    assert.notEqual(second, first);
+    c.keys("C-l");
+    c.line(`/switch ${first}`);
+    await c.waitFor(new RegExp(`session ${first}\\n\\[user\\] count ${esc(tag)}\\n\\[assistant\\] alpha beta gamma delta epsilon zeta\\n[\\s\\S]*\\[assistant\\] noted it\\n`));
+    c.line("/switch nope");
+    await c.waitFor(/error: no such Session/);
+    // Deleted elsewhere: its watch ends and the chat says so.
+    const res = await fetch(`${origin}/agents/${agent}/sessions/${first}`, { method: "DELETE", headers: { authorization: `Bearer ${TOKEN}` } });
+    assert.equal(res.status, 204);
+    await c.waitFor(new RegExp(`\\[the watch of ${first} ended; /switch ${first} rejoins it if it still exists\\]`));
+    c.line("/quit");
+    assert.equal(await c.exitStatus(), 0);
+    // Readline's raw mode is gone: the shell gets a cooked, echoing terminal.
+    assert.match(c.terminalModes(), /(^|\s)icanon(\s|$)/);
+    assert.match(c.terminalModes(), /(^|\s)echo(\s|$)/);
+  } finally {
+    c.close();
+  }
+});
+
+test("remote chat: /cancel cancels the queued prompt, Ctrl-C the running one, /abort both, Ctrl-C twice quits with 0", T, async () => {
+  const held = uniq("held");
+  const queued = uniq("queued");
+  const again = uniq("again");
+  model.scriptFor(held, { hang: true, chunks: ["thinking about it "] });
+  model.scriptFor(again, { hang: true, chunks: ["still thinking "] });
+  const c = chat("cancel", remote());
+  try {
+    await c.waitFor(/session ses_\w+ \(new\)/);
+    c.line(`hold ${held}`);
+    await c.waitFor(/thinking about it/);
+    c.line(`later ${queued}`);
+    // Typed while the answer streams: not echoed into it, shown as queued.
+    await c.waitFor(new RegExp(`thinking about it *\\n\\[queued\\] later ${esc(queued)}\\n`));
+    c.line("/cancel");
+    // The queued prompt is the one cancelled; the running one goes on.
+    await c.waitFor(new RegExp(`> /cancel\\n[\\s\\S]*cancelling later ${esc(queued)}`));
+    await c.waitFor(new RegExp(`> /cancel\\n[\\s\\S]*\\[cancelled\\] later ${esc(queued)}`));
+    assert.equal(model.requests(queued).length, 0, "the cancelled prompt reached the model");
+
+    c.keys("C-c");
+    await c.waitFor(new RegExp(`cancelling the running prompt[^\\n]*\\n(> )?\\[cancelled\\] hold ${esc(held)}`));
+
+    // /abort: the running prompt and the queued one, in one write.
+    const first = uniq("first");
+    const second = uniq("second");
+    model.scriptFor(first, { hang: true, chunks: ["working "] });
+    c.line(`one ${first}`);
+    await c.waitFor(/working/);
+    c.line(`two ${second}`);
+    await c.waitFor(new RegExp(`\\[queued\\] two ${esc(second)}`));
+    c.line("/abort");
+    await c.waitFor(/aborted 2 prompt\(s\)/);
+    await c.waitFor(new RegExp(`\\[cancelled\\] one ${esc(first)}[\\s\\S]*\\[cancelled\\] two ${esc(second)}`));
+
+    await sleep(QUIT_WINDOW_MS_PLUS);
+    c.line(`again ${again}`);
+    await c.waitFor(/still thinking/);
+    c.keys("C-c");
+    await c.waitFor(/still thinking[^\n]*\n\^C cancelling/);
+    c.keys("C-c");
+    assert.equal(await c.exitStatus(), 0);
+    assert.match(c.terminalModes(), /(^|\s)icanon(\s|$)/);
+  } finally {
+    c.close();
+  }
+});
+
+test("local chat (--local file): a prompt answered, /new, Ctrl-D; --session continues it, --prompt streams to a terminal", T, async () => {
+  const file = path.join(dir, "local.db");
+  const tag = uniq("local");
+  model.scriptFor(tag, { chunks: ["from ", "the ", "file"], chunkDelayMs: 100 });
+  const c = chat("local", ["--local", file], localEnv);
+  let sessionId;
+  try {
+    sessionId = /session (ses_\w+) \(new\)/.exec(await c.waitFor(/session ses_\w+ \(new\)/))[1];
+    c.line(`hi ${tag}`);
+    await c.waitFor(/from the file\n\[completed\]/);
+    c.line("/new");
+    await c.waitFor(/\n> \/new\nsession ses_\w+\n/);
+    c.keys("C-d");
+    assert.equal(await c.exitStatus(), 0);
+  } finally {
+    c.close();
+  }
+  // The file holds the Session: --prompt continues it (the lease was
+  // released), streaming to a terminal, the final text alone to a pipe.
+  const slow = uniq("slow");
+  model.scriptFor(slow, { chunks: ["tick ", "tock ", "done"], chunkDelayMs: 400 });
+  const t = chat("local-once", ["--local", file, "--session", sessionId, "--prompt", `slowly ${slow}`], localEnv);
+  try {
+    const partial = await t.waitFor(/tick/);
+    assert.doesNotMatch(partial, /done/, "nothing streamed to the terminal");
+    await t.waitFor(/tick tock done\n\[completed\]/);
+    assert.equal(await t.exitStatus(), 0);
+  } finally {
+    t.close();
+  }
+  const r = await once(["--local", file, "--session", sessionId, "--prompt", "and again"], { env: localEnv });
+  assert.equal(r.code, 0, r.stderr);
+  assert.equal(r.stdout, "Echo: and again\n");
+});
+
+test("--prompt: the answer on stdout, exit 0 completed, 1 failed, 3 cancelled (Ctrl-C)", T, async () => {
+  const ok = await once([...remote(), "--prompt", "hello there"]);
+  assert.equal(ok.code, 0, ok.stderr);
+  assert.equal(ok.stdout, "Echo: hello there\n");
+  assert.match(ok.stderr, /^session ses_\w+ \(new\)\n/);
+
+  const bad = uniq("bad");
+  model.scriptFor(bad, { status: 400 });
+  const failed = await once([...remote(), "--prompt", `fail ${bad}`]);
+  assert.equal(failed.code, 1, failed.stderr);
+  assert.equal(failed.stdout, "");
+  assert.match(failed.stderr, /\[failed\] \S/);
+
+  const hang = uniq("hang");
+  model.scriptFor(hang, { hang: true });
+  let signalled = false;
+  const cancelled = await once([...remote(), "--prompt", `wait ${hang}`], {
+    onStderr(stderr, child) {
+      if (signalled || !/session ses_/.test(stderr)) return;
+      signalled = true;
+      // Once the model call is running, as a person at the terminal would.
+      const poll = setInterval(() => {
+        if (model.requests(hang).length > 0) {
+          clearInterval(poll);
+          child.kill("SIGINT");
+        }
+      }, 50);
+    },
+  });
+  assert.equal(cancelled.code, 3, cancelled.stderr);
+  assert.equal(cancelled.stdout, "");
+  assert.match(cancelled.stderr, /\[cancelled\]/);
+});
+
+test("lines piped in: each is a prompt, answered in order before the client leaves with 0", T, async () => {
+  const r = await once(remote(), { input: "first line\n/sessions\nsecond line\n" });
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /^session (ses_\w+) \(new\)\n[\s\S]*Echo: first line\n\[completed\]\n[\s\S]*\* \1 {2}[\s\S]*Echo: second line\n\[completed\]\n$/);
+});
+
+test("errors: a bad flag exits 2; an unreachable service, a wrong token, an unknown Session exit 5 and say so", T, async () => {
+  const flag = await once(["--colour"]);
+  assert.equal(flag.code, 2);
+  assert.match(flag.stderr, /Unknown option '--colour'/);
+  const both = await once(["--local", "x.db", "--url", origin]);
+  assert.equal(both.code, 2);
+  assert.match(both.stderr, /--local .* no --url/);
+
+  const port = await freePort();
+  const closed = await once(["--url", `http://127.0.0.1:${port}`, "--prompt", "hi"]);
+  assert.equal(closed.code, 5);
+  assert.match(closed.stderr, new RegExp(`cannot reach http://127\\.0\\.0\\.1:${port}: .*ECONNREFUSED`));
+
+  const token = await once(["--url", origin, "--token", "wrong", "--prompt", "hi"]);
+  assert.equal(token.code, 5);
+  assert.match(token.stderr, /refused the token \(401 unauthorized/);
+  const noToken = await once(["--url", origin, "--prompt", "hi"]);
+  assert.equal(noToken.code, 5);
+  assert.match(noToken.stderr, /pass --token or set SHIITAKE_TOKEN/);
+
+  const unknown = await once([...remote(), "--session", "nope", "--prompt", "hi"]);
+  assert.equal(unknown.code, 5);
+  assert.match(unknown.stderr, /no such Session/);
+  assert.equal(unknown.stdout, "");
+});
