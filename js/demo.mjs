@@ -4,6 +4,7 @@ import { Hono } from "hono";
 import { HTTPException } from "hono/http-exception";
 import { bearerTokenAuth, jsonError as json } from "./bearer.mjs";
 import { ShiitakeDO as Base, shiitakeApp, sqliteWorkspace } from "./index.mjs";
+import { goal } from "../examples/extensions/goal.mjs";
 // The chat page (js/chat/), bundled by scripts/chat-page.mjs (scripts/build.sh).
 import * as chatPage from "../build/chat/assets.mjs";
 
@@ -32,6 +33,13 @@ export class ShiitakeDO extends Base {
   // `agents.wait`, ...) with no host code.
   fleet() {
     return { namespace: this.env.SHIITAKE, directory: true, archive: true, models: true };
+  }
+
+  // SHIITAKE_DEMO_GOAL=1 (`npm start` sets it): the `goal` example
+  // extension, whose client entry the chat page renders (a chip, a pinned
+  // row with its end actions, the set and ending lines in the transcript).
+  extensions() {
+    return this.env.SHIITAKE_DEMO_GOAL === "1" ? [goal] : undefined;
   }
 
   tools() {

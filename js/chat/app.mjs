@@ -4,8 +4,15 @@
 // queued prompts, and the page's own commands offered to the model through
 // the browser bridge (js/ui-browser.mjs). Holds nothing the server does not:
 // a reload rebuilds everything from the Session read and its watch.
-import { createShiitakeClient, ShiitakeError } from "../client.mjs";
+import { bindSessionExtension, createShiitakeClient, ShiitakeError } from "../client.mjs";
+import { bindingDispatch, createClientEntryHost, placeCells } from "../client-entry.mjs";
 import { connectBrowser } from "../ui-browser.mjs";
+import { goalClient, goalContract } from "../../examples/extensions/goal.client.mjs";
+
+// The client entries this page renders (chips, pinned panel rows, timeline
+// cells), each with the contract its extension binding is made from. An
+// Agent that does not run one leaves it offline: it shows nothing.
+const CLIENT_ENTRIES = [{ entry: goalClient, contract: goalContract }];
 
 // The page's own bounds: Sessions per list page, messages per transcript
 // page, settlement reads in flight, characters of a tool summary, the watch's
@@ -125,9 +132,11 @@ function closeSession() {
   if (!view) return;
   view.stop.abort();
   view.bridge?.close();
+  view.entries.close();
   page.view = null;
   $("messages").replaceChildren();
   $("pending").replaceChildren();
+  $("extensions").replaceChildren();
   $("live").hidden = true;
   $("older").hidden = true;
   $("abort").hidden = true;
@@ -146,20 +155,35 @@ async function openSession(sessionId) {
     session,
     stop: new AbortController(),
     /** entryId -> its <li>, so a message delivered twice renders once. */
-    entries: new Map(),
+    messages: new Map(),
+    /** The newest Session position the page has. */
+    newest: 0,
     /** commandId -> CommandSettlement, for the badge on its prompt. */
     settlements: new Map(),
     cursor: null,
     running: null,
     live: { commandId: null, text: "" },
     bridge: null,
+    /** extensionId -> { status, commands } from `GET /extensions`, then `{value, history}` as observed. */
+    extensions: new Map(),
+    entries: null,
   };
+  view.entries = createClientEntryHost({
+    entries: CLIENT_ENTRIES.map((c) => c.entry),
+    dispatch: bindingDispatch((extensionId) => {
+      const known = CLIENT_ENTRIES.find((c) => c.entry.id === extensionId);
+      return known && bindSessionExtension(session, known.contract);
+    }),
+    onChange: () => page.view === view && renderExtensions(view),
+    onError: (error, where) => console.warn(`client entry ${where.extensionId}:`, error),
+  });
   page.view = view;
   $("session-title").textContent = sessionId;
   history.replaceState(null, "", `#session=${encodeURIComponent(sessionId)}`);
   for (const id of ["prompt", "delivery", "send"]) $(id).disabled = false;
   markCurrent();
   say(null);
+  readExtensions(view);
   watchLoop(view);
   view.bridge = connectBrowser({
     baseUrl: `${agentBase()}/browser/sessions/${encodeURIComponent(sessionId)}/browser`,
@@ -205,13 +229,19 @@ async function watchLoop(view) {
 }
 
 function renderSnapshot(view, read) {
-  view.entries.clear();
+  view.messages.clear();
+  view.newest = 0;
   $("messages").replaceChildren();
   for (const message of read.messages) appendMessage(view, message);
   view.cursor = read.cursor;
   $("older").hidden = read.cursor === null;
   renderQueue(view, read);
   readSettlements(view, read.messages);
+  for (const { entry } of CLIENT_ENTRIES) {
+    const id = entry.id;
+    observeExtension(view, id, { value: read.extensions?.[id] ?? null, history: read.extensionHistory?.[id] });
+  }
+  renderCells(view);
   say(null);
   scrollToEnd();
 }
@@ -242,8 +272,11 @@ function applyFrame(view, frame) {
     case "diagnostic":
       say(frame.diagnostic);
       break;
+    case "extension":
+      if (frame.scope === "session") observeExtension(view, frame.extensionId, { value: frame.value, ...(frame.history ? { history: frame.history } : {}) });
+      break;
     default:
-      break; // extension and attention frames: not shown by this page
+      break; // attention frames: not shown by this page
   }
 }
 
@@ -308,11 +341,17 @@ async function cancel(view, commandId) {
 // ---- the transcript ----
 
 function appendMessage(view, message, { before = null } = {}) {
-  if (view.entries.has(message.entryId)) return;
+  if (view.messages.has(message.entryId)) return;
   const item = renderMessage(message);
-  view.entries.set(message.entryId, item);
+  // A read's messages carry their Session position; a live message frame is
+  // the next one after the newest the page has.
+  const sequence = message.sequence ?? view.newest + 1;
+  item.dataset.sequence = String(sequence);
+  view.newest = Math.max(view.newest, sequence);
+  view.messages.set(message.entryId, item);
   $("messages").insertBefore(item, before);
   if (message.role === "user" && message.commandId) badge(view, message.commandId);
+  if (before === null) renderCells(view);
 }
 
 function renderMessage(message) {
@@ -380,6 +419,7 @@ async function loadOlder() {
   view.cursor = read.cursor;
   $("older").hidden = read.cursor === null;
   readSettlements(view, read.messages);
+  renderCells(view);
 }
 
 function scrollToEnd() {
@@ -403,6 +443,93 @@ async function send(event) {
   } finally {
     $("send").disabled = false;
     $("prompt").focus();
+  }
+}
+
+// ---- client entries: extension chips, pinned rows and timeline cells ----
+
+// The Agent's roster: each extension's status and running command catalog.
+async function readExtensions(view) {
+  let list;
+  try {
+    const response = await authFetch(`${agentBase()}/extensions`);
+    if (!response.ok) return; // an Agent without extensions, or none served
+    list = (await response.json()).extensions;
+  } catch {
+    return;
+  }
+  if (page.view !== view) return;
+  for (const status of list) {
+    const running = status.stopped === null ? "running" : "stopped";
+    observeExtension(view, status.id, { status: running, commands: status.commands.map((c) => c.name) });
+  }
+}
+
+// Merges what is known of one extension in this Session and feeds the client
+// entry host, which calls `contribute` only when the observation changed.
+function observeExtension(view, extensionId, update) {
+  if (!CLIENT_ENTRIES.some((c) => c.entry.id === extensionId)) return;
+  const known = { status: "offline", commands: [], value: null, ...view.extensions.get(extensionId), ...update };
+  view.extensions.set(extensionId, known);
+  view.entries.observe(extensionId, view.sessionId, {
+    status: known.status,
+    value: known.value,
+    commands: known.commands,
+    ...(known.history ? { history: known.history } : {}),
+  });
+}
+
+function renderExtensions(view) {
+  const box = $("extensions");
+  box.replaceChildren();
+  for (const { entry } of CLIENT_ENTRIES) {
+    const error = view.entries.error(entry.id, view.sessionId);
+    if (error) box.append(el("p", { className: "entry-error", textContent: `${entry.id}: ${error.message ?? error}` }));
+    const contribution = view.entries.contribution(entry.id, view.sessionId);
+    if (!contribution) continue;
+    if (contribution.chips.length > 0) {
+      box.append(el("ul", { className: "chips" }, ...contribution.chips.map((chip) => el("li", { className: "chip", textContent: chip.title }))));
+    }
+    for (const row of contribution.panel) {
+      const actions = (row.actions ?? []).map((action) => {
+        const button = el("button", { type: "button", textContent: action.label });
+        button.addEventListener("click", async () => {
+          button.disabled = true;
+          try {
+            await view.entries.act(entry.id, view.sessionId, action);
+          } catch (error) {
+            say(`${action.label}: ${explain(error)}`);
+          } finally {
+            button.disabled = false;
+          }
+        });
+        return button;
+      });
+      box.append(el("div", { className: "panel-row" }, el("strong", { textContent: row.title }), row.detail ? el("span", { className: "detail", textContent: row.detail }) : null, ...actions));
+    }
+    if (contribution.waiting) box.append(el("p", { className: "state", textContent: contribution.waiting.summary }));
+  }
+  renderCells(view);
+}
+
+// Timeline cells among the loaded rows: after their anchor when its row is
+// loaded (hidden until then), under "Extension changes" without one.
+function renderCells(view) {
+  for (const old of $("transcript").querySelectorAll(".cell, .changes")) old.remove();
+  const cells = [];
+  for (const { entry } of CLIENT_ENTRIES) cells.push(...(view.entries.contribution(entry.id, view.sessionId)?.timeline.cells ?? []));
+  if (cells.length === 0) return;
+  const items = [...$("messages").children].filter((li) => li.dataset.sequence);
+  const rows = items.map((li) => ({ sequence: Number(li.dataset.sequence), commandId: li.dataset.commandId ?? null }));
+  const placed = placeCells({ rows, first: view.cursor === null }, cells);
+  const cellItem = (c) => el("li", { className: "cell", textContent: c.label });
+  $("messages").prepend(...placed.start.map(cellItem));
+  for (const [sequence, list] of placed.after) {
+    const row = items.find((li) => Number(li.dataset.sequence) === sequence);
+    row?.after(...list.map(cellItem));
+  }
+  if (placed.changes.length > 0) {
+    $("live").before(el("div", { className: "changes" }, el("h3", { textContent: "Extension changes" }), el("ul", {}, ...placed.changes.map(cellItem))));
   }
 }
 
@@ -440,7 +567,7 @@ const whistle = {
         return {
           agent: page.agent,
           sessionId: page.view?.sessionId ?? null,
-          messagesLoaded: page.view?.entries.size ?? 0,
+          messagesLoaded: page.view?.messages.size ?? 0,
           theme: document.documentElement.classList.contains("dark") ? "dark" : "light",
         };
       default:

@@ -28,7 +28,7 @@ let origin;
 
 before(async () => {
   if (skip) return;
-  h = await startWorker({ model: "echo" });
+  h = await startWorker({ model: "echo", bindings: { SHIITAKE_DEMO_GOAL: "1" } });
   origin = (await h.mf.ready).origin;
   await mkdir(ARTIFACTS, { recursive: true });
   const { chromium } = await import("playwright-core");
@@ -57,7 +57,7 @@ async function signedIn(agent) {
   await page.getByRole("button", { name: "New", exact: true }).click();
   await page.waitForFunction(() => document.getElementById("session-title").textContent.startsWith("ses_"));
   const sessionId = await page.textContent("#session-title");
-  return { page, sessionId, errors };
+  return { page, agent, sessionId, errors };
 }
 
 const send = async (page, text) => {
@@ -163,6 +163,36 @@ test("a tool call shows with its arguments and its display data", T, async () =>
   assert.equal(data.calls[0].path, "notes.add_note");
   await page.locator("li.message.user .settlement.completed").waitFor();
   await shot(page, "tool");
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("the goal extension's client entry: a chip and a pinned row whose action ends it, lines at fixed positions", T, async () => {
+  const { page, agent, sessionId, errors } = await signedIn(newAgent());
+  await send(page, "Hello");
+  await page.locator("li.message.assistant", { hasText: "Echo: Hello" }).waitFor();
+  const set = await h.api("POST", `/agents/${agent}/sessions/${sessionId}/extensions/goal/commands/set`, { input: { text: "Ship the notes" } });
+  assert.equal(set.status, 200, set.text);
+  // The projection reaches the page over the watch: a chip, a pinned row, the line.
+  await page.locator(".chip", { hasText: "Goal: Ship the notes" }).waitFor();
+  await page.locator(".panel-row", { hasText: "Ship the notes" }).waitFor();
+  const cellAfter = (label) => page.locator("li.cell", { hasText: label }).evaluate((li) => li.previousElementSibling?.dataset.sequence ?? "start");
+  await page.locator("li.cell", { hasText: "Goal set: Ship the notes" }).waitFor();
+  assert.equal(await cellAfter("Goal set"), "2", "after the Session's two entries at the time");
+  await shot(page, "goal-active");
+  // The row's action runs the extension's own command.
+  await page.locator(".panel-row").getByRole("button", { name: "Achieved" }).click();
+  await page.locator("li.cell", { hasText: "Goal achieved: Ship the notes" }).waitFor();
+  await page.waitForFunction(() => document.querySelector(".chip") === null);
+  assert.equal((await h.api("GET", `/agents/${agent}/sessions/${sessionId}`)).json.extensions.goal.status, "achieved");
+  // Later work does not move the ending line.
+  await send(page, "After the goal");
+  await page.locator("li.message.assistant", { hasText: "Echo: After the goal" }).waitFor();
+  assert.equal(await cellAfter("Goal achieved"), "2");
+  await page.reload();
+  await page.locator("li.cell", { hasText: "Goal achieved: Ship the notes" }).waitFor();
+  assert.equal(await cellAfter("Goal achieved"), "2", "placed the same from a fresh read");
+  await shot(page, "goal-ended");
   assert.deepEqual(errors, []);
   await page.close();
 });

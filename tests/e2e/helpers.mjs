@@ -74,6 +74,8 @@ export const WORKER_BINDINGS = [
   "INIT",
   // tests/e2e/fixtures/files-grant-worker.mjs: which roster and tools ("ok" | "two" | "both" | "notools").
   "FILES_GRANT_CASE",
+  // js/demo.mjs: "1" runs the goal example extension (the chat page renders its client entry).
+  "SHIITAKE_DEMO_GOAL",
 ];
 // The newest date the pinned workerd (1.20260730.x) accepts.
 export const COMPATIBILITY_DATE = "2026-07-30";
