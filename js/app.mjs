@@ -25,6 +25,10 @@ const ROUTES = [
   ["/extensions", ["GET"]],
   ["/extensions/:extensionId", ["GET"]],
   ["/extensions/:extensionId/commands/:command", ["POST"]],
+  // The browser bridge (tools().ui): the App in the Session's browser.
+  ["/browser/sessions/:sessionId/browser/events", ["GET"]],
+  ["/browser/sessions/:sessionId/browser/claims", ["POST"]],
+  ["/browser/sessions/:sessionId/browser/results", ["POST"]],
   // ACP (docs/acp.md): one JSON-RPC message per request.
   ["/acp", ["POST"]],
 ];

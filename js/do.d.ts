@@ -163,6 +163,15 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
    * later open.
    */
   close(reason?: string): Promise<void>;
+  /**
+   * Closes the browser bridge (`tools().ui`) of this instance: every
+   * browser event stream ends, `ui` calls waiting for a browser fail, the
+   * `/browser/sessions/:sessionId/browser/*` routes answer 410 `ui_closed`
+   * and later runs borrow nothing (their `ui` calls fail with a tool error
+   * saying the bridge is closed). Live state: a restarted object opens a
+   * new bridge.
+   */
+  closeUi(reason?: string): void;
 }
 
 /** One delivery outbox entry (`src/delivery.rs`): the newest change of its `key`. */
@@ -375,6 +384,22 @@ export interface ShiitakeTools {
   computers?: ComputerConnection[] | (() => ComputerConnection[]);
   /** Bound on describing the Computers, at most and by default 10000 ms. */
   computersTimeoutMs?: number;
+  /**
+   * The browser bridge (seed knapsack: `Knapsack.ui`): each run of a
+   * Session borrows the module `ui` (reached through `execute`):
+   * `ui.discover()` lists the live commands of the App open in the
+   * Session's browser, `ui.execute({ name, input })` runs one (unsafe to
+   * replay). The browser connects with `connectBrowser` from
+   * "shiitake/ui/browser" through the routes
+   * `/browser/sessions/:sessionId/browser/{events,claims,results}`, which
+   * `shiitakeApp()` forwards behind the host's own auth. A call waits for
+   * a browser at most 90% of the tool timeout. `id` names the App (at most 128
+   * bytes); `hasSession(sessionId)` (`this` = the Durable Object, at most
+   * 5000 ms) says whether a browser may open that Session's bridge
+   * (default: the Session is stored in this Agent). Close it with
+   * `ShiitakeDO#closeUi`.
+   */
+  ui?: { id: string; hasSession?(sessionId: string, options: { signal: AbortSignal }): boolean | Promise<boolean> };
   /** Told about each MCP server or Computer dropped (the reason never holds a credential); a Computer's report has its `id`. */
   onUnavailable?(report: { id?: string; name: string; reason: string }): void;
 }

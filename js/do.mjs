@@ -121,6 +121,9 @@ export class ShiitakeDO extends DurableObject {
   // Why the host closed the runtime (`close`), else null: cores built
   // after a reset stay closed.
   #closed = null;
+  // Why the host closed the browser bridge (`closeUi`), else null: cores
+  // built after a reset keep it closed.
+  #uiClosed = null;
   // The fleet transport handed to the current core (fleetHost), if any.
   #fleet = undefined;
   // The directory (only on the object named shiitake.directory).
@@ -426,6 +429,19 @@ export class ShiitakeDO extends DurableObject {
   async close(reason = "the host closed the runtime") {
     this.#closed = String(reason);
     await this.#coreNow().close(this.#closed);
+  }
+
+  /**
+   * Host-only (never a route): closes the browser bridge (`tools().ui`,
+   * src/ui/) of this instance: every browser event stream ends, `ui` calls
+   * waiting for a browser fail, the `/browser/...` routes answer 410
+   * `ui_closed` and later runs borrow nothing (their `ui` calls fail with a
+   * tool error saying the bridge is closed). Live state, like watches: a
+   * restarted object (eviction, deploy) opens a new bridge.
+   */
+  closeUi(reason = "the host closed the browser bridge") {
+    this.#uiClosed = String(reason);
+    this.#sync((core) => core.closeUi(this.#uiClosed));
   }
 
   /**
@@ -752,6 +768,7 @@ export class ShiitakeDO extends DurableObject {
       this.#core = core;
       this.#coreGeneration = generation;
       this.#initializing = null;
+      if (this.#uiClosed !== null) core.closeUi(this.#uiClosed);
       if (this.#closed !== null) {
         core.close(this.#closed);
         return core;
@@ -1334,6 +1351,7 @@ function toolHost(object, fleet = false) {
     ...(files !== undefined ? { files } : {}),
     ...(config.computers !== undefined ? { computers: true } : {}),
     ...(config.computersTimeoutMs !== undefined ? { computersTimeoutMs: config.computersTimeoutMs } : {}),
+    ...(config.ui !== undefined ? { ui: { id: config.ui.id, hasSession: config.ui.hasSession !== undefined } } : {}),
     ...(problem ? { error: problem } : {}),
   });
   // MCP requests go through the host's fetch (credentials in its headers).
@@ -1420,6 +1438,9 @@ function toolHost(object, fleet = false) {
     filesRelease(id) {
       grantPortsNow.delete(id);
     },
+    async uiHasSession(sessionId, signal) {
+      return (await config.ui.hasSession.call(object, sessionId, { signal })) === true;
+    },
     async confirm(request, signal) {
       try {
         return (await confirm.call(object, JSON.parse(request), { signal })) === true;
@@ -1452,9 +1473,13 @@ const TOOLS_KEYS = {
   files: "files",
   computers: "computers",
   computersTimeoutMs: "data",
+  ui: "ui",
 };
 const COMPUTER_KEYS = { id: "data", name: "data", computer: "computer", confirmCalls: "data", files: "port" };
 const FILES_KEYS = { port: "port", direct: "data" };
+// `tools().ui` (src/ui/): `id` names the App, `hasSession(sessionId)` says
+// whether a browser may open that Session's bridge (default: it is stored).
+const UI_KEYS = { id: "data", hasSession: "function" };
 const PORT_METHODS = ["read", "stat", "list", "write", "replace"];
 const ACCESS_KEYS = { grants: "data", required: "data", confirm: "function" };
 const MODULE_KEYS = { id: "data", operations: "operations" };
@@ -1518,6 +1543,9 @@ function checkTools(config) {
         });
       case "operations":
         return list(value, path, (op, at) => object(op, at, OPERATION_KEYS));
+      case "ui":
+        if (typeof value?.id !== "string") return `${where(path)}.id must be a string naming the App`;
+        return object(value, path, UI_KEYS);
       case "files":
         if (value?.port === undefined) return `${where(path)}.port is required (sqliteWorkspace(), r2Files(bucket) or your own port)`;
         return object(value, path, FILES_KEYS);

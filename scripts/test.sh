@@ -18,6 +18,20 @@ for component in rustfmt clippy; do
   fi
 done
 
+# Debian's Chromium for tests/e2e/ui-chromium.test.mjs (a fresh machine and
+# CI start without it); playwright-core drives it, no browser download.
+if [ ! -x /usr/bin/chromium ]; then
+  step "apt-get install chromium (the browser bridge's headless test)"
+  if command -v apt-get >/dev/null 2>&1; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium \
+      || echo "[test] chromium could not be installed; tests/e2e/ui-chromium.test.mjs will skip" >&2
+  else
+    echo "[test] no apt-get: tests/e2e/ui-chromium.test.mjs will skip" >&2
+  fi
+fi
+
 step "cargo fmt --check"
 cargo fmt --check
 

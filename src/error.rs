@@ -100,6 +100,26 @@ api_errors! {
     /// 429: too many open watches or parked settlement polls.
     TooManyObservers => 429, "too_many_observers",
         "too many open watches or settlement polls on this agent; close some and retry";
+    /// 404: the Agent has no browser bridge (`tools().ui`, `src/ui/`).
+    UiNotConfigured => 404, "ui_not_configured",
+        "this Agent has no browser bridge: the host's tools() configures no `ui`";
+    /// 404: no request of that id waits for the Session's browser.
+    UiRequestNotFound(String) => 404, "ui_request_not_found",
+        "no request `{0}` waits for this Session's browser (answered, withdrawn, or never asked)";
+    /// 409: the request is claimed already.
+    UiClaimed(String) => 409, "ui_claimed",
+        "request `{0}` is claimed already: a second claim is refused";
+    /// 409: a result for a request no claim was taken for.
+    UiNotClaimed(String) => 409, "ui_not_claimed",
+        "request `{0}` is not claimed: claim it before posting its result";
+    /// 409: the result's claim was taken for another request.
+    UiOtherRequest { claim: String, owner: String, request: String } => 409, "ui_other_request",
+        "claim `{claim}` is for request `{owner}`, not `{request}`: a result for another request is refused";
+    /// 409: the result's claim is not the request's claim.
+    UiWrongClaim { claim: String, request: String } => 409, "ui_wrong_claim",
+        "claim `{claim}` is not the claim of request `{request}`";
+    /// 410: the host closed the browser bridge (`ShiitakeDO#closeUi`).
+    UiClosed(String) => 410, "ui_closed", "the browser bridge is closed: {0}";
     /// 503: the host's configuration (metadata schema, identity path) is invalid.
     HostMisconfigured(String) => 503, "host_misconfigured",
         "the host's configuration is invalid: {0}";

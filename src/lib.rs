@@ -43,6 +43,7 @@ pub mod sse;
 pub mod store;
 pub mod text;
 pub mod transcript;
+pub mod ui;
 
 #[cfg(target_arch = "wasm32")]
 mod host;

@@ -449,3 +449,36 @@ pub const MODEL_LAST_SWITCH_TIMEOUT_MS: u64 = 5_000;
 pub const ACP_STREAM_BYTES_MAX: usize = 16_777_216;
 /// Content blocks in one ACP `session/prompt`.
 pub const ACP_PROMPT_BLOCKS_MAX: usize = 64;
+
+// The browser bridge (`src/ui/`, seed knapsack: `Knapsack.ui`).
+/// Bytes of the App's id (`tools().ui.id`).
+pub const UI_APP_ID_BYTES_MAX: usize = 128;
+/// Calls waiting for one Session's browser at once (unclaimed or claimed).
+pub const UI_REQUESTS_PER_SESSION_MAX: usize = 16;
+/// Browser event streams open on one Session.
+pub const UI_STREAMS_PER_SESSION_MAX: usize = 8;
+/// Browser event streams open on one Agent instance.
+pub const UI_STREAMS_MAX: usize = 256;
+/// Bytes written to one browser event stream and not read yet; past it the
+/// stream is ended (the browser reconnects and is sent what waits then).
+/// Twice what the requests one Session may have waiting can hold, so a
+/// stream opening on a full Session is not cut off.
+pub const UI_STREAM_BACKLOG_BYTES_MAX: usize = 8_388_608;
+/// Bytes of a claim's body (`{requestId}`).
+pub const UI_CLAIM_BODY_BYTES_MAX: usize = 1_024;
+/// Bytes of a result's body: a result within `TOOL_PAYLOAD_BYTES_MAX` plus
+/// 4 KiB for its envelope (`requestId`, `claimId`).
+pub const UI_RESULT_BODY_BYTES_MAX: usize = 266_240;
+/// Commands one `ui.discover` answer lists.
+pub const UI_COMMANDS_MAX: usize = 128;
+/// Bytes of one command's name.
+pub const UI_COMMAND_NAME_BYTES_MAX: usize = 128;
+/// Bytes of the error text a browser reports for a command (longer is cut).
+pub const UI_ERROR_BYTES_MAX: usize = 4_096;
+/// How long a `ui` call waits for the browser, in percent of the tool
+/// timeout: the rest leaves an `execute` run that made the call (bounded by
+/// the tool timeout itself) time to report why it ended.
+pub const UI_WAIT_PERCENT_OF_TOOL_TIMEOUT: u64 = 90;
+/// Wall time of the host's `tools().ui.hasSession(sessionId)`; past it the
+/// event stream answers 404.
+pub const UI_HAS_SESSION_TIMEOUT_MS: u64 = 5_000;

@@ -36,8 +36,15 @@ fn json_answer(s: &Served) -> Value {
     }
 }
 
+/// A JSON-RPC error answer: its code and message, its HTTP status a 4xx.
 fn error_of(s: &Served) -> (i64, String) {
-    let v = json_answer(s);
+    let v: Value = match &s.answer {
+        Answer::Failed { status, body } => {
+            assert!((400..500).contains(status), "{status} {body}");
+            serde_json::from_str(body).unwrap()
+        }
+        other => panic!("expected a JSON-RPC error, got {other:?}"),
+    };
     (
         v["error"]["code"].as_i64().unwrap_or_else(|| panic!("{v}")),
         v["error"]["message"].as_str().unwrap().to_owned(),
@@ -271,10 +278,14 @@ fn a_prompt_is_admitted_with_its_metadata_and_followed_to_its_stop_reason() {
     let (code, message) = error_of(&prompt(&mut h, &sid, "other", "r1", Some(meta)));
     assert_eq!(code, rpc::SERVER_ERROR);
     assert!(message.contains("r1"), "{message}");
-    assert_eq!(
-        json_answer(&prompt(&mut h, &sid, "other", "r1", Some(meta)))["error"]["data"]["code"],
-        "request_conflict"
-    );
+    match prompt(&mut h, &sid, "other", "r1", Some(meta)).answer {
+        Answer::Failed { status, body } => {
+            assert_eq!(status, 409, "the contract's status");
+            let v: Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(v["error"]["data"]["code"], "request_conflict");
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
 }
 
 #[test]

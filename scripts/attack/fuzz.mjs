@@ -12,7 +12,8 @@
 //   node scripts/attack/fuzz.mjs [--requests 20000] [--seed S] [--lanes 4] [--short]
 //
 // Fails on: any 5xx; a 2xx to a request that breaks the contract; a 4xx that
-// is not `{"error": {"code", "message"}}` (401s included); a wrong token not
+// is not `{"error": {"code", "message"}}` (401s included; on `/acp`, a
+// JSON-RPC error response); a wrong token not
 // answered 401; and any change, across a refused request, of what the read
 // routes show (the Agent's Session list; the targeted Session's messages,
 // pending queue, running command and newest pending prompt). Lanes run in
@@ -560,11 +561,15 @@ async function runLane(h, lane, n) {
     if (req.refuse && res.status < 300) v.add(`accepted a request that breaks the contract: ${label}: ${answer}`);
     if (req.expectStatus && res.status !== req.expectStatus) v.add(`${label}: expected HTTP ${req.expectStatus}, got ${answer}`);
     if (res.status >= 400 && req.method !== "HEAD") {
-      let err;
+      let body;
       try {
-        err = JSON.parse(res.text)?.error;
+        body = JSON.parse(res.text);
       } catch {}
-      v.check(typeof err?.code === "string" && typeof err?.message === "string", () => `${label}: a ${res.status} without {"error": {code, message}}: ${answer}`);
+      const err = body?.error;
+      // ACP's route answers a refused JSON-RPC request with a JSON-RPC error
+      // response (docs/acp.md): an integer code.
+      const rpc = req.path.endsWith("/acp") && body?.jsonrpc === "2.0" && Number.isInteger(err?.code);
+      v.check((typeof err?.code === "string" || rpc) && typeof err?.message === "string", () => `${label}: a ${res.status} without {"error": {code, message}}: ${answer}`);
     }
     if (res.status >= 200 && res.status < 300) {
       let json;

@@ -40,8 +40,11 @@ pub const REQUEST_ID_META: &str = "shiitake/requestId";
 /// What to answer.
 #[derive(Debug)]
 pub enum Answer {
-    /// One JSON-RPC message, `application/json`.
+    /// One JSON-RPC response, `application/json`, 200.
     Json(String),
+    /// One JSON-RPC error response, `application/json`, with the HTTP
+    /// status of its cause (`RpcError::http_status`).
+    Failed { status: u16, body: String },
     /// A notification was carried out: `202`, no body.
     Accepted,
     /// An HTTP-level refusal (the contract's error body): a request that is
@@ -87,7 +90,7 @@ pub fn handle(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Served {
         .into();
     }
     match rpc::decode(&req.body) {
-        Err(refused) => Answer::Json(rpc::error(&refused.id, &refused.error)).into(),
+        Err(refused) => failed(&refused.id, &refused.error).into(),
         Ok(Message::Notification { method, params }) => match notify(ctx, req, &method, params) {
             Ok(effects) => Served {
                 answer: Answer::Accepted,
@@ -95,8 +98,16 @@ pub fn handle(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Served {
             },
             Err(e) => Answer::Refused(e).into(),
         },
-        Ok(Message::Request { id, method, params }) => request(ctx, req, &id, &method, params)
-            .unwrap_or_else(|e| Answer::Json(rpc::error(&id, &e)).into()),
+        Ok(Message::Request { id, method, params }) => {
+            request(ctx, req, &id, &method, params).unwrap_or_else(|e| failed(&id, &e).into())
+        }
+    }
+}
+
+fn failed(id: &Value, error: &RpcError) -> Answer {
+    Answer::Failed {
+        status: error.http_status(),
+        body: rpc::error(id, error),
     }
 }
 

@@ -36,6 +36,25 @@ impl RpcError {
         }
     }
 
+    /// The HTTP status the error answers with: every refusal is a 4xx like
+    /// the HTTP contract's (a message that does not decode or names no
+    /// served method 400, an unknown Session 404, a rule of the runtime its
+    /// own status, carried in `data.status`); only a storage fault is a 500.
+    pub fn http_status(&self) -> u16 {
+        match self.code {
+            RESOURCE_NOT_FOUND => 404,
+            INTERNAL_ERROR => 500,
+            SERVER_ERROR => self
+                .data
+                .as_ref()
+                .and_then(|d| d["status"].as_u64())
+                .and_then(|s| u16::try_from(s).ok())
+                .filter(|s| (400..500).contains(s))
+                .unwrap_or(400),
+            _ => 400,
+        }
+    }
+
     /// `-32602` naming the parameter at fault.
     pub fn params(message: impl Into<String>) -> Self {
         RpcError::new(INVALID_PARAMS, message)
@@ -248,6 +267,31 @@ mod tests {
         // A repeated key is ambiguous: refused, not resolved silently.
         let r = refused(r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"x"}"#);
         assert_eq!(r.error.code, PARSE_ERROR);
+    }
+
+    #[test]
+    fn errors_answer_a_4xx_of_their_cause() {
+        let status = |code| RpcError::new(code, "x").http_status();
+        assert_eq!(
+            [
+                PARSE_ERROR,
+                INVALID_REQUEST,
+                METHOD_NOT_FOUND,
+                INVALID_PARAMS
+            ]
+            .map(status),
+            [400; 4]
+        );
+        assert_eq!(status(RESOURCE_NOT_FOUND), 404);
+        assert_eq!(status(INTERNAL_ERROR), 500);
+        assert_eq!(
+            RpcError::from(ApiError::QueueFull("full".into())).http_status(),
+            429
+        );
+        assert_eq!(
+            RpcError::from(ApiError::SessionNotFound("s".into())).http_status(),
+            404
+        );
     }
 
     #[test]

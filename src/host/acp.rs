@@ -20,7 +20,8 @@ impl Inner {
         }
         let served = self.with_ctx(|ctx| acp::handle(ctx, req));
         let response = match served.answer {
-            Answer::Json(body) => json(&body),
+            Answer::Json(body) => json(200, &body),
+            Answer::Failed { status, body } => json(status, &body),
             Answer::Accepted => {
                 let init = web_sys::ResponseInit::new();
                 init.set_status(202);
@@ -51,9 +52,9 @@ impl Inner {
     }
 }
 
-fn json(body: &str) -> Result<web_sys::Response, JsValue> {
+fn json(status: u16, body: &str) -> Result<web_sys::Response, JsValue> {
     let init = web_sys::ResponseInit::new();
-    init.set_status(200);
+    init.set_status(status);
     let headers = web_sys::Headers::new()?;
     headers.set("content-type", "application/json; charset=utf-8")?;
     init.set_headers(&headers);

@@ -246,6 +246,11 @@ extern "C" {
     #[wasm_bindgen(method, js_name = onUnavailable)]
     pub fn on_unavailable(this: &JsTools, report: &str);
 
+    /// The host's `tools().ui.hasSession(sessionId)`: resolves to whether
+    /// a browser may open the Session's bridge.
+    #[wasm_bindgen(method, js_name = uiHasSession)]
+    pub fn ui_has_session(this: &JsTools, session: &str, signal: &web_sys::AbortSignal) -> Promise;
+
     /// Runs model code in a fresh sandbox: resolves to JSON `{result}` or
     /// `{error}`, never rejects.
     #[wasm_bindgen(method)]

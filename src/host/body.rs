@@ -7,6 +7,22 @@ use crate::error::ApiError;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
+/// The declared `content-length` of `request`; 413 `payload_too_large`
+/// when it is past `limit`, before a byte of the body is read (the sender
+/// is answered, not cut off).
+pub fn declared(request: &web_sys::Request, limit: usize) -> Result<Option<usize>, ApiError> {
+    let declared = request
+        .headers()
+        .get("content-length")
+        .ok()
+        .flatten()
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::PayloadTooLarge { bytes_max: limit });
+    }
+    Ok(declared)
+}
+
 /// The body of `request`, at most `limit` bytes; 413 `payload_too_large` as
 /// soon as it passes `limit` (the stream is cancelled then). `capacity_hint`
 /// is the declared length, if any, already checked against `limit`.

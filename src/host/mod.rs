@@ -32,6 +32,7 @@ mod runner;
 mod serve;
 mod sql;
 mod tools;
+mod ui;
 mod watch;
 
 use crate::ctx::Ctx;
@@ -301,6 +302,15 @@ impl ShiitakeCore {
     pub async fn close(&self, reason: String) {
         let scope = self.inner.scope(None);
         blame::scoped(scope, self.inner.close(&reason)).await;
+    }
+
+    /// Host-only (`ShiitakeDO#closeUi`): closes the browser bridge for the
+    /// life of this instance: every event stream ends, waiting `ui` calls
+    /// fail, the bridge's routes answer 410 and runs borrow nothing.
+    #[wasm_bindgen(js_name = closeUi)]
+    pub fn close_ui(&self, reason: &str) {
+        let _scope = blame::enter(self.inner.scope(None));
+        self.inner.close_ui(reason);
     }
 
     /// Host-only: the Session's delivered grants as JSON, or `null`.

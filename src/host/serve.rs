@@ -27,6 +27,10 @@ impl Inner {
         &self,
         request: &web_sys::Request,
     ) -> Result<web_sys::Response, JsValue> {
+        let url = request.url();
+        if let Some((session, route)) = crate::ui::Route::parse(split_url(&url).0) {
+            return self.ui_fetch(request, session, route).await;
+        }
         let mut req = match read_request(request).await {
             Ok(req) => req,
             Err(e) => return to_response(&e.into()),
@@ -83,6 +87,7 @@ impl Inner {
         }
         if let Some(session) = &effects.ended_session {
             self.observers.close_session(session);
+            self.ui_session_ended(session);
         }
         self.fresh.borrow_mut().extend(effects.fresh_turns);
         if effects.reconcile {
@@ -104,17 +109,8 @@ async fn read_request(request: &web_sys::Request) -> Result<HttpRequest, ApiErro
     let url = request.url();
     let (path, query) = split_url(&url);
     let headers = request.headers();
-    let declared = headers
-        .get("content-length")
-        .ok()
-        .flatten()
-        .and_then(|v| v.parse::<usize>().ok());
-    // Refuse a declared oversize body before reading a byte of it.
-    if declared.is_some_and(|n| n > BODY_BYTES_MAX) {
-        return Err(ApiError::PayloadTooLarge {
-            bytes_max: BODY_BYTES_MAX,
-        });
-    }
+    // A declared oversize body is refused before a byte of it is read.
+    let declared = body::declared(request, BODY_BYTES_MAX)?;
     let body = match request.method().as_str() {
         "GET" | "HEAD" => Vec::new(),
         // Chunked bodies too: counted as they stream, cancelled past the bound.

@@ -16,6 +16,7 @@ use super::computers::{self, Computers};
 use super::files::HostPort;
 use super::files_grant::{self, RunFiles};
 use super::runner::Stopper;
+use super::ui::HostUi;
 use super::{mcp, Inner};
 use crate::capability::door::{self, Toolset};
 use crate::capability::Catalog;
@@ -70,6 +71,9 @@ struct Spec {
     /// The host's Files port (`tools().files`).
     #[serde(default)]
     files: Option<FilesSpec>,
+    /// The browser bridge (`tools().ui`, `crate::ui`).
+    #[serde(default)]
+    ui: Option<crate::ui::Config>,
     /// `tools()` threw: why.
     #[serde(default)]
     error: Option<String>,
@@ -170,6 +174,10 @@ fn decoded(raw: &str, spec: &Spec, fleet: Option<crate::fleet::Offer>) -> Result
     if let Some(offer) = fleet {
         modules.push(crate::fleet::module(offer));
     }
+    if let Some(ui) = &spec.ui {
+        ui.check().map_err(|e| format!("tools(): {e}"))?;
+        modules.push(ui.module().map_err(|e| format!("tools().ui: {e}"))?);
+    }
     let tools = OwnTools {
         modules,
         direct,
@@ -209,6 +217,8 @@ pub struct HostTools {
     run_toolsets: RefCell<std::collections::HashMap<String, Rc<Toolset>>>,
     /// The files grant holder's tools of each live run (`files_grant.rs`).
     pub(super) run_files: RunFiles,
+    /// The browser bridge, when the host configured `tools().ui`.
+    pub(super) ui: Option<Rc<HostUi>>,
 }
 
 impl HostTools {
@@ -235,6 +245,7 @@ impl HostTools {
             .unwrap_or(MCP_RETRY_MS)
             .clamp(MCP_RETRY_MS_MIN, MCP_RETRY_MS_MAX);
         let ports = own.ports;
+        let ui = spec.ui.map(|config| Rc::new(HostUi::new(config)));
         let hub = Hub::shared(own.tools, own.toolset, servers, retry_ms);
         let access = match spec.access {
             Some(access) => AccessConfig::parse(&access.to_string())?,
@@ -256,6 +267,7 @@ impl HostTools {
             executions: Cell::new(0),
             run_toolsets: RefCell::default(),
             run_files: RunFiles::default(),
+            ui,
             mcp_timeout_ms: spec
                 .mcp_timeout_ms
                 .unwrap_or(MCP_CONNECT_TIMEOUT_MS)
@@ -338,6 +350,10 @@ impl Inner {
         };
         // The files grant holder's tools, captured at the run's first offer.
         let files = self.run_files(tools, session, head);
+        // The run borrows the browser bridge's module (seed: Knapsack.ui).
+        if let Some(ui) = &tools.ui {
+            ui.borrow(session, head);
+        }
         let hub = tools.hub.borrow();
         let toolset = if extra.is_empty() && files.is_none() {
             hub.toolset()
@@ -372,6 +388,9 @@ impl Inner {
         if let Ok(Some(tools)) = &self.tools {
             tools.run_toolsets.borrow_mut().remove(head);
             tools.run_files.release(&tools.js, head);
+            if let Some(ui) = &tools.ui {
+                ui.give_back(head);
+            }
         }
     }
 
@@ -455,6 +474,15 @@ impl Inner {
                 .ok_or_else(timed_out)?
                 .map_err(Failure::Refused)?;
             return Ok((result, None));
+        }
+        if op.module_id == crate::ui::MODULE_ID && tools.ui.is_some() {
+            // Bounded here, within the tool timeout: the call only waits
+            // (for a browser to claim and answer it); nothing to abort.
+            let wait_ms = crate::ui::wait_ms(timeout_ms);
+            let answered = self.ui_call(op, &controller.signal(), wait_ms).await;
+            return answered
+                .map(|result| (result, None))
+                .map_err(Failure::Refused);
         }
         if let Some(ext) = self
             .extensions()

@@ -66,8 +66,9 @@ function httpStream(h, agentId, { meta } = {}) {
     write(message) {
       (async () => {
         const res = await post(h, agentId, message, { meta });
-        if (res.status !== 200 && res.status !== 202) throw new Error(`POST /acp answered ${res.status}: ${await res.text()}`);
         const type = res.headers.get("content-type") ?? "";
+        // A JSON-RPC error answers a 4xx with its JSON-RPC body: handed to the SDK.
+        if (res.status !== 200 && res.status !== 202 && !type.startsWith("application/json")) throw new Error(`POST /acp answered ${res.status}: ${await res.text()}`);
         if (type.startsWith("text/event-stream")) await readStream(res, (m) => incoming.enqueue(m));
         else for (const m of await messagesOf(res)) incoming.enqueue(m);
       })().catch((error) => incoming.error(error));
@@ -170,9 +171,10 @@ describe("ACP over HTTP", () => {
 
   test("direct HTTP: JSON-RPC errors, content types, 202 for a notification, HTTP refusals", T, async () => {
     const agentId = `agent-${randomUUID()}`;
-    const one = async (message) => {
+    // An error is a JSON-RPC error response under the HTTP status of its cause.
+    const one = async (message, status = 400) => {
       const res = await post(h, agentId, message);
-      assert.equal(res.status, 200);
+      assert.equal(res.status, status);
       assert.match(res.headers.get("content-type"), /^application\/json/);
       return JSON.parse(await res.text());
     };
@@ -192,9 +194,9 @@ describe("ACP over HTTP", () => {
     const mcp = await one({ jsonrpc: "2.0", id: 5, method: "session/new", params: { cwd: "/", mcpServers: [{ type: "http", name: "x", url: "http://x", headers: [] }] } });
     assert.equal(mcp.error.code, -32602);
     assert.match(mcp.error.message, /mcpServers/);
-    const gone = await one({ jsonrpc: "2.0", id: 6, method: "session/prompt", params: { sessionId: "nope", prompt: [{ type: "text", text: "x" }] } });
+    const gone = await one({ jsonrpc: "2.0", id: 6, method: "session/prompt", params: { sessionId: "nope", prompt: [{ type: "text", text: "x" }] } }, 404);
     assert.deepEqual([gone.error.code, gone.error.data.code], [-32002, "session_not_found"]);
-    const init = await one({ jsonrpc: "2.0", id: "i", method: "initialize", params: { protocolVersion: 1 } });
+    const init = await one({ jsonrpc: "2.0", id: "i", method: "initialize", params: { protocolVersion: 1 } }, 200);
     assert.equal(init.id, "i");
 
     // A notification: 202 and no body; an unknown one is ignored alike.

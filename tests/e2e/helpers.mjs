@@ -76,6 +76,8 @@ export const WORKER_BINDINGS = [
   "FILES_GRANT_CASE",
   // js/demo.mjs: "1" runs the goal example extension (the chat page renders its client entry).
   "SHIITAKE_DEMO_GOAL",
+  // tests/e2e/fixtures/ui-worker.mjs: "host" gives tools().ui a hasSession.
+  "UI_HAS_SESSION",
 ];
 // The newest date the pinned workerd (1.20260730.x) accepts.
 export const COMPATIBILITY_DATE = "2026-07-30";

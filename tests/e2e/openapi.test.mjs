@@ -499,7 +499,7 @@ test("every documented operation is served and answers as documented", async () 
   const streamed = await call(a, "post", "/acp", { body: rpc(3, "session/prompt", { sessionId: acpSid, prompt: [{ type: "text", text: "hi" }] }), status: 200 });
   assert.match(streamed.headers.get("content-type"), /^text\/event-stream/);
   assert.match(streamed.text, /"stopReason":"end_turn"/);
-  assert.equal((await call(a, "post", "/acp", { body: rpc(4, "session/fork", {}), status: 200 })).json.error.code, -32601);
+  assert.equal((await call(a, "post", "/acp", { body: rpc(4, "session/fork", {}), status: 400 })).json.error.code, -32601);
   await call(a, "post", "/acp", { body: { jsonrpc: "2.0", method: "session/cancel", params: { sessionId: acpSid } }, status: 202 });
   await call(a, "post", "/acp", { body: { jsonrpc: "2.0", method: "session/cancel", params: { sessionId: "nobody" } }, status: 404 });
   await call(a, "post", "/acp", { body: { jsonrpc: "2.0", method: "session/cancel", params: {} }, status: 400, beyondSchema: "the params of session/cancel" });
@@ -511,6 +511,9 @@ test("every documented operation is served and answers as documented", async () 
   // Extensions, on a host that runs them (tests/e2e/fixtures/extensions-worker.mjs).
   await extensionOperations();
 
+  // The browser bridge, on a host with tools().ui (tests/e2e/fixtures/ui-worker.mjs).
+  await browserOperations();
+
   // Coverage: every operation was served, and every documented 2xx was seen.
   for (const [method, template, op] of operations()) {
     const key = opKey(method, template);
@@ -520,6 +523,63 @@ test("every documented operation is served and answers as documented", async () 
     }
   }
 });
+
+/** The browser bridge's routes against the document: a request streamed, claimed and answered, every refusal, then 410 after closeUi. */
+async function browserOperations() {
+  const script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/ui-worker.mjs"), "ui-worker");
+  const h5 = await startWorker({ scriptPath: script, model: "echo" });
+  try {
+    const a = h5.agent();
+    const s = { sessionId: "s" };
+    await call(a, "post", S, { body: s, status: 201 });
+    const EVENTS = "/browser/sessions/{sessionId}/browser/events";
+    const CLAIMS = "/browser/sessions/{sessionId}/browser/claims";
+    const RESULTS = "/browser/sessions/{sessionId}/browser/results";
+    await call(a, "get", EVENTS, { params: { sessionId: "nobody" }, status: 404 });
+    await call(a, "get", EVENTS, { params: { sessionId: "bad!id" }, status: 400 });
+
+    const controller = new AbortController();
+    const res = await h5.mf.dispatchFetch(`http://localhost/agents/${a.id}/browser/sessions/s/browser/events`, {
+      headers: { authorization: `Bearer ${TOKEN}` },
+      signal: controller.signal,
+    });
+    assert.equal(res.status, 200);
+    const type = (res.headers.get("content-type") ?? "").split(";")[0].trim();
+    const media = resolve(doc.paths[EVENTS].get.responses["200"]).content[type];
+    assert.ok(media?.["x-event-schema"], "the browser stream's 200 documents text/event-stream and its event schema");
+    answered.set(opKey("get", EVENTS), new Set([200]));
+    const validate = validatorFor(media["x-event-schema"]);
+    const stream = new Watch(res, controller, 10_000);
+    const tag = `openapi-ui-${a.id}`;
+    h5.model.scriptFor(tag, { toolCalls: [{ name: "execute", arguments: { code: `return await ui.execute({ name: "greet", input: { who: "Ada" } })` } }] }, { text: "done" });
+    const command = await call(a, "post", COMMANDS, { params: s, body: { type: "prompt", requestId: "ui", text: `${tag}: asks the browser` }, status: 200 });
+    const request = (await stream.until((ev) => ev.event === "request")).at(-1);
+    assert.ok(validate(request), `browser event does not match UiEvent: ${errorsOf(validate)}\n${JSON.stringify(request)}`);
+    const requestId = request.data.requestId;
+
+    await call(a, "post", RESULTS, { params: s, body: { requestId, claimId: "uic_none", result: 1 }, status: 409 });
+    const claimed = await call(a, "post", CLAIMS, { params: s, body: { requestId }, status: 200 });
+    await call(a, "post", CLAIMS, { params: s, body: { requestId }, status: 409 });
+    await call(a, "post", CLAIMS, { params: s, body: { requestId: "uir_never" }, status: 404 });
+    await call(a, "post", CLAIMS, { params: s, body: { requestId, more: 1 }, status: 400 });
+    await call(a, "post", CLAIMS, { params: s, raw: "x".repeat(1_025), status: 413 });
+    await call(a, "post", RESULTS, { params: s, body: { requestId, claimId: "uic_forged", result: 1 }, status: 409 });
+    await call(a, "post", RESULTS, { params: s, body: { requestId, claimId: claimed.json.claimId, result: 1, error: "x" }, status: 400 });
+    await call(a, "post", RESULTS, { params: s, raw: "x".repeat(266_241), status: 413 });
+    await call(a, "post", RESULTS, { params: s, body: { requestId, claimId: claimed.json.claimId, result: { greeted: "Ada" } }, status: 200 });
+    await call(a, "post", RESULTS, { params: s, body: { requestId, claimId: claimed.json.claimId, error: "late" }, status: 404 });
+    await call(a, "get", SETTLEMENT, { params: s, query: { commandId: command.json.commandId, timeoutMs: "10000" }, status: 200 });
+
+    const closed = await h5.api("POST", `/direct/${a.id}/host/close-ui`);
+    assert.equal(closed.status, 200);
+    await call(a, "get", EVENTS, { params: s, status: 410 });
+    await call(a, "post", CLAIMS, { params: s, body: { requestId }, status: 410 });
+    await call(a, "post", RESULTS, { params: s, body: { requestId, claimId: "c", result: null }, status: 410 });
+    await stream.close();
+  } finally {
+    await h5.dispose();
+  }
+}
 
 /** The extension routes' answers against the document, on a host with extensions. */
 async function extensionOperations() {

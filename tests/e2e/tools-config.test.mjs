@@ -100,6 +100,9 @@ test("tools() with an unknown key or a value of the wrong kind is refused naming
     "unknown-operation-key": /tools\(\)\.modules\[0\]\.operations\[0\]\.retries: unknown key `retries`/,
     "bigint-schema": /tools\(\)\.modules\[0\]\.operations\[0\]\.inputSchema\.maxProperties is a bigint/,
     "unknown-module-key": /tools\(\)\.modules\[0\]\.label: unknown key `label`/,
+    "ui-without-id": /tools\(\)\.ui\.id must be a string naming the App/,
+    "ui-data-hook": /tools\(\)\.ui\.hasSession must be a function/,
+    "ui-empty-id": /tools\(\): ui\.id must be a non-empty string of at most 128 bytes/,
   };
   for (const [name, pattern] of Object.entries(expected)) {
     const h = await worker({ scriptPath: config, bindings: { TOOLS_CASE: name } });
