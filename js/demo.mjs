@@ -45,6 +45,10 @@ export class ShiitakeDO extends Base {
   tools() {
     return {
       files: { port: sqliteWorkspace() },
+      // The chat page's own commands (js/chat/app.mjs: set_theme,
+      // show_notice, page_state) through the browser bridge, as the module
+      // `ui` of each run of a Session the page has open.
+      ui: { id: "chat" },
       // SHIITAKE_MCP_SERVERS (a secret): [{name, url, headers?}], each the
       // module mcp.<name>.
       mcpServers: this.env.SHIITAKE_MCP_SERVERS ? JSON.parse(this.env.SHIITAKE_MCP_SERVERS) : [],

@@ -95,6 +95,7 @@ banner() {
   token (local only): $token
   $model_line
 
+  chat page:     $url/  (token: $token)
   chat with it:  npx shiitake chat --url $url --token $token
 
   curl -s -X POST $url/agents/demo/sessions $auth -d '{"sessionId":"hello"}'

@@ -176,7 +176,13 @@ test("the goal extension's client entry: a chip and a pinned row whose action en
   // The projection reaches the page over the watch: a chip, a pinned row, the line.
   await page.locator(".chip", { hasText: "Goal: Ship the notes" }).waitFor();
   await page.locator(".panel-row", { hasText: "Ship the notes" }).waitFor();
-  const cellAfter = (label) => page.locator("li.cell", { hasText: label }).evaluate((li) => li.previousElementSibling?.dataset.sequence ?? "start");
+  // The Session position of the nearest message row above a cell.
+  const cellAfter = (label) =>
+    page.locator("li.cell", { hasText: label }).evaluate((li) => {
+      let row = li.previousElementSibling;
+      while (row && row.dataset.sequence === undefined) row = row.previousElementSibling;
+      return row?.dataset.sequence ?? "start";
+    });
   await page.locator("li.cell", { hasText: "Goal set: Ship the notes" }).waitFor();
   assert.equal(await cellAfter("Goal set"), "2", "after the Session's two entries at the time");
   await shot(page, "goal-active");
@@ -194,5 +200,51 @@ test("the goal extension's client entry: a chip and a pinned row whose action en
   assert.equal(await cellAfter("Goal achieved"), "2", "placed the same from a fresh read");
   await shot(page, "goal-ended");
   assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("the model reaches the page's own commands through the browser bridge", T, async () => {
+  const tag = uniq("ui");
+  h.model.scriptFor(
+    tag,
+    execute("const found = await ui.discover({}); return found;"),
+    execute(`return await ui.execute({ name: "set_theme", input: { theme: "dark" } });`),
+    execute(`return await ui.execute({ name: "show_notice", input: { text: "Hello from the model" } });`),
+    { text: "Done." },
+  );
+  const { page, errors } = await signedIn(newAgent());
+  await send(page, `Make it dark ${tag}`);
+  await page.locator("li.message.assistant", { hasText: "Done." }).waitFor();
+  // The page listed its commands to the model and ran the ones it called.
+  const tools = await page.locator("li.message.tool .text").allTextContents();
+  for (const name of ["set_theme", "show_notice", "page_state"]) assert.ok(tools[0].includes(name), tools[0]);
+  assert.match(tools[1], /"theme":"dark"/);
+  assert.equal(await page.evaluate(() => document.documentElement.classList.contains("dark")), true);
+  assert.equal(await page.textContent("#notice"), "Hello from the model");
+  await shot(page, "ui-dark");
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("a steer while a turn runs is queued as a steer; Stop all cancels the turn and the queue", T, async () => {
+  const running = uniq("busy");
+  h.model.scriptFor(running, { hang: true, chunks: ["Working"] });
+  const { page, agent, sessionId } = await signedIn(newAgent());
+  await send(page, `Do the long thing ${running}`);
+  await page.getByText(`Running: Do the long thing ${running}`).waitFor();
+  await page.getByLabel("Delivery").selectOption("steer");
+  const steer = `Actually, shorter ${uniq("steer")}`;
+  await send(page, steer);
+  await page.getByText(`Steer #1: ${steer}`).waitFor();
+  // The composer goes back to queueing after a send.
+  assert.equal(await page.getByLabel("Delivery").inputValue(), "followUp");
+  const pending = (await h.api("GET", `/agents/${agent}/sessions/${sessionId}`)).json.pending;
+  assert.deepEqual(pending.map((p) => [p.text, p.delivery]), [[steer, "steer"]]);
+  await page.getByRole("button", { name: "Stop all" }).click();
+  await page.getByText("Stopped 2 prompt(s).").waitFor();
+  await page.getByText("Idle").waitFor();
+  await page.locator("li.message.user .settlement.cancelled").first().waitFor();
+  const read = (await h.api("GET", `/agents/${agent}/sessions/${sessionId}`)).json;
+  assert.deepEqual([read.pending, read.running], [[], null]);
   await page.close();
 });
