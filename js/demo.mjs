@@ -4,6 +4,9 @@ import { Hono } from "hono";
 import { HTTPException } from "hono/http-exception";
 import { bearerTokenAuth, jsonError as json } from "./bearer.mjs";
 import { ShiitakeDO as Base, shiitakeApp, sqliteWorkspace } from "./index.mjs";
+import { goal } from "../examples/extensions/goal.mjs";
+// The chat page (js/chat/), bundled by scripts/chat-page.mjs (scripts/build.sh).
+import * as chatPage from "../build/chat/assets.mjs";
 
 // `execute` guests run through it: released when each call returns.
 export { ShiitakeSandbox } from "./index.mjs";
@@ -32,9 +35,20 @@ export class ShiitakeDO extends Base {
     return { namespace: this.env.SHIITAKE, directory: true, archive: true, models: true };
   }
 
+  // SHIITAKE_DEMO_GOAL=1 (`npm start` sets it): the `goal` example
+  // extension, whose client entry the chat page renders (a chip, a pinned
+  // row with its end actions, the set and ending lines in the transcript).
+  extensions() {
+    return this.env.SHIITAKE_DEMO_GOAL === "1" ? [goal] : undefined;
+  }
+
   tools() {
     return {
       files: { port: sqliteWorkspace() },
+      // The chat page's own commands (js/chat/app.mjs: set_theme,
+      // show_notice, page_state) through the browser bridge, as the module
+      // `ui` of each run of a Session the page has open.
+      ui: { id: "chat" },
       // SHIITAKE_MCP_SERVERS (a secret): [{name, url, headers?}], each the
       // module mcp.<name>.
       mcpServers: this.env.SHIITAKE_MCP_SERVERS ? JSON.parse(this.env.SHIITAKE_MCP_SERVERS) : [],
@@ -83,7 +97,19 @@ export class ShiitakeDO extends Base {
 
 const app = new Hono();
 
-app.get("/", (c) =>
+// The chat page: public (it holds no secret; it asks for the token and sends
+// it on each API request), same-origin scripts and styles only.
+const PAGE_HEADERS = {
+  "cache-control": "no-cache",
+  "x-content-type-options": "nosniff",
+  "content-security-policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+  "referrer-policy": "no-referrer",
+};
+const asset = (body, type) => (c) => c.body(body, 200, { ...PAGE_HEADERS, "content-type": type });
+app.get("/", asset(chatPage.html, "text/html; charset=utf-8"));
+app.get("/chat/chat.js", asset(chatPage.js, "text/javascript; charset=utf-8"));
+app.get("/chat/chat.css", asset(chatPage.css, "text/css; charset=utf-8"));
+app.get("/api", (c) =>
   c.json({
     name: "shiitake-demo",
     routes: "/agents/:agentId/sessions... (docs/http.md), with Authorization: Bearer <SHIITAKE_TOKEN>",

@@ -57,6 +57,7 @@ t2=$(now)
 
 rm -rf "$out"
 mv "$out.tmp" "$out"
+node scripts/chat-page.mjs >/dev/null
 node scripts/bundle.mjs js/demo.mjs build/demo >/dev/null
 t3=$(now)
 

@@ -11,6 +11,9 @@
 #   SHIITAKE_MODEL         default openai/scripted
 #   OPENAI_BASE_URL, OPENAI_API_KEY, SHIITAKE_INSTRUCTIONS,
 #   SHIITAKE_TOOL_TIMEOUT_MS   passed when set
+#   SHIITAKE_DEMO_GOAL     default 1: the demo Agent runs the goal example
+#                          extension (the chat page shows its chip, row and
+#                          lines); 0 runs none
 #   SHIITAKE_MCP_SERVERS   a JSON array of MCP servers {name, url, headers?}
 #                          for the demo Agent (a secret: never printed)
 #   MODEL_PORT             when OPENAI_BASE_URL is unset, the scripted model
@@ -30,7 +33,8 @@ url="http://127.0.0.1:$port"
 
 args=(dev --local --ip 127.0.0.1 --port "$port" --persist-to "$state_dir"
   --show-interactive-dev-session=false
-  --var "SHIITAKE_TOKEN:$token" --var "SHIITAKE_MODEL:$model")
+  --var "SHIITAKE_TOKEN:$token" --var "SHIITAKE_MODEL:$model"
+  --var "SHIITAKE_DEMO_GOAL:${SHIITAKE_DEMO_GOAL:-1}")
 [ -n "${SHIITAKE_INSTRUCTIONS:-}" ] && args+=(--var "SHIITAKE_INSTRUCTIONS:$SHIITAKE_INSTRUCTIONS")
 [ -n "${SHIITAKE_TOOL_TIMEOUT_MS:-}" ] && args+=(--var "SHIITAKE_TOOL_TIMEOUT_MS:$SHIITAKE_TOOL_TIMEOUT_MS")
 
@@ -91,6 +95,7 @@ banner() {
   token (local only): $token
   $model_line
 
+  chat page:     $url/  (token: $token)
   chat with it:  npx shiitake chat --url $url --token $token
 
   curl -s -X POST $url/agents/demo/sessions $auth -d '{"sessionId":"hello"}'

@@ -74,6 +74,8 @@ export const WORKER_BINDINGS = [
   "INIT",
   // tests/e2e/fixtures/files-grant-worker.mjs: which roster and tools ("ok" | "two" | "both" | "notools").
   "FILES_GRANT_CASE",
+  // js/demo.mjs: "1" runs the goal example extension (the chat page renders its client entry).
+  "SHIITAKE_DEMO_GOAL",
   // tests/e2e/fixtures/ui-worker.mjs: "host" gives tools().ui a hasSession.
   "UI_HAS_SESSION",
 ];

@@ -1,0 +1,640 @@
+// The chat page the demo Worker serves at `/` (js/demo.mjs; bundled for the
+// browser by scripts/chat-page.mjs). Plain DOM over the typed client
+// (js/client.mjs): Sessions, the transcript with paging, the live watch,
+// queued prompts, and the page's own commands offered to the model through
+// the browser bridge (js/ui-browser.mjs). Holds nothing the server does not:
+// a reload rebuilds everything from the Session read and its watch.
+import { bindSessionExtension, createShiitakeClient, ShiitakeError } from "../client.mjs";
+import { bindingDispatch, createClientEntryHost, placeCells } from "../client-entry.mjs";
+import { connectBrowser } from "../ui-browser.mjs";
+import { goalClient, goalContract } from "../../examples/extensions/goal.client.mjs";
+
+// The client entries this page renders (chips, pinned panel rows, timeline
+// cells), each with the contract its extension binding is made from. An
+// Agent that does not run one leaves it offline: it shows nothing.
+const CLIENT_ENTRIES = [{ entry: goalClient, contract: goalContract }];
+
+// The page's own bounds: Sessions per list page, messages per transcript
+// page, settlement reads in flight, characters of a tool summary, the watch's
+// reconnect backoff.
+const SESSIONS_PAGE = 50;
+const MESSAGES_PAGE = 50;
+const SETTLEMENT_READS_AT_ONCE = 4;
+const SUMMARY_CHARS_MAX = 160;
+const RECONNECT_MS = [500, 30_000];
+const TOKEN_KEY = "shiitake.token";
+const AGENT_KEY = "shiitake.agent";
+
+const $ = (id) => document.getElementById(id);
+const el = (tag, props = {}, ...children) => {
+  const node = Object.assign(document.createElement(tag), props);
+  for (const child of children) if (child !== null && child !== undefined) node.append(child);
+  return node;
+};
+
+const page = {
+  token: sessionStorage.getItem(TOKEN_KEY),
+  agent: new URLSearchParams(location.search).get("agent") ?? sessionStorage.getItem(AGENT_KEY) ?? "demo",
+  client: null,
+  sessionsCursor: null,
+  /** The open Session's view; replaced whole on every switch. */
+  view: null,
+};
+
+// ---- the transport: the token on every request, asked for again on a 401 ----
+
+function authFetch(input, init = {}) {
+  const headers = new Headers(init.headers);
+  if (page.token) headers.set("authorization", `Bearer ${page.token}`);
+  return fetch(input, { ...init, headers }).then((response) => {
+    if (response.status === 401) askToken("The service refused the token. Enter it again.");
+    return response;
+  });
+}
+
+function askToken(why) {
+  page.token = null;
+  sessionStorage.removeItem(TOKEN_KEY);
+  $("token-error").hidden = !why;
+  $("token-error").textContent = why ?? "";
+  if (!$("token-dialog").open) $("token-dialog").showModal();
+  $("token").focus();
+}
+
+function say(text) {
+  $("notice").hidden = !text;
+  $("notice").textContent = text ?? "";
+}
+
+function explain(error) {
+  if (error instanceof ShiitakeError) return `${error.message} (${error.code})`;
+  return error?.message ?? String(error);
+}
+
+// ---- Sessions ----
+
+async function loadSessions({ more = false } = {}) {
+  if (!page.client) return;
+  const list = $("session-list");
+  let answer;
+  try {
+    answer = await page.client.listSessions({ limit: SESSIONS_PAGE, ...(more ? { cursor: page.sessionsCursor } : {}) });
+  } catch (error) {
+    say(`Could not list Sessions: ${explain(error)}`);
+    return;
+  }
+  if (!more) list.replaceChildren();
+  for (const { sessionId } of answer.sessions) list.append(sessionItem(sessionId));
+  page.sessionsCursor = answer.cursor;
+  $("more-sessions").hidden = answer.cursor === null;
+  markCurrent();
+}
+
+function sessionItem(sessionId) {
+  const open = el("button", { type: "button", className: "open", textContent: sessionId, title: sessionId });
+  open.addEventListener("click", () => openSession(sessionId));
+  const remove = el("button", { type: "button", className: "quiet danger", textContent: "×", title: `Delete ${sessionId}` });
+  remove.setAttribute("aria-label", `Delete Session ${sessionId}`);
+  remove.addEventListener("click", async () => {
+    if (!confirm(`Delete Session ${sessionId} and its transcript?`)) return;
+    try {
+      await page.client.deleteSession(sessionId);
+    } catch (error) {
+      say(`Could not delete ${sessionId}: ${explain(error)}`);
+      return;
+    }
+    if (page.view?.sessionId === sessionId) closeSession();
+    await loadSessions();
+  });
+  const item = el("li", {}, open, remove);
+  item.dataset.sessionId = sessionId;
+  return item;
+}
+
+function markCurrent() {
+  for (const item of $("session-list").children) {
+    item.setAttribute("aria-current", String(item.dataset.sessionId === page.view?.sessionId));
+  }
+}
+
+async function newSession() {
+  try {
+    const { sessionId } = await page.client.createSession();
+    await loadSessions();
+    await openSession(sessionId);
+  } catch (error) {
+    say(`Could not create a Session: ${explain(error)}`);
+  }
+}
+
+function closeSession() {
+  const view = page.view;
+  if (!view) return;
+  view.stop.abort();
+  view.bridge?.close();
+  view.entries.close();
+  page.view = null;
+  $("messages").replaceChildren();
+  $("pending").replaceChildren();
+  $("extensions").replaceChildren();
+  $("live").hidden = true;
+  $("older").hidden = true;
+  $("abort").hidden = true;
+  $("state").textContent = "";
+  $("session-title").textContent = "No Session";
+  for (const id of ["prompt", "delivery", "send"]) $(id).disabled = true;
+  history.replaceState(null, "", location.pathname + location.search);
+  markCurrent();
+}
+
+async function openSession(sessionId) {
+  closeSession();
+  const session = page.client.session(sessionId);
+  const view = {
+    sessionId,
+    session,
+    stop: new AbortController(),
+    /** entryId -> its <li>, so a message delivered twice renders once. */
+    messages: new Map(),
+    /** The newest Session position the page has. */
+    newest: 0,
+    /** commandId -> CommandSettlement, for the badge on its prompt. */
+    settlements: new Map(),
+    cursor: null,
+    running: null,
+    live: { commandId: null, text: "" },
+    bridge: null,
+    /** extensionId -> { status, commands } from `GET /extensions`, then `{value, history}` as observed. */
+    extensions: new Map(),
+    entries: null,
+  };
+  view.entries = createClientEntryHost({
+    entries: CLIENT_ENTRIES.map((c) => c.entry),
+    dispatch: bindingDispatch((extensionId) => {
+      const known = CLIENT_ENTRIES.find((c) => c.entry.id === extensionId);
+      return known && bindSessionExtension(session, known.contract);
+    }),
+    onChange: () => page.view === view && renderExtensions(view),
+    onError: (error, where) => console.warn(`client entry ${where.extensionId}:`, error),
+  });
+  page.view = view;
+  $("session-title").textContent = sessionId;
+  history.replaceState(null, "", `#session=${encodeURIComponent(sessionId)}`);
+  for (const id of ["prompt", "delivery", "send"]) $(id).disabled = false;
+  markCurrent();
+  say(null);
+  readExtensions(view);
+  watchLoop(view);
+  view.bridge = connectBrowser({
+    baseUrl: `${agentBase()}/browser/sessions/${encodeURIComponent(sessionId)}/browser`,
+    whistle,
+    fetch: authFetch,
+  });
+}
+
+function agentBase() {
+  return `/agents/${encodeURIComponent(page.agent)}`;
+}
+
+// ---- the watch: a snapshot, then frames; reopened after a drop ----
+
+async function watchLoop(view) {
+  let delay = RECONNECT_MS[0];
+  while (!view.stop.signal.aborted) {
+    const watch = view.session.watch({ signal: view.stop.signal });
+    try {
+      await watch.opened;
+      delay = RECONNECT_MS[0];
+      for await (const event of watch) {
+        if (event.event === "snapshot") renderSnapshot(view, event.data);
+        else if (event.event === "frame") applyFrame(view, event.data);
+        else if (event.event === "runtime-error") {
+          const retry = event.data.retryInMs !== undefined ? ` (retrying in ${Math.round(event.data.retryInMs / 1000)} s)` : "";
+          say(`The model call failed: ${event.data.diagnostic}${retry}`);
+        }
+      }
+      if (view.stop.signal.aborted) return;
+    } catch (error) {
+      if (view.stop.signal.aborted) return;
+      if (error instanceof ShiitakeError && error.status === 404) {
+        say(`Session ${view.sessionId} does not exist any more.`);
+        closeSession();
+        return;
+      }
+      say(`The live view dropped (${explain(error)}); reconnecting…`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, delay));
+    delay = Math.min(delay * 2, RECONNECT_MS[1]);
+  }
+}
+
+function renderSnapshot(view, read) {
+  view.messages.clear();
+  view.newest = 0;
+  $("messages").replaceChildren();
+  for (const message of read.messages) appendMessage(view, message);
+  view.cursor = read.cursor;
+  $("older").hidden = read.cursor === null;
+  renderQueue(view, read);
+  readSettlements(view, read.messages);
+  for (const { entry } of CLIENT_ENTRIES) {
+    const id = entry.id;
+    observeExtension(view, id, { value: read.extensions?.[id] ?? null, history: read.extensionHistory?.[id] });
+  }
+  renderCells(view);
+  say(null);
+  scrollToEnd();
+}
+
+function applyFrame(view, frame) {
+  switch (frame.type) {
+    case "message":
+      appendMessage(view, frame.message);
+      if (frame.message.role === "assistant" && frame.message.commandId === view.live.commandId) showLive(view, null, "");
+      scrollToEnd();
+      break;
+    case "delta":
+      showLive(view, frame.commandId, (view.live.commandId === frame.commandId ? view.live.text : "") + frame.text);
+      scrollToEnd();
+      break;
+    case "settled": {
+      const { settlement } = frame;
+      view.settlements.set(settlement.commandId, settlement);
+      badge(view, settlement.commandId);
+      if (view.live.commandId === settlement.commandId) showLive(view, null, "");
+      refreshQueue(view);
+      break;
+    }
+    case "admitted":
+    case "started":
+      refreshQueue(view);
+      break;
+    case "diagnostic":
+      say(frame.diagnostic);
+      break;
+    case "extension":
+      if (frame.scope === "session") observeExtension(view, frame.extensionId, { value: frame.value, ...(frame.history ? { history: frame.history } : {}) });
+      break;
+    default:
+      break; // attention frames: not shown by this page
+  }
+}
+
+function showLive(view, commandId, text) {
+  view.live = { commandId, text };
+  $("live").hidden = commandId === null;
+  $("live").textContent = text;
+}
+
+// A queue read after each admission, start and settlement: the frames carry
+// ids, the read carries the texts. Coalesced: one read in flight per view.
+function refreshQueue(view) {
+  if (view.queueRead) {
+    view.queueAgain = true;
+    return;
+  }
+  view.queueRead = view.session
+    .read({ limit: 1 })
+    .then((read) => page.view === view && renderQueue(view, read))
+    .catch(() => {})
+    .finally(() => {
+      view.queueRead = null;
+      if (view.queueAgain) {
+        view.queueAgain = false;
+        refreshQueue(view);
+      }
+    });
+}
+
+function renderQueue(view, read) {
+  view.running = read.running;
+  const list = $("pending");
+  list.replaceChildren();
+  if (read.running) {
+    const stop = el("button", { type: "button", className: "danger", textContent: "Stop" });
+    stop.addEventListener("click", () => cancel(view, read.running.commandId));
+    list.append(el("li", { className: "running" }, el("span", { className: "text", textContent: `Running: ${read.running.text}` }), stop));
+  }
+  for (const item of read.pending) {
+    const button = el("button", { type: "button", textContent: "Cancel" });
+    button.setAttribute("aria-label", `Cancel queued prompt ${item.position}`);
+    button.addEventListener("click", () => cancel(view, item.commandId));
+    const label = `${item.delivery === "steer" ? "Steer" : "Queued"} #${item.position}: ${item.text}`;
+    list.append(el("li", { className: "queued" }, el("span", { className: "text", textContent: label }), button));
+  }
+  const busy = read.running !== null || read.pending.length > 0;
+  $("state").textContent = read.running ? "Running…" : read.pending.length > 0 ? "Queued" : "Idle";
+  $("abort").hidden = !busy;
+}
+
+async function cancel(view, commandId) {
+  try {
+    const outcome = await view.session.cancel(commandId);
+    if (outcome.status === "cancelled" && outcome.text && $("prompt").value === "") $("prompt").value = outcome.text;
+    if (outcome.status === "too_late") say("Too late to cancel: that prompt already ended.");
+  } catch (error) {
+    say(`Could not cancel: ${explain(error)}`);
+  }
+  refreshQueue(view);
+}
+
+// ---- the transcript ----
+
+function appendMessage(view, message, { before = null } = {}) {
+  if (view.messages.has(message.entryId)) return;
+  const item = renderMessage(message);
+  // A read's messages carry their Session position; a live message frame is
+  // the next one after the newest the page has.
+  const sequence = message.sequence ?? view.newest + 1;
+  item.dataset.sequence = String(sequence);
+  view.newest = Math.max(view.newest, sequence);
+  view.messages.set(message.entryId, item);
+  $("messages").insertBefore(item, before);
+  if (message.role === "user" && message.commandId) badge(view, message.commandId);
+  if (before === null) renderCells(view);
+}
+
+function renderMessage(message) {
+  const who = message.role === "tool" ? `tool · ${message.toolName ?? ""}` : message.role;
+  const item = el("li", { className: `message ${message.role}` }, el("span", { className: "who", textContent: who }));
+  item.dataset.entryId = message.entryId;
+  if (message.commandId) item.dataset.commandId = message.commandId;
+  if (message.text) item.append(el("div", { className: "text", textContent: message.text }));
+  if (message.toolCalls?.length) {
+    item.append(el("ul", { className: "calls" }, ...message.toolCalls.map((call) => el("li", { textContent: `${call.name}(${summary(call.arguments)})` }))));
+  }
+  if (message.role === "tool") {
+    if (message.isError) item.classList.add("failed");
+    if (message.data !== undefined) {
+      item.append(el("details", {}, el("summary", { textContent: "data" }), el("pre", { textContent: JSON.stringify(message.data, null, 2) })));
+    }
+  }
+  return item;
+}
+
+function summary(value) {
+  const text = JSON.stringify(value) ?? "";
+  return text.length > SUMMARY_CHARS_MAX ? `${text.slice(0, SUMMARY_CHARS_MAX - 1)}…` : text;
+}
+
+function badge(view, commandId) {
+  const settlement = view.settlements.get(commandId);
+  if (!settlement) return;
+  for (const item of $("messages").querySelectorAll(`li.user[data-command-id="${CSS.escape(commandId)}"]`)) {
+    item.querySelector(".settlement")?.remove();
+    const why = settlement.diagnostic ? `: ${settlement.diagnostic}` : "";
+    item.append(el("span", { className: `settlement ${settlement.terminal}`, textContent: `${settlement.terminal}${why}` }));
+  }
+}
+
+// The settlement of each prompt on a page, read a few at a time.
+async function readSettlements(view, messages) {
+  const ids = messages.filter((m) => m.role === "user" && m.commandId && !view.settlements.has(m.commandId)).map((m) => m.commandId);
+  const next = async () => {
+    while (ids.length > 0 && page.view === view) {
+      const commandId = ids.shift();
+      const settlement = await view.session.readSettlement(commandId).catch(() => undefined);
+      if (settlement) {
+        view.settlements.set(commandId, settlement);
+        badge(view, commandId);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: SETTLEMENT_READS_AT_ONCE }, next));
+}
+
+async function loadOlder() {
+  const view = page.view;
+  if (!view || view.cursor === null) return;
+  let read;
+  try {
+    read = await view.session.read({ before: view.cursor, limit: MESSAGES_PAGE });
+  } catch (error) {
+    say(`Could not load older messages: ${explain(error)}`);
+    return;
+  }
+  if (page.view !== view) return;
+  const first = $("messages").firstChild;
+  for (const message of read.messages) appendMessage(view, message, { before: first });
+  view.cursor = read.cursor;
+  $("older").hidden = read.cursor === null;
+  readSettlements(view, read.messages);
+  renderCells(view);
+}
+
+function scrollToEnd() {
+  const box = $("transcript");
+  box.scrollTop = box.scrollHeight;
+}
+
+async function send(event) {
+  event.preventDefault();
+  const view = page.view;
+  const text = $("prompt").value.trim();
+  if (!view || text === "") return;
+  $("send").disabled = true;
+  try {
+    await view.session.prompt(text, { delivery: $("delivery").value });
+    $("prompt").value = "";
+    $("delivery").value = "followUp";
+    say(null);
+  } catch (error) {
+    say(`Not sent: ${explain(error)}`);
+  } finally {
+    $("send").disabled = false;
+    $("prompt").focus();
+  }
+}
+
+// ---- client entries: extension chips, pinned rows and timeline cells ----
+
+// The Agent's roster: each extension's status and running command catalog.
+async function readExtensions(view) {
+  let list;
+  try {
+    const response = await authFetch(`${agentBase()}/extensions`);
+    if (!response.ok) return; // an Agent without extensions, or none served
+    list = (await response.json()).extensions;
+  } catch {
+    return;
+  }
+  if (page.view !== view) return;
+  for (const status of list) {
+    const running = status.stopped === null ? "running" : "stopped";
+    observeExtension(view, status.id, { status: running, commands: status.commands.map((c) => c.name) });
+  }
+}
+
+// Merges what is known of one extension in this Session and feeds the client
+// entry host, which calls `contribute` only when the observation changed.
+function observeExtension(view, extensionId, update) {
+  if (!CLIENT_ENTRIES.some((c) => c.entry.id === extensionId)) return;
+  const known = { status: "offline", commands: [], value: null, ...view.extensions.get(extensionId), ...update };
+  view.extensions.set(extensionId, known);
+  view.entries.observe(extensionId, view.sessionId, {
+    status: known.status,
+    value: known.value,
+    commands: known.commands,
+    ...(known.history ? { history: known.history } : {}),
+  });
+}
+
+function renderExtensions(view) {
+  const box = $("extensions");
+  box.replaceChildren();
+  for (const { entry } of CLIENT_ENTRIES) {
+    const error = view.entries.error(entry.id, view.sessionId);
+    if (error) box.append(el("p", { className: "entry-error", textContent: `${entry.id}: ${error.message ?? error}` }));
+    const contribution = view.entries.contribution(entry.id, view.sessionId);
+    if (!contribution) continue;
+    if (contribution.chips.length > 0) {
+      box.append(el("ul", { className: "chips" }, ...contribution.chips.map((chip) => el("li", { className: "chip", textContent: chip.title }))));
+    }
+    for (const row of contribution.panel) {
+      const actions = (row.actions ?? []).map((action) => {
+        const button = el("button", { type: "button", textContent: action.label });
+        button.addEventListener("click", async () => {
+          button.disabled = true;
+          try {
+            await view.entries.act(entry.id, view.sessionId, action);
+          } catch (error) {
+            say(`${action.label}: ${explain(error)}`);
+          } finally {
+            button.disabled = false;
+          }
+        });
+        return button;
+      });
+      box.append(el("div", { className: "panel-row" }, el("strong", { textContent: row.title }), row.detail ? el("span", { className: "detail", textContent: row.detail }) : null, ...actions));
+    }
+    if (contribution.waiting) box.append(el("p", { className: "state", textContent: contribution.waiting.summary }));
+  }
+  renderCells(view);
+}
+
+// Timeline cells among the loaded rows: after their anchor when its row is
+// loaded (hidden until then), under "Extension changes" without one.
+function renderCells(view) {
+  for (const old of $("transcript").querySelectorAll(".cell, .changes")) old.remove();
+  const cells = [];
+  for (const { entry } of CLIENT_ENTRIES) cells.push(...(view.entries.contribution(entry.id, view.sessionId)?.timeline.cells ?? []));
+  if (cells.length === 0) return;
+  const items = [...$("messages").children].filter((li) => li.dataset.sequence);
+  const rows = items.map((li) => ({ sequence: Number(li.dataset.sequence), commandId: li.dataset.commandId ?? null }));
+  const placed = placeCells({ rows, first: view.cursor === null }, cells);
+  const cellItem = (c) => el("li", { className: "cell", textContent: c.label });
+  $("messages").prepend(...placed.start.map(cellItem));
+  for (const [sequence, list] of placed.after) {
+    const row = items.find((li) => Number(li.dataset.sequence) === sequence);
+    row?.after(...list.map(cellItem));
+  }
+  if (placed.changes.length > 0) {
+    $("live").before(el("div", { className: "changes" }, el("h3", { textContent: "Extension changes" }), el("ul", {}, ...placed.changes.map(cellItem))));
+  }
+}
+
+// ---- the page's own commands, offered to the model as `ui.*` ----
+
+const whistle = {
+  commands: () => [
+    {
+      name: "set_theme",
+      description: "Switches this chat page between its light and dark colours.",
+      inputSchema: { type: "object", properties: { theme: { enum: ["light", "dark"] } }, required: ["theme"] },
+    },
+    {
+      name: "show_notice",
+      description: "Shows a short notice above the conversation on the person's screen.",
+      inputSchema: { type: "object", properties: { text: { type: "string", maxLength: 500 } }, required: ["text"] },
+    },
+    {
+      name: "page_state",
+      description: "What the page shows: the Agent, the open Session, how many messages are loaded, the theme.",
+      inputSchema: { type: "object", properties: {} },
+    },
+  ],
+  execute(name, input) {
+    switch (name) {
+      case "set_theme":
+        if (input.theme !== "light" && input.theme !== "dark") throw new Error('theme must be "light" or "dark"');
+        document.documentElement.classList.toggle("dark", input.theme === "dark");
+        return { theme: input.theme };
+      case "show_notice":
+        if (typeof input.text !== "string" || input.text.length > 500) throw new Error("text must be a string of at most 500 characters");
+        say(input.text);
+        return { shown: true };
+      case "page_state":
+        return {
+          agent: page.agent,
+          sessionId: page.view?.sessionId ?? null,
+          messagesLoaded: page.view?.messages.size ?? 0,
+          theme: document.documentElement.classList.contains("dark") ? "dark" : "light",
+        };
+      default:
+        throw new Error(`no command ${name}`);
+    }
+  },
+};
+
+// ---- start ----
+
+function useAgent(agent) {
+  closeSession();
+  page.agent = agent;
+  sessionStorage.setItem(AGENT_KEY, agent);
+  $("agent-id").value = agent;
+  page.client?.close();
+  page.client = createShiitakeClient({ baseUrl: agentBase(), fetch: authFetch });
+}
+
+async function start() {
+  useAgent(page.agent);
+  $("token-form").addEventListener("submit", async () => {
+    page.token = $("token").value;
+    sessionStorage.setItem(TOKEN_KEY, page.token);
+    $("token").value = "";
+    await begin();
+  });
+  $("forget-token").addEventListener("click", () => {
+    closeSession();
+    askToken(null);
+  });
+  $("agent-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const agent = $("agent-id").value.trim();
+    if (agent === "") return;
+    useAgent(agent);
+    await loadSessions();
+  });
+  $("new-session").addEventListener("click", newSession);
+  $("more-sessions").addEventListener("click", () => loadSessions({ more: true }));
+  $("older").addEventListener("click", loadOlder);
+  $("abort").addEventListener("click", async () => {
+    const view = page.view;
+    if (!view) return;
+    try {
+      const { cancelled } = await view.session.abort();
+      say(cancelled.length > 0 ? `Stopped ${cancelled.length} prompt(s).` : "Nothing to stop.");
+    } catch (error) {
+      say(`Could not stop: ${explain(error)}`);
+    }
+    refreshQueue(view);
+  });
+  $("composer").addEventListener("submit", send);
+  $("prompt").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      $("composer").requestSubmit();
+    }
+  });
+  if (page.token) await begin();
+  else askToken(null);
+}
+
+async function begin() {
+  await loadSessions();
+  const wanted = new URLSearchParams(location.hash.slice(1)).get("session");
+  if (wanted && page.token) await openSession(wanted);
+}
+
+start();

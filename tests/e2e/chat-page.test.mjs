@@ -1,0 +1,250 @@
+// The chat page (js/chat/, served by the demo Worker at `/`) used as a person
+// would, in Debian's headless Chromium driven by playwright-core (no browser
+// download): sign in with the token, create a Session, type a prompt and see
+// the answer stream in, then settle; queue a prompt behind a running one and
+// cancel it (its text comes back to the composer), stop the running one;
+// reload and see the same transcript. Screenshots are kept under
+// test-artifacts/chat-page/. scripts/test.sh installs chromium when it is
+// missing; this file skips only when it still cannot be found.
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { ROOT, TOKEN, execute, startWorker, uniq } from "./helpers.mjs";
+
+const CHROMIUM = process.env.SHIITAKE_CHROMIUM ?? "/usr/bin/chromium";
+const FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"];
+const skip = existsSync(CHROMIUM) ? false : `no Chromium at ${CHROMIUM} (scripts/test.sh installs Debian's chromium with apt-get)`;
+const T = { timeout: 120_000, skip };
+const ARTIFACTS = path.join(ROOT, "test-artifacts/chat-page");
+
+let h;
+let context;
+let userDataDir;
+let origin;
+
+before(async () => {
+  if (skip) return;
+  h = await startWorker({ model: "echo", bindings: { SHIITAKE_DEMO_GOAL: "1" } });
+  origin = (await h.mf.ready).origin;
+  await mkdir(ARTIFACTS, { recursive: true });
+  const { chromium } = await import("playwright-core");
+  userDataDir = await mkdtemp(path.join(tmpdir(), "shiitake-chromium-"));
+  context = await chromium.launchPersistentContext(userDataDir, { executablePath: CHROMIUM, headless: true, args: FLAGS });
+});
+
+after(async () => {
+  await context?.close();
+  await h?.dispose();
+  if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
+});
+
+/** A fresh Agent (so a fresh Durable Object) per test; the fleet takes [A-Za-z0-9._:-] ids. */
+const newAgent = () => `chat-${randomUUID().slice(0, 8)}`;
+const shot = (page, name) => page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: true });
+
+/** Opens the page for a fresh Agent, signs in, creates a Session; returns the page and its Session id. */
+async function signedIn(agent) {
+  const page = await context.newPage();
+  const errors = [];
+  page.on("pageerror", (error) => errors.push(String(error)));
+  await page.goto(`${origin}/?agent=${encodeURIComponent(agent)}`);
+  await page.getByLabel("Token").fill(TOKEN);
+  await page.getByRole("button", { name: "Continue" }).click();
+  await page.getByRole("button", { name: "New", exact: true }).click();
+  await page.waitForFunction(() => document.getElementById("session-title").textContent.startsWith("ses_"));
+  const sessionId = await page.textContent("#session-title");
+  return { page, agent, sessionId, errors };
+}
+
+const send = async (page, text) => {
+  await page.getByLabel("Message").fill(text);
+  await page.getByLabel("Message").press("Enter");
+};
+
+test("the page asks for the token once and refuses a wrong one", T, async () => {
+  const page = await context.newPage();
+  await page.goto(`${origin}/?agent=${newAgent()}`);
+  await page.getByLabel("Token").fill("not-the-token");
+  await page.getByRole("button", { name: "Continue" }).click();
+  await page.getByText("The service refused the token").waitFor();
+  await page.getByLabel("Token").fill(TOKEN);
+  await page.getByRole("button", { name: "Continue" }).click();
+  await page.getByRole("button", { name: "New", exact: true }).click();
+  await page.waitForFunction(() => document.getElementById("session-title").textContent.startsWith("ses_"));
+  // Kept for the tab: a reload signs in without asking.
+  await page.reload();
+  await page.getByRole("listitem").filter({ hasText: "ses_" }).first().waitFor();
+  assert.equal(await page.locator("#token-dialog").evaluate((d) => d.open), false);
+  await page.close();
+});
+
+test("a prompt's answer streams in token by token, then the prompt shows completed", T, async () => {
+  const tag = uniq("stream");
+  h.model.scriptFor(tag, { chunks: ["Mush", "rooms ", "grow ", "in ", "the ", "dark."], chunkDelayMs: 250 });
+  const { page, errors } = await signedIn(newAgent());
+  await send(page, `Tell me about mushrooms ${tag}`);
+  // Part of the answer is on screen before the rest arrives.
+  await page.waitForFunction(() => {
+    const live = document.getElementById("live");
+    return !live.hidden && live.textContent.startsWith("Mush") && !live.textContent.includes("dark.");
+  });
+  await shot(page, "streaming");
+  await page.locator("li.message.assistant", { hasText: "Mushrooms grow in the dark." }).waitFor();
+  await page.locator("li.message.user .settlement.completed").waitFor();
+  assert.equal(await page.locator("#live").isHidden(), true);
+  await shot(page, "settled");
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("a queued prompt is cancelled from the page and its text comes back; the running one is stopped", T, async () => {
+  const running = uniq("running");
+  h.model.scriptFor(running, { hang: true, chunks: ["Thinking"] });
+  const { page, sessionId } = await signedIn(newAgent());
+  await send(page, `A long task ${running}`);
+  await page.getByText(`Running: A long task ${running}`).waitFor();
+  const queued = `And then this ${uniq("queued")}`;
+  await send(page, queued);
+  await page.getByText(`Queued #1: ${queued}`).waitFor();
+  await shot(page, "queued");
+  await page.getByRole("button", { name: "Cancel queued prompt 1" }).click();
+  await page.waitForFunction((text) => !document.getElementById("pending").textContent.includes(text), queued);
+  assert.equal(await page.getByLabel("Message").inputValue(), queued);
+  await page.getByRole("button", { name: "Stop", exact: true }).click();
+  await page.locator("li.message.user .settlement.cancelled").waitFor();
+  await page.getByText("Idle").waitFor();
+  await shot(page, "cancelled");
+
+  // The server agrees: nothing pending, nothing running, the prompt cancelled.
+  const read = await h.api("GET", `/agents/${await page.evaluate(() => sessionStorage.getItem("shiitake.agent"))}/sessions/${sessionId}`);
+  assert.equal(read.status, 200);
+  assert.deepEqual(read.json.pending, []);
+  assert.equal(read.json.running, null);
+  await page.close();
+});
+
+test("a reload shows the same transcript and settlements; a phone-sized screen stays readable", T, async () => {
+  const tag = uniq("reload");
+  const agent = newAgent();
+  const { page, sessionId } = await signedIn(agent);
+  await send(page, `First ${tag}`);
+  await page.locator("li.message.assistant", { hasText: `Echo: First ${tag}` }).waitFor();
+  await send(page, `Second ${tag}`);
+  await page.locator("li.message.assistant", { hasText: `Echo: Second ${tag}` }).waitFor();
+  const before = await page.locator("#messages li.message").allTextContents();
+  await page.reload();
+  await page.waitForFunction((id) => document.getElementById("session-title").textContent === id, sessionId);
+  await page.locator("li.message.assistant", { hasText: `Echo: Second ${tag}` }).waitFor();
+  await page.waitForFunction(() => document.querySelectorAll("li.message.user .settlement.completed").length === 2);
+  assert.deepEqual(await page.locator("#messages li.message").allTextContents(), before);
+  await page.setViewportSize({ width: 390, height: 844 });
+  await shot(page, "phone");
+  // Nothing wider than the screen.
+  assert.ok((await page.evaluate(() => document.documentElement.scrollWidth)) <= 390);
+  await page.close();
+});
+
+test("a tool call shows with its arguments and its display data", T, async () => {
+  const tag = uniq("tool");
+  h.model.scriptFor(tag, execute("return await notes.add_note({ text: 'from the page' });"), { text: "Noted." });
+  const { page, errors } = await signedIn(newAgent());
+  await send(page, `Take a note ${tag}`);
+  await page.locator("li.message.assistant", { hasText: "Noted." }).waitFor();
+  // The model's call, then its outcome with the data the host displays.
+  assert.match(await page.locator("li.message.assistant .calls").first().textContent(), /^execute\(\{"code":"return await notes\.add_note/);
+  const tool = page.locator("li.message.tool").first();
+  assert.match(await tool.locator(".who").textContent(), /tool · execute/);
+  await tool.locator("summary").click();
+  const data = JSON.parse(await tool.locator("pre").textContent());
+  assert.equal(data.calls[0].path, "notes.add_note");
+  await page.locator("li.message.user .settlement.completed").waitFor();
+  await shot(page, "tool");
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("the goal extension's client entry: a chip and a pinned row whose action ends it, lines at fixed positions", T, async () => {
+  const { page, agent, sessionId, errors } = await signedIn(newAgent());
+  await send(page, "Hello");
+  await page.locator("li.message.assistant", { hasText: "Echo: Hello" }).waitFor();
+  const set = await h.api("POST", `/agents/${agent}/sessions/${sessionId}/extensions/goal/commands/set`, { input: { text: "Ship the notes" } });
+  assert.equal(set.status, 200, set.text);
+  // The projection reaches the page over the watch: a chip, a pinned row, the line.
+  await page.locator(".chip", { hasText: "Goal: Ship the notes" }).waitFor();
+  await page.locator(".panel-row", { hasText: "Ship the notes" }).waitFor();
+  // The Session position of the nearest message row above a cell.
+  const cellAfter = (label) =>
+    page.locator("li.cell", { hasText: label }).evaluate((li) => {
+      let row = li.previousElementSibling;
+      while (row && row.dataset.sequence === undefined) row = row.previousElementSibling;
+      return row?.dataset.sequence ?? "start";
+    });
+  await page.locator("li.cell", { hasText: "Goal set: Ship the notes" }).waitFor();
+  assert.equal(await cellAfter("Goal set"), "2", "after the Session's two entries at the time");
+  await shot(page, "goal-active");
+  // The row's action runs the extension's own command.
+  await page.locator(".panel-row").getByRole("button", { name: "Achieved" }).click();
+  await page.locator("li.cell", { hasText: "Goal achieved: Ship the notes" }).waitFor();
+  await page.waitForFunction(() => document.querySelector(".chip") === null);
+  assert.equal((await h.api("GET", `/agents/${agent}/sessions/${sessionId}`)).json.extensions.goal.status, "achieved");
+  // Later work does not move the ending line.
+  await send(page, "After the goal");
+  await page.locator("li.message.assistant", { hasText: "Echo: After the goal" }).waitFor();
+  assert.equal(await cellAfter("Goal achieved"), "2");
+  await page.reload();
+  await page.locator("li.cell", { hasText: "Goal achieved: Ship the notes" }).waitFor();
+  assert.equal(await cellAfter("Goal achieved"), "2", "placed the same from a fresh read");
+  await shot(page, "goal-ended");
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("the model reaches the page's own commands through the browser bridge", T, async () => {
+  const tag = uniq("ui");
+  h.model.scriptFor(
+    tag,
+    execute("const found = await ui.discover({}); return found;"),
+    execute(`return await ui.execute({ name: "set_theme", input: { theme: "dark" } });`),
+    execute(`return await ui.execute({ name: "show_notice", input: { text: "Hello from the model" } });`),
+    { text: "Done." },
+  );
+  const { page, errors } = await signedIn(newAgent());
+  await send(page, `Make it dark ${tag}`);
+  await page.locator("li.message.assistant", { hasText: "Done." }).waitFor();
+  // The page listed its commands to the model and ran the ones it called.
+  const tools = await page.locator("li.message.tool .text").allTextContents();
+  for (const name of ["set_theme", "show_notice", "page_state"]) assert.ok(tools[0].includes(name), tools[0]);
+  assert.match(tools[1], /"theme":"dark"/);
+  assert.equal(await page.evaluate(() => document.documentElement.classList.contains("dark")), true);
+  assert.equal(await page.textContent("#notice"), "Hello from the model");
+  await shot(page, "ui-dark");
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("a steer while a turn runs is queued as a steer; Stop all cancels the turn and the queue", T, async () => {
+  const running = uniq("busy");
+  h.model.scriptFor(running, { hang: true, chunks: ["Working"] });
+  const { page, agent, sessionId } = await signedIn(newAgent());
+  await send(page, `Do the long thing ${running}`);
+  await page.getByText(`Running: Do the long thing ${running}`).waitFor();
+  await page.getByLabel("Delivery").selectOption("steer");
+  const steer = `Actually, shorter ${uniq("steer")}`;
+  await send(page, steer);
+  await page.getByText(`Steer #1: ${steer}`).waitFor();
+  // The composer goes back to queueing after a send.
+  assert.equal(await page.getByLabel("Delivery").inputValue(), "followUp");
+  const pending = (await h.api("GET", `/agents/${agent}/sessions/${sessionId}`)).json.pending;
+  assert.deepEqual(pending.map((p) => [p.text, p.delivery]), [[steer, "steer"]]);
+  await page.getByRole("button", { name: "Stop all" }).click();
+  await page.getByText("Stopped 2 prompt(s).").waitFor();
+  await page.getByText("Idle").waitFor();
+  await page.locator("li.message.user .settlement.cancelled").first().waitFor();
+  const read = (await h.api("GET", `/agents/${agent}/sessions/${sessionId}`)).json;
+  assert.deepEqual([read.pending, read.running], [[], null]);
+  await page.close();
+});
