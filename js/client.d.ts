@@ -422,7 +422,15 @@ export type ShiitakeErrorCode =
   /** A projection an extension binding observed failed the contract's schema (client-side; see ShiitakeSchemaError). */
   | "invalid_projection"
   /** A binding's watch ended (client-side; reported when the binding gives up reopening it). */
-  | "watch_ended";
+  | "watch_ended"
+  /** The browser bridge's routes (`shiitake/ui/browser` speaks them; docs/http.md "Browser bridge"). */
+  | "ui_not_configured"
+  | "ui_request_not_found"
+  | "ui_claimed"
+  | "ui_not_claimed"
+  | "ui_other_request"
+  | "ui_wrong_claim"
+  | "ui_closed";
 
 /**
  * A refusal (a non-2xx answer, `code` from its `{error: {code, message}}`

@@ -248,3 +248,30 @@ test("a steer while a turn runs is queued as a steer; Stop all cancels the turn 
   assert.deepEqual([read.pending, read.running], [[], null]);
   await page.close();
 });
+
+test("older messages load a page at a time; a Session is deleted from the list", T, async () => {
+  const a = h.agent(newAgent());
+  const sid = await a.createSession("long-one");
+  for (let i = 1; i <= 60; i++) await a.admitOperator(sid, `line-${i}`, `line ${i}`);
+  const page = await context.newPage();
+  page.on("dialog", (dialog) => dialog.accept()); // the delete confirmation
+  await page.goto(`${origin}/?agent=${encodeURIComponent(a.id)}#session=${sid}`);
+  await page.getByLabel("Token").fill(TOKEN);
+  await page.getByRole("button", { name: "Continue" }).click();
+  await page.locator("li.message", { hasText: "line 60" }).waitFor();
+  // The newest page (50 messages), then the rest on demand.
+  assert.equal(await page.locator("li.message").count(), 50);
+  assert.equal(await page.locator("li.message").first().textContent(), "operatorline 11");
+  await page.getByRole("button", { name: "Load older messages" }).click();
+  await page.locator("li.message", { hasText: "line 1" }).first().waitFor();
+  assert.equal(await page.locator("li.message").count(), 60);
+  assert.equal(await page.locator("li.message").first().textContent(), "operatorline 1");
+  assert.equal(await page.getByRole("button", { name: "Load older messages" }).isHidden(), true);
+  await shot(page, "paged");
+  // Deleting it empties the view and the list; the server agrees.
+  await page.getByRole("button", { name: `Delete Session ${sid}` }).click();
+  await page.waitForFunction(() => document.getElementById("session-title").textContent === "No Session");
+  assert.equal(await page.locator("#session-list li").count(), 0);
+  assert.equal((await a.api("GET", `/sessions/${sid}`)).status, 404);
+  await page.close();
+});

@@ -82,10 +82,13 @@ test("watch: message frames carry the stored user message (at the turn start) an
   const assistantAt = events.findIndex((ev) => kind(ev) === "message" && messageOf(ev).role === "assistant");
   assert.ok(userAt > kinds.indexOf("admitted") && userAt < kinds.indexOf("started"), `the user message when the turn starts, before \`started\`: ${kinds}`);
   assert.ok(assistantAt > kinds.lastIndexOf("delta") && assistantAt < kinds.indexOf("settled"), `the assistant message after the deltas: ${kinds}`);
-  // The frames carry the stored messages, as a read returns them.
+  // The frames carry the stored messages, as a read returns them; a read
+  // adds each one's Session position, which a frame leaves to the order.
   const page = await a.read(sid);
+  const read = page.messages.filter((m) => m.role !== "operator");
+  assert.deepEqual(read.map((m) => m.sequence), [2, 3], "after the operator line");
   assert.deepEqual(
-    page.messages.filter((m) => m.role !== "operator"),
+    read.map(({ sequence: _, ...m }) => m),
     [user, assistant],
   );
 });
