@@ -28,8 +28,9 @@ impl Inner {
         request: &web_sys::Request,
     ) -> Result<web_sys::Response, JsValue> {
         let url = request.url();
-        if let Some((session, route)) = crate::ui::Route::parse(split_url(&url).0) {
-            return self.ui_fetch(request, session, route).await;
+        let (path, query) = split_url(&url);
+        if let Some((session, route)) = crate::ui::Route::parse(path) {
+            return self.ui_fetch(request, session, route, query).await;
         }
         let mut req = match read_request(request).await {
             Ok(req) => req,

@@ -235,8 +235,9 @@ impl Inner {
         request: &web_sys::Request,
         session: &str,
         route: Route,
+        query: &str,
     ) -> Result<web_sys::Response, JsValue> {
-        match self.ui_answer(request, session, route).await {
+        match self.ui_answer(request, session, route, query).await {
             Ok(Answer::Stream(response)) => Ok(response),
             Ok(Answer::Json(value)) => to_response(&HttpResponse {
                 status: 200,
@@ -252,9 +253,10 @@ impl Inner {
         request: &web_sys::Request,
         session: &str,
         route: Route,
+        query: &str,
     ) -> Result<Answer, ApiError> {
         self.ready()?;
-        route.check(session, &request.method())?;
+        route.check(session, &request.method(), query)?;
         // Read under every route's bound, as the core's routes are (an
         // upload cut off early resets the connection instead of answering
         // 413), then held to this route's own.

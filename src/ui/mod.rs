@@ -136,10 +136,16 @@ impl Route {
         Some((session, route))
     }
 
-    /// Refuses another method (405) and a malformed Session id (400).
-    pub fn check(self, session: &str, method: &str) -> Result<(), ApiError> {
+    /// Refuses another method (405), a query string and a malformed
+    /// Session id (400).
+    pub fn check(self, session: &str, method: &str, query: &str) -> Result<(), ApiError> {
         if method != self.method() {
             return Err(ApiError::MethodNotAllowed(self.method()));
+        }
+        if !query.is_empty() {
+            return Err(ApiError::InvalidQuery(
+                "the browser bridge's routes take no query string".into(),
+            ));
         }
         crate::agent::validate_session_id(session)
     }

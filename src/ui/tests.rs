@@ -73,6 +73,18 @@ fn routes_parse_only_the_three_paths() {
     assert_eq!(Route::parse("/browser/sessions/s1/browser/other"), None);
     assert_eq!(Route::parse("/sessions/s1/browser/claims"), None);
     assert_eq!(Route::Claims.method(), "POST");
+    assert!(Route::Events.check("s1", "GET", "").is_ok());
+    assert_eq!(
+        Route::Events
+            .check("s1", "GET", "limit=1")
+            .unwrap_err()
+            .code(),
+        "invalid_query"
+    );
+    assert_eq!(
+        Route::Claims.check("s1", "GET", "").unwrap_err().code(),
+        "method_not_allowed"
+    );
     assert!(Route::Results.check_body(UI_RESULT_BODY_BYTES_MAX).is_ok());
     let e = Route::Claims
         .check_body(UI_CLAIM_BODY_BYTES_MAX + 1)
