@@ -1,6 +1,6 @@
 // Client entries v1 ("shiitake/client-entry"; seed shiitake.md "Client
 // entries"): how a client presents one extension's state. No wasm, no Node
-// imports, no dependencies: it bundles for the browser.
+// imports, no dependencies (but ./guards.mjs): it bundles for the browser.
 //
 //   import { defineClientEntry } from "shiitake/client-entry";
 //   export default defineClientEntry(contract, {
@@ -13,6 +13,8 @@
 // `attach` to the selected Session and dispatches actions through the
 // extension's own command route (there is no second action registry).
 // Every bound below copies src/limits.rs (tests/e2e/limits-sync.test.mjs).
+
+import { isPlainObject, isStandardSchema, isThenable } from "./guards.mjs";
 
 export const CLIENT_PROTOCOL = "shiitake.client/v1";
 export const CLIENT_CHIPS_MAX = 4;
@@ -40,20 +42,8 @@ export class ClientEntryError extends Error {
 
 const refuse = (code, message) => new ClientEntryError(code, message);
 
-function isPlainObject(value) {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
-  const proto = Object.getPrototypeOf(value);
-  return proto === Object.prototype || proto === null;
-}
 
-function isThenable(value) {
-  return (typeof value === "object" || typeof value === "function") && value !== null && typeof value.then === "function";
-}
 
-function isStandardSchema(schema) {
-  const props = (typeof schema === "object" || typeof schema === "function") && schema !== null ? schema["~standard"] : undefined;
-  return typeof props === "object" && props !== null && props.version === 1 && typeof props.validate === "function";
-}
 
 function closedKeys(object, allowed, where) {
   const unknown = Object.keys(object).filter((k) => !allowed.includes(k));

@@ -15,6 +15,8 @@
 // `bindAgentExtension(client, contract)` keep one extension's observed
 // projection (a slot) and send its commands; see "extension bindings" below.
 
+import { isStandardSchema } from "./guards.mjs";
+
 /** Largest SSE event (its field lines, in bytes) a watch accepts. */
 export const WATCH_EVENT_BYTES_MAX = 8 * 1024 * 1024;
 /** Largest JSON answer body the client reads. */
@@ -411,10 +413,6 @@ export class ShiitakeSchemaError extends ShiitakeError {
   }
 }
 
-function isStandardSchema(schema) {
-  const props = (typeof schema === "object" || typeof schema === "function") && schema !== null ? schema["~standard"] : undefined;
-  return typeof props === "object" && props !== null && props.version === 1 && typeof props.validate === "function";
-}
 
 /** The checked contract: `{id, projection, commands}` (`commands` null: any name). */
 function checkContract(contract, fn) {

@@ -24,6 +24,8 @@
 //
 // Runs in Workers: no eval, no Node imports, no dependencies.
 
+import { isPlainObject, isThenable } from "./guards.mjs";
+
 export const EXTENSIONS_MAX = 16;
 export const EXTENSION_COLLECTIONS_MAX = 16;
 export const EXTENSION_COMMANDS_MAX = 32;
@@ -104,15 +106,7 @@ function typeName(value) {
   return typeof value;
 }
 
-function isPlainObject(value) {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
-  const proto = Object.getPrototypeOf(value);
-  return proto === Object.prototype || proto === null;
-}
 
-function isThenable(value) {
-  return (typeof value === "object" || typeof value === "function") && value !== null && typeof value.then === "function";
-}
 
 /** Keeps an abandoned promise from being reported as an unhandled rejection. */
 function silence(thenable) {
