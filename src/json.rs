@@ -30,6 +30,16 @@ pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, String> {
     serde_json::from_value(value).map_err(|e| e.to_string())
 }
 
+/// Parses JSON text as `T` by way of a [`Value`]. serde_json's text
+/// decoder is compiled once per target type (~2 KB of wasm each, and the
+/// deployed wasm's size is bounded); its `Value` decoder is smaller and most
+/// types have it already. For text off the hot paths (stored rows, the
+/// host's specs and replies), which is parsed twice. A value of the wrong
+/// shape is named by serde's message without a line and column.
+pub fn from_text<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
+    serde_json::from_value(serde_json::from_str(text)?)
+}
+
 /// Parses JSON text, refusing an object with a repeated key (plain
 /// `serde_json` keeps the last one silently, so `{"type":"prompt",
 /// "type":"operator"}` would be read as an operator line while another

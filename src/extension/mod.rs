@@ -479,7 +479,7 @@ impl Extensions {
                 "extension {id}: the {kind} call answered over {EXTENSION_ANSWER_BYTES_MAX} bytes"
             )));
         }
-        let answer: Answer = serde_json::from_str(&text).map_err(|e| {
+        let answer: Answer = crate::json::from_text(&text).map_err(|e| {
             Failure::Failed(format!(
                 "extension {id}: the {kind} call answered malformed JSON: {e}"
             ))

@@ -59,7 +59,7 @@ impl JsPort<'_> {
                 reply.len()
             )));
         }
-        let reply: Reply = serde_json::from_str(&reply)
+        let reply: Reply = crate::json::from_text(&reply)
             .map_err(|e| PortError(format!("the files port's `{method}` answer: {e}")))?;
         if let Some(error) = reply.error {
             return Err(PortError(crate::text::shorten(&error).to_owned()));

@@ -81,7 +81,7 @@ impl HostFleet {
             return Ok(None);
         }
         let js: JsFleet = js.unchecked_into();
-        let spec: Spec = serde_json::from_str(&js.spec()).map_err(|e| format!("fleet(): {e}"))?;
+        let spec: Spec = crate::json::from_text(&js.spec()).map_err(|e| format!("fleet(): {e}"))?;
         if let Some(error) = spec.error {
             return Err(error);
         }
@@ -171,7 +171,7 @@ pub(super) async fn peer_call(
         Some(Err(e)) => Peer::Failed(error_message(&e)),
         Some(Ok(text)) => {
             let text = text.as_string().unwrap_or_default();
-            match serde_json::from_str::<Answer>(&text) {
+            match crate::json::from_text::<Answer>(&text) {
                 Ok(Answer { error: Some(e), .. }) => Peer::Refused(e),
                 Ok(Answer { value, .. }) => Peer::Value(value.unwrap_or(Value::Null)),
                 Err(e) => Peer::Failed(format!("the peer's answer is malformed: {e}")),
@@ -631,7 +631,7 @@ impl ShiitakeCore {
             Ok(mail) => mail,
             Err(e) => return error_answer(&ApiError::InvalidRequest(format!("mail: {e}"))),
         };
-        let decision: Decision = match serde_json::from_str(decision) {
+        let decision: Decision = match crate::json::from_text(decision) {
             Ok(d) => d,
             Err(e) => {
                 return error_answer(&ApiError::HostMisconfigured(format!("acceptMail: {e}")))
