@@ -10,15 +10,20 @@ use serde_json::Value;
 /// ...`), or serde's message alone when the fault is at the root.
 #[cfg(feature = "error-paths")]
 pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, String> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if path == "." {
-            inner.to_string()
-        } else {
-            format!("{path}: {inner}")
-        }
-    })
+    serde_path_to_error::deserialize(value).map_err(path_error)
+}
+
+// Not generic, so not compiled again for each `T` decoded.
+#[cfg(feature = "error-paths")]
+#[inline(never)]
+fn path_error(e: serde_path_to_error::Error<serde_json::Error>) -> String {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    if path == "." {
+        inner.to_string()
+    } else {
+        format!("{path}: {inner}")
+    }
 }
 
 /// Decodes `value` as `T`. Without the `error-paths` feature (the lean
@@ -126,6 +131,13 @@ pub fn parse_body<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiErr
 }
 
 pub fn from_value<T: for<'de> Deserialize<'de>>(value: serde_json::Value) -> Result<T, ApiError> {
+    check_body(&value)?;
+    crate::json::decode(value).map_err(ApiError::InvalidRequest)
+}
+
+// Not generic, so not compiled again for each body type.
+#[inline(never)]
+fn check_body(value: &serde_json::Value) -> Result<(), ApiError> {
     // Bodies are JSON objects (serde would also read a struct from an
     // array, positionally), and a field is given or omitted: `null` is not
     // a spelling of "absent".
@@ -139,7 +151,7 @@ pub fn from_value<T: for<'de> Deserialize<'de>>(value: serde_json::Value) -> Res
             "{path}: null is not allowed; omit the field instead"
         )));
     }
-    crate::json::decode(value).map_err(ApiError::InvalidRequest)
+    Ok(())
 }
 
 /// The path of the first `null` object member in `object`, nested objects
