@@ -38,9 +38,10 @@ pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, String> {
 /// Parses JSON text as `T` by way of a [`Value`]. serde_json's text
 /// decoder is compiled once per target type (~2 KB of wasm each, and the
 /// deployed wasm's size is bounded); its `Value` decoder is smaller and most
-/// types have it already. For text off the hot paths (stored rows, the
-/// host's specs and replies), which is parsed twice. A value of the wrong
-/// shape is named by serde's message without a line and column.
+/// types have it already. The text is parsed twice, a cost only where it
+/// is small next to the I/O around it (stored rows, the host's specs and
+/// replies, a provider's stream events). A value of the wrong shape is
+/// named by serde's message without a line and column.
 pub fn from_text<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
     serde_json::from_value(serde_json::from_str(text)?)
 }
