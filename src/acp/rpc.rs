@@ -279,6 +279,25 @@ mod tests {
     }
 
     #[test]
+    fn envelopes_are_the_json_of_their_members() {
+        let id = json!("a\"b");
+        let result = json!({"z": [1, "x"], "a": null});
+        assert_eq!(
+            response(&id, result.clone()),
+            json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
+        );
+        let e = RpcError::from(ApiError::QueueFull("full".into()));
+        assert_eq!(
+            error(&json!(7), &e),
+            json!({"jsonrpc": "2.0", "id": 7, "error": e.to_value()}).to_string()
+        );
+        assert_eq!(
+            notification("session/\"update", result.clone()),
+            json!({"jsonrpc": "2.0", "method": "session/\"update", "params": result}).to_string()
+        );
+    }
+
+    #[test]
     fn errors_answer_a_4xx_of_their_cause() {
         let status = |code| RpcError::new(code, "x").http_status();
         assert_eq!(
