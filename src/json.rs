@@ -46,6 +46,14 @@ pub fn from_text<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error
     serde_json::from_value(serde_json::from_str(text)?)
 }
 
+/// `serde_json::to_value` by way of JSON text, for the same reason as
+/// [`from_text`]: a type serialized to a `Value` directly costs the wasm
+/// its own copy of the serializer; through text it shares the one its
+/// stored and served JSON uses.
+pub fn to_value<T: serde::Serialize + ?Sized>(value: &T) -> Result<Value, serde_json::Error> {
+    serde_json::from_str(&serde_json::to_string(value)?)
+}
+
 /// Parses JSON text, refusing an object with a repeated key (plain
 /// `serde_json` keeps the last one silently, so `{"type":"prompt",
 /// "type":"operator"}` would be read as an operator line while another

@@ -352,7 +352,7 @@ async fn list(port: &impl Port, a: ListArgs) -> Result<Value, String> {
     let visible = visibility(port, &entries, &dir).await?;
     let listing = search::list(&entries, &dir, a.recursive, &visible, a.cursor.as_deref())
         .map_err(|e| e.to_string())?;
-    let mut value = serde_json::to_value(listing).map_err(|e| e.to_string())?;
+    let mut value = crate::json::to_value(&listing).map_err(|e| e.to_string())?;
     if cut {
         value["cut"] = json!(format!(
             "only the first {SEARCH_FILES_MAX} files under `{dir}` were looked at"

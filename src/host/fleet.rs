@@ -187,8 +187,9 @@ pub(super) fn error_answer(e: &ApiError) -> String {
 }
 
 fn value_answer(value: &impl serde::Serialize) -> String {
-    match serde_json::to_value(value) {
-        Ok(value) => json!({ "value": value }).to_string(),
+    // Written around the value's JSON text: no `Value` serializer per type.
+    match serde_json::to_string(value) {
+        Ok(value) => format!(r#"{{"value":{value}}}"#),
         Err(e) => error_answer(&ApiError::Internal(e.to_string())),
     }
 }
@@ -253,7 +254,7 @@ impl Inner {
                         .unwrap_or(mail::SendState::Pending { key }),
                     other => other,
                 };
-                let mut answer = serde_json::to_value(&state).map_err(|e| e.to_string())?;
+                let mut answer = crate::json::to_value(&state).map_err(|e| e.to_string())?;
                 answer["sessionId"] = Value::String(session_id);
                 Ok(answer)
             }
@@ -282,7 +283,7 @@ impl Inner {
                         let answer: RecallAnswer = serde_json::from_value(v).map_err(|e| {
                             failed(&agent_id, format!("malformed recall answer: {e}"))
                         })?;
-                        serde_json::to_value(answer).map_err(|e| e.to_string())
+                        crate::json::to_value(&answer).map_err(|e| e.to_string())
                     }
                     Peer::Refused(e) => Err(refused(e)),
                     Peer::Failed(why) => Err(failed(&agent_id, why)),
@@ -305,7 +306,7 @@ impl Inner {
                     Peer::Value(v) => {
                         let answer: WaitAnswer = serde_json::from_value(v)
                             .map_err(|e| failed(&agent_id, format!("malformed settlement: {e}")))?;
-                        serde_json::to_value(answer).map_err(|e| e.to_string())
+                        crate::json::to_value(&answer).map_err(|e| e.to_string())
                     }
                     Peer::Refused(e) => Err(refused(e)),
                     Peer::Failed(why) => Err(failed(&agent_id, why)),

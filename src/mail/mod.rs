@@ -841,7 +841,7 @@ pub fn reply_meta(host: Option<&str>, line: &ReplyLine) -> Result<String, ApiErr
         }
         Err(e) => return Err(ApiError::InvalidMeta(format!("not JSON: {e}"))),
     };
-    let reply = serde_json::to_value(line).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let reply = crate::json::to_value(&line).map_err(|e| ApiError::Internal(e.to_string()))?;
     match meta.get_mut("delegation") {
         Some(Value::Object(delegation)) => {
             delegation.insert("reply".into(), reply);
