@@ -79,7 +79,7 @@ impl AccessConfig {
     /// Parses and checks the host's access data.
     pub fn parse(json: &str) -> Result<Self, String> {
         let config: AccessConfig =
-            serde_json::from_str(json).map_err(|e| format!("tools access: {e}"))?;
+            crate::json::from_text(json).map_err(|e| format!("tools access: {e}"))?;
         check_keys(config.grants.keys().chain(config.required.iter()))?;
         Ok(config)
     }
@@ -206,7 +206,7 @@ pub fn delivered(ctx: &Ctx<'_>, session_id: &str) -> Result<Option<Delivery>, Ap
         .map(|(version, grants)| {
             Ok(Delivery {
                 version,
-                grants: serde_json::from_str(&grants)
+                grants: crate::json::from_text(&grants)
                     .map_err(|e| ApiError::Internal(format!("stored grants: {e}")))?,
             })
         })

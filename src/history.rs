@@ -95,7 +95,7 @@ pub fn load(sql: &dyn Sql, session_id: &str) -> Result<BTreeMap<String, History>
     )?
     .iter()
     .map(|r| {
-        let body = serde_json::from_str(&r.text(1)?)
+        let body = crate::json::from_text(&r.text(1)?)
             .map_err(|e| SqlError::Decode(format!("{TABLE}: stored history: {e}")))?;
         Ok((r.text(0)?, body))
     })

@@ -340,14 +340,16 @@ pub fn with_projections(
     id: &str,
     page: impl Serialize,
 ) -> Result<serde_json::Value, ApiError> {
-    let mut value = serde_json::to_value(page).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let mut value = crate::json::to_value(&page).map_err(|e| ApiError::Internal(e.to_string()))?;
     if let (Some(ext), serde_json::Value::Object(map)) = (ext, &mut value) {
         if !ext.roster().is_empty() {
             let (projections, _failed) = ext.session_projections(ctx.store, id);
             map.insert("extensions".into(), serde_json::json!(projections));
             let histories = ext.session_histories(ctx.store, id)?;
             if !histories.is_empty() {
-                map.insert("extensionHistory".into(), serde_json::json!(histories));
+                let histories = crate::json::to_value(&histories)
+                    .map_err(|e| ApiError::Internal(e.to_string()))?;
+                map.insert("extensionHistory".into(), histories);
             }
             let owners = ext.attention_owners(ctx.store)?;
             let items = attention::of_session(

@@ -10,15 +10,20 @@ use serde_json::Value;
 /// ...`), or serde's message alone when the fault is at the root.
 #[cfg(feature = "error-paths")]
 pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, String> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if path == "." {
-            inner.to_string()
-        } else {
-            format!("{path}: {inner}")
-        }
-    })
+    serde_path_to_error::deserialize(value).map_err(path_error)
+}
+
+// Not generic, so not compiled again for each `T` decoded.
+#[cfg(feature = "error-paths")]
+#[inline(never)]
+fn path_error(e: serde_path_to_error::Error<serde_json::Error>) -> String {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    if path == "." {
+        inner.to_string()
+    } else {
+        format!("{path}: {inner}")
+    }
 }
 
 /// Decodes `value` as `T`. Without the `error-paths` feature (the lean
@@ -28,6 +33,25 @@ pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, String> {
 #[cfg(not(feature = "error-paths"))]
 pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, String> {
     serde_json::from_value(value).map_err(|e| e.to_string())
+}
+
+/// Parses JSON text as `T` by way of a [`Value`]. serde_json's text
+/// decoder is compiled once per target type (~2 KB of wasm each, and the
+/// deployed wasm's size is bounded); its `Value` decoder is smaller and most
+/// types have it already. The text is parsed twice, a cost only where it
+/// is small next to the I/O around it (stored rows, the host's specs and
+/// replies, a provider's stream events). A value of the wrong shape is
+/// named by serde's message without a line and column.
+pub fn from_text<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
+    serde_json::from_value(serde_json::from_str(text)?)
+}
+
+/// `serde_json::to_value` by way of JSON text, for the same reason as
+/// [`from_text`]: a type serialized to a `Value` directly costs the wasm
+/// its own copy of the serializer; through text it shares the one its
+/// stored and served JSON uses.
+pub fn to_value<T: serde::Serialize + ?Sized>(value: &T) -> Result<Value, serde_json::Error> {
+    serde_json::from_str(&serde_json::to_string(value)?)
 }
 
 /// Parses JSON text, refusing an object with a repeated key (plain
@@ -116,6 +140,13 @@ pub fn parse_body<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiErr
 }
 
 pub fn from_value<T: for<'de> Deserialize<'de>>(value: serde_json::Value) -> Result<T, ApiError> {
+    check_body(&value)?;
+    crate::json::decode(value).map_err(ApiError::InvalidRequest)
+}
+
+// Not generic, so not compiled again for each body type.
+#[inline(never)]
+fn check_body(value: &serde_json::Value) -> Result<(), ApiError> {
     // Bodies are JSON objects (serde would also read a struct from an
     // array, positionally), and a field is given or omitted: `null` is not
     // a spelling of "absent".
@@ -129,7 +160,7 @@ pub fn from_value<T: for<'de> Deserialize<'de>>(value: serde_json::Value) -> Res
             "{path}: null is not allowed; omit the field instead"
         )));
     }
-    crate::json::decode(value).map_err(ApiError::InvalidRequest)
+    Ok(())
 }
 
 /// The path of the first `null` object member in `object`, nested objects

@@ -68,7 +68,7 @@ pub fn read(
     };
     row.settlement
         .map(|json| {
-            serde_json::from_str(&json)
+            crate::json::from_text(&json)
                 .map_err(|e| ApiError::Internal(format!("stored settlement: {e}")))
         })
         .transpose()

@@ -26,7 +26,6 @@ use crate::run::cancel;
 use crate::session::command::{validate_prompt, Delivery, Prompt};
 use crate::session::{admission, read};
 use rpc::{Message, RpcError};
-use serde::Deserialize;
 use serde_json::{json, Value};
 pub use updates::Follow;
 
@@ -111,15 +110,29 @@ fn failed(id: &Value, error: &RpcError) -> Answer {
     }
 }
 
-/// Decodes `params`, the error naming the field.
-fn params<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, RpcError> {
-    crate::json::decode(params).map_err(|e| RpcError::params(format!("params: {e}")))
+// `params` is read member by member, not by serde derives: each derived
+// struct costs the wasm its own decoder (the deployed size is bounded).
+// Members ACP defines and this Agent does not use (`cwd`, ...) are accepted.
+
+/// `params.<name>`, a required string.
+fn string_param(raw: &Value, name: &str) -> Result<String, RpcError> {
+    match &raw[name] {
+        Value::String(s) => Ok(s.clone()),
+        _ => Err(RpcError::params(format!(
+            "params.{name}: a string is required"
+        ))),
+    }
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SessionParams {
-    session_id: String,
+/// `params.<name>`, an array (empty when absent and not `required`).
+fn array_param<'v>(raw: &'v Value, name: &str, required: bool) -> Result<&'v [Value], RpcError> {
+    match raw.get(name) {
+        Some(Value::Array(a)) => Ok(a),
+        None if !required => Ok(&[]),
+        _ => Err(RpcError::params(format!(
+            "params.{name}: an array is required"
+        ))),
+    }
 }
 
 /// A notification: only `session/cancel` does anything; others (such as
@@ -133,15 +146,12 @@ fn notify(
     if method != "session/cancel" {
         return Ok(Effects::default());
     }
-    let p: SessionParams = params(raw).map_err(|e| ApiError::InvalidRequest(e.message))?;
-    agent::validate_session_id(&p.session_id)?;
+    let session_id =
+        string_param(&raw, "sessionId").map_err(|e| ApiError::InvalidRequest(e.message))?;
+    agent::validate_session_id(&session_id)?;
     let meta = ctx.meta.check(req.meta.as_deref())?;
-    let c = cancel::abort(ctx, &p.session_id, meta.as_deref())?;
-    Ok(cancellation_effects(
-        &p.session_id,
-        c.stopped_turn,
-        c.settled,
-    ))
+    let c = cancel::abort(ctx, &session_id, meta.as_deref())?;
+    Ok(cancellation_effects(&session_id, c.stopped_turn, c.settled))
 }
 
 fn request(
@@ -197,25 +207,10 @@ fn initialize(id: &Value, raw: Value) -> Result<Answer, RpcError> {
     )))
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-// `cwd` (and other fields) are accepted and unused: the Agent's files are
-// its host's.
-struct NewParams {
-    #[serde(default)]
-    mcp_servers: Vec<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LoadParams {
-    session_id: String,
-    #[serde(default)]
-    mcp_servers: Vec<Value>,
-}
-
-/// The MCP servers an Agent uses are its host's (`tools().mcpServers`).
-fn no_mcp_servers(list: &[Value]) -> Result<(), RpcError> {
+/// The MCP servers an Agent uses are its host's (`tools().mcpServers`);
+/// `cwd` is accepted and unused: the Agent's files are its host's.
+fn no_mcp_servers(raw: &Value) -> Result<(), RpcError> {
+    let list = array_param(raw, "mcpServers", false)?;
     if list.is_empty() {
         return Ok(());
     }
@@ -227,8 +222,7 @@ fn no_mcp_servers(list: &[Value]) -> Result<(), RpcError> {
 }
 
 fn new_session(ctx: &mut Ctx<'_>, id: &Value, raw: Value) -> Result<Answer, RpcError> {
-    let p: NewParams = params(raw)?;
-    no_mcp_servers(&p.mcp_servers)?;
+    no_mcp_servers(&raw)?;
     let session_id = agent::create_hosted_session(ctx)?;
     Ok(Answer::Json(rpc::response(
         id,
@@ -236,7 +230,8 @@ fn new_session(ctx: &mut Ctx<'_>, id: &Value, raw: Value) -> Result<Answer, RpcE
     )))
 }
 
-fn session_id(id: String) -> Result<String, RpcError> {
+fn session_id(raw: &Value) -> Result<String, RpcError> {
+    let id = string_param(raw, "sessionId")?;
     agent::validate_session_id(&id).map_err(|e| RpcError::params(format!("params.{e}")))?;
     Ok(id)
 }
@@ -244,9 +239,8 @@ fn session_id(id: String) -> Result<String, RpcError> {
 /// Marks the Session hosted and replays its newest page (at most
 /// `READ_PAGE_MESSAGES_MAX` messages and `READ_PAGE_BYTES_MAX` bytes).
 fn load_session(ctx: &mut Ctx<'_>, id: &Value, raw: Value) -> Result<Answer, RpcError> {
-    let p: LoadParams = params(raw)?;
-    let sid = session_id(p.session_id)?;
-    no_mcp_servers(&p.mcp_servers)?;
+    let sid = session_id(&raw)?;
+    no_mcp_servers(&raw)?;
     model_choice::mark_hosted(ctx, &sid)?;
     let page = read::page(ctx, &sid, None, READ_PAGE_MESSAGES_MAX)?;
     let messages: Vec<Value> = page
@@ -260,15 +254,6 @@ fn load_session(ctx: &mut Ctx<'_>, id: &Value, raw: Value) -> Result<Answer, Rpc
         messages: out,
         follow: None,
     })
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PromptParams {
-    session_id: String,
-    prompt: Vec<Value>,
-    #[serde(default, rename = "_meta")]
-    meta: Option<serde_json::Map<String, Value>>,
 }
 
 /// The prompt's content blocks as one prompt's text and images: `text`
@@ -322,10 +307,14 @@ fn prompt(
     id: &Value,
     raw: Value,
 ) -> Result<Served, RpcError> {
-    let p: PromptParams = params(raw)?;
-    let sid = session_id(p.session_id)?;
-    let (text, images) = content(&p.prompt)?;
-    let request_id = match p.meta.as_ref().and_then(|m| m.get(REQUEST_ID_META)) {
+    let sid = session_id(&raw)?;
+    let (text, images) = content(array_param(&raw, "prompt", true)?)?;
+    let meta = match raw.get("_meta") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(meta)) => meta.get(REQUEST_ID_META),
+        Some(_) => return Err(RpcError::params("params._meta: an object is required")),
+    };
+    let request_id = match meta {
         None => ctx.ids.next_id("acp_"),
         Some(Value::String(r)) => r.clone(),
         Some(_) => {

@@ -199,19 +199,28 @@ pub fn decode(body: &[u8]) -> Result<Message, Refused> {
     })
 }
 
+// The envelopes are written as text around their JSON values (smaller in
+// the wasm than building a `Value` to print), keys sorted as `json!` would.
+
 /// A success response, as JSON text.
 pub fn response(id: &Value, result: Value) -> String {
-    json!({ "jsonrpc": "2.0", "id": id, "result": result }).to_string()
+    format!(r#"{{"id":{id},"jsonrpc":"2.0","result":{result}}}"#)
 }
 
 /// An error response, as JSON text.
 pub fn error(id: &Value, error: &RpcError) -> String {
-    json!({ "jsonrpc": "2.0", "id": id, "error": error.to_value() }).to_string()
+    format!(
+        r#"{{"error":{},"id":{id},"jsonrpc":"2.0"}}"#,
+        error.to_value()
+    )
 }
 
 /// A notification, as JSON text.
 pub fn notification(method: &str, params: Value) -> String {
-    json!({ "jsonrpc": "2.0", "method": method, "params": params }).to_string()
+    format!(
+        r#"{{"jsonrpc":"2.0","method":{},"params":{params}}}"#,
+        Value::from(method)
+    )
 }
 
 #[cfg(test)]
@@ -267,6 +276,25 @@ mod tests {
         // A repeated key is ambiguous: refused, not resolved silently.
         let r = refused(r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"x"}"#);
         assert_eq!(r.error.code, PARSE_ERROR);
+    }
+
+    #[test]
+    fn envelopes_are_the_json_of_their_members() {
+        let id = json!("a\"b");
+        let result = json!({"z": [1, "x"], "a": null});
+        assert_eq!(
+            response(&id, result.clone()),
+            json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
+        );
+        let e = RpcError::from(ApiError::QueueFull("full".into()));
+        assert_eq!(
+            error(&json!(7), &e),
+            json!({"jsonrpc": "2.0", "id": 7, "error": e.to_value()}).to_string()
+        );
+        assert_eq!(
+            notification("session/\"update", result.clone()),
+            json!({"jsonrpc": "2.0", "method": "session/\"update", "params": result}).to_string()
+        );
     }
 
     #[test]

@@ -479,7 +479,7 @@ impl Extensions {
                 "extension {id}: the {kind} call answered over {EXTENSION_ANSWER_BYTES_MAX} bytes"
             )));
         }
-        let answer: Answer = serde_json::from_str(&text).map_err(|e| {
+        let answer: Answer = crate::json::from_text(&text).map_err(|e| {
             Failure::Failed(format!(
                 "extension {id}: the {kind} call answered malformed JSON: {e}"
             ))
@@ -1174,9 +1174,16 @@ impl Extensions {
         if keeping().next().is_none() {
             return Ok(BTreeMap::new());
         }
-        let mut stored = history::load(store.sql(), session_id)?;
+        // Looked up, not taken out: removing from a map of this type would
+        // compile its rebalancing code into the wasm for this one use.
+        let stored = history::load(store.sql(), session_id)?;
         Ok(keeping()
-            .map(|e| (e.id().to_owned(), stored.remove(e.id()).unwrap_or_default()))
+            .map(|e| {
+                (
+                    e.id().to_owned(),
+                    stored.get(e.id()).cloned().unwrap_or_default(),
+                )
+            })
             .collect())
     }
 

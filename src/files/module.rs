@@ -33,7 +33,12 @@ pub fn module(id: &str, patches: bool) -> Result<Module, CapabilityError> {
             confirm: false,
             replay_safe,
         };
-    let path = json!({ "type": "string", "description": "Root-relative, `/`-separated." });
+    // The input schemas as JSON text: smaller in the wasm than `json!`
+    // (the deployed size is bounded).
+    let schema = |text: &str| {
+        serde_json::from_str::<Value>(text)
+            .map_err(|e| CapabilityError(format!("files input schema: {e}")))
+    };
     let mut operations = vec![
         op(
             "read",
@@ -41,18 +46,22 @@ pub fn module(id: &str, patches: bool) -> Result<Module, CapabilityError> {
                 "Reads a text file. Long files come in windows of whole lines (at most \
                  {FILE_READ_BYTES_MAX} bytes): read on from `endLine + 1`."
             ),
-            json!({ "type": "object", "additionalProperties": false, "required": ["path"],
-                    "properties": { "path": path,
+            schema(
+                r#"{ "type": "object", "additionalProperties": false, "required": ["path"],
+                    "properties": { "path": { "type": "string", "description": "Root-relative, `/`-separated." },
                         "startLine": { "type": "integer", "minimum": 1, "description": "First line (1-based); default 1." },
-                        "lineCount": { "type": "integer", "minimum": 1, "description": "Lines at most." } } }),
+                        "lineCount": { "type": "integer", "minimum": 1, "description": "Lines at most." } } }"#,
+            )?,
             Access::Read,
             true,
         ),
         op(
             "write",
             "Creates or overwrites a text file with `content`.",
-            json!({ "type": "object", "additionalProperties": false, "required": ["path", "content"],
-                    "properties": { "path": path, "content": { "type": "string" } } }),
+            schema(
+                r#"{ "type": "object", "additionalProperties": false, "required": ["path", "content"],
+                    "properties": { "path": { "type": "string", "description": "Root-relative, `/`-separated." }, "content": { "type": "string" } } }"#,
+            )?,
             Access::Write,
             true,
         ),
@@ -61,18 +70,22 @@ pub fn module(id: &str, patches: bool) -> Result<Module, CapabilityError> {
             "Lists a directory (default: the root): files with their size, subdirectories as \
              `dir`. Paths .gitignore excludes, and .git, are left out. Pass `next` back as \
              `cursor` for the next page.",
-            json!({ "type": "object", "additionalProperties": false,
-                    "properties": { "path": path,
+            schema(
+                r#"{ "type": "object", "additionalProperties": false,
+                    "properties": { "path": { "type": "string", "description": "Root-relative, `/`-separated." },
                         "recursive": { "type": "boolean", "description": "Every file below, not just the direct entries." },
-                        "cursor": { "type": "string" } } }),
+                        "cursor": { "type": "string" } } }"#,
+            )?,
             Access::Read,
             true,
         ),
         op(
             "stat",
             "Whether a path is a file (and its size in bytes), a directory or missing.",
-            json!({ "type": "object", "additionalProperties": false, "required": ["path"],
-                    "properties": { "path": path } }),
+            schema(
+                r#"{ "type": "object", "additionalProperties": false, "required": ["path"],
+                    "properties": { "path": { "type": "string", "description": "Root-relative, `/`-separated." } } }"#,
+            )?,
             Access::Read,
             true,
         ),
@@ -82,12 +95,14 @@ pub fn module(id: &str, patches: bool) -> Result<Module, CapabilityError> {
              regular expression when `regex`) in the files under `path`, optionally only \
              those matching `glob` (e.g. `**/*.rs`). Paths .gitignore excludes, and .git, \
              are not searched.",
-            json!({ "type": "object", "additionalProperties": false, "required": ["query"],
+            schema(
+                r#"{ "type": "object", "additionalProperties": false, "required": ["query"],
                     "properties": { "query": { "type": "string", "minLength": 1 },
-                        "path": path,
+                        "path": { "type": "string", "description": "Root-relative, `/`-separated." },
                         "glob": { "type": "string" },
                         "regex": { "type": "boolean" },
-                        "caseSensitive": { "type": "boolean" } } }),
+                        "caseSensitive": { "type": "boolean" } } }"#,
+            )?,
             Access::Read,
             true,
         ),
@@ -96,11 +111,13 @@ pub fn module(id: &str, patches: bool) -> Result<Module, CapabilityError> {
             "Replaces the text `old` with `new` in a file. `old` must occur exactly once \
              (give enough surrounding lines), unless `all` is true. Refused, with nothing \
              changed, when the file changed since it was read.",
-            json!({ "type": "object", "additionalProperties": false, "required": ["path", "old", "new"],
-                    "properties": { "path": path,
+            schema(
+                r#"{ "type": "object", "additionalProperties": false, "required": ["path", "old", "new"],
+                    "properties": { "path": { "type": "string", "description": "Root-relative, `/`-separated." },
                         "old": { "type": "string", "minLength": 1 },
                         "new": { "type": "string" },
-                        "all": { "type": "boolean" } } }),
+                        "all": { "type": "boolean" } } }"#,
+            )?,
             Access::Write,
             false,
         ),
@@ -335,7 +352,7 @@ async fn list(port: &impl Port, a: ListArgs) -> Result<Value, String> {
     let visible = visibility(port, &entries, &dir).await?;
     let listing = search::list(&entries, &dir, a.recursive, &visible, a.cursor.as_deref())
         .map_err(|e| e.to_string())?;
-    let mut value = serde_json::to_value(listing).map_err(|e| e.to_string())?;
+    let mut value = crate::json::to_value(&listing).map_err(|e| e.to_string())?;
     if cut {
         value["cut"] = json!(format!(
             "only the first {SEARCH_FILES_MAX} files under `{dir}` were looked at"

@@ -723,5 +723,5 @@ pub fn handle_json(sql: &dyn Sql, now_ms: i64, request: &str) -> String {
 }
 
 fn value<T: Serialize>(v: &T) -> Value {
-    serde_json::to_value(v).unwrap_or(Value::Null)
+    crate::json::to_value(v).unwrap_or(Value::Null)
 }

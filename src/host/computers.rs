@@ -72,7 +72,7 @@ pub async fn refresh(me: Rc<Inner>) {
 
 fn read_list(tools: &HostTools) -> Result<Vec<Connection>, String> {
     let listed: Listed =
-        serde_json::from_str(&tools.js.computers_list()).map_err(|e| e.to_string())?;
+        crate::json::from_text(&tools.js.computers_list()).map_err(|e| e.to_string())?;
     if let Some(error) = listed.error {
         return Err(error);
     }

@@ -129,7 +129,7 @@ fn meta_policy(env: &JsValue, js: JsValue) -> Result<MetaPolicy, String> {
         return MetaPolicy::new(env_schema.as_deref(), env_path.as_deref());
     }
     let js: JsMeta = js.unchecked_into();
-    let spec: MetaSpec = serde_json::from_str(&js.spec()).map_err(|e| format!("meta(): {e}"))?;
+    let spec: MetaSpec = crate::json::from_text(&js.spec()).map_err(|e| format!("meta(): {e}"))?;
     if let Some(error) = spec.error {
         return Err(error);
     }

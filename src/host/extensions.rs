@@ -100,7 +100,7 @@ impl Inner {
                 let history = match scope {
                     Some(session_id) if entry.manifest.projection.history => {
                         match ext.session_histories(store, session_id) {
-                            Ok(mut all) => all.remove(id).map(|h| serde_json::json!(h)),
+                            Ok(all) => all.get(id).and_then(|h| crate::json::to_value(h).ok()),
                             Err(e) => {
                                 log_error(e);
                                 None

@@ -59,7 +59,7 @@ impl JsPort<'_> {
                 reply.len()
             )));
         }
-        let reply: Reply = serde_json::from_str(&reply)
+        let reply: Reply = crate::json::from_text(&reply)
             .map_err(|e| PortError(format!("the files port's `{method}` answer: {e}")))?;
         if let Some(error) = reply.error {
             return Err(PortError(crate::text::shorten(&error).to_owned()));
@@ -152,20 +152,69 @@ impl HostPort {
         now_ms: i64,
         signal: &web_sys::AbortSignal,
     ) -> Result<Value, String> {
-        match self {
+        let port = match self {
             HostPort::Workspace(bounds) => {
-                let workspace = Workspace::open(sql, *bounds, now_ms).map_err(|e| e.0)?;
-                module::call(&workspace, &op.operation, &op.args).await
+                EitherPort::Workspace(Workspace::open(sql, *bounds, now_ms).map_err(|e| e.0)?)
             }
-            HostPort::Js { patches } => {
-                let port = JsPort {
-                    js,
-                    module_id: key,
-                    patches: *patches,
-                    signal,
-                };
-                module::call(&port, &op.operation, &op.args).await
-            }
+            HostPort::Js { patches } => EitherPort::Js(JsPort {
+                js,
+                module_id: key,
+                patches: *patches,
+                signal,
+            }),
+        };
+        module::call(&port, &op.operation, &op.args).await
+    }
+}
+
+/// Either port behind one type: the files module's operations, generic
+/// over their port, are then compiled once rather than once per port
+/// (~13 KB of wasm, whose deployed size is bounded).
+enum EitherPort<'a> {
+    Workspace(Workspace<'a>),
+    Js(JsPort<'a>),
+}
+
+impl Port for EitherPort<'_> {
+    async fn read(&self, path: &str) -> Result<Option<String>, PortError> {
+        match self {
+            EitherPort::Workspace(p) => p.read(path).await,
+            EitherPort::Js(p) => p.read(path).await,
+        }
+    }
+
+    async fn stat(&self, path: &str) -> Result<Stat, PortError> {
+        match self {
+            EitherPort::Workspace(p) => p.stat(path).await,
+            EitherPort::Js(p) => p.stat(path).await,
+        }
+    }
+
+    async fn list(&self, dir: &str, cursor: Option<&str>) -> Result<Page, PortError> {
+        match self {
+            EitherPort::Workspace(p) => p.list(dir, cursor).await,
+            EitherPort::Js(p) => p.list(dir, cursor).await,
+        }
+    }
+
+    async fn write(&self, path: &str, content: &str) -> Result<(), PortError> {
+        match self {
+            EitherPort::Workspace(p) => p.write(path, content).await,
+            EitherPort::Js(p) => p.write(path, content).await,
+        }
+    }
+
+    async fn replace(&self, changes: &[Change]) -> Result<Replaced, PortError> {
+        match self {
+            EitherPort::Workspace(p) => p.replace(changes).await,
+            EitherPort::Js(p) => p.replace(changes).await,
+        }
+    }
+
+    fn patches(&self) -> bool {
+        match self {
+            EitherPort::Workspace(p) => p.patches(),
+            EitherPort::Js(p) => p.patches(),
         }
     }
 }

@@ -81,7 +81,7 @@ impl HostFleet {
             return Ok(None);
         }
         let js: JsFleet = js.unchecked_into();
-        let spec: Spec = serde_json::from_str(&js.spec()).map_err(|e| format!("fleet(): {e}"))?;
+        let spec: Spec = crate::json::from_text(&js.spec()).map_err(|e| format!("fleet(): {e}"))?;
         if let Some(error) = spec.error {
             return Err(error);
         }
@@ -171,7 +171,7 @@ pub(super) async fn peer_call(
         Some(Err(e)) => Peer::Failed(error_message(&e)),
         Some(Ok(text)) => {
             let text = text.as_string().unwrap_or_default();
-            match serde_json::from_str::<Answer>(&text) {
+            match crate::json::from_text::<Answer>(&text) {
                 Ok(Answer { error: Some(e), .. }) => Peer::Refused(e),
                 Ok(Answer { value, .. }) => Peer::Value(value.unwrap_or(Value::Null)),
                 Err(e) => Peer::Failed(format!("the peer's answer is malformed: {e}")),
@@ -187,8 +187,9 @@ pub(super) fn error_answer(e: &ApiError) -> String {
 }
 
 fn value_answer(value: &impl serde::Serialize) -> String {
-    match serde_json::to_value(value) {
-        Ok(value) => json!({ "value": value }).to_string(),
+    // Written around the value's JSON text: no `Value` serializer per type.
+    match serde_json::to_string(value) {
+        Ok(value) => format!(r#"{{"value":{value}}}"#),
         Err(e) => error_answer(&ApiError::Internal(e.to_string())),
     }
 }
@@ -253,7 +254,7 @@ impl Inner {
                         .unwrap_or(mail::SendState::Pending { key }),
                     other => other,
                 };
-                let mut answer = serde_json::to_value(&state).map_err(|e| e.to_string())?;
+                let mut answer = crate::json::to_value(&state).map_err(|e| e.to_string())?;
                 answer["sessionId"] = Value::String(session_id);
                 Ok(answer)
             }
@@ -282,7 +283,7 @@ impl Inner {
                         let answer: RecallAnswer = serde_json::from_value(v).map_err(|e| {
                             failed(&agent_id, format!("malformed recall answer: {e}"))
                         })?;
-                        serde_json::to_value(answer).map_err(|e| e.to_string())
+                        crate::json::to_value(&answer).map_err(|e| e.to_string())
                     }
                     Peer::Refused(e) => Err(refused(e)),
                     Peer::Failed(why) => Err(failed(&agent_id, why)),
@@ -305,7 +306,7 @@ impl Inner {
                     Peer::Value(v) => {
                         let answer: WaitAnswer = serde_json::from_value(v)
                             .map_err(|e| failed(&agent_id, format!("malformed settlement: {e}")))?;
-                        serde_json::to_value(answer).map_err(|e| e.to_string())
+                        crate::json::to_value(&answer).map_err(|e| e.to_string())
                     }
                     Peer::Refused(e) => Err(refused(e)),
                     Peer::Failed(why) => Err(failed(&agent_id, why)),
@@ -631,7 +632,7 @@ impl ShiitakeCore {
             Ok(mail) => mail,
             Err(e) => return error_answer(&ApiError::InvalidRequest(format!("mail: {e}"))),
         };
-        let decision: Decision = match serde_json::from_str(decision) {
+        let decision: Decision = match crate::json::from_text(decision) {
             Ok(d) => d,
             Err(e) => {
                 return error_answer(&ApiError::HostMisconfigured(format!("acceptMail: {e}")))

@@ -80,7 +80,7 @@ impl HostJobs {
         }
         let js: JsJobs = js.unchecked_into();
         let spec: Spec =
-            serde_json::from_str(&js.spec()).map_err(|e| format!("hostJobs(): {e}"))?;
+            crate::json::from_text(&js.spec()).map_err(|e| format!("hostJobs(): {e}"))?;
         if let Some(error) = spec.error {
             // The shim's message names the key (`hostJobs().x: ...`).
             return Err(error);

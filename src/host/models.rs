@@ -46,7 +46,7 @@ impl HostModels {
         let js: Option<JsModels> =
             (!js.is_undefined() && !js.is_null()).then(|| js.unchecked_into());
         let spec: Spec = match &js {
-            Some(js) => serde_json::from_str(&js.spec()).map_err(|e| format!("models(): {e}"))?,
+            Some(js) => crate::json::from_text(&js.spec()).map_err(|e| format!("models(): {e}"))?,
             None => Spec::default(),
         };
         if let Some(error) = spec.error {

@@ -233,7 +233,7 @@ impl HostTools {
             return Ok(None);
         }
         let js: JsTools = js.unchecked_into();
-        let spec: Spec = serde_json::from_str(&js.spec()).map_err(|e| format!("tools(): {e}"))?;
+        let spec: Spec = crate::json::from_text(&js.spec()).map_err(|e| format!("tools(): {e}"))?;
         if let Some(error) = spec.error {
             return Err(format!("tools(): {error}"));
         }

@@ -375,7 +375,7 @@ fn to_json<T: Serialize>(value: &T) -> Result<String, ApiError> {
 }
 
 fn parse_mail(json: &str) -> Result<Mail, ApiError> {
-    serde_json::from_str(json).map_err(internal)
+    crate::json::from_text(json).map_err(internal)
 }
 
 /// What a received mail is compared by on replay.
@@ -841,7 +841,7 @@ pub fn reply_meta(host: Option<&str>, line: &ReplyLine) -> Result<String, ApiErr
         }
         Err(e) => return Err(ApiError::InvalidMeta(format!("not JSON: {e}"))),
     };
-    let reply = serde_json::to_value(line).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let reply = crate::json::to_value(&line).map_err(|e| ApiError::Internal(e.to_string()))?;
     match meta.get_mut("delegation") {
         Some(Value::Object(delegation)) => {
             delegation.insert("reply".into(), reply);
@@ -1241,7 +1241,7 @@ impl OnSettled for Replies {
         if row.reply_to.is_empty() {
             return Ok(());
         }
-        let s: Settlement = serde_json::from_str(settlement)
+        let s: Settlement = crate::json::from_text(settlement)
             .map_err(|e| SqlError::Decode(format!("stored settlement: {e}")))?;
         let (text, facts) = self.reply_of(&s);
         stage_reply(sql, &row, text, facts, now_ms)
@@ -1299,7 +1299,7 @@ pub fn reply_lines(
     tables::facts_of(sql, session_id, command_ids)?
         .into_iter()
         .map(|(command_id, facts)| {
-            let line: ReplyLine = serde_json::from_str(&facts).map_err(internal)?;
+            let line: ReplyLine = crate::json::from_text(&facts).map_err(internal)?;
             Ok((command_id, line))
         })
         .collect()

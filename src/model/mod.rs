@@ -586,9 +586,11 @@ impl StreamDecoder {
 }
 
 /// Parses one event's JSON; a provider that sends broken JSON is broken
-/// deterministically, so this is not retried.
-fn parse_data<'a, T: serde::Deserialize<'a>>(what: &str, data: &'a str) -> Result<T, ModelError> {
-    serde_json::from_str(data).map_err(|e| {
+/// deterministically, so this is not retried. Through a `Value`
+/// (`json::from_text`): an event is small, and each event type then costs
+/// the wasm no text decoder of its own.
+fn parse_data<T: serde::de::DeserializeOwned>(what: &str, data: &str) -> Result<T, ModelError> {
+    crate::json::from_text(data).map_err(|e| {
         ModelError::new(
             false,
             format!("provider sent malformed JSON in {what}: {e}"),

@@ -88,7 +88,7 @@ impl Entry {
     fn parse(body: &str) -> Result<Self, ApiError> {
         Ok(Entry {
             bytes: body.len(),
-            message: serde_json::from_str(body).map_err(internal)?,
+            message: crate::json::from_text(body).map_err(internal)?,
         })
     }
 

@@ -208,7 +208,7 @@ pub fn operation_reply(reply: &str) -> Result<(Value, Option<Box<RawValue>>), St
         #[serde(default)]
         error: Option<String>,
     }
-    let reply: Reply = serde_json::from_str(reply)
+    let reply: Reply = crate::json::from_text(reply)
         .map_err(|e| format!("the operation's reply is not valid: {e}"))?;
     if let Some(error) = reply.error {
         return Err(error);

@@ -49,7 +49,7 @@ fn is_zero(n: &u32) -> bool {
 impl Progress {
     pub fn parse(stored: Option<&str>) -> Result<Progress, ApiError> {
         stored
-            .map(serde_json::from_str)
+            .map(crate::json::from_text)
             .transpose()
             .map(Option::unwrap_or_default)
             .map_err(|e| ApiError::Internal(format!("stored turn progress: {e}")))

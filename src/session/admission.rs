@@ -198,7 +198,7 @@ fn write_new(
                 // so the model call waits for no second durable write.
                 row.state = State::Running;
                 row.attempt = 1;
-                let input: PromptInput = serde_json::from_str(&a.input).map_err(internal)?;
+                let input: PromptInput = crate::json::from_text(&a.input).map_err(internal)?;
                 let body = crate::transcript::user_message_body(
                     &command_id,
                     Some(a.request_id),
@@ -219,7 +219,7 @@ fn write_new(
             row.terminal = Some(Terminal::Completed);
             recorded = Settlement::new(&command_id, Terminal::Completed, None, None).to_json()?;
             row.settlement = Some(&recorded);
-            let text: OperatorInput = serde_json::from_str(&a.input).map_err(internal)?;
+            let text: OperatorInput = crate::json::from_text(&a.input).map_err(internal)?;
             let body = crate::transcript::message_body(&crate::transcript::Message {
                 entry_id: &command_id,
                 role: crate::transcript::Role::Operator,
@@ -410,7 +410,7 @@ pub fn withdraw(
 
 /// The stored text of a prompt's input (retained after cancellation).
 pub fn prompt_input(input: &str) -> Result<PromptInput, ApiError> {
-    serde_json::from_str(input).map_err(internal)
+    crate::json::from_text(input).map_err(internal)
 }
 
 fn internal(e: serde_json::Error) -> ApiError {

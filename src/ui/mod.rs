@@ -30,7 +30,6 @@ use crate::limits::{
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 
 #[cfg(test)]
 mod tests;
@@ -254,9 +253,12 @@ pub type Event = (&'static str, String);
 pub struct Bridge {
     /// Why it was closed: every route answers 410, no run borrows.
     closed: Option<String>,
-    hosts: BTreeMap<String, SessionHost>,
+    /// By Session. Lists, not maps: they are short (bounded by the streams
+    /// and the live runs), and a map of these types would add its own
+    /// rebalancing code to the wasm.
+    hosts: Vec<(String, SessionHost)>,
     /// Live runs that borrowed the module, by head: their Session.
-    runs: BTreeMap<String, String>,
+    runs: Vec<(String, String)>,
 }
 
 /// A result the browser posted for its claim: the request it answers (now
@@ -324,12 +326,12 @@ impl Bridge {
         if !stored {
             return Err(ApiError::SessionNotFound(session.to_owned()));
         }
-        let total: usize = self.hosts.values().map(|h| h.streams).sum();
-        let here = self.hosts.get(session).map_or(0, |h| h.streams);
+        let total: usize = self.hosts.iter().map(|(_, h)| h.streams).sum();
+        let here = self.host_mut(session).map_or(0, |h| h.streams);
         if total >= UI_STREAMS_MAX || here >= UI_STREAMS_PER_SESSION_MAX {
             return Err(ApiError::TooManyObservers);
         }
-        let host = self.hosts.entry(session.to_owned()).or_default();
+        let host = self.host_or_new(session);
         host.streams += 1;
         Ok(host
             .requests
@@ -341,7 +343,7 @@ impl Bridge {
 
     /// A stream of `session` ended (the browser went away, or `close`).
     pub fn close_stream(&mut self, session: &str) {
-        if let Some(host) = self.hosts.get_mut(session) {
+        if let Some(host) = self.host_mut(session) {
             host.streams = host.streams.saturating_sub(1);
         }
         self.drop_if_unheld(session);
@@ -351,20 +353,21 @@ impl Bridge {
     /// offer (later offers keep the borrow). Once closed nothing is lent:
     /// the run's calls fail saying so ([`Bridge::ask`]).
     pub fn borrow(&mut self, session: &str, head: &str) {
-        if self.closed.is_some() || self.runs.contains_key(head) {
+        if self.closed.is_some() || self.run_session(head).is_some() {
             return;
         }
-        self.runs.insert(head.to_owned(), session.to_owned());
-        self.hosts.entry(session.to_owned()).or_default().runs += 1;
+        self.runs.push((head.to_owned(), session.to_owned()));
+        self.host_or_new(session).runs += 1;
     }
 
     /// The run ended: it gives the module back. Answers its Session and
     /// its requests still waiting (their calls are over; tell the browser
     /// with [`cancelled`]).
     pub fn give_back(&mut self, head: &str) -> Option<(String, Vec<String>)> {
-        let session = self.runs.remove(head)?;
+        let at = self.runs.iter().position(|(h, _)| h == head)?;
+        let (_, session) = self.runs.swap_remove(at);
         let mut withdrawn = Vec::new();
-        if let Some(host) = self.hosts.get_mut(&session) {
+        if let Some(host) = self.host_mut(&session) {
             host.runs = host.runs.saturating_sub(1);
             host.requests.retain(|r| {
                 let keep = r.head != head;
@@ -394,13 +397,13 @@ impl Bridge {
                 ask.label()
             ));
         }
-        let Some(session) = self.runs.get(head) else {
+        let Some(session) = self.run_session(head).map(str::to_owned) else {
             return Err(format!(
                 "{}: this run holds no browser bridge (it ended)",
                 ask.label()
             ));
         };
-        let host = self.hosts.entry(session.clone()).or_default();
+        let host = self.host_or_new(&session);
         if host.requests.len() >= UI_REQUESTS_PER_SESSION_MAX {
             return Err(format!(
                 "{}: {UI_REQUESTS_PER_SESSION_MAX} calls already wait for this Session's \
@@ -430,7 +433,7 @@ impl Bridge {
         request_id: &str,
         timeout_ms: u64,
     ) -> Option<(String, Event)> {
-        let host = self.hosts.get_mut(session)?;
+        let host = self.host_mut(session)?;
         let at = host.requests.iter().position(|r| r.id == request_id)?;
         let request = host.requests.remove(at);
         let why = match (&request.claim, host.streams) {
@@ -497,7 +500,7 @@ impl Bridge {
         };
         // The claim names its request: a claim of another request is not
         // this one's.
-        let owner = self.hosts.get(session).and_then(|host| {
+        let owner = self.host_mut(session).and_then(|host| {
             host.requests
                 .iter()
                 .find(|r| r.claim.as_deref() == Some(body.claim_id.as_str()))
@@ -532,7 +535,7 @@ impl Bridge {
                 ),
             },
         };
-        if let Some(host) = self.hosts.get_mut(session) {
+        if let Some(host) = self.host_mut(session) {
             host.requests.retain(|r| r.id != body.request_id);
         }
         Ok(Answered {
@@ -551,12 +554,13 @@ impl Bridge {
         }
         let requests = self
             .hosts
-            .values_mut()
-            .flat_map(|h| h.requests.drain(..).map(|r| r.id))
+            .iter_mut()
+            .flat_map(|(_, h)| h.requests.drain(..).map(|r| r.id))
             .collect();
-        let runs: Vec<&String> = self.runs.values().collect();
-        self.hosts.retain(|s, _| runs.contains(&s));
-        for host in self.hosts.values_mut() {
+        let runs = &self.runs;
+        self.hosts
+            .retain(|(s, _)| runs.iter().any(|(_, session)| session == s));
+        for (_, host) in &mut self.hosts {
             host.streams = 0;
         }
         requests
@@ -566,24 +570,45 @@ impl Bridge {
     /// holds it").
     #[cfg(test)]
     pub fn holds(&self, session: &str) -> bool {
-        self.hosts.contains_key(session)
+        self.hosts.iter().any(|(s, _)| s == session)
+    }
+
+    fn host_mut(&mut self, session: &str) -> Option<&mut SessionHost> {
+        self.hosts
+            .iter_mut()
+            .find(|(s, _)| s == session)
+            .map(|(_, h)| h)
+    }
+
+    fn host_or_new(&mut self, session: &str) -> &mut SessionHost {
+        let at = match self.hosts.iter().position(|(s, _)| s == session) {
+            Some(at) => at,
+            None => {
+                self.hosts
+                    .push((session.to_owned(), SessionHost::default()));
+                self.hosts.len() - 1
+            }
+        };
+        &mut self.hosts[at].1
+    }
+
+    /// The Session of the live run headed by `head`.
+    fn run_session(&self, head: &str) -> Option<&str> {
+        self.runs
+            .iter()
+            .find(|(h, _)| h == head)
+            .map(|(_, s)| s.as_str())
     }
 
     fn request(&mut self, session: &str, request_id: &str) -> Result<&mut Pending, ApiError> {
-        self.hosts
-            .get_mut(session)
+        self.host_mut(session)
             .and_then(|h| h.requests.iter_mut().find(|r| r.id == request_id))
             .ok_or_else(|| ApiError::UiRequestNotFound(request_id.to_owned()))
     }
 
     fn drop_if_unheld(&mut self, session: &str) {
-        if self
-            .hosts
-            .get(session)
-            .is_some_and(|h| h.streams == 0 && h.runs == 0)
-        {
-            self.hosts.remove(session);
-        }
+        self.hosts
+            .retain(|(s, h)| s != session || h.streams > 0 || h.runs > 0);
     }
 }
 
