@@ -42,10 +42,13 @@ step "cargo clippy (wasm32)"
 cargo clippy --target wasm32-unknown-unknown --lib -- -D warnings
 cargo clippy --target wasm32-unknown-unknown --lib --features fault-injection -- -D warnings
 
-step "lean build (no default features): clippy and the tests of what it refuses"
+step "lean build (no default features): clippy, the tests of what it refuses, its size"
 cargo clippy --all-targets --no-default-features -- -D warnings
 cargo clippy --target wasm32-unknown-unknown --lib --no-default-features -- -D warnings
 cargo test --no-default-features a_lean_build
+# The lean wasm's 500 KiB bound (about 80 s: a release build). The default
+# deployment proof below replaces the production wasm it leaves in build/.
+SHIITAKE_LEAN=1 node scripts/deploy-check.mjs
 
 step "cargo test"
 cargo test

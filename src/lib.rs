@@ -10,6 +10,8 @@
 //!
 //! Everything but `host` is sans-IO: no JS imports, time and ids passed in.
 
+// The lean build's stubs refuse, naming the feature (Cargo.toml [features]).
+#[cfg_attr(not(feature = "acp"), path = "acp/left_out.rs")]
 pub mod acp;
 pub mod agent;
 pub mod attention;
@@ -43,6 +45,7 @@ pub mod sse;
 pub mod store;
 pub mod text;
 pub mod transcript;
+#[cfg_attr(not(feature = "ui"), path = "ui/left_out.rs")]
 pub mod ui;
 
 #[cfg(target_arch = "wasm32")]

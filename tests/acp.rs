@@ -2,6 +2,8 @@
 //! SQLite: the JSON-RPC refusals, Sessions created and loaded as hosted,
 //! prompts admitted with the request's metadata and followed to their
 //! settlement, and `session/cancel` under the identity rules.
+//! Needs the `acp` feature (the lean build refuses `POST /acp`).
+#![cfg(feature = "acp")]
 
 mod common;
 

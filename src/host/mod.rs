@@ -12,6 +12,7 @@
 //!   once), and a starting instance arms the alarm for whatever is due;
 //! - persist, then publish: frames and wake-ups go out after the commit.
 
+#[cfg_attr(not(feature = "acp"), path = "acp_left_out.rs")]
 mod acp;
 mod bindings;
 mod blame;
@@ -32,6 +33,7 @@ mod runner;
 mod serve;
 mod sql;
 mod tools;
+#[cfg_attr(not(feature = "ui"), path = "ui_left_out.rs")]
 mod ui;
 mod watch;
 

@@ -476,10 +476,9 @@ impl Inner {
             return Ok((result, None));
         }
         if op.module_id == crate::ui::MODULE_ID && tools.ui.is_some() {
-            // Bounded here, within the tool timeout: the call only waits
-            // (for a browser to claim and answer it); nothing to abort.
-            let wait_ms = crate::ui::wait_ms(timeout_ms);
-            let answered = self.ui_call(op, &controller.signal(), wait_ms).await;
+            // Bounded within the tool timeout (`ui_call`): the call only
+            // waits (for a browser to claim and answer it); nothing to abort.
+            let answered = self.ui_call(op, &controller.signal(), timeout_ms).await;
             return answered
                 .map(|result| (result, None))
                 .map_err(Failure::Refused);

@@ -328,15 +328,16 @@ impl Inner {
     }
 
     /// Runs one `ui` operation of a run: asks the Session's browser and
-    /// waits for the result of its claim, at most `timeout_ms`, or until
-    /// the call is stopped. The gate ran before (an unsafe `ui.execute` is
-    /// marked started by then).
+    /// waits for the result of its claim, at most its share of the tool
+    /// timeout (`ui::wait_ms`), or until the call is stopped. The gate ran
+    /// before (an unsafe `ui.execute` is marked started by then).
     pub(super) async fn ui_call(
         &self,
         op: &OperationCall,
         signal: &web_sys::AbortSignal,
-        timeout_ms: u64,
+        tool_timeout_ms: u64,
     ) -> Result<Value, String> {
+        let timeout_ms = crate::ui::wait_ms(tool_timeout_ms);
         let Some(ui) = self.ui() else {
             return Err("this Agent has no browser bridge".to_owned());
         };

@@ -2,6 +2,7 @@
 //! long polls. In memory only (an observer reconnects after a restart and
 //! gets a fresh snapshot); bounded in number and in backlog.
 
+#[cfg(feature = "acp")]
 use crate::acp::Follow;
 use crate::limits::{
     WAITERS_MAX, WATCHERS_MAX, WATCHERS_PER_SESSION_MAX, WATCH_BACKLOG_BYTES_MAX,
@@ -24,6 +25,7 @@ enum Kind {
     Watch(SnapshotSource),
     /// An ACP prompt stream: each event through its [`Follow`] (the core's
     /// translation), closed once that is done; lag ends it.
+    #[cfg(feature = "acp")]
     Acp(RefCell<Follow>),
 }
 
@@ -70,6 +72,8 @@ impl Watcher {
 
     /// A lagging watcher that has taken everything gets a fresh snapshot at
     /// once, so it never sits on stale state waiting for the next change.
+    // Without the `acp` feature a watch is the only kind.
+    #[cfg_attr(not(feature = "acp"), allow(irrefutable_let_patterns))]
     fn resync_if_drained(self: &Rc<Self>) {
         let Kind::Watch(source) = &self.kind else {
             return;
@@ -115,6 +119,7 @@ impl Observers {
 
     /// Opens an ACP prompt stream of `follow`'s Session (a watcher under the
     /// same bounds) whose first events are `first`.
+    #[cfg(feature = "acp")]
     pub fn follow(
         &self,
         follow: Follow,
@@ -175,6 +180,7 @@ impl Observers {
     }
 
     /// An ACP stream that is answered whole at once (`first`, then the end).
+    #[cfg(feature = "acp")]
     pub fn answered(first: &[String]) -> Result<web_sys::Response, JsValue> {
         let body: String = first.iter().map(|m| acp_event(m)).collect();
         let headers = web_sys::Headers::new()?;
@@ -203,6 +209,7 @@ impl Observers {
             match &w.kind {
                 Kind::Watch(_) if w.full() => w.lagging.set(true),
                 Kind::Watch(_) => w.send(&text),
+                #[cfg(feature = "acp")]
                 Kind::Acp(follow) => {
                     let mut follow = follow.borrow_mut();
                     let out = match w.full() {
@@ -269,6 +276,7 @@ fn event(name: &str, data: &str) -> String {
 }
 
 /// One JSON-RPC message of an ACP stream (compact JSON: one line).
+#[cfg(feature = "acp")]
 fn acp_event(message: &str) -> String {
     format!("data: {message}\n\n")
 }
