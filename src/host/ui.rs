@@ -188,12 +188,7 @@ impl HostUi {
             .entry(session.to_owned())
             .or_default()
             .push(stream);
-        let headers = web_sys::Headers::new()?;
-        headers.set("content-type", "text/event-stream; charset=utf-8")?;
-        headers.set("cache-control", "no-cache")?;
-        let init = web_sys::ResponseInit::new();
-        init.set_status(200);
-        init.set_headers(&headers);
+        let init = super::watch::event_stream_init()?;
         Ok(Ok(
             web_sys::Response::new_with_opt_readable_stream_and_init(
                 Some(&pipe.readable()),

@@ -165,12 +165,7 @@ impl Observers {
             gone.closed.set(true);
         });
         all.entry(session_id.to_owned()).or_default().push(watcher);
-        let headers = web_sys::Headers::new()?;
-        headers.set("content-type", "text/event-stream; charset=utf-8")?;
-        headers.set("cache-control", "no-cache")?;
-        let init = web_sys::ResponseInit::new();
-        init.set_status(200);
-        init.set_headers(&headers);
+        let init = event_stream_init()?;
         Ok(Ok(
             web_sys::Response::new_with_opt_readable_stream_and_init(
                 Some(&pipe.readable()),
@@ -183,12 +178,7 @@ impl Observers {
     #[cfg(feature = "acp")]
     pub fn answered(first: &[String]) -> Result<web_sys::Response, JsValue> {
         let body: String = first.iter().map(|m| acp_event(m)).collect();
-        let headers = web_sys::Headers::new()?;
-        headers.set("content-type", "text/event-stream; charset=utf-8")?;
-        headers.set("cache-control", "no-cache")?;
-        let init = web_sys::ResponseInit::new();
-        init.set_status(200);
-        init.set_headers(&headers);
+        let init = event_stream_init()?;
         web_sys::Response::new_with_opt_str_and_init(Some(&body), &init)
     }
 
@@ -279,4 +269,16 @@ fn event(name: &str, data: &str) -> String {
 #[cfg(feature = "acp")]
 fn acp_event(message: &str) -> String {
     format!("data: {message}\n\n")
+}
+
+/// The head of every event stream served: 200, `text/event-stream`, not
+/// cached.
+pub(super) fn event_stream_init() -> Result<web_sys::ResponseInit, JsValue> {
+    let headers = web_sys::Headers::new()?;
+    headers.set("content-type", "text/event-stream; charset=utf-8")?;
+    headers.set("cache-control", "no-cache")?;
+    let init = web_sys::ResponseInit::new();
+    init.set_status(200);
+    init.set_headers(&headers);
+    Ok(init)
 }
