@@ -272,7 +272,7 @@ test("older messages load a page at a time; a Session is deleted from the list",
   // Deleting it empties the view and the list; the server agrees.
   await page.getByRole("button", { name: `Delete Session ${sid}` }).click();
   await page.waitForFunction(() => document.getElementById("session-title").textContent === "No Session");
-  assert.equal(await page.locator("#session-list li").count(), 0);
+  await page.waitForFunction(() => document.querySelectorAll("#session-list li").length === 0);
   assert.equal((await a.api("GET", `/sessions/${sid}`)).status, 404);
   await page.close();
 });
