@@ -436,7 +436,13 @@ try {
           }),
       );
     }
-    const kinds = { shQueued, sdkQueued, floorOne, wsFloorOne, shIdle, sdkIdleOne };
+    // The floor of an idle prompt: the same insert after the same pause (an
+    // idle object and event loop answer slower than a busy one).
+    async function floorIdle() {
+      await sleep(PAUSE_MS);
+      return floorOne();
+    }
+    const kinds = { shQueued, sdkQueued, floorOne, wsFloorOne, shIdle, sdkIdleOne, floorIdle };
     const samples = Object.fromEntries(Object.keys(kinds).map((k) => [k, []]));
     const order = Object.keys(kinds);
     for (let i = 0; i < WARMUP + N; i++) {
@@ -461,6 +467,15 @@ try {
       `${ms(wf.p50)} / ${ms(wf.p99)}`,
       "",
       "each side's own transport: shiitake HTTP (bench/floor-worker.mjs), SDK WebSocket (WsFloorDO)",
+    );
+    const fi = stats(samples.floorIdle);
+    note("  floor after the idle pause (HTTP)", `${ms(fi.p50)} / ${ms(fi.p99)}`, "", "", `the same insert after the ${PAUSE_MS} ms pause an idle sample takes`);
+    note(
+      "  idle admission p50 / the paused floor p50",
+      ratio(q(samples.shIdle), fi.p50),
+      "",
+      "",
+      "target <= 1.2",
     );
     note(
       "  admission p50 / its transport's floor p50",

@@ -19,6 +19,9 @@ extern "C" {
     #[wasm_bindgen(method, js_name = setAlarm)]
     fn set_alarm_at(this: &DurableObjectStorage, scheduled_ms: f64) -> Promise;
 
+    #[wasm_bindgen(method, js_name = deleteAlarm)]
+    fn delete_alarm_now(this: &DurableObjectStorage) -> Promise;
+
     #[wasm_bindgen(js_name = setTimeout)]
     fn set_timeout(callback: &js_sys::Function, ms: f64) -> JsValue;
 
@@ -277,6 +280,11 @@ impl DurableObjectStorage {
     /// Issues the write now; the future only reports its completion.
     pub fn set_alarm(&self, at_ms: i64) -> JsFuture {
         JsFuture::from(self.set_alarm_at(at_ms as f64))
+    }
+
+    /// Issues the delete now; the future only reports its completion.
+    pub fn delete_alarm(&self) -> JsFuture {
+        JsFuture::from(self.delete_alarm_now())
     }
 }
 

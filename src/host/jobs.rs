@@ -134,7 +134,7 @@ fn setting(
 /// The lane in this instance: whether a pass runs, and who waits for it.
 #[derive(Default)]
 pub struct LaneRun {
-    running: Cell<bool>,
+    pub(super) running: Cell<bool>,
     /// A wake arrived during the running pass: run one more after it.
     again: Cell<bool>,
     /// Aborts the running pass (close).
@@ -153,6 +153,13 @@ impl LaneRun {
         for joiner in self.joiners.borrow_mut().drain(..) {
             let _ = joiner.send(());
         }
+    }
+
+    /// Resolves when a pass or the run loop next ends.
+    pub fn next_end(&self) -> oneshot::Receiver<()> {
+        let (joined, ended) = oneshot::channel();
+        self.joiners.borrow_mut().push(joined);
+        ended
     }
 }
 
@@ -478,9 +485,7 @@ impl Inner {
         }
         self.wake_loop();
         while self.loop_running.get() || self.lane.running.get() {
-            let (joined, ended) = oneshot::channel();
-            self.lane.joiners.borrow_mut().push(joined);
-            let _ = ended.await;
+            let _ = self.lane.next_end().await;
         }
     }
 }

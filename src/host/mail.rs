@@ -37,7 +37,7 @@ const MAIL_DUE_SCAN_MAX: usize = 1_024;
 /// The performer in this instance.
 #[derive(Default)]
 pub struct MailRun {
-    running: Cell<bool>,
+    pub(super) running: Cell<bool>,
     /// A wake arrived during the running pass: run one more after it.
     again: Cell<bool>,
     /// Keys of the mails being delivered now.

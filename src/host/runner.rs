@@ -66,29 +66,43 @@ impl Stopper {
 
 impl Inner {
     /// Makes sure the run loop looks at the store soon: wakes a loop running
-    /// in this instance (an unfinished alarm is retried after a crash), or
-    /// sets the alarm to now. The alarm write is not awaited: the output gate
-    /// holds the caller's answer until it is durable.
+    /// in this instance, or starts one now. The durable wake comes first: the
+    /// alarm is set to now (not awaited: the output gate holds the caller's
+    /// answer until it is durable) and, when it fires while this loop runs,
+    /// it joins the loop and stays unfinished until the loop ends, so a crash
+    /// meanwhile has the platform retry it. Starting here saves a turn the
+    /// alarm's hop.
     pub(super) fn request_reconcile(&self) {
         if self.loop_running.get() {
             self.wake_loop();
             // Host work is requested with every reconciliation (the alarm
-            // below requests it too).
+            // requests it too).
             if self.has_host_jobs() {
                 self.request_host_work();
             }
             return;
         }
         let now = bindings::now_ms();
-        if self.alarm_at.get().is_some_and(|at| at <= now) {
-            return;
+        if self.alarm_at.get().is_none_or(|at| at > now) {
+            let write = self.write_alarm(now);
+            wasm_bindgen_futures::spawn_local(async move {
+                if let Err(e) = write.await {
+                    log_error(format!("setAlarm failed: {}", bindings::error_message(&e)));
+                }
+            });
         }
-        let write = self.write_alarm(now);
-        wasm_bindgen_futures::spawn_local(async move {
-            if let Err(e) = write.await {
-                log_error(format!("setAlarm failed: {}", bindings::error_message(&e)));
+        // Every wake requests host work and mail delivery, as the alarm's does.
+        self.request_host_work();
+        self.request_mail();
+        let Some(me) = self.me.upgrade() else { return };
+        // Running from now on: a second request only wakes it, the alarm joins it.
+        self.loop_running.set(true);
+        let scope = self.scope(None);
+        wasm_bindgen_futures::spawn_local(blame::scoped(scope, async move {
+            if let Err(e) = me.drive_loop().await {
+                log_error(format!("run loop: {}", bindings::error_message(&e)));
             }
-        });
+        }));
     }
 
     pub(super) fn wake_loop(&self) {
@@ -103,6 +117,23 @@ impl Inner {
         let write = self.sql.storage.set_alarm(at_ms);
         self.alarm_at.set(Some(at_ms));
         write
+    }
+
+    /// Nothing is due and the alarm has not fired (this loop started
+    /// before it, or a heartbeat armed it): deletes it rather than have it
+    /// run an empty pass. Kept while a host or mail pass runs: those arm
+    /// their own follow-up when they end.
+    async fn drop_spare_alarm(&self) {
+        if self.alarm_at.get().is_none() || self.lane.running.get() || self.mail.running.get() {
+            return;
+        }
+        self.alarm_at.set(None);
+        if let Err(e) = self.sql.storage.delete_alarm().await {
+            log_error(format!(
+                "deleteAlarm failed: {}",
+                bindings::error_message(&e)
+            ));
+        }
     }
 
     pub(super) async fn set_alarm(&self, at_ms: i64) {
@@ -152,11 +183,23 @@ impl Inner {
         self.request_host_work();
         self.request_mail();
         if self.loop_running.get() {
-            // Another invocation is running the turns: it takes this wake.
+            // A request (or an earlier invocation) is running the turns:
+            // this wake joins it and ends with it.
             self.wake_loop();
+            while self.loop_running.get() {
+                let _ = self.lane.next_end().await;
+            }
             return Ok(());
         }
         self.loop_running.set(true);
+        self.drive_loop().await
+    }
+
+    /// Runs the loop (`loop_running` set by the caller) and puts the work
+    /// left for later on the alarm. An error leaves the earliest deadline
+    /// armed: the platform retries a failed alarm, a request's loop has only
+    /// the alarm.
+    async fn drive_loop(&self) -> Result<(), JsValue> {
         let result = self.run_loop().await;
         self.loop_running.set(false);
         self.lane.ended();
@@ -167,10 +210,11 @@ impl Inner {
                 }
                 Ok(())
             }
-            Ok(None) => Ok(()),
+            Ok(None) => {
+                self.drop_spare_alarm().await;
+                Ok(())
+            }
             Err(e) => {
-                // The platform retries this alarm; make sure due work waits
-                // no longer than that.
                 self.arm_next_alarm().await;
                 Err(e)
             }

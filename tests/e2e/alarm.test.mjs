@@ -28,6 +28,21 @@ test("an idle Agent has no alarm; after a turn settles the alarm is spent", asyn
   assert.equal(await alarmOf(a.id), null);
 });
 
+test("a prompt into an idle Session runs its turn at once, not on the alarm's hop (every alarm() held back)", async () => {
+  const a = h.agent();
+  await a.createSession("s");
+  // Every alarm() of this Agent waits until released: the turn cannot ride on it.
+  expectStatus(await h.api("POST", `/direct/${a.id}/host/alarm-hold`), 200);
+  const id = await a.admit("s", "r1", "hello while the alarm is held");
+  const settled = await a.waitSettled("s", id, { boundMs: 10_000 });
+  assert.equal(settled.terminal, "completed");
+  expectStatus(await h.api("DELETE", `/direct/${a.id}/host/alarm-hold`), 200);
+  // The held alarm (if it fired) then finds nothing due; the alarm ends spent.
+  await eventually(async () => (await alarmOf(a.id)) === null, { what: "the alarm to be spent" });
+  const next = expectAccepted(await a.prompt("s", "r2", "and again"));
+  assert.equal((await a.waitSettled("s", next)).terminal, "completed");
+});
+
 test("a provider retry is a durable timer on the alarm, at the retry delay", async () => {
   const a = h.agent();
   await a.createSession("s");
