@@ -656,28 +656,24 @@ export class ShiitakeDO extends DurableObject {
     const writer = writable.getWriter();
     const url = request.url;
     const headers = new Headers(request.headers);
-    const RESET = Symbol("reset");
     let interrupt = () => {};
     let reader;
     const watch = { interrupt: () => interrupt() };
     watches.add(watch);
     const pump = async (body) => {
       for (let resumes = 0; ; resumes++) {
-        reader = body.getReader();
-        // The dead instance's stream never ends by itself: a reset is raced
-        // against every read.
-        const interrupted = new Promise((resolve) => {
-          interrupt = () => resolve(RESET);
-        });
+        const current = body.getReader();
+        reader = current;
+        // The dead instance's stream never ends by itself: a reset cancels
+        // it, which ends the pending read (no race set up per chunk).
         let reset = false;
+        interrupt = () => {
+          reset = true;
+          current.cancel().catch(() => {});
+        };
         for (;;) {
-          const next = await Promise.race([reader.read(), interrupted]);
-          if (next === RESET) {
-            reset = true;
-            reader.cancel().catch(() => {});
-            break;
-          }
-          if (next.done) break; // the core ended it (Session deleted)
+          const next = await current.read();
+          if (reset || next.done) break; // reset, or the core ended it (Session deleted)
           await writer.write(next.value); // throws once the client went away
         }
         if (!reset || resumes >= WATCH_RESUMES_MAX) break;

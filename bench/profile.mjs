@@ -1,0 +1,165 @@
+// CPU profile of plain watched turns inside workerd: where a turn's CPU goes.
+//
+//   node bench/profile.mjs [--n 300] [--top 40] [--inclusive REGEX]
+//
+// Runs the turn Worker of bench/turn.mjs (the real ShiitakeDO behind
+// shiitakeApp) in Miniflare with workerd's inspector on, starts V8's sampling
+// profiler over the Chrome DevTools Protocol, runs n turns (prompt, then its
+// `settled` frame on an open watch; a fresh Session every 5 turns), and
+// prints self time by function and by kind (wasm, the JS shim, the Hono
+// entry, the runtime's own builtins, idle/GC); with --inclusive, also the
+// inclusive time of the functions whose name matches (wasm function names
+// need `SHIITAKE_WASM_NAMES=1 bash scripts/build.sh`). Needs a build.
+// A diagnostic, not a benchmark: the sampling itself costs CPU.
+
+import http from "node:http";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { Miniflare } from "miniflare";
+import { COMPATIBILITY_DATE, ROOT, TOKEN, bundleFixture } from "../tests/e2e/helpers.mjs";
+import { startModelServer } from "../tests/support/model-server.mjs";
+import { settledFrames } from "./watch.mjs";
+
+const { values: args } = parseArgs({
+  options: { n: { type: "string", default: "300" }, top: { type: "string", default: "40" }, inclusive: { type: "string" } },
+});
+const N = Number(args.n);
+const TOP = Number(args.top);
+const SAMPLING_US = 100;
+
+const freePort = () =>
+  new Promise((resolve) => {
+    const s = http.createServer().listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+
+const model = await startModelServer({ fallback: () => ({ chunks: ["ok"] }) });
+const script = await bundleFixture(path.join(ROOT, "bench/turn-worker.mjs"), "bench-turn");
+const inspectorPort = await freePort();
+const mf = new Miniflare({
+  name: "profiled",
+  modules: true,
+  scriptPath: script,
+  modulesRules: [{ type: "CompiledWasm", include: ["**/*.wasm"] }],
+  compatibilityDate: COMPATIBILITY_DATE,
+  inspectorPort,
+  durableObjects: {
+    SHIITAKE: { className: "CountingDO", useSQLite: true },
+    FLOOR: { className: "TurnFloorDO", useSQLite: true },
+    ALARM_FLOOR: { className: "AlarmFloorDO", useSQLite: true },
+  },
+  bindings: { SHIITAKE_TOKEN: TOKEN, SHIITAKE_MODEL: "openai/scripted", OPENAI_BASE_URL: model.url, BENCH_NOTIFY_URL: "http://127.0.0.1:9/" },
+});
+await mf.ready;
+
+const headers = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
+async function call(method, p, body) {
+  const res = await mf.dispatchFetch(`http://bench${p}`, { method, headers, body: body && JSON.stringify(body) });
+  const text = await res.text();
+  if (res.status >= 300) throw new Error(`${method} ${p}: ${res.status} ${text}`);
+  return text ? JSON.parse(text) : null;
+}
+
+// The inspector: one target per worker; ours is the only user worker.
+const targets = await (await fetch(`http://127.0.0.1:${inspectorPort}/json`)).json();
+const target = targets.find((t) => t.title?.includes("profiled")) ?? targets.find((t) => !t.title?.includes("core:"));
+if (!target) throw new Error(`no inspector target among ${JSON.stringify(targets.map((t) => t.title))}`);
+const ws = new WebSocket(target.webSocketDebuggerUrl ?? `ws://127.0.0.1:${inspectorPort}/${target.id}`);
+await new Promise((resolve, reject) => {
+  ws.onopen = resolve;
+  ws.onerror = reject;
+});
+let nextId = 1;
+const pending = new Map();
+ws.onmessage = (event) => {
+  const msg = JSON.parse(String(event.data));
+  if (msg.id && pending.has(msg.id)) {
+    pending.get(msg.id)(msg);
+    pending.delete(msg.id);
+  }
+};
+const cdp = (method, params = {}) =>
+  new Promise((resolve, reject) => {
+    const id = nextId++;
+    pending.set(id, (msg) => (msg.error ? reject(new Error(`${method}: ${msg.error.message}`)) : resolve(msg.result)));
+    ws.send(JSON.stringify({ id, method, params }));
+  });
+
+let seq = 0;
+let session;
+let watch;
+async function turn(i) {
+  if (i % 5 === 0) {
+    watch?.close();
+    session = `p${i}`;
+    await call("POST", "/agents/prof/sessions", { sessionId: session });
+    watch = settledFrames(await mf.dispatchFetch(`http://bench/agents/prof/sessions/${session}/watch`, { headers }));
+  }
+  const { commandId } = await call("POST", `/agents/prof/sessions/${session}/commands`, { type: "prompt", requestId: `r${seq++}`, text: "go" });
+  await watch.settled(commandId);
+}
+
+for (let i = 0; i < 30; i++) await turn(i); // warm: JIT, tier-up, statement cache
+await cdp("Profiler.enable");
+await cdp("Profiler.setSamplingInterval", { interval: SAMPLING_US });
+await cdp("Profiler.start");
+for (let i = 30; i < 30 + N; i++) await turn(i);
+const { profile } = await cdp("Profiler.stop");
+watch?.close();
+ws.close();
+await mf.dispose();
+await model.close();
+
+// Self time per node = its sample count; a node's kind from its frame.
+const counts = new Map();
+for (const id of profile.samples) counts.set(id, (counts.get(id) ?? 0) + 1);
+const total = profile.samples.length;
+const byFunction = new Map();
+const byKind = new Map();
+function kindOf(frame) {
+  const { url, functionName } = frame;
+  if (["(idle)", "(program)", "(garbage collector)", "(root)"].includes(functionName)) return functionName;
+  if (url.includes("wasm") || url.startsWith("wasm://")) return "wasm";
+  if (url === "") return "runtime builtins";
+  if (/js\/(do|execute|app|bearer|meta|guards)\.mjs|shiitake\.js|shiitake_bg/.test(url) || url.includes("bench-turn")) return "bundle JS (shim, Hono, glue)";
+  return url;
+}
+for (const node of profile.nodes) {
+  const n = counts.get(node.id) ?? 0;
+  if (n === 0) continue;
+  const f = node.callFrame;
+  const key = `${f.functionName || "(anonymous)"}  ${f.url.split("/").pop()}${f.lineNumber >= 0 ? `:${f.lineNumber + 1}` : ""}`;
+  byFunction.set(key, (byFunction.get(key) ?? 0) + n);
+  const k = kindOf(f);
+  byKind.set(k, (byKind.get(k) ?? 0) + n);
+}
+const busy = total - (byKind.get("(idle)") ?? 0);
+const pct = (n, of) => `${((100 * n) / of).toFixed(1)}%`.padStart(6);
+console.log(`profile: ${N} watched turns, ${total} samples at ${SAMPLING_US} us, ${busy} busy (not idle); shares of busy time`);
+console.log("by kind:");
+for (const [k, n] of [...byKind].sort((a, b) => b[1] - a[1])) if (k !== "(idle)") console.log(`  ${pct(n, busy)}  ${k}`);
+console.log(`top ${TOP} functions (self time):`);
+for (const [k, n] of [...byFunction].sort((a, b) => b[1] - a[1]).slice(0, TOP)) console.log(`  ${pct(n, busy)}  ${k}`);
+
+if (args.inclusive) {
+  // Inclusive time: a node's samples plus its descendants'; a function
+  // counted once per sample even when it recurses.
+  const re = new RegExp(args.inclusive);
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parent = new Map();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const inclusive = new Map();
+  for (const [id, n] of counts) {
+    const seen = new Set();
+    for (let cur = id; cur !== undefined; cur = parent.get(cur)) {
+      const name = byId.get(cur).callFrame.functionName;
+      if (!re.test(name) || seen.has(name)) continue;
+      seen.add(name);
+      inclusive.set(name, (inclusive.get(name) ?? 0) + n);
+    }
+  }
+  console.log(`top ${TOP} inclusive (functions matching ${re}):`);
+  for (const [k, n] of [...inclusive].sort((a, b) => b[1] - a[1]).slice(0, TOP)) console.log(`  ${pct(n, busy)}  ${k.replace(/::h[0-9a-f]{16}$/, "").slice(0, 150)}`);
+}
