@@ -44,7 +44,8 @@
 // per-minute samples and the least-squares slope of workerd RSS over the
 // samples after warm-up (the first 3 minutes; for runs under 6 minutes, the
 // first half), with a verdict: "growth X KiB/min" when the slope exceeds
-// twice its standard error, else "no growth trend". Every prompt that did
+// twice its standard error, else "no growth trend", and the slopes over the
+// first and last third of those samples (does growth slow down?). Every prompt that did
 // not settle within 120 s is counted (must be zero), settled terminals by
 // kind, cancel receipts by status, and errors.
 
@@ -320,6 +321,14 @@ if (steady.length >= 3) {
   const w = regression(steady.map((s) => s.min), steady.map((s) => s.workerd));
   const n = regression(steady.map((s) => s.min), steady.map((s) => s.node));
   console.log(`  workerd RSS slope after the first ${WARMUP_MIN} min (${steady.length} samples, every ${SAMPLE_MS / 1000} s): ${w.slope.toFixed(0)} ± ${w.se.toFixed(0)} KiB/min; node RSS ${n.slope.toFixed(0)} ± ${n.se.toFixed(0)} KiB/min`);
+  if (steady.length >= 9) {
+    // Whether growth slows down: the slope over the first and the last
+    // third of the steady samples.
+    const third = Math.floor(steady.length / 3);
+    const part = (xs) => regression(xs.map((s) => s.min), xs.map((s) => s.workerd));
+    const [a, b] = [part(steady.slice(0, third)), part(steady.slice(-third))];
+    console.log(`  workerd RSS slope, first third of that: ${a.slope.toFixed(0)} ± ${a.se.toFixed(0)} KiB/min; last third: ${b.slope.toFixed(0)} ± ${b.se.toFixed(0)} KiB/min`);
+  }
   const growing = w.slope > 2 * w.se && w.slope > 0;
   console.log(`  verdict: ${growing ? `growth ${w.slope.toFixed(0)} KiB/min` : "no growth trend"} (workerd RSS)`);
 } else {
