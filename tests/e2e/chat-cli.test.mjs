@@ -18,6 +18,8 @@ import { startModelServer } from "../support/model-server.mjs";
 import { DEMO_SCRIPT, MODEL_API_KEY, ROOT, TOKEN, execute, uniq, workerOptions } from "./helpers.mjs";
 
 const BIN = path.join(ROOT, "bin/shiitake.mjs");
+const PANIC_MARKER = "CLI-TRAP-HERE";
+const ATTEMPTS_MAX = 2;
 const T = { timeout: 60_000 };
 /** A tmux server of this file's own, so the user's sessions are never touched. */
 const SOCKET = `shiitake-chat-test-${process.pid}`;
@@ -36,7 +38,15 @@ before(async () => {
   model = await startModelServer({ fallback: "echo" });
   localEnv = { SHIITAKE_MODEL: "openai/scripted-cli", OPENAI_BASE_URL: model.url, OPENAI_API_KEY: MODEL_API_KEY };
   mf = new Miniflare({
-    ...workerOptions(DEMO_SCRIPT, undefined, { ...localEnv, SHIITAKE_RETRY_BASE_MS: "50", SHIITAKE_RETRY_MAX_MS: "200" }),
+    // The test build's panic marker: a turn whose every answer panics the
+    // runtime settles `interrupted` at the attempt limit (exit 4).
+    ...workerOptions(DEMO_SCRIPT, undefined, {
+      ...localEnv,
+      SHIITAKE_RETRY_BASE_MS: "50",
+      SHIITAKE_RETRY_MAX_MS: "200",
+      SHIITAKE_FAULT_PANIC_MARKER: PANIC_MARKER,
+      SHIITAKE_ATTEMPTS_MAX: String(ATTEMPTS_MAX),
+    }),
     host: "127.0.0.1",
     port: 0,
   });
@@ -301,6 +311,16 @@ test("--prompt: the answer on stdout, exit 0 completed, 1 failed, 3 cancelled (C
   assert.equal(cancelled.code, 3, cancelled.stderr);
   assert.equal(cancelled.stdout, "");
   assert.match(cancelled.stderr, /\[cancelled\]/);
+});
+
+test("--prompt: a turn interrupted at the attempt limit (the runtime reset under it each time) exits 4 and says why", T, async () => {
+  const trap = uniq("trap");
+  model.scriptFor(trap, ...Array.from({ length: ATTEMPTS_MAX }, () => ({ chunks: [`boom ${PANIC_MARKER}`] })));
+  const interrupted = await once([...remote(), "--prompt", `trap ${trap}`]);
+  assert.equal(interrupted.code, 4, interrupted.stderr);
+  assert.match(interrupted.stderr, /\[interrupted\]/);
+  assert.match(interrupted.stderr, /attempt limit 2 reached/);
+  assert.equal(model.requests(trap).length, ATTEMPTS_MAX, "one model call per attempt");
 });
 
 test("lines piped in: each is a prompt, answered in order before the client leaves with 0", T, async () => {
