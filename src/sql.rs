@@ -377,10 +377,15 @@ pub mod native {
             self.conn.execute_batch("BEGIN IMMEDIATE").map_err(engine)?;
             for (statement, params) in &writes {
                 let params: Vec<Value> = params.iter().map(to_value).collect();
-                let done = self
-                    .conn
-                    .prepare_cached(statement)
-                    .and_then(|mut s| s.execute(rusqlite::params_from_iter(params.iter())));
+                // A text without parameters may hold several statements (the
+                // schema), as the Durable Object's `exec` allows.
+                let done = if params.is_empty() {
+                    self.conn.execute_batch(statement).map(|()| 0)
+                } else {
+                    self.conn
+                        .prepare_cached(statement)
+                        .and_then(|mut s| s.execute(rusqlite::params_from_iter(params.iter())))
+                };
                 if let Err(e) = done {
                     self.conn.execute_batch("ROLLBACK").map_err(engine)?;
                     return Err(engine(e));
