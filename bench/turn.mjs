@@ -20,7 +20,7 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import { Miniflare } from "miniflare";
 import { COMPATIBILITY_DATE, ROOT, TOKEN, bundleFixture } from "../tests/e2e/helpers.mjs";
-import { startModelServer } from "../tests/support/model-server.mjs";
+import { startModelThread } from "./model-thread.mjs";
 import { settledFrames } from "./watch.mjs";
 
 const { values: args } = parseArgs({
@@ -30,8 +30,9 @@ const N = Number(args.n);
 const TURNS = Number(args.turns);
 
 const CHUNKS_250 = Array.from({ length: 250 }, (_, i) => `w${i} `);
-let answerChunks = CHUNKS_250;
-const model = await startModelServer({ fallback: () => ({ chunks: answerChunks }) });
+// On its own thread, as a provider is elsewhere (see bench/model-thread.mjs).
+const model = await startModelThread();
+await model.setChunks(CHUNKS_250);
 // The alarm floor reports each finished turn here.
 const notified = new Map();
 const notify = http.createServer((req, res) => {
@@ -121,7 +122,7 @@ console.log(`  rows ${avg("rowsWritten").toFixed(1)} (target <= 8), statements $
 // ROTATE iterations keeps the model context short (at most 4 * ROTATE
 // messages), as the floor's one-message request is; the watches are opened
 // untimed.
-answerChunks = ["ok"];
+await model.setChunks(["ok"]);
 const ROTATE = 5;
 let session = null;
 let watch = null;

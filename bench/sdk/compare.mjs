@@ -18,7 +18,7 @@ import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import { Miniflare } from "miniflare";
 import { COMPATIBILITY_DATE, DEMO_SCRIPT, TOKEN, bundleFixture, workerOptions } from "../../tests/e2e/helpers.mjs";
-import { startModelServer } from "../../tests/support/model-server.mjs";
+import { HOLD, startModelThread } from "../model-thread.mjs";
 import { bundleSdkWorker, bundleShiitakeWorker } from "./build.mjs";
 import { settledFrames } from "../watch.mjs";
 
@@ -56,18 +56,10 @@ if (!existsSync(path.join(HERE, "node_modules/@cloudflare/ai-chat"))) {
 }
 
 // ---- the model: one streaming server for both sides --------------------
-// A prompt whose text holds HOLD hangs (a busy turn); every other answer is
-// `answerChunks`, streamed as fast as the socket takes it.
-const HOLD = "[hold]";
-let answerChunks = ["ok"];
-const lastUserText = (body) => {
-  const user = [...(body.messages ?? [])].reverse().find((m) => m.role === "user");
-  const c = user?.content;
-  return typeof c === "string" ? c : Array.isArray(c) ? c.map((p) => p.text ?? "").join("") : "";
-};
-const model = await startModelServer({
-  fallback: (body) => (lastUserText(body).includes(HOLD) ? { hang: true } : { chunks: answerChunks }),
-});
+// On its own thread, as a provider is elsewhere (bench/model-thread.mjs). A
+// prompt whose text holds HOLD hangs (a busy turn); every other answer is
+// the chunks last set, streamed as fast as the socket takes them.
+const model = await startModelThread();
 const chunksOf = (n) => Array.from({ length: n }, (_, i) => `w${i} `);
 
 // ---- the Workers ---------------------------------------------------------
@@ -308,8 +300,7 @@ const time = async (fn) => {
   await fn();
   return performance.now() - t;
 };
-const waitHold = (tag, count = 1) =>
-  model.waitFor(() => model.requests(tag).length >= count, { timeoutMs: 30000, what: `a held model call ${tag}` });
+const waitHold = (tag, count = 1) => model.waitFor(tag, count);
 
 // ---- the shared Miniflare -------------------------------------------------
 const started = performance.now();
@@ -336,7 +327,7 @@ console.log(
 try {
   // ---- 1. admission -------------------------------------------------------
   if (ONLY.has("admission")) {
-    answerChunks = ["ok"];
+    await model.setChunks(["ok"]);
     // Busy sides: a Session (shiitake) / an agent instance (SDK) whose turn
     // holds the model; every QUEUE_ROTATE prompts a fresh one (set up untimed).
     const shBusy = { left: 0 };
@@ -442,7 +433,13 @@ try {
       await sleep(PAUSE_MS);
       return floorOne();
     }
-    const kinds = { shQueued, sdkQueued, floorOne, wsFloorOne, shIdle, sdkIdleOne, floorIdle };
+    // A queued prompt after the same pause: what the idle one costs without
+    // the turn it starts.
+    async function shQueuedPaused() {
+      await sleep(PAUSE_MS);
+      return shQueued();
+    }
+    const kinds = { shQueued, sdkQueued, floorOne, wsFloorOne, shIdle, sdkIdleOne, floorIdle, shQueuedPaused };
     const samples = Object.fromEntries(Object.keys(kinds).map((k) => [k, []]));
     const order = Object.keys(kinds);
     for (let i = 0; i < WARMUP + N; i++) {
@@ -477,6 +474,14 @@ try {
       "",
       "target <= 1.2",
     );
+    const qp = stats(samples.shQueuedPaused);
+    note(
+      "  queued admission after the idle pause",
+      `${ms(qp.p50)} / ${ms(qp.p99)}`,
+      "",
+      "",
+      `idle p50 / this p50: ${ratio(q(samples.shIdle), qp.p50)} (what starting the turn adds); this p50 / the paused floor p50: ${ratio(qp.p50, fi.p50)}`,
+    );
     note(
       "  admission p50 / its transport's floor p50",
       `${ratio(q(samples.shQueued), fl.p50)} | ${ratio(q(samples.shIdle), fl.p50)}`,
@@ -490,8 +495,8 @@ try {
   if (ONLY.has("turn")) {
     console.log("2. turn, prompt to settled (shiitake: `settled` frame on an open watch; SDK: the final response frame, done)");
     for (const size of [25, 250, 1000]) {
-      answerChunks = chunksOf(size);
-      model.reset();
+      await model.setChunks(chunksOf(size));
+      await model.reset();
       const shState = { turns: 0 };
       const sdkChatT = await sdkChat(mf, SDK, fresh("turn"));
       let sdkTurns = 0;
@@ -538,7 +543,7 @@ try {
   if (ONLY.has("rows")) {
     console.log(`3. storage per plain turn (average of ${ROWS_TURNS} turns, counted from the prompt request to settlement)`);
     for (const size of [25, 250]) {
-      answerChunks = chunksOf(size);
+      await model.setChunks(chunksOf(size));
       const agent = fresh("rows");
       await shCount.createSession(agent, "s");
       const watch = await shCount.watch(agent, "s");
@@ -666,7 +671,7 @@ try {
 
 // ---- 5. cold start ----------------------------------------------------------
 if (ONLY.has("cold")) {
-  answerChunks = ["ok"];
+  await model.setChunks(["ok"]);
   console.log(`5. cold start to the first answer (fresh Miniflare holding one side's Worker; median of ${COLD})`);
   async function coldShiitake() {
     const t0 = performance.now();

@@ -71,7 +71,12 @@ impl Inner {
     /// answer until it is durable) and, when it fires while this loop runs,
     /// it joins the loop and stays unfinished until the loop ends, so a crash
     /// meanwhile has the platform retry it. Starting here saves a turn the
-    /// alarm's hop.
+    /// alarm's hop. The loop's first pass (and a running loop's pass after a
+    /// wake) waits one macrotask, so the caller's answer is handed to the
+    /// runtime before the turn's synchronous work (reconciliation, the
+    /// model request) runs: an idle Session's receipt no longer waits for
+    /// its turn to start (`bench/sdk/compare.mjs`, "what starting the turn
+    /// adds").
     pub(super) fn request_reconcile(&self) {
         if self.loop_running.get() {
             self.wake_loop();
@@ -91,14 +96,15 @@ impl Inner {
                 }
             });
         }
-        // Every wake requests host work and mail delivery, as the alarm's does.
-        self.request_host_work();
-        self.request_mail();
         let Some(me) = self.me.upgrade() else { return };
         // Running from now on: a second request only wakes it, the alarm joins it.
         self.loop_running.set(true);
         let scope = self.scope(None);
         wasm_bindgen_futures::spawn_local(blame::scoped(scope, async move {
+            bindings::sleep(0).await;
+            // Every wake requests host work and mail delivery, as the alarm's does.
+            me.request_host_work();
+            me.request_mail();
             if let Err(e) = me.drive_loop().await {
                 log_error(format!("run loop: {}", bindings::error_message(&e)));
             }
@@ -326,10 +332,17 @@ impl Inner {
                 select(wake_rx, bindings::sleep(nap_ms as u64)),
             )
             .await;
-            if !matches!(woke, Either::Left((Some(true), _))) {
-                stale = true;
-            }
             self.loop_wake.borrow_mut().take();
+            match woke {
+                Either::Left((Some(true), _)) => {}
+                Either::Right((Either::Left(_), _)) => {
+                    // A request woke the loop: its answer leaves first.
+                    stale = true;
+                    drop(woke);
+                    bindings::sleep(0).await;
+                }
+                _ => stale = true,
+            }
         }
     }
 
