@@ -30,6 +30,8 @@ pub fn create(sql: &dyn Sql) -> Result<(), SqlError> {
     if table_exists(sql, OUTBOX)? && table_exists(sql, LANE)? {
         return Ok(());
     }
+    // One text for both: workerd keeps each distinct text prepared for the
+    // object's life (see `store::schema`).
     atomically(sql, || {
         write(
             sql,
@@ -39,14 +41,8 @@ pub fn create(sql: &dyn Sql) -> Result<(), SqlError> {
                     key TEXT NOT NULL UNIQUE,
                     body TEXT NOT NULL,
                     at INTEGER NOT NULL
-                )"
-            ),
-            Vec::new(),
-        )?;
-        write(
-            sql,
-            &format!(
-                "CREATE TABLE IF NOT EXISTS {LANE} (
+                );
+                CREATE TABLE IF NOT EXISTS {LANE} (
                     id INTEGER PRIMARY KEY CHECK (id = 1),
                     attempts INTEGER NOT NULL,
                     retry_at INTEGER NOT NULL,
