@@ -163,25 +163,21 @@ impl Inner {
         self.models.as_ref().map_err(|why| format!("models: {why}"))
     }
 
-    /// The model of the turn headed by `head` in `session`: the stored
-    /// layers, the host's last switch and Team default, resolved against
-    /// the policy. `Err`: the bounded diagnostic the turn fails with.
-    pub(super) async fn resolve_model(&self, session: &str, head: &str) -> Result<Target, String> {
+    /// The model of a turn in `session` whose head carries `meta`: the
+    /// stored layers, the host's last switch and Team default, resolved
+    /// against the policy. `Err`: the bounded diagnostic the turn fails with.
+    pub(super) async fn resolve_model(
+        &self,
+        session: &str,
+        meta: Option<&str>,
+    ) -> Result<Target, String> {
         let models = self.host_models()?;
         let stored = model_choice::layers(&self.sql, session).map_err(|e| e.to_string())?;
-        // The head's metadata is read only for a host that asks for it; a
+        // The head's metadata goes only to a host that asks for it; a
         // Session ACP serves never selects a person's saved preference.
         let hosted = model_choice::hosted(&self.sql, session).map_err(|e| e.to_string())?;
         let last_switch = match models.js.is_some() && !hosted {
-            true => {
-                let meta = self
-                    .store()
-                    .command(session, head)
-                    .ok()
-                    .flatten()
-                    .and_then(|row| row.meta);
-                models.last_switch(session, meta).await
-            }
+            true => models.last_switch(session, meta.map(str::to_owned)).await,
             false => None,
         };
         let layers = Layers {

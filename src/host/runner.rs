@@ -96,15 +96,17 @@ impl Inner {
                 }
             });
         }
+        // Every wake requests host work and mail delivery, as the alarm's
+        // does; requested now, an alarm firing before the loop's first pass
+        // finds them running and asks for no second pass.
+        self.request_host_work();
+        self.request_mail();
         let Some(me) = self.me.upgrade() else { return };
         // Running from now on: a second request only wakes it, the alarm joins it.
         self.loop_running.set(true);
         let scope = self.scope(None);
         wasm_bindgen_futures::spawn_local(blame::scoped(scope, async move {
             bindings::sleep(0).await;
-            // Every wake requests host work and mail delivery, as the alarm's does.
-            me.request_host_work();
-            me.request_mail();
             if let Err(e) = me.drive_loop().await {
                 log_error(format!("run loop: {}", bindings::error_message(&e)));
             }
@@ -190,8 +192,10 @@ impl Inner {
         self.request_mail();
         if self.loop_running.get() {
             // A request (or an earlier invocation) is running the turns:
-            // this wake joins it and ends with it.
-            self.wake_loop();
+            // this wake joins it and ends with it. It brings the loop no
+            // news (requests wake it, its own reconciliation found every
+            // deadline, extensions are looked at on every pass), so it
+            // costs no reconciliation.
             while self.loop_running.get() {
                 let _ = self.lane.next_end().await;
             }
@@ -407,7 +411,7 @@ impl Inner {
                         Input::Offered(self.offer(&session, &head).await)
                     } else {
                         target = None;
-                        match self.resolve_model(&session, &head).await {
+                        match self.resolve_model(&session, turn.head_meta()).await {
                             Ok(resolved) => {
                                 target = Some((head.clone(), resolved));
                                 Input::Offered(self.offer(&session, &head).await)

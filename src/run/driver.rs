@@ -164,6 +164,8 @@ pub enum Awaiting {
 pub struct Turn {
     session_id: String,
     head: String,
+    /// The head command's host metadata (see [`Step::meta`]).
+    head_meta: Option<String>,
     attempt: u32,
     policy: TurnPolicy,
     /// The calls of the current tool step still to close, in call order.
@@ -187,6 +189,7 @@ impl Turn {
         let mut turn = Turn {
             session_id: String::new(),
             head: String::new(),
+            head_meta: None,
             attempt: 0,
             policy,
             calls: VecDeque::new(),
@@ -208,6 +211,11 @@ impl Turn {
     /// The head command of the turn running now.
     pub fn head(&self) -> &str {
         &self.head
+    }
+
+    /// The head command's host metadata, as admitted.
+    pub fn head_meta(&self) -> Option<&str> {
+        self.head_meta.as_deref()
     }
 
     pub fn attempt(&self) -> u32 {
@@ -258,6 +266,7 @@ impl Turn {
     fn begin(&mut self, step: Step) {
         self.session_id = step.session_id;
         self.head = step.command_id;
+        self.head_meta = step.meta;
         self.attempt = step.attempt;
         self.context = step.context;
         self.calls = step.tool_calls.into();

@@ -48,6 +48,9 @@ pub struct Step {
     pub tool_calls: Vec<tools::OpenCall>,
     /// Messages the claiming transition appended (stored JSON), to publish.
     pub appended: Vec<String>,
+    /// The head command's host metadata, as admitted (the host's model
+    /// choice reads it): carried from the claim, never read again.
+    pub meta: Option<String>,
 }
 
 /// The outcome of [`complete_step`].
@@ -220,6 +223,7 @@ pub fn reconcile(
                 context,
                 tool_calls: open,
                 appended: Vec::new(),
+                meta: head.meta,
             });
         }
         for (head, prompt, context) in fresh {
@@ -232,6 +236,7 @@ pub fn reconcile(
                 context,
                 tool_calls: Vec::new(),
                 appended: vec![prompt.body],
+                meta: head.meta,
             });
         }
         Ok(Reconciled {
@@ -317,6 +322,7 @@ pub fn complete_step(
                         context,
                         tool_calls: Vec::new(),
                         appended: vec![prompt.body],
+                        meta: next.meta,
                     })
                 }
                 None => None,
@@ -381,6 +387,7 @@ pub(crate) fn join_steers(
         context,
         tool_calls: Vec::new(),
         appended: joined.into_iter().map(|p| p.body).collect(),
+        meta: head.meta.clone(),
     })
 }
 

@@ -159,6 +159,20 @@ describe("models: offered, set by a peer, resolved per turn", () => {
     assert.equal((await turn(h, s, sid)).requests[0].body.model, "gpt-reasoner", "the Agent's model wins");
   });
 
+  test("lastSwitch is asked with the Session and the metadata of the prompt that heads the turn", T, async () => {
+    const s = h.agent(`switch-${randomUUID()}`);
+    const sid = await s.createSession("s");
+    for (const author of ["ada", "grace"]) {
+      const tag = uniq("meta");
+      const res = await s.api("POST", `/sessions/${sid}/commands`, { type: "prompt", requestId: `m-${tag}`, text: `say ${tag}` }, { headers: { "x-test-meta": JSON.stringify({ author }) } });
+      assert.equal(res.status, 200, JSON.stringify(res.json));
+      const settled = await s.waitSettled(sid, res.json.commandId, { boundMs: 20_000 });
+      assert.equal(settled.terminal, "completed", JSON.stringify(settled));
+      const asked = await h.api("GET", `/direct/${s.id}/fixture/switch-asked`);
+      assert.deepEqual(asked.json, { sessionId: sid, meta: { author } });
+    }
+  });
+
   test("no available model: the run fails before any model call, and agents.wait shows the diagnostic", T, async () => {
     const locked = h.agent(`locked-${randomUUID()}`);
     const sid = await locked.createSession("s");
