@@ -288,24 +288,33 @@ impl DurableObjectStorage {
     }
 }
 
-/// A timer: resolves after its delay; dropping it clears the timeout, so an
-/// abandoned wait (a long poll answered early, a loop woken early) leaves no
-/// timer behind.
-pub struct Sleep {
-    timer: JsValue,
+/// A wait on a promise the host resolves itself, settled when dropped: a
+/// `JsFuture` frees its callbacks (two closures and their state, kept alive
+/// by a cycle) only when its promise settles, so every abandoned wait on a
+/// promise that never settles would leak them.
+struct OwnedWait {
+    resolve: js_sys::Function,
     done: JsFuture,
 }
 
-/// Resolves after `ms` milliseconds of wall time.
-pub fn sleep(ms: u64) -> Sleep {
-    let mut timer = JsValue::UNDEFINED;
-    let done = JsFuture::from(Promise::new(&mut |resolve, _| {
-        timer = set_timeout(&resolve, ms as f64);
-    }));
-    Sleep { timer, done }
+impl OwnedWait {
+    /// `arm` gets the promise's resolve function (to hand to a timer or a
+    /// listener) while the promise is created.
+    fn new(arm: impl FnOnce(&js_sys::Function)) -> Self {
+        let mut arm = Some(arm);
+        let mut resolver = None;
+        let done = JsFuture::from(Promise::new(&mut |resolve, _| {
+            if let Some(arm) = arm.take() {
+                arm(&resolve);
+            }
+            resolver = Some(resolve);
+        }));
+        let resolve = resolver.expect("a Promise runs its executor at once");
+        OwnedWait { resolve, done }
+    }
 }
 
-impl std::future::Future for Sleep {
+impl std::future::Future for OwnedWait {
     type Output = ();
 
     fn poll(
@@ -316,9 +325,82 @@ impl std::future::Future for Sleep {
     }
 }
 
+impl Drop for OwnedWait {
+    fn drop(&mut self) {
+        // Resolving a settled promise does nothing.
+        let _ = self.resolve.call0(&JsValue::UNDEFINED);
+    }
+}
+
+/// A timer: resolves after its delay; dropping it clears the timeout, so an
+/// abandoned wait (a long poll answered early, a loop woken early) leaves no
+/// timer and no callbacks behind.
+pub struct Sleep {
+    timer: JsValue,
+    wait: OwnedWait,
+}
+
+/// Resolves after `ms` milliseconds of wall time.
+pub fn sleep(ms: u64) -> Sleep {
+    let mut timer = JsValue::UNDEFINED;
+    let wait = OwnedWait::new(|resolve| timer = set_timeout(resolve, ms as f64));
+    Sleep { timer, wait }
+}
+
+impl std::future::Future for Sleep {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        std::pin::Pin::new(&mut self.wait).poll(cx)
+    }
+}
+
 impl Drop for Sleep {
     fn drop(&mut self) {
         clear_timeout(&self.timer);
+    }
+}
+
+/// Resolves when `signal` aborts (at once if it has); dropping it removes
+/// its listener.
+pub struct Aborted {
+    signal: web_sys::AbortSignal,
+    wait: OwnedWait,
+}
+
+pub fn aborted(signal: &web_sys::AbortSignal) -> Aborted {
+    let wait = OwnedWait::new(|resolve| {
+        if signal.aborted() {
+            let _ = resolve.call0(&JsValue::NULL);
+        } else {
+            let _ = signal.add_event_listener_with_callback("abort", resolve);
+        }
+    });
+    Aborted {
+        signal: signal.clone(),
+        wait,
+    }
+}
+
+impl std::future::Future for Aborted {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        std::pin::Pin::new(&mut self.wait).poll(cx)
+    }
+}
+
+impl Drop for Aborted {
+    fn drop(&mut self) {
+        let _ = self
+            .signal
+            .remove_event_listener_with_callback("abort", &self.wait.resolve);
     }
 }
 

@@ -198,18 +198,6 @@ impl HostUi {
     }
 }
 
-/// Resolves when `signal` aborts (at once if it has).
-fn aborted(signal: &web_sys::AbortSignal) -> JsFuture {
-    let signal = signal.clone();
-    JsFuture::from(js_sys::Promise::new(&mut |resolve, _| {
-        if signal.aborted() {
-            let _ = resolve.call0(&JsValue::NULL);
-        } else {
-            let _ = signal.add_event_listener_with_callback("abort", &resolve);
-        }
-    }))
-}
-
 /// What a route answers: JSON, or an event stream.
 enum Answer {
     Json(Value),
@@ -345,7 +333,7 @@ impl Inner {
         let (tx, rx) = oneshot::channel();
         ui.waiters.borrow_mut().insert(id.clone(), tx);
         ui.publish(session, &event);
-        let ended = select(aborted(signal), bindings::sleep(timeout_ms));
+        let ended = select(bindings::aborted(signal), bindings::sleep(timeout_ms));
         let stopped = match select(rx, ended).await {
             Either::Left((Ok(outcome), _)) => return outcome,
             // The run gave the module back (it ended).
