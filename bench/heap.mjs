@@ -1,18 +1,24 @@
-// Where workerd's memory goes per operation: V8's JS heap (after a forced
-// GC, over the inspector), the wasm instance's linear memory, and the
-// process's RSS, read every --every operations of one kind.
+// Where workerd's memory goes per operation of one kind: V8's JS heap of
+// the Agents' Worker (after the full GC a heap snapshot starts with, over
+// workerd's inspector), workerd's RSS (anon/file/shmem) and open files, and
+// how many inspector targets exist (Worker Loader guests show up there
+// while they live), read every --every operations.
 //
-//   node bench/heap.mjs [--kind plain|cancel|floor] [--ops 3000] [--every 500] [--agents 4]
+//   node bench/heap.mjs [--kind plain|tool|cancel|floor] [--ops 3000] [--every 500] [--agents 4]
 //
-// Needs a build (bash scripts/build.sh). A diagnostic, prints figures only.
+// plain: a prompt long-polled to its settlement; tool: a prompt the model
+// answers with an `execute` call (`return 6 * 7`), then "done"; cancel: a
+// slow answer cancelled after 0-200 ms; floor: one command into the bare
+// SQLite object (bench/floor-worker.mjs), no Shiitake code. One loop per
+// Agent; each Agent's Session is deleted and replaced every 20 operations.
+// HEAP_SNAPSHOT=prefix writes each reading's snapshot to
+// prefix-<ops>.heapsnapshot (for Chrome DevTools' comparison view).
+// Needs a build (bash scripts/build.sh). A diagnostic: prints figures only.
 
-import http from "node:http";
-import path from "node:path";
+import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { Miniflare } from "miniflare";
-import { COMPATIBILITY_DATE, DEMO_SCRIPT, ROOT, TOKEN, bundleFixture, workerOptions } from "../tests/e2e/helpers.mjs";
 import { startModelServer } from "../tests/support/model-server.mjs";
-import { client, memSplit, rssKiB, settle, sleep } from "./workerd.mjs";
+import { client, freePort, inspect, memSplit, rssKiB, settle, sleep, startDemo } from "./workerd.mjs";
 
 const { values: args } = parseArgs({
   options: {
@@ -26,14 +32,10 @@ const KIND = args.kind;
 const OPS = Number(args.ops);
 const EVERY = Number(args.every);
 const AGENTS = Number(args.agents);
-
-const freePort = () =>
-  new Promise((resolve) => {
-    const s = http.createServer().listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
+if (!["plain", "tool", "cancel", "floor"].includes(KIND) || !(OPS > 0) || !(EVERY > 0) || !(AGENTS >= 1)) {
+  console.error("--kind plain|tool|cancel|floor, --ops > 0, --every > 0, --agents >= 1");
+  process.exit(2);
+}
 
 const SLOW = { chunks: Array.from({ length: 40 }, (_, i) => `w${i} `), chunkDelayMs: 25 };
 function answer(body) {
@@ -45,60 +47,12 @@ function answer(body) {
 }
 const model = await startModelServer({ fallback: answer });
 const inspectorPort = await freePort();
-const options = workerOptions(DEMO_SCRIPT, undefined, { SHIITAKE_MODEL: "openai/bench", OPENAI_BASE_URL: model.url });
-options.durableObjects = { SHIITAKE: { className: "ShiitakeDO", useSQLite: true, unsafePreventEviction: true } };
-const floorScript = await bundleFixture(path.join(ROOT, "bench/floor-worker.mjs"), "bench-floor");
-const before = new Set();
-const mf = new Miniflare({
-  inspectorPort,
-  workers: [
-    { name: "shiitake", ...options },
-    {
-      name: "floor",
-      routes: ["floor.bench/*"],
-      modules: true,
-      scriptPath: floorScript,
-      compatibilityDate: COMPATIBILITY_DATE,
-      durableObjects: { FLOOR: { className: "FloorDO", useSQLite: true, unsafePreventEviction: true } },
-      bindings: { SHIITAKE_TOKEN: TOKEN },
-    },
-  ],
-});
-await mf.ready;
-void before;
-const { execFileSync } = await import("node:child_process");
-const pid = execFileSync("ps", ["--ppid", String(process.pid), "-o", "pid=,comm="])
-  .toString()
-  .split("\n")
-  .map((l) => l.trim().split(/\s+/))
-  .find(([, c]) => c === "workerd")?.[0];
-
-const targets = await (await fetch(`http://127.0.0.1:${inspectorPort}/json`)).json();
-const target = targets.find((t) => t.title?.includes(KIND === "floor" ? "floor" : "shiitake")) ?? targets[0];
-const ws = new WebSocket(target.webSocketDebuggerUrl ?? `ws://127.0.0.1:${inspectorPort}/${target.id}`);
-await new Promise((resolve, reject) => {
-  ws.onopen = resolve;
-  ws.onerror = reject;
-});
-let nextId = 1;
+const { mf, pid } = await startDemo(model.url, { preventEviction: true, floor: true, inspectorPort });
+const worker = KIND === "floor" ? "floor" : "shiitake";
+const inspector = await inspect(inspectorPort, (title) => title.endsWith(`core:user:${worker}`));
 let snapshot = [];
-const pending = new Map();
-ws.onmessage = (event) => {
-  const msg = JSON.parse(String(event.data));
-  if (msg.method === "HeapProfiler.addHeapSnapshotChunk") snapshot.push(msg.params.chunk);
-  if (msg.id && pending.has(msg.id)) {
-    pending.get(msg.id)(msg);
-    pending.delete(msg.id);
-  }
-};
-const cdp = (method, params = {}) =>
-  new Promise((resolve, reject) => {
-    const id = nextId++;
-    pending.set(id, (msg) => (msg.error ? reject(new Error(`${method}: ${msg.error.message}`)) : resolve(msg.result)));
-    ws.send(JSON.stringify({ id, method, params }));
-  });
-await cdp("Runtime.enable");
-await cdp("HeapProfiler.enable");
+inspector.on("HeapProfiler.addHeapSnapshotChunk", ({ chunk }) => snapshot.push(chunk));
+await inspector.cdp("HeapProfiler.enable");
 
 const call = client(mf);
 const callFloor = client(mf, "floor.bench");
@@ -108,14 +62,14 @@ async function op(agent) {
   let s = uses.get(agent);
   if (!s || s.n >= 20) {
     if (s && KIND !== "floor") await call("DELETE", `/agents/${agent}/sessions/${s.id}`);
-    s = { id: `s${rid}`, n: 0 };
+    s = { id: `s${rid++}`, n: 0 };
     uses.set(agent, s);
     if (KIND !== "floor") await call("POST", `/agents/${agent}/sessions`, { sessionId: s.id });
   }
   s.n++;
   const requestId = `r${rid++}`;
   if (KIND === "floor") {
-    await callFloor("POST", `/agents/${agent}/sessions/${s.id}/commands`, { type: "prompt", requestId, text: "hello [floor]" });
+    await callFloor("POST", `/agents/${agent}/sessions/${s.id}/commands`, { type: "prompt", requestId, text: "hello" });
     return;
   }
   const text = { cancel: "[slow] long", tool: "[tool] compute" }[KIND] ?? "hello";
@@ -124,21 +78,20 @@ async function op(agent) {
     await sleep(Math.random() * 200);
     await call("POST", `/agents/${agent}/sessions/${s.id}/commands`, { type: "cancel", commandId });
   }
-  const r = await settle(call, agent, s.id, commandId);
-  if (r === null) throw new Error("unsettled");
+  if ((await settle(call, agent, s.id, commandId)) === null) throw new Error(`${commandId} did not settle`);
 }
 
 async function reading(done) {
-  // A heap snapshot begins with a full GC (workerd never answers
-  // HeapProfiler.collectGarbage: V8 posts it as a task workerd's platform
-  // does not run while the isolate idles).
+  // A heap snapshot begins with a full GC. (workerd never answers
+  // HeapProfiler.collectGarbage: V8 posts that GC as a task its platform
+  // does not run.)
   snapshot = [];
-  await cdp("HeapProfiler.takeHeapSnapshot", { reportProgress: false });
-  if (process.env.HEAP_SNAPSHOT) (await import("node:fs")).writeFileSync(`${process.env.HEAP_SNAPSHOT}-${done}.heapsnapshot`, snapshot.join(""));
-  const heap = await cdp("Runtime.getHeapUsage");
+  await inspector.cdp("HeapProfiler.takeHeapSnapshot", { reportProgress: false });
+  if (process.env.HEAP_SNAPSHOT) writeFileSync(`${process.env.HEAP_SNAPSHOT}-${done}.heapsnapshot`, snapshot.join(""));
+  snapshot = [];
+  const heap = await inspector.cdp("Runtime.getHeapUsage");
   const m = memSplit(pid);
-  const isolates = (await (await fetch(`http://127.0.0.1:${inspectorPort}/json`)).json()).length;
-  return { done, isolates, usedKiB: heap.usedSize / 1024, totalKiB: heap.totalSize / 1024, rss: rssKiB(pid), anon: m.anon, file: m.file, shmem: m.shmem, fds: m.fds };
+  return { done, targets: await inspector.targets(), usedKiB: heap.usedSize / 1024, totalKiB: heap.totalSize / 1024, rss: rssKiB(pid), ...m };
 }
 
 const rows = [];
@@ -159,17 +112,14 @@ while (done < OPS) {
   const r = await reading(done);
   rows.push(r);
   console.log(
-    `${String(done).padStart(6)} ops  js heap used ${r.usedKiB.toFixed(0).padStart(7)} KiB (total ${r.totalKiB.toFixed(0)})  rss ${r.rss} (anon ${r.anon} file ${r.file} shmem ${r.shmem}) fds ${r.fds}, ${r.isolates} inspector targets`,
+    `${String(done).padStart(6)} ${KIND} ops  JS heap used ${r.usedKiB.toFixed(0).padStart(6)} KiB (total ${r.totalKiB.toFixed(0)})  workerd RSS ${r.rss} KiB (anon ${r.anon}, file ${r.file}, shmem ${r.shmem}), ${r.fds} fds, ${r.targets} inspector targets`,
   );
 }
 if (rows.length >= 3) {
-  const a = rows[1];
-  const b = rows.at(-1);
-  const n = b.done - a.done;
-  console.log(
-    `per ${KIND} op after the first reading: js heap ${(((b.usedKiB - a.usedKiB) * 1024) / n).toFixed(0)} B, rss ${(((b.rss - a.rss) * 1024) / n).toFixed(0)} B (anon ${(((b.anon - a.anon) * 1024) / n).toFixed(0)}, file ${(((b.file - a.file) * 1024) / n).toFixed(0)}, shmem ${(((b.shmem - a.shmem) * 1024) / n).toFixed(0)})`,
-  );
+  const [a, b] = [rows[1], rows.at(-1)];
+  const per = (k) => (((b[k] - a[k]) * 1024) / (b.done - a.done)).toFixed(0);
+  console.log(`per ${KIND} op after the first reading: JS heap ${per("usedKiB")} B, workerd RSS ${per("rss")} B (anon ${per("anon")}, file ${per("file")}, shmem ${per("shmem")})`);
 }
-ws.close();
+inspector.close();
 await mf.dispose();
 await model.close();

@@ -12,13 +12,13 @@
 // need `SHIITAKE_WASM_NAMES=1 bash scripts/build.sh`). Needs a build.
 // A diagnostic, not a benchmark: the sampling itself costs CPU.
 
-import http from "node:http";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { Miniflare } from "miniflare";
 import { COMPATIBILITY_DATE, ROOT, TOKEN, bundleFixture } from "../tests/e2e/helpers.mjs";
 import { startModelServer } from "../tests/support/model-server.mjs";
 import { settledFrames } from "./watch.mjs";
+import { freePort, inspect } from "./workerd.mjs";
 
 const { values: args } = parseArgs({
   options: { n: { type: "string", default: "300" }, top: { type: "string", default: "40" }, inclusive: { type: "string" } },
@@ -26,14 +26,6 @@ const { values: args } = parseArgs({
 const N = Number(args.n);
 const TOP = Number(args.top);
 const SAMPLING_US = 100;
-
-const freePort = () =>
-  new Promise((resolve) => {
-    const s = http.createServer().listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
 
 const model = await startModelServer({ fallback: () => ({ chunks: ["ok"] }) });
 const script = await bundleFixture(path.join(ROOT, "bench/turn-worker.mjs"), "bench-turn");
@@ -63,29 +55,7 @@ async function call(method, p, body) {
 }
 
 // The inspector: one target per worker; ours is the only user worker.
-const targets = await (await fetch(`http://127.0.0.1:${inspectorPort}/json`)).json();
-const target = targets.find((t) => t.title?.includes("profiled")) ?? targets.find((t) => !t.title?.includes("core:"));
-if (!target) throw new Error(`no inspector target among ${JSON.stringify(targets.map((t) => t.title))}`);
-const ws = new WebSocket(target.webSocketDebuggerUrl ?? `ws://127.0.0.1:${inspectorPort}/${target.id}`);
-await new Promise((resolve, reject) => {
-  ws.onopen = resolve;
-  ws.onerror = reject;
-});
-let nextId = 1;
-const pending = new Map();
-ws.onmessage = (event) => {
-  const msg = JSON.parse(String(event.data));
-  if (msg.id && pending.has(msg.id)) {
-    pending.get(msg.id)(msg);
-    pending.delete(msg.id);
-  }
-};
-const cdp = (method, params = {}) =>
-  new Promise((resolve, reject) => {
-    const id = nextId++;
-    pending.set(id, (msg) => (msg.error ? reject(new Error(`${method}: ${msg.error.message}`)) : resolve(msg.result)));
-    ws.send(JSON.stringify({ id, method, params }));
-  });
+const { cdp, close: closeInspector } = await inspect(inspectorPort, (title) => title.includes("profiled"));
 
 let seq = 0;
 let session;
@@ -108,7 +78,7 @@ await cdp("Profiler.start");
 for (let i = 30; i < 30 + N; i++) await turn(i);
 const { profile } = await cdp("Profiler.stop");
 watch?.close();
-ws.close();
+closeInspector();
 await mf.dispose();
 await model.close();
 

@@ -6,6 +6,7 @@
 
 import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, readdirSync, readlinkSync, statSync } from "node:fs";
+import http from "node:http";
 import path from "node:path";
 import { Miniflare } from "miniflare";
 import { COMPATIBILITY_DATE, DEMO_SCRIPT, ROOT, TOKEN, bundleFixture, workerOptions } from "../tests/e2e/helpers.mjs";
@@ -21,10 +22,11 @@ const CLK_TCK = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim()) |
  * idle object after ~10 s of inactivity, found on its ~70 s cleanup pass).
  * `floor`: also serve bench/floor-worker.mjs (a bare SQLite Durable Object
  * inserting one row per command) at http://floor.bench/ (the demo answers
- * any other host). Returns `{mf, pid, script}`, `pid` the workerd child's,
+ * any other host). `inspectorPort`: workerd's inspector on that port (see
+ * {@link inspect}). Returns `{mf, pid, script}`, `pid` the workerd child's,
  * `script` the demo Worker's name (for `mf.unsafeEvictDurableObject`).
  */
-export async function startDemo(modelUrl, { preventEviction = false, floor = false } = {}) {
+export async function startDemo(modelUrl, { preventEviction = false, floor = false, inspectorPort } = {}) {
   if (!existsSync(DEMO_SCRIPT)) {
     console.error(`${path.relative(ROOT, DEMO_SCRIPT)} is missing: run \`bash scripts/build.sh\` first`);
     process.exit(2);
@@ -37,6 +39,7 @@ export async function startDemo(modelUrl, { preventEviction = false, floor = fal
   if (floor) {
     const floorScript = await bundleFixture(path.join(ROOT, "bench/floor-worker.mjs"), "bench-floor");
     mf = new Miniflare({
+      ...(inspectorPort ? { inspectorPort } : {}),
       workers: [
         { name: "shiitake", ...options },
         {
@@ -51,13 +54,65 @@ export async function startDemo(modelUrl, { preventEviction = false, floor = fal
       ],
     });
   } else {
-    mf = new Miniflare(options);
+    mf = new Miniflare({ ...options, ...(inspectorPort ? { inspectorPort } : {}) });
   }
   await mf.ready;
   const fresh = children().filter((c) => !before.has(c));
   const pid = fresh.find((p) => comm(p) === "workerd") ?? children().find((p) => comm(p) === "workerd");
   if (!pid) throw new Error("no workerd child process found");
   return { mf, pid, script };
+}
+
+/** A free loopback TCP port (for workerd's inspector). */
+export function freePort() {
+  return new Promise((resolve) => {
+    const s = http.createServer().listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * A Chrome DevTools Protocol session with the worker whose inspector title
+ * `pick(title)` accepts, over workerd's inspector at `port`. Returns
+ * `{cdp(method, params), on(method, fn), titles, targets(), close()}`;
+ * `targets()` counts the inspector's targets now (dynamic Worker Loader
+ * guests show up there while they live).
+ */
+export async function inspect(port, pick) {
+  const list = async () => (await fetch(`http://127.0.0.1:${port}/json`)).json();
+  const all = await list();
+  const target = all.find((t) => pick(t.title ?? ""));
+  if (!target) throw new Error(`no inspector target among ${JSON.stringify(all.map((t) => t.title))}`);
+  const ws = new WebSocket(target.webSocketDebuggerUrl ?? `ws://127.0.0.1:${port}/${target.id}`);
+  await new Promise((resolve, reject) => {
+    ws.onopen = resolve;
+    ws.onerror = reject;
+  });
+  let nextId = 1;
+  const pending = new Map();
+  const listeners = new Map();
+  ws.onmessage = (event) => {
+    const msg = JSON.parse(String(event.data));
+    if (msg.method) listeners.get(msg.method)?.(msg.params);
+    if (msg.id && pending.has(msg.id)) {
+      pending.get(msg.id)(msg);
+      pending.delete(msg.id);
+    }
+  };
+  const cdp = (method, params = {}) =>
+    new Promise((resolve, reject) => {
+      const id = nextId++;
+      pending.set(id, (msg) => (msg.error ? reject(new Error(`${method}: ${msg.error.message}`)) : resolve(msg.result)));
+      ws.send(JSON.stringify({ id, method, params }));
+    });
+  return {
+    cdp,
+    on: (method, fn) => listeners.set(method, fn),
+    targets: async () => (await list()).length,
+    close: () => ws.close(),
+  };
 }
 
 function children() {

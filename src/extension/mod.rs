@@ -48,7 +48,7 @@ use call::{Request, SendOp};
 use serde::Serialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use tables::{MetaRow, Rows};
 
@@ -59,6 +59,10 @@ pub struct Extensions {
     host: Box<dyn Host>,
     cache: RefCell<Option<Cache>>,
     touched: RefCell<BTreeSet<Touched>>,
+    /// A settled hook moved timers: the alarm's deadline may have changed
+    /// ([`Extensions::take_rearm`]). A wake, not a fact: the timers are in
+    /// the store, and a lost flag costs only the next reconciliation's delay.
+    rearm: Cell<bool>,
     attention: attention::Live,
 }
 
@@ -244,6 +248,7 @@ impl Extensions {
             host,
             cache: RefCell::new(None),
             touched: RefCell::new(BTreeSet::new()),
+            rearm: Cell::new(false),
             attention: attention::Live::default(),
         }
     }
@@ -260,6 +265,14 @@ impl Extensions {
     /// The extensions whose state changed since the last call, to project.
     pub fn take_touched(&self) -> BTreeSet<Touched> {
         std::mem::take(&mut *self.touched.borrow_mut())
+    }
+
+    /// Whether a settled hook set or cancelled a timer since the last call:
+    /// the run loop then reads the deadlines again before it arms the
+    /// alarm. Settled hooks send nothing, so timers are the only work they
+    /// can add.
+    pub fn take_rearm(&self) -> bool {
+        self.rearm.replace(false)
     }
 
     fn entry(&self, id: &str) -> Result<&Entry, ApiError> {
@@ -1472,6 +1485,9 @@ impl OnSettled for Extensions {
                     &[],
                 )? {
                     Ok(staged) => {
+                        if !staged.answer.timers.is_empty() {
+                            self.rearm.set(true);
+                        }
                         self.apply(sql, cache, entry, Some(&command.session_id), staged)?;
                     }
                     Err(failure) => {

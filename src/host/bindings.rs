@@ -288,33 +288,39 @@ impl DurableObjectStorage {
     }
 }
 
-/// A wait on a promise the host resolves itself, settled when dropped: a
+/// A wait on a promise the host resolves itself (from a timer or a
+/// listener, `G` removing it when dropped), settled when dropped: a
 /// `JsFuture` frees its callbacks (two closures and their state, kept alive
 /// by a cycle) only when its promise settles, so every abandoned wait on a
 /// promise that never settles would leak them.
-struct OwnedWait {
+pub struct Wait<G> {
+    /// Held for its `Drop`: clears the timer, removes the listener.
+    _guard: G,
     resolve: js_sys::Function,
     done: JsFuture,
 }
 
-impl OwnedWait {
-    /// `arm` gets the promise's resolve function (to hand to a timer or a
-    /// listener) while the promise is created.
-    fn new(arm: impl FnOnce(&js_sys::Function)) -> Self {
+impl<G> Wait<G> {
+    /// `arm` gets the promise's resolve function while the promise is
+    /// created, hands it to a timer or a listener and answers their guard.
+    fn new(arm: impl FnOnce(&js_sys::Function) -> G) -> Self {
         let mut arm = Some(arm);
-        let mut resolver = None;
+        let mut armed = None;
         let done = JsFuture::from(Promise::new(&mut |resolve, _| {
             if let Some(arm) = arm.take() {
-                arm(&resolve);
+                armed = Some((arm(&resolve), resolve));
             }
-            resolver = Some(resolve);
         }));
-        let resolve = resolver.expect("a Promise runs its executor at once");
-        OwnedWait { resolve, done }
+        let (guard, resolve) = armed.expect("a Promise runs its executor at once");
+        Wait {
+            _guard: guard,
+            resolve,
+            done,
+        }
     }
 }
 
-impl std::future::Future for OwnedWait {
+impl<G: Unpin> std::future::Future for Wait<G> {
     type Output = ();
 
     fn poll(
@@ -325,83 +331,63 @@ impl std::future::Future for OwnedWait {
     }
 }
 
-impl Drop for OwnedWait {
+impl<G> Drop for Wait<G> {
     fn drop(&mut self) {
         // Resolving a settled promise does nothing.
         let _ = self.resolve.call0(&JsValue::UNDEFINED);
     }
 }
 
+/// A pending `setTimeout`, cleared when dropped.
+pub struct Timer(JsValue);
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        clear_timeout(&self.0);
+    }
+}
+
 /// A timer: resolves after its delay; dropping it clears the timeout, so an
 /// abandoned wait (a long poll answered early, a loop woken early) leaves no
 /// timer and no callbacks behind.
-pub struct Sleep {
-    timer: JsValue,
-    wait: OwnedWait,
-}
+pub type Sleep = Wait<Timer>;
 
 /// Resolves after `ms` milliseconds of wall time.
 pub fn sleep(ms: u64) -> Sleep {
-    let mut timer = JsValue::UNDEFINED;
-    let wait = OwnedWait::new(|resolve| timer = set_timeout(resolve, ms as f64));
-    Sleep { timer, wait }
+    Wait::new(|resolve| Timer(set_timeout(resolve, ms as f64)))
 }
 
-impl std::future::Future for Sleep {
-    type Output = ();
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<()> {
-        std::pin::Pin::new(&mut self.wait).poll(cx)
-    }
-}
-
-impl Drop for Sleep {
-    fn drop(&mut self) {
-        clear_timeout(&self.timer);
-    }
-}
-
-/// Resolves when `signal` aborts (at once if it has); dropping it removes
-/// its listener.
-pub struct Aborted {
+/// An `abort` listener on a signal, removed when dropped.
+pub struct AbortListener {
     signal: web_sys::AbortSignal,
-    wait: OwnedWait,
+    listener: Option<js_sys::Function>,
 }
 
-pub fn aborted(signal: &web_sys::AbortSignal) -> Aborted {
-    let wait = OwnedWait::new(|resolve| {
-        if signal.aborted() {
+impl Drop for AbortListener {
+    fn drop(&mut self) {
+        if let Some(listener) = &self.listener {
+            let _ = self
+                .signal
+                .remove_event_listener_with_callback("abort", listener);
+        }
+    }
+}
+
+/// Resolves when `signal` aborts (at once if it has).
+pub fn aborted(signal: &web_sys::AbortSignal) -> Wait<AbortListener> {
+    Wait::new(|resolve| {
+        let listener = if signal.aborted() {
             let _ = resolve.call0(&JsValue::NULL);
+            None
         } else {
             let _ = signal.add_event_listener_with_callback("abort", resolve);
+            Some(resolve.clone())
+        };
+        AbortListener {
+            signal: signal.clone(),
+            listener,
         }
-    });
-    Aborted {
-        signal: signal.clone(),
-        wait,
-    }
-}
-
-impl std::future::Future for Aborted {
-    type Output = ();
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<()> {
-        std::pin::Pin::new(&mut self.wait).poll(cx)
-    }
-}
-
-impl Drop for Aborted {
-    fn drop(&mut self) {
-        let _ = self
-            .signal
-            .remove_event_listener_with_callback("abort", &self.wait.resolve);
-    }
+    })
 }
 
 /// Waits for `work` up to `timeout_ms`; then fires `controller`, gives

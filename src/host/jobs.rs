@@ -311,20 +311,7 @@ impl Inner {
         self.lane.running.set(false);
         self.lane.ended();
         if self.closed.borrow().is_none() {
-            self.arm_earlier().await;
-        }
-    }
-
-    /// Sets the alarm to the earliest durable deadline when that is before
-    /// the alarm known to be set (a live tool's heartbeat, a turn's retry).
-    async fn arm_earlier(&self) {
-        let now = bindings::now_ms();
-        match self.next_deadline(now) {
-            Ok(Some(at)) if self.alarm_at.get().is_none_or(|set| at < set) => {
-                self.set_alarm(at).await;
-            }
-            Ok(_) => {}
-            Err(e) => log_error(e),
+            self.arm_after_pass().await;
         }
     }
 

@@ -107,7 +107,7 @@ impl Inner {
         self.mail.running.set(false);
         if self.closed.borrow().is_none() {
             // What is left (retries, mail past this wake's bound).
-            self.arm_next_alarm().await;
+            self.arm_after_pass().await;
         }
     }
 

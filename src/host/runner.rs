@@ -6,6 +6,7 @@
 
 use super::bindings::{self, log_error};
 use super::{blame, model, Inner};
+use crate::extension::Extensions;
 use crate::limits::{ADOPTED_CALLS_MAX, LOOP_CLAIM_BUDGET_MS, LOOP_NAP_MS_MAX};
 use crate::observe::Frame;
 use crate::run::driver::{Action, Input, Turn, TurnPolicy};
@@ -165,6 +166,28 @@ impl Inner {
         }
     }
 
+    /// Arms the alarm for what a host work or mail pass leaves when it ends.
+    /// While the run loop runs, the loop arms the alarm when it ends, from
+    /// its own reconciliation and the lane's and mail's deadlines: the pass
+    /// then reads no turn and only brings the alarm earlier (never past
+    /// the wake a running turn keeps for a crash).
+    pub(super) async fn arm_after_pass(&self) {
+        let now = bindings::now_ms();
+        if !self.loop_running.get() {
+            return self.arm_next_alarm().await;
+        }
+        let own = self
+            .lane_deadline(now)
+            .and_then(|lane| Ok(earliest(lane, self.mail_deadline()?)));
+        match own {
+            Ok(Some(at)) if self.alarm_at.get().is_none_or(|set| at < set) => {
+                self.set_alarm(at).await;
+            }
+            Ok(_) => {}
+            Err(e) => log_error(e),
+        }
+    }
+
     /// The earliest durable deadline: due turns and retries, extension
     /// timers and replays, the host work lane.
     pub(super) fn next_deadline(&self, now: i64) -> Result<Option<i64>, crate::error::ApiError> {
@@ -241,16 +264,20 @@ impl Inner {
         let mut turns = FuturesUnordered::new();
         // Whether the store may hold work the last reconciliation did not
         // see, and the deadline it found. Only a wake (a request, a landed
-        // mail), a due deadline, extensions (timers, hooks) or a turn that
-        // ended any other way than `left_no_work` can add work: a plain
-        // turn's end costs no reconciliation read.
+        // mail, an extension command that moved timers), a due deadline
+        // (extension timers and replays included), a settled hook that
+        // moved timers, or a turn that ended any other way than
+        // `left_no_work` can add work: a plain turn's end costs no
+        // reconciliation read, with or without extensions.
         let mut stale = true;
         let mut known_later: Option<i64> = None;
         loop {
             let now = bindings::now_ms();
+            // Taken on every pass, so a flag raised now is not left over.
+            let rearm = self.extensions().is_some_and(Extensions::take_rearm);
             if self.wake_requested.replace(false)
                 || known_later.is_some_and(|at| at <= now)
-                || self.extensions().is_some_and(|e| !e.roster().is_empty())
+                || rearm
             {
                 stale = true;
             }

@@ -6,6 +6,7 @@
 use super::bindings;
 use super::{body, watch, Inner};
 use crate::error::ApiError;
+use crate::extension::Extensions;
 use crate::http::{self, Effects, HttpRequest, HttpResponse, META_HEADER};
 use crate::limits::BODY_BYTES_MAX;
 use futures::future::select;
@@ -91,7 +92,9 @@ impl Inner {
             self.ui_session_ended(session);
         }
         self.fresh.borrow_mut().extend(effects.fresh_turns);
-        if effects.reconcile {
+        // A settled hook that ran in this transition (a cancel, a deleted
+        // Session) may have moved a timer the alarm does not cover yet.
+        if effects.reconcile || self.extensions().is_some_and(Extensions::take_rearm) {
             self.request_reconcile();
         }
         if effects.delivery {

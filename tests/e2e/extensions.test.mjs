@@ -8,7 +8,8 @@
 // hook that stops its extension until the host resumes it (the missed
 // settlements then replayed once, in order), and initialize closing or
 // opening an instance; the goal's producer history and its ending line, anchored
-// at the position its transaction read, also when the model ends it mid-turn.
+// at the position its transaction read, also when the model ends it mid-turn;
+// a timer a settled hook sets at a turn's end fires.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { createClientEntryHost, placeCells } from "../../js/client-entry.mjs";
@@ -276,6 +277,22 @@ describe("extensions", () => {
     assert.deepEqual(caught.projection.seen, [s1.commandId, s2.commandId, s3.commandId]);
     const s4 = await a.settle(sid, "t4", "four");
     assert.deepEqual((await tally()).projection.seen, [s1.commandId, s2.commandId, s3.commandId, s4.commandId]);
+  });
+
+  test("a timer a settled hook sets at a turn's end fires: the loop arms the alarm for it", T, async () => {
+    const a = h.agent();
+    const sid = await a.createSession("s");
+    const fired = async () => (await a.api("GET", "/extensions/followup")).json.projection.fired;
+    const plain = await a.settle(sid, "f0", "no timer here");
+    const marked = await a.settle(sid, "f1", "[followup] please");
+    assert.equal(marked.terminal, "completed");
+    // Nothing else wakes this Agent: reads do not.
+    const seen = await waitFor("the settled hook's timer", async () => {
+      const ids = await fired();
+      return ids.length > 0 ? ids : null;
+    }, { timeoutMs: 10_000 });
+    assert.deepEqual(seen, [marked.commandId]);
+    assert.ok(!seen.includes(plain.commandId));
   });
 });
 

@@ -78,6 +78,8 @@ export const WORKER_BINDINGS = [
   "SHIITAKE_DEMO_GOAL",
   // tests/e2e/fixtures/ui-worker.mjs: "host" gives tools().ui a hasSession.
   "UI_HAS_SESSION",
+  // tests/e2e/fixtures/statements-worker.mjs: "1" gives the demo Agent the reminder extension.
+  "STATEMENTS_EXTENSIONS",
 ];
 // The newest date the pinned workerd (1.20260730.x) accepts.
 export const COMPATIBILITY_DATE = "2026-07-30";

@@ -1,0 +1,62 @@
+// What a plain turn asks of SQLite in a real Durable Object (issue 17's
+// bound: at most 8 `sql.exec` calls and 8 rows written from admission to
+// settlement), for the demo Agent (fleet, files, browser bridge, tool
+// modules); with an extension roster (its own reads aside), the turn's end
+// costs no second reconciliation. Host work, mail and extensions add no
+// reconciliation to a turn that leaves them nothing to do.
+// Counted until 200 ms after the settled frame (a watch: no read of its own).
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { useWorker } from "./helpers.mjs";
+
+const T = { timeout: 90_000 };
+const TURNS = 3;
+
+async function plainTurns(h) {
+  const a = h.agent();
+  const sid = await a.createSession("s");
+  await a.settle(sid, "warm", "warm up"); // the first turn opens the store
+  const watch = await a.watch(sid);
+  const counts = [];
+  for (let i = 0; i < TURNS; i++) {
+    assert.equal((await h.api("POST", `/direct/${a.id}/host/reset`)).status, 200);
+    const commandId = await a.admit(sid, `p${i}`, `plain ${i}`);
+    await watch.until((ev) => ev.event === "frame" && ev.data?.type === "settled" && ev.data.settlement.commandId === commandId, 20_000);
+    await new Promise((r) => setTimeout(r, 200));
+    counts.push((await h.api("GET", `/direct/${a.id}/host/stats`)).json);
+  }
+  await watch.close();
+  return counts;
+}
+
+const RECONCILE = "FROM commands c INDEXED BY commands_unsettled WHERE c.settled_at IS NULL";
+const SETTLE = "UPDATE commands SET state = 'settled'";
+const count = (stats, text) => stats.texts.filter((t) => t.includes(text)).length;
+
+describe("statements per plain turn: the demo Agent", () => {
+  const h = useWorker({ fixture: "statements-worker", model: "echo" });
+
+  test("at most 8 sql.exec calls and 8 rows written, admission to settlement; one reconciliation", T, async () => {
+    for (const stats of await plainTurns(h)) {
+      const listing = stats.texts.join("\n");
+      assert.ok(stats.statements <= 8, `${stats.statements} statements:\n${listing}`);
+      assert.ok(stats.rowsWritten <= 8, `${stats.rowsWritten} rows written:\n${listing}`);
+      // Host work and mail passes ending meanwhile read no turn.
+      assert.equal(count(stats, RECONCILE), 1, listing);
+      assert.equal(count(stats, SETTLE), 1, listing);
+    }
+  });
+});
+
+describe("statements per plain turn: the demo Agent with an extension roster", () => {
+  const h = useWorker({ fixture: "statements-worker", model: "echo", bindings: { STATEMENTS_EXTENSIONS: "1" } });
+
+  test("the turn's end costs no second reconciliation: a roster's reads are its own", T, async () => {
+    for (const stats of await plainTurns(h)) {
+      const listing = stats.texts.join("\n");
+      assert.equal(count(stats, RECONCILE), 1, listing);
+      assert.equal(count(stats, "FROM shiitake_ext_timers WHERE due_at <="), 1, `one look for due timers:\n${listing}`);
+      assert.equal(count(stats, SETTLE), 1, listing);
+    }
+  });
+});
