@@ -8,11 +8,11 @@
 //
 // --max-rss-mib stops the loops early (and says so) once workerd's RSS passes
 // it, to protect the machine: at the time of writing workerd's RSS grows by
-// about 88 KiB per `execute` tool turn (`--mix tool=1` shows it alone; Worker
-// Loader guests are freed late even through ShiitakeSandbox) and about
-// 3.8 KiB per plain prompt (`--mix plain=1`), against about 1.9 KiB per
-// request for a bare SQLite object (`--mix floor=1`), so the default mix can
-// reach GiBs.
+// 0.9-1.8 MiB per `execute` tool turn (`--mix tool=1` shows it alone;
+// Worker Loader guests in an object that also serves turns; see
+// bench/heap.mjs --kind tool), so the default mix can reach GiBs; without
+// `execute` (`--mix plain=45,cancel=15,watch=20`) it levels off after
+// warm-up.
 //
 // One loop per Agent, each running one operation at a time, picked at random
 // (by --mix weights; default plain 45%, tool 20%, cancel 15%, watch 20%):

@@ -274,10 +274,9 @@ export class ShiitakeSandbox extends WorkerEntrypoint {
 }
 
 /**
- * Awaits an RPC call's result, then disposes it: an RPC promise keeps its
- * call (and with it the guest worker it reached) alive until disposed or
- * collected, which in a long-lived object is late (RSS grew by about 900 KiB
- * per `execute` call without this).
+ * Awaits an RPC call's result, then disposes it (the Workers RPC lifecycle:
+ * a result holds its call's session until disposed or collected, which in
+ * a long-lived object is late).
  */
 async function settleAndDispose(pending) {
   try {
