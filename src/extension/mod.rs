@@ -1000,6 +1000,10 @@ impl Extensions {
         let now_ms = ctx.now_ms;
         let mut fired = Fired::default();
         let due = tables::due_timers(sql, now_ms, EXTENSION_TIMERS_PER_PASS_MAX * 4)?;
+        if due.is_empty() {
+            // Nothing due: no stop to look up (the common pass).
+            return Ok(fired);
+        }
         let meta = tables::meta_rows(sql)?;
         for timer in due
             .into_iter()

@@ -358,11 +358,13 @@ pub fn sleep(ms: u64) -> Sleep {
 }
 
 /// An `abort` listener on a signal, removed when dropped.
+#[cfg(feature = "ui")]
 pub struct AbortListener {
     signal: web_sys::AbortSignal,
     listener: Option<js_sys::Function>,
 }
 
+#[cfg(feature = "ui")]
 impl Drop for AbortListener {
     fn drop(&mut self) {
         if let Some(listener) = &self.listener {
@@ -374,6 +376,7 @@ impl Drop for AbortListener {
 }
 
 /// Resolves when `signal` aborts (at once if it has).
+#[cfg(feature = "ui")]
 pub fn aborted(signal: &web_sys::AbortSignal) -> Wait<AbortListener> {
     Wait::new(|resolve| {
         let listener = if signal.aborted() {
