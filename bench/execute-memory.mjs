@@ -12,14 +12,30 @@
 // KiB per run (after one warm-up batch) and the least-squares slope.
 // Measured with workerd 1.20260730, N=300: in a DO, bare 1200, runGuest
 // 150-200 KiB/run (GC-dependent); via ShiitakeSandbox 20-35; plain fetch 10-35.
+// WORK=sql|fetch|timer|wasm|wasmsql (something the object does before each
+// run), PER_CALL=1 (a request per run), HOLD=1 (a long poll open during each
+// run), ALARM=1 (the runs in the alarm handler): sandboxRunGuestCallSignal
+// dofetch stays at 27-93 KiB/run in every combination, while the same
+// ShiitakeSandbox load of a one-line guest costs 1.8 MiB per tool turn in
+// the demo Agent (bench/heap.mjs --kind tool; 50 KiB with the load skipped).
+import http from "node:http";
 import path from "node:path";
 import { execFileSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { copyFileSync, readFileSync } from "node:fs";
 import { Miniflare } from "miniflare";
 import { COMPATIBILITY_DATE, ROOT, bundleFixture } from "../tests/e2e/helpers.mjs";
 
 const [variant, ctx = "do", N = "300", B = "25"] = process.argv.slice(2);
+// WORK=none|sql|fetch|timer: what the object does before each run;
+// PER_CALL=1: one request per run instead of B runs per request.
+const WORK = process.env.WORK ?? "none";
+const PER_CALL = process.env.PER_CALL === "1";
+const peer = await new Promise((resolve) => {
+  const server = http.createServer((_, res) => res.end("ok".repeat(100)));
+  server.listen(0, "127.0.0.1", () => { server.unref(); resolve(`http://127.0.0.1:${server.address().port}/`); });
+});
 const script = await bundleFixture(path.join(ROOT, "bench/execute-memory-worker.mjs"), process.env.BUNDLE ?? "execute-memory");
+for (const f of ["spin.wasm", "spin-import.wasm"]) copyFileSync(path.join(ROOT, "bench", f), path.join(path.dirname(script), f));
 const kids = () => execFileSync("ps", ["--ppid", String(process.pid), "-o", "pid="]).toString().split(/\s+/).filter(Boolean).map(Number);
 const mf = new Miniflare({
   modules: true, scriptPath: script, modulesRules: [{ type: "CompiledWasm", include: ["**/*.wasm"] }],
@@ -29,7 +45,20 @@ const mf = new Miniflare({
 await mf.ready;
 const pid = kids().find((p) => readFileSync(`/proc/${p}/comm`, "utf8").trim() === "workerd");
 const rss = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))[1]);
-const go = async (n) => { const r = await mf.dispatchFetch(`http://x/?variant=${variant}&ctx=${ctx}&n=${n}`); const t = await r.text(); if (r.status !== 200) throw new Error(t); return t; };
+const go1 = async (n) => { const r = await mf.dispatchFetch(`http://x/?variant=${variant}&ctx=${ctx}&n=${n}&work=${WORK}&peer=${encodeURIComponent(peer)}${process.env.ALARM === "1" ? "&alarm=1" : ""}`); const t = await r.text(); if (r.status !== 200) throw new Error(t); return t; };
+// HOLD=1 (with ctx dofetch): a long poll stays open during each run.
+const hold = () => (process.env.HOLD === "1" ? mf.dispatchFetch(`http://x/?ctx=dofetch&hold=1`).then((r) => r.text()) : Promise.resolve());
+const go = async (n) => {
+  if (!PER_CALL) return go1(n);
+  let t;
+  for (let i = 0; i < n; i++) {
+    const held = hold();
+    await new Promise((r) => setTimeout(r, 2));
+    t = await go1(1);
+    await held;
+  }
+  return t;
+};
 const r0 = rss();
 const out = await go(Number(B)); // warm-up batch
 const r1 = rss();
@@ -42,5 +71,5 @@ const r2 = rss();
 // least squares over samples
 const xs = samples.map((_, i) => (i + 1) * Number(B)); const mx = xs.reduce((a, b) => a + b) / xs.length; const my = samples.reduce((a, b) => a + b) / samples.length;
 const slope = xs.reduce((s, x, i) => s + (x - mx) * (samples[i] - my), 0) / xs.reduce((s, x) => s + (x - mx) ** 2, 0);
-console.log(JSON.stringify({ variant, ctx, n: Number(N), out: out.slice(0, 300), startKiB: r0, afterWarmKiB: r1, endKiB: r2, perCallKiB: +((r2 - r1) / Number(N)).toFixed(1), slopeKiB: +slope.toFixed(1), msPerCall: +(ms / Number(N)).toFixed(1), samples: process.env.SAMPLES ? samples : undefined }));
+console.log(JSON.stringify({ variant, ctx, work: WORK, perCall: PER_CALL, n: Number(N), out: out.slice(0, 300), startKiB: r0, afterWarmKiB: r1, endKiB: r2, perCallKiB: +((r2 - r1) / Number(N)).toFixed(1), slopeKiB: +slope.toFixed(1), msPerCall: +(ms / Number(N)).toFixed(1), samples: process.env.SAMPLES ? samples : undefined }));
 await mf.dispose();

@@ -112,7 +112,7 @@ while (done < OPS) {
   const r = await reading(done);
   rows.push(r);
   console.log(
-    `${String(done).padStart(6)} ${KIND} ops  JS heap used ${r.usedKiB.toFixed(0).padStart(6)} KiB (total ${r.totalKiB.toFixed(0)})  workerd RSS ${r.rss} KiB (anon ${r.anon}, file ${r.file}, shmem ${r.shmem}), ${r.fds} fds, ${r.targets} inspector targets`,
+    `${String(done).padStart(6)} ${KIND} ops  JS heap used ${r.usedKiB.toFixed(0).padStart(6)} KiB (total ${r.totalKiB.toFixed(0)})  workerd RSS ${r.rss} KiB (anon ${r.anon}, file ${r.file}, shmem ${r.shmem}), ${r.fds} fds, ${r.targets} inspector targets, VmSize ${(r.vm / 1024).toFixed(0)} MiB in ${r.maps} mappings`,
   );
 }
 if (rows.length >= 3) {

@@ -150,10 +150,13 @@ export function memSplit(pid) {
   const st = readFileSync(`/proc/${pid}/status`, "utf8");
   const f = (k) => Number(new RegExp(`${k}:\\s+(\\d+)`).exec(st)?.[1] ?? NaN);
   let fds = NaN;
+  let maps = NaN;
   try {
     fds = readdirSync(`/proc/${pid}/fd`).length;
+    maps = readFileSync(`/proc/${pid}/maps`, "utf8").split("\n").length - 1;
   } catch {}
-  return { anon: f("RssAnon"), file: f("RssFile"), shmem: f("RssShmem"), threads: f("Threads"), fds };
+  // vm: the address space (a live V8 isolate reserves its own cage); maps: mappings.
+  return { anon: f("RssAnon"), file: f("RssFile"), shmem: f("RssShmem"), vm: f("VmSize"), threads: f("Threads"), fds, maps };
 }
 
 /** The Node process's own CPU time so far (user + system), ms. */
