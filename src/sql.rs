@@ -119,19 +119,69 @@ pub trait Sql {
 }
 
 /// The names of the database's tables, read once and dropped whenever a
-/// write batch carries DDL (so a rolled-back `CREATE` is never believed).
-/// Only this process writes the database, through [`Sql`]: the set is a
-/// cache SQLite can always rebuild, and it spares every optional table's
-/// existence check a `sqlite_master` query (opening an Agent, each turn).
-#[derive(Debug, Default)]
+/// write batch carries DDL (so a rolled-back `CREATE` is never believed),
+/// and the reads kept across transitions ([`cached_read`]). Only this
+/// process writes the database, through [`Sql`]: both are caches SQLite can
+/// always rebuild. The names spare every optional table's existence check a
+/// `sqlite_master` query (opening an Agent, each turn).
+#[derive(Default)]
 pub struct Tables {
     tables: std::cell::RefCell<Option<std::collections::HashSet<String>>>,
+    reads: std::cell::RefCell<Vec<CachedRead>>,
+}
+
+/// A read of one table, kept until a write batch names the table.
+struct CachedRead {
+    key: &'static str,
+    table: &'static str,
+    value: std::rc::Rc<dyn std::any::Any>,
+}
+
+impl std::fmt::Debug for Tables {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let reads: Vec<&str> = self.reads.borrow().iter().map(|r| r.key).collect();
+        f.debug_struct("Tables")
+            .field("tables", &self.tables)
+            .field("reads", &reads)
+            .finish()
+    }
 }
 
 impl Tables {
     fn forget(&self) {
         self.tables.borrow_mut().take();
+        self.reads.borrow_mut().clear();
     }
+
+    fn kept(&self, key: &str) -> Option<std::rc::Rc<dyn std::any::Any>> {
+        let reads = self.reads.borrow();
+        reads.iter().find(|r| r.key == key).map(|r| r.value.clone())
+    }
+
+    fn keep(&self, key: &'static str, table: &'static str, value: std::rc::Rc<dyn std::any::Any>) {
+        let mut reads = self.reads.borrow_mut();
+        reads.retain(|r| r.key != key);
+        reads.push(CachedRead { key, table, value });
+    }
+
+    /// Drops the kept reads of every table a statement of `writes` names.
+    fn forget_reads_of(&self, writes: &[Write]) {
+        let mut reads = self.reads.borrow_mut();
+        if !reads.is_empty() {
+            reads.retain(|r| {
+                !writes
+                    .iter()
+                    .any(|(statement, _)| names(statement, r.table))
+            });
+        }
+    }
+}
+
+/// Whether `statement` names `table` (as a whole word).
+fn names(statement: &str, table: &str) -> bool {
+    statement
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .any(|word| word == table)
 }
 
 /// Whether `table` exists. One `sqlite_master` read per instance (and after
@@ -151,7 +201,9 @@ pub fn table_exists(sql: &(impl Sql + ?Sized), table: &str) -> Result<bool, SqlE
         .is_some_and(|t| t.contains(table)))
 }
 
-/// Applies `writes`, dropping the catalog when any of them is DDL.
+/// Applies `writes`, dropping the catalog and every kept read when any of
+/// them is DDL, else the kept reads of the tables they name (whether the
+/// batch commits or not: a failed batch may have been partly seen).
 fn apply(sql: &(impl Sql + ?Sized), writes: Vec<Write>) -> Result<(), SqlError> {
     let ddl = writes.iter().any(|(statement, _)| {
         let head = statement.trim_start().get(..6).unwrap_or("");
@@ -159,11 +211,35 @@ fn apply(sql: &(impl Sql + ?Sized), writes: Vec<Write>) -> Result<(), SqlError> 
             .iter()
             .any(|k| head.eq_ignore_ascii_case(k))
     });
-    let result = sql.apply(writes);
+    let catalog = sql.tables();
     if ddl {
-        sql.tables().forget();
+        catalog.forget();
+    } else {
+        catalog.forget_reads_of(&writes);
     }
-    result
+    sql.apply(writes)
+}
+
+/// `read()`, a read of `table` alone, kept under `key` until a write batch
+/// naming `table` (or DDL) is applied: for small reads a turn repeats
+/// while the table rarely changes (the extensions' status rows and
+/// timers). Refused, like [`read_beside`], in a transition that wrote
+/// `table` already; a transition's deferred writes of other tables leave
+/// the kept value what SQLite would answer.
+pub fn cached_read<T: 'static>(
+    sql: &(impl Sql + ?Sized),
+    key: &'static str,
+    table: &'static str,
+    read: impl FnOnce() -> Result<T, SqlError>,
+) -> Result<std::rc::Rc<T>, SqlError> {
+    sql.write_set().check_read_beside(&[table], key)?;
+    let catalog = sql.tables();
+    if let Some(value) = catalog.kept(key).and_then(|v| v.downcast::<T>().ok()) {
+        return Ok(value);
+    }
+    let value = std::rc::Rc::new(read()?);
+    catalog.keep(key, table, value.clone());
+    Ok(value)
 }
 
 /// Collects the writes of one transition.
@@ -201,11 +277,7 @@ impl WriteSet {
         let Some(writes) = &*writes else {
             return Ok(());
         };
-        let touches = |statement: &str| {
-            statement
-                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .any(|word| tables.contains(&word))
-        };
+        let touches = |statement: &str| tables.iter().any(|t| names(statement, t));
         match writes.iter().find(|(statement, _)| touches(statement)) {
             Some((statement, _)) => Err(SqlError::Engine(format!(
                 "read of a table this transition wrote ({statement}): {sql}"
@@ -467,5 +539,71 @@ mod tests {
         });
         assert!(matches!(r, Err(SqlError::Engine(m)) if m.contains("table this transition wrote")));
         assert_eq!(sql.write_set().generation(), before + 1);
+    }
+
+    /// `SELECT count(*) FROM t` through `cached_read`, and how many times
+    /// it reached SQLite.
+    fn kept_count(sql: &NativeSql, reads: &std::cell::Cell<u32>) -> Result<i64, SqlError> {
+        let n = cached_read(sql, "count of t", "t", || {
+            reads.set(reads.get() + 1);
+            Ok(count(sql))
+        })?;
+        Ok(*n)
+    }
+
+    #[test]
+    fn a_kept_read_lasts_until_a_batch_names_its_table() {
+        let sql = NativeSql::open_in_memory();
+        write(&sql, "CREATE TABLE t (x INTEGER)", vec![]).unwrap();
+        write(&sql, "CREATE TABLE t_2 (x INTEGER)", vec![]).unwrap();
+        let reads = std::cell::Cell::new(0);
+        assert_eq!(kept_count(&sql, &reads).unwrap(), 0);
+        assert_eq!(kept_count(&sql, &reads).unwrap(), 0);
+        assert_eq!(reads.get(), 1, "the second read is kept");
+        // Another table (`t_2` is not `t`) leaves it.
+        write(&sql, "INSERT INTO t_2 VALUES (1)", vec![]).unwrap();
+        assert_eq!(kept_count(&sql, &reads).unwrap(), 0);
+        assert_eq!(reads.get(), 1);
+        // A committed write of `t` drops it: the next read sees the row.
+        atomically(&sql, || write(&sql, "INSERT INTO t VALUES (1)", vec![])).unwrap();
+        assert_eq!(kept_count(&sql, &reads).unwrap(), 1);
+        assert_eq!(reads.get(), 2);
+        // A refused transition wrote nothing: the kept value stands.
+        let refused: Result<(), SqlError> = atomically(&sql, || {
+            write(&sql, "INSERT INTO t VALUES (2)", vec![])?;
+            Err(SqlError::Engine("refused".into()))
+        });
+        assert!(refused.is_err());
+        assert_eq!(kept_count(&sql, &reads).unwrap(), 1);
+        assert_eq!(reads.get(), 2);
+        // A failed batch naming `t` drops it (whatever it did is re-read).
+        let failed = atomically(&sql, || {
+            write(&sql, "INSERT INTO t VALUES (3)", vec![])?;
+            write(&sql, "INSERT INTO no_such_table VALUES (3)", vec![])
+        });
+        assert!(failed.is_err());
+        assert_eq!(kept_count(&sql, &reads).unwrap(), 1);
+        assert_eq!(reads.get(), 3);
+        // DDL drops every kept read.
+        write(&sql, "CREATE TABLE t_3 (x INTEGER)", vec![]).unwrap();
+        assert_eq!(kept_count(&sql, &reads).unwrap(), 1);
+        assert_eq!(reads.get(), 4);
+    }
+
+    #[test]
+    fn a_kept_read_is_refused_after_its_table_is_written_in_the_transition() {
+        let sql = NativeSql::open_in_memory();
+        write(&sql, "CREATE TABLE t (x INTEGER)", vec![]).unwrap();
+        write(&sql, "CREATE TABLE t_2 (x INTEGER)", vec![]).unwrap();
+        let reads = std::cell::Cell::new(0);
+        kept_count(&sql, &reads).unwrap();
+        let r: Result<(), SqlError> = atomically(&sql, || {
+            write(&sql, "INSERT INTO t_2 VALUES (1)", vec![])?;
+            assert_eq!(kept_count(&sql, &reads)?, 0, "beside another table's write");
+            write(&sql, "INSERT INTO t VALUES (1)", vec![])?;
+            kept_count(&sql, &reads).map(drop)
+        });
+        assert!(matches!(r, Err(SqlError::Engine(m)) if m.contains("table this transition wrote")));
+        assert_eq!(reads.get(), 1);
     }
 }

@@ -297,8 +297,8 @@ impl Extensions {
         if stale {
             *slot = Some(Cache {
                 generation,
-                meta: tables::meta_rows(sql)?,
-                timers: tables::timer_names(sql)?,
+                meta: (*tables::meta_rows(sql)?).clone(),
+                timers: (*tables::timer_names(sql)?).clone(),
                 log_head: tables::log_head(sql)?,
                 states: BTreeMap::new(),
                 histories: BTreeMap::new(),
@@ -999,11 +999,14 @@ impl Extensions {
         let sql = store.sql();
         let now_ms = ctx.now_ms;
         let mut fired = Fired::default();
-        let due = tables::due_timers(sql, now_ms, EXTENSION_TIMERS_PER_PASS_MAX * 4)?;
-        if due.is_empty() {
-            // Nothing due: no stop to look up (the common pass).
+        if !tables::earliest_timers(sql)?
+            .iter()
+            .any(|&(_, at)| at <= now_ms)
+        {
+            // Nothing due (the common pass): no timer or stop to read.
             return Ok(fired);
         }
+        let due = tables::due_timers(sql, now_ms, EXTENSION_TIMERS_PER_PASS_MAX * 4)?;
         let meta = tables::meta_rows(sql)?;
         for timer in due
             .into_iter()
@@ -1103,15 +1106,21 @@ impl Extensions {
         {
             return Ok(Some(now_ms));
         }
-        let ids: Vec<&str> = self
+        let earliest = tables::earliest_timers(sql)?;
+        Ok(self
             .roster
             .entries()
             .iter()
             .filter(|e| e.manifest.hooks.timer)
             .filter(running)
-            .map(Entry::id)
-            .collect();
-        Ok(tables::earliest_timer(sql, &ids)?.map(|at| at.max(now_ms)))
+            .filter_map(|e| {
+                earliest
+                    .iter()
+                    .find(|(id, _)| id == e.id())
+                    .map(|&(_, at)| at)
+            })
+            .min()
+            .map(|at| at.max(now_ms)))
     }
 
     // Outside transitions: projections, prompt sections, tools, status.

@@ -7,10 +7,11 @@
 
 use super::manifest::Roster;
 use crate::sql::{
-    atomically, read, read_beside, table_exists, write, Row, Sql, SqlError, SqlValue,
+    atomically, cached_read, read, read_beside, table_exists, write, Row, Sql, SqlError,
 };
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 
 pub(super) const META: &str = "shiitake_extensions";
 pub(super) const TIMERS: &str = "shiitake_ext_timers";
@@ -129,27 +130,32 @@ impl MetaRow {
     }
 }
 
-pub(super) fn meta_rows(sql: &dyn Sql) -> Result<BTreeMap<String, MetaRow>, SqlError> {
-    read_beside(
-        sql,
-        &[META],
-        &format!("SELECT id, revision, state_version, stopped, stopped_at, cursor FROM {META}"),
-        &[],
-    )?
-    .iter()
-    .map(|r| {
-        Ok((
-            r.text(0)?,
-            MetaRow {
-                revision: r.text(1)?,
-                state_version: u32::try_from(r.int(2)?).unwrap_or(u32::MAX),
-                stopped: r.opt_text(3)?,
-                stopped_at: r.opt_int(4)?,
-                cursor: r.opt_int(5)?,
-            },
-        ))
+/// Every extension's status row. Kept between transitions (a turn asks
+/// several times; the rows change when an extension stops, resumes or
+/// catches up).
+pub(super) fn meta_rows(sql: &dyn Sql) -> Result<Rc<BTreeMap<String, MetaRow>>, SqlError> {
+    cached_read(sql, "extension status rows", META, || {
+        read_beside(
+            sql,
+            &[META],
+            &format!("SELECT id, revision, state_version, stopped, stopped_at, cursor FROM {META}"),
+            &[],
+        )?
+        .iter()
+        .map(|r| {
+            Ok((
+                r.text(0)?,
+                MetaRow {
+                    revision: r.text(1)?,
+                    state_version: u32::try_from(r.int(2)?).unwrap_or(u32::MAX),
+                    stopped: r.opt_text(3)?,
+                    stopped_at: r.opt_int(4)?,
+                    cursor: r.opt_int(5)?,
+                },
+            ))
+        })
+        .collect()
     })
-    .collect()
 }
 
 pub(super) fn put_meta(sql: &dyn Sql, id: &str, m: &MetaRow, now_ms: i64) -> Result<(), SqlError> {
@@ -172,28 +178,53 @@ pub(super) fn put_meta(sql: &dyn Sql, id: &str, m: &MetaRow, now_ms: i64) -> Res
     )
 }
 
-/// Timer names by extension.
-pub(super) fn timer_names(sql: &dyn Sql) -> Result<BTreeMap<String, BTreeSet<String>>, SqlError> {
-    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for r in read_beside(
-        sql,
-        &[TIMERS],
-        &format!("SELECT ext, name FROM {TIMERS}"),
-        &[],
-    )? {
-        out.entry(r.text(0)?).or_default().insert(r.text(1)?);
-    }
-    Ok(out)
+/// Timer names by extension (kept between transitions).
+pub(super) fn timer_names(
+    sql: &dyn Sql,
+) -> Result<Rc<BTreeMap<String, BTreeSet<String>>>, SqlError> {
+    cached_read(sql, "extension timer names", TIMERS, || {
+        let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for r in read_beside(
+            sql,
+            &[TIMERS],
+            &format!("SELECT ext, name FROM {TIMERS}"),
+            &[],
+        )? {
+            out.entry(r.text(0)?).or_default().insert(r.text(1)?);
+        }
+        Ok(out)
+    })
 }
 
+/// The earliest timer of each extension that has one (kept between
+/// transitions): what a pass with nothing due and the alarm read.
+pub(super) fn earliest_timers(sql: &dyn Sql) -> Result<Rc<Vec<(String, i64)>>, SqlError> {
+    cached_read(sql, "extension earliest timers", TIMERS, || {
+        read_beside(
+            sql,
+            &[TIMERS],
+            &format!("SELECT ext, min(due_at) FROM {TIMERS} GROUP BY ext"),
+            &[],
+        )?
+        .iter()
+        .map(|r| Ok((r.text(0)?, r.int(1)?)))
+        .collect()
+    })
+}
+
+/// The settled-work log's last seq (kept between transitions: written only
+/// while an extension is behind).
 pub(super) fn log_head(sql: &dyn Sql) -> Result<i64, SqlError> {
-    let rows = read_beside(
-        sql,
-        &[LOG],
-        &format!("SELECT coalesce(max(seq), 0) FROM {LOG}"),
-        &[],
-    )?;
-    rows.first().map(|r| r.int(0)).unwrap_or(Ok(0))
+    let head = cached_read(sql, "extension log head", LOG, || {
+        let rows = read_beside(
+            sql,
+            &[LOG],
+            &format!("SELECT coalesce(max(seq), 0) FROM {LOG}"),
+            &[],
+        )?;
+        rows.first().map(|r| r.int(0)).unwrap_or(Ok(0))
+    })?;
+    Ok(*head)
 }
 
 /// One extension's rows: collection -> key -> row.
@@ -268,23 +299,6 @@ pub(super) fn timer(sql: &dyn Sql, ext: &str, name: &str) -> Result<Option<Timer
     .first()
     .map(timer_row)
     .transpose()
-}
-
-/// The earliest timer of the extensions `ids`.
-pub(super) fn earliest_timer(sql: &dyn Sql, ids: &[&str]) -> Result<Option<i64>, SqlError> {
-    if ids.is_empty() {
-        return Ok(None);
-    }
-    let marks = vec!["?"; ids.len()].join(",");
-    let params: Vec<SqlValue> = ids.iter().map(|id| (*id).into()).collect();
-    read(
-        sql,
-        &format!("SELECT min(due_at) FROM {TIMERS} WHERE ext IN ({marks})"),
-        &params,
-    )?
-    .first()
-    .map(|r| r.opt_int(0))
-    .unwrap_or(Ok(None))
 }
 
 /// Logged settled work after `cursor`: `(seq, session_id, command_id)`.
