@@ -3,6 +3,7 @@
 import { DurableObject, RpcTarget, WorkerEntrypoint } from "cloudflare:workers";
 import spin from "./spin.wasm";
 import spinImport from "./spin-import.wasm";
+import shiitakeWasm from "./shiitake_bg.wasm";
 import { runGuest } from "../js/execute.mjs";
 export { ShiitakeSandbox } from "../js/execute.mjs";
 
@@ -69,6 +70,18 @@ const works = {
     const f = (i) => (i % 10 === 0 ? (sql.exec("INSERT INTO t(v) VALUES (?)", i), 1) : [...sql.exec("SELECT v FROM t ORDER BY rowid DESC LIMIT 3")].length);
     return new WebAssembly.Instance(spinImport, { e: { f } }).exports.run(100);
   },
+  // The runtime's own wasm module, instantiated once with inert imports
+  // and never called: does a large module in the isolate matter?
+  bigwasm: async () => {
+    if (!globalThis.bigInstance) {
+      const imports = {};
+      for (const { module, name, kind } of WebAssembly.Module.imports(shiitakeWasm)) {
+        imports[module] ??= {};
+        if (kind === "function") imports[module][name] = () => 0;
+      }
+      globalThis.bigInstance = new WebAssembly.Instance(shiitakeWasm, imports);
+    }
+  },
   wasm: async () => {
     const { run } = new WebAssembly.Instance(spin).exports;
     let s = 0;
@@ -102,6 +115,15 @@ export class Exp extends DurableObject {
     if (u.searchParams.get("hold")) {
       await new Promise((resolve) => (this.release = resolve));
       return new Response("released");
+    }
+    // ?detach=1: the runs go on after the answer (as a turn does after its
+    // prompt's receipt); ?count=1 says how many batches have ended.
+    if (u.searchParams.get("count")) return new Response(String(this.ended ?? 0));
+    if (u.searchParams.get("detach")) {
+      void batch(this.env.LOADER, u.searchParams.get("variant"), Number(u.searchParams.get("n")), this.ctx, u.searchParams.get("work") ?? "none", u.searchParams.get("peer") ?? undefined).then(() => {
+        this.ended = (this.ended ?? 0) + 1;
+      });
+      return new Response("started");
     }
     // ?alarm=1: the runs happen in the alarm handler (where turns run).
     if (u.searchParams.get("alarm")) {

@@ -12,12 +12,16 @@
 // KiB per run (after one warm-up batch) and the least-squares slope.
 // Measured with workerd 1.20260730, N=300: in a DO, bare 1200, runGuest
 // 150-200 KiB/run (GC-dependent); via ShiitakeSandbox 20-35; plain fetch 10-35.
-// WORK=sql|fetch|timer|wasm|wasmsql (something the object does before each
-// run), PER_CALL=1 (a request per run), HOLD=1 (a long poll open during each
-// run), ALARM=1 (the runs in the alarm handler): sandboxRunGuestCallSignal
-// dofetch stays at 27-93 KiB/run in every combination, while the same
+// WORK=sql|fetch|timer|wasm|wasmsql|bigwasm (something the object does
+// before each run; bigwasm instantiates the runtime's own wasm once),
+// PER_CALL=1 (a request per run), HOLD=1 (a long poll open during each run),
+// ALARM=1 (the runs in the alarm handler), DETACH=1 (the runs go on after
+// the request's answer, as a turn does): sandboxRunGuestCallSignal dofetch
+// stays at 25-93 KiB/run in every combination, while the same
 // ShiitakeSandbox load of a one-line guest costs 1.8 MiB per tool turn in
-// the demo Agent (bench/heap.mjs --kind tool; 50 KiB with the load skipped).
+// the demo Agent (bench/heap.mjs --kind tool; 50 KiB with the load skipped),
+// which plain turns run afterwards do not reuse (they grow 22 KiB each, as
+// without the tool turns before them).
 import http from "node:http";
 import path from "node:path";
 import { execFileSync } from "node:child_process";
@@ -45,7 +49,21 @@ const mf = new Miniflare({
 await mf.ready;
 const pid = kids().find((p) => readFileSync(`/proc/${p}/comm`, "utf8").trim() === "workerd");
 const rss = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))[1]);
-const go1 = async (n) => { const r = await mf.dispatchFetch(`http://x/?variant=${variant}&ctx=${ctx}&n=${n}&work=${WORK}&peer=${encodeURIComponent(peer)}${process.env.ALARM === "1" ? "&alarm=1" : ""}`); const t = await r.text(); if (r.status !== 200) throw new Error(t); return t; };
+// DETACH=1 (with ctx dofetch): each batch runs on after its request's
+// answer, polled for its end.
+let started = 0;
+const detached = async (n) => {
+  await mf.dispatchFetch(`http://x/?ctx=dofetch&detach=1&variant=${variant}&n=${n}&work=${WORK}&peer=${encodeURIComponent(peer)}`).then((r) => r.text());
+  started++;
+  for (;;) {
+    const ended = Number(await (await mf.dispatchFetch(`http://x/?ctx=dofetch&count=1`)).text());
+    if (ended >= started) return "ended";
+    await new Promise((r) => setTimeout(r, 2));
+  }
+};
+const go1 = async (n) => {
+  if (process.env.DETACH === "1") return detached(n);
+  const r = await mf.dispatchFetch(`http://x/?variant=${variant}&ctx=${ctx}&n=${n}&work=${WORK}&peer=${encodeURIComponent(peer)}${process.env.ALARM === "1" ? "&alarm=1" : ""}`); const t = await r.text(); if (r.status !== 200) throw new Error(t); return t; };
 // HOLD=1 (with ctx dofetch): a long poll stays open during each run.
 const hold = () => (process.env.HOLD === "1" ? mf.dispatchFetch(`http://x/?ctx=dofetch&hold=1`).then((r) => r.text()) : Promise.resolve());
 const go = async (n) => {
