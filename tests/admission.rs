@@ -403,6 +403,44 @@ fn read_pages_walk_the_transcript_within_count_and_byte_caps() {
 }
 
 #[test]
+fn a_message_over_the_page_bound_is_a_page_of_its_own() {
+    let mut h = Harness::new();
+    h.session("s");
+    let small = json!({"role": "operator", "text": "small"}).to_string();
+    // An answer near ANSWER_BYTES_MAX, stored with its JSON around it.
+    let huge = json!({"role": "assistant", "text": "z".repeat(READ_PAGE_BYTES_MAX)}).to_string();
+    h.with_ctx(|ctx| {
+        for body in [&small, &small, &huge] {
+            ctx.store.insert_message("s", body).unwrap();
+        }
+    });
+    let first = h.read("s", "?limit=200").json;
+    let messages = first["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1, "the newest alone");
+    assert_eq!(messages[0]["sequence"], 3);
+    assert_eq!(
+        messages[0]["text"].as_str().unwrap().len(),
+        READ_PAGE_BYTES_MAX
+    );
+    assert_eq!(first["cursor"], "3");
+    let second = h.read("s", "?limit=200&before=3").json;
+    let seqs: Vec<i64> = second["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["sequence"].as_i64().unwrap())
+        .collect();
+    assert_eq!(seqs, [1, 2], "oldest first");
+    assert!(second["cursor"].is_null(), "{second}");
+    // With the huge one older than the page start, it ends the page.
+    h.with_ctx(|ctx| ctx.store.insert_message("s", &small).unwrap());
+    let newest = h.read("s", "?limit=200").json;
+    assert_eq!(newest["messages"].as_array().unwrap().len(), 1);
+    assert_eq!(newest["messages"][0]["sequence"], 4);
+    assert_eq!(newest["cursor"], "4");
+}
+
+#[test]
 fn bad_input_is_a_named_4xx_never_a_5xx() {
     let mut h = Harness::new();
     h.session("s");
