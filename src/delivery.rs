@@ -13,10 +13,12 @@
 //! `error`), kept until a pass succeeds (never given up); a success clears
 //! it. The host schedules the lane from [`Lane::deadline`].
 //!
-//! Created on first use, outside the versioned runtime schema.
+//! Outside the versioned runtime schema: created with a fresh store, or on
+//! first use in an older one.
 
 use crate::limits::{DELIVERY_PENDING_MAX, DIAGNOSTIC_BYTES_MAX};
 use crate::sql::{atomically, read, table_exists, write, Sql, SqlError, SqlValue};
+use crate::store::schema::DELIVERY_TABLES;
 use serde_json::Value;
 
 pub const OUTBOX: &str = "shiitake_delivery";
@@ -30,28 +32,9 @@ pub fn create(sql: &dyn Sql) -> Result<(), SqlError> {
     if table_exists(sql, OUTBOX)? && table_exists(sql, LANE)? {
         return Ok(());
     }
-    // One text for both: workerd keeps each distinct text prepared for the
-    // object's life (see `store::schema`).
-    atomically(sql, || {
-        write(
-            sql,
-            &format!(
-                "CREATE TABLE IF NOT EXISTS {OUTBOX} (
-                    seq INTEGER PRIMARY KEY,
-                    key TEXT NOT NULL UNIQUE,
-                    body TEXT NOT NULL,
-                    at INTEGER NOT NULL
-                );
-                CREATE TABLE IF NOT EXISTS {LANE} (
-                    id INTEGER PRIMARY KEY CHECK (id = 1),
-                    attempts INTEGER NOT NULL,
-                    retry_at INTEGER NOT NULL,
-                    error TEXT NOT NULL
-                )"
-            ),
-            Vec::new(),
-        )
-    })
+    // One text for both (workerd keeps each distinct text prepared for the
+    // object's life); a fresh store has them from its schema text.
+    atomically(sql, || write(sql, DELIVERY_TABLES, Vec::new()))
 }
 
 /// One undelivered entry.
@@ -249,6 +232,29 @@ mod tests {
     use super::*;
     use crate::sql::native::NativeSql;
     use serde_json::json;
+
+    #[test]
+    fn a_fresh_store_holds_the_delivery_tables_and_creating_them_again_is_free() {
+        let sql = NativeSql::open_in_memory();
+        crate::store::schema::open(&sql).unwrap();
+        for table in [OUTBOX, LANE] {
+            assert!(crate::sql::table_exists(&sql, table).unwrap(), "{table}");
+            let stored = sql
+                .query(
+                    "SELECT 1 FROM sqlite_master WHERE name = ?",
+                    &[table.into()],
+                )
+                .unwrap();
+            assert_eq!(
+                stored.len(),
+                1,
+                "{table} is in SQLite, not only in the catalog"
+            );
+        }
+        let changes = sql.total_changes();
+        create(&sql).unwrap();
+        assert_eq!(sql.total_changes(), changes);
+    }
 
     #[test]
     fn a_newer_change_replaces_an_undelivered_one_above_every_seq() {

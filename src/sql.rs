@@ -153,6 +153,13 @@ impl Tables {
         self.reads.borrow_mut().clear();
     }
 
+    /// Adds tables a committed batch created (when the names are known).
+    fn learn(&self, names: Vec<String>) {
+        if let Some(tables) = self.tables.borrow_mut().as_mut() {
+            tables.extend(names);
+        }
+    }
+
     fn kept(&self, key: &str) -> Option<std::rc::Rc<dyn std::any::Any>> {
         let reads = self.reads.borrow();
         reads.iter().find(|r| r.key == key).map(|r| r.value.clone())
@@ -201,23 +208,77 @@ pub fn table_exists(sql: &(impl Sql + ?Sized), table: &str) -> Result<bool, SqlE
         .is_some_and(|t| t.contains(table)))
 }
 
-/// Applies `writes`, dropping the catalog and every kept read when any of
-/// them is DDL, else the kept reads of the tables they name (whether the
-/// batch commits or not: a failed batch may have been partly seen).
-fn apply(sql: &(impl Sql + ?Sized), writes: Vec<Write>) -> Result<(), SqlError> {
-    let ddl = writes.iter().any(|(statement, _)| {
-        let head = statement.trim_start().get(..6).unwrap_or("");
-        ["CREATE", "DROP T", "ALTER "]
-            .iter()
-            .any(|k| head.eq_ignore_ascii_case(k))
-    });
-    let catalog = sql.tables();
-    if ddl {
-        catalog.forget();
-    } else {
-        catalog.forget_reads_of(&writes);
+/// What a write batch does to the database's tables.
+enum Ddl {
+    /// No DDL.
+    None,
+    /// Only `CREATE TABLE` (these names) and `CREATE INDEX`.
+    Creates(Vec<String>),
+    /// Anything else (`DROP`, `ALTER`, other `CREATE`s, an unusual name).
+    Other,
+}
+
+/// Reads the DDL out of `writes`, statement by statement (a text may hold
+/// several); whatever it does not recognise is [`Ddl::Other`].
+fn ddl_of(writes: &[Write]) -> Ddl {
+    let mut ddl = false;
+    let mut created = Vec::new();
+    for part in writes.iter().flat_map(|(text, _)| text.split(';')) {
+        let words: Vec<&str> = part.split_whitespace().take(6).collect();
+        let word = |i: usize| words.get(i).map(|w| w.to_ascii_uppercase());
+        match word(0).as_deref() {
+            Some("CREATE") => ddl = true,
+            Some("DROP" | "ALTER") => return Ddl::Other,
+            _ => continue,
+        }
+        match word(1).as_deref() {
+            Some("INDEX" | "UNIQUE") => {}
+            Some("TABLE") => {
+                let at = if word(2).as_deref() == Some("IF") {
+                    5
+                } else {
+                    2
+                };
+                let name = words.get(at).and_then(|w| w.split('(').next());
+                match name {
+                    Some(n)
+                        if !n.is_empty()
+                            && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
+                    {
+                        created.push(n.to_owned());
+                    }
+                    _ => return Ddl::Other,
+                }
+            }
+            _ => return Ddl::Other,
+        }
     }
-    sql.apply(writes)
+    if ddl {
+        Ddl::Creates(created)
+    } else {
+        Ddl::None
+    }
+}
+
+/// Applies `writes`, dropping the kept reads of the tables they name, or
+/// every kept read for DDL (whether the batch commits or not: a failed
+/// batch may have been partly seen). The catalog learns the tables a batch
+/// of creations made once it commits; any other DDL, or a failed batch,
+/// drops it (a rolled-back `CREATE` is never believed).
+fn apply(sql: &(impl Sql + ?Sized), writes: Vec<Write>) -> Result<(), SqlError> {
+    let ddl = ddl_of(&writes);
+    let catalog = sql.tables();
+    match ddl {
+        Ddl::None => catalog.forget_reads_of(&writes),
+        _ => catalog.reads.borrow_mut().clear(),
+    }
+    let result = sql.apply(writes);
+    match (ddl, &result) {
+        (Ddl::None, _) => {}
+        (Ddl::Creates(names), Ok(())) => catalog.learn(names),
+        _ => catalog.forget(),
+    }
+    result
 }
 
 /// `read()`, a read of `table` alone, kept under `key` until a write batch
@@ -539,6 +600,38 @@ mod tests {
         });
         assert!(matches!(r, Err(SqlError::Engine(m)) if m.contains("table this transition wrote")));
         assert_eq!(sql.write_set().generation(), before + 1);
+    }
+
+    #[test]
+    fn the_catalog_learns_committed_creations_and_forgets_on_failure_or_drop() {
+        let sql = NativeSql::open_in_memory();
+        assert!(!table_exists(&sql, "a").unwrap());
+        // Made behind the catalog's back: seen only when it is read again.
+        sql.query("CREATE TABLE hidden (x INTEGER)", &[]).unwrap();
+        write(
+            &sql,
+            "CREATE TABLE IF NOT EXISTS a (x INTEGER);\nCREATE INDEX a_x ON a (x);\nCREATE TABLE b(x INTEGER)",
+            vec![],
+        )
+        .unwrap();
+        assert!(table_exists(&sql, "a").unwrap() && table_exists(&sql, "b").unwrap());
+        assert!(
+            !table_exists(&sql, "hidden").unwrap(),
+            "learned, not read again"
+        );
+        // A failed batch's creation is not believed; the catalog is read again.
+        let failed = atomically(&sql, || {
+            write(&sql, "CREATE TABLE c (x INTEGER)", vec![])?;
+            write(&sql, "INSERT INTO no_such_table VALUES (1)", vec![])
+        });
+        assert!(failed.is_err());
+        assert!(!table_exists(&sql, "c").unwrap());
+        assert!(table_exists(&sql, "hidden").unwrap());
+        write(&sql, "DROP TABLE a", vec![]).unwrap();
+        assert!(!table_exists(&sql, "a").unwrap());
+        // A name it cannot read for sure makes it read the catalog again.
+        write(&sql, "CREATE TABLE \"d\" (x INTEGER)", vec![]).unwrap();
+        assert!(table_exists(&sql, "d").unwrap());
     }
 
     /// `SELECT count(*) FROM t` through `cached_read`, and how many times

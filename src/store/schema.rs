@@ -86,6 +86,22 @@ const CREATE: &[&str] = &[
     ) WITHOUT ROWID",
 ];
 
+/// The delivery outbox and the host work lane's state (`delivery.rs`),
+/// outside the versioned tables: created with a fresh store, and by
+/// `delivery::create` in a store made before they existed.
+pub const DELIVERY_TABLES: &str = "CREATE TABLE IF NOT EXISTS shiitake_delivery (
+        seq INTEGER PRIMARY KEY,
+        key TEXT NOT NULL UNIQUE,
+        body TEXT NOT NULL,
+        at INTEGER NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS shiitake_host_lane (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        attempts INTEGER NOT NULL,
+        retry_at INTEGER NOT NULL,
+        error TEXT NOT NULL
+    )";
+
 /// Creates the schema on an empty database or checks the stored version.
 pub fn open(sql: &dyn Sql) -> Result<(), ApiError> {
     // The catalog read also answers every later optional-table check.
@@ -98,7 +114,7 @@ pub fn open(sql: &dyn Sql) -> Result<(), ApiError> {
         // distinct text prepared for the object's life (about 9.5 KiB of
         // memory per Agent each, measured).
         let text = format!(
-            "{};\nINSERT INTO shiitake_meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}')",
+            "{};\n{DELIVERY_TABLES};\nINSERT INTO shiitake_meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}')",
             CREATE.join(";\n")
         );
         return atomically(sql, || Ok(write(sql, &text, Vec::new())?));
