@@ -232,6 +232,11 @@ impl Inner {
         !matches!(self.jobs, Ok(None))
     }
 
+    /// The store was created by this instance: its outbox is empty.
+    pub(super) fn lane_created_empty(&self) {
+        self.lane.empty.set(true);
+    }
+
     /// A transition of this instance staged outbox entries.
     pub(super) fn staged_delivery(&self) {
         self.lane.empty.set(false);

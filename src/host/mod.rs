@@ -94,6 +94,9 @@ struct Inner {
     /// nothing (503) and runs no work; the durable work waits.
     closed: RefCell<Option<String>>,
     schema_checked: Cell<bool>,
+    /// This instance created the store (and it has no extensions): there
+    /// is no earlier work for the start to arm the alarm for.
+    store_created: Cell<bool>,
     /// Turns this instance is executing, by head command.
     live: RefCell<HashMap<String, Stopper>>,
     /// Turns to start at the attempt they hold: claimed by an admission here
@@ -190,6 +193,7 @@ impl ShiitakeCore {
             closed: RefCell::default(),
             config,
             schema_checked: Cell::new(false),
+            store_created: Cell::new(false),
             live: RefCell::default(),
             fresh: RefCell::new(spared),
             observers: Observers::default(),
@@ -203,7 +207,7 @@ impl ShiitakeCore {
         let starting = Rc::clone(&inner);
         let scope = inner.scope(None);
         wasm_bindgen_futures::spawn_local(blame::scoped(scope, async move {
-            if starting.open().is_ok() {
+            if starting.open().is_ok() && !starting.store_created.get() {
                 starting.arm_next_alarm().await;
             }
         }));
@@ -379,8 +383,14 @@ impl Inner {
     /// revisions, migrations). Once per instance.
     fn open(&self) -> Result<(), ApiError> {
         if !self.schema_checked.get() {
-            schema::open(&self.sql)?;
+            let created = schema::open(&self.sql)?;
             crate::delivery::create(&self.sql)?;
+            if created && self.extensions().is_none_or(|e| e.roster().is_empty()) {
+                // Empty tables: no turn, mail or outbox entry to look for
+                // until this instance writes one (which arms the alarm).
+                self.store_created.set(true);
+                self.lane_created_empty();
+            }
             if let Some(ext) = self.extensions() {
                 self.with_ctx(|ctx| ext.open(ctx))?;
             }

@@ -102,8 +102,9 @@ pub const DELIVERY_TABLES: &str = "CREATE TABLE IF NOT EXISTS shiitake_delivery 
         error TEXT NOT NULL
     )";
 
-/// Creates the schema on an empty database or checks the stored version.
-pub fn open(sql: &dyn Sql) -> Result<(), ApiError> {
+/// Creates the schema on an empty database (answering `true`: a store
+/// created now holds no work) or checks the stored version.
+pub fn open(sql: &dyn Sql) -> Result<bool, ApiError> {
     // The catalog read also answers every later optional-table check.
     let mut present = 0;
     for table in TABLES {
@@ -117,7 +118,8 @@ pub fn open(sql: &dyn Sql) -> Result<(), ApiError> {
             "{};\n{DELIVERY_TABLES};\nINSERT INTO shiitake_meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}')",
             CREATE.join(";\n")
         );
-        return atomically(sql, || Ok(write(sql, &text, Vec::new())?));
+        atomically(sql, || write(sql, &text, Vec::new()))?;
+        return Ok(true);
     }
     // Fails (no such table) for a foreign store: that is the unknown case.
     let version = sql
@@ -128,7 +130,7 @@ pub fn open(sql: &dyn Sql) -> Result<(), ApiError> {
         .ok()
         .and_then(|rows| rows.first().and_then(|r| r.text(0).ok()));
     match version.as_deref().map(str::parse::<i64>) {
-        Some(Ok(SCHEMA_VERSION)) => Ok(()),
+        Some(Ok(SCHEMA_VERSION)) => Ok(false),
         Some(Ok(other)) => Err(ApiError::StorageIncompatible(format!(
             "stored schema version {other}; this build reads version {SCHEMA_VERSION} only. \
              The data was left untouched; open it with a matching build."

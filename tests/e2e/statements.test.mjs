@@ -49,6 +49,23 @@ describe("statements per plain turn: the demo Agent", () => {
   });
 });
 
+describe("opening a fresh demo Agent", () => {
+  const h = useWorker({ fixture: "statements-worker", model: "echo" });
+
+  test("a read that opens a fresh Agent costs 3 statements: the catalog, the schema, the read", T, async () => {
+    const a = h.agent();
+    assert.equal((await a.api("GET", "/sessions/missing")).status, 404);
+    await new Promise((r) => setTimeout(r, 200)); // the instance's start, if it read anything
+    const stats = (await h.api("GET", `/direct/${a.id}/host/stats`)).json;
+    const listing = stats.texts.join("\n");
+    assert.equal(stats.statements, 3, listing);
+    assert.equal(count(stats, "FROM sqlite_master"), 1, listing);
+    // A store created now holds no turn, mail or outbox entry to look for.
+    assert.equal(count(stats, "FROM commands"), 0, listing);
+    assert.equal(count(stats, "CREATE TABLE"), 1, `one schema text, the outbox's tables in it:\n${listing}`);
+  });
+});
+
 describe("statements per plain turn: the demo Agent with an extension roster", () => {
   const h = useWorker({ fixture: "statements-worker", model: "echo", bindings: { STATEMENTS_EXTENSIONS: "1" } });
 
