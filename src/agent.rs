@@ -54,10 +54,11 @@ fn create(ctx: &mut Ctx<'_>, session_id: Option<&str>, hosted: bool) -> Result<S
     let store = ctx.store;
     let now_ms = ctx.now_ms;
     atomically(store.sql(), || {
-        if store.session_exists(&session_id)? {
+        let (exists, count) = store.session_and_count(&session_id)?;
+        if exists {
             return Err(ApiError::SessionExists(session_id.clone()));
         }
-        if store.session_count()? >= SESSIONS_PER_AGENT_MAX {
+        if count >= SESSIONS_PER_AGENT_MAX {
             return Err(ApiError::TooManySessions);
         }
         store.insert_session(&session_id, now_ms)?;

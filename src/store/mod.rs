@@ -327,6 +327,23 @@ impl<'a> Store<'a> {
         Ok(!rows.is_empty())
     }
 
+    /// Whether `session_id` exists, and how many Sessions there are: what
+    /// creating one checks, in one statement.
+    pub fn session_and_count(&self, session_id: &str) -> Result<(bool, usize), SqlError> {
+        let rows = self.query(
+            "SELECT EXISTS (SELECT 1 FROM sessions WHERE session_id = ?),
+                (SELECT count(*) FROM sessions)",
+            &[session_id.into()],
+        )?;
+        let row = rows
+            .first()
+            .ok_or_else(|| SqlError::Decode("no row for the Session check".into()))?;
+        Ok((
+            row.int(0)? != 0,
+            usize::try_from(row.int(1)?).unwrap_or(usize::MAX),
+        ))
+    }
+
     pub fn session_count(&self) -> Result<usize, SqlError> {
         count(self.query("SELECT count(*) FROM sessions", &[])?)
     }
