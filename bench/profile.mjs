@@ -1,6 +1,6 @@
 // CPU profile of plain watched turns inside workerd: where a turn's CPU goes.
 //
-//   node bench/profile.mjs [--n 300] [--top 40] [--inclusive REGEX]
+//   node bench/profile.mjs [--n 300] [--top 40] [--inclusive REGEX] [--under REGEX]
 //
 // Runs the turn Worker of bench/turn.mjs (the real ShiitakeDO behind
 // shiitakeApp) in Miniflare with workerd's inspector on, starts V8's sampling
@@ -9,7 +9,9 @@
 // prints self time by function and by kind (wasm, the JS shim, the Hono
 // entry, the runtime's own builtins, idle/GC); with --inclusive, also the
 // inclusive time of the functions whose name matches (wasm function names
-// need `SHIITAKE_WASM_NAMES=1 bash scripts/build.sh`). Needs a build.
+// need `SHIITAKE_WASM_NAMES=1 bash scripts/build.sh`); with --under, the
+// self time of the functions called (at any depth) from the functions whose
+// name matches: what a hot function spends its time on. Needs a build.
 // A diagnostic, not a benchmark: the sampling itself costs CPU.
 
 import path from "node:path";
@@ -21,7 +23,7 @@ import { settledFrames } from "./watch.mjs";
 import { freePort, inspect } from "./workerd.mjs";
 
 const { values: args } = parseArgs({
-  options: { n: { type: "string", default: "300" }, top: { type: "string", default: "40" }, inclusive: { type: "string" } },
+  options: { n: { type: "string", default: "300" }, top: { type: "string", default: "40" }, inclusive: { type: "string" }, under: { type: "string" } },
 });
 const N = Number(args.n);
 const TOP = Number(args.top);
@@ -113,13 +115,15 @@ for (const [k, n] of [...byKind].sort((a, b) => b[1] - a[1])) if (k !== "(idle)"
 console.log(`top ${TOP} functions (self time):`);
 for (const [k, n] of [...byFunction].sort((a, b) => b[1] - a[1]).slice(0, TOP)) console.log(`  ${pct(n, busy)}  ${k}`);
 
+const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+const parent = new Map();
+for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+const short = (k) => k.replace(/::h[0-9a-f]{16}$/, "").slice(0, 150);
+
 if (args.inclusive) {
   // Inclusive time: a node's samples plus its descendants'; a function
   // counted once per sample even when it recurses.
   const re = new RegExp(args.inclusive);
-  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
-  const parent = new Map();
-  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
   const inclusive = new Map();
   for (const [id, n] of counts) {
     const seen = new Set();
@@ -131,5 +135,22 @@ if (args.inclusive) {
     }
   }
   console.log(`top ${TOP} inclusive (functions matching ${re}):`);
-  for (const [k, n] of [...inclusive].sort((a, b) => b[1] - a[1]).slice(0, TOP)) console.log(`  ${pct(n, busy)}  ${k.replace(/::h[0-9a-f]{16}$/, "").slice(0, 150)}`);
+  for (const [k, n] of [...inclusive].sort((a, b) => b[1] - a[1]).slice(0, TOP)) console.log(`  ${pct(n, busy)}  ${short(k)}`);
+}
+
+if (args.under) {
+  // Self time of the samples whose stack passes through a matching function.
+  const re = new RegExp(args.under);
+  const self = new Map();
+  let within = 0;
+  for (const [id, n] of counts) {
+    let hit = false;
+    for (let cur = parent.get(id); cur !== undefined && !hit; cur = parent.get(cur)) hit = re.test(byId.get(cur).callFrame.functionName);
+    if (!hit && !re.test(byId.get(id).callFrame.functionName)) continue;
+    within += n;
+    const name = byId.get(id).callFrame.functionName || "(anonymous)";
+    self.set(name, (self.get(name) ?? 0) + n);
+  }
+  console.log(`under ${re}: ${pct(within, busy)} of busy time; self time there, top ${TOP}:`);
+  for (const [k, n] of [...self].sort((a, b) => b[1] - a[1]).slice(0, TOP)) console.log(`  ${pct(n, busy)}  ${short(k)}`);
 }

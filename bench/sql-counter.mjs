@@ -3,7 +3,7 @@
 // request), so wrapping it in the constructor sees every statement.
 //
 //   const counter = new SqlCounter(ctx.storage.sql);
-//   counter.texts = true; ... counter.stats()  // { statements, rowsWritten, rowsRead, texts, rows }
+//   counter.texts = true; ... counter.stats()  // { statements, rowsWritten, rowsRead, texts, rows, read }
 
 export class SqlCounter {
   /** Whether statements are counted now (counting from the start by default). */
@@ -36,9 +36,10 @@ export class SqlCounter {
       statements: this.#cursors.length,
       rowsWritten: sum("rowsWritten"),
       rowsRead: sum("rowsRead"),
-      // Each statement, shortened to its head and its FROM, and its rows written.
+      // Each statement, shortened to its head and its FROM, and its rows written and read.
       texts: this.#texts,
       rows: this.#cursors.map((c) => c.rowsWritten),
+      read: this.#cursors.map((c) => c.rowsRead),
     };
   }
 }

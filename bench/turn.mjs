@@ -4,7 +4,8 @@
 //
 // 1. Rows written per turn for a 250-chunk streamed answer (admission to
 //    settlement, counted from SQLite's own rowsWritten; target <= 8), and
-//    alarm writes.
+//    alarm writes; rows read (SQLite's rowsRead, what Cloudflare bills reads
+//    by) in a Session that grows to 42 messages.
 // 2. Runtime overhead per turn with an instant model, against the floor of a
 //    turn on this runtime (one request to a bare DO that fetches the same
 //    streamed answer and inserts one row), interleaved; p50 difference
@@ -112,11 +113,11 @@ for (let i = 0; i < TURNS; i++) {
 }
 if (process.env.BENCH_STATEMENTS) {
   const last = perTurn.at(-1);
-  last.texts.forEach((t, i) => console.log(`  [${last.rows[i]}] ${t}`));
+  last.texts.forEach((t, i) => console.log(`  [written ${last.rows[i]}, read ${last.read[i]}] ${t}`));
 }
 const avg = (k) => perTurn.reduce((n, s) => n + s[k], 0) / perTurn.length;
 console.log(`rows written per turn (250-chunk answer, admission to settlement, ${TURNS} turns):`);
-console.log(`  rows ${avg("rowsWritten").toFixed(1)} (target <= 8), statements ${avg("statements").toFixed(1)}, alarm writes ${avg("alarmWrites").toFixed(1)}`);
+console.log(`  rows ${avg("rowsWritten").toFixed(1)} (target <= 8), statements ${avg("statements").toFixed(1)}, rows read ${avg("rowsRead").toFixed(1)}, alarm writes ${avg("alarmWrites").toFixed(1)}`);
 
 // 2. Overhead per turn with an instant model. A fresh Session every
 // ROTATE iterations keeps the model context short (at most 4 * ROTATE

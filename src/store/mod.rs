@@ -292,6 +292,18 @@ pub trait OnSettled {
 const UNSETTLED: &str = "settled_at IS NULL";
 const UNSETTLED_COMMANDS: &str = "commands INDEXED BY commands_unsettled";
 
+/// A context window (`Store::message_window`): the newest `?2` messages of
+/// Session `?1`, each with the sum of its and every newer message's bytes,
+/// and the body of those whose sum is at most `?3`. The window runs over the
+/// primary key newest first and stops at the limit (no sort, no temporary
+/// B-tree); the join reads a body only where it fits.
+const MESSAGE_WINDOW: &str = "SELECT w.seq, w.bytes, m.body FROM (
+        SELECT seq, bytes,
+            sum(bytes) OVER (ORDER BY seq DESC ROWS UNBOUNDED PRECEDING) AS run
+        FROM messages WHERE session_id = ?1 ORDER BY seq DESC LIMIT ?2
+    ) w
+    LEFT JOIN messages m ON m.session_id = ?1 AND m.seq = w.seq AND w.run <= ?3";
+
 impl<'a> Store<'a> {
     pub fn new(sql: &'a dyn Sql) -> Self {
         Store { sql, settled: None }
@@ -806,31 +818,29 @@ impl<'a> Store<'a> {
     /// with the body of each message whose size, summed with every newer
     /// one's, is at most `room` (the rest come without it, and SQLite never
     /// seeks their rows): a context window in one statement, however long
-    /// the transcript (the window sum runs over the `limit` rows only).
+    /// the transcript (`MESSAGE_WINDOW`).
     pub fn message_window(
         &self,
         session_id: &str,
         limit: usize,
         room: usize,
     ) -> Result<Vec<(i64, usize, Option<String>)>, SqlError> {
-        self.query(
-            "SELECT w.seq, w.bytes, m.body FROM (
-                SELECT seq, bytes,
-                    sum(bytes) OVER (ORDER BY seq DESC ROWS UNBOUNDED PRECEDING) AS run
-                FROM (SELECT seq, bytes FROM messages
-                      WHERE session_id = ?1 ORDER BY seq DESC LIMIT ?2)
-             ) w
-             LEFT JOIN messages m ON m.session_id = ?1 AND m.seq = w.seq AND w.run <= ?3
-             ORDER BY w.seq DESC",
-            &[
-                session_id.into(),
-                (limit as i64).into(),
-                (room.min(i64::MAX as usize) as i64).into(),
-            ],
-        )?
-        .iter()
-        .map(|r| Ok((r.int(0)?, r.int(1)? as usize, r.opt_text(2)?)))
-        .collect()
+        let mut window = self
+            .query(
+                MESSAGE_WINDOW,
+                &[
+                    session_id.into(),
+                    (limit as i64).into(),
+                    (room.min(i64::MAX as usize) as i64).into(),
+                ],
+            )?
+            .iter()
+            .map(|r| Ok((r.int(0)?, r.int(1)? as usize, r.opt_text(2)?)))
+            .collect::<Result<Vec<_>, SqlError>>()?;
+        // The join keeps the window's order; without an ORDER BY SQLite does
+        // not promise it, so the order is made here (at most `limit` rows).
+        window.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        Ok(window)
     }
 
     /// Message bodies with `from <= seq <= to`, oldest first.
@@ -868,5 +878,34 @@ impl<'a> Store<'a> {
         .first()
         .map(|r| Ok((r.int(0)?, r.int(1)? as usize)))
         .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::native::NativeSql;
+
+    /// A context window is read on every model call: SQLite must walk the
+    /// primary key newest first and stop at the limit, with no sort (two
+    /// temporary B-trees cost ~6% of a turn's CPU in workerd before).
+    #[test]
+    fn a_context_window_needs_no_sort() {
+        let sql = NativeSql::open_in_memory();
+        schema::open(&sql).unwrap();
+        let plan = crate::sql::read(
+            &sql,
+            &format!("EXPLAIN QUERY PLAN {MESSAGE_WINDOW}"),
+            &["s".into(), 200.into(), 1000.into()],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.text(3).unwrap())
+        .collect::<Vec<_>>();
+        assert!(
+            plan.iter().all(|step| !step.contains("TEMP B-TREE")),
+            "{plan:?}"
+        );
+        assert!(plan.iter().any(|step| step.contains("USING PRIMARY KEY")));
     }
 }
