@@ -12,6 +12,11 @@
 //    (target <= 2 ms). A Shiitake turn is timed from sending the prompt to
 //    its `settled` frame on an open watch (what a watching client sees); the
 //    settlement long poll, which costs one more round trip, is shown too.
+// 3. The watched turn against a floor of the same shape (bench/turn-worker.mjs
+//    `WatchFloorDO`: prompt request that sets the alarm, the turn one
+//    macrotask later, a delta frame per network read and a settled frame on
+//    an open watch), wall p50 and workerd CPU: what the runtime adds over
+//    the least a watched durable turn costs here.
 // Needs `bash scripts/build.sh` first. Prints figures; asserts nothing.
 
 import { execFileSync } from "node:child_process";
@@ -56,6 +61,7 @@ const mf = new Miniflare({
     SHIITAKE: { className: "CountingDO", useSQLite: true },
     FLOOR: { className: "TurnFloorDO", useSQLite: true },
     ALARM_FLOOR: { className: "AlarmFloorDO", useSQLite: true },
+    WATCH_FLOOR: { className: "WatchFloorDO", useSQLite: true },
   },
   bindings: {
     SHIITAKE_TOKEN: TOKEN,
@@ -135,15 +141,22 @@ async function rotate(i) {
   await call("POST", "/agents/fast/sessions", { sessionId: session });
   watch = await openWatch("fast", session);
 }
+const watchFloor = settledFrames(await mf.dispatchFetch("http://bench/agents/fast/watchfloor", { headers }));
+async function watchFloorTurn() {
+  const { commandId } = await call("POST", "/agents/fast/watchfloor", { text: "go" });
+  await watchFloor.settled(commandId);
+}
 for (let i = 0; i < 20; i++) {
   await rotate(i);
   await turn("fast", session);
   await call("POST", "/agents/fast/floor", { text: "go" });
+  await watchFloorTurn();
 }
 const shiitake = [];
 const watched = [];
 const floor = [];
 const alarmFloor = [];
+const shapeFloor = [];
 for (let i = 0; i < N; i++) {
   await rotate(i);
   let t = performance.now();
@@ -164,6 +177,9 @@ for (let i = 0; i < N; i++) {
   const { seq: alarmSeq } = await call("POST", "/agents/fast/alarmfloor", { text: "go" });
   await doneNotified(alarmSeq);
   alarmFloor.push(performance.now() - t);
+  t = performance.now();
+  await watchFloorTurn();
+  shapeFloor.push(performance.now() - t);
 }
 
 // 3. workerd CPU per turn against per floor request (CPU time is far less
@@ -197,7 +213,11 @@ for (let i = 0; i < N; i++) {
   await doneNotified(alarmSeq);
 }
 const alarmCpu = (cpuMs() - c0) / N;
+c0 = cpuMs();
+for (let i = 0; i < N; i++) await watchFloorTurn();
+const shapeCpu = (cpuMs() - c0) / N;
 watch.close();
+watchFloor.close();
 const p = (xs, q) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))];
 const [s50, w50, f50] = [p(shiitake, 0.5), p(watched, 0.5), p(floor, 0.5)];
 const row = (name, xs) => `  ${name.padEnd(24)} p50 ${p(xs, 0.5).toFixed(3)} ms  p99 ${p(xs, 0.99).toFixed(3)} ms`;
@@ -206,6 +226,7 @@ console.log(row("shiitake, watched", watched));
 console.log(row("shiitake, long poll", shiitake));
 console.log(row("floor, in the request", floor));
 console.log(row("floor, in an alarm", alarmFloor));
+console.log(row("floor, watched", shapeFloor));
 console.log(`  overhead p50 (watched) ${(w50 - f50).toFixed(3)} ms (target <= 2 ms), ratio ${(w50 / f50).toFixed(2)}`);
 console.log(`  overhead p50 (long poll, one more round trip) ${(s50 - f50).toFixed(3)} ms`);
 console.log(`workerd CPU per operation (${N} each, /proc utime+stime):`);
@@ -214,6 +235,9 @@ console.log(`  floor, in the request ${floorCpu.toFixed(2)} ms; floor, in an ala
 console.log(`  ratio watched turn / floor ${(turnCpu / floorCpu).toFixed(2)}, long-poll turn / alarm floor ${(pollCpu / alarmCpu).toFixed(2)}`);
 const a50 = p(alarmFloor, 0.5);
 console.log(`  overhead p50 over the alarm floor (watched - alarm floor) ${(w50 - a50).toFixed(3)} ms`);
+const sh50 = p(shapeFloor, 0.5);
+console.log(`watched turn against the watched floor (the same shape: prompt request with the alarm set, turn a macrotask later, delta and settled frames on an open watch):`);
+console.log(`  p50 ${w50.toFixed(3)} vs ${sh50.toFixed(3)} ms: ratio ${(w50 / sh50).toFixed(2)}; workerd CPU ${turnCpu.toFixed(2)} vs ${shapeCpu.toFixed(2)} ms: ratio ${(turnCpu / shapeCpu).toFixed(2)}`);
 
 await mf.dispose();
 await model.close();
