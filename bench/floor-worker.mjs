@@ -27,6 +27,18 @@ export class FloorDO {
       return Response.json({ error: { code: "not_found", message: "no such route" } }, { status: 404 });
     }
     const cmd = await request.json();
+    if (cmd.type === "replay") {
+      // bench/memory-steps.mjs --texts: the SQL texts of an Agent, each run
+      // once (NULL for every parameter) so that workerd keeps it prepared;
+      // a failing run (a NOT NULL column) still leaves it prepared.
+      for (const text of cmd.texts) {
+        const params = Math.max(0, ...[...text.matchAll(/\?(\d*)/g)].map((m, i) => (m[1] ? Number(m[1]) : i + 1)));
+        try {
+          this.sql.exec(text, ...Array(params).fill(null)).toArray();
+        } catch {}
+      }
+      return Response.json({ status: "replayed" });
+    }
     if (cmd.type === "abort") return Response.json({ status: "cancelled", cancelled: [] });
     const row = this.sql
       .exec(

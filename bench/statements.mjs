@@ -5,17 +5,21 @@
 // memory each (measured on a bare object), so this count is most of what
 // an idle Agent costs beyond a bare object (`bench/scale.mjs --resident`).
 //
-//   node bench/statements.mjs [--all]     # --all: print every text
+//   node bench/statements.mjs [--all] [--save FILE]
+//
+// --all: print every text; --save: write the final texts as JSON (what
+// `bench/memory-steps.mjs --texts FILE` replays in a bare object).
 //
 // Needs `bash scripts/build.sh`. Prints figures, asserts nothing.
 
+import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { Miniflare } from "miniflare";
 import { ROOT, TOKEN, bundleFixture, workerOptions } from "../tests/e2e/helpers.mjs";
 import { startModelThread } from "./model-thread.mjs";
 
-const { values: args } = parseArgs({ options: { all: { type: "boolean", default: false } } });
+const { values: args } = parseArgs({ options: { all: { type: "boolean", default: false }, save: { type: "string" } } });
 const model = await startModelThread();
 const script = await bundleFixture(path.join(ROOT, "bench/statements-worker.mjs"), "bench-statements");
 const options = workerOptions(script, undefined, { SHIITAKE_MODEL: "openai/bench", OPENAI_BASE_URL: model.url });
@@ -33,6 +37,7 @@ async function report(label) {
   const runs = texts.reduce((n, [, count]) => n + count, 0);
   console.log(`${label}: ${texts.length} distinct texts (${runs} statements run)`);
   if (args.all) for (const [text, count] of texts) console.log(`  ${String(count).padStart(3)}x ${text.replace(/\s+/g, " ").slice(0, 140)}`);
+  return texts.map(([text]) => text);
 }
 try {
   await call("GET", "/agents/a/sessions/none");
@@ -43,7 +48,8 @@ try {
   if (settled?.terminal !== "completed") throw new Error(`the prompt did not complete: ${JSON.stringify(settled)}`);
   await call("GET", "/agents/a/sessions/s?limit=50");
   await new Promise((resolve) => setTimeout(resolve, 300));
-  await report("after a Session, a prompt, its settlement and a page read");
+  const texts = await report("after a Session, a prompt, its settlement and a page read");
+  if (args.save) writeFileSync(args.save, JSON.stringify(texts));
 } finally {
   await mf.dispose();
   await model.close();
