@@ -839,7 +839,7 @@ impl<'a> Store<'a> {
             .collect::<Result<Vec<_>, SqlError>>()?;
         // The join keeps the window's order; without an ORDER BY SQLite does
         // not promise it, so the order is made here (at most `limit` rows).
-        window.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        window.sort_unstable_by_key(|w| std::cmp::Reverse(w.0));
         Ok(window)
     }
 
