@@ -112,7 +112,7 @@ try {
   const seconds = ((Date.now() - started) / 1000).toFixed(1);
   console.log(
     `deploy-check: ok in ${seconds}s: bundle ${entry} + ${wasmFiles[0]} (${Math.round(gzip / 1024)} KiB gzip, ` +
-      `${LEAN ? "lean" : "production"} wasm ${Math.round(wasmGzip / 1024)} KiB gzip); ` +
+      `${LEAN ? "lean" : "production"} wasm ${Math.round(wasmGzip / 1024)} KiB gzip: ${wasmGzip} of ${WASM_GZIP_BYTES_MAX} bytes); ` +
       "bindings env.SHIITAKE (Durable Object ShiitakeDO, SQLite migration) and env.LOADER (Worker Loader)",
   );
 } finally {

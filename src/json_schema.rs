@@ -62,3 +62,32 @@ impl Validator {
         Err(UNAVAILABLE.to_owned())
     }
 }
+
+#[cfg(all(test, feature = "json-schema"))]
+mod tests {
+    use super::Validator;
+    use serde_json::json;
+
+    /// The IDNA step links no Unicode tables (`idna_adapter` 1.0, Cargo.toml):
+    /// `idn-hostname` accepts ASCII hostnames, A-labels included, and refuses
+    /// a U-label hostname with a clear message; every other format and the
+    /// schema's own URLs behave as before.
+    #[test]
+    fn idn_hostnames_are_checked_in_their_ascii_form() {
+        let v = Validator::compile(
+            "urn:idn",
+            json!({"$schema": "http://json-schema.org/draft-07/schema#", "format": "idn-hostname"}),
+        )
+        .unwrap();
+        assert_eq!(v.check(&json!("example.com")), Ok(()));
+        assert_eq!(v.check(&json!("xn--bcher-kva.example")), Ok(()));
+        let refused = v.check(&json!("bücher.example")).unwrap_err();
+        assert!(refused.contains("is not valid idn-hostname"), "{refused}");
+        let uri = Validator::compile(
+            "urn:uri",
+            json!({"$id": "https://schemas.example/meta", "format": "uri"}),
+        )
+        .unwrap();
+        assert_eq!(uri.check(&json!("https://example.com/x")), Ok(()));
+    }
+}

@@ -825,7 +825,7 @@ impl<'a> Store<'a> {
         limit: usize,
         room: usize,
     ) -> Result<Vec<(i64, usize, Option<String>)>, SqlError> {
-        let mut window = self
+        let window = self
             .query(
                 MESSAGE_WINDOW,
                 &[
@@ -837,9 +837,13 @@ impl<'a> Store<'a> {
             .iter()
             .map(|r| Ok((r.int(0)?, r.int(1)? as usize, r.opt_text(2)?)))
             .collect::<Result<Vec<_>, SqlError>>()?;
-        // The join keeps the window's order; without an ORDER BY SQLite does
-        // not promise it, so the order is made here (at most `limit` rows).
-        window.sort_unstable_by_key(|w| std::cmp::Reverse(w.0));
+        // The join keeps the window's order (its plan's outer loop); without
+        // an ORDER BY SQLite does not promise it, so it is checked here.
+        if window.windows(2).any(|w| w[0].0 <= w[1].0) {
+            return Err(SqlError::Decode(
+                "a context window's rows came out of order".into(),
+            ));
+        }
         Ok(window)
     }
 
