@@ -64,6 +64,12 @@ pub const SETTLEMENT_TIMEOUT_MS_MAX: u64 = 30_000;
 /// Open watch streams per Session, and per Agent.
 pub const WATCHERS_PER_SESSION_MAX: usize = 16;
 pub const WATCHERS_MAX: usize = 256;
+/// How often an open event stream gets an SSE comment. The runtime learns of a client that went away only when a write
+/// fails, so this bounds how long a closed watch on an idle Session holds
+/// its place; it also keeps proxies from cutting an idle stream (Cloudflare
+/// closes a response idle for 100 s). `SHIITAKE_WATCH_HEARTBEAT_MS` may
+/// lower it.
+pub const WATCH_HEARTBEAT_MS: u64 = 15_000;
 /// Frames, and bytes, a watcher may fall behind before it is reset with a
 /// snapshot (a frame can carry a whole answer, so both are bounded).
 pub const WATCH_BACKLOG_FRAMES_MAX: usize = 256;

@@ -5,7 +5,7 @@
 use super::bindings::{env_string, log_warn, JsMeta};
 use crate::limits::{
     ATTEMPTS_MAX, MAX_OUTPUT_TOKENS_DEFAULT, MAX_OUTPUT_TOKENS_MAX, RETRY_BASE_MS_MAX,
-    RETRY_MAX_MS_MAX, TOOL_CALL_TIMEOUT_MS,
+    RETRY_MAX_MS_MAX, TOOL_CALL_TIMEOUT_MS, WATCH_HEARTBEAT_MS,
 };
 use crate::meta::{HostRefusal, MetaPolicy};
 use crate::model::{preference, ModelSpec, Provider, ProviderConfig, RetryPolicy};
@@ -40,6 +40,9 @@ pub struct HostConfig {
     /// Wall time of one tool call (`execute` run or direct tool), at most
     /// `TOOL_CALL_TIMEOUT_MS` (the default).
     pub tool_timeout_ms: u64,
+    /// How often an open event stream gets an SSE comment, at most
+    /// `WATCH_HEARTBEAT_MS` (the default).
+    pub watch_heartbeat_ms: u64,
     /// Every provider key in the env, redacted from model-call failures.
     pub secrets: Secrets,
 }
@@ -68,6 +71,8 @@ impl HostConfig {
             panic_marker: env_string(env, "SHIITAKE_FAULT_PANIC_MARKER"),
             tool_timeout_ms: number(env, "SHIITAKE_TOOL_TIMEOUT_MS", 1, TOOL_CALL_TIMEOUT_MS)
                 .unwrap_or(TOOL_CALL_TIMEOUT_MS),
+            watch_heartbeat_ms: number(env, "SHIITAKE_WATCH_HEARTBEAT_MS", 1, WATCH_HEARTBEAT_MS)
+                .unwrap_or(WATCH_HEARTBEAT_MS),
             secrets: Secrets::new(
                 PROVIDER_KEYS
                     .iter()

@@ -178,6 +178,7 @@ impl ShiitakeCore {
         if let Err(why) = &jobs {
             log_error(why);
         }
+        let heartbeat_ms = config.watch_heartbeat_ms;
         let inner = Rc::new_cyclic(|me| Inner {
             me: me.clone(),
             agent,
@@ -196,7 +197,7 @@ impl ShiitakeCore {
             store_created: Cell::new(false),
             live: RefCell::default(),
             fresh: RefCell::new(spared),
-            observers: Observers::default(),
+            observers: Observers::new(heartbeat_ms),
             loop_running: Cell::new(false),
             loop_wake: RefCell::default(),
             wake_requested: Cell::new(false),

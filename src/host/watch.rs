@@ -87,16 +87,31 @@ impl Watcher {
     }
 }
 
-#[derive(Default)]
+type Watchers = RefCell<HashMap<String, Vec<Rc<Watcher>>>>;
+
 pub struct Observers {
-    watchers: RefCell<HashMap<String, Vec<Rc<Watcher>>>>,
+    watchers: Rc<Watchers>,
     waiters: RefCell<HashMap<String, Vec<oneshot::Sender<()>>>>,
+    /// How often an open stream gets an SSE comment (`WATCH_HEARTBEAT_MS`
+    /// or less).
+    heartbeat_ms: u64,
+    /// Whether the heartbeat loop runs (while any watcher is open).
+    beating: Rc<Cell<bool>>,
 }
 
 /// Too many observers: the caller answers 429.
 pub struct Full;
 
 impl Observers {
+    pub fn new(heartbeat_ms: u64) -> Self {
+        Observers {
+            watchers: Rc::default(),
+            waiters: RefCell::default(),
+            heartbeat_ms,
+            beating: Rc::default(),
+        }
+    }
+
     /// The Sessions someone watches now.
     pub fn watched_sessions(&self) -> Vec<String> {
         self.prune();
@@ -165,6 +180,8 @@ impl Observers {
             gone.closed.set(true);
         });
         all.entry(session_id.to_owned()).or_default().push(watcher);
+        drop(all);
+        self.beat();
         let init = event_stream_init()?;
         Ok(Ok(
             web_sys::Response::new_with_opt_readable_stream_and_init(
@@ -229,9 +246,36 @@ impl Observers {
     }
 
     fn prune(&self) {
-        self.watchers.borrow_mut().retain(|_, list| {
-            list.retain(|w| !w.closed.get());
-            !list.is_empty()
+        prune(&self.watchers);
+    }
+
+    /// While any watcher is open, every `heartbeat_ms` sends an SSE comment
+    /// to each one keeping up: a client that went away fails that write, so
+    /// its place is freed within one beat, and no proxy sees a silent stream.
+    fn beat(&self) {
+        if self.beating.replace(true) {
+            return;
+        }
+        let watchers = Rc::downgrade(&self.watchers);
+        let beating = Rc::clone(&self.beating);
+        let ms = self.heartbeat_ms;
+        spawn_local(async move {
+            loop {
+                super::bindings::sleep(ms).await;
+                let Some(watchers) = watchers.upgrade() else {
+                    break;
+                };
+                prune(&watchers);
+                let open: Vec<Rc<Watcher>> =
+                    watchers.borrow().values().flatten().cloned().collect();
+                if open.is_empty() {
+                    break;
+                }
+                for w in open.iter().filter(|w| !w.lagging.get() && !w.full()) {
+                    w.send(HEARTBEAT);
+                }
+            }
+            beating.set(false);
         });
     }
 
@@ -258,6 +302,16 @@ impl Observers {
             }
         }
     }
+}
+
+/// An SSE comment: every event-stream parser skips it.
+const HEARTBEAT: &str = ": heartbeat\n\n";
+
+fn prune(watchers: &Watchers) {
+    watchers.borrow_mut().retain(|_, list| {
+        list.retain(|w| !w.closed.get());
+        !list.is_empty()
+    });
 }
 
 fn event(name: &str, data: &str) -> String {

@@ -60,6 +60,7 @@ export const WORKER_BINDINGS = [
   "SHIITAKE_MAX_OUTPUT_TOKENS",
   "SHIITAKE_FAULT_PANIC_MARKER",
   "SHIITAKE_TOOL_TIMEOUT_MS",
+  "SHIITAKE_WATCH_HEARTBEAT_MS",
   // tests/e2e/fixtures/tools-worker.mjs: "off" drops its confirm hook.
   "TOOLS_CONFIRM_HOOK",
   // tests/e2e/fixtures/config-worker.mjs: which broken tools() it returns.

@@ -4,9 +4,10 @@
 // `runtime-error` events for failed model calls. Closing it cancels nothing.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { expectError, kind, uniq, useWorker } from "./helpers.mjs";
+import { TOKEN, expectError, kind, uniq, useWorker } from "./helpers.mjs";
 
-const h = useWorker({ model: "echo", bindings: { SHIITAKE_RETRY_BASE_MS: 50, SHIITAKE_RETRY_MAX_MS: 400, SHIITAKE_ATTEMPTS_MAX: 3 } });
+// A heartbeat every 100 ms (default 15 s).
+const h = useWorker({ model: "echo", bindings: { SHIITAKE_RETRY_BASE_MS: 50, SHIITAKE_RETRY_MAX_MS: 400, SHIITAKE_ATTEMPTS_MAX: 3, SHIITAKE_WATCH_HEARTBEAT_MS: 100 } });
 
 const T = { timeout: 20_000 };
 
@@ -173,6 +174,41 @@ test("closing a watch cancels nothing: the turn it watched still completes", T, 
     );
   } finally {
     await again.close();
+  }
+});
+
+test("an idle watch gets a heartbeat comment each interval, which clients skip", T, async () => {
+  // Keeps intermediaries from closing a silent stream, and lets a runtime
+  // that reports a failed write free the place of a client gone away.
+  const { a, sid } = await session();
+  const res = await h.mf.dispatchFetch(`http://localhost/agents/${a.id}/sessions/${encodeURIComponent(sid)}/watch`, {
+    headers: { authorization: `Bearer ${TOKEN}` },
+  });
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let text = "";
+  const until = Date.now() + 450;
+  while (Date.now() < until) {
+    const next = await Promise.race([reader.read(), new Promise((r) => setTimeout(() => r({}), until - Date.now()))]);
+    if (next.done) break;
+    if (next.value) text += decoder.decode(next.value, { stream: true });
+  }
+  await reader.cancel();
+  const beats = text.split("\n\n").filter((block) => block === ": heartbeat").length;
+  assert.ok(beats >= 2 && beats <= 5, `${beats} heartbeats in 450 ms at one per 100 ms: ${JSON.stringify(text)}`);
+  assert.ok(text.startsWith("event: snapshot\n"), "the snapshot comes first");
+  // The client's parser skips them: a watch sees the snapshot, then the
+  // next frame, nothing between.
+  const w = await a.watch(sid);
+  try {
+    assert.equal((await w.next()).event, "snapshot");
+    await new Promise((r) => setTimeout(r, 250));
+    await a.admitOperator(sid, "op-beat", "after the beats");
+    const ev = await w.next();
+    assert.equal(ev.event, "frame", JSON.stringify(ev));
+    assert.equal(ev.data.commandId ?? messageOf(ev).commandId, (await a.read(sid)).messages.at(-1).commandId);
+  } finally {
+    await w.close();
   }
 });
 
