@@ -244,6 +244,15 @@ pub const IGNORE_BYTES_MAX: usize = 1_048_576;
 pub const WORKSPACE_FILE_BYTES_MAX: usize = 1_048_576;
 pub const WORKSPACE_BYTES_MAX: usize = 67_108_864;
 pub const WORKSPACE_FILES_MAX: usize = 10_000;
+/// Bytes of the files one patch over a stepwise port (R2) rewrites or
+/// deletes, all together: the patch journal keeps their content in the
+/// Agent's SQLite until the patch is written or undone (`files::journal`).
+/// A bigger patch is refused before any write. (Without it the bound would
+/// be `PATCH_FILES_MAX` x `FILE_BYTES_MAX`, 256 MiB.)
+pub const FILES_JOURNAL_BYTES_MAX: usize = 16_777_216;
+/// Bytes of one part of a journaled file's content: a Durable Object's
+/// SQLite holds at most 2 MB in one value, and a file up to 4 MiB.
+pub const FILES_JOURNAL_PART_BYTES: usize = 1_048_576;
 
 // Computers (`src/computer/`, knapsack: Knapsack.computer, Knapsack.computers).
 /// Bytes of one Computer's advertisement, as JSON text.

@@ -1,7 +1,8 @@
 //! Files (seed knapsack: `Knapsack.files`, apply_patch, files-patch,
 //! files-search), sans-IO: path validation, the patch engine, search
-//! visibility and the `files` module's operations. The host performs the
-//! reads and writes through a port.
+//! visibility, the `files` module's operations and the journal that makes a
+//! patch all or none over a port atomic for one file only. The host
+//! performs the reads and writes through a port.
 //!
 //! The module is behind the `files` Cargo feature (default). Without it (the
 //! lean build) `module` is the stub in `module_left_out.rs`: the module
@@ -9,6 +10,7 @@
 //! so nothing of the patch engine, search or the workspace's port is left in
 //! the wasm.
 
+pub mod journal;
 #[cfg(feature = "files")]
 pub mod module;
 #[cfg(not(feature = "files"))]
