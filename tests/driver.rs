@@ -11,6 +11,8 @@ use serde_json::{json, Value};
 use shiitake::capability::door::Toolset;
 use shiitake::capability::Catalog;
 use shiitake::ctx::{CounterIds, Ctx};
+use shiitake::files::journal::{self, Journaled, Owner};
+use shiitake::files::port::{Change, Page, Port, PortError, Replaced, Stat};
 use shiitake::grants::AccessConfig;
 use shiitake::http::{handle, HttpRequest};
 use shiitake::meta::MetaPolicy;
@@ -18,13 +20,14 @@ use shiitake::model::{Answer, ModelError, ModelItem, RetryPolicy, Role, ToolCall
 use shiitake::observe::{Event, Frame};
 use shiitake::run::driver::{Action, Input, Offer, ToolWork, Turn, TurnPolicy};
 use shiitake::run::operation::{result_output, Gate, OperationCall, Rules};
+use shiitake::run::tools::undone_output;
 use shiitake::run::tools::ToolOutput;
 use shiitake::run::{self, Step};
 use shiitake::sql::native::NativeSql;
 use shiitake::sql::{Row, Sql, SqlError, SqlValue, Tables, Write, WriteSet};
 use shiitake::store::{schema, Store};
-use std::cell::Cell;
-use std::collections::{HashMap, HashSet};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::rc::Rc;
 
@@ -86,6 +89,67 @@ struct World {
     events: Vec<Event>,
     /// Requests to make during an action: when, and the command body.
     interjections: Vec<(When, Value)>,
+    /// Files of a stepwise port `add` patches (both files), when set; the
+    /// process dies right after the put with this number.
+    files: RefCell<BTreeMap<String, String>>,
+    patch: Option<usize>,
+    puts: Cell<usize>,
+}
+
+/// A stepwise files port over `World::files`: one change at a time, each
+/// conditional; nothing answers once the process died.
+struct Files<'a> {
+    world: &'a World,
+    db: &'a Db,
+}
+
+impl Files<'_> {
+    fn alive(&self) -> Result<(), PortError> {
+        match self.db.crashed.get() {
+            true => Err(PortError("the process crashed".into())),
+            false => Ok(()),
+        }
+    }
+}
+
+impl Port for Files<'_> {
+    async fn read(&self, path: &str) -> Result<Option<String>, PortError> {
+        self.alive()?;
+        Ok(self.world.files.borrow().get(path).cloned())
+    }
+    async fn stat(&self, _: &str) -> Result<Stat, PortError> {
+        unreachable!()
+    }
+    async fn list(&self, _: &str, _: Option<&str>) -> Result<Page, PortError> {
+        unreachable!()
+    }
+    async fn write(&self, _: &str, _: &str) -> Result<(), PortError> {
+        unreachable!()
+    }
+    async fn replace(&self, changes: &[Change]) -> Result<Replaced, PortError> {
+        self.alive()?;
+        let [change] = changes else {
+            panic!("stepwise")
+        };
+        let mut files = self.world.files.borrow_mut();
+        if files.get(&change.path) != change.expected.as_ref() {
+            return Ok(Replaced::Conflict {
+                path: change.path.clone(),
+            });
+        }
+        match &change.content {
+            Some(content) => files.insert(change.path.clone(), content.clone()),
+            None => files.remove(&change.path),
+        };
+        self.world.puts.set(self.world.puts.get() + 1);
+        if self.world.patch == Some(self.world.puts.get()) {
+            self.db.crashed.set(true);
+        }
+        Ok(Replaced::Done)
+    }
+    fn patches(&self) -> bool {
+        true
+    }
 }
 
 struct Sim {
@@ -369,8 +433,15 @@ impl Sim {
                 Action::RunTool(run) => {
                     self.world.tool_calls += 1;
                     let n = self.world.tool_calls;
-                    let ToolWork::Operation(op) = run.work else {
-                        panic!("no sandbox: execute is never offered")
+                    let op = match run.work {
+                        ToolWork::Operation(op) => op,
+                        ToolWork::Undo { of, execute } => {
+                            let undone = self.undo(of.journal_key());
+                            let output = undone_output(&run.call, execute, &undone);
+                            self.with_ctx(|ctx| turn.handle(ctx, Input::ToolDone(output)))?;
+                            continue;
+                        }
+                        ToolWork::Execute { .. } => panic!("no sandbox: execute is never offered"),
                     };
                     let input = self.operation(&op)?;
                     if self.interject(When::ToolCall(n), turn.head()) {
@@ -397,12 +468,62 @@ impl Sim {
                 if !op.replay_safe {
                     self.world.effects.push(op.of.call_id.clone());
                 }
+                if op.guest_name == "add" && self.world.patch.is_some() {
+                    self.patch(op)?;
+                }
                 Input::ToolDone(result_output(&json!({"ran": op.guest_name}), None))
             }
             Gate::Refused(why) => Input::ToolDone(ToolOutput::error(why)),
             Gate::Confirm(_) => panic!("no operation here asks for confirmation"),
             Gate::Stale => Input::ToolStale,
         })
+    }
+
+    /// Patches both files of the stepwise port, journaled, as the wasm host
+    /// does for a patch over R2.
+    fn patch(&mut self, op: &OperationCall) -> Result<(), Crashed> {
+        let port = Files {
+            world: &self.world,
+            db: &self.db,
+        };
+        let patch = Journaled {
+            sql: &self.db,
+            owner: Owner {
+                port: "notes".into(),
+                session_id: op.of.session_id.clone(),
+                command_id: op.of.command_id.clone(),
+                call_id: op.of.call_id.clone(),
+            },
+            now_ms: self.now_ms,
+            stopped: &|| false,
+        };
+        let changes: Vec<Change> = ["a", "b"]
+            .map(|path| Change {
+                path: path.into(),
+                expected: Some("old".into()),
+                content: Some("new".into()),
+            })
+            .into();
+        let done = shiitake::files::block_on(patch.replace(&port, &changes));
+        if self.db.crashed.get() {
+            return Err(Crashed);
+        }
+        assert_eq!(done, Ok(Replaced::Done));
+        Ok(())
+    }
+
+    /// Undoes the journals a call left, as the wasm host does.
+    fn undo(&self, call: (&str, &str, &str)) -> String {
+        let port = Files {
+            world: &self.world,
+            db: &self.db,
+        };
+        let mut undone = journal::Undone::default();
+        for left in journal::journals(&self.db, Some(call)).unwrap() {
+            let one = journal::recover(&self.db, left.id, Ok(&port));
+            undone.merge(shiitake::files::block_on(one).unwrap());
+        }
+        undone.describe()
     }
 
     /// Runs until idle, restarting after each crash (at most `crashes_max`).
@@ -573,6 +694,44 @@ fn a_crash_after_every_durable_transition_settles_each_command_once_and_duplicat
     // Exactly one crash point falls between the unsafe operation's start
     // (its own transition) and its recorded result.
     assert_eq!(unknown, 1, "of {clean} crash points");
+}
+
+/// A crash right after each put of a journaled patch (the R2 port's): the
+/// resumed call is not run again, its patch is undone, and the model is
+/// told exactly that; a call that left no journal is outcome unknown.
+#[test]
+fn a_crash_mid_patch_undoes_it_when_the_call_resumes_and_says_so() {
+    for crash_after_put in [1, 2] {
+        let mut sim = two_turns();
+        for path in ["a", "b"] {
+            sim.world
+                .files
+                .borrow_mut()
+                .insert(path.into(), "old".into());
+        }
+        sim.world.patch = Some(crash_after_put);
+        assert_eq!(sim.run_with_recovery(1), 1);
+        let files: Vec<(String, String)> = sim.world.files.borrow().clone().into_iter().collect();
+        assert_eq!(
+            files,
+            [("a".into(), "old".into()), ("b".into(), "old".into())],
+            "after put {crash_after_put}: all or none"
+        );
+        let put_back = ["a", "a, b"][crash_after_put - 1];
+        let texts = transcript(&sim.messages());
+        assert_eq!(
+            texts[2].1,
+            format!(
+                "the runtime restarted while tool call `c1` (`add`) was writing its files; it \
+                 was not run again, and its patch was undone: nothing was changed (put back: \
+                 {put_back})."
+            )
+        );
+        assert_eq!(sim.world.effects, ["c1"], "not run again");
+        assert!(journal::journals(&sim.db, None).unwrap().is_empty());
+        assert_eq!(sim.settlement("p1")["terminal"], "completed");
+        assert_eq!(sim.settlement("p2")["answer"], "ok");
+    }
 }
 
 #[test]

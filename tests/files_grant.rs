@@ -118,7 +118,8 @@ fn the_holder_is_asked_with_a_read_only_run_context_and_its_answer_is_the_port()
         port,
         Ok(Some(FilesPort {
             workspace: None,
-            patches: true
+            patches: true,
+            stepwise: false
         }))
     );
     let calls = host.files_calls();

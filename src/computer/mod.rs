@@ -221,6 +221,10 @@ pub struct Connection {
     /// Its files port supplies the patch engine (`apply_patch`).
     #[serde(default)]
     pub patches: bool,
+    /// Its files port's `replace` is atomic for one change only: a patch is
+    /// journaled (`files::journal`).
+    #[serde(default)]
+    pub stepwise: bool,
 }
 
 impl Connection {
@@ -298,7 +302,7 @@ pub fn decode_list(value: Value) -> Result<Vec<Connection>, String> {
 }
 
 /// A digest of a Computer list by what its modules depend on: each entry's
-/// (id, name, confirmCalls, files, patches), in any order. Two lists with equal
+/// (id, name, confirmCalls, files, patches, stepwise), in any order. Two lists with equal
 /// digests describe the same Computers (FNV-1a over length-prefixed fields,
 /// entries sorted by id; stable across builds).
 pub fn list_digest(list: &[Connection]) -> u64 {
@@ -315,6 +319,7 @@ pub fn list_digest(list: &[Connection]) -> u64 {
             u8::from(c.confirm_calls),
             u8::from(c.files),
             u8::from(c.patches),
+            u8::from(c.stepwise),
         ]);
     }
     hash.finish()

@@ -35,6 +35,7 @@ fn connection(id: &str, name: &str) -> Connection {
         confirm_calls: false,
         files: false,
         patches: false,
+        stepwise: false,
     }
 }
 
@@ -277,7 +278,8 @@ fn the_computer_list_is_closed_bounded_and_unique() {
                 name: "laptop".into(),
                 confirm_calls: true,
                 files: true,
-                patches: false
+                patches: false,
+                stepwise: false
             },
             connection("c-2", "build"),
         ]
@@ -364,12 +366,18 @@ fn the_list_digest_changes_with_what_modules_depend_on() {
         files: true,
         ..a.clone()
     };
+    let stepwise = Connection {
+        files: true,
+        stepwise: true,
+        ..a.clone()
+    };
     let renamed = connection("c-1", "laptop2");
     let new_id = connection("c-3", "laptop");
     let digests = [
         base,
         list_digest(&[confirm, b.clone()]),
         list_digest(&[files, b.clone()]),
+        list_digest(&[stepwise, b.clone()]),
         list_digest(&[renamed, b.clone()]),
         list_digest(&[new_id, b.clone()]),
         list_digest(std::slice::from_ref(&a)),

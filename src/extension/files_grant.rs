@@ -22,8 +22,8 @@ pub const FILES_GRANT_KEY: &str = "files";
 
 /// The port the holder's `files(context, run)` returned, as the shim
 /// describes it: the Agent's own SQLite workspace (its bounds) or a JS port
-/// (whether it supplies the patch engine). The shim keeps the port object
-/// for the run.
+/// (whether it supplies the patch engine, and is stepwise). The shim keeps
+/// the port object for the run.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FilesPort {
@@ -31,6 +31,8 @@ pub struct FilesPort {
     pub workspace: Option<Value>,
     #[serde(default)]
     pub patches: bool,
+    #[serde(default)]
+    pub stepwise: bool,
 }
 
 impl FilesPort {

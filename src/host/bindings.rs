@@ -402,16 +402,33 @@ pub async fn within<F: std::future::Future>(
     controller: &web_sys::AbortController,
     grace_ms: u64,
 ) -> Option<F::Output> {
+    within_or_stopped(work, timeout_ms, controller, grace_ms)
+        .await
+        .ok()
+}
+
+/// [`within`], telling apart a work that ended in the grace after the
+/// abort (`Err(Some(_))`: what it answered once stopped) from one that
+/// did not end at all (`Err(None)`).
+pub async fn within_or_stopped<F: std::future::Future>(
+    work: F,
+    timeout_ms: u64,
+    controller: &web_sys::AbortController,
+    grace_ms: u64,
+) -> Result<F::Output, Option<F::Output>> {
     use futures::future::{select, Either};
     let mut work = Box::pin(work);
     if let Either::Left((done, _)) = select(work.as_mut(), sleep(timeout_ms)).await {
-        return Some(done);
+        return Ok(done);
     }
     controller.abort();
-    if grace_ms > 0 {
-        let _ = select(work, sleep(grace_ms)).await;
+    if grace_ms == 0 {
+        return Err(None);
     }
-    None
+    match select(work, sleep(grace_ms)).await {
+        Either::Left((done, _)) => Err(Some(done)),
+        Either::Right(_) => Err(None),
+    }
 }
 
 pub async fn fetch(request: &web_sys::Request) -> Result<web_sys::Response, JsValue> {

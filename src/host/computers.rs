@@ -104,11 +104,11 @@ async fn describe_all(tools: &HostTools, list: Vec<Connection>, digest: u64) {
     for available in round.available {
         let mut modules = vec![available.module.clone()];
         if let Some(id) = available.files_module_id() {
-            let patches = available.connection.patches;
+            let (patches, stepwise) = (available.connection.patches, available.connection.stepwise);
             match files_module(&id, patches) {
                 Ok(module) => {
                     modules.push(module);
-                    ports.push((id, HostPort::Js { patches }));
+                    ports.push((id, HostPort::Js { patches, stepwise }));
                 }
                 Err(e) => {
                     reports.push(unavailable(&available.connection, e.0));

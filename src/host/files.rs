@@ -1,14 +1,19 @@
 //! Performs the files module's operations ([`crate::files::module::call`])
 //! against the host's port: the Agent's own SQLite workspace, or a port the
 //! host wrote in JS (the R2 port among them), reached through the shim's
-//! `filesCall`. Everything the operations decide is in the core.
+//! `filesCall`. Everything the operations decide is in the core; a
+//! stepwise JS port (R2) runs journaled (`files::journal`), and
+//! `files_journal.rs` undoes what a restart left.
 
-use super::bindings::{error_message, JsTools};
+use super::bindings::{error_message, now_ms, within_or_stopped, JsTools};
 use super::sql::DoSql;
+use super::tools::HostTools;
+use super::Inner;
+use crate::files::journal::{self, Journaled, Owner};
 use crate::files::module;
 use crate::files::port::{Change, Page, Port, PortError, Replaced, Stat};
 use crate::files::workspace::{Bounds, Workspace};
-use crate::limits::FILE_BYTES_MAX;
+use crate::limits::{FILE_BYTES_MAX, TOOL_ABORT_GRACE_MS};
 use crate::run::operation::OperationCall;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -21,7 +26,9 @@ pub enum HostPort {
     /// The Agent's own SQLite.
     Workspace(Bounds),
     /// A port object in JS, by the module id the shim keys it with.
-    Js { patches: bool },
+    /// `stepwise`: its `replace` is atomic for one change only, so a patch
+    /// is journaled.
+    Js { patches: bool, stepwise: bool },
 }
 
 /// A JS port, borrowed for one call.
@@ -124,26 +131,18 @@ impl HostPort {
     pub fn patches(&self) -> bool {
         match self {
             HostPort::Workspace(_) => true,
-            HostPort::Js { patches } => *patches,
+            HostPort::Js { patches, .. } => *patches,
         }
     }
 
-    /// Runs the files operation `op` on this port.
-    pub async fn call(
-        &self,
-        sql: &DoSql,
-        js: &JsTools,
-        op: &OperationCall,
-        now_ms: i64,
-        signal: &web_sys::AbortSignal,
-    ) -> Result<Value, String> {
-        self.call_as(&op.module_id, sql, js, op, now_ms, signal)
-            .await
+    /// Whether a patch on this port is journaled.
+    pub fn stepwise(&self) -> bool {
+        matches!(self, HostPort::Js { stepwise: true, .. })
     }
 
-    /// [`HostPort::call`], a JS port reached by the shim's key `key`
-    /// instead of the module id (a run's captured port).
-    pub async fn call_as(
+    /// Runs the files operation `op` on this port, a JS port reached by
+    /// the shim's key `key` (the module id, or a run's captured port).
+    pub async fn call(
         &self,
         key: &str,
         sql: &DoSql,
@@ -152,16 +151,31 @@ impl HostPort {
         now_ms: i64,
         signal: &web_sys::AbortSignal,
     ) -> Result<Value, String> {
+        let js = JsPort {
+            js,
+            module_id: key,
+            patches: self.patches(),
+            signal,
+        };
+        let stopped = || signal.aborted();
         let port = match self {
             HostPort::Workspace(bounds) => {
                 EitherPort::Workspace(Workspace::open(sql, *bounds, now_ms).map_err(|e| e.0)?)
             }
-            HostPort::Js { patches } => EitherPort::Js(JsPort {
+            HostPort::Js { stepwise, .. } => EitherPort::Js(
                 js,
-                module_id: key,
-                patches: *patches,
-                signal,
-            }),
+                stepwise.then(|| Journaled {
+                    sql,
+                    owner: Owner {
+                        port: key.to_owned(),
+                        session_id: op.of.session_id.clone(),
+                        command_id: op.of.command_id.clone(),
+                        call_id: op.of.call_id.clone(),
+                    },
+                    now_ms,
+                    stopped: &stopped,
+                }),
+            ),
         };
         module::call(&port, &op.operation, &op.args).await
     }
@@ -172,49 +186,89 @@ impl HostPort {
 /// (~13 KB of wasm, whose deployed size is bounded).
 enum EitherPort<'a> {
     Workspace(Workspace<'a>),
-    Js(JsPort<'a>),
+    /// A JS port, and the journal its replaces run under when stepwise.
+    Js(JsPort<'a>, Option<Journaled<'a>>),
 }
 
 impl Port for EitherPort<'_> {
     async fn read(&self, path: &str) -> Result<Option<String>, PortError> {
         match self {
             EitherPort::Workspace(p) => p.read(path).await,
-            EitherPort::Js(p) => p.read(path).await,
+            EitherPort::Js(p, _) => p.read(path).await,
         }
     }
 
     async fn stat(&self, path: &str) -> Result<Stat, PortError> {
         match self {
             EitherPort::Workspace(p) => p.stat(path).await,
-            EitherPort::Js(p) => p.stat(path).await,
+            EitherPort::Js(p, _) => p.stat(path).await,
         }
     }
 
     async fn list(&self, dir: &str, cursor: Option<&str>) -> Result<Page, PortError> {
         match self {
             EitherPort::Workspace(p) => p.list(dir, cursor).await,
-            EitherPort::Js(p) => p.list(dir, cursor).await,
+            EitherPort::Js(p, _) => p.list(dir, cursor).await,
         }
     }
 
     async fn write(&self, path: &str, content: &str) -> Result<(), PortError> {
         match self {
             EitherPort::Workspace(p) => p.write(path, content).await,
-            EitherPort::Js(p) => p.write(path, content).await,
+            EitherPort::Js(p, _) => p.write(path, content).await,
         }
     }
 
     async fn replace(&self, changes: &[Change]) -> Result<Replaced, PortError> {
         match self {
             EitherPort::Workspace(p) => p.replace(changes).await,
-            EitherPort::Js(p) => p.replace(changes).await,
+            EitherPort::Js(p, None) => p.replace(changes).await,
+            EitherPort::Js(p, Some(journal)) => journal.replace(p, changes).await,
         }
     }
 
     fn patches(&self) -> bool {
         match self {
             EitherPort::Workspace(p) => p.patches(),
-            EitherPort::Js(p) => p.patches(),
+            EitherPort::Js(p, _) => p.patches(),
+        }
+    }
+}
+
+impl Inner {
+    /// Runs files operation `op` on `port` (the shim's key `key`) within
+    /// the tool timeout. A patch on a stepwise port that is stopped (the
+    /// timeout aborts it) undoes what it wrote and says so within the
+    /// grace; one that does not end even then leaves its journal, undone
+    /// when the Agent next starts ([`Inner::sweep_journals`]).
+    pub(super) async fn files_call(
+        &self,
+        tools: &HostTools,
+        port: &HostPort,
+        key: &str,
+        op: &OperationCall,
+        controller: &web_sys::AbortController,
+        timeout_ms: u64,
+    ) -> Result<Value, String> {
+        let signal = controller.signal();
+        let called = port.call(key, &self.sql, &tools.js, op, now_ms(), &signal);
+        match within_or_stopped(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS).await {
+            Ok(done) => done,
+            Err(Some(done)) if port.stepwise() => done,
+            Err(_) => {
+                let mut why = op.timed_out(timeout_ms);
+                // (A lean build has no stepwise port, nor a journal.)
+                let journaled = cfg!(feature = "files")
+                    && port.stepwise()
+                    && journal::left_by(&self.sql, op.of.journal_key());
+                if journaled {
+                    why.push_str(
+                        "; it was still writing its files: some may hold part of its patch \
+                         until the runtime puts them back (when the Agent next starts)",
+                    );
+                }
+                Err(why)
+            }
         }
     }
 }

@@ -123,6 +123,7 @@ fn host_port(port: &FilesPort) -> Result<HostPort, String> {
         )),
         None => Ok(HostPort::Js {
             patches: port.patches,
+            stepwise: port.stepwise,
         }),
     }
 }

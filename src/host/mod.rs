@@ -23,6 +23,8 @@ mod directory;
 mod extensions;
 mod files;
 mod files_grant;
+#[cfg_attr(not(feature = "files"), path = "files_journal_left_out.rs")]
+mod files_journal;
 mod fleet;
 mod jobs;
 mod mail;

@@ -15,6 +15,7 @@ use super::bindings::{self, error_message, JsTools};
 use super::computers::{self, Computers};
 use super::files::HostPort;
 use super::files_grant::{self, RunFiles};
+use super::files_journal::Sweep;
 use super::runner::Stopper;
 use super::ui::HostUi;
 use super::{mcp, Inner};
@@ -33,7 +34,7 @@ use crate::run::driver::{Input, Offer, ToolRun, ToolWork};
 use crate::run::operation::{
     execute_reply, operation_reply, result_output, CallRef, Gate, GuestStep, OperationCall, Rules,
 };
-use crate::run::tools::ToolOutput;
+use crate::run::tools::{undone_output, ToolOutput};
 use futures::future::{select, Either};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -80,8 +81,9 @@ struct Spec {
 }
 
 /// `tools().files` as the shim describes it: the SQLite workspace (its
-/// bounds) or a JS port, whether it supplies the patch engine, and whether
-/// the module's operations are also direct tools (the default).
+/// bounds) or a JS port, whether it supplies the patch engine (and is
+/// stepwise: `HostPort::Js`), and whether the module's operations are also
+/// direct tools (the default).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct FilesSpec {
@@ -89,6 +91,8 @@ struct FilesSpec {
     workspace: Option<Value>,
     #[serde(default)]
     patches: bool,
+    #[serde(default)]
+    stepwise: bool,
     #[serde(default = "yes")]
     direct: bool,
 }
@@ -103,6 +107,7 @@ impl FilesSpec {
             Some(bounds) => Ok(HostPort::Workspace(Bounds::parse(&bounds.to_string())?)),
             None => Ok(HostPort::Js {
                 patches: self.patches,
+                stepwise: self.stepwise,
             }),
         }
     }
@@ -154,11 +159,7 @@ fn decoded(raw: &str, spec: &Spec, fleet: Option<crate::fleet::Offer>) -> Result
     let mut ports = Vec::new();
     if let Some(files) = &spec.files {
         let port = files.port().map_err(|e| format!("tools().files: {e}"))?;
-        let patches = match &port {
-            HostPort::Workspace(_) => true,
-            HostPort::Js { patches } => *patches,
-        };
-        let module = crate::files::module::module(MODULE_ID, patches)
+        let module = crate::files::module::module(MODULE_ID, port.patches())
             .map_err(|e| format!("tools().files: {e}"))?;
         if files.direct {
             direct.extend(
@@ -219,6 +220,9 @@ pub struct HostTools {
     pub(super) run_files: RunFiles,
     /// The browser bridge, when the host configured `tools().ui`.
     pub(super) ui: Option<Rc<HostUi>>,
+    /// The files patch journals earlier instances left
+    /// (`files_journal.rs`).
+    pub(super) sweep: Sweep,
 }
 
 impl HostTools {
@@ -268,6 +272,7 @@ impl HostTools {
             run_toolsets: RefCell::default(),
             run_files: RunFiles::default(),
             ui,
+            sweep: Sweep::new(),
             mcp_timeout_ms: spec
                 .mcp_timeout_ms
                 .unwrap_or(MCP_CONNECT_TIMEOUT_MS)
@@ -277,7 +282,7 @@ impl HostTools {
 
     /// The Files port of module `module_id`: the host's own, or a
     /// described Computer's.
-    fn port(&self, module_id: &str) -> Option<HostPort> {
+    pub(super) fn port(&self, module_id: &str) -> Option<HostPort> {
         let find = |ports: &[(String, HostPort)]| {
             ports
                 .iter()
@@ -350,6 +355,10 @@ impl Inner {
         };
         // The files grant holder's tools, captured at the run's first offer.
         let files = self.run_files(tools, session, head);
+        // Before this instance's first tool call, with its ports known.
+        if tools.sweep.due() {
+            self.sweep_journals(tools).await;
+        }
         // The run borrows the browser bridge's module (seed: Knapsack.ui).
         if let Some(ui) = &tools.ui {
             ui.borrow(session, head);
@@ -410,6 +419,10 @@ impl Inner {
                     Err(Failure::Refused(why)) => Input::ToolDone(ToolOutput::error(why)),
                     Err(Failure::Stale) => Input::ToolStale,
                 },
+                ToolWork::Undo { of, execute } => {
+                    let undone = self.undo_call(tools, &of, &controller).await;
+                    Input::ToolDone(undone_output(&run.call, execute, &undone))
+                }
                 ToolWork::Execute { code, of } => {
                     let own = tools.run_toolsets.borrow().get(&of.command_id).cloned();
                     let toolset = own.unwrap_or_else(|| tools.hub.borrow().toolset());
@@ -466,14 +479,9 @@ impl Inner {
             .then(|| tools.run_files.port(&op.of.command_id))
             .flatten()
         {
-            let signal = controller.signal();
             let key = files_grant::port_key(&op.of.command_id);
-            let called = port.call_as(&key, &self.sql, &tools.js, op, bindings::now_ms(), &signal);
-            let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
-                .await
-                .ok_or_else(timed_out)?
-                .map_err(Failure::Refused)?;
-            return Ok((result, None));
+            let called = self.files_call(tools, &port, &key, op, controller, timeout_ms);
+            return called.await.map(|r| (r, None)).map_err(Failure::Refused);
         }
         if op.module_id == crate::ui::MODULE_ID && tools.ui.is_some() {
             // Bounded within the tool timeout (`ui_call`): the call only
@@ -490,13 +498,8 @@ impl Inner {
             return self.extension_tool(ext, op);
         }
         if let Some(port) = tools.port(&op.module_id) {
-            let signal = controller.signal();
-            let called = port.call(&self.sql, &tools.js, op, bindings::now_ms(), &signal);
-            let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
-                .await
-                .ok_or_else(timed_out)?
-                .map_err(Failure::Refused)?;
-            return Ok((result, None));
+            let called = self.files_call(tools, &port, &op.module_id, op, controller, timeout_ms);
+            return called.await.map(|r| (r, None)).map_err(Failure::Refused);
         }
         if tools.hub.borrow().is_computer(&op.module_id) {
             let name = op.module_id.strip_prefix("computers.").unwrap_or_default();

@@ -146,6 +146,10 @@ pub enum ToolWork {
     /// Model code for the sandbox; each guest call is decided by
     /// [`CallRef::guest_call`] and gated like a direct tool.
     Execute { code: String, of: CallRef },
+    /// A call whose outcome is unknown (it is not run again) and that was
+    /// writing a files patch when the runtime stopped: undo the patch
+    /// (`files::journal`), then answer [`run_tools::undone_output`].
+    Undo { of: CallRef, execute: bool },
 }
 
 /// The input a driver waits for.
@@ -504,7 +508,7 @@ impl Turn {
             self.ask_offer();
             return Ok(());
         };
-        match self.plan(&call) {
+        match self.plan(ctx, &call) {
             Ok(work) => {
                 self.awaiting = Awaiting::Tool;
                 self.actions
@@ -528,7 +532,7 @@ impl Turn {
     }
 
     /// What running `call` means, or the outcome it has without running.
-    fn plan(&self, call: &OpenCall) -> Result<ToolWork, ToolOutput> {
+    fn plan(&self, ctx: &Ctx<'_>, call: &OpenCall) -> Result<ToolWork, ToolOutput> {
         if let Some(why) = &call.refused {
             return Err(ToolOutput::error(why.clone()));
         }
@@ -553,7 +557,16 @@ impl Turn {
             Tool::Execute => false,
         };
         if run_tools::recovery(call, replay_safe) == Recovery::OutcomeUnknown {
-            return Err(run_tools::outcome_unknown(call));
+            let of = self.call_ref(call);
+            // A files patch the call was writing is undone first (a lean
+            // build, with no files module, writes none).
+            if !cfg!(feature = "files")
+                || !crate::files::journal::left_by(ctx.store.sql(), of.journal_key())
+            {
+                return Err(run_tools::outcome_unknown(call));
+            }
+            let execute = matches!(tool, Tool::Execute);
+            return Ok(ToolWork::Undo { of, execute });
         }
         match tool {
             Tool::Direct(module, op) => {

@@ -41,6 +41,11 @@ pub enum GuestStep {
 }
 
 impl CallRef {
+    /// The call as a files patch journal keys it (`files::journal`).
+    pub fn journal_key(&self) -> (&str, &str, &str) {
+        (&self.session_id, &self.command_id, &self.call_id)
+    }
+
     /// Decodes one `host.call(path, argsJson)` of guest code run under this
     /// call: discovery is answered here, an operation is gated like a
     /// direct tool.

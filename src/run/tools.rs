@@ -352,6 +352,24 @@ pub fn outcome_unknown(call: &OpenCall) -> ToolOutput {
     ))
 }
 
+/// What the model is told about a call [`Recovery::OutcomeUnknown`] whose
+/// files patch was undone after the restart (`undone`: how, as
+/// `files::journal::Undone::describe` says it). A direct tool did nothing
+/// else, so its outcome is known now; `execute`'s other effects are not.
+pub fn undone_output(call: &OpenCall, execute: bool, undone: &str) -> ToolOutput {
+    if execute {
+        let unknown = outcome_unknown(call).content;
+        return ToolOutput::error(format!(
+            "{unknown} The files patch it was writing when the runtime restarted was {undone}."
+        ));
+    }
+    ToolOutput::error(format!(
+        "the runtime restarted while tool call `{}` (`{}`) was writing its files; it was not run \
+         again, and its patch was {undone}.",
+        call.id, call.name
+    ))
+}
+
 /// What the model and the transcript are told about a call whose turn
 /// settled `terminal` before its outcome was recorded.
 pub fn ended_output(call: &OpenCall, terminal: Terminal) -> ToolOutput {
