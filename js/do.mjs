@@ -1029,7 +1029,7 @@ function grantPorts(object) {
 }
 
 // A files hook's answer for the core: the port kept here for the run, its
-// description (the workspace's bounds, or whether a JS port patches) as
+// description (the workspace's bounds, or a JS port's `portKind`) as
 // `value`.
 function captureFiles(object, request, answer) {
   if (!answer.ok) return answer;
@@ -1037,7 +1037,14 @@ function captureFiles(object, request, answer) {
   if (files === null || files === undefined) return { ...rest, value: null };
   if (files[WORKSPACE] !== undefined) return { ...rest, value: { workspace: files[WORKSPACE] } };
   grantPorts(object).set(`files@${request.event.commandId}`, files);
-  return { ...rest, value: { patches: files.patches === true } };
+  return { ...rest, value: portKind(files) };
+}
+
+// What the core needs to know of a JS Files port: whether it supplies the
+// patch engine, and whether its replace is atomic for one change only (the
+// core then journals a patch: src/files/journal.rs).
+function portKind(port) {
+  return { patches: port.patches === true, stepwise: port.stepwise === true };
 }
 
 /**
@@ -1330,7 +1337,7 @@ function toolHost(object, fleet = false) {
       files = { workspace: port[WORKSPACE], ...(direct !== undefined ? { direct } : {}) };
     } else {
       ports.set("files", port);
-      files = { patches: port.patches === true, ...(direct !== undefined ? { direct } : {}) };
+      files = { ...portKind(port), ...(direct !== undefined ? { direct } : {}) };
     }
   }
   // The Computers of the host's list as last read, by name.
@@ -1397,7 +1404,7 @@ function toolHost(object, fleet = false) {
         const described = list.map(({ computer, files, ...data }) => {
           computers.set(data.name, computer);
           if (files !== undefined) ports.set(`computers.${data.name}.files`, files);
-          return { ...data, files: files !== undefined, patches: files?.patches === true };
+          return { ...data, files: files !== undefined, ...(files !== undefined ? portKind(files) : {}) };
         });
         return JSON.stringify({ list: described });
       } catch (error) {

@@ -26,10 +26,16 @@ const LIST_ENTRIES_MAX = 1_000;
  * An R2 bucket as files, under `prefix` (the port's root: keys are
  * `prefix + path`). A replace is a conditional put on the object's etag, so
  * a concurrent edit is refused, not lost. R2 has no multi-object
- * transaction: a patch checks every file first, writes them one by one with
- * conditional puts, and on a conflict midway puts back what it had written.
- * A delete is not conditional in R2: a write racing it between the check and
- * the delete is lost.
+ * transaction, so the port is `stepwise`: it takes one change at a time,
+ * and the runtime makes a patch all or none (src/files/journal.rs): it
+ * journals the patch in the Agent's own SQLite before the first write,
+ * writes file by file, puts back what it wrote on a conflict, a failed
+ * write or a stop, and after a crash when the Agent starts again; the model
+ * is told exactly which files a put-back could not restore.
+ *
+ * What R2 cannot close: its delete takes no condition. Deleting a file
+ * (or putting back a file a patch added) checks its content, then deletes;
+ * a write landing between the check and the delete is lost.
  */
 export function r2Files(bucket, { prefix = "" } = {}) {
   if (typeof bucket?.get !== "function" || typeof bucket?.put !== "function") {
@@ -48,20 +54,9 @@ export function r2Files(bucket, { prefix = "" } = {}) {
     return { content: await object.text(), etag: object.etag };
   }
 
-  // Writes `content` (or deletes) only if the object still has `etag`
-  // (`null`: does not exist). Answers the new etag, or false on a conflict.
-  async function put(path, content, etag) {
-    if (content === null) {
-      await bucket.delete(key(path));
-      return null;
-    }
-    const onlyIf = etag === null ? { etagDoesNotMatch: "*" } : { etagMatches: etag };
-    const written = await bucket.put(key(path), content, { onlyIf });
-    return written === null ? false : written.etag;
-  }
-
   return {
     patches: true,
+    stepwise: true,
     async read(path) {
       return (await current(path))?.content ?? null;
     },
@@ -87,25 +82,20 @@ export function r2Files(bucket, { prefix = "" } = {}) {
       return null;
     },
     async replace(changes) {
-      const seen = [];
-      for (const change of changes) {
-        const found = await current(change.path);
-        if ((found?.content ?? null) !== change.expected) return { conflict: change.path };
-        seen.push(found);
+      if (changes.length !== 1) {
+        throw new Error(`r2Files: replace takes one change at a time (the port is stepwise), not ${changes.length}`);
       }
-      const done = [];
-      for (const [i, change] of changes.entries()) {
-        const etag = await put(change.path, change.content, seen[i]?.etag ?? null);
-        if (etag === false) {
-          // Put back, newest first, what this replace had written.
-          for (const { change: undo, before, after } of done.reverse()) {
-            await put(undo.path, before?.content ?? null, after).catch(() => {});
-          }
-          return { conflict: change.path };
-        }
-        done.push({ change, before: seen[i], after: etag });
+      const [{ path, expected, content }] = changes;
+      const found = await current(path);
+      if ((found?.content ?? null) !== expected) return { conflict: path };
+      if (content === null) {
+        // Unconditional: a write racing this delete since the check is lost.
+        await bucket.delete(key(path));
+        return null;
       }
-      return null;
+      const onlyIf = found === null ? { etagDoesNotMatch: "*" } : { etagMatches: found.etag };
+      const written = await bucket.put(key(path), content, { onlyIf });
+      return written === null ? { conflict: path } : null;
     },
   };
 }
