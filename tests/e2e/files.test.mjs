@@ -3,7 +3,9 @@
 // `apply_patch`, searches and lists under a nested .gitignore; a conflict
 // with another writer is refused and reported, not lost; grants key the
 // module as `files`; a path that climbs above the root is refused; on R2 a
-// restart in the middle of an apply_patch call never applies it twice.
+// put-back that fails is reported with exactly the files it left changed,
+// and a restart in the middle of an apply_patch call never applies it
+// twice (across a restart mid-patch: files-journal.test.mjs).
 // Fixture: tests/e2e/fixtures/files-worker.mjs.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
@@ -176,6 +178,28 @@ for (const port of ["sqlite", "r2"]) {
       assert.match(t.tools[0].text, /race\/b\.txt changed while this edit was being made/);
       assert.equal(await stored(a, "ok.txt"), "a\n", "the first file was put back");
       assert.equal(await stored(a, "race/b.txt"), "another writer was here\n");
+    });
+
+    test("R2: a put-back that fails is reported with exactly the files the patch left changed", T, async () => {
+      const a = h.agent();
+      await a.createSession("s");
+      const paths = ["stuck/a.txt", "b.txt", "race/c.txt"];
+      await turn("stuck-setup", [step(...paths.map((path) => call("write", { path, content: "old\n" })))], { a });
+      const patch = ["*** Begin Patch", ...paths.flatMap((p) => [`*** Update File: ${p}`, "@@", "-old", "+new"]), "*** End Patch"].join("\n");
+      // c.txt meets another writer; putting a.txt back then fails.
+      const t = await turn("stuck", [step(call("apply_patch", { input: patch }))], { a });
+      assert.equal(t.tools[0].isError, true);
+      assert.equal(
+        t.tools[0].text,
+        "race/c.txt changed while this edit was being made (another writer); this patch was undone, but not fully: " +
+          "stuck/a.txt may still hold this patch's content (putting it back failed: R2 unavailable); put back: b.txt. " +
+          "Read these files before editing them again.",
+      );
+      assert.equal(await stored(a, "stuck/a.txt"), "new\n");
+      assert.equal(await stored(a, "b.txt"), "old\n");
+      assert.equal(await stored(a, "race/c.txt"), "another writer was here\n");
+      const heard = t.requests.at(-1).body.messages.filter((m) => m.role === "tool").at(-1);
+      assert.equal(heard.content, `Error: ${t.tools[0].text}`, "the model hears it");
     });
 
     test("R2: a restart during an apply_patch call never applies it twice; the model hears the outcome is unknown", T, async () => {
