@@ -302,6 +302,13 @@ export interface OperatorOptions extends CallOptions {
   requestId?: string;
 }
 
+/** `cancel`'s target in the seed's form: `cancel({ commandId, onlyIfPending: true })`. */
+export interface CancelInput {
+  commandId: string;
+  /** Answer `too_late` instead of cancelling a running turn. */
+  onlyIfPending?: boolean;
+}
+
 export interface CancelOptions extends CallOptions {
   /** Answer `too_late` instead of cancelling a running turn. */
   onlyIfPending?: boolean;
@@ -333,6 +340,9 @@ export interface ShiitakeSession {
   operator(text: string, options?: OperatorOptions): Promise<Receipt>;
   /** The command admitted under `requestId`, or `unknown` after fencing it. Never cancels. */
   withdraw(requestId: string, options?: CallOptions): Promise<WithdrawOutcome>;
+  /** Cancels an accepted command: `cancel({ commandId, onlyIfPending })` (as the owner API's), the options carrying only `signal`. */
+  cancel(input: CancelInput, options?: CallOptions): Promise<CancelOutcome>;
+  /** The same, the commandId first and `onlyIfPending` among the options. */
   cancel(commandId: string, options?: CancelOptions): Promise<CancelOutcome>;
   /** Cancels the running turn and every queued prompt, in one write. */
   abort(options?: CallOptions): Promise<AbortOutcome>;

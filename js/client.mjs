@@ -208,8 +208,10 @@ class ShiitakeSession {
     return this.#t.request("POST", sessionPath(this.id, "/withdraw"), { body: { requestId }, signal });
   }
 
-  cancel(commandId, { onlyIfPending, signal } = {}) {
-    return this.#command({ type: "cancel", commandId, onlyIfPending }, signal);
+  /** `cancel({commandId, onlyIfPending?}, {signal?})` (the seed's form), or `cancel(commandId, {onlyIfPending?, signal?})`. */
+  cancel(target, options = {}) {
+    const { commandId, onlyIfPending } = typeof target === "object" && target !== null ? target : { commandId: target, onlyIfPending: options.onlyIfPending };
+    return this.#command({ type: "cancel", commandId, onlyIfPending }, options.signal);
   }
 
   abort({ signal } = {}) {

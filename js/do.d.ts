@@ -77,8 +77,8 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   withdraw(sessionId: string, requestId: string, meta?: unknown): Promise<WithdrawOutcome>;
   /** RPC: one page of the Session read. */
   readSession(sessionId: string, query?: ReadQuery, meta?: unknown): Promise<SessionRead>;
-  /** RPC: the settlement, or null while not settled at `timeoutMs` (default 0, at most 30000). Dropping the call never cancels the command. */
-  readSettlement(sessionId: string, commandId: string, options?: { timeoutMs?: number }, meta?: unknown): Promise<CommandSettlement | null>;
+  /** RPC: the settlement, or undefined while not settled at `timeoutMs` (default 0, at most 30000). Dropping the call never cancels the command. */
+  readSettlement(sessionId: string, commandId: string, options?: { timeoutMs?: number }, meta?: unknown): Promise<CommandSettlement | undefined>;
   /** RPC: the newest pending prompt of `meta`'s principal (anyone's when unbound), or null. */
   latestPending(sessionId: string, meta?: unknown): Promise<PendingPrompt | null>;
   /**
@@ -523,8 +523,8 @@ export interface ShiitakeOwnerSession {
   abort(): Promise<AbortOutcome>;
   withdraw(requestId: string): Promise<WithdrawOutcome>;
   read(query?: ReadQuery): Promise<SessionRead>;
-  /** The settlement, or null while not settled at `timeoutMs`; aborting `signal` rejects the read and never cancels the command. */
-  readSettlement(commandId: string, options?: { timeoutMs?: number; signal?: AbortSignal }): Promise<CommandSettlement | null>;
+  /** The settlement, or undefined while not settled at `timeoutMs` (the HTTP route's null); aborting `signal` rejects the read and never cancels the command. */
+  readSettlement(commandId: string, options?: { timeoutMs?: number; signal?: AbortSignal }): Promise<CommandSettlement | undefined>;
   latestPending(): Promise<PendingPrompt | null>;
   /** The watch's events (a `snapshot` first, then `frame`s); aborting `signal` or leaving the loop closes it. */
   watch(options?: { signal?: AbortSignal }): AsyncGenerator<WatchEvent, void, undefined>;

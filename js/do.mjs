@@ -534,7 +534,7 @@ export class ShiitakeDO extends DurableObject {
     return this.#bound(meta).session(sessionId).read(query);
   }
 
-  /** RPC: the command's CommandSettlement, or null while it is not settled at `timeoutMs` (0..30000). */
+  /** RPC: the command's CommandSettlement, or undefined while it is not settled at `timeoutMs` (0..30000). */
   readSettlement(sessionId, commandId, options, meta) {
     return this.#bound(meta).session(sessionId).readSettlement(commandId, { timeoutMs: options?.timeoutMs });
   }
@@ -947,10 +947,10 @@ class OwnerSession {
     return answerOf(await this.#call("GET", "", { query: { before: cursor ?? before, limit } }));
   }
 
-  /** null while the command is not settled at the deadline; aborting never cancels the command. */
+  /** undefined while the command is not settled at the deadline (the route's null); aborting never cancels the command. */
   async readSettlement(commandId, { timeoutMs, signal } = {}) {
     const answer = await unlessAborted(this.#call("GET", "/settlement", { query: { commandId, timeoutMs } }), signal);
-    return (await answerOf(answer)) ?? null;
+    return (await answerOf(answer)) ?? undefined;
   }
 
   async latestPending() {

@@ -168,6 +168,9 @@ test("requests: URL, method, headers and closed-schema bodies; undefined options
   await s.withdraw("r9");
   await s.cancel("cmd_1");
   await s.cancel("cmd_1", { onlyIfPending: true });
+  // The seed's form: the target as one object, the options carrying the signal.
+  await s.cancel({ commandId: "cmd_2", onlyIfPending: true }, { signal: new AbortController().signal });
+  await s.cancel({ commandId: "cmd_3" });
   await s.abort();
   await s.read();
   await s.read({ before: "17", limit: 5 });
@@ -192,6 +195,8 @@ test("requests: URL, method, headers and closed-schema bodies; undefined options
     ["POST", `${session}/withdraw`, { requestId: "r9" }],
     ["POST", `${session}/commands`, { type: "cancel", commandId: "cmd_1" }],
     ["POST", `${session}/commands`, { type: "cancel", commandId: "cmd_1", onlyIfPending: true }],
+    ["POST", `${session}/commands`, { type: "cancel", commandId: "cmd_2", onlyIfPending: true }],
+    ["POST", `${session}/commands`, { type: "cancel", commandId: "cmd_3" }],
     ["POST", `${session}/commands`, { type: "abort" }],
     ["GET", session, undefined],
     ["GET", `${session}?before=17&limit=5`, undefined],
