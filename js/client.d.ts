@@ -291,7 +291,7 @@ export interface ShiitakeWatch extends AsyncIterator<WatchEvent, undefined> {
 }
 
 export interface PromptOptions extends CallOptions {
-  /** Defaults to `crypto.randomUUID()`. Reuse it to retry an uncertain send. */
+  /** Defaults to `crypto.randomUUID()`. Keep it: when no answer came (`isUncertain`), `withdraw(requestId)` tells whether it was admitted. */
   requestId?: string;
   images?: ImageInput[];
   delivery?: Delivery;
@@ -455,6 +455,16 @@ export class ShiitakeError extends Error {
   readonly code: ShiitakeErrorCode | (string & {});
   readonly kind: ShiitakeErrorKind;
 }
+
+/**
+ * Whether a failed send (`prompt`, `operator`) may still have been admitted:
+ * true when no answer came (a dropped connection, an abort), for a 5xx and
+ * for an answer the client could not use; false for a refusal the service
+ * answered (4xx), which admitted nothing. When true, keep the requestId and
+ * text and learn the outcome with `withdraw(requestId)` before sending the
+ * text again (under a new requestId, after `unknown`).
+ */
+export function isUncertain(error: unknown): boolean;
 
 /** Largest watch event (the bytes of its lines) a watch accepts: 8 MiB. */
 export const WATCH_EVENT_BYTES_MAX: number;
