@@ -228,7 +228,7 @@ export type Frame =
   | { type: "started"; commandId: string; attempt: number }
   | { type: "delta"; commandId: string; text: string }
   | { type: "settled"; settlement: CommandSettlement }
-  /** Once at a turn's start: a tool the host configured cannot be offered (e.g. `execute` without `LOADER`, an unavailable MCP server). */
+  /** Once at a turn's start: a tool the host configured cannot be offered (e.g. `execute` without `LOADER`, an unavailable MCP server, a tool left out). */
   | { type: "diagnostic"; commandId: string; diagnostic: string }
   | ExtensionFrame
   | AttentionFrame;

@@ -353,14 +353,21 @@ export interface ShiitakeTools {
    * MCP servers (at most 16), each the module `mcp.<name>`. Header values are credentials: kept in memory only.
    * `direct: true` offers every tool of the server as a direct tool of its own (named by its tool name,
    * beside `execute` or without it: on Node, or a Worker without a `LOADER` binding), still granted as
-   * `mcp.<name>`. A tool name another direct tool has (or `execute`) makes the server unavailable.
+   * `mcp.<name>`, in listing order while one model request carries them (64 tools in all, `execute`
+   * and the host's own direct operations first; names of at most 64 bytes, not `execute` or taken):
+   * each other tool is no direct tool (`execute` reaches it) and is reported to `onUnavailable`.
+   * A server is listed again after it sends `notifications/tools/list_changed` on a response or
+   * its session is renewed, and every `mcpRetryMs` when it declares `tools.listChanged`.
    */
   mcpServers?: { name: string; url: string; headers?: Record<string, string>; direct?: boolean }[];
   /** Carries every MCP request (default: the global fetch). Called with `redirect: "manual"`. */
   fetch?: (url: string, init: RequestInit) => Promise<Response>;
   /** Bound on connecting and listing each MCP server, at most and by default 10000 ms. */
   mcpTimeoutMs?: number;
-  /** How long before an unavailable MCP server is tried again (at a turn's start): 1000 to 3600000, default 60000 ms. */
+  /**
+   * How long before an unavailable MCP server is tried again (at a turn's start), and a server
+   * declaring `tools.listChanged` listed again: 1000 to 3600000, default 60000 ms.
+   */
   mcpRetryMs?: number;
   /**
    * The `files` module over one port (`sqliteWorkspace()`, `r2Files(bucket)`
@@ -400,8 +407,15 @@ export interface ShiitakeTools {
    * `ShiitakeDO#closeUi`.
    */
   ui?: { id: string; hasSession?(sessionId: string, options: { signal: AbortSignal }): boolean | Promise<boolean> };
-  /** Told about each MCP server or Computer dropped (the reason never holds a credential); a Computer's report has its `id`. */
-  onUnavailable?(report: { id?: string; name: string; reason: string }): void;
+  /**
+   * Told about each MCP server or Computer dropped (the reason never holds a credential); a Computer's
+   * report has its `id`. A report with `tool` names one tool left out while the rest is offered: of
+   * MCP server `name` (a tool its listing could not offer, or that cannot be a direct tool), or an
+   * operation of the host's module `name` marked `direct` that one model request cannot carry
+   * (at most 8 reports per server, the last counting the rest). Said once, and again at each turn's
+   * start as a `diagnostic` frame.
+   */
+  onUnavailable?(report: { id?: string; name: string; tool?: string; reason: string }): void;
 }
 
 /** One Computer of the host's list. */
@@ -440,7 +454,12 @@ export interface ToolOperation {
   confirm?: boolean;
   /** Safe to run again after a crash left its outcome unknown. Default false. */
   replaySafe?: boolean;
-  /** Also offer it to the model as its own tool, named by its guest name. Default false. */
+  /**
+   * Also offer it to the model as its own tool, named by its guest name. Default false. Taken in
+   * order while one model request carries them (64 tools, `execute` among them; names of at most
+   * 64 bytes, not `execute` or taken); each other one stays behind `execute` and is reported to
+   * `onUnavailable`.
+   */
   direct?: boolean;
   /** Runs the operation; `this` is the Durable Object. Returns JSON (at most 256 KiB, 64 levels). */
   run(args: Record<string, unknown>, ctx: ToolContext): unknown | Promise<unknown>;

@@ -128,6 +128,14 @@ pub const MCP_RETRY_MS: u64 = 60_000;
 pub const MCP_RETRY_MS_MAX: u64 = 3_600_000;
 /// An `Mcp-Session-Id` a server assigns (visible ASCII).
 pub const MCP_SESSION_ID_BYTES_MAX: usize = 256;
+/// A connected MCP server is listed again at most once this often after it
+/// told of a change (`notifications/tools/list_changed`) or its session was
+/// renewed: a server notifying on every response costs one listing a
+/// second, not one a turn.
+pub const MCP_RELIST_GAP_MS: i64 = 1_000;
+/// Tools of one MCP server (or of the host's own) reported one by one when
+/// left out; past it the last report counts the rest.
+pub const TOOL_REPORTS_MAX: usize = 8;
 
 // The `execute` door and tool calls (`src/capability/door.rs`, `src/host/tools.rs`).
 /// Bytes of the `execute` tool's description (the operation list is cut).

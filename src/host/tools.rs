@@ -178,11 +178,7 @@ fn decoded(raw: &str, spec: &Spec, fleet: Option<crate::fleet::Offer>) -> Result
         ui.check().map_err(|e| format!("tools(): {e}"))?;
         modules.push(ui.module().map_err(|e| format!("tools().ui: {e}"))?);
     }
-    let tools = OwnTools {
-        modules,
-        direct,
-        execute,
-    };
+    let tools = OwnTools::new(modules, &direct, execute).map_err(|e| format!("tools(): {e}"))?;
     let toolset = tools.toolset().map_err(|e| format!("tools(): {e}"))?;
     let decoded = Decoded {
         tools: Rc::new(tools),
@@ -245,6 +241,14 @@ impl HostTools {
             .unwrap_or(MCP_RETRY_MS)
             .clamp(MCP_RETRY_MS_MIN, MCP_RETRY_MS_MAX);
         let ports = own.ports;
+        // Told once an instance: the direct operations one model request
+        // cannot carry (each turn's start says them again).
+        for report in &own.tools.dropped {
+            bindings::log_warn(report);
+            if let Ok(json) = serde_json::to_string(report) {
+                js.on_unavailable(&json);
+            }
+        }
         let ui = spec.ui.map(|config| Rc::new(HostUi::new(config)));
         let hub = Hub::shared(own.tools, own.toolset, servers, retry_ms);
         let access = match spec.access {
@@ -379,7 +383,7 @@ impl Inner {
         };
         Ok(Offer {
             toolset: Some(toolset),
-            unavailable: hub.unavailable().to_vec(),
+            unavailable: hub.unavailable(),
         })
     }
 

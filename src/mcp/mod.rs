@@ -22,6 +22,15 @@
 //!
 //! `list_tools()` lists again once ready. A 404 while a session id is held
 //! ends the session ([`McpError::SessionExpired`]); `start()` begins anew.
+//! A 404 to a request sent in an earlier session says so without ending the
+//! current one (concurrent calls may all meet the old session's end).
+//!
+//! [`McpConnection::tools_version`] counts what may have changed the
+//! server's tools since: each `notifications/tools/list_changed` seen on a
+//! response (a server may send it on any POST's event stream; this client
+//! holds no GET stream, where servers send the rest) and each new session.
+//! A listing carries the count it began at ([`McpTools::tools_version`]): a
+//! higher count later means the listing may be stale.
 //!
 //! Tools become a [`ModuleSpec`] `mcp.<name>` (see [`McpTools`]). A tool the
 //! capability model refuses (a name mapping to a reserved word, two names
@@ -161,6 +170,12 @@ pub struct ServerInfo {
 #[derive(Debug, Clone, PartialEq)]
 pub struct McpTools {
     pub server: ServerInfo,
+    /// The connection's [`McpConnection::tools_version`] when the listing
+    /// began.
+    pub tools_version: u64,
+    /// The server declared `tools.listChanged`: its tools may change while
+    /// connected.
+    pub list_changed: bool,
     /// Module `mcp.<name>`, one operation per accepted tool, in the order
     /// listed; `Module::from_spec` accepts it.
     pub module: ModuleSpec,
@@ -213,7 +228,16 @@ pub struct McpConnection {
     next_id: u64,
     version: Option<&'static str>,
     session_id: Option<String>,
+    /// The id of the current session's `initialize`: a response to an
+    /// earlier request is from an earlier session.
+    session_from: u64,
     server: ServerInfo,
+    /// See [`McpConnection::tools_version`].
+    tools_version: u64,
+    /// `tools_version` when the last listing began.
+    listing_version: u64,
+    /// The server declared `tools.listChanged`.
+    list_changed: bool,
 }
 
 impl fmt::Debug for McpConnection {
@@ -281,7 +305,11 @@ impl McpConnection {
             next_id: 1,
             version: None,
             session_id: None,
+            session_from: 0,
             server: ServerInfo::default(),
+            tools_version: 0,
+            listing_version: 0,
+            list_changed: false,
         })
     }
 
@@ -295,11 +323,25 @@ impl McpConnection {
         self.session_id.is_some()
     }
 
+    /// Whether the connection is initialized: tools may be called and
+    /// listed.
+    pub fn is_ready(&self) -> bool {
+        self.version.is_some() && matches!(self.state, State::Ready | State::Listing(_))
+    }
+
+    /// How many times the server's tools may have changed: each
+    /// `notifications/tools/list_changed` seen on a response, and each
+    /// session initialized.
+    pub fn tools_version(&self) -> u64 {
+        self.tools_version
+    }
+
     /// The `initialize` request; (re)starts the connection from scratch.
     pub fn start(&mut self) -> Outbound {
         self.version = None;
         self.session_id = None;
         let id = self.take_id();
+        self.session_from = id;
         self.state = State::Initializing { id };
         self.post(json!({
             "jsonrpc": "2.0",
@@ -322,6 +364,7 @@ impl McpConnection {
             ));
         }
         let builder = ToolsBuilder::new(self.module_id.clone());
+        self.listing_version = self.tools_version;
         Ok(self.list_page(None, 0, 0, builder))
     }
 
@@ -356,6 +399,7 @@ impl McpConnection {
             State::Notifying { tools } => {
                 self.exchange(None, &response)?;
                 let builder = ToolsBuilder::new(self.module_id.clone());
+                self.listing_version = self.tools_version;
                 if tools {
                     Ok(Step::Send(self.list_page(None, 0, 0, builder)))
                 } else {
@@ -421,6 +465,8 @@ impl McpConnection {
             .map_err(|e| protocol(format!("tools do not form a module: {e}")))?;
         Ok(Step::Ready(McpTools {
             server: self.server.clone(),
+            tools_version: self.listing_version,
+            list_changed: self.list_changed,
             module,
             dropped,
         }))
@@ -477,10 +523,17 @@ impl McpConnection {
             name: text("name"),
             version: text("version"),
         };
-        Ok(result
+        // A new session: the tools listed in another may have changed.
+        self.tools_version += 1;
+        let tools = result
             .get("capabilities")
             .and_then(|c| c.get("tools"))
-            .is_some_and(|t| !t.is_null()))
+            .filter(|t| !t.is_null());
+        self.list_changed = tools
+            .and_then(|t| t.get("listChanged"))
+            .and_then(Value::as_bool)
+            == Some(true);
+        Ok(tools.is_some())
     }
 
     /// A `tools/call` request for the tool's source name (as listed).
@@ -587,6 +640,10 @@ impl McpConnection {
                 "response exceeds {MCP_RESPONSE_BYTES_MAX} bytes"
             )));
         }
+        if status == 404 && id.is_some_and(|id| id < self.session_from) {
+            // The end of an earlier session, already replaced.
+            return Err(McpError::SessionExpired);
+        }
         if status == 404 && self.session_id.is_some() {
             self.session_id = None;
             self.version = None;
@@ -599,10 +656,15 @@ impl McpConnection {
                 detail: wire::error_detail(response.body),
             });
         }
-        match id {
-            None => Ok(Value::Null),
-            Some(id) => wire::result_of(id, response),
+        let Some(id) = id else {
+            return Ok(Value::Null);
+        };
+        let mut tools_changed = false;
+        let result = wire::result_of(id, response, &mut tools_changed);
+        if tools_changed {
+            self.tools_version += 1;
         }
+        result
     }
 
     /// Redacts every extra header value (whole, and any long fragment of

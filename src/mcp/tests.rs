@@ -634,3 +634,105 @@ fn server_without_tools_capability() {
     };
     assert!(tools.module.operations.is_empty());
 }
+
+/// A handshake on a started connection (`init` its `initialize`) with the
+/// tools listed at once.
+fn renew(c: &mut McpConnection, init: Outbound, tools: Vec<Value>) -> McpTools {
+    let mut result = init_result("2025-06-18");
+    result["id"] = body(&init)["id"].clone();
+    let headers = vec![("mcp-session-id".to_string(), "second-session".to_string())];
+    let stream = sse(&[result]);
+    send(
+        c.on_response(resp(200, "text/event-stream", &headers, &stream))
+            .unwrap(),
+    );
+    let list = send(c.on_response(resp(202, "", &[], "")).unwrap());
+    let page = json!({"result": {"tools": tools}, "jsonrpc": "2.0", "id": body(&list)["id"]});
+    match c
+        .on_response(resp(200, "application/json", &[], &page.to_string()))
+        .unwrap()
+    {
+        Step::Ready(t) => t,
+        Step::Send(r) => panic!("unexpected {r:?}"),
+    }
+}
+
+#[test]
+fn the_tools_version_counts_list_changed_notifications_and_new_sessions() {
+    let mut c = conn();
+    let listed = ready(&mut c, vec![tool("get", Some(true))]);
+    assert!(listed.list_changed, "the server declared tools.listChanged");
+    assert_eq!((listed.tools_version, c.tools_version()), (1, 1));
+    let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+    let other = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {}});
+    let answer = |id: u64| json!({"jsonrpc": "2.0", "id": id, "result": {"content": []}});
+    // On a call's event stream, before its response.
+    let id = c.call_tool("get", &json!({})).unwrap().id;
+    let stream = sse(&[other.clone(), changed.clone(), answer(id)]);
+    c.tool_result(id, resp(200, "text/event-stream", &[], &stream))
+        .unwrap();
+    assert_eq!(c.tools_version(), 2);
+    // In a JSON batch.
+    let id = c.call_tool("get", &json!({})).unwrap().id;
+    let batch = json!([changed, answer(id)]).to_string();
+    c.tool_result(id, resp(200, "application/json", &[], &batch))
+        .unwrap();
+    assert_eq!(c.tools_version(), 3);
+    // Other notifications, and a request by that name, are no change.
+    let id = c.call_tool("get", &json!({})).unwrap().id;
+    let request =
+        json!({"jsonrpc": "2.0", "id": "s1", "method": "notifications/tools/list_changed"});
+    let stream = sse(&[other, request, answer(id)]);
+    c.tool_result(id, resp(200, "text/event-stream", &[], &stream))
+        .unwrap();
+    assert_eq!(c.tools_version(), 3);
+    // A listing carries the version it began at.
+    let list = c.list_tools().unwrap();
+    let page = json!({"result": {"tools": [tool("get", Some(true)), tool("gained", None)]},
+        "jsonrpc": "2.0", "id": body(&list)["id"]});
+    let Step::Ready(relisted) = c
+        .on_response(resp(200, "application/json", &[], &page.to_string()))
+        .unwrap()
+    else {
+        panic!("not ready")
+    };
+    assert_eq!(relisted.tools_version, 3);
+    assert_eq!(relisted.module.operations.len(), 2);
+    // A new session counts as a change: what it offers may differ.
+    let id = c.call_tool("get", &json!({})).unwrap().id;
+    assert_eq!(
+        c.tool_result(id, resp(404, "", &[], "")),
+        Err(McpError::SessionExpired)
+    );
+    let init = c.start();
+    let renewed = renew(&mut c, init, vec![tool("get", Some(true))]);
+    assert_eq!((renewed.tools_version, c.tools_version()), (4, 4));
+}
+
+#[test]
+fn a_404_to_a_request_of_an_earlier_session_leaves_the_current_one() {
+    let mut c = conn();
+    ready(&mut c, vec![tool("get", Some(true))]);
+    // Two calls in flight when the server forgets the session.
+    let first = c.call_tool("get", &json!({})).unwrap().id;
+    let second = c.call_tool("get", &json!({})).unwrap().id;
+    assert_eq!(
+        c.tool_result(first, resp(404, "", &[], "")),
+        Err(McpError::SessionExpired)
+    );
+    assert!(!c.is_ready());
+    let init = c.start();
+    renew(&mut c, init, vec![tool("get", Some(true))]);
+    assert!(c.is_ready());
+    // The second call's 404 is the old session's: the new one stays.
+    assert_eq!(
+        c.tool_result(second, resp(404, "", &[], "")),
+        Err(McpError::SessionExpired)
+    );
+    assert!(c.is_ready() && c.has_session());
+    let retry = c.call_tool("get", &json!({})).unwrap();
+    assert_eq!(
+        header(&retry.request, "Mcp-Session-Id"),
+        Some("second-session")
+    );
+}

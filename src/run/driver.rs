@@ -80,7 +80,8 @@ impl TurnPolicy {
 pub struct Offer {
     /// `None`: the host offers no tools.
     pub toolset: Option<Rc<Toolset>>,
-    /// MCP servers that could not be offered, said at the turn's start.
+    /// What the host configured and cannot offer (MCP servers, tools left
+    /// out), said at the turn's start.
     pub unavailable: Vec<Unavailable>,
 }
 
@@ -329,10 +330,7 @@ impl Turn {
                 self.diagnose(why);
             }
             for report in &offer.unavailable {
-                self.diagnose(format!(
-                    "MCP server `{}` is unavailable: {}",
-                    report.name, report.reason
-                ));
+                self.diagnose(report.to_string());
             }
         }
         self.offer = offer;
