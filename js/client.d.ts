@@ -424,6 +424,7 @@ export type ShiitakeErrorCode =
   | "response_too_large"
   | "event_too_large"
   | "runtime_closed"
+  | "runtime_restarted"
   | "extension_not_found"
   | "extension_command_not_found"
   | "extension_stopped"

@@ -23,8 +23,10 @@ import { DurableObject } from "cloudflare:workers";
  * A Rust panic restarts the wasm instance (shared by every object of the
  * isolate); each object rebuilds its core from SQLite. Only the Session whose
  * code trapped counts a new attempt; reads and watches are served again, a
- * write in flight is answered 500 `internal_error` (retry it). A panic in
- * the object's own `alarm()` is rethrown so the runtime retries the alarm.
+ * write in flight is answered 503 `runtime_restarted` with `Retry-After`
+ * (send it again with the same requestId), and so is a read after 3 resets
+ * that may be its own doing. A panic in the object's own `alarm()` is
+ * rethrown so the runtime retries the alarm.
  */
 export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   /**

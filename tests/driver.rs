@@ -256,7 +256,8 @@ impl Sim {
         for (_, frame) in effects.frames {
             self.world.events.push(Event::Frame(frame));
         }
-        self.fresh.extend(effects.fresh_turns);
+        self.fresh
+            .extend(effects.fresh_turns.into_iter().map(|(head, _)| head));
         let json = response
             .body
             .as_deref()

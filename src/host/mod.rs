@@ -51,7 +51,7 @@ use config::HostConfig;
 use futures::channel::oneshot;
 use runner::Stopper;
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 use wasm_bindgen::prelude::*;
 use watch::Observers;
@@ -99,11 +99,13 @@ struct Inner {
     store_created: Cell<bool>,
     /// Turns this instance is executing, by head command.
     live: RefCell<HashMap<String, Stopper>>,
-    /// Turns to start at the attempt they hold: claimed by an admission here
-    /// and not started yet, or interrupted by a wasm reset that other code
-    /// caused (handed over by the shim, `blame.rs`). Lost on a reset
-    /// otherwise: then the attempt counts again.
-    fresh: RefCell<HashSet<String>>,
+    /// Turns to start at the attempt they hold, head -> Session: claimed by
+    /// an admission here and not started yet, or interrupted by a wasm reset
+    /// that other code caused (handed over by the shim, `blame.rs`). Held
+    /// for the trap report like live turns, so a reset that other code
+    /// causes before they start spares them too; any other loss (a crash,
+    /// an eviction) counts the attempt again.
+    fresh: RefCell<HashMap<String, String>>,
     observers: Observers,
     loop_running: Cell<bool>,
     loop_wake: RefCell<Option<oneshot::Sender<()>>>,
@@ -117,7 +119,7 @@ struct Inner {
 impl ShiitakeCore {
     /// `ctx` is the DurableObjectState; `env` the Worker's bindings;
     /// `tools` the shim's tool host (`js/do.mjs`), or undefined; `spared`
-    /// the heads (JSON array) of this object's turns that a wasm reset
+    /// this object's turns (JSON `[[head, session], ...]`) that a wasm reset
     /// caused by other code interrupted: they resume at their current
     /// attempt (`blame.rs`); `jobs` the shim's host work lane, or
     /// undefined (`jobs.rs`); `fleet` the shim's fleet transport, or
@@ -146,7 +148,7 @@ impl ShiitakeCore {
             .map(|id| String::from(js_sys::Object::from(id).to_string()))
             .unwrap_or_default()
             .into();
-        let spared: HashSet<String> = spared
+        let spared: Vec<(String, String)> = spared
             .and_then(|json| serde_json::from_str(&json).ok())
             .unwrap_or_default();
         let fleet = fleet::HostFleet::new(fleet);
@@ -196,13 +198,14 @@ impl ShiitakeCore {
             schema_checked: Cell::new(false),
             store_created: Cell::new(false),
             live: RefCell::default(),
-            fresh: RefCell::new(spared),
+            fresh: RefCell::default(),
             observers: Observers::new(heartbeat_ms),
             loop_running: Cell::new(false),
             loop_wake: RefCell::default(),
             wake_requested: Cell::new(false),
             alarm_at: Cell::new(None),
         });
+        inner.hold_fresh(spared);
         // A restart (eviction, deploy, panic reset) requests reconciliation
         // of whatever durable work is due, without waiting for a request.
         let starting = Rc::clone(&inner);
