@@ -1371,20 +1371,39 @@ function toolHost(object, fleet = false) {
         console.error("shiitake: onUnavailable threw", error);
       }
     },
-    async invoke(moduleId, name, args, invocation, signal) {
+    async invoke(moduleId, name, args, invocation, signal, progress) {
       let data;
+      const images = [];
+      let ended = false;
       const ctx = {
         ...JSON.parse(invocation),
         signal,
         display(value) {
           data = value;
         },
+        // Live counters for the watch (`tool` frames): the core bounds
+        // and paces them. A report after the call ended is dropped.
+        progress(value) {
+          if (ended || signal.aborted) return;
+          const json = JSON.stringify(value);
+          const refused = json === undefined ? "progress: the data is not JSON" : progress(json);
+          if (refused !== undefined) throw new TypeError(refused);
+        },
+        image(image) {
+          images.push(image);
+        },
       };
       try {
         const result = await runs.get(`${moduleId}\u0000${name}`).call(object, JSON.parse(args), ctx);
-        return JSON.stringify(data === undefined ? { result: result ?? null } : { result: result ?? null, data });
+        return JSON.stringify({
+          result: result ?? null,
+          ...(data === undefined ? {} : { data }),
+          ...(images.length === 0 ? {} : { images }),
+        });
       } catch (error) {
         return JSON.stringify({ error: String(error?.message ?? error) });
+      } finally {
+        ended = true;
       }
     },
     computersList() {

@@ -175,7 +175,9 @@ extern "C" {
     #[wasm_bindgen(method)]
     pub fn spec(this: &JsTools) -> String;
 
-    /// Runs one operation: resolves to JSON `{result, data?}` or `{error}`.
+    /// Runs one operation: resolves to JSON `{result, data?, images?}` or
+    /// `{error}`. `progress` is the operation's `ctx.progress`: it takes the
+    /// report as JSON and answers why it was refused, or undefined.
     #[wasm_bindgen(method)]
     pub fn invoke(
         this: &JsTools,
@@ -184,6 +186,7 @@ extern "C" {
         args: &str,
         invocation: &str,
         signal: &web_sys::AbortSignal,
+        progress: &js_sys::Function,
     ) -> Promise;
 
     /// The host's confirm hook: resolves to a boolean.
