@@ -1355,13 +1355,16 @@ function toolHost(object, fleet = false) {
   return {
     spec: () => spec,
     mcpServers: () => JSON.stringify(config.mcpServers ?? []),
-    async mcpFetch(method, url, headers, body, signal) {
+    // `onChunk` sees an event stream as it arrives (a tool call's progress).
+    async mcpFetch(method, url, headers, body, signal, onChunk) {
       const response = await mcpFetch(url, { method, headers, body, redirect: "manual", signal });
+      const contentType = response.headers.get("content-type");
+      const stream = onChunk !== undefined && /^text\/event-stream/i.test(contentType ?? "");
       return {
         status: response.status,
-        contentType: response.headers.get("content-type"),
+        contentType,
         headers: [...response.headers],
-        body: await readBounded(response, MCP_RESPONSE_BYTES_MAX + 1),
+        body: await readBounded(response, MCP_RESPONSE_BYTES_MAX + 1, stream ? onChunk : undefined),
       };
     },
     onUnavailable(report) {

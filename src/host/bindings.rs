@@ -200,6 +200,8 @@ extern "C" {
 
     /// One MCP HTTP request through the host's fetch, redirects not
     /// followed: resolves to `{status, contentType, headers, body}`.
+    /// `onChunk` (optional) gets each chunk of an event-stream body as it
+    /// arrives.
     #[wasm_bindgen(method, js_name = mcpFetch)]
     pub fn mcp_fetch(
         this: &JsTools,
@@ -208,6 +210,7 @@ extern "C" {
         headers: &js_sys::Array,
         body: &str,
         signal: Option<&web_sys::AbortSignal>,
+        on_chunk: Option<&js_sys::Function>,
     ) -> Promise;
 
     /// One call of a host Files port (`read`, `stat`, `list`, `write`,

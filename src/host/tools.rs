@@ -578,12 +578,17 @@ impl Inner {
             .flatten();
         if let Some(server) = server {
             let signal = controller.signal();
-            let called = server.call(&tools.js, &op.operation, &op.args, &signal);
-            let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
-                .await
-                .ok_or_else(timed_out)?
-                .map_err(Failure::Refused)?;
-            return Ok(result.into());
+            let called = server.call(&tools.js, &op.operation, &op.args, &signal, report);
+            let (result, images) =
+                bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
+                    .await
+                    .ok_or_else(timed_out)?
+                    .map_err(Failure::Refused)?;
+            return Ok(OperationResult {
+                result,
+                data: None,
+                images,
+            });
         }
         if op.module_id == crate::fleet::MODULE_ID && self.fleet().is_some() {
             let called = self.fleet_operation(op, controller);

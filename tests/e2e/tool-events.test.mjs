@@ -5,13 +5,25 @@
 // an operation called inside `execute` (reported on the execute call). A
 // tool's images reach the model as image content in its next request, in
 // both wire formats (the scripted model server checks each as the provider
-// would), and are kept in the `tool` message. Fixture:
+// would), and are kept in the `tool` message. An MCP server built with the
+// official SDK (tests/support/mcp-server.mjs, `live`) does both too: its
+// `notifications/progress` on a call's token become progress frames as its
+// response stream arrives, its image content images. Fixture:
 // tests/e2e/fixtures/tool-events-worker.mjs.
 import assert from "node:assert/strict";
-import { test } from "node:test";
+import { after, before, test } from "node:test";
+import { startMcpServer } from "../support/mcp-server.mjs";
 import { PNG_1X1, execute, kind, uniq, useWorker } from "./helpers.mjs";
 
-const openai = useWorker({ fixture: "tool-events-worker", model: "echo" });
+let mcp;
+// Filled before the Worker below starts (hooks run in order).
+const bindings = {};
+before(async () => {
+  mcp = await startMcpServer({ mode: "sse", live: true });
+  bindings.MCP_SERVERS_JSON = JSON.stringify([{ name: "live", url: mcp.url, direct: true }]);
+});
+after(() => mcp?.close());
+const openai = useWorker({ fixture: "tool-events-worker", model: "echo", bindings });
 const anthropic = useWorker({ fixture: "tool-events-worker", model: { provider: "anthropic", fallback: "echo" } });
 
 const T = { timeout: 30_000 };
@@ -140,4 +152,21 @@ test("more than 4 images make an error result; an execute run carries its calls'
   const last = t.requests.at(-1).body.messages.at(-1);
   assert.equal(last.role, "user");
   assert.equal(last.content.filter((p) => p.type === "image_url").length, 4);
+});
+
+test("an MCP server's progress notifications are progress frames as they arrive, and its image content reaches the model", T, async () => {
+  const t = await watched(openai, "mcp", call("count_slowly", { steps: 4, everyMs: 150 }, "mcp_count"), call("picture", { count: 1 }, "mcp_snap"), { text: "ok" });
+  assert.equal(t.settlement.terminal, "completed");
+  const progress = assertLifecycle(t.frames, { commandId: t.commandId, id: "mcp_count", name: "count_slowly" });
+  // Reported 150 ms apart and read as the stream arrives, so (nearly) each
+  // is its own frame; read only at the end, the first and the last would be.
+  assert.ok(progress.length >= 3, JSON.stringify(progress));
+  assert.deepEqual(progress.at(-1), { progress: 4, total: 4 });
+  assert.deepEqual(progress.map((p) => p.total), progress.map(() => 4));
+  const [, snap] = t.messages.filter((m) => m.role === "tool");
+  // The model sees the image itself; the result's block loses its data.
+  assert.deepEqual(snap.images, [{ mediaType: "image/png", data: PNG_1X1 }]);
+  assert.deepEqual(JSON.parse(snap.text), { isError: false, content: [{ type: "text", text: "1 picture(s)" }, { type: "image", mimeType: "image/png" }] });
+  const url = { type: "image_url", image_url: { url: `data:image/png;base64,${PNG_1X1}` } };
+  assert.deepEqual(t.requests.at(-1).body.messages.at(-1), { role: "user", content: [{ type: "text", text: "The images tool call mcp_snap returned:" }, url] });
 });
