@@ -232,9 +232,11 @@ class SessionView {
     } else if (f.phase === "ended") {
       this.#toolsRunning.delete(f.toolCallId);
     } else {
-      const shown = this.#toolsRunning.get(f.toolCallId);
+      // A call that started before this client joined shows from its progress.
+      const shown = this.#toolsRunning.get(f.toolCallId) ?? { commandId: f.commandId, at: 0 };
+      this.#toolsRunning.set(f.toolCallId, shown);
       const now = Date.now();
-      if (shown === undefined || now - shown.at < PROGRESS_LINE_MS) return;
+      if (now - shown.at < PROGRESS_LINE_MS) return;
       shown.at = now;
       this.out.line(`[tool progress] ${f.name} ${counters(f.result.data)}`);
     }

@@ -470,7 +470,8 @@ export interface ToolContext {
    * next request (an `image_url` part of a user message after the results
    * on Chat Completions, an image block of the `tool_result` on
    * Anthropic), and the `tool` message keeps it in `images`. At most 4 per
-   * result and 1 MiB of base64 in all, else the result is an error. Put
+   * result and 1,048,576 bytes of base64 in all, else the result is an
+   * error. Put
    * its display metadata (a caption, a size) in `display`. Inside
    * `execute`, the run's result carries the images its calls returned.
    */
