@@ -50,6 +50,8 @@ const HISTORY_LINES_MAX = 500;
 const QUIT_WINDOW_MS = 2000;
 /** Characters of a one-line summary (tool arguments, display data). */
 const SUMMARY_CHARS_MAX = 100;
+/** A running tool's counters are printed at most once per this many milliseconds. */
+const PROGRESS_LINE_MS = 1000;
 /** Messages of a Session shown when the client joins it. */
 const RECENT_MESSAGES_SHOWN = 6;
 /** Settlements a Session view remembers. */
@@ -78,6 +80,12 @@ function explain(error, where) {
 function summary(value) {
   const s = (typeof value === "string" ? value : JSON.stringify(value) ?? "").replace(/\s+/g, " ").trim();
   return s.length > SUMMARY_CHARS_MAX ? `${s.slice(0, SUMMARY_CHARS_MAX - 1)}…` : s;
+}
+
+/** Progress data in one line: an object's fields as `name value`, anything else as JSON. */
+function counters(data) {
+  if (data === null || typeof data !== "object" || Array.isArray(data)) return summary(data);
+  return summary(Object.entries(data).map(([name, value]) => `${name} ${typeof value === "string" ? value : JSON.stringify(value)}`).join(" · "));
 }
 
 /** A settlement in one line; `prompt` (its text, when known) names a cancelled one. */
@@ -282,11 +290,35 @@ class SessionView {
       this.#message(f.message, false);
     } else if (f.type === "diagnostic") {
       this.out.line(`[diagnostic] ${f.diagnostic}`);
+    } else if (f.type === "tool") {
+      this.#tool(f);
     } else if (f.type === "settled") {
       const s = f.settlement;
       if (this.running === s.commandId) this.running = null;
+      for (const [id, shown] of this.#toolsRunning) if (shown.commandId === s.commandId) this.#toolsRunning.delete(id);
       this.out.line(settlementLine(s, this.texts.get(s.commandId)));
       this.#settle(s);
+    }
+  }
+
+  /** Running tool calls by id: their turn, and when their counters were last printed. */
+  #toolsRunning = new Map();
+
+  /** A running tool: a line when it starts, then its counters at most once per PROGRESS_LINE_MS. */
+  #tool(f) {
+    if (f.phase === "started") {
+      this.#toolsRunning.set(f.toolCallId, { commandId: f.commandId, at: 0 });
+      this.out.line(`[tool running] ${f.name}`);
+    } else if (f.phase === "ended") {
+      this.#toolsRunning.delete(f.toolCallId);
+    } else {
+      // A call that started before this client joined shows from its progress.
+      const shown = this.#toolsRunning.get(f.toolCallId) ?? { commandId: f.commandId, at: 0 };
+      this.#toolsRunning.set(f.toolCallId, shown);
+      const now = Date.now();
+      if (now - shown.at < PROGRESS_LINE_MS) return;
+      shown.at = now;
+      this.out.line(`[tool progress] ${f.name} ${counters(f.result.data)}`);
     }
   }
 

@@ -123,6 +123,7 @@ export interface SessionMessage {
   text: string;
   requestId?: string;
   commandId?: string;
+  /** A prompt's images, or on a `tool` message the images the tool returned to the model (at most 4). */
   images?: ImageInput[];
   meta?: JsonValue;
   /** On `assistant` messages. */
@@ -230,8 +231,32 @@ export type Frame =
   | { type: "settled"; settlement: CommandSettlement }
   /** Once at a turn's start: a tool the host configured cannot be offered (e.g. `execute` without `LOADER`, an unavailable MCP server, a tool left out). */
   | { type: "diagnostic"; commandId: string; diagnostic: string }
+  | ToolFrame
   | ExtensionFrame
   | AttentionFrame;
+
+/**
+ * A tool call the host runs, live (kept in memory only, like `delta`; the
+ * `tool` message is the durable record): `started` before it runs,
+ * `progress` with the tool's live counters in `result.data` (at most one
+ * per 100 ms per call, the newest kept in between), `ended` with `isError`
+ * once its outcome is recorded, just before its `tool` message. A call
+ * answered without running (refused arguments, a tool not offered) has
+ * none; one whose turn settles while it runs (cancel, a restart) has no
+ * `ended`: its `tool` message and the `settled` frame say how it ended.
+ */
+export interface ToolFrame {
+  type: "tool";
+  commandId: string;
+  toolCallId: string;
+  /** The tool the model called (`execute`, or a direct tool). */
+  name: string;
+  phase: "started" | "progress" | "ended";
+  /** On `progress`: the tool's report (at most 4096 bytes of JSON). */
+  result?: { data: JsonValue };
+  /** On `ended`. */
+  isError?: boolean;
+}
 
 /**
  * An extension's projection, published after the commit that changed it

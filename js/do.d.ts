@@ -477,6 +477,26 @@ export interface ToolContext {
   signal: AbortSignal;
   /** Sets the call's display payload (the `tool` message's `data`), never sent to the model. */
   display(data: unknown): void;
+  /**
+   * Reports live progress, e.g. output counters: watchers get a `tool`
+   * frame (phase `progress`) whose `result.data` is `data`, at most one per
+   * 100 ms per call (the newest report in between goes out when the
+   * interval ends). Never stored, never sent to the model. Throws a
+   * `TypeError` for data that is not JSON or over 4096 bytes of it.
+   * Inside `execute`, it reports on the `execute` call.
+   */
+  progress(data: unknown): void;
+  /**
+   * Adds an image to the result: the model sees it as image content in its
+   * next request (an `image_url` part of a user message after the results
+   * on Chat Completions, an image block of the `tool_result` on
+   * Anthropic), and the `tool` message keeps it in `images`. At most 4 per
+   * result and 1,048,576 bytes of base64 in all, else the result is an
+   * error. Put
+   * its display metadata (a caption, a size) in `display`. Inside
+   * `execute`, the run's result carries the images its calls returned.
+   */
+  image(image: ImageInput): void;
 }
 
 export interface ConfirmRequest {

@@ -1405,13 +1405,16 @@ function toolHost(object, fleet = false) {
   return {
     spec: () => spec,
     mcpServers: () => JSON.stringify(config.mcpServers ?? []),
-    async mcpFetch(method, url, headers, body, signal) {
+    // `onChunk` sees an event stream as it arrives (a tool call's progress).
+    async mcpFetch(method, url, headers, body, signal, onChunk) {
       const response = await mcpFetch(url, { method, headers, body, redirect: "manual", signal });
+      const contentType = response.headers.get("content-type");
+      const stream = onChunk !== undefined && /^text\/event-stream/i.test(contentType ?? "");
       return {
         status: response.status,
-        contentType: response.headers.get("content-type"),
+        contentType,
         headers: [...response.headers],
-        body: await readBounded(response, MCP_RESPONSE_BYTES_MAX + 1),
+        body: await readBounded(response, MCP_RESPONSE_BYTES_MAX + 1, stream ? onChunk : undefined),
       };
     },
     onUnavailable(report) {
@@ -1421,20 +1424,39 @@ function toolHost(object, fleet = false) {
         console.error("shiitake: onUnavailable threw", error);
       }
     },
-    async invoke(moduleId, name, args, invocation, signal) {
+    async invoke(moduleId, name, args, invocation, signal, progress) {
       let data;
+      const images = [];
+      let ended = false;
       const ctx = {
         ...JSON.parse(invocation),
         signal,
         display(value) {
           data = value;
         },
+        // Live counters for the watch (`tool` frames): the core bounds
+        // and paces them. A report after the call ended is dropped.
+        progress(value) {
+          if (ended || signal.aborted) return;
+          const json = JSON.stringify(value);
+          const refused = json === undefined ? "progress: the data is not JSON" : progress(json);
+          if (refused !== undefined) throw new TypeError(refused);
+        },
+        image(image) {
+          images.push(image);
+        },
       };
       try {
         const result = await runs.get(`${moduleId}\u0000${name}`).call(object, JSON.parse(args), ctx);
-        return JSON.stringify(data === undefined ? { result: result ?? null } : { result: result ?? null, data });
+        return JSON.stringify({
+          result: result ?? null,
+          ...(data === undefined ? {} : { data }),
+          ...(images.length === 0 ? {} : { images }),
+        });
       } catch (error) {
         return JSON.stringify({ error: String(error?.message ?? error) });
+      } finally {
+        ended = true;
       }
     },
     computersList() {

@@ -151,6 +151,18 @@ pub const GUEST_CALLS_PER_EXECUTION_MAX: usize = 1_024;
 /// While a tool runs, the alarm is kept armed this far ahead (seed: the
 /// five-second heartbeat), so a crash resumes the turn within about this.
 pub const TOOL_HEARTBEAT_MS: u64 = 5_000;
+/// A running call's progress frames (`tool` frames, phase `progress`): at
+/// most one per this many milliseconds per call; reports in between are
+/// coalesced, the newest published when the interval ends (or with the
+/// call's end).
+pub const TOOL_PROGRESS_INTERVAL_MS: i64 = 100;
+/// Bytes of one progress report's `data`, as JSON; a larger one is refused
+/// to the tool (`ctx.progress` throws).
+pub const TOOL_PROGRESS_BYTES_MAX: usize = 4_096;
+/// Images one tool result carries to the model, and bytes of their base64
+/// data in all; a result past either is an error result.
+pub const TOOL_RESULT_IMAGES_MAX: usize = 4;
+pub const TOOL_RESULT_IMAGE_BYTES_MAX: usize = 1_048_576;
 
 // The run loop and the model call (the wasm host enforces these).
 

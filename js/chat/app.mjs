@@ -241,6 +241,7 @@ function renderSnapshot(view, read) {
   view.messages.clear();
   view.newest = 0;
   $("messages").replaceChildren();
+  $("tools").replaceChildren();
   for (const message of read.messages) appendMessage(view, message);
   view.cursor = read.cursor;
   $("older").hidden = read.cursor === null;
@@ -261,6 +262,11 @@ function applyFrame(view, frame) {
       reconcile(view, [frame.message]);
       appendMessage(view, frame.message);
       if (frame.message.role === "assistant" && frame.message.commandId === view.live.commandId) showLive(view, null, "");
+      if (frame.message.role === "tool") endTools(`[data-call-id="${CSS.escape(frame.message.toolCallId ?? "")}"]`);
+      scrollToEnd();
+      break;
+    case "tool":
+      showTool(frame);
       scrollToEnd();
       break;
     case "delta":
@@ -272,6 +278,7 @@ function applyFrame(view, frame) {
       view.settlements.set(settlement.commandId, settlement);
       badge(view, settlement.commandId);
       if (view.live.commandId === settlement.commandId) showLive(view, null, "");
+      endTools(`[data-command-id="${CSS.escape(settlement.commandId)}"]`);
       refreshQueue(view);
       break;
     }
@@ -297,6 +304,34 @@ function showLive(view, commandId, text) {
   view.live = { commandId, text };
   $("live").hidden = commandId === null;
   $("live").textContent = text;
+}
+
+// A running tool call, from its `tool` frames (live only, like `delta`):
+// shown from `started` with its latest progress counters until `ended`,
+// its `tool` message, or its turn's settlement.
+function showTool(frame) {
+  let item = $("tools").querySelector(`li[data-call-id="${CSS.escape(frame.toolCallId)}"]`);
+  if (frame.phase === "ended") {
+    item?.remove();
+    return;
+  }
+  if (!item) {
+    item = el("li", { className: "message running-tool" }, el("span", { className: "who", textContent: `tool · ${frame.name} · running` }), el("div", { className: "counters" }));
+    item.dataset.callId = frame.toolCallId;
+    item.dataset.commandId = frame.commandId;
+    $("tools").append(item);
+  }
+  if (frame.phase === "progress") item.querySelector(".counters").textContent = counters(frame.result.data);
+}
+
+function endTools(selector) {
+  for (const item of $("tools").querySelectorAll(`li${selector}`)) item.remove();
+}
+
+/** Progress data in one line: an object's fields as `name value`, anything else as JSON. */
+function counters(data) {
+  if (data === null || typeof data !== "object" || Array.isArray(data)) return summary(data);
+  return clip(Object.entries(data).map(([name, value]) => `${name} ${typeof value === "string" ? value : JSON.stringify(value)}`).join(" · "));
 }
 
 // A queue read after each admission, start and settlement: the frames carry
@@ -386,7 +421,10 @@ function renderMessage(message) {
 }
 
 function summary(value) {
-  const text = JSON.stringify(value) ?? "";
+  return clip(JSON.stringify(value) ?? "");
+}
+
+function clip(text) {
   return text.length > SUMMARY_CHARS_MAX ? `${text.slice(0, SUMMARY_CHARS_MAX - 1)}…` : text;
 }
 

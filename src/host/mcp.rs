@@ -12,7 +12,10 @@ use super::bindings::{self, error_message, log_warn, JsTools};
 use super::tools::HostTools;
 use super::Inner;
 use crate::mcp::hub::Round;
-use crate::mcp::{McpConnection, McpError, McpResponse, McpTools, ServerConfig, Step};
+use crate::mcp::{
+    CallProgress, McpConnection, McpError, McpResponse, McpTools, ServerConfig, Step,
+};
+use crate::model::Image;
 use crate::outbound::Outbound;
 use futures::future::{join_all, LocalBoxFuture, Shared};
 use futures::lock::Mutex;
@@ -187,7 +190,7 @@ async fn steps(
     signal: Option<&web_sys::AbortSignal>,
 ) -> Result<McpTools, McpError> {
     loop {
-        let response = perform(js, &request, signal).await?;
+        let response = perform(js, &request, signal, None).await?;
         let step = connection.borrow_mut().on_response(response.view())?;
         match step {
             Step::Send(next) => request = next,
@@ -198,7 +201,9 @@ async fn steps(
 
 impl Server {
     /// Calls tool `name` (its source name) and answers its result: the
-    /// tool's `structuredContent`, or `{isError, content}`. A session the
+    /// tool's `structuredContent`, or `{isError, content}`, and the images
+    /// of its content. The progress the server reports while it runs goes
+    /// to `report` (the call's `progress(data)`, JSON). A session the
     /// server forgot is renewed once.
     pub async fn call(
         &self,
@@ -206,7 +211,8 @@ impl Server {
         name: &str,
         arguments: &Value,
         signal: &web_sys::AbortSignal,
-    ) -> Result<Value, String> {
+        report: &js_sys::Function,
+    ) -> Result<(Value, Vec<Image>), String> {
         for _ in 0..2 {
             self.ready(js, signal).await?;
             let call = self
@@ -214,9 +220,23 @@ impl Server {
                 .borrow_mut()
                 .call_tool(name, arguments)
                 .map_err(|e| e.to_string())?;
-            let response = perform(js, &call.request, Some(signal))
-                .await
-                .map_err(|e| e.to_string())?;
+            let mut progress = CallProgress::new(&call);
+            let report = report.clone();
+            let on_chunk =
+                Closure::<dyn FnMut(js_sys::Uint8Array)>::new(move |chunk: js_sys::Uint8Array| {
+                    for data in progress.push(&chunk.to_vec()) {
+                        // A report the gate refuses (too large) is dropped.
+                        let _ = report.call1(&JsValue::NULL, &JsValue::from_str(&data));
+                    }
+                });
+            let response = perform(
+                js,
+                &call.request,
+                Some(signal),
+                Some(on_chunk.as_ref().unchecked_ref()),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
             let result = self
                 .connection
                 .borrow_mut()
@@ -290,10 +310,12 @@ impl Response {
 }
 
 /// Performs one request through the host's fetch (`redirect: "manual"`).
+/// `on_chunk`: handed each chunk of an event-stream body as it arrives.
 async fn perform(
     js: &JsTools,
     request: &Outbound,
     signal: Option<&web_sys::AbortSignal>,
+    on_chunk: Option<&js_sys::Function>,
 ) -> Result<Response, McpError> {
     let headers = js_sys::Array::new();
     for (name, value) in &request.headers {
@@ -305,6 +327,7 @@ async fn perform(
         &headers,
         &request.body,
         signal,
+        on_chunk,
     );
     let answer = JsFuture::from(promise).await.map_err(|e| {
         // A network error names no header; the URL's query is left out.

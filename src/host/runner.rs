@@ -508,7 +508,7 @@ impl Inner {
                     )
                     .await
                 }
-                Action::RunTool(run) => self.run_tool(run, &stopper).await,
+                Action::RunTool(run) => self.run_tool(&session, *run, &stopper).await,
             };
             let input = if stopper.is_stopped() {
                 Input::Stopped

@@ -17,7 +17,7 @@ use super::files::HostPort;
 use super::files_grant::{self, RunFiles};
 use super::runner::Stopper;
 use super::ui::HostUi;
-use super::{mcp, Inner};
+use super::{blame, mcp, Inner};
 use crate::capability::door::{self, Toolset};
 use crate::capability::Catalog;
 use crate::files::module::MODULE_ID;
@@ -26,12 +26,16 @@ use crate::grants::AccessConfig;
 use crate::limits::{
     COMPUTER_DESCRIBE_TIMEOUT_MS, EXECUTIONS_CONCURRENT_MAX, GUEST_CALLS_PER_EXECUTION_MAX,
     MCP_CONNECT_TIMEOUT_MS, MCP_RETRY_MS, MCP_RETRY_MS_MAX, MCP_RETRY_MS_MIN, TOOL_ABORT_GRACE_MS,
-    TOOL_HEARTBEAT_MS,
+    TOOL_HEARTBEAT_MS, TOOL_RESULT_IMAGES_MAX, TOOL_RESULT_IMAGE_BYTES_MAX,
 };
 use crate::mcp::{Hub, OwnTools};
+use crate::model::Image;
+use crate::observe::Event;
 use crate::run::driver::{Input, Offer, ToolRun, ToolWork};
+use crate::run::live::ProgressGate;
 use crate::run::operation::{
-    execute_reply, operation_reply, result_output, CallRef, Gate, GuestStep, OperationCall, Rules,
+    execute_reply, operation_reply, result_output, CallRef, Gate, GuestStep, OperationCall,
+    OperationResult, Rules,
 };
 use crate::run::tools::ToolOutput;
 use futures::future::{select, Either};
@@ -399,25 +403,46 @@ impl Inner {
     }
 
     /// Performs one tool call; the outcome is the driver's next input.
-    pub(super) async fn run_tool(&self, run: ToolRun, stopper: &Stopper) -> Input {
+    pub(super) async fn run_tool(&self, session: &str, run: ToolRun, stopper: &Stopper) -> Input {
         let Ok(Some(tools)) = &self.tools else {
             return Input::ToolDone(ToolOutput::error("no tools are offered"));
         };
         let Ok(controller) = web_sys::AbortController::new() else {
             return Input::ToolDone(ToolOutput::error("the call could not be started"));
         };
+        let Some(me) = self.me.upgrade() else {
+            return Input::ToolStale;
+        };
         stopper.adopt(&controller);
+        let live = Rc::new(LiveCall {
+            session: session.to_owned(),
+            gate: RefCell::new(run.progress),
+            flushing: Cell::new(false),
+        });
+        // The tool's `progress(data)`: JSON in, the refusal (if any) out.
+        let report = {
+            let live = Rc::clone(&live);
+            Closure::<dyn FnMut(String) -> Option<String>>::new(move |data: String| {
+                me.progress(&live, &data)
+            })
+        };
+        let report: &js_sys::Function = report.as_ref().unchecked_ref();
         let work = async {
             match run.work {
-                ToolWork::Operation(op) => match self.operation(tools, &op, &controller).await {
-                    Ok((result, data)) => Input::ToolDone(result_output(&result, data)),
-                    Err(Failure::Refused(why)) => Input::ToolDone(ToolOutput::error(why)),
-                    Err(Failure::Stale) => Input::ToolStale,
-                },
+                ToolWork::Operation(op) => {
+                    match self.operation(tools, &op, &controller, report).await {
+                        Ok(answered) => Input::ToolDone(result_output(answered)),
+                        Err(Failure::Refused(why)) => Input::ToolDone(ToolOutput::error(why)),
+                        Err(Failure::Stale) => Input::ToolStale,
+                    }
+                }
                 ToolWork::Execute { code, of } => {
                     let own = tools.run_toolsets.borrow().get(&of.command_id).cloned();
                     let toolset = own.unwrap_or_else(|| tools.hub.borrow().toolset());
-                    match self.execute(tools, toolset, of, &code, &controller).await {
+                    match self
+                        .execute(tools, toolset, of, &code, &controller, report)
+                        .await
+                    {
                         Some(output) => Input::ToolDone(output),
                         None => Input::ToolStale,
                     }
@@ -430,7 +455,41 @@ impl Inner {
             Either::Left((input, _)) => input,
             Either::Right(_) => Input::ToolStale,
         };
+        // A report held for its interval goes out before the call's `ended`.
+        let held = live.gate.borrow_mut().end();
+        if let Some(frame) = held {
+            self.publish_event(&live.session, &Event::Frame(frame));
+        }
         input
+    }
+
+    /// A progress report of a running call (`data`: JSON): published now,
+    /// held until its interval ends, or refused (the answer says why).
+    fn progress(&self, live: &Rc<LiveCall>, data: &str) -> Option<String> {
+        let _entered = blame::enter(self.scope(Some(&live.session)));
+        let reported = live.gate.borrow_mut().report(bindings::now_ms(), data);
+        match reported {
+            Err(why) => return Some(why),
+            Ok(Some(frame)) => self.publish_event(&live.session, &Event::Frame(frame)),
+            Ok(None) if !live.flushing.replace(true) => {
+                let (me, live) = (self.me.upgrade()?, Rc::clone(live));
+                let scope = self.scope(Some(&live.session));
+                wasm_bindgen_futures::spawn_local(blame::scoped(scope, async move {
+                    loop {
+                        let due = live.gate.borrow().flush_at();
+                        let Some(at) = due else { break };
+                        bindings::sleep((at - bindings::now_ms()).max(0) as u64).await;
+                        let frame = live.gate.borrow_mut().due(bindings::now_ms());
+                        if let Some(frame) = frame {
+                            me.publish_event(&live.session, &Event::Frame(frame));
+                        }
+                    }
+                    live.flushing.set(false);
+                }));
+            }
+            Ok(None) => {}
+        }
+        None
     }
 
     async fn heartbeat(&self) {
@@ -442,12 +501,14 @@ impl Inner {
     }
 
     /// Performs one operation call through its gate.
+    /// `report`: the tool's `progress(data)` (`LiveCall`).
     async fn operation(
         &self,
         tools: &HostTools,
         op: &OperationCall,
         controller: &web_sys::AbortController,
-    ) -> Result<(Value, Option<Box<RawValue>>), Failure> {
+        report: &js_sys::Function,
+    ) -> Result<OperationResult, Failure> {
         let mut gate = self.with_ctx(|ctx| op.begin(ctx, tools.rules()));
         if let Gate::Confirm(request) = &gate {
             let confirmed = JsFuture::from(tools.js.confirm(request, &controller.signal()))
@@ -477,15 +538,13 @@ impl Inner {
                 .await
                 .ok_or_else(timed_out)?
                 .map_err(Failure::Refused)?;
-            return Ok((result, None));
+            return Ok(result.into());
         }
         if op.module_id == crate::ui::MODULE_ID && tools.ui.is_some() {
             // Bounded within the tool timeout (`ui_call`): the call only
             // waits (for a browser to claim and answer it); nothing to abort.
             let answered = self.ui_call(op, &controller.signal(), timeout_ms).await;
-            return answered
-                .map(|result| (result, None))
-                .map_err(Failure::Refused);
+            return answered.map(Into::into).map_err(Failure::Refused);
         }
         if let Some(ext) = self
             .extensions()
@@ -500,7 +559,7 @@ impl Inner {
                 .await
                 .ok_or_else(timed_out)?
                 .map_err(Failure::Refused)?;
-            return Ok((result, None));
+            return Ok(result.into());
         }
         if tools.hub.borrow().is_computer(&op.module_id) {
             let name = op.module_id.strip_prefix("computers.").unwrap_or_default();
@@ -513,7 +572,7 @@ impl Inner {
                 .await
                 .ok_or_else(timed_out)?
                 .map_err(Failure::Refused)?;
-            return Ok((result, None));
+            return Ok(result.into());
         }
         let server = tools
             .hub
@@ -523,12 +582,17 @@ impl Inner {
             .flatten();
         if let Some(server) = server {
             let signal = controller.signal();
-            let called = server.call(&tools.js, &op.operation, &op.args, &signal);
-            let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
-                .await
-                .ok_or_else(timed_out)?
-                .map_err(Failure::Refused)?;
-            return Ok((result, None));
+            let called = server.call(&tools.js, &op.operation, &op.args, &signal, report);
+            let (result, images) =
+                bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
+                    .await
+                    .ok_or_else(timed_out)?
+                    .map_err(Failure::Refused)?;
+            return Ok(OperationResult {
+                result,
+                data: None,
+                images,
+            });
         }
         if op.module_id == crate::fleet::MODULE_ID && self.fleet().is_some() {
             let called = self.fleet_operation(op, controller);
@@ -536,7 +600,7 @@ impl Inner {
                 .await
                 .ok_or_else(timed_out)?
                 .map_err(Failure::Refused)?;
-            return Ok((result, None));
+            return Ok(result.into());
         }
         let invocation = op.invocation(bindings::now_ms(), timeout_ms);
         let invocation = serde_json::to_string(&invocation).unwrap_or_default();
@@ -546,6 +610,7 @@ impl Inner {
             &op.args.to_string(),
             &invocation,
             &controller.signal(),
+            report,
         );
         let reply = bindings::within(
             JsFuture::from(reply),
@@ -566,7 +631,7 @@ impl Inner {
         &self,
         ext: &crate::extension::Extensions,
         op: &OperationCall,
-    ) -> Result<(Value, Option<Box<RawValue>>), Failure> {
+    ) -> Result<OperationResult, Failure> {
         let request_id = format!("tool:{}:{}", op.of.command_id, op.of.call_id);
         let invoked = self
             .with_ctx(|ctx| {
@@ -584,7 +649,7 @@ impl Inner {
             .map_err(|e| Failure::Refused(e.to_string()))?;
         self.apply(crate::http::invoked_effects(&invoked));
         self.publish_projections();
-        Ok((invoked.result, None))
+        Ok(invoked.result.into())
     }
 
     /// Runs model code in the sandbox; its guest calls come back through
@@ -596,6 +661,7 @@ impl Inner {
         of: CallRef,
         code: &str,
         controller: &web_sys::AbortController,
+        report: &js_sys::Function,
     ) -> Option<ToolOutput> {
         if tools.executions.get() >= EXECUTIONS_CONCURRENT_MAX {
             return Some(ToolOutput::error(format!(
@@ -610,6 +676,9 @@ impl Inner {
             trace: RefCell::default(),
             stale: Cell::new(false),
             controller: controller.clone(),
+            report: report.clone(),
+            images: RefCell::default(),
+            images_left_out: Cell::new(0),
         });
         let dispatch = {
             let me = self.me.upgrade()?;
@@ -663,6 +732,14 @@ impl Inner {
             )),
         };
         out.data = RawValue::from_string(data.to_string()).ok();
+        out.images = run.images.take();
+        let left_out = run.images_left_out.get();
+        if left_out > 0 {
+            out.content.push_str(&format!(
+                "\n[{left_out} image(s) the calls returned were left out: a result carries at \
+                 most {TOOL_RESULT_IMAGES_MAX} images and {TOOL_RESULT_IMAGE_BYTES_MAX} bytes of them]"
+            ));
+        }
         Some(out)
     }
 
@@ -682,8 +759,14 @@ impl Inner {
         }
         let reply = match run.of.guest_call(&run.toolset, path, args) {
             GuestStep::Reply(reply) => reply,
-            GuestStep::Operation(op) => match self.operation(tools, &op, &run.controller).await {
-                Ok((result, _)) => Ok(result),
+            GuestStep::Operation(op) => match self
+                .operation(tools, &op, &run.controller, &run.report)
+                .await
+            {
+                Ok(answered) => {
+                    run.keep_images(answered.images);
+                    Ok(answered.result)
+                }
                 Err(Failure::Refused(why)) => Err(why),
                 Err(Failure::Stale) => {
                     run.stale.set(true);
@@ -703,6 +786,14 @@ impl Inner {
     }
 }
 
+/// A running call's progress reports: the core's gate over them, and
+/// whether a held one waits on a timer.
+struct LiveCall {
+    session: String,
+    gate: RefCell<ProgressGate>,
+    flushing: Cell<bool>,
+}
+
 /// One `execute` run's state, shared with its guest calls.
 struct GuestRun {
     toolset: Rc<Toolset>,
@@ -710,4 +801,26 @@ struct GuestRun {
     trace: RefCell<Vec<GuestTrace>>,
     stale: Cell<bool>,
     controller: web_sys::AbortController,
+    /// The `execute` call's `progress(data)`, which its operations report to.
+    report: js_sys::Function,
+    /// The images its operations returned, for the model with the run's
+    /// result, while they fit a result's bounds; the rest are counted.
+    images: RefCell<Vec<Image>>,
+    images_left_out: Cell<usize>,
+}
+
+impl GuestRun {
+    fn keep_images(&self, images: Vec<Image>) {
+        let mut kept = self.images.borrow_mut();
+        for image in images {
+            let bytes: usize = kept.iter().map(|i| i.data.len()).sum();
+            if kept.len() < TOOL_RESULT_IMAGES_MAX
+                && bytes + image.data.len() <= TOOL_RESULT_IMAGE_BYTES_MAX
+            {
+                kept.push(image);
+            } else {
+                self.images_left_out.set(self.images_left_out.get() + 1);
+            }
+        }
+    }
 }

@@ -61,9 +61,10 @@ use crate::capability::{check_payload, validate_module_id, ModuleSpec};
 use crate::limits::{
     MCP_RESPONSE_BYTES_MAX, MCP_SESSION_ID_BYTES_MAX, MCP_TOOLS_MAX, MCP_TOOLS_PAGES_MAX,
 };
+use crate::model::Image;
 use crate::outbound::Outbound;
 use crate::redact::Secrets;
-use crate::sse::SseError;
+use crate::sse::{SseDecoder, SseError};
 use serde_json::{json, Value};
 use std::fmt;
 use tools::ToolsBuilder;
@@ -191,11 +192,59 @@ pub enum Step {
 }
 
 /// One `tools/call` to make; pass `id` back to
-/// [`McpConnection::tool_result`] with its response.
+/// [`McpConnection::tool_result`] with its response. Its progress token is
+/// its id.
 #[derive(Debug)]
 pub struct ToolCall {
     pub id: u64,
     pub request: Outbound,
+}
+
+/// What a server reports of one tool call while it runs: the
+/// `notifications/progress` naming the call's token in the call's response
+/// stream, read as it arrives (a JSON response carries none live). A
+/// stream this cannot read further reports nothing more; its result is
+/// still read whole ([`McpConnection::tool_result`]).
+#[derive(Debug)]
+pub struct CallProgress {
+    token: Value,
+    decoder: Option<SseDecoder>,
+}
+
+impl CallProgress {
+    pub fn new(call: &ToolCall) -> CallProgress {
+        CallProgress {
+            token: json!(call.id),
+            decoder: Some(SseDecoder::default()),
+        }
+    }
+
+    /// The reports in the next `chunk` of the stream: each notification's
+    /// params but the token (`{progress, total?, message?}`), as JSON.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<String> {
+        let Some(events) = self.decoder.as_mut().map(|d| d.push(chunk)) else {
+            return Vec::new();
+        };
+        let Ok(events) = events else {
+            self.decoder = None;
+            return Vec::new();
+        };
+        events
+            .into_iter()
+            .filter(|e| matches!(e.event.as_deref(), None | Some("message")))
+            .filter_map(|e| {
+                let mut message: Value = serde_json::from_str(&e.data).ok()?;
+                if message.get("method")? != "notifications/progress" {
+                    return None;
+                }
+                let params = message.get_mut("params")?.as_object_mut()?;
+                if params.remove("progressToken")? != self.token {
+                    return None;
+                }
+                Some(Value::Object(std::mem::take(params)).to_string())
+            })
+            .collect()
+    }
 }
 
 #[derive(Debug)]
@@ -555,15 +604,21 @@ impl McpConnection {
             "jsonrpc": "2.0",
             "id": id,
             "method": "tools/call",
-            "params": { "name": name, "arguments": arguments },
+            "params": { "name": name, "arguments": arguments, "_meta": { "progressToken": id } },
         }));
         Ok(ToolCall { id, request })
     }
 
     /// The result of tool call `id`: its `structuredContent` when it has one
     /// and `isError` is not true, else `{"isError": bool, "content": [...]}`
-    /// (content as returned), within the capability payload bounds.
-    pub fn tool_result(&mut self, id: u64, response: McpResponse<'_>) -> Result<Value, McpError> {
+    /// (content as returned, but image blocks: their data is taken out to
+    /// the images beside it, which the model sees), within the capability
+    /// payload bounds.
+    pub fn tool_result(
+        &mut self,
+        id: u64,
+        response: McpResponse<'_>,
+    ) -> Result<(Value, Vec<Image>), McpError> {
         let outcome = self
             .exchange(Some(id), &response)
             .and_then(tools::call_result);

@@ -17,6 +17,7 @@
 pub mod cancel;
 mod context;
 pub mod driver;
+pub mod live;
 pub mod operation;
 pub mod tools;
 

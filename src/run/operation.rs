@@ -17,6 +17,7 @@ use crate::capability::door::{self, GuestCall, Toolset};
 use crate::capability::{check_payload, parse_payload, Access, Invocation, Module, Operation};
 use crate::ctx::Ctx;
 use crate::grants::{self, AccessConfig, Decision, Needs};
+use crate::model::Image;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -196,15 +197,34 @@ impl OperationCall {
     }
 }
 
-/// An operation's reply `{result, data?}` or `{error}`, bounded: the result
-/// and its display data (never shown to the model).
-pub fn operation_reply(reply: &str) -> Result<(Value, Option<Box<RawValue>>), String> {
+/// What an operation answered: its result, its display data (never shown
+/// to the model) and the images it returns to the model.
+#[derive(Debug, Default)]
+pub struct OperationResult {
+    pub result: Value,
+    pub data: Option<Box<RawValue>>,
+    pub images: Vec<Image>,
+}
+
+impl From<Value> for OperationResult {
+    fn from(result: Value) -> Self {
+        OperationResult {
+            result,
+            ..Default::default()
+        }
+    }
+}
+
+/// An operation's reply `{result, data?, images?}` or `{error}`, bounded.
+pub fn operation_reply(reply: &str) -> Result<OperationResult, String> {
     #[derive(Deserialize)]
     struct Reply {
         #[serde(default)]
         result: Option<Value>,
         #[serde(default)]
         data: Option<Value>,
+        #[serde(default)]
+        images: Vec<Image>,
         #[serde(default)]
         error: Option<String>,
     }
@@ -222,7 +242,12 @@ pub fn operation_reply(reply: &str) -> Result<(Value, Option<Box<RawValue>>), St
         }
         None => None,
     };
-    Ok((result, data))
+    Image::check_tool_images(&reply.images).map_err(|e| format!("the result's {e}"))?;
+    Ok(OperationResult {
+        result,
+        data,
+        images: reply.images,
+    })
 }
 
 /// The sandbox's reply `{result}` or `{error}` as the model's tool result.
@@ -234,8 +259,8 @@ pub fn execute_reply(reply: &str) -> ToolOutput {
                 Value::String(s) => s,
                 other => other.to_string(),
             }),
-            (Some(result), None) => result_output(&result, None),
-            (None, None) => result_output(&Value::Null, None),
+            (Some(result), None) => result_output(result.into()),
+            (None, None) => result_output(Value::Null.into()),
         },
         Ok(_) => {
             ToolOutput::error("execute: the sandbox replied with something other than an object")
@@ -244,12 +269,13 @@ pub fn execute_reply(reply: &str) -> ToolOutput {
 }
 
 /// An operation's result as the model's tool result.
-pub fn result_output(result: &Value, data: Option<Box<RawValue>>) -> ToolOutput {
-    match door::result_content(result) {
+pub fn result_output(answered: OperationResult) -> ToolOutput {
+    match door::result_content(&answered.result) {
         Ok(content) => ToolOutput {
             content,
             is_error: false,
-            data,
+            data: answered.data,
+            images: answered.images,
         },
         Err(e) => ToolOutput::error(e),
     }

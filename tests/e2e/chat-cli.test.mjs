@@ -199,6 +199,29 @@ test("remote chat: an answer streams, tool calls show, arrow-up recalls the last
   }
 });
 
+test("remote chat: a running tool shows, then its live counters, then its result", T, async () => {
+  const tag = uniq("timer");
+  model.scriptFor(tag, execute("return await timer.wait({ ms: 2500 });"), { text: "waited" });
+  const c = chat("timer", remote());
+  try {
+    await c.waitFor(/session ses_\w+ \(new\)/);
+    c.line(`wait ${tag}`);
+    // Counters while it runs, before its result is in.
+    const running = await c.waitFor(/\[tool progress\] execute waitedMs \d+ · ofMs 2500/);
+    assert.doesNotMatch(running, /\[tool result\]/);
+    const s = await c.waitFor(/waited\n\[completed\] 1 tool call/);
+    assert.match(s, /\[tool running\] execute\n(\[tool progress\] [^\n]*\n)+\[tool result\] execute /);
+    // Reports every 250 ms, printed at most once a second.
+    const progress = [...s.matchAll(/\[tool progress\] execute waitedMs (\d+) · ofMs 2500/g)].map((m) => Number(m[1]));
+    assert.ok(progress.length >= 2 && progress.length <= 4, `${progress.length} progress lines in 2.5 s:\n${s}`);
+    assert.deepEqual(progress, [...progress].sort((a, b) => a - b));
+    c.line("/quit");
+    assert.equal(await c.exitStatus(), 0);
+  } finally {
+    c.close();
+  }
+});
+
 test("remote chat: /cancel cancels the queued prompt, Ctrl-C the running one, /abort both, Ctrl-C twice quits with 0", T, async () => {
   const held = uniq("held");
   const queued = uniq("queued");

@@ -172,6 +172,26 @@ test("a tool call shows with its arguments and its display data", T, async () =>
   await page.close();
 });
 
+test("a running tool shows with its live counters until its result arrives", T, async () => {
+  const tag = uniq("timer");
+  h.model.scriptFor(tag, execute("return await timer.wait({ ms: 2500 });"), { text: "Waited." });
+  const { page, errors } = await signedIn(newAgent());
+  await send(page, `Wait a little ${tag}`);
+  // The call runs: shown as running, its counters moving with the progress frames.
+  const running = page.locator("#tools li.running-tool", { hasText: "execute · running" });
+  await running.waitFor();
+  await page.waitForFunction(() => /^waitedMs (\d+) · ofMs 2500$/.test(document.querySelector("#tools .counters")?.textContent ?? ""));
+  const first = Number(/waitedMs (\d+)/.exec(await running.locator(".counters").textContent())[1]);
+  await page.waitForFunction((n) => Number(/waitedMs (\d+)/.exec(document.querySelector("#tools .counters")?.textContent ?? "")?.[1]) > n, first);
+  await shot(page, "tool-running");
+  // Ended: the running line is gone, the outcome is in the transcript.
+  await page.locator("li.message.assistant", { hasText: "Waited." }).waitFor();
+  assert.equal(await running.count(), 0);
+  assert.match(await page.locator("#messages li.message.tool .text").textContent(), /^\{"waitedMs":\d+\}$/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test("the goal extension's client entry: a chip and a pinned row whose action ends it, lines at fixed positions", T, async () => {
   const { page, agent, sessionId, errors } = await signedIn(newAgent());
   await send(page, "Hello");

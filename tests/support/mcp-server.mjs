@@ -36,6 +36,14 @@
 // With `pageSize`, McpServer's tools/list (which never paginates) is replaced
 // by a handler serving the same definitions in pages (cursor = start index).
 //
+// With `live: true`, two more tools (left out otherwise, so the listings
+// other tests check stay as they are): `count-slowly` {steps, everyMs?}
+// reports `notifications/progress` {progress, total} on the call's progress
+// token every `everyMs` (default 60), then answers `counted <steps>` (an SSE
+// server sends them on
+// the call's response stream); `picture` {count} answers `count` 1x1 PNG
+// image blocks after a text block.
+//
 // `slow-read` and `slow-write`: the first call of each (per server) hangs
 // until release(), close(), the client cancelling it (notifications/cancelled)
 // or the HTTP request that carried it closing early; it then answers `runs 1`
@@ -101,6 +109,31 @@ const TOOLS = {
   "slow-write": {
     config: { description: "First call hangs until released.", inputSchema: noArgs },
     run: (_args, ctx) => ctx.hang("slow-write"),
+  },
+};
+
+const PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
+/** The `live: true` tools; ctx.extra is the SDK's request context. */
+const LIVE_TOOLS = {
+  "count-slowly": {
+    config: { description: "Counts slowly, reporting progress.", inputSchema: z.object({ steps: z.number(), everyMs: z.number().optional() }), annotations: readOnly },
+    run: async ({ steps, everyMs = 60 }, { extra }) => {
+      for (let n = 1; n <= steps; n++) {
+        await new Promise((resolve) => setTimeout(resolve, everyMs));
+        const progressToken = extra._meta?.progressToken;
+        if (progressToken !== undefined) {
+          await extra.sendNotification({ method: "notifications/progress", params: { progressToken, progress: n, total: steps } });
+        }
+      }
+      return text(`counted ${steps}`);
+    },
+  },
+  picture: {
+    config: { description: "Takes pictures.", inputSchema: z.object({ count: z.number() }), annotations: readOnly },
+    run: ({ count }) => ({
+      content: [{ type: "text", text: `${count} picture(s)` }, ...Array.from({ length: count }, () => ({ type: "image", mimeType: "image/png", data: PNG_1X1 }))],
+    }),
   },
 };
 
@@ -176,7 +209,7 @@ async function listen(handle) {
 }
 
 /** An MCP server on 127.0.0.1 (port 0) built with the official SDK over Streamable HTTP, stateful (Mcp-Session-Id). */
-export async function startMcpServer({ mode = "sse", token, pageSize, name = "test-notes", base = true, extra = [], grow = false } = {}) {
+export async function startMcpServer({ mode = "sse", token, pageSize, name = "test-notes", base = true, extra = [], grow = false, live = false } = {}) {
   if (mode !== "sse" && mode !== "json") throw new Error(`mode must be "sse" or "json", not ${mode}`);
   const sessions = new Map(); // Mcp-Session-Id -> transport
   const servers = new Set(); // the McpServer of every live session
@@ -209,13 +242,13 @@ export async function startMcpServer({ mode = "sse", token, pageSize, name = "te
 
   function newSession() {
     const mcp = new McpServer({ name, version: "1.0.0" });
-    for (const [tool, { config, run }] of base ? Object.entries(TOOLS) : []) {
+    for (const [tool, { config, run }] of Object.entries({ ...(base ? TOOLS : {}), ...(live ? LIVE_TOOLS : {}) })) {
       mcp.registerTool(tool, config, (args, extra) => {
         const sent = inflight.get(`${extra.sessionId} ${JSON.stringify(extra.requestId)}`);
         calls.push({ tool, arguments: structuredClone(sent ? sent.arguments : args) });
         // The SDK's signal aborts on notifications/cancelled (or the session closing), ours on HTTP close.
         const signals = [extra.signal, sent?.signal];
-        return run(args, { state, hang: (t) => hang(t, signals) });
+        return run(args, { state, hang: (t) => hang(t, signals), extra });
       });
     }
     for (const tool of added) register(mcp, tool);
