@@ -447,6 +447,7 @@ export interface ToolOperation {
 }
 
 export interface ToolContext {
+  /** Names this one call: `<commandId>:<callId>` (a direct tool) or `<commandId>:<callId>:<n>` (the n-th guest call, from 1, of an `execute` run). */
   executionId: string;
   sessionId: string;
   commandId: string;

@@ -556,14 +556,14 @@ impl Inner {
     }
 
     /// Runs an extension command the model called, scoped to the run's
-    /// Session, in its own transition; its requestId names the call, so a
-    /// replayed call answers the stored result.
+    /// Session, in its own transition; its requestId names the call (each
+    /// guest call its own), so a replayed call answers the stored result.
     fn extension_tool(
         &self,
         ext: &crate::extension::Extensions,
         op: &OperationCall,
     ) -> Result<(Value, Option<Box<RawValue>>), Failure> {
-        let request_id = format!("tool:{}:{}", op.of.command_id, op.of.call_id);
+        let request_id = format!("tool:{}", op.execution_id());
         let invoked = self
             .with_ctx(|ctx| {
                 ext.command(
@@ -603,6 +603,7 @@ impl Inner {
         let run = Rc::new(GuestRun {
             toolset,
             of,
+            calls: Cell::new(0),
             trace: RefCell::default(),
             stale: Cell::new(false),
             controller: controller.clone(),
@@ -671,12 +672,15 @@ impl Inner {
         if run.stale.get() || run.controller.signal().aborted() {
             return door::guest_error("this run was stopped");
         }
-        if run.trace.borrow().len() >= GUEST_CALLS_PER_EXECUTION_MAX {
+        // Numbered as they are made (concurrent calls finish in any order).
+        let ordinal = run.calls.get() + 1;
+        if ordinal as usize > GUEST_CALLS_PER_EXECUTION_MAX {
             return door::guest_error(&format!(
                 "at most {GUEST_CALLS_PER_EXECUTION_MAX} calls per execute run"
             ));
         }
-        let reply = match run.of.guest_call(&run.toolset, path, args) {
+        run.calls.set(ordinal);
+        let reply = match run.of.guest_call(&run.toolset, ordinal, path, args) {
             GuestStep::Reply(reply) => reply,
             GuestStep::Operation(op) => match self.operation(tools, &op, &run.controller).await {
                 Ok((result, _)) => Ok(result),
@@ -703,6 +707,8 @@ impl Inner {
 struct GuestRun {
     toolset: Rc<Toolset>,
     of: CallRef,
+    /// The guest calls made so far.
+    calls: Cell<u32>,
     trace: RefCell<Vec<GuestTrace>>,
     stale: Cell<bool>,
     controller: web_sys::AbortController,
