@@ -393,7 +393,8 @@ export interface ShiitakeTools {
    * "shiitake/ui/browser" through the routes
    * `/browser/sessions/:sessionId/browser/{events,claims,results}`, which
    * `shiitakeApp()` forwards behind the host's own auth. A call waits for
-   * a browser at most 90% of the tool timeout. `id` names the App (at most 128
+   * a browser at most 90% of the tool timeout, and about 2000 ms when no
+   * browser is connected to the Session (one connecting meanwhile gets it). `id` names the App (at most 128
    * bytes); `hasSession(sessionId)` (`this` = the Durable Object, at most
    * 5000 ms) says whether a browser may open that Session's bridge
    * (default: the Session is stored in this Agent). Close it with
