@@ -251,9 +251,9 @@ export interface ShiitakeFleet {
    * The Agent directory, held by the object named `shiitake.directory`
    * (reserved: it runs no Agent): offers `agents.create({requestId, name?,
    * model?, reasoning?})` and `agents.list({archived?, cursor?, limit?})`;
-   * every Agent registers itself on its first fleet use, and a send to an
-   * Agent absent from the directory is undeliverable (`recipient_offline`)
-   * at once, to an archived or erased one `recipient_left`. The directory
+   * every Agent registers itself as its first request starts, and a send
+   * to an Agent absent from the directory is undeliverable
+   * (`recipient_offline`) at once, to an archived or erased one `recipient_left`. The directory
    * holds at most 10,000 Agents; names are at most 128 characters; a list
    * page holds at most 200 Agents (default 50).
    */
