@@ -10,8 +10,9 @@
 //! held by the object named `shiitake.directory`) backs `agents.create` and
 //! `agents.list`, this Agent registers itself there as its first request of
 //! any kind starts (`join_directory`: peers find it even if it never uses
-//! the fleet), and every send is looked up before it is carried (absent: undeliverable
-//! `recipient_offline` at once; archived or erased: `recipient_left`).
+//! the fleet), and every send is looked up before it is carried (absent:
+//! undeliverable `recipient_offline` at once; archived or erased:
+//! `recipient_left`).
 //! With `fleet().archive` too, `agents.archive` and `agents.unarchive`:
 //! the directory's check, the target's own facts (`crate::fleet::member`),
 //! then the directory's commit.
