@@ -253,9 +253,9 @@ export interface ShiitakeFleet {
    * The Agent directory, held by the object named `shiitake.directory`
    * (reserved: it runs no Agent): offers `agents.create({requestId, name?,
    * model?, reasoning?})` and `agents.list({archived?, cursor?, limit?})`;
-   * every Agent registers itself on its first fleet use, and a send to an
-   * Agent absent from the directory is undeliverable (`recipient_offline`)
-   * at once, to an archived or erased one `recipient_left`. The directory
+   * every Agent registers itself as its first request starts, and a send
+   * to an Agent absent from the directory is undeliverable
+   * (`recipient_offline`) at once, to an archived or erased one `recipient_left`. The directory
    * holds at most 10,000 Agents; names are at most 128 characters; a list
    * page holds at most 200 Agents (default 50).
    */
@@ -402,7 +402,8 @@ export interface ShiitakeTools {
    * "shiitake/ui/browser" through the routes
    * `/browser/sessions/:sessionId/browser/{events,claims,results}`, which
    * `shiitakeApp()` forwards behind the host's own auth. A call waits for
-   * a browser at most 90% of the tool timeout. `id` names the App (at most 128
+   * a browser at most 90% of the tool timeout, and about 2000 ms when no
+   * browser is connected to the Session (one connecting meanwhile gets it). `id` names the App (at most 128
    * bytes); `hasSession(sessionId)` (`this` = the Durable Object, at most
    * 5000 ms) says whether a browser may open that Session's bridge
    * (default: the Session is stored in this Agent). Close it with
@@ -468,6 +469,7 @@ export interface ToolOperation {
 }
 
 export interface ToolContext {
+  /** Names this one call: `<commandId>:<callId>` (a direct tool) or `<commandId>:<callId>:<n>` (the n-th guest call, from 1, of an `execute` run). */
   executionId: string;
   sessionId: string;
   commandId: string;

@@ -248,7 +248,7 @@ export class ShiitakeDO extends DurableObject {
    * The Agent directory (`src/fleet/directory.rs`), held by the object
    * named `shiitake.directory` (reserved: it runs no Agent): `directory:
    * true` offers `agents.create` and `agents.list` (and registers each
-   * Agent on its first fleet use; a send to an Agent absent from the
+   * Agent as its first request starts; a send to an Agent absent from the
    * directory is undeliverable `recipient_offline` at once); `archive: true`
    * (needs `directory`) offers `agents.archive` and `agents.unarchive`;
    * `workingDirectory(agentId)` names the absolute path an Agent's tools

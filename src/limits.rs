@@ -505,6 +505,11 @@ pub const UI_ERROR_BYTES_MAX: usize = 4_096;
 /// timeout: the rest leaves an `execute` run that made the call (bounded by
 /// the tool timeout itself) time to report why it ended.
 pub const UI_WAIT_PERCENT_OF_TOOL_TIMEOUT: u64 = 90;
+/// How long a waiting `ui` call, still unclaimed, goes on without any
+/// browser stream open on its Session before it fails saying no browser is
+/// connected (a browser that connects meanwhile is sent the request). Also
+/// how often a waiting call looks again.
+pub const UI_NO_BROWSER_MS: u64 = 2_000;
 /// Wall time of the host's `tools().ui.hasSession(sessionId)`; past it the
 /// event stream answers 404.
 pub const UI_HAS_SESSION_TIMEOUT_MS: u64 = 5_000;

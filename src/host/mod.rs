@@ -210,10 +210,15 @@ impl ShiitakeCore {
         // of whatever durable work is due, without waiting for a request.
         let starting = Rc::clone(&inner);
         let scope = inner.scope(None);
+        // It joins the fleet's directory too (`fleet.rs`).
         wasm_bindgen_futures::spawn_local(blame::scoped(scope, async move {
-            if starting.open().is_ok() && !starting.store_created.get() {
+            if starting.open().is_err() {
+                return;
+            }
+            if !starting.store_created.get() {
                 starting.arm_next_alarm().await;
             }
+            starting.join_directory().await;
         }));
         Ok(ShiitakeCore { inner })
     }

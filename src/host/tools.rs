@@ -625,14 +625,14 @@ impl Inner {
     }
 
     /// Runs an extension command the model called, scoped to the run's
-    /// Session, in its own transition; its requestId names the call, so a
-    /// replayed call answers the stored result.
+    /// Session, in its own transition; its requestId names the call (each
+    /// guest call its own), so a replayed call answers the stored result.
     fn extension_tool(
         &self,
         ext: &crate::extension::Extensions,
         op: &OperationCall,
     ) -> Result<OperationResult, Failure> {
-        let request_id = format!("tool:{}:{}", op.of.command_id, op.of.call_id);
+        let request_id = format!("tool:{}", op.execution_id());
         let invoked = self
             .with_ctx(|ctx| {
                 ext.command(
@@ -673,6 +673,7 @@ impl Inner {
         let run = Rc::new(GuestRun {
             toolset,
             of,
+            calls: Cell::new(0),
             trace: RefCell::default(),
             stale: Cell::new(false),
             controller: controller.clone(),
@@ -752,12 +753,15 @@ impl Inner {
         if run.stale.get() || run.controller.signal().aborted() {
             return door::guest_error("this run was stopped");
         }
-        if run.trace.borrow().len() >= GUEST_CALLS_PER_EXECUTION_MAX {
+        // Numbered as they are made (concurrent calls finish in any order).
+        let ordinal = run.calls.get() + 1;
+        if ordinal as usize > GUEST_CALLS_PER_EXECUTION_MAX {
             return door::guest_error(&format!(
                 "at most {GUEST_CALLS_PER_EXECUTION_MAX} calls per execute run"
             ));
         }
-        let reply = match run.of.guest_call(&run.toolset, path, args) {
+        run.calls.set(ordinal);
+        let reply = match run.of.guest_call(&run.toolset, ordinal, path, args) {
             GuestStep::Reply(reply) => reply,
             GuestStep::Operation(op) => match self
                 .operation(tools, &op, &run.controller, &run.report)
@@ -798,6 +802,8 @@ struct LiveCall {
 struct GuestRun {
     toolset: Rc<Toolset>,
     of: CallRef,
+    /// The guest calls made so far.
+    calls: Cell<u32>,
     trace: RefCell<Vec<GuestTrace>>,
     stale: Cell<bool>,
     controller: web_sys::AbortController,

@@ -43,9 +43,15 @@ pub enum GuestStep {
 
 impl CallRef {
     /// Decodes one `host.call(path, argsJson)` of guest code run under this
-    /// call: discovery is answered here, an operation is gated like a
-    /// direct tool.
-    pub fn guest_call(&self, toolset: &Toolset, path: &str, args_json: &str) -> GuestStep {
+    /// call, the run's `ordinal`-th (from 1): discovery is answered here, an
+    /// operation is gated like a direct tool.
+    pub fn guest_call(
+        &self,
+        toolset: &Toolset,
+        ordinal: u32,
+        path: &str,
+        args_json: &str,
+    ) -> GuestStep {
         match toolset.guest_call(path, args_json) {
             Err(e) => GuestStep::Reply(Err(e)),
             Ok(GuestCall::Search(query)) => GuestStep::Reply(Ok(toolset.search(&query))),
@@ -53,7 +59,9 @@ impl CallRef {
                 GuestStep::Reply(toolset.catalog().describe(&path).map_err(|e| e.0))
             }
             Ok(GuestCall::Operation(module, op, args)) => {
-                GuestStep::Operation(OperationCall::new(self.clone(), module, op, args))
+                let mut call = OperationCall::new(self.clone(), module, op, args);
+                call.ordinal = Some(ordinal);
+                GuestStep::Operation(call)
             }
         }
     }
@@ -63,6 +71,9 @@ impl CallRef {
 #[derive(Debug, Clone, PartialEq)]
 pub struct OperationCall {
     pub of: CallRef,
+    /// Which guest call of its `execute` run it is (from 1); `None` for a
+    /// direct tool.
+    pub ordinal: Option<u32>,
     pub module_id: String,
     /// The key its grants are read under (`Module::authority`).
     pub grant_key: String,
@@ -102,6 +113,7 @@ impl OperationCall {
     pub fn new(of: CallRef, module: &Module, op: &Operation, args: Value) -> OperationCall {
         OperationCall {
             of,
+            ordinal: None,
             module_id: module.id.clone(),
             grant_key: module.authority().to_owned(),
             operation: op.name.clone(),
@@ -178,10 +190,25 @@ impl OperationCall {
         }
     }
 
+    /// Names this one call: `<commandId>:<callId>` for a direct tool,
+    /// `<commandId>:<callId>:<ordinal>` for a guest call. Derived, never
+    /// random: a replayed run of the same code names its calls alike.
+    pub fn execution_id(&self) -> String {
+        let CallRef {
+            command_id,
+            call_id,
+            ..
+        } = &self.of;
+        match self.ordinal {
+            None => format!("{command_id}:{call_id}"),
+            Some(n) => format!("{command_id}:{call_id}:{n}"),
+        }
+    }
+
     /// What the host's operation receives about the call.
     pub fn invocation(&self, now_ms: i64, timeout_ms: u64) -> Invocation {
         Invocation {
-            execution_id: format!("{}:{}", self.of.command_id, self.of.call_id),
+            execution_id: self.execution_id(),
             session_id: self.of.session_id.clone(),
             command_id: self.of.command_id.clone(),
             deadline_ms: now_ms.saturating_add(i64::try_from(timeout_ms).unwrap_or(i64::MAX)),

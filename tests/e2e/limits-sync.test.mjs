@@ -85,6 +85,7 @@ const DOCUMENTED = [
   ["js/do.d.ts", "At most # modules;", ["MODULES_PER_AGENT_MAX"]],
   ["js/do.d.ts", "The directory holds at most # Agents; names are at most # characters; a list page holds at most # Agents (default #).", ["DIRECTORY_AGENTS_MAX", "AGENT_NAME_CHARS_MAX", "DIRECTORY_PAGE_MAX", "DIRECTORY_PAGE_DEFAULT"]],
   ["js/do.d.ts", "MCP servers (at most #)", ["MCP_SERVERS_MAX"]],
+  ["js/do.d.ts", "and about # ms when no browser is connected", ["UI_NO_BROWSER_MS"]],
   ["js/do.d.ts", "each MCP server, at most and by default # ms.", ["MCP_CONNECT_TIMEOUT_MS"]],
   ["js/do.d.ts", "1000 to #, default # ms.", ["MCP_RETRY_MS_MAX", "MCP_RETRY_MS"]],
   ["js/do.d.ts", "Dot-separated identifiers, at most # bytes.", ["MODULE_ID_BYTES_MAX"]],
