@@ -202,6 +202,7 @@ extern "C" {
     /// followed: resolves to `{status, contentType, headers, body}`.
     /// `onChunk` (optional) gets each chunk of an event-stream body as it
     /// arrives.
+    #[cfg(feature = "mcp")]
     #[wasm_bindgen(method, js_name = mcpFetch)]
     pub fn mcp_fetch(
         this: &JsTools,

@@ -28,14 +28,23 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
 /// The connected servers' live connections, by module id.
-#[derive(Default)]
 pub struct Servers {
     by_module: RefCell<HashMap<String, Rc<Server>>>,
     /// The round in progress, which concurrent turns share.
     round: RefCell<Option<Shared<LocalBoxFuture<'static, ()>>>>,
+    /// Bound on connecting (or listing again) one server.
+    timeout_ms: u64,
 }
 
 impl Servers {
+    pub fn new(timeout_ms: u64) -> Servers {
+        Servers {
+            by_module: RefCell::default(),
+            round: RefCell::default(),
+            timeout_ms,
+        }
+    }
+
     pub fn get(&self, module_id: &str) -> Option<Rc<Server>> {
         self.by_module.borrow().get(module_id).cloned()
     }
@@ -119,7 +128,7 @@ type Outcome = Result<(Option<McpConnection>, McpTools), String>;
 /// Connects and lists every server of `round` concurrently, each bounded by
 /// the connect timeout.
 async fn perform_round(tools: &HostTools, round: Round) -> Vec<(ServerConfig, Outcome)> {
-    let (js, timeout_ms) = (&tools.js, tools.mcp_timeout_ms);
+    let (js, timeout_ms) = (&tools.js, tools.servers.timeout_ms);
     let connects = round.connect.into_iter().map(|config| (config, None));
     // A server listed again on its connection (were it gone: connected anew).
     let relists = round.relist.into_iter().map(|config| {

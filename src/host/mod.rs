@@ -26,6 +26,7 @@ mod files_grant;
 mod fleet;
 mod jobs;
 mod mail;
+#[cfg_attr(not(feature = "mcp"), path = "mcp_left_out.rs")]
 mod mcp;
 mod model;
 mod models;

@@ -211,7 +211,6 @@ pub struct HostTools {
     confirm_hook: bool,
     /// `execute` runs in flight in this instance.
     executions: Cell<usize>,
-    pub mcp_timeout_ms: u64,
     /// The toolset of each live run that offers extension tools, by head
     /// (dropped when the run ends).
     run_toolsets: RefCell<std::collections::HashMap<String, Rc<Toolset>>>,
@@ -238,8 +237,8 @@ impl HostTools {
             return Err(format!("tools(): {error}"));
         }
         let own = decoded(&js.spec(), &spec, fleet)?;
-        let servers = crate::mcp::hub::parse_servers(&js.mcp_servers())
-            .map_err(|e| format!("tools(): {e}"))?;
+        let servers =
+            crate::mcp::parse_servers(&js.mcp_servers()).map_err(|e| format!("tools(): {e}"))?;
         let retry_ms = spec
             .mcp_retry_ms
             .unwrap_or(MCP_RETRY_MS)
@@ -262,7 +261,11 @@ impl HostTools {
         Ok(Some(HostTools {
             js,
             hub: RefCell::new(hub),
-            servers: mcp::Servers::default(),
+            servers: mcp::Servers::new(
+                spec.mcp_timeout_ms
+                    .unwrap_or(MCP_CONNECT_TIMEOUT_MS)
+                    .clamp(1, MCP_CONNECT_TIMEOUT_MS),
+            ),
             ports,
             computers: Computers::default(),
             has_computers: spec.computers,
@@ -276,10 +279,6 @@ impl HostTools {
             run_toolsets: RefCell::default(),
             run_files: RunFiles::default(),
             ui,
-            mcp_timeout_ms: spec
-                .mcp_timeout_ms
-                .unwrap_or(MCP_CONNECT_TIMEOUT_MS)
-                .clamp(1, MCP_CONNECT_TIMEOUT_MS),
         }))
     }
 

@@ -31,9 +31,8 @@
 //!   `TOOL_REPORTS_MAX` reports per server. No configuration or server makes
 //!   a model request the provider refuses.
 
-use super::McpTools;
 use crate::capability::door::{self, Toolset, EXECUTE};
-use crate::capability::{Catalog, Module};
+use crate::capability::{Catalog, Module, ModuleSpec};
 use crate::limits::{MCP_RELIST_GAP_MS, MCP_SERVERS_MAX, TOOL_REPORTS_MAX};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -65,6 +64,39 @@ impl std::fmt::Debug for ServerConfig {
             .field("direct", &self.direct)
             .finish_non_exhaustive()
     }
+}
+
+/// The server as it introduced itself.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ServerInfo {
+    pub name: String,
+    pub version: String,
+}
+
+/// A finished tool listing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpTools {
+    pub server: ServerInfo,
+    /// The connection's [`super::McpConnection::tools_version`] when the listing
+    /// began.
+    pub tools_version: u64,
+    /// The server declared `tools.listChanged`: its tools may change while
+    /// connected.
+    pub list_changed: bool,
+    /// Module `mcp.<name>`, one operation per accepted tool, in the order
+    /// listed; `Module::from_spec` accepts it.
+    pub module: ModuleSpec,
+    /// Tools left out, with the reason (a warning for the host to show).
+    pub dropped: Vec<DroppedTool>,
+}
+
+/// A listed tool left out of the module.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DroppedTool {
+    /// The tool's name as listed (at most 64 bytes of it), or
+    /// `tools[<index>]` when it had none.
+    pub name: String,
+    pub reason: String,
 }
 
 /// Decodes the host's server list. Errors name the entry and the field,
@@ -611,7 +643,6 @@ mod tests {
     use crate::capability::door::Tool;
     use crate::capability::{Access, ModuleSpec, OperationSpec};
     use crate::limits::{TOOLS_PER_REQUEST_MAX, TOOL_NAME_BYTES_MAX};
-    use crate::mcp::{DroppedTool, ServerInfo};
     use crate::model::{build_call_with_tools, ModelSpec, ProviderConfig, ToolRequest};
     use serde_json::json;
 

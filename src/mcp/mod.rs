@@ -32,12 +32,13 @@
 //! A listing carries the count it began at ([`McpTools::tools_version`]): a
 //! higher count later means the listing may be stale.
 //!
-//! Tools become a [`ModuleSpec`] `mcp.<name>` (see [`McpTools`]). A tool the
-//! capability model refuses (a name mapping to a reserved word, two names
-//! mapping to one guest name, a schema it cannot decode, one operation over
-//! the module's bounds) is dropped alone and listed in
-//! [`McpTools::dropped`] with the reason: one odd tool should not cost the
-//! Agent the server's other tools, and the host can show the warning.
+//! Tools become a [`ModuleSpec`](crate::capability::ModuleSpec)
+//! `mcp.<name>` (see [`McpTools`]). A tool the capability model refuses (a
+//! name mapping to a reserved word, two names mapping to one guest name, a
+//! schema it cannot decode, one operation over the module's bounds) is
+//! dropped alone and listed in [`McpTools::dropped`] with the reason: one
+//! odd tool should not cost the Agent the server's other tools, and the
+//! host can show the warning.
 //! Listing more than `MCP_TOOLS_MAX` tools or `MCP_TOOLS_PAGES_MAX` pages is
 //! an error (a bound on the work of one listing).
 //!
@@ -54,10 +55,11 @@ mod wire;
 #[cfg(test)]
 mod tests;
 
-pub use hub::{Hub, OwnTools, ServerConfig, Unavailable};
-pub use tools::DroppedTool;
+pub use hub::{
+    parse_servers, DroppedTool, Hub, McpTools, OwnTools, ServerConfig, ServerInfo, Unavailable,
+};
 
-use crate::capability::{check_payload, validate_module_id, ModuleSpec};
+use crate::capability::{check_payload, validate_module_id};
 use crate::limits::{
     MCP_RESPONSE_BYTES_MAX, MCP_SESSION_ID_BYTES_MAX, MCP_TOOLS_MAX, MCP_TOOLS_PAGES_MAX,
 };
@@ -158,30 +160,6 @@ impl McpError {
             other => other,
         }
     }
-}
-
-/// The server as it introduced itself.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ServerInfo {
-    pub name: String,
-    pub version: String,
-}
-
-/// A finished tool listing.
-#[derive(Debug, Clone, PartialEq)]
-pub struct McpTools {
-    pub server: ServerInfo,
-    /// The connection's [`McpConnection::tools_version`] when the listing
-    /// began.
-    pub tools_version: u64,
-    /// The server declared `tools.listChanged`: its tools may change while
-    /// connected.
-    pub list_changed: bool,
-    /// Module `mcp.<name>`, one operation per accepted tool, in the order
-    /// listed; `Module::from_spec` accepts it.
-    pub module: ModuleSpec,
-    /// Tools left out, with the reason (a warning for the host to show).
-    pub dropped: Vec<DroppedTool>,
 }
 
 /// What to do after a handshake or listing response.

@@ -1,21 +1,12 @@
 //! MCP tools as capability operations, and tool results as JSON values.
 
-use super::{protocol, McpError};
+use super::{protocol, DroppedTool, McpError};
 use crate::capability::{check_payload, Access, Module, ModuleSpec, Operation, OperationSpec};
 use crate::limits::{MODULE_BYTES_MAX, OPERATIONS_PER_MODULE_MAX};
 use crate::model::Image;
 use crate::text::shorten;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-
-/// A listed tool left out of the module.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DroppedTool {
-    /// The tool's name as listed (at most 64 bytes of it), or
-    /// `tools[<index>]` when it had none.
-    pub name: String,
-    pub reason: String,
-}
 
 /// Accepts tools one by one as pages arrive, so a listing holds no more
 /// than the module it builds (`MODULE_BYTES_MAX`).
