@@ -7,7 +7,7 @@
 import readline from "node:readline";
 import { Writable } from "node:stream";
 import { parseArgs } from "node:util";
-import { ShiitakeError, createShiitakeClient } from "../js/client.mjs";
+import { ShiitakeError, createShiitakeClient, isUncertain } from "../js/client.mjs";
 
 const USAGE = `usage: shiitake chat [options]
 
@@ -25,9 +25,13 @@ Talk to an Agent: a prompt at a time, its answer streamed as it comes.
 In a chat: /cancel /abort /sessions /new /switch <id> /help /quit;
 Ctrl-C cancels the running prompt, twice (or when idle) quits.
 
+A prompt whose answer did not arrive is not sent again: the client asks the
+Session whether it arrived ([sent]) or not ([not sent]: the text comes back
+to the input line), retrying while the service cannot be reached.
+
 Exit status: 0 completed (or quit), 1 failed, 2 usage error, 3 cancelled,
 4 interrupted, 5 the service could not be used (unreachable, refused
-token, unknown Session).`;
+token, unknown Session, a prompt not sent or left unconfirmed).`;
 
 const COMMANDS = `  /cancel        cancel your newest queued prompt, else the running one
   /abort         cancel the running prompt and every queued one
@@ -46,12 +50,18 @@ const HISTORY_LINES_MAX = 500;
 const QUIT_WINDOW_MS = 2000;
 /** Characters of a one-line summary (tool arguments, display data). */
 const SUMMARY_CHARS_MAX = 100;
+/** A running tool's counters are printed at most once per this many milliseconds. */
+const PROGRESS_LINE_MS = 1000;
 /** Messages of a Session shown when the client joins it. */
 const RECENT_MESSAGES_SHOWN = 6;
 /** Settlements a Session view remembers. */
 const SETTLEMENTS_KEPT = 100;
 /** The settlement long poll's wait per request: the longest the server grants (src/limits.rs SETTLEMENT_TIMEOUT_MS_MAX). */
 const SETTLEMENT_WAIT_MS = 30_000;
+/** Sends at most whose outcome is being recovered; past it a new prompt is refused (arrow-up recalls it). */
+const UNCONFIRMED_MAX = 8;
+/** The backoff between withdraw attempts while the service cannot be reached: first, longest (ms). */
+const RECOVER_MS = [250, 10_000];
 
 class UsageError extends Error {}
 
@@ -70,6 +80,12 @@ function explain(error, where) {
 function summary(value) {
   const s = (typeof value === "string" ? value : JSON.stringify(value) ?? "").replace(/\s+/g, " ").trim();
   return s.length > SUMMARY_CHARS_MAX ? `${s.slice(0, SUMMARY_CHARS_MAX - 1)}…` : s;
+}
+
+/** Progress data in one line: an object's fields as `name value`, anything else as JSON. */
+function counters(data) {
+  if (data === null || typeof data !== "object" || Array.isArray(data)) return summary(data);
+  return summary(Object.entries(data).map(([name, value]) => `${name} ${typeof value === "string" ? value : JSON.stringify(value)}`).join(" · "));
 }
 
 /** A settlement in one line; `prompt` (its text, when known) names a cancelled one. */
@@ -133,15 +149,78 @@ async function connect(o) {
 }
 
 /**
+ * The sends whose answer did not arrive (seed "Recover an uncertain send"),
+ * in every Session of the client: each keeps its requestId and exact text
+ * until the Session says whether it was admitted. `withdraw(requestId)`
+ * answers `accepted` (its commandId) or `unknown` (a committed fence: it
+ * never will be); a watch showing the requestId admitted settles it too. A
+ * failed withdraw is retried with a bounded backoff for as long as the
+ * client runs; what is left at exit is reported.
+ */
+class Unconfirmed {
+  constructor() {
+    /** requestId -> {sessionId, text, settle}. */
+    this.sends = new Map();
+  }
+
+  get size() {
+    return this.sends.size;
+  }
+
+  /** Resolves `{status: "accepted", commandId}` or `{status: "unknown"}` (also when the Session is gone). */
+  recover(session, requestId, text) {
+    return new Promise((settle) => {
+      const entry = { sessionId: session.id, text, settle };
+      this.sends.set(requestId, entry);
+      (async () => {
+        for (let delay = RECOVER_MS[0]; this.sends.get(requestId) === entry; delay = Math.min(delay * 2, RECOVER_MS[1])) {
+          try {
+            return this.#settle(requestId, await session.withdraw(requestId));
+          } catch (error) {
+            // A deleted Session runs nothing: the send will never be admitted.
+            if (error instanceof ShiitakeError && error.code === "session_not_found") return this.#settle(requestId, { status: "unknown" });
+          }
+          await new Promise((resolve) => setTimeout(resolve, delay));
+        }
+      })();
+    });
+  }
+
+  /** A watch of `sessionId` showed `requestId` admitted as `commandId`. */
+  seen(sessionId, requestId, commandId) {
+    if (this.sends.get(requestId)?.sessionId === sessionId) this.#settle(requestId, { status: "accepted", commandId });
+  }
+
+  #settle(requestId, outcome) {
+    const entry = this.sends.get(requestId);
+    if (entry === undefined) return;
+    this.sends.delete(requestId);
+    entry.settle(outcome);
+  }
+
+  /** Says what is still unconfirmed (at exit); whether anything was. */
+  report(write) {
+    for (const [requestId, { sessionId, text }] of this.sends) {
+      write(`unconfirmed (it may or may not have been admitted): Session ${sessionId}, requestId ${requestId}: ${text}`);
+    }
+    return this.sends.size > 0;
+  }
+}
+
+/**
  * Prints one Session's watch: answer tokens as they stream, tool calls,
  * other clients' prompts, settlements; and keeps what runs and what waits.
  * `out.stream(text, commandId)` writes answer text, `out.line(text)` a
  * whole line.
  */
 class SessionView {
-  constructor(session, out, { showRecent = false } = {}) {
+  constructor(session, out, { showRecent = false, unconfirmed, onDraft = () => "" }) {
     this.session = session;
     this.out = out;
+    /** The client's sends whose outcome is being recovered. */
+    this.unconfirmed = unconfirmed;
+    /** Takes back the text of a prompt that was not sent; what to say of it. */
+    this.onDraft = onDraft;
     /** Whether joining shows the Session: its id, recent messages, what runs and waits. */
     this.showRecent = showRecent;
     /** The running command, per the watch. */
@@ -182,6 +261,7 @@ class SessionView {
 
   #snapshot(read) {
     this.joined = true;
+    for (const m of [...read.messages, read.running, ...read.pending]) this.#seen(m);
     this.running = read.running?.commandId ?? null;
     for (const p of [read.running, ...read.pending]) if (p) this.texts.set(p.commandId, p.text);
     if (!this.showRecent) return;
@@ -191,22 +271,54 @@ class SessionView {
     for (const p of read.pending) this.out.line(`[queued #${p.position}] ${summary(p.text)}`);
   }
 
+  /** A message or queue item carrying a requestId settles an unconfirmed send of it. */
+  #seen(item) {
+    if (item?.requestId && item.commandId) this.unconfirmed.seen(this.session.id, item.requestId, item.commandId);
+  }
+
   #frame(f) {
-    if (f.type === "started") {
+    if (f.type === "admitted") {
+      this.#seen(f);
+    } else if (f.type === "started") {
       this.running = f.commandId;
       this.streamed = "";
     } else if (f.type === "delta") {
       this.streamed += f.text;
       this.out.stream(f.text, f.commandId);
     } else if (f.type === "message") {
+      this.#seen(f.message);
       this.#message(f.message, false);
     } else if (f.type === "diagnostic") {
       this.out.line(`[diagnostic] ${f.diagnostic}`);
+    } else if (f.type === "tool") {
+      this.#tool(f);
     } else if (f.type === "settled") {
       const s = f.settlement;
       if (this.running === s.commandId) this.running = null;
+      for (const [id, shown] of this.#toolsRunning) if (shown.commandId === s.commandId) this.#toolsRunning.delete(id);
       this.out.line(settlementLine(s, this.texts.get(s.commandId)));
       this.#settle(s);
+    }
+  }
+
+  /** Running tool calls by id: their turn, and when their counters were last printed. */
+  #toolsRunning = new Map();
+
+  /** A running tool: a line when it starts, then its counters at most once per PROGRESS_LINE_MS. */
+  #tool(f) {
+    if (f.phase === "started") {
+      this.#toolsRunning.set(f.toolCallId, { commandId: f.commandId, at: 0 });
+      this.out.line(`[tool running] ${f.name}`);
+    } else if (f.phase === "ended") {
+      this.#toolsRunning.delete(f.toolCallId);
+    } else {
+      // A call that started before this client joined shows from its progress.
+      const shown = this.#toolsRunning.get(f.toolCallId) ?? { commandId: f.commandId, at: 0 };
+      this.#toolsRunning.set(f.toolCallId, shown);
+      const now = Date.now();
+      if (now - shown.at < PROGRESS_LINE_MS) return;
+      shown.at = now;
+      this.out.line(`[tool progress] ${f.name} ${counters(f.result.data)}`);
     }
   }
 
@@ -236,11 +348,38 @@ class SessionView {
     this.waiters.get(s.commandId)?.(s);
   }
 
-  /** Sends a prompt; resolves its receipt. */
+  /**
+   * Sends a prompt. Resolves `{receipt}` when its answer came; `{recovered}`
+   * when none did (the send is unconfirmed): `recovered` resolves its
+   * receipt once the Session shows it admitted, or null once a committed
+   * withdrawal says it never will be (its text goes to `onDraft`; sending it
+   * again is a new request). A refusal throws: nothing was admitted.
+   */
   async prompt(text) {
+    if (this.unconfirmed.size >= UNCONFIRMED_MAX) {
+      throw new Error(`${UNCONFIRMED_MAX} prompts are still unconfirmed; send this one once the service answers (arrow-up recalls it)`);
+    }
     const requestId = crypto.randomUUID();
     this.sent.add(requestId);
-    const receipt = await this.session.prompt(text, { requestId });
+    try {
+      return { receipt: this.#admitted(text, await this.session.prompt(text, { requestId })) };
+    } catch (error) {
+      if (!isUncertain(error)) throw error;
+      const why = error instanceof ShiitakeError ? `${error.status} ${error.code}` : (error?.cause?.message ?? error?.message ?? String(error));
+      this.out.line(`[unconfirmed] ${summary(text)} (no answer: ${why}); asking the Session whether it arrived`);
+      const recovered = this.unconfirmed.recover(this.session, requestId, text).then((outcome) => {
+        if (outcome.status === "accepted") {
+          this.out.line(`[sent] ${summary(text)} (${outcome.commandId})`);
+          return this.#admitted(text, { status: "accepted", commandId: outcome.commandId, requestId });
+        }
+        this.out.line(`[not sent] ${summary(text)}${this.onDraft(text)}`);
+        return null;
+      });
+      return { recovered };
+    }
+  }
+
+  #admitted(text, receipt) {
     if (!this.settlements.has(receipt.commandId)) {
       this.mine.add(receipt.commandId);
       this.texts.set(receipt.commandId, text);
@@ -347,7 +486,7 @@ class Screen {
 }
 
 /** `--prompt`: one prompt, its answer on stdout, the exit status from its settlement. */
-async function runOnce(o, client, where) {
+async function runOnce(o, client, where, unconfirmed) {
   const session = await openSession(client, o.session, (line) => process.stderr.write(`${line}\n`));
   // This prompt's streamed tokens go to a terminal; a pipe gets the final
   // answer alone (a retried model call re-streams from the start).
@@ -370,18 +509,24 @@ async function runOnce(o, client, where) {
       process.stderr.write(`${t}\n`);
     },
   };
-  const view = new SessionView(session, out);
+  const view = new SessionView(session, out, { unconfirmed });
   try {
     await view.watch.opened;
     // Ctrl-C cancels the prompt (once admitted); a second one leaves at once.
     let interrupts = 0;
     const cancel = () => session.cancel(commandId).catch((e) => process.stderr.write(`cancel: ${explain(e, where)}\n`));
     process.on("SIGINT", () => {
-      if (++interrupts > 1) process.exit(EXIT.cancelled);
+      if (++interrupts > 1) {
+        unconfirmed.report((line) => process.stderr.write(`shiitake: ${line}\n`));
+        process.exit(EXIT.cancelled);
+      }
       process.stderr.write("cancelling (Ctrl-C again to leave at once)\n");
       if (commandId !== undefined) cancel();
     });
-    ({ commandId } = await view.prompt(o.prompt));
+    const sent = await view.prompt(o.prompt);
+    const receipt = sent.receipt ?? (await sent.recovered);
+    if (receipt === null) return EXIT.service; // not sent: nothing ran
+    ({ commandId } = receipt);
     if (interrupts > 0) cancel();
     const s = await view.settled(commandId);
     // A terminal saw the answer stream, unless it streamed before the receipt came.
@@ -405,7 +550,7 @@ async function openSession(client, id, say) {
 }
 
 /** The chat: a readline prompt, slash commands, Ctrl-C. Resolves the exit status. */
-async function runChat(o, client, where) {
+async function runChat(o, client, where, unconfirmed) {
   const session = await openSession(client, o.session, (l) => process.stdout.write(`${l}\n`));
   const tty = process.stdin.isTTY === true;
   const screen = new Screen(process.stdout);
@@ -418,7 +563,19 @@ async function runChat(o, client, where) {
     prompt: "> ",
   });
   if (tty) screen.rl = rl;
-  let view = new SessionView(session, screen, { showRecent: o.session !== undefined });
+  // A prompt that was not sent goes back to the input line (into the
+  // history instead when something is being typed).
+  const onDraft = (text) => {
+    if (!tty) return "";
+    if (rl.line === "") {
+      rl.write(text);
+      return "";
+    }
+    rl.history.unshift(text);
+    return " (arrow-up recalls it)";
+  };
+  const viewOf = (s, showRecent) => new SessionView(s, screen, { showRecent, unconfirmed, onDraft });
+  let view = viewOf(session, o.session !== undefined);
   screen.line("/help lists the commands; Ctrl-C cancels, twice quits.");
 
   let finish;
@@ -431,7 +588,7 @@ async function runChat(o, client, where) {
   const report = (error) => screen.line(`error: ${explain(error, where)}`);
 
   const switchTo = async (id) => {
-    const next = new SessionView(client.session(id), screen, { showRecent: true });
+    const next = viewOf(client.session(id), true);
     try {
       await next.watch.opened;
     } catch (error) {
@@ -479,9 +636,13 @@ async function runChat(o, client, where) {
       if (run === null) return screen.line(`unknown command /${name}; /help lists them`);
       return run(args.join(" "));
     }
-    const { commandId } = await view.prompt(text);
-    // Piped lines are a script: each prompt settles before the next line.
-    if (!tty) await view.settled(commandId);
+    const sent = await view.prompt(text);
+    // Piped lines are a script: each prompt settles before the next line
+    // (an unconfirmed one is recovered first). At a terminal, recovery goes
+    // on while the chat does.
+    if (tty) return;
+    const receipt = sent.receipt ?? (await sent.recovered);
+    if (receipt !== null) await view.settled(receipt.commandId);
   };
 
   // Lines are handled in order (a pipe delivers them at once).
@@ -530,10 +691,13 @@ async function main(argv) {
     process.stderr.write(`shiitake: cannot open ${o.local}: ${error.message}\n`);
     return EXIT.service;
   }
+  const unconfirmed = new Unconfirmed();
   try {
-    return await (o.prompt === undefined ? runChat : runOnce)(o, conn.client, conn.where);
+    const status = await (o.prompt === undefined ? runChat : runOnce)(o, conn.client, conn.where, unconfirmed);
+    return unconfirmed.report((line) => process.stderr.write(`shiitake: ${line}\n`)) ? EXIT.service : status;
   } catch (error) {
     process.stderr.write(`shiitake: ${explain(error, conn.where)}\n`);
+    unconfirmed.report((line) => process.stderr.write(`shiitake: ${line}\n`));
     return EXIT.service;
   } finally {
     conn.client.close();

@@ -1,8 +1,8 @@
 // Reads at most `limit` bytes of a response body and cancels the rest: the
 // one bounded body reader of the shim (MCP responses) and of the Computer
 // transport. Callers ask for one byte more than they accept, to tell an
-// oversized body from a full one.
-export async function readBounded(response, limit) {
+// oversized body from a full one. `onChunk` sees each chunk as it arrives.
+export async function readBounded(response, limit, onChunk) {
   if (response.body === null) return new Uint8Array(0);
   const reader = response.body.getReader();
   const chunks = [];
@@ -10,6 +10,7 @@ export async function readBounded(response, limit) {
   while (size < limit) {
     const { done, value } = await reader.read();
     if (done) break;
+    onChunk?.(value);
     chunks.push(value);
     size += value.byteLength;
   }

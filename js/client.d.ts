@@ -123,6 +123,7 @@ export interface SessionMessage {
   text: string;
   requestId?: string;
   commandId?: string;
+  /** A prompt's images, or on a `tool` message the images the tool returned to the model (at most 4). */
   images?: ImageInput[];
   meta?: JsonValue;
   /** On `assistant` messages. */
@@ -228,10 +229,34 @@ export type Frame =
   | { type: "started"; commandId: string; attempt: number }
   | { type: "delta"; commandId: string; text: string }
   | { type: "settled"; settlement: CommandSettlement }
-  /** Once at a turn's start: a tool the host configured cannot be offered (e.g. `execute` without `LOADER`, an unavailable MCP server). */
+  /** Once at a turn's start: a tool the host configured cannot be offered (e.g. `execute` without `LOADER`, an unavailable MCP server, a tool left out). */
   | { type: "diagnostic"; commandId: string; diagnostic: string }
+  | ToolFrame
   | ExtensionFrame
   | AttentionFrame;
+
+/**
+ * A tool call the host runs, live (kept in memory only, like `delta`; the
+ * `tool` message is the durable record): `started` before it runs,
+ * `progress` with the tool's live counters in `result.data` (at most one
+ * per 100 ms per call, the newest kept in between), `ended` with `isError`
+ * once its outcome is recorded, just before its `tool` message. A call
+ * answered without running (refused arguments, a tool not offered) has
+ * none; one whose turn settles while it runs (cancel, a restart) has no
+ * `ended`: its `tool` message and the `settled` frame say how it ended.
+ */
+export interface ToolFrame {
+  type: "tool";
+  commandId: string;
+  toolCallId: string;
+  /** The tool the model called (`execute`, or a direct tool). */
+  name: string;
+  phase: "started" | "progress" | "ended";
+  /** On `progress`: the tool's report (at most 4096 bytes of JSON). */
+  result?: { data: JsonValue };
+  /** On `ended`. */
+  isError?: boolean;
+}
 
 /**
  * An extension's projection, published after the commit that changed it
@@ -291,7 +316,7 @@ export interface ShiitakeWatch extends AsyncIterator<WatchEvent, undefined> {
 }
 
 export interface PromptOptions extends CallOptions {
-  /** Defaults to `crypto.randomUUID()`. Reuse it to retry an uncertain send. */
+  /** Defaults to `crypto.randomUUID()`. Keep it: when no answer came (`isUncertain`), `withdraw(requestId)` tells whether it was admitted. */
   requestId?: string;
   images?: ImageInput[];
   delivery?: Delivery;
@@ -300,6 +325,13 @@ export interface PromptOptions extends CallOptions {
 export interface OperatorOptions extends CallOptions {
   /** Defaults to `crypto.randomUUID()`. */
   requestId?: string;
+}
+
+/** `cancel`'s target in the seed's form: `cancel({ commandId, onlyIfPending: true })`. */
+export interface CancelInput {
+  commandId: string;
+  /** Answer `too_late` instead of cancelling a running turn. */
+  onlyIfPending?: boolean;
 }
 
 export interface CancelOptions extends CallOptions {
@@ -333,6 +365,9 @@ export interface ShiitakeSession {
   operator(text: string, options?: OperatorOptions): Promise<Receipt>;
   /** The command admitted under `requestId`, or `unknown` after fencing it. Never cancels. */
   withdraw(requestId: string, options?: CallOptions): Promise<WithdrawOutcome>;
+  /** Cancels an accepted command: `cancel({ commandId, onlyIfPending })` (as the owner API's), the options carrying only `signal`. */
+  cancel(input: CancelInput, options?: CallOptions): Promise<CancelOutcome>;
+  /** The same, the commandId first and `onlyIfPending` among the options. */
   cancel(commandId: string, options?: CancelOptions): Promise<CancelOutcome>;
   /** Cancels the running turn and every queued prompt, in one write. */
   abort(options?: CallOptions): Promise<AbortOutcome>;
@@ -414,6 +449,7 @@ export type ShiitakeErrorCode =
   | "response_too_large"
   | "event_too_large"
   | "runtime_closed"
+  | "runtime_restarted"
   | "extension_not_found"
   | "extension_command_not_found"
   | "extension_stopped"
@@ -445,6 +481,16 @@ export class ShiitakeError extends Error {
   readonly code: ShiitakeErrorCode | (string & {});
   readonly kind: ShiitakeErrorKind;
 }
+
+/**
+ * Whether a failed send (`prompt`, `operator`) may still have been admitted:
+ * true when no answer came (a dropped connection, an abort), for a 5xx and
+ * for an answer the client could not use; false for a refusal the service
+ * answered (4xx), which admitted nothing. When true, keep the requestId and
+ * text and learn the outcome with `withdraw(requestId)` before sending the
+ * text again (under a new requestId, after `unknown`).
+ */
+export function isUncertain(error: unknown): boolean;
 
 /** Largest watch event (the bytes of its lines) a watch accepts: 8 MiB. */
 export const WATCH_EVENT_BYTES_MAX: number;

@@ -41,6 +41,17 @@ export class ShiitakeError extends Error {
   }
 }
 
+/**
+ * Whether a failed send (prompt, operator) may still have been admitted: no
+ * answer came (a dropped connection, an abort), a 5xx, or an answer the
+ * client could not use. Learn its outcome with `withdraw(requestId)` before
+ * sending the text again (seed "Recover an uncertain send"). A refusal the
+ * service answered (4xx) admitted nothing.
+ */
+export function isUncertain(error) {
+  return !(error instanceof ShiitakeError && error.status >= 400 && error.status < 500);
+}
+
 /** The error kind of an HTTP status (see ShiitakeErrorKind in client.d.ts). */
 function kindOf(status) {
   if (status === 409) return "conflict";
@@ -208,8 +219,10 @@ class ShiitakeSession {
     return this.#t.request("POST", sessionPath(this.id, "/withdraw"), { body: { requestId }, signal });
   }
 
-  cancel(commandId, { onlyIfPending, signal } = {}) {
-    return this.#command({ type: "cancel", commandId, onlyIfPending }, signal);
+  /** `cancel({commandId, onlyIfPending?}, {signal?})` (the seed's form), or `cancel(commandId, {onlyIfPending?, signal?})`. */
+  cancel(target, options = {}) {
+    const { commandId, onlyIfPending } = typeof target === "object" && target !== null ? target : { commandId: target, onlyIfPending: options.onlyIfPending };
+    return this.#command({ type: "cancel", commandId, onlyIfPending }, options.signal);
   }
 
   abort({ signal } = {}) {

@@ -31,6 +31,7 @@ export interface ServiceComputerOptions {
 
 /** The context of one call (the core's invocation, plus the call's abort signal). */
 export interface ComputerCallContext {
+  /** Names this one call: `<commandId>:<callId>:<n>`, the n-th guest call (from 1) of the `execute` run `callId`. */
   executionId: string;
   sessionId: string;
   commandId: string;

@@ -12,15 +12,18 @@ import * as chatPage from "../build/chat/assets.mjs";
 export { ShiitakeSandbox } from "./index.mjs";
 
 // The demo notebook's own bounds: characters of a note, notes kept, notes
-// listed.
+// listed; the longest `timer.wait` and how often it reports its progress.
 const NOTE_CHARS_MAX = 4096;
 const NOTES_MAX = 1000;
 const NOTES_LISTED_MAX = 100;
+const WAIT_MS_MAX = 10_000;
+const WAIT_REPORT_MS = 250;
 
 // The demo Agent's tools: files in the object's own SQLite (read, write,
 // list, stat, search, replace, apply_patch), and a small notebook in its own
 // table, so the model's `execute` door has something to reach
-// (`notes.add_note`, `notes.list_notes`, `notes.clock`).
+// (`notes.add_note`, `notes.list_notes`, `notes.clock`), and a timer whose
+// live progress the chat page and the terminal client show (`timer.wait`).
 export class ShiitakeDO extends Base {
   #notes() {
     const sql = this.ctx.storage.sql;
@@ -86,6 +89,26 @@ export class ShiitakeDO extends Base {
               replaySafe: true,
               run() {
                 return new Date().toISOString();
+              },
+            },
+          ],
+        },
+        {
+          id: "timer",
+          operations: [
+            {
+              name: "wait",
+              description: `Waits \`ms\` milliseconds (at most ${WAIT_MS_MAX}), reporting how long it has waited as it goes.`,
+              inputSchema: { type: "object", properties: { ms: { type: "integer", minimum: 0, maximum: WAIT_MS_MAX } }, required: ["ms"] },
+              access: "read",
+              replaySafe: true,
+              async run({ ms }, ctx) {
+                const started = Date.now();
+                for (let waited = 0; waited < ms && !ctx.signal.aborted; waited = Date.now() - started) {
+                  await new Promise((resolve) => setTimeout(resolve, Math.min(WAIT_REPORT_MS, ms - waited)));
+                  ctx.progress({ waitedMs: Math.min(Date.now() - started, ms), ofMs: ms });
+                }
+                return { waitedMs: Date.now() - started };
               },
             },
           ],

@@ -23,8 +23,10 @@ import { DurableObject } from "cloudflare:workers";
  * A Rust panic restarts the wasm instance (shared by every object of the
  * isolate); each object rebuilds its core from SQLite. Only the Session whose
  * code trapped counts a new attempt; reads and watches are served again, a
- * write in flight is answered 500 `internal_error` (retry it). A panic in
- * the object's own `alarm()` is rethrown so the runtime retries the alarm.
+ * write in flight is answered 503 `runtime_restarted` with `Retry-After`
+ * (send it again with the same requestId), and so is a read after 3 resets
+ * that may be its own doing. A panic in the object's own `alarm()` is
+ * rethrown so the runtime retries the alarm.
  */
 export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   /**
@@ -77,8 +79,8 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   withdraw(sessionId: string, requestId: string, meta?: unknown): Promise<WithdrawOutcome>;
   /** RPC: one page of the Session read. */
   readSession(sessionId: string, query?: ReadQuery, meta?: unknown): Promise<SessionRead>;
-  /** RPC: the settlement, or null while not settled at `timeoutMs` (default 0, at most 30000). Dropping the call never cancels the command. */
-  readSettlement(sessionId: string, commandId: string, options?: { timeoutMs?: number }, meta?: unknown): Promise<CommandSettlement | null>;
+  /** RPC: the settlement, or undefined while not settled at `timeoutMs` (default 0, at most 30000). Dropping the call never cancels the command. */
+  readSettlement(sessionId: string, commandId: string, options?: { timeoutMs?: number }, meta?: unknown): Promise<CommandSettlement | undefined>;
   /** RPC: the newest pending prompt of `meta`'s principal (anyone's when unbound), or null. */
   latestPending(sessionId: string, meta?: unknown): Promise<PendingPrompt | null>;
   /**
@@ -251,9 +253,9 @@ export interface ShiitakeFleet {
    * The Agent directory, held by the object named `shiitake.directory`
    * (reserved: it runs no Agent): offers `agents.create({requestId, name?,
    * model?, reasoning?})` and `agents.list({archived?, cursor?, limit?})`;
-   * every Agent registers itself on its first fleet use, and a send to an
-   * Agent absent from the directory is undeliverable (`recipient_offline`)
-   * at once, to an archived or erased one `recipient_left`. The directory
+   * every Agent registers itself as its first request starts, and a send
+   * to an Agent absent from the directory is undeliverable
+   * (`recipient_offline`) at once, to an archived or erased one `recipient_left`. The directory
    * holds at most 10,000 Agents; names are at most 128 characters; a list
    * page holds at most 200 Agents (default 50).
    */
@@ -353,14 +355,21 @@ export interface ShiitakeTools {
    * MCP servers (at most 16), each the module `mcp.<name>`. Header values are credentials: kept in memory only.
    * `direct: true` offers every tool of the server as a direct tool of its own (named by its tool name,
    * beside `execute` or without it: on Node, or a Worker without a `LOADER` binding), still granted as
-   * `mcp.<name>`. A tool name another direct tool has (or `execute`) makes the server unavailable.
+   * `mcp.<name>`, in listing order while one model request carries them (64 tools in all, `execute`
+   * and the host's own direct operations first; names of at most 64 bytes, not `execute` or taken):
+   * each other tool is no direct tool (`execute` reaches it) and is reported to `onUnavailable`.
+   * A server is listed again after it sends `notifications/tools/list_changed` on a response or
+   * its session is renewed, and every `mcpRetryMs` when it declares `tools.listChanged`.
    */
   mcpServers?: { name: string; url: string; headers?: Record<string, string>; direct?: boolean }[];
   /** Carries every MCP request (default: the global fetch). Called with `redirect: "manual"`. */
   fetch?: (url: string, init: RequestInit) => Promise<Response>;
   /** Bound on connecting and listing each MCP server, at most and by default 10000 ms. */
   mcpTimeoutMs?: number;
-  /** How long before an unavailable MCP server is tried again (at a turn's start): 1000 to 3600000, default 60000 ms. */
+  /**
+   * How long before an unavailable MCP server is tried again (at a turn's start), and a server
+   * declaring `tools.listChanged` listed again: 1000 to 3600000, default 60000 ms.
+   */
   mcpRetryMs?: number;
   /**
    * The `files` module over one port (`sqliteWorkspace()`, `r2Files(bucket)`
@@ -393,15 +402,23 @@ export interface ShiitakeTools {
    * "shiitake/ui/browser" through the routes
    * `/browser/sessions/:sessionId/browser/{events,claims,results}`, which
    * `shiitakeApp()` forwards behind the host's own auth. A call waits for
-   * a browser at most 90% of the tool timeout. `id` names the App (at most 128
+   * a browser at most 90% of the tool timeout, and about 2000 ms when no
+   * browser is connected to the Session (one connecting meanwhile gets it). `id` names the App (at most 128
    * bytes); `hasSession(sessionId)` (`this` = the Durable Object, at most
    * 5000 ms) says whether a browser may open that Session's bridge
    * (default: the Session is stored in this Agent). Close it with
    * `ShiitakeDO#closeUi`.
    */
   ui?: { id: string; hasSession?(sessionId: string, options: { signal: AbortSignal }): boolean | Promise<boolean> };
-  /** Told about each MCP server or Computer dropped (the reason never holds a credential); a Computer's report has its `id`. */
-  onUnavailable?(report: { id?: string; name: string; reason: string }): void;
+  /**
+   * Told about each MCP server or Computer dropped (the reason never holds a credential); a Computer's
+   * report has its `id`. A report with `tool` names one tool left out while the rest is offered: of
+   * MCP server `name` (a tool its listing could not offer, or that cannot be a direct tool), or an
+   * operation of the host's module `name` marked `direct` that one model request cannot carry
+   * (at most 8 reports per server, the last counting the rest). Said once, and again at each turn's
+   * start as a `diagnostic` frame.
+   */
+  onUnavailable?(report: { id?: string; name: string; tool?: string; reason: string }): void;
 }
 
 /** One Computer of the host's list. */
@@ -440,13 +457,19 @@ export interface ToolOperation {
   confirm?: boolean;
   /** Safe to run again after a crash left its outcome unknown. Default false. */
   replaySafe?: boolean;
-  /** Also offer it to the model as its own tool, named by its guest name. Default false. */
+  /**
+   * Also offer it to the model as its own tool, named by its guest name. Default false. Taken in
+   * order while one model request carries them (64 tools, `execute` among them; names of at most
+   * 64 bytes, not `execute` or taken); each other one stays behind `execute` and is reported to
+   * `onUnavailable`.
+   */
   direct?: boolean;
   /** Runs the operation; `this` is the Durable Object. Returns JSON (at most 256 KiB, 64 levels). */
   run(args: Record<string, unknown>, ctx: ToolContext): unknown | Promise<unknown>;
 }
 
 export interface ToolContext {
+  /** Names this one call: `<commandId>:<callId>` (a direct tool) or `<commandId>:<callId>:<n>` (the n-th guest call, from 1, of an `execute` run). */
   executionId: string;
   sessionId: string;
   commandId: string;
@@ -456,6 +479,26 @@ export interface ToolContext {
   signal: AbortSignal;
   /** Sets the call's display payload (the `tool` message's `data`), never sent to the model. */
   display(data: unknown): void;
+  /**
+   * Reports live progress, e.g. output counters: watchers get a `tool`
+   * frame (phase `progress`) whose `result.data` is `data`, at most one per
+   * 100 ms per call (the newest report in between goes out when the
+   * interval ends). Never stored, never sent to the model. Throws a
+   * `TypeError` for data that is not JSON or over 4096 bytes of it.
+   * Inside `execute`, it reports on the `execute` call.
+   */
+  progress(data: unknown): void;
+  /**
+   * Adds an image to the result: the model sees it as image content in its
+   * next request (an `image_url` part of a user message after the results
+   * on Chat Completions, an image block of the `tool_result` on
+   * Anthropic), and the `tool` message keeps it in `images`. At most 4 per
+   * result and 1,048,576 bytes of base64 in all, else the result is an
+   * error. Put
+   * its display metadata (a caption, a size) in `display`. Inside
+   * `execute`, the run's result carries the images its calls returned.
+   */
+  image(image: ImageInput): void;
 }
 
 export interface ConfirmRequest {
@@ -523,8 +566,8 @@ export interface ShiitakeOwnerSession {
   abort(): Promise<AbortOutcome>;
   withdraw(requestId: string): Promise<WithdrawOutcome>;
   read(query?: ReadQuery): Promise<SessionRead>;
-  /** The settlement, or null while not settled at `timeoutMs`; aborting `signal` rejects the read and never cancels the command. */
-  readSettlement(commandId: string, options?: { timeoutMs?: number; signal?: AbortSignal }): Promise<CommandSettlement | null>;
+  /** The settlement, or undefined while not settled at `timeoutMs` (the HTTP route's null); aborting `signal` rejects the read and never cancels the command. */
+  readSettlement(commandId: string, options?: { timeoutMs?: number; signal?: AbortSignal }): Promise<CommandSettlement | undefined>;
   latestPending(): Promise<PendingPrompt | null>;
   /** The watch's events (a `snapshot` first, then `frame`s); aborting `signal` or leaving the loop closes it. */
   watch(options?: { signal?: AbortSignal }): AsyncGenerator<WatchEvent, void, undefined>;

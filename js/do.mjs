@@ -23,23 +23,42 @@ let generation = 0;
 const inflight = new Set();
 
 // The core's panic hook reports, just before the trap, which Agent and
-// Session were running and which turns were live (src/host/blame.rs). After
-// the reset each object's fresh core resumes its interrupted turns at their
-// current attempt, except the trapping Session's, which counts a new one.
+// Session were running and which turns every object held (src/host/blame.rs).
+// After the reset each object's fresh core resumes its interrupted turns at
+// their current attempt, except the trapping Session's, which counts a new
+// one. The first report of an instance names the trap: a call into the dead
+// instance before the reset may panic again on its broken state.
 let lastReport = null;
-// Durable Object id -> heads of its turns to resume without a new attempt.
+// The reset that ended the last generation: `{generation, report, spared}`
+// (`spared`: the objects whose turns it spared).
+let lastReset = { generation: 0, report: null, spared: new Set() };
+// Durable Object id -> its turns to resume without a new attempt (head ->
+// Session), until its fresh core takes them. Kept across resets: an object
+// whose core was not rebuilt since ran nothing a later trap could blame.
 const spared = new Map();
+// Objects whose spared turns are kept at most; past it the oldest entry is
+// dropped (its turns then count an attempt, as after a crash).
+const SPARED_OBJECTS_MAX = 1_024;
 // Watch streams to resume with a fresh snapshot after a reset.
 const watches = new Set();
 // Reads (GET/HEAD, settlement long polls among them) a reset cut off are
-// served again by the fresh instance, at most this many times each.
+// served again by the fresh instance. Resets that may be their own doing (a
+// trap in this object outside any turn, or one blamed on no one) count, at
+// most this many times each; a turn's trap never does (that turn counts an
+// attempt). An alarm a reset cut off is run again at most this many times.
 const READ_RETRIES_MAX = 3;
 // Consecutive resets a watch stream survives; past it the stream ends and
 // the client reconnects (docs/http.md).
 const WATCH_RESUMES_MAX = 8;
+// The Retry-After (seconds) of a request a reset cut off (503 runtime_restarted).
+const RESTART_RETRY_AFTER_S = 1;
+// The longest settlement long poll (src/limits.rs; checked like JSON_DEPTH_MAX).
+const SETTLEMENT_TIMEOUT_MS_MAX = 30_000;
 
 function listen() {
+  const listening = generation;
   wasm.setTrapReporter((json) => {
+    if (listening !== generation || lastReport !== null) return;
     try {
       lastReport = JSON.parse(json);
     } catch {
@@ -64,14 +83,14 @@ function recover(error, seenGeneration) {
     error,
   );
   generation++;
-  spared.clear();
+  lastReset = { generation, report, spared: new Set() };
   // Blame only a trap raised inside a known scope; otherwise every turn
   // counts an attempt, as after a crash.
   if (report?.agent) {
-    for (const [agent, head, session] of report.live ?? []) {
+    for (const [agent, head, session] of report.held ?? []) {
       if (agent === report.agent && session === report.session) continue;
-      if (!spared.has(agent)) spared.set(agent, []);
-      spared.get(agent).push(head);
+      spare(agent, head, session);
+      lastReset.spared.add(agent);
     }
   }
   for (const reject of inflight) reject(error);
@@ -79,6 +98,29 @@ function recover(error, seenGeneration) {
   wasm.__wbg_reset_state();
   listen();
   for (const watch of watches) watch.interrupt();
+}
+
+function spare(agent, head, session) {
+  let heads = spared.get(agent);
+  if (heads === undefined) {
+    if (spared.size >= SPARED_OBJECTS_MAX) spared.delete(spared.keys().next().value);
+    heads = new Map();
+    spared.set(agent, heads);
+  }
+  heads.set(head, session);
+}
+
+// Whether the reset that ended generation `seen` may be the doing of object
+// `id`'s own request: a trap in its code outside any turn, one blamed on no
+// one, or one not known (several resets since).
+function selfInflicted(seen, id) {
+  const report = lastReset.generation === seen + 1 ? lastReset.report : null;
+  return !report?.agent || (report.agent === id && !report.session);
+}
+
+// Whether the reset that ended generation `seen` spared turns of object `id`.
+function sparedAny(seen, id) {
+  return lastReset.generation === seen + 1 && lastReset.spared.has(id);
 }
 
 if (typeof globalThis.addEventListener === "function") {
@@ -96,17 +138,28 @@ function settleOrTrap(promise) {
   });
 }
 
-function internalError() {
-  const body = {
-    error: {
-      code: "internal_error",
-      message: "the runtime failed while serving this request and was restarted; retry it",
-    },
-  };
-  return new Response(JSON.stringify(body), {
-    status: 500,
-    headers: { "content-type": "application/json" },
+// The answer to a request a reset cut off and not served again: retryable,
+// since the request did nothing wrong (a write changed nothing or committed
+// whole, so its retry with the same requestId is answered once).
+function restarted(write) {
+  const message = write
+    ? "the runtime restarted while serving this request; send it again (a command with the same requestId is admitted at most once)"
+    : "the runtime restarted repeatedly while serving this read; send it again";
+  return new Response(JSON.stringify({ error: { code: "runtime_restarted", message } }), {
+    status: 503,
+    headers: { "content-type": "application/json", "retry-after": String(RESTART_RETRY_AFTER_S) },
   });
+}
+
+// A settlement long poll served again waits only what is left of its
+// timeout, so a reset never extends the wait the client asked for.
+function withTimeLeft(request, elapsedMs) {
+  const url = new URL(request.url);
+  if (!url.pathname.endsWith("/settlement")) return request;
+  const search = url.search.replace(/([?&]timeoutMs=)([0-9]{1,9})(?=&|$)/, (_, key, ms) => `${key}${Math.max(0, Math.min(Number(ms), SETTLEMENT_TIMEOUT_MS_MAX) - elapsedMs)}`);
+  if (search === url.search) return request;
+  url.search = search;
+  return new Request(url, request);
 }
 
 function isEventStream(response) {
@@ -195,7 +248,7 @@ export class ShiitakeDO extends DurableObject {
    * The Agent directory (`src/fleet/directory.rs`), held by the object
    * named `shiitake.directory` (reserved: it runs no Agent): `directory:
    * true` offers `agents.create` and `agents.list` (and registers each
-   * Agent on its first fleet use; a send to an Agent absent from the
+   * Agent as its first request starts; a send to an Agent absent from the
    * directory is undeliverable `recipient_offline` at once); `archive: true`
    * (needs `directory`) offers `agents.archive` and `agents.unarchive`;
    * `workingDirectory(agentId)` names the absolute path an Agent's tools
@@ -310,8 +363,7 @@ export class ShiitakeDO extends DurableObject {
     } catch (error) {
       if (isTrap(error)) {
         recover(error, seen);
-        this.#directory = null;
-        return peerError("internal_error", 500, "the directory failed while serving this call and was restarted; retry it");
+        return peerError("runtime_restarted", 503, "the directory restarted while serving this call; retry it");
       }
       throw error;
     }
@@ -349,8 +401,7 @@ export class ShiitakeDO extends DurableObject {
     } catch (error) {
       if (!isTrap(error)) throw error;
       recover(error, seen);
-      this.#core = null;
-      throw answerError(peerError("internal_error", 500, "the runtime failed while erasing; retry it"));
+      throw answerError(peerError("runtime_restarted", 503, "the runtime restarted while erasing; retry it"));
     }
     const parsed = JSON.parse(answer);
     if (parsed.error !== undefined) throw answerError(answer);
@@ -403,8 +454,7 @@ export class ShiitakeDO extends DurableObject {
     } catch (error) {
       if (!isTrap(error)) throw error;
       recover(error, seen);
-      this.#core = null;
-      return peerError("internal_error", 500, "the runtime failed while serving this call and was restarted; retry it");
+      return peerError("runtime_restarted", 503, "the runtime restarted while serving this call; retry it");
     }
   }
 
@@ -534,7 +584,7 @@ export class ShiitakeDO extends DurableObject {
     return this.#bound(meta).session(sessionId).read(query);
   }
 
-  /** RPC: the command's CommandSettlement, or null while it is not settled at `timeoutMs` (0..30000). */
+  /** RPC: the command's CommandSettlement, or undefined while it is not settled at `timeoutMs` (0..30000). */
   readSettlement(sessionId, commandId, options, meta) {
     return this.#bound(meta).session(sessionId).readSettlement(commandId, { timeoutMs: options?.timeoutMs });
   }
@@ -631,19 +681,23 @@ export class ShiitakeDO extends DurableObject {
   }
 
   // The core's answer, with trap recovery: a read a reset cut off is served
-  // again (it changes nothing); a write is answered 500 and retried by its
-  // caller with the same requestId.
+  // again (it changes nothing); a write is answered 503 and sent again by
+  // its caller with the same requestId. A core built before the reset is
+  // replaced by #coreNow (by generation), never dropped here: a sibling
+  // call may already have built this generation's core.
   async #serve(request) {
     const read = request.method === "GET" || request.method === "HEAD";
-    for (let attempt = 0; ; attempt++) {
+    const started = Date.now();
+    for (let own = 0; ; ) {
       const seen = generation;
       try {
         return await settleOrTrap(this.#coreNow().fetch(request));
       } catch (error) {
         if (!isTrap(error)) throw error;
         recover(error, seen);
-        this.#core = null;
-        if (!read || attempt >= READ_RETRIES_MAX) return internalError();
+        if (!read) return restarted(true);
+        if (selfInflicted(seen, this.ctx.id.toString()) && ++own > READ_RETRIES_MAX) return restarted(false);
+        request = withTimeLeft(request, Date.now() - started);
       }
     }
   }
@@ -703,11 +757,10 @@ export class ShiitakeDO extends DurableObject {
       } catch (error) {
         if (!isTrap(error)) throw error;
         recover(error, seen);
-        this.#core = null;
-        // A bystander of another object's trap resumes its turns at once;
-        // the object whose code trapped leaves the retry to the runtime's
-        // alarm backoff.
-        if (attempt >= READ_RETRIES_MAX || !spared.has(this.ctx.id.toString())) throw error;
+        // An object whose turns the reset spared resumes them at once; one
+        // with nothing spared (its own code trapped) leaves the retry to
+        // the runtime's alarm backoff.
+        if (attempt >= READ_RETRIES_MAX || !sparedAny(seen, this.ctx.id.toString())) throw error;
       }
     }
   }
@@ -734,10 +787,7 @@ export class ShiitakeDO extends DurableObject {
     try {
       return call(this.#coreNow());
     } catch (error) {
-      if (isTrap(error)) {
-        recover(error, seen);
-        this.#core = null;
-      }
+      if (isTrap(error)) recover(error, seen);
       throw error;
     }
   }
@@ -755,7 +805,7 @@ export class ShiitakeDO extends DurableObject {
         this.env,
         toolHost(this, fleet !== undefined),
         extensionHost(this),
-        heads ? JSON.stringify(heads) : undefined,
+        heads ? JSON.stringify([...heads]) : undefined,
         jobsHost(this),
         fleet,
         modelsHost(this),
@@ -947,10 +997,10 @@ class OwnerSession {
     return answerOf(await this.#call("GET", "", { query: { before: cursor ?? before, limit } }));
   }
 
-  /** null while the command is not settled at the deadline; aborting never cancels the command. */
+  /** undefined while the command is not settled at the deadline (the route's null); aborting never cancels the command. */
   async readSettlement(commandId, { timeoutMs, signal } = {}) {
     const answer = await unlessAborted(this.#call("GET", "/settlement", { query: { commandId, timeoutMs } }), signal);
-    return (await answerOf(answer)) ?? null;
+    return (await answerOf(answer)) ?? undefined;
   }
 
   async latestPending() {
@@ -1362,13 +1412,16 @@ function toolHost(object, fleet = false) {
   return {
     spec: () => spec,
     mcpServers: () => JSON.stringify(config.mcpServers ?? []),
-    async mcpFetch(method, url, headers, body, signal) {
+    // `onChunk` sees an event stream as it arrives (a tool call's progress).
+    async mcpFetch(method, url, headers, body, signal, onChunk) {
       const response = await mcpFetch(url, { method, headers, body, redirect: "manual", signal });
+      const contentType = response.headers.get("content-type");
+      const stream = onChunk !== undefined && /^text\/event-stream/i.test(contentType ?? "");
       return {
         status: response.status,
-        contentType: response.headers.get("content-type"),
+        contentType,
         headers: [...response.headers],
-        body: await readBounded(response, MCP_RESPONSE_BYTES_MAX + 1),
+        body: await readBounded(response, MCP_RESPONSE_BYTES_MAX + 1, stream ? onChunk : undefined),
       };
     },
     onUnavailable(report) {
@@ -1378,20 +1431,39 @@ function toolHost(object, fleet = false) {
         console.error("shiitake: onUnavailable threw", error);
       }
     },
-    async invoke(moduleId, name, args, invocation, signal) {
+    async invoke(moduleId, name, args, invocation, signal, progress) {
       let data;
+      const images = [];
+      let ended = false;
       const ctx = {
         ...JSON.parse(invocation),
         signal,
         display(value) {
           data = value;
         },
+        // Live counters for the watch (`tool` frames): the core bounds
+        // and paces them. A report after the call ended is dropped.
+        progress(value) {
+          if (ended || signal.aborted) return;
+          const json = JSON.stringify(value);
+          const refused = json === undefined ? "progress: the data is not JSON" : progress(json);
+          if (refused !== undefined) throw new TypeError(refused);
+        },
+        image(image) {
+          images.push(image);
+        },
       };
       try {
         const result = await runs.get(`${moduleId}\u0000${name}`).call(object, JSON.parse(args), ctx);
-        return JSON.stringify(data === undefined ? { result: result ?? null } : { result: result ?? null, data });
+        return JSON.stringify({
+          result: result ?? null,
+          ...(data === undefined ? {} : { data }),
+          ...(images.length === 0 ? {} : { images }),
+        });
       } catch (error) {
         return JSON.stringify({ error: String(error?.message ?? error) });
+      } finally {
+        ended = true;
       }
     },
     computersList() {

@@ -6,7 +6,7 @@
 //     wasm, which never has the fault-injection hook) and its bundle built:
 //     an entry module exporting ShiitakeDO and the wasm module, under
 //     Cloudflare's 10 MiB compressed size limit, the wasm itself at most
-//     1 MiB gzipped (500 KiB with SHIITAKE_LEAN=1, the lean build);
+//     1.5 MiB gzipped (500 KiB with SHIITAKE_LEAN=1, the lean build);
 //   - the bindings wrangler printed: the Durable Object SHIITAKE
 //     (ShiitakeDO) and the Worker Loader LOADER;
 //   - the config wrangler read (its own reader, `unstable_readConfig`): that
@@ -33,7 +33,10 @@ const GZIP_BYTES_MAX = 10 * 1024 * 1024;
 // Our own bound on the wasm alone: every capability built, or the lean wasm
 // (SHIITAKE_LEAN=1, which wrangler's [build] passes to scripts/build.sh).
 const LEAN = process.env.SHIITAKE_LEAN === "1";
-const WASM_GZIP_BYTES_MAX = LEAN ? 500 * 1024 : 1024 * 1024;
+// The default build may grow to 1.5 MiB (room for a sandbox engine is a
+// later issue's, under the Free plan's 3 MiB upload); the lean one stays
+// under 500 KiB for hosts that need none of the optional features.
+const WASM_GZIP_BYTES_MAX = LEAN ? 500 * 1024 : 1536 * 1024;
 // Names that must be secrets (`wrangler secret put`), never wrangler.toml vars.
 const SECRETS = ["SHIITAKE_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "SHIITAKE_MCP_SERVERS"];
 // Present in the wasm only with the `fault-injection` feature (test builds).
@@ -86,7 +89,7 @@ try {
   const wasmGzip = gzipSync(wasm, { level: 9 }).length;
   const gzip = gzipSync(code).length + wasmGzip;
   check(gzip <= GZIP_BYTES_MAX, `the bundle is ${gzip} bytes gzipped, over Cloudflare's ${GZIP_BYTES_MAX}`);
-  check(wasmGzip <= WASM_GZIP_BYTES_MAX, `the ${LEAN ? "lean " : ""}wasm is ${wasmGzip} bytes gzipped, over ${WASM_GZIP_BYTES_MAX} (${LEAN ? "500 KiB" : "1 MiB"}); \`bash scripts/wasm-size.sh\` says what each dependency costs`);
+  check(wasmGzip <= WASM_GZIP_BYTES_MAX, `the ${LEAN ? "lean " : ""}wasm is ${wasmGzip} bytes gzipped, over ${WASM_GZIP_BYTES_MAX} (${LEAN ? "500 KiB" : "1.5 MiB"}); \`bash scripts/wasm-size.sh\` says what each dependency costs`);
 
   // The bindings wrangler printed (its table: `env.NAME (detail)   Kind`).
   const bindingLine = (name) => printed.split("\n").find((l) => l.includes(`env.${name}`));

@@ -10,8 +10,9 @@
 #
 # Usage: bash scripts/wasm-size.sh [variant...]   (default: all)
 #   variants: default, lean, no-json-schema, no-files-search, no-files,
-#   no-error-paths, no-regex (each the default minus what it names; no-regex:
-#   neither json-schema nor files-search, the two features linking regex)
+#   no-error-paths, no-mcp, no-regex (each the default minus what it names;
+#   no-regex: neither json-schema nor files-search, the two features linking
+#   regex)
 # Builds in target/ one after another (incremental, LTO: a minute or two
 # each); leaves build/wasm/ as it was (its builds go to target/wasm-size/).
 set -euo pipefail
@@ -43,18 +44,19 @@ gzip_bytes() { node -e 'process.stdout.write(String(require("zlib").gzipSync(req
 kib() { awk -v b="$1" 'BEGIN { printf "%7.1f KiB", b / 1024 }'; }
 
 variants=("$@")
-[ ${#variants[@]} = 0 ] && variants=(default no-json-schema no-files-search no-files no-error-paths no-regex lean)
+[ ${#variants[@]} = 0 ] && variants=(default no-json-schema no-files-search no-files no-error-paths no-mcp no-regex lean)
 
 declare -A size
 for v in "${variants[@]}"; do
   case $v in
     default) build default ;;
     lean) build lean --no-default-features ;;
-    no-json-schema) build no-json-schema --no-default-features --features files-search,error-paths ;;
-    no-files-search) build no-files-search --no-default-features --features json-schema,files,error-paths ;;
-    no-files) build no-files --no-default-features --features json-schema,error-paths ;;
-    no-error-paths) build no-error-paths --no-default-features --features json-schema,files-search ;;
-    no-regex) build no-regex --no-default-features --features files,error-paths ;;
+    no-json-schema) build no-json-schema --no-default-features --features files-search,error-paths,acp,ui,mcp ;;
+    no-files-search) build no-files-search --no-default-features --features json-schema,files,error-paths,acp,ui,mcp ;;
+    no-files) build no-files --no-default-features --features json-schema,error-paths,acp,ui,mcp ;;
+    no-error-paths) build no-error-paths --no-default-features --features json-schema,files-search,acp,ui,mcp ;;
+    no-mcp) build no-mcp --no-default-features --features json-schema,files-search,error-paths,acp,ui ;;
+    no-regex) build no-regex --no-default-features --features files,error-paths,acp,ui,mcp ;;
     *) echo "wasm-size: unknown variant $v" >&2; exit 2 ;;
   esac
   size[$v]=$(gzip_bytes "$out/$v.stripped/shiitake_bg.wasm")
@@ -71,17 +73,19 @@ for v in "${variants[@]}"; do
 done
 
 have() { for v in "$@"; do [ -n "${size[$v]:-}" ] || return 1; done; }
-if have default no-json-schema no-files-search no-files no-error-paths no-regex; then
+if have default no-json-schema no-files-search no-files no-error-paths no-mcp no-regex; then
   schema=$((size[default] - size[no-json-schema]))
   search=$((size[default] - size[no-files-search]))
   files=$((size[default] - size[no-files]))
   paths=$((size[default] - size[no-error-paths]))
+  mcp=$((size[default] - size[no-mcp]))
   echo
   echo "== by removal (zlib gzip -9)"
   echo "json-schema: boon and what only it links (url, idna, fluent-uri, ahash, base64)  $(kib "$schema")"
   echo "files-search: ignore, globset (and their search code)                            $(kib "$search")"
   echo "files: the files module, its patch engine and workspace port (with its search)   $(kib "$files")"
   echo "error-paths: serde_path_to_error                                                 $(kib "$paths")"
+  echo "mcp: the MCP client (connection, wire, tool results) and its host side           $(kib "$mcp")"
   echo "regex, regex-automata, regex-syntax (unicode tables), aho-corasick, memchr:"
   echo "  linked by json-schema and files-search, gone only when both are              $(kib $((size[default] - size[no-regex] - schema - search)))"
 fi

@@ -52,9 +52,9 @@ pub struct HttpResponse {
 pub struct Effects {
     /// Work may be claimable: request reconciliation through the alarm.
     pub reconcile: bool,
-    /// Turns claimed at admission that this instance has not started: their
-    /// first attempt is already counted.
-    pub fresh_turns: Vec<String>,
+    /// Turns claimed at admission that this instance has not started, as
+    /// `(head, session)`: their first attempt is already counted.
+    pub fresh_turns: Vec<(String, String)>,
     /// Running turns (by head command) whose model calls must stop.
     pub stop_turns: Vec<String>,
     /// Frames for the Session's watchers.
@@ -533,7 +533,11 @@ pub fn admission_effects(
     }
     Effects {
         reconcile: admitted.claimed,
-        fresh_turns: admitted.claimed.then_some(command_id).into_iter().collect(),
+        fresh_turns: admitted
+            .claimed
+            .then(|| (command_id, session_id.to_owned()))
+            .into_iter()
+            .collect(),
         frames,
         ..Effects::default()
     }

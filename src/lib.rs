@@ -30,6 +30,7 @@ pub mod json;
 pub mod json_schema;
 pub mod limits;
 pub mod mail;
+#[cfg_attr(not(feature = "mcp"), path = "mcp/left_out.rs")]
 pub mod mcp;
 pub mod meta;
 pub mod model;

@@ -128,6 +128,14 @@ pub const MCP_RETRY_MS: u64 = 60_000;
 pub const MCP_RETRY_MS_MAX: u64 = 3_600_000;
 /// An `Mcp-Session-Id` a server assigns (visible ASCII).
 pub const MCP_SESSION_ID_BYTES_MAX: usize = 256;
+/// A connected MCP server is listed again at most once this often after it
+/// told of a change (`notifications/tools/list_changed`) or its session was
+/// renewed: a server notifying on every response costs one listing a
+/// second, not one a turn.
+pub const MCP_RELIST_GAP_MS: i64 = 1_000;
+/// Tools of one MCP server (or of the host's own) reported one by one when
+/// left out; past it the last report counts the rest.
+pub const TOOL_REPORTS_MAX: usize = 8;
 
 // The `execute` door and tool calls (`src/capability/door.rs`, `src/host/tools.rs`).
 /// Bytes of the `execute` tool's description (the operation list is cut).
@@ -143,6 +151,18 @@ pub const GUEST_CALLS_PER_EXECUTION_MAX: usize = 1_024;
 /// While a tool runs, the alarm is kept armed this far ahead (seed: the
 /// five-second heartbeat), so a crash resumes the turn within about this.
 pub const TOOL_HEARTBEAT_MS: u64 = 5_000;
+/// A running call's progress frames (`tool` frames, phase `progress`): at
+/// most one per this many milliseconds per call; reports in between are
+/// coalesced, the newest published when the interval ends (or with the
+/// call's end).
+pub const TOOL_PROGRESS_INTERVAL_MS: i64 = 100;
+/// Bytes of one progress report's `data`, as JSON; a larger one is refused
+/// to the tool (`ctx.progress` throws).
+pub const TOOL_PROGRESS_BYTES_MAX: usize = 4_096;
+/// Images one tool result carries to the model, and bytes of their base64
+/// data in all; a result past either is an error result.
+pub const TOOL_RESULT_IMAGES_MAX: usize = 4;
+pub const TOOL_RESULT_IMAGE_BYTES_MAX: usize = 1_048_576;
 
 // The run loop and the model call (the wasm host enforces these).
 
@@ -494,6 +514,11 @@ pub const UI_ERROR_BYTES_MAX: usize = 4_096;
 /// timeout: the rest leaves an `execute` run that made the call (bounded by
 /// the tool timeout itself) time to report why it ended.
 pub const UI_WAIT_PERCENT_OF_TOOL_TIMEOUT: u64 = 90;
+/// How long a waiting `ui` call, still unclaimed, goes on without any
+/// browser stream open on its Session before it fails saying no browser is
+/// connected (a browser that connects meanwhile is sent the request). Also
+/// how often a waiting call looks again.
+pub const UI_NO_BROWSER_MS: u64 = 2_000;
 /// Wall time of the host's `tools().ui.hasSession(sessionId)`; past it the
 /// event stream answers 404.
 pub const UI_HAS_SESSION_TIMEOUT_MS: u64 = 5_000;

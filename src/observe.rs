@@ -61,6 +61,36 @@ pub enum Frame {
         command_id: String,
         diagnostic: String,
     },
+    /// A tool call the host runs: `started`, then `progress` reports (the
+    /// tool's live counters in `result.data`, at most one per
+    /// `TOOL_PROGRESS_INTERVAL_MS`), then `ended` with `isError` once its
+    /// outcome is recorded (just before its `tool` message). Memory only,
+    /// like `delta`: the `tool` message is the durable record.
+    #[serde(rename_all = "camelCase")]
+    Tool {
+        command_id: String,
+        tool_call_id: String,
+        name: String,
+        phase: ToolPhase,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        result: Option<ToolEventResult>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        is_error: Option<bool>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolPhase {
+    Started,
+    Progress,
+    Ended,
+}
+
+/// A `progress` frame's result: the tool's report, as it gave it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolEventResult {
+    pub data: Box<RawValue>,
 }
 
 /// A failed model call, published as a `runtime-error` event.

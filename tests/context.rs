@@ -73,6 +73,7 @@ fn tool_step(h: &mut Harness, step: &Step, name: &str, calls: usize, bytes: usiz
             content: padded(&format!("result {}", call.id), bytes),
             is_error: false,
             data: None,
+            images: Vec::new(),
         };
         let ResultOutcome::Recorded { next: n, .. } = h
             .with_ctx(|ctx| {

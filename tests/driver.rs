@@ -320,7 +320,8 @@ impl Sim {
         for (_, frame) in effects.frames {
             self.world.events.push(Event::Frame(frame));
         }
-        self.fresh.extend(effects.fresh_turns);
+        self.fresh
+            .extend(effects.fresh_turns.into_iter().map(|(head, _)| head));
         let json = response
             .body
             .as_deref()
@@ -443,7 +444,15 @@ impl Sim {
                         }
                         ToolWork::Execute { .. } => panic!("no sandbox: execute is never offered"),
                     };
+                    // The tool reports three counters at once: the first
+                    // goes out, the newest is held to the call's end.
+                    let mut progress = run.progress;
+                    for count in 1..=3 {
+                        let report = progress.report(self.now_ms, &format!(r#"{{"n":{count}}}"#));
+                        self.world.events.extend(report.unwrap().map(Event::Frame));
+                    }
                     let input = self.operation(&op)?;
+                    self.world.events.extend(progress.end().map(Event::Frame));
                     if self.interject(When::ToolCall(n), turn.head()) {
                         Input::Stopped
                     } else {
@@ -471,7 +480,7 @@ impl Sim {
                 if op.guest_name == "add" && self.world.patch.is_some() {
                     self.patch(op)?;
                 }
-                Input::ToolDone(result_output(&json!({"ran": op.guest_name}), None))
+                Input::ToolDone(result_output(json!({"ran": op.guest_name}).into()))
             }
             Gate::Refused(why) => Input::ToolDone(ToolOutput::error(why)),
             Gate::Confirm(_) => panic!("no operation here asks for confirmation"),
@@ -552,6 +561,42 @@ impl Sim {
         );
         assert_eq!(status, 200, "{json}");
         json
+    }
+
+    /// The `tool` frames and `tool` messages published, in order, each as
+    /// one line.
+    fn tool_events(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for event in &self.world.events {
+            match event {
+                Event::Frame(Frame::Tool {
+                    tool_call_id,
+                    name,
+                    phase,
+                    result,
+                    is_error,
+                    ..
+                }) => lines.push(format!(
+                    "{phase:?} {tool_call_id} {name}{}{}",
+                    result
+                        .as_ref()
+                        .map(|r| format!(" {}", r.data.get()))
+                        .unwrap_or_default(),
+                    is_error.map(|e| format!(" error={e}")).unwrap_or_default()
+                )),
+                Event::Frame(Frame::Message { message }) => {
+                    let message: Value = serde_json::from_str(message.get()).unwrap();
+                    if message["role"] == "tool" {
+                        lines.push(format!(
+                            "message {}",
+                            message["toolCallId"].as_str().unwrap()
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        lines
     }
 
     /// `settled` frames published per command id.
@@ -899,4 +944,51 @@ fn the_gate_reads_the_grants_at_each_call_and_a_refusal_runs_nothing() {
     );
     assert!(sim.world.effects.is_empty(), "the refused write never ran");
     assert_eq!(sim.settlement("p1")["terminal"], "completed");
+}
+
+#[test]
+fn a_running_call_is_published_started_then_its_paced_progress_then_ended_before_its_message() {
+    let mut sim = two_turns();
+    sim.access = AccessConfig::parse(r#"{"grants": {"notes": "read"}}"#).unwrap();
+    sim.run_with_recovery(0);
+    // `add` is refused by its gate (run by the host, so still started and
+    // ended, as an error); `list` runs.
+    assert_eq!(
+        sim.tool_events(),
+        [
+            "Started c1 add",
+            r#"Progress c1 add {"n":1}"#,
+            r#"Progress c1 add {"n":3}"#,
+            "Ended c1 add error=true",
+            "message c1",
+            "Started c2 list",
+            r#"Progress c2 list {"n":1}"#,
+            r#"Progress c2 list {"n":3}"#,
+            "Ended c2 list error=false",
+            "message c2",
+        ]
+    );
+}
+
+#[test]
+fn a_call_cancelled_while_it_runs_has_no_ended_frame() {
+    let mut sim = two_turns();
+    let head = sim.commands["p1"].clone();
+    sim.world.interjections.push((
+        When::ToolCall(1),
+        json!({"type": "cancel", "commandId": head}),
+    ));
+    sim.run_with_recovery(0);
+    // The cancel's closing messages say how both calls ended; the second
+    // never started.
+    assert_eq!(
+        sim.tool_events(),
+        [
+            "Started c1 add",
+            r#"Progress c1 add {"n":1}"#,
+            r#"Progress c1 add {"n":3}"#,
+            "message c1",
+            "message c2",
+        ]
+    );
 }

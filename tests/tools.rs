@@ -9,7 +9,7 @@ use common::Harness;
 use serde_json::{json, Value};
 use shiitake::http::{handle, HttpRequest};
 use shiitake::limits::TOOL_STEPS_PER_TURN_MAX;
-use shiitake::model::{Answer, ModelItem, ToolCall, Usage};
+use shiitake::model::{Answer, Image, ModelItem, ToolCall, Usage};
 use shiitake::observe::Frame;
 use shiitake::run::cancel;
 use shiitake::run::tools::{
@@ -54,6 +54,7 @@ fn ok(content: &str) -> ToolOutput {
         content: content.into(),
         is_error: false,
         data: Some(serde_json::value::RawValue::from_string(r#"{"shown":true}"#.into()).unwrap()),
+        images: Vec::new(),
     }
 }
 
@@ -234,6 +235,47 @@ fn calls_are_recorded_before_they_run_and_each_outcome_closes_one() {
             input_tokens: 10,
             output_tokens: 2
         })
+    );
+}
+
+#[test]
+fn a_results_images_are_kept_on_its_message_and_reach_the_next_model_context() {
+    let mut h = Harness::new();
+    let step = start(&mut h, "take a picture");
+    let answer = calls_answer("", vec![call("c1", "snap", "{}")]);
+    let CallsOutcome::Run { .. } = record(&mut h, &step, &answer) else {
+        panic!("not recorded")
+    };
+    let image = Image {
+        media_type: "image/png".into(),
+        data: "iVBORw0KGgo=".into(),
+    };
+    let output = ToolOutput {
+        images: vec![image.clone()],
+        ..ok("a picture")
+    };
+    let ResultOutcome::Recorded {
+        message,
+        next: Some(next),
+    } = result(&mut h, &step, "c1", &output)
+    else {
+        panic!("the step did not close")
+    };
+    let stored: Value = serde_json::from_str(&message).unwrap();
+    assert_eq!(
+        stored["images"],
+        json!([{"mediaType": "image/png", "data": "iVBORw0KGgo="}])
+    );
+    assert_eq!(messages(&mut h)[2]["images"], stored["images"], "served");
+    let Some(ModelItem::ToolResult {
+        content, images, ..
+    }) = next.context.last()
+    else {
+        panic!("the context ends with the result: {:?}", next.context)
+    };
+    assert_eq!(
+        (content.as_str(), images.as_slice()),
+        ("a picture", &[image][..])
     );
 }
 

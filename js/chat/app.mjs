@@ -2,9 +2,11 @@
 // browser by scripts/chat-page.mjs). Plain DOM over the typed client
 // (js/client.mjs): Sessions, the transcript with paging, the live watch,
 // queued prompts, and the page's own commands offered to the model through
-// the browser bridge (js/ui-browser.mjs). Holds nothing the server does not:
-// a reload rebuilds everything from the Session read and its watch.
-import { bindSessionExtension, createShiitakeClient, ShiitakeError } from "../client.mjs";
+// the browser bridge (js/ui-browser.mjs). Holds nothing the server does not
+// (a reload rebuilds everything from the Session read and its watch), except
+// the sends whose answer did not arrive: the tab keeps those until the
+// Session says what became of them ("uncertain sends" below).
+import { bindSessionExtension, createShiitakeClient, isUncertain, ShiitakeError } from "../client.mjs";
 import { bindingDispatch, createClientEntryHost, placeCells } from "../client-entry.mjs";
 import { connectBrowser } from "../ui-browser.mjs";
 import { goalClient, goalContract } from "../../examples/extensions/goal.client.mjs";
@@ -24,6 +26,9 @@ const SUMMARY_CHARS_MAX = 160;
 const RECONNECT_MS = [500, 30_000];
 const TOKEN_KEY = "shiitake.token";
 const AGENT_KEY = "shiitake.agent";
+const UNSURE_KEY = "shiitake.unsure";
+/** Sends at most kept in the tab while their outcome is unknown; past it the composer keeps the next one. */
+const UNSURE_MAX = 8;
 
 const $ = (id) => document.getElementById(id);
 const el = (tag, props = {}, ...children) => {
@@ -136,6 +141,7 @@ function closeSession() {
   page.view = null;
   $("messages").replaceChildren();
   $("pending").replaceChildren();
+  $("unsure").replaceChildren();
   $("extensions").replaceChildren();
   $("live").hidden = true;
   $("older").hidden = true;
@@ -183,6 +189,7 @@ async function openSession(sessionId) {
   for (const id of ["prompt", "delivery", "send"]) $(id).disabled = false;
   markCurrent();
   say(null);
+  showUnsure(view);
   readExtensions(view);
   watchLoop(view);
   view.bridge = connectBrowser({
@@ -205,6 +212,7 @@ async function watchLoop(view) {
     try {
       await watch.opened;
       delay = RECONNECT_MS[0];
+      recover(); // connected again: settle what is uncertain
       for await (const event of watch) {
         if (event.event === "snapshot") renderSnapshot(view, event.data);
         else if (event.event === "frame") applyFrame(view, event.data);
@@ -229,9 +237,11 @@ async function watchLoop(view) {
 }
 
 function renderSnapshot(view, read) {
+  reconcile(view, [...read.messages, read.running, ...read.pending]);
   view.messages.clear();
   view.newest = 0;
   $("messages").replaceChildren();
+  $("tools").replaceChildren();
   for (const message of read.messages) appendMessage(view, message);
   view.cursor = read.cursor;
   $("older").hidden = read.cursor === null;
@@ -249,8 +259,14 @@ function renderSnapshot(view, read) {
 function applyFrame(view, frame) {
   switch (frame.type) {
     case "message":
+      reconcile(view, [frame.message]);
       appendMessage(view, frame.message);
       if (frame.message.role === "assistant" && frame.message.commandId === view.live.commandId) showLive(view, null, "");
+      if (frame.message.role === "tool") endTools(`[data-call-id="${CSS.escape(frame.message.toolCallId ?? "")}"]`);
+      scrollToEnd();
+      break;
+    case "tool":
+      showTool(frame);
       scrollToEnd();
       break;
     case "delta":
@@ -262,10 +278,14 @@ function applyFrame(view, frame) {
       view.settlements.set(settlement.commandId, settlement);
       badge(view, settlement.commandId);
       if (view.live.commandId === settlement.commandId) showLive(view, null, "");
+      endTools(`[data-command-id="${CSS.escape(settlement.commandId)}"]`);
       refreshQueue(view);
       break;
     }
     case "admitted":
+      reconcile(view, [frame]);
+      refreshQueue(view);
+      break;
     case "started":
       refreshQueue(view);
       break;
@@ -284,6 +304,34 @@ function showLive(view, commandId, text) {
   view.live = { commandId, text };
   $("live").hidden = commandId === null;
   $("live").textContent = text;
+}
+
+// A running tool call, from its `tool` frames (live only, like `delta`):
+// shown from `started` with its latest progress counters until `ended`,
+// its `tool` message, or its turn's settlement.
+function showTool(frame) {
+  let item = $("tools").querySelector(`li[data-call-id="${CSS.escape(frame.toolCallId)}"]`);
+  if (frame.phase === "ended") {
+    item?.remove();
+    return;
+  }
+  if (!item) {
+    item = el("li", { className: "message running-tool" }, el("span", { className: "who", textContent: `tool · ${frame.name} · running` }), el("div", { className: "counters" }));
+    item.dataset.callId = frame.toolCallId;
+    item.dataset.commandId = frame.commandId;
+    $("tools").append(item);
+  }
+  if (frame.phase === "progress") item.querySelector(".counters").textContent = counters(frame.result.data);
+}
+
+function endTools(selector) {
+  for (const item of $("tools").querySelectorAll(`li${selector}`)) item.remove();
+}
+
+/** Progress data in one line: an object's fields as `name value`, anything else as JSON. */
+function counters(data) {
+  if (data === null || typeof data !== "object" || Array.isArray(data)) return summary(data);
+  return clip(Object.entries(data).map(([name, value]) => `${name} ${typeof value === "string" ? value : JSON.stringify(value)}`).join(" · "));
 }
 
 // A queue read after each admission, start and settlement: the frames carry
@@ -373,7 +421,10 @@ function renderMessage(message) {
 }
 
 function summary(value) {
-  const text = JSON.stringify(value) ?? "";
+  return clip(JSON.stringify(value) ?? "");
+}
+
+function clip(text) {
   return text.length > SUMMARY_CHARS_MAX ? `${text.slice(0, SUMMARY_CHARS_MAX - 1)}…` : text;
 }
 
@@ -427,23 +478,190 @@ function scrollToEnd() {
   box.scrollTop = box.scrollHeight;
 }
 
+// A send is kept (requestId, exact text) from before its request leaves
+// until its answer comes; if none comes, until the Session says what became
+// of it (below). The composer is emptied at once, so the text is never both
+// a draft and maybe sent.
 async function send(event) {
   event.preventDefault();
   const view = page.view;
   const text = $("prompt").value.trim();
   if (!view || text === "") return;
-  $("send").disabled = true;
+  if (unsure.list().length >= UNSURE_MAX) {
+    say(`${UNSURE_MAX} sends are still unconfirmed; this one stays here until the service answers.`);
+    return;
+  }
+  const sent = { agent: page.agent, sessionId: view.sessionId, requestId: crypto.randomUUID(), text, delivery: $("delivery").value };
+  unsure.add(sent);
+  unsure.inFlight.add(sent.requestId);
+  $("prompt").value = "";
+  $("delivery").value = "followUp";
+  showUnsure(view);
   try {
-    await view.session.prompt(text, { delivery: $("delivery").value });
-    $("prompt").value = "";
-    $("delivery").value = "followUp";
+    await view.session.prompt(text, { requestId: sent.requestId, delivery: sent.delivery });
+    unsure.drop(sent.requestId);
     say(null);
   } catch (error) {
-    say(`Not sent: ${explain(error)}`);
+    // A refusal admitted nothing; no answer (a dropped connection, a 5xx)
+    // leaves it to recovery.
+    if (!isUncertain(error) && unsure.drop(sent.requestId)) {
+      restoreDraft(sent);
+      say(`Not sent: ${explain(error)}`);
+    } else if (unsure.has(sent.requestId)) {
+      say(`No answer to the send (${explain(error)}); asking the Session whether it arrived…`);
+    }
   } finally {
-    $("send").disabled = false;
+    unsure.inFlight.delete(sent.requestId);
+    if (page.view === view) showUnsure(view);
     $("prompt").focus();
+    recover();
   }
+}
+
+// ---- uncertain sends (seed "Recover an uncertain send") ----
+//
+// A send whose answer did not arrive may or may not have been admitted. Its
+// requestId and exact text stay in the tab's sessionStorage (a reload keeps
+// them) until the Session says which: `withdraw(requestId)` answers
+// `accepted` (it was sent: its commandId) or `unknown` (a committed fence:
+// it never will be, so the text goes back to the composer, and a retry is a
+// new send with a new requestId); a watch frame or read that carries the
+// requestId settles it too. A failed withdraw is retried with the watch's
+// backoff, and at once when the watch reconnects or the browser is online.
+
+const unsure = {
+  /** requestIds whose request is still awaiting its answer in this page. */
+  inFlight: new Set(),
+  /** Every kept send `{agent, sessionId, requestId, text, delivery, fenced?}`, oldest first. */
+  list() {
+    try {
+      const list = JSON.parse(sessionStorage.getItem(UNSURE_KEY) ?? "[]");
+      return Array.isArray(list) ? list : [];
+    } catch {
+      return [];
+    }
+  },
+  save(list) {
+    if (list.length === 0) sessionStorage.removeItem(UNSURE_KEY);
+    else sessionStorage.setItem(UNSURE_KEY, JSON.stringify(list));
+  },
+  add(sent) {
+    this.save([...this.list(), sent]);
+  },
+  has(requestId) {
+    return this.list().some((s) => s.requestId === requestId);
+  },
+  /** Forgets a send; returns it (undefined when it was not kept). */
+  drop(requestId) {
+    const list = this.list();
+    const at = list.findIndex((s) => s.requestId === requestId);
+    if (at < 0) return undefined;
+    const [sent] = list.splice(at, 1);
+    this.save(list);
+    return sent;
+  },
+  update(sent) {
+    this.save(this.list().map((s) => (s.requestId === sent.requestId ? sent : s)));
+  },
+};
+
+// The open Session's uncertain sends, under the queue; a fenced one (its
+// Session was not open when the answer came) goes back to the composer now.
+function showUnsure(view) {
+  for (const sent of unsure.list()) {
+    if (sent.fenced && sent.agent === page.agent && sent.sessionId === view.sessionId) {
+      unsure.drop(sent.requestId);
+      restoreDraft(sent);
+      say("A prompt that never reached the Session is back in the composer.");
+    }
+  }
+  const mine = unsure.list().filter((s) => s.agent === page.agent && s.sessionId === view.sessionId);
+  $("unsure").replaceChildren(
+    ...mine.map((s) => {
+      const state = unsure.inFlight.has(s.requestId) ? "Sending" : "Not confirmed yet, checking";
+      const item = el("li", { className: "unsure" }, el("span", { className: "text", textContent: `${state}: ${s.text}` }));
+      item.dataset.requestId = s.requestId;
+      return item;
+    }),
+  );
+}
+
+function restoreDraft(sent) {
+  const box = $("prompt");
+  // Whatever was typed since stays, the restored text after it.
+  box.value = box.value.trim() === "" ? sent.text : `${box.value}\n\n${sent.text}`;
+  $("delivery").value = sent.delivery;
+}
+
+// Settles the uncertain sends of `view`'s Session that `items` (messages,
+// queue items, `admitted` frames) show admitted.
+function reconcile(view, items) {
+  for (const item of items) {
+    if (!item?.requestId || !item.commandId) continue;
+    const sent = unsure.list().find((s) => s.requestId === item.requestId && s.agent === page.agent && s.sessionId === view.sessionId);
+    if (sent) settle(sent, { status: "accepted", commandId: item.commandId });
+  }
+}
+
+// What became of an uncertain send: `accepted` (sent after all), `unknown`
+// (fenced: the text becomes a draft again, now if its Session is open),
+// `gone` (its Session was deleted: nothing of it can run).
+function settle(sent, outcome) {
+  if (!unsure.has(sent.requestId)) return; // settled already (the watch and withdraw both told)
+  const open = page.view?.sessionId === sent.sessionId && sent.agent === page.agent;
+  if (outcome.status === "accepted") {
+    unsure.drop(sent.requestId);
+    // (While its request is in flight, its answer is what the user sees.)
+    if (open && !unsure.inFlight.has(sent.requestId)) say(`Sent: the Session has your prompt (${outcome.commandId}).`);
+  } else if (outcome.status === "unknown" && !open) {
+    unsure.update({ ...sent, fenced: true });
+  } else {
+    unsure.drop(sent.requestId);
+    if (outcome.status === "unknown") {
+      restoreDraft(sent);
+      say("Not sent: the Session never received it; it is back in the composer.");
+    } else {
+      say(`Not sent (Session ${sent.sessionId} no longer exists): ${sent.text}`);
+    }
+  }
+  if (page.view) showUnsure(page.view);
+}
+
+const recovery = { running: null, again: false, timer: undefined, delay: RECONNECT_MS[0] };
+
+// Asks the Session about every uncertain send of this Agent whose request
+// is no longer in flight. One pass at a time; a failure schedules the next,
+// each later than the one before (`retry`), until something happens that
+// may have changed it (a send, a reconnected watch, the browser online).
+function recover(retry = false) {
+  if (!retry) recovery.delay = RECONNECT_MS[0];
+  if (recovery.running) {
+    recovery.again = true;
+    return;
+  }
+  clearTimeout(recovery.timer);
+  recovery.running = (async () => {
+    let failed = false;
+    for (const sent of unsure.list()) {
+      if (sent.agent !== page.agent || sent.fenced || unsure.inFlight.has(sent.requestId) || !page.client || !page.token) continue;
+      try {
+        settle(sent, await page.client.session(sent.sessionId).withdraw(sent.requestId));
+      } catch (error) {
+        if (error instanceof ShiitakeError && error.code === "session_not_found") settle(sent, { status: "gone" });
+        else failed = true; // kept: retried when connected
+      }
+    }
+    return failed;
+  })().then((failed) => {
+    recovery.running = null;
+    if (recovery.again) {
+      recovery.again = false;
+      recover();
+    } else if (failed) {
+      recovery.timer = setTimeout(() => recover(true), recovery.delay);
+      recovery.delay = Math.min(recovery.delay * 2, RECONNECT_MS[1]);
+    }
+  });
 }
 
 // ---- client entries: extension chips, pinned rows and timeline cells ----
@@ -585,6 +803,7 @@ function useAgent(agent) {
   $("agent-id").value = agent;
   page.client?.close();
   page.client = createShiitakeClient({ baseUrl: agentBase(), fetch: authFetch });
+  recover(); // this Agent's uncertain sends, kept from before
 }
 
 async function start() {
@@ -621,6 +840,7 @@ async function start() {
     refreshQueue(view);
   });
   $("composer").addEventListener("submit", send);
+  window.addEventListener("online", () => recover());
   $("prompt").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
@@ -635,6 +855,7 @@ async function begin() {
   await loadSessions();
   const wanted = new URLSearchParams(location.hash.slice(1)).get("session");
   if (wanted && page.token) await openSession(wanted);
+  recover();
 }
 
 start();

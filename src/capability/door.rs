@@ -5,7 +5,7 @@
 //! tool name or a guest path means and how every payload is bounded.
 
 use super::{check_payload, parse_payload, CapabilityError, Catalog, Module, Operation};
-use crate::limits::EXECUTE_DESCRIPTION_BYTES_MAX;
+use crate::limits::{EXECUTE_DESCRIPTION_BYTES_MAX, TOOLS_PER_REQUEST_MAX, TOOL_NAME_BYTES_MAX};
 use crate::model::ToolSpec;
 use crate::transcript::Protocol;
 use serde_json::{json, Value};
@@ -42,50 +42,80 @@ pub enum GuestCall<'a> {
     Operation(&'a Module, &'a Operation, Value),
 }
 
+/// Why a direct tool named `name` cannot join `offered`, the tools of one
+/// model request so far (`execute` among them when offered), if it cannot:
+/// the door's name, a name over `TOOL_NAME_BYTES_MAX` bytes (a guest name
+/// holds only `[a-z0-9_]`: its length is all a provider could refuse), a
+/// name taken, or `TOOLS_PER_REQUEST_MAX` tools offered already. A model
+/// request past these would be refused, and with it every turn.
+pub fn direct_refusal<'a>(
+    name: &str,
+    offered: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
+    if name == EXECUTE {
+        return Some("the name `execute` is the door's".to_owned());
+    }
+    if name.len() > TOOL_NAME_BYTES_MAX {
+        return Some(format!(
+            "its name is {} bytes; a model tool name is at most {TOOL_NAME_BYTES_MAX}",
+            name.len()
+        ));
+    }
+    let mut count = 0;
+    for taken in offered {
+        if taken == name {
+            return Some(format!("another direct tool is already named `{name}`"));
+        }
+        count += 1;
+    }
+    (count >= TOOLS_PER_REQUEST_MAX).then(|| {
+        format!("a model request carries at most {TOOLS_PER_REQUEST_MAX} tools, and as many come before it")
+    })
+}
+
+/// The operation a direct tool path names (`files.apply_patch`, the guest
+/// or the source name), as (module index, operation index).
+pub fn find_direct(catalog: &Catalog, path: &str) -> Option<(usize, usize)> {
+    catalog
+        .modules()
+        .iter()
+        .enumerate()
+        .find_map(|(m, module)| {
+            module
+                .operations
+                .iter()
+                .position(|op| {
+                    path.strip_prefix(module.id.as_str())
+                        .and_then(|rest| rest.strip_prefix('.'))
+                        .is_some_and(|name| name == op.guest_name || name == op.name)
+                })
+                .map(|o| (m, o))
+        })
+}
+
 impl Toolset {
     /// `direct` lists the operations offered as their own tools, as paths
-    /// (`files.apply_patch`, the guest or the source name); each is named by its guest name, which must be
-    /// unique and not `execute`.
+    /// ([`find_direct`]); each is named by its guest name, and must be one
+    /// a model request can carry ([`direct_refusal`]).
     pub fn new(
         catalog: Catalog,
         direct: &[String],
         execute: Result<(), String>,
     ) -> Result<Toolset, CapabilityError> {
         let mut picked: Vec<(usize, usize)> = Vec::new();
+        let door = (execute.is_ok() && !catalog.modules().is_empty()).then_some(EXECUTE);
         for path in direct {
-            let found = catalog
-                .modules()
-                .iter()
-                .enumerate()
-                .find_map(|(m, module)| {
-                    module
-                        .operations
-                        .iter()
-                        .position(|op| {
-                            path.strip_prefix(module.id.as_str())
-                                .and_then(|rest| rest.strip_prefix('.'))
-                                .is_some_and(|name| name == op.guest_name || name == op.name)
-                        })
-                        .map(|o| (m, o))
-                });
-            let Some((m, o)) = found else {
+            let Some((m, o)) = find_direct(&catalog, path) else {
                 return Err(CapabilityError(format!(
                     "direct tool `{path}`: no such operation (module.operation)"
                 )));
             };
             let name = &catalog.modules()[m].operations[o].guest_name;
-            if name == EXECUTE {
-                return Err(CapabilityError(format!(
-                    "direct tool `{path}`: the name `execute` is the door's"
-                )));
-            }
-            let clash = picked
+            let offered = picked
                 .iter()
-                .any(|&(pm, po)| catalog.modules()[pm].operations[po].guest_name == *name);
-            if clash {
-                return Err(CapabilityError(format!(
-                    "direct tool `{path}`: another direct tool is already named `{name}`"
-                )));
+                .map(|&(pm, po)| catalog.modules()[pm].operations[po].guest_name.as_str());
+            if let Some(why) = direct_refusal(name, door.into_iter().chain(offered)) {
+                return Err(CapabilityError(format!("direct tool `{path}`: {why}")));
             }
             picked.push((m, o));
         }
@@ -110,23 +140,20 @@ impl Toolset {
                 module.id
             )));
         }
+        let door = self.offers_execute().then_some(EXECUTE);
+        let mut names: Vec<&str> = door
+            .into_iter()
+            .chain(self.direct_ops().map(|(_, op)| op.guest_name.as_str()))
+            .collect();
         for op in &module.operations {
             let name = &op.guest_name;
-            if name == EXECUTE {
+            if let Some(why) = direct_refusal(name, names.iter().copied()) {
                 return Err(CapabilityError(format!(
-                    "direct tool `{}.{name}`: the name `execute` is the door's",
+                    "direct tool `{}.{name}`: {why}",
                     module.id
                 )));
             }
-            if self
-                .direct_ops()
-                .any(|(_, taken)| taken.guest_name == *name)
-            {
-                return Err(CapabilityError(format!(
-                    "direct tool `{}.{name}`: another direct tool is already named `{name}`",
-                    module.id
-                )));
-            }
+            names.push(name);
         }
         self.direct_only.push(module);
         Ok(self)
@@ -392,6 +419,41 @@ mod tests {
         assert!(door.0.contains("the door's"), "{door}");
         let twice = toolset(&["notes.list", "mcp.docs.list"], Ok(())).unwrap_err();
         assert!(twice.0.contains("already named `list`"), "{twice}");
+    }
+
+    #[test]
+    fn direct_tools_fit_one_model_request() {
+        let ops: Vec<Value> = (0..TOOLS_PER_REQUEST_MAX)
+            .map(|i| {
+                json!({"name": format!("t{i}"), "description": "", "access": "read",
+                            "inputSchema": {"type": "object"}})
+            })
+            .chain([
+                json!({"name": "l".repeat(TOOL_NAME_BYTES_MAX + 1), "description": "",
+                           "access": "read", "inputSchema": {"type": "object"}}),
+            ])
+            .collect();
+        let catalog =
+            || Catalog::from_json(&json!([{"id": "m", "operations": ops}]).to_string()).unwrap();
+        let paths = |n: usize| (0..n).map(|i| format!("m.t{i}")).collect::<Vec<_>>();
+        // Without `execute`, 64 direct tools; beside it, 63.
+        let full = Toolset::new(catalog(), &paths(64), Err("no LOADER".into())).unwrap();
+        assert_eq!(full.specs().len(), TOOLS_PER_REQUEST_MAX);
+        assert!(Toolset::new(catalog(), &paths(63), Ok(())).is_ok());
+        let over = Toolset::new(catalog(), &paths(64), Ok(())).unwrap_err();
+        assert_eq!(
+            over.0,
+            "direct tool `m.t63`: a model request carries at most 64 tools, and as many come before it"
+        );
+        let long = format!("m.{}", "l".repeat(TOOL_NAME_BYTES_MAX + 1));
+        let e = Toolset::new(catalog(), &[long], Err("no LOADER".into())).unwrap_err();
+        assert!(
+            e.0.ends_with("its name is 65 bytes; a model tool name is at most 64"),
+            "{e}"
+        );
+        // Nor can a direct-only module push a request past the bound.
+        let e = full.with_direct_only(own_files()).unwrap_err();
+        assert!(e.0.contains("at most 64 tools"), "{e}");
     }
 
     /// A module like the files grant holder's: offered beside `execute` only.

@@ -13,7 +13,7 @@
 //!   (`create:full`); an id that was erased is never handed out again
 //!   (`create:erased`).
 //! - [`register`]: an Agent never created through `create` (reached by URL)
-//!   enters the directory with no creator on its first fleet use;
+//!   enters the directory with no creator as its first request starts;
 //!   idempotent; an erased id is refused (`directory:erased`).
 //! - [`lookup`]: one entry, or whether its address was erased (the sender's
 //!   delivery asks before carrying a send).
@@ -448,7 +448,7 @@ pub fn create(sql: &dyn Sql, now_ms: i64, input: &CreateInput) -> Result<Entry, 
     })
 }
 
-/// Enters `agent_id` with no creator when absent (its first fleet use);
+/// Enters `agent_id` with no creator when absent (its first request);
 /// answers its entry either way.
 pub fn register(sql: &dyn Sql, now_ms: i64, agent_id: &str) -> Result<Entry, Refusal> {
     agent_id_ok(agent_id)?;

@@ -175,7 +175,9 @@ extern "C" {
     #[wasm_bindgen(method)]
     pub fn spec(this: &JsTools) -> String;
 
-    /// Runs one operation: resolves to JSON `{result, data?}` or `{error}`.
+    /// Runs one operation: resolves to JSON `{result, data?, images?}` or
+    /// `{error}`. `progress` is the operation's `ctx.progress`: it takes the
+    /// report as JSON and answers why it was refused, or undefined.
     #[wasm_bindgen(method)]
     pub fn invoke(
         this: &JsTools,
@@ -184,6 +186,7 @@ extern "C" {
         args: &str,
         invocation: &str,
         signal: &web_sys::AbortSignal,
+        progress: &js_sys::Function,
     ) -> Promise;
 
     /// The host's confirm hook: resolves to a boolean.
@@ -197,6 +200,9 @@ extern "C" {
 
     /// One MCP HTTP request through the host's fetch, redirects not
     /// followed: resolves to `{status, contentType, headers, body}`.
+    /// `onChunk` (optional) gets each chunk of an event-stream body as it
+    /// arrives.
+    #[cfg(feature = "mcp")]
     #[wasm_bindgen(method, js_name = mcpFetch)]
     pub fn mcp_fetch(
         this: &JsTools,
@@ -205,6 +211,7 @@ extern "C" {
         headers: &js_sys::Array,
         body: &str,
         signal: Option<&web_sys::AbortSignal>,
+        on_chunk: Option<&js_sys::Function>,
     ) -> Promise;
 
     /// One call of a host Files port (`read`, `stat`, `list`, `write`,

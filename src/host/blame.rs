@@ -2,15 +2,16 @@
 //!
 //! A Rust panic traps the wasm instance that every Durable Object of the
 //! isolate shares; the shim (`js/do.mjs`) then resets it, which drops every
-//! object's live turns. So that only the code that trapped pays for it, the
-//! host runs each entry point and each turn inside a [`Scope`], and the panic
+//! object's turns. So that only the code that trapped pays for it, the host
+//! runs each entry point and each turn inside a [`Scope`], and the panic
 //! hook, which runs before the trap, reports to the shim the scope that was
-//! running and the turns that were live in every object. The shim hands each
-//! object's fresh core its turns to resume at their current attempt, except
-//! the trapping Session's: that one counts a new attempt, so a Session whose
-//! calls keep trapping settles `interrupted` alone. A trap outside any scope
-//! (or one that is not a panic, such as running out of memory) blames no one
-//! in particular, and every turn counts an attempt as after a crash.
+//! running and the turns every object held: live, or claimed and about to
+//! start at the attempt they hold. The shim hands each object's fresh core
+//! its turns to resume at their current attempt, except the trapping
+//! Session's: that one counts a new attempt, so a Session whose calls keep
+//! trapping settles `interrupted` alone. A trap outside any scope (or one
+//! that is not a panic, such as running out of memory) blames no one in
+//! particular, and every turn counts an attempt as after a crash.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -30,15 +31,16 @@ pub struct Scope {
 
 thread_local! {
     static CURRENT: RefCell<Option<Scope>> = const { RefCell::new(None) };
-    /// Live turns of every object in this instance: agent -> head -> Session.
-    static LIVE: RefCell<HashMap<Rc<str>, HashMap<String, String>>> = RefCell::default();
+    /// Turns every object of this instance holds (live, or to start at the
+    /// attempt they hold): agent -> head -> Session.
+    static HELD: RefCell<HashMap<Rc<str>, HashMap<String, String>>> = RefCell::default();
     static REPORTER: RefCell<Option<js_sys::Function>> = const { RefCell::new(None) };
     static HOOKED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Registers the shim's trap reporter (called again after each reset) and
 /// installs the panic hook that calls it with
-/// `{message, agent, session, live: [[agent, head, session], ...]}`.
+/// `{message, agent, session, held: [[agent, head, session], ...]}`.
 #[wasm_bindgen(js_name = setTrapReporter)]
 pub fn set_trap_reporter(reporter: js_sys::Function) {
     REPORTER.with(|r| *r.borrow_mut() = Some(reporter));
@@ -53,7 +55,7 @@ fn report(info: &std::panic::PanicHookInfo<'_>) {
         .try_with(|c| c.try_borrow().ok().and_then(|c| c.clone()))
         .ok()
         .flatten();
-    let live: Vec<(String, String, String)> = LIVE
+    let held: Vec<(String, String, String)> = HELD
         .try_with(|l| {
             l.try_borrow()
                 .map(|l| {
@@ -72,7 +74,7 @@ fn report(info: &std::panic::PanicHookInfo<'_>) {
         "message": info.to_string(),
         "agent": scope.as_ref().map(|s| s.agent.to_string()),
         "session": scope.as_ref().and_then(|s| s.session.as_deref().map(str::to_owned)),
-        "live": live,
+        "held": held,
     });
     let _ = REPORTER.try_with(|r| {
         if let Ok(reporter) = r.try_borrow() {
@@ -83,9 +85,10 @@ fn report(info: &std::panic::PanicHookInfo<'_>) {
     });
 }
 
-/// A turn of `agent`'s Session `session` headed by `head` started here.
-pub fn turn_started(agent: &Rc<str>, head: &str, session: &str) {
-    LIVE.with(|l| {
+/// `agent` holds the turn of its Session `session` headed by `head`: it runs
+/// here, or starts here at the attempt it holds.
+pub fn hold(agent: &Rc<str>, head: &str, session: &str) {
+    HELD.with(|l| {
         l.borrow_mut()
             .entry(Rc::clone(agent))
             .or_default()
@@ -93,14 +96,15 @@ pub fn turn_started(agent: &Rc<str>, head: &str, session: &str) {
     });
 }
 
-/// ... and ended here (settled, stopped, stale, or handed to the next turn).
-pub fn turn_ended(agent: &Rc<str>, head: &str) {
-    LIVE.with(|l| {
-        let mut live = l.borrow_mut();
-        if let Some(heads) = live.get_mut(agent) {
+/// ... and no longer does (settled, stopped, stale, or handed to the next
+/// turn).
+pub fn release(agent: &Rc<str>, head: &str) {
+    HELD.with(|l| {
+        let mut held = l.borrow_mut();
+        if let Some(heads) = held.get_mut(agent) {
             heads.remove(head);
             if heads.is_empty() {
-                live.remove(agent);
+                held.remove(agent);
             }
         }
     });

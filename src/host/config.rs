@@ -31,8 +31,8 @@ pub struct HostConfig {
     pub instructions: Option<String>,
     pub retry: RetryPolicy,
     pub max_output_tokens: u32,
-    /// Fault injection (test builds only): panic when a streamed delta
-    /// contains it.
+    /// Fault injection (test builds only): panic when a streamed delta or
+    /// a request's path contains it.
     #[cfg(feature = "fault-injection")]
     pub panic_marker: Option<String>,
     /// The host's metadata schema and identity path, or why they are invalid.

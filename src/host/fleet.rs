@@ -8,9 +8,11 @@
 //!
 //! With `fleet().directory` the Agent directory (`crate::fleet::directory`,
 //! held by the object named `shiitake.directory`) backs `agents.create` and
-//! `agents.list`, this Agent registers itself there on its first fleet use,
-//! and every send is looked up before it is carried (absent: undeliverable
-//! `recipient_offline` at once; archived or erased: `recipient_left`).
+//! `agents.list`, this Agent registers itself there as its first request of
+//! any kind starts (`join_directory`: peers find it even if it never uses
+//! the fleet), and every send is looked up before it is carried (absent:
+//! undeliverable `recipient_offline` at once; archived or erased:
+//! `recipient_left`).
 //! With `fleet().archive` too, `agents.archive` and `agents.unarchive`:
 //! the directory's check, the target's own facts (`crate::fleet::member`),
 //! then the directory's commit.
@@ -35,6 +37,7 @@ use crate::run::operation::OperationCall;
 use futures::future::select;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::cell::Cell;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
@@ -71,6 +74,8 @@ pub struct HostFleet {
     /// The operations beyond send/recall/wait/read the host authorizes.
     pub offer: Offer,
     working_directory: bool,
+    /// The directory holds this Agent (known in this instance).
+    joined: Cell<bool>,
 }
 
 impl HostFleet {
@@ -104,6 +109,7 @@ impl HostFleet {
                 models: spec.models,
             },
             working_directory: spec.working_directory,
+            joined: Cell::new(false),
         }))
     }
 
@@ -460,24 +466,49 @@ impl Inner {
         }
     }
 
-    /// Registers this Agent in the directory on its first fleet use (an
-    /// Agent reached by URL, never created through `agents.create`), once.
+    /// Joins the directory as this instance starts (the first request of
+    /// any kind): an Agent that never uses the fleet is still found by its
+    /// peers. A failure is logged; the next fleet call tries again.
+    pub(super) async fn join_directory(&self) {
+        let Some(fleet) = self.fleet() else {
+            return;
+        };
+        let Ok(stopper) = web_sys::AbortController::new() else {
+            return;
+        };
+        if let Err(why) = self.ensure_registered(fleet, &stopper).await {
+            bindings::log_warn(format!(
+                "this Agent did not join the fleet's directory: {why}"
+            ));
+        }
+    }
+
+    /// Registers this Agent in the directory (an Agent reached by URL,
+    /// never created through `agents.create`) unless it is known to be
+    /// there: once per instance, and once per store as its durable mark
+    /// says. A store this instance created is marked at a later start
+    /// instead: its opening request writes nothing more for it
+    /// (`tests/e2e/statements.test.mjs`); the register is idempotent.
     async fn ensure_registered(
         &self,
         fleet: &HostFleet,
         stopper: &web_sys::AbortController,
     ) -> Result<(), String> {
-        if !fleet.offer.directory {
+        if !fleet.offer.directory || fleet.joined.get() {
             return Ok(());
         }
-        if member::registered(&self.sql).map_err(|e| format!("agents: {e}"))? {
-            return Ok(());
+        if !member::registered(&self.sql).map_err(|e| format!("agents: {e}"))? {
+            let request = Request::Register {
+                agent_id: fleet.self_id.clone(),
+            };
+            let _: Entry = self.directory(fleet, &request, stopper, "agents").await?;
+            if !self.store_created.get() {
+                member::mark_registered(&self.sql, bindings::now_ms())
+                    .map_err(|e| format!("agents: {e}"))?;
+            }
         }
-        let request = Request::Register {
-            agent_id: fleet.self_id.clone(),
-        };
-        let _: Entry = self.directory(fleet, &request, stopper, "agents").await?;
-        member::mark_registered(&self.sql, bindings::now_ms()).map_err(|e| format!("agents: {e}"))
+        fleet.joined.set(true);
+        Ok(())
     }
 
     /// What the model sees of one Agent: `{agentId, name, model?,

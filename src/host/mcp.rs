@@ -1,16 +1,24 @@
 //! Performs the MCP client's requests in the Durable Object. Which servers
-//! connect when, and which tools join the catalog, is `crate::mcp::Hub`'s;
-//! the protocol is `crate::mcp::McpConnection`'s (both sans-IO). This
-//! carries their requests through the host's fetch (`js/do.mjs`: redirects
-//! not followed, bodies read to at most `MCP_RESPONSE_BYTES_MAX + 1` bytes),
-//! each server's connection under the connect timeout. Header values live
-//! only in the connections, in memory: never stored, logged or reported.
+//! connect or are listed again when, and which tools join the catalog, is
+//! `crate::mcp::Hub`'s; the protocol is `crate::mcp::McpConnection`'s (both
+//! sans-IO). This carries their requests through the host's fetch
+//! (`js/do.mjs`: redirects not followed, bodies read to at most
+//! `MCP_RESPONSE_BYTES_MAX + 1` bytes), each server's connection or listing
+//! under the connect timeout, one handshake or listing of a connection at a
+//! time. Header values live only in the connections, in memory: never
+//! stored, logged or reported.
 
 use super::bindings::{self, error_message, log_warn, JsTools};
+use super::tools::HostTools;
 use super::Inner;
-use crate::mcp::{McpConnection, McpError, McpResponse, McpTools, ServerConfig, Step};
+use crate::mcp::hub::Round;
+use crate::mcp::{
+    CallProgress, McpConnection, McpError, McpResponse, McpTools, ServerConfig, Step,
+};
+use crate::model::Image;
 use crate::outbound::Outbound;
 use futures::future::{join_all, LocalBoxFuture, Shared};
+use futures::lock::Mutex;
 use futures::FutureExt;
 use serde_json::Value;
 use std::cell::RefCell;
@@ -20,14 +28,23 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
 /// The connected servers' live connections, by module id.
-#[derive(Default)]
 pub struct Servers {
     by_module: RefCell<HashMap<String, Rc<Server>>>,
-    /// The connection round in progress, which concurrent turns share.
+    /// The round in progress, which concurrent turns share.
     round: RefCell<Option<Shared<LocalBoxFuture<'static, ()>>>>,
+    /// Bound on connecting (or listing again) one server.
+    timeout_ms: u64,
 }
 
 impl Servers {
+    pub fn new(timeout_ms: u64) -> Servers {
+        Servers {
+            by_module: RefCell::default(),
+            round: RefCell::default(),
+            timeout_ms,
+        }
+    }
+
     pub fn get(&self, module_id: &str) -> Option<Rc<Server>> {
         self.by_module.borrow().get(module_id).cloned()
     }
@@ -36,33 +53,45 @@ impl Servers {
 /// A connected server.
 pub struct Server {
     connection: RefCell<McpConnection>,
+    /// Held while the connection initializes or lists: one at a time, and
+    /// calls wait for it (a call meeting a handshake midway would fail).
+    renewing: Mutex<()>,
 }
 
-/// Performs the connection round the hub asks for now, or waits for the
-/// one in progress: every server at once, each bounded by the connect
-/// timeout. Failures are reported to the log and the host's
-/// `onUnavailable`.
+/// Performs the round the hub asks for now, or waits for the one in
+/// progress: every server due connected or listed again at once, each
+/// bounded by the connect timeout. Failures, and tools newly left out, are
+/// reported to the log and the host's `onUnavailable`.
 pub async fn connect_due(me: Rc<Inner>, now_ms: i64) {
     let Ok(Some(tools)) = &me.tools else { return };
-    let started = tools.hub.borrow_mut().start_round(now_ms);
-    if let Some(configs) = started {
+    let started = {
+        let mut hub = tools.hub.borrow_mut();
+        for (module_id, server) in tools.servers.by_module.borrow().iter() {
+            hub.saw_version(module_id, server.connection.borrow().tools_version());
+        }
+        hub.start_round(now_ms)
+    };
+    if let Some(round) = started {
         let inner = Rc::clone(&me);
         let round = async move {
             let Ok(Some(tools)) = &inner.tools else {
                 return;
             };
-            let outcomes = connect_all(&tools.js, configs, tools.mcp_timeout_ms).await;
+            let outcomes = perform_round(tools, round).await;
             let mut listed = Vec::with_capacity(outcomes.len());
             for (config, outcome) in outcomes {
                 listed.push((
                     config,
                     outcome.map(|(connection, listing)| {
-                        tools.servers.by_module.borrow_mut().insert(
-                            listing.module.id.clone(),
-                            Rc::new(Server {
-                                connection: RefCell::new(connection),
-                            }),
-                        );
+                        if let Some(connection) = connection {
+                            tools.servers.by_module.borrow_mut().insert(
+                                listing.module.id.clone(),
+                                Rc::new(Server {
+                                    connection: RefCell::new(connection),
+                                    renewing: Mutex::new(()),
+                                }),
+                            );
+                        }
                         listing
                     }),
                 ));
@@ -75,10 +104,7 @@ pub async fn connect_due(me: Rc<Inner>, now_ms: i64) {
                 .borrow_mut()
                 .retain(|module_id, _| hub.is_server(module_id));
             for report in &reports {
-                log_warn(format!(
-                    "MCP server `{}` is unavailable: {}",
-                    report.name, report.reason
-                ));
+                log_warn(report);
                 if let Ok(json) = serde_json::to_string(report) {
                     tools.js.on_unavailable(&json);
                 }
@@ -95,18 +121,36 @@ pub async fn connect_due(me: Rc<Inner>, now_ms: i64) {
     }
 }
 
-/// Connects every server concurrently, each bounded by `timeout_ms`.
-async fn connect_all(
-    js: &JsTools,
-    configs: Vec<ServerConfig>,
-    timeout_ms: u64,
-) -> Vec<(ServerConfig, Result<(McpConnection, McpTools), String>)> {
-    let attempts = configs.into_iter().map(|config| async move {
+/// A round's outcome for one server: its listing, with the new connection
+/// when it connected (a listing again keeps its connection).
+type Outcome = Result<(Option<McpConnection>, McpTools), String>;
+
+/// Connects and lists every server of `round` concurrently, each bounded by
+/// the connect timeout.
+async fn perform_round(tools: &HostTools, round: Round) -> Vec<(ServerConfig, Outcome)> {
+    let (js, timeout_ms) = (&tools.js, tools.servers.timeout_ms);
+    let connects = round.connect.into_iter().map(|config| (config, None));
+    // A server listed again on its connection (were it gone: connected anew).
+    let relists = round.relist.into_iter().map(|config| {
+        let server = tools.servers.get(&format!("mcp.{}", config.name));
+        (config, server)
+    });
+    let attempts = connects.chain(relists).map(|(config, server)| async move {
         let Ok(controller) = web_sys::AbortController::new() else {
             return (config, Err("could not start the connection".to_owned()));
         };
         let signal = controller.signal();
-        let work = connect(js, &config, Some(&signal));
+        let work = async {
+            match server {
+                Some(server) => server
+                    .relist(js, Some(&signal))
+                    .await
+                    .map(|tools| (None, tools)),
+                None => connect(js, &config, Some(&signal))
+                    .await
+                    .map(|(connection, tools)| (Some(connection), tools)),
+            }
+        };
         let outcome = bindings::within(work, timeout_ms, &controller, 0)
             .await
             .unwrap_or_else(|| {
@@ -138,22 +182,24 @@ async fn connect(
         )
         .map_err(|e| e.to_string())?,
     );
-    let tools = handshake(js, &connection, signal)
+    let first = connection.borrow_mut().start();
+    let tools = steps(js, &connection, first, signal)
         .await
         .map_err(|e| e.to_string())?;
     Ok((connection.into_inner(), tools))
 }
 
-/// `initialize`, `initialized`, the paginated `tools/list`. The connection
-/// is borrowed only between awaits.
-async fn handshake(
+/// Performs `request` and the requests each response leads to, up to the
+/// listing (`initialize`, `initialized`, the paginated `tools/list`). The
+/// connection is borrowed only between awaits.
+async fn steps(
     js: &JsTools,
     connection: &RefCell<McpConnection>,
+    mut request: Outbound,
     signal: Option<&web_sys::AbortSignal>,
 ) -> Result<McpTools, McpError> {
-    let mut request = connection.borrow_mut().start();
     loop {
-        let response = perform(js, &request, signal).await?;
+        let response = perform(js, &request, signal, None).await?;
         let step = connection.borrow_mut().on_response(response.view())?;
         match step {
             Step::Send(next) => request = next,
@@ -164,38 +210,92 @@ async fn handshake(
 
 impl Server {
     /// Calls tool `name` (its source name) and answers its result: the
-    /// tool's `structuredContent`, or `{isError, content}`. A session the
-    /// server forgot is re-established once.
+    /// tool's `structuredContent`, or `{isError, content}`, and the images
+    /// of its content. The progress the server reports while it runs goes
+    /// to `report` (the call's `progress(data)`, JSON). A session the
+    /// server forgot is renewed once.
     pub async fn call(
         &self,
         js: &JsTools,
         name: &str,
         arguments: &Value,
         signal: &web_sys::AbortSignal,
-    ) -> Result<Value, String> {
-        for attempt in 0..2 {
+        report: &js_sys::Function,
+    ) -> Result<(Value, Vec<Image>), String> {
+        for _ in 0..2 {
+            self.ready(js, signal).await?;
             let call = self
                 .connection
                 .borrow_mut()
                 .call_tool(name, arguments)
                 .map_err(|e| e.to_string())?;
-            let response = perform(js, &call.request, Some(signal))
-                .await
-                .map_err(|e| e.to_string())?;
+            let mut progress = CallProgress::new(&call);
+            let report = report.clone();
+            let on_chunk =
+                Closure::<dyn FnMut(js_sys::Uint8Array)>::new(move |chunk: js_sys::Uint8Array| {
+                    for data in progress.push(&chunk.to_vec()) {
+                        // A report the gate refuses (too large) is dropped.
+                        let _ = report.call1(&JsValue::NULL, &JsValue::from_str(&data));
+                    }
+                });
+            let response = perform(
+                js,
+                &call.request,
+                Some(signal),
+                Some(on_chunk.as_ref().unchecked_ref()),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
             let result = self
                 .connection
                 .borrow_mut()
                 .tool_result(call.id, response.view());
             match result {
-                Err(McpError::SessionExpired) if attempt == 0 => {
-                    handshake(js, &self.connection, Some(signal))
-                        .await
-                        .map_err(|e| e.to_string())?;
-                }
+                Err(McpError::SessionExpired) => continue,
                 other => return other.map_err(|e| e.to_string()),
             }
         }
         Err("MCP session expired twice in a row".to_owned())
+    }
+
+    /// Waits out a renewal in progress, and renews the session when none
+    /// is held (the server forgot it, or a renewal failed). The new
+    /// session's listing is left to the next turn's round: the connection's
+    /// tools version says it is due.
+    async fn ready(&self, js: &JsTools, signal: &web_sys::AbortSignal) -> Result<(), String> {
+        let _alone = self.renewing.lock().await;
+        if self.connection.borrow().is_ready() {
+            return Ok(());
+        }
+        let first = self.connection.borrow_mut().start();
+        steps(js, &self.connection, first, Some(signal))
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    /// The server's tools listed again, in a new session when the server
+    /// forgot this one.
+    async fn relist(
+        &self,
+        js: &JsTools,
+        signal: Option<&web_sys::AbortSignal>,
+    ) -> Result<McpTools, String> {
+        let _alone = self.renewing.lock().await;
+        // Not ready: the session ended, or its renewal failed.
+        let first = self.connection.borrow_mut().list_tools();
+        let outcome = match first {
+            Ok(first) => steps(js, &self.connection, first, signal).await,
+            Err(_) => Err(McpError::SessionExpired),
+        };
+        match outcome {
+            Err(McpError::SessionExpired) => {
+                let first = self.connection.borrow_mut().start();
+                steps(js, &self.connection, first, signal).await
+            }
+            other => other,
+        }
+        .map_err(|e| e.to_string())
     }
 }
 
@@ -219,10 +319,12 @@ impl Response {
 }
 
 /// Performs one request through the host's fetch (`redirect: "manual"`).
+/// `on_chunk`: handed each chunk of an event-stream body as it arrives.
 async fn perform(
     js: &JsTools,
     request: &Outbound,
     signal: Option<&web_sys::AbortSignal>,
+    on_chunk: Option<&js_sys::Function>,
 ) -> Result<Response, McpError> {
     let headers = js_sys::Array::new();
     for (name, value) in &request.headers {
@@ -234,6 +336,7 @@ async fn perform(
         &headers,
         &request.body,
         signal,
+        on_chunk,
     );
     let answer = JsFuture::from(promise).await.map_err(|e| {
         // A network error names no header; the URL's query is left out.

@@ -28,6 +28,7 @@ mod files_journal;
 mod fleet;
 mod jobs;
 mod mail;
+#[cfg_attr(not(feature = "mcp"), path = "mcp_left_out.rs")]
 mod mcp;
 mod model;
 mod models;
@@ -53,7 +54,7 @@ use config::HostConfig;
 use futures::channel::oneshot;
 use runner::Stopper;
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 use wasm_bindgen::prelude::*;
 use watch::Observers;
@@ -101,11 +102,13 @@ struct Inner {
     store_created: Cell<bool>,
     /// Turns this instance is executing, by head command.
     live: RefCell<HashMap<String, Stopper>>,
-    /// Turns to start at the attempt they hold: claimed by an admission here
-    /// and not started yet, or interrupted by a wasm reset that other code
-    /// caused (handed over by the shim, `blame.rs`). Lost on a reset
-    /// otherwise: then the attempt counts again.
-    fresh: RefCell<HashSet<String>>,
+    /// Turns to start at the attempt they hold, head -> Session: claimed by
+    /// an admission here and not started yet, or interrupted by a wasm reset
+    /// that other code caused (handed over by the shim, `blame.rs`). Held
+    /// for the trap report like live turns, so a reset that other code
+    /// causes before they start spares them too; any other loss (a crash,
+    /// an eviction) counts the attempt again.
+    fresh: RefCell<HashMap<String, String>>,
     observers: Observers,
     loop_running: Cell<bool>,
     loop_wake: RefCell<Option<oneshot::Sender<()>>>,
@@ -119,7 +122,7 @@ struct Inner {
 impl ShiitakeCore {
     /// `ctx` is the DurableObjectState; `env` the Worker's bindings;
     /// `tools` the shim's tool host (`js/do.mjs`), or undefined; `spared`
-    /// the heads (JSON array) of this object's turns that a wasm reset
+    /// this object's turns (JSON `[[head, session], ...]`) that a wasm reset
     /// caused by other code interrupted: they resume at their current
     /// attempt (`blame.rs`); `jobs` the shim's host work lane, or
     /// undefined (`jobs.rs`); `fleet` the shim's fleet transport, or
@@ -148,7 +151,7 @@ impl ShiitakeCore {
             .map(|id| String::from(js_sys::Object::from(id).to_string()))
             .unwrap_or_default()
             .into();
-        let spared: HashSet<String> = spared
+        let spared: Vec<(String, String)> = spared
             .and_then(|json| serde_json::from_str(&json).ok())
             .unwrap_or_default();
         let fleet = fleet::HostFleet::new(fleet);
@@ -198,21 +201,27 @@ impl ShiitakeCore {
             schema_checked: Cell::new(false),
             store_created: Cell::new(false),
             live: RefCell::default(),
-            fresh: RefCell::new(spared),
+            fresh: RefCell::default(),
             observers: Observers::new(heartbeat_ms),
             loop_running: Cell::new(false),
             loop_wake: RefCell::default(),
             wake_requested: Cell::new(false),
             alarm_at: Cell::new(None),
         });
+        inner.hold_fresh(spared);
         // A restart (eviction, deploy, panic reset) requests reconciliation
         // of whatever durable work is due, without waiting for a request.
         let starting = Rc::clone(&inner);
         let scope = inner.scope(None);
+        // It joins the fleet's directory too (`fleet.rs`).
         wasm_bindgen_futures::spawn_local(blame::scoped(scope, async move {
-            if starting.open().is_ok() && !starting.store_created.get() {
+            if starting.open().is_err() {
+                return;
+            }
+            if !starting.store_created.get() {
                 starting.arm_next_alarm().await;
             }
+            starting.join_directory().await;
         }));
         Ok(ShiitakeCore { inner })
     }

@@ -300,7 +300,7 @@ impl Inner {
                     run::reconcile(
                         ctx,
                         &|h| self.is_live(h),
-                        &|h| self.fresh.borrow().contains(h),
+                        &|h| self.fresh.borrow().contains_key(h),
                         self.config.attempts(),
                     )
                 });
@@ -308,7 +308,9 @@ impl Inner {
                     steps,
                     settled,
                     next_deadline,
+                    running,
                 } = claimed.map_err(|e| JsValue::from_str(&e.to_string()))?;
+                self.forget_settled_fresh(&running);
                 let extensions = match self.extensions() {
                     Some(ext) => ext
                         .next_deadline(self.store(), bindings::now_ms())
@@ -377,6 +379,38 @@ impl Inner {
         }
     }
 
+    /// Holds turns that start at the attempt they hold (`Inner::fresh`),
+    /// `(head, session)`: a trap report names them.
+    pub(super) fn hold_fresh(&self, turns: impl IntoIterator<Item = (String, String)>) {
+        for (head, session) in turns {
+            blame::hold(&self.agent, &head, &session);
+            self.fresh.borrow_mut().insert(head, session);
+        }
+    }
+
+    /// A fresh turn will not start here (stopped, or settled meanwhile).
+    pub(super) fn drop_fresh(&self, head: &str) {
+        let held = self.fresh.borrow_mut().remove(head).is_some();
+        if held && !self.is_live(head) {
+            blame::release(&self.agent, head);
+        }
+    }
+
+    /// Drops the fresh turns that are no longer running (`running`: the
+    /// heads of every running turn), so none is held for ever.
+    fn forget_settled_fresh(&self, running: &[String]) {
+        let gone: Vec<String> = self
+            .fresh
+            .borrow()
+            .keys()
+            .filter(|head| !running.contains(head))
+            .cloned()
+            .collect();
+        for head in gone {
+            self.drop_fresh(&head);
+        }
+    }
+
     /// Registers a turn as live in this instance: a cancel can stop it, a
     /// trap report names it.
     fn start_live(&self, head: &str, session: &str) -> Result<Stopper, JsValue> {
@@ -385,14 +419,14 @@ impl Inner {
         self.live
             .borrow_mut()
             .insert(head.to_owned(), stopper.clone());
-        blame::turn_started(&self.agent, head, session);
+        blame::hold(&self.agent, head, session);
         Ok(stopper)
     }
 
     /// A turn of this instance ended (or handed over to the next one).
     fn end_live(&self, head: &str) {
         self.live.borrow_mut().remove(head);
-        blame::turn_ended(&self.agent, head);
+        blame::release(&self.agent, head);
     }
 
     /// Performs one turn's driver until it is done; true when the turn
@@ -474,7 +508,7 @@ impl Inner {
                     )
                     .await
                 }
-                Action::RunTool(run) => self.run_tool(run, &stopper).await,
+                Action::RunTool(run) => self.run_tool(&session, *run, &stopper).await,
             };
             let input = if stopper.is_stopped() {
                 Input::Stopped

@@ -30,6 +30,14 @@ impl Inner {
     ) -> Result<web_sys::Response, JsValue> {
         let url = request.url();
         let (path, query) = split_url(&url);
+        #[cfg(feature = "fault-injection")]
+        if let Some(marker) = &self.config.panic_marker {
+            // Fault injection (tests): a trap in a request's own code.
+            assert!(
+                !path.contains(marker.as_str()),
+                "fault injection: panic marker in the request path"
+            );
+        }
         if let Some((session, route)) = crate::ui::Route::parse(path) {
             return self.ui_fetch(request, session, route, query).await;
         }
@@ -76,7 +84,7 @@ impl Inner {
     /// Carries out what a committed transition asks for.
     pub(super) fn apply(&self, effects: Effects) {
         for head in &effects.stop_turns {
-            self.fresh.borrow_mut().remove(head);
+            self.drop_fresh(head);
             if let Some(stopper) = self.live.borrow().get(head) {
                 stopper.stop();
             }
@@ -91,7 +99,7 @@ impl Inner {
             self.observers.close_session(session);
             self.ui_session_ended(session);
         }
-        self.fresh.borrow_mut().extend(effects.fresh_turns);
+        self.hold_fresh(effects.fresh_turns);
         // A settled hook that ran in this transition (a cancel, a deleted
         // Session) may have moved a timer the alarm does not cover yet.
         if effects.reconcile || self.extensions().is_some_and(Extensions::take_rearm) {

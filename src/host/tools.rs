@@ -18,7 +18,7 @@ use super::files_grant::{self, RunFiles};
 use super::files_journal::Sweep;
 use super::runner::Stopper;
 use super::ui::HostUi;
-use super::{mcp, Inner};
+use super::{blame, mcp, Inner};
 use crate::capability::door::{self, Toolset};
 use crate::capability::Catalog;
 use crate::files::module::MODULE_ID;
@@ -27,12 +27,16 @@ use crate::grants::AccessConfig;
 use crate::limits::{
     COMPUTER_DESCRIBE_TIMEOUT_MS, EXECUTIONS_CONCURRENT_MAX, GUEST_CALLS_PER_EXECUTION_MAX,
     MCP_CONNECT_TIMEOUT_MS, MCP_RETRY_MS, MCP_RETRY_MS_MAX, MCP_RETRY_MS_MIN, TOOL_ABORT_GRACE_MS,
-    TOOL_HEARTBEAT_MS,
+    TOOL_HEARTBEAT_MS, TOOL_RESULT_IMAGES_MAX, TOOL_RESULT_IMAGE_BYTES_MAX,
 };
 use crate::mcp::{Hub, OwnTools};
+use crate::model::Image;
+use crate::observe::Event;
 use crate::run::driver::{Input, Offer, ToolRun, ToolWork};
+use crate::run::live::ProgressGate;
 use crate::run::operation::{
-    execute_reply, operation_reply, result_output, CallRef, Gate, GuestStep, OperationCall, Rules,
+    execute_reply, operation_reply, result_output, CallRef, Gate, GuestStep, OperationCall,
+    OperationResult, Rules,
 };
 use crate::run::tools::{undone_output, ToolOutput};
 use futures::future::{select, Either};
@@ -179,11 +183,7 @@ fn decoded(raw: &str, spec: &Spec, fleet: Option<crate::fleet::Offer>) -> Result
         ui.check().map_err(|e| format!("tools(): {e}"))?;
         modules.push(ui.module().map_err(|e| format!("tools().ui: {e}"))?);
     }
-    let tools = OwnTools {
-        modules,
-        direct,
-        execute,
-    };
+    let tools = OwnTools::new(modules, &direct, execute).map_err(|e| format!("tools(): {e}"))?;
     let toolset = tools.toolset().map_err(|e| format!("tools(): {e}"))?;
     let decoded = Decoded {
         tools: Rc::new(tools),
@@ -212,7 +212,6 @@ pub struct HostTools {
     confirm_hook: bool,
     /// `execute` runs in flight in this instance.
     executions: Cell<usize>,
-    pub mcp_timeout_ms: u64,
     /// The toolset of each live run that offers extension tools, by head
     /// (dropped when the run ends).
     run_toolsets: RefCell<std::collections::HashMap<String, Rc<Toolset>>>,
@@ -242,13 +241,21 @@ impl HostTools {
             return Err(format!("tools(): {error}"));
         }
         let own = decoded(&js.spec(), &spec, fleet)?;
-        let servers = crate::mcp::hub::parse_servers(&js.mcp_servers())
-            .map_err(|e| format!("tools(): {e}"))?;
+        let servers =
+            crate::mcp::parse_servers(&js.mcp_servers()).map_err(|e| format!("tools(): {e}"))?;
         let retry_ms = spec
             .mcp_retry_ms
             .unwrap_or(MCP_RETRY_MS)
             .clamp(MCP_RETRY_MS_MIN, MCP_RETRY_MS_MAX);
         let ports = own.ports;
+        // Told once an instance: the direct operations one model request
+        // cannot carry (each turn's start says them again).
+        for report in &own.tools.dropped {
+            bindings::log_warn(report);
+            if let Ok(json) = serde_json::to_string(report) {
+                js.on_unavailable(&json);
+            }
+        }
         let ui = spec.ui.map(|config| Rc::new(HostUi::new(config)));
         let hub = Hub::shared(own.tools, own.toolset, servers, retry_ms);
         let access = match spec.access {
@@ -258,7 +265,11 @@ impl HostTools {
         Ok(Some(HostTools {
             js,
             hub: RefCell::new(hub),
-            servers: mcp::Servers::default(),
+            servers: mcp::Servers::new(
+                spec.mcp_timeout_ms
+                    .unwrap_or(MCP_CONNECT_TIMEOUT_MS)
+                    .clamp(1, MCP_CONNECT_TIMEOUT_MS),
+            ),
             ports,
             computers: Computers::default(),
             has_computers: spec.computers,
@@ -273,10 +284,6 @@ impl HostTools {
             run_files: RunFiles::default(),
             ui,
             sweep: Sweep::new(),
-            mcp_timeout_ms: spec
-                .mcp_timeout_ms
-                .unwrap_or(MCP_CONNECT_TIMEOUT_MS)
-                .clamp(1, MCP_CONNECT_TIMEOUT_MS),
         }))
     }
 
@@ -388,7 +395,7 @@ impl Inner {
         };
         Ok(Offer {
             toolset: Some(toolset),
-            unavailable: hub.unavailable().to_vec(),
+            unavailable: hub.unavailable(),
         })
     }
 
@@ -404,21 +411,39 @@ impl Inner {
     }
 
     /// Performs one tool call; the outcome is the driver's next input.
-    pub(super) async fn run_tool(&self, run: ToolRun, stopper: &Stopper) -> Input {
+    pub(super) async fn run_tool(&self, session: &str, run: ToolRun, stopper: &Stopper) -> Input {
         let Ok(Some(tools)) = &self.tools else {
             return Input::ToolDone(ToolOutput::error("no tools are offered"));
         };
         let Ok(controller) = web_sys::AbortController::new() else {
             return Input::ToolDone(ToolOutput::error("the call could not be started"));
         };
+        let Some(me) = self.me.upgrade() else {
+            return Input::ToolStale;
+        };
         stopper.adopt(&controller);
+        let live = Rc::new(LiveCall {
+            session: session.to_owned(),
+            gate: RefCell::new(run.progress),
+            flushing: Cell::new(false),
+        });
+        // The tool's `progress(data)`: JSON in, the refusal (if any) out.
+        let report = {
+            let live = Rc::clone(&live);
+            Closure::<dyn FnMut(String) -> Option<String>>::new(move |data: String| {
+                me.progress(&live, &data)
+            })
+        };
+        let report: &js_sys::Function = report.as_ref().unchecked_ref();
         let work = async {
             match run.work {
-                ToolWork::Operation(op) => match self.operation(tools, &op, &controller).await {
-                    Ok((result, data)) => Input::ToolDone(result_output(&result, data)),
-                    Err(Failure::Refused(why)) => Input::ToolDone(ToolOutput::error(why)),
-                    Err(Failure::Stale) => Input::ToolStale,
-                },
+                ToolWork::Operation(op) => {
+                    match self.operation(tools, &op, &controller, report).await {
+                        Ok(answered) => Input::ToolDone(result_output(answered)),
+                        Err(Failure::Refused(why)) => Input::ToolDone(ToolOutput::error(why)),
+                        Err(Failure::Stale) => Input::ToolStale,
+                    }
+                }
                 ToolWork::Undo { of, execute } => {
                     let undone = self.undo_call(tools, &of, &controller).await;
                     Input::ToolDone(undone_output(&run.call, execute, &undone))
@@ -426,7 +451,10 @@ impl Inner {
                 ToolWork::Execute { code, of } => {
                     let own = tools.run_toolsets.borrow().get(&of.command_id).cloned();
                     let toolset = own.unwrap_or_else(|| tools.hub.borrow().toolset());
-                    match self.execute(tools, toolset, of, &code, &controller).await {
+                    match self
+                        .execute(tools, toolset, of, &code, &controller, report)
+                        .await
+                    {
                         Some(output) => Input::ToolDone(output),
                         None => Input::ToolStale,
                     }
@@ -439,7 +467,41 @@ impl Inner {
             Either::Left((input, _)) => input,
             Either::Right(_) => Input::ToolStale,
         };
+        // A report held for its interval goes out before the call's `ended`.
+        let held = live.gate.borrow_mut().end();
+        if let Some(frame) = held {
+            self.publish_event(&live.session, &Event::Frame(frame));
+        }
         input
+    }
+
+    /// A progress report of a running call (`data`: JSON): published now,
+    /// held until its interval ends, or refused (the answer says why).
+    fn progress(&self, live: &Rc<LiveCall>, data: &str) -> Option<String> {
+        let _entered = blame::enter(self.scope(Some(&live.session)));
+        let reported = live.gate.borrow_mut().report(bindings::now_ms(), data);
+        match reported {
+            Err(why) => return Some(why),
+            Ok(Some(frame)) => self.publish_event(&live.session, &Event::Frame(frame)),
+            Ok(None) if !live.flushing.replace(true) => {
+                let (me, live) = (self.me.upgrade()?, Rc::clone(live));
+                let scope = self.scope(Some(&live.session));
+                wasm_bindgen_futures::spawn_local(blame::scoped(scope, async move {
+                    loop {
+                        let due = live.gate.borrow().flush_at();
+                        let Some(at) = due else { break };
+                        bindings::sleep((at - bindings::now_ms()).max(0) as u64).await;
+                        let frame = live.gate.borrow_mut().due(bindings::now_ms());
+                        if let Some(frame) = frame {
+                            me.publish_event(&live.session, &Event::Frame(frame));
+                        }
+                    }
+                    live.flushing.set(false);
+                }));
+            }
+            Ok(None) => {}
+        }
+        None
     }
 
     async fn heartbeat(&self) {
@@ -451,12 +513,14 @@ impl Inner {
     }
 
     /// Performs one operation call through its gate.
+    /// `report`: the tool's `progress(data)` (`LiveCall`).
     async fn operation(
         &self,
         tools: &HostTools,
         op: &OperationCall,
         controller: &web_sys::AbortController,
-    ) -> Result<(Value, Option<Box<RawValue>>), Failure> {
+        report: &js_sys::Function,
+    ) -> Result<OperationResult, Failure> {
         let mut gate = self.with_ctx(|ctx| op.begin(ctx, tools.rules()));
         if let Gate::Confirm(request) = &gate {
             let confirmed = JsFuture::from(tools.js.confirm(request, &controller.signal()))
@@ -481,15 +545,13 @@ impl Inner {
         {
             let key = files_grant::port_key(&op.of.command_id);
             let called = self.files_call(tools, &port, &key, op, controller, timeout_ms);
-            return called.await.map(|r| (r, None)).map_err(Failure::Refused);
+            return called.await.map(Into::into).map_err(Failure::Refused);
         }
         if op.module_id == crate::ui::MODULE_ID && tools.ui.is_some() {
             // Bounded within the tool timeout (`ui_call`): the call only
             // waits (for a browser to claim and answer it); nothing to abort.
             let answered = self.ui_call(op, &controller.signal(), timeout_ms).await;
-            return answered
-                .map(|result| (result, None))
-                .map_err(Failure::Refused);
+            return answered.map(Into::into).map_err(Failure::Refused);
         }
         if let Some(ext) = self
             .extensions()
@@ -499,7 +561,7 @@ impl Inner {
         }
         if let Some(port) = tools.port(&op.module_id) {
             let called = self.files_call(tools, &port, &op.module_id, op, controller, timeout_ms);
-            return called.await.map(|r| (r, None)).map_err(Failure::Refused);
+            return called.await.map(Into::into).map_err(Failure::Refused);
         }
         if tools.hub.borrow().is_computer(&op.module_id) {
             let name = op.module_id.strip_prefix("computers.").unwrap_or_default();
@@ -512,7 +574,7 @@ impl Inner {
                 .await
                 .ok_or_else(timed_out)?
                 .map_err(Failure::Refused)?;
-            return Ok((result, None));
+            return Ok(result.into());
         }
         let server = tools
             .hub
@@ -522,12 +584,17 @@ impl Inner {
             .flatten();
         if let Some(server) = server {
             let signal = controller.signal();
-            let called = server.call(&tools.js, &op.operation, &op.args, &signal);
-            let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
-                .await
-                .ok_or_else(timed_out)?
-                .map_err(Failure::Refused)?;
-            return Ok((result, None));
+            let called = server.call(&tools.js, &op.operation, &op.args, &signal, report);
+            let (result, images) =
+                bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
+                    .await
+                    .ok_or_else(timed_out)?
+                    .map_err(Failure::Refused)?;
+            return Ok(OperationResult {
+                result,
+                data: None,
+                images,
+            });
         }
         if op.module_id == crate::fleet::MODULE_ID && self.fleet().is_some() {
             let called = self.fleet_operation(op, controller);
@@ -535,7 +602,7 @@ impl Inner {
                 .await
                 .ok_or_else(timed_out)?
                 .map_err(Failure::Refused)?;
-            return Ok((result, None));
+            return Ok(result.into());
         }
         let invocation = op.invocation(bindings::now_ms(), timeout_ms);
         let invocation = serde_json::to_string(&invocation).unwrap_or_default();
@@ -545,6 +612,7 @@ impl Inner {
             &op.args.to_string(),
             &invocation,
             &controller.signal(),
+            report,
         );
         let reply = bindings::within(
             JsFuture::from(reply),
@@ -559,14 +627,14 @@ impl Inner {
     }
 
     /// Runs an extension command the model called, scoped to the run's
-    /// Session, in its own transition; its requestId names the call, so a
-    /// replayed call answers the stored result.
+    /// Session, in its own transition; its requestId names the call (each
+    /// guest call its own), so a replayed call answers the stored result.
     fn extension_tool(
         &self,
         ext: &crate::extension::Extensions,
         op: &OperationCall,
-    ) -> Result<(Value, Option<Box<RawValue>>), Failure> {
-        let request_id = format!("tool:{}:{}", op.of.command_id, op.of.call_id);
+    ) -> Result<OperationResult, Failure> {
+        let request_id = format!("tool:{}", op.execution_id());
         let invoked = self
             .with_ctx(|ctx| {
                 ext.command(
@@ -583,7 +651,7 @@ impl Inner {
             .map_err(|e| Failure::Refused(e.to_string()))?;
         self.apply(crate::http::invoked_effects(&invoked));
         self.publish_projections();
-        Ok((invoked.result, None))
+        Ok(invoked.result.into())
     }
 
     /// Runs model code in the sandbox; its guest calls come back through
@@ -595,6 +663,7 @@ impl Inner {
         of: CallRef,
         code: &str,
         controller: &web_sys::AbortController,
+        report: &js_sys::Function,
     ) -> Option<ToolOutput> {
         if tools.executions.get() >= EXECUTIONS_CONCURRENT_MAX {
             return Some(ToolOutput::error(format!(
@@ -606,9 +675,13 @@ impl Inner {
         let run = Rc::new(GuestRun {
             toolset,
             of,
+            calls: Cell::new(0),
             trace: RefCell::default(),
             stale: Cell::new(false),
             controller: controller.clone(),
+            report: report.clone(),
+            images: RefCell::default(),
+            images_left_out: Cell::new(0),
         });
         let dispatch = {
             let me = self.me.upgrade()?;
@@ -662,6 +735,14 @@ impl Inner {
             )),
         };
         out.data = RawValue::from_string(data.to_string()).ok();
+        out.images = run.images.take();
+        let left_out = run.images_left_out.get();
+        if left_out > 0 {
+            out.content.push_str(&format!(
+                "\n[{left_out} image(s) the calls returned were left out: a result carries at \
+                 most {TOOL_RESULT_IMAGES_MAX} images and {TOOL_RESULT_IMAGE_BYTES_MAX} bytes of them]"
+            ));
+        }
         Some(out)
     }
 
@@ -674,15 +755,24 @@ impl Inner {
         if run.stale.get() || run.controller.signal().aborted() {
             return door::guest_error("this run was stopped");
         }
-        if run.trace.borrow().len() >= GUEST_CALLS_PER_EXECUTION_MAX {
+        // Numbered as they are made (concurrent calls finish in any order).
+        let ordinal = run.calls.get() + 1;
+        if ordinal as usize > GUEST_CALLS_PER_EXECUTION_MAX {
             return door::guest_error(&format!(
                 "at most {GUEST_CALLS_PER_EXECUTION_MAX} calls per execute run"
             ));
         }
-        let reply = match run.of.guest_call(&run.toolset, path, args) {
+        run.calls.set(ordinal);
+        let reply = match run.of.guest_call(&run.toolset, ordinal, path, args) {
             GuestStep::Reply(reply) => reply,
-            GuestStep::Operation(op) => match self.operation(tools, &op, &run.controller).await {
-                Ok((result, _)) => Ok(result),
+            GuestStep::Operation(op) => match self
+                .operation(tools, &op, &run.controller, &run.report)
+                .await
+            {
+                Ok(answered) => {
+                    run.keep_images(answered.images);
+                    Ok(answered.result)
+                }
                 Err(Failure::Refused(why)) => Err(why),
                 Err(Failure::Stale) => {
                     run.stale.set(true);
@@ -702,11 +792,43 @@ impl Inner {
     }
 }
 
+/// A running call's progress reports: the core's gate over them, and
+/// whether a held one waits on a timer.
+struct LiveCall {
+    session: String,
+    gate: RefCell<ProgressGate>,
+    flushing: Cell<bool>,
+}
+
 /// One `execute` run's state, shared with its guest calls.
 struct GuestRun {
     toolset: Rc<Toolset>,
     of: CallRef,
+    /// The guest calls made so far.
+    calls: Cell<u32>,
     trace: RefCell<Vec<GuestTrace>>,
     stale: Cell<bool>,
     controller: web_sys::AbortController,
+    /// The `execute` call's `progress(data)`, which its operations report to.
+    report: js_sys::Function,
+    /// The images its operations returned, for the model with the run's
+    /// result, while they fit a result's bounds; the rest are counted.
+    images: RefCell<Vec<Image>>,
+    images_left_out: Cell<usize>,
+}
+
+impl GuestRun {
+    fn keep_images(&self, images: Vec<Image>) {
+        let mut kept = self.images.borrow_mut();
+        for image in images {
+            let bytes: usize = kept.iter().map(|i| i.data.len()).sum();
+            if kept.len() < TOOL_RESULT_IMAGES_MAX
+                && bytes + image.data.len() <= TOOL_RESULT_IMAGE_BYTES_MAX
+            {
+                kept.push(image);
+            } else {
+                self.images_left_out.set(self.images_left_out.get() + 1);
+            }
+        }
+    }
 }

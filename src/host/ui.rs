@@ -12,7 +12,9 @@ use super::tools::HostTools;
 use super::{body, Inner};
 use crate::error::ApiError;
 use crate::http::HttpResponse;
-use crate::limits::{BODY_BYTES_MAX, UI_HAS_SESSION_TIMEOUT_MS, UI_STREAM_BACKLOG_BYTES_MAX};
+use crate::limits::{
+    BODY_BYTES_MAX, UI_HAS_SESSION_TIMEOUT_MS, UI_NO_BROWSER_MS, UI_STREAM_BACKLOG_BYTES_MAX,
+};
 use crate::run::operation::OperationCall;
 use crate::ui::{Ask, Bridge, Config, Event, Route};
 use futures::channel::oneshot;
@@ -312,7 +314,8 @@ impl Inner {
 
     /// Runs one `ui` operation of a run: asks the Session's browser and
     /// waits for the result of its claim, at most its share of the tool
-    /// timeout (`ui::wait_ms`), or until the call is stopped. The gate ran
+    /// timeout (`ui::wait_ms`), or until the call is stopped, or about
+    /// `UI_NO_BROWSER_MS` when no browser is there to claim it. The gate ran
     /// before (an unsafe `ui.execute` is marked started by then).
     pub(super) async fn ui_call(
         &self,
@@ -333,7 +336,24 @@ impl Inner {
         let (tx, rx) = oneshot::channel();
         ui.waiters.borrow_mut().insert(id.clone(), tx);
         ui.publish(session, &event);
-        let ended = select(bindings::aborted(signal), bindings::sleep(timeout_ms));
+        // Waits its share of the tool timeout, looking every
+        // `UI_NO_BROWSER_MS`: unanswerable at two looks in a row (no
+        // browser connected, the request unclaimed), it ends early.
+        let waited = Box::pin(async {
+            let unattended = || ui.bridge.borrow().unattended(session, &id);
+            let (mut left, mut was) = (timeout_ms, unattended());
+            while left > 0 {
+                let nap = left.min(UI_NO_BROWSER_MS);
+                bindings::sleep(nap).await;
+                left -= nap;
+                let is = unattended();
+                if was && is {
+                    return;
+                }
+                was = is;
+            }
+        });
+        let ended = select(bindings::aborted(signal), waited);
         let stopped = match select(rx, ended).await {
             Either::Left((Ok(outcome), _)) => return outcome,
             // The run gave the module back (it ended).

@@ -22,13 +22,23 @@
 //!
 //! `list_tools()` lists again once ready. A 404 while a session id is held
 //! ends the session ([`McpError::SessionExpired`]); `start()` begins anew.
+//! A 404 to a request sent in an earlier session says so without ending the
+//! current one (concurrent calls may all meet the old session's end).
 //!
-//! Tools become a [`ModuleSpec`] `mcp.<name>` (see [`McpTools`]). A tool the
-//! capability model refuses (a name mapping to a reserved word, two names
-//! mapping to one guest name, a schema it cannot decode, one operation over
-//! the module's bounds) is dropped alone and listed in
-//! [`McpTools::dropped`] with the reason: one odd tool should not cost the
-//! Agent the server's other tools, and the host can show the warning.
+//! [`McpConnection::tools_version`] counts what may have changed the
+//! server's tools since: each `notifications/tools/list_changed` seen on a
+//! response (a server may send it on any POST's event stream; this client
+//! holds no GET stream, where servers send the rest) and each new session.
+//! A listing carries the count it began at ([`McpTools::tools_version`]): a
+//! higher count later means the listing may be stale.
+//!
+//! Tools become a [`ModuleSpec`](crate::capability::ModuleSpec)
+//! `mcp.<name>` (see [`McpTools`]). A tool the capability model refuses (a
+//! name mapping to a reserved word, two names mapping to one guest name, a
+//! schema it cannot decode, one operation over the module's bounds) is
+//! dropped alone and listed in [`McpTools::dropped`] with the reason: one
+//! odd tool should not cost the Agent the server's other tools, and the
+//! host can show the warning.
 //! Listing more than `MCP_TOOLS_MAX` tools or `MCP_TOOLS_PAGES_MAX` pages is
 //! an error (a bound on the work of one listing).
 //!
@@ -45,16 +55,18 @@ mod wire;
 #[cfg(test)]
 mod tests;
 
-pub use hub::{Hub, OwnTools, ServerConfig, Unavailable};
-pub use tools::DroppedTool;
+pub use hub::{
+    parse_servers, DroppedTool, Hub, McpTools, OwnTools, ServerConfig, ServerInfo, Unavailable,
+};
 
-use crate::capability::{check_payload, validate_module_id, ModuleSpec};
+use crate::capability::{check_payload, validate_module_id};
 use crate::limits::{
     MCP_RESPONSE_BYTES_MAX, MCP_SESSION_ID_BYTES_MAX, MCP_TOOLS_MAX, MCP_TOOLS_PAGES_MAX,
 };
+use crate::model::Image;
 use crate::outbound::Outbound;
 use crate::redact::Secrets;
-use crate::sse::SseError;
+use crate::sse::{SseDecoder, SseError};
 use serde_json::{json, Value};
 use std::fmt;
 use tools::ToolsBuilder;
@@ -150,24 +162,6 @@ impl McpError {
     }
 }
 
-/// The server as it introduced itself.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ServerInfo {
-    pub name: String,
-    pub version: String,
-}
-
-/// A finished tool listing.
-#[derive(Debug, Clone, PartialEq)]
-pub struct McpTools {
-    pub server: ServerInfo,
-    /// Module `mcp.<name>`, one operation per accepted tool, in the order
-    /// listed; `Module::from_spec` accepts it.
-    pub module: ModuleSpec,
-    /// Tools left out, with the reason (a warning for the host to show).
-    pub dropped: Vec<DroppedTool>,
-}
-
 /// What to do after a handshake or listing response.
 #[derive(Debug)]
 pub enum Step {
@@ -176,11 +170,59 @@ pub enum Step {
 }
 
 /// One `tools/call` to make; pass `id` back to
-/// [`McpConnection::tool_result`] with its response.
+/// [`McpConnection::tool_result`] with its response. Its progress token is
+/// its id.
 #[derive(Debug)]
 pub struct ToolCall {
     pub id: u64,
     pub request: Outbound,
+}
+
+/// What a server reports of one tool call while it runs: the
+/// `notifications/progress` naming the call's token in the call's response
+/// stream, read as it arrives (a JSON response carries none live). A
+/// stream this cannot read further reports nothing more; its result is
+/// still read whole ([`McpConnection::tool_result`]).
+#[derive(Debug)]
+pub struct CallProgress {
+    token: Value,
+    decoder: Option<SseDecoder>,
+}
+
+impl CallProgress {
+    pub fn new(call: &ToolCall) -> CallProgress {
+        CallProgress {
+            token: json!(call.id),
+            decoder: Some(SseDecoder::default()),
+        }
+    }
+
+    /// The reports in the next `chunk` of the stream: each notification's
+    /// params but the token (`{progress, total?, message?}`), as JSON.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<String> {
+        let Some(events) = self.decoder.as_mut().map(|d| d.push(chunk)) else {
+            return Vec::new();
+        };
+        let Ok(events) = events else {
+            self.decoder = None;
+            return Vec::new();
+        };
+        events
+            .into_iter()
+            .filter(|e| matches!(e.event.as_deref(), None | Some("message")))
+            .filter_map(|e| {
+                let mut message: Value = serde_json::from_str(&e.data).ok()?;
+                if message.get("method")? != "notifications/progress" {
+                    return None;
+                }
+                let params = message.get_mut("params")?.as_object_mut()?;
+                if params.remove("progressToken")? != self.token {
+                    return None;
+                }
+                Some(Value::Object(std::mem::take(params)).to_string())
+            })
+            .collect()
+    }
 }
 
 #[derive(Debug)]
@@ -213,7 +255,16 @@ pub struct McpConnection {
     next_id: u64,
     version: Option<&'static str>,
     session_id: Option<String>,
+    /// The id of the current session's `initialize`: a response to an
+    /// earlier request is from an earlier session.
+    session_from: u64,
     server: ServerInfo,
+    /// See [`McpConnection::tools_version`].
+    tools_version: u64,
+    /// `tools_version` when the last listing began.
+    listing_version: u64,
+    /// The server declared `tools.listChanged`.
+    list_changed: bool,
 }
 
 impl fmt::Debug for McpConnection {
@@ -281,7 +332,11 @@ impl McpConnection {
             next_id: 1,
             version: None,
             session_id: None,
+            session_from: 0,
             server: ServerInfo::default(),
+            tools_version: 0,
+            listing_version: 0,
+            list_changed: false,
         })
     }
 
@@ -295,11 +350,25 @@ impl McpConnection {
         self.session_id.is_some()
     }
 
+    /// Whether the connection is initialized: tools may be called and
+    /// listed.
+    pub fn is_ready(&self) -> bool {
+        self.version.is_some() && matches!(self.state, State::Ready | State::Listing(_))
+    }
+
+    /// How many times the server's tools may have changed: each
+    /// `notifications/tools/list_changed` seen on a response, and each
+    /// session initialized.
+    pub fn tools_version(&self) -> u64 {
+        self.tools_version
+    }
+
     /// The `initialize` request; (re)starts the connection from scratch.
     pub fn start(&mut self) -> Outbound {
         self.version = None;
         self.session_id = None;
         let id = self.take_id();
+        self.session_from = id;
         self.state = State::Initializing { id };
         self.post(json!({
             "jsonrpc": "2.0",
@@ -322,6 +391,7 @@ impl McpConnection {
             ));
         }
         let builder = ToolsBuilder::new(self.module_id.clone());
+        self.listing_version = self.tools_version;
         Ok(self.list_page(None, 0, 0, builder))
     }
 
@@ -356,6 +426,7 @@ impl McpConnection {
             State::Notifying { tools } => {
                 self.exchange(None, &response)?;
                 let builder = ToolsBuilder::new(self.module_id.clone());
+                self.listing_version = self.tools_version;
                 if tools {
                     Ok(Step::Send(self.list_page(None, 0, 0, builder)))
                 } else {
@@ -421,6 +492,8 @@ impl McpConnection {
             .map_err(|e| protocol(format!("tools do not form a module: {e}")))?;
         Ok(Step::Ready(McpTools {
             server: self.server.clone(),
+            tools_version: self.listing_version,
+            list_changed: self.list_changed,
             module,
             dropped,
         }))
@@ -477,10 +550,17 @@ impl McpConnection {
             name: text("name"),
             version: text("version"),
         };
-        Ok(result
+        // A new session: the tools listed in another may have changed.
+        self.tools_version += 1;
+        let tools = result
             .get("capabilities")
             .and_then(|c| c.get("tools"))
-            .is_some_and(|t| !t.is_null()))
+            .filter(|t| !t.is_null());
+        self.list_changed = tools
+            .and_then(|t| t.get("listChanged"))
+            .and_then(Value::as_bool)
+            == Some(true);
+        Ok(tools.is_some())
     }
 
     /// A `tools/call` request for the tool's source name (as listed).
@@ -502,15 +582,21 @@ impl McpConnection {
             "jsonrpc": "2.0",
             "id": id,
             "method": "tools/call",
-            "params": { "name": name, "arguments": arguments },
+            "params": { "name": name, "arguments": arguments, "_meta": { "progressToken": id } },
         }));
         Ok(ToolCall { id, request })
     }
 
     /// The result of tool call `id`: its `structuredContent` when it has one
     /// and `isError` is not true, else `{"isError": bool, "content": [...]}`
-    /// (content as returned), within the capability payload bounds.
-    pub fn tool_result(&mut self, id: u64, response: McpResponse<'_>) -> Result<Value, McpError> {
+    /// (content as returned, but image blocks: their data is taken out to
+    /// the images beside it, which the model sees), within the capability
+    /// payload bounds.
+    pub fn tool_result(
+        &mut self,
+        id: u64,
+        response: McpResponse<'_>,
+    ) -> Result<(Value, Vec<Image>), McpError> {
         let outcome = self
             .exchange(Some(id), &response)
             .and_then(tools::call_result);
@@ -587,6 +673,10 @@ impl McpConnection {
                 "response exceeds {MCP_RESPONSE_BYTES_MAX} bytes"
             )));
         }
+        if status == 404 && id.is_some_and(|id| id < self.session_from) {
+            // The end of an earlier session, already replaced.
+            return Err(McpError::SessionExpired);
+        }
         if status == 404 && self.session_id.is_some() {
             self.session_id = None;
             self.version = None;
@@ -599,10 +689,15 @@ impl McpConnection {
                 detail: wire::error_detail(response.body),
             });
         }
-        match id {
-            None => Ok(Value::Null),
-            Some(id) => wire::result_of(id, response),
+        let Some(id) = id else {
+            return Ok(Value::Null);
+        };
+        let mut tools_changed = false;
+        let result = wire::result_of(id, response, &mut tools_changed);
+        if tools_changed {
+            self.tools_version += 1;
         }
+        result
     }
 
     /// Redacts every extra header value (whole, and any long fragment of

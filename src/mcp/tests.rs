@@ -211,7 +211,7 @@ fn session_id_tracked_and_pagination() {
     let call = c.call_tool("createNote", &json!({"id": "n1"})).unwrap();
     assert_eq!(
         body(&call.request)["params"],
-        json!({"name": "createNote", "arguments": {"id": "n1"}})
+        json!({"name": "createNote", "arguments": {"id": "n1"}, "_meta": {"progressToken": call.id}})
     );
     assert_eq!(header(&call.request, "Mcp-Session-Id"), Some(SESSION));
     assert_eq!(header(&call.request, "Authorization"), Some(TOKEN));
@@ -271,7 +271,7 @@ fn tool_results_structured_and_content() {
     let v = c
         .tool_result(id, resp(200, "text/event-stream", &[], &body))
         .unwrap();
-    assert_eq!(v, json!({"title": "a"}));
+    assert_eq!(v, (json!({"title": "a"}), Vec::new()));
 
     let body = answer(json!({"content": [{"type": "text", "text": "hello"}]}));
     let v = c
@@ -279,7 +279,10 @@ fn tool_results_structured_and_content() {
         .unwrap();
     assert_eq!(
         v,
-        json!({"isError": false, "content": [{"type": "text", "text": "hello"}]})
+        (
+            json!({"isError": false, "content": [{"type": "text", "text": "hello"}]}),
+            Vec::new()
+        )
     );
 
     let body = answer(
@@ -291,7 +294,10 @@ fn tool_results_structured_and_content() {
         .unwrap();
     assert_eq!(
         v,
-        json!({"isError": true, "content": [{"type": "text", "text": "no such note"}]})
+        (
+            json!({"isError": true, "content": [{"type": "text", "text": "no such note"}]}),
+            Vec::new()
+        )
     );
 
     // Over the payload bound.
@@ -321,6 +327,88 @@ fn tool_results_structured_and_content() {
         )
         .unwrap_err();
     assert!(e.to_string().contains("deeper than 64"), "{e}");
+}
+
+#[test]
+fn image_content_goes_to_the_model_as_images_within_the_bounds() {
+    use crate::limits::TOOL_RESULT_IMAGES_MAX;
+    use crate::model::Image;
+    let mut c = conn();
+    ready(&mut c, vec![tool("get", Some(true))]);
+    let id = c.call_tool("get", &json!({})).unwrap().id;
+    let png = json!({"type": "image", "mimeType": "image/png", "data": "iVBORw0KGgo="});
+    let mut content = vec![
+        json!({"type": "text", "text": "pictures"}),
+        json!({"type": "image", "mimeType": "image/svg+xml", "data": "PHN2Zz4="}),
+    ];
+    content.extend(std::iter::repeat_n(png, TOOL_RESULT_IMAGES_MAX + 1));
+    let body = sse(&[
+        json!({"result": {"content": content, "structuredContent": {"n": 6}},
+                            "jsonrpc": "2.0", "id": id}),
+    ]);
+    let (value, images) = c
+        .tool_result(id, resp(200, "text/event-stream", &[], &body))
+        .unwrap();
+    // The structured content is the value; the images come beside it.
+    assert_eq!(value, json!({"n": 6}));
+    assert_eq!(
+        images,
+        vec![
+            Image {
+                media_type: "image/png".into(),
+                data: "iVBORw0KGgo=".into()
+            };
+            TOOL_RESULT_IMAGES_MAX
+        ]
+    );
+    // Without structured content, the blocks stay, their data taken or
+    // replaced by why it was left out.
+    let body = sse(&[json!({"result": {"content": content}, "jsonrpc": "2.0", "id": id})]);
+    let (value, images) = c
+        .tool_result(id, resp(200, "text/event-stream", &[], &body))
+        .unwrap();
+    assert_eq!(images.len(), TOOL_RESULT_IMAGES_MAX);
+    let blocks = value["content"].as_array().unwrap();
+    assert!(blocks[1]["data"]
+        .as_str()
+        .unwrap()
+        .starts_with("left out: images[0].mediaType: must be one of"));
+    assert_eq!(blocks[2], json!({"type": "image", "mimeType": "image/png"}));
+    assert_eq!(
+        blocks[6]["data"],
+        "left out: images: at most 4 per tool result, got 5"
+    );
+}
+
+#[test]
+fn progress_notifications_of_the_call_are_read_as_the_stream_arrives() {
+    let mut c = conn();
+    ready(&mut c, vec![tool("get", Some(true))]);
+    let call = c.call_tool("get", &json!({})).unwrap();
+    let mut progress = super::CallProgress::new(&call);
+    let note = |token: Value, n: u64| {
+        json!({"jsonrpc": "2.0", "method": "notifications/progress",
+               "params": {"progressToken": token, "progress": n, "total": 3, "message": "counting"}})
+    };
+    let stream = sse(&[
+        note(json!(call.id), 1),
+        note(json!(call.id + 1), 9),
+        json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info"}}),
+        note(json!(call.id), 2),
+        json!({"jsonrpc": "2.0", "id": call.id, "result": {"content": []}}),
+    ]);
+    // Any chunk boundary: split in the middle of the first event.
+    let (a, b) = stream.as_bytes().split_at(40);
+    let mut reports = progress.push(a);
+    assert!(reports.is_empty());
+    reports.extend(progress.push(b));
+    assert_eq!(
+        reports,
+        [
+            r#"{"message":"counting","progress":1,"total":3}"#,
+            r#"{"message":"counting","progress":2,"total":3}"#
+        ]
+    );
 }
 
 #[test]
@@ -633,4 +721,106 @@ fn server_without_tools_capability() {
         panic!()
     };
     assert!(tools.module.operations.is_empty());
+}
+
+/// A handshake on a started connection (`init` its `initialize`) with the
+/// tools listed at once.
+fn renew(c: &mut McpConnection, init: Outbound, tools: Vec<Value>) -> McpTools {
+    let mut result = init_result("2025-06-18");
+    result["id"] = body(&init)["id"].clone();
+    let headers = vec![("mcp-session-id".to_string(), "second-session".to_string())];
+    let stream = sse(&[result]);
+    send(
+        c.on_response(resp(200, "text/event-stream", &headers, &stream))
+            .unwrap(),
+    );
+    let list = send(c.on_response(resp(202, "", &[], "")).unwrap());
+    let page = json!({"result": {"tools": tools}, "jsonrpc": "2.0", "id": body(&list)["id"]});
+    match c
+        .on_response(resp(200, "application/json", &[], &page.to_string()))
+        .unwrap()
+    {
+        Step::Ready(t) => t,
+        Step::Send(r) => panic!("unexpected {r:?}"),
+    }
+}
+
+#[test]
+fn the_tools_version_counts_list_changed_notifications_and_new_sessions() {
+    let mut c = conn();
+    let listed = ready(&mut c, vec![tool("get", Some(true))]);
+    assert!(listed.list_changed, "the server declared tools.listChanged");
+    assert_eq!((listed.tools_version, c.tools_version()), (1, 1));
+    let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+    let other = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {}});
+    let answer = |id: u64| json!({"jsonrpc": "2.0", "id": id, "result": {"content": []}});
+    // On a call's event stream, before its response.
+    let id = c.call_tool("get", &json!({})).unwrap().id;
+    let stream = sse(&[other.clone(), changed.clone(), answer(id)]);
+    c.tool_result(id, resp(200, "text/event-stream", &[], &stream))
+        .unwrap();
+    assert_eq!(c.tools_version(), 2);
+    // In a JSON batch.
+    let id = c.call_tool("get", &json!({})).unwrap().id;
+    let batch = json!([changed, answer(id)]).to_string();
+    c.tool_result(id, resp(200, "application/json", &[], &batch))
+        .unwrap();
+    assert_eq!(c.tools_version(), 3);
+    // Other notifications, and a request by that name, are no change.
+    let id = c.call_tool("get", &json!({})).unwrap().id;
+    let request =
+        json!({"jsonrpc": "2.0", "id": "s1", "method": "notifications/tools/list_changed"});
+    let stream = sse(&[other, request, answer(id)]);
+    c.tool_result(id, resp(200, "text/event-stream", &[], &stream))
+        .unwrap();
+    assert_eq!(c.tools_version(), 3);
+    // A listing carries the version it began at.
+    let list = c.list_tools().unwrap();
+    let page = json!({"result": {"tools": [tool("get", Some(true)), tool("gained", None)]},
+        "jsonrpc": "2.0", "id": body(&list)["id"]});
+    let Step::Ready(relisted) = c
+        .on_response(resp(200, "application/json", &[], &page.to_string()))
+        .unwrap()
+    else {
+        panic!("not ready")
+    };
+    assert_eq!(relisted.tools_version, 3);
+    assert_eq!(relisted.module.operations.len(), 2);
+    // A new session counts as a change: what it offers may differ.
+    let id = c.call_tool("get", &json!({})).unwrap().id;
+    assert_eq!(
+        c.tool_result(id, resp(404, "", &[], "")),
+        Err(McpError::SessionExpired)
+    );
+    let init = c.start();
+    let renewed = renew(&mut c, init, vec![tool("get", Some(true))]);
+    assert_eq!((renewed.tools_version, c.tools_version()), (4, 4));
+}
+
+#[test]
+fn a_404_to_a_request_of_an_earlier_session_leaves_the_current_one() {
+    let mut c = conn();
+    ready(&mut c, vec![tool("get", Some(true))]);
+    // Two calls in flight when the server forgets the session.
+    let first = c.call_tool("get", &json!({})).unwrap().id;
+    let second = c.call_tool("get", &json!({})).unwrap().id;
+    assert_eq!(
+        c.tool_result(first, resp(404, "", &[], "")),
+        Err(McpError::SessionExpired)
+    );
+    assert!(!c.is_ready());
+    let init = c.start();
+    renew(&mut c, init, vec![tool("get", Some(true))]);
+    assert!(c.is_ready());
+    // The second call's 404 is the old session's: the new one stays.
+    assert_eq!(
+        c.tool_result(second, resp(404, "", &[], "")),
+        Err(McpError::SessionExpired)
+    );
+    assert!(c.is_ready() && c.has_session());
+    let retry = c.call_tool("get", &json!({})).unwrap();
+    assert_eq!(
+        header(&retry.request, "Mcp-Session-Id"),
+        Some("second-session")
+    );
 }

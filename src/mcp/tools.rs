@@ -1,20 +1,12 @@
 //! MCP tools as capability operations, and tool results as JSON values.
 
-use super::{protocol, McpError};
+use super::{protocol, DroppedTool, McpError};
 use crate::capability::{check_payload, Access, Module, ModuleSpec, Operation, OperationSpec};
 use crate::limits::{MODULE_BYTES_MAX, OPERATIONS_PER_MODULE_MAX};
+use crate::model::Image;
 use crate::text::shorten;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-
-/// A listed tool left out of the module.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DroppedTool {
-    /// The tool's name as listed (at most 64 bytes of it), or
-    /// `tools[<index>]` when it had none.
-    pub name: String,
-    pub reason: String,
-}
 
 /// Accepts tools one by one as pages arrive, so a listing holds no more
 /// than the module it builds (`MODULE_BYTES_MAX`).
@@ -120,8 +112,9 @@ impl ToolsBuilder {
     }
 }
 
-/// A `tools/call` result as the value guest code gets.
-pub(super) fn call_result(result: Value) -> Result<Value, McpError> {
+/// A `tools/call` result as the value guest code gets, and the images of
+/// its content, for the model to see.
+pub(super) fn call_result(result: Value) -> Result<(Value, Vec<Image>), McpError> {
     let Value::Object(mut map) = result else {
         return Err(protocol("tools/call result is not an object"));
     };
@@ -129,6 +122,10 @@ pub(super) fn call_result(result: Value) -> Result<Value, McpError> {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(protocol("tools/call `isError` is not a boolean")),
+    };
+    let images = match map.get_mut("content") {
+        Some(Value::Array(content)) => take_images(content),
+        _ => Vec::new(),
     };
     let value = match map.remove("structuredContent") {
         Some(structured) if !is_error && !structured.is_null() => structured,
@@ -138,5 +135,36 @@ pub(super) fn call_result(result: Value) -> Result<Value, McpError> {
         }),
     };
     check_payload(&value).map_err(|e| protocol(format!("tool result: {e}")))?;
-    Ok(value)
+    Ok((value, images))
+}
+
+/// The image blocks of a result's content as images, in order, while they
+/// fit a result's bounds: each taken loses its `data` (the model sees the
+/// image itself); one that does not fit keeps, in place of its data, why
+/// it was left out.
+fn take_images(content: &mut [Value]) -> Vec<Image> {
+    let mut images = Vec::new();
+    for block in content {
+        let Some(block) = block.as_object_mut() else {
+            continue;
+        };
+        if block.get("type").and_then(Value::as_str) != Some("image") {
+            continue;
+        }
+        let field = |name: &str| block.get(name).and_then(Value::as_str).unwrap_or_default();
+        images.push(Image {
+            media_type: field("mimeType").to_owned(),
+            data: field("data").to_owned(),
+        });
+        match Image::check_tool_images(&images) {
+            Ok(()) => {
+                block.remove("data");
+            }
+            Err(why) => {
+                images.pop();
+                block.insert("data".into(), json!(format!("left out: {why}")));
+            }
+        }
+    }
+    images
 }

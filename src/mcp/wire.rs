@@ -15,20 +15,32 @@ enum Message {
         id: Value,
         outcome: Result<Value, McpError>,
     },
-    /// A request or notification from the server: not for this client here.
+    /// The server's tools changed (`notifications/tools/list_changed`).
+    ToolsChanged,
+    /// Another request or notification from the server: not for this
+    /// client here.
     Other,
 }
 
-/// The result of request `id` from a 2xx response.
-pub(super) fn result_of(id: u64, response: &McpResponse<'_>) -> Result<Value, McpError> {
+/// The method of the server's notification that its tools changed.
+const TOOLS_CHANGED: &str = "notifications/tools/list_changed";
+
+/// The result of request `id` from a 2xx response. `tools_changed` is set
+/// when a message before it says the server's tools changed (a server may
+/// send notifications on the response to any request).
+pub(super) fn result_of(
+    id: u64,
+    response: &McpResponse<'_>,
+    tools_changed: &mut bool,
+) -> Result<Value, McpError> {
     let media = response
         .content_type
         .and_then(|t| t.split(';').next())
         .map(|t| t.trim().to_ascii_lowercase())
         .unwrap_or_default();
     match media.as_str() {
-        "application/json" => from_json(id, response.body),
-        "text/event-stream" => from_stream(id, response.body),
+        "application/json" => from_json(id, response.body, tools_changed),
+        "text/event-stream" => from_stream(id, response.body, tools_changed),
         "" if response.body.is_empty() => Err(protocol(format!(
             "server answered HTTP {} without a response to request {id}",
             response.status
@@ -40,7 +52,7 @@ pub(super) fn result_of(id: u64, response: &McpResponse<'_>) -> Result<Value, Mc
     }
 }
 
-fn from_json(id: u64, body: &[u8]) -> Result<Value, McpError> {
+fn from_json(id: u64, body: &[u8], tools_changed: &mut bool) -> Result<Value, McpError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| protocol(format!("response body is not valid JSON: {e}")))?;
     // A batch (allowed by 2025-03-26): the response among its messages.
@@ -50,17 +62,14 @@ fn from_json(id: u64, body: &[u8]) -> Result<Value, McpError> {
     };
     let mut mismatch = None;
     for message in messages {
-        if let Message::Response { id: got, outcome } = classify(message)? {
-            if is_ours(id, &got, &outcome) {
-                return outcome;
-            }
-            mismatch.get_or_insert(got);
+        if let Some(outcome) = ours(id, classify(message)?, &mut mismatch, tools_changed) {
+            return outcome;
         }
     }
     Err(missing(id, mismatch, "response body"))
 }
 
-fn from_stream(id: u64, body: &[u8]) -> Result<Value, McpError> {
+fn from_stream(id: u64, body: &[u8], tools_changed: &mut bool) -> Result<Value, McpError> {
     let events = SseDecoder::default().push(body)?;
     let mut mismatch = None;
     for event in events {
@@ -72,14 +81,32 @@ fn from_stream(id: u64, body: &[u8]) -> Result<Value, McpError> {
                 "malformed event stream: event data is not JSON: {e}"
             ))
         })?;
-        if let Message::Response { id: got, outcome } = classify(message)? {
-            if is_ours(id, &got, &outcome) {
-                return outcome;
-            }
-            mismatch.get_or_insert(got);
+        if let Some(outcome) = ours(id, classify(message)?, &mut mismatch, tools_changed) {
+            return outcome;
         }
     }
     Err(missing(id, mismatch, "event stream"))
+}
+
+/// The outcome of request `id` when `message` is its response; notes the
+/// first other response's id, and a change of the server's tools.
+fn ours(
+    id: u64,
+    message: Message,
+    mismatch: &mut Option<Value>,
+    tools_changed: &mut bool,
+) -> Option<Result<Value, McpError>> {
+    match message {
+        Message::Response { id: got, outcome } => {
+            if is_ours(id, &got, &outcome) {
+                return Some(outcome);
+            }
+            mismatch.get_or_insert(got);
+        }
+        Message::ToolsChanged => *tools_changed = true,
+        Message::Other => {}
+    }
+    None
 }
 
 /// The response to `id`; an error with a null id (the server could not
@@ -113,8 +140,15 @@ fn classify(message: Value) -> Result<Message, McpError> {
             )));
         }
     }
-    if map.contains_key("method") {
-        return Ok(Message::Other);
+    if let Some(method) = map.get("method") {
+        // A notification has no id; a request with this method is no
+        // notification.
+        let changed = method == TOOLS_CHANGED && !map.contains_key("id");
+        return Ok(if changed {
+            Message::ToolsChanged
+        } else {
+            Message::Other
+        });
     }
     let Some(id) = map.remove("id") else {
         return Err(protocol(

@@ -3,8 +3,8 @@
 //! the official SDKs do, so an event added later is ignored unread.
 
 use super::{
-    parse_data, stream_error, to_json, tool_result_text, Conversation, ModelError, ModelMessage,
-    Reasoning, StreamEvent, ToolSpec, Turn, Usage,
+    parse_data, stream_error, to_json, tool_result_text, Conversation, Image, ModelError,
+    ModelMessage, Reasoning, StreamEvent, ToolSpec, Turn, Usage,
 };
 use crate::sse::SseEvent;
 use serde::{Deserialize, Serialize};
@@ -83,7 +83,7 @@ struct Message<'a> {
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Part<'a> {
     Text {
-        text: &'a str,
+        text: Cow<'a, str>,
     },
     Image {
         source: ImageSource<'a>,
@@ -96,10 +96,19 @@ enum Part<'a> {
     },
     ToolResult {
         tool_use_id: &'a str,
-        content: Cow<'a, str>,
+        content: ResultContent<'a>,
         #[serde(skip_serializing_if = "is_false")]
         is_error: bool,
     },
+}
+
+/// A `tool_result`'s content: its text, or text and image blocks when the
+/// tool returned images.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ResultContent<'a> {
+    Text(Cow<'a, str>),
+    Blocks(Vec<Part<'a>>),
 }
 
 fn is_false(value: &bool) -> bool {
@@ -135,17 +144,22 @@ fn message_parts(message: &ModelMessage) -> Vec<Part<'_>> {
     // Anthropic refuses an empty text block; a message of images alone goes
     // without one.
     let text = Some(Part::Text {
-        text: &message.text,
+        text: Cow::Borrowed(&message.text),
     })
     .filter(|_| !message.text.is_empty() || message.images.is_empty());
-    let images = message.images.iter().map(|image| Part::Image {
+    text.into_iter()
+        .chain(image_parts(&message.images))
+        .collect()
+}
+
+fn image_parts(images: &[Image]) -> impl Iterator<Item = Part<'_>> {
+    images.iter().map(|image| Part::Image {
         source: ImageSource {
             kind: "base64",
             media_type: &image.media_type,
             data: &image.data,
         },
-    });
-    text.into_iter().chain(images).collect()
+    })
 }
 
 /// Renders the turns as alternating messages, the way the Messages API
@@ -182,7 +196,10 @@ fn messages<'a>(turns: &'a [Turn<'a>]) -> Vec<Message<'a>> {
                 }
             }
             Turn::ToolCalls { text, calls } => {
-                let text = Some(Part::Text { text }).filter(|_| !text.is_empty());
+                let text = Some(Part::Text {
+                    text: Cow::Borrowed(text),
+                })
+                .filter(|_| !text.is_empty());
                 let uses = calls.iter().map(|call| Part::ToolUse {
                     id: call.id,
                     name: call.name,
@@ -207,10 +224,20 @@ fn messages<'a>(turns: &'a [Turn<'a>]) -> Vec<Message<'a>> {
                 call_id,
                 content,
                 is_error,
+                images,
             } => {
+                let text = tool_result_text(content, false);
+                let content = if images.is_empty() {
+                    ResultContent::Text(text)
+                } else {
+                    let text = Part::Text { text };
+                    ResultContent::Blocks(
+                        std::iter::once(text).chain(image_parts(images)).collect(),
+                    )
+                };
                 let part = Part::ToolResult {
                     tool_use_id: call_id,
-                    content: tool_result_text(content, false),
+                    content,
                     is_error: *is_error,
                 };
                 match out.last_mut() {
@@ -496,6 +523,7 @@ mod tests {
             name: "f".into(),
             content: content.into(),
             is_error: false,
+            images: Vec::new(),
         }
     }
 

@@ -24,6 +24,7 @@ pub use preference::Reasoning;
 use crate::limits::{
     ANSWER_BYTES_MAX, ATTEMPTS_MAX_DEFAULT, DIAGNOSTIC_BYTES_MAX, RETRY_BASE_MS_DEFAULT,
     RETRY_MAX_MS_DEFAULT, TOOLS_PER_REQUEST_MAX, TOOL_CALLS_PER_STEP_MAX, TOOL_NAME_BYTES_MAX,
+    TOOL_RESULT_IMAGES_MAX, TOOL_RESULT_IMAGE_BYTES_MAX,
 };
 use crate::outbound::Outbound;
 use crate::sse::{SseDecoder, SseError};
@@ -120,13 +121,59 @@ impl fmt::Debug for ProviderConfig {
     }
 }
 
-/// An image of a prompt, as the model receives it.
+/// An image of a prompt or a tool result, as the model receives it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Image {
     pub media_type: String,
     /// Base64 image bytes.
     pub data: String,
+}
+
+/// The image types both providers take.
+pub const IMAGE_MEDIA_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+impl Image {
+    /// Why no provider would take this image (`at` names it: `images[0]`).
+    pub fn check(&self, at: &str) -> Result<(), String> {
+        if !IMAGE_MEDIA_TYPES.contains(&self.media_type.as_str()) {
+            return Err(format!(
+                "{at}.mediaType: must be one of {}",
+                IMAGE_MEDIA_TYPES.join(", ")
+            ));
+        }
+        let data = self.data.as_bytes();
+        let base64 = !data.is_empty()
+            && data.len().is_multiple_of(4)
+            && data
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
+        if !base64 {
+            return Err(format!("{at}.data: must be non-empty standard base64"));
+        }
+        Ok(())
+    }
+
+    /// A tool result's images against their bounds
+    /// ([`TOOL_RESULT_IMAGES_MAX`], [`TOOL_RESULT_IMAGE_BYTES_MAX`]).
+    pub fn check_tool_images(images: &[Image]) -> Result<(), String> {
+        if images.len() > TOOL_RESULT_IMAGES_MAX {
+            return Err(format!(
+                "images: at most {TOOL_RESULT_IMAGES_MAX} per tool result, got {}",
+                images.len()
+            ));
+        }
+        let bytes: usize = images.iter().map(|i| i.data.len()).sum();
+        if bytes > TOOL_RESULT_IMAGE_BYTES_MAX {
+            return Err(format!(
+                "images: at most {TOOL_RESULT_IMAGE_BYTES_MAX} bytes of base64 per tool result, got {bytes}"
+            ));
+        }
+        for (i, image) in images.iter().enumerate() {
+            image.check(&format!("images[{i}]"))?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,6 +237,9 @@ pub enum ModelItem {
         name: String,
         content: String,
         is_error: bool,
+        /// Images the tool returned, for the model to see (each provider
+        /// has its own form: [`openai`], [`anthropic`]).
+        images: Vec<Image>,
     },
 }
 
@@ -287,11 +337,13 @@ pub fn build_call_with_tools(
                 call_id,
                 content,
                 is_error,
+                images,
                 ..
             } => Turn::ToolResult {
                 call_id,
                 content,
                 is_error: *is_error,
+                images,
             },
         });
     }
@@ -370,6 +422,7 @@ enum Turn<'a> {
         call_id: &'a str,
         content: &'a str,
         is_error: bool,
+        images: &'a [Image],
     },
 }
 

@@ -4,8 +4,8 @@
 //! absent fields, a missing tool-call `index`.
 
 use super::{
-    parse_data, stream_error, to_json, tool_result_text, Conversation, ModelError, Reasoning,
-    StreamEvent, ToolSpec, Turn, Usage,
+    parse_data, stream_error, to_json, tool_result_text, Conversation, Image, ModelError,
+    Reasoning, StreamEvent, ToolSpec, Turn, Usage,
 };
 use crate::sse::SseEvent;
 use serde::{Deserialize, Serialize};
@@ -70,7 +70,7 @@ enum Content<'a> {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Part<'a> {
-    Text { text: &'a str },
+    Text { text: Cow<'a, str> },
     ImageUrl { image_url: ImageUrl },
 }
 
@@ -131,15 +131,14 @@ fn message<'a>(turn: &'a Turn<'a>) -> Message<'a> {
                 Content::Text(Cow::Borrowed(&message.text))
             } else {
                 let text = Some(Part::Text {
-                    text: &message.text,
+                    text: Cow::Borrowed(&message.text),
                 })
                 .filter(|_| !message.text.is_empty());
-                let images = message.images.iter().map(|image| Part::ImageUrl {
-                    image_url: ImageUrl {
-                        url: format!("data:{};base64,{}", image.media_type, image.data),
-                    },
-                });
-                Content::Parts(text.into_iter().chain(images).collect())
+                Content::Parts(
+                    text.into_iter()
+                        .chain(image_parts(&message.images))
+                        .collect(),
+                )
             },
         ),
         Turn::ToolCalls { text, calls } => Message {
@@ -163,6 +162,7 @@ fn message<'a>(turn: &'a Turn<'a>) -> Message<'a> {
             call_id,
             content,
             is_error,
+            ..
         } => Message {
             role: "tool",
             tool_call_id: Some(call_id),
@@ -170,6 +170,35 @@ fn message<'a>(turn: &'a Turn<'a>) -> Message<'a> {
             tool_calls: Vec::new(),
         },
     }
+}
+
+fn image_parts(images: &[Image]) -> impl Iterator<Item = Part<'_>> {
+    images.iter().map(|image| Part::ImageUrl {
+        image_url: ImageUrl {
+            url: format!("data:{};base64,{}", image.media_type, image.data),
+        },
+    })
+}
+
+/// A `tool` message takes text only: the images of a run of results
+/// follow it as one user message, each call's images after a line naming
+/// the call (a user message between results would break their run).
+fn result_images<'a>(results: &'a [Turn<'a>]) -> Option<Message<'a>> {
+    let mut parts = Vec::new();
+    for turn in results {
+        if let Turn::ToolResult {
+            call_id, images, ..
+        } = turn
+        {
+            if !images.is_empty() {
+                parts.push(Part::Text {
+                    text: Cow::Owned(format!("The images tool call {call_id} returned:")),
+                });
+                parts.extend(image_parts(images));
+            }
+        }
+    }
+    (!parts.is_empty()).then(|| Message::plain("user", Content::Parts(parts)))
 }
 
 fn tool(spec: &ToolSpec) -> Tool<'_> {
@@ -187,10 +216,17 @@ pub(super) fn body(conversation: &Conversation) -> String {
     let system = conversation
         .instructions
         .map(|text| Message::plain("system", Content::Text(Cow::Borrowed(text))));
-    let messages = system
-        .into_iter()
-        .chain(conversation.turns.iter().map(message))
-        .collect();
+    let turns = &conversation.turns;
+    let mut messages: Vec<Message> = system.into_iter().collect();
+    let mut results_from = 0;
+    for (at, turn) in turns.iter().enumerate() {
+        messages.push(message(turn));
+        if !matches!(turn, Turn::ToolResult { .. }) {
+            results_from = at + 1;
+        } else if !matches!(turns.get(at + 1), Some(Turn::ToolResult { .. })) {
+            messages.extend(result_images(&turns[results_from..=at]));
+        }
+    }
     to_json(&Body {
         model: &conversation.spec.model,
         messages,

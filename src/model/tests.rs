@@ -83,12 +83,14 @@ pub(super) fn tool_fixture() -> (Vec<ToolSpec>, Vec<ModelItem>) {
             name: "get_weather".into(),
             content: "18°C, light rain".into(),
             is_error: false,
+            images: Vec::new(),
         },
         ModelItem::ToolResult {
             call_id: "call_2".into(),
             name: "get_time".into(),
             content: "clock service unavailable".into(),
             is_error: true,
+            images: Vec::new(),
         },
         user("And tomorrow?").into(),
     ];
@@ -692,12 +694,14 @@ fn empty_tool_results_read_no_output() {
             name: "f".into(),
             content: String::new(),
             is_error: false,
+            images: Vec::new(),
         },
         ModelItem::ToolResult {
             call_id: "b".into(),
             name: "f".into(),
             content: String::new(),
             is_error: true,
+            images: Vec::new(),
         },
     ];
     let bodies: Vec<Value> = try_build(&[], &items)
@@ -728,6 +732,92 @@ fn empty_tool_results_read_no_output() {
             ]},
         ])
     );
+}
+
+#[test]
+fn tool_result_images_reach_the_model_in_each_wire_form() {
+    let png = Image {
+        media_type: "image/png".into(),
+        data: "iVBORw0KGgo=".into(),
+    };
+    let result = |id: &str, images: Vec<Image>| ModelItem::ToolResult {
+        call_id: id.into(),
+        name: "snap".into(),
+        content: format!("shot {id}"),
+        is_error: false,
+        images,
+    };
+    let call = |id: &str| ToolCall {
+        id: id.into(),
+        name: "snap".into(),
+        arguments: "{}".into(),
+    };
+    let items = [
+        ModelItem::ToolCalls {
+            text: String::new(),
+            calls: vec![call("a"), call("b"), call("c")],
+        },
+        result("a", vec![png.clone()]),
+        result("b", Vec::new()),
+        result("c", vec![png.clone(), png.clone()]),
+        user("And now?").into(),
+    ];
+    let bodies: Vec<Value> = try_build(&[], &items)
+        .into_iter()
+        .map(|result| serde_json::from_str(&result.unwrap().body).unwrap())
+        .collect();
+    let url = serde_json::json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}});
+    // Chat Completions: `tool` messages take text only; the images follow
+    // the run of results as one user message, each call's after its name.
+    assert_eq!(
+        bodies[0]["messages"].as_array().unwrap()[1..],
+        serde_json::json!([
+            {"role": "tool", "tool_call_id": "a", "content": "shot a"},
+            {"role": "tool", "tool_call_id": "b", "content": "shot b"},
+            {"role": "tool", "tool_call_id": "c", "content": "shot c"},
+            {"role": "user", "content": [
+                {"type": "text", "text": "The images tool call a returned:"}, url,
+                {"type": "text", "text": "The images tool call c returned:"}, url, url,
+            ]},
+            {"role": "user", "content": "And now?"},
+        ])
+        .as_array()
+        .unwrap()[..]
+    );
+    // Messages: image blocks inside the `tool_result`.
+    let image = serde_json::json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}});
+    assert_eq!(
+        bodies[1]["messages"][1],
+        serde_json::json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "a", "content": [{"type": "text", "text": "shot a"}, image]},
+            {"type": "tool_result", "tool_use_id": "b", "content": "shot b"},
+            {"type": "tool_result", "tool_use_id": "c", "content": [{"type": "text", "text": "shot c"}, image, image]},
+            {"type": "text", "text": "And now?"},
+        ]})
+    );
+}
+
+#[test]
+fn tool_result_images_are_bounded_and_checked() {
+    let png = |data: &str| Image {
+        media_type: "image/png".into(),
+        data: data.into(),
+    };
+    assert!(Image::check_tool_images(&vec![png("AAAA"); TOOL_RESULT_IMAGES_MAX]).is_ok());
+    let e = Image::check_tool_images(&vec![png("AAAA"); TOOL_RESULT_IMAGES_MAX + 1]).unwrap_err();
+    assert!(e.contains("at most 4 per tool result"), "{e}");
+    let big = png(&"A".repeat(TOOL_RESULT_IMAGE_BYTES_MAX / 2 + 4));
+    let e = Image::check_tool_images(&[big.clone(), big]).unwrap_err();
+    assert!(e.contains("1048576 bytes"), "{e}");
+    let e = Image::check_tool_images(&[png("AAAA"), png("A")]).unwrap_err();
+    assert_eq!(e, "images[1].data: must be non-empty standard base64");
+    let svg = Image {
+        media_type: "image/svg+xml".into(),
+        data: "AAAA".into(),
+    };
+    assert!(Image::check_tool_images(&[svg])
+        .unwrap_err()
+        .starts_with("images[0].mediaType"));
 }
 
 /// A request of `items` with `reasoning`, as the body's JSON.

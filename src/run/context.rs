@@ -63,6 +63,7 @@ pub(crate) fn context(
                     name: r.tool_name.unwrap_or(name),
                     content: r.text,
                     is_error: r.is_error,
+                    images: r.images,
                 },
                 None => ModelItem::ToolResult {
                     call_id,
@@ -71,6 +72,7 @@ pub(crate) fn context(
                               it was not run again"
                         .to_owned(),
                     is_error: true,
+                    images: Vec::new(),
                 },
             });
         }

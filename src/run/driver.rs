@@ -30,7 +30,9 @@ use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::mcp::Unavailable;
 use crate::model::{Answer, ModelError, ModelItem, RetryPolicy, ToolSpec};
+use crate::observe::ToolPhase;
 use crate::observe::{Event, Frame, RuntimeError};
+use crate::run::live::{tool_frame, ProgressGate};
 use crate::run::operation::{CallRef, OperationCall};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -80,7 +82,8 @@ impl TurnPolicy {
 pub struct Offer {
     /// `None`: the host offers no tools.
     pub toolset: Option<Rc<Toolset>>,
-    /// MCP servers that could not be offered, said at the turn's start.
+    /// What the host configured and cannot offer (MCP servers, tools left
+    /// out), said at the turn's start.
     pub unavailable: Vec<Unavailable>,
 }
 
@@ -119,8 +122,10 @@ pub enum Action {
         context: Vec<ModelItem>,
         tools: Vec<ToolSpec>,
     },
-    /// Run one tool call; then [`Input::ToolDone`] or [`Input::ToolStale`].
-    RunTool(ToolRun),
+    /// Run one tool call (its `started` frame was published just before),
+    /// publishing the progress reports its [`ToolRun::progress`] gate lets
+    /// through; then [`Input::ToolDone`] or [`Input::ToolStale`].
+    RunTool(Box<ToolRun>),
     /// The turn headed by `ended` settled and the Session's next turn,
     /// `started`, was claimed in the same write: it continues in this driver.
     Next { ended: String, started: String },
@@ -136,6 +141,9 @@ pub enum Action {
 pub struct ToolRun {
     pub call: OpenCall,
     pub work: ToolWork,
+    /// Which of its progress reports to publish while it runs; what it
+    /// holds at the end is published before the outcome is handed back.
+    pub progress: ProgressGate,
 }
 
 /// What performing a call means.
@@ -333,10 +341,7 @@ impl Turn {
                 self.diagnose(why);
             }
             for report in &offer.unavailable {
-                self.diagnose(format!(
-                    "MCP server `{}` is unavailable: {}",
-                    report.name, report.reason
-                ));
+                self.diagnose(report.to_string());
             }
         }
         self.offer = offer;
@@ -461,16 +466,18 @@ impl Turn {
             self.finish();
             return Ok(());
         };
-        self.record(ctx, &call, &output)
+        self.record(ctx, &call, &output, true)
     }
 
-    /// Records one call's outcome; after the step's last, the next model
-    /// step follows, else the next call.
+    /// Records one call's outcome (`ran`: the host ran it, so its `ended`
+    /// frame goes out before its message); after the step's last, the next
+    /// model step follows, else the next call.
     fn record(
         &mut self,
         ctx: &mut Ctx<'_>,
         call: &OpenCall,
         output: &ToolOutput,
+        ran: bool,
     ) -> Result<(), ApiError> {
         let recorded = run_tools::record_result(
             ctx,
@@ -482,6 +489,13 @@ impl Turn {
         )?;
         match recorded {
             ResultOutcome::Recorded { message, next } => {
+                if ran {
+                    let mut ended = tool_frame(&self.head, call, ToolPhase::Ended);
+                    if let Frame::Tool { is_error, .. } = &mut ended {
+                        *is_error = Some(output.is_error);
+                    }
+                    self.publish(ended);
+                }
                 self.publish_message(message);
                 match next {
                     Some(next) => {
@@ -511,13 +525,18 @@ impl Turn {
         match self.plan(ctx, &call) {
             Ok(work) => {
                 self.awaiting = Awaiting::Tool;
-                self.actions
-                    .push_back(Action::RunTool(ToolRun { call, work }));
+                self.publish(tool_frame(&self.head, &call, ToolPhase::Started));
+                let progress = ProgressGate::new(&self.head, &call);
+                self.actions.push_back(Action::RunTool(Box::new(ToolRun {
+                    call,
+                    work,
+                    progress,
+                })));
                 Ok(())
             }
             Err(output) => {
                 self.calls.pop_front();
-                self.record(ctx, &call, &output)
+                self.record(ctx, &call, &output, false)
             }
         }
     }

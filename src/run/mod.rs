@@ -17,6 +17,7 @@
 pub mod cancel;
 mod context;
 pub mod driver;
+pub mod live;
 pub mod operation;
 pub mod tools;
 
@@ -108,6 +109,9 @@ pub struct Reconciled {
     /// The earliest moment work it did not claim is due (retry timers,
     /// claims past the per-pass bound), for the alarm.
     pub next_deadline: Option<i64>,
+    /// The head of every turn still running after it: whatever the host
+    /// holds for any other turn (settled meanwhile) it may drop.
+    pub running: Vec<String>,
 }
 
 /// Claims every turn that can run now: the queue head of each idle Session
@@ -181,6 +185,11 @@ pub fn reconcile(
             fresh.push((head, prompt, context));
         }
 
+        let mut still_running: Vec<String> = running
+            .iter()
+            .filter(|c| c.turn_id.is_none())
+            .map(|c| c.command_id.clone())
+            .collect();
         let mut steps = Vec::new();
         let mut settled = Vec::new();
         for (head, turn, context, open) in resumable {
@@ -202,6 +211,7 @@ pub fn reconcile(
                     ),
                 };
                 let session = head.session_id.clone();
+                still_running.retain(|h| *h != head.command_id);
                 settled.extend(
                     settle_turn(store, &turn, terminal, None, Some(&diagnostic), now_ms)?
                         .into_iter()
@@ -228,6 +238,7 @@ pub fn reconcile(
         }
         for (head, prompt, context) in fresh {
             store.claim(&head, None, 1, now_ms)?;
+            still_running.push(head.command_id.clone());
             store.insert_message(&head.session_id, &prompt.body)?;
             steps.push(Step {
                 session_id: head.session_id.clone(),
@@ -243,6 +254,7 @@ pub fn reconcile(
             steps,
             settled,
             next_deadline,
+            running: still_running,
         })
     })
 }

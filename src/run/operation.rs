@@ -17,6 +17,7 @@ use crate::capability::door::{self, GuestCall, Toolset};
 use crate::capability::{check_payload, parse_payload, Access, Invocation, Module, Operation};
 use crate::ctx::Ctx;
 use crate::grants::{self, AccessConfig, Decision, Needs};
+use crate::model::Image;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -47,9 +48,15 @@ impl CallRef {
     }
 
     /// Decodes one `host.call(path, argsJson)` of guest code run under this
-    /// call: discovery is answered here, an operation is gated like a
-    /// direct tool.
-    pub fn guest_call(&self, toolset: &Toolset, path: &str, args_json: &str) -> GuestStep {
+    /// call, the run's `ordinal`-th (from 1): discovery is answered here, an
+    /// operation is gated like a direct tool.
+    pub fn guest_call(
+        &self,
+        toolset: &Toolset,
+        ordinal: u32,
+        path: &str,
+        args_json: &str,
+    ) -> GuestStep {
         match toolset.guest_call(path, args_json) {
             Err(e) => GuestStep::Reply(Err(e)),
             Ok(GuestCall::Search(query)) => GuestStep::Reply(Ok(toolset.search(&query))),
@@ -57,7 +64,9 @@ impl CallRef {
                 GuestStep::Reply(toolset.catalog().describe(&path).map_err(|e| e.0))
             }
             Ok(GuestCall::Operation(module, op, args)) => {
-                GuestStep::Operation(OperationCall::new(self.clone(), module, op, args))
+                let mut call = OperationCall::new(self.clone(), module, op, args);
+                call.ordinal = Some(ordinal);
+                GuestStep::Operation(call)
             }
         }
     }
@@ -67,6 +76,9 @@ impl CallRef {
 #[derive(Debug, Clone, PartialEq)]
 pub struct OperationCall {
     pub of: CallRef,
+    /// Which guest call of its `execute` run it is (from 1); `None` for a
+    /// direct tool.
+    pub ordinal: Option<u32>,
     pub module_id: String,
     /// The key its grants are read under (`Module::authority`).
     pub grant_key: String,
@@ -106,6 +118,7 @@ impl OperationCall {
     pub fn new(of: CallRef, module: &Module, op: &Operation, args: Value) -> OperationCall {
         OperationCall {
             of,
+            ordinal: None,
             module_id: module.id.clone(),
             grant_key: module.authority().to_owned(),
             operation: op.name.clone(),
@@ -182,10 +195,25 @@ impl OperationCall {
         }
     }
 
+    /// Names this one call: `<commandId>:<callId>` for a direct tool,
+    /// `<commandId>:<callId>:<ordinal>` for a guest call. Derived, never
+    /// random: a replayed run of the same code names its calls alike.
+    pub fn execution_id(&self) -> String {
+        let CallRef {
+            command_id,
+            call_id,
+            ..
+        } = &self.of;
+        match self.ordinal {
+            None => format!("{command_id}:{call_id}"),
+            Some(n) => format!("{command_id}:{call_id}:{n}"),
+        }
+    }
+
     /// What the host's operation receives about the call.
     pub fn invocation(&self, now_ms: i64, timeout_ms: u64) -> Invocation {
         Invocation {
-            execution_id: format!("{}:{}", self.of.command_id, self.of.call_id),
+            execution_id: self.execution_id(),
             session_id: self.of.session_id.clone(),
             command_id: self.of.command_id.clone(),
             deadline_ms: now_ms.saturating_add(i64::try_from(timeout_ms).unwrap_or(i64::MAX)),
@@ -201,15 +229,34 @@ impl OperationCall {
     }
 }
 
-/// An operation's reply `{result, data?}` or `{error}`, bounded: the result
-/// and its display data (never shown to the model).
-pub fn operation_reply(reply: &str) -> Result<(Value, Option<Box<RawValue>>), String> {
+/// What an operation answered: its result, its display data (never shown
+/// to the model) and the images it returns to the model.
+#[derive(Debug, Default)]
+pub struct OperationResult {
+    pub result: Value,
+    pub data: Option<Box<RawValue>>,
+    pub images: Vec<Image>,
+}
+
+impl From<Value> for OperationResult {
+    fn from(result: Value) -> Self {
+        OperationResult {
+            result,
+            ..Default::default()
+        }
+    }
+}
+
+/// An operation's reply `{result, data?, images?}` or `{error}`, bounded.
+pub fn operation_reply(reply: &str) -> Result<OperationResult, String> {
     #[derive(Deserialize)]
     struct Reply {
         #[serde(default)]
         result: Option<Value>,
         #[serde(default)]
         data: Option<Value>,
+        #[serde(default)]
+        images: Vec<Image>,
         #[serde(default)]
         error: Option<String>,
     }
@@ -227,7 +274,12 @@ pub fn operation_reply(reply: &str) -> Result<(Value, Option<Box<RawValue>>), St
         }
         None => None,
     };
-    Ok((result, data))
+    Image::check_tool_images(&reply.images).map_err(|e| format!("the result's {e}"))?;
+    Ok(OperationResult {
+        result,
+        data,
+        images: reply.images,
+    })
 }
 
 /// The sandbox's reply `{result}` or `{error}` as the model's tool result.
@@ -239,8 +291,8 @@ pub fn execute_reply(reply: &str) -> ToolOutput {
                 Value::String(s) => s,
                 other => other.to_string(),
             }),
-            (Some(result), None) => result_output(&result, None),
-            (None, None) => result_output(&Value::Null, None),
+            (Some(result), None) => result_output(result.into()),
+            (None, None) => result_output(Value::Null.into()),
         },
         Ok(_) => {
             ToolOutput::error("execute: the sandbox replied with something other than an object")
@@ -249,12 +301,13 @@ pub fn execute_reply(reply: &str) -> ToolOutput {
 }
 
 /// An operation's result as the model's tool result.
-pub fn result_output(result: &Value, data: Option<Box<RawValue>>) -> ToolOutput {
-    match door::result_content(result) {
+pub fn result_output(answered: OperationResult) -> ToolOutput {
+    match door::result_content(&answered.result) {
         Ok(content) => ToolOutput {
             content,
             is_error: false,
-            data,
+            data: answered.data,
+            images: answered.images,
         },
         Err(e) => ToolOutput::error(e),
     }

@@ -15,7 +15,7 @@ use super::{join_steers, on_current_turn, settle_turn, Current, Pending, Step};
 use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::limits::{TOOL_CALL_ID_BYTES_MAX, TOOL_STEPS_PER_TURN_MAX};
-use crate::model::{Answer, ToolCall, Usage};
+use crate::model::{Answer, Image, ToolCall, Usage};
 use crate::settlement::Settlement;
 use crate::store::{CommandRow, Store, Terminal};
 use crate::transcript::{message_body, Message, Protocol, RecordedCall, Role};
@@ -99,13 +99,15 @@ pub struct OpenCall {
     pub started: bool,
 }
 
-/// One call's outcome: `content` is what the model sees; `data` the
-/// display payload it never sees.
+/// One call's outcome: `content` and `images` are what the model sees
+/// (images checked: [`Image::check_tool_images`]); `data` the display
+/// payload it never sees.
 #[derive(Debug, Clone)]
 pub struct ToolOutput {
     pub content: String,
     pub is_error: bool,
     pub data: Option<Box<RawValue>>,
+    pub images: Vec<Image>,
 }
 
 impl ToolOutput {
@@ -114,6 +116,7 @@ impl ToolOutput {
             content: content.into(),
             is_error: true,
             data: None,
+            images: Vec::new(),
         }
     }
 }
@@ -303,6 +306,7 @@ pub fn record_result(
             tool_name: Some(&call.name),
             is_error: output.is_error,
             data: output.data.as_deref(),
+            images: &output.images,
             created_at: now_ms,
             ..Default::default()
         })?;

@@ -58,8 +58,6 @@ pub struct Operator {
     pub text: String,
 }
 
-const IMAGE_MEDIA_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
-
 /// What a prompt asks for, in the one canonical JSON form that is stored,
 /// compared on replay and served back to readers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -177,24 +175,9 @@ fn validate_text(text: &str) -> Result<(), ApiError> {
 }
 
 fn validate_image(i: usize, image: &Image) -> Result<(), ApiError> {
-    if !IMAGE_MEDIA_TYPES.contains(&image.media_type.as_str()) {
-        return Err(ApiError::InvalidRequest(format!(
-            "images[{i}].mediaType: must be one of {}",
-            IMAGE_MEDIA_TYPES.join(", ")
-        )));
-    }
-    let data = image.data.as_bytes();
-    let base64 = !data.is_empty()
-        && data.len().is_multiple_of(4)
-        && data
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
-    if !base64 {
-        return Err(ApiError::InvalidRequest(format!(
-            "images[{i}].data: must be non-empty standard base64"
-        )));
-    }
-    Ok(())
+    image
+        .check(&format!("images[{i}]"))
+        .map_err(ApiError::InvalidRequest)
 }
 
 impl Prompt {

@@ -443,8 +443,7 @@ impl Bridge {
                 request.ask.label()
             ),
             (None, 0) => format!(
-                "{}: no browser is connected to this Session (none answered within \
-                 {timeout_ms} ms)",
+                "{}: no browser is connected to this Session",
                 request.ask.label()
             ),
             (None, _) => format!(
@@ -453,6 +452,21 @@ impl Bridge {
             ),
         };
         Some((why, cancelled(request_id)))
+    }
+
+    /// Whether request `request_id` of `session` waits unclaimed with no
+    /// browser stream open on the Session: no browser can answer it now.
+    pub fn unattended(&self, session: &str, request_id: &str) -> bool {
+        self.hosts
+            .iter()
+            .find(|(s, _)| s == session)
+            .is_some_and(|(_, host)| {
+                host.streams == 0
+                    && host
+                        .requests
+                        .iter()
+                        .any(|r| r.id == request_id && r.claim.is_none())
+            })
     }
 
     /// `POST …/claims` `{requestId}`: the browser claims a waiting request

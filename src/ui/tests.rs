@@ -315,6 +315,27 @@ fn an_unanswered_call_says_whether_a_browser_was_there() {
 }
 
 #[test]
+fn a_request_is_unattended_while_no_stream_is_open_and_no_one_claimed_it() {
+    let mut ids = CounterIds::default();
+    let mut bridge = Bridge::default();
+    bridge.borrow("s1", "h1");
+    let (a, _) = bridge.ask("h1", execute("x"), &mut ids).unwrap();
+    assert!(bridge.unattended("s1", &a));
+    bridge.open_stream("s1", true).unwrap();
+    assert!(!bridge.unattended("s1", &a), "a browser connected");
+    bridge.close_stream("s1");
+    assert!(bridge.unattended("s1", &a), "it went away");
+    bridge.open_stream("s1", true).unwrap();
+    claim(&mut bridge, &mut ids, &a).unwrap();
+    bridge.close_stream("s1");
+    assert!(
+        !bridge.unattended("s1", &a),
+        "claimed: its result may still come"
+    );
+    assert!(!bridge.unattended("s1", "uir_unknown"), "no such request");
+}
+
+#[test]
 fn close_ends_every_stream_fails_waiting_calls_and_refuses_everything_after() {
     let mut ids = CounterIds::default();
     let mut bridge = Bridge::default();

@@ -4,7 +4,9 @@
 // OpenAI wire format. The chat runs in a detached tmux session, driven with
 // `send-keys` and read with `capture-pane` (and the terminal's modes are
 // checked after it exits: no raw mode left behind); `--prompt` runs as a
-// child process whose stdout and exit status are checked.
+// child process whose stdout and exit status are checked. A prompt whose
+// answer is lost (tests/support/lossy-proxy.mjs between the client and the
+// service) is recovered with withdraw, never sent twice.
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -14,6 +16,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { Miniflare } from "miniflare";
+import { startLossyProxy } from "../support/lossy-proxy.mjs";
 import { startModelServer } from "../support/model-server.mjs";
 import { DEMO_SCRIPT, MODEL_API_KEY, ROOT, TOKEN, execute, uniq, workerOptions } from "./helpers.mjs";
 
@@ -196,6 +199,29 @@ test("remote chat: an answer streams, tool calls show, arrow-up recalls the last
   }
 });
 
+test("remote chat: a running tool shows, then its live counters, then its result", T, async () => {
+  const tag = uniq("timer");
+  model.scriptFor(tag, execute("return await timer.wait({ ms: 2500 });"), { text: "waited" });
+  const c = chat("timer", remote());
+  try {
+    await c.waitFor(/session ses_\w+ \(new\)/);
+    c.line(`wait ${tag}`);
+    // Counters while it runs, before its result is in.
+    const running = await c.waitFor(/\[tool progress\] execute waitedMs \d+ · ofMs 2500/);
+    assert.doesNotMatch(running, /\[tool result\]/);
+    const s = await c.waitFor(/waited\n\[completed\] 1 tool call/);
+    assert.match(s, /\[tool running\] execute\n(\[tool progress\] [^\n]*\n)+\[tool result\] execute /);
+    // Reports every 250 ms, printed at most once a second.
+    const progress = [...s.matchAll(/\[tool progress\] execute waitedMs (\d+) · ofMs 2500/g)].map((m) => Number(m[1]));
+    assert.ok(progress.length >= 2 && progress.length <= 4, `${progress.length} progress lines in 2.5 s:\n${s}`);
+    assert.deepEqual(progress, [...progress].sort((a, b) => a - b));
+    c.line("/quit");
+    assert.equal(await c.exitStatus(), 0);
+  } finally {
+    c.close();
+  }
+});
+
 test("remote chat: /cancel cancels the queued prompt, Ctrl-C the running one, /abort both, Ctrl-C twice quits with 0", T, async () => {
   const held = uniq("held");
   const queued = uniq("queued");
@@ -353,4 +379,186 @@ test("errors: a bad flag exits 2; an unreachable service, a wrong token, an unkn
   assert.equal(unknown.code, 5);
   assert.match(unknown.stderr, /no such Session/);
   assert.equal(unknown.stdout, "");
+});
+
+// ---- uncertain sends (seed "Recover an uncertain send") ----
+
+const isPrompt = (r, tag) => r.method === "POST" && r.path.endsWith("/commands") && r.body.includes(tag);
+/** A JSON request to the service itself (not through the proxy). */
+async function api(method, rel, body) {
+  const res = await fetch(`${origin}${rel}`, {
+    method,
+    headers: { authorization: `Bearer ${TOKEN}`, ...(body ? { "content-type": "application/json" } : {}) },
+    body: body && JSON.stringify(body),
+  });
+  return { status: res.status, json: await res.json() };
+}
+/** Waits until the Session is idle; its `user` messages and queued prompts whose text is `text`. */
+async function copies(agent, sessionId, text) {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const read = (await api("GET", `/agents/${agent}/sessions/${sessionId}?limit=200`)).json;
+    if ((read.running === null && read.pending.length === 0) || Date.now() > deadline) {
+      return [...read.messages.filter((m) => m.role === "user"), ...read.pending, ...(read.running ? [read.running] : [])].filter((m) => m.text === text);
+    }
+    await sleep(100);
+  }
+}
+
+test("remote chat: an answer lost, then the service unreachable: the send is kept, withdraw learns it arrived ([sent]), and it ran once", T, async () => {
+  const proxy = await startLossyProxy(origin);
+  const agent = `cli-${uniq("a").slice(1, -1)}`;
+  const tag = uniq("lost");
+  const text = `once ${tag}`;
+  let down = false;
+  proxy.lose = (r) => {
+    if (down && r.path.startsWith("/agents/")) return "request";
+    if (!isPrompt(r, tag)) return undefined;
+    // The prompt commits and its answer is lost; the service is then out of
+    // reach (its watch cut too, so only withdraw can tell).
+    down = true;
+    proxy.cut(r.socket);
+    return "answer";
+  };
+  const c = chat("lost", ["--url", proxy.url, "--token", TOKEN, "--agent", agent]);
+  try {
+    const sessionId = /session (ses_\w+) \(new\)/.exec(await c.waitFor(/session ses_\w+ \(new\)/))[1];
+    c.line(text);
+    await c.waitFor(new RegExp(`\\[unconfirmed\\] ${esc(text)} \\(no answer: `));
+    // Recovery fails while the service is out of reach, and is retried.
+    const deadline = Date.now() + 10_000;
+    while (proxy.lost.filter((l) => l.path.endsWith("/withdraw")).length < 2) {
+      assert.ok(Date.now() < deadline, "withdraw was not retried");
+      await sleep(50);
+    }
+    down = false;
+    const screen = await c.waitFor(new RegExp(`\\[sent\\] ${esc(text)} \\(cmd_\\w+\\)`));
+    assert.doesNotMatch(screen, /\[not sent\]/);
+    assert.ok(proxy.seen.some((r) => r.path.endsWith("/withdraw") && r.status === 200), "settled by withdraw");
+    const found = await copies(agent, sessionId, text);
+    assert.equal(found.length, 1, "the prompt is in the Session once");
+    assert.equal(model.requests(tag).length, 1, "it ran once");
+    c.line("/quit");
+    assert.equal(await c.exitStatus(), 0);
+  } finally {
+    c.close();
+    await proxy.close();
+  }
+});
+
+test("remote chat: a prompt that never reached the Session comes back to the input line once withdraw fenced it; Enter sends it anew", T, async () => {
+  const proxy = await startLossyProxy(origin);
+  const agent = `cli-${uniq("a").slice(1, -1)}`;
+  const tag = uniq("fenced");
+  const text = `never ${tag}`;
+  proxy.lose = (r) => (isPrompt(r, tag) ? "request" : undefined);
+  const c = chat("fenced", ["--url", proxy.url, "--token", TOKEN, "--agent", agent]);
+  try {
+    const sessionId = /session (ses_\w+) \(new\)/.exec(await c.waitFor(/session ses_\w+ \(new\)/))[1];
+    c.line(text);
+    // Restored as the line being typed, after the fence.
+    await c.waitFor(new RegExp(`\\[unconfirmed\\] ${esc(text)}[^\\n]*\\n[\\s\\S]*\\[not sent\\] ${esc(text)}\\n> ${esc(text)}\\s*$`));
+    assert.equal(proxy.seen.find((r) => r.path.endsWith("/withdraw"))?.status, 200, "after a withdraw answered");
+    assert.equal((await copies(agent, sessionId, text)).length, 0);
+    // The lost request arriving late is refused: the fence holds.
+    const late = JSON.parse(proxy.lost[0].body);
+    const replay = await api("POST", `/agents/${agent}/sessions/${sessionId}/commands`, late);
+    assert.deepEqual([replay.status, replay.json.error.code], [409, "request_withdrawn"]);
+    proxy.lose = () => undefined;
+    c.keys("Enter");
+    await c.waitFor(new RegExp(`Echo: ${esc(text)}\\n\\[completed\\]`));
+    const found = await copies(agent, sessionId, text);
+    assert.equal(found.length, 1);
+    assert.notEqual(found[0].requestId, late.requestId, "sent again under a new requestId");
+    c.line("/quit");
+    assert.equal(await c.exitStatus(), 0);
+  } finally {
+    c.close();
+    await proxy.close();
+  }
+});
+
+test("--prompt and piped lines: an answer lost is recovered (the answer printed, exit 0, run once); one still unconfirmed at exit is reported with its requestId", T, async () => {
+  const proxy = await startLossyProxy(origin);
+  try {
+    const agent = `cli-${uniq("a").slice(1, -1)}`;
+    const tag = uniq("once");
+    const text = `lost answer ${tag}`;
+    proxy.lose = (r) => (isPrompt(r, tag) ? "answer" : undefined);
+    const r = await once(["--url", proxy.url, "--token", TOKEN, "--agent", agent, "--prompt", text]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, `Echo: ${text}\n`);
+    assert.ok(proxy.lost.length > 0, "the answer was lost");
+    const sessionId = /session (ses_\w+) \(new\)/.exec(r.stderr)[1];
+    assert.equal((await copies(agent, sessionId, text)).length, 1);
+    // Piped lines alike: the lost one is recovered before the next is sent.
+    const piped = `piped ${tag}`;
+    const p = await once(["--url", proxy.url, "--token", TOKEN, "--agent", agent, "--session", sessionId], { input: `${piped}\nafter it\n` });
+    assert.equal(p.code, 0, p.stderr);
+    assert.match(p.stdout, new RegExp(`Echo: ${esc(piped)}\\n\\[completed\\]\\n[\\s\\S]*Echo: after it\\n\\[completed\\]\\n$`));
+    assert.equal((await copies(agent, sessionId, piped)).length, 1);
+
+    // The service never comes back: two Ctrl-Cs leave, saying what is unknown.
+    const gone = uniq("gone");
+    let down = false;
+    proxy.lose = (q) => {
+      if (down && q.path.startsWith("/agents/")) return "request";
+      if (!isPrompt(q, gone)) return undefined;
+      down = true;
+      proxy.cut(q.socket);
+      return "answer";
+    };
+    let signalled = false;
+    const left = await once(["--url", proxy.url, "--token", TOKEN, "--agent", agent, "--prompt", `left ${gone}`], {
+      onStderr(stderr, child) {
+        if (signalled || !/\[unconfirmed\]/.test(stderr)) return;
+        signalled = true;
+        child.kill("SIGINT");
+        setTimeout(() => child.kill("SIGINT"), 200);
+      },
+    });
+    assert.equal(left.code, 3, left.stderr);
+    const [, sid, requestId] = /unconfirmed \(it may or may not have been admitted\): Session (ses_\w+), requestId ([\w-]+): left \S+/.exec(left.stderr) ?? [];
+    assert.ok(requestId, left.stderr);
+    const lost = JSON.parse(proxy.lost.find((l) => l.body.includes(gone)).body);
+    assert.equal(requestId, lost.requestId, "the requestId the service admitted");
+    assert.equal((await api("POST", `/agents/${agent}/sessions/${sid}/withdraw`, { requestId })).json.status, "accepted");
+  } finally {
+    await proxy.close();
+  }
+});
+
+test("remote chat: at most 8 prompts wait for their outcome; a ninth is refused (arrow-up recalls it) and none is lost", T, async () => {
+  const proxy = await startLossyProxy(origin);
+  const agent = `cli-${uniq("a").slice(1, -1)}`;
+  const tag = uniq("bound");
+  let down = false;
+  proxy.lose = (r) => (down && r.path.startsWith("/agents/") ? "request" : undefined);
+  const c = chat("bound", ["--url", proxy.url, "--token", TOKEN, "--agent", agent]);
+  try {
+    const sessionId = /session (ses_\w+) \(new\)/.exec(await c.waitFor(/session ses_\w+ \(new\)/))[1];
+    down = true;
+    for (let i = 1; i <= 8; i++) {
+      c.line(`p${i} ${tag}`);
+      await c.waitFor(new RegExp(`\\[unconfirmed\\] p${i} ${esc(tag)} `));
+    }
+    c.line(`p9 ${tag}`);
+    await c.waitFor(/error: 8 prompts are still unconfirmed; send this one once the service answers \(arrow-up recalls it\)/);
+    down = false;
+    // None reached the Session: each is settled by a withdraw that fences it.
+    const deadline = Date.now() + 20_000;
+    while (proxy.seen.filter((r) => r.path.endsWith("/withdraw") && r.status === 200).length < 8) {
+      assert.ok(Date.now() < deadline, "recovery did not settle all eight");
+      await sleep(50);
+    }
+    // One comes back to the input line, the others to the history.
+    await c.waitFor(new RegExp(`\\[not sent\\] p\\d ${esc(tag)} \\(arrow-up recalls it\\)\\n[\\s\\S]*> p\\d ${esc(tag)}\\s*$`));
+    for (let i = 1; i <= 9; i++) assert.equal((await copies(agent, sessionId, `p${i} ${tag}`)).length, 0);
+    c.keys("C-u"); // a restored prompt is on the input line
+    c.line("/quit");
+    assert.equal(await c.exitStatus(), 0, "nothing left unconfirmed");
+  } finally {
+    c.close();
+    await proxy.close();
+  }
 });

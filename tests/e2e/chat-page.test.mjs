@@ -3,7 +3,9 @@
 // download): sign in with the token, create a Session, type a prompt and see
 // the answer stream in, then settle; queue a prompt behind a running one and
 // cancel it (its text comes back to the composer), stop the running one;
-// reload and see the same transcript. Screenshots are kept under
+// reload and see the same transcript; a send whose answer is lost (through
+// tests/support/lossy-proxy.mjs) is recovered, never run twice, and one that
+// never arrived comes back as a draft. Screenshots are kept under
 // test-artifacts/chat-page/. scripts/test.sh installs chromium when it is
 // missing; this file skips only when it still cannot be found.
 import assert from "node:assert/strict";
@@ -13,6 +15,7 @@ import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
+import { startLossyProxy } from "../support/lossy-proxy.mjs";
 import { ROOT, TOKEN, execute, startWorker, uniq } from "./helpers.mjs";
 
 const CHROMIUM = process.env.SHIITAKE_CHROMIUM ?? "/usr/bin/chromium";
@@ -46,12 +49,12 @@ after(async () => {
 const newAgent = () => `chat-${randomUUID().slice(0, 8)}`;
 const shot = (page, name) => page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: true });
 
-/** Opens the page for a fresh Agent, signs in, creates a Session; returns the page and its Session id. */
-async function signedIn(agent) {
+/** Opens the page (served from `base`) for a fresh Agent, signs in, creates a Session; returns the page and its Session id. */
+async function signedIn(agent, base = origin) {
   const page = await context.newPage();
   const errors = [];
   page.on("pageerror", (error) => errors.push(String(error)));
-  await page.goto(`${origin}/?agent=${encodeURIComponent(agent)}`);
+  await page.goto(`${base}/?agent=${encodeURIComponent(agent)}`);
   await page.getByLabel("Token").fill(TOKEN);
   await page.getByRole("button", { name: "Continue" }).click();
   await page.getByRole("button", { name: "New", exact: true }).click();
@@ -169,6 +172,26 @@ test("a tool call shows with its arguments and its display data", T, async () =>
   await page.close();
 });
 
+test("a running tool shows with its live counters until its result arrives", T, async () => {
+  const tag = uniq("timer");
+  h.model.scriptFor(tag, execute("return await timer.wait({ ms: 2500 });"), { text: "Waited." });
+  const { page, errors } = await signedIn(newAgent());
+  await send(page, `Wait a little ${tag}`);
+  // The call runs: shown as running, its counters moving with the progress frames.
+  const running = page.locator("#tools li.running-tool", { hasText: "execute · running" });
+  await running.waitFor();
+  await page.waitForFunction(() => /^waitedMs (\d+) · ofMs 2500$/.test(document.querySelector("#tools .counters")?.textContent ?? ""));
+  const first = Number(/waitedMs (\d+)/.exec(await running.locator(".counters").textContent())[1]);
+  await page.waitForFunction((n) => Number(/waitedMs (\d+)/.exec(document.querySelector("#tools .counters")?.textContent ?? "")?.[1]) > n, first);
+  await shot(page, "tool-running");
+  // Ended: the running line is gone, the outcome is in the transcript.
+  await page.locator("li.message.assistant", { hasText: "Waited." }).waitFor();
+  assert.equal(await running.count(), 0);
+  assert.match(await page.locator("#messages li.message.tool .text").textContent(), /^\{"waitedMs":\d+\}$/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test("the goal extension's client entry: a chip and a pinned row whose action ends it, lines at fixed positions", T, async () => {
   const { page, agent, sessionId, errors } = await signedIn(newAgent());
   await send(page, "Hello");
@@ -275,4 +298,171 @@ test("older messages load a page at a time; a Session is deleted from the list",
   await page.waitForFunction(() => document.querySelectorAll("#session-list li").length === 0);
   assert.equal((await a.api("GET", `/sessions/${sid}`)).status, 404);
   await page.close();
+});
+
+// ---- uncertain sends (seed "Recover an uncertain send"), through a proxy that loses what it is told ----
+
+const isPrompt = (r, tag) => r.method === "POST" && r.path.endsWith("/commands") && r.body.includes(tag);
+const isApi = (r) => r.path.startsWith("/agents/");
+/** The Session's `user` messages and queued prompts whose text is `text`. */
+async function copies(agent, sessionId, text) {
+  const read = (await h.api("GET", `/agents/${agent}/sessions/${sessionId}?limit=200`)).json;
+  return [...read.messages.filter((m) => m.role === "user"), ...read.pending, ...(read.running ? [read.running] : [])].filter((m) => m.text === text).length;
+}
+const kept = (page) => page.evaluate(() => JSON.parse(sessionStorage.getItem("shiitake.unsure") ?? "[]"));
+
+/** Resolves once `predicate()` holds (polled). */
+async function until(predicate, what, timeoutMs = 20_000) {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await predicate())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+test("a send whose answer is lost is not sent again: the Session has the prompt once, and the composer stays empty", T, async () => {
+  const proxy = await startLossyProxy(origin);
+  try {
+    const tag = uniq("lost-answer");
+    const text = `Only once ${tag}`;
+    const { page, agent, sessionId, errors } = await signedIn(newAgent(), proxy.url);
+    // The service admits it; its answer never reaches the page.
+    proxy.lose = (r) => (isPrompt(r, tag) ? "answer" : undefined);
+    await send(page, text);
+    await until(() => proxy.lost.length > 0, "the lost answer");
+    assert.ok(proxy.lost.every((l) => l.what === "answer" && l.status === 200), "the service answered and the answer was lost");
+    // The page is done with it (no request in flight, nothing kept to recover)...
+    await page.waitForFunction(() => !document.getElementById("send").disabled && sessionStorage.getItem("shiitake.unsure") === null);
+    await page.locator("li.message.assistant", { hasText: `Echo: ${text}` }).waitFor();
+    // ... and offers nothing to send again: a person sends what the composer holds.
+    const offered = await page.inputValue("#prompt");
+    await page.getByLabel("Message").press("Enter");
+    await until(async () => {
+      const read = (await h.api("GET", `/agents/${agent}/sessions/${sessionId}`)).json;
+      return read.running === null && read.pending.length === 0;
+    }, "an idle Session");
+    assert.equal(await copies(agent, sessionId, text), 1, "the prompt is in the Session once");
+    assert.equal(offered, "", "not restored as a draft: it was sent");
+    assert.equal(h.model.requests(tag).length, 1, "it ran once");
+    assert.equal(await page.locator("li.message.user", { hasText: text }).count(), 1);
+    assert.deepEqual(errors, []);
+    await page.close();
+  } finally {
+    await proxy.close();
+  }
+});
+
+test("a send that never reached the Session comes back as a draft once withdraw fenced it; sending it again is a new request", T, async () => {
+  const proxy = await startLossyProxy(origin);
+  try {
+    const tag = uniq("lost-request");
+    const text = `Never arrived ${tag}`;
+    const { page, agent, sessionId } = await signedIn(newAgent(), proxy.url);
+    proxy.lose = (r) => (isPrompt(r, tag) ? "request" : undefined);
+    await send(page, text);
+    await page.waitForFunction((t) => document.getElementById("prompt").value === t, text);
+    await page.getByText("Not sent: the Session never received it; it is back in the composer.").waitFor();
+    await shot(page, "fenced-draft");
+    const fence = proxy.seen.find((r) => r.path.endsWith("/withdraw"));
+    assert.equal(fence?.status, 200, "the draft came back after a withdraw answered");
+    assert.deepEqual(await kept(page), []);
+    assert.equal(await copies(agent, sessionId, text), 0);
+    // The lost request, arriving late, is refused: the fence is durable.
+    const late = JSON.parse(proxy.lost[0].body);
+    const replay = await h.api("POST", `/agents/${agent}/sessions/${sessionId}/commands`, late);
+    assert.equal(replay.status, 409);
+    assert.equal(replay.json.error.code, "request_withdrawn");
+    // The user sends it again: a new requestId, admitted.
+    proxy.lose = () => undefined;
+    await page.getByLabel("Message").press("Enter");
+    await page.locator("li.message.assistant", { hasText: `Echo: ${text}` }).waitFor();
+    const read = (await h.api("GET", `/agents/${agent}/sessions/${sessionId}`)).json;
+    const user = read.messages.filter((m) => m.role === "user" && m.text === text);
+    assert.equal(user.length, 1);
+    assert.notEqual(user[0].requestId, late.requestId);
+    await page.close();
+  } finally {
+    await proxy.close();
+  }
+});
+
+test("uncertain sends survive a reload while the service is unreachable; when it returns, the sent one shows as sent and the other comes back", T, async () => {
+  const proxy = await startLossyProxy(origin);
+  try {
+    const a = uniq("before-reload");
+    const b = uniq("while-down");
+    const first = `Admitted ${a}`;
+    const second = `Lost ${b}`;
+    const { page, agent, sessionId } = await signedIn(newAgent(), proxy.url);
+    let down = false;
+    let allow = () => false;
+    proxy.lose = (r) => {
+      if (down && isApi(r) && !allow(r)) return "request";
+      if (!isPrompt(r, a)) return undefined;
+      // The first prompt commits; then the service is unreachable (the watch too).
+      down = true;
+      proxy.cut(r.socket);
+      return "answer";
+    };
+    await send(page, first);
+    await page.locator("#unsure li", { hasText: `Not confirmed yet, checking: ${first}` }).waitFor();
+    // Sent while the first is uncertain: neither is lost.
+    await send(page, second);
+    await page.locator("#unsure li", { hasText: `Not confirmed yet, checking: ${second}` }).waitFor();
+    await shot(page, "unconfirmed");
+    const before = await kept(page);
+    assert.deepEqual(before.map((k) => k.text), [first, second]);
+
+    await page.reload();
+    await page.waitForFunction((id) => document.getElementById("session-title").textContent === id, sessionId);
+    await page.waitForFunction(() => document.getElementById("unsure").children.length === 2);
+    assert.deepEqual(await kept(page), before, "the tab kept both, with their requestIds");
+    assert.equal(await page.inputValue("#prompt"), "", "nothing restored while the outcome is unknown");
+
+    // The service comes back for withdraw alone (no watch yet): recovery settles both.
+    allow = (r) => r.path.endsWith("/withdraw");
+    await page.waitForFunction((t) => document.getElementById("prompt").value === t, second);
+    assert.deepEqual(await kept(page), []);
+    const withdrawn = proxy.seen.filter((r) => r.path.endsWith("/withdraw") && r.status === 200);
+    assert.ok(withdrawn.length >= 2, "both settled by withdraw");
+    assert.equal(await copies(agent, sessionId, first), 1, "the first is in the Session once");
+    assert.equal(await copies(agent, sessionId, second), 0, "the second never arrived");
+
+    down = false;
+    await page.locator("li.message.assistant", { hasText: `Echo: ${first}` }).waitFor();
+    await shot(page, "recovered");
+    assert.equal(await page.locator("li.message.user", { hasText: first }).count(), 1);
+    assert.equal(h.model.requests(a).length, 1, "it ran once");
+    assert.equal(await page.inputValue("#prompt"), second);
+    await page.close();
+  } finally {
+    await proxy.close();
+  }
+});
+
+test("at most 8 sends wait for their outcome: a ninth stays in the composer, and none is lost", T, async () => {
+  const proxy = await startLossyProxy(origin);
+  try {
+    const tag = uniq("bound");
+    const { page, agent, sessionId } = await signedIn(newAgent(), proxy.url);
+    let down = true;
+    proxy.lose = (r) => (down && isApi(r) ? "request" : undefined);
+    const texts = Array.from({ length: 9 }, (_, i) => `Prompt ${i + 1} ${tag}`);
+    for (const [i, text] of texts.slice(0, 8).entries()) {
+      await send(page, text);
+      await page.waitForFunction((n) => document.getElementById("unsure").children.length === n, i + 1);
+    }
+    await send(page, texts[8]);
+    await page.getByText("8 sends are still unconfirmed; this one stays here until the service answers.").waitFor();
+    assert.equal(await page.inputValue("#prompt"), texts[8]);
+    assert.equal((await kept(page)).length, 8);
+    down = false;
+    // None arrived: each comes back, oldest first, after what was typed.
+    await page.waitForFunction(() => document.getElementById("unsure").children.length === 0);
+    assert.equal(await page.inputValue("#prompt"), [texts[8], ...texts.slice(0, 8)].join("\n\n"));
+    for (const text of texts) assert.equal(await copies(agent, sessionId, text), 0);
+    await page.close();
+  } finally {
+    await proxy.close();
+  }
 });

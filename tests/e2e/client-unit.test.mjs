@@ -14,6 +14,7 @@ import {
   bindAgentExtension,
   bindSessionExtension,
   createShiitakeClient,
+  isUncertain,
 } from "../../js/client.mjs";
 
 const enc = new TextEncoder();
@@ -168,6 +169,9 @@ test("requests: URL, method, headers and closed-schema bodies; undefined options
   await s.withdraw("r9");
   await s.cancel("cmd_1");
   await s.cancel("cmd_1", { onlyIfPending: true });
+  // The seed's form: the target as one object, the options carrying the signal.
+  await s.cancel({ commandId: "cmd_2", onlyIfPending: true }, { signal: new AbortController().signal });
+  await s.cancel({ commandId: "cmd_3" });
   await s.abort();
   await s.read();
   await s.read({ before: "17", limit: 5 });
@@ -192,6 +196,8 @@ test("requests: URL, method, headers and closed-schema bodies; undefined options
     ["POST", `${session}/withdraw`, { requestId: "r9" }],
     ["POST", `${session}/commands`, { type: "cancel", commandId: "cmd_1" }],
     ["POST", `${session}/commands`, { type: "cancel", commandId: "cmd_1", onlyIfPending: true }],
+    ["POST", `${session}/commands`, { type: "cancel", commandId: "cmd_2", onlyIfPending: true }],
+    ["POST", `${session}/commands`, { type: "cancel", commandId: "cmd_3" }],
     ["POST", `${session}/commands`, { type: "abort" }],
     ["GET", session, undefined],
     ["GET", `${session}?before=17&limit=5`, undefined],
@@ -265,6 +271,23 @@ test("errors: the status gives the kind, the body the code and message; too_late
     .read()
     .catch((e) => e);
   assert.deepEqual([bad instanceof ShiitakeError, bad.code, bad.kind], [true, "invalid_response", "unavailable"]);
+});
+
+test("isUncertain: a send with no answer, a 5xx or an unusable answer may have been admitted; a 4xx refusal admitted nothing", async () => {
+  const failing = (fetch) => createShiitakeClient({ baseUrl: BASE, fetch }).session("s").prompt("x").catch((e) => e);
+  const dropped = await failing(async () => {
+    throw new TypeError("fetch failed", { cause: new Error("other side closed") });
+  });
+  const aborted = await createShiitakeClient({ baseUrl: BASE, fetch: fakeFetch(json(200, {})) })
+    .session("s")
+    .prompt("x", { signal: AbortSignal.abort() })
+    .catch((e) => e);
+  const status = (code) => failing(fakeFetch(json(code, { error: { code: `c${code}`, message: "m" } })));
+  const cut = await failing(fakeFetch(new Response('{"status":"acc', { status: 200 })));
+  for (const [what, error] of [["dropped", dropped], ["aborted", aborted], ["500", await status(500)], ["503", await status(503)], ["unusable 200", cut]]) {
+    assert.equal(isUncertain(error), true, what);
+  }
+  for (const code of [400, 401, 404, 409, 413, 429]) assert.equal(isUncertain(await status(code)), false, String(code));
 });
 
 test("errors: network failures propagate unchanged; an aborted call rejects with the signal's reason; a huge answer is refused", async () => {

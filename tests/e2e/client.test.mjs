@@ -182,10 +182,11 @@ test("readSettlement aborted on a hanging model; cancel still works: too_late wi
   await assert.rejects(poll, { name: "AbortError" });
   assert.equal(await session.readSettlement(commandId), undefined, "not cancelled by the aborted poll");
 
-  // too_late is an answer, not an error.
+  // too_late is an answer, not an error; the seed's object form and the commandId-first form agree.
+  assert.deepEqual(await session.cancel({ commandId, onlyIfPending: true }), { status: "too_late", commandId });
   assert.deepEqual(await session.cancel(commandId, { onlyIfPending: true }), { status: "too_late", commandId });
   const poll2 = session.readSettlement(commandId, { timeoutMs: 20_000 });
-  const c = await session.cancel(commandId);
+  const c = await session.cancel({ commandId });
   assert.deepEqual([c.status, c.commandId], ["cancelled", commandId]);
   const s = await poll2;
   assert.deepEqual([s?.commandId, s?.terminal], [commandId, "cancelled"], "the parked poll answers with the settlement");

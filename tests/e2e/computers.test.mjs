@@ -80,6 +80,30 @@ test("the answering Computers stay, a hanging one and one with an unusable schem
   assert.ok(call.deadlineMs > Date.now() - 60_000, JSON.stringify(call));
 });
 
+test("each guest call of one execute run reaches the Computer with its own executionId, named by its place in the run", T, async () => {
+  const tag = uniq("ids");
+  h.model.scriptFor(tag, execute(`
+    await computers.laptop.run_command({ command: "one ${tag}" });
+    await forage.search("run");
+    return await Promise.all([
+      computers.laptop.run_command({ command: "two ${tag}" }),
+      computers.laptop.run_command({ command: "three ${tag}" }),
+    ]);`), { text: "done" });
+  const a = h.agent();
+  await a.createSession("s");
+  const settled = await a.settle("s", `r-${tag}`, `computers ${tag}`, { boundMs: 30_000 });
+  assert.equal(settled.terminal, "completed", JSON.stringify(settled));
+  const calls = (await peerCalls()).calls.filter((c) => c.arguments?.command?.endsWith(tag));
+  assert.deepEqual(calls.map((c) => c.arguments.command), [`one ${tag}`, `two ${tag}`, `three ${tag}`]);
+  // One command, one tool call; the ordinal counts every guest call (the
+  // search is the second), in the order the code made them.
+  assert.deepEqual(new Set(calls.map((c) => c.commandId)).size, 1);
+  const { commandId } = settled;
+  const callId = (await a.read("s")).messages.find((m) => m.toolCalls).toolCalls[0].id;
+  assert.equal(calls[0].commandId, commandId);
+  assert.deepEqual(calls.map((c) => c.executionId), [1, 3, 4].map((n) => `${commandId}:${callId}:${n}`));
+});
+
 test("confirmCalls without a confirm hook refuses every advertised call", T, async () => {
   const t = await turn("confirm", `
     try { await computers.guarded.run_command({ command: "rm -rf /" }); return "ran"; } catch (e) { return e.message; }`);

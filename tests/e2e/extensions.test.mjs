@@ -163,7 +163,8 @@ describe("extensions", () => {
   test("the model calls an extension command through execute, in its Session, granted by the roster's grantKey", T, async () => {
     const { a, sid } = await h.session();
     const tag = uniq("tool");
-    h.model.scriptFor(tag, execute("return await reminder.add({ text: 'stretch', delayMs: 600000 });"), { text: "set" });
+    // Two calls of one run are two commands (each guest call its own requestId).
+    h.model.scriptFor(tag, execute("const r = await reminder.add({ text: 'stretch', delayMs: 600000 }); await reminder.add({ text: 'drink', delayMs: 600000 }); return r;"), { text: "set" });
     const settled = await a.settle(sid, `p-${tag}`, `remind me ${tag}`);
     assert.equal(settled.terminal, "completed", JSON.stringify(settled));
     const [first] = h.model.requests(tag);
@@ -173,7 +174,7 @@ describe("extensions", () => {
     assert.ok(!tool.isError, tool.text);
     const out = JSON.parse(tool.text);
     assert.ok(out.name.startsWith(`${sid}:`), tool.text);
-    assert.deepEqual(read.extensions.reminder.pending.map((p) => p.text), ["stretch"]);
+    assert.deepEqual(read.extensions.reminder.pending.map((p) => p.text), ["stretch", "drink"]);
     // The Session's grants name the module by the roster's grantKey.
     const delivered = await h.api("POST", `/host-grants/${a.id}/${sid}`, { version: 1, grants: { reminders: "read" } });
     assert.equal(delivered.status, 200, delivered.text);
@@ -183,7 +184,7 @@ describe("extensions", () => {
     const after = await a.read(sid, { limit: 200 });
     const denied = after.messages.filter((m) => m.role === "tool").at(-1);
     assert.match(denied.text, /refused/, denied.text);
-    assert.equal(after.extensions.reminder.pending.length, 1, "the refused call changed nothing");
+    assert.equal(after.extensions.reminder.pending.length, 2, "the refused call changed nothing");
   });
 
   test("the model ends the goal mid-turn: the ending line stays at the position its transaction read, before the turn's later output", T, async () => {

@@ -86,7 +86,7 @@ describe("fleet directory: create, list, archive, unarchive, erase", () => {
     const listed = await listAll(a);
     const entry = listed.find((e) => e.agentId === first.ok.agentId);
     assert.deepEqual(entry, { ...first.ok, archived: false, creator: a.id });
-    // The caller registered itself on its first fleet use (no creator).
+    // The caller registered itself on its first request (no creator).
     const self = listed.find((e) => e.agentId === a.id);
     assert.ok(self, JSON.stringify(listed.map((e) => e.agentId)));
     assert.equal(self.creator, undefined);
@@ -137,6 +137,20 @@ describe("fleet directory: create, list, archive, unarchive, erase", () => {
     const [request] = h.model.requests(`do it ${childTag}`);
     assert.equal(request.body.model, "gpt-5");
     assert.equal(request.body.reasoning_effort, "low");
+  });
+
+  test("an Agent that never used the fleet is in the directory from its first request: a peer's mail reaches it", T, async () => {
+    // B only has a Session (plain HTTP): no agents.* call, no mail.
+    const b = h.agent();
+    await b.createSession("home");
+    const a = h.agent();
+    await eventually(async () => (await listAll(a)).find((e) => e.agentId === b.id) ?? null, { timeoutMs: 10_000, what: "B in the directory", intervalMs: 200 });
+    const bTag = uniq("b");
+    h.model.scriptFor(bTag, { text: `b answer ${bTag}` });
+    const sid = await a.createSession("parent");
+    const sent = await run(a, call("send", { agentId: b.id, sessionId: "work", requestId: "r1", text: `hello ${bTag}` }), { sessionId: sid, hide: [bTag], followUps: [{ text: "thanks" }] });
+    assert.equal(sent.value.ok?.status, "accepted", sent.text);
+    assert.equal((await oneReply(a, sid)).text, `b answer ${bTag}`);
   });
 
   test("a send to an Agent the directory does not hold is undeliverable recipient_offline at once", T, async () => {
@@ -206,7 +220,7 @@ describe("fleet directory: create, list, archive, unarchive, erase", () => {
     await c.waitSettled(cs, running);
     // pending: the child's delegated work is still waiting for its reply.
     const grand = h.agent();
-    await op(grand, "list", {}); // registers itself
+    await op(grand, "list", {}); // a fleet call: in the directory when it returns
     const gHeld = uniq("gheld");
     h.model.scriptFor(gHeld, { text: "grand answer", gate: gHeld });
     const sent = await run(c, call("send", { agentId: grand.id, sessionId: "g", requestId: "r1", text: `wait ${gHeld}` }), { hide: [gHeld] });

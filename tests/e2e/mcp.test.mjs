@@ -276,3 +276,150 @@ test("a direct server's tools are direct tools: offered and called without execu
     await plain.close();
   }
 });
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const offeredNames = (request) => (request.body.tools ?? []).map((t) => t.function.name);
+
+test("a direct server past one model request's 64 tools leaves the Agent serving turns: the first tools offered, the rest reported by name (onUnavailable, the log, each turn's diagnostics) and reached through execute", T, async () => {
+  const wide = await startMcpServer({ mode: "json", base: false, extra: Array.from({ length: 65 }, (_, i) => `w${i}`) });
+  const logs = [];
+  const w = await startWorker({
+    scriptPath: script,
+    model: "echo",
+    log: (chunk) => logs.push(chunk),
+    bindings: { MCP_SERVERS_JSON: JSON.stringify([{ name: "wide", url: wide.url, direct: true }]) },
+  });
+  try {
+    const a = w.agent();
+    await a.createSession("b");
+    for (const round of [1, 2]) {
+      const tag = uniq(`bounded-${round}`);
+      w.model.scriptFor(tag, { toolCalls: [{ name: "w0", arguments: {} }] }, execute("return await mcp.wide.w64({});"), { text: "done" });
+      const watch = await a.watch("b");
+      let events;
+      try {
+        await watch.next();
+        const id = await a.admit("b", `r${round}`, `go ${tag}`);
+        events = await watch.until((ev) => kind(ev) === "settled" && (ev.data.settlement ?? ev.data).commandId === id, 20_000);
+      } finally {
+        await watch.close();
+      }
+      const settled = events.find((ev) => kind(ev) === "settled").data;
+      assert.equal((settled.settlement ?? settled).terminal, "completed", JSON.stringify(settled));
+      const names = offeredNames(w.model.requests(tag)[0]);
+      assert.equal(names.length, 64, JSON.stringify(names));
+      assert.deepEqual([names[0], names[1], names.at(-1)], ["execute", "w0", "w62"]);
+      const diagnostics = events.filter((ev) => kind(ev) === "diagnostic").map((ev) => ev.data.diagnostic);
+      assert.deepEqual(diagnostics.map((d) => d.match(/tool `(w\d+)`/)?.[1]), ["w63", "w64"], JSON.stringify(diagnostics));
+      assert.match(diagnostics[0], /^MCP server `wide`: tool `w63` is not a direct tool \(`execute` reaches it\): a model request carries at most 64 tools/);
+    }
+    const tools = (await a.read("b", { limit: 200 })).messages.filter((m) => m.role === "tool");
+    assert.equal(tools.length, 4);
+    assert.match(tools[0].text, /w0 ran/);
+    assert.match(tools[1].text, /w64 ran/, "execute reaches a tool left out");
+    const reports = (await w.api("GET", `/direct/${a.id}/host/unavailable`)).json;
+    assert.deepEqual(reports.map((r) => [r.name, r.tool]), [["wide", "w63"], ["wide", "w64"]], "reported once");
+    const logged = logs.join("");
+    for (const tool of ["w63", "w64"]) assert.match(logged, new RegExp(`MCP server \`wide\`: tool \`${tool}\` is not a direct tool`));
+  } finally {
+    await w.dispose();
+    await wide.close();
+  }
+});
+
+test("a server that gains a tool offers it without a restart: listed again each retry interval (the SDK's list_changed goes to a GET stream no one holds)", T, async () => {
+  const gains = await startMcpServer({ mode: "sse", base: false, extra: ["first"] });
+  const list = [{ name: "gains", url: gains.url, direct: true }];
+  const w = await startWorker({ scriptPath: script, model: "echo", loader: false, bindings: { MCP_SERVERS_JSON: JSON.stringify(list), MCP_RETRY_MS: 1000 } });
+  try {
+    const a = w.agent();
+    await a.createSession("g");
+    const tag1 = uniq("before");
+    w.model.scriptFor(tag1, { text: "ok" });
+    await a.settle("g", "r1", `first ${tag1}`, { boundMs: 20_000 });
+    assert.deepEqual(offeredNames(w.model.requests(tag1)[0]), ["first"]);
+    gains.addTool("second");
+    await sleep(1100);
+    const tag2 = uniq("after");
+    w.model.scriptFor(tag2, { toolCalls: [{ name: "second", arguments: {} }] }, { text: "used it" });
+    const settled = await a.settle("g", "r2", `second ${tag2}`, { boundMs: 20_000 });
+    assert.equal(settled.terminal, "completed", JSON.stringify(settled));
+    assert.deepEqual(offeredNames(w.model.requests(tag2)[0]), ["first", "second"]);
+    const tool = (await a.read("g", { limit: 200 })).messages.filter((m) => m.role === "tool").at(-1);
+    assert.equal(tool.isError, undefined, tool.text);
+    assert.match(tool.text, /second ran/);
+    const inits = gains.requests().filter((r) => r.rpc === "initialize");
+    assert.equal(inits.length, 1, "listed again in the same session");
+  } finally {
+    await w.dispose();
+    await gains.close();
+  }
+});
+
+/** A Worker without LOADER over one direct server, `retryMs` its retry interval: runs numbered turns in one Session. */
+async function directAgent(server, retryMs) {
+  const list = [{ name: "srv", url: server.url, direct: true }];
+  const w = await startWorker({ scriptPath: script, model: "echo", loader: false, bindings: { MCP_SERVERS_JSON: JSON.stringify(list), MCP_RETRY_MS: retryMs } });
+  const a = w.agent();
+  await a.createSession("n");
+  /** Turn `n` answered by `script`: the tools the model was offered, and the last tool message. */
+  const step = async (n, ...script) => {
+    const tag = uniq(`step-${n}`);
+    w.model.scriptFor(tag, ...script);
+    const settled = await a.settle("n", `r${n}`, `step ${tag}`, { boundMs: 20_000 });
+    assert.equal(settled.terminal, "completed", JSON.stringify(settled));
+    const tools = (await a.read("n", { limit: 200 })).messages.filter((m) => m.role === "tool");
+    return { names: offeredNames(w.model.requests(tag)[0]), tool: tools.at(-1) };
+  };
+  return { w, step };
+}
+
+test("a server that notifies list_changed on a response is listed again at the next turn, once; never without a change", T, async () => {
+  const grows = await startMcpServer({ mode: "sse", base: false, extra: ["first"], grow: true });
+  // The retry interval (an hour) lists nothing again by itself here.
+  const { w, step } = await directAgent(grows, 3_600_000);
+  const listings = () => grows.requests().filter((r) => r.rpc === "tools/list").length;
+  try {
+    // The tool's response stream carries notifications/tools/list_changed.
+    const one = await step(1, { toolCalls: [{ name: "grow", arguments: { name: "grown" } }] }, { text: "grew" });
+    assert.deepEqual(one.names, ["first", "grow"]);
+    assert.match(one.tool.text, /grew grown/);
+    assert.equal(listings(), 1);
+    // At most once a second (MCP_RELIST_GAP_MS) after the last listing.
+    await sleep(1100);
+    const two = await step(2, { toolCalls: [{ name: "grown", arguments: {} }] }, { text: "used" });
+    assert.deepEqual(two.names, ["first", "grow", "grown"]);
+    assert.match(two.tool.text, /grown ran/);
+    assert.equal(listings(), 2, "listed again once");
+    await sleep(1100);
+    await step(3, { text: "nothing new" });
+    assert.equal(listings(), 2, "no change, no listing");
+  } finally {
+    await w.dispose();
+    await grows.close();
+  }
+});
+
+test("a server whose session ended is listed again once the session is renewed", T, async () => {
+  const srv = await startMcpServer({ mode: "sse", base: false, extra: ["first"] });
+  const { w, step } = await directAgent(srv, 3_600_000);
+  const count = (rpc) => srv.requests().filter((r) => r.rpc === rpc).length;
+  try {
+    assert.deepEqual((await step(1, { text: "hello" })).names, ["first"]);
+    // The server forgets the session and gains a tool it tells no one of.
+    srv.addTool("later");
+    await srv.forgetSessions();
+    const two = await step(2, { toolCalls: [{ name: "first", arguments: {} }] }, { text: "renewed" });
+    assert.match(two.tool.text, /first ran/, "the call renewed the session");
+    assert.equal(count("initialize"), 2);
+    await sleep(1100);
+    const three = await step(3, { toolCalls: [{ name: "later", arguments: {} }] }, { text: "found it" });
+    assert.deepEqual(three.names, ["first", "later"]);
+    assert.match(three.tool.text, /later ran/);
+    assert.equal(count("tools/list"), 3, "the first session's, the renewal's, then the turn's");
+    assert.equal(count("initialize"), 2, "in the renewed session");
+  } finally {
+    await w.dispose();
+    await srv.close();
+  }
+});

@@ -107,6 +107,78 @@ test("grants still key a direct MCP server as mcp.<name>: read may list, not cre
   }
 });
 
+test("direct MCP servers past one model request's 64 tools or with a 65-byte tool name leave the Agent serving turns; what is left out is reported by name", T, async () => {
+  const longName = "l".repeat(65);
+  const long = await startMcpServer({ mode: "json", base: false, extra: ["short-one", longName] });
+  const wide = await startMcpServer({ mode: "json", base: false, extra: Array.from({ length: 65 }, (_, i) => `w${i}`) });
+  const reports = [];
+  const { host, turn } = await open("bounded", {
+    modules: [],
+    mcpServers: [
+      { name: "long", url: long.url, direct: true },
+      { name: "wide", url: wide.url, direct: true },
+    ],
+    onUnavailable: (report) => reports.push(report),
+  });
+  try {
+    model.scriptFor("node-mcp-bounded", { toolCalls: [{ name: "w0", arguments: {} }, { name: "short_one", arguments: {} }] }, { text: "both ran" });
+    const t = await turn("b", "call them node-mcp-bounded");
+    assert.equal(t.settled.terminal, "completed", JSON.stringify(t.settled));
+    const names = toolNames(model.requests("node-mcp-bounded")[0]);
+    assert.equal(names.length, 64, JSON.stringify(names));
+    assert.deepEqual(names.slice(0, 3), ["short_one", "w0", "w1"], "in configuration order, then listing order");
+    assert.equal(names.at(-1), "w62");
+    const tools = t.messages.filter((m) => m.role === "tool");
+    assert.equal(tools.length, 2, JSON.stringify(tools));
+    assert.match(tools[0].text, /"w0 ran"/);
+    assert.match(tools[1].text, /"short-one ran"/);
+    assert.deepEqual(long.calls().map((c) => c.tool), ["short-one"]);
+    assert.deepEqual(
+      reports.map((r) => [r.name, r.tool]),
+      [["long", longName], ["wide", "w63"], ["wide", "w64"]],
+    );
+    assert.match(reports[0].reason, /^not a direct tool: its name is 65 bytes; a model tool name is at most 64$/);
+    assert.match(reports[1].reason, /^not a direct tool: a model request carries at most 64 tools/);
+    // The next turn is served too, the reports said again at its start.
+    model.scriptFor("node-mcp-bounded-2", { text: "still here" });
+    const again = await turn("b2", "again node-mcp-bounded-2");
+    assert.equal(again.settled.terminal, "completed", JSON.stringify(again.settled));
+    assert.equal(reports.length, 3, "reported once");
+  } finally {
+    await host.close();
+    await long.close();
+    await wide.close();
+  }
+});
+
+test("the host's own operations marked direct past the bound or with a 65-byte name are left out and reported; the Agent serves turns", T, async () => {
+  const longName = "a".repeat(65);
+  const op = (name) => ({
+    name,
+    description: `The ${name} operation.`,
+    inputSchema: { type: "object" },
+    access: "read",
+    direct: true,
+    run: () => ({ ran: name }),
+  });
+  const ops = [op(longName), ...Array.from({ length: 65 }, (_, i) => op(`p${i}`))];
+  const reports = [];
+  const { host, turn } = await open("own-bounded", { modules: [{ id: "own", operations: ops }], onUnavailable: (r) => reports.push(r) });
+  try {
+    model.scriptFor("node-own-bounded", { toolCalls: [{ name: "p0", arguments: {} }] }, { text: "ran" });
+    const t = await turn("o", "call node-own-bounded");
+    assert.equal(t.settled.terminal, "completed", JSON.stringify(t.settled));
+    const names = toolNames(model.requests("node-own-bounded")[0]);
+    assert.equal(names.length, 64);
+    assert.deepEqual([names[0], names.at(-1)], ["p0", "p63"]);
+    assert.equal(t.messages.find((m) => m.role === "tool").text, JSON.stringify({ ran: "p0" }));
+    assert.deepEqual(reports.map((r) => [r.name, r.tool]), [["own", longName], ["own", "p64"]]);
+    assert.match(reports[0].reason, /is 65 bytes; a model tool name is at most 64/);
+  } finally {
+    await host.close();
+  }
+});
+
 test("tools().mcpServers entries are closed: an unknown key or a non-boolean direct is refused by name", T, async () => {
   for (const [entry, pattern] of [
     [{ name: "notes", url: server.url, dircet: true }, /tools\(\)\.mcpServers\[0\]\.dircet: unknown key `dircet`; known: name, url, headers, direct/],

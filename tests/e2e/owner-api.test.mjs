@@ -202,11 +202,12 @@ for (const make of [rpc, owner]) {
       assert.deepEqual(read.pending.find((p) => p.commandId === ok).meta, ADA);
     });
 
-    test("settlement long poll: null at the deadline, the settlement once it commits, as over HTTP", T, async () => {
+    test("settlement long poll: undefined at the deadline (HTTP's null), the settlement once it commits, as over HTTP", T, async () => {
       const { s, web } = await occupied(make);
       const p = value(await s.prompt("s", { requestId: "p1", text: "waits" })).commandId;
+      assert.equal((await web.get(`/sessions/s/settlement?commandId=${p}`)).json, null, "the route answers null");
       const t0 = Date.now();
-      assert.equal(value(await s.settlement("s", p, { timeoutMs: 300 })), null);
+      assert.equal(value(await s.settlement("s", p, { timeoutMs: 300 })), "undefined", "a pending command resolves undefined (seed)");
       assert.ok(Date.now() - t0 >= 250, "it waited for the deadline");
       refused(await s.settlement("s", "cmd_unknown", { timeoutMs: 0 }), 404, "command_not_found");
       const waiting = s.settlement("s", p, { timeoutMs: 10_000 });

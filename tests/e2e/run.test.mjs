@@ -489,7 +489,7 @@ test("a wasm panic mid-turn loses nothing: the turn is retried and settles compl
   h.model.scriptFor(tag, { chunks: ["fine so far ", `then ${PANIC_MARKER} here`, " never seen"], chunkDelayMs: 10 }, { text: "recovered answer" });
   const id = await a.admit("s", "r1", `trigger ${tag}`);
   // Poll only once the second attempt is under way: a request in flight
-  // while the instance traps is answered 500 internal_error ("retry it").
+  // while the instance traps is answered 503 runtime_restarted ("send it again").
   await modelRequests(tag, 2);
   const s = await settled(a, "s", id);
   assert.equal(s.terminal, "completed", JSON.stringify(s));

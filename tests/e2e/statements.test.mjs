@@ -4,11 +4,13 @@
 // modules); with an extension roster, the turn's end costs no second
 // reconciliation and the extensions' status rows and timers are kept
 // between turns. Host work, mail and extensions add no
-// reconciliation to a turn that leaves them nothing to do.
+// reconciliation to a turn that leaves them nothing to do. Joining the
+// fleet's directory costs a store its mark at its second start (the table
+// and a row) and one read at each start after.
 // Counted until 200 ms after the settled frame (a watch: no read of its own).
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { useWorker } from "./helpers.mjs";
+import { eventually, useWorker } from "./helpers.mjs";
 
 const T = { timeout: 90_000 };
 const TURNS = 3;
@@ -63,6 +65,34 @@ describe("opening a fresh demo Agent", () => {
     // A store created now holds no turn, mail or outbox entry to look for.
     assert.equal(count(stats, "FROM commands"), 0, listing);
     assert.equal(count(stats, "CREATE TABLE"), 1, `one schema text, the outbox's tables in it:\n${listing}`);
+  });
+});
+
+describe("the demo Agent joins the fleet's directory once per store", () => {
+  const h = useWorker({ fixture: "statements-worker", model: "echo", persist: true });
+  const MEMBER = "shiitake_fleet_member";
+  const stats = async (a) => (await h.api("GET", `/direct/${a.id}/host/stats`)).json;
+
+  test("its opening request writes nothing for it, its next start marks it joined, a later start only reads the mark", T, async () => {
+    const a = h.agent();
+    assert.equal((await a.api("GET", "/sessions/missing")).status, 404);
+    await new Promise((r) => setTimeout(r, 200));
+    const opening = await stats(a);
+    assert.equal(count(opening, MEMBER), 0, opening.texts.join("\n"));
+    await h.restart();
+    assert.equal((await a.api("GET", "/sessions/missing")).status, 404);
+    const second = await eventually(async () => {
+      const now = await stats(a);
+      return count(now, `INSERT INTO ${MEMBER}`) === 1 ? now : null;
+    }, { what: "the mark" });
+    assert.equal(count(second, `INSERT INTO ${MEMBER}`), 1, second.texts.join("\n"));
+    await h.restart();
+    assert.equal((await a.api("GET", "/sessions/missing")).status, 404);
+    await new Promise((r) => setTimeout(r, 200));
+    const third = await stats(a);
+    const listing = third.texts.join("\n");
+    assert.equal(count(third, MEMBER), 1, `one read of the mark, no write:\n${listing}`);
+    assert.equal(count(third, `SELECT value FROM ${MEMBER}`), 1, listing);
   });
 });
 

@@ -72,7 +72,7 @@ test("a restart mid-tool: the unsafe operation is never run again and the model 
 
 test("a restart mid-tool: code that ran only replay-safe operations runs again", T, async () => {
   const tag = uniq("crash-safe");
-  h.model.scriptFor(tag, execute("return await notes.slow_read({});"), { text: "read it" });
+  h.model.scriptFor(tag, execute("await forage.search('read'); return await notes.slow_read({});"), { text: "read it" });
   const a = h.agent();
   await a.createSession("s");
   const id = await a.admit("s", "r1", `read ${tag}`);
@@ -85,7 +85,10 @@ test("a restart mid-tool: code that ran only replay-safe operations runs again",
   const tools = await toolMessages(a);
   assert.equal(tools.length, 1);
   assert.deepEqual(JSON.parse(tools[0].text), { runs: 2 });
-  assert.deepEqual(await probe(a), ["slow-read", "slow-read"]);
+  // The replayed run's call is the same call: the same executionId.
+  const callId = (await a.read("s")).messages.find((m) => m.toolCalls).toolCalls[0].id;
+  const rows = (await h.api("GET", `/direct/${a.id}/host/probe`)).json;
+  assert.deepEqual(rows.map((r) => [r.op, r.detail]), [["slow-read", `${id}:${callId}:2`], ["slow-read", `${id}:${callId}:2`]]);
 });
 
 test("at most 8 executions run at once in one Agent: a ninth is refused to its model", T, async () => {

@@ -61,7 +61,12 @@ test("a multi-step tool turn: execute reaches a granted operation, a direct tool
     assert.deepEqual(toolResults(req), t.tools.slice(0, i).map((m) => m.text), `request ${i}`);
     assert.ok(!JSON.stringify(req.body).includes("diff"), `display data never reaches the model (request ${i})`);
   }
-  assert.deepEqual((await probe(t.a)).map((r) => r.op), ["add-note", "list-notes", "apply_patch"]);
+  const probed = await probe(t.a);
+  assert.deepEqual(probed.map((r) => r.op), ["add-note", "list-notes", "apply_patch"]);
+  // executionId names one call: the execute run's second guest call, then
+  // the direct call (README "Tools").
+  const [run, patch] = t.messages.filter((m) => m.toolCalls).map((m) => `${t.settled.commandId}:${m.toolCalls[0].id}`);
+  assert.deepEqual(probed.slice(1).map((r) => r.detail), [`${run}:2`, patch]);
 });
 
 test("forage.search and forage.describe find operations and their schemas", T, async () => {

@@ -2,21 +2,40 @@
 // every Durable Object of the isolate, so a Rust panic in one Agent's turn
 // resets it under all of them. The trap is attributed to the Session whose
 // code raised it (src/host/blame.rs): other Agents' and Sessions' turns
-// resume at the attempt they held, watches opened before the trap go on with
-// a fresh snapshot, parked settlement long polls are answered again (never a
-// 500), and a Session whose calls keep trapping settles `interrupted` alone.
+// resume at the attempt they held, however many traps come in a row,
+// watches opened before the trap go on with a fresh snapshot, parked
+// settlement long polls are served again within their deadline, a write cut
+// off answers a retryable 503 `runtime_restarted`, and a Session whose calls
+// keep trapping settles `interrupted` alone.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { kind, uniq, useWorker } from "./helpers.mjs";
+import { TOKEN, expectAccepted, expectError, kind, uniq, useWorker } from "./helpers.mjs";
 
 const PANIC_MARKER = "TRAP-HERE";
 const ATTEMPTS_MAX = 3;
+// The runtime's log, for counting traps.
+let log = "";
 const h = useWorker({
   model: "echo",
   bindings: { SHIITAKE_FAULT_PANIC_MARKER: PANIC_MARKER, SHIITAKE_ATTEMPTS_MAX: ATTEMPTS_MAX, SHIITAKE_RETRY_BASE_MS: 50 },
+  log: (chunk) => (log += chunk),
 });
 
 const T = { timeout: 60_000 };
+// Admits a prompt as a client does when the runtime restarts under it: the
+// same requestId again after a 503 runtime_restarted (a write a reset cut off).
+async function admitRetrying(a, sessionId, requestId, text) {
+  for (;;) {
+    const res = await a.prompt(sessionId, requestId, text);
+    if (res.status !== 503) return expectAccepted(res);
+    expectRestarted(res);
+  }
+}
+// A request a reset cut off: 503 runtime_restarted with a Retry-After.
+function expectRestarted(res) {
+  expectError(res, 503, "runtime_restarted");
+  assert.equal(res.headers.get("retry-after"), "1");
+}
 const startedAttempts = (events, id) => events.filter((ev) => kind(ev) === "started" && ev.data.commandId === id).map((ev) => ev.data.attempt);
 
 test("a trap in one Agent's turn: other Agents' turns keep their attempt, their watches resume with a snapshot, parked polls are answered", T, async () => {
@@ -89,4 +108,193 @@ test("a Session whose calls keep trapping settles interrupted alone; a Session o
   assert.equal(poll.json, null, "not settled");
   await w.close();
   await a.abort("calm");
+});
+
+test("a trap storm: every turn that did not trap keeps its attempt, however many traps run around it", { timeout: 150_000 }, async () => {
+  // One Agent with ten Sessions and three turns in each, all admitted at
+  // once: five Sessions of ordinary turns (slow streams, so each is cut off
+  // by many resets), three whose first turn traps once, two whose every
+  // prompt traps on every attempt; beside it another Agent with two
+  // Sessions of ordinary turns. Every Session is watched (a watch that ends
+  // after its resumes is opened again, as a client does) and every turn has
+  // a parked settlement long poll.
+  const a = h.agent();
+  const b = h.agent();
+  const TURNS = 3;
+  const slow = { chunks: Array.from({ length: 8 }, (_, i) => `part ${i} `), chunkDelayMs: 60 };
+  const boom = { chunks: [`boom ${PANIC_MARKER}`] };
+  const scripts = {
+    ordinary: Array.from({ length: 40 }, () => slow),
+    once: [boom, ...Array.from({ length: 40 }, () => slow)],
+    always: Array.from({ length: 40 }, () => boom),
+  };
+  const groups = [
+    [a, "ordinary", 5],
+    [a, "once", 3],
+    [a, "always", 2],
+    [b, "ordinary", 2],
+  ];
+  const sessions = groups.flatMap(([agent, group, n]) =>
+    Array.from({ length: n }, (_, i) => ({ agent, id: `${group}-${i}`, group, tag: uniq(`${group}-${i}`), turns: [] })),
+  );
+  // Every attempt a turn was seen at: `started` frames and snapshots.
+  const attempts = new Map();
+  const note = (id, n) => attempts.set(id, new Set([...(attempts.get(id) ?? []), n]));
+  let stop = false;
+  const watching = [];
+  for (const s of sessions) {
+    await s.agent.createSession(s.id);
+    h.model.scriptFor(s.tag, ...scripts[s.group]);
+    let opened;
+    const first = new Promise((resolve) => (opened = resolve));
+    watching.push(
+      (async () => {
+        while (!stop) {
+          const w = await s.agent.watch(s.id, { timeoutMs: 120_000 }).catch(() => null);
+          if (w === null) {
+            await new Promise((resolve) => setTimeout(resolve, 20));
+            continue;
+          }
+          s.watch = w;
+          for (let ev; (ev = await w.next().catch(() => null)) !== null; ) {
+            if (kind(ev) === "started") note(ev.data.commandId, ev.data.attempt);
+            if (ev.event === "snapshot") {
+              opened();
+              if (ev.data.running) note(ev.data.running.commandId, ev.data.running.attempt);
+            }
+          }
+          await w.close();
+        }
+      })(),
+    );
+    await first;
+  }
+  const trapsBefore = log.split("panic marker streamed").length;
+  const polls = [];
+  const settled = new Map();
+  try {
+    for (let t = 0; t < TURNS; t++) {
+      for (const s of sessions) {
+        const id = await admitRetrying(s.agent, s.id, `r${t}`, `turn ${t} of ${s.tag}`);
+        s.turns.push(id);
+        polls.push(s.agent.settlement(s.id, id, 30_000));
+      }
+    }
+    for (const s of sessions) for (const id of s.turns) settled.set(id, await s.agent.waitSettled(s.id, id, { boundMs: 120_000 }));
+  } finally {
+    stop = true;
+    for (const s of sessions) await s.watch?.close();
+    await Promise.all(watching);
+  }
+  // Two Sessions x three turns x three attempts, and up to three turns that
+  // trap once (a reset may cut a call off before its marker arrives).
+  const traps = log.split("panic marker streamed").length - trapsBefore;
+  const always = 2 * TURNS * ATTEMPTS_MAX;
+  assert.ok(traps >= always && traps <= always + 3, `${traps} traps`);
+  for (const s of sessions) {
+    for (const [t, id] of s.turns.entries()) {
+      const settlement = settled.get(id);
+      const seen = [...(attempts.get(id) ?? [])];
+      const where = `${s.id} turn ${t}: ${JSON.stringify(settlement)}, seen at attempts ${JSON.stringify(seen)}`;
+      if (s.group === "always") {
+        assert.equal(settlement.terminal, "interrupted", where);
+        assert.match(settlement.diagnostic, /attempt limit 3 reached/, where);
+      } else {
+        assert.equal(settlement.terminal, "completed", where);
+        // A turn that trapped once counts that attempt; no other does.
+        const allowed = s.group === "once" && t === 0 ? [1, 2] : [1];
+        assert.ok(seen.length > 0 && seen.every((n) => allowed.includes(n)), where);
+      }
+    }
+  }
+  for (const poll of await Promise.all(polls)) {
+    assert.equal(poll.status, 200, `a parked poll is answered, never a 5xx: ${poll.status} ${poll.text}`);
+  }
+});
+
+// Traps a turn of a fresh Agent once (its model streams the panic marker,
+// the next attempt answers) and waits until that turn settled.
+async function trapOnce() {
+  const tag = uniq("trap-once");
+  h.model.scriptFor(tag, { chunks: [`boom ${PANIC_MARKER}`] }, { text: "answered after the trap" });
+  const culprit = h.agent();
+  await culprit.createSession("c");
+  const s = await culprit.settle("c", "r1", `trap ${tag}`, { boundMs: 20_000 });
+  assert.equal(s.terminal, "completed", JSON.stringify(s));
+}
+
+test("a write a reset cuts off answers 503 runtime_restarted with Retry-After; sent again with its requestId it is admitted once", T, async () => {
+  const a = h.agent();
+  await a.createSession("w");
+  // The write is in flight (its body half sent) when another Agent's turn traps.
+  const encoder = new TextEncoder();
+  let feed;
+  const body = new ReadableStream({
+    start(controller) {
+      feed = controller;
+      controller.enqueue(encoder.encode('{"type":"prompt","requestId":"w1",'));
+    },
+  });
+  const cut = h.mf
+    .dispatchFetch(`http://localhost/agents/${a.id}/sessions/w/commands`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+      body,
+      duplex: "half",
+    })
+    .then(async (res) => ({ status: res.status, retryAfter: res.headers.get("retry-after"), text: await res.text() }));
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  await trapOnce();
+  const res = await cut;
+  assert.equal(res.status, 503, res.text);
+  assert.equal(res.retryAfter, "1");
+  const { error } = JSON.parse(res.text);
+  assert.equal(error.code, "runtime_restarted");
+  assert.match(error.message, /same requestId/);
+  try {
+    feed.enqueue(encoder.encode('"text":"after the reset"}'));
+    feed.close();
+  } catch {
+    // the runtime has already let go of the body
+  }
+  assert.deepEqual(await a.queue("w"), [], "nothing was admitted");
+  const id = await a.admit("w", "w1", "after the reset");
+  assert.equal(await a.admit("w", "w1", "after the reset"), id, "the same requestId is the same command");
+  assert.deepEqual((await a.withdraw("w", "w1")).json, { status: "accepted", commandId: id });
+  await a.waitSettled("w", id);
+  const prompts = (await a.read("w")).messages.filter((m) => m.role === "user");
+  assert.deepEqual(prompts.map((m) => [m.commandId, m.text]), [[id, "after the reset"]], "admitted once");
+});
+
+test("a parked settlement long poll a reset cuts off is served again with the time it has left", T, async () => {
+  const a = h.agent();
+  await a.createSession("s");
+  const tag = uniq("held");
+  h.model.scriptFor(tag, { hang: true }, { hang: true }, { hang: true });
+  const held = await a.admit("s", "p1", `held ${tag}`);
+  const started = Date.now();
+  const poll = a.settlement("s", held, 2500).then((res) => ({ res, elapsed: Date.now() - started }));
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  await trapOnce();
+  const { res, elapsed } = await poll;
+  assert.equal(res.status, 200, res.text);
+  assert.equal(res.json, null, "not settled at the deadline");
+  assert.ok(elapsed < 3200, `answered at its deadline (2.5 s), not a full timeout after the reset: ${elapsed} ms`);
+  await a.abort("s");
+});
+
+test("a request that traps by itself: a read is served again 3 times then answers 503, a write answers 503 at once", T, async () => {
+  const a = h.agent();
+  const traps = () => log.split("panic marker in the request path").length - 1;
+  const before = traps();
+  const read = await a.api("GET", `/sessions/${PANIC_MARKER}-read`);
+  expectRestarted(read);
+  assert.match(read.json.error.message, /restarted/);
+  assert.equal(traps() - before, 4, "served once, then again 3 times");
+  const write = await a.prompt(`${PANIC_MARKER}-write`, "r1", "hello");
+  expectRestarted(write);
+  assert.equal(traps() - before, 5, "a write is not served again");
+  // The Agent serves on.
+  await a.createSession("after");
+  assert.deepEqual(await a.queue("after"), []);
 });

@@ -4,8 +4,11 @@
 // discovers the App's commands and executes one through `execute`, and the
 // result reaches the transcript. The claim protocol by hand: a result
 // without a claim, a second claim, a claim of another request and a claim
-// that is no one's are refused with 409; a call no browser answers ends at
-// the tool timeout saying so; closeUi() ends the streams, the routes answer
+// that is no one's are refused with 409; a call no browser claims ends at
+// 90% of the tool timeout saying so, and one with no browser connected
+// within about 2 s, while a browser that connects meanwhile still gets it
+// (workerd under Miniflare reports no client disconnect, so a browser going
+// away mid-call is covered by src/ui/tests.rs only); closeUi() ends the streams, the routes answer
 // 410 and later runs' ui calls fail with a clear tool error. With the host's
 // hasSession, the host decides which Sessions a browser may open; a restart
 // while a claimed ui.execute waits never asks the browser again (the model
@@ -198,13 +201,52 @@ test("deleting the Session ends its browser streams; it cannot be opened again",
   await res.body.cancel();
 });
 
-test("a call no browser answers ends at the tool timeout, saying no browser is connected", T, async () => {
+test("a call a connected browser never claims ends at its share of the tool timeout, saying so", T, async () => {
   const a = await fresh();
-  const tag = uniq("nobody");
+  const stream = await events(a);
+  const tag = uniq("unclaimed");
   const started = Date.now();
   const tools = await turn(a, tag, `try { return await ui.discover({}); } catch (e) { return e.message; }`);
-  assert.match(tools[0].text, /no browser is connected to this Session/);
-  assert.ok(Date.now() - started >= TOOL_TIMEOUT_MS - 500, "waited for the tool timeout");
+  assert.match(tools[0].text, /ui\.discover: no browser claimed the call within 2700 ms/);
+  assert.ok(Date.now() - started >= TOOL_TIMEOUT_MS * 0.9 - 500, "waited 90% of the tool timeout");
+  stream.close();
+});
+
+describe("with no browser, under a 30 s tool timeout (a call would wait 27 s for one)", () => {
+  const hw = useWorker({ fixture: "ui-worker", model: "echo", bindings: { SHIITAKE_TOOL_TIMEOUT_MS: 30_000 } });
+  // UI_NO_BROWSER_MS (2 s) and then some: far below the 27 s wait.
+  const FAST_MS = 10_000;
+  const noBrowser = /^ui\.discover: no browser is connected to this Session$/;
+
+  test("a call with no browser connected fails within about 2 s, saying no browser is connected", T, async () => {
+    const a = await fresh(hw);
+    const started = Date.now();
+    const tools = await turn(a, uniq("nobody"), `try { return await ui.discover({}); } catch (e) { return e.message; }`);
+    const took = Date.now() - started;
+    assert.match(JSON.parse(tools[0].text), noBrowser);
+    assert.ok(took < FAST_MS, `the turn took ${took} ms`);
+  });
+
+  test("a browser that connects 1 s into the wait is sent the request, and the call succeeds", T, async () => {
+    const a = await fresh(hw);
+    const tag = uniq("late");
+    hw.model.scriptFor(tag, execute(`return await ui.execute({ name: "greet", input: { who: "Grace" } });`), { text: "done" });
+    const commandId = await a.admit("s", `r-${tag}`, `ui ${tag}`);
+    // The model was asked: the call starts a few ms later, with no browser.
+    while (hw.model.requests(tag).length === 0) await new Promise((r) => setTimeout(r, 10));
+    await new Promise((r) => setTimeout(r, 1_000));
+    const log = [];
+    const browser = connectBrowser({ baseUrl: bridge(a, "s"), whistle: notebook(log), fetch: hostFetch(a) });
+    try {
+      const settled = await a.waitSettled("s", commandId, { boundMs: 30_000 });
+      assert.equal(settled.terminal, "completed");
+      const [tool] = await toolMessages(a);
+      assert.deepEqual(JSON.parse(tool.text), { greeted: "Grace", cell: 1 });
+      assert.deepEqual(log.map((c) => c.name), ["greet"]);
+    } finally {
+      browser.close();
+    }
+  });
 });
 
 test("closeUi ends every stream; the routes answer 410 and later runs fail to borrow with a clear tool error", T, async () => {

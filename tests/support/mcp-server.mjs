@@ -14,6 +14,10 @@
 //   mcp.calls()      // [{tool, arguments}] every tools/call a tool started on,
 //                    //   arguments as the client sent them (undefined if omitted)
 //   mcp.release()    // lets the hanging first slow-read / slow-write calls answer
+//   mcp.addTool(name) // registers tool `name` (no arguments, answers `<name> ran`) on every
+//                    //   session now and later: the SDK sends notifications/tools/list_changed,
+//                    //   on the GET stream alone (none is open: no one hears it)
+//   mcp.forgetSessions() // closes every session: its id answers 404 from now on
 //   await mcp.close()
 //
 // Answers outside the SDK transport (everything else is the SDK's own):
@@ -23,9 +27,22 @@
 //   404 (-32001 "Session not found") for an unknown or deleted session id,
 //   404 for any path other than /mcp; all with a JSON-RPC error body.
 //
-// The tools (one table, below) are registered with McpServer.registerTool.
+// The tools (one table, below) are registered with McpServer.registerTool;
+// `base: false` leaves the table out. `extra`: names of more tools, each
+// without arguments answering `<name> ran`. `grow: true` adds the tool
+// `grow` ({name}): it registers tool `name` as addTool does and sends
+// notifications/tools/list_changed on its own response stream (the SDK
+// sends a notification a handler sends there; `mode: "sse"` only).
 // With `pageSize`, McpServer's tools/list (which never paginates) is replaced
 // by a handler serving the same definitions in pages (cursor = start index).
+//
+// With `live: true`, two more tools (left out otherwise, so the listings
+// other tests check stay as they are): `count-slowly` {steps, everyMs?}
+// reports `notifications/progress` {progress, total} on the call's progress
+// token every `everyMs` (default 60), then answers `counted <steps>` (an SSE
+// server sends them on
+// the call's response stream); `picture` {count} answers `count` 1x1 PNG
+// image blocks after a text block.
 //
 // `slow-read` and `slow-write`: the first call of each (per server) hangs
 // until release(), close(), the client cancelling it (notifications/cancelled)
@@ -92,6 +109,31 @@ const TOOLS = {
   "slow-write": {
     config: { description: "First call hangs until released.", inputSchema: noArgs },
     run: (_args, ctx) => ctx.hang("slow-write"),
+  },
+};
+
+const PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
+/** The `live: true` tools; ctx.extra is the SDK's request context. */
+const LIVE_TOOLS = {
+  "count-slowly": {
+    config: { description: "Counts slowly, reporting progress.", inputSchema: z.object({ steps: z.number(), everyMs: z.number().optional() }), annotations: readOnly },
+    run: async ({ steps, everyMs = 60 }, { extra }) => {
+      for (let n = 1; n <= steps; n++) {
+        await new Promise((resolve) => setTimeout(resolve, everyMs));
+        const progressToken = extra._meta?.progressToken;
+        if (progressToken !== undefined) {
+          await extra.sendNotification({ method: "notifications/progress", params: { progressToken, progress: n, total: steps } });
+        }
+      }
+      return text(`counted ${steps}`);
+    },
+  },
+  picture: {
+    config: { description: "Takes pictures.", inputSchema: z.object({ count: z.number() }), annotations: readOnly },
+    run: ({ count }) => ({
+      content: [{ type: "text", text: `${count} picture(s)` }, ...Array.from({ length: count }, () => ({ type: "image", mimeType: "image/png", data: PNG_1X1 }))],
+    }),
   },
 };
 
@@ -167,9 +209,11 @@ async function listen(handle) {
 }
 
 /** An MCP server on 127.0.0.1 (port 0) built with the official SDK over Streamable HTTP, stateful (Mcp-Session-Id). */
-export async function startMcpServer({ mode = "sse", token, pageSize, name = "test-notes" } = {}) {
+export async function startMcpServer({ mode = "sse", token, pageSize, name = "test-notes", base = true, extra = [], grow = false, live = false } = {}) {
   if (mode !== "sse" && mode !== "json") throw new Error(`mode must be "sse" or "json", not ${mode}`);
   const sessions = new Map(); // Mcp-Session-Id -> transport
+  const servers = new Set(); // the McpServer of every live session
+  const added = [...extra]; // names of the tools beyond the table
   const inflight = new Map(); // `${session} ${JSON id}` -> {signal, arguments} of a POSTed request
   const calls = [];
   const hung = new Set(); // resolve functions of hanging calls
@@ -189,15 +233,31 @@ export async function startMcpServer({ mode = "sse", token, pageSize, name = "te
     return text(`runs ${n}`);
   };
 
+  const ran = (tool) => () => (calls.push({ tool, arguments: {} }), text(`${tool} ran`));
+  const register = (mcp, tool) => mcp.registerTool(tool, { description: `The ${tool} tool.`, inputSchema: noArgs }, ran(tool));
+  const addTool = (tool) => {
+    added.push(tool);
+    for (const mcp of servers) register(mcp, tool);
+  };
+
   function newSession() {
     const mcp = new McpServer({ name, version: "1.0.0" });
-    for (const [tool, { config, run }] of Object.entries(TOOLS)) {
+    for (const [tool, { config, run }] of Object.entries({ ...(base ? TOOLS : {}), ...(live ? LIVE_TOOLS : {}) })) {
       mcp.registerTool(tool, config, (args, extra) => {
         const sent = inflight.get(`${extra.sessionId} ${JSON.stringify(extra.requestId)}`);
         calls.push({ tool, arguments: structuredClone(sent ? sent.arguments : args) });
         // The SDK's signal aborts on notifications/cancelled (or the session closing), ours on HTTP close.
         const signals = [extra.signal, sent?.signal];
-        return run(args, { state, hang: (t) => hang(t, signals) });
+        return run(args, { state, hang: (t) => hang(t, signals), extra });
+      });
+    }
+    for (const tool of added) register(mcp, tool);
+    if (grow) {
+      mcp.registerTool("grow", { description: "Adds a tool.", inputSchema: z.object({ name: z.string() }) }, async (args, extra) => {
+        calls.push({ tool: "grow", arguments: args });
+        addTool(args.name);
+        await extra.sendNotification({ method: "notifications/tools/list_changed" });
+        return text(`grew ${args.name}`);
       });
     }
     if (pageSize) {
@@ -217,7 +277,12 @@ export async function startMcpServer({ mode = "sse", token, pageSize, name = "te
       enableJsonResponse: mode === "json",
       onsessioninitialized: (sid) => sessions.set(sid, transport),
     });
-    transport.onclose = () => sessions.delete(transport.sessionId); // DELETE or close()
+    transport.onclose = () => {
+      // DELETE or close()
+      sessions.delete(transport.sessionId);
+      servers.delete(mcp);
+    };
+    servers.add(mcp);
     return { mcp, transport };
   }
 
@@ -263,6 +328,8 @@ export async function startMcpServer({ mode = "sse", token, pageSize, name = "te
     requests: srv.requests,
     calls: () => structuredClone(calls),
     release: () => [...hung].forEach((done) => done()),
+    addTool,
+    forgetSessions: () => Promise.all([...sessions.values()].map((t) => t.close())),
     close: async () => {
       [...hung].forEach((done) => done());
       await Promise.all([...sessions.values()].map((t) => t.close()));
