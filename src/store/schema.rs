@@ -674,14 +674,14 @@ mod tests {
 
     #[test]
     fn a_failure_at_any_step_leaves_version_1_intact_and_the_next_open_migrates() {
-        // After the statements of the steps before it (a statement that
-        // fails in the batch: what a crash leaves SQLite to roll back), or
-        // in its own code.
+        // Right after step `at`'s statements: a statement that fails in the
+        // batch (what a crash leaves SQLite to roll back), or code that
+        // fails before the batch.
         for at in 0..MIGRATIONS.len() {
             for fail in [crash as fn(&dyn Sql) -> Result<(), SqlError>, refuse] {
                 let sql = v1_store(&["shiitake_mail_outbox"]);
                 let before = (catalog(&sql), rows(&sql));
-                let mut steps: Vec<Migration> = MIGRATIONS[..at]
+                let mut steps: Vec<Migration> = MIGRATIONS[..=at]
                     .iter()
                     .map(|m| Migration { ..*m })
                     .collect();
@@ -690,7 +690,7 @@ mod tests {
                     what: "injected failure",
                     apply: fail,
                 });
-                steps.extend(MIGRATIONS[at..].iter().map(|m| Migration { ..*m }));
+                steps.extend(MIGRATIONS[at + 1..].iter().map(|m| Migration { ..*m }));
                 let err = migrate(&sql, 1, &steps).unwrap_err();
                 assert_eq!(err.code(), "internal_error");
                 assert!(err.to_string().contains("stays at version 1"), "{err}");
