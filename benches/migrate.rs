@@ -135,10 +135,7 @@ fn main() {
     std::fs::copy(&v1, &current).unwrap();
     let sql = NativeSql::open(&current).unwrap();
     let before = sql.total_changes();
-    assert_eq!(
-        schema::open(&sql).unwrap(),
-        Opened::Migrated { from: 1 }
-    );
+    assert_eq!(schema::open(&sql).unwrap(), Opened::Migrated { from: 1 });
     let rows_written = sql.total_changes() - before;
     drop(sql);
 

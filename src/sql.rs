@@ -191,7 +191,11 @@ impl Tables {
                 .flat_map(|(text, _)| text.split(';'))
                 .filter(|part| !is_creation(part))
                 .collect();
-            empty.retain(|table| !parts.iter().any(|part| names(part, table)));
+            empty.retain(|table| {
+                !parts
+                    .iter()
+                    .any(|part| part.contains(table.as_str()) && names(part, table))
+            });
         }
     }
 }

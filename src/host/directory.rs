@@ -36,12 +36,10 @@ impl ShiitakeDirectory {
         if !self.opened.get() {
             match schema::open(&self.sql) {
                 Ok(opened) => super::report_opened(opened),
-                Err(e) => {
-                    return serde_json::json!({
-                        "error": { "code": e.code(), "status": e.status(), "message": e.to_string() }
-                    })
-                    .to_string()
-                }
+                Err(e) => return serde_json::json!({
+                    "error": { "code": e.code(), "status": e.status(), "message": e.to_string() }
+                })
+                .to_string(),
             }
             self.opened.set(true);
         }

@@ -22,9 +22,9 @@ use std::collections::HashSet;
 /// A step stages writes (DDL, and statements that compute in SQLite such as
 /// `INSERT … SELECT`); they apply with every other pending step's and the
 /// version row, all or none, at the end of the one transition
-/// (`sql::atomically`). So a step's reads see the store as it was before the
-/// migration, and are refused after a write of the same table
-/// (`sql::read_beside`). A step costs O(1) in transcript length where the
+/// (`sql::atomically`). So a step that reads sees the store as it was
+/// before the migration, through `sql::read_beside` (refused for a table an
+/// earlier step wrote). A step costs O(1) in transcript length where the
 /// change allows it (`ALTER TABLE … ADD COLUMN` with a default meaning the
 /// old behaviour).
 struct Migration {
@@ -567,15 +567,27 @@ mod tests {
         .unwrap()
         .iter()
         .map(|r| {
-            let text = r.text(2).unwrap().split_whitespace().collect::<Vec<_>>().join(" ");
-            let text = text.replace("( ", "(").replace(" )", ")").replace(" (", "(");
+            let text = r
+                .text(2)
+                .unwrap()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
+            let text = text
+                .replace("( ", "(")
+                .replace(" )", ")")
+                .replace(" (", "(");
             (r.text(0).unwrap(), r.text(1).unwrap(), text)
         })
         .collect()
     }
 
     fn dump(sql: &NativeSql, query: &str) -> Vec<Vec<SqlValue>> {
-        sql.query(query, &[]).unwrap().into_iter().map(|r| r.0).collect()
+        sql.query(query, &[])
+            .unwrap()
+            .into_iter()
+            .map(|r| r.0)
+            .collect()
     }
 
     /// Every row of the core tables and of the side tables `v1_store`
@@ -635,14 +647,26 @@ mod tests {
         let fresh = NativeSql::open_in_memory();
         open(&fresh).unwrap();
         let side = v1_side();
-        let some: Vec<&str> = vec!["shiitake_mail_outbox", "shiitake_mail_inbox", "shiitake_model_choice"];
+        let some: Vec<&str> = vec![
+            "shiitake_mail_outbox",
+            "shiitake_mail_inbox",
+            "shiitake_model_choice",
+        ];
         for kept in [Vec::new(), some, side] {
             let sql = v1_store(&kept);
             let before = rows(&sql);
-            assert_eq!(open(&sql).unwrap(), Opened::Migrated { from: 1 }, "{kept:?}");
+            assert_eq!(
+                open(&sql).unwrap(),
+                Opened::Migrated { from: 1 },
+                "{kept:?}"
+            );
             assert_eq!(version(&sql), SCHEMA_VERSION.to_string());
             assert_eq!(rows(&sql), before, "rows intact ({kept:?})");
-            assert_eq!(catalog(&sql), catalog(&fresh), "migrated = fresh ({kept:?})");
+            assert_eq!(
+                catalog(&sql),
+                catalog(&fresh),
+                "migrated = fresh ({kept:?})"
+            );
             assert_eq!(open(&sql).unwrap(), Opened::Current);
         }
     }
@@ -669,7 +693,11 @@ mod tests {
     }
 
     fn crash(sql: &dyn Sql) -> Result<(), SqlError> {
-        write(sql, "INSERT INTO shiitake_no_such_table VALUES (1)", Vec::new())
+        write(
+            sql,
+            "INSERT INTO shiitake_no_such_table VALUES (1)",
+            Vec::new(),
+        )
     }
 
     #[test]
@@ -722,9 +750,16 @@ mod tests {
             let err = open(&sql).unwrap_err();
             assert_eq!(err.code(), "storage_incompatible");
             if stored == (SCHEMA_VERSION + 1).to_string() {
-                assert!(err.to_string().contains(&format!("version {stored}")), "{err}");
+                assert!(
+                    err.to_string().contains(&format!("version {stored}")),
+                    "{err}"
+                );
             }
-            assert_eq!((catalog(&sql), rows(&sql)), before, "refusal must not touch data");
+            assert_eq!(
+                (catalog(&sql), rows(&sql)),
+                before,
+                "refusal must not touch data"
+            );
             assert_eq!(version(&sql), stored);
         }
     }
@@ -740,7 +775,9 @@ mod tests {
         assert_eq!(kept[0].text(0).unwrap(), "theirs");
         // Another program's tables beside none of ours are not ours to refuse.
         let theirs = NativeSql::open_in_memory();
-        theirs.query("CREATE TABLE _shiitake_node_alarm (at REAL)", &[]).unwrap();
+        theirs
+            .query("CREATE TABLE _shiitake_node_alarm (at REAL)", &[])
+            .unwrap();
         assert_eq!(open(&theirs).unwrap(), Opened::Created);
     }
 
@@ -761,7 +798,9 @@ mod tests {
         let fresh = NativeSql::open_in_memory();
         open(&fresh).unwrap();
         assert_eq!(catalog(&sql), catalog(&fresh));
-        let kept = sql.query("SELECT agent_id FROM shiitake_directory", &[]).unwrap();
+        let kept = sql
+            .query("SELECT agent_id FROM shiitake_directory", &[])
+            .unwrap();
         assert_eq!(kept[0].text(0).unwrap(), "a");
     }
 
@@ -769,14 +808,28 @@ mod tests {
     fn open_tells_which_sparse_tables_are_empty() {
         let sql = NativeSql::open_in_memory();
         open(&sql).unwrap();
-        assert!(SPARSE.iter().all(|t| !holds_rows(&sql, t)), "a store made now");
+        assert!(
+            SPARSE.iter().all(|t| !holds_rows(&sql, t)),
+            "a store made now"
+        );
         // A migrated store: the tables it lacked and the empty ones.
-        let sql = v1_store(&["shiitake_mail_outbox", "shiitake_mail_inbox", "shiitake_model_choice"]);
+        let sql = v1_store(&[
+            "shiitake_mail_outbox",
+            "shiitake_mail_inbox",
+            "shiitake_model_choice",
+        ]);
         open(&sql).unwrap();
-        let holding: Vec<&str> = SPARSE.iter().copied().filter(|t| holds_rows(&sql, t)).collect();
+        let holding: Vec<&str> = SPARSE
+            .iter()
+            .copied()
+            .filter(|t| holds_rows(&sql, t))
+            .collect();
         assert_eq!(holding, ["shiitake_mail_outbox", "shiitake_model_choice"]);
         for table in SPARSE {
-            assert!(created_tables().any(|t| t == *table), "{table} is in the schema");
+            assert!(
+                created_tables().any(|t| t == *table),
+                "{table} is in the schema"
+            );
         }
     }
 
