@@ -59,7 +59,8 @@ fn patch_bench() {
     let (mut patched, mut written) = (Vec::new(), Vec::new());
     for _ in 0..RUNS {
         let sql = NativeSql::open_in_memory();
-        let ws = Workspace::open(&sql, bounds(), 1).unwrap();
+        shiitake::store::schema::open(&sql).unwrap();
+        let ws = Workspace::open(&sql, bounds(), 1);
         run(
             &ws,
             "write",
@@ -72,7 +73,9 @@ fn patch_bench() {
         assert_eq!(after["totalLines"], 10_000);
 
         let sql = NativeSql::open_in_memory();
-        let ws = Workspace::open(&sql, bounds(), 1).unwrap();
+
+        shiitake::store::schema::open(&sql).unwrap();
+        let ws = Workspace::open(&sql, bounds(), 1);
         run(
             &ws,
             "write",
@@ -98,8 +101,9 @@ fn patch_bench() {
 
 fn workspace(ignores: bool) -> (NativeSql, usize) {
     let sql = NativeSql::open_in_memory();
+    shiitake::store::schema::open(&sql).unwrap();
     {
-        let ws = Workspace::open(&sql, bounds(), 1).unwrap();
+        let ws = Workspace::open(&sql, bounds(), 1);
         if ignores {
             run(
                 &ws,
@@ -137,7 +141,7 @@ fn search_bench() {
     let mut figures = Vec::new();
     for ignores in [false, true] {
         let (sql, files) = workspace(ignores);
-        let ws = Workspace::open(&sql, bounds(), 1).unwrap();
+        let ws = Workspace::open(&sql, bounds(), 1);
         let mut samples = Vec::new();
         let mut found = Value::Null;
         for _ in 0..RUNS {

@@ -39,7 +39,6 @@ pub fn create_session(ctx: &mut Ctx<'_>, session_id: Option<&str>) -> Result<Str
 /// Creates a Session ACP serves: its mark (`model_choice::hosted`) is
 /// written with it, so its turns never select a person's saved model.
 pub fn create_hosted_session(ctx: &mut Ctx<'_>) -> Result<String, ApiError> {
-    crate::model_choice::create_hosted(ctx.store.sql())?;
     create(ctx, None, true)
 }
 
@@ -120,7 +119,7 @@ pub fn delete_session(ctx: &mut Ctx<'_>, session_id: &str) -> Result<Deleted, Ap
         let chosen = crate::model_choice::session_has(store.sql(), session_id)?;
         let hosted = crate::model_choice::hosted(store.sql(), session_id)?;
         // So does the producer history extensions kept of it.
-        let history = crate::history::exists(store.sql())?;
+        let history = crate::history::any(store.sql());
         if store.delete_session(session_id)? {
             if chosen {
                 crate::model_choice::forget_session(store.sql(), session_id)?;

@@ -5,52 +5,21 @@
 //! removes its items) and the extensions (`extension/attention.rs`: the
 //! rules of `context.attention.set/clear` inside owner transactions).
 //!
-//! Created on first use (with the extension tables), outside the versioned
-//! runtime schema: every reader works whether or not it exists.
+//! The table is in the versioned schema (`store::schema`); most Agents
+//! never fill it, and its readers skip it while it is known empty
+//! (`sql::holds_rows`).
 
 use crate::delivery;
 use crate::limits::{INBOX_ATTENTION_PER_ROW_MAX, SESSION_ID_BYTES_MAX};
-use crate::sql::{atomically, read, write, Row, Sql, SqlError, SqlValue};
+use crate::sql::{read, write, Row, Sql, SqlError, SqlValue};
 use serde::Serialize;
 use serde_json::{json, Value};
 
 pub const TABLE: &str = "shiitake_attention";
 
-/// Creates the table if missing; idempotent, and free once it exists.
-pub fn create(sql: &dyn Sql) -> Result<(), SqlError> {
-    if exists(sql)? {
-        return Ok(());
-    }
-    atomically(sql, || {
-        write(
-            sql,
-            &format!(
-                "CREATE TABLE IF NOT EXISTS {TABLE} (
-                    session_id TEXT NOT NULL,
-                    ext TEXT NOT NULL,
-                    id TEXT NOT NULL,
-                    kind TEXT NOT NULL,
-                    summary TEXT NOT NULL,
-                    since INTEGER NOT NULL,
-                    expires_at INTEGER,
-                    updated_at INTEGER NOT NULL,
-                    PRIMARY KEY (session_id, ext, id)
-                ) WITHOUT ROWID"
-            ),
-            Vec::new(),
-        )?;
-        write(
-            sql,
-            &format!("CREATE INDEX IF NOT EXISTS {TABLE}_by_ext ON {TABLE} (ext)"),
-            Vec::new(),
-        )
-    })
-}
-
-/// Whether the table exists (an Agent that never ran an extension has
-/// none). A read: call it in a transition's read phase.
-pub fn exists(sql: &dyn Sql) -> Result<bool, SqlError> {
-    crate::sql::table_exists(sql, TABLE)
+/// Whether the table may hold items (no statement: `sql::holds_rows`).
+fn holds_items(sql: &dyn Sql) -> bool {
+    crate::sql::holds_rows(sql, TABLE)
 }
 
 /// One open item as every public observation serves it: its id qualified
@@ -98,7 +67,7 @@ pub fn of_session(
     owners: &[String],
     limit: usize,
 ) -> Result<Vec<Item>, SqlError> {
-    if owners.is_empty() || !exists(sql)? {
+    if owners.is_empty() || !holds_items(sql) {
         return Ok(Vec::new());
     }
     let (owned, mut params) = owners_in(owners);
@@ -156,7 +125,7 @@ pub fn delivery_body(ext: &str, session_id: &str, id: &str, item: Option<&Item>)
 /// What deleting a Session removes: every item it carries, whoever owns
 /// it, as `(ext, id)`. A read for the deleting transition's read phase.
 pub fn removed_with(sql: &dyn Sql, session_id: &str) -> Result<Vec<(String, String)>, SqlError> {
-    if !exists(sql)? {
+    if !holds_items(sql) {
         return Ok(Vec::new());
     }
     read(
@@ -294,7 +263,7 @@ pub fn inbox(
     limit: usize,
     after: Option<&InboxCursor>,
 ) -> Result<InboxPage, SqlError> {
-    let counted = !owners.is_empty() && exists(sql)?;
+    let counted = !owners.is_empty() && holds_items(sql);
     let mut params: Vec<SqlValue> = Vec::new();
     let (needs_you, attention_at) = if counted {
         let (owned, owner_params) = owners_in(owners);

@@ -12,30 +12,15 @@
 //! pass persists its retry (`attempts`, `retry_at`, the bounded, redacted
 //! `error`), kept until a pass succeeds (never given up); a success clears
 //! it. The host schedules the lane from [`Lane::deadline`].
-//!
-//! Outside the versioned runtime schema: created with a fresh store, or on
-//! first use in an older one.
 
 use crate::limits::{DELIVERY_PENDING_MAX, DIAGNOSTIC_BYTES_MAX};
-use crate::sql::{atomically, read, table_exists, write, Sql, SqlError, SqlValue};
-use crate::store::schema::DELIVERY_TABLES;
+use crate::sql::{read, write, Sql, SqlError, SqlValue};
 use serde_json::Value;
 
 pub const OUTBOX: &str = "shiitake_delivery";
 /// The host work lane's retry state: at most one row (`id = 1`), present
 /// only while the lane is failing.
 pub const LANE: &str = "shiitake_host_lane";
-
-/// Creates the outbox and the lane's state table if missing; idempotent,
-/// and free once they exist (the catalog answers).
-pub fn create(sql: &dyn Sql) -> Result<(), SqlError> {
-    if table_exists(sql, OUTBOX)? && table_exists(sql, LANE)? {
-        return Ok(());
-    }
-    // One text for both (workerd keeps each distinct text prepared for the
-    // object's life); a fresh store has them from its schema text.
-    atomically(sql, || write(sql, DELIVERY_TABLES, Vec::new()))
-}
 
 /// One undelivered entry.
 #[derive(Debug, Clone, PartialEq)]
@@ -230,37 +215,14 @@ pub fn next_deadline(sql: &dyn Sql, now_ms: i64) -> Result<Option<i64>, SqlError
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sql::atomically;
     use crate::sql::native::NativeSql;
     use serde_json::json;
 
     #[test]
-    fn a_fresh_store_holds_the_delivery_tables_and_creating_them_again_is_free() {
-        let sql = NativeSql::open_in_memory();
-        crate::store::schema::open(&sql).unwrap();
-        for table in [OUTBOX, LANE] {
-            assert!(crate::sql::table_exists(&sql, table).unwrap(), "{table}");
-            let stored = sql
-                .query(
-                    "SELECT 1 FROM sqlite_master WHERE name = ?",
-                    &[table.into()],
-                )
-                .unwrap();
-            assert_eq!(
-                stored.len(),
-                1,
-                "{table} is in SQLite, not only in the catalog"
-            );
-        }
-        let changes = sql.total_changes();
-        create(&sql).unwrap();
-        assert_eq!(sql.total_changes(), changes);
-    }
-
-    #[test]
     fn a_newer_change_replaces_an_undelivered_one_above_every_seq() {
         let sql = NativeSql::open_in_memory();
-        create(&sql).unwrap();
-        create(&sql).unwrap();
+        crate::store::schema::open(&sql).unwrap();
         let stage_one = |key: &str, body: Value| {
             atomically(&sql, || stage(&sql, key, &body, 7)).unwrap();
         };
@@ -341,7 +303,7 @@ mod tests {
     #[test]
     fn lane_state_persists_and_a_success_clears_it() {
         let sql = NativeSql::open_in_memory();
-        create(&sql).unwrap();
+        crate::store::schema::open(&sql).unwrap();
         assert_eq!(lane(&sql).unwrap(), Lane::default());
         assert_eq!(next_deadline(&sql, 5).unwrap(), None);
         atomically(&sql, || stage(&sql, "k", &json!({"a": 1}), 5)).unwrap();

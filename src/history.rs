@@ -12,23 +12,12 @@
 //! transition reads before it writes any) and deleted with the Session.
 
 use crate::limits::{EXTENSION_HISTORY_BYTES_MAX, EXTENSION_HISTORY_EVENTS_MAX};
-use crate::sql::{read_beside, table_exists, write, Sql, SqlError, Write};
+use crate::sql::{holds_rows, read_beside, write, Sql, SqlError, Write};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
 pub const TABLE: &str = "shiitake_ext_history";
-
-pub fn create_statement() -> String {
-    format!(
-        "CREATE TABLE IF NOT EXISTS {TABLE} (
-            session_id TEXT NOT NULL,
-            ext TEXT NOT NULL,
-            body TEXT NOT NULL,
-            PRIMARY KEY (session_id, ext)
-        ) WITHOUT ROWID"
-    )
-}
 
 /// One Session's retained history, stored and served as this JSON.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -111,10 +100,10 @@ pub fn store(id: &str, session_id: &str, history: &History) -> Write {
     )
 }
 
-/// Whether any history table exists (an Agent that never ran extensions
-/// has none): the deleting transition's read phase asks.
-pub fn exists(sql: &dyn Sql) -> Result<bool, SqlError> {
-    table_exists(sql, TABLE)
+/// Whether any history may be kept (most Agents keep none: no statement,
+/// `sql::holds_rows`): the deleting transition asks.
+pub fn any(sql: &dyn Sql) -> bool {
+    holds_rows(sql, TABLE)
 }
 
 /// Deletes every extension's history of a deleted Session (in the

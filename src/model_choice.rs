@@ -1,8 +1,8 @@
 //! The stored layers of the model-preference resolver
 //! (`crate::model::preference`): the Agent's explicit model (and reasoning)
-//! and each Session's explicit model. One table, `shiitake_model_choice`,
-//! created on first use (the first choice set), outside the versioned
-//! runtime schema; every reader works without it.
+//! and each Session's explicit model. One table, `shiitake_model_choice`
+//! (in the versioned schema: `store::schema`); its readers skip it while it
+//! is known empty (`sql::holds_rows`), as most Agents never set a choice.
 //!
 //! Rows: `scope` = `agent`, or `session:<sessionId>`; `model` the
 //! `provider/model` address as chosen (checked against the host's offer
@@ -10,7 +10,7 @@
 //! offering is skipped, never called); `reasoning` a level or NULL.
 //! Deleting a Session deletes its row (`agent::delete_session`).
 //!
-//! A second table, `shiitake_hosted_sessions` (also created on first use),
+//! A second table, `shiitake_hosted_sessions` (read the same way),
 //! marks the Sessions ACP serves (seed: "Hosted ACP sessions use the Agent
 //! and Team layers; they do not select a person's saved model
 //! preference"): a turn of a marked Session never asks the host for the
@@ -31,30 +31,9 @@ fn session_scope(session_id: &str) -> String {
     format!("session:{session_id}")
 }
 
-/// Whether the table exists.
-fn exists(sql: &dyn Sql) -> Result<bool, SqlError> {
-    crate::sql::table_exists(sql, TABLE)
-}
-
-/// Creates the table when missing; its own transition: call it outside one.
-fn create(sql: &dyn Sql) -> Result<(), SqlError> {
-    if exists(sql)? {
-        return Ok(());
-    }
-    atomically(sql, || {
-        write(
-            sql,
-            &format!(
-                "CREATE TABLE IF NOT EXISTS {TABLE} (
-                    scope TEXT PRIMARY KEY,
-                    model TEXT NOT NULL,
-                    reasoning TEXT,
-                    updated_at INTEGER NOT NULL
-                ) WITHOUT ROWID"
-            ),
-            Vec::new(),
-        )
-    })
+/// Whether the table may hold a choice (no statement).
+fn any(sql: &dyn Sql) -> bool {
+    crate::sql::holds_rows(sql, TABLE)
 }
 
 fn read_scope(sql: &dyn Sql, scope: &str) -> Result<Option<Choice>, SqlError> {
@@ -107,7 +86,7 @@ pub fn layers(
     sql: &dyn Sql,
     session_id: &str,
 ) -> Result<(Option<Choice>, Option<Choice>), SqlError> {
-    if !exists(sql)? {
+    if !any(sql) {
         return Ok((None, None));
     }
     Ok((
@@ -118,7 +97,7 @@ pub fn layers(
 
 /// The Agent's explicit model, if set.
 pub fn agent(sql: &dyn Sql) -> Result<Option<Choice>, SqlError> {
-    if !exists(sql)? {
+    if !any(sql) {
         return Ok(None);
     }
     read_scope(sql, AGENT)
@@ -126,26 +105,9 @@ pub fn agent(sql: &dyn Sql) -> Result<Option<Choice>, SqlError> {
 
 const HOSTED: &str = "shiitake_hosted_sessions";
 
-/// Creates the hosted-Session table when missing; its own transition: call
-/// it outside one.
-pub fn create_hosted(sql: &dyn Sql) -> Result<(), SqlError> {
-    if crate::sql::table_exists(sql, HOSTED)? {
-        return Ok(());
-    }
-    atomically(sql, || {
-        write(
-            sql,
-            &format!(
-                "CREATE TABLE IF NOT EXISTS {HOSTED} (session_id TEXT PRIMARY KEY) WITHOUT ROWID"
-            ),
-            Vec::new(),
-        )
-    })
-}
-
 /// Whether ACP serves `session_id` (its turns skip the last switch).
 pub fn hosted(sql: &dyn Sql, session_id: &str) -> Result<bool, SqlError> {
-    if !crate::sql::table_exists(sql, HOSTED)? {
+    if !crate::sql::holds_rows(sql, HOSTED) {
         return Ok(false);
     }
     let rows = read_beside(
@@ -157,7 +119,7 @@ pub fn hosted(sql: &dyn Sql, session_id: &str) -> Result<bool, SqlError> {
     Ok(!rows.is_empty())
 }
 
-/// Stages the mark (a write of the caller's transition; the table exists).
+/// Stages the mark (a write of the caller's transition).
 pub fn stage_hosted(sql: &dyn Sql, session_id: &str) -> Result<(), SqlError> {
     write(
         sql,
@@ -169,7 +131,6 @@ pub fn stage_hosted(sql: &dyn Sql, session_id: &str) -> Result<(), SqlError> {
 /// Marks an existing Session as served by ACP; idempotent.
 pub fn mark_hosted(ctx: &mut Ctx<'_>, session_id: &str) -> Result<(), ApiError> {
     let store = ctx.store;
-    create_hosted(store.sql())?;
     atomically(store.sql(), || {
         if !store.session_exists(session_id)? {
             return Err(ApiError::SessionNotFound(session_id.to_owned()));
@@ -226,7 +187,6 @@ pub fn set_agent(
 ) -> Result<Option<Choice>, SetError> {
     let checked = choice.map(|c| check(policy, c)).transpose()?;
     let sql = ctx.store.sql();
-    create(sql)?;
     let now_ms = ctx.now_ms;
     atomically(sql, || put(sql, AGENT, checked.as_ref(), now_ms))?;
     Ok(checked)
@@ -246,7 +206,6 @@ pub fn set_session(
     if !store.session_exists(session_id)? {
         return Err(ApiError::SessionNotFound(session_id.to_owned()).into());
     }
-    create(sql)?;
     let now_ms = ctx.now_ms;
     atomically(sql, || {
         // Deleted meanwhile? Then nothing is stored for it.
@@ -264,7 +223,7 @@ pub fn set_session(
 /// Inside a transition deleting `session_id` (its reads phase): whether a
 /// Session choice is stored, so [`forget_session`] is staged.
 pub fn session_has(sql: &dyn Sql, session_id: &str) -> Result<bool, SqlError> {
-    Ok(exists(sql)? && read_scope(sql, &session_scope(session_id))?.is_some())
+    Ok(any(sql) && read_scope(sql, &session_scope(session_id))?.is_some())
 }
 
 /// Stages the deletion of the Session's choice (a write of its transition).

@@ -114,19 +114,20 @@ pub trait Sql {
     /// The write set of the transition in progress, if any.
     fn write_set(&self) -> &WriteSet;
 
-    /// The tables this database is known to hold ([`table_exists`]).
+    /// What is known of the database's tables ([`holds_rows`], [`cached_read`]).
     fn tables(&self) -> &Tables;
 }
 
-/// The names of the database's tables, read once and dropped whenever a
-/// write batch carries DDL (so a rolled-back `CREATE` is never believed),
-/// and the reads kept across transitions ([`cached_read`]). Only this
-/// process writes the database, through [`Sql`]: both are caches SQLite can
-/// always rebuild. The names spare every optional table's existence check a
-/// `sqlite_master` query (opening an Agent, each turn).
+/// The tables known to hold no row, and the reads kept across transitions
+/// ([`cached_read`]). Only this process writes the database, through
+/// [`Sql`]: both are caches SQLite can always rebuild. `schema::open` says
+/// which tables are empty (every table of a store it creates; of an
+/// existing store, those its version read found empty), sparing the readers
+/// of tables most Agents never fill (mail, model choices, the files
+/// journal) a statement each turn.
 #[derive(Default)]
 pub struct Tables {
-    tables: std::cell::RefCell<Option<std::collections::HashSet<String>>>,
+    empty: std::cell::RefCell<std::collections::HashSet<String>>,
     reads: std::cell::RefCell<Vec<CachedRead>>,
 }
 
@@ -141,23 +142,19 @@ impl std::fmt::Debug for Tables {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let reads: Vec<&str> = self.reads.borrow().iter().map(|r| r.key).collect();
         f.debug_struct("Tables")
-            .field("tables", &self.tables)
+            .field("empty", &self.empty)
             .field("reads", &reads)
             .finish()
     }
 }
 
 impl Tables {
-    fn forget(&self) {
-        self.tables.borrow_mut().take();
-        self.reads.borrow_mut().clear();
-    }
-
-    /// Adds tables a committed batch created (when the names are known).
-    fn learn(&self, names: Vec<String>) {
-        if let Some(tables) = self.tables.borrow_mut().as_mut() {
-            tables.extend(names);
-        }
+    /// Records that `tables` hold no row (`schema::open`, having read or
+    /// made them so).
+    pub fn known_empty<'a>(&self, tables: impl IntoIterator<Item = &'a str>) {
+        self.empty
+            .borrow_mut()
+            .extend(tables.into_iter().map(str::to_owned));
     }
 
     fn kept(&self, key: &str) -> Option<std::rc::Rc<dyn std::any::Any>> {
@@ -182,6 +179,25 @@ impl Tables {
             });
         }
     }
+
+    /// Stops believing empty any table a statement of `writes` other than
+    /// a creation names (whether the batch commits or not: a guess on the
+    /// safe side).
+    fn filled_by(&self, writes: &[Write]) {
+        let mut empty = self.empty.borrow_mut();
+        if !empty.is_empty() {
+            let parts: Vec<&str> = writes
+                .iter()
+                .flat_map(|(text, _)| text.split(';'))
+                .filter(|part| !is_creation(part))
+                .collect();
+            empty.retain(|table| {
+                !parts
+                    .iter()
+                    .any(|part| part.contains(table.as_str()) && names(part, table))
+            });
+        }
+    }
 }
 
 /// Whether `statement` names `table` (as a whole word).
@@ -191,94 +207,74 @@ fn names(statement: &str, table: &str) -> bool {
         .any(|word| word == table)
 }
 
-/// Whether `table` exists. One `sqlite_master` read per instance (and after
-/// DDL); `sqlite_master` is written by no transition, so this may run
-/// beside a transition's writes.
-pub fn table_exists(sql: &(impl Sql + ?Sized), table: &str) -> Result<bool, SqlError> {
-    let catalog = sql.tables();
-    if catalog.tables.borrow().is_none() {
-        let rows = sql.query("SELECT name FROM sqlite_master WHERE type = 'table'", &[])?;
-        let names = rows.iter().map(|r| r.text(0)).collect::<Result<_, _>>()?;
-        *catalog.tables.borrow_mut() = Some(names);
-    }
-    Ok(catalog
-        .tables
-        .borrow()
-        .as_ref()
-        .is_some_and(|t| t.contains(table)))
+/// Whether `table` may hold rows: `false` only while it is known to hold
+/// none (see [`Tables`]), so a reader may skip it. No statement.
+pub fn holds_rows(sql: &(impl Sql + ?Sized), table: &str) -> bool {
+    !sql.tables().empty.borrow().contains(table)
 }
 
 /// What a write batch does to the database's tables.
 enum Ddl {
     /// No DDL.
     None,
-    /// Only `CREATE TABLE` (these names) and `CREATE INDEX`.
-    Creates(Vec<String>),
-    /// Anything else (`DROP`, `ALTER`, other `CREATE`s, an unusual name).
+    /// Only `CREATE TABLE` and `CREATE INDEX` (a creation adds no row).
+    Creates,
+    /// Anything else (`DROP`, `ALTER`, other `CREATE`s).
     Other,
 }
 
+/// The first `n` words of `part`, upper-cased.
+fn first_words(part: &str, n: usize) -> Vec<String> {
+    part.split_whitespace()
+        .take(n)
+        .map(str::to_ascii_uppercase)
+        .collect()
+}
+
+/// Whether one statement creates a table or an index.
+fn is_creation(part: &str) -> bool {
+    match first_words(part, 3).as_slice() {
+        [create, what, ..] if create == "CREATE" => {
+            what == "TABLE" || what == "INDEX" || what == "UNIQUE"
+        }
+        _ => false,
+    }
+}
+
 /// Reads the DDL out of `writes`, statement by statement (a text may hold
-/// several); whatever it does not recognise is [`Ddl::Other`].
+/// several).
 fn ddl_of(writes: &[Write]) -> Ddl {
-    let mut ddl = false;
-    let mut created = Vec::new();
+    let mut ddl = Ddl::None;
     for part in writes.iter().flat_map(|(text, _)| text.split(';')) {
-        let words: Vec<&str> = part.split_whitespace().take(6).collect();
-        let word = |i: usize| words.get(i).map(|w| w.to_ascii_uppercase());
-        match word(0).as_deref() {
-            Some("CREATE") => ddl = true,
-            Some("DROP" | "ALTER") => return Ddl::Other,
-            _ => continue,
+        if is_creation(part) {
+            ddl = Ddl::Creates;
+            continue;
         }
-        match word(1).as_deref() {
-            Some("INDEX" | "UNIQUE") => {}
-            Some("TABLE") => {
-                let at = if word(2).as_deref() == Some("IF") {
-                    5
-                } else {
-                    2
-                };
-                let name = words.get(at).and_then(|w| w.split('(').next());
-                match name {
-                    Some(n)
-                        if !n.is_empty()
-                            && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
-                    {
-                        created.push(n.to_owned());
-                    }
-                    _ => return Ddl::Other,
-                }
+        if let Some(first) = first_words(part, 1).first() {
+            if matches!(first.as_str(), "CREATE" | "DROP" | "ALTER") {
+                return Ddl::Other;
             }
-            _ => return Ddl::Other,
         }
     }
-    if ddl {
-        Ddl::Creates(created)
-    } else {
-        Ddl::None
-    }
+    ddl
 }
 
 /// Applies `writes`, dropping the kept reads of the tables they name, or
 /// every kept read for DDL (whether the batch commits or not: a failed
-/// batch may have been partly seen). The catalog learns the tables a batch
-/// of creations made once it commits; any other DDL, or a failed batch,
-/// drops it (a rolled-back `CREATE` is never believed).
+/// batch may have been partly seen), and the emptiness of every table they
+/// write, or of all for DDL other than creations.
 fn apply(sql: &(impl Sql + ?Sized), writes: Vec<Write>) -> Result<(), SqlError> {
-    let ddl = ddl_of(&writes);
     let catalog = sql.tables();
-    match ddl {
+    match ddl_of(&writes) {
         Ddl::None => catalog.forget_reads_of(&writes),
-        _ => catalog.reads.borrow_mut().clear(),
+        Ddl::Creates => catalog.reads.borrow_mut().clear(),
+        Ddl::Other => {
+            catalog.reads.borrow_mut().clear();
+            catalog.empty.borrow_mut().clear();
+        }
     }
-    let result = sql.apply(writes);
-    match (ddl, &result) {
-        (Ddl::None, _) => {}
-        (Ddl::Creates(names), Ok(())) => catalog.learn(names),
-        _ => catalog.forget(),
-    }
-    result
+    catalog.filled_by(&writes);
+    sql.apply(writes)
 }
 
 /// `read()`, a read of `table` alone, kept under `key` until a write batch
@@ -603,35 +599,31 @@ mod tests {
     }
 
     #[test]
-    fn the_catalog_learns_committed_creations_and_forgets_on_failure_or_drop() {
+    fn a_table_stays_known_empty_until_a_write_other_than_a_creation_names_it() {
         let sql = NativeSql::open_in_memory();
-        assert!(!table_exists(&sql, "a").unwrap());
-        // Made behind the catalog's back: seen only when it is read again.
-        sql.query("CREATE TABLE hidden (x INTEGER)", &[]).unwrap();
-        write(
-            &sql,
-            "CREATE TABLE IF NOT EXISTS a (x INTEGER);\nCREATE INDEX a_x ON a (x);\nCREATE TABLE b(x INTEGER)",
-            vec![],
-        )
-        .unwrap();
-        assert!(table_exists(&sql, "a").unwrap() && table_exists(&sql, "b").unwrap());
-        assert!(
-            !table_exists(&sql, "hidden").unwrap(),
-            "learned, not read again"
-        );
-        // A failed batch's creation is not believed; the catalog is read again.
+        write(&sql, "CREATE TABLE t (x INTEGER)", vec![]).unwrap();
+        write(&sql, "CREATE TABLE t_2 (x INTEGER)", vec![]).unwrap();
+        assert!(holds_rows(&sql, "t"), "unknown: it may");
+        sql.tables().known_empty(["t", "t_2"]);
+        assert!(!holds_rows(&sql, "t") && !holds_rows(&sql, "t_2"));
+        // Creations add no row; a refused transition applies nothing.
+        write(&sql, "CREATE INDEX IF NOT EXISTS t_x ON t (x)", vec![]).unwrap();
+        let refused: Result<(), SqlError> = atomically(&sql, || {
+            write(&sql, "INSERT INTO t VALUES (1)", vec![])?;
+            Err(SqlError::Engine("refused".into()))
+        });
+        assert!(refused.is_err());
+        assert!(!holds_rows(&sql, "t"));
+        // A write naming `t_2` (not `t`: whole words), even one that fails.
         let failed = atomically(&sql, || {
-            write(&sql, "CREATE TABLE c (x INTEGER)", vec![])?;
+            write(&sql, "INSERT INTO t_2 VALUES (1)", vec![])?;
             write(&sql, "INSERT INTO no_such_table VALUES (1)", vec![])
         });
         assert!(failed.is_err());
-        assert!(!table_exists(&sql, "c").unwrap());
-        assert!(table_exists(&sql, "hidden").unwrap());
-        write(&sql, "DROP TABLE a", vec![]).unwrap();
-        assert!(!table_exists(&sql, "a").unwrap());
-        // A name it cannot read for sure makes it read the catalog again.
-        write(&sql, "CREATE TABLE \"d\" (x INTEGER)", vec![]).unwrap();
-        assert!(table_exists(&sql, "d").unwrap());
+        assert!(holds_rows(&sql, "t_2") && !holds_rows(&sql, "t"));
+        // DDL other than a creation forgets every table's emptiness.
+        write(&sql, "CREATE TABLE u (x INTEGER); DROP TABLE u", vec![]).unwrap();
+        assert!(holds_rows(&sql, "t"));
     }
 
     /// `SELECT count(*) FROM t` through `cached_read`, and how many times

@@ -35,6 +35,7 @@ fn code(r: Result<impl std::fmt::Debug, Refusal>) -> String {
 #[test]
 fn create_reserves_a_derived_id_and_a_retry_answers_the_same_entry() {
     let sql = NativeSql::open_in_memory();
+    schema::open(&sql).unwrap();
     let mut asked = input("alice", "r1");
     asked.name = Some("Helper".into());
     asked.model = Some("openai/gpt-5".into());
@@ -72,6 +73,7 @@ fn create_reserves_a_derived_id_and_a_retry_answers_the_same_entry() {
 #[test]
 fn create_checks_names_models_and_reasoning() {
     let sql = NativeSql::open_in_memory();
+    schema::open(&sql).unwrap();
     let mut bad = input("alice", "r");
     bad.name = Some("x".repeat(129));
     assert_eq!(code(directory::create(&sql, 1, &bad)), "invalid_request");
@@ -131,7 +133,7 @@ fn create_checks_names_models_and_reasoning() {
 #[test]
 fn the_directory_holds_at_most_10000_agents() {
     let sql = NativeSql::open_in_memory();
-    directory::create_tables(&sql).unwrap();
+    schema::open(&sql).unwrap();
     sql.apply(vec![(
         format!(
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {})
@@ -164,6 +166,7 @@ fn the_directory_holds_at_most_10000_agents() {
 #[test]
 fn register_enters_an_agent_without_creator_once_and_never_the_reserved_id() {
     let sql = NativeSql::open_in_memory();
+    schema::open(&sql).unwrap();
     let e = directory::register(&sql, 5, "by-url").unwrap();
     assert_eq!(e.creator, None);
     assert_eq!(e.created_by, None);
@@ -186,6 +189,7 @@ fn register_enters_an_agent_without_creator_once_and_never_the_reserved_id() {
 #[test]
 fn list_pages_in_creation_order_and_filters_archived() {
     let sql = NativeSql::open_in_memory();
+    schema::open(&sql).unwrap();
     let mut ids = Vec::new();
     for i in 0..7 {
         ids.push(
@@ -260,6 +264,7 @@ fn list_pages_in_creation_order_and_filters_archived() {
 #[test]
 fn archive_refusals_of_the_directory_and_unarchive() {
     let sql = NativeSql::open_in_memory();
+    schema::open(&sql).unwrap();
     let child = directory::create(&sql, 1, &input("alice", "c"))
         .unwrap()
         .agent_id;
@@ -310,6 +315,7 @@ fn archive_refusals_of_the_directory_and_unarchive() {
 #[test]
 fn erase_removes_the_entry_and_remembers_the_address() {
     let sql = NativeSql::open_in_memory();
+    schema::open(&sql).unwrap();
     let child = directory::create(&sql, 1, &input("alice", "c"))
         .unwrap()
         .agent_id;
@@ -359,6 +365,7 @@ fn erase_removes_the_entry_and_remembers_the_address() {
 #[test]
 fn requests_round_trip_as_json_with_closed_inputs() {
     let sql = NativeSql::open_in_memory();
+    schema::open(&sql).unwrap();
     let answer: Value = serde_json::from_str(&directory::handle_json(
         &sql,
         7,

@@ -568,20 +568,17 @@ impl Extensions {
 
     // Opening.
 
-    /// Creates the tables and brings every roster extension to its
-    /// definition: a new one is recorded; a new revision resumes a stopped
+    /// Brings every roster extension to its definition: a new one is
+    /// recorded, with its state table; a new revision resumes a stopped
     /// one and runs the migrations its new state version needs, in order,
     /// in one transition (a failed migration records a stop and leaves the
     /// state as it was). Each extension is its own transition.
     pub fn open(&self, ctx: &mut Ctx<'_>) -> Result<(), ApiError> {
-        // An Agent without extensions keeps none of their tables (nor
-        // attention's): every reader below answers an empty roster without
-        // them. They are created when a roster first names an extension.
+        // An empty roster reads nothing.
         if self.roster.is_empty() {
             return Ok(());
         }
         let sql = ctx.store.sql();
-        tables::create(sql, &self.roster)?;
         for entry in self.roster.entries() {
             atomically(sql, || {
                 self.with_cache(sql, |cache| match cache.meta.get(entry.id()).cloned() {
@@ -593,6 +590,7 @@ impl Extensions {
                             stopped_at: None,
                             cursor: None,
                         };
+                        tables::create_state(sql, entry.id())?;
                         tables::put_meta(sql, entry.id(), &meta, ctx.now_ms)?;
                         cache.meta.insert(entry.id().to_owned(), meta);
                         Ok(())

@@ -1,14 +1,12 @@
-//! The extensions' tables. Created on first use, outside the versioned
-//! runtime schema (an Agent without extensions has none): one status row
-//! per extension, the timers, the settled-work log a stopped extension
-//! replays, command request ids for replay, producer history, and one state table per
-//! extension (so a transition may read one extension's state after writing
-//! another's: `sql::read_beside`).
+//! The extensions' tables, in the versioned schema (`store::schema`): one
+//! status row per extension, the timers, the settled-work log a stopped
+//! extension replays, command request ids for replay, and one state table
+//! per extension (so a transition may read one extension's state after
+//! writing another's: `sql::read_beside`), made with its status row
+//! ([`create_state`]).
 
-use super::manifest::Roster;
-use crate::sql::{
-    atomically, cached_read, read, read_beside, table_exists, write, Row, Sql, SqlError,
-};
+use crate::sql::{cached_read, read, read_beside, write, Row, Sql, SqlError};
+use crate::store::schema;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
@@ -20,97 +18,13 @@ pub(super) const REQUESTS: &str = "shiitake_ext_requests";
 
 /// The state table of extension `id` (a checked name: `[a-z][a-z0-9_]*`).
 pub(super) fn state_table(id: &str) -> String {
-    format!("shiitake_state_{id}")
+    schema::extension_state_table(id)
 }
 
-/// Creates what is missing; idempotent, and free once everything exists
-/// (the catalog answers: an Agent's reopening writes nothing).
-pub(super) fn create(sql: &dyn Sql, roster: &Roster) -> Result<(), SqlError> {
-    let mut present = true;
-    for table in [META, TIMERS, LOG, REQUESTS, crate::history::TABLE] {
-        present &= table_exists(sql, table)?;
-    }
-    for entry in roster.entries() {
-        present &= table_exists(sql, &state_table(entry.id()))?;
-    }
-    if !present {
-        create_missing(sql, roster)?;
-    }
-    // Attention and the delivery outbox its changes stage into.
-    crate::attention::create(sql)?;
-    crate::delivery::create(sql)
-}
-
-fn create_missing(sql: &dyn Sql, roster: &Roster) -> Result<(), SqlError> {
-    let mut statements = vec![
-        // `stopped`: the recorded stop reason, until the host resumes the
-        // extension or its revision changes. `cursor`: the last settled
-        // work (a `LOG` seq) it handled, while it has missed some; NULL
-        // when it is up to date.
-        format!(
-            "CREATE TABLE IF NOT EXISTS {META} (
-                id TEXT PRIMARY KEY,
-                revision TEXT NOT NULL,
-                state_version INTEGER NOT NULL,
-                stopped TEXT,
-                stopped_at INTEGER,
-                cursor INTEGER,
-                updated_at INTEGER NOT NULL
-            ) WITHOUT ROWID"
-        ),
-        format!(
-            "CREATE TABLE IF NOT EXISTS {TIMERS} (
-                ext TEXT NOT NULL,
-                name TEXT NOT NULL,
-                due_at INTEGER NOT NULL,
-                session_id TEXT,
-                payload TEXT NOT NULL,
-                PRIMARY KEY (ext, name)
-            ) WITHOUT ROWID"
-        ),
-        format!("CREATE INDEX IF NOT EXISTS {TIMERS}_due ON {TIMERS} (due_at)"),
-        // Written only while some extension has missed settled work.
-        format!(
-            "CREATE TABLE IF NOT EXISTS {LOG} (
-                seq INTEGER PRIMARY KEY,
-                session_id TEXT NOT NULL,
-                command_id TEXT NOT NULL
-            )"
-        ),
-        format!(
-            "CREATE TABLE IF NOT EXISTS {REQUESTS} (
-                ext TEXT NOT NULL,
-                scope TEXT NOT NULL,
-                request_id TEXT NOT NULL,
-                command TEXT NOT NULL,
-                input TEXT NOT NULL,
-                result TEXT NOT NULL,
-                at INTEGER NOT NULL
-            )"
-        ),
-        format!(
-            "CREATE UNIQUE INDEX IF NOT EXISTS {REQUESTS}_id ON {REQUESTS} (ext, scope, request_id)"
-        ),
-        // Producer history: one row per (Session, extension).
-        crate::history::create_statement(),
-    ];
-    for entry in roster.entries() {
-        statements.push(format!(
-            "CREATE TABLE IF NOT EXISTS {} (
-                collection TEXT NOT NULL,
-                key TEXT NOT NULL,
-                value TEXT NOT NULL,
-                PRIMARY KEY (collection, key)
-            ) WITHOUT ROWID",
-            state_table(entry.id())
-        ));
-    }
-    atomically(sql, || {
-        for statement in &statements {
-            write(sql, statement, Vec::new())?;
-        }
-        Ok(())
-    })
+/// Stages the creation of extension `id`'s state table: a write of the
+/// transition that records its first status row.
+pub(super) fn create_state(sql: &dyn Sql, id: &str) -> Result<(), SqlError> {
+    write(sql, &schema::extension_state(id), Vec::new())
 }
 
 /// One extension's status row.

@@ -26,28 +26,10 @@
 
 use super::port::{Change, Port, PortError, Replaced};
 use crate::limits::{FILES_JOURNAL_BYTES_MAX, FILES_JOURNAL_PART_BYTES};
-use crate::sql::{atomically, read, table_exists, write, Sql, SqlError, SqlValue};
+use crate::sql::{atomically, holds_rows, read, write, Sql, SqlError, SqlValue};
 use sha2::{Digest, Sha256};
 
 const TABLE: &str = "shiitake_files_journal";
-
-// One row per part of a file's content before (one part when it was
-// absent: `before` NULL); `after` is the digest of its content after
-// (NULL: deleted). Created on first use, like the workspace's table.
-const CREATE: &str = "CREATE TABLE IF NOT EXISTS shiitake_files_journal (
-    id INTEGER NOT NULL,
-    file INTEGER NOT NULL,
-    part INTEGER NOT NULL,
-    port TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    command_id TEXT NOT NULL,
-    call_id TEXT NOT NULL,
-    path TEXT NOT NULL,
-    before TEXT,
-    after TEXT,
-    created_at INTEGER NOT NULL,
-    PRIMARY KEY (id, file, part)
-)";
 
 /// Whose a journal is: the port it writes through (the host's key for it)
 /// and the tool call that runs it.
@@ -166,9 +148,6 @@ fn begin(sql: &dyn Sql, owner: &Owner, changes: &[Change], now_ms: i64) -> Resul
              {FILES_JOURNAL_BYTES_MAX} bytes: patch fewer or smaller files at a time"
         )));
     }
-    if !table_exists(sql, TABLE).map_err(storage)? {
-        write(sql, CREATE, Vec::new()).map_err(storage)?;
-    }
     atomically(sql, || {
         let id = read(
             sql,
@@ -267,9 +246,9 @@ fn files(sql: &dyn Sql, id: i64) -> Result<Vec<File>, SqlError> {
 
 /// The journals left in the store (`call`: of that tool call only, by
 /// Session, head command and call id), in the order they were written. No
-/// statement when none was ever written.
+/// statement while the table is known empty (`sql::holds_rows`).
 pub fn journals(sql: &dyn Sql, call: Option<(&str, &str, &str)>) -> Result<Vec<Journal>, SqlError> {
-    if !table_exists(sql, TABLE)? {
+    if !holds_rows(sql, TABLE) {
         return Ok(Vec::new());
     }
     const ALL: &str = "SELECT id, port, session_id, command_id, call_id, created_at
@@ -592,6 +571,7 @@ mod tests {
     #[test]
     fn a_patch_is_journaled_before_its_first_write_and_cleared_once_written() {
         let sql = NativeSql::open_in_memory();
+        crate::store::schema::open(&sql).unwrap();
         let mut port = Stepwise::with(&ORIGINAL);
         port.sql = Some(&sql);
         let done = block_on(journaled(&sql).replace(&port, &patch())).unwrap();
@@ -613,6 +593,7 @@ mod tests {
     #[test]
     fn a_conflict_midway_puts_back_what_was_written() {
         let sql = NativeSql::open_in_memory();
+        crate::store::schema::open(&sql).unwrap();
         let mut port = Stepwise::with(&ORIGINAL);
         port.conflict = Some("c");
         let outcome = block_on(journaled(&sql).replace(&port, &patch())).unwrap();
@@ -626,6 +607,7 @@ mod tests {
     #[test]
     fn a_put_back_that_fails_is_reported_with_exactly_the_files_it_left_changed() {
         let sql = NativeSql::open_in_memory();
+        crate::store::schema::open(&sql).unwrap();
         let mut port = Stepwise::with(&ORIGINAL);
         port.conflict = Some("c");
         // `a`'s first write lands, its put-back fails.
@@ -647,6 +629,7 @@ mod tests {
     #[test]
     fn a_failed_write_or_a_stop_undoes_the_patch_and_says_so() {
         let sql = NativeSql::open_in_memory();
+        crate::store::schema::open(&sql).unwrap();
         let port = Stepwise::with(&ORIGINAL);
         port.fail.borrow_mut().insert("b".into(), 0);
         let e = block_on(journaled(&sql).replace(&port, &patch()))
@@ -681,6 +664,7 @@ mod tests {
     fn recovery_after_a_crash_puts_every_file_back_and_is_idempotent() {
         for crashed_after in 0..=4 {
             let sql = NativeSql::open_in_memory();
+            crate::store::schema::open(&sql).unwrap();
             let port = Stepwise::with(&ORIGINAL);
             let changes = patch();
             let id = begin(&sql, &owner(), &changes, 1).unwrap();
@@ -700,6 +684,7 @@ mod tests {
         // A crash midway through recovering (`a` put back, the journal
         // still there): recovering again finishes it.
         let sql = NativeSql::open_in_memory();
+        crate::store::schema::open(&sql).unwrap();
         let port = Stepwise::with(&ORIGINAL);
         let changes = patch();
         let id = begin(&sql, &owner(), &changes, 1).unwrap();
@@ -716,6 +701,7 @@ mod tests {
     #[test]
     fn recovery_leaves_another_writers_file_and_names_it() {
         let sql = NativeSql::open_in_memory();
+        crate::store::schema::open(&sql).unwrap();
         let port = Stepwise::with(&ORIGINAL);
         let changes = patch();
         let id = begin(&sql, &owner(), &changes, 1).unwrap();
@@ -742,6 +728,7 @@ mod tests {
     #[test]
     fn large_files_are_journaled_in_parts_and_the_journal_is_bounded() {
         let sql = NativeSql::open_in_memory();
+        crate::store::schema::open(&sql).unwrap();
         // 2.5 MiB of two-byte characters: parts cut at character boundaries.
         let big = "é".repeat(1_310_720);
         let port = Stepwise::with(&[("big", big.as_str()), ("small", "s")]);

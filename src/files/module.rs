@@ -478,7 +478,8 @@ mod tests {
     #[test]
     fn reads_come_in_windows_of_whole_lines() {
         let sql = NativeSql::open_in_memory();
-        let ws = Workspace::open(&sql, Bounds::default(), 1).unwrap();
+        crate::store::schema::open(&sql).unwrap();
+        let ws = Workspace::open(&sql, Bounds::default(), 1);
         let line = format!("{}\n", "x".repeat(1_000));
         let content = line.repeat(300); // 300,300 bytes: over one window
         run(&ws, "write", json!({ "path": "big", "content": content })).unwrap();
@@ -507,7 +508,8 @@ mod tests {
     #[test]
     fn replace_needs_one_occurrence_unless_all() {
         let sql = NativeSql::open_in_memory();
-        let ws = Workspace::open(&sql, Bounds::default(), 1).unwrap();
+        crate::store::schema::open(&sql).unwrap();
+        let ws = Workspace::open(&sql, Bounds::default(), 1);
         run(&ws, "write", json!({ "path": "f", "content": "a b a" })).unwrap();
         let e = run(
             &ws,
@@ -546,7 +548,8 @@ mod tests {
     #[test]
     fn search_reads_the_gitignore_of_ancestors_of_the_searched_directory() {
         let sql = NativeSql::open_in_memory();
-        let ws = Workspace::open(&sql, Bounds::default(), 1).unwrap();
+        crate::store::schema::open(&sql).unwrap();
+        let ws = Workspace::open(&sql, Bounds::default(), 1);
         for (path, content) in [
             (".gitignore", "*.tmp\n"),
             ("a/b/x.tmp", "hit"),

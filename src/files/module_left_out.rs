@@ -48,7 +48,8 @@ mod tests {
         named(module(MODULE_ID, true).unwrap_err().0);
         named(module("computers.laptop.files", false).unwrap_err().0);
         let sql = crate::sql::native::NativeSql::open_in_memory();
-        let workspace = Workspace::open(&sql, Bounds::default(), 0).unwrap();
+        crate::store::schema::open(&sql).unwrap();
+        let workspace = Workspace::open(&sql, Bounds::default(), 0);
         let read = serde_json::json!({ "path": "a.txt" });
         named(block_on(call(&workspace, "read", &read)).unwrap_err());
     }

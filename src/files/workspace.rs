@@ -1,10 +1,7 @@
-//! The Files port over the Agent's own SQLite: one table, each write one
-//! transition, so a replace or a whole patch commits atomically or not at
-//! all, and a concurrent edit is refused as a conflict.
-//!
-//! The table is created on first use and is not part of the versioned
-//! runtime schema (`store::schema`): it holds the host's files, not the
-//! runtime's facts, and a build without files support leaves it alone.
+//! The Files port over the Agent's own SQLite: one table
+//! (`shiitake_files`, in the versioned schema: `store::schema`), each write
+//! one transition, so a replace or a whole patch commits atomically or not
+//! at all, and a concurrent edit is refused as a conflict.
 
 use super::path::is_within;
 use super::port::{Change, Entry, Page, Port, PortError, Replaced, Stat};
@@ -13,13 +10,6 @@ use crate::limits::{
 };
 use crate::sql::{atomically, read, write, Sql, SqlError, SqlValue};
 use serde::Deserialize;
-
-const CREATE: &str = "CREATE TABLE IF NOT EXISTS shiitake_files (
-    path TEXT PRIMARY KEY,
-    content TEXT NOT NULL,
-    bytes INTEGER NOT NULL,
-    modified_at INTEGER NOT NULL
-) WITHOUT ROWID";
 
 /// The workspace's bounds; a host may set less than the defaults, never more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -93,14 +83,12 @@ fn port_error(e: SqlError) -> PortError {
 }
 
 impl<'a> Workspace<'a> {
-    /// Creates the table if needed.
-    pub fn open(sql: &'a dyn Sql, bounds: Bounds, now_ms: i64) -> Result<Self, PortError> {
-        write(sql, CREATE, Vec::new()).map_err(port_error)?;
-        Ok(Workspace {
+    pub fn open(sql: &'a dyn Sql, bounds: Bounds, now_ms: i64) -> Workspace<'a> {
+        Workspace {
             sql,
             bounds,
             now_ms,
-        })
+        }
     }
 
     fn content(&self, path: &str) -> Result<Option<String>, SqlError> {
@@ -306,7 +294,8 @@ mod tests {
     #[test]
     fn writes_reads_lists_and_stats() {
         let sql = NativeSql::open_in_memory();
-        let ws = Workspace::open(&sql, Bounds::default(), 1).unwrap();
+        crate::store::schema::open(&sql).unwrap();
+        let ws = Workspace::open(&sql, Bounds::default(), 1);
         for path in ["a/x.txt", "a/b/y.txt", "a0.txt", "a.txt", "z.txt"] {
             block_on(ws.write(path, path)).unwrap();
         }
@@ -333,7 +322,8 @@ mod tests {
     #[test]
     fn listing_pages_through_every_file_once() {
         let sql = NativeSql::open_in_memory();
-        let ws = Workspace::open(&sql, Bounds::default(), 1).unwrap();
+        crate::store::schema::open(&sql).unwrap();
+        let ws = Workspace::open(&sql, Bounds::default(), 1);
         let total = LIST_ENTRIES_MAX * 2 + 7;
         let changes: Vec<_> = (0..total)
             .map(|i| change(&format!("d/{i:05}"), None, Some("x")))
@@ -357,7 +347,8 @@ mod tests {
     #[test]
     fn a_replace_applies_all_or_nothing_and_refuses_a_stale_expectation() {
         let sql = NativeSql::open_in_memory();
-        let ws = Workspace::open(&sql, Bounds::default(), 1).unwrap();
+        crate::store::schema::open(&sql).unwrap();
+        let ws = Workspace::open(&sql, Bounds::default(), 1);
         block_on(ws.write("a", "one")).unwrap();
         block_on(ws.write("b", "two")).unwrap();
         // Another writer changed `b` since the patch read it.
@@ -391,9 +382,10 @@ mod tests {
     #[test]
     fn bounds_per_file_per_workspace_and_in_files() {
         let sql = NativeSql::open_in_memory();
+        crate::store::schema::open(&sql).unwrap();
         let bounds =
             Bounds::parse(r#"{"fileBytesMax":10,"workspaceBytesMax":25,"filesMax":3}"#).unwrap();
-        let ws = Workspace::open(&sql, bounds, 1).unwrap();
+        let ws = Workspace::open(&sql, bounds, 1);
         let e = block_on(ws.write("big", &"x".repeat(11))).unwrap_err().0;
         assert!(
             e.contains("11 bytes; a workspace file holds at most 10"),
@@ -417,19 +409,5 @@ mod tests {
         ] {
             assert!(Bounds::parse(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn the_table_survives_reopening() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("db");
-        {
-            let sql = NativeSql::open(&file).unwrap();
-            let ws = Workspace::open(&sql, Bounds::default(), 1).unwrap();
-            block_on(ws.write("kept", "yes")).unwrap();
-        }
-        let sql = NativeSql::open(&file).unwrap();
-        let ws = Workspace::open(&sql, Bounds::default(), 2).unwrap();
-        assert_eq!(block_on(ws.read("kept")).unwrap().as_deref(), Some("yes"));
     }
 }

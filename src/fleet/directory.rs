@@ -1,9 +1,10 @@
 //! The Agent directory (seed: "Agent fleet": Agent directory reservations,
 //! replay receipts, erasure addresses), sans-IO. One designated Durable
 //! Object of the fleet's namespace holds it: the Agent id
-//! [`DIRECTORY_AGENT_ID`], reserved (never an ordinary Agent). Its table is
-//! created on first use in that object's own SQLite; nothing else lives
-//! there (the object runs no Agent).
+//! [`DIRECTORY_AGENT_ID`], reserved (never an ordinary Agent), in its own
+//! SQLite under the versioned schema (`store::schema`, opened by the host
+//! before the first request); nothing else is written there (the object
+//! runs no Agent).
 //!
 //! Rules, each one transition ([`handle`] dispatches a [`Request`]):
 //! - [`create`]: reserves a new Agent id derived from (creator, requestId)
@@ -31,7 +32,7 @@ use crate::limits::{
     AGENT_NAME_CHARS_MAX, DIRECTORY_AGENTS_MAX, DIRECTORY_ERASED_KEPT_MAX, DIRECTORY_PAGE_DEFAULT,
     DIRECTORY_PAGE_MAX, REQUEST_ID_BYTES_MAX,
 };
-use crate::sql::{atomically, read, table_exists, write, Row, Sql, SqlError};
+use crate::sql::{atomically, read, write, Row, Sql, SqlError};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -260,47 +261,6 @@ pub fn validate_create(input: &CreateInput) -> Result<(), String> {
     validate_reasoning(input.model.as_deref(), input.reasoning.as_deref())
 }
 
-/// Creates the tables when missing; its own transition (call it outside
-/// one). Idempotent.
-pub fn create_tables(sql: &dyn Sql) -> Result<(), SqlError> {
-    if table_exists(sql, AGENTS)? && table_exists(sql, ERASED)? {
-        return Ok(());
-    }
-    let statements = [
-        format!(
-            "CREATE TABLE IF NOT EXISTS {AGENTS} (
-                seq INTEGER PRIMARY KEY,
-                agent_id TEXT NOT NULL UNIQUE,
-                name TEXT,
-                creator TEXT,
-                request_id TEXT,
-                model TEXT,
-                reasoning TEXT,
-                archived INTEGER NOT NULL DEFAULT 0,
-                created_at INTEGER NOT NULL,
-                updated_at INTEGER NOT NULL
-            )"
-        ),
-        format!(
-            "CREATE UNIQUE INDEX IF NOT EXISTS {AGENTS}_by_request ON {AGENTS} (creator, request_id)
-             WHERE request_id IS NOT NULL"
-        ),
-        format!("CREATE INDEX IF NOT EXISTS {AGENTS}_listed ON {AGENTS} (archived, seq)"),
-        format!(
-            "CREATE TABLE IF NOT EXISTS {ERASED} (
-                agent_id TEXT PRIMARY KEY,
-                erased_at INTEGER NOT NULL
-            ) WITHOUT ROWID"
-        ),
-    ];
-    atomically(sql, || {
-        for statement in &statements {
-            write(sql, statement, Vec::new())?;
-        }
-        Ok(())
-    })
-}
-
 const COLUMNS: &str =
     "agent_id, name, creator, request_id, model, reasoning, archived, created_at, updated_at, seq";
 
@@ -394,7 +354,6 @@ fn agent_id_ok(agent_id: &str) -> Result<(), Refusal> {
 /// reserved before (the replay receipt).
 pub fn create(sql: &dyn Sql, now_ms: i64, input: &CreateInput) -> Result<Entry, Refusal> {
     validate_create(input).map_err(Refusal::invalid)?;
-    create_tables(sql)?;
     let agent_id = reserved_id(&input.creator, &input.request_id);
     atomically(sql, || {
         if let Some(found) = by_request(sql, &input.creator, &input.request_id)? {
@@ -458,7 +417,6 @@ pub fn register(sql: &dyn Sql, now_ms: i64, agent_id: &str) -> Result<Entry, Ref
             format!("`{DIRECTORY_AGENT_ID}` is the directory's own id, never an Agent"),
         ));
     }
-    create_tables(sql)?;
     atomically(sql, || {
         if let Some(found) = entry(sql, agent_id)? {
             return Ok(found);
@@ -494,7 +452,6 @@ pub fn register(sql: &dyn Sql, now_ms: i64, agent_id: &str) -> Result<Entry, Ref
 /// One entry, or whether its address was erased.
 pub fn lookup(sql: &dyn Sql, agent_id: &str) -> Result<Lookup, Refusal> {
     agent_id_ok(agent_id)?;
-    create_tables(sql)?;
     Ok(Lookup {
         entry: entry(sql, agent_id)?,
         erased: erased(sql, agent_id)?,
@@ -519,7 +476,6 @@ pub fn list(
         None => 0,
         Some(c) => parse_cursor(c).map_err(Refusal::invalid)?,
     };
-    create_tables(sql)?;
     let rows = read(
         sql,
         &format!(
@@ -575,7 +531,6 @@ pub fn check(
 ) -> Result<Entry, Refusal> {
     agent_id_ok(agent_id)?;
     agent_id_ok(caller)?;
-    create_tables(sql)?;
     decide(sql, caller, agent_id, archived)
 }
 
@@ -625,7 +580,6 @@ pub fn set_archived(
 ) -> Result<Entry, Refusal> {
     agent_id_ok(agent_id)?;
     agent_id_ok(caller)?;
-    create_tables(sql)?;
     atomically(sql, || {
         let mut found = decide(sql, caller, agent_id, archived)?;
         write(
@@ -649,7 +603,6 @@ pub fn erase(sql: &dyn Sql, now_ms: i64, agent_id: &str) -> Result<bool, Refusal
             "the directory cannot erase itself",
         ));
     }
-    create_tables(sql)?;
     atomically(sql, || {
         let present = entry(sql, agent_id)?.is_some();
         write(

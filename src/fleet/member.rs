@@ -2,8 +2,9 @@
 //! (`crate::fleet::directory`), in its own storage: whether it registered
 //! itself (so it asks the directory once), and whether its creator archived
 //! it (so its mail answers `Left` without asking the directory). One table,
-//! `shiitake_fleet_member` (key, value), created on first use outside the
-//! versioned schema; every reader works without it.
+//! `shiitake_fleet_member` (key, value, in the versioned schema:
+//! `store::schema`); its readers skip it while it is known empty
+//! (`sql::holds_rows`).
 //!
 //! [`set_archived`] is the target's side of `agents.archive`: one
 //! transition that reads this Agent's facts (a running command:
@@ -19,25 +20,8 @@ use serde::{Deserialize, Serialize};
 
 const TABLE: &str = "shiitake_fleet_member";
 
-fn exists(sql: &dyn Sql) -> Result<bool, SqlError> {
-    crate::sql::table_exists(sql, TABLE)
-}
-
-fn create(sql: &dyn Sql) -> Result<(), SqlError> {
-    if exists(sql)? {
-        return Ok(());
-    }
-    write(
-        sql,
-        &format!(
-            "CREATE TABLE IF NOT EXISTS {TABLE} (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"
-        ),
-        Vec::new(),
-    )
-}
-
 fn get(sql: &dyn Sql, key: &str) -> Result<Option<String>, SqlError> {
-    if !exists(sql)? {
+    if !crate::sql::holds_rows(sql, TABLE) {
         return Ok(None);
     }
     read(
@@ -68,7 +52,6 @@ pub fn registered(sql: &dyn Sql) -> Result<bool, SqlError> {
 
 /// Remembers that the directory holds this Agent.
 pub fn mark_registered(sql: &dyn Sql, now_ms: i64) -> Result<(), SqlError> {
-    create(sql)?;
     put(sql, "registered", &now_ms.to_string())
 }
 
@@ -108,7 +91,6 @@ pub enum MemberAnswer {
 pub fn set_archived(ctx: &mut Ctx<'_>, archived: bool) -> Result<MemberAnswer, ApiError> {
     let store = ctx.store;
     let sql = store.sql();
-    create_outside(sql)?;
     atomically(sql, || {
         if archived {
             let (running, pending) = store.unsettled_counts()?;
@@ -136,8 +118,4 @@ pub fn set_archived(ctx: &mut Ctx<'_>, archived: bool) -> Result<MemberAnswer, A
             MemberAnswer::Unarchived
         })
     })
-}
-
-fn create_outside(sql: &dyn Sql) -> Result<(), SqlError> {
-    atomically(sql, || create(sql))
 }

@@ -278,6 +278,11 @@ pub fn log_error(message: impl std::fmt::Display) {
     web_sys::console::error_1(&format!("shiitake: {message}").into());
 }
 
+/// [`log_error`] at info level.
+pub fn log_info(message: impl std::fmt::Display) {
+    web_sys::console::info_1(&format!("shiitake: {message}").into());
+}
+
 /// [`log_error`] at warning level.
 pub fn log_warn(message: impl std::fmt::Display) {
     web_sys::console::warn_1(&format!("shiitake: {message}").into());

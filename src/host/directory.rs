@@ -6,11 +6,15 @@
 
 use super::bindings;
 use super::sql::DoSql;
+use crate::store::schema;
+use std::cell::Cell;
 use wasm_bindgen::prelude::*;
 
 #[wasm_bindgen]
 pub struct ShiitakeDirectory {
     sql: DoSql,
+    /// The store's schema was checked (created, or migrated) once.
+    opened: Cell<bool>,
 }
 
 #[wasm_bindgen]
@@ -20,12 +24,25 @@ impl ShiitakeDirectory {
     pub fn new(ctx: JsValue) -> Result<ShiitakeDirectory, JsValue> {
         Ok(ShiitakeDirectory {
             sql: DoSql::from_state(&ctx)?,
+            opened: Cell::new(false),
         })
     }
 
     /// One request (JSON, `crate::fleet::directory::Request`): the answer
-    /// `{value}` or `{error: {code, status, message}}` as JSON.
+    /// `{value}` or `{error: {code, status, message}}` as JSON. The first
+    /// opens the store (`schema::open`: the directory's tables are in the
+    /// versioned schema like an Agent's).
     pub fn call(&self, request: &str) -> String {
+        if !self.opened.get() {
+            match schema::open(&self.sql) {
+                Ok(opened) => super::report_opened(opened),
+                Err(e) => return serde_json::json!({
+                    "error": { "code": e.code(), "status": e.status(), "message": e.to_string() }
+                })
+                .to_string(),
+            }
+            self.opened.set(true);
+        }
         crate::fleet::directory::handle_json(&self.sql, bindings::now_ms(), request)
     }
 }

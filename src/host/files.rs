@@ -160,7 +160,7 @@ impl HostPort {
         let stopped = || signal.aborted();
         let port = match self {
             HostPort::Workspace(bounds) => {
-                EitherPort::Workspace(Workspace::open(sql, *bounds, now_ms).map_err(|e| e.0)?)
+                EitherPort::Workspace(Workspace::open(sql, *bounds, now_ms))
             }
             HostPort::Js { stepwise, .. } => EitherPort::Js(
                 js,

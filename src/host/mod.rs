@@ -354,7 +354,7 @@ pub fn deliver_session_grants_to_storage(
     delivery: &str,
 ) -> Result<String, JsValue> {
     let sql = sql::DoSql::from_state(&state)?;
-    schema::open(&sql).map_err(js_api_error)?;
+    report_opened(schema::open(&sql).map_err(js_api_error)?);
     let outcome = in_ctx(Store::new(&sql), &MetaPolicy::default(), |ctx| {
         grants::deliver(ctx, session_id, delivery)
     })
@@ -372,6 +372,16 @@ fn in_ctx<T>(store: Store<'_>, meta: &MetaPolicy, f: impl FnOnce(&mut Ctx<'_>) -
         meta,
     };
     f(&mut ctx)
+}
+
+/// Logs a migration once: the store it happens to is current afterwards.
+fn report_opened(opened: schema::Opened) {
+    if let schema::Opened::Migrated { from } = opened {
+        bindings::log_info(format!(
+            "the store was migrated from schema version {from} to {}",
+            schema::SCHEMA_VERSION
+        ));
+    }
 }
 
 /// An [`ApiError`] as a JS `Error` carrying `code` and `status`.
@@ -395,8 +405,9 @@ impl Inner {
     /// revisions, migrations). Once per instance.
     fn open(&self) -> Result<(), ApiError> {
         if !self.schema_checked.get() {
-            let created = schema::open(&self.sql)?;
-            crate::delivery::create(&self.sql)?;
+            let opened = schema::open(&self.sql)?;
+            report_opened(opened);
+            let created = opened == schema::Opened::Created;
             if created && self.extensions().is_none_or(|e| e.roster().is_empty()) {
                 // Empty tables: no turn, mail or outbox entry to look for
                 // until this instance writes one (which arms the alarm).

@@ -9,7 +9,7 @@
 //! receipt and admits it as one user-role line whose verified facts the
 //! model context renders inside `<fungi_agent_reply …>` ([`render`]).
 //!
-//! Tables (created on first use, outside the versioned runtime schema):
+//! Tables (in the versioned schema, `store::schema`):
 //! the outbox (frozen mails, their state, attempts, next attempt, receipt)
 //! and the inbox (received mail keys: the command each was admitted as,
 //! where its reply goes, and for an authenticated reply its verified facts).
@@ -455,7 +455,6 @@ pub fn send(ctx: &mut Ctx<'_>, outgoing: &Outgoing<'_>) -> Result<SendState, Api
     let store = ctx.store;
     let sql = store.sql();
     let now_ms = ctx.now_ms;
-    tables::create(sql)?;
     atomically(sql, || {
         if let Some(row) = tables::outbox(sql, &key)? {
             let frozen = parse_mail(&row.mail)?;
@@ -484,7 +483,7 @@ pub fn send(ctx: &mut Ctx<'_>, outgoing: &Outgoing<'_>) -> Result<SendState, Api
 
 /// Mails due for delivery now (pending, next attempt ≤ now), oldest first.
 pub fn due(store: Store<'_>, now_ms: i64, limit: usize) -> Result<Vec<Mail>, ApiError> {
-    if !tables::exists(store.sql())? {
+    if !tables::holds_mail(store.sql()) {
         return Ok(Vec::new());
     }
     tables::due(store.sql(), now_ms, limit)?
@@ -511,7 +510,7 @@ pub fn delivered(
     let sql = store.sql();
     let now_ms = ctx.now_ms;
     let ids = &mut *ctx.ids;
-    if !tables::exists(sql)? {
+    if !tables::holds_mail(sql) {
         return Err(no_mail(key));
     }
     let mut slot = None;
@@ -608,7 +607,7 @@ fn give_up_or_retry(
     let sql = store.sql();
     let now_ms = ctx.now_ms;
     let ids = &mut *ctx.ids;
-    if !tables::exists(sql)? {
+    if !tables::holds_mail(sql) {
         return Err(no_mail(key));
     }
     let error = bounded(error, MAIL_ERROR_BYTES_MAX);
@@ -657,9 +656,9 @@ fn give_up_or_retry(
 
 /// How many mails this Agent still waits on: pending deliveries (its sends
 /// and the replies it owes) and accepted sends whose reply has not arrived
-/// (delegated work still waiting). Zero without the mail tables.
+/// (delegated work still waiting). Zero while they hold no mail.
 pub fn waiting(sql: &dyn Sql) -> Result<usize, ApiError> {
-    if !tables::exists(sql)? {
+    if !tables::holds_mail(sql) {
         return Ok(0);
     }
     Ok(tables::waiting_count(sql)?)
@@ -946,7 +945,6 @@ pub fn receive(
     let now_ms = ctx.now_ms;
     let ids = &mut *ctx.ids;
     let digest = digest(mail)?;
-    tables::create(sql)?;
     let mut slot = None;
     let landed = &mut slot;
     let value = atomically(sql, || {
@@ -1078,7 +1076,7 @@ impl<T> Landing<T> {
 
 /// The earliest owed delivery (a pending mail's next attempt), if any.
 pub fn next_deadline(store: Store<'_>) -> Result<Option<i64>, ApiError> {
-    if !tables::exists(store.sql())? {
+    if !tables::holds_mail(store.sql()) {
         return Ok(None);
     }
     Ok(tables::earliest(store.sql())?)
@@ -1091,7 +1089,7 @@ pub fn next_deadline(store: Store<'_>) -> Result<Option<i64>, ApiError> {
 pub fn recall(ctx: &mut Ctx<'_>, key: &str) -> Result<Option<SendState>, ApiError> {
     let sql = ctx.store.sql();
     let now_ms = ctx.now_ms;
-    if !tables::exists(sql)? {
+    if !tables::holds_mail(sql) {
         return Ok(None);
     }
     atomically(sql, || {
@@ -1231,7 +1229,7 @@ impl OnSettled for Replies {
             return Ok(()); // every received mail has its key as requestId
         }
         let sql = store.sql();
-        if !tables::exists(sql)? {
+        if !tables::holds_mail(sql) {
             return Ok(());
         }
         let Some(row) = tables::inbox_of_command(sql, &command.session_id, &command.command_id)?
@@ -1254,7 +1252,7 @@ pub struct Owed(Vec<InboxRow>);
 
 /// The reads of [`Owed`], for `agent::delete_session`.
 pub fn owed_replies(sql: &dyn Sql, session_id: &str) -> Result<Owed, SqlError> {
-    if !tables::exists(sql)? {
+    if !tables::holds_mail(sql) {
         return Ok(Owed(Vec::new()));
     }
     tables::owed_in(sql, session_id).map(Owed)
@@ -1286,14 +1284,14 @@ impl Owed {
 /// The verified reply facts of the Session's lines among `command_ids`
 /// (their user messages' commands), by command id; read beside the open
 /// transition's writes (the model context is built inside transitions
-/// that write messages, never the inbox). Empty without mail tables.
+/// that write messages, never the inbox). Empty while no mail is kept.
 pub fn reply_lines(
     store: Store<'_>,
     session_id: &str,
     command_ids: &[&str],
 ) -> Result<BTreeMap<String, ReplyLine>, ApiError> {
     let sql = store.sql();
-    if command_ids.is_empty() || !tables::exists(sql)? {
+    if command_ids.is_empty() || !tables::holds_mail(sql) {
         return Ok(BTreeMap::new());
     }
     tables::facts_of(sql, session_id, command_ids)?

@@ -1,5 +1,6 @@
-//! The mail tables. Created on first use (the first `send` or `receive`),
-//! outside the versioned runtime schema; every reader works without them.
+//! The mail tables, in the versioned schema (`store::schema`). Most Agents
+//! never fill them: their readers skip them while they are known empty
+//! ([`holds_mail`]).
 //!
 //! - [`OUTBOX`]: one row per mail this Agent froze (its sends, and the
 //!   replies its settlements staged): the mail JSON, its delivery state
@@ -17,67 +18,14 @@
 //!   line), its verified facts (`facts`, a [`super::ReplyLine`] as JSON).
 
 use crate::limits::MAIL_KEPT_MAX;
-use crate::sql::{atomically, read, read_beside, table_exists, write, Row, Sql, SqlError};
+use crate::sql::{holds_rows, read, read_beside, write, Row, Sql, SqlError};
 
 pub(super) const OUTBOX: &str = "shiitake_mail_outbox";
 pub(super) const INBOX: &str = "shiitake_mail_inbox";
 
-/// Whether the mail tables exist (a read beside any write).
-pub(super) fn exists(sql: &dyn Sql) -> Result<bool, SqlError> {
-    Ok(table_exists(sql, OUTBOX)? && table_exists(sql, INBOX)?)
-}
-
-/// Creates what is missing; idempotent. Its own transition: call it
-/// outside one.
-pub(super) fn create(sql: &dyn Sql) -> Result<(), SqlError> {
-    if exists(sql)? {
-        return Ok(());
-    }
-    let statements = [
-        format!(
-            "CREATE TABLE IF NOT EXISTS {OUTBOX} (
-                key TEXT PRIMARY KEY,
-                mail TEXT NOT NULL,
-                reply_to TEXT NOT NULL,
-                state TEXT NOT NULL,
-                attempts INTEGER NOT NULL,
-                next_at INTEGER,
-                receipt TEXT,
-                reason TEXT,
-                error TEXT,
-                replied_at INTEGER,
-                created_at INTEGER NOT NULL,
-                updated_at INTEGER NOT NULL
-            ) WITHOUT ROWID"
-        ),
-        format!(
-            "CREATE INDEX IF NOT EXISTS {OUTBOX}_due ON {OUTBOX} (next_at)
-             WHERE state = 'pending'"
-        ),
-        format!(
-            "CREATE TABLE IF NOT EXISTS {INBOX} (
-                key TEXT PRIMARY KEY,
-                digest TEXT NOT NULL,
-                session_id TEXT NOT NULL,
-                command_id TEXT NOT NULL,
-                from_agent TEXT NOT NULL,
-                from_session TEXT NOT NULL,
-                to_agent TEXT NOT NULL,
-                reply_to TEXT NOT NULL,
-                facts TEXT,
-                received_at INTEGER NOT NULL
-            ) WITHOUT ROWID"
-        ),
-        format!(
-            "CREATE INDEX IF NOT EXISTS {INBOX}_by_command ON {INBOX} (session_id, command_id)"
-        ),
-    ];
-    atomically(sql, || {
-        for statement in &statements {
-            write(sql, statement, Vec::new())?;
-        }
-        Ok(())
-    })
+/// Whether the mail tables may hold mail (no statement: `sql::holds_rows`).
+pub(super) fn holds_mail(sql: &dyn Sql) -> bool {
+    holds_rows(sql, OUTBOX) || holds_rows(sql, INBOX)
 }
 
 /// One outbox row.

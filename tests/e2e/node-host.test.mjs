@@ -11,6 +11,7 @@ import http from "node:http";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
+import { DatabaseSync } from "node:sqlite";
 import { fileURLToPath } from "node:url";
 import { Hono } from "hono";
 import { NodeStoreLeaseError, acquireNodeStoreLease, nodeListener, nodeRuntimeHost, nodeShiitakeDO, openNodeShiitake } from "../../js/node.mjs";
@@ -363,4 +364,60 @@ test("a host composing its own store: acquireNodeStoreLease + nodeRuntimeHost + 
   }
   // Released: the file can be leased again.
   acquireNodeStoreLease(file).release();
+});
+
+test("a version 1 store: the Node host migrates it once, every message reads back and a new turn sees the old transcript", T, async () => {
+  const file = path.join(dir, "v1.db");
+  const first = await openNodeShiitake({ path: file, env: env() });
+  const a = client(first.app.fetch);
+  await a.createSession("s");
+  model.scriptFor("node-v1-old", { text: "the old answer" });
+  assert.equal((await a.settled("s", await a.admit("s", "r1", "remember node-v1-old"))).terminal, "completed");
+  const before = await a.read("s");
+  await first.close();
+  const catalog = (db) =>
+    db
+      .prepare("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE '_shiitake_node%' ORDER BY name")
+      .all()
+      .map((r) => ({ ...r, sql: r.sql?.replace(/\s+/g, " ").replace(/\( /g, "(").replace(/ \)/g, ")").replace(/ \(/g, "(") }));
+  // Back to what version 1 left: the tables it made when it opened a store
+  // and the version row 1 (it made every other table on first use).
+  const db = new DatabaseSync(file);
+  const current = catalog(db);
+  const v1Opened = new Set(["shiitake_meta", "sessions", "commands", "fences", "messages", "session_grants", "shiitake_delivery", "shiitake_host_lane"]);
+  for (const { name } of db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '_shiitake_node%'").all()) {
+    if (!v1Opened.has(name)) db.exec(`DROP TABLE ${name}`);
+  }
+  db.exec("UPDATE shiitake_meta SET value = '1' WHERE key = 'schema_version'");
+  db.close();
+
+  const logged = [];
+  const info = console.info;
+  console.info = (...args) => logged.push(args.join(" "));
+  let expected = before;
+  try {
+    for (const round of [1, 2]) {
+      const host = await openNodeShiitake({ path: file, env: env() });
+      try {
+        const b = client(host.app.fetch);
+        assert.deepEqual(await b.read("s"), expected, `open ${round}: the transcript reads back the same`);
+        if (round === 1) {
+          model.scriptFor("node-v1-new", { text: "the new answer" });
+          assert.equal((await b.settled("s", await b.admit("s", "r2", "recall node-v1-new"))).answer, "the new answer");
+          const sent = JSON.stringify(model.requests("node-v1-new")[0].body);
+          assert.ok(sent.includes("remember node-v1-old") && sent.includes("the old answer"), sent);
+          expected = await b.read("s");
+        }
+      } finally {
+        await host.close();
+      }
+    }
+  } finally {
+    console.info = info;
+  }
+  const migrated = logged.filter((l) => l.includes("migrated from schema version 1"));
+  assert.equal(migrated.length, 1, logged.join("\n"));
+  const after = new DatabaseSync(file);
+  assert.deepEqual(catalog(after), current, "the migrated schema is a fresh store's");
+  after.close();
 });
