@@ -259,7 +259,7 @@ for (const version of VERSIONS) {
         await model.close();
       }
       const versions = await storedVersions(state);
-      assert.equal(versions.length, Object.keys(want.agents).length, "one store per Agent");
+      assert.equal(versions.length, Object.keys(want.agents).length + 1, "one store per Agent, and the fleet directory's");
       for (const v of versions) assert.equal(v, BUILD_VERSION, "shiitake_meta.schema_version after opening");
     });
 
