@@ -566,6 +566,43 @@ fn a_fork_shares_its_base_history_and_keeps_it_while_it_lives() {
     assert_eq!(r.json["error"]["code"], "session_not_found");
 }
 
+/// ACP `session/load` replays the selected branch.
+#[cfg(feature = "acp")]
+#[test]
+fn acp_load_replays_the_selected_branch() {
+    use shiitake::acp::{self, Answer as Acp};
+    let mut h = two_turns();
+    let first_answer = entry(&mut h, "s", "re one");
+    ok(
+        &mut h,
+        "s",
+        json!({"type":"prompt","requestId":"p3","text":"TWO","after":first_answer}),
+    );
+    run(&mut h);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "session/load",
+        "params": {"sessionId": "s", "cwd": "/", "mcpServers": []}});
+    let req = HttpRequest {
+        method: "POST".into(),
+        path: "/acp".into(),
+        body: body.to_string().into_bytes(),
+        ..HttpRequest::default()
+    };
+    let served = h.with_ctx(|ctx| acp::handle(ctx, &req));
+    let Acp::Stream { messages, .. } = served.answer else {
+        panic!("{:?}", served.answer)
+    };
+    let texts: Vec<String> = messages
+        .iter()
+        .filter_map(|m| {
+            let v: Value = serde_json::from_str(m).unwrap();
+            v["params"]["update"]["content"]["text"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(texts, ["one", "re one", "TWO", "re TWO"]);
+}
+
 // ---- the stored tree against a naive model ----
 
 /// One Session of the model: its own messages (`seq -> parent`), its
