@@ -131,13 +131,15 @@ pub(super) const NEWEST: &str =
 /// `?2` (its tip when `?2` is null: the selected head while the newest
 /// position is still `head_at`), with the bodies of those whose bytes,
 /// summed with every newer one's in this read, are at most `?4`, and
-/// whether the Session holds the first message of any branch. The window
-/// runs over the primary key newest first and stops at the limit (no sort,
-/// no temporary B-tree); the join reads a body only where it fits. In a
-/// linear stretch every row is on the path, so a walk is this one read.
+/// on its first row (the only one whose running sum is its own size; an
+/// uncorrelated `EXISTS` column is read again for every row) whether the
+/// Session holds the first message of any branch. The window runs over the
+/// primary key newest first and stops at the limit (no sort, no temporary
+/// B-tree); the join reads a body only where it fits. In a linear stretch
+/// every row is on the path, so a walk is this one read.
 const PATH_RUN: &str = "SELECT w.seq, w.parent, w.bytes, m.body,
-        EXISTS (SELECT 1 FROM messages INDEXED BY messages_children
-            WHERE session_id = ?1 AND parent IS NOT NULL)
+        CASE WHEN w.run = w.bytes THEN EXISTS (SELECT 1 FROM messages
+            INDEXED BY messages_children WHERE session_id = ?1 AND parent IS NOT NULL) END
     FROM (
         SELECT seq, parent, bytes,
             sum(bytes) OVER (ORDER BY seq DESC ROWS UNBOUNDED PRECEDING) AS run
@@ -161,6 +163,16 @@ const INSERT_MESSAGE: &str = "INSERT INTO messages (session_id, seq, body, bytes
             ORDER BY seq DESC LIMIT 1), (SELECT base_seq FROM sessions WHERE session_id = ?1), 0)
         + 1 AS seq) n
     WHERE s.session_id = ?1";
+
+/// The first messages of branches of Session `?1` whose parent is one of the
+/// JSON array `?2`. `CROSS JOIN` keeps the list the outer loop, so each
+/// parent is one seek of `messages_children` (the planner would otherwise
+/// scan the Session's index entries once per parent).
+const EXPLICIT_CHILDREN: &str = "SELECT c.parent, c.seq, EXISTS (SELECT 1 FROM messages l
+        WHERE l.session_id = ?1 AND l.seq = c.parent + 1 AND l.parent IS NULL)
+    FROM json_each(?2) j
+    CROSS JOIN messages c INDEXED BY messages_children
+        ON c.session_id = ?1 AND c.parent = j.value";
 
 /// The JSON text that starts the stored body of entry `entry_id`: every
 /// message body starts with its `entryId`.
@@ -323,6 +335,16 @@ impl Store<'_> {
                     i64::try_from(room_left).unwrap_or(i64::MAX).into(),
                 ],
             )?;
+            // The join keeps the window's order (its plan's outer loop);
+            // without an ORDER BY SQLite does not promise it, so it is checked.
+            if rows
+                .windows(2)
+                .any(|w| w[0].int(0).ok() <= w[1].int(0).ok())
+            {
+                return Err(SqlError::Decode(
+                    "a path read's rows came out of order".into(),
+                ));
+            }
             let found = rows.first().map(|r| r.int(0)).transpose()?;
             if first && found.is_some() {
                 walk.branched = rows[0].int(4)? == 1;
@@ -506,18 +528,15 @@ impl Store<'_> {
 
     /// The first messages of branches held by the Session whose parent is
     /// one of `parents`: `(parent, seq, whether the message at parent + 1
-    /// in this Session continues the parent linearly)`.
+    /// in this Session continues the parent linearly)`. One index seek per
+    /// parent ([`EXPLICIT_CHILDREN`]).
     pub fn explicit_children(
         &self,
         session_id: &str,
         parents: &[i64],
     ) -> Result<Vec<(i64, i64, bool)>, SqlError> {
         self.query(
-            "SELECT c.parent, c.seq, EXISTS (SELECT 1 FROM messages l
-                WHERE l.session_id = ?1 AND l.seq = c.parent + 1 AND l.parent IS NULL)
-             FROM json_each(?2) j
-             JOIN messages c INDEXED BY messages_children
-               ON c.session_id = ?1 AND c.parent = j.value",
+            EXPLICIT_CHILDREN,
             &[session_id.into(), seqs_json(parents.iter().copied()).into()],
         )?
         .iter()
@@ -713,5 +732,23 @@ mod tests {
             "{steps:?}"
         );
         assert!(steps.iter().all(|step| !step.starts_with("SCAN messages")));
+        // The window streams (a co-routine) as the outer loop.
+        assert!(steps.iter().any(|step| step == "CO-ROUTINE w"), "{steps:?}");
+    }
+
+    /// A page's fork points: one seek per parent, never a scan of the
+    /// Session's branches per parent.
+    #[test]
+    fn fork_points_are_one_seek_per_parent() {
+        let sql = NativeSql::open_in_memory();
+        super::super::schema::open(&sql).unwrap();
+        let steps = plan(&sql, EXPLICIT_CHILDREN, &["s".into(), "[1,2]".into()]);
+        assert!(steps[0].starts_with("SCAN j"), "{steps:?}");
+        assert!(
+            steps
+                .iter()
+                .any(|s| s.contains("messages_children (session_id=? AND parent=?)")),
+            "{steps:?}"
+        );
     }
 }
