@@ -453,6 +453,33 @@ fn a_queued_retry_claimed_by_a_settling_turn_starts_its_branch_in_that_write() {
 }
 
 #[test]
+fn a_queued_edit_starts_its_branch_when_its_turn_starts() {
+    let mut h = two_turns();
+    let first_answer = entry(&mut h, "s", "re one");
+    ok(
+        &mut h,
+        "s",
+        json!({"type":"prompt","requestId":"p3","text":"three"}),
+    );
+    ok(
+        &mut h,
+        "s",
+        json!({"type":"prompt","requestId":"p4","text":"TWO","after":first_answer}),
+    );
+    let read = h.read("s", "").json;
+    assert_eq!(read["pending"][0]["after"], first_answer.as_str());
+    let seen = run(&mut h);
+    assert_eq!(
+        seen,
+        [
+            vec!["u:one", "a:re one", "u:two", "a:re two", "u:three"],
+            vec!["u:one", "a:re one", "u:TWO"],
+        ]
+    );
+    assert_eq!(texts(&mut h, "s"), ["one", "re one", "TWO", "re TWO"]);
+}
+
+#[test]
 fn pages_walk_the_selected_branch_across_its_fork_points() {
     let mut h = two_turns();
     let first_answer = entry(&mut h, "s", "re one");
@@ -564,6 +591,65 @@ fn a_fork_shares_its_base_history_and_keeps_it_while_it_lives() {
         json!({"from":{"sessionId":"nope","entryId":"msg_nope"}}),
     );
     assert_eq!(r.json["error"]["code"], "session_not_found");
+}
+
+#[test]
+fn a_steer_joins_a_running_retry_on_its_new_branch_and_a_cancelled_retry_leaves_it_selected() {
+    let mut h = two_turns();
+    let two = entry(&mut h, "s", "two");
+    // Admitted into the idle Session, the retry runs; a steer joins it.
+    ok(
+        &mut h,
+        "s",
+        json!({"type":"retry","requestId":"r1","entryId":two}),
+    );
+    ok(
+        &mut h,
+        "s",
+        json!({"type":"prompt","requestId":"st","text":"shorter","delivery":"steer"}),
+    );
+    let seen = run(&mut h);
+    assert_eq!(
+        seen,
+        [
+            vec!["u:one", "a:re one", "u:two"],
+            vec!["u:one", "a:re one", "u:two", "a:re two", "u:shorter"],
+        ]
+    );
+    assert_eq!(
+        texts(&mut h, "s"),
+        ["one", "re one", "two", "re two", "shorter", "re shorter"]
+    );
+    assert_eq!(
+        messages(&mut h, "s", "")[3]["branch"],
+        json!({"index": 2, "count": 2})
+    );
+    // A retry cancelled before its answer: the branch ending at the
+    // retried message stays selected; the old answers stay stored.
+    let again = ok(
+        &mut h,
+        "s",
+        json!({"type":"retry","requestId":"r2","entryId":two}),
+    );
+    let cancelled = h.command("s", json!({"type":"cancel","commandId":again}));
+    assert_eq!(cancelled.json["status"], "cancelled", "{}", cancelled.json);
+    assert_eq!(cancelled.json["text"], "");
+    assert_eq!(texts(&mut h, "s"), ["one", "re one", "two"]);
+    let r = h.call(
+        "GET",
+        &format!("/sessions/s/branches?entryId={two}"),
+        Value::Null,
+    );
+    assert_eq!(r.json["count"], 2);
+    // The fork point's position of a fork with no message of its own.
+    let first_answer = entry(&mut h, "s", "re one");
+    let r = h.call(
+        "POST",
+        "/sessions",
+        json!({"sessionId":"f","from":{"sessionId":"s","entryId":first_answer}}),
+    );
+    assert_eq!(r.status, 201);
+    assert_eq!(Store::new(h.sql()).position("f").unwrap(), 2);
 }
 
 /// ACP `session/load` replays the selected branch.
