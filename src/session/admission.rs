@@ -2,7 +2,7 @@
 //! of an uncertain send, and the withdrawal fence.
 
 use super::branches;
-use super::command::{Delivery, EntryInput, OperatorInput, Prompt, PromptInput, Retry, Select};
+use super::command::{Delivery, EntryCommand, EntryInput, OperatorInput, Prompt, PromptInput};
 use crate::ctx::{Ctx, IdSource};
 use crate::error::ApiError;
 use crate::limits::{
@@ -80,7 +80,7 @@ pub fn admit_prompt(
 pub fn admit_retry(
     ctx: &mut Ctx<'_>,
     session_id: &str,
-    retry: &Retry,
+    retry: &EntryCommand,
     meta: Option<&str>,
 ) -> Result<Admitted, ApiError> {
     let input = serde_json::to_string(&PromptInput {
@@ -107,7 +107,7 @@ pub fn admit_retry(
 pub fn admit_select(
     ctx: &mut Ctx<'_>,
     session_id: &str,
-    select: &Select,
+    select: &EntryCommand,
     meta: Option<&str>,
 ) -> Result<Admitted, ApiError> {
     let input = serde_json::to_string(&EntryInput {

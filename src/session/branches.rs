@@ -13,8 +13,6 @@ use crate::store::path::Level;
 use crate::store::Store;
 use serde::Serialize;
 use serde_json::value::RawValue;
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// An entry of a Session's view.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,7 +68,9 @@ fn base_place(
     chain: &[Level],
     seq: i64,
 ) -> Result<Option<Option<i64>>, ApiError> {
-    let mut starts: HashMap<usize, Vec<(i64, i64)>> = HashMap::new();
+    // The branch starts of the level being walked (levels only go down),
+    // newest first.
+    let mut starts: Option<(usize, Vec<(i64, i64)>)> = None;
     let mut cur = chain[0].base_seq();
     // The first position of the run newer than the one being walked.
     let mut newer: Option<i64> = None;
@@ -79,14 +79,15 @@ fn base_place(
             break;
         };
         let floor = chain[level].base_seq();
-        if let Entry::Vacant(slot) = starts.entry(level) {
-            let mut found =
-                store.branch_starts(&chain[level].session_id, (seq - 1).max(floor), i64::MAX)?;
-            found.sort_unstable_by(|a, b| b.cmp(a));
-            slot.insert(found);
+        if starts.as_ref().is_none_or(|(l, _)| *l != level) {
+            let found =
+                store.branch_starts(&chain[level].session_id, (seq - 1).max(floor), false)?;
+            starts = Some((level, found));
         }
         // The newest start of this level's run ending at `cur`.
-        let start = starts[&level].iter().find(|(s, _)| *s <= cur).copied();
+        let start = starts
+            .as_ref()
+            .and_then(|(_, found)| found.iter().rev().find(|(s, _)| *s <= cur).copied());
         let bottom = start.map_or(floor + 1, |(s, _)| s);
         if seq >= bottom {
             return Ok(Some(if seq < cur { Some(seq + 1) } else { newer }));
@@ -106,40 +107,51 @@ pub fn branch_tip(store: Store<'_>, chain: &[Level], seq: i64) -> Result<i64, Ap
     let session = &chain[0].session_id;
     let base = chain[0].base_seq();
     let newest = store.position(session)?;
-    let mut newest_child: BTreeMap<i64, i64> = BTreeMap::new();
-    let mut starts = BTreeSet::new();
-    for (start, parent) in store.branch_starts(session, 0, i64::MAX)? {
-        starts.insert(start);
-        let child = newest_child.entry(parent).or_insert(start);
-        *child = (*child).max(start);
-    }
+    // `(parent, seq)` of each branch start by parent, and their seqs.
+    let by_parent: Vec<(i64, i64)> = store
+        .branch_starts(session, 0, true)?
+        .into_iter()
+        .map(|(start, parent)| (parent, start))
+        .collect();
+    let starts: Vec<i64> = store
+        .branch_starts(session, 0, false)?
+        .into_iter()
+        .map(|(start, _)| start)
+        .collect();
+    // The newest child starting a branch of the first fork point at or
+    // after `from`: `(parent, child)`.
+    let fork_from = |from: i64| -> Option<(i64, i64)> {
+        let at = by_parent.partition_point(|(p, _)| *p < from);
+        let parent = by_parent.get(at)?.0;
+        let last = by_parent.partition_point(|(p, _)| *p <= parent) - 1;
+        Some((parent, by_parent[last].1))
+    };
     let mut cur = seq;
     loop {
-        // A first message of a branch is newer than the parent's linear
-        // child (parents never equal `seq - 1` explicitly).
-        if let Some(&child) = newest_child.get(&cur) {
+        // A branch's first message is newer than the parent's linear child
+        // (parents never equal `seq - 1` explicitly).
+        if let Some((_, child)) = fork_from(cur).filter(|(p, _)| *p == cur) {
             cur = child;
             continue;
         }
         if cur < base {
             // Along the base path (one child each) to the first position
             // the fork branches at, else to the base position.
-            match newest_child.range(cur..base).next() {
-                Some((_, &child)) => cur = child,
-                None => cur = base,
-            }
+            cur = match fork_from(cur).filter(|(p, _)| *p < base) {
+                Some((_, child)) => child,
+                None => base,
+            };
             continue;
         }
         // The linear run from `cur` ends before the next branch's first
         // message; its first fork point (if any) leads on.
         let end = starts
-            .range(cur + 1..)
-            .next()
+            .get(starts.partition_point(|s| *s <= cur))
             .map_or(newest, |s| s - 1)
             .min(newest)
             .max(cur);
-        match newest_child.range(cur..=end).next() {
-            Some((_, &child)) => cur = child,
+        match fork_from(cur).filter(|(p, _)| *p <= end) {
+            Some((_, child)) => cur = child,
             None => return Ok(end),
         }
     }
@@ -220,11 +232,12 @@ pub fn children(
     let count = first + total;
     let more = listed.len() > limit;
     listed.truncate(limit);
-    let mut bodies: HashMap<i64, String> = HashMap::new();
-    for (holder, _, _) in &listed {
+    // The linear child may be a base's; the others are the Session's.
+    let mut bodies: Vec<(i64, String)> = Vec::new();
+    for (holder, _, _) in listed.iter().take(2) {
         let seqs: Vec<i64> = listed
             .iter()
-            .filter(|(h, seq, _)| h == holder && !bodies.contains_key(seq))
+            .filter(|(h, seq, _)| h == holder && !bodies.iter().any(|(s, _)| s == seq))
             .map(|(_, seq, _)| *seq)
             .collect();
         if !seqs.is_empty() {
@@ -235,7 +248,7 @@ pub fn children(
     let mut bytes = 0;
     let mut cut = more;
     for (_, seq, index) in &listed {
-        let Some(body) = bodies.get(seq) else {
+        let Some((_, body)) = bodies.iter().find(|(s, _)| s == seq) else {
             continue;
         };
         if !children.is_empty() && bytes + body.len() > READ_PAGE_BYTES_MAX {

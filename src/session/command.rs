@@ -15,29 +15,23 @@ pub enum Command {
     Operator(Operator),
     Cancel(Cancel),
     Abort(Abort),
-    Retry(Retry),
-    Select(Select),
+    /// Generate the answer to a user message again, on a new branch beside
+    /// the old answer.
+    Retry(EntryCommand),
+    /// Select the branch through an entry (ending at its newest descendant).
+    Select(EntryCommand),
 }
 
-/// Generate the answer to a user message again, on a new branch beside the
-/// old answer.
+/// A command naming a transcript entry: `retry` and `select`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Retry {
+pub struct EntryCommand {
     pub request_id: String,
     pub entry_id: String,
 }
 
-/// Select the branch through an entry (ending at its newest descendant).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Select {
-    pub request_id: String,
-    pub entry_id: String,
-}
-
-/// What a retry or a select admits, in its canonical JSON form.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// What a select admits, in its canonical JSON form.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EntryInput {
     pub entry_id: String,
@@ -175,11 +169,11 @@ pub fn parse(body: &[u8]) -> Result<Command, ApiError> {
             }
         }
         Command::Abort(_) => {}
-        Command::Retry(Retry {
+        Command::Retry(EntryCommand {
             request_id,
             entry_id,
         })
-        | Command::Select(Select {
+        | Command::Select(EntryCommand {
             request_id,
             entry_id,
         }) => {

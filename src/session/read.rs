@@ -96,7 +96,7 @@ pub fn page(
     match walk.rows.get(taken) {
         Some(row) => ids.push(match row.body.as_deref() {
             Some(body) => entry_id_of(body).map(str::to_owned),
-            None => store.entry_ids(&walk, taken..taken + 1)?.pop().flatten(),
+            None => store.entry_id(&walk, taken)?,
         }),
         None => ids.push(None),
     }

@@ -106,22 +106,6 @@ impl Facts {
     }
 }
 
-/// Where an entry is, as a Session's view sees it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Found {
-    /// At this position of the view, held by `session_id`; its `role`.
-    At {
-        session_id: String,
-        seq: i64,
-        role: Option<String>,
-    },
-    /// Stored in `session_id` (another Session, or a base outside the
-    /// path the fork continues), on no path of this view.
-    Elsewhere(String),
-    /// On no Session of the Agent.
-    Nowhere,
-}
-
 /// The newest position of Session `?1`'s view (see [`Facts::newest`]).
 pub(super) const NEWEST: &str =
     "coalesce((SELECT seq FROM messages WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1),
@@ -173,6 +157,10 @@ const EXPLICIT_CHILDREN: &str = "SELECT c.parent, c.seq, EXISTS (SELECT 1 FROM m
     FROM json_each(?2) j
     CROSS JOIN messages c INDEXED BY messages_children
         ON c.session_id = ?1 AND c.parent = j.value";
+
+/// The bodies of Session `?1`'s messages at the positions of JSON array `?2`.
+const BODIES_AT: &str = "SELECT seq, body FROM messages
+    WHERE session_id = ?1 AND seq IN (SELECT value FROM json_each(?2))";
 
 /// The JSON text that starts the stored body of entry `entry_id`: every
 /// message body starts with its `entryId`.
@@ -430,66 +418,84 @@ impl Store<'_> {
         Ok(walk)
     }
 
-    /// Loads the bodies of `walk.rows[at]` that the walk left without.
-    pub fn load_bodies(&self, walk: &mut Walk, at: std::ops::Range<usize>) -> Result<(), SqlError> {
+    /// `query` (Session `?1`, the JSON array `?2` of positions, then
+    /// `extra`) run for the rows `walk.rows[at]` that `wanted` keeps, once
+    /// per Session holding some, newer holders first; `found(index, row)`
+    /// for each answer row, by the index of its position (column 0) in
+    /// `walk.rows`; stops at the first holder where `found` says so.
+    fn per_holder(
+        &self,
+        walk: &Walk,
+        at: std::ops::Range<usize>,
+        wanted: &dyn Fn(&PathRow) -> bool,
+        query: &str,
+        extra: Option<&str>,
+        found: &mut dyn FnMut(usize, &Row) -> Result<bool, SqlError>,
+    ) -> Result<(), SqlError> {
         for holder in 0..walk.chain.len() {
-            let wanted: Vec<usize> = at
+            let mine: Vec<usize> = at
                 .clone()
-                .filter(|&i| walk.rows[i].holder == holder && walk.rows[i].body.is_none())
+                .filter(|&i| walk.rows[i].holder == holder && wanted(&walk.rows[i]))
                 .collect();
-            if wanted.is_empty() {
+            if mine.is_empty() {
                 continue;
             }
-            let rows = self.query(
-                "SELECT seq, body FROM messages
-                 WHERE session_id = ?1 AND seq IN (SELECT value FROM json_each(?2))",
-                &[
-                    walk.chain[holder].session_id.as_str().into(),
-                    seqs_json(wanted.iter().map(|&i| walk.rows[i].seq)).into(),
-                ],
-            )?;
-            for row in &rows {
-                let seq = row.int(0)?;
-                if let Some(&i) = wanted.iter().find(|&&i| walk.rows[i].seq == seq) {
-                    walk.rows[i].body = Some(row.text(1)?);
+            let mut params = vec![
+                walk.chain[holder].session_id.as_str().into(),
+                seqs_json(mine.iter().map(|&i| walk.rows[i].seq)).into(),
+            ];
+            params.extend(extra.map(Into::into));
+            let mut stop = false;
+            for row in &self.query(query, &params)? {
+                let seq = row.opt_int(0)?;
+                if let Some(&i) = mine.iter().find(|&&i| Some(walk.rows[i].seq) == seq) {
+                    stop |= found(i, row)?;
                 }
+            }
+            if stop {
+                break;
             }
         }
         Ok(())
     }
 
-    /// The entry ids of `walk.rows[at]` (SQLite reads each body; only the
-    /// id crosses), in order; `None` for a row no message holds.
-    pub fn entry_ids(
-        &self,
-        walk: &Walk,
-        at: std::ops::Range<usize>,
-    ) -> Result<Vec<Option<String>>, SqlError> {
-        let mut ids = vec![None; at.len()];
-        for holder in 0..walk.chain.len() {
-            let wanted: Vec<usize> = at
-                .clone()
-                .filter(|&i| walk.rows[i].holder == holder)
-                .collect();
-            if wanted.is_empty() {
-                continue;
-            }
-            let rows = self.query(
-                "SELECT seq, json_extract(body, '$.entryId') FROM messages
-                 WHERE session_id = ?1 AND seq IN (SELECT value FROM json_each(?2))",
-                &[
-                    walk.chain[holder].session_id.as_str().into(),
-                    seqs_json(wanted.iter().map(|&i| walk.rows[i].seq)).into(),
-                ],
-            )?;
-            for row in &rows {
-                let seq = row.int(0)?;
-                if let Some(&i) = wanted.iter().find(|&&i| walk.rows[i].seq == seq) {
-                    ids[i - at.start] = row.opt_text(1)?;
-                }
-            }
+    /// Loads the bodies of `walk.rows[at]` that the walk left without.
+    pub fn load_bodies(&self, walk: &mut Walk, at: std::ops::Range<usize>) -> Result<(), SqlError> {
+        let mut bodies = Vec::new();
+        self.per_holder(
+            walk,
+            at,
+            &|r| r.body.is_none(),
+            BODIES_AT,
+            None,
+            &mut |i, row| {
+                bodies.push((i, row.text(1)?));
+                Ok(false)
+            },
+        )?;
+        for (i, body) in bodies {
+            walk.rows[i].body = Some(body);
         }
-        Ok(ids)
+        Ok(())
+    }
+
+    /// The entry id of `walk.rows[at]` (SQLite reads its body; only the id
+    /// crosses).
+    pub fn entry_id(&self, walk: &Walk, at: usize) -> Result<Option<String>, SqlError> {
+        let mut id = None;
+        self.per_holder(
+            walk,
+            at..at + 1,
+            &|_| true,
+            "SELECT seq, json_extract(body, '$.entryId') FROM messages
+             WHERE session_id = ?1 AND seq IN (SELECT value FROM json_each(?2))",
+            None,
+            &mut |_, row| {
+                id = row.opt_text(1)?;
+                Ok(true)
+            },
+        )?;
+        Ok(id)
     }
 
     /// The first of `walk.rows[at]` (the newest) whose `role` is `role`.
@@ -500,30 +506,21 @@ impl Store<'_> {
         at: std::ops::Range<usize>,
         role: &str,
     ) -> Result<Option<usize>, SqlError> {
-        // Holders run from newer to older along a path.
-        for holder in 0..walk.chain.len() {
-            let wanted: Vec<usize> = at
-                .clone()
-                .filter(|&i| walk.rows[i].holder == holder)
-                .collect();
-            if wanted.is_empty() {
-                continue;
-            }
-            let rows = self.query(
-                "SELECT max(seq) FROM messages WHERE session_id = ?1
-                   AND seq IN (SELECT value FROM json_each(?2))
-                   AND json_extract(body, '$.role') = ?3",
-                &[
-                    walk.chain[holder].session_id.as_str().into(),
-                    seqs_json(wanted.iter().map(|&i| walk.rows[i].seq)).into(),
-                    role.into(),
-                ],
-            )?;
-            if let Some(seq) = rows.first().map(|r| r.opt_int(0)).transpose()?.flatten() {
-                return Ok(wanted.into_iter().find(|&i| walk.rows[i].seq == seq));
-            }
-        }
-        Ok(None)
+        let mut newest = None;
+        self.per_holder(
+            walk,
+            at,
+            &|_| true,
+            "SELECT max(seq) FROM messages WHERE session_id = ?1
+               AND seq IN (SELECT value FROM json_each(?2))
+               AND json_extract(body, '$.role') = ?3",
+            Some(role),
+            &mut |i, _| {
+                newest = Some(i);
+                Ok(true)
+            },
+        )?;
+        Ok(newest)
     }
 
     /// The first messages of branches held by the Session whose parent is
@@ -544,24 +541,28 @@ impl Store<'_> {
         .collect()
     }
 
-    /// The first messages of the Session's branches with `lo < seq <= hi`,
-    /// as `(seq, parent)`: every fork point of the Session, read through its
-    /// partial index (one entry per branch, bounded by
+    /// The first messages of the Session's branches with `seq > after`, as
+    /// `(seq, parent)`, in `seq` order (`by_parent`: in `(parent, seq)`
+    /// order, its index's): every fork point of the Session, read through
+    /// its partial index (one entry per branch, bounded by
     /// `BRANCHES_PER_SESSION_MAX`).
     pub fn branch_starts(
         &self,
         session_id: &str,
-        lo: i64,
-        hi: i64,
+        after: i64,
+        by_parent: bool,
     ) -> Result<Vec<(i64, i64)>, SqlError> {
-        self.query(
+        let text = if by_parent {
             "SELECT seq, parent FROM messages INDEXED BY messages_children
-             WHERE session_id = ?1 AND parent IS NOT NULL AND seq > ?2 AND seq <= ?3",
-            &[session_id.into(), lo.into(), hi.into()],
-        )?
-        .iter()
-        .map(|r| Ok((r.int(0)?, r.int(1)?)))
-        .collect()
+             WHERE session_id = ?1 AND parent IS NOT NULL AND seq > ?2 ORDER BY parent, seq"
+        } else {
+            "SELECT seq, parent FROM messages INDEXED BY messages_children
+             WHERE session_id = ?1 AND parent IS NOT NULL AND seq > ?2 ORDER BY seq"
+        };
+        self.query(text, &[session_id.into(), after.into()])?
+            .iter()
+            .map(|r| Ok((r.int(0)?, r.int(1)?)))
+            .collect()
     }
 
     /// How many branches the Session's own messages start.
@@ -620,23 +621,19 @@ impl Store<'_> {
             .is_empty())
     }
 
-    /// `(seq, body)` of the Session's messages at `seqs`, in the order asked.
+    /// `(seq, body)` of the Session's messages at `seqs`.
     pub fn bodies_at(
         &self,
         session_id: &str,
         seqs: &[i64],
     ) -> Result<Vec<(i64, String)>, SqlError> {
-        let rows = self.query(
-            "SELECT seq, body FROM messages
-             WHERE session_id = ?1 AND seq IN (SELECT value FROM json_each(?2))",
+        self.query(
+            BODIES_AT,
             &[session_id.into(), seqs_json(seqs.iter().copied()).into()],
-        )?;
-        let mut found: Vec<(i64, String)> = rows
-            .iter()
-            .map(|r| Ok((r.int(0)?, r.text(1)?)))
-            .collect::<Result<_, SqlError>>()?;
-        found.sort_by_key(|(seq, _)| seqs.iter().position(|s| s == seq));
-        Ok(found)
+        )?
+        .iter()
+        .map(|r| Ok((r.int(0)?, r.text(1)?)))
+        .collect()
     }
 
     /// The newest message of the Session at or below `below` whose entry
