@@ -652,6 +652,68 @@ fn a_steer_joins_a_running_retry_on_its_new_branch_and_a_cancelled_retry_leaves_
     assert_eq!(Store::new(h.sql()).position("f").unwrap(), 2);
 }
 
+#[test]
+fn branches_and_fork_chains_are_bounded() {
+    use shiitake::limits::{BRANCHES_PER_SESSION_MAX, FORK_DEPTH_MAX};
+    use shiitake::sql::{atomically, SqlError};
+    let mut h = two_turns();
+    let two = entry(&mut h, "s", "two");
+    // Fill the Session's branches up to the bound, straight into its table.
+    let store = Store::new(h.sql());
+    let fill: Result<(), SqlError> = atomically(h.sql(), || {
+        for n in 0..BRANCHES_PER_SESSION_MAX - 1 {
+            store.insert_message_after("s", &body(n), Some(1))?;
+        }
+        Ok(())
+    });
+    fill.unwrap();
+    let code = |h: &mut Harness, body: Value| h.command("s", body).json["error"]["code"].clone();
+    // One branch left: a select takes it; the next is refused.
+    ok(
+        &mut h,
+        "s",
+        json!({"type":"select","requestId":"x","entryId":two}),
+    );
+    ok(
+        &mut h,
+        "s",
+        json!({"type":"prompt","requestId":"y","text":"after the select"}),
+    );
+    run(&mut h);
+    for body in [
+        json!({"type":"retry","requestId":"r","entryId":two}),
+        json!({"type":"prompt","requestId":"p","text":"t","after":two}),
+        json!({"type":"select","requestId":"s","entryId":two}),
+    ] {
+        assert_eq!(code(&mut h, body), "too_many_branches");
+    }
+    // A chain of forks, each at its base's own message.
+    let mut base = "s".to_owned();
+    let mut at = two;
+    for depth in 2..=FORK_DEPTH_MAX {
+        let fork = format!("f{depth}");
+        let r = h.call(
+            "POST",
+            "/sessions",
+            json!({"sessionId": fork, "from": {"sessionId": base, "entryId": at}}),
+        );
+        assert_eq!(r.status, 201, "depth {depth}: {}", r.json);
+        Store::new(h.sql())
+            .insert_message(&fork, &body(100_000 + depth))
+            .unwrap();
+        at = format!("e{}", 100_000 + depth);
+        base = fork;
+    }
+    let r = h.call(
+        "POST",
+        "/sessions",
+        json!({"from": {"sessionId": base, "entryId": at}}),
+    );
+    assert_eq!(r.json["error"]["code"], "fork_too_deep", "{}", r.json);
+    // The deepest fork reads through every base.
+    assert_eq!(texts(&mut h, &base).len(), 3 + FORK_DEPTH_MAX - 1);
+}
+
 /// ACP `session/load` replays the selected branch.
 #[cfg(feature = "acp")]
 #[test]
