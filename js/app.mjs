@@ -21,6 +21,7 @@ const ROUTES = [
   ["/sessions/:sessionId/watch", ["GET"]],
   ["/sessions/:sessionId/settlement", ["GET"]],
   ["/sessions/:sessionId/pending/latest", ["GET"]],
+  ["/sessions/:sessionId/branches", ["GET"]],
   ["/sessions/:sessionId/extensions/:extensionId/commands/:command", ["POST"]],
   ["/extensions", ["GET"]],
   ["/extensions/:extensionId", ["GET"]],

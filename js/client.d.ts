@@ -112,12 +112,25 @@ export interface ToolProtocol {
 export interface SessionMessage {
   entryId: string;
   /**
-   * On messages of a read page or a watch snapshot: the committed Session
-   * position (1-based, contiguous), what `afterSequence` timeline cells
+   * On messages of a read page, a watch snapshot or a branches listing: the
+   * committed Session position (1-based, in the Session's append order: a
+   * branch's messages are numbered after every message before them, a
+   * fork's after its base position), what `afterSequence` timeline cells
    * anchor on. A `message` frame carries none: it is the position after the
    * newest the watcher has.
    */
   sequence?: number;
+  /**
+   * On messages of a read page, a watch snapshot or a branches listing: the
+   * entry the message follows on its branch; `null` for the first.
+   */
+  parentEntryId?: string | null;
+  /**
+   * Where the parent has several children (an edit, a retry): this
+   * message's place among them, oldest first (`index` 1-based). List them
+   * with `branches(parentEntryId)`; `select` one.
+   */
+  branch?: { index: number; count: number };
   role: MessageRole;
   /** On a `tool` message: what the model saw. */
   text: string;
@@ -144,13 +157,18 @@ export interface SessionMessage {
   createdAt: number;
 }
 
-/** A queued prompt. */
+/** A queued prompt (or retry). */
 export interface PendingPrompt {
   commandId: string;
   requestId: string | null;
+  /** Empty for a retry. */
   text: string;
   images?: ImageInput[];
   delivery: Delivery;
+  /** A prompt starting a new branch after this entry (`""`: at the Session's start). */
+  after?: string;
+  /** A retry: the user message whose answer it generates again. */
+  retry?: string;
   /** 1-based place in the Session's FIFO queue. */
   position: number;
   meta?: JsonValue;
@@ -204,6 +222,17 @@ export interface CommandSettlement {
   meta?: JsonValue;
 }
 
+/** The children of an entry (`branches(entryId)`). */
+export interface BranchList {
+  entryId: string;
+  /** How many children the entry has. */
+  count: number;
+  /** Oldest first, each with its `sequence`, `parentEntryId` and (when `count` > 1) `branch`. */
+  children: SessionMessage[];
+  /** Pass as `cursor` for the next page; `null`: nothing more. */
+  cursor: string | null;
+}
+
 /** An admitted prompt or operator line; `requestId` is the one sent (generated when omitted). */
 export interface Receipt {
   status: "accepted";
@@ -229,6 +258,13 @@ export type Frame =
   | { type: "started"; commandId: string; attempt: number }
   | { type: "delta"; commandId: string; text: string }
   | { type: "settled"; settlement: CommandSettlement }
+  /**
+   * The selected branch changed (a `select`, or a retry or a prompt with
+   * `after` started its turn): it runs through `entryId` now (`null`: from
+   * the Session's start). Read the Session again; later `message` frames
+   * continue the new branch.
+   */
+  | { type: "branch"; entryId: string | null }
   /** Once at a turn's start: a tool the host configured cannot be offered (e.g. `execute` without `LOADER`, an unavailable MCP server, a tool left out). */
   | { type: "diagnostic"; commandId: string; diagnostic: string }
   | ToolFrame
@@ -320,6 +356,12 @@ export interface PromptOptions extends CallOptions {
   requestId?: string;
   images?: ImageInput[];
   delivery?: Delivery;
+  /**
+   * Edit and resend: the prompt's turn runs on a new branch continuing right
+   * after this entry (the one before the edited message; `""`: the
+   * Session's start). Not with `delivery: "steer"`.
+   */
+  after?: string;
 }
 
 export interface OperatorOptions extends CallOptions {
@@ -351,6 +393,20 @@ export interface ReadSettlementOptions extends CallOptions {
   timeoutMs?: number;
 }
 
+export interface BranchesOptions extends CallOptions {
+  /** 1..200 (default 50). */
+  limit?: number;
+  cursor?: string | null;
+}
+
+export interface CreateSessionOptions extends CallOptions {
+  /**
+   * Fork: the new Session continues the path of Session `sessionId` ending
+   * at `entryId` (the history is shared, not copied).
+   */
+  from?: { sessionId: string; entryId: string };
+}
+
 export interface WatchOptions {
   /** Aborting it closes the watch; `next()` then rejects with its reason. */
   signal?: AbortSignal;
@@ -379,8 +435,22 @@ export interface ShiitakeSession {
    * never cancels the command. An unknown command: `ShiitakeError` not_found.
    */
   readSettlement(commandId: string, options?: ReadSettlementOptions): Promise<CommandSettlement | undefined>;
-  /** The newest pending prompt of the request's principal, or `null`. */
+  /** The newest pending prompt of the request's principal, or `null` (a retry is none). */
   latestPending(options?: CallOptions): Promise<PendingPrompt | null>;
+  /**
+   * Generates the answer to the user message `entryId` again on a new branch
+   * beside the old answer: queued work like a prompt, settling like a turn.
+   * Refusals: `entry_not_found` (404), `entry_not_user`, `entry_not_on_path`
+   * (400), `too_many_branches` (429).
+   */
+  retry(entryId: string, options?: OperatorOptions): Promise<Receipt>;
+  /**
+   * Selects the branch through `entryId`, ending at its newest descendant;
+   * watchers get a `branch` frame. `session_busy` (409) while a turn runs.
+   */
+  select(entryId: string, options?: OperatorOptions): Promise<Receipt>;
+  /** The children of `entryId`, oldest first (bounded pages). */
+  branches(entryId: string, options?: BranchesOptions): Promise<BranchList>;
 }
 
 export interface ListSessionsOptions extends CallOptions {
@@ -399,9 +469,9 @@ export interface ShiitakeClient {
   listSessions(options?: ListSessionsOptions): Promise<SessionList>;
   /** The Agent's Sessions by what they need: needs_you, running, settled. */
   inbox(options?: InboxOptions): Promise<Inbox>;
-  /** Creates a Session (an id is generated when omitted). */
-  createSession(sessionId?: string, options?: CallOptions): Promise<{ sessionId: string }>;
-  /** Deletes a Session (its watches end, its work stops). */
+  /** Creates a Session (an id is generated when omitted), or with `from` a fork of another's path. */
+  createSession(sessionId?: string, options?: CreateSessionOptions): Promise<{ sessionId: string }>;
+  /** Deletes a Session (its watches end, its work stops); `session_has_forks` (409) while forks share its history. */
   deleteSession(sessionId: string, options?: CallOptions): Promise<void>;
   /** Addresses a Session: no I/O. */
   session(sessionId: string): ShiitakeSession;
@@ -434,6 +504,13 @@ export type ShiitakeErrorCode =
   | "command_not_found"
   | "method_not_allowed"
   | "session_exists"
+  | "session_busy"
+  | "session_has_forks"
+  | "entry_not_found"
+  | "entry_not_on_path"
+  | "entry_not_user"
+  | "fork_too_deep"
+  | "too_many_branches"
   | "request_conflict"
   | "request_withdrawn"
   | "payload_too_large"

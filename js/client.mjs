@@ -169,8 +169,12 @@ class ShiitakeClient {
     return this.#t.request("GET", "/inbox", { query: { limit, cursor: cursor ?? undefined }, signal });
   }
 
-  createSession(sessionId, { signal } = {}) {
-    return this.#t.request("POST", "/sessions", { body: sessionId === undefined ? {} : { sessionId }, signal });
+  /** `from: {sessionId, entryId}` forks: the new Session continues that Session's path ending at the entry. */
+  createSession(sessionId, { from, signal } = {}) {
+    const body = {};
+    if (sessionId !== undefined) body.sessionId = sessionId;
+    if (from !== undefined) body.from = from;
+    return this.#t.request("POST", "/sessions", { body, signal });
   }
 
   async deleteSession(sessionId, { signal } = {}) {
@@ -205,9 +209,26 @@ class ShiitakeSession {
     return this.#t.request("POST", sessionPath(this.id, "/commands"), { body: command, signal });
   }
 
-  async prompt(text, { requestId = newRequestId(), images, delivery, signal } = {}) {
-    const receipt = await this.#command({ type: "prompt", requestId, text, images, delivery }, signal);
+  async prompt(text, { requestId = newRequestId(), images, delivery, after, signal } = {}) {
+    const receipt = await this.#command({ type: "prompt", requestId, text, images, delivery, after }, signal);
     return { ...receipt, requestId };
+  }
+
+  /** Generates the answer to the user message `entryId` again, on a new branch beside the old answer. */
+  async retry(entryId, { requestId = newRequestId(), signal } = {}) {
+    const receipt = await this.#command({ type: "retry", requestId, entryId }, signal);
+    return { ...receipt, requestId };
+  }
+
+  /** Selects the branch through `entryId` (ending at its newest descendant). */
+  async select(entryId, { requestId = newRequestId(), signal } = {}) {
+    const receipt = await this.#command({ type: "select", requestId, entryId }, signal);
+    return { ...receipt, requestId };
+  }
+
+  /** The children of an entry: `{entryId, count, children, cursor}`. */
+  branches(entryId, { limit, cursor, signal } = {}) {
+    return this.#t.request("GET", sessionPath(this.id, "/branches"), { query: { entryId, limit, cursor: cursor ?? undefined }, signal });
   }
 
   async operator(text, { requestId = newRequestId(), signal } = {}) {

@@ -1,6 +1,7 @@
 import type { FilesPort, sqliteWorkspace } from "./files.js";
 import type {
   AbortOutcome,
+  BranchList,
   CancelOutcome,
   CommandSettlement,
   Delivery,
@@ -71,6 +72,12 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   prompt(sessionId: string, input: PromptInput, meta?: unknown): Promise<Receipt>;
   /** RPC: records an operator line. */
   operator(sessionId: string, input: OperatorInput, meta?: unknown): Promise<Receipt>;
+  /** RPC: generates the answer to the user message `entryId` again, on a new branch (queued like a prompt). */
+  retry(sessionId: string, input: EntryInput, meta?: unknown): Promise<Receipt>;
+  /** RPC: selects the branch through `entryId`; 409 `session_busy` while a turn runs. */
+  select(sessionId: string, input: EntryInput, meta?: unknown): Promise<Receipt>;
+  /** RPC: the children of an entry. */
+  readBranches(sessionId: string, query: BranchesQuery, meta?: unknown): Promise<BranchList>;
   /** RPC: cancels a command (`too_late` once it can no longer be withdrawn; 403 `not_owner` across principals). */
   cancel(sessionId: string, input: CancelInput, meta?: unknown): Promise<CancelOutcome>;
   /** RPC: cancels the running turn and the queued prompts (only `meta`'s principal's when bound). */
@@ -91,9 +98,9 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   watchSession(sessionId: string, meta?: unknown): Promise<ReadableStream<Uint8Array>>;
   /** RPC: a page of the Agent's Sessions. */
   listSessions(query?: PageQuery): Promise<SessionList>;
-  /** RPC: creates a Session (`ses_…` generated when omitted); 409 `session_exists`. */
-  createSession(sessionId?: string): Promise<{ sessionId: string }>;
-  /** RPC: deletes a Session and all of its work (not bound to a principal: authorise first). */
+  /** RPC: creates a Session (`ses_…` generated when omitted), or with `from` a fork; 409 `session_exists`. */
+  createSession(sessionId?: string, options?: { from?: ForkFrom }): Promise<{ sessionId: string }>;
+  /** RPC: deletes a Session and all of its work (not bound to a principal: authorise first); 409 `session_has_forks` while forks share its history. */
   deleteSession(sessionId: string): Promise<void>;
   /** RPC: a page of the inbox. */
   inbox(query?: PageQuery): Promise<Inbox>;
@@ -516,6 +523,27 @@ export interface PromptInput {
   text: string;
   images?: ImageInput[];
   delivery?: Delivery;
+  /** Edit and resend: the turn runs on a new branch right after this entry (`""`: the Session's start). Not with `delivery: "steer"`. */
+  after?: string;
+}
+
+/** A `retry` (the user message whose answer is generated again) or a `select` (the entry whose branch is selected). */
+export interface EntryInput {
+  requestId: string;
+  entryId: string;
+}
+
+/** The children of an entry, a page: `cursor` is the previous page's `cursor`. */
+export interface BranchesQuery {
+  entryId: string;
+  limit?: number;
+  cursor?: string;
+}
+
+/** Where a fork starts: the path of `sessionId` ending at `entryId` (shared, not copied). */
+export interface ForkFrom {
+  sessionId: string;
+  entryId: string;
 }
 
 export interface OperatorInput {
@@ -546,7 +574,8 @@ export interface ShiitakeOwner {
   /** Addresses a Session; no I/O. */
   session(sessionId: string): ShiitakeOwnerSession;
   listSessions(query?: PageQuery): Promise<SessionList>;
-  createSession(sessionId?: string): Promise<{ sessionId: string }>;
+  /** With `from`: a fork continuing that Session's path ending at the entry. */
+  createSession(sessionId?: string, options?: { from?: ForkFrom }): Promise<{ sessionId: string }>;
   deleteSession(sessionId: string): Promise<void>;
   inbox(query?: PageQuery): Promise<Inbox>;
   grants: {
@@ -563,6 +592,12 @@ export interface ShiitakeOwnerSession {
   followUp(input: Omit<PromptInput, "delivery">): Promise<Receipt>;
   operator(input: OperatorInput): Promise<Receipt>;
   cancel(input: CancelInput): Promise<CancelOutcome>;
+  /** Generates the answer to the user message `entryId` again, on a new branch. */
+  retry(input: EntryInput): Promise<Receipt>;
+  /** Selects the branch through `entryId`. */
+  select(input: EntryInput): Promise<Receipt>;
+  /** The children of an entry. */
+  branches(query: BranchesQuery): Promise<BranchList>;
   abort(): Promise<AbortOutcome>;
   withdraw(requestId: string): Promise<WithdrawOutcome>;
   read(query?: ReadQuery): Promise<SessionRead>;

@@ -564,6 +564,21 @@ export class ShiitakeDO extends DurableObject {
     return this.#bound(meta).session(sessionId).operator(input);
   }
 
+  /** RPC: generates the answer to a user message again (`{requestId, entryId}`); the Receipt. */
+  retry(sessionId, input, meta) {
+    return this.#bound(meta).session(sessionId).retry(input);
+  }
+
+  /** RPC: selects the branch through an entry (`{requestId, entryId}`); the Receipt. */
+  select(sessionId, input, meta) {
+    return this.#bound(meta).session(sessionId).select(input);
+  }
+
+  /** RPC: the children of an entry (`{entryId, limit?, cursor?}`). */
+  readBranches(sessionId, query, meta) {
+    return this.#bound(meta).session(sessionId).branches(query);
+  }
+
   /** RPC: cancels a command (`{commandId, onlyIfPending?}`); the Receipt. */
   cancel(sessionId, input, meta) {
     return this.#bound(meta).session(sessionId).cancel(input);
@@ -608,9 +623,9 @@ export class ShiitakeDO extends DurableObject {
     return this.agent.listSessions(query);
   }
 
-  /** RPC: creates a Session (`sessionId` generated when omitted); `{sessionId}`. */
-  createSession(sessionId) {
-    return this.agent.createSession(sessionId);
+  /** RPC: creates a Session (`sessionId` generated when omitted; `{from: {sessionId, entryId}}` forks); `{sessionId}`. */
+  createSession(sessionId, options) {
+    return this.agent.createSession(sessionId, options);
   }
 
   /** RPC: deletes a Session and all its work. */
@@ -941,8 +956,11 @@ class OwnerAgent {
     return answerOf(await this.#call("GET", "/sessions", { query: { limit, cursor }, meta: this.#meta }));
   }
 
-  async createSession(sessionId) {
-    return answerOf(await this.#call("POST", "/sessions", { body: sessionId === undefined ? {} : { sessionId }, meta: this.#meta }));
+  async createSession(sessionId, { from } = {}) {
+    const body = {};
+    if (sessionId !== undefined) body.sessionId = sessionId;
+    if (from !== undefined) body.from = from;
+    return answerOf(await this.#call("POST", "/sessions", { body, meta: this.#meta }));
   }
 
   async deleteSession(sessionId) {
@@ -983,6 +1001,18 @@ class OwnerSession {
 
   cancel(input) {
     return this.#command({ ...input, type: "cancel" });
+  }
+
+  retry(input) {
+    return this.#command({ ...input, type: "retry" });
+  }
+
+  select(input) {
+    return this.#command({ ...input, type: "select" });
+  }
+
+  async branches({ entryId, limit, cursor } = {}) {
+    return answerOf(await this.#call("GET", "/branches", { query: { entryId, limit, cursor } }));
   }
 
   abort() {

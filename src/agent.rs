@@ -4,9 +4,10 @@
 use crate::attention;
 use crate::ctx::Ctx;
 use crate::error::ApiError;
-use crate::limits::{SESSIONS_PER_AGENT_MAX, SESSION_ID_BYTES_MAX};
+use crate::limits::{REQUEST_ID_BYTES_MAX, SESSIONS_PER_AGENT_MAX, SESSION_ID_BYTES_MAX};
+use crate::session::branches;
 use crate::sql::atomically;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -34,6 +35,58 @@ pub fn validate_session_id(id: &str) -> Result<(), ApiError> {
 
 pub fn create_session(ctx: &mut Ctx<'_>, session_id: Option<&str>) -> Result<String, ApiError> {
     create(ctx, session_id, false)
+}
+
+/// Where a fork starts: the path of Session `session_id` ending at entry
+/// `entry_id`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ForkFrom {
+    pub session_id: String,
+    pub entry_id: String,
+}
+
+/// Creates a Session whose paths continue into the path of `from` ending
+/// at its entry (`store::path`): its history is shared, not copied, so the
+/// fork writes one row however long the history (finding the entry is a
+/// scan of the messages newer than it).
+pub fn fork_session(
+    ctx: &mut Ctx<'_>,
+    session_id: Option<&str>,
+    from: &ForkFrom,
+) -> Result<String, ApiError> {
+    validate_session_id(&from.session_id)?;
+    if from.entry_id.is_empty() || from.entry_id.len() > REQUEST_ID_BYTES_MAX {
+        return Err(ApiError::InvalidRequest(format!(
+            "from.entryId: an entry id of 1..={REQUEST_ID_BYTES_MAX} bytes"
+        )));
+    }
+    let session_id = match session_id {
+        Some(id) => {
+            validate_session_id(id)?;
+            id.to_owned()
+        }
+        None => ctx.ids.next_id("ses_"),
+    };
+    let store = ctx.store;
+    let now_ms = ctx.now_ms;
+    atomically(store.sql(), || {
+        let (exists, count) = store.session_and_count(&session_id)?;
+        if exists {
+            return Err(ApiError::SessionExists(session_id.clone()));
+        }
+        if count >= SESSIONS_PER_AGENT_MAX {
+            return Err(ApiError::TooManySessions);
+        }
+        let chain = store.chain(&from.session_id)?;
+        if chain.is_empty() {
+            return Err(ApiError::SessionNotFound(from.session_id.clone()));
+        }
+        let entry = branches::locate(store, &chain, &from.entry_id)?;
+        let (base, seq) = branches::fork_base(&chain, &entry)?;
+        store.insert_fork(&session_id, &base, seq, now_ms)?;
+        Ok(session_id.clone())
+    })
 }
 
 /// Creates a Session ACP serves: its mark (`model_choice::hosted`) is
@@ -104,11 +157,19 @@ pub struct Deleted {
 
 /// Deletes the Session and all it owns. Delegated work it received and
 /// had not settled gets its `outcome_unknown` reply staged in the same
-/// transaction (`mail::owed_replies`).
+/// transaction (`mail::owed_replies`). A Session other Sessions were forked
+/// from holds their history: refused (409 `session_has_forks`) until they
+/// are deleted.
 pub fn delete_session(ctx: &mut Ctx<'_>, session_id: &str) -> Result<Deleted, ApiError> {
     let store = ctx.store;
     let now_ms = ctx.now_ms;
     atomically(store.sql(), || {
+        if let Some(fork) = store.fork_of(session_id)? {
+            return Err(ApiError::SessionHasForks {
+                session: session_id.to_owned(),
+                fork,
+            });
+        }
         let running = store.running_head(session_id)?.map(|h| h.command_id);
         // Its attention goes with it, releasing the owners' capacity.
         let attention = attention::removed_with(store.sql(), session_id)?;

@@ -3,7 +3,9 @@
 //! together (axum's `define_rejection!` style), so no handler invents a
 //! status of its own and no input can reach a 5xx.
 
-use crate::limits::{FENCES_PER_SESSION_MAX, SESSIONS_PER_AGENT_MAX};
+use crate::limits::{
+    BRANCHES_PER_SESSION_MAX, FENCES_PER_SESSION_MAX, FORK_DEPTH_MAX, SESSIONS_PER_AGENT_MAX,
+};
 use crate::sql::SqlError;
 
 /// Declares [`ApiError`] from rows
@@ -56,6 +58,20 @@ api_errors! {
     /// 404: the Session never accepted this command.
     CommandNotFound(String) => 404, "command_not_found",
         "command `{0}` was not accepted by this session";
+    /// 404: no Session of the Agent holds this transcript entry.
+    EntryNotFound(String) => 404, "entry_not_found",
+        "no session of this agent holds entry `{0}`";
+    /// 400: the entry is stored, but on no path of this Session (another
+    /// Session's, or a base's off the path a fork continues).
+    EntryNotOnPath { entry: String, holder: String, session: String } => 400, "entry_not_on_path",
+        "entry `{entry}` (of session `{holder}`) is on no branch of session `{session}`";
+    /// 400: a retry names an entry that is no user message.
+    EntryNotUser { entry: String, role: String } => 400, "entry_not_user",
+        "a retry generates the answer to a user message again; entry `{entry}` is a `{role}` message";
+    /// 400: a fork would continue a chain of too many Sessions.
+    ForkTooDeep { session: String } => 400, "fork_too_deep",
+        "a fork of session `{session}` would make a chain of more than {max} sessions (a fork and its bases)",
+        max = FORK_DEPTH_MAX;
     /// 403: an identity-bound request may not cancel another principal's work.
     NotOwner(String) => 403, "not_owner",
         "command `{0}` belongs to another principal; only its author (or an unbound owner) may cancel it";
@@ -86,6 +102,12 @@ api_errors! {
     /// 409: the requestId was withdrawn; admission is fenced for good.
     RequestWithdrawn(String) => 409, "request_withdrawn",
         "requestId `{0}` was withdrawn and can never be admitted; use a new requestId";
+    /// 409: a `select` while the Session runs a turn.
+    SessionBusy(String) => 409, "session_busy",
+        "session `{0}` is running a turn; select a branch once it settles";
+    /// 409: deleting a Session other Sessions were forked from.
+    SessionHasForks { session: String, fork: String } => 409, "session_has_forks",
+        "session `{session}` holds the history of its fork `{fork}` (and maybe others); delete its forks first";
     /// 413: the body exceeds the byte cap.
     PayloadTooLarge { bytes_max: usize } => 413, "payload_too_large",
         "request body exceeds {bytes_max} bytes";
@@ -97,6 +119,10 @@ api_errors! {
     /// 429: the Session holds its maximum number of withdrawal fences.
     TooManyFences => 429, "too_many_fences",
         "this session holds {} withdrawal fences", FENCES_PER_SESSION_MAX;
+    /// 429: the Session's messages start their maximum number of branches.
+    TooManyBranches { session: String } => 429, "too_many_branches",
+        "session `{session}` holds {max} branches; fork it to branch further",
+        max = BRANCHES_PER_SESSION_MAX;
     /// 429: too many open watches or parked settlement polls.
     TooManyObservers => 429, "too_many_observers",
         "too many open watches or settlement polls on this agent; close some and retry";

@@ -194,7 +194,8 @@ fn route(
                 (["settlement"], "GET") => settlement(ctx, req, id),
                 (["watch"], "GET") => watch(ctx, ext, req, id),
                 (["pending", "latest"], "GET") => latest_pending(ctx, req, id),
-                (["settlement" | "watch"] | ["pending", "latest"], _) => {
+                (["branches"], "GET") => branches(ctx, req, id),
+                (["settlement" | "watch" | "branches"] | ["pending", "latest"], _) => {
                     Err(ApiError::MethodNotAllowed("GET"))
                 }
                 _ => Err(ApiError::NotFound),
@@ -292,22 +293,48 @@ fn list_sessions(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, A
     ))
 }
 
+/// `GET /sessions/:id/branches?entryId&limit&cursor`: the children of an
+/// entry on the Session's paths.
+fn branches(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResponse, ApiError> {
+    let query = Query::parse(&req.query, &["entryId", "limit", "cursor"])?;
+    let entry_id = query
+        .get("entryId")
+        .filter(|e| !e.is_empty())
+        .ok_or_else(|| ApiError::InvalidQuery("entryId: required".into()))?;
+    let limit = query.limit(READ_PAGE_MESSAGES_MAX)?;
+    let after = query.cursor("cursor")?.unwrap_or(0);
+    Ok(HttpResponse::json(
+        200,
+        &crate::session::branches::children(ctx.store, id, entry_id, after, limit)?,
+    ))
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct CreateSession {
     #[serde(default)]
     session_id: Option<String>,
+    /// Fork: the new Session's paths continue into this one's path ending
+    /// at the entry.
+    #[serde(default)]
+    from: Option<agent::ForkFrom>,
 }
 
 fn create_session(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, ApiError> {
     Query::parse(&req.query, &[])?;
     // An empty body means "no options", as for `curl -X POST`.
     let body: CreateSession = if req.body.iter().all(u8::is_ascii_whitespace) {
-        CreateSession { session_id: None }
+        CreateSession {
+            session_id: None,
+            from: None,
+        }
     } else {
         parse_body(&req.body)?
     };
-    let session_id = agent::create_session(ctx, body.session_id.as_deref())?;
+    let session_id = match &body.from {
+        Some(from) => agent::fork_session(ctx, body.session_id.as_deref(), from)?,
+        None => agent::create_session(ctx, body.session_id.as_deref())?,
+    };
     Ok(HttpResponse::json(
         201,
         &serde_json::json!({ "sessionId": session_id }),
@@ -490,6 +517,16 @@ fn command(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpRespons
             let effects = admission_effects(id, &o.request_id, &admitted);
             Ok(HttpResponse::json(200, &admitted.receipt).with(effects))
         }
+        Command::Retry(r) => {
+            let admitted = admission::admit_retry(ctx, id, &r, meta)?;
+            let effects = admission_effects(id, &r.request_id, &admitted);
+            Ok(HttpResponse::json(200, &admitted.receipt).with(effects))
+        }
+        Command::Select(s) => {
+            let admitted = admission::admit_select(ctx, id, &s, meta)?;
+            let effects = admission_effects(id, &s.request_id, &admitted);
+            Ok(HttpResponse::json(200, &admitted.receipt).with(effects))
+        }
         Command::Cancel(command::Cancel {
             command_id,
             only_if_pending,
@@ -524,6 +561,9 @@ pub fn admission_effects(
             request_id: Some(request_id.to_owned()),
         },
     )];
+    if let Some(entry_id) = admitted.branch.clone() {
+        frames.push((session_id.to_owned(), Frame::Branch { entry_id }));
+    }
     if let Some(message) = admitted
         .message
         .as_ref()

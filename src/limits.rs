@@ -20,6 +20,15 @@ pub const PENDING_BYTES_PER_SESSION_MAX: usize = 2_097_152;
 pub const SESSIONS_PER_AGENT_MAX: usize = 10_000;
 /// Withdrawal fences one Session holds.
 pub const FENCES_PER_SESSION_MAX: usize = 4_096;
+/// Branches one Session's messages start (edits, retries, the first
+/// message written after a `select`), checked when a `retry`, a prompt with
+/// `after` or a `select` is admitted (queued ones may pass it by at most
+/// the queue's bound). Bounds the fork points a `select` and a fork's
+/// ancestry read (one index entry each).
+pub const BRANCHES_PER_SESSION_MAX: usize = 10_000;
+/// Sessions in one fork chain (a fork, its base, the base's base...): a
+/// path read steps into each at most once.
+pub const FORK_DEPTH_MAX: usize = 16;
 /// Host metadata attached to one entry, as JSON (seed: 4096 bytes).
 pub const META_BYTES_MAX: usize = 4_096;
 /// Messages in one Session read page (seed: at most 200).

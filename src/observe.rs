@@ -28,6 +28,14 @@ pub enum Frame {
     Message {
         message: Box<RawValue>,
     },
+    /// The Session's selected branch changed (a `select`, or a retry or a
+    /// prompt with `after` started its turn on a new branch): it runs
+    /// through `entryId` now (`None`: from the Session's start). The
+    /// watcher's messages are of another branch: read the Session again.
+    #[serde(rename_all = "camelCase")]
+    Branch {
+        entry_id: Option<String>,
+    },
     Settled {
         settlement: Settlement,
     },

@@ -217,7 +217,8 @@ pub fn holds_rows(sql: &(impl Sql + ?Sized), table: &str) -> bool {
 enum Ddl {
     /// No DDL.
     None,
-    /// Only `CREATE TABLE` and `CREATE INDEX` (a creation adds no row).
+    /// Only `CREATE TABLE`, `CREATE INDEX` and `ALTER TABLE … ADD` (a
+    /// creation adds no row).
     Creates,
     /// Anything else (`DROP`, `ALTER`, other `CREATE`s).
     Other,
@@ -231,12 +232,14 @@ fn first_words(part: &str, n: usize) -> Vec<String> {
         .collect()
 }
 
-/// Whether one statement creates a table or an index.
+/// Whether one statement creates a table, an index or a column (none adds
+/// or removes a row).
 fn is_creation(part: &str) -> bool {
-    match first_words(part, 3).as_slice() {
+    match first_words(part, 4).as_slice() {
         [create, what, ..] if create == "CREATE" => {
             what == "TABLE" || what == "INDEX" || what == "UNIQUE"
         }
+        [alter, table, _, add] if alter == "ALTER" => table == "TABLE" && add == "ADD",
         _ => false,
     }
 }

@@ -992,3 +992,96 @@ fn a_call_cancelled_while_it_runs_has_no_ended_frame() {
         ]
     );
 }
+
+/// A Session whose tool turn (`go`) and a plain turn (`next`, admitted
+/// into the idle Session: its turn is claimed) came before a retry of
+/// `go`, queued behind `next`: the settling write of `next` claims it.
+fn a_retry_behind_a_turn() -> (Sim, String) {
+    let mut sim = Sim::new();
+    let (status, json, _) = sim.request("POST", "/sessions", json!({"sessionId": "s"}));
+    assert_eq!(status, 201, "{json}");
+    sim.prompt("p1", "go", "followUp");
+    assert_eq!(sim.run_with_recovery(0), 0);
+    let go = sim.messages()[0]["entryId"].as_str().unwrap().to_owned();
+    sim.prompt("p2", "next", "followUp");
+    let (status, json, _) = sim.command(json!({"type": "retry", "requestId": "r1", "entryId": go}));
+    assert_eq!(status, 200, "{json}");
+    (sim, go)
+}
+
+#[test]
+fn a_retry_crashed_after_every_durable_transition_answers_once_on_its_own_branch() {
+    let clean = {
+        let (mut sim, _) = a_retry_behind_a_turn();
+        let before = sim.db.commits.get();
+        sim.run_with_recovery(0);
+        sim.db.commits.get() - before
+    };
+    assert!(
+        clean >= 5,
+        "a plain turn and a retried tool turn take {clean} transitions"
+    );
+    for at in 0..=clean {
+        let (mut sim, go) = a_retry_behind_a_turn();
+        sim.crash_after(at);
+        let crashes = sim.run_with_recovery(1);
+        let context = format!("crash after transition {at} of {clean}");
+        assert_eq!(crashes, usize::from(at < clean), "{context}");
+        // The selected branch is the retry's: the retried prompt, then the
+        // tool turn its model call ran again from the prompt alone (a
+        // context holding the old turn would have been answered `done`).
+        let messages = sim.messages();
+        assert_eq!(roles(&messages), TWO_TURNS[..5], "{context}");
+        assert_eq!(messages[0]["entryId"], go.as_str(), "{context}");
+        assert_eq!(messages[1]["parentEntryId"], go.as_str(), "{context}");
+        assert_eq!(
+            messages[1]["branch"],
+            json!({"index": 2, "count": 2}),
+            "{context}"
+        );
+        assert_eq!(
+            messages[1]["commandId"],
+            sim.commands["r1"].as_str(),
+            "{context}"
+        );
+        let ids: HashSet<&str> = messages
+            .iter()
+            .map(|m| m["entryId"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids.len(), messages.len(), "{context}: a message repeats");
+        let results: Vec<&str> = messages
+            .iter()
+            .filter_map(|m| m["toolCallId"].as_str())
+            .collect();
+        assert_eq!(results, ["c1", "c2"], "{context}: one result per call");
+        // The old answer stays, beside it: the prompt's two children.
+        let (status, children, _) = sim.request(
+            "GET",
+            &format!("/sessions/s/branches?entryId={go}"),
+            Value::Null,
+        );
+        assert_eq!(status, 200, "{children}");
+        assert_eq!(children["count"], 2, "{context}");
+        for request in ["p2", "r1"] {
+            assert_eq!(
+                sim.settlement(request)["terminal"],
+                "completed",
+                "{context}"
+            );
+        }
+        let settled = sim.settled_frames();
+        assert!(settled.values().all(|n| *n == 1), "{context}: {settled:?}");
+        let branch_frames = sim
+            .world
+            .events
+            .iter()
+            .filter(|e| matches!(e, Event::Frame(Frame::Branch { entry_id }) if entry_id.as_deref() == Some(go.as_str())))
+            .count();
+        assert_eq!(
+            branch_frames, 1,
+            "{context}: one branch frame, at the claim"
+        );
+        // `add` ran once per turn at most (outcome unknown on a resumed call).
+        assert!(sim.world.effects.len() <= 2, "{context}");
+    }
+}

@@ -328,6 +328,7 @@ fn prompt(
         text,
         images: (!images.is_empty()).then_some(images),
         delivery: Delivery::FollowUp,
+        after: None,
     };
     validate_prompt(&command).map_err(|e| RpcError::params(format!("params.prompt: {e}")))?;
     // Only a Session ACP created or loaded: its turns use the hosted layers.

@@ -725,6 +725,7 @@ fn give_up(
             text: reply.text.clone(),
             images: Vec::new(),
             delivery: Delivery::FollowUp,
+            ..Default::default()
         };
         match prepare_prompt(
             store,
@@ -990,6 +991,7 @@ pub fn receive(
             text: mail.text.clone(),
             images: Vec::new(),
             delivery: mail.delivery,
+            ..Default::default()
         };
         let create = verified.is_none();
         let prepared = match prepare_prompt(

@@ -96,7 +96,7 @@ pub fn cancel(
             })
         };
         match (row.kind, row.state, row.terminal) {
-            (Kind::Prompt, State::Pending, _) => {
+            (Kind::Prompt | Kind::Retry, State::Pending, _) => {
                 result.settled = settle_with_meta(
                     store,
                     std::slice::from_ref(&row),
@@ -108,7 +108,7 @@ pub fn cancel(
                 )?;
                 result.outcome = cancelled()?;
             }
-            (Kind::Prompt, State::Running, _) if !only_if_pending => {
+            (Kind::Prompt | Kind::Retry, State::Running, _) if !only_if_pending => {
                 let head = row.turn_id.clone().unwrap_or_else(|| command_id.clone());
                 let turn = store.turn(session_id, &head)?;
                 // A running command cannot leave its turn (its text is in
@@ -126,7 +126,7 @@ pub fn cancel(
                 result.outcome = cancelled()?;
             }
             // Idempotent: a retried cancel sees the same outcome.
-            (Kind::Prompt, State::Settled, Some(Terminal::Cancelled)) => {
+            (Kind::Prompt | Kind::Retry, State::Settled, Some(Terminal::Cancelled)) => {
                 result.outcome = cancelled()?;
             }
             _ => {}

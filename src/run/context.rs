@@ -7,6 +7,7 @@ use crate::error::ApiError;
 use crate::limits::{CONTEXT_BYTES_MAX, CONTEXT_MESSAGES_MAX};
 use crate::model::Image;
 use crate::model::{ModelItem, ModelMessage, Role, ToolCall};
+use crate::store::path::{PathRow, Start, Walk};
 use crate::store::Store;
 use crate::transcript::{RecordedCall, Role as Author};
 use serde::Deserialize;
@@ -25,9 +26,10 @@ use serde_json::Value;
 pub(crate) fn context(
     store: Store<'_>,
     session_id: &str,
+    start: Start,
     unwritten: &[Pending],
 ) -> Result<Vec<ModelItem>, ApiError> {
-    let mut messages: Vec<Option<Stored>> = window(store, session_id, unwritten)?
+    let mut messages: Vec<Option<Stored>> = window(store, session_id, start, unwritten)?
         .into_iter()
         .map(Some)
         .collect();
@@ -100,37 +102,36 @@ impl Entry {
 }
 
 /// The messages a context is built from, oldest first: the newest
-/// [`CONTEXT_MESSAGES_MAX`] (stored, then `unwritten`) when their bodies
-/// total at most [`CONTEXT_BYTES_MAX`]. Past that bound the oldest whole
-/// turns (a turn starts at a `user` message) are left out, so the window
-/// starts at a user message; when the newest turn alone passes the bound,
-/// [`newest_turn`] keeps part of it. Sizes are read before bodies, and
-/// bodies only up to the bound (plus the rest of the newest step in
-/// [`newest_turn`]), so a context holds about `CONTEXT_BYTES_MAX` of bodies
-/// however large the transcript.
+/// [`CONTEXT_MESSAGES_MAX`] of the path from `start` (the selected branch,
+/// or the path ending at a new branch's anchor; stored, then `unwritten`)
+/// when their bodies total at most [`CONTEXT_BYTES_MAX`]. Past that bound
+/// the oldest whole turns (a turn starts at a `user` message) are left
+/// out, so the window starts at a user message; when the newest turn alone
+/// passes the bound, [`newest_turn`] keeps part of it. Sizes are read
+/// before bodies, and bodies only up to the bound (plus the rest of the
+/// newest step in [`newest_turn`]), so a context holds about
+/// `CONTEXT_BYTES_MAX` of bodies however large the transcript.
 fn window(
     store: Store<'_>,
     session_id: &str,
+    start: Start,
     unwritten: &[Pending],
 ) -> Result<Vec<Stored>, ApiError> {
     let keep = CONTEXT_MESSAGES_MAX.saturating_sub(unwritten.len());
     let unwritten_bytes: usize = unwritten.iter().map(|p| p.body.len()).sum();
-    // `(seq, bytes, body)`, newest first, with the bodies of the newest
-    // stored messages that fit beside the unwritten ones.
-    let window = store.message_window(
+    // Newest first, with the bodies of the newest stored messages that fit
+    // beside the unwritten ones.
+    let walk = store.walk(
         session_id,
+        start,
         keep,
         CONTEXT_BYTES_MAX.saturating_sub(unwritten_bytes),
     )?;
-    let total = unwritten_bytes + window.iter().map(|(_, bytes, _)| bytes).sum::<usize>();
-    let loaded = window
-        .iter()
-        .take_while(|(_, _, body)| body.is_some())
-        .count();
-    let sizes: Vec<(i64, usize)> = window.iter().map(|&(seq, bytes, _)| (seq, bytes)).collect();
+    let total = unwritten_bytes + walk.rows.iter().map(|r| r.bytes).sum::<usize>();
+    let loaded = walk.rows.iter().take_while(|r| r.body.is_some()).count();
     let mut entries = Vec::with_capacity(loaded + unwritten.len());
-    for (_, _, body) in window[..loaded].iter().rev() {
-        if let Some(body) = body {
+    for row in walk.rows[..loaded].iter().rev() {
+        if let Some(body) = &row.body {
             entries.push(Entry::parse(body)?);
         }
     }
@@ -142,7 +143,7 @@ fn window(
     } else if let Some(first_user) = entries.iter().position(|e| e.is(Author::User)) {
         entries.split_off(first_user)
     } else {
-        newest_turn(store, session_id, &sizes, loaded, entries)?
+        newest_turn(store, walk, loaded, entries)?
     };
     let messages = provenance(store, session_id, messages)?;
     Ok(messages.into_iter().map(|e| e.message).collect())
@@ -189,33 +190,24 @@ fn provenance(
     Ok(entries)
 }
 
-/// The newest turn when it alone passes the byte bound (`loaded`, the
-/// newest `sizes` whose bodies `entries` hold, has no user message): its
-/// user message, then the newest steps (an `assistant` message with its
-/// results and whatever follows) that fit beside it; what lies between is
-/// left out. At least the newest step is kept whole, since a step is never
-/// split from its results, so the window may pass the bound by up to one
-/// step (at most `TOOL_CALLS_PER_STEP_MAX` results). A turn whose user
-/// message is older than the newest [`CONTEXT_MESSAGES_MAX`] messages keeps
-/// none, as without the byte bound.
+/// The newest turn when it alone passes the byte bound (the walk's
+/// `loaded` newest messages, whose bodies `entries` hold, have no user
+/// message): its user message, then the newest steps (an `assistant`
+/// message with its results and whatever follows) that fit beside it;
+/// what lies between is left out. At least the newest step is kept whole,
+/// since a step is never split from its results, so the window may pass
+/// the bound by up to one step (at most `TOOL_CALLS_PER_STEP_MAX` results).
+/// A turn whose user message is older than the newest
+/// [`CONTEXT_MESSAGES_MAX`] messages keeps none, as without the byte bound.
 fn newest_turn(
     store: Store<'_>,
-    session_id: &str,
-    sizes: &[(i64, usize)],
+    mut walk: Walk,
     loaded: usize,
     mut entries: Vec<Entry>,
 ) -> Result<Vec<Entry>, ApiError> {
-    let Some(&(oldest, _)) = sizes.last() else {
-        return Ok(entries); // only unwritten messages
-    };
-    // Stored messages in `oldest..below` are not loaded.
-    let below = if loaded > 0 {
-        sizes[loaded - 1].0
-    } else {
-        sizes[0].0 + 1
-    };
-    let user = store.newest_message_with_role(session_id, "user", oldest, below)?;
-    let room = CONTEXT_BYTES_MAX.saturating_sub(user.map_or(0, |(_, bytes)| bytes));
+    let unloaded = loaded..walk.rows.len();
+    let user = store.newest_with_role(&walk, unloaded.clone(), "user")?;
+    let room = CONTEXT_BYTES_MAX.saturating_sub(user.map_or(0, |at| walk.rows[at].bytes));
     // The oldest loaded step whose tail fits beside the user message, else
     // the newest loaded step.
     let mut tail: usize = entries.iter().map(|e| e.bytes).sum();
@@ -231,22 +223,27 @@ fn newest_turn(
         Some(at) => drop(entries.drain(..at)),
         None => {
             // The newest step began before the loaded messages: load it.
-            let after_user = user.map_or(oldest, |(seq, _)| seq + 1);
-            if let Some((seq, _)) =
-                store.newest_message_with_role(session_id, "assistant", after_user, below)?
-            {
-                let older = store.message_bodies(session_id, seq, below - 1)?;
-                let older = older.iter().map(|b| Entry::parse(b));
+            let newer_than_user = loaded..user.unwrap_or(walk.rows.len());
+            if let Some(at) = store.newest_with_role(&walk, newer_than_user, "assistant")? {
+                store.load_bodies(&mut walk, loaded..at + 1)?;
+                let older = walk.rows[loaded..=at].iter().rev().map(body_entry);
                 entries.splice(0..0, older.collect::<Result<Vec<_>, _>>()?);
             }
         }
     }
-    if let Some((seq, _)) = user {
-        for body in store.message_bodies(session_id, seq, seq)? {
-            entries.insert(0, Entry::parse(&body)?);
-        }
+    if let Some(at) = user {
+        store.load_bodies(&mut walk, at..at + 1)?;
+        entries.insert(0, body_entry(&walk.rows[at])?);
     }
     Ok(entries)
+}
+
+fn body_entry(row: &PathRow) -> Result<Entry, ApiError> {
+    let body = row
+        .body
+        .as_deref()
+        .ok_or_else(|| ApiError::Internal(format!("message {} has no body", row.seq)))?;
+    Entry::parse(body)
 }
 
 /// A stored message as the model context reads it.

@@ -283,6 +283,9 @@ impl Turn {
         self.context = step.context;
         self.calls = step.tool_calls.into();
         self.reported = false;
+        if let Some(entry_id) = step.branch {
+            self.publish(Frame::Branch { entry_id });
+        }
         for message in step.appended {
             self.publish_message(message);
         }

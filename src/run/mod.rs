@@ -29,6 +29,7 @@ use crate::session::admission::prompt_input;
 use crate::session::command::Delivery;
 use crate::settlement::Settlement;
 use crate::sql::atomically;
+use crate::store::path::Start;
 use crate::store::{CommandRow, Kind, State, Store, Terminal};
 use crate::transcript::{self, message_body, user_message_body, Message};
 pub(crate) use context::context;
@@ -52,6 +53,10 @@ pub struct Step {
     /// The head command's host metadata, as admitted (the host's model
     /// choice reads it): carried from the claim, never read again.
     pub meta: Option<String>,
+    /// The claim started a new branch (a retry, a prompt with `after`),
+    /// now the selected one: it runs through this entry (`None`: from the
+    /// Session's start). Published as a `branch` frame before `appended`.
+    pub branch: Option<Option<String>>,
 }
 
 /// The outcome of [`complete_step`].
@@ -167,7 +172,7 @@ pub fn reconcile(
             // Open calls are closed first; their last outcome answers the
             // context then.
             let context = if open.is_empty() {
-                context(store, &head.session_id, &[])?
+                context(store, &head.session_id, Start::Tip, &[])?
             } else {
                 Vec::new()
             };
@@ -179,10 +184,8 @@ pub fn reconcile(
             later(now_ms);
         }
         for head in idle.into_iter().take(room) {
-            let session_id = head.session_id.clone();
-            let prompt = user_message(&head, now_ms)?;
-            let context = context(store, &session_id, std::slice::from_ref(&prompt))?;
-            fresh.push((head, prompt, context));
+            let opening = opening(store, &head, now_ms, Vec::new())?;
+            fresh.push((head, opening));
         }
 
         let mut still_running: Vec<String> = running
@@ -234,21 +237,12 @@ pub fn reconcile(
                 tool_calls: open,
                 appended: Vec::new(),
                 meta: head.meta,
+                branch: None,
             });
         }
-        for (head, prompt, context) in fresh {
-            store.claim(&head, None, 1, now_ms)?;
+        for (head, opening) in fresh {
             still_running.push(head.command_id.clone());
-            store.insert_message(&head.session_id, &prompt.body)?;
-            steps.push(Step {
-                session_id: head.session_id.clone(),
-                command_id: head.command_id,
-                attempt: 1,
-                context,
-                tool_calls: Vec::new(),
-                appended: vec![prompt.body],
-                meta: head.meta,
-            });
+            steps.push(open(store, head, opening, now_ms)?);
         }
         Ok(Reconciled {
             steps,
@@ -300,17 +294,11 @@ pub fn complete_step(
             // round between back-to-back turns.
             let next = match pending.first().cloned() {
                 Some(next) => {
-                    let prompt = user_message(&next, now_ms)?;
-                    let unwritten = [
-                        Pending {
-                            body: answer_body.clone(),
-                        },
-                        Pending {
-                            body: prompt.body.clone(),
-                        },
-                    ];
-                    let context = context(store, session_id, &unwritten)?;
-                    Some((next, prompt, context))
+                    let before = vec![Pending {
+                        body: answer_body.clone(),
+                    }];
+                    let opening = opening(store, &next, now_ms, before)?;
+                    Some((next, opening))
                 }
                 None => None,
             };
@@ -324,19 +312,7 @@ pub fn complete_step(
                 now_ms,
             )?;
             let next = match next {
-                Some((next, prompt, context)) => {
-                    store.claim(&next, None, 1, now_ms)?;
-                    store.insert_message(session_id, &prompt.body)?;
-                    Some(Step {
-                        session_id: session_id.to_owned(),
-                        command_id: next.command_id,
-                        attempt: 1,
-                        context,
-                        tool_calls: Vec::new(),
-                        appended: vec![prompt.body],
-                        meta: next.meta,
-                    })
-                }
+                Some((next, opening)) => Some(open(store, next, opening, now_ms)?),
                 None => None,
             };
             return Ok(StepOutcome::Settled {
@@ -386,7 +362,7 @@ pub(crate) fn join_steers(
             body: p.body.clone(),
         })
         .collect();
-    let context = context(store, &head.session_id, &unwritten)?;
+    let context = context(store, &head.session_id, Start::Tip, &unwritten)?;
     store.insert_message(&head.session_id, &written.body)?;
     for (steer, prompt) in steers.iter().zip(&joined) {
         store.claim(steer, Some(&head.command_id), attempt, now_ms)?;
@@ -400,6 +376,7 @@ pub(crate) fn join_steers(
         tool_calls: Vec::new(),
         appended: joined.into_iter().map(|p| p.body).collect(),
         meta: head.meta.clone(),
+        branch: None,
     })
 }
 
@@ -611,12 +588,83 @@ pub(crate) fn current_head<'t>(
 ) -> Option<&'t CommandRow> {
     turn.iter()
         .find(|c| c.command_id == command_id)
-        .filter(|h| h.state == State::Running && h.attempt == attempt && h.kind == Kind::Prompt)
+        .filter(|h| {
+            h.state == State::Running
+                && h.attempt == attempt
+                && matches!(h.kind, Kind::Prompt | Kind::Retry)
+        })
 }
 
 /// A message about to be written, not yet readable from the store.
+#[derive(Clone)]
 pub(crate) struct Pending {
     pub(crate) body: String,
+}
+
+/// A queued command about to start its Session's next turn: the `user`
+/// message its claim appends (none for a retry) and what the model sees
+/// first.
+struct Opening {
+    prompt: Option<Pending>,
+    context: Vec<ModelItem>,
+    branch: Option<Option<String>>,
+}
+
+/// The reads of claiming `command` (a prompt or a retry) as its Session's
+/// next turn; `before`: messages the same transition appends at the
+/// selected tip first (a settling turn's answer). A command with an anchor
+/// starts a new branch there: its context is the path ending at the anchor
+/// (a retry: the user message it answers again), then its own message.
+fn opening(
+    store: Store<'_>,
+    command: &CommandRow,
+    now_ms: i64,
+    before: Vec<Pending>,
+) -> Result<Opening, ApiError> {
+    let input = prompt_input(&command.input)?;
+    let prompt = match command.kind {
+        Kind::Retry => None,
+        _ => Some(user_message(command, now_ms)?),
+    };
+    let (start, mut unwritten) = match command.anchor {
+        Some(at) => (Start::At(at), Vec::new()),
+        None => (Start::Tip, before),
+    };
+    unwritten.extend(prompt.clone());
+    Ok(Opening {
+        context: context(store, &command.session_id, start, &unwritten)?,
+        prompt,
+        branch: input.branch_entry().map(|e| e.map(str::to_owned)),
+    })
+}
+
+/// The writes of an [`opening`]: the claim (attempt 1), then the `user`
+/// message (a child of the anchor when there is one), or for a retry the
+/// selection of the message it answers again, so its first message, and a
+/// turn resumed after a crash, continue there.
+fn open(
+    store: Store<'_>,
+    command: CommandRow,
+    opening: Opening,
+    now_ms: i64,
+) -> Result<Step, ApiError> {
+    store.claim(&command, None, 1, now_ms)?;
+    match &opening.prompt {
+        Some(prompt) => {
+            store.insert_message_after(&command.session_id, &prompt.body, command.anchor)?
+        }
+        None => store.set_head(&command.session_id, command.anchor)?,
+    }
+    Ok(Step {
+        session_id: command.session_id,
+        command_id: command.command_id,
+        attempt: 1,
+        context: opening.context,
+        tool_calls: Vec::new(),
+        appended: opening.prompt.into_iter().map(|p| p.body).collect(),
+        meta: command.meta,
+        branch: opening.branch,
+    })
 }
 
 /// The `user` message a prompt becomes when its turn starts.

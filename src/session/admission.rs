@@ -1,7 +1,8 @@
 //! Admission: prompts and operator lines under a caller `requestId`, replay
 //! of an uncertain send, and the withdrawal fence.
 
-use super::command::{OperatorInput, Prompt, PromptInput};
+use super::branches;
+use super::command::{Delivery, EntryCommand, EntryInput, OperatorInput, Prompt, PromptInput};
 use crate::ctx::{Ctx, IdSource};
 use crate::error::ApiError;
 use crate::limits::{
@@ -48,6 +49,9 @@ struct Admission<'a> {
     kind: Kind,
     input: String,
     meta: Option<&'a str>,
+    /// The entry it names (a prompt's `after`, `""` for the start; a
+    /// retry's or a select's `entryId`), resolved by a new admission.
+    entry: Option<&'a str>,
 }
 
 /// Admits a prompt into the Session's queue.
@@ -66,6 +70,59 @@ pub fn admit_prompt(
             kind: Kind::Prompt,
             input,
             meta,
+            entry: prompt.after.as_deref(),
+        },
+    )
+}
+
+/// Admits a retry: queued work like a prompt, whose turn generates the
+/// answer to the user message `entryId` again on a new branch.
+pub fn admit_retry(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    retry: &EntryCommand,
+    meta: Option<&str>,
+) -> Result<Admitted, ApiError> {
+    let input = serde_json::to_string(&PromptInput {
+        delivery: Delivery::FollowUp,
+        retry: Some(retry.entry_id.clone()),
+        ..Default::default()
+    })
+    .map_err(internal)?;
+    admit(
+        ctx,
+        Admission {
+            session_id,
+            request_id: &retry.request_id,
+            kind: Kind::Retry,
+            input,
+            meta,
+            entry: Some(&retry.entry_id),
+        },
+    )
+}
+
+/// Selects the branch through `entryId`: recorded (and settled) at once,
+/// like an operator line; refused while a turn runs.
+pub fn admit_select(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    select: &EntryCommand,
+    meta: Option<&str>,
+) -> Result<Admitted, ApiError> {
+    let input = serde_json::to_string(&EntryInput {
+        entry_id: select.entry_id.clone(),
+    })
+    .map_err(internal)?;
+    admit(
+        ctx,
+        Admission {
+            session_id,
+            request_id: &select.request_id,
+            kind: Kind::Select,
+            input,
+            meta,
+            entry: Some(&select.entry_id),
         },
     )
 }
@@ -90,6 +147,7 @@ pub fn admit_operator(
             kind: Kind::Operator,
             input,
             meta,
+            entry: None,
         },
     )
 }
@@ -104,6 +162,10 @@ pub struct Admitted {
     /// The prompt was admitted into an idle Session and claimed: its turn
     /// is running (attempt 1) and waits for the run loop to call the model.
     pub claimed: bool,
+    /// The Session's selected branch changed (a select, or a retry or
+    /// prompt with `after` that started its turn): it runs through this
+    /// entry now (`None`: the Session's start).
+    pub branch: Option<Option<String>>,
 }
 
 fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Admitted, ApiError> {
@@ -115,9 +177,52 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Admitted, ApiError> {
             receipt: Receipt::accepted(command_id),
             message: None,
             claimed: false,
+            branch: None,
         }),
-        Decision::New(facts) => write_new(store, ids, now_ms, &a, &facts),
+        Decision::New(facts) => {
+            let anchor = resolve(store, &a, &facts)?;
+            write_new(store, ids, now_ms, &a, &facts, anchor)
+        }
     })
+}
+
+/// What the entry a new admission names resolves to (reads only): the
+/// position its branch starts at, or a select's tip.
+#[derive(Debug, Clone, Copy)]
+enum Anchor {
+    /// A prompt's `after` or a retry's user message.
+    At(i64),
+    /// A select: the tip of the branch it selects.
+    Tip(i64),
+}
+
+fn resolve(
+    store: Store<'_>,
+    a: &Admission<'_>,
+    facts: &AdmissionFacts,
+) -> Result<Option<Anchor>, ApiError> {
+    let Some(entry) = a.entry else {
+        return Ok(None);
+    };
+    if a.kind == Kind::Select && facts.running {
+        return Err(ApiError::SessionBusy(a.session_id.to_owned()));
+    }
+    branches::check_room(store, a.session_id)?;
+    if entry.is_empty() {
+        return Ok(Some(Anchor::At(0))); // `after: ""`: the start
+    }
+    let chain = store.chain(a.session_id)?;
+    let found = branches::locate(store, &chain, entry)?;
+    match a.kind {
+        Kind::Select => Ok(Some(Anchor::Tip(branches::branch_tip(
+            store, &chain, found.seq,
+        )?))),
+        Kind::Retry if found.role.as_deref() != Some("user") => Err(ApiError::EntryNotUser {
+            entry: entry.to_owned(),
+            role: found.role.unwrap_or_default(),
+        }),
+        _ => Ok(Some(Anchor::At(found.seq))),
+    }
 }
 
 /// What an admission's reads decided.
@@ -159,6 +264,7 @@ fn write_new(
     now_ms: i64,
     a: &Admission<'_>,
     facts: &AdmissionFacts,
+    anchor: Option<Anchor>,
 ) -> Result<Admitted, ApiError> {
     let command_id = command_id(facts.next_seq, &ids.next_id(""));
     let mut row = NewCommand {
@@ -173,13 +279,18 @@ fn write_new(
         terminal: None,
         settlement: None,
         attempt: 0,
+        anchor: match anchor {
+            Some(Anchor::At(seq)) => Some(seq),
+            _ => None,
+        },
         now_ms,
     };
     let mut claimed = false;
     let recorded;
     let mut message = None;
+    let mut branch = None;
     match a.kind {
-        Kind::Prompt => {
+        Kind::Prompt | Kind::Retry => {
             if facts.pending_count >= PENDING_PER_SESSION_MAX {
                 return Err(ApiError::QueueFull(format!(
                     "session `{}` already has {PENDING_PER_SESSION_MAX} pending prompts",
@@ -199,18 +310,37 @@ fn write_new(
                 row.state = State::Running;
                 row.attempt = 1;
                 let input: PromptInput = crate::json::from_text(&a.input).map_err(internal)?;
-                let body = crate::transcript::user_message_body(
-                    &command_id,
-                    Some(a.request_id),
-                    &input.text,
-                    &input.images,
-                    a.meta,
-                    now_ms,
-                )?;
-                store.insert_message(a.session_id, &body)?;
-                message = Some(body);
+                branch = input.branch_entry().map(|e| e.map(str::to_owned));
+                if a.kind == Kind::Retry {
+                    // No message of its own: its answer continues the
+                    // retried message, selected from now on.
+                    store.set_head(a.session_id, row.anchor)?;
+                } else {
+                    let body = crate::transcript::user_message_body(
+                        &command_id,
+                        Some(a.request_id),
+                        &input.text,
+                        &input.images,
+                        a.meta,
+                        now_ms,
+                    )?;
+                    store.insert_message_after(a.session_id, &body, row.anchor)?;
+                    message = Some(body);
+                }
                 claimed = true;
             }
+        }
+        Kind::Select => {
+            // Recorded, not run (like an operator line): the branch is
+            // selected in this write.
+            row.state = State::Settled;
+            row.terminal = Some(Terminal::Completed);
+            recorded = Settlement::new(&command_id, Terminal::Completed, None, None).to_json()?;
+            row.settlement = Some(&recorded);
+            if let Some(Anchor::Tip(tip)) = anchor {
+                store.set_head(a.session_id, Some(tip))?;
+            }
+            branch = a.entry.map(|e| Some(e.to_owned()));
         }
         Kind::Operator => {
             // An operator line is recorded, not run: settled at admission,
@@ -240,6 +370,7 @@ fn write_new(
         receipt: Receipt::accepted(command_id),
         message,
         claimed,
+        branch,
     })
 }
 
@@ -277,8 +408,7 @@ pub struct PreparedSend {
 pub fn prepare_send(store: Store<'_>, send: &Send) -> Result<PreparedSend, ApiError> {
     let input = PromptInput {
         text: send.text.clone(),
-        images: Vec::new(),
-        delivery: Default::default(),
+        ..Default::default()
     };
     prepare_prompt(
         store,
@@ -311,6 +441,7 @@ pub fn prepare_prompt(
         kind: Kind::Prompt,
         input: input.clone(),
         meta,
+        entry: None,
     };
     let mut create = false;
     let mut replayed = None;
@@ -374,8 +505,9 @@ pub fn commit_send(
         kind: Kind::Prompt,
         input: send.input.clone(),
         meta: send.meta.as_deref(),
+        entry: None,
     };
-    write_new(store, ids, now_ms, &a, facts).map(Some)
+    write_new(store, ids, now_ms, &a, facts, None).map(Some)
 }
 
 /// Resolves an uncertain send: an existing admission wins; otherwise a

@@ -15,6 +15,26 @@ pub enum Command {
     Operator(Operator),
     Cancel(Cancel),
     Abort(Abort),
+    /// Generate the answer to a user message again, on a new branch beside
+    /// the old answer.
+    Retry(EntryCommand),
+    /// Select the branch through an entry (ending at its newest descendant).
+    Select(EntryCommand),
+}
+
+/// A command naming a transcript entry: `retry` and `select`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EntryCommand {
+    pub request_id: String,
+    pub entry_id: String,
+}
+
+/// What a select admits, in its canonical JSON form.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryInput {
+    pub entry_id: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -49,6 +69,10 @@ pub struct Prompt {
     pub images: Option<Vec<Image>>,
     #[serde(default)]
     pub delivery: Delivery,
+    /// Start a new branch right after this entry (`""`: at the Session's
+    /// start): edit and resend.
+    #[serde(default)]
+    pub after: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -60,13 +84,33 @@ pub struct Operator {
 
 /// What a prompt asks for, in the one canonical JSON form that is stored,
 /// compared on replay and served back to readers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PromptInput {
     pub text: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<Image>,
     pub delivery: Delivery,
+    /// The entry its branch continues after (`""`: the start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// A retry: the user message whose answer it generates again (its
+    /// `text` is empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<String>,
+}
+
+impl PromptInput {
+    /// The entry a turn's branch starts at, as the `branch` frame names it
+    /// (`Some(None)`: the Session's start); `None` for a turn that continues
+    /// the selected branch.
+    pub fn branch_entry(&self) -> Option<Option<&str>> {
+        match (&self.retry, &self.after) {
+            (Some(entry), _) => Some(Some(entry)),
+            (None, Some(after)) => Some((!after.is_empty()).then_some(after.as_str())),
+            (None, None) => None,
+        }
+    }
 }
 
 /// What an operator line records.
@@ -97,9 +141,12 @@ pub fn parse(body: &[u8]) -> Result<Command, ApiError> {
         "operator" => Command::Operator(crate::json::from_value(value)?),
         "cancel" => Command::Cancel(crate::json::from_value(value)?),
         "abort" => Command::Abort(crate::json::from_value(value)?),
+        "retry" => Command::Retry(crate::json::from_value(value)?),
+        "select" => Command::Select(crate::json::from_value(value)?),
         other => {
             return Err(ApiError::InvalidRequest(format!(
-                "type: unknown command type `{other}`; expected prompt, operator, cancel or abort"
+                "type: unknown command type `{other}`; expected prompt, operator, cancel, abort, \
+                 retry or select"
             )))
         }
     };
@@ -122,8 +169,32 @@ pub fn parse(body: &[u8]) -> Result<Command, ApiError> {
             }
         }
         Command::Abort(_) => {}
+        Command::Retry(EntryCommand {
+            request_id,
+            entry_id,
+        })
+        | Command::Select(EntryCommand {
+            request_id,
+            entry_id,
+        }) => {
+            validate_request_id(request_id)?;
+            validate_entry_id("entryId", entry_id, false)?;
+        }
     }
     Ok(command)
+}
+
+/// An entry id a command names: at most `REQUEST_ID_BYTES_MAX` bytes, and
+/// not empty unless `start` (`after: ""` names the Session's start).
+fn validate_entry_id(field: &str, id: &str, start: bool) -> Result<(), ApiError> {
+    if (id.is_empty() && !start) || id.len() > REQUEST_ID_BYTES_MAX {
+        let least = if start { 0 } else { 1 };
+        return Err(ApiError::InvalidRequest(format!(
+            "{field}: an entry id of {least}..={REQUEST_ID_BYTES_MAX} bytes, got {}",
+            id.len()
+        )));
+    }
+    Ok(())
 }
 
 /// A prompt's requestId, text and images against the bounds (also for
@@ -145,6 +216,16 @@ pub fn validate_prompt(p: &Prompt) -> Result<(), ApiError> {
         return Err(ApiError::InvalidRequest(
             "text: a prompt needs text or at least one image".into(),
         ));
+    }
+    if let Some(after) = &p.after {
+        validate_entry_id("after", after, true)?;
+        if p.delivery == Delivery::Steer {
+            return Err(ApiError::InvalidRequest(
+                "after: a steer joins the running turn's branch; a prompt with `after` starts \
+                 a new one (send it as followUp)"
+                    .into(),
+            ));
+        }
     }
     Ok(())
 }
@@ -186,6 +267,8 @@ impl Prompt {
             text: self.text.clone(),
             images: self.images.clone().unwrap_or_default(),
             delivery: self.delivery,
+            after: self.after.clone(),
+            retry: None,
         }
     }
 }

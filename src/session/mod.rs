@@ -9,6 +9,7 @@
 //! - a Session's pending queue is bounded in count and bytes.
 
 pub mod admission;
+pub mod branches;
 pub mod command;
 pub mod queue;
 pub mod read;

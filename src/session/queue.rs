@@ -19,6 +19,12 @@ pub struct PendingItem {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<Image>,
     pub delivery: super::command::Delivery,
+    /// The entry its branch continues after (`""`: the start).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// A retry: the user message whose answer it generates again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry: Option<String>,
     /// 1-based place in the queue.
     pub position: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -43,6 +49,8 @@ fn pending_item(row: CommandRow, position: usize) -> Result<PendingItem, ApiErro
         text: input.text,
         images: input.images,
         delivery: input.delivery,
+        after: input.after,
+        retry: input.retry,
         position,
         meta: row.meta.map(raw_json).transpose()?,
         accepted_at: row.accepted_at,

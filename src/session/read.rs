@@ -7,6 +7,8 @@ use super::queue::{pending, raw_json, PendingItem};
 use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::limits::READ_PAGE_BYTES_MAX;
+use crate::store::path::{entry_id_of, Start, Walk};
+use crate::store::Store;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
@@ -32,17 +34,32 @@ pub struct RunningItem {
 }
 
 /// A stored message (a JSON object, served verbatim) with its committed
-/// Session position first: clients anchor timeline cells on it
-/// (`afterSequence`).
-fn with_sequence(body: &str, seq: i64) -> String {
+/// Session position first (clients anchor timeline cells on it:
+/// `afterSequence`), the entry id of its parent on the path (`null`: it
+/// starts the path) and, where that parent has several children, its place
+/// among them: spliced into the stored text, never re-serialised.
+pub(crate) fn served(
+    body: &str,
+    seq: i64,
+    parent: Option<&str>,
+    branch: Option<(usize, usize)>,
+) -> Result<Box<RawValue>, ApiError> {
     debug_assert!(
         body.starts_with('{') && body.len() > 2,
         "a stored message is a non-empty object"
     );
-    format!("{{\"sequence\":{seq},{}", &body[1..])
+    let parent = serde_json::Value::from(parent);
+    let branch = branch
+        .map(|(index, count)| format!("\"branch\":{{\"index\":{index},\"count\":{count}}},"))
+        .unwrap_or_default();
+    raw_json(format!(
+        "{{\"sequence\":{seq},\"parentEntryId\":{parent},{branch}{}",
+        &body[1..]
+    ))
 }
 
-/// Reads one page of the Session. `before` is the cursor of an earlier page.
+/// Reads one page of the Session's selected branch. `before` is the
+/// cursor of an earlier page: the position of its oldest message.
 pub fn page(
     ctx: &Ctx<'_>,
     session_id: &str,
@@ -53,31 +70,52 @@ pub fn page(
     if !store.session_exists(session_id)? {
         return Err(ApiError::SessionNotFound(session_id.to_owned()));
     }
-    // One extra row tells whether an older page exists.
-    let sizes = store.message_sizes_before(session_id, before.unwrap_or(i64::MAX), limit + 1)?;
+    // One extra message tells whether an older page exists, and is the
+    // parent of the page's oldest.
+    let start = before.map_or(Start::Tip, Start::Below);
+    let mut walk = store.walk(session_id, start, limit + 1, READ_PAGE_BYTES_MAX)?;
+    let rows = &walk.rows;
     let mut taken = 0;
     let mut bytes = 0;
-    for &(_, size) in sizes.iter().take(limit) {
-        if taken > 0 && bytes + size > READ_PAGE_BYTES_MAX {
+    for row in rows.iter().take(limit) {
+        if taken > 0 && bytes + row.bytes > READ_PAGE_BYTES_MAX {
             break;
         }
-        bytes += size;
+        bytes += row.bytes;
         taken += 1;
     }
-    let messages = if taken == 0 {
-        Vec::new()
+    if taken > 0 && walk.rows[0].body.is_none() {
+        // A message alone past the page bound: a page holds at least one.
+        store.load_bodies(&mut walk, 0..1)?;
+    }
+    let mut ids: Vec<Option<String>> = walk.rows[..taken]
+        .iter()
+        .map(|r| r.body.as_deref().and_then(entry_id_of).map(str::to_owned))
+        .collect();
+    // The oldest message's parent, when the page holds it without its body.
+    match walk.rows.get(taken) {
+        Some(row) => ids.push(match row.body.as_deref() {
+            Some(body) => entry_id_of(body).map(str::to_owned),
+            None => store.entry_id(&walk, taken)?,
+        }),
+        None => ids.push(None),
+    }
+    let forks = if walk.branched {
+        forks(store, session_id, &walk, taken)?
     } else {
-        let newest = sizes[0].0;
-        let oldest = sizes[taken - 1].0;
-        // Positions are contiguous per Session (`Store::insert_message`).
-        store
-            .message_bodies(session_id, oldest, newest)?
-            .into_iter()
-            .zip(oldest..)
-            .map(|(body, seq)| raw_json(with_sequence(&body, seq)))
-            .collect::<Result<_, _>>()?
+        Vec::new()
     };
-    let cursor = (sizes.len() > taken).then(|| sizes[taken - 1].0.to_string());
+    let mut messages = Vec::with_capacity(taken);
+    for i in (0..taken).rev() {
+        let row = &walk.rows[i];
+        let body = row
+            .body
+            .as_deref()
+            .ok_or_else(|| ApiError::Internal(format!("message {} has no body", row.seq)))?;
+        let branch = forks.get(i).copied().flatten();
+        messages.push(served(body, row.seq, ids[i + 1].as_deref(), branch)?);
+    }
+    let cursor = (walk.rows.len() > taken).then(|| walk.rows[taken - 1].seq.to_string());
     Ok(Page {
         session_id: session_id.to_owned(),
         messages,
@@ -96,4 +134,73 @@ pub fn page(
             .transpose()?,
         cursor,
     })
+}
+
+/// `branch` of each of the page's `taken` newest messages: `(index,
+/// count)` among its parent's children where the parent has several, in
+/// the Session's view. Only a branch's first message is indexed, so one
+/// read finds the page's fork points; the one child of a parent that is
+/// no branch's first message (linear, or the next on a fork's base path)
+/// comes first.
+fn forks(
+    store: Store<'_>,
+    session_id: &str,
+    walk: &Walk,
+    taken: usize,
+) -> Result<Vec<Option<(usize, usize)>>, ApiError> {
+    let rows = &walk.rows[..taken];
+    let parents: Vec<i64> = rows.iter().map(|r| r.parent_seq()).collect();
+    let children = store.explicit_children(session_id, &parents)?;
+    if children.is_empty() {
+        return Ok(Vec::new());
+    }
+    // A parent held by a base (below the fork's base position) has the
+    // next message of the base path as its one other child. The walk holds
+    // each parent but the start of the path.
+    let base = walk.chain[0].base_seq();
+    let mut forked = None;
+    let mut linear = |i: usize, parent: i64| -> Result<bool, ApiError> {
+        let continued = children.iter().any(|(p, _, on)| *p == parent && *on);
+        Ok(match walk.rows.get(i + 1) {
+            Some(up) if up.holder > 0 && parent != base => true,
+            Some(_) => continued,
+            // The start of the path: in a fork, the base path's first
+            // message is its other child.
+            None => {
+                let fork = match forked {
+                    Some(fork) => fork,
+                    None => {
+                        let fork = walk.chain.len() > 1
+                            || store.facts(session_id)?.is_some_and(|f| f.base.is_some());
+                        forked = Some(fork);
+                        fork
+                    }
+                };
+                fork || continued
+            }
+        })
+    };
+    let mut out = Vec::with_capacity(taken);
+    for (i, (row, &parent)) in rows.iter().zip(&parents).enumerate() {
+        let mine: Vec<i64> = children
+            .iter()
+            .filter(|(p, _, _)| *p == parent)
+            .map(|(_, seq, _)| *seq)
+            .collect();
+        if mine.is_empty() {
+            out.push(None);
+            continue;
+        }
+        let linear = usize::from(linear(i, parent)?);
+        // A base's message is the next on the base path in this view.
+        let index = match row.parent {
+            Some(_) if row.holder == 0 => {
+                linear + 1 + mine.iter().filter(|s| **s < row.seq).count()
+            }
+            _ => 1,
+        };
+        let count = mine.len() + linear;
+        out.push((count > 1).then_some((index, count)));
+    }
+    Ok(out)
 }

@@ -3,6 +3,7 @@
 //! store holds every fact of the runtime; nothing in memory is needed to
 //! rebuild it.
 
+pub mod path;
 pub mod schema;
 
 use crate::sql::{Row, Sql, SqlError, SqlValue};
@@ -14,6 +15,11 @@ use sha2::{Digest, Sha256};
 pub enum Kind {
     Prompt,
     Operator,
+    /// The answer to a user message generated again (`store::path`): a
+    /// turn that writes no user message of its own.
+    Retry,
+    /// A branch selected: settled at admission, like an operator line.
+    Select,
 }
 
 /// A command's lifecycle: pending -> running -> settled, never back.
@@ -52,7 +58,12 @@ macro_rules! text_enum {
     };
 }
 
-text_enum!(Kind { Prompt => "prompt", Operator => "operator" });
+text_enum!(Kind {
+    Prompt => "prompt",
+    Operator => "operator",
+    Retry => "retry",
+    Select => "select",
+});
 text_enum!(State { Pending => "pending", Running => "running", Settled => "settled" });
 text_enum!(Terminal {
     Completed => "completed",
@@ -97,6 +108,9 @@ pub struct CommandRow {
     pub usage: Option<String>,
     /// The CommandSettlement JSON once settled.
     pub settlement: Option<String>,
+    /// The position a retry or a prompt with `after` starts its branch at
+    /// (resolved from its entry id at admission; `0`: the start).
+    pub anchor: Option<i64>,
 }
 
 impl CommandRow {
@@ -127,6 +141,7 @@ pub struct NewCommand<'a> {
     pub settlement: Option<&'a str>,
     /// 1 for a prompt claimed at admission (state running), else 0.
     pub attempt: u32,
+    pub anchor: Option<i64>,
     pub now_ms: i64,
 }
 
@@ -145,7 +160,7 @@ fn command_seq(command_id: &str) -> Option<i64> {
 
 const COMMAND_COLUMNS: &str = "session_id, seq, command_id, request_id, kind, input, meta, \
      state, terminal, accepted_at, turn_id, attempt, started_at, retry_at, last_error, usage, \
-     settlement";
+     settlement, anchor";
 
 /// What a settled command keeps of its input once its transcript message
 /// holds the text (a settled prompt that ran, an operator line): a digest
@@ -236,6 +251,7 @@ fn command_row_at(row: &Row, base: usize) -> Result<CommandRow, SqlError> {
         last_error: row.opt_text(base + 14)?,
         usage: row.opt_text(base + 15)?,
         settlement: None,
+        anchor: row.opt_int(base + 17)?,
     }
     .with_settlement(row.opt_text(base + 16)?)
 }
@@ -291,18 +307,6 @@ pub trait OnSettled {
 /// the planner would prefer the primary key).
 const UNSETTLED: &str = "settled_at IS NULL";
 const UNSETTLED_COMMANDS: &str = "commands INDEXED BY commands_unsettled";
-
-/// A context window (`Store::message_window`): the newest `?2` messages of
-/// Session `?1`, each with the sum of its and every newer message's bytes,
-/// and the body of those whose sum is at most `?3`. The window runs over the
-/// primary key newest first and stops at the limit (no sort, no temporary
-/// B-tree); the join reads a body only where it fits.
-const MESSAGE_WINDOW: &str = "SELECT w.seq, w.bytes, m.body FROM (
-        SELECT seq, bytes,
-            sum(bytes) OVER (ORDER BY seq DESC ROWS UNBOUNDED PRECEDING) AS run
-        FROM messages WHERE session_id = ?1 ORDER BY seq DESC LIMIT ?2
-    ) w
-    LEFT JOIN messages m ON m.session_id = ?1 AND m.seq = w.seq AND w.run <= ?3";
 
 impl<'a> Store<'a> {
     pub fn new(sql: &'a dyn Sql) -> Self {
@@ -479,8 +483,8 @@ impl<'a> Store<'a> {
         debug_assert_eq!(command_seq(c.command_id), Some(c.seq));
         self.write(
             "INSERT INTO commands (session_id, seq, command_id, request_id, kind, input, meta,
-                state, terminal, accepted_at, settled_at, settlement, attempt, started_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                state, terminal, accepted_at, settled_at, settlement, attempt, started_at, anchor)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             vec![
                 c.session_id.into(),
                 c.seq.into(),
@@ -502,6 +506,7 @@ impl<'a> Store<'a> {
                 c.settlement.map(compact_settlement).transpose()?.into(),
                 i64::from(c.attempt).into(),
                 (c.state == State::Running).then_some(c.now_ms).into(),
+                c.anchor.into(),
             ],
         )
     }
@@ -684,8 +689,9 @@ impl<'a> Store<'a> {
         rows.first().map(|r| r.text(0)).transpose()
     }
 
-    /// The newest pending prompt of the Session, of one principal when
-    /// `principal` is given (`(path, principal as JSON text)`).
+    /// The newest pending prompt of the Session (a retry is none: it has no
+    /// text of its own), of one principal when `principal` is given
+    /// (`(path, principal as JSON text)`).
     pub fn latest_pending(
         &self,
         session_id: &str,
@@ -695,7 +701,7 @@ impl<'a> Store<'a> {
         let rows = self.query(
             &format!(
                 "SELECT {COMMAND_COLUMNS} FROM {UNSETTLED_COMMANDS}
-                 WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending'
+                 WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending' AND kind = 'prompt'
                    AND (?2 IS NULL OR json_quote(json_extract(meta, ?2)) = ?3)
                  ORDER BY seq DESC LIMIT 1"
             ),
@@ -773,143 +779,14 @@ impl<'a> Store<'a> {
         )
     }
 
-    // Messages: one row each, keyed by (Session, position), no other index.
+    // Messages: one row each, keyed by (Session, position); branches in
+    // `path.rs`.
 
-    /// Appends a message at the end of the Session's transcript.
-    pub fn insert_message(&self, session_id: &str, body: &str) -> Result<(), SqlError> {
-        self.write(
-            "INSERT INTO messages (session_id, seq, body, bytes)
-             VALUES (?1, coalesce((SELECT seq FROM messages WHERE session_id = ?1
-                ORDER BY seq DESC LIMIT 1), 0) + 1, ?2, ?3)",
-            vec![session_id.into(), body.into(), (body.len() as i64).into()],
-        )
-    }
-
-    /// The Session's committed position: its newest message's `seq`, 0 for
-    /// an empty transcript (or an absent Session).
+    /// The Session's committed position: its newest message's `seq` (a
+    /// fork without messages of its own: its base position), 0 for an
+    /// empty transcript (or an absent Session).
     pub fn position(&self, session_id: &str) -> Result<i64, SqlError> {
-        let rows = self.query(
-            "SELECT coalesce((SELECT seq FROM messages WHERE session_id = ?
-                ORDER BY seq DESC LIMIT 1), 0)",
-            &[session_id.into()],
-        )?;
+        let rows = self.query(&format!("SELECT {}", path::NEWEST), &[session_id.into()])?;
         rows.first().map(|r| r.int(0)).unwrap_or(Ok(0))
-    }
-
-    /// `(seq, bytes)` of the newest `limit` messages with `seq < before`,
-    /// newest first: enough to cut a page by bytes without loading bodies.
-    pub fn message_sizes_before(
-        &self,
-        session_id: &str,
-        before: i64,
-        limit: usize,
-    ) -> Result<Vec<(i64, usize)>, SqlError> {
-        self.query(
-            "SELECT seq, bytes FROM messages
-             WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
-            &[session_id.into(), before.into(), (limit as i64).into()],
-        )?
-        .iter()
-        .map(|r| Ok((r.int(0)?, r.int(1)? as usize)))
-        .collect()
-    }
-
-    /// `(seq, bytes, body)` of the newest `limit` messages, newest first,
-    /// with the body of each message whose size, summed with every newer
-    /// one's, is at most `room` (the rest come without it, and SQLite never
-    /// seeks their rows): a context window in one statement, however long
-    /// the transcript (`MESSAGE_WINDOW`).
-    pub fn message_window(
-        &self,
-        session_id: &str,
-        limit: usize,
-        room: usize,
-    ) -> Result<Vec<(i64, usize, Option<String>)>, SqlError> {
-        let window = self
-            .query(
-                MESSAGE_WINDOW,
-                &[
-                    session_id.into(),
-                    (limit as i64).into(),
-                    (room.min(i64::MAX as usize) as i64).into(),
-                ],
-            )?
-            .iter()
-            .map(|r| Ok((r.int(0)?, r.int(1)? as usize, r.opt_text(2)?)))
-            .collect::<Result<Vec<_>, SqlError>>()?;
-        // The join keeps the window's order (its plan's outer loop); without
-        // an ORDER BY SQLite does not promise it, so it is checked here.
-        if window.windows(2).any(|w| w[0].0 <= w[1].0) {
-            return Err(SqlError::Decode(
-                "a context window's rows came out of order".into(),
-            ));
-        }
-        Ok(window)
-    }
-
-    /// Message bodies with `from <= seq <= to`, oldest first.
-    pub fn message_bodies(
-        &self,
-        session_id: &str,
-        from: i64,
-        to: i64,
-    ) -> Result<Vec<String>, SqlError> {
-        self.query(
-            "SELECT body FROM messages WHERE session_id = ? AND seq >= ? AND seq <= ? ORDER BY seq",
-            &[session_id.into(), from.into(), to.into()],
-        )?
-        .iter()
-        .map(|r| r.text(0))
-        .collect()
-    }
-
-    /// `(seq, bytes)` of the newest message with `from <= seq < below` whose
-    /// `role` is `role`. SQLite reads the bodies it passes, newest first and
-    /// up to the first match; none reaches the caller.
-    pub fn newest_message_with_role(
-        &self,
-        session_id: &str,
-        role: &str,
-        from: i64,
-        below: i64,
-    ) -> Result<Option<(i64, usize)>, SqlError> {
-        self.query(
-            "SELECT seq, bytes FROM messages
-             WHERE session_id = ? AND seq >= ? AND seq < ? AND json_extract(body, '$.role') = ?
-             ORDER BY seq DESC LIMIT 1",
-            &[session_id.into(), from.into(), below.into(), role.into()],
-        )?
-        .first()
-        .map(|r| Ok((r.int(0)?, r.int(1)? as usize)))
-        .transpose()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sql::native::NativeSql;
-
-    /// A context window is read on every model call: SQLite must walk the
-    /// primary key newest first and stop at the limit, with no sort (two
-    /// temporary B-trees cost ~6% of a turn's CPU in workerd before).
-    #[test]
-    fn a_context_window_needs_no_sort() {
-        let sql = NativeSql::open_in_memory();
-        schema::open(&sql).unwrap();
-        let plan = crate::sql::read(
-            &sql,
-            &format!("EXPLAIN QUERY PLAN {MESSAGE_WINDOW}"),
-            &["s".into(), 200.into(), 1000.into()],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.text(3).unwrap())
-        .collect::<Vec<_>>();
-        assert!(
-            plan.iter().all(|step| !step.contains("TEMP B-TREE")),
-            "{plan:?}"
-        );
-        assert!(plan.iter().any(|step| step.contains("USING PRIMARY KEY")));
     }
 }

@@ -33,14 +33,21 @@ struct Migration {
     apply: fn(&dyn Sql) -> Result<(), SqlError>,
 }
 
-const MIGRATIONS: &[Migration] = &[Migration {
-    to: 2,
-    what: "every table in the versioned schema (version 1 made most side tables on first use)",
-    apply: to_2,
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        to: 2,
+        what: "every table in the versioned schema (version 1 made most side tables on first use)",
+        apply: to_2,
+    },
+    Migration {
+        to: 3,
+        what: "transcript branches (message parents, the selected tip, forks, command anchors)",
+        apply: to_branches,
+    },
+];
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 2; // the last step's `to`
+pub const SCHEMA_VERSION: i64 = 3; // the last step's `to`
 
 const _: () = assert!(MIGRATIONS[MIGRATIONS.len() - 1].to == SCHEMA_VERSION);
 
@@ -59,6 +66,24 @@ fn to_2(sql: &dyn Sql) -> Result<(), SqlError> {
         .replace("CREATE INDEX ", "CREATE INDEX IF NOT EXISTS ")
         .replace("CREATE UNIQUE INDEX ", "CREATE UNIQUE INDEX IF NOT EXISTS ");
     write(sql, &text, Vec::new())
+}
+
+/// Schema 3: transcript branches (`store::path`). Each change is an
+/// `ADD COLUMN` whose `NULL` means what a row of schema 1 meant (the linear
+/// predecessor, the newest message as the tip, no base, no anchor) and an
+/// index of no row yet, so the step is O(1) in transcript length.
+const TO_BRANCHES: &str = "ALTER TABLE messages ADD COLUMN parent INTEGER;
+    CREATE INDEX messages_children ON messages (session_id, parent) WHERE parent IS NOT NULL;
+    ALTER TABLE sessions ADD COLUMN head INTEGER;
+    ALTER TABLE sessions ADD COLUMN head_at INTEGER;
+    ALTER TABLE sessions ADD COLUMN base_session TEXT;
+    ALTER TABLE sessions ADD COLUMN base_seq INTEGER;
+    ALTER TABLE commands ADD COLUMN anchor INTEGER";
+
+/// The migration step to schema 3 (transcript branches), run inside the
+/// migration's transaction.
+pub fn to_branches(sql: &dyn Sql) -> Result<(), SqlError> {
+    write(sql, TO_BRANCHES, Vec::new())
 }
 
 /// The tables a version 1 fleet directory object held (the directory made
@@ -84,11 +109,19 @@ const SPARSE: &[&str] = &[
 /// them: `tests/layers.rs`).
 const CREATE: &[&str] = &[
     "CREATE TABLE shiitake_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    // `head`: the tip of the selected branch while it is not the newest
+    // message (`NULL`: the newest), valid while the newest message is still
+    // the one at `head_at` (a later message continues the selected branch,
+    // so it is the newest again). A fork (`base_session`, `base_seq`):
+    // its paths continue into its base's path ending at `base_seq`, its own
+    // messages numbered after it. Columns of schema 3 (`to_branches`),
+    // laid out as `ALTER TABLE` writes them, so a migrated store's schema
+    // text is a fresh one's.
     "CREATE TABLE sessions (
         seq INTEGER PRIMARY KEY,
         session_id TEXT NOT NULL UNIQUE,
         created_at INTEGER NOT NULL
-    )",
+    , head INTEGER, head_at INTEGER, base_session TEXT, base_seq INTEGER)",
     // One row per accepted command, keyed by (Session, admission order).
     // `input` is the canonical JSON of what was admitted (compared on
     // replay, retained after cancellation); `state` moves pending -> running
@@ -116,7 +149,7 @@ const CREATE: &[&str] = &[
         retry_at INTEGER,
         last_error TEXT,
         usage TEXT,
-        settlement TEXT,
+        settlement TEXT, anchor INTEGER,
         PRIMARY KEY (session_id, seq)
     ) WITHOUT ROWID",
     "CREATE UNIQUE INDEX commands_by_request ON commands (session_id, request_id)
@@ -130,15 +163,19 @@ const CREATE: &[&str] = &[
     ) WITHOUT ROWID",
     // `body` is the message exactly as the read serves it, so a page is a
     // concatenation and never re-serialises stored JSON. One row per
-    // message, no secondary index: `seq` is the position in the Session;
-    // `bytes` lets a page be cut by size without reading bodies.
+    // message: `seq` is its position in the Session's append order;
+    // `bytes` lets a page be cut by size without reading bodies. `parent`
+    // (schema 3): `NULL` is the message at `seq - 1` (or the start), so
+    // only the first message of a branch holds one (`0`: the start), and
+    // only those rows are in the partial index `messages_children`.
     "CREATE TABLE messages (
         session_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
         body TEXT NOT NULL,
-        bytes INTEGER NOT NULL,
+        bytes INTEGER NOT NULL, parent INTEGER,
         PRIMARY KEY (session_id, seq)
     ) WITHOUT ROWID",
+    "CREATE INDEX messages_children ON messages (session_id, parent) WHERE parent IS NOT NULL",
     // The host's delivered grants of each Session: one row, replaced under
     // the version rules of `grants::deliver`.
     "CREATE TABLE session_grants (
@@ -838,5 +875,41 @@ mod tests {
         let sql = NativeSql::open_in_memory();
         sql.query(&extension_state("goal"), &[]).unwrap();
         assert_eq!(open(&sql).unwrap_err().code(), "storage_incompatible");
+    }
+
+    #[test]
+    fn the_branches_step_carries_a_version_1_store_to_the_fresh_shape_in_place() {
+        let old = v1_store(&[]);
+        old.query("DELETE FROM messages", &[]).unwrap();
+        let body = |n: i64| {
+            format!("{{\"entryId\":\"m{n}\",\"role\":\"user\",\"text\":\"t{n}\",\"createdAt\":0}}")
+        };
+        for n in 1..=3 {
+            let b = body(n);
+            old.query(
+                "INSERT INTO messages (session_id, seq, body, bytes) VALUES ('s', ?, ?, ?)",
+                &[n.into(), b.as_str().into(), (b.len() as i64).into()],
+            )
+            .unwrap();
+        }
+        assert_eq!(open(&old).unwrap(), Opened::Migrated { from: 1 });
+        let fresh = NativeSql::open_in_memory();
+        open(&fresh).unwrap();
+        assert_eq!(catalog(&old), catalog(&fresh));
+        // Every stored message reads back on the one linear path, and the
+        // next continues it.
+        let store = crate::store::Store::new(&old);
+        let walk = store
+            .walk("s", crate::store::path::Start::Tip, 10, 1 << 20)
+            .unwrap();
+        let seqs: Vec<(i64, Option<i64>)> = walk.rows.iter().map(|r| (r.seq, r.parent)).collect();
+        assert_eq!(seqs, [(3, None), (2, None), (1, None)]);
+        assert_eq!(walk.rows[2].body.as_deref(), Some(body(1).as_str()));
+        store.insert_message("s", &body(4)).unwrap();
+        let walk = store
+            .walk("s", crate::store::path::Start::Tip, 10, 1 << 20)
+            .unwrap();
+        assert_eq!(walk.rows.len(), 4);
+        assert!(!walk.branched);
     }
 }

@@ -36,6 +36,8 @@ const PAIRS = [
   { schema: "Message", type: "SessionMessage" },
   { schema: "PendingItem", type: "PendingPrompt" },
   { operation: "getLatestPending", method: ["ShiitakeSession", "latestPending"] },
+  { operation: "listBranches", method: ["ShiitakeSession", "branches"] },
+  { schema: "BranchList", type: "BranchList" },
   { schema: "RunningItem", type: "RunningTurn" },
   { schema: "CommandSettlement", type: "CommandSettlement" },
   { schema: "TokenUsage", type: "TokenUsage" },

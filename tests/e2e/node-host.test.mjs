@@ -170,6 +170,36 @@ test("a prompt through the app over node:http settles with the model's answer", 
   }
 });
 
+test("branches on Node: retry, select, the children of an entry and a fork, kept across a reopen", T, async () => {
+  const file = path.join(dir, "branches.db");
+  let host = await openNodeShiitake({ path: file, env: env() });
+  try {
+    let a = client(host.app.fetch);
+    await a.createSession("s");
+    await a.settled("s", await a.admit("s", "p1", "node-branch one"));
+    const [user, answer] = (await a.read("s")).messages;
+    model.scriptFor("node-branch one", { text: "another answer" });
+    const retry = await a.api("POST", "/sessions/s/commands", { type: "retry", requestId: "r1", entryId: user.entryId });
+    assert.equal(retry.status, 200, retry.text);
+    assert.equal((await a.settled("s", retry.json.commandId)).answer, "another answer");
+    const page = (await a.read("s")).messages;
+    assert.deepEqual(page.map((m) => [m.text, m.branch?.index]), [["node-branch one", undefined], ["another answer", 2]]);
+    const select = await a.api("POST", "/sessions/s/commands", { type: "select", requestId: "sel", entryId: answer.entryId });
+    assert.equal(select.status, 200, select.text);
+    const fork = await a.api("POST", "/sessions", { sessionId: "f", from: { sessionId: "s", entryId: user.entryId } });
+    assert.equal(fork.status, 201, fork.text);
+    await host.close();
+    host = await openNodeShiitake({ path: file, env: env() });
+    a = client(host.app.fetch);
+    assert.deepEqual((await a.read("s")).messages.map((m) => m.entryId), [user.entryId, answer.entryId]);
+    const children = await a.api("GET", `/sessions/s/branches?entryId=${user.entryId}`);
+    assert.deepEqual(children.json.children.map((c) => c.text), [answer.text, "another answer"]);
+    assert.deepEqual((await a.read("f")).messages.map((m) => m.text), ["node-branch one"]);
+  } finally {
+    await host.close();
+  }
+});
+
 test("ACP on Node: session/new, then a prompt streamed as session/update notifications and its stop reason", T, async () => {
   const host = await openNodeShiitake({ path: path.join(dir, "acp.db"), env: env() });
   try {

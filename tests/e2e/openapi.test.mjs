@@ -33,6 +33,7 @@ const WITHDRAW = "/sessions/{sessionId}/withdraw";
 const SETTLEMENT = "/sessions/{sessionId}/settlement";
 const WATCH = "/sessions/{sessionId}/watch";
 const LATEST = "/sessions/{sessionId}/pending/latest";
+const BRANCHES = "/sessions/{sessionId}/branches";
 
 // ---------------------------------------------------------------- document
 
@@ -423,6 +424,8 @@ test("every documented operation is served and answers as documented", async () 
   await admit(a, "held", "q2", "second queued", { images: [{ mediaType: "image/webp", data: PNG_1X1 }], delivery: "steer" });
   const page = await call(a, "get", ONE, { params: held, status: 200 });
   assert.equal(page.json.running.commandId, head);
+  const selectWhileRunning = { type: "select", requestId: "busy", entryId: page.json.messages[0].entryId };
+  assert.equal((await call(a, "post", COMMANDS, { params: held, body: selectWhileRunning, status: 409 })).json.error.code, "session_busy");
   assert.deepEqual(page.json.pending.map((p) => p.requestId), ["q1", "q2"]);
   const latest = await call(a, "get", LATEST, { params: held, status: 200 });
   assert.equal(latest.json.requestId, "q2", "an unbound request gets the newest pending prompt");
@@ -477,14 +480,56 @@ test("every documented operation is served and answers as documented", async () 
     const page = (await call(a, "get", ONE, { params: sid, query: { limit: "200" }, status: 200 })).json;
     assert.ok(page.messages.some((m) => m.role === "tool" && m.data !== undefined), "a tool message with display data");
     assert.ok(page.messages.some((m) => m.role === "assistant" && m.toolCalls?.length === 1), "a tool-step message");
+    // Selecting another branch: the watchers' `branch` frame.
+    await call(a, "post", COMMANDS, { params: sid, body: { type: "select", requestId: "watched-select", entryId: page.messages[0].entryId }, status: 200 });
+    await watch.until((ev) => ev.event === "frame" && ev.data?.type === "branch");
     for (const ev of watch.events) assert.ok(validate(ev), `watch event ${kind(ev)} does not match WatchEvent: ${errorsOf(validate)}\n${JSON.stringify(ev)}`);
     const kinds = new Set(watch.events.map(kind));
-    for (const k of ["snapshot", "admitted", "message", "started", "delta", "settled", "runtime-error"]) assert.ok(kinds.has(k), `no ${k} event; got ${[...kinds].join(", ")}`);
+    for (const k of ["snapshot", "admitted", "message", "started", "delta", "settled", "runtime-error", "branch"]) assert.ok(kinds.has(k), `no ${k} event; got ${[...kinds].join(", ")}`);
   } finally {
     await watch.close();
   }
   await call(a, "get", WATCH, { params: sid, query: { since: "1" }, status: 400 });
   await call(a, "get", WATCH, { params: { sessionId: "nobody" }, status: 404 });
+
+  // Branches: an edit, a retry, a select, the children of an entry, a fork.
+  await call(a, "post", S, { body: { sessionId: "b" }, status: 201 });
+  const bid = { sessionId: "b" };
+  await settled(a, "b", await admit(a, "b", "b1", "one"));
+  await settled(a, "b", await admit(a, "b", "b2", "two"));
+  const [one, reOne, two] = (await call(a, "get", ONE, { params: bid, status: 200 })).json.messages;
+  await settled(a, "b", await admit(a, "b", "b3", "TWO", { after: reOne.entryId }));
+  const retried = await call(a, "post", COMMANDS, { params: bid, body: { type: "retry", requestId: "b4", entryId: two.entryId }, status: 200 });
+  await settled(a, "b", retried.json.commandId);
+  await call(a, "post", COMMANDS, { params: bid, body: { type: "select", requestId: "b5", entryId: two.entryId }, status: 200 });
+  const branched = (await call(a, "get", ONE, { params: bid, status: 200 })).json.messages;
+  assert.deepEqual(branched.map((m) => m.branch?.count ?? 1), [1, 1, 2, 2]);
+  const kids = await call(a, "get", BRANCHES, { params: bid, query: { entryId: reOne.entryId, limit: "1" }, status: 200 });
+  assert.equal(kids.json.count, 2);
+  await call(a, "get", BRANCHES, { params: bid, query: { entryId: reOne.entryId, cursor: kids.json.cursor, limit: "200" }, status: 200 });
+  for (const query of [{}, { entryId: one.entryId, limit: "0" }, { entryId: one.entryId, limit: "201" }, { entryId: one.entryId, after: "1" }]) {
+    await call(a, "get", BRANCHES, { params: bid, query, status: 400 });
+  }
+  await call(a, "get", BRANCHES, { params: bid, query: { entryId: "msg_never" }, status: 404 });
+  await call(a, "get", BRANCHES, { params: { sessionId: "nobody" }, query: { entryId: one.entryId }, status: 404 });
+  await call(a, "get", BRANCHES, { params: sid, query: { entryId: one.entryId }, status: 400, beyondSchema: "which Session holds the entry" });
+  const branchRefusals = [
+    [{ type: "retry", requestId: "b6", entryId: reOne.entryId }, 400, "the role of the entry"],
+    [{ type: "prompt", requestId: "b6", text: "x", after: one.entryId, delivery: "steer" }, 400, "`after` with a steer"],
+    [{ type: "retry", requestId: "b6" }, 400],
+    [{ type: "select", requestId: "b6", entryId: "" }, 400],
+    [{ type: "select", requestId: "b6", entryId: "msg_never" }, 404],
+    [{ type: "prompt", requestId: "b6", text: "x", after: "msg_never" }, 404],
+  ];
+  for (const [body, status, beyondSchema] of branchRefusals) await call(a, "post", COMMANDS, { params: bid, body, status, beyondSchema });
+  await call(a, "post", S, { body: { sessionId: "bf", from: { sessionId: "b", entryId: reOne.entryId } }, status: 201 });
+  await call(a, "post", S, { body: { from: { sessionId: "b", entryId: "msg_never" } }, status: 404 });
+  await call(a, "post", S, { body: { from: { sessionId: "nobody", entryId: one.entryId } }, status: 404 });
+  await call(a, "post", S, { body: { from: { sessionId: "s", entryId: one.entryId } }, status: 400, beyondSchema: "which Session holds the entry" });
+  await call(a, "post", S, { body: { from: { sessionId: "b" } }, status: 400 });
+  await call(a, "delete", ONE, { params: bid, status: 409 });
+  await call(a, "delete", ONE, { params: { sessionId: "bf" }, status: 204 });
+  await call(a, "delete", ONE, { params: bid, status: 204 });
 
   // Delete.
   await call(a, "post", S, { body: { sessionId: "gone" }, status: 201 });

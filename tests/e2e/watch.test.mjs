@@ -84,12 +84,14 @@ test("watch: message frames carry the stored user message (at the turn start) an
   assert.ok(userAt > kinds.indexOf("admitted") && userAt < kinds.indexOf("started"), `the user message when the turn starts, before \`started\`: ${kinds}`);
   assert.ok(assistantAt > kinds.lastIndexOf("delta") && assistantAt < kinds.indexOf("settled"), `the assistant message after the deltas: ${kinds}`);
   // The frames carry the stored messages, as a read returns them; a read
-  // adds each one's Session position, which a frame leaves to the order.
+  // adds each one's Session position and parent, which a frame leaves to
+  // the order.
   const page = await a.read(sid);
   const read = page.messages.filter((m) => m.role !== "operator");
   assert.deepEqual(read.map((m) => m.sequence), [2, 3], "after the operator line");
+  assert.deepEqual(read.map((m) => m.parentEntryId), [page.messages[0].entryId, user.entryId]);
   assert.deepEqual(
-    read.map(({ sequence: _, ...m }) => m),
+    read.map(({ sequence: _, parentEntryId: __, ...m }) => m),
     [user, assistant],
   );
 });
