@@ -6,7 +6,7 @@
 // examples/node/server.mjs, the README's example.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, renameSync, rmSync } from "node:fs";
 import http from "node:http";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -411,15 +411,30 @@ test("a version 1 store: the Node host migrates it once, every message reads bac
       .all()
       .map((r) => ({ ...r, sql: r.sql?.replace(/\s+/g, " ").replace(/\( /g, "(").replace(/ \)/g, ")").replace(/ \(/g, "(") }));
   // Back to what version 1 left: the tables it made when it opened a store
-  // and the version row 1 (it made every other table on first use).
+  // (as the frozen `src/store/v1.sql` has them; it made every other table
+  // on first use), holding this store's rows, and the version row 1.
   const db = new DatabaseSync(file);
   const current = catalog(db);
-  const v1Opened = new Set(["shiitake_meta", "sessions", "commands", "fences", "messages", "session_grants", "shiitake_delivery", "shiitake_host_lane"]);
-  for (const { name } of db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '_shiitake_node%'").all()) {
-    if (!v1Opened.has(name)) db.exec(`DROP TABLE ${name}`);
-  }
-  db.exec("UPDATE shiitake_meta SET value = '1' WHERE key = 'schema_version'");
   db.close();
+  const v1File = path.join(dir, "v1-shaped.db");
+  const v1 = new DatabaseSync(v1File);
+  const v1Opened = new Set(["shiitake_meta", "sessions", "commands", "fences", "messages", "session_grants", "shiitake_delivery", "shiitake_host_lane"]);
+  const frozen = readFileSync(new URL("../../src/store/v1.sql", import.meta.url), "utf8");
+  for (const statement of frozen.split(";\n").map((s) => s.trim()).filter(Boolean)) {
+    const words = statement.split(/\s+/);
+    const table = statement.startsWith("CREATE TABLE") ? words[2] : words[words.indexOf("ON") + 1];
+    if (v1Opened.has(table.replace(/\($/, ""))) v1.exec(statement);
+  }
+  v1.exec(`ATTACH DATABASE '${file}' AS now`);
+  for (const table of v1Opened) {
+    const columns = v1.prepare(`PRAGMA table_info(${table})`).all().map((c) => c.name).join(", ");
+    v1.exec(`INSERT INTO ${table} (${columns}) SELECT ${columns} FROM now.${table}`);
+  }
+  v1.exec("DETACH DATABASE now");
+  v1.exec("UPDATE shiitake_meta SET value = '1' WHERE key = 'schema_version'");
+  v1.close();
+  rmSync(file);
+  renameSync(v1File, file);
 
   const logged = [];
   const info = console.info;
