@@ -5,22 +5,18 @@
 //! removes its items) and the extensions (`extension/attention.rs`: the
 //! rules of `context.attention.set/clear` inside owner transactions).
 //!
-//! The table is in the versioned schema (`store::schema`); most Agents
-//! never fill it, and its readers skip it while it is known empty
-//! (`sql::holds_rows`).
+//! The table is a feature group (`store::schema::ATTENTION`), made with
+//! the first item; most Agents never set one, and without it every reader
+//! answers empty without a statement.
 
 use crate::delivery;
 use crate::limits::{INBOX_ATTENTION_PER_ROW_MAX, SESSION_ID_BYTES_MAX};
 use crate::sql::{read, write, Row, Sql, SqlError, SqlValue};
+use crate::store::schema::ATTENTION;
 use serde::Serialize;
 use serde_json::{json, Value};
 
 pub const TABLE: &str = "shiitake_attention";
-
-/// Whether the table may hold items (no statement: `sql::holds_rows`).
-fn holds_items(sql: &dyn Sql) -> bool {
-    crate::sql::holds_rows(sql, TABLE)
-}
 
 /// One open item as every public observation serves it: its id qualified
 /// by the extension that owns it.
@@ -67,7 +63,7 @@ pub fn of_session(
     owners: &[String],
     limit: usize,
 ) -> Result<Vec<Item>, SqlError> {
-    if owners.is_empty() || !holds_items(sql) {
+    if owners.is_empty() || !ATTENTION.exists(sql) {
         return Ok(Vec::new());
     }
     let (owned, mut params) = owners_in(owners);
@@ -94,6 +90,9 @@ pub fn item(
     ext: &str,
     id: &str,
 ) -> Result<Option<Item>, SqlError> {
+    if !ATTENTION.exists(sql) {
+        return Ok(None);
+    }
     read(
         sql,
         &format!("SELECT {ITEM_COLUMNS} FROM {TABLE} WHERE session_id = ? AND ext = ? AND id = ?"),
@@ -125,7 +124,7 @@ pub fn delivery_body(ext: &str, session_id: &str, id: &str, item: Option<&Item>)
 /// What deleting a Session removes: every item it carries, whoever owns
 /// it, as `(ext, id)`. A read for the deleting transition's read phase.
 pub fn removed_with(sql: &dyn Sql, session_id: &str) -> Result<Vec<(String, String)>, SqlError> {
-    if !holds_items(sql) {
+    if !ATTENTION.exists(sql) {
         return Ok(Vec::new());
     }
     read(
@@ -263,7 +262,7 @@ pub fn inbox(
     limit: usize,
     after: Option<&InboxCursor>,
 ) -> Result<InboxPage, SqlError> {
-    let counted = !owners.is_empty() && holds_items(sql);
+    let counted = !owners.is_empty() && ATTENTION.exists(sql);
     let mut params: Vec<SqlValue> = Vec::new();
     let (needs_you, attention_at) = if counted {
         let (owned, owner_params) = owners_in(owners);

@@ -12,9 +12,13 @@
 //! pass persists its retry (`attempts`, `retry_at`, the bounded, redacted
 //! `error`), kept until a pass succeeds (never given up); a success clears
 //! it. The host schedules the lane from [`Lane::deadline`].
+//!
+//! Both tables are a feature group (`store::schema::DELIVERY`), made with
+//! the first entry or failing pass: without it there is nothing to deliver.
 
 use crate::limits::{DELIVERY_PENDING_MAX, DIAGNOSTIC_BYTES_MAX};
 use crate::sql::{read, write, Sql, SqlError, SqlValue};
+use crate::store::schema::DELIVERY;
 use serde_json::Value;
 
 pub const OUTBOX: &str = "shiitake_delivery";
@@ -35,6 +39,9 @@ pub struct Entry {
 /// How many entries wait; read before a transition stages more, so it can
 /// refuse past [`DELIVERY_PENDING_MAX`] (see [`room`]).
 pub fn pending_count(sql: &dyn Sql) -> Result<u64, SqlError> {
+    if !DELIVERY.exists(sql) {
+        return Ok(0);
+    }
     let rows = read(sql, &format!("SELECT COUNT(*) FROM {OUTBOX}"), &[])?;
     Ok(rows.first().map(|r| r.int(0)).transpose()?.unwrap_or(0) as u64)
 }
@@ -56,6 +63,7 @@ pub fn room(pending: u64, adding: u64) -> Result<(), String> {
 pub fn stage(sql: &dyn Sql, key: &str, body: &Value, now_ms: i64) -> Result<(), SqlError> {
     // The new seq is computed before REPLACE deletes the older entry, so
     // it is above every seq present, the replaced one included.
+    DELIVERY.ensure(sql)?;
     write(
         sql,
         &format!(
@@ -72,6 +80,9 @@ pub fn stage(sql: &dyn Sql, key: &str, body: &Value, now_ms: i64) -> Result<(), 
 
 /// The oldest `limit` undelivered entries.
 pub fn pending(sql: &dyn Sql, limit: usize) -> Result<Vec<Entry>, SqlError> {
+    if !DELIVERY.exists(sql) {
+        return Ok(Vec::new());
+    }
     read(
         sql,
         &format!("SELECT seq, key, body, at FROM {OUTBOX} ORDER BY seq LIMIT ?"),
@@ -168,6 +179,9 @@ impl Lane {
 
 /// The lane's state (outside any transition).
 pub fn lane(sql: &dyn Sql) -> Result<Lane, SqlError> {
+    if !DELIVERY.exists(sql) {
+        return Ok(Lane::default());
+    }
     let rows = read(
         sql,
         &format!("SELECT attempts, retry_at, error FROM {LANE} WHERE id = 1"),
@@ -187,17 +201,22 @@ pub fn lane(sql: &dyn Sql) -> Result<Lane, SqlError> {
 /// the row, a healthy one by deleting it.
 pub fn set_lane(sql: &dyn Sql, state: &Lane) -> Result<(), SqlError> {
     match state.retry_at {
-        Some(at) => write(
-            sql,
-            &format!(
-                "INSERT OR REPLACE INTO {LANE} (id, attempts, retry_at, error) VALUES (1, ?, ?, ?)"
-            ),
-            vec![
-                SqlValue::Integer(i64::from(state.attempts)),
-                SqlValue::Integer(at),
-                SqlValue::Text(state.error.clone().unwrap_or_default()),
-            ],
-        ),
+        Some(at) => {
+            DELIVERY.ensure(sql)?;
+            write(
+                sql,
+                &format!(
+                    "INSERT OR REPLACE INTO {LANE} (id, attempts, retry_at, error) VALUES (1, ?, ?, ?)"
+                ),
+                vec![
+                    SqlValue::Integer(i64::from(state.attempts)),
+                    SqlValue::Integer(at),
+                    SqlValue::Text(state.error.clone().unwrap_or_default()),
+                ],
+            )
+        }
+        // Without the group there is no row to delete.
+        None if !DELIVERY.exists(sql) => Ok(()),
         None => write(sql, &format!("DELETE FROM {LANE}"), Vec::new()),
     }
 }
@@ -218,6 +237,16 @@ mod tests {
     use crate::sql::atomically;
     use crate::sql::native::NativeSql;
     use serde_json::json;
+
+    #[test]
+    fn a_failing_pass_makes_the_delivery_tables_of_a_fresh_store() {
+        let sql = NativeSql::open_in_memory();
+        crate::store::schema::open(&sql).unwrap();
+        let failed = Lane::default().failed(&LanePolicy::default(), 10, "refused");
+        atomically(&sql, || set_lane(&sql, &failed)).unwrap();
+        assert!(DELIVERY.exists(&sql));
+        assert_eq!(lane(&sql).unwrap(), failed);
+    }
 
     #[test]
     fn a_newer_change_replaces_an_undelivered_one_above_every_seq() {
@@ -304,9 +333,16 @@ mod tests {
     fn lane_state_persists_and_a_success_clears_it() {
         let sql = NativeSql::open_in_memory();
         crate::store::schema::open(&sql).unwrap();
+        // A fresh store has no delivery tables: every read answers without
+        // a statement (one would fail), a healthy lane writes nothing.
         assert_eq!(lane(&sql).unwrap(), Lane::default());
         assert_eq!(next_deadline(&sql, 5).unwrap(), None);
+        assert_eq!(pending_count(&sql).unwrap(), 0);
+        atomically(&sql, || set_lane(&sql, &Lane::default())).unwrap();
+        assert!(!DELIVERY.exists(&sql));
+        // The first entry makes them.
         atomically(&sql, || stage(&sql, "k", &json!({"a": 1}), 5)).unwrap();
+        assert!(DELIVERY.exists(&sql));
         assert_eq!(next_deadline(&sql, 6).unwrap(), Some(6));
         let failed = Lane::default().failed(&LanePolicy::default(), 10, "refused");
         atomically(&sql, || set_lane(&sql, &failed)).unwrap();

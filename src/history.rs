@@ -12,7 +12,8 @@
 //! transition reads before it writes any) and deleted with the Session.
 
 use crate::limits::{EXTENSION_HISTORY_BYTES_MAX, EXTENSION_HISTORY_EVENTS_MAX};
-use crate::sql::{holds_rows, read_beside, write, Sql, SqlError, Write};
+use crate::sql::{read_beside, write, Sql, SqlError, Write};
+use crate::store::schema::HISTORY;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -76,6 +77,9 @@ impl History {
 
 /// Every extension's history of `session_id`, by extension id.
 pub fn load(sql: &dyn Sql, session_id: &str) -> Result<BTreeMap<String, History>, SqlError> {
+    if !HISTORY.exists(sql) {
+        return Ok(BTreeMap::new());
+    }
     read_beside(
         sql,
         &[TABLE],
@@ -91,7 +95,8 @@ pub fn load(sql: &dyn Sql, session_id: &str) -> Result<BTreeMap<String, History>
     .collect()
 }
 
-/// The write that stores extension `id`'s `history` of `session_id`.
+/// The write that stores extension `id`'s `history` of `session_id` (its
+/// transition makes the table first: `store::schema::HISTORY`).
 pub fn store(id: &str, session_id: &str, history: &History) -> Write {
     let body = serde_json::to_string(history).unwrap_or_default();
     (
@@ -100,14 +105,14 @@ pub fn store(id: &str, session_id: &str, history: &History) -> Write {
     )
 }
 
-/// Whether any history may be kept (most Agents keep none: no statement,
-/// `sql::holds_rows`): the deleting transition asks.
+/// Whether any history may be kept (most Agents keep none: no statement):
+/// the deleting transition asks.
 pub fn any(sql: &dyn Sql) -> bool {
-    holds_rows(sql, TABLE)
+    HISTORY.exists(sql)
 }
 
 /// Deletes every extension's history of a deleted Session (in the
-/// deleting transition, after [`exists`]).
+/// deleting transition, after [`any`]).
 pub fn forget_session(sql: &dyn Sql, session_id: &str) -> Result<(), SqlError> {
     write(
         sql,

@@ -1,8 +1,9 @@
 //! The stored layers of the model-preference resolver
 //! (`crate::model::preference`): the Agent's explicit model (and reasoning)
-//! and each Session's explicit model. One table, `shiitake_model_choice`
-//! (in the versioned schema: `store::schema`); its readers skip it while it
-//! is known empty (`sql::holds_rows`), as most Agents never set a choice.
+//! and each Session's explicit model. One table, `shiitake_model_choice`,
+//! a feature group (`store::schema::MODEL_CHOICE`) made with the first
+//! choice set: most Agents never set one, and without it its readers
+//! answer without a statement.
 //!
 //! Rows: `scope` = `agent`, or `session:<sessionId>`; `model` the
 //! `provider/model` address as chosen (checked against the host's offer
@@ -10,7 +11,8 @@
 //! offering is skipped, never called); `reasoning` a level or NULL.
 //! Deleting a Session deletes its row (`agent::delete_session`).
 //!
-//! A second table, `shiitake_hosted_sessions` (read the same way),
+//! A second table, `shiitake_hosted_sessions` (its own group,
+//! `store::schema::HOSTED_SESSIONS`, made with the first mark),
 //! marks the Sessions ACP serves (seed: "Hosted ACP sessions use the Agent
 //! and Team layers; they do not select a person's saved model
 //! preference"): a turn of a marked Session never asks the host for the
@@ -23,6 +25,7 @@ use crate::error::ApiError;
 use crate::model::preference::{Choice, Policy};
 use crate::model::Reasoning;
 use crate::sql::{atomically, read_beside, write, Sql, SqlError};
+use crate::store::schema::{HOSTED_SESSIONS, MODEL_CHOICE};
 
 const TABLE: &str = "shiitake_model_choice";
 const AGENT: &str = "agent";
@@ -31,9 +34,9 @@ fn session_scope(session_id: &str) -> String {
     format!("session:{session_id}")
 }
 
-/// Whether the table may hold a choice (no statement).
+/// Whether the store holds the table (no statement).
 fn any(sql: &dyn Sql) -> bool {
-    crate::sql::holds_rows(sql, TABLE)
+    MODEL_CHOICE.exists(sql)
 }
 
 fn read_scope(sql: &dyn Sql, scope: &str) -> Result<Option<Choice>, SqlError> {
@@ -59,20 +62,25 @@ fn read_scope(sql: &dyn Sql, scope: &str) -> Result<Option<Choice>, SqlError> {
 
 fn put(sql: &dyn Sql, scope: &str, choice: Option<&Choice>, now_ms: i64) -> Result<(), SqlError> {
     match choice {
-        Some(choice) => write(
-            sql,
-            &format!(
-                "INSERT INTO {TABLE} (scope, model, reasoning, updated_at) VALUES (?, ?, ?, ?)
-                 ON CONFLICT (scope) DO UPDATE SET model = excluded.model,
-                   reasoning = excluded.reasoning, updated_at = excluded.updated_at"
-            ),
-            vec![
-                scope.into(),
-                choice.model.as_str().into(),
-                choice.reasoning.map(Reasoning::name).into(),
-                now_ms.into(),
-            ],
-        ),
+        Some(choice) => {
+            MODEL_CHOICE.ensure(sql)?;
+            write(
+                sql,
+                &format!(
+                    "INSERT INTO {TABLE} (scope, model, reasoning, updated_at) VALUES (?, ?, ?, ?)
+                     ON CONFLICT (scope) DO UPDATE SET model = excluded.model,
+                       reasoning = excluded.reasoning, updated_at = excluded.updated_at"
+                ),
+                vec![
+                    scope.into(),
+                    choice.model.as_str().into(),
+                    choice.reasoning.map(Reasoning::name).into(),
+                    now_ms.into(),
+                ],
+            )
+        }
+        // Without the table no choice is stored to clear.
+        None if !any(sql) => Ok(()),
         None => write(
             sql,
             &format!("DELETE FROM {TABLE} WHERE scope = ?"),
@@ -107,7 +115,7 @@ const HOSTED: &str = "shiitake_hosted_sessions";
 
 /// Whether ACP serves `session_id` (its turns skip the last switch).
 pub fn hosted(sql: &dyn Sql, session_id: &str) -> Result<bool, SqlError> {
-    if !crate::sql::holds_rows(sql, HOSTED) {
+    if !HOSTED_SESSIONS.exists(sql) {
         return Ok(false);
     }
     let rows = read_beside(
@@ -121,6 +129,7 @@ pub fn hosted(sql: &dyn Sql, session_id: &str) -> Result<bool, SqlError> {
 
 /// Stages the mark (a write of the caller's transition).
 pub fn stage_hosted(sql: &dyn Sql, session_id: &str) -> Result<(), SqlError> {
+    HOSTED_SESSIONS.ensure(sql)?;
     write(
         sql,
         &format!("INSERT OR IGNORE INTO {HOSTED} (session_id) VALUES (?)"),
@@ -179,7 +188,7 @@ pub fn check(policy: &Policy, choice: &Choice) -> Result<Choice, SetError> {
 
 /// Sets (or with `None` clears) the Agent's explicit model, checked against
 /// `policy`; the next turn of every Session resolves it. One transition
-/// (after creating the table on first use).
+/// (with the table, on first use).
 pub fn set_agent(
     ctx: &mut Ctx<'_>,
     policy: &Policy,

@@ -114,20 +114,21 @@ pub trait Sql {
     /// The write set of the transition in progress, if any.
     fn write_set(&self) -> &WriteSet;
 
-    /// What is known of the database's tables ([`holds_rows`], [`cached_read`]).
+    /// What is known of the database's tables ([`holds_group`], [`cached_read`]).
     fn tables(&self) -> &Tables;
 }
 
-/// The tables known to hold no row, and the reads kept across transitions
-/// ([`cached_read`]). Only this process writes the database, through
-/// [`Sql`]: both are caches SQLite can always rebuild. `schema::open` says
-/// which tables are empty (every table of a store it creates; of an
-/// existing store, those its version read found empty), sparing the readers
-/// of tables most Agents never fill (mail, model choices, the files
-/// journal) a statement each turn.
+/// The feature groups the database holds, and the reads kept across
+/// transitions ([`cached_read`]). Only this process writes the database,
+/// through [`Sql`]: both are caches SQLite can always rebuild. A feature
+/// group (`store::schema::Group`) is side tables created in the transition
+/// of their first write and recorded in `shiitake_meta`; `schema::open`
+/// reads the records, and a transition that created a group adds it once
+/// it commits (never a rolled-back one). Readers of a group the database
+/// does not hold answer empty without a statement.
 #[derive(Default)]
 pub struct Tables {
-    empty: std::cell::RefCell<std::collections::HashSet<String>>,
+    groups: std::cell::RefCell<std::collections::HashSet<&'static str>>,
     reads: std::cell::RefCell<Vec<CachedRead>>,
 }
 
@@ -142,19 +143,16 @@ impl std::fmt::Debug for Tables {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let reads: Vec<&str> = self.reads.borrow().iter().map(|r| r.key).collect();
         f.debug_struct("Tables")
-            .field("empty", &self.empty)
+            .field("groups", &self.groups)
             .field("reads", &reads)
             .finish()
     }
 }
 
 impl Tables {
-    /// Records that `tables` hold no row (`schema::open`, having read or
-    /// made them so).
-    pub fn known_empty<'a>(&self, tables: impl IntoIterator<Item = &'a str>) {
-        self.empty
-            .borrow_mut()
-            .extend(tables.into_iter().map(str::to_owned));
+    /// The groups the database holds, as its records say (`schema::open`).
+    pub fn hold_groups(&self, groups: impl IntoIterator<Item = &'static str>) {
+        *self.groups.borrow_mut() = groups.into_iter().collect();
     }
 
     fn kept(&self, key: &str) -> Option<std::rc::Rc<dyn std::any::Any>> {
@@ -179,25 +177,6 @@ impl Tables {
             });
         }
     }
-
-    /// Stops believing empty any table a statement of `writes` other than
-    /// a creation names (whether the batch commits or not: a guess on the
-    /// safe side).
-    fn filled_by(&self, writes: &[Write]) {
-        let mut empty = self.empty.borrow_mut();
-        if !empty.is_empty() {
-            let parts: Vec<&str> = writes
-                .iter()
-                .flat_map(|(text, _)| text.split(';'))
-                .filter(|part| !is_creation(part))
-                .collect();
-            empty.retain(|table| {
-                !parts
-                    .iter()
-                    .any(|part| part.contains(table.as_str()) && names(part, table))
-            });
-        }
-    }
 }
 
 /// Whether `statement` names `table` (as a whole word).
@@ -207,76 +186,61 @@ fn names(statement: &str, table: &str) -> bool {
         .any(|word| word == table)
 }
 
-/// Whether `table` may hold rows: `false` only while it is known to hold
-/// none (see [`Tables`]), so a reader may skip it. No statement.
-pub fn holds_rows(sql: &(impl Sql + ?Sized), table: &str) -> bool {
-    !sql.tables().empty.borrow().contains(table)
+/// Whether the database holds feature group `group`: recorded when
+/// `schema::open` read the store, or created by a committed transition
+/// since. No statement. A creation the open transition staged does not
+/// count: its reads would not see the tables.
+pub fn holds_group(sql: &(impl Sql + ?Sized), group: &str) -> bool {
+    sql.tables().groups.borrow().contains(group)
 }
 
-/// What a write batch does to the database's tables.
-enum Ddl {
-    /// No DDL.
-    None,
-    /// Only `CREATE TABLE`, `CREATE INDEX` and `ALTER TABLE … ADD` (a
-    /// creation adds no row).
-    Creates,
-    /// Anything else (`DROP`, `ALTER`, other `CREATE`s).
-    Other,
+/// Whether the open transition staged the creation of `group`.
+pub fn stages_group(sql: &(impl Sql + ?Sized), group: &str) -> bool {
+    sql.write_set().groups.borrow().contains(&group)
 }
 
-/// The first `n` words of `part`, upper-cased.
-fn first_words(part: &str, n: usize) -> Vec<String> {
-    part.split_whitespace()
-        .take(n)
-        .map(str::to_ascii_uppercase)
-        .collect()
-}
-
-/// Whether one statement creates a table, an index or a column (none adds
-/// or removes a row).
-fn is_creation(part: &str) -> bool {
-    match first_words(part, 4).as_slice() {
-        [create, what, ..] if create == "CREATE" => {
-            what == "TABLE" || what == "INDEX" || what == "UNIQUE"
-        }
-        [alter, table, _, add] if alter == "ALTER" => table == "TABLE" && add == "ADD",
-        _ => false,
+/// Stages `text`, the creation of feature group `group` with its record,
+/// as a write of the open transition: the database holds the group once
+/// that transition commits. Refused outside a transition: a group is
+/// created with its first write, all or none.
+pub fn create_group(
+    sql: &(impl Sql + ?Sized),
+    group: &'static str,
+    text: String,
+) -> Result<(), SqlError> {
+    let set = sql.write_set();
+    if !set.is_open() {
+        return Err(SqlError::Engine(format!(
+            "feature group {group}: created outside a transition"
+        )));
     }
+    set.groups.borrow_mut().push(group);
+    write(sql, &text, Vec::new())
 }
 
-/// Reads the DDL out of `writes`, statement by statement (a text may hold
-/// several).
-fn ddl_of(writes: &[Write]) -> Ddl {
-    let mut ddl = Ddl::None;
-    for part in writes.iter().flat_map(|(text, _)| text.split(';')) {
-        if is_creation(part) {
-            ddl = Ddl::Creates;
-            continue;
-        }
-        if let Some(first) = first_words(part, 1).first() {
-            if matches!(first.as_str(), "CREATE" | "DROP" | "ALTER") {
-                return Ddl::Other;
-            }
-        }
-    }
-    ddl
+/// Whether one statement of `writes` is DDL (a text may hold several).
+fn has_ddl(writes: &[Write]) -> bool {
+    writes
+        .iter()
+        .flat_map(|(text, _)| text.split(';'))
+        .filter_map(|part| part.split_whitespace().next())
+        .any(|first| {
+            ["CREATE", "DROP", "ALTER"]
+                .iter()
+                .any(|ddl| first.eq_ignore_ascii_case(ddl))
+        })
 }
 
 /// Applies `writes`, dropping the kept reads of the tables they name, or
 /// every kept read for DDL (whether the batch commits or not: a failed
-/// batch may have been partly seen), and the emptiness of every table they
-/// write, or of all for DDL other than creations.
+/// batch may have been partly seen).
 fn apply(sql: &(impl Sql + ?Sized), writes: Vec<Write>) -> Result<(), SqlError> {
     let catalog = sql.tables();
-    match ddl_of(&writes) {
-        Ddl::None => catalog.forget_reads_of(&writes),
-        Ddl::Creates => catalog.reads.borrow_mut().clear(),
-        Ddl::Other => {
-            catalog.reads.borrow_mut().clear();
-            catalog.empty.borrow_mut().clear();
-        }
+    if has_ddl(&writes) {
+        catalog.reads.borrow_mut().clear();
+    } else {
+        catalog.forget_reads_of(&writes);
     }
-    catalog.filled_by(&writes);
     sql.apply(writes)
 }
 
@@ -310,6 +274,8 @@ pub struct WriteSet {
     /// Counts the transitions begun, so a cache of one transition's reads
     /// (`extension`'s) knows it is stale.
     generation: std::cell::Cell<u64>,
+    /// The feature groups the open transition creates ([`create_group`]).
+    groups: std::cell::RefCell<Vec<&'static str>>,
 }
 
 impl WriteSet {
@@ -317,6 +283,7 @@ impl WriteSet {
         let mut w = self.writes.borrow_mut();
         assert!(w.is_none(), "transitions do not nest");
         *w = Some(Vec::new());
+        self.groups.borrow_mut().clear();
         self.generation.set(self.generation.get() + 1);
     }
 
@@ -346,8 +313,10 @@ impl WriteSet {
         }
     }
 
-    fn take(&self) -> Vec<Write> {
-        self.writes.borrow_mut().take().unwrap_or_default()
+    /// Ends the open transition: its writes and the groups they create.
+    fn take(&self) -> (Vec<Write>, Vec<&'static str>) {
+        let writes = self.writes.borrow_mut().take().unwrap_or_default();
+        (writes, std::mem::take(&mut *self.groups.borrow_mut()))
     }
 
     /// Whether a read may run now: not after a write of the open transition.
@@ -411,7 +380,8 @@ pub fn write(
 
 /// Runs `body` as one transition and hands back its own result or error.
 /// Its writes apply together when it succeeds; a domain error (for example a
-/// full queue) writes nothing.
+/// full queue) writes nothing. The groups it created are held once its
+/// writes committed.
 pub fn atomically<S, T, E>(sql: &S, body: impl FnOnce() -> Result<T, E>) -> Result<T, E>
 where
     S: Sql + ?Sized,
@@ -419,11 +389,12 @@ where
 {
     sql.write_set().begin();
     let result = body();
-    let writes = sql.write_set().take();
+    let (writes, groups) = sql.write_set().take();
     let value = result?;
     if !writes.is_empty() {
         apply(sql, writes)?;
     }
+    sql.tables().groups.borrow_mut().extend(groups);
     Ok(value)
 }
 
@@ -601,32 +572,50 @@ mod tests {
         assert_eq!(sql.write_set().generation(), before + 1);
     }
 
+    const GROUP_T: &str = "CREATE TABLE t (x INTEGER UNIQUE)";
+
+    fn table_exists(sql: &NativeSql, table: &str) -> bool {
+        !sql.query(
+            "SELECT 1 FROM sqlite_master WHERE name = ?",
+            &[table.into()],
+        )
+        .unwrap()
+        .is_empty()
+    }
+
     #[test]
-    fn a_table_stays_known_empty_until_a_write_other_than_a_creation_names_it() {
+    fn a_group_is_held_once_the_transition_creating_it_commits() {
         let sql = NativeSql::open_in_memory();
-        write(&sql, "CREATE TABLE t (x INTEGER)", vec![]).unwrap();
-        write(&sql, "CREATE TABLE t_2 (x INTEGER)", vec![]).unwrap();
-        assert!(holds_rows(&sql, "t"), "unknown: it may");
-        sql.tables().known_empty(["t", "t_2"]);
-        assert!(!holds_rows(&sql, "t") && !holds_rows(&sql, "t_2"));
-        // Creations add no row; a refused transition applies nothing.
-        write(&sql, "CREATE INDEX IF NOT EXISTS t_x ON t (x)", vec![]).unwrap();
+        // Only with its first write, in a transition.
+        let outside = create_group(&sql, "g", GROUP_T.into());
+        assert!(matches!(outside, Err(SqlError::Engine(m)) if m.contains("outside a transition")));
+        // A refused transition and a failed batch create nothing, and the
+        // group is not held; within the transition it is staged, not held.
         let refused: Result<(), SqlError> = atomically(&sql, || {
+            create_group(&sql, "g", GROUP_T.into())?;
+            assert!(stages_group(&sql, "g") && !holds_group(&sql, "g"));
             write(&sql, "INSERT INTO t VALUES (1)", vec![])?;
             Err(SqlError::Engine("refused".into()))
         });
         assert!(refused.is_err());
-        assert!(!holds_rows(&sql, "t"));
-        // A write naming `t_2` (not `t`: whole words), even one that fails.
         let failed = atomically(&sql, || {
-            write(&sql, "INSERT INTO t_2 VALUES (1)", vec![])?;
-            write(&sql, "INSERT INTO no_such_table VALUES (1)", vec![])
+            create_group(&sql, "g", GROUP_T.into())?;
+            write(&sql, "INSERT INTO t VALUES (1)", vec![])?;
+            write(&sql, "INSERT INTO t VALUES (1)", vec![])
         });
         assert!(failed.is_err());
-        assert!(holds_rows(&sql, "t_2") && !holds_rows(&sql, "t"));
-        // DDL other than a creation forgets every table's emptiness.
-        write(&sql, "CREATE TABLE u (x INTEGER); DROP TABLE u", vec![]).unwrap();
-        assert!(holds_rows(&sql, "t"));
+        assert!(!holds_group(&sql, "g") && !stages_group(&sql, "g"));
+        assert!(!table_exists(&sql, "t"));
+        atomically(&sql, || {
+            create_group(&sql, "g", GROUP_T.into())?;
+            write(&sql, "INSERT INTO t VALUES (1)", vec![])
+        })
+        .unwrap();
+        assert!(holds_group(&sql, "g") && !stages_group(&sql, "g"));
+        assert_eq!(count(&sql), 1);
+        // What the store's records say replaces what was held.
+        sql.tables().hold_groups(["h"]);
+        assert!(!holds_group(&sql, "g") && holds_group(&sql, "h"));
     }
 
     /// `SELECT count(*) FROM t` through `cached_read`, and how many times

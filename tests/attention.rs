@@ -139,8 +139,11 @@ fn refused(r: &Reply, code: &str, needles: &[&str]) {
     }
 }
 
-/// Stored items `(session, ext, id)`.
+/// Stored items `(session, ext, id)` (none without the table).
 fn stored(h: &Harness) -> Vec<(String, String, String)> {
+    if !shiitake::store::schema::ATTENTION.exists(h.sql()) {
+        return Vec::new();
+    }
     shiitake::sql::read(
         h.sql(),
         "SELECT session_id, ext, id FROM shiitake_attention ORDER BY session_id, ext, id",

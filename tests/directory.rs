@@ -134,6 +134,7 @@ fn create_checks_names_models_and_reasoning() {
 fn the_directory_holds_at_most_10000_agents() {
     let sql = NativeSql::open_in_memory();
     schema::open(&sql).unwrap();
+    shiitake::sql::atomically(&sql, || schema::DIRECTORY.ensure(&sql)).unwrap();
     sql.apply(vec![(
         format!(
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {})

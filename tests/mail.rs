@@ -668,6 +668,44 @@ fn a_recipient_that_left_makes_a_send_undeliverable_at_once() {
 }
 
 #[test]
+fn the_mail_tables_are_made_with_the_first_mail_and_a_refused_one_makes_none() {
+    let mut parent = Agent::new("parent");
+    let child = Agent::new("child");
+    parent.session("p");
+    let made = |a: &Agent| {
+        let tables = a
+            .sql
+            .query(
+                "SELECT count(*) FROM sqlite_master WHERE name LIKE 'shiitake_mail_%'",
+                &[],
+            )
+            .unwrap()[0]
+            .int(0)
+            .unwrap();
+        (schema::MAIL.exists(&a.sql), tables)
+    };
+    // Nothing mailed: every reader answers without the tables.
+    assert!(parent.due().is_empty());
+    assert_eq!(parent.next_deadline(), None);
+    // A reply to a send this Agent never froze is refused and makes none.
+    let forged: Mail = serde_json::from_value(json!({
+        "key": "m_00000000000000000000000000000000:reply:0", "from": child.address("c"),
+        "to": parent.address("p"), "replyTo": "", "text": "x", "delivery": "followUp",
+        "reply": {"commandId": "cmd_1", "outcome": "completed"}
+    }))
+    .unwrap();
+    assert!(refused(&parent.receive(&forged, None)).contains("no frozen send"));
+    assert_eq!(made(&parent), (false, 0));
+    // The first send makes both tables and their indexes; a restart reads
+    // the record back.
+    parent.send("p", &child.address("c"), "r1", "hello");
+    assert_eq!(made(&parent), (true, 4));
+    parent.restart();
+    assert!(schema::MAIL.exists(&parent.sql));
+    assert_eq!(parent.due().len(), 1);
+}
+
+#[test]
 fn forged_replies_are_refused_and_write_nothing() {
     let mut parent = Agent::new("parent");
     let mut child = Agent::new("child");

@@ -11,6 +11,7 @@ use shiitake::model::preference::{resolve, Choice, Layer, Layers, Policy};
 use shiitake::model::{ModelSpec, Provider, Reasoning};
 use shiitake::model_choice::{self, SetError};
 use shiitake::sql::native::NativeSql;
+use shiitake::sql::Sql;
 use shiitake::store::{schema, Store};
 
 fn policy() -> Policy {
@@ -99,6 +100,38 @@ fn nothing_stored_reads_without_the_table() {
         db.resolve("s", &Layers::default()).unwrap(),
         (Layer::Login, "openai/gpt-a".into(), None)
     );
+}
+
+#[test]
+fn the_first_choice_makes_its_table_and_a_clearing_or_refused_one_none() {
+    let mut db = Db::new();
+    let made = |db: &Db| {
+        let tables = db
+            .sql
+            .query(
+                "SELECT count(*) FROM sqlite_master WHERE name = 'shiitake_model_choice'",
+                &[],
+            )
+            .unwrap()[0]
+            .int(0)
+            .unwrap();
+        (schema::MODEL_CHOICE.exists(&db.sql), tables)
+    };
+    // Clearing what was never set, and a model the host does not offer.
+    model_choice::set_agent(&mut db.ctx(), &policy(), None).unwrap();
+    let refused = model_choice::set_agent(
+        &mut db.ctx(),
+        &policy(),
+        Some(&choice("openai/not-offered", None)),
+    );
+    assert!(matches!(refused, Err(SetError::Rejected(_))), "{refused:?}");
+    assert_eq!(made(&db), (false, 0));
+    let set = choice("openai/gpt-a", None);
+    model_choice::set_agent(&mut db.ctx(), &policy(), Some(&set)).unwrap();
+    assert_eq!(made(&db), (true, 1));
+    db.restart();
+    assert!(schema::MODEL_CHOICE.exists(&db.sql));
+    assert_eq!(model_choice::agent(&db.sql).unwrap(), Some(set));
 }
 
 #[test]

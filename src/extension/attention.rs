@@ -23,6 +23,7 @@ use crate::limits::{
     ATTENTION_PER_SESSION_MAX, ATTENTION_SUMMARY_CHARS_MAX,
 };
 use crate::sql::{Row, Sql, SqlError, SqlValue, Write};
+use crate::store::schema::{ATTENTION, DELIVERY};
 use crate::store::Store;
 use serde_json::Value;
 use std::cell::RefCell;
@@ -179,6 +180,13 @@ pub(super) struct Planned {
     now_ms: i64,
 }
 
+impl Planned {
+    /// Whether the call writes items (each change touches one).
+    pub(super) fn writes_items(&self) -> bool {
+        !self.touched.is_empty()
+    }
+}
+
 /// Queues the delivery entry of one change, or says why the outbox has no
 /// room.
 fn outbox(
@@ -247,23 +255,31 @@ impl Live {
             *slot = Some(Cache {
                 generation,
                 tally: Tally {
-                    pending: first_int(&committed(
-                        sql,
-                        &format!("SELECT count(*) FROM {OUTBOX}"),
-                        &[],
-                    )?)? as u64,
+                    pending: match DELIVERY.exists(sql) {
+                        true => first_int(&committed(
+                            sql,
+                            &format!("SELECT count(*) FROM {OUTBOX}"),
+                            &[],
+                        )?)? as u64,
+                        false => 0,
+                    },
                     ..Tally::default()
                 },
             });
         }
+        // Without the table (the first item is being set) nothing is stored.
+        let stored = ATTENTION.exists(sql);
         let cache = slot.as_mut().expect("cache just filled");
         // Reads: what this call's changes need and the cache lacks.
         if !cache.tally.owners.contains_key(ext) {
-            let n = first_int(&committed(
-                sql,
-                &format!("SELECT count(*) FROM {TABLE} WHERE ext = ?"),
-                &[ext.into()],
-            )?)?;
+            let n = match stored {
+                true => first_int(&committed(
+                    sql,
+                    &format!("SELECT count(*) FROM {TABLE} WHERE ext = ?"),
+                    &[ext.into()],
+                )?)?,
+                false => 0,
+            };
             cache.tally.owners.insert(ext.to_owned(), n as usize);
         }
         for op in ops {
@@ -280,7 +296,9 @@ impl Live {
                 "SELECT count(*) FROM sessions WHERE session_id = ?",
                 &[session_id.as_str().into()],
             )?)? > 0;
-            let items = if exists {
+            let items = if exists && !stored {
+                Some(BTreeSet::new())
+            } else if exists {
                 let rows = committed(
                     sql,
                     &format!("SELECT ext, id FROM {TABLE} WHERE session_id = ?"),

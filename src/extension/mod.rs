@@ -43,7 +43,7 @@ use crate::limits::{
 };
 use crate::session::admission::{commit_send, prepare_send, Admitted, PreparedSend, Send};
 use crate::sql::{atomically, write, Sql, SqlError, Write};
-use crate::store::{CommandRow, OnSettled, Store};
+use crate::store::{schema, CommandRow, OnSettled, Store};
 use call::{Request, SendOp};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -521,6 +521,13 @@ impl Extensions {
         staged: Staged,
     ) -> Result<Answer, SqlError> {
         let changed = !staged.writes.is_empty();
+        // The feature groups of its writes, made with the first.
+        if staged.attention.writes_items() {
+            schema::ATTENTION.ensure(sql)?;
+        }
+        if staged.history.is_some() {
+            schema::HISTORY.ensure(sql)?;
+        }
         for (statement, params) in staged.writes {
             write(sql, &statement, params)?;
         }

@@ -1,12 +1,14 @@
-//! The extensions' tables, in the versioned schema (`store::schema`): one
-//! status row per extension, the timers, the settled-work log a stopped
-//! extension replays, command request ids for replay, and one state table
-//! per extension (so a transition may read one extension's state after
-//! writing another's: `sql::read_beside`), made with its status row
-//! ([`create_state`]).
+//! The extensions' tables, a feature group (`store::schema::EXTENSIONS`)
+//! made with the first status row (an Agent whose roster is empty has
+//! none, and its readers answer empty without a statement): one status
+//! row per extension, the timers, the settled-work log a stopped extension
+//! replays, command request ids for replay, and one state table per
+//! extension (so a transition may read one extension's state after writing
+//! another's: `sql::read_beside`), made with its status row
+//! ([`create_state`]). Every other write follows a status row.
 
 use crate::sql::{cached_read, read, read_beside, write, Row, Sql, SqlError};
-use crate::store::schema;
+use crate::store::schema::{self, EXTENSIONS};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
@@ -48,6 +50,9 @@ impl MetaRow {
 /// several times; the rows change when an extension stops, resumes or
 /// catches up).
 pub(super) fn meta_rows(sql: &dyn Sql) -> Result<Rc<BTreeMap<String, MetaRow>>, SqlError> {
+    if !EXTENSIONS.exists(sql) {
+        return Ok(Rc::default());
+    }
     cached_read(sql, "extension status rows", META, || {
         read_beside(
             sql,
@@ -73,6 +78,7 @@ pub(super) fn meta_rows(sql: &dyn Sql) -> Result<Rc<BTreeMap<String, MetaRow>>, 
 }
 
 pub(super) fn put_meta(sql: &dyn Sql, id: &str, m: &MetaRow, now_ms: i64) -> Result<(), SqlError> {
+    EXTENSIONS.ensure(sql)?;
     write(
         sql,
         &format!(
@@ -96,6 +102,9 @@ pub(super) fn put_meta(sql: &dyn Sql, id: &str, m: &MetaRow, now_ms: i64) -> Res
 pub(super) fn timer_names(
     sql: &dyn Sql,
 ) -> Result<Rc<BTreeMap<String, BTreeSet<String>>>, SqlError> {
+    if !EXTENSIONS.exists(sql) {
+        return Ok(Rc::default());
+    }
     cached_read(sql, "extension timer names", TIMERS, || {
         let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for r in read_beside(
@@ -113,6 +122,9 @@ pub(super) fn timer_names(
 /// The earliest timer of each extension that has one (kept between
 /// transitions): what a pass with nothing due and the alarm read.
 pub(super) fn earliest_timers(sql: &dyn Sql) -> Result<Rc<Vec<(String, i64)>>, SqlError> {
+    if !EXTENSIONS.exists(sql) {
+        return Ok(Rc::default());
+    }
     cached_read(sql, "extension earliest timers", TIMERS, || {
         read_beside(
             sql,
@@ -129,6 +141,9 @@ pub(super) fn earliest_timers(sql: &dyn Sql) -> Result<Rc<Vec<(String, i64)>>, S
 /// The settled-work log's last seq (kept between transitions: written only
 /// while an extension is behind).
 pub(super) fn log_head(sql: &dyn Sql) -> Result<i64, SqlError> {
+    if !EXTENSIONS.exists(sql) {
+        return Ok(0);
+    }
     let head = cached_read(sql, "extension log head", LOG, || {
         let rows = read_beside(
             sql,

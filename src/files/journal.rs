@@ -26,10 +26,9 @@
 
 use super::port::{Change, Port, PortError, Replaced};
 use crate::limits::{FILES_JOURNAL_BYTES_MAX, FILES_JOURNAL_PART_BYTES};
-use crate::sql::{atomically, holds_rows, read, write, Sql, SqlError, SqlValue};
+use crate::sql::{atomically, read, write, Sql, SqlError, SqlValue};
+use crate::store::schema::FILES_JOURNAL;
 use sha2::{Digest, Sha256};
-
-const TABLE: &str = "shiitake_files_journal";
 
 /// Whose a journal is: the port it writes through (the host's key for it)
 /// and the tool call that runs it.
@@ -149,15 +148,19 @@ fn begin(sql: &dyn Sql, owner: &Owner, changes: &[Change], now_ms: i64) -> Resul
         )));
     }
     atomically(sql, || {
-        let id = read(
-            sql,
-            "SELECT coalesce(max(id), 0) + 1 FROM shiitake_files_journal",
-            &[],
-        )?
-        .first()
-        .map(|r| r.int(0))
-        .transpose()?
-        .unwrap_or(1);
+        let id = match FILES_JOURNAL.exists(sql) {
+            true => read(
+                sql,
+                "SELECT coalesce(max(id), 0) + 1 FROM shiitake_files_journal",
+                &[],
+            )?
+            .first()
+            .map(|r| r.int(0))
+            .transpose()?
+            .unwrap_or(1),
+            false => 1,
+        };
+        FILES_JOURNAL.ensure(sql)?;
         for (file, change) in changes.iter().enumerate() {
             let after: SqlValue = change.content.as_deref().map(digest).into();
             for (part, before) in parts(change.expected.as_deref()).into_iter().enumerate() {
@@ -246,9 +249,9 @@ fn files(sql: &dyn Sql, id: i64) -> Result<Vec<File>, SqlError> {
 
 /// The journals left in the store (`call`: of that tool call only, by
 /// Session, head command and call id), in the order they were written. No
-/// statement while the table is known empty (`sql::holds_rows`).
+/// statement while the store lacks the table (`store::schema::FILES_JOURNAL`).
 pub fn journals(sql: &dyn Sql, call: Option<(&str, &str, &str)>) -> Result<Vec<Journal>, SqlError> {
-    if !holds_rows(sql, TABLE) {
+    if !FILES_JOURNAL.exists(sql) {
         return Ok(Vec::new());
     }
     const ALL: &str = "SELECT id, port, session_id, command_id, call_id, created_at

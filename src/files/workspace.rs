@@ -1,7 +1,9 @@
 //! The Files port over the Agent's own SQLite: one table
-//! (`shiitake_files`, in the versioned schema: `store::schema`), each write
-//! one transition, so a replace or a whole patch commits atomically or not
-//! at all, and a concurrent edit is refused as a conflict.
+//! (`shiitake_files`, a feature group: `store::schema::FILES`, made with
+//! the first write; without it the workspace reads empty without a
+//! statement), each write one transition, so a replace or a whole patch
+//! commits atomically or not at all, and a concurrent edit is refused as a
+//! conflict.
 
 use super::path::is_within;
 use super::port::{Change, Entry, Page, Port, PortError, Replaced, Stat};
@@ -9,6 +11,7 @@ use crate::limits::{
     LIST_ENTRIES_MAX, WORKSPACE_BYTES_MAX, WORKSPACE_FILES_MAX, WORKSPACE_FILE_BYTES_MAX,
 };
 use crate::sql::{atomically, read, write, Sql, SqlError, SqlValue};
+use crate::store::schema::FILES;
 use serde::Deserialize;
 
 /// The workspace's bounds; a host may set less than the defaults, never more.
@@ -92,6 +95,9 @@ impl<'a> Workspace<'a> {
     }
 
     fn content(&self, path: &str) -> Result<Option<String>, SqlError> {
+        if !FILES.exists(self.sql) {
+            return Ok(None);
+        }
         let rows = read(
             self.sql,
             "SELECT content FROM shiitake_files WHERE path = ?",
@@ -114,11 +120,14 @@ impl<'a> Workspace<'a> {
                 }
                 sizes.push(current.map_or(0, |c| c.len()));
             }
-            let totals = read(
-                self.sql,
-                "SELECT coalesce(sum(bytes), 0), count(*) FROM shiitake_files",
-                &[],
-            )?;
+            let totals = match FILES.exists(self.sql) {
+                true => read(
+                    self.sql,
+                    "SELECT coalesce(sum(bytes), 0), count(*) FROM shiitake_files",
+                    &[],
+                )?,
+                false => Vec::new(),
+            };
             let (mut bytes, mut files) = match totals.first() {
                 Some(row) => (row.int(0)? as usize, row.int(1)? as usize),
                 None => (0, 0),
@@ -153,6 +162,7 @@ impl<'a> Workspace<'a> {
                     self.bounds.files_max
                 ))));
             }
+            FILES.ensure(self.sql)?;
             for change in changes {
                 match &change.content {
                     Some(content) => write(
@@ -187,6 +197,9 @@ impl Port for Workspace<'_> {
     }
 
     async fn stat(&self, path: &str) -> Result<Stat, PortError> {
+        if !FILES.exists(self.sql) {
+            return Ok(Stat::Missing);
+        }
         let rows = read(
             self.sql,
             "SELECT bytes FROM shiitake_files WHERE path = ?",
@@ -218,6 +231,12 @@ impl Port for Workspace<'_> {
             Some(cursor) if cursor > low.as_str() => cursor.to_owned(),
             _ => low,
         };
+        if !FILES.exists(self.sql) {
+            return Ok(Page {
+                entries: Vec::new(),
+                cursor: None,
+            });
+        }
         let rows = read(
             self.sql,
             "SELECT path, bytes FROM shiitake_files
@@ -289,6 +308,23 @@ mod tests {
             expected: expected.map(Into::into),
             content: content.map(Into::into),
         }
+    }
+
+    #[test]
+    fn a_workspace_never_written_reads_without_its_table_until_the_first_write() {
+        let sql = NativeSql::open_in_memory();
+        crate::store::schema::open(&sql).unwrap();
+        let bounds = Bounds::parse(r#"{"fileBytesMax":10}"#).unwrap();
+        let ws = Workspace::open(&sql, bounds, 1);
+        // No table: a statement would fail.
+        assert_eq!(block_on(ws.read("a")).unwrap(), None);
+        assert_eq!(block_on(ws.stat("a")).unwrap(), Stat::Missing);
+        assert!(block_on(ws.list("", None)).unwrap().entries.is_empty());
+        block_on(ws.write("big", &"x".repeat(11))).unwrap_err();
+        assert!(!FILES.exists(&sql));
+        block_on(ws.write("a", "one")).unwrap();
+        assert!(FILES.exists(&sql));
+        assert_eq!(block_on(ws.read("a")).unwrap().as_deref(), Some("one"));
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! Object of the fleet's namespace holds it: the Agent id
 //! [`DIRECTORY_AGENT_ID`], reserved (never an ordinary Agent), in its own
 //! SQLite under the versioned schema (`store::schema`, opened by the host
-//! before the first request); nothing else is written there (the object
-//! runs no Agent).
+//! before the first request): its tables are a feature group
+//! (`store::schema::DIRECTORY`) made with the first entry or erasure, and
+//! nothing else is written there (the object runs no Agent).
 //!
 //! Rules, each one transition ([`handle`] dispatches a [`Request`]):
 //! - [`create`]: reserves a new Agent id derived from (creator, requestId)
@@ -33,6 +34,7 @@ use crate::limits::{
     DIRECTORY_PAGE_MAX, REQUEST_ID_BYTES_MAX,
 };
 use crate::sql::{atomically, read, write, Row, Sql, SqlError};
+use crate::store::schema::DIRECTORY;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -279,6 +281,9 @@ fn entry_of(r: &Row) -> Result<Entry, SqlError> {
 }
 
 fn entry(sql: &dyn Sql, agent_id: &str) -> Result<Option<Entry>, SqlError> {
+    if !DIRECTORY.exists(sql) {
+        return Ok(None);
+    }
     read(
         sql,
         &format!("SELECT {COLUMNS} FROM {AGENTS} WHERE agent_id = ?"),
@@ -290,6 +295,9 @@ fn entry(sql: &dyn Sql, agent_id: &str) -> Result<Option<Entry>, SqlError> {
 }
 
 fn by_request(sql: &dyn Sql, creator: &str, request_id: &str) -> Result<Option<Entry>, SqlError> {
+    if !DIRECTORY.exists(sql) {
+        return Ok(None);
+    }
     read(
         sql,
         &format!("SELECT {COLUMNS} FROM {AGENTS} WHERE creator = ? AND request_id = ?"),
@@ -301,11 +309,17 @@ fn by_request(sql: &dyn Sql, creator: &str, request_id: &str) -> Result<Option<E
 }
 
 fn count(sql: &dyn Sql) -> Result<usize, SqlError> {
+    if !DIRECTORY.exists(sql) {
+        return Ok(0);
+    }
     let rows = read(sql, &format!("SELECT count(*) FROM {AGENTS}"), &[])?;
     Ok(rows.first().map(|r| r.int(0)).transpose()?.unwrap_or(0) as usize)
 }
 
 fn erased(sql: &dyn Sql, agent_id: &str) -> Result<bool, SqlError> {
+    if !DIRECTORY.exists(sql) {
+        return Ok(false);
+    }
     let rows = read(
         sql,
         &format!("SELECT count(*) FROM {ERASED} WHERE agent_id = ?"),
@@ -315,6 +329,7 @@ fn erased(sql: &dyn Sql, agent_id: &str) -> Result<bool, SqlError> {
 }
 
 fn insert(sql: &dyn Sql, e: &Entry) -> Result<(), SqlError> {
+    DIRECTORY.ensure(sql)?;
     write(
         sql,
         &format!(
@@ -476,6 +491,12 @@ pub fn list(
         None => 0,
         Some(c) => parse_cursor(c).map_err(Refusal::invalid)?,
     };
+    if !DIRECTORY.exists(sql) {
+        return Ok(Page {
+            agents: Vec::new(),
+            cursor: None,
+        });
+    }
     let rows = read(
         sql,
         &format!(
@@ -605,6 +626,7 @@ pub fn erase(sql: &dyn Sql, now_ms: i64, agent_id: &str) -> Result<bool, Refusal
     }
     atomically(sql, || {
         let present = entry(sql, agent_id)?.is_some();
+        DIRECTORY.ensure(sql)?;
         write(
             sql,
             &format!("DELETE FROM {AGENTS} WHERE agent_id = ?"),

@@ -2,9 +2,9 @@
 //! (`crate::fleet::directory`), in its own storage: whether it registered
 //! itself (so it asks the directory once), and whether its creator archived
 //! it (so its mail answers `Left` without asking the directory). One table,
-//! `shiitake_fleet_member` (key, value, in the versioned schema:
-//! `store::schema`); its readers skip it while it is known empty
-//! (`sql::holds_rows`).
+//! `shiitake_fleet_member` (key, value), a feature group
+//! (`store::schema::FLEET_MEMBER`) made with the first mark; without it
+//! its readers answer without a statement.
 //!
 //! [`set_archived`] is the target's side of `agents.archive`: one
 //! transition that reads this Agent's facts (a running command:
@@ -16,12 +16,13 @@ use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::mail::{Acceptance, Mail};
 use crate::sql::{atomically, read, write, Sql, SqlError};
+use crate::store::schema::FLEET_MEMBER;
 use serde::{Deserialize, Serialize};
 
 const TABLE: &str = "shiitake_fleet_member";
 
 fn get(sql: &dyn Sql, key: &str) -> Result<Option<String>, SqlError> {
-    if !crate::sql::holds_rows(sql, TABLE) {
+    if !FLEET_MEMBER.exists(sql) {
         return Ok(None);
     }
     read(
@@ -35,6 +36,7 @@ fn get(sql: &dyn Sql, key: &str) -> Result<Option<String>, SqlError> {
 }
 
 fn put(sql: &dyn Sql, key: &str, value: &str) -> Result<(), SqlError> {
+    FLEET_MEMBER.ensure(sql)?;
     write(
         sql,
         &format!(
@@ -50,9 +52,9 @@ pub fn registered(sql: &dyn Sql) -> Result<bool, SqlError> {
     Ok(get(sql, "registered")?.is_some())
 }
 
-/// Remembers that the directory holds this Agent.
+/// Remembers that the directory holds this Agent (its own transition).
 pub fn mark_registered(sql: &dyn Sql, now_ms: i64) -> Result<(), SqlError> {
-    put(sql, "registered", &now_ms.to_string())
+    atomically(sql, || put(sql, "registered", &now_ms.to_string()))
 }
 
 /// Whether this Agent's creator archived it.

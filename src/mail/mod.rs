@@ -9,7 +9,8 @@
 //! receipt and admits it as one user-role line whose verified facts the
 //! model context renders inside `<fungi_agent_reply …>` ([`render`]).
 //!
-//! Tables (in the versioned schema, `store::schema`):
+//! Tables (the `mail` feature group of the versioned schema, made with the
+//! first mail: `store::schema::MAIL`):
 //! the outbox (frozen mails, their state, attempts, next attempt, receipt)
 //! and the inbox (received mail keys: the command each was admitted as,
 //! where its reply goes, and for an authenticated reply its verified facts).

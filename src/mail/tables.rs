@@ -1,6 +1,7 @@
-//! The mail tables, in the versioned schema (`store::schema`). Most Agents
-//! never fill them: their readers skip them while they are known empty
-//! ([`holds_mail`]).
+//! The mail tables, a feature group (`store::schema::MAIL`) made with the
+//! first mail frozen or admitted. Most Agents never send one: without the
+//! group every reader answers without a statement ([`holds_mail`]), and
+//! every write makes it first.
 //!
 //! - [`OUTBOX`]: one row per mail this Agent froze (its sends, and the
 //!   replies its settlements staged): the mail JSON, its delivery state
@@ -18,14 +19,21 @@
 //!   line), its verified facts (`facts`, a [`super::ReplyLine`] as JSON).
 
 use crate::limits::MAIL_KEPT_MAX;
-use crate::sql::{holds_rows, read, read_beside, write, Row, Sql, SqlError};
+use crate::sql::{read, read_beside, write, Row, Sql, SqlError, SqlValue};
+use crate::store::schema::MAIL;
 
 pub(super) const OUTBOX: &str = "shiitake_mail_outbox";
 pub(super) const INBOX: &str = "shiitake_mail_inbox";
 
-/// Whether the mail tables may hold mail (no statement: `sql::holds_rows`).
+/// Whether the store holds the mail tables (no statement).
 pub(super) fn holds_mail(sql: &dyn Sql) -> bool {
-    holds_rows(sql, OUTBOX) || holds_rows(sql, INBOX)
+    MAIL.exists(sql)
+}
+
+/// [`write`], making the mail tables first when the store lacks them.
+fn write_mail(sql: &dyn Sql, statement: &str, params: Vec<SqlValue>) -> Result<(), SqlError> {
+    MAIL.ensure(sql)?;
+    write(sql, statement, params)
 }
 
 /// One outbox row.
@@ -57,6 +65,9 @@ fn outbox_row(r: &Row) -> Result<OutboxRow, SqlError> {
 }
 
 pub(super) fn outbox(sql: &dyn Sql, key: &str) -> Result<Option<OutboxRow>, SqlError> {
+    if !holds_mail(sql) {
+        return Ok(None);
+    }
     read(
         sql,
         &format!("SELECT {OUTBOX_COLUMNS} FROM {OUTBOX} WHERE key = ?"),
@@ -68,6 +79,9 @@ pub(super) fn outbox(sql: &dyn Sql, key: &str) -> Result<Option<OutboxRow>, SqlE
 }
 
 pub(super) fn pending_count(sql: &dyn Sql) -> Result<usize, SqlError> {
+    if !holds_mail(sql) {
+        return Ok(0);
+    }
     let rows = read(
         sql,
         &format!("SELECT count(*) FROM {OUTBOX} WHERE state = 'pending'"),
@@ -123,7 +137,7 @@ pub(super) fn insert_pending(
     reply_to: &str,
     now_ms: i64,
 ) -> Result<(), SqlError> {
-    write(
+    write_mail(
         sql,
         &format!(
             "INSERT OR IGNORE INTO {OUTBOX}
@@ -154,7 +168,7 @@ pub(super) fn update(
     error: Option<&str>,
     now_ms: i64,
 ) -> Result<(), SqlError> {
-    write(
+    write_mail(
         sql,
         &format!(
             "UPDATE {OUTBOX} SET state = ?, attempts = ?, next_at = ?, receipt = ?, reason = ?,
@@ -175,7 +189,7 @@ pub(super) fn update(
 }
 
 pub(super) fn mark_replied(sql: &dyn Sql, key: &str, now_ms: i64) -> Result<(), SqlError> {
-    write(
+    write_mail(
         sql,
         &format!(
             "UPDATE {OUTBOX} SET replied_at = ?, updated_at = ? WHERE key = ? AND replied_at IS NULL"
@@ -187,7 +201,7 @@ pub(super) fn mark_replied(sql: &dyn Sql, key: &str, now_ms: i64) -> Result<(), 
 /// Keeps the newest [`MAIL_KEPT_MAX`] outbox rows that need nothing more:
 /// not pending, and not a send still owed its reply.
 pub(super) fn prune_outbox(sql: &dyn Sql) -> Result<(), SqlError> {
-    write(
+    write_mail(
         sql,
         &format!(
             "DELETE FROM {OUTBOX} WHERE key IN (
@@ -232,6 +246,9 @@ fn inbox_row(r: &Row) -> Result<InboxRow, SqlError> {
 }
 
 pub(super) fn inbox(sql: &dyn Sql, key: &str) -> Result<Option<InboxRow>, SqlError> {
+    if !holds_mail(sql) {
+        return Ok(None);
+    }
     read(
         sql,
         &format!("SELECT {INBOX_COLUMNS} FROM {INBOX} WHERE key = ?"),
@@ -312,7 +329,7 @@ pub(super) fn facts_of(
 
 /// Records an admitted mail.
 pub(super) fn insert_inbox(sql: &dyn Sql, row: &InboxRow, now_ms: i64) -> Result<(), SqlError> {
-    write(
+    write_mail(
         sql,
         &format!(
             "INSERT OR IGNORE INTO {INBOX} ({INBOX_COLUMNS}, received_at)
@@ -336,7 +353,7 @@ pub(super) fn insert_inbox(sql: &dyn Sql, row: &InboxRow, now_ms: i64) -> Result
 /// Keeps the newest [`MAIL_KEPT_MAX`] inbox rows no reply is owed for (an
 /// owed row, whose command has not settled, stays).
 pub(super) fn prune_inbox(sql: &dyn Sql) -> Result<(), SqlError> {
-    write(
+    write_mail(
         sql,
         &format!(
             "DELETE FROM {INBOX} WHERE key IN (

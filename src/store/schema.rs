@@ -1,20 +1,26 @@
 //! The versioned schema. One version covers every table the runtime
-//! creates: a fresh database gets the current version ([`CREATE`]); a store
-//! of an older version is brought forward by the ordered steps of
-//! [`MIGRATIONS`] when the object opens, every pending step and the version
-//! row in one transaction, so a crash during a migration leaves the old
-//! version intact and the next open migrates again. A store of a newer
-//! version, or holding tables of this crate without a version, is refused
-//! with [`ApiError::StorageIncompatible`] and left untouched: the host keeps
-//! custody of data this build cannot read.
+//! creates: the core tables every Agent writes ([`CREATE`], made with an
+//! empty store) and the side tables of the feature groups ([`Group`]: mail,
+//! extensions, attention, the files workspace, ...), each made in the
+//! transition of its first write and recorded in `shiitake_meta` with the
+//! version of its shape. A store of an older version is brought forward by
+//! the ordered steps of [`MIGRATIONS`] when the object opens, every pending
+//! step and the version row in one transaction, so a crash during a
+//! migration leaves the old version intact and the next open migrates
+//! again. A store of a newer version, or holding tables of this crate
+//! without a version, is refused with [`ApiError::StorageIncompatible`] and
+//! left untouched: the host keeps custody of data this build cannot read.
 //!
 //! The rule (ARCHITECTURE.md): every change to what is stored ships a step
-//! here, the new shape in [`CREATE`], and a committed fixture store of the
-//! release before it (`tests/fixtures/stores/`). A released step is frozen:
-//! a later change is a later step, never an edit of one.
+//! here, the new shape in [`CREATE`] or in its group's DDL, and a committed
+//! fixture store of the release before it (`tests/fixtures/stores/`). A
+//! released step is frozen: a later change is a later step, never an edit
+//! of one.
 
 use crate::error::ApiError;
-use crate::sql::{atomically, read, write, Sql, SqlError};
+use crate::sql::{
+    atomically, create_group, holds_group, read, read_beside, stages_group, write, Sql, SqlError,
+};
 use std::collections::HashSet;
 
 /// One forward step: `to` is the version the store has after it.
@@ -26,7 +32,8 @@ use std::collections::HashSet;
 /// before the migration, through `sql::read_beside` (refused for a table an
 /// earlier step wrote). A step costs O(1) in transcript length where the
 /// change allows it (`ALTER TABLE … ADD COLUMN` with a default meaning the
-/// old behaviour).
+/// old behaviour). A step changing a feature group's tables goes through
+/// [`change_group`]: only a store holding the group is changed.
 struct Migration {
     to: i64,
     what: &'static str,
@@ -36,7 +43,7 @@ struct Migration {
 const MIGRATIONS: &[Migration] = &[
     Migration {
         to: 2,
-        what: "every table in the versioned schema (version 1 made most side tables on first use)",
+        what: "the side tables version 1 made on first use, recorded as feature groups",
         apply: to_2,
     },
     Migration {
@@ -55,18 +62,16 @@ const _: () = assert!(MIGRATIONS[MIGRATIONS.len() - 1].to == SCHEMA_VERSION);
 /// (`sqlite_master`, every table made on first use included), frozen.
 const V1: &str = include_str!("v1.sql");
 
-/// Version 1 made the tables beside the core on first use, outside the
-/// version; version 2 is version 1 with all of them: creates the ones the
-/// store lacks, as version 1 made them (no row is touched: O(1)).
-fn to_2(sql: &dyn Sql) -> Result<(), SqlError> {
-    let text = V1
-        .trim_end()
-        .trim_end_matches(';')
-        .replace("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ")
-        .replace("CREATE INDEX ", "CREATE INDEX IF NOT EXISTS ")
-        .replace("CREATE UNIQUE INDEX ", "CREATE UNIQUE INDEX IF NOT EXISTS ");
-    write(sql, &text, Vec::new())
-}
+/// Version 1's core: what its `open` made in an empty store besides the
+/// delivery tables (which `to_2` records as a group like the others).
+const V1_CORE: &[&str] = &[
+    "shiitake_meta",
+    "sessions",
+    "commands",
+    "fences",
+    "messages",
+    "session_grants",
+];
 
 /// Schema 3: transcript branches (`store::path`). Each change is an
 /// `ADD COLUMN` whose `NULL` means what a row of schema 1 meant (the linear
@@ -90,23 +95,79 @@ pub fn to_branches(sql: &dyn Sql) -> Result<(), SqlError> {
 /// them on first use, without the version row or any other table).
 const DIRECTORY_V1: &[&str] = &["shiitake_directory", "shiitake_directory_erased"];
 
-/// Tables most Agents never fill whose readers run on a turn's path or at
-/// each start: [`open`] tells `sql::holds_rows` which are empty, and their
-/// readers skip them for no statement.
-const SPARSE: &[&str] = &[
-    "shiitake_mail_outbox",
-    "shiitake_mail_inbox",
-    "shiitake_attention",
-    "shiitake_ext_history",
-    "shiitake_files_journal",
-    "shiitake_fleet_member",
-    "shiitake_model_choice",
-    "shiitake_hosted_sessions",
+/// Version 1's other tables by the feature group `to_2` records them as;
+/// frozen with it.
+const V1_GROUPS: &[(&str, &[&str])] = &[
+    ("delivery", &["shiitake_delivery", "shiitake_host_lane"]),
+    ("mail", &["shiitake_mail_outbox", "shiitake_mail_inbox"]),
+    (
+        "extensions",
+        &[
+            "shiitake_extensions",
+            "shiitake_ext_timers",
+            "shiitake_ext_log",
+            "shiitake_ext_requests",
+        ],
+    ),
+    ("history", &["shiitake_ext_history"]),
+    ("attention", &["shiitake_attention"]),
+    ("files", &["shiitake_files"]),
+    ("files_journal", &["shiitake_files_journal"]),
+    ("directory", DIRECTORY_V1),
+    ("fleet_member", &["shiitake_fleet_member"]),
+    ("model_choice", &["shiitake_model_choice"]),
+    ("hosted_sessions", &["shiitake_hosted_sessions"]),
 ];
 
-/// The current schema, every table the runtime creates. The modules that
-/// use a table keep its name; its shape lives here (the store is below
-/// them: `tests/layers.rs`).
+/// Version 1 made every table beside its core on first use, without a
+/// record. Version 2 records as a feature group each group of which the
+/// store holds a table, giving it the tables it lacks as version 1 made
+/// them, and creates no other group. A version 1 fleet directory object,
+/// which held only the directory's tables, gets version 1's core. No row
+/// is rewritten: O(1).
+fn to_2(sql: &dyn Sql) -> Result<(), SqlError> {
+    let present = table_names(read_beside(sql, &["sqlite_master"], TABLE_NAMES, &[])?)?;
+    let core = v1_lacking(V1_CORE, &present);
+    if !core.is_empty() {
+        write(sql, &core.join(";\n"), Vec::new())?;
+    }
+    for (group, tables) in V1_GROUPS {
+        if tables.iter().any(|t| present.contains(*t)) {
+            let mut text = v1_lacking(tables, &present);
+            let recorded = record(group, 2);
+            text.push(&recorded);
+            create_group(sql, group, text.join(";\n"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The statements of [`V1`], each with the table it makes or indexes.
+fn v1_statements() -> impl Iterator<Item = (&'static str, &'static str)> {
+    V1.split(";\n")
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let words: Vec<&str> = s.split_whitespace().collect();
+            let table = match words.iter().position(|w| *w == "ON") {
+                Some(on) if !s.starts_with("CREATE TABLE") => words[on + 1],
+                _ => words[2],
+            };
+            (s, table.trim_end_matches('('))
+        })
+}
+
+/// Version 1's statements making those of `tables` the store lacks.
+fn v1_lacking(tables: &[&str], present: &HashSet<String>) -> Vec<&'static str> {
+    v1_statements()
+        .filter(|(_, t)| tables.contains(t) && !present.contains(*t))
+        .map(|(s, _)| s)
+        .collect()
+}
+
+/// The core: what every Agent writes, made with an empty store. The
+/// modules that use a table keep its name; its shape lives here (the store
+/// is below them: `tests/layers.rs`).
 const CREATE: &[&str] = &[
     "CREATE TABLE shiitake_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
     // `head`: the tip of the selected branch while it is not the newest
@@ -184,23 +245,107 @@ const CREATE: &[&str] = &[
         grants TEXT NOT NULL,
         delivered_at INTEGER NOT NULL
     ) WITHOUT ROWID",
-    // The delivery outbox and the host work lane's retry state (at most one
-    // row): `delivery.rs`.
-    "CREATE TABLE shiitake_delivery (
+];
+
+/// A feature group: side tables a feature writes together and most Agents
+/// never write. An empty store has none; each table or index would cost a
+/// root page on disk and in SQLite's page cache, and its text parsed at
+/// every start. The group is made with its current shape in the
+/// transition of its first write ([`Group::ensure`]), all or none with the
+/// record `group:<name>` in `shiitake_meta` (the version whose DDL made it,
+/// or of the last step that changed it: [`change_group`]). Its readers
+/// answer empty without a statement while the store does not hold it
+/// ([`Group::exists`]).
+pub struct Group {
+    name: &'static str,
+    /// The tables and indexes, as this version makes them (statements
+    /// separated by `;\n`).
+    ddl: &'static str,
+}
+
+impl Group {
+    /// Whether the store holds the group (no statement; a creation staged
+    /// by the open transition does not count: its reads would not see it).
+    pub fn exists(&self, sql: &dyn Sql) -> bool {
+        holds_group(sql, self.name)
+    }
+
+    /// Stages the group's creation and record unless the store holds it or
+    /// the open transition staged it: call it in the transition that writes
+    /// the group, before its first write there.
+    pub fn ensure(&self, sql: &dyn Sql) -> Result<(), SqlError> {
+        if self.recorded(sql) {
+            return Ok(());
+        }
+        let text = format!("{};\n{}", self.ddl, record(self.name, SCHEMA_VERSION));
+        create_group(sql, self.name, text)
+    }
+
+    /// Held, or staged by the open transition (a migration's earlier step).
+    fn recorded(&self, sql: &dyn Sql) -> bool {
+        holds_group(sql, self.name) || stages_group(sql, self.name)
+    }
+
+    fn tables(&self) -> impl Iterator<Item = &'static str> {
+        tables_made(self.ddl.split(";\n"))
+    }
+}
+
+const GROUP_KEY: &str = "group:";
+
+/// The statement recording `group` at `version`.
+fn record(group: &str, version: i64) -> String {
+    format!("INSERT INTO shiitake_meta (key, value) VALUES ('{GROUP_KEY}{group}', '{version}')")
+}
+
+/// For a step to version `to` that changes `group`'s tables: stages
+/// `change` and the group's new version when the store holds the group (or
+/// an earlier step of the migration recorded it). A store without it makes
+/// the group's current shape at its first write.
+#[cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "the shape of a step changing a group; none does yet"
+    )
+)]
+fn change_group(sql: &dyn Sql, group: &Group, to: i64, change: &str) -> Result<(), SqlError> {
+    if !group.recorded(sql) {
+        return Ok(());
+    }
+    write(
+        sql,
+        &format!(
+            "{change};\nUPDATE shiitake_meta SET value = '{to}' WHERE key = '{GROUP_KEY}{}'",
+            group.name
+        ),
+        Vec::new(),
+    )
+}
+
+/// The delivery outbox and the host work lane's retry state (at most one
+/// row): `delivery.rs`. Written by attention changes and a failing lane.
+pub const DELIVERY: Group = Group {
+    name: "delivery",
+    ddl: "CREATE TABLE shiitake_delivery (
         seq INTEGER PRIMARY KEY,
         key TEXT NOT NULL UNIQUE,
         body TEXT NOT NULL,
         at INTEGER NOT NULL
-    )",
-    "CREATE TABLE shiitake_host_lane (
+    );
+CREATE TABLE shiitake_host_lane (
         id INTEGER PRIMARY KEY CHECK (id = 1),
         attempts INTEGER NOT NULL,
         retry_at INTEGER NOT NULL,
         error TEXT NOT NULL
     )",
-    // Mail (`mail/tables.rs`): one outbox row per mail this Agent froze,
-    // one inbox row per mail it admitted.
-    "CREATE TABLE shiitake_mail_outbox (
+};
+
+/// Mail (`mail/tables.rs`): one outbox row per mail this Agent froze, one
+/// inbox row per mail it admitted.
+pub const MAIL: Group = Group {
+    name: "mail",
+    ddl: "CREATE TABLE shiitake_mail_outbox (
         key TEXT PRIMARY KEY,
         mail TEXT NOT NULL,
         reply_to TEXT NOT NULL,
@@ -213,10 +358,10 @@ const CREATE: &[&str] = &[
         replied_at INTEGER,
         created_at INTEGER NOT NULL,
         updated_at INTEGER NOT NULL
-    ) WITHOUT ROWID",
-    "CREATE INDEX shiitake_mail_outbox_due ON shiitake_mail_outbox (next_at)
-        WHERE state = 'pending'",
-    "CREATE TABLE shiitake_mail_inbox (
+    ) WITHOUT ROWID;
+CREATE INDEX shiitake_mail_outbox_due ON shiitake_mail_outbox (next_at)
+        WHERE state = 'pending';
+CREATE TABLE shiitake_mail_inbox (
         key TEXT PRIMARY KEY,
         digest TEXT NOT NULL,
         session_id TEXT NOT NULL,
@@ -227,14 +372,20 @@ const CREATE: &[&str] = &[
         reply_to TEXT NOT NULL,
         facts TEXT,
         received_at INTEGER NOT NULL
-    ) WITHOUT ROWID",
-    "CREATE INDEX shiitake_mail_inbox_by_command ON shiitake_mail_inbox (session_id, command_id)",
-    // Extensions (`extension/tables.rs`). `stopped`: the recorded stop
-    // reason, until the host resumes the extension or its revision
-    // changes. `cursor`: the last settled work (a `shiitake_ext_log` seq) it
-    // handled, while it has missed some; NULL when it is up to date. Each
-    // extension's state is a table of its own: [`extension_state`].
-    "CREATE TABLE shiitake_extensions (
+    ) WITHOUT ROWID;
+CREATE INDEX shiitake_mail_inbox_by_command ON shiitake_mail_inbox (session_id, command_id)",
+};
+
+/// Extensions (`extension/tables.rs`), made with the first status row.
+/// `stopped`: the recorded stop reason, until the host resumes the
+/// extension or its revision changes. `cursor`: the last settled work (a
+/// `shiitake_ext_log` seq) it handled, while it has missed some; NULL when
+/// it is up to date. The log is written only while some extension has
+/// missed settled work. Each extension's state is a table of its own:
+/// [`extension_state`].
+pub const EXTENSIONS: Group = Group {
+    name: "extensions",
+    ddl: "CREATE TABLE shiitake_extensions (
         id TEXT PRIMARY KEY,
         revision TEXT NOT NULL,
         state_version INTEGER NOT NULL,
@@ -242,23 +393,22 @@ const CREATE: &[&str] = &[
         stopped_at INTEGER,
         cursor INTEGER,
         updated_at INTEGER NOT NULL
-    ) WITHOUT ROWID",
-    "CREATE TABLE shiitake_ext_timers (
+    ) WITHOUT ROWID;
+CREATE TABLE shiitake_ext_timers (
         ext TEXT NOT NULL,
         name TEXT NOT NULL,
         due_at INTEGER NOT NULL,
         session_id TEXT,
         payload TEXT NOT NULL,
         PRIMARY KEY (ext, name)
-    ) WITHOUT ROWID",
-    "CREATE INDEX shiitake_ext_timers_due ON shiitake_ext_timers (due_at)",
-    // Written only while some extension has missed settled work.
-    "CREATE TABLE shiitake_ext_log (
+    ) WITHOUT ROWID;
+CREATE INDEX shiitake_ext_timers_due ON shiitake_ext_timers (due_at);
+CREATE TABLE shiitake_ext_log (
         seq INTEGER PRIMARY KEY,
         session_id TEXT NOT NULL,
         command_id TEXT NOT NULL
-    )",
-    "CREATE TABLE shiitake_ext_requests (
+    );
+CREATE TABLE shiitake_ext_requests (
         ext TEXT NOT NULL,
         scope TEXT NOT NULL,
         request_id TEXT NOT NULL,
@@ -266,17 +416,25 @@ const CREATE: &[&str] = &[
         input TEXT NOT NULL,
         result TEXT NOT NULL,
         at INTEGER NOT NULL
-    )",
-    "CREATE UNIQUE INDEX shiitake_ext_requests_id ON shiitake_ext_requests (ext, scope, request_id)",
-    // Producer history (`history.rs`): one row per (Session, extension).
-    "CREATE TABLE shiitake_ext_history (
+    );
+CREATE UNIQUE INDEX shiitake_ext_requests_id ON shiitake_ext_requests (ext, scope, request_id)",
+};
+
+/// Producer history (`history.rs`): one row per (Session, extension).
+pub const HISTORY: Group = Group {
+    name: "history",
+    ddl: "CREATE TABLE shiitake_ext_history (
         session_id TEXT NOT NULL,
         ext TEXT NOT NULL,
         body TEXT NOT NULL,
         PRIMARY KEY (session_id, ext)
     ) WITHOUT ROWID",
-    // Attention items (`attention.rs`).
-    "CREATE TABLE shiitake_attention (
+};
+
+/// Attention items (`attention.rs`).
+pub const ATTENTION: Group = Group {
+    name: "attention",
+    ddl: "CREATE TABLE shiitake_attention (
         session_id TEXT NOT NULL,
         ext TEXT NOT NULL,
         id TEXT NOT NULL,
@@ -286,19 +444,27 @@ const CREATE: &[&str] = &[
         expires_at INTEGER,
         updated_at INTEGER NOT NULL,
         PRIMARY KEY (session_id, ext, id)
-    ) WITHOUT ROWID",
-    "CREATE INDEX shiitake_attention_by_ext ON shiitake_attention (ext)",
-    // The files workspace over the Agent's SQLite (`files/workspace.rs`).
-    "CREATE TABLE shiitake_files (
+    ) WITHOUT ROWID;
+CREATE INDEX shiitake_attention_by_ext ON shiitake_attention (ext)",
+};
+
+/// The files workspace over the Agent's SQLite (`files/workspace.rs`).
+pub const FILES: Group = Group {
+    name: "files",
+    ddl: "CREATE TABLE shiitake_files (
         path TEXT PRIMARY KEY,
         content TEXT NOT NULL,
         bytes INTEGER NOT NULL,
         modified_at INTEGER NOT NULL
     ) WITHOUT ROWID",
-    // A stepwise port's patch journal (`files/journal.rs`): one row per part
-    // of a file's content before (one part when it was absent: `before`
-    // NULL); `after` is the digest of its content after (NULL: deleted).
-    "CREATE TABLE shiitake_files_journal (
+};
+
+/// A stepwise port's patch journal (`files/journal.rs`): one row per part
+/// of a file's content before (one part when it was absent: `before`
+/// NULL); `after` is the digest of its content after (NULL: deleted).
+pub const FILES_JOURNAL: Group = Group {
+    name: "files_journal",
+    ddl: "CREATE TABLE shiitake_files_journal (
         id INTEGER NOT NULL,
         file INTEGER NOT NULL,
         part INTEGER NOT NULL,
@@ -312,9 +478,13 @@ const CREATE: &[&str] = &[
         created_at INTEGER NOT NULL,
         PRIMARY KEY (id, file, part)
     )",
-    // The fleet directory (`fleet/directory.rs`), used only in the fleet's
-    // directory object.
-    "CREATE TABLE shiitake_directory (
+};
+
+/// The fleet directory (`fleet/directory.rs`), written only in the fleet's
+/// directory object.
+pub const DIRECTORY: Group = Group {
+    name: "directory",
+    ddl: "CREATE TABLE shiitake_directory (
         seq INTEGER PRIMARY KEY,
         agent_id TEXT NOT NULL UNIQUE,
         name TEXT,
@@ -325,24 +495,52 @@ const CREATE: &[&str] = &[
         archived INTEGER NOT NULL DEFAULT 0,
         created_at INTEGER NOT NULL,
         updated_at INTEGER NOT NULL
-    )",
-    "CREATE UNIQUE INDEX shiitake_directory_by_request ON shiitake_directory (creator, request_id)
-        WHERE request_id IS NOT NULL",
-    "CREATE INDEX shiitake_directory_listed ON shiitake_directory (archived, seq)",
-    "CREATE TABLE shiitake_directory_erased (
+    );
+CREATE UNIQUE INDEX shiitake_directory_by_request ON shiitake_directory (creator, request_id)
+        WHERE request_id IS NOT NULL;
+CREATE INDEX shiitake_directory_listed ON shiitake_directory (archived, seq);
+CREATE TABLE shiitake_directory_erased (
         agent_id TEXT PRIMARY KEY,
         erased_at INTEGER NOT NULL
     ) WITHOUT ROWID",
-    // This Agent as a fleet member (`fleet/member.rs`).
-    "CREATE TABLE shiitake_fleet_member (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
-    // Model choices and the Sessions ACP serves (`model_choice.rs`).
-    "CREATE TABLE shiitake_model_choice (
+};
+
+/// This Agent as a fleet member (`fleet/member.rs`).
+pub const FLEET_MEMBER: Group = Group {
+    name: "fleet_member",
+    ddl: "CREATE TABLE shiitake_fleet_member (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+};
+
+/// Explicit model choices (`model_choice.rs`).
+pub const MODEL_CHOICE: Group = Group {
+    name: "model_choice",
+    ddl: "CREATE TABLE shiitake_model_choice (
         scope TEXT PRIMARY KEY,
         model TEXT NOT NULL,
         reasoning TEXT,
         updated_at INTEGER NOT NULL
     ) WITHOUT ROWID",
-    "CREATE TABLE shiitake_hosted_sessions (session_id TEXT PRIMARY KEY) WITHOUT ROWID",
+};
+
+/// The Sessions ACP serves (`model_choice.rs`).
+pub const HOSTED_SESSIONS: Group = Group {
+    name: "hosted_sessions",
+    ddl: "CREATE TABLE shiitake_hosted_sessions (session_id TEXT PRIMARY KEY) WITHOUT ROWID",
+};
+
+/// Every feature group.
+const GROUPS: &[&Group] = &[
+    &DELIVERY,
+    &MAIL,
+    &EXTENSIONS,
+    &HISTORY,
+    &ATTENTION,
+    &FILES,
+    &FILES_JOURNAL,
+    &DIRECTORY,
+    &FLEET_MEMBER,
+    &MODEL_CHOICE,
+    &HOSTED_SESSIONS,
 ];
 
 /// The state table of extension `id` (a checked name: `[a-z][a-z0-9_]*`).
@@ -384,18 +582,20 @@ pub enum Opened {
     Migrated { from: i64 },
 }
 
-/// Creates the schema on an empty database, or checks the stored version
-/// and migrates an older store forward. Two statements for a current store
-/// (the catalog; the version with the emptiness of [`SPARSE`]).
+/// The catalog's table names (the same text wherever it is read: workerd
+/// keeps each distinct text prepared for the object's life).
+const TABLE_NAMES: &str = "SELECT name FROM sqlite_master WHERE type = 'table'";
+
+fn table_names(rows: Vec<crate::sql::Row>) -> Result<HashSet<String>, SqlError> {
+    rows.iter().map(|r| r.text(0)).collect()
+}
+
+/// Creates the core on an empty database, or checks the stored version and
+/// migrates an older store forward; tells the `Sql` which feature groups
+/// the store holds. Two statements for a current store (the catalog; the
+/// records of `shiitake_meta`).
 pub fn open(sql: &dyn Sql) -> Result<Opened, ApiError> {
-    let present: HashSet<String> = read(
-        sql,
-        "SELECT name FROM sqlite_master WHERE type = 'table'",
-        &[],
-    )?
-    .iter()
-    .map(|r| r.text(0))
-    .collect::<Result<_, _>>()?;
+    let present = table_names(read(sql, TABLE_NAMES, &[])?)?;
     let ours: Vec<&str> = present
         .iter()
         .map(String::as_str)
@@ -403,18 +603,17 @@ pub fn open(sql: &dyn Sql) -> Result<Opened, ApiError> {
         .collect();
     if ours.is_empty() {
         // One text for every table and the version row: workerd keeps each
-        // distinct text prepared for the object's life (about 9.5 KiB of
-        // memory per Agent each, measured).
+        // distinct text prepared for the object's life.
         let text = format!(
             "{};\nINSERT INTO shiitake_meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}')",
             CREATE.join(";\n")
         );
         atomically(sql, || write(sql, &text, Vec::new()))?;
-        sql.tables().known_empty(SPARSE.iter().copied());
+        sql.tables().hold_groups([]);
         return Ok(Opened::Created);
     }
-    let (stored, empty) = if present.contains("shiitake_meta") {
-        stored_version(sql, &present)?
+    let (stored, groups) = if present.contains("shiitake_meta") {
+        records(sql)?
     } else if ours.iter().all(|t| DIRECTORY_V1.contains(t)) {
         (Some(1), Vec::new())
     } else {
@@ -422,11 +621,11 @@ pub fn open(sql: &dyn Sql) -> Result<Opened, ApiError> {
     };
     match stored {
         Some(SCHEMA_VERSION) => {
-            sql.tables().known_empty(empty);
+            sql.tables().hold_groups(groups);
             Ok(Opened::Current)
         }
         Some(from) if (1..SCHEMA_VERSION).contains(&from) => {
-            sql.tables().known_empty(empty);
+            sql.tables().hold_groups(groups);
             migrate(sql, from, MIGRATIONS)?;
             Ok(Opened::Migrated { from })
         }
@@ -443,46 +642,35 @@ pub fn open(sql: &dyn Sql) -> Result<Opened, ApiError> {
 
 /// Whether `table` is one this crate makes.
 fn is_ours(table: &str) -> bool {
-    table.starts_with(STATE_TABLE_PREFIX) || created_tables().any(|t| t == table)
+    table.starts_with(STATE_TABLE_PREFIX)
+        || tables_made(CREATE.iter().copied()).any(|t| t == table)
+        || GROUPS.iter().any(|g| g.tables().any(|t| t == table))
 }
 
-/// The tables [`CREATE`] makes.
-fn created_tables() -> impl Iterator<Item = &'static str> {
-    CREATE.iter().filter_map(|s| {
-        let rest = s.strip_prefix("CREATE TABLE ")?;
+/// The tables `statements` make.
+fn tables_made(
+    statements: impl Iterator<Item = &'static str>,
+) -> impl Iterator<Item = &'static str> {
+    statements.filter_map(|s| {
+        let rest = s.trim_start().strip_prefix("CREATE TABLE ")?;
         rest.split(|c: char| c.is_whitespace() || c == '(').next()
     })
 }
 
-/// The stored version (`None`: none readable) and which of [`SPARSE`] hold
-/// no row (absent ones included: a migration creates them empty), in one
-/// statement.
-fn stored_version(
-    sql: &dyn Sql,
-    present: &HashSet<String>,
-) -> Result<(Option<i64>, Vec<&'static str>), ApiError> {
-    let (there, absent): (Vec<&str>, Vec<&str>) =
-        SPARSE.iter().partition(|t| present.contains(**t));
-    let filled: String = there
-        .iter()
-        .map(|t| format!(", EXISTS (SELECT 1 FROM {t})"))
-        .collect();
-    let rows = read(
-        sql,
-        &format!("SELECT value{filled} FROM shiitake_meta WHERE key = 'schema_version'"),
-        &[],
-    )?;
-    let Some(row) = rows.first() else {
-        return Ok((None, Vec::new()));
-    };
-    let version = row.text(0).ok().and_then(|v| v.parse().ok());
-    let mut empty = absent;
-    for (i, table) in there.into_iter().enumerate() {
-        if row.int(i + 1)? == 0 {
-            empty.push(table);
+/// The stored version (`None`: none readable) and the feature groups the
+/// store records, in one statement.
+fn records(sql: &dyn Sql) -> Result<(Option<i64>, Vec<&'static str>), ApiError> {
+    let mut version = None;
+    let mut groups = Vec::new();
+    for row in read(sql, "SELECT key, value FROM shiitake_meta", &[])? {
+        let key = row.text(0)?;
+        if key == "schema_version" {
+            version = row.text(1).ok().and_then(|v| v.parse().ok());
+        } else if let Some(name) = key.strip_prefix(GROUP_KEY) {
+            groups.extend(GROUPS.iter().map(|g| g.name).find(|g| *g == name));
         }
     }
-    Ok((version, empty))
+    Ok((version, groups))
 }
 
 /// Applies the steps of `steps` past version `from` and records the last
@@ -514,23 +702,7 @@ fn migrate(sql: &dyn Sql, from: i64, steps: &[Migration]) -> Result<(), ApiError
 mod tests {
     use super::*;
     use crate::sql::native::NativeSql;
-    use crate::sql::{holds_rows, SqlValue};
-
-    /// The statements of `V1` and the table each makes or indexes.
-    fn v1_statements() -> Vec<(&'static str, &'static str)> {
-        V1.split(";\n")
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                let words: Vec<&str> = s.split_whitespace().collect();
-                let table = match words.iter().position(|w| *w == "ON") {
-                    Some(on) if !s.starts_with("CREATE TABLE") => words[on + 1],
-                    _ => words[2],
-                };
-                (s, table.trim_end_matches('('))
-            })
-            .collect()
-    }
+    use crate::sql::SqlValue;
 
     /// What version 1's `open` made: the core tables and the delivery
     /// tables.
@@ -547,7 +719,7 @@ mod tests {
 
     /// A version 1 store holding the fresh tables and the side tables
     /// `side` (made on first use), with a few rows in each core table and
-    /// in every side table it holds.
+    /// in the side tables it holds of mail and model choices.
     fn v1_store(side: &[&str]) -> NativeSql {
         let sql = NativeSql::open_in_memory();
         for (statement, table) in v1_statements() {
@@ -587,7 +759,6 @@ mod tests {
     /// Every side table version 1 made on first use.
     fn v1_side() -> Vec<&'static str> {
         let mut side: Vec<&str> = v1_statements()
-            .into_iter()
             .map(|(_, t)| t)
             .filter(|t| !V1_FRESH.contains(t))
             .collect();
@@ -595,28 +766,44 @@ mod tests {
         side
     }
 
-    /// The catalog, each text with its white space normalised.
-    fn catalog(sql: &NativeSql) -> Vec<(String, String, String)> {
-        sql.query(
-            "SELECT type, name, coalesce(sql, '') FROM sqlite_master ORDER BY name",
-            &[],
+    /// `sqlite_master`'s `(type, name, text)` rows and `shiitake_meta`'s rows.
+    type Catalog = (Vec<(String, String, String)>, Vec<Vec<SqlValue>>);
+
+    /// The catalog, each text with its white space normalised, and the
+    /// records of `shiitake_meta`.
+    fn catalog(sql: &NativeSql) -> Catalog {
+        let objects = sql
+            .query(
+                "SELECT type, name, coalesce(sql, '') FROM sqlite_master ORDER BY name",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let text = r
+                    .text(2)
+                    .unwrap()
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let text = text
+                    .replace("( ", "(")
+                    .replace(" )", ")")
+                    .replace(" (", "(");
+                (r.text(0).unwrap(), r.text(1).unwrap(), text)
+            })
+            .collect();
+        // A group's record holds the version of the step that last changed
+        // it: a store migrated past steps that left a group alone records an
+        // older one than a fresh store, for the same shape.
+        (
+            objects,
+            dump(
+                sql,
+                "SELECT key, CASE WHEN key LIKE 'group:%' THEN '' ELSE value END
+                 FROM shiitake_meta ORDER BY key",
+            ),
         )
-        .unwrap()
-        .iter()
-        .map(|r| {
-            let text = r
-                .text(2)
-                .unwrap()
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ");
-            let text = text
-                .replace("( ", "(")
-                .replace(" )", ")")
-                .replace(" (", "(");
-            (r.text(0).unwrap(), r.text(1).unwrap(), text)
-        })
-        .collect()
     }
 
     fn dump(sql: &NativeSql, query: &str) -> Vec<Vec<SqlValue>> {
@@ -664,6 +851,38 @@ mod tests {
             .unwrap()
     }
 
+    /// The groups `sql` holds, by name.
+    fn held(sql: &NativeSql) -> Vec<&'static str> {
+        GROUPS
+            .iter()
+            .filter(|g| g.exists(sql))
+            .map(|g| g.name)
+            .collect()
+    }
+
+    /// A fresh store that then wrote the groups named.
+    fn fresh_with(groups: &[&str]) -> NativeSql {
+        let sql = NativeSql::open_in_memory();
+        assert_eq!(open(&sql).unwrap(), Opened::Created);
+        for group in GROUPS.iter().filter(|g| groups.contains(&g.name)) {
+            atomically(&sql, || group.ensure(&sql)).unwrap();
+        }
+        sql
+    }
+
+    /// The groups version 2 records for a version 1 store holding `side`.
+    fn groups_of(side: &[&str]) -> Vec<&'static str> {
+        V1_GROUPS
+            .iter()
+            .filter(|(_, tables)| {
+                tables
+                    .iter()
+                    .any(|t| side.contains(t) || V1_FRESH.contains(t))
+            })
+            .map(|(name, _)| *name)
+            .collect()
+    }
+
     #[test]
     fn the_steps_count_up_one_at_a_time_to_the_current_version() {
         let tos: Vec<i64> = MIGRATIONS.iter().map(|m| m.to).collect();
@@ -672,24 +891,41 @@ mod tests {
     }
 
     #[test]
-    fn fresh_store_gets_current_version_and_reopens() {
+    fn fresh_store_gets_the_core_and_no_group_and_reopens() {
         let sql = NativeSql::open_in_memory();
         assert_eq!(open(&sql).unwrap(), Opened::Created);
+        let made: Vec<String> = catalog(&sql)
+            .0
+            .into_iter()
+            .filter(|(kind, _, _)| kind == "table")
+            .map(|(_, name, _)| name)
+            .collect();
+        let mut core: Vec<&str> = tables_made(CREATE.iter().copied()).collect();
+        core.sort();
+        assert_eq!(made, core);
+        assert!(held(&sql).is_empty());
         assert_eq!(open(&sql).unwrap(), Opened::Current);
         assert_eq!(version(&sql), SCHEMA_VERSION.to_string());
     }
 
     #[test]
-    fn a_version_1_store_migrates_with_its_rows_to_the_schema_of_a_fresh_store() {
-        let fresh = NativeSql::open_in_memory();
-        open(&fresh).unwrap();
-        let side = v1_side();
+    fn each_version_1_table_is_in_its_core_or_in_one_group_version_2_records() {
+        let mut split: Vec<&str> = V1_CORE.to_vec();
+        split.extend(V1_GROUPS.iter().flat_map(|(_, tables)| tables.iter()));
+        split.sort();
+        let mut made: Vec<&str> = tables_made(v1_statements().map(|(s, _)| s)).collect();
+        made.sort();
+        assert_eq!(split, made, "each table of version 1 in one place");
+    }
+
+    #[test]
+    fn a_version_1_store_migrates_with_its_rows_to_a_fresh_store_that_wrote_the_same_groups() {
         let some: Vec<&str> = vec![
             "shiitake_mail_outbox",
             "shiitake_mail_inbox",
             "shiitake_model_choice",
         ];
-        for kept in [Vec::new(), some, side] {
+        for kept in [Vec::new(), some, v1_side()] {
             let sql = v1_store(&kept);
             let before = rows(&sql);
             assert_eq!(
@@ -699,17 +935,29 @@ mod tests {
             );
             assert_eq!(version(&sql), SCHEMA_VERSION.to_string());
             assert_eq!(rows(&sql), before, "rows intact ({kept:?})");
+            let groups = groups_of(&kept);
+            assert_eq!(held(&sql), groups, "held as recorded ({kept:?})");
             assert_eq!(
                 catalog(&sql),
-                catalog(&fresh),
-                "migrated = fresh ({kept:?})"
+                catalog(&fresh_with(&groups)),
+                "migrated = fresh with the same groups ({kept:?})"
             );
             assert_eq!(open(&sql).unwrap(), Opened::Current);
+            assert_eq!(held(&sql), groups, "read back from the records");
         }
     }
 
     #[test]
-    fn a_migration_writes_no_row_but_the_version_whatever_the_transcript_length() {
+    fn a_group_version_1_made_in_part_gets_its_other_tables_as_version_1_made_them() {
+        let sql = v1_store(&["shiitake_mail_outbox", "shiitake_extensions"]);
+        open(&sql).unwrap();
+        let groups = ["delivery", "mail", "extensions"];
+        assert_eq!(held(&sql), groups);
+        assert_eq!(catalog(&sql), catalog(&fresh_with(&groups)));
+    }
+
+    #[test]
+    fn a_migration_writes_no_row_but_its_records_whatever_the_transcript_length() {
         for messages in [10, 2_000] {
             let sql = v1_store(&[]);
             for seq in 2..=messages {
@@ -721,8 +969,56 @@ mod tests {
             }
             let changes = sql.total_changes();
             open(&sql).unwrap();
-            assert_eq!(sql.total_changes() - changes, 1, "{messages} messages");
+            // The version, and the delivery tables' group.
+            assert_eq!(sql.total_changes() - changes, 2, "{messages} messages");
         }
+    }
+
+    #[test]
+    fn a_groups_first_write_makes_and_records_it_all_or_none() {
+        let sql = NativeSql::open_in_memory();
+        open(&sql).unwrap();
+        let before = catalog(&sql);
+        let insert = "INSERT INTO shiitake_model_choice VALUES ('agent', 'openai/gpt', NULL, 1)";
+        // Refused after the write, or failing in the batch: neither the
+        // table nor the record, and the group is not held.
+        let refused: Result<(), SqlError> = atomically(&sql, || {
+            MODEL_CHOICE.ensure(&sql)?;
+            write(&sql, insert, Vec::new())?;
+            Err(SqlError::Engine("refused".into()))
+        });
+        assert!(refused.is_err());
+        let failed = atomically(&sql, || {
+            MODEL_CHOICE.ensure(&sql)?;
+            write(&sql, insert, Vec::new())?;
+            write(&sql, insert, Vec::new()) // the same key again
+        });
+        assert!(failed.is_err());
+        assert_eq!(catalog(&sql), before);
+        assert!(!MODEL_CHOICE.exists(&sql));
+        // Made once, however often the transition asks.
+        atomically(&sql, || {
+            MODEL_CHOICE.ensure(&sql)?;
+            MODEL_CHOICE.ensure(&sql)?;
+            write(&sql, insert, Vec::new())
+        })
+        .unwrap();
+        assert!(MODEL_CHOICE.exists(&sql));
+        assert_eq!(
+            dump(
+                &sql,
+                "SELECT value FROM shiitake_meta WHERE key = 'group:model_choice'"
+            ),
+            [[SqlValue::Text(SCHEMA_VERSION.to_string())]]
+        );
+        assert_eq!(catalog(&sql), catalog(&fresh_with(&["model_choice"])));
+        // Later transitions stage nothing; a new instance reads it back.
+        let changes = sql.total_changes();
+        atomically(&sql, || MODEL_CHOICE.ensure(&sql)).unwrap();
+        assert_eq!(sql.total_changes(), changes);
+        sql.tables().hold_groups([]);
+        assert_eq!(open(&sql).unwrap(), Opened::Current);
+        assert_eq!(held(&sql), ["model_choice"]);
     }
 
     fn refuse(_: &dyn Sql) -> Result<(), SqlError> {
@@ -761,11 +1057,60 @@ mod tests {
                 assert!(err.to_string().contains("stays at version 1"), "{err}");
                 assert_eq!((catalog(&sql), rows(&sql)), before, "step {at}");
                 assert_eq!(version(&sql), "1");
+                assert!(held(&sql).is_empty(), "no group held (step {at})");
                 assert_eq!(open(&sql).unwrap(), Opened::Migrated { from: 1 });
+                assert_eq!(held(&sql), ["delivery", "mail"]);
                 assert_eq!(open(&sql).unwrap(), Opened::Current);
                 assert_eq!(rows(&sql), before.1);
             }
         }
+    }
+
+    /// A step to version 3 adding a column to the mail outbox.
+    fn mail_column(sql: &dyn Sql) -> Result<(), SqlError> {
+        change_group(
+            sql,
+            &MAIL,
+            3,
+            "ALTER TABLE shiitake_mail_outbox ADD COLUMN note TEXT",
+        )
+    }
+
+    #[test]
+    fn a_step_changes_a_group_only_where_it_is_recorded_and_bumps_its_version() {
+        let steps = [
+            Migration { ..MIGRATIONS[0] },
+            Migration {
+                to: 3,
+                what: "a mail column",
+                apply: mail_column,
+            },
+        ];
+        let columns = |sql: &NativeSql| {
+            dump(
+                sql,
+                "SELECT name FROM pragma_table_info('shiitake_mail_outbox')",
+            )
+            .len()
+        };
+        let recorded = |sql: &NativeSql, group: &str| {
+            dump(
+                sql,
+                &format!("SELECT value FROM shiitake_meta WHERE key = 'group:{group}'"),
+            )
+        };
+        // Recorded by the step before it in the same migration.
+        let sql = v1_store(&["shiitake_mail_outbox"]);
+        migrate(&sql, 1, &steps).unwrap();
+        assert_eq!(columns(&sql), 13);
+        assert_eq!(recorded(&sql, "mail"), [[SqlValue::Text("3".into())]]);
+        assert_eq!(recorded(&sql, "delivery"), [[SqlValue::Text("2".into())]]);
+        assert!(MAIL.exists(&sql));
+        // Without the group: nothing to change, nothing recorded.
+        let sql = v1_store(&[]);
+        migrate(&sql, 1, &steps).unwrap();
+        assert_eq!(columns(&sql), 0);
+        assert!(recorded(&sql, "mail").is_empty() && !MAIL.exists(&sql));
     }
 
     #[test]
@@ -810,6 +1155,14 @@ mod tests {
         assert_eq!(open(&sql).unwrap_err().code(), "storage_incompatible");
         let kept = sql.query("SELECT x FROM sessions", &[]).unwrap();
         assert_eq!(kept[0].text(0).unwrap(), "theirs");
+        // A group's table without a version is ours too.
+        let sql = NativeSql::open_in_memory();
+        sql.query(
+            "CREATE TABLE shiitake_fleet_member (key TEXT PRIMARY KEY, value TEXT)",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(open(&sql).unwrap_err().code(), "storage_incompatible");
         // Another program's tables beside none of ours are not ours to refuse.
         let theirs = NativeSql::open_in_memory();
         theirs
@@ -832,42 +1185,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(open(&sql).unwrap(), Opened::Migrated { from: 1 });
-        let fresh = NativeSql::open_in_memory();
-        open(&fresh).unwrap();
-        assert_eq!(catalog(&sql), catalog(&fresh));
+        assert_eq!(catalog(&sql), catalog(&fresh_with(&["directory"])));
+        assert_eq!(held(&sql), ["directory"]);
         let kept = sql
             .query("SELECT agent_id FROM shiitake_directory", &[])
             .unwrap();
         assert_eq!(kept[0].text(0).unwrap(), "a");
-    }
-
-    #[test]
-    fn open_tells_which_sparse_tables_are_empty() {
-        let sql = NativeSql::open_in_memory();
-        open(&sql).unwrap();
-        assert!(
-            SPARSE.iter().all(|t| !holds_rows(&sql, t)),
-            "a store made now"
-        );
-        // A migrated store: the tables it lacked and the empty ones.
-        let sql = v1_store(&[
-            "shiitake_mail_outbox",
-            "shiitake_mail_inbox",
-            "shiitake_model_choice",
-        ]);
-        open(&sql).unwrap();
-        let holding: Vec<&str> = SPARSE
-            .iter()
-            .copied()
-            .filter(|t| holds_rows(&sql, t))
-            .collect();
-        assert_eq!(holding, ["shiitake_mail_outbox", "shiitake_model_choice"]);
-        for table in SPARSE {
-            assert!(
-                created_tables().any(|t| t == *table),
-                "{table} is in the schema"
-            );
-        }
     }
 
     #[test]
@@ -893,9 +1216,7 @@ mod tests {
             .unwrap();
         }
         assert_eq!(open(&old).unwrap(), Opened::Migrated { from: 1 });
-        let fresh = NativeSql::open_in_memory();
-        open(&fresh).unwrap();
-        assert_eq!(catalog(&old), catalog(&fresh));
+        assert_eq!(catalog(&old), catalog(&fresh_with(&["delivery"])));
         // Every stored message reads back on the one linear path, and the
         // next continues it.
         let store = crate::store::Store::new(&old);

@@ -4,9 +4,10 @@
 // modules); with an extension roster, the turn's end costs no second
 // reconciliation and the extensions' status rows and timers are kept
 // between turns. Host work, mail and extensions add no
-// reconciliation to a turn that leaves them nothing to do. Joining the
-// fleet's directory costs a store its mark at its second start (a row) and
-// one read at each start after.
+// reconciliation to a turn that leaves them nothing to do. A fresh store
+// holds the core tables only. Joining the fleet's directory costs a store
+// its mark at its second start (the table, its record and a row) and one
+// read at each start after.
 // Counted until 200 ms after the settled frame (a watch: no read of its own).
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
@@ -64,7 +65,10 @@ describe("opening a fresh demo Agent", () => {
     assert.equal(count(stats, "FROM sqlite_master"), 1, listing);
     // A store created now holds no turn, mail or outbox entry to look for.
     assert.equal(count(stats, "FROM commands"), 0, listing);
-    assert.equal(count(stats, "CREATE TABLE"), 1, `one schema text, the outbox's tables in it:\n${listing}`);
+    assert.equal(count(stats, "CREATE TABLE"), 1, `one schema text:\n${listing}`);
+    // The core tables only: each side table comes with its first write.
+    const { tables } = (await h.api("GET", `/direct/${a.id}/host/tables`)).json;
+    assert.deepEqual(tables, ["commands", "fences", "messages", "session_grants", "sessions", "shiitake_meta"]);
   });
 });
 
@@ -78,9 +82,8 @@ describe("the demo Agent joins the fleet's directory once per store", () => {
     assert.equal((await a.api("GET", "/sessions/missing")).status, 404);
     await new Promise((r) => setTimeout(r, 200));
     const opening = await stats(a);
-    // Only the schema text names the table (a store made now holds no mark).
-    const schema = (t) => t.includes("CREATE TABLE");
-    assert.equal(opening.texts.filter((t) => t.includes(MEMBER) && !schema(t)).length, 0, opening.texts.join("\n"));
+    // No text names the table: a store made now has none.
+    assert.equal(count(opening, MEMBER), 0, opening.texts.join("\n"));
     await h.restart();
     assert.equal((await a.api("GET", "/sessions/missing")).status, 404);
     const second = await eventually(async () => {
