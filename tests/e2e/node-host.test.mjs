@@ -466,6 +466,9 @@ test("a version 1 store: the Node host migrates it once, every message reads bac
   const migrated = logged.filter((l) => l.includes("migrated from schema version 1"));
   assert.equal(migrated.length, 1, logged.join("\n"));
   const after = new DatabaseSync(file);
-  assert.deepEqual(catalog(after), current, "the migrated schema is a fresh store's");
+  // Version 1 made the delivery tables in every store; version 2 records them
+  // as the `delivery` group, which the fresh store never wrote.
+  const delivery = new Set(["shiitake_delivery", "shiitake_host_lane", "sqlite_autoindex_shiitake_delivery_1"]);
+  assert.deepEqual(catalog(after).filter((o) => !delivery.has(o.name)), current, "the migrated schema is a fresh store's");
   after.close();
 });
