@@ -297,9 +297,10 @@ fn list_sessions(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, A
 /// entry on the Session's paths.
 fn branches(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResponse, ApiError> {
     let query = Query::parse(&req.query, &["entryId", "limit", "cursor"])?;
+    // `""`: the Session's start, whose children are its first messages (as
+    // `after: ""` writes a new one).
     let entry_id = query
         .get("entryId")
-        .filter(|e| !e.is_empty())
         .ok_or_else(|| ApiError::InvalidQuery("entryId: required".into()))?;
     let limit = query.limit(READ_PAGE_MESSAGES_MAX)?;
     let after = query.cursor("cursor")?.unwrap_or(0);

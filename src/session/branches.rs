@@ -206,8 +206,25 @@ pub fn children(
     if chain.is_empty() {
         return Err(ApiError::SessionNotFound(session_id.to_owned()));
     }
-    let entry = locate(store, &chain, entry_id)?;
     let base = chain[0].base_seq();
+    let entry = if entry_id.is_empty() {
+        // The start: position 0 of the Session itself. A fork's view begins
+        // in its base, whose start is not the fork's to list.
+        if base > 0 {
+            return Err(ApiError::InvalidQuery(format!(
+                "entryId: \"\" lists the first messages of a Session that is not a fork; \
+                 {session_id} is a fork: list the children of an entry on its path"
+            )));
+        }
+        Located {
+            seq: 0,
+            role: None,
+            holder: session_id.to_owned(),
+            level: 0,
+        }
+    } else {
+        locate(store, &chain, entry_id)?
+    };
     // The one child that is not a branch's first message: the linear one
     // (in the Session) or the next on the base path (in a base).
     let linear: Option<(String, i64)> = if entry.seq < base {
@@ -257,7 +274,8 @@ pub fn children(
         }
         bytes += body.len();
         let branch = (count > 1).then_some((*index, count));
-        children.push(served(body, *seq, Some(entry_id), branch)?);
+        let parent = Some(entry_id).filter(|e| !e.is_empty());
+        children.push(served(body, *seq, parent, branch)?);
     }
     let cursor = cut
         .then(|| listed.get(children.len().max(1) - 1))

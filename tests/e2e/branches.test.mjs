@@ -67,6 +67,15 @@ describe("branches over HTTP", () => {
     assert.deepEqual(fresh.map((m) => m.text), [`${tag} ONE`, `Echo: ${tag} ONE`]);
     assert.deepEqual(fresh[0].branch, { index: 2, count: 2 });
     assert.equal(fresh[0].parentEntryId, null);
+    // `entryId=""` lists the start's children: both first messages, so a
+    // client can switch back to the original one.
+    const starts = await a.api("GET", "/sessions/s/branches?entryId=");
+    assert.equal(starts.status, 200, starts.text);
+    assert.equal(starts.json.count, 2);
+    assert.deepEqual(starts.json.children.map((c) => [c.text, c.parentEntryId, c.branch]), [
+      [`${tag} one`, null, { index: 1, count: 2 }],
+      [`${tag} ONE`, null, { index: 2, count: 2 }],
+    ]);
   });
 
   test("retry answers the user message again beside the old answer; select goes back, with a branch frame", T, async () => {
