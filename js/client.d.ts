@@ -608,6 +608,21 @@ export class ShiitakeError extends Error {
  */
 export function isUncertain(error: unknown): boolean;
 
+/**
+ * The messages a `compaction` entry stands for (`compacted.from` through
+ * `compacted.through`), oldest first: they stay in the Session, older than
+ * the entry on its path. Reads the pages before the entry's `sequence` (or,
+ * for an entry from a `message` frame, from the selected branch's newest
+ * page), at most `maxPages` (default 10) pages of 200; `complete` is false
+ * when the first of them was not reached. A TypeError for an entry without
+ * `compacted`.
+ */
+export function readCompacted(
+  session: ShiitakeSession,
+  entry: SessionMessage,
+  options?: CallOptions & { maxPages?: number },
+): Promise<{ messages: SessionMessage[]; complete: boolean }>;
+
 /** Largest watch event (the bytes of its lines) a watch accepts: 8 MiB. */
 export const WATCH_EVENT_BYTES_MAX: number;
 /** Largest JSON answer the client reads: 16 MiB. */
