@@ -52,7 +52,9 @@ export function isUncertain(error) {
   return !(error instanceof ShiitakeError && error.status >= 400 && error.status < 500);
 }
 
-/** Pages of 200 `readCompacted` reads at most by default. */
+/** The largest read page (src/limits.rs READ_PAGE_MESSAGES_MAX). */
+const READ_PAGE_MESSAGES_MAX = 200;
+/** Pages `readCompacted` reads at most by default. */
 const COMPACTED_PAGES_MAX = 10;
 
 /**
@@ -70,7 +72,7 @@ export async function readCompacted(session, entry, { maxPages = COMPACTED_PAGES
   let before = entry.sequence === undefined ? undefined : String(entry.sequence);
   let inside = false;
   for (let pages = 0; pages < maxPages; pages++) {
-    const read = await session.read({ before, limit: 200, signal });
+    const read = await session.read({ before, limit: READ_PAGE_MESSAGES_MAX, signal });
     for (const message of [...read.messages].reverse()) {
       inside ||= message.entryId === through;
       if (!inside) continue;
