@@ -67,6 +67,8 @@ const SUMMARY_CHARS_MAX = 100;
 const PROGRESS_LINE_MS = 1000;
 /** Messages of a Session shown when the client joins it. */
 const RECENT_MESSAGES_SHOWN = 6;
+/** How long a settlement the long poll brought waits for the watch to show it first. */
+const WATCH_GRACE_MS = 1000;
 /** Settlements a Session view remembers. */
 const SETTLEMENTS_KEPT = 100;
 /** The settlement long poll's wait per request: the longest the server grants (src/limits.rs SETTLEMENT_TIMEOUT_MS_MAX). */
@@ -530,6 +532,13 @@ class SessionView {
     poll.catch(() => {});
     try {
       const s = await Promise.race([fromWatch, poll]);
+      // The watch shows it in order with the answer; should it not within
+      // a moment (behind, reconnecting), the poll's is shown.
+      if (!this.settlements.has(commandId)) {
+        let timer;
+        await Promise.race([fromWatch, new Promise((resolve) => (timer = setTimeout(resolve, WATCH_GRACE_MS)))]);
+        clearTimeout(timer);
+      }
       this.#settle(s);
       return s;
     } finally {
