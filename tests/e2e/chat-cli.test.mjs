@@ -438,6 +438,21 @@ test("remote chat: /edit resends a message on a new branch (<2/2>), /branches an
   }
 });
 
+test("lines piped in: /retry and /edit settle like prompts before the next line, and the output ends with the last settlement", T, async () => {
+  const tag = uniq("piped");
+  const t = esc(tag);
+  const r = await once(remote(), { input: `first ${tag}\n/retry\n/edit #1 changed ${tag}\n` });
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(
+    r.stdout,
+    new RegExp(
+      `Echo: first ${t}\\n\\[completed\\]\\n\\[branch\\] [^\\n]*\\n#1 \\[user\\] first ${t}\\nEcho: first ${t}\\n\\[branch 2/2\\] #3 is one of 2: /branches #3 lists them\\n\\[completed\\]\\n` +
+        `\\[branch\\] [^\\n]*\\n#4 \\[user\\] changed ${t} <2/2>\\nEcho: changed ${t}\\n\\[completed\\]\\n$`,
+    ),
+  );
+  assert.equal(model.requests(`first ${tag}`).length, 2, "the first answer and one regenerate");
+});
+
 /** Whether the service has the `compact` command (the compaction server side, issue 35 item 3). */
 async function compactSupported() {
   const agent = `cli-${uniq("probe").slice(1, -1)}`;
