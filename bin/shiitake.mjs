@@ -285,8 +285,15 @@ class SessionView {
     this.unconfirmed = unconfirmed;
     /** Takes back a prompt that was not sent (`{text, after?}`); what to say of it. */
     this.onDraft = onDraft;
-    /** The entryIds the last branch change listed: their frames are not printed again. */
+    /**
+     * The entryIds the last branch change listed, and per command how many
+     * of its model steps (assistant messages) it listed whose frames are
+     * still to come: the read may hold what the frames after the `branch`
+     * frame bring; those frames (and a listed step's deltas) are not
+     * printed again.
+     */
     this.listed = new Set();
+    this.listedSteps = new Map();
     /** Set by a `branch` frame until the next `message` frame: its `<i/n>` is only in a read. */
     this.branchMoved = false;
     /** The children the last /branches listed, for /select. */
@@ -357,6 +364,7 @@ class SessionView {
       this.running = f.commandId;
       this.streamed = "";
     } else if (f.type === "delta") {
+      if (this.listedSteps.get(f.commandId) > 0) return; // a step the branch change listed whole
       this.streamed += f.text;
       this.out.stream(f.text, f.commandId);
     } else if (f.type === "message") {
@@ -408,6 +416,8 @@ class SessionView {
       return this.out.line(`[branch] the Session is on another branch; it could not be read: ${explain(error, "the service")}`);
     }
     this.listed = new Set(read.messages.map((m) => m.entryId));
+    this.listedSteps = new Map();
+    for (const m of read.messages) if (m.role === "assistant") this.listedSteps.set(m.commandId, (this.listedSteps.get(m.commandId) ?? 0) + 1);
     this.out.line("[branch] the Session is on another branch; its newest messages:");
     for (const m of read.messages) this.out.line(numbered(m));
   }
@@ -425,7 +435,11 @@ class SessionView {
   }
 
   #message(m, old) {
-    if (!old && this.listed.has(m.entryId)) return; // listed at the branch change
+    if (!old && this.listed.has(m.entryId)) {
+      // Listed at the branch change; the deltas after it are the next step's.
+      if (m.role === "assistant") this.listedSteps.set(m.commandId, this.listedSteps.get(m.commandId) - 1);
+      return;
+    }
     if (m.role === "assistant") {
       // The tokens streamed already; print what the watch did not stream
       // (all of it when the client joined after the step).

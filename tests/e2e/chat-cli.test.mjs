@@ -441,16 +441,45 @@ test("remote chat: /edit resends a message on a new branch (<2/2>), /branches an
 test("lines piped in: /retry and /edit settle like prompts before the next line, and the output ends with the last settlement", T, async () => {
   const tag = uniq("piped");
   const t = esc(tag);
+  // The answers take a moment, so the branch's listing is read before them.
+  model.scriptFor(`first ${tag}`, {}, { chunks: ["again ", "then"], chunkDelayMs: 150 });
+  model.scriptFor(`changed ${tag}`, { chunks: ["changed ", "answer"], chunkDelayMs: 150 });
   const r = await once(remote(), { input: `first ${tag}\n/retry\n/edit #1 changed ${tag}\n` });
   assert.equal(r.code, 0, r.stderr);
   assert.match(
     r.stdout,
     new RegExp(
-      `Echo: first ${t}\\n\\[completed\\]\\n\\[branch\\] [^\\n]*\\n#1 \\[user\\] first ${t}\\nEcho: first ${t}\\n\\[branch 2/2\\] #3 is one of 2: /branches #3 lists them\\n\\[completed\\]\\n` +
-        `\\[branch\\] [^\\n]*\\n#4 \\[user\\] changed ${t} <2/2>\\nEcho: changed ${t}\\n\\[completed\\]\\n$`,
+      `Echo: first ${t}\\n\\[completed\\]\\n\\[branch\\] [^\\n]*\\n#1 \\[user\\] first ${t}\\nagain then\\n\\[branch 2/2\\] #3 is one of 2: /branches #3 lists them\\n\\[completed\\]\\n` +
+        `\\[branch\\] [^\\n]*\\n#4 \\[user\\] changed ${t} <2/2>\\nchanged answer\\n\\[completed\\]\\n$`,
     ),
   );
   assert.equal(model.requests(`first ${tag}`).length, 2, "the first answer and one regenerate");
+});
+
+test("piped lines: a branch change read after its turn already answered lists the answer once (its streamed tokens are not printed again)", T, async () => {
+  const proxy = await startLossyProxy(origin);
+  try {
+    const tag = uniq("late-read");
+    const t = esc(tag);
+    const agent = `cli-${uniq("a").slice(1, -1)}`;
+    model.scriptFor(`first ${tag}`, {}, { chunks: ["again ", "then"], chunkDelayMs: 50 });
+    // The read the `branch` frame makes (the newest 6 messages) goes on only
+    // once the regenerated answer is stored: it holds what the frames after
+    // the `branch` frame bring.
+    let sessionId;
+    proxy.hold = (r) => {
+      if (!(r.method === "GET" && /\/sessions\/ses_\w+\?limit=6$/.test(r.path))) return undefined;
+      sessionId = /ses_\w+/.exec(r.path)[0];
+      return (async () => {
+        while ((await api("GET", `/agents/${agent}/sessions/${sessionId}`)).json.messages.at(-1).text !== "again then") await sleep(50);
+      })();
+    };
+    const r = await once(["--url", proxy.url, "--token", TOKEN, "--agent", agent], { input: `first ${tag}\n/retry\n` });
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, new RegExp(`\\[completed\\]\\n\\[branch\\] [^\\n]*\\n#1 \\[user\\] first ${t}\\n#3 \\[assistant\\] again then <2/2>\\n\\[completed\\]\\n$`));
+  } finally {
+    await proxy.close();
+  }
 });
 
 /** Whether the service has the `compact` command (the compaction server side, issue 35 item 3). */

@@ -384,6 +384,33 @@ test("regenerate: a new answer beside the old one, shown as < 2/2 >; the model g
   await page.close();
 });
 
+test("a branch change read after its turn already answered shows the answer once, with its < 2/2 >", T, async () => {
+  const proxy = await startLossyProxy(origin);
+  try {
+    const tag = uniq("late-read");
+    const { page, agent, sessionId, errors } = await signedIn(newAgent(), proxy.url);
+    await turn(page, `Ask ${tag}`);
+    h.model.scriptFor(`Ask ${tag}`, { chunks: ["Later ", "answer"], chunkDelayMs: 50 });
+    // The read the `branch` frame makes goes on only once the regenerated
+    // answer is stored: it holds what the frames after it bring.
+    let armed = true;
+    proxy.hold = (r) => {
+      if (!armed || !(r.method === "GET" && r.path.endsWith(`/sessions/${sessionId}?limit=50`))) return undefined;
+      armed = false;
+      return until(async () => (await serverTexts(agent, sessionId)).at(-1) === "Later answer", "the regenerated answer");
+    };
+    await answerRow(page, `Echo: Ask ${tag}`).getByRole("button", { name: "Regenerate" }).click();
+    await answerRow(page, "Later answer").locator(".branch-at", { hasText: "2/2" }).waitFor();
+    await page.waitForFunction(() => document.getElementById("live").hidden);
+    assert.equal(armed, false, "the read was held");
+    assert.deepEqual(await page.locator("#messages li.message .text").allTextContents(), [`Ask ${tag}`, "Later answer"]);
+    assert.deepEqual(errors, []);
+    await page.close();
+  } finally {
+    await proxy.close();
+  }
+});
+
 /** Whether the service has the `compact` command (the compact helper's server side, issue 35 item 3). */
 async function compactSupported() {
   const probe = h.agent(newAgent());
