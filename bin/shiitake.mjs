@@ -7,7 +7,7 @@
 import readline from "node:readline";
 import { Writable } from "node:stream";
 import { parseArgs } from "node:util";
-import { ShiitakeError, createShiitakeClient, isUncertain } from "../js/client.mjs";
+import { ShiitakeError, createShiitakeClient, isUncertain, readCompacted } from "../js/client.mjs";
 
 const USAGE = `usage: shiitake chat [options]
 
@@ -22,8 +22,9 @@ Talk to an Agent: a prompt at a time, its answer streamed as it comes.
   --prompt <text>    send this one prompt, print the answer, exit
   -h, --help         this text
 
-In a chat: /cancel /abort /sessions /new /switch <id> /help /quit;
-Ctrl-C cancels the running prompt, twice (or when idle) quits.
+In a chat: /cancel /abort /history /edit /retry /branches /select /compact
+/summary /sessions /new /switch <id> /help /quit (/help says what each
+does); Ctrl-C cancels the running prompt, twice (or when idle) quits.
 
 A prompt whose answer did not arrive is not sent again: the client asks the
 Session whether it arrived ([sent]) or not ([not sent]: the text comes back
@@ -33,13 +34,25 @@ Exit status: 0 completed (or quit), 1 failed, 2 usage error, 3 cancelled,
 4 interrupted, 5 the service could not be used (unreachable, refused
 token, unknown Session, a prompt not sent or left unconfirmed).`;
 
-const COMMANDS = `  /cancel        cancel your newest queued prompt, else the running one
-  /abort         cancel the running prompt and every queued one
-  /sessions      list this Agent's Sessions
-  /new           start a new Session
-  /switch <id>   go to another Session
-  /help          this list
-  /quit          leave (Ctrl-D too)`;
+const COMMANDS = `  /cancel             cancel your newest queued prompt, else the running one
+  /abort              cancel the running prompt and every queued one
+  /history [n]        the newest n messages of this branch (default 10), as #<position>
+  /edit [#n] [text]   edit user message #n (default the newest) on a new branch in its
+                      place: with text, send it now; without, it comes to the input
+                      line and Enter sends it (an empty line drops the edit)
+  /retry [#n]         a new answer to user message #n (default the newest), beside
+                      the old one
+  /branches [#n]      the alternatives to message #n (default the newest that has some)
+  /select <k>         go to alternative k of the last /branches list
+  /compact [text]     summarise the conversation for the model (text: what to keep);
+                      the messages stay readable
+  /summary [#n]       compaction #n (default the newest): its summary and the
+                      messages it stands for
+  /sessions           list this Agent's Sessions
+  /new                start a new Session
+  /switch <id>        go to another Session
+  /help               this list
+  /quit               leave (Ctrl-D too)`;
 
 /** Exit statuses (README "Chat from a terminal"). */
 const EXIT = { completed: 0, failed: 1, usage: 2, cancelled: 3, interrupted: 4, service: 5 };
@@ -54,10 +67,19 @@ const SUMMARY_CHARS_MAX = 100;
 const PROGRESS_LINE_MS = 1000;
 /** Messages of a Session shown when the client joins it. */
 const RECENT_MESSAGES_SHOWN = 6;
+/** How long a settlement the long poll brought waits for the watch to show it first. */
+const WATCH_GRACE_MS = 1000;
 /** Settlements a Session view remembers. */
 const SETTLEMENTS_KEPT = 100;
 /** The settlement long poll's wait per request: the longest the server grants (src/limits.rs SETTLEMENT_TIMEOUT_MS_MAX). */
 const SETTLEMENT_WAIT_MS = 30_000;
+/** Messages per read when a command looks along the selected branch (the route's largest page). */
+const BRANCH_PAGE = 200;
+/** Pages of the selected branch a command looks through for a message (`#n`, the newest user message). */
+const BRANCH_PAGES_MAX = 50;
+/** Messages `/history` shows by default, and at most. */
+const HISTORY_DEFAULT = 10;
+const HISTORY_MAX = 200;
 /** Sends at most whose outcome is being recovered; past it a new prompt is refused (arrow-up recalls it). */
 const UNCONFIRMED_MAX = 8;
 /** The backoff between withdraw attempts while the service cannot be reached: first, longest (ms). */
@@ -95,6 +117,48 @@ function settlementLine(s, prompt) {
   else if (s.diagnostic) extra = ` ${s.diagnostic}`;
   else if (s.terminal === "cancelled" && prompt !== undefined) extra = ` ${summary(prompt)}`;
   return `[${s.terminal}]${extra}`;
+}
+
+/** What a queued or running command does: its prompt's text, else a regenerate or a compaction. */
+function workLabel(item) {
+  if (item.type === "compact") return item.text ? `compaction: ${item.text}` : "compaction";
+  if (item.retry !== undefined || (item.text === "" && item.images === undefined)) return "regenerate an answer";
+  return item.text || `${item.images.length} image(s)`;
+}
+
+/** A message of a branch on one line, by its position: `#12 [user] text <2/3>`. */
+function numbered(m) {
+  let what;
+  if (m.role === "compaction") what = `${m.compacted?.messages ?? 0} messages summarised`;
+  else if (m.role === "tool") what = `${m.toolName ?? ""} ${summary(m.data === undefined ? m.text : m.data)}`;
+  else what = summary(m.text || (m.toolCalls ?? []).map((call) => `${call.name} ${JSON.stringify(call.arguments)}`).join("; "));
+  return `#${m.sequence} [${m.role}] ${what}${m.branch ? ` <${m.branch.index}/${m.branch.count}>` : ""}`;
+}
+
+/** A command's `#n` (a message's position) and the rest of its arguments. */
+function parseRef(args) {
+  const m = /^#(\d+)(?:\s+([\s\S]*))?$/.exec(args);
+  return m ? { seq: Number(m[1]), rest: m[2] ?? "" } : { seq: undefined, rest: args };
+}
+
+/**
+ * The message at position `seq` of the selected branch, or (without `seq`)
+ * the newest for which `test` holds; null when there is none within
+ * BRANCH_PAGES_MAX pages. Positions rise along a branch, so a search for
+ * `seq` stops below it.
+ */
+async function findOnBranch(session, seq, test) {
+  let before;
+  for (let pages = 0; pages < BRANCH_PAGES_MAX; pages++) {
+    const read = await session.read({ before, limit: BRANCH_PAGE });
+    for (const m of [...read.messages].reverse()) {
+      if (seq === undefined ? test(m) : m.sequence === seq) return m;
+      if (seq !== undefined && m.sequence < seq) return null;
+    }
+    if (read.cursor === null) return null;
+    before = read.cursor;
+  }
+  return null;
 }
 
 function parse(argv) {
@@ -209,9 +273,9 @@ class Unconfirmed {
 
 /**
  * Prints one Session's watch: answer tokens as they stream, tool calls,
- * other clients' prompts, settlements; and keeps what runs and what waits.
- * `out.stream(text, commandId)` writes answer text, `out.line(text)` a
- * whole line.
+ * other clients' prompts, settlements, the branch it moves to; and keeps
+ * what runs and what waits. `out.stream(text, commandId)` writes answer
+ * text, `out.line(text)` a whole line.
  */
 class SessionView {
   constructor(session, out, { showRecent = false, unconfirmed, onDraft = () => "" }) {
@@ -219,8 +283,21 @@ class SessionView {
     this.out = out;
     /** The client's sends whose outcome is being recovered. */
     this.unconfirmed = unconfirmed;
-    /** Takes back the text of a prompt that was not sent; what to say of it. */
+    /** Takes back a prompt that was not sent (`{text, after?}`); what to say of it. */
     this.onDraft = onDraft;
+    /**
+     * The entryIds the last branch change listed, and per command how many
+     * of its model steps (assistant messages) it listed whose frames are
+     * still to come: the read may hold what the frames after the `branch`
+     * frame bring; those frames (and a listed step's deltas) are not
+     * printed again.
+     */
+    this.listed = new Set();
+    this.listedSteps = new Map();
+    /** Set by a `branch` frame until the next `message` frame: its `<i/n>` is only in a read. */
+    this.branchMoved = false;
+    /** The children the last /branches listed, for /select. */
+    this.alternatives = [];
     /** Whether joining shows the Session: its id, recent messages, what runs and waits. */
     this.showRecent = showRecent;
     /** The running command, per the watch. */
@@ -247,7 +324,7 @@ class SessionView {
     try {
       for await (const { event, data } of this.watch) {
         if (event === "snapshot") this.#snapshot(data);
-        else if (event === "frame") this.#frame(data);
+        else if (event === "frame") await this.#frame(data);
         else if (event === "runtime-error") {
           this.out.line(`[model error] ${summary(data.diagnostic)}${data.retryInMs === undefined ? "" : ` (retrying in ${data.retryInMs} ms)`}`);
         }
@@ -267,8 +344,8 @@ class SessionView {
     if (!this.showRecent) return;
     this.out.line(`session ${this.session.id}`);
     for (const m of read.messages.slice(-RECENT_MESSAGES_SHOWN)) this.#message(m, true);
-    if (read.running) this.out.line(`[running] ${summary(read.running.text)}`);
-    for (const p of read.pending) this.out.line(`[queued #${p.position}] ${summary(p.text)}`);
+    if (read.running) this.out.line(`[running] ${summary(workLabel(read.running))}`);
+    for (const p of read.pending) this.out.line(`[queued #${p.position}] ${summary(workLabel(p))}`);
   }
 
   /** A message or queue item carrying a requestId settles an unconfirmed send of it. */
@@ -276,18 +353,27 @@ class SessionView {
     if (item?.requestId && item.commandId) this.unconfirmed.seen(this.session.id, item.requestId, item.commandId);
   }
 
-  #frame(f) {
-    if (f.type === "admitted") {
+  /** One frame; frames after it wait while it reads the Session. */
+  async #frame(f) {
+    if (f.type === "branch") {
+      this.branchMoved = true;
+      await this.#reread();
+    } else if (f.type === "admitted") {
       this.#seen(f);
     } else if (f.type === "started") {
       this.running = f.commandId;
       this.streamed = "";
     } else if (f.type === "delta") {
+      if (this.listedSteps.get(f.commandId) > 0) return; // a step the branch change listed whole
       this.streamed += f.text;
       this.out.stream(f.text, f.commandId);
     } else if (f.type === "message") {
       this.#seen(f.message);
       this.#message(f.message, false);
+      if (this.branchMoved) {
+        this.branchMoved = false;
+        if (!this.listed.has(f.message.entryId)) await this.#branchOf(f.message);
+      }
     } else if (f.type === "diagnostic") {
       this.out.line(`[diagnostic] ${f.diagnostic}`);
     } else if (f.type === "tool") {
@@ -296,7 +382,6 @@ class SessionView {
       const s = f.settlement;
       if (this.running === s.commandId) this.running = null;
       for (const [id, shown] of this.#toolsRunning) if (shown.commandId === s.commandId) this.#toolsRunning.delete(id);
-      this.out.line(settlementLine(s, this.texts.get(s.commandId)));
       this.#settle(s);
     }
   }
@@ -322,7 +407,39 @@ class SessionView {
     }
   }
 
+  /** The selected branch changed (a select, an edit, a retry): its newest messages, numbered. */
+  async #reread() {
+    let read;
+    try {
+      read = await this.session.read({ limit: RECENT_MESSAGES_SHOWN });
+    } catch (error) {
+      return this.out.line(`[branch] the Session is on another branch; it could not be read: ${explain(error, "the service")}`);
+    }
+    this.listed = new Set(read.messages.map((m) => m.entryId));
+    this.listedSteps = new Map();
+    for (const m of read.messages) if (m.role === "assistant") this.listedSteps.set(m.commandId, (this.listedSteps.get(m.commandId) ?? 0) + 1);
+    this.out.line("[branch] the Session is on another branch; its newest messages:");
+    for (const m of read.messages) this.out.line(numbered(m));
+  }
+
+  /** The first message after a branch change: where it has siblings (a regenerated answer, a prompt after a select), say so. */
+  async #branchOf(message) {
+    let read;
+    try {
+      read = await this.session.read({ limit: RECENT_MESSAGES_SHOWN });
+    } catch {
+      return; // /history shows it
+    }
+    const m = read.messages.find((r) => r.entryId === message.entryId);
+    if (m?.branch) this.out.line(`[branch ${m.branch.index}/${m.branch.count}] #${m.sequence} is one of ${m.branch.count}: /branches #${m.sequence} lists them`);
+  }
+
   #message(m, old) {
+    if (!old && this.listed.has(m.entryId)) {
+      // Listed at the branch change; the deltas after it are the next step's.
+      if (m.role === "assistant") this.listedSteps.set(m.commandId, this.listedSteps.get(m.commandId) - 1);
+      return;
+    }
     if (m.role === "assistant") {
       // The tokens streamed already; print what the watch did not stream
       // (all of it when the client joined after the step).
@@ -335,12 +452,17 @@ class SessionView {
     } else if (m.role === "tool") {
       const shown = m.data === undefined ? m.text : m.data;
       this.out.line(`[tool ${m.isError ? "error" : "result"}] ${m.toolName ?? ""} ${summary(shown)}`);
+    } else if (m.role === "compaction") {
+      this.out.line(`[compaction] ${m.compacted?.messages ?? 0} messages summarised; /summary shows them`);
     } else if (old || !this.sent.has(m.requestId)) {
       this.out.line(`[${m.role}] ${summary(m.text)}`);
     }
   }
 
+  /** Shows a settlement once: from the watch, or from the long poll when it came first (`settled`). */
   #settle(s) {
+    if (this.settlements.has(s.commandId)) return;
+    this.out.line(settlementLine(s, this.texts.get(s.commandId)));
     this.texts.delete(s.commandId);
     this.mine.delete(s.commandId);
     this.settlements.set(s.commandId, s);
@@ -349,34 +471,53 @@ class SessionView {
   }
 
   /**
-   * Sends a prompt. Resolves `{receipt}` when its answer came; `{recovered}`
-   * when none did (the send is unconfirmed): `recovered` resolves its
-   * receipt once the Session shows it admitted, or null once a committed
-   * withdrawal says it never will be (its text goes to `onDraft`; sending it
-   * again is a new request). A refusal throws: nothing was admitted.
+   * Sends a command under a new requestId (`call(requestId)` sends it;
+   * `label` names it in lines). Resolves `{receipt}` when its answer came;
+   * `{recovered}` when none did (the send is unconfirmed): `recovered`
+   * resolves its receipt once the Session shows it admitted, or null once a
+   * committed withdrawal says it never will be (a prompt goes to `onDraft`;
+   * doing it again is a new request). A refusal throws: nothing was admitted.
    */
-  async prompt(text) {
+  async #send(label, call, draft) {
     if (this.unconfirmed.size >= UNCONFIRMED_MAX) {
       throw new Error(`${UNCONFIRMED_MAX} prompts are still unconfirmed; send this one once the service answers (arrow-up recalls it)`);
     }
     const requestId = crypto.randomUUID();
     this.sent.add(requestId);
     try {
-      return { receipt: this.#admitted(text, await this.session.prompt(text, { requestId })) };
+      return { receipt: this.#admitted(label, await call(requestId)) };
     } catch (error) {
       if (!isUncertain(error)) throw error;
       const why = error instanceof ShiitakeError ? `${error.status} ${error.code}` : (error?.cause?.message ?? error?.message ?? String(error));
-      this.out.line(`[unconfirmed] ${summary(text)} (no answer: ${why}); asking the Session whether it arrived`);
-      const recovered = this.unconfirmed.recover(this.session, requestId, text).then((outcome) => {
+      this.out.line(`[unconfirmed] ${summary(label)} (no answer: ${why}); asking the Session whether it arrived`);
+      const recovered = this.unconfirmed.recover(this.session, requestId, label).then((outcome) => {
         if (outcome.status === "accepted") {
-          this.out.line(`[sent] ${summary(text)} (${outcome.commandId})`);
-          return this.#admitted(text, { status: "accepted", commandId: outcome.commandId, requestId });
+          this.out.line(`[sent] ${summary(label)} (${outcome.commandId})`);
+          return this.#admitted(label, { status: "accepted", commandId: outcome.commandId, requestId });
         }
-        this.out.line(`[not sent] ${summary(text)}${this.onDraft(text)}`);
+        this.out.line(`[not sent] ${summary(label)}${draft === undefined ? "" : this.onDraft(draft)}`);
         return null;
       });
       return { recovered };
     }
+  }
+
+  /** A prompt; `after`: an edit, on a new branch after that entry. */
+  prompt(text, { after } = {}) {
+    return this.#send(text, (requestId) => this.session.prompt(text, { requestId, after }), { text, after });
+  }
+
+  retry(entryId, label) {
+    return this.#send(label, (requestId) => this.session.retry(entryId, { requestId }));
+  }
+
+  select(entryId, label) {
+    return this.#send(label, (requestId) => this.session.select(entryId, { requestId }));
+  }
+
+  compact(instructions) {
+    const label = instructions ? `compaction: ${instructions}` : "compaction";
+    return this.#send(label, (requestId) => this.session.compact({ requestId, instructions: instructions || undefined }));
   }
 
   #admitted(text, receipt) {
@@ -404,7 +545,16 @@ class SessionView {
     })();
     poll.catch(() => {});
     try {
-      return await Promise.race([fromWatch, poll]);
+      const s = await Promise.race([fromWatch, poll]);
+      // The watch shows it in order with the answer; should it not within
+      // a moment (behind, reconnecting), the poll's is shown.
+      if (!this.settlements.has(commandId)) {
+        let timer;
+        await Promise.race([fromWatch, new Promise((resolve) => (timer = setTimeout(resolve, WATCH_GRACE_MS)))]);
+        clearTimeout(timer);
+      }
+      this.#settle(s);
+      return s;
     } finally {
       abort.abort();
       this.waiters.delete(commandId);
@@ -563,13 +713,17 @@ async function runChat(o, client, where, unconfirmed) {
     prompt: "> ",
   });
   if (tty) screen.rl = rl;
-  // A prompt that was not sent goes back to the input line (into the
-  // history instead when something is being typed).
-  const onDraft = (text) => {
+  /** While `/edit` waits for its text: `{after}`; the next prompt line is sent as the edit. */
+  let editing = null;
+  // A prompt that was not sent goes back to the input line, still an edit
+  // if it was one (into the history, as a plain prompt, when something is
+  // being typed).
+  const onDraft = ({ text, after }) => {
     if (!tty) return "";
     if (rl.line === "") {
+      if (after !== undefined) editing = { after };
       rl.write(text);
-      return "";
+      return after === undefined ? "" : " (still an edit: Enter resends it)";
     }
     rl.history.unshift(text);
     return " (arrow-up recalls it)";
@@ -599,6 +753,14 @@ async function runChat(o, client, where, unconfirmed) {
     view = next;
   };
 
+  /** A user message of the selected branch: #n, else the newest; null after saying why not. */
+  const userMessage = async (seq) => {
+    const m = await findOnBranch(view.session, seq, (x) => x.role === "user");
+    if (m?.role === "user") return m;
+    screen.line(seq === undefined ? "no message of yours on this branch" : `#${seq} is no user message on this branch (/history lists them)`);
+    return null;
+  };
+
   const commands = {
     async cancel() {
       const target = (await view.session.latestPending())?.commandId ?? view.running;
@@ -609,6 +771,70 @@ async function runChat(o, client, where, unconfirmed) {
     async abort() {
       const r = await view.session.abort();
       screen.line(`aborted ${r.cancelled.length} prompt(s)`);
+    },
+    async history(args) {
+      const n = args === "" ? HISTORY_DEFAULT : Number(args);
+      if (!Number.isInteger(n) || n < 1 || n > HISTORY_MAX) return screen.line(`usage: /history [n], n from 1 to ${HISTORY_MAX}`);
+      const { messages, cursor } = await view.session.read({ limit: n });
+      if (messages.length === 0) return screen.line("no messages yet");
+      if (cursor !== null) screen.line("(older messages: /history with a larger n)");
+      for (const m of messages) screen.line(numbered(m));
+    },
+    async edit(args) {
+      const { seq, rest } = parseRef(args);
+      const m = await userMessage(seq);
+      if (m === null) return;
+      const after = m.parentEntryId ?? "";
+      if (rest !== "") return view.prompt(rest, { after });
+      editing = { after };
+      screen.line(`[editing #${m.sequence}] Enter sends it as a new branch in its place; an empty line drops the edit`);
+      if (tty) rl.write(m.text.replace(/\s*\n\s*/g, " "));
+    },
+    async retry(args) {
+      const { seq, rest } = parseRef(args);
+      if (rest !== "") return screen.line("usage: /retry [#n]");
+      const m = await userMessage(seq);
+      if (m !== null) return view.retry(m.entryId, `regenerate the answer to #${m.sequence}`);
+    },
+    async branches(args) {
+      const { seq, rest } = parseRef(args);
+      if (rest !== "") return screen.line("usage: /branches [#n]");
+      const m = await findOnBranch(view.session, seq, (x) => x.branch !== undefined);
+      if (m === null) return screen.line(seq === undefined ? "no message on this branch has alternatives" : `no #${seq} on this branch (/history lists them)`);
+      if (m.branch === undefined) return screen.line(`#${m.sequence} has no alternatives`);
+      let list;
+      try {
+        list = await view.session.branches(m.parentEntryId ?? "", { limit: BRANCH_PAGE });
+      } catch (error) {
+        // `entryId` names no parent for a Session's first messages.
+        if (m.parentEntryId === null && error instanceof ShiitakeError && error.code === "invalid_query") {
+          return screen.line("this service cannot list a Session's first messages (its branches route needs an entry)");
+        }
+        throw error;
+      }
+      view.alternatives = list.children;
+      screen.line(`alternatives to #${m.sequence} (${list.count}):`);
+      for (const [i, c] of list.children.entries()) screen.line(`${c.entryId === m.entryId ? "*" : " "} ${i + 1}. ${numbered(c)}`);
+      if (list.cursor !== null) screen.line(`  (${list.count - list.children.length} more not listed)`);
+    },
+    async select(args) {
+      const k = Number(args);
+      const c = Number.isInteger(k) ? view.alternatives[k - 1] : undefined;
+      if (c === undefined) return screen.line("usage: /select <k>, k a number of the last /branches list");
+      return view.select(c.entryId, `select #${c.sequence}`);
+    },
+    compact: (args) => view.compact(args),
+    async summary(args) {
+      const { seq, rest } = parseRef(args);
+      if (rest !== "") return screen.line("usage: /summary [#n]");
+      const m = await findOnBranch(view.session, seq, (x) => x.role === "compaction");
+      if (m?.role !== "compaction") return screen.line(seq === undefined ? "no compaction on this branch" : `#${seq} is no compaction on this branch`);
+      const { messages, complete } = await readCompacted(view.session, m);
+      screen.line(`[summary] #${m.sequence} stands for ${m.compacted.messages} messages (${m.compacted.trigger}):`);
+      for (const line of m.text.split("\n")) screen.line(`  ${line}`);
+      screen.line("[summarised]");
+      if (!complete) screen.line("  (older ones not read)");
+      for (const x of messages) screen.line(`  ${numbered(x)}`);
     },
     async sessions() {
       const { sessions, cursor } = await client.listSessions({ limit: 50 });
@@ -627,22 +853,31 @@ async function runChat(o, client, where, unconfirmed) {
     quit,
   };
 
+  // Piped lines are a script: each prompt (edit, retry, compaction)
+  // settles before the next line (an unconfirmed one is recovered first).
+  // At a terminal, recovery goes on while the chat does.
+  const settleIfPiped = async (sent) => {
+    if (tty || (sent?.receipt === undefined && sent?.recovered === undefined)) return;
+    const receipt = sent.receipt ?? (await sent.recovered);
+    if (receipt !== null) await view.settled(receipt.commandId);
+  };
+
   const handle = async (line) => {
     const text = line.trim();
-    if (text === "") return screen.prompt();
+    if (text === "") {
+      if (editing === null) return screen.prompt();
+      editing = null;
+      return screen.line("[edit dropped]");
+    }
     if (text.startsWith("/")) {
       const [name, ...args] = text.slice(1).split(/\s+/);
       const run = Object.hasOwn(commands, name) ? commands[name] : null;
       if (run === null) return screen.line(`unknown command /${name}; /help lists them`);
-      return run(args.join(" "));
+      return settleIfPiped(await run(args.join(" ")));
     }
-    const sent = await view.prompt(text);
-    // Piped lines are a script: each prompt settles before the next line
-    // (an unconfirmed one is recovered first). At a terminal, recovery goes
-    // on while the chat does.
-    if (tty) return;
-    const receipt = sent.receipt ?? (await sent.recovered);
-    if (receipt !== null) await view.settled(receipt.commandId);
+    const edit = editing;
+    editing = null;
+    return settleIfPiped(await view.prompt(text, edit ?? {}));
   };
 
   // Lines are handled in order (a pipe delivers them at once).

@@ -52,6 +52,39 @@ export function isUncertain(error) {
   return !(error instanceof ShiitakeError && error.status >= 400 && error.status < 500);
 }
 
+/** The largest read page (src/limits.rs READ_PAGE_MESSAGES_MAX). */
+const READ_PAGE_MESSAGES_MAX = 200;
+/** Pages `readCompacted` reads at most by default. */
+const COMPACTED_PAGES_MAX = 10;
+
+/**
+ * The messages a `compaction` entry stands for (`compacted.from` through
+ * `compacted.through`), oldest first. They stay in the Session, older than
+ * the entry on its path: read from the page before the entry's `sequence`
+ * (a read's cursor is a position), or from the selected branch's newest
+ * page when the entry came from a `message` frame (no `sequence`), at most
+ * `maxPages` pages. `complete` is false when `from` was not reached.
+ */
+export async function readCompacted(session, entry, { maxPages = COMPACTED_PAGES_MAX, signal } = {}) {
+  const { from, through } = entry?.compacted ?? {};
+  if (typeof from !== "string" || typeof through !== "string") throw new TypeError("readCompacted: not a compaction entry");
+  const found = [];
+  let before = entry.sequence === undefined ? undefined : String(entry.sequence);
+  let inside = false;
+  for (let pages = 0; pages < maxPages; pages++) {
+    const read = await session.read({ before, limit: READ_PAGE_MESSAGES_MAX, signal });
+    for (const message of [...read.messages].reverse()) {
+      inside ||= message.entryId === through;
+      if (!inside) continue;
+      found.push(message);
+      if (message.entryId === from) return { messages: found.reverse(), complete: true };
+    }
+    if (read.cursor === null) break;
+    before = read.cursor;
+  }
+  return { messages: found.reverse(), complete: false };
+}
+
 /** The error kind of an HTTP status (see ShiitakeErrorKind in client.d.ts). */
 function kindOf(status) {
   if (status === 409) return "conflict";
@@ -233,6 +266,11 @@ class ShiitakeSession {
 
   async operator(text, { requestId = newRequestId(), signal } = {}) {
     const receipt = await this.#command({ type: "operator", requestId, text }, signal);
+    return { ...receipt, requestId };
+  }
+
+  async compact({ requestId = newRequestId(), instructions, signal } = {}) {
+    const receipt = await this.#command({ type: "compact", requestId, instructions }, signal);
     return { ...receipt, requestId };
   }
 

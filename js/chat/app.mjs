@@ -1,12 +1,13 @@
 // The chat page the demo Worker serves at `/` (js/demo.mjs; bundled for the
 // browser by scripts/chat-page.mjs). Plain DOM over the typed client
 // (js/client.mjs): Sessions, the transcript with paging, the live watch,
-// queued prompts, and the page's own commands offered to the model through
-// the browser bridge (js/ui-browser.mjs). Holds nothing the server does not
-// (a reload rebuilds everything from the Session read and its watch), except
-// the sends whose answer did not arrive: the tab keeps those until the
-// Session says what became of them ("uncertain sends" below).
-import { bindSessionExtension, createShiitakeClient, isUncertain, ShiitakeError } from "../client.mjs";
+// queued prompts, branches (edit and resend, regenerate, `< 2/3 >`),
+// compaction markers, and the page's own commands offered to the model
+// through the browser bridge (js/ui-browser.mjs). Holds nothing the server
+// does not (a reload rebuilds everything from the Session read and its
+// watch), except the sends whose answer did not arrive: the tab keeps those
+// until the Session says what became of them ("uncertain sends" below).
+import { bindSessionExtension, createShiitakeClient, isUncertain, readCompacted, ShiitakeError } from "../client.mjs";
 import { bindingDispatch, createClientEntryHost, placeCells } from "../client-entry.mjs";
 import { connectBrowser } from "../ui-browser.mjs";
 import { goalClient, goalContract } from "../../examples/extensions/goal.client.mjs";
@@ -21,6 +22,8 @@ const CLIENT_ENTRIES = [{ entry: goalClient, contract: goalContract }];
 // reconnect backoff.
 const SESSIONS_PAGE = 50;
 const MESSAGES_PAGE = 50;
+/** Children per branches read when looking for a sibling (the route's largest page). */
+const BRANCHES_PAGE = 200;
 const SETTLEMENT_READS_AT_ONCE = 4;
 const SUMMARY_CHARS_MAX = 160;
 const RECONNECT_MS = [500, 30_000];
@@ -143,12 +146,13 @@ function closeSession() {
   $("pending").replaceChildren();
   $("unsure").replaceChildren();
   $("extensions").replaceChildren();
+  setEditing(null);
   $("live").hidden = true;
   $("older").hidden = true;
   $("abort").hidden = true;
   $("state").textContent = "";
   $("session-title").textContent = "No Session";
-  for (const id of ["prompt", "delivery", "send"]) $(id).disabled = true;
+  for (const id of ["prompt", "delivery", "send", "compact"]) $(id).disabled = true;
   history.replaceState(null, "", location.pathname + location.search);
   markCurrent();
 }
@@ -173,6 +177,10 @@ async function openSession(sessionId) {
     /** extensionId -> { status, commands } from `GET /extensions`, then `{value, history}` as observed. */
     extensions: new Map(),
     entries: null,
+    /** Set by a `branch` frame until the next `message` frame: its `< i/n >` is only in a read. */
+    branchMoved: false,
+    /** While the composer resends an edited message: `{after}` (setEditing). */
+    editing: null,
   };
   view.entries = createClientEntryHost({
     entries: CLIENT_ENTRIES.map((c) => c.entry),
@@ -186,7 +194,7 @@ async function openSession(sessionId) {
   page.view = view;
   $("session-title").textContent = sessionId;
   history.replaceState(null, "", `#session=${encodeURIComponent(sessionId)}`);
-  for (const id of ["prompt", "delivery", "send"]) $(id).disabled = false;
+  for (const id of ["prompt", "delivery", "send", "compact"]) $(id).disabled = false;
   markCurrent();
   say(null);
   showUnsure(view);
@@ -215,8 +223,19 @@ async function watchLoop(view) {
       recover(); // connected again: settle what is uncertain
       for await (const event of watch) {
         if (event.event === "snapshot") renderSnapshot(view, event.data);
-        else if (event.event === "frame") applyFrame(view, event.data);
-        else if (event.event === "runtime-error") {
+        else if (event.event === "frame") {
+          applyFrame(view, event.data);
+          // The selected branch changed: what the page shows past its entry
+          // is another branch. Read it again (the frames after wait meanwhile);
+          // and once more after its next message, whose `< i/n >` (a first
+          // message of a branch, such as a regenerated answer) only a read
+          // carries.
+          const { type } = event.data;
+          if (type === "branch" || (type === "message" && view.branchMoved)) {
+            view.branchMoved = type === "branch";
+            await reread(view);
+          }
+        } else if (event.event === "runtime-error") {
           const retry = event.data.retryInMs !== undefined ? ` (retrying in ${Math.round(event.data.retryInMs / 1000)} s)` : "";
           say(`The model call failed: ${event.data.diagnostic}${retry}`);
         }
@@ -256,6 +275,15 @@ function renderSnapshot(view, read) {
   scrollToEnd();
 }
 
+async function reread(view) {
+  try {
+    const read = await view.session.read({ limit: MESSAGES_PAGE, signal: view.stop.signal });
+    if (page.view === view) renderSnapshot(view, read);
+  } catch (error) {
+    if (page.view === view && !view.stop.signal.aborted) say(`Could not read the Session again: ${explain(error)}`);
+  }
+}
+
 function applyFrame(view, frame) {
   switch (frame.type) {
     case "message":
@@ -276,7 +304,10 @@ function applyFrame(view, frame) {
     case "settled": {
       const { settlement } = frame;
       view.settlements.set(settlement.commandId, settlement);
-      badge(view, settlement.commandId);
+      // A regenerate or a compaction has no prompt of its own to carry the badge.
+      if (!badge(view, settlement.commandId) && settlement.terminal !== "completed" && settlement.terminal !== "cancelled") {
+        say(`${settlement.terminal}${settlement.diagnostic ? `: ${settlement.diagnostic}` : ""}`);
+      }
       if (view.live.commandId === settlement.commandId) showLive(view, null, "");
       endTools(`[data-command-id="${CSS.escape(settlement.commandId)}"]`);
       refreshQueue(view);
@@ -361,18 +392,25 @@ function renderQueue(view, read) {
   if (read.running) {
     const stop = el("button", { type: "button", className: "danger", textContent: "Stop" });
     stop.addEventListener("click", () => cancel(view, read.running.commandId));
-    list.append(el("li", { className: "running" }, el("span", { className: "text", textContent: `Running: ${read.running.text}` }), stop));
+    list.append(el("li", { className: "running" }, el("span", { className: "text", textContent: `Running: ${workLabel(read.running)}` }), stop));
   }
   for (const item of read.pending) {
     const button = el("button", { type: "button", textContent: "Cancel" });
     button.setAttribute("aria-label", `Cancel queued prompt ${item.position}`);
     button.addEventListener("click", () => cancel(view, item.commandId));
-    const label = `${item.delivery === "steer" ? "Steer" : "Queued"} #${item.position}: ${item.text}`;
+    const label = `${item.delivery === "steer" ? "Steer" : "Queued"} #${item.position}${item.after !== undefined ? " (edit)" : ""}: ${workLabel(item)}`;
     list.append(el("li", { className: "queued" }, el("span", { className: "text", textContent: label }), button));
   }
   const busy = read.running !== null || read.pending.length > 0;
   $("state").textContent = read.running ? "Running…" : read.pending.length > 0 ? "Queued" : "Idle";
   $("abort").hidden = !busy;
+}
+
+/** What a queued or running command does: its prompt's text, else a regenerate or a compaction. */
+function workLabel(item) {
+  if (item.type === "compact") return item.text ? `compaction (${item.text})` : "compaction";
+  if (item.retry !== undefined || (item.text === "" && item.images === undefined)) return "regenerate an answer";
+  return item.text || `${item.images.length} image(s)`;
 }
 
 async function cancel(view, commandId) {
@@ -390,11 +428,15 @@ async function cancel(view, commandId) {
 
 function appendMessage(view, message, { before = null } = {}) {
   if (view.messages.has(message.entryId)) return;
-  const item = renderMessage(message);
-  // A read's messages carry their Session position; a live message frame is
-  // the next one after the newest the page has.
+  const item = renderMessage(view, message);
+  // A read's messages carry their Session position and parent; a live
+  // message frame is the next one after the newest the page has, on the
+  // branch it shows (after the last message, or first of all).
   const sequence = message.sequence ?? view.newest + 1;
   item.dataset.sequence = String(sequence);
+  let parent = message.parentEntryId;
+  if (parent === undefined && before === null) parent = lastMessage()?.dataset.entryId ?? (view.cursor === null ? null : undefined);
+  if (parent !== undefined) item.dataset.parent = parent ?? "";
   view.newest = Math.max(view.newest, sequence);
   view.messages.set(message.entryId, item);
   $("messages").insertBefore(item, before);
@@ -402,11 +444,21 @@ function appendMessage(view, message, { before = null } = {}) {
   if (before === null) renderCells(view);
 }
 
-function renderMessage(message) {
+function lastMessage() {
+  const rows = $("messages").querySelectorAll(":scope > li.message");
+  return rows[rows.length - 1];
+}
+
+/** A message's row; `actions`: with Edit, Regenerate and its `< i/n >` (not inside a compaction's list). */
+function renderMessage(view, message, { actions = true } = {}) {
   const who = message.role === "tool" ? `tool · ${message.toolName ?? ""}` : message.role;
   const item = el("li", { className: `message ${message.role}` }, el("span", { className: "who", textContent: who }));
   item.dataset.entryId = message.entryId;
   if (message.commandId) item.dataset.commandId = message.commandId;
+  if (message.role === "compaction") {
+    item.append(compactionDetails(view, message));
+    return item;
+  }
   if (message.text) item.append(el("div", { className: "text", textContent: message.text }));
   if (message.toolCalls?.length) {
     item.append(el("ul", { className: "calls" }, ...message.toolCalls.map((call) => el("li", { textContent: `${call.name}(${summary(call.arguments)})` }))));
@@ -417,7 +469,116 @@ function renderMessage(message) {
       item.append(el("details", {}, el("summary", { textContent: "data" }), el("pre", { textContent: JSON.stringify(message.data, null, 2) })));
     }
   }
+  if (actions) {
+    const row = el("div", { className: "actions" });
+    if (message.branch) row.append(branchNav(view, message));
+    if (message.role === "user") row.append(action("Edit", "Edit this message and send it as a new branch", () => startEdit(view, item, message)));
+    if (message.role === "assistant" && !message.toolCalls?.length) row.append(action("Regenerate", "Generate this answer again, beside this one", () => regenerate(view, item)));
+    if (row.childElementCount > 0) item.append(row);
+  }
   return item;
+}
+
+function action(label, title, run) {
+  const button = el("button", { type: "button", className: "quiet", textContent: label, title });
+  button.addEventListener("click", run);
+  return button;
+}
+
+// ---- branches: edit and resend, regenerate, `< i/n >` ----
+
+/** `< i/n >`: the message's place among its parent's children; the arrows select a sibling. */
+function branchNav(view, message) {
+  const { index, count } = message.branch;
+  const go = (to, label) => {
+    const button = el("button", { type: "button", className: "quiet", textContent: to < index ? "<" : ">", disabled: to < 1 || to > count });
+    button.setAttribute("aria-label", label);
+    button.addEventListener("click", () => switchBranch(view, message.parentEntryId, to));
+    return button;
+  };
+  return el("span", { className: "branch-nav" }, go(index - 1, "Previous branch"), el("span", { className: "branch-at", textContent: `${index}/${count}` }), go(index + 1, "Next branch"));
+}
+
+// Selects the `index`-th child of `parent` (null: the Session's start); the
+// `branch` frame that follows re-reads the Session.
+async function switchBranch(view, parent, index) {
+  let sibling;
+  try {
+    let cursor = null;
+    do {
+      const page = await view.session.branches(parent ?? "", { limit: BRANCHES_PAGE, cursor });
+      sibling = page.children.find((child) => child.branch?.index === index);
+      cursor = page.cursor;
+    } while (sibling === undefined && cursor !== null);
+  } catch (error) {
+    // `entryId` names no parent for a Session's first messages.
+    const start = parent === null && error instanceof ShiitakeError && error.code === "invalid_query";
+    say(start ? "This service cannot list a Session's first messages (its branches route needs an entry), so the page cannot switch between them." : `Could not list the branches: ${explain(error)}`);
+    return;
+  }
+  if (sibling === undefined) return say("That branch is not there any more.");
+  await dispatch(view, { kind: "select", entryId: sibling.entryId, text: clip(sibling.text) }, (requestId) => view.session.select(sibling.entryId, { requestId }));
+}
+
+// The composer takes the message's text; Send starts a new branch after the
+// message's parent (`after: ""`: a new first message).
+function startEdit(view, item, message) {
+  if (item.dataset.parent === undefined) return say("Load older messages first: this message's place is not known yet.");
+  $("prompt").value = message.text;
+  setEditing({ after: item.dataset.parent });
+  $("prompt").focus();
+}
+
+/** The composer's edit state: `{after}` while Send resends an edited message, else null. */
+function setEditing(editing) {
+  if (page.view) page.view.editing = editing;
+  $("editing").hidden = editing === null;
+  $("delivery").disabled = editing !== null || !page.view;
+  if (editing !== null) $("delivery").value = "followUp"; // an edit never steers
+}
+
+// Regenerates an answer: `retry` of the prompt it answers, the nearest user
+// message above it on the branch.
+async function regenerate(view, item) {
+  let prompt = item.previousElementSibling;
+  while (prompt !== null && !prompt.matches("li.message.user")) prompt = prompt.previousElementSibling;
+  if (prompt === null) return say("Load older messages first: the prompt this answers is not loaded.");
+  const entryId = prompt.dataset.entryId;
+  await dispatch(view, { kind: "retry", entryId, text: clip(prompt.querySelector(".text")?.textContent ?? "") }, (requestId) => view.session.retry(entryId, { requestId }));
+}
+
+// ---- compaction markers ----
+
+// "N messages summarised", opening to the summary and the messages it
+// stands for (read when first opened: they stay in the Session, older than
+// the marker).
+function compactionDetails(view, message) {
+  const n = message.compacted?.messages ?? 0;
+  const list = el("ol", { className: "compacted" });
+  list.setAttribute("aria-label", "Summarised messages");
+  const details = el(
+    "details",
+    {},
+    el("summary", { textContent: `${n} message${n === 1 ? "" : "s"} summarised` }),
+    message.instructions ? el("p", { className: "instructions", textContent: `Instructions: ${message.instructions}` }) : null,
+    el("div", { className: "text", textContent: message.text }),
+    list,
+  );
+  let loaded = false;
+  details.addEventListener("toggle", async () => {
+    if (!details.open || loaded) return;
+    loaded = true;
+    list.replaceChildren(el("li", { className: "state", textContent: "Loading the summarised messages…" }));
+    try {
+      const { messages, complete } = await readCompacted(view.session, message, { signal: view.stop.signal });
+      list.replaceChildren(...messages.map((m) => renderMessage(view, m, { actions: false })));
+      if (!complete) list.append(el("li", { className: "state", textContent: "Older ones are further back than this page reads." }));
+    } catch (error) {
+      loaded = false;
+      list.replaceChildren(el("li", { className: "error", textContent: `Could not read them: ${explain(error)}` }));
+    }
+  });
+  return details;
 }
 
 function summary(value) {
@@ -428,14 +589,17 @@ function clip(text) {
   return text.length > SUMMARY_CHARS_MAX ? `${text.slice(0, SUMMARY_CHARS_MAX - 1)}…` : text;
 }
 
+/** Shows a command's settlement on its prompt; whether the page shows that prompt. */
 function badge(view, commandId) {
   const settlement = view.settlements.get(commandId);
-  if (!settlement) return;
-  for (const item of $("messages").querySelectorAll(`li.user[data-command-id="${CSS.escape(commandId)}"]`)) {
+  if (!settlement) return false;
+  const prompts = $("messages").querySelectorAll(`li.user[data-command-id="${CSS.escape(commandId)}"]`);
+  for (const item of prompts) {
     item.querySelector(".settlement")?.remove();
     const why = settlement.diagnostic ? `: ${settlement.diagnostic}` : "";
     item.append(el("span", { className: `settlement ${settlement.terminal}`, textContent: `${settlement.terminal}${why}` }));
   }
+  return prompts.length > 0;
 }
 
 // The settlement of each prompt on a page, read a few at a time.
@@ -481,39 +645,54 @@ function scrollToEnd() {
 // A send is kept (requestId, exact text) from before its request leaves
 // until its answer comes; if none comes, until the Session says what became
 // of it (below). The composer is emptied at once, so the text is never both
-// a draft and maybe sent.
+// a draft and maybe sent. An edit is a prompt with `after`.
 async function send(event) {
   event.preventDefault();
   const view = page.view;
   const text = $("prompt").value.trim();
-  if (!view || text === "") return;
-  if (unsure.list().length >= UNSURE_MAX) {
-    say(`${UNSURE_MAX} sends are still unconfirmed; this one stays here until the service answers.`);
-    return;
-  }
-  const sent = { agent: page.agent, sessionId: view.sessionId, requestId: crypto.randomUUID(), text, delivery: $("delivery").value };
+  if (!view || text === "" || full("this one stays here until the service answers")) return;
+  const fields = { kind: "prompt", text, delivery: $("delivery").value, ...(view.editing ? { after: view.editing.after } : {}) };
+  $("prompt").value = "";
+  setEditing(null);
+  $("delivery").value = "followUp";
+  await dispatch(view, fields, (requestId) => view.session.prompt(text, { requestId, delivery: fields.delivery, after: fields.after }));
+  $("prompt").focus();
+}
+
+/** Whether UNSURE_MAX sends wait for their outcome (then says so, and `then`). */
+function full(then) {
+  if (unsure.list().length < UNSURE_MAX) return false;
+  say(`${UNSURE_MAX} sends are still unconfirmed; ${then}.`);
+  return true;
+}
+
+// Sends one command (`fields.kind`: prompt, retry, select, compact) under a
+// new requestId (`call(requestId)` sends it), kept as uncertain until its
+// answer comes; a refusal is said, and a missing answer left to recovery.
+async function dispatch(view, fields, call) {
+  if (full("try again once the service answers")) return;
+  const sent = { agent: page.agent, sessionId: view.sessionId, requestId: crypto.randomUUID(), ...fields };
   unsure.add(sent);
   unsure.inFlight.add(sent.requestId);
-  $("prompt").value = "";
-  $("delivery").value = "followUp";
   showUnsure(view);
   try {
-    await view.session.prompt(text, { requestId: sent.requestId, delivery: sent.delivery });
+    await call(sent.requestId);
     unsure.drop(sent.requestId);
     say(null);
   } catch (error) {
     // A refusal admitted nothing; no answer (a dropped connection, a 5xx)
     // leaves it to recovery.
     if (!isUncertain(error) && unsure.drop(sent.requestId)) {
-      restoreDraft(sent);
-      say(`Not sent: ${explain(error)}`);
+      if (kindOf(sent) === "prompt") {
+        restoreDraft(sent);
+        say(`Not sent: ${explain(error)}`);
+      } else say(`Could not ${VERBS[sent.kind]}: ${explain(error)}`);
     } else if (unsure.has(sent.requestId)) {
-      say(`No answer to the send (${explain(error)}); asking the Session whether it arrived…`);
+      say(`No answer to the ${NOUNS[kindOf(sent)]} (${explain(error)}); asking the Session whether it arrived…`);
     }
   } finally {
     unsure.inFlight.delete(sent.requestId);
     if (page.view === view) showUnsure(view);
-    $("prompt").focus();
     recover();
   }
 }
@@ -528,11 +707,33 @@ async function send(event) {
 // new send with a new requestId); a watch frame or read that carries the
 // requestId settles it too. A failed withdraw is retried with the watch's
 // backoff, and at once when the watch reconnects or the browser is online.
+// Regenerates, branch switches and compactions are kept alike; one that
+// never arrived is said so (nothing goes back to the composer), and doing
+// it again is a new request.
+
+/** A kept send's kind (sends kept before kinds existed are prompts). */
+const kindOf = (sent) => sent.kind ?? "prompt";
+const NOUNS = { prompt: "prompt", retry: "regenerate request", select: "branch switch", compact: "compaction request" };
+const VERBS = { retry: "regenerate", select: "switch branches", compact: "compact" };
+
+/** What the page shows of a kept send. */
+function sentLabel(sent) {
+  switch (kindOf(sent)) {
+    case "retry":
+      return `regenerate the answer to: ${sent.text}`;
+    case "select":
+      return `switch to the branch of: ${sent.text}`;
+    case "compact":
+      return "compact the conversation";
+    default:
+      return sent.text;
+  }
+}
 
 const unsure = {
   /** requestIds whose request is still awaiting its answer in this page. */
   inFlight: new Set(),
-  /** Every kept send `{agent, sessionId, requestId, text, delivery, fenced?}`, oldest first. */
+  /** Every kept send `{agent, sessionId, requestId, kind?, text, delivery?, after?, entryId?, fenced?}`, oldest first. */
   list() {
     try {
       const list = JSON.parse(sessionStorage.getItem(UNSURE_KEY) ?? "[]");
@@ -579,7 +780,7 @@ function showUnsure(view) {
   $("unsure").replaceChildren(
     ...mine.map((s) => {
       const state = unsure.inFlight.has(s.requestId) ? "Sending" : "Not confirmed yet, checking";
-      const item = el("li", { className: "unsure" }, el("span", { className: "text", textContent: `${state}: ${s.text}` }));
+      const item = el("li", { className: "unsure" }, el("span", { className: "text", textContent: `${state}: ${sentLabel(s)}` }));
       item.dataset.requestId = s.requestId;
       return item;
     }),
@@ -590,7 +791,9 @@ function restoreDraft(sent) {
   const box = $("prompt");
   // Whatever was typed since stays, the restored text after it.
   box.value = box.value.trim() === "" ? sent.text : `${box.value}\n\n${sent.text}`;
-  $("delivery").value = sent.delivery;
+  // An edit is still one: Send resends it after the same entry.
+  if (sent.after !== undefined) setEditing({ after: sent.after });
+  else $("delivery").value = sent.delivery;
 }
 
 // Settles the uncertain sends of `view`'s Session that `items` (messages,
@@ -609,19 +812,22 @@ function reconcile(view, items) {
 function settle(sent, outcome) {
   if (!unsure.has(sent.requestId)) return; // settled already (the watch and withdraw both told)
   const open = page.view?.sessionId === sent.sessionId && sent.agent === page.agent;
+  const prompt = kindOf(sent) === "prompt";
   if (outcome.status === "accepted") {
     unsure.drop(sent.requestId);
     // (While its request is in flight, its answer is what the user sees.)
-    if (open && !unsure.inFlight.has(sent.requestId)) say(`Sent: the Session has your prompt (${outcome.commandId}).`);
-  } else if (outcome.status === "unknown" && !open) {
+    if (open && !unsure.inFlight.has(sent.requestId)) say(`Sent: the Session has your ${NOUNS[kindOf(sent)]} (${outcome.commandId}).`);
+  } else if (outcome.status === "unknown" && !open && prompt) {
     unsure.update({ ...sent, fenced: true });
   } else {
     unsure.drop(sent.requestId);
-    if (outcome.status === "unknown") {
+    if (outcome.status === "unknown" && prompt) {
       restoreDraft(sent);
       say("Not sent: the Session never received it; it is back in the composer.");
+    } else if (outcome.status === "unknown") {
+      if (open) say(`Not done: the Session never received the ${NOUNS[kindOf(sent)]}; do it again if you still want it.`);
     } else {
-      say(`Not sent (Session ${sent.sessionId} no longer exists): ${sent.text}`);
+      say(`Not sent (Session ${sent.sessionId} no longer exists): ${sentLabel(sent)}`);
     }
   }
   if (page.view) showUnsure(page.view);
@@ -840,6 +1046,14 @@ async function start() {
     refreshQueue(view);
   });
   $("composer").addEventListener("submit", send);
+  $("cancel-edit").addEventListener("click", () => {
+    setEditing(null);
+    $("prompt").value = "";
+  });
+  $("compact").addEventListener("click", async () => {
+    const view = page.view;
+    if (view) await dispatch(view, { kind: "compact", text: "" }, (requestId) => view.session.compact({ requestId }));
+  });
   window.addEventListener("online", () => recover());
   $("prompt").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {

@@ -6,7 +6,10 @@
 // checked after it exits: no raw mode left behind); `--prompt` runs as a
 // child process whose stdout and exit status are checked. A prompt whose
 // answer is lost (tests/support/lossy-proxy.mjs between the client and the
-// service) is recovered with withdraw, never sent twice.
+// service) is recovered with withdraw, never sent twice. Branches: /edit,
+// /branches, /select, /retry, /history with the context the scripted model
+// server got; /compact and /summary (skipped, saying why, where the service
+// has no `compact` command).
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -381,6 +384,137 @@ test("errors: a bad flag exits 2; an unreachable service, a wrong token, an unkn
   assert.equal(unknown.stdout, "");
 });
 
+// ---- branches and compaction (docs/http.md "Branches", "Compaction") ----
+
+/** `role:text` of each message a model request carried (the instructions left out). */
+const seen = (record) => record.body.messages.filter((m) => m.role !== "system").map((m) => `${m.role}:${typeof m.content === "string" ? m.content : m.content.map((p) => p.text ?? "").join("")}`);
+
+test("remote chat: /edit resends a message on a new branch (<2/2>), /branches and /select go back to the old one, /retry answers again beside the old answer", T, async () => {
+  const tag = uniq("branch");
+  const t = esc(tag);
+  const agent = `cli-${uniq("a").slice(1, -1)}`;
+  const c = chat("branches", remote(agent));
+  try {
+    const sessionId = /session (ses_\w+) \(new\)/.exec(await c.waitFor(/session ses_\w+ \(new\)/))[1];
+    c.line(`one ${tag}`);
+    await c.waitFor(new RegExp(`Echo: one ${t}\\n\\[completed\\]`));
+    c.line(`two ${tag}`);
+    await c.waitFor(new RegExp(`Echo: two ${t}\\n\\[completed\\]`));
+
+    // /edit: the newest user message comes to the input line.
+    c.line("/edit");
+    await c.waitFor(new RegExp(`\\[editing #3\\] Enter sends it as a new branch in its place; an empty line drops the edit\\n> two ${t}\\s*$`));
+    c.keys("C-u");
+    c.line(`two, edited ${tag}`);
+    await c.waitFor(new RegExp(`\\[branch\\] the Session is on another branch; its newest messages:\\n#1 \\[user\\] one ${t}\\n#2 \\[assistant\\] Echo: one ${t}\\n#5 \\[user\\] two, edited ${t} <2/2>\\n`));
+    await c.waitFor(new RegExp(`Echo: two, edited ${t}\\n\\[completed\\]`));
+    assert.deepEqual(seen(model.requests(`two, edited ${tag}`).at(-1)), [`user:one ${tag}`, `assistant:Echo: one ${tag}`, `user:two, edited ${tag}`]);
+
+    c.keys("C-l");
+    c.line("/branches");
+    await c.waitFor(new RegExp(`alternatives to #5 \\(2\\):\\n  1\\. #3 \\[user\\] two ${t} <1/2>\\n\\* 2\\. #5 \\[user\\] two, edited ${t} <2/2>\\n`));
+    c.line("/select 1");
+    await c.waitFor(new RegExp(`> /select 1\\n[\\s\\S]*\\[branch\\] the Session is on another branch; its newest messages:\\n#1 \\[user\\] one ${t}\\n#2 \\[assistant\\] Echo: one ${t}\\n#3 \\[user\\] two ${t} <1/2>\\n#4 \\[assistant\\] Echo: two ${t}\\n`));
+    const texts = async () => (await api("GET", `/agents/${agent}/sessions/${sessionId}`)).json.messages.map((m) => m.text);
+    assert.deepEqual(await texts(), [`one ${tag}`, `Echo: one ${tag}`, `two ${tag}`, `Echo: two ${tag}`]);
+
+    // /retry: a new answer to #3, streamed, then its place among the answers.
+    c.keys("C-l");
+    model.scriptFor(`two ${tag}`, { chunks: ["another ", "answer ", "to it"], chunkDelayMs: 100 });
+    c.line("/retry");
+    await c.waitFor(new RegExp(`> /retry\\n[\\s\\S]*\\[branch\\] the Session is on another branch; its newest messages:\\n#1 \\[user\\] one ${t}\\n#2 \\[assistant\\] Echo: one ${t}\\n#3 \\[user\\] two ${t} <1/2>\\n`));
+    await c.waitFor(/another answer to it\n\[branch 2\/2\] #7 is one of 2: \/branches #7 lists them\n\[completed\]/);
+    assert.deepEqual(seen(model.requests(`two ${tag}`).at(-1)), [`user:one ${tag}`, `assistant:Echo: one ${tag}`, `user:two ${tag}`]);
+    assert.deepEqual(await texts(), [`one ${tag}`, `Echo: one ${tag}`, `two ${tag}`, "another answer to it"]);
+    c.keys("C-l");
+    c.line("/history 3");
+    await c.waitFor(new RegExp(`\\(older messages: /history with a larger n\\)\\n#2 \\[assistant\\] Echo: one ${t}\\n#3 \\[user\\] two ${t} <1/2>\\n#7 \\[assistant\\] another answer to it <2/2>\\n`));
+    c.line("/select 9");
+    await c.waitFor(/usage: \/select <k>, k a number of the last \/branches list/);
+    c.line("/quit");
+    assert.equal(await c.exitStatus(), 0);
+  } finally {
+    c.close();
+  }
+});
+
+test("lines piped in: /retry and /edit settle like prompts before the next line, and the output ends with the last settlement", T, async () => {
+  const tag = uniq("piped");
+  const t = esc(tag);
+  // The answers take a moment, so the branch's listing is read before them.
+  model.scriptFor(`first ${tag}`, {}, { chunks: ["again ", "then"], chunkDelayMs: 150 });
+  model.scriptFor(`changed ${tag}`, { chunks: ["changed ", "answer"], chunkDelayMs: 150 });
+  const r = await once(remote(), { input: `first ${tag}\n/retry\n/edit #1 changed ${tag}\n` });
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(
+    r.stdout,
+    new RegExp(
+      `Echo: first ${t}\\n\\[completed\\]\\n\\[branch\\] [^\\n]*\\n#1 \\[user\\] first ${t}\\nagain then\\n\\[branch 2/2\\] #3 is one of 2: /branches #3 lists them\\n\\[completed\\]\\n` +
+        `\\[branch\\] [^\\n]*\\n#4 \\[user\\] changed ${t} <2/2>\\nchanged answer\\n\\[completed\\]\\n$`,
+    ),
+  );
+  assert.equal(model.requests(`first ${tag}`).length, 2, "the first answer and one regenerate");
+});
+
+test("piped lines: a branch change read after its turn already answered lists the answer once (its streamed tokens are not printed again)", T, async () => {
+  const proxy = await startLossyProxy(origin);
+  try {
+    const tag = uniq("late-read");
+    const t = esc(tag);
+    const agent = `cli-${uniq("a").slice(1, -1)}`;
+    model.scriptFor(`first ${tag}`, {}, { chunks: ["again ", "then"], chunkDelayMs: 50 });
+    // The read the `branch` frame makes (the newest 6 messages) goes on only
+    // once the regenerated answer is stored: it holds what the frames after
+    // the `branch` frame bring.
+    let sessionId;
+    proxy.hold = (r) => {
+      if (!(r.method === "GET" && /\/sessions\/ses_\w+\?limit=6$/.test(r.path))) return undefined;
+      sessionId = /ses_\w+/.exec(r.path)[0];
+      return (async () => {
+        while ((await api("GET", `/agents/${agent}/sessions/${sessionId}`)).json.messages.at(-1).text !== "again then") await sleep(50);
+      })();
+    };
+    const r = await once(["--url", proxy.url, "--token", TOKEN, "--agent", agent], { input: `first ${tag}\n/retry\n` });
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, new RegExp(`\\[completed\\]\\n\\[branch\\] [^\\n]*\\n#1 \\[user\\] first ${t}\\n#3 \\[assistant\\] again then <2/2>\\n\\[completed\\]\\n$`));
+  } finally {
+    await proxy.close();
+  }
+});
+
+/** Whether the service has the `compact` command (the compaction server side, issue 35 item 3). */
+async function compactSupported() {
+  const agent = `cli-${uniq("probe").slice(1, -1)}`;
+  const { json } = await api("POST", `/agents/${agent}/sessions`, {});
+  return (await api("POST", `/agents/${agent}/sessions/${json.sessionId}/commands`, { type: "compact", requestId: "probe" })).status === 200;
+}
+const NO_COMPACT = "the service has no `compact` command: the compaction server side (docs/http.md \"Compaction\") is not in this build";
+
+test("remote chat: /compact shows a marker 'N messages summarised'; /summary opens it to the summary and the messages it stands for [needs the compaction server side]", T, async (tc) => {
+  if (!(await compactSupported())) return tc.skip(NO_COMPACT);
+  const tag = uniq("compact");
+  const t = esc(tag);
+  const c = chat("compact", remote());
+  try {
+    await c.waitFor(/session ses_\w+ \(new\)/);
+    c.line(`one ${tag}`);
+    await c.waitFor(new RegExp(`Echo: one ${t}\\n\\[completed\\]`));
+    c.line(`two ${tag}`);
+    await c.waitFor(new RegExp(`Echo: two ${t}\\n\\[completed\\]`));
+    model.scriptFor(tag, { text: `the summary ${tag}` });
+    c.line("/compact keep the numbers");
+    await c.waitFor(/\[compaction\] 4 messages summarised; \/summary shows them\n\[completed\]/);
+    assert.match(JSON.stringify(model.requests(tag).at(-1).body), /keep the numbers/);
+    c.keys("C-l");
+    c.line("/summary");
+    await c.waitFor(new RegExp(`\\[summary\\] #5 stands for 4 messages \\(command\\):\\n  the summary ${t}\\n\\[summarised\\]\\n  #1 \\[user\\] one ${t}\\n  #2 \\[assistant\\] Echo: one ${t}\\n  #3 \\[user\\] two ${t}\\n  #4 \\[assistant\\] Echo: two ${t}\\n`));
+    c.line("/quit");
+    assert.equal(await c.exitStatus(), 0);
+  } finally {
+    c.close();
+  }
+});
+
 // ---- uncertain sends (seed "Recover an uncertain send") ----
 
 const isPrompt = (r, tag) => r.method === "POST" && r.path.endsWith("/commands") && r.body.includes(tag);
@@ -557,6 +691,48 @@ test("remote chat: at most 8 prompts wait for their outcome; a ninth is refused 
     c.keys("C-u"); // a restored prompt is on the input line
     c.line("/quit");
     assert.equal(await c.exitStatus(), 0, "nothing left unconfirmed");
+  } finally {
+    c.close();
+    await proxy.close();
+  }
+});
+
+test("remote chat: a /retry whose answer is lost, then the service unreachable, is kept and recovered by withdraw ([sent]), never sent again: one new answer", T, async () => {
+  const proxy = await startLossyProxy(origin);
+  const agent = `cli-${uniq("a").slice(1, -1)}`;
+  const tag = uniq("lost-retry");
+  let down = false;
+  proxy.lose = (r) => {
+    if (down && r.path.startsWith("/agents/")) return "request";
+    if (!(r.method === "POST" && r.path.endsWith("/commands") && r.body.includes('"type":"retry"'))) return undefined;
+    // The retry commits and its answer is lost; then the service is out of
+    // reach (the watch cut too), so only withdraw can tell.
+    down = true;
+    proxy.cut(r.socket);
+    return "answer";
+  };
+  const c = chat("lost-retry", ["--url", proxy.url, "--token", TOKEN, "--agent", agent]);
+  try {
+    const sessionId = /session (ses_\w+) \(new\)/.exec(await c.waitFor(/session ses_\w+ \(new\)/))[1];
+    c.line(`ask ${tag}`);
+    await c.waitFor(new RegExp(`Echo: ask ${esc(tag)}\\n\\[completed\\]`));
+    model.scriptFor(`ask ${tag}`, { text: `again ${tag}` });
+    c.line("/retry");
+    await c.waitFor(/\[unconfirmed\] regenerate the answer to #1 \(no answer: /);
+    const deadline = Date.now() + 10_000;
+    while (proxy.lost.filter((l) => l.path.endsWith("/withdraw")).length < 1) {
+      assert.ok(Date.now() < deadline, "withdraw was not tried");
+      await sleep(50);
+    }
+    down = false;
+    await c.waitFor(/\[sent\] regenerate the answer to #1 \(cmd_\w+\)/);
+    assert.ok(proxy.seen.some((r) => r.path.endsWith("/withdraw") && r.status === 200), "settled by withdraw");
+    await copies(agent, sessionId, ""); // idle
+    assert.equal(model.requests(`ask ${tag}`).length, 2, "the first answer and one regenerate");
+    const [user] = (await api("GET", `/agents/${agent}/sessions/${sessionId}`)).json.messages;
+    assert.equal((await api("GET", `/agents/${agent}/sessions/${sessionId}/branches?entryId=${user.entryId}`)).json.count, 2, "two answers, not three");
+    c.line("/quit");
+    assert.equal(await c.exitStatus(), 0);
   } finally {
     c.close();
     await proxy.close();

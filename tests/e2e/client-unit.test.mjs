@@ -15,6 +15,7 @@ import {
   bindSessionExtension,
   createShiitakeClient,
   isUncertain,
+  readCompacted,
 } from "../../js/client.mjs";
 
 const enc = new TextEncoder();
@@ -288,6 +289,35 @@ test("isUncertain: a send with no answer, a 5xx or an unusable answer may have b
     assert.equal(isUncertain(error), true, what);
   }
   for (const code of [400, 401, 404, 409, 413, 429]) assert.equal(isUncertain(await status(code)), false, String(code));
+});
+
+test("readCompacted: the messages a compaction stands for, oldest first, paged back from before the entry (or from the tip); bounded; not for other entries", async () => {
+  // A branch of 450 messages at positions 1..450; the read route's paging:
+  // the newest `limit` before `before`, oldest first, the cursor the oldest's position.
+  const branch = Array.from({ length: 450 }, (_, i) => ({ sequence: i + 1, entryId: `e${i + 1}`, role: "user", text: `m${i + 1}` }));
+  const f = fakeFetch((url) => {
+    const q = new URL(url).searchParams;
+    const before = Number(q.get("before") ?? Infinity);
+    const older = branch.filter((m) => m.sequence < before);
+    const messages = older.slice(-Number(q.get("limit")));
+    return json(200, { sessionId: "s", messages, pending: [], running: null, cursor: older.length > messages.length ? String(messages[0].sequence) : null });
+  });
+  const session = createShiitakeClient({ baseUrl: BASE, fetch: f }).session("s");
+  const marker = { sequence: 440, entryId: "c", role: "compaction", text: "sum", compacted: { from: "e100", through: "e438", messages: 339, trigger: "command" } };
+  const all = await readCompacted(session, marker);
+  assert.equal(all.complete, true);
+  assert.deepEqual(all.messages.map((m) => m.sequence), Array.from({ length: 339 }, (_, i) => i + 100));
+  assert.deepEqual(f.calls.map((c) => new URL(c.url).search), ["?before=440&limit=200", "?before=240&limit=200"]);
+  // From a `message` frame (no sequence): from the branch's newest page.
+  f.calls.length = 0;
+  const { sequence, ...framed } = marker;
+  assert.deepEqual((await readCompacted(session, framed)).messages.length, 339);
+  assert.deepEqual(f.calls.map((c) => new URL(c.url).search), ["?limit=200", "?before=251&limit=200"]);
+  // Bounded: what one page holds, said incomplete.
+  const part = await readCompacted(session, marker, { maxPages: 1 });
+  assert.equal(part.complete, false);
+  assert.deepEqual([part.messages[0].sequence, part.messages.at(-1).sequence], [240, 438]);
+  await assert.rejects(readCompacted(session, branch[0]), /not a compaction entry/);
 });
 
 test("errors: network failures propagate unchanged; an aborted call rejects with the signal's reason; a huge answer is refused", async () => {

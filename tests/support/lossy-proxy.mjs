@@ -2,7 +2,8 @@
 // tells it to (tests/e2e/chat-page.test.mjs, chat-cli.test.mjs): a request
 // dropped before it reaches the service (the client's connection is cut at
 // once), or an answer dropped after the service gave it (the request was
-// served and committed; the client's connection is cut instead of answered).
+// served and committed; the client's connection is cut instead of answered);
+// or a request held back until the test lets it go (a slow network).
 // Everything else passes through as it is, streams (the watch) included.
 //
 //   const proxy = await startLossyProxy(origin);
@@ -10,6 +11,7 @@
 //   ... the client talks to proxy.url ...
 //   proxy.lost;  // [{ what, method, path, body, status? }]: what was lost
 //   proxy.seen;  // [{ method, path, status }]: what was answered
+//   proxy.hold = ({ method, path }) => (path.includes("?limit=6") ? released : undefined); // forwarded once `released` settles
 import http from "node:http";
 
 /** Starts a proxy to `target` (an origin) on a loopback port. */
@@ -20,6 +22,8 @@ export async function startLossyProxy(target) {
     url: "",
     /** `({method, path, body, socket}) => "request" | "answer" | undefined`: what to lose of a request. */
     lose: () => undefined,
+    /** `({method, path, body}) => Promise | undefined`: a request is forwarded once the promise settles. */
+    hold: () => undefined,
     lost: [],
     seen: [],
     /** Cuts every open client connection but `keep` (a socket): open watches end. */
@@ -47,6 +51,7 @@ export async function startLossyProxy(target) {
       req.socket.destroy();
       return;
     }
+    await proxy.hold(request);
     const up = http.request({ host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers: req.headers });
     up.on("response", (answer) => {
       if (what === "answer") {
