@@ -802,16 +802,8 @@ async function runChat(o, client, where, unconfirmed) {
       const m = await findOnBranch(view.session, seq, (x) => x.branch !== undefined);
       if (m === null) return screen.line(seq === undefined ? "no message on this branch has alternatives" : `no #${seq} on this branch (/history lists them)`);
       if (m.branch === undefined) return screen.line(`#${m.sequence} has no alternatives`);
-      let list;
-      try {
-        list = await view.session.branches(m.parentEntryId ?? "", { limit: BRANCH_PAGE });
-      } catch (error) {
-        // `entryId` names no parent for a Session's first messages.
-        if (m.parentEntryId === null && error instanceof ShiitakeError && error.code === "invalid_query") {
-          return screen.line("this service cannot list a Session's first messages (its branches route needs an entry)");
-        }
-        throw error;
-      }
+      // `""`: a Session's first messages, the children of its start.
+      const list = await view.session.branches(m.parentEntryId ?? "", { limit: BRANCH_PAGE });
       view.alternatives = list.children;
       screen.line(`alternatives to #${m.sequence} (${list.count}):`);
       for (const [i, c] of list.children.entries()) screen.line(`${c.entryId === m.entryId ? "*" : " "} ${i + 1}. ${numbered(c)}`);

@@ -511,9 +511,7 @@ async function switchBranch(view, parent, index) {
       cursor = page.cursor;
     } while (sibling === undefined && cursor !== null);
   } catch (error) {
-    // `entryId` names no parent for a Session's first messages.
-    const start = parent === null && error instanceof ShiitakeError && error.code === "invalid_query";
-    say(start ? "This service cannot list a Session's first messages (its branches route needs an entry), so the page cannot switch between them." : `Could not list the branches: ${explain(error)}`);
+    say(`Could not list the branches: ${explain(error)}`);
     return;
   }
   if (sibling === undefined) return say("That branch is not there any more.");
