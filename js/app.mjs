@@ -38,6 +38,29 @@ function errorResponse(c, status, code, message, headers) {
   return c.json({ error: { code, message } }, status, headers);
 }
 
+// A refusal before the body is read (an unknown route or method) answers
+// after reading and dropping at most 1 MiB of it: answering mid-upload
+// makes the runtime reset the connection, and the client would see that
+// instead of the 4xx. The largest body a session route reads
+// (src/limits.rs BODY_BYTES_MAX; tests/e2e/limits-sync.test.mjs checks the copy).
+const DRAIN_BYTES_MAX = 1_048_576;
+
+/** Reads and drops the request's unread body, at most `DRAIN_BYTES_MAX` bytes of it (then cancels it). */
+export async function drainBody(request) {
+  if (request.body === null || request.bodyUsed) return;
+  try {
+    const reader = request.body.getReader();
+    for (let read = 0; read <= DRAIN_BYTES_MAX; ) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      read += value.byteLength;
+    }
+    await reader.cancel();
+  } catch {
+    // The sender went away: nothing to answer it.
+  }
+}
+
 /**
  * Adds the session routes to `app`, each forwarded to the stub that
  * `stubOf(c)` answers (an object with `fetch(request)`), or answered by the
@@ -77,15 +100,19 @@ export function mountSessionRoutes(app, stubOf) {
 
   for (const [path, methods] of ROUTES) {
     app.on(methods, path, forward(path.split("/").length - 1));
-    app.all(path, (c) =>
-      errorResponse(c, 405, "method_not_allowed", `${c.req.method} is not allowed here`, {
+    app.all(path, async (c) => {
+      await drainBody(c.req.raw);
+      return errorResponse(c, 405, "method_not_allowed", `${c.req.method} is not allowed here`, {
         allow: methods.join(", "),
-      }),
-    );
+      });
+    });
   }
   // A mounted app's notFound handler is never consulted by the parent, so a
   // catch-all route gives the mount its JSON 404.
-  app.all("*", (c) => errorResponse(c, 404, "not_found", "no such route"));
+  app.all("*", async (c) => {
+    await drainBody(c.req.raw);
+    return errorResponse(c, 404, "not_found", "no such route");
+  });
   return app;
 }
 

@@ -2,6 +2,7 @@
 // `agentId`, its session routes behind a bearer token.
 import { Hono } from "hono";
 import { HTTPException } from "hono/http-exception";
+import { drainBody } from "./app.mjs";
 import { bearerTokenAuth, jsonError as json } from "./bearer.mjs";
 import { ShiitakeDO as Base, shiitakeApp, sqliteWorkspace } from "./index.mjs";
 import { goal } from "../examples/extensions/goal.mjs";
@@ -142,25 +143,8 @@ app.get("/api", (c) =>
 app.use("/agents/*", ...bearerTokenAuth("SHIITAKE_TOKEN"));
 app.route("/agents/:agentId", shiitakeApp({ binding: "SHIITAKE" }));
 
-// An unknown route answers after reading (and dropping) at most 1 MiB of
-// the request body: answering mid-upload makes the runtime reset the
-// connection, and the client would see that instead of the 404. The largest
-// body a session route reads (src/limits.rs BODY_BYTES_MAX;
-// tests/e2e/limits-sync.test.mjs checks the copy).
-const DRAIN_BYTES_MAX = 1_048_576;
-async function drain(request) {
-  if (request.body === null || request.bodyUsed) return;
-  const reader = request.body.getReader();
-  for (let read = 0; read <= DRAIN_BYTES_MAX; ) {
-    const { done, value } = await reader.read();
-    if (done) return;
-    read += value.byteLength;
-  }
-  await reader.cancel();
-}
-
 app.notFound(async (c) => {
-  await drain(c.req.raw).catch(() => {});
+  await drainBody(c.req.raw);
   return json(404, "not_found", "no such route");
 });
 app.onError((error) => {

@@ -26,7 +26,7 @@ const CONSTANTS = [
   ["js/do.mjs", "MCP_RESPONSE_BYTES_MAX", "MCP_RESPONSE_BYTES_MAX"],
   ["js/do.mjs", "JSON_DEPTH_MAX", "JSON_DEPTH_MAX"],
   ["js/execute.mjs", "RESULT_MAX_BYTES", "TOOL_PAYLOAD_BYTES_MAX"],
-  ["js/demo.mjs", "DRAIN_BYTES_MAX", "BODY_BYTES_MAX"],
+  ["js/app.mjs", "DRAIN_BYTES_MAX", "BODY_BYTES_MAX"],
   ["bin/shiitake.mjs", "SETTLEMENT_WAIT_MS", "SETTLEMENT_TIMEOUT_MS_MAX"],
   ["bin/shiitake.mjs", "BRANCH_PAGE", "READ_PAGE_MESSAGES_MAX"],
   ["js/chat/app.mjs", "BRANCHES_PAGE", "READ_PAGE_MESSAGES_MAX"],
