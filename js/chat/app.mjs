@@ -845,17 +845,21 @@ function recover(retry = false) {
   }
   clearTimeout(recovery.timer);
   recovery.running = (async () => {
-    let failed = false;
+    // Sessions whose older send is still unsettled this pass: their newer
+    // ones wait, so texts come back to the composer oldest first even when
+    // the service returns in the middle of a pass.
+    const waiting = new Set();
     for (const sent of unsure.list()) {
       if (sent.agent !== page.agent || sent.fenced || unsure.inFlight.has(sent.requestId) || !page.client || !page.token) continue;
+      if (waiting.has(sent.sessionId)) continue;
       try {
         settle(sent, await page.client.session(sent.sessionId).withdraw(sent.requestId));
       } catch (error) {
         if (error instanceof ShiitakeError && error.code === "session_not_found") settle(sent, { status: "gone" });
-        else failed = true; // kept: retried when connected
+        else waiting.add(sent.sessionId); // kept: retried when connected
       }
     }
-    return failed;
+    return waiting.size > 0;
   })().then((failed) => {
     recovery.running = null;
     if (recovery.again) {
