@@ -15,6 +15,7 @@
 //!   pending or running).
 
 pub mod cancel;
+pub mod compaction;
 mod context;
 pub mod driver;
 pub mod live;
@@ -26,12 +27,13 @@ use crate::error::ApiError;
 use crate::limits::CLAIMS_PER_PASS_MAX;
 use crate::model::{Answer, ModelItem, Usage};
 use crate::session::admission::prompt_input;
-use crate::session::command::Delivery;
+use crate::session::command::{CompactInput, Delivery};
 use crate::settlement::Settlement;
 use crate::sql::atomically;
 use crate::store::{CommandRow, Kind, State, Store, Terminal};
 use crate::transcript::{self, message_body, user_message_body, Message};
 pub(crate) use context::context;
+pub use context::{Range, Summary, Window};
 
 /// One model step to perform: who it is for and what the model sees.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +46,11 @@ pub struct Step {
     /// What the model sees. Empty while `tool_calls` remain: the host
     /// closes them first, and the last outcome answers the context.
     pub context: Vec<ModelItem>,
+    /// What the driver knows of `context` (its summary, estimated size,
+    /// what compacting it would stand for).
+    pub window: Window,
+    /// What the head command runs: a turn or a compaction.
+    pub work: Work,
     /// Calls of an interrupted tool step to close before the model call
     /// (see [`tools`]).
     pub tool_calls: Vec<tools::OpenCall>,
@@ -52,6 +59,35 @@ pub struct Step {
     /// The head command's host metadata, as admitted (the host's model
     /// choice reads it): carried from the claim, never read again.
     pub meta: Option<String>,
+}
+
+/// What a claimed command runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Work {
+    /// A turn: model steps (and tool steps) answering its prompt.
+    Turn,
+    /// A `compact` command, with its instructions.
+    Compact { instructions: Option<String> },
+}
+
+impl Work {
+    fn of(head: &CommandRow) -> Result<Work, ApiError> {
+        Ok(match head.kind {
+            Kind::Compact => {
+                let input: CompactInput = crate::json::from_text(&head.input).map_err(internal)?;
+                Work::Compact {
+                    instructions: input.instructions,
+                }
+            }
+            _ => Work::Turn,
+        })
+    }
+}
+
+/// The command whose user message a context of `head`'s run always keeps:
+/// a turn's own prompt (a compaction has none).
+fn prompt_of(head: &CommandRow) -> Option<&str> {
+    (head.kind == Kind::Prompt).then_some(head.command_id.as_str())
 }
 
 /// The outcome of [`complete_step`].
@@ -166,12 +202,12 @@ pub fn reconcile(
             let open = tools::Progress::parse(head.usage.as_deref())?.open;
             // Open calls are closed first; their last outcome answers the
             // context then.
-            let context = if open.is_empty() {
-                context(store, &head.session_id, &[])?
+            let (context, window) = if open.is_empty() {
+                context(store, &head.session_id, prompt_of(&head), &[])?
             } else {
-                Vec::new()
+                (Vec::new(), Window::default())
             };
-            resumable.push((head, turn, context, open));
+            resumable.push((head, turn, context, window, open));
         }
         let mut fresh = Vec::new();
         let room = CLAIMS_PER_PASS_MAX - resumable.len();
@@ -179,10 +215,7 @@ pub fn reconcile(
             later(now_ms);
         }
         for head in idle.into_iter().take(room) {
-            let session_id = head.session_id.clone();
-            let prompt = user_message(&head, now_ms)?;
-            let context = context(store, &session_id, std::slice::from_ref(&prompt))?;
-            fresh.push((head, prompt, context));
+            fresh.push(Claim::read(store, head, now_ms, &[])?);
         }
 
         let mut still_running: Vec<String> = running
@@ -192,7 +225,7 @@ pub fn reconcile(
             .collect();
         let mut steps = Vec::new();
         let mut settled = Vec::new();
-        for (head, turn, context, open) in resumable {
+        for (head, turn, context, window, open) in resumable {
             // A fresh turn (see above) runs the attempt it holds. Any other
             // orphan (a dead instance's, or the one whose code trapped)
             // counts a new attempt, so a turn that keeps crashing its
@@ -228,27 +261,19 @@ pub fn reconcile(
             };
             steps.push(Step {
                 session_id: head.session_id.clone(),
+                work: Work::of(&head)?,
                 command_id: head.command_id,
                 attempt,
                 context,
+                window,
                 tool_calls: open,
                 appended: Vec::new(),
                 meta: head.meta,
             });
         }
-        for (head, prompt, context) in fresh {
-            store.claim(&head, None, 1, now_ms)?;
-            still_running.push(head.command_id.clone());
-            store.insert_message(&head.session_id, &prompt.body)?;
-            steps.push(Step {
-                session_id: head.session_id.clone(),
-                command_id: head.command_id,
-                attempt: 1,
-                context,
-                tool_calls: Vec::new(),
-                appended: vec![prompt.body],
-                meta: head.meta,
-            });
+        for claim in fresh {
+            still_running.push(claim.head.command_id.clone());
+            steps.push(claim.write(store, now_ms)?);
         }
         Ok(Reconciled {
             steps,
@@ -296,49 +321,26 @@ pub fn complete_step(
             ..Default::default()
         })?;
         if steers.is_empty() {
-            // The queue's next prompt starts in this same write: no durable
-            // round between back-to-back turns.
-            let next = match pending.first().cloned() {
-                Some(next) => {
-                    let prompt = user_message(&next, now_ms)?;
-                    let unwritten = [
-                        Pending {
-                            body: answer_body.clone(),
-                        },
-                        Pending {
-                            body: prompt.body.clone(),
-                        },
-                    ];
-                    let context = context(store, session_id, &unwritten)?;
-                    Some((next, prompt, context))
-                }
-                None => None,
+            // The queue's next command starts in this same write: no
+            // durable round between back-to-back turns.
+            let written = Pending {
+                body: answer_body.clone(),
             };
+            let next = pending
+                .first()
+                .cloned()
+                .map(|next| Claim::read(store, next, now_ms, std::slice::from_ref(&written)))
+                .transpose()?;
             store.insert_message(&head.session_id, &answer_body)?;
             let settled = settle_turn(
                 store,
                 turn,
                 Terminal::Completed,
-                Some((&answer.text, usage, progress.tool_calls)),
+                Some((Some(&answer.text), usage, progress.tool_calls)),
                 None,
                 now_ms,
             )?;
-            let next = match next {
-                Some((next, prompt, context)) => {
-                    store.claim(&next, None, 1, now_ms)?;
-                    store.insert_message(session_id, &prompt.body)?;
-                    Some(Step {
-                        session_id: session_id.to_owned(),
-                        command_id: next.command_id,
-                        attempt: 1,
-                        context,
-                        tool_calls: Vec::new(),
-                        appended: vec![prompt.body],
-                        meta: next.meta,
-                    })
-                }
-                None => None,
-            };
+            let next = next.map(|claim| claim.write(store, now_ms)).transpose()?;
             return Ok(StepOutcome::Settled {
                 settled,
                 answer: answer_body,
@@ -386,7 +388,7 @@ pub(crate) fn join_steers(
             body: p.body.clone(),
         })
         .collect();
-    let context = context(store, &head.session_id, &unwritten)?;
+    let (context, window) = context(store, &head.session_id, prompt_of(head), &unwritten)?;
     store.insert_message(&head.session_id, &written.body)?;
     for (steer, prompt) in steers.iter().zip(&joined) {
         store.claim(steer, Some(&head.command_id), attempt, now_ms)?;
@@ -397,9 +399,11 @@ pub(crate) fn join_steers(
         command_id: head.command_id.clone(),
         attempt,
         context,
+        window,
         tool_calls: Vec::new(),
         appended: joined.into_iter().map(|p| p.body).collect(),
         meta: head.meta.clone(),
+        work: Work::Turn,
     })
 }
 
@@ -477,7 +481,7 @@ pub(crate) fn settle_turn(
     store: Store<'_>,
     turn: &[CommandRow],
     terminal: Terminal,
-    answer: Option<(&str, Option<Usage>, u32)>,
+    answer: Option<(Option<&str>, Option<Usage>, u32)>,
     diagnostic: Option<&str>,
     now_ms: i64,
 ) -> Result<Vec<Settlement>, ApiError> {
@@ -494,7 +498,7 @@ pub(crate) fn settle_with_meta(
     store: Store<'_>,
     turn: &[CommandRow],
     terminal: Terminal,
-    answer: Option<(&str, Option<Usage>, u32)>,
+    answer: Option<(Option<&str>, Option<Usage>, u32)>,
     diagnostic: Option<&str>,
     meta: Option<&str>,
     now_ms: i64,
@@ -611,12 +615,70 @@ pub(crate) fn current_head<'t>(
 ) -> Option<&'t CommandRow> {
     turn.iter()
         .find(|c| c.command_id == command_id)
-        .filter(|h| h.state == State::Running && h.attempt == attempt && h.kind == Kind::Prompt)
+        .filter(|h| h.state == State::Running && h.attempt == attempt && h.kind != Kind::Operator)
 }
 
 /// A message about to be written, not yet readable from the store.
+#[derive(Clone)]
 pub(crate) struct Pending {
     pub(crate) body: String,
+}
+
+/// A queued command about to start, read first ([`Claim::read`]: a
+/// prompt's user message and the context it starts with), then written
+/// ([`Claim::write`]: claimed at attempt 1, the user message appended).
+pub(crate) struct Claim {
+    head: CommandRow,
+    prompt: Option<Pending>,
+    context: Vec<ModelItem>,
+    window: Window,
+}
+
+impl Claim {
+    /// `written`: messages this transition writes before the claim.
+    pub(crate) fn read(
+        store: Store<'_>,
+        head: CommandRow,
+        now_ms: i64,
+        written: &[Pending],
+    ) -> Result<Claim, ApiError> {
+        let prompt = match head.kind {
+            Kind::Compact => None,
+            _ => Some(user_message(&head, now_ms)?),
+        };
+        let unwritten: Vec<Pending> = written.iter().chain(&prompt).cloned().collect();
+        let (context, window) = context(store, &head.session_id, prompt_of(&head), &unwritten)?;
+        Ok(Claim {
+            head,
+            prompt,
+            context,
+            window,
+        })
+    }
+
+    pub(crate) fn write(self, store: Store<'_>, now_ms: i64) -> Result<Step, ApiError> {
+        let Claim {
+            head,
+            prompt,
+            context,
+            window,
+        } = self;
+        store.claim(&head, None, 1, now_ms)?;
+        if let Some(prompt) = &prompt {
+            store.insert_message(&head.session_id, &prompt.body)?;
+        }
+        Ok(Step {
+            session_id: head.session_id.clone(),
+            work: Work::of(&head)?,
+            command_id: head.command_id,
+            attempt: 1,
+            context,
+            window,
+            tool_calls: Vec::new(),
+            appended: prompt.into_iter().map(|p| p.body).collect(),
+            meta: head.meta,
+        })
+    }
 }
 
 /// The `user` message a prompt becomes when its turn starts.

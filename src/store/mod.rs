@@ -14,6 +14,9 @@ use sha2::{Digest, Sha256};
 pub enum Kind {
     Prompt,
     Operator,
+    /// A compaction asked for by a command: queued and run like a prompt,
+    /// never joined to a turn.
+    Compact,
 }
 
 /// A command's lifecycle: pending -> running -> settled, never back.
@@ -52,7 +55,7 @@ macro_rules! text_enum {
     };
 }
 
-text_enum!(Kind { Prompt => "prompt", Operator => "operator" });
+text_enum!(Kind { Prompt => "prompt", Operator => "operator", Compact => "compact" });
 text_enum!(State { Pending => "pending", Running => "running", Settled => "settled" });
 text_enum!(Terminal {
     Completed => "completed",
@@ -292,17 +295,35 @@ pub trait OnSettled {
 const UNSETTLED: &str = "settled_at IS NULL";
 const UNSETTLED_COMMANDS: &str = "commands INDEXED BY commands_unsettled";
 
-/// A context window (`Store::message_window`): the newest `?2` messages of
-/// Session `?1`, each with the sum of its and every newer message's bytes,
-/// and the body of those whose sum is at most `?3`. The window runs over the
-/// primary key newest first and stops at the limit (no sort, no temporary
-/// B-tree); the join reads a body only where it fits.
-const MESSAGE_WINDOW: &str = "SELECT w.seq, w.bytes, m.body FROM (
-        SELECT seq, bytes,
-            sum(bytes) OVER (ORDER BY seq DESC ROWS UNBOUNDED PRECEDING) AS run
-        FROM messages WHERE session_id = ?1 ORDER BY seq DESC LIMIT ?2
-    ) w
+/// A context window (`Store::message_window`): the messages of Session
+/// `?1` from the newest back, at most `?2`, stopping at the newest
+/// compaction entry (`kind`, included), each with the sum of its and every
+/// newer message's bytes, and the body of those whose sum is at most `?3`.
+/// It walks the primary key one position down at a time (positions are
+/// contiguous per Session) and stops there, so after a compaction it reads
+/// only what follows it (no sort, no temporary B-tree); the join reads a
+/// body only where it fits.
+const MESSAGE_WINDOW: &str = "WITH RECURSIVE w(seq, bytes, kind, run, n) AS (
+        SELECT * FROM (SELECT seq, bytes, kind, bytes, 1 FROM messages
+            WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1)
+        UNION ALL
+        SELECT m.seq, m.bytes, m.kind, w.run + m.bytes, w.n + 1 FROM w
+            JOIN messages m ON m.session_id = ?1 AND m.seq = w.seq - 1
+            WHERE w.kind IS NULL AND w.n < ?2
+    )
+    SELECT w.seq, w.bytes, m.body, w.kind FROM w
     LEFT JOIN messages m ON m.session_id = ?1 AND m.seq = w.seq AND w.run <= ?3";
+
+/// What [`Store::message_window`] answers of one message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowRow {
+    pub seq: i64,
+    pub bytes: usize,
+    /// Present when it fits the window's room.
+    pub body: Option<String>,
+    /// A compaction entry (the window's oldest row).
+    pub compaction: bool,
+}
 
 impl<'a> Store<'a> {
     pub fn new(sql: &'a dyn Sql) -> Self {
@@ -684,7 +705,7 @@ impl<'a> Store<'a> {
         rows.first().map(|r| r.text(0)).transpose()
     }
 
-    /// The newest pending prompt of the Session, of one principal when
+    /// The newest pending prompt of the Session (never a compaction), of one principal when
     /// `principal` is given (`(path, principal as JSON text)`).
     pub fn latest_pending(
         &self,
@@ -695,7 +716,7 @@ impl<'a> Store<'a> {
         let rows = self.query(
             &format!(
                 "SELECT {COMMAND_COLUMNS} FROM {UNSETTLED_COMMANDS}
-                 WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending'
+                 WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending' AND kind = 'prompt'
                    AND (?2 IS NULL OR json_quote(json_extract(meta, ?2)) = ?3)
                  ORDER BY seq DESC LIMIT 1"
             ),
@@ -777,11 +798,30 @@ impl<'a> Store<'a> {
 
     /// Appends a message at the end of the Session's transcript.
     pub fn insert_message(&self, session_id: &str, body: &str) -> Result<(), SqlError> {
+        self.insert_entry(session_id, body, None)
+    }
+
+    /// Appends a compaction entry: model contexts read no message before it.
+    pub fn insert_compaction(&self, session_id: &str, body: &str) -> Result<(), SqlError> {
+        self.insert_entry(session_id, body, Some("compaction"))
+    }
+
+    fn insert_entry(
+        &self,
+        session_id: &str,
+        body: &str,
+        kind: Option<&str>,
+    ) -> Result<(), SqlError> {
         self.write(
-            "INSERT INTO messages (session_id, seq, body, bytes)
+            "INSERT INTO messages (session_id, seq, body, bytes, kind)
              VALUES (?1, coalesce((SELECT seq FROM messages WHERE session_id = ?1
-                ORDER BY seq DESC LIMIT 1), 0) + 1, ?2, ?3)",
-            vec![session_id.into(), body.into(), (body.len() as i64).into()],
+                ORDER BY seq DESC LIMIT 1), 0) + 1, ?2, ?3, ?4)",
+            vec![
+                session_id.into(),
+                body.into(),
+                (body.len() as i64).into(),
+                kind.into(),
+            ],
         )
     }
 
@@ -814,17 +854,17 @@ impl<'a> Store<'a> {
         .collect()
     }
 
-    /// `(seq, bytes, body)` of the newest `limit` messages, newest first,
-    /// with the body of each message whose size, summed with every newer
-    /// one's, is at most `room` (the rest come without it, and SQLite never
-    /// seeks their rows): a context window in one statement, however long
-    /// the transcript (`MESSAGE_WINDOW`).
+    /// The newest `limit` messages back to the newest compaction entry
+    /// (included), newest first, with the body of each message whose size,
+    /// summed with every newer one's, is at most `room` (the rest come
+    /// without it, and SQLite never seeks their rows): a context window in
+    /// one statement, however long the transcript (`MESSAGE_WINDOW`).
     pub fn message_window(
         &self,
         session_id: &str,
         limit: usize,
         room: usize,
-    ) -> Result<Vec<(i64, usize, Option<String>)>, SqlError> {
+    ) -> Result<Vec<WindowRow>, SqlError> {
         let window = self
             .query(
                 MESSAGE_WINDOW,
@@ -835,11 +875,18 @@ impl<'a> Store<'a> {
                 ],
             )?
             .iter()
-            .map(|r| Ok((r.int(0)?, r.int(1)? as usize, r.opt_text(2)?)))
+            .map(|r| {
+                Ok(WindowRow {
+                    seq: r.int(0)?,
+                    bytes: r.int(1)? as usize,
+                    body: r.opt_text(2)?,
+                    compaction: r.opt_text(3)?.is_some(),
+                })
+            })
             .collect::<Result<Vec<_>, SqlError>>()?;
         // The join keeps the window's order (its plan's outer loop); without
         // an ORDER BY SQLite does not promise it, so it is checked here.
-        if window.windows(2).any(|w| w[0].0 <= w[1].0) {
+        if window.windows(2).any(|w| w[0].seq <= w[1].seq) {
             return Err(SqlError::Decode(
                 "a context window's rows came out of order".into(),
             ));
@@ -861,6 +908,32 @@ impl<'a> Store<'a> {
         .iter()
         .map(|r| r.text(0))
         .collect()
+    }
+
+    /// `(seq, bytes)` of the `user` message of prompt `command_id` below
+    /// `below`: the row whose body begins with its entry id, the first field
+    /// the body holds (`transcript::user_entry_id`), so no body is parsed.
+    /// Read newest first from `below`, it passes only the messages written
+    /// after the prompt (its own turn's, for a running turn).
+    pub fn prompt_message(
+        &self,
+        session_id: &str,
+        command_id: &str,
+        below: i64,
+    ) -> Result<Option<(i64, usize)>, SqlError> {
+        let start = format!(
+            "{{\"entryId\":{}",
+            Value::from(crate::transcript::user_entry_id(command_id))
+        );
+        self.query(
+            "SELECT seq, bytes FROM messages
+             WHERE session_id = ?1 AND seq < ?2 AND substr(body, 1, length(?3)) = ?3
+             ORDER BY seq DESC LIMIT 1",
+            &[session_id.into(), below.into(), start.into()],
+        )?
+        .first()
+        .map(|r| Ok((r.int(0)?, r.int(1)? as usize)))
+        .transpose()
     }
 
     /// `(seq, bytes)` of the newest message with `from <= seq < below` whose

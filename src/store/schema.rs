@@ -68,12 +68,15 @@ const CREATE: &[&str] = &[
     // `body` is the message exactly as the read serves it, so a page is a
     // concatenation and never re-serialises stored JSON. One row per
     // message, no secondary index: `seq` is the position in the Session;
-    // `bytes` lets a page be cut by size without reading bodies.
+    // `bytes` lets a page be cut by size without reading bodies; `kind` is
+    // NULL for a message and `compaction` for a compaction entry, where a
+    // model context stops reading older messages (`to_compaction`).
     "CREATE TABLE messages (
         session_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
         body TEXT NOT NULL,
         bytes INTEGER NOT NULL,
+        kind TEXT,
         PRIMARY KEY (session_id, seq)
     ) WITHOUT ROWID",
     // The host's delivered grants of each Session: one row, replaced under
@@ -101,6 +104,14 @@ pub const DELIVERY_TABLES: &str = "CREATE TABLE IF NOT EXISTS shiitake_delivery 
         retry_at INTEGER NOT NULL,
         error TEXT NOT NULL
     )";
+
+/// The forward step that adds compaction entries (`messages.kind`): O(1)
+/// in transcript length, since NULL, every older row's value, means an
+/// ordinary message. The lead wires it into the ordered migrations.
+#[cfg_attr(not(test), allow(dead_code))]
+fn to_compaction(sql: &dyn crate::sql::Sql) -> Result<(), crate::sql::SqlError> {
+    write(sql, "ALTER TABLE messages ADD COLUMN kind TEXT", Vec::new())
+}
 
 /// Creates the schema on an empty database (answering `true`: a store
 /// created now holds no work) or checks the stored version.
@@ -182,6 +193,42 @@ mod tests {
             let kept = sql.query("SELECT count(*) FROM sessions", &[]).unwrap();
             assert_eq!(kept[0].int(0).unwrap(), 1, "refusal must not reset data");
         }
+    }
+
+    /// A version-1 `messages` table after `to_compaction` is the fresh one.
+    #[test]
+    fn to_compaction_gives_the_fresh_messages_table() {
+        let table = |sql: &NativeSql| {
+            let rows = sql
+                .query("SELECT sql FROM sqlite_master WHERE name = 'messages'", &[])
+                .unwrap();
+            rows[0]
+                .text(0)
+                .unwrap()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let fresh = NativeSql::open_in_memory();
+        open(&fresh).unwrap();
+        let old = NativeSql::open_in_memory();
+        old.query(
+            "CREATE TABLE messages (
+                session_id TEXT NOT NULL,
+                seq INTEGER NOT NULL,
+                body TEXT NOT NULL,
+                bytes INTEGER NOT NULL,
+                PRIMARY KEY (session_id, seq)
+            ) WITHOUT ROWID",
+            &[],
+        )
+        .unwrap();
+        old.query("INSERT INTO messages VALUES ('s', 1, '{}', 2)", &[])
+            .unwrap();
+        atomically(&old, || to_compaction(&old)).unwrap();
+        assert_eq!(table(&old), table(&fresh));
+        let kept = old.query("SELECT kind FROM messages", &[]).unwrap();
+        assert_eq!(kept[0].opt_text(0).unwrap(), None);
     }
 
     #[test]
