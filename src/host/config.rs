@@ -208,11 +208,10 @@ fn compaction(env: &JsValue) -> Result<Settings, String> {
             Settings::parse_windows(&list).map_err(|e| format!("SHIITAKE_CONTEXT_WINDOWS: {e}"))?;
     }
     if let Some(trigger) = env_string(env, "SHIITAKE_COMPACTION_TRIGGER") {
-        let fraction = trigger.trim().parse::<f64>().map_err(|_| {
-            format!("SHIITAKE_COMPACTION_TRIGGER: a fraction of the window, got `{trigger}`")
-        })?;
-        settings.trigger_percent =
-            Settings::trigger(fraction).map_err(|e| format!("SHIITAKE_COMPACTION_TRIGGER: {e}"))?;
+        let fraction =
+            serde_json::from_str(trigger.trim()).unwrap_or(serde_json::Value::String(trigger));
+        settings.trigger_percent = Settings::trigger(&fraction)
+            .map_err(|e| format!("SHIITAKE_COMPACTION_TRIGGER: {e}"))?;
     }
     if let Some(prompt) = env_string(env, "SHIITAKE_COMPACTION_PROMPT") {
         settings.prompt = Some(

@@ -32,7 +32,7 @@ struct Spec {
     last_switch: bool,
     /// Each model's context window in tokens, by address.
     #[serde(default)]
-    context_windows: Option<std::collections::BTreeMap<String, u64>>,
+    context_windows: Option<serde_json::Map<String, Value>>,
     #[serde(default)]
     compaction: Option<CompactionSpec>,
     #[serde(default)]
@@ -44,7 +44,7 @@ struct Spec {
 #[serde(deny_unknown_fields)]
 struct CompactionSpec {
     #[serde(default)]
-    trigger: Option<f64>,
+    trigger: Option<Value>,
     #[serde(default)]
     prompt: Option<String>,
 }
@@ -108,11 +108,15 @@ impl HostModels {
         }
         let mut compaction = config.compaction.clone()?;
         if let Some(windows) = &spec.context_windows {
-            compaction.windows = Settings::windows(windows.iter().map(|(a, t)| (a.as_str(), *t)))
-                .map_err(|e| format!("models().contextWindows: {e}"))?;
+            compaction.windows = Settings::windows(
+                windows
+                    .iter()
+                    .map(|(a, t)| (a.as_str(), t.as_u64().unwrap_or(0))),
+            )
+            .map_err(|e| format!("models().contextWindows: {e}"))?;
         }
         let own = spec.compaction.unwrap_or_default();
-        if let Some(trigger) = own.trigger {
+        if let Some(trigger) = &own.trigger {
             compaction.trigger_percent =
                 Settings::trigger(trigger).map_err(|e| format!("models().compaction: {e}"))?;
         }

@@ -140,19 +140,20 @@ impl Settings {
         Self::windows(pairs)
     }
 
-    /// The trigger as a fraction of the window, in percent.
-    pub fn trigger(fraction: f64) -> Result<u64, String> {
+    /// The trigger, a fraction of the window, in percent. A JSON number
+    /// (the env's text is read as one): no float parser or printer of its
+    /// own is linked.
+    pub fn trigger(fraction: &serde_json::Value) -> Result<u64, String> {
         let (min, max) = (
             COMPACTION_TRIGGER_PERCENT_MIN,
             COMPACTION_TRIGGER_PERCENT_MAX,
         );
-        let percent = (fraction * 100.0).round();
-        if !(min as f64..=max as f64).contains(&percent) {
-            return Err(format!(
+        match fraction.as_f64().map(|f| (f * 100.0).round()) {
+            Some(percent) if (min as f64..=max as f64).contains(&percent) => Ok(percent as u64),
+            _ => Err(format!(
                 "the compaction trigger is a fraction of the window from 0.{min} to 1, got {fraction}"
-            ));
+            )),
         }
-        Ok(percent as u64)
     }
 
     /// The host's compaction prompt: not empty, at most
@@ -502,10 +503,15 @@ mod tests {
             let e = Settings::parse_windows(bad).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");
         }
-        assert_eq!(Settings::trigger(0.8), Ok(80));
-        assert_eq!(Settings::trigger(1.0), Ok(100));
-        for bad in [0.05, 1.5, f64::NAN] {
-            assert!(Settings::trigger(bad).is_err(), "{bad}");
+        assert_eq!(Settings::trigger(&serde_json::json!(0.8)), Ok(80));
+        assert_eq!(Settings::trigger(&serde_json::json!(1)), Ok(100));
+        for bad in [
+            serde_json::json!(0.05),
+            serde_json::json!(1.5),
+            serde_json::json!("0.8"),
+        ] {
+            let e = Settings::trigger(&bad).unwrap_err();
+            assert!(e.ends_with(&format!("got {bad}")), "{e}");
         }
         assert!(Settings::prompt(" ").is_err());
         assert!(Settings::prompt(&"p".repeat(COMPACTION_PROMPT_BYTES_MAX + 1)).is_err());

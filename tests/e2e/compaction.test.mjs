@@ -140,7 +140,7 @@ describe("automatic compaction at a stated window", () => {
   const PROMPT = "Summarise tersely; keep every name.";
   const h = useWorker({
     model: "echo",
-    bindings: { SHIITAKE_CONTEXT_WINDOWS: `openai/${MODEL_NAME}=${WINDOW}`, SHIITAKE_COMPACTION_PROMPT: PROMPT },
+    bindings: { SHIITAKE_CONTEXT_WINDOWS: `openai/${MODEL_NAME}=${WINDOW}`, SHIITAKE_COMPACTION_TRIGGER: "0.8", SHIITAKE_COMPACTION_PROMPT: PROMPT },
   });
 
   test("a turn whose estimated input passes 0.8 of the window compacts first; no request passes the window", T, async () => {
