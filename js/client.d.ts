@@ -86,7 +86,22 @@ export interface Inbox {
   nextCursor: string | null;
 }
 
-export type MessageRole = "user" | "assistant" | "operator" | "tool";
+export type MessageRole = "user" | "assistant" | "operator" | "tool" | "compaction";
+
+/** Why a compaction ran: a `compact` command, the model's window, or a provider refusing a call as too long. */
+export type CompactionTrigger = "command" | "window" | "refusal";
+
+/** On a `compaction` entry: the messages its summary (`text`) stands for. */
+export interface Compacted {
+  /** Entry ids of the first and the last message summarised (those the model context held). */
+  from: string;
+  through: string;
+  /** How many messages the summary stands for. */
+  messages: number;
+  /** The compaction entry whose summary the summarised context began with. */
+  previous?: string;
+  trigger: CompactionTrigger;
+}
 
 /** One tool call of a model step, as recorded before it ran. */
 export interface ToolCall {
@@ -107,7 +122,9 @@ export interface ToolProtocol {
 /**
  * A stored message of the transcript. Key messages by `entryId`: a watch can
  * deliver one twice. An `assistant` message of a tool step carries
- * `toolCalls` and `protocol`; a `tool` message is one call's outcome.
+ * `toolCalls` and `protocol`; a `tool` message is one call's outcome; a
+ * `compaction` entry's `text` is a summary that stands for the messages
+ * `compacted` names in every later model call (they stay readable).
  */
 export interface SessionMessage {
   entryId: string;
@@ -153,6 +170,10 @@ export interface SessionMessage {
   isError?: true;
   /** On a `tool` message: the tool's display payload. Never sent to the model; not host metadata. */
   data?: JsonValue;
+  /** On a `compaction` entry. */
+  compacted?: Compacted;
+  /** On a `compaction` entry: its command's instructions. */
+  instructions?: string;
   /** Milliseconds since the epoch. */
   createdAt: number;
 }
@@ -161,7 +182,9 @@ export interface SessionMessage {
 export interface PendingPrompt {
   commandId: string;
   requestId: string | null;
-  /** Empty for a retry. */
+  /** `compact` for a queued compaction (absent for a prompt or retry; `latestPending` never answers one). */
+  type?: "compact";
+  /** A compaction's instructions ("" for none); empty for a retry. */
   text: string;
   images?: ImageInput[];
   delivery: Delivery;
@@ -180,6 +203,8 @@ export interface PendingPrompt {
 export interface RunningTurn {
   commandId: string;
   requestId: string | null;
+  /** `compact` for a running compaction. */
+  type?: "compact";
   text: string;
   attempt: number;
   startedAt: number | null;
@@ -233,7 +258,7 @@ export interface BranchList {
   cursor: string | null;
 }
 
-/** An admitted prompt or operator line; `requestId` is the one sent (generated when omitted). */
+/** An admitted prompt, operator line, retry, selection or compaction; `requestId` is the one sent (generated when omitted). */
 export interface Receipt {
   status: "accepted";
   commandId: string;
@@ -369,6 +394,13 @@ export interface OperatorOptions extends CallOptions {
   requestId?: string;
 }
 
+export interface CompactOptions extends CallOptions {
+  /** Defaults to `crypto.randomUUID()`. */
+  requestId?: string;
+  /** Added to the summary request (at most 65,536 bytes). */
+  instructions?: string;
+}
+
 /** `cancel`'s target in the seed's form: `cancel({ commandId, onlyIfPending: true })`. */
 export interface CancelInput {
   commandId: string;
@@ -419,6 +451,13 @@ export interface ShiitakeSession {
   prompt(text: string, options?: PromptOptions): Promise<Receipt>;
   /** Records an operator line at once. */
   operator(text: string, options?: OperatorOptions): Promise<Receipt>;
+  /**
+   * Queues a compaction of the Session's model context, FIFO with its
+   * prompts: the model summarises it into a `compaction` entry, which stands
+   * for the messages before it in every later model call. Settles like a
+   * turn (`answer` null, the summary call's `usage`); cancel it while queued.
+   */
+  compact(options?: CompactOptions): Promise<Receipt>;
   /** The command admitted under `requestId`, or `unknown` after fencing it. Never cancels. */
   withdraw(requestId: string, options?: CallOptions): Promise<WithdrawOutcome>;
   /** Cancels an accepted command: `cancel({ commandId, onlyIfPending })` (as the owner API's), the options carrying only `signal`. */

@@ -236,6 +236,11 @@ class ShiitakeSession {
     return { ...receipt, requestId };
   }
 
+  async compact({ requestId = newRequestId(), instructions, signal } = {}) {
+    const receipt = await this.#command({ type: "compact", requestId, instructions }, signal);
+    return { ...receipt, requestId };
+  }
+
   withdraw(requestId, { signal } = {}) {
     return this.#t.request("POST", sessionPath(this.id, "/withdraw"), { body: { requestId }, signal });
   }

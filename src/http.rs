@@ -527,6 +527,11 @@ fn command(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpRespons
             let effects = admission_effects(id, &s.request_id, &admitted);
             Ok(HttpResponse::json(200, &admitted.receipt).with(effects))
         }
+        Command::Compact(c) => {
+            let admitted = admission::admit_compact(ctx, id, &c, meta)?;
+            let effects = admission_effects(id, &c.request_id, &admitted);
+            Ok(HttpResponse::json(200, &admitted.receipt).with(effects))
+        }
         Command::Cancel(command::Cancel {
             command_id,
             only_if_pending,
