@@ -470,6 +470,76 @@ fn a_turn_longer_than_the_message_bound_still_sees_its_prompt() {
     assert_eq!(steps[0].context, step.context);
 }
 
+/// The entry id of the stored message with `text`.
+fn entry_id(h: &Harness, text: &str) -> String {
+    h.sql()
+        .query(
+            "SELECT json_extract(body, '$.entryId') FROM messages
+             WHERE json_extract(body, '$.text') = ?",
+            &[text.into()],
+        )
+        .unwrap()[0]
+        .text(0)
+        .unwrap()
+}
+
+#[test]
+fn a_retry_longer_than_the_message_bound_sees_the_retried_message_found_on_its_path() {
+    let mut h = Harness::new();
+    h.session("s");
+    h.prompt("s", "r1", "the task");
+    let step = claim(&mut h);
+    finish(&mut h, &step, "done");
+    // A fork of `s` retries the base's user message: the message the
+    // retry's turn keeps is held by another Session than the turn's.
+    let done = entry_id(&h, "done");
+    let r = h.call(
+        "POST",
+        "/sessions",
+        json!({"sessionId": "f", "from": {"sessionId": "s", "entryId": done}}),
+    );
+    assert_eq!(r.status, 201, "{}", r.json);
+    let task = entry_id(&h, "the task");
+    let r = h.command(
+        "f",
+        json!({"type": "retry", "requestId": "r2", "entryId": task}),
+    );
+    assert_eq!(r.status, 200, "{}", r.json);
+    let mut step = claim(&mut h);
+    assert_eq!(
+        step.context.iter().map(text).collect::<Vec<_>>(),
+        ["the task"]
+    );
+    // 4 steps of 60 small results: 244 messages on the retry's branch.
+    for s in 0..4 {
+        step = tool_step(&mut h, &step, &format!("s{s}"), 60, 16);
+    }
+    let texts: Vec<&str> = step.context.iter().map(text).collect();
+    assert_eq!(
+        texts[0],
+        "the task",
+        "the retried message leads: {:?}",
+        &texts[..3]
+    );
+    assert_paired(&step.context);
+    assert!(step.context.len() <= CONTEXT_MESSAGES_MAX + 1);
+    // Compacted mid-turn: the summary, then the retried message, put back.
+    let Recorded::Continue { next, .. } = compact(&mut h, &step, "long", Trigger::Window) else {
+        panic!("the turn goes on")
+    };
+    assert!(is_summary(&next.context[0], "long"));
+    assert_eq!(
+        next.context[1..].iter().map(text).collect::<Vec<_>>(),
+        ["the task"]
+    );
+    // Resumed after a restart, the same.
+    h.restart();
+    let Reconciled { steps, .. } = h
+        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| false, ATTEMPTS))
+        .unwrap();
+    assert_eq!(steps[0].context, next.context);
+}
+
 #[test]
 fn after_a_compaction_a_context_is_its_summary_and_what_follows_never_a_split_step() {
     let mut h = Harness::new();

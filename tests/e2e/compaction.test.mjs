@@ -116,6 +116,71 @@ describe("a compact command", () => {
     assert.match(bad.json.error.message, /text/);
   });
 
+  test("on a branched transcript: it summarises the selected branch; a retry or an edit after it is cut by it, a path leaving before it is not", T, async () => {
+    const a = h.agent();
+    const sid = await a.createSession("s");
+    const tag = uniq("brc");
+    await a.settle(sid, "p1", `${tag} one`);
+    await a.settle(sid, "p2", `${tag} two`);
+    // An edit after the first answer: branch B beside A (two).
+    const [one, reOne, two] = (await a.read(sid)).messages;
+    const deux = await a.admit(sid, "p3", `${tag} deux`, { after: reOne.entryId });
+    assert.equal((await a.waitSettled(sid, deux)).terminal, "completed");
+    const instructions = `${uniq("inst")} branch B`;
+    h.model.scriptFor(instructions, { text: "SUMMARY of B" });
+    const c1 = await compact(a, sid, "c1", instructions);
+    assert.equal((await a.waitSettled(sid, c1)).terminal, "completed");
+    const summaryRequest = textOf(turnMessages(h.model.requests(instructions)[0])[0]);
+    assert.ok(summaryRequest.includes(`[user] ${tag} deux`), summaryRequest);
+    assert.ok(!summaryRequest.includes(`${tag} two`), "the other branch is not summarised");
+    let page = (await a.read(sid)).messages;
+    assert.deepEqual(page.map((m) => m.role), ["user", "assistant", "user", "assistant", "compaction"]);
+    const reDeux = page[3];
+    assert.deepEqual(page[4].compacted, { from: one.entryId, through: reDeux.entryId, messages: 4, trigger: "command" });
+    assert.equal(page[4].parentEntryId, reDeux.entryId);
+    // B's next turn, then a retry of it: both see the summary, then the prompt.
+    await a.settle(sid, "p4", `${tag} three`);
+    const three = (await a.read(sid)).messages.at(-2);
+    h.model.scriptFor(`${tag} three`, { text: "a second answer" });
+    const retry = await a.command(sid, { type: "retry", requestId: "r1", entryId: three.entryId });
+    assert.equal(retry.status, 200, JSON.stringify(retry.json));
+    assert.equal((await a.waitSettled(sid, retry.json.commandId)).terminal, "completed");
+    const [first, again] = h.model.requests(`${tag} three`).map((r) => turnMessages(r).map(textOf));
+    assert.deepEqual(first, [framed("SUMMARY of B"), `${tag} three`]);
+    assert.deepEqual(again, first, "the retry is cut by the compaction on its path");
+    page = (await a.read(sid)).messages;
+    assert.deepEqual(page.slice(-2).map((m) => m.text), [`${tag} three`, "a second answer"]);
+    assert.deepEqual(page.at(-1).branch, { index: 2, count: 2 });
+    // An edit after the retried answer continues after the summary too.
+    const four = await a.admit(sid, "p5", `${tag} four`, { after: page.at(-1).entryId });
+    await a.waitSettled(sid, four);
+    assert.deepEqual(turnMessages(h.model.requests(`${tag} four`).at(-1)).map(textOf), [
+      framed("SUMMARY of B"),
+      `${tag} three`,
+      "a second answer",
+      `${tag} four`,
+    ]);
+    // An edit before the compaction leaves its path: the whole context.
+    const edit = await a.admit(sid, "p6", `${tag} TWO`, { after: reOne.entryId });
+    await a.waitSettled(sid, edit);
+    assert.deepEqual(turnMessages(h.model.requests(`${tag} TWO`).at(-1)).map(textOf), [
+      `${tag} one`,
+      `Echo: ${tag} one`,
+      `${tag} TWO`,
+    ]);
+    // Back on A: not cut by B's compaction either.
+    const select = await a.command(sid, { type: "select", requestId: "sel", entryId: two.entryId });
+    assert.equal(select.status, 200, JSON.stringify(select.json));
+    await a.settle(sid, "p7", `${tag} five`);
+    assert.deepEqual(turnMessages(h.model.requests(`${tag} five`).at(-1)).map(textOf), [
+      `${tag} one`,
+      `Echo: ${tag} one`,
+      `${tag} two`,
+      `Echo: ${tag} two`,
+      `${tag} five`,
+    ]);
+  });
+
   test("the typed client compacts and reads the entry back", T, async () => {
     const agentId = h.agent().id;
     const fetch = (url, init) => h.mf.dispatchFetch(url, { ...init, headers: { ...init.headers, authorization: `Bearer ${TOKEN}` } });
