@@ -38,6 +38,11 @@ identifiers, values, errors), what was done and what the tools returned that sti
 and what is unfinished with the next step. Keep a previous summary's content that still \
 holds. Be specific and brief; answer with the summary only, no preamble.";
 
+/// Why compactions are refused in a build without the `compaction` feature.
+pub const UNAVAILABLE: &str = "this wasm was built without the `compaction` Cargo feature (a \
+    lean build, SHIITAKE_LEAN=1), which runs compactions (the compact command, a stated context \
+    window); build with default features";
+
 /// A model's stated context window and when a turn compacts before a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ContextWindow {
@@ -103,6 +108,12 @@ impl Settings {
     pub fn windows<'a>(
         pairs: impl IntoIterator<Item = (&'a str, u64)>,
     ) -> Result<Vec<(ModelSpec, u64)>, String> {
+        if !cfg!(feature = "compaction") {
+            return match pairs.into_iter().next() {
+                None => Ok(Vec::new()),
+                Some(_) => Err(UNAVAILABLE.to_owned()),
+            };
+        }
         let mut out: Vec<(ModelSpec, u64)> = Vec::new();
         for (address, tokens) in pairs {
             let spec = parse_address(address)?;
@@ -125,6 +136,9 @@ impl Settings {
 
     /// `SHIITAKE_CONTEXT_WINDOWS`: comma-separated `provider/model=tokens`.
     pub fn parse_windows(list: &str) -> Result<Vec<(ModelSpec, u64)>, String> {
+        if !cfg!(feature = "compaction") {
+            return Self::windows(Some(("", 0)).filter(|_| !list.trim().is_empty()));
+        }
         let mut pairs = Vec::new();
         for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (address, tokens) = item
@@ -145,6 +159,9 @@ impl Settings {
     /// (the env's text is read as one): no float parser or printer of its
     /// own is linked.
     pub fn trigger(fraction: &serde_json::Value) -> Result<u64, String> {
+        if !cfg!(feature = "compaction") {
+            return Err(UNAVAILABLE.to_owned());
+        }
         let (min, max) = (
             COMPACTION_TRIGGER_PERCENT_MIN,
             COMPACTION_TRIGGER_PERCENT_MAX,
@@ -160,6 +177,9 @@ impl Settings {
     /// The host's compaction prompt: not empty, at most
     /// [`COMPACTION_PROMPT_BYTES_MAX`].
     pub fn prompt(text: &str) -> Result<std::rc::Rc<str>, String> {
+        if !cfg!(feature = "compaction") {
+            return Err(UNAVAILABLE.to_owned());
+        }
         if text.trim().is_empty() || text.len() > COMPACTION_PROMPT_BYTES_MAX {
             return Err(format!(
                 "the compaction prompt: 1 to {COMPACTION_PROMPT_BYTES_MAX} bytes, got {}",
@@ -493,7 +513,23 @@ pub fn reread(
     })
 }
 
-#[cfg(test)]
+/// The lean build (no `compaction` feature) refuses what would run one,
+/// naming the feature: a stated window, trigger or prompt (the host answers
+/// 503 `host_misconfigured`); no window stated is no compaction, as in
+/// every build.
+#[cfg(all(test, not(feature = "compaction")))]
+#[test]
+fn a_lean_build_refuses_compaction_settings_naming_the_feature() {
+    let e = Settings::parse_windows("openai/gpt-4o=128000").unwrap_err();
+    assert!(e.contains("`compaction` Cargo feature"), "{e}");
+    assert!(Settings::windows([("openai/gpt-4o", 128_000)]).is_err());
+    assert!(Settings::trigger(&serde_json::json!(0.8)).is_err());
+    assert!(Settings::prompt("summarise").is_err());
+    assert_eq!(Settings::parse_windows(" "), Ok(Vec::new()));
+    assert_eq!(Settings::windows([]), Ok(Vec::new()));
+}
+
+#[cfg(all(test, feature = "compaction"))]
 mod tests {
     use super::*;
     use crate::model::ToolCall;

@@ -19,7 +19,9 @@
 //! - every store write is one transition of `run` guarded by the attempt,
 //!   so a driver whose attempt went stale writes nothing.
 
-use super::compaction::{self, ContextWindow, Recorded, Summarised};
+use super::compaction::{self, ContextWindow};
+#[cfg(feature = "compaction")]
+use super::compaction::{Recorded, Summarised};
 use super::tools::{
     self as run_tools, CallsOutcome, OpenCall, Recovery, ResultOutcome, ToolOutput,
 };
@@ -413,6 +415,7 @@ impl Turn {
     }
 
     /// The instructions of a `compact` command.
+    #[cfg(feature = "compaction")]
     fn instructions(&self) -> Option<&str> {
         match &self.work {
             Work::Compact { instructions } => instructions.as_deref(),
@@ -423,6 +426,7 @@ impl Turn {
     /// Asks the model for a summary of the context, for `trigger`; with
     /// nothing to compact, a `compact` command settles at once and a turn
     /// makes its call.
+    #[cfg(feature = "compaction")]
     fn summarise(&mut self, ctx: &mut Ctx<'_>, trigger: Trigger) -> Result<(), ApiError> {
         let Some(range) = self.window.range.clone() else {
             return match trigger {
@@ -456,8 +460,22 @@ impl Turn {
         Ok(())
     }
 
+    /// Without the `compaction` feature: a `compact` command (queued by a
+    /// build with it) fails naming the feature; a turn makes its call.
+    #[cfg(not(feature = "compaction"))]
+    fn summarise(&mut self, ctx: &mut Ctx<'_>, trigger: Trigger) -> Result<(), ApiError> {
+        match trigger {
+            Trigger::Command => self.failed(ctx, ModelError::new(false, compaction::UNAVAILABLE)),
+            _ => {
+                self.call_model();
+                Ok(())
+            }
+        }
+    }
+
     /// Records the summary (`None`: nothing to compact) and goes on: a
     /// `compact` command settled, a turn to its model call.
+    #[cfg(feature = "compaction")]
     fn recorded(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -537,6 +555,7 @@ impl Turn {
     }
 
     fn answered(&mut self, ctx: &mut Ctx<'_>, answer: Answer) -> Result<(), ApiError> {
+        #[cfg(feature = "compaction")]
         if let Some((trigger, range)) = self.summarising.take() {
             if answer.text.trim().is_empty() {
                 let error = ModelError::new(true, "the model answered with no summary");
@@ -599,7 +618,12 @@ impl Turn {
 
     fn failed(&mut self, ctx: &mut Ctx<'_>, error: ModelError) -> Result<(), ApiError> {
         let summary_call = self.summarising.take().is_some();
-        if error.too_long && !summary_call && !self.refused && self.work == Work::Turn {
+        if cfg!(feature = "compaction")
+            && error.too_long
+            && !summary_call
+            && !self.refused
+            && self.work == Work::Turn
+        {
             // Refused as too long: compact, then make the call once more
             // (the context went with the call: read it again).
             self.refused = true;
