@@ -890,7 +890,12 @@ mod tests {
     }
 
     fn settled(terminal: Terminal, answer: Option<&str>, diagnostic: Option<&str>) -> Settlement {
-        Settlement::new("cmd_1", terminal, answer.map(|a| (a, None, 2)), diagnostic)
+        Settlement::new(
+            "cmd_1",
+            terminal,
+            answer.map(|a| (Some(a), None, 2)),
+            diagnostic,
+        )
     }
 
     #[test]

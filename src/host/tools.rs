@@ -396,6 +396,7 @@ impl Inner {
         Ok(Offer {
             toolset: Some(toolset),
             unavailable: hub.unavailable(),
+            ..Offer::default()
         })
     }
 
