@@ -248,6 +248,7 @@ impl Inner {
 
     /// `agents.models`: the offered addresses of signed-in, allowed
     /// providers (at most 200).
+    #[cfg(feature = "fleet")]
     pub(super) fn available_models(&self) -> Result<Vec<String>, String> {
         Ok(self.host_models()?.policy.available())
     }
