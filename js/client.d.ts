@@ -182,9 +182,9 @@ export interface SessionMessage {
 export interface PendingPrompt {
   commandId: string;
   requestId: string | null;
-  /** `compact` for a queued compaction (absent for a prompt; `latestPending` never answers one). */
+  /** `compact` for a queued compaction (absent for a prompt or retry; `latestPending` never answers one). */
   type?: "compact";
-  /** Empty for a retry; a compaction's instructions ("" for none). */
+  /** A compaction's instructions ("" for none); empty for a retry. */
   text: string;
   images?: ImageInput[];
   delivery: Delivery;
@@ -258,7 +258,7 @@ export interface BranchList {
   cursor: string | null;
 }
 
-/** An admitted prompt, operator line or compaction; `requestId` is the one sent (generated when omitted). */
+/** An admitted prompt, operator line, retry, selection or compaction; `requestId` is the one sent (generated when omitted). */
 export interface Receipt {
   status: "accepted";
   commandId: string;

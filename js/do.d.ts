@@ -78,6 +78,8 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   select(sessionId: string, input: EntryInput, meta?: unknown): Promise<Receipt>;
   /** RPC: the children of an entry. */
   readBranches(sessionId: string, query: BranchesQuery, meta?: unknown): Promise<BranchList>;
+  /** RPC: admits a compaction of the Session's model context, queued like a prompt. */
+  compact(sessionId: string, input: CompactInput, meta?: unknown): Promise<Receipt>;
   /** RPC: cancels a command (`too_late` once it can no longer be withdrawn; 403 `not_owner` across principals). */
   cancel(sessionId: string, input: CancelInput, meta?: unknown): Promise<CancelOutcome>;
   /** RPC: cancels the running turn and the queued prompts (only `meta`'s principal's when bound). */
@@ -325,6 +327,16 @@ export interface ShiitakeModels {
   keySources?: string[];
   /** The person's last manual switch for a turn (`meta`: its host metadata), within 5 s; `this` = the Durable Object. */
   lastSwitch?(sessionId: string, meta: unknown): string | undefined | Promise<string | undefined>;
+  /**
+   * Each model's context window in tokens (1,024 to 100,000,000), by
+   * `provider/model` address (at most 200); replaces
+   * `SHIITAKE_CONTEXT_WINDOWS`. A turn of a model with one compacts before
+   * a model call whose estimated input passes the trigger (docs/http.md
+   * "Compaction"); a model without one never compacts on its own.
+   */
+  contextWindows?: Record<string, number>;
+  /** Compaction: `trigger` a fraction of the window (0.1 to 1, default 0.8; replaces `SHIITAKE_COMPACTION_TRIGGER`), `prompt` the summary call's system prompt (at most 16,384 bytes; replaces `SHIITAKE_COMPACTION_PROMPT`). */
+  compaction?: { trigger?: number; prompt?: string };
 }
 
 /** What a grant allows on one module (keyed by module id; `files` for Files). `write` includes `read`. */
@@ -551,6 +563,17 @@ export interface OperatorInput {
   text: string;
 }
 
+/**
+ * `compact` input (a closed schema): a summary of the Session's model
+ * context, stored as a `compaction` entry, stands for the messages before
+ * it in every later model call. `instructions` (at most 65,536 bytes) are
+ * added to the summary request.
+ */
+export interface CompactInput {
+  requestId: string;
+  instructions?: string;
+}
+
 export interface CancelInput {
   commandId: string;
   onlyIfPending?: boolean;
@@ -591,6 +614,8 @@ export interface ShiitakeOwnerSession {
   /** `prompt` with `delivery: "followUp"`. */
   followUp(input: Omit<PromptInput, "delivery">): Promise<Receipt>;
   operator(input: OperatorInput): Promise<Receipt>;
+  /** Queues a compaction of the model context (never returned by `latestPending`, never joined by a steer). */
+  compact(input: CompactInput): Promise<Receipt>;
   cancel(input: CancelInput): Promise<CancelOutcome>;
   /** Generates the answer to the user message `entryId` again, on a new branch. */
   retry(input: EntryInput): Promise<Receipt>;

@@ -9,6 +9,7 @@ import { manifestOf, normalizeRoster, runHook } from "./extensions.mjs";
 import { ShiitakeError, SseParser } from "./client.mjs";
 import { META_HEADER, metaHeaderValue } from "./meta.mjs";
 import { metaHost } from "./meta-schema.mjs";
+import { isPlainObject } from "./guards.mjs";
 
 // One wasm instance serves every Durable Object of this isolate. A Rust panic
 // (panic=abort) traps it as a WebAssembly.RuntimeError and leaves its memory
@@ -261,7 +262,8 @@ export class ShiitakeDO extends DurableObject {
   /**
    * Host hook: the models this Agent may call, or `undefined` for the env's
    * (`SHIITAKE_MODELS`, else `SHIITAKE_MODEL`). Read once per instance.
-   * `{ offered?, teamDefault?, keySources?, lastSwitch?(sessionId, meta) }`:
+   * `{ offered?, teamDefault?, keySources?, lastSwitch?(sessionId, meta),
+   * contextWindows?, compaction? }`:
    * `offered` the `provider/model` addresses offered (at most 200; replaces
    * the env's), `teamDefault` the Team default (else `SHIITAKE_MODEL`),
    * `keySources` the provider names the owner's key-source restriction
@@ -271,7 +273,14 @@ export class ShiitakeDO extends DurableObject {
    * the Durable Object). A turn resolves: explicit Session, explicit Agent,
    * last switch, Team default, then the first offered model of a signed-in
    * provider (key or base URL set), skipping what is not offered, not
-   * signed in or excluded by the key sources. See `src/host/models.rs`.
+   * signed in or excluded by the key sources. `contextWindows` `{address:
+   * tokens}` states each model's context window (replaces
+   * `SHIITAKE_CONTEXT_WINDOWS`): a turn of a model with one compacts before
+   * a call whose estimated input passes `compaction.trigger` (a fraction,
+   * default 0.8; replaces `SHIITAKE_COMPACTION_TRIGGER`); `compaction.prompt`
+   * is the summary call's system prompt (replaces
+   * `SHIITAKE_COMPACTION_PROMPT`). See `src/host/models.rs`, docs/http.md
+   * "Compaction".
    */
   models() {
     return undefined;
@@ -577,6 +586,11 @@ export class ShiitakeDO extends DurableObject {
   /** RPC: the children of an entry (`{entryId, limit?, cursor?}`). */
   readBranches(sessionId, query, meta) {
     return this.#bound(meta).session(sessionId).branches(query);
+  }
+
+  /** RPC: admits a compaction of the Session's model context (`{requestId, instructions?}`); the Receipt. */
+  compact(sessionId, input, meta) {
+    return this.#bound(meta).session(sessionId).compact(input);
   }
 
   /** RPC: cancels a command (`{commandId, onlyIfPending?}`); the Receipt. */
@@ -999,6 +1013,10 @@ class OwnerSession {
     return this.#command({ ...input, type: "operator" });
   }
 
+  compact(input) {
+    return this.#command({ ...input, type: "compact" });
+  }
+
   cancel(input) {
     return this.#command({ ...input, type: "cancel" });
   }
@@ -1284,8 +1302,8 @@ function modelsHost(object) {
   if (config === undefined || config === null) return undefined;
   const refused = checkModels(config);
   if (refused !== undefined) return { spec: () => JSON.stringify({ error: refused }) };
-  const { offered, teamDefault, keySources, lastSwitch } = config;
-  const spec = JSON.stringify({ offered, teamDefault, keySources, lastSwitch: typeof lastSwitch === "function" });
+  const { offered, teamDefault, keySources, lastSwitch, contextWindows, compaction } = config;
+  const spec = JSON.stringify({ offered, teamDefault, keySources, lastSwitch: typeof lastSwitch === "function", contextWindows, compaction });
   return {
     spec: () => spec,
     async lastSwitch(sessionId, meta) {
@@ -1299,7 +1317,7 @@ function modelsHost(object) {
   };
 }
 
-const MODELS_KEYS = { offered: "strings", teamDefault: "string", keySources: "strings", lastSwitch: "function" };
+const MODELS_KEYS = { offered: "strings", teamDefault: "string", keySources: "strings", lastSwitch: "function", contextWindows: "windows", compaction: "compaction" };
 
 // Why `config` (what models() returned) cannot be used, or undefined.
 function checkModels(config) {
@@ -1313,6 +1331,16 @@ function checkModels(config) {
     if (kind === "strings") {
       if (!Array.isArray(value) || value.some((v) => typeof v !== "string")) return `models().${key} must be an array of strings`;
       if (value.length > MODELS_OFFERED_MAX) return `models().${key}: at most ${MODELS_OFFERED_MAX} entries`;
+    }
+    // The core checks each address, window, trigger and prompt by name.
+    if (kind === "windows" && (!isPlainObject(value) || Object.values(value).some((v) => !Number.isSafeInteger(v)))) {
+      return `models().${key} must be an object of provider/model addresses to context windows in tokens (integers)`;
+    }
+    if (kind === "compaction") {
+      if (!isPlainObject(value)) return `models().${key} must be an object { trigger?, prompt? }`;
+      for (const k of Object.keys(value)) if (k !== "trigger" && k !== "prompt") return `models().compaction: unknown key \`${k}\`; known: trigger, prompt`;
+      if (value.trigger !== undefined && typeof value.trigger !== "number") return "models().compaction.trigger must be a fraction of the window (a number)";
+      if (value.prompt !== undefined && typeof value.prompt !== "string") return "models().compaction.prompt must be a string";
     }
   }
   return undefined;

@@ -528,6 +528,16 @@ fn command(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpRespons
             let effects = admission_effects(id, &s.request_id, &admitted);
             Ok(HttpResponse::json(200, &admitted.receipt).with(effects))
         }
+        Command::Compact(c) => {
+            if !cfg!(feature = "compaction") {
+                return Err(ApiError::HostMisconfigured(
+                    crate::run::compaction::UNAVAILABLE.into(),
+                ));
+            }
+            let admitted = admission::admit_compact(ctx, id, &c, meta)?;
+            let effects = admission_effects(id, &c.request_id, &admitted);
+            Ok(HttpResponse::json(200, &admitted.receipt).with(effects))
+        }
         Command::Cancel(command::Cancel {
             command_id,
             only_if_pending,

@@ -48,6 +48,35 @@ pub const CONTEXT_MESSAGES_MAX: usize = 200;
 pub const CONTEXT_BYTES_MAX: usize = 4_194_304;
 /// Sessions in one list page.
 pub const LIST_PAGE_SESSIONS_MAX: usize = 200;
+
+// Compaction (`src/run/compaction.rs`): a summary stands for the messages
+// before it in every later model context.
+
+/// Bytes of a compaction's summary; a longer answer is cut (ending in `…`).
+/// About 8,000 tokens: a summary is a fraction of any window.
+pub const COMPACTION_SUMMARY_BYTES_MAX: usize = 32_768;
+/// Bytes of the transcript a summary call is sent (the previous summary,
+/// then the newest messages that fit; without a context window stated).
+/// With one, at most half the window (at `CONTEXT_BYTES_PER_TOKEN`).
+pub const COMPACTION_INPUT_BYTES_MAX: usize = 524_288;
+/// Bytes of one message in a summary call's transcript: a longer one keeps
+/// its start and its end (a tool's 20 KiB output reads as about 4 KiB).
+pub const COMPACTION_MESSAGE_BYTES_MAX: usize = 4_096;
+/// Bytes of the host's compaction prompt.
+pub const COMPACTION_PROMPT_BYTES_MAX: usize = 16_384;
+/// Default trigger: a turn compacts before a model call whose estimated
+/// input passes this percentage of the model's stated context window.
+pub const COMPACTION_TRIGGER_PERCENT_DEFAULT: u64 = 80;
+/// The trigger a host may state, in percent of the window.
+pub const COMPACTION_TRIGGER_PERCENT_MIN: u64 = 10;
+pub const COMPACTION_TRIGGER_PERCENT_MAX: u64 = 100;
+/// A model's stated context window, in tokens.
+pub const CONTEXT_WINDOW_TOKENS_MIN: u64 = 1_024;
+pub const CONTEXT_WINDOW_TOKENS_MAX: u64 = 100_000_000;
+/// The estimate of a context's input tokens: bytes of model-visible text
+/// (and tool-call arguments) per token, and tokens per image.
+pub const CONTEXT_BYTES_PER_TOKEN: u64 = 4;
+pub const CONTEXT_IMAGE_TOKENS: u64 = 1_600;
 /// Bytes of one streamed model answer: its text plus every tool call's id,
 /// name and arguments. Past it the call fails for good.
 pub const ANSWER_BYTES_MAX: usize = 1_048_576;

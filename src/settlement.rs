@@ -28,16 +28,19 @@ pub struct Settlement {
 }
 
 impl Settlement {
+    /// `answer`: how it ended well: the final text (none for a
+    /// compaction, whose summary is its transcript entry), the usage and
+    /// the tool calls.
     pub fn new(
         command_id: &str,
         terminal: Terminal,
-        answer: Option<(&str, Option<Usage>, u32)>,
+        answer: Option<(Option<&str>, Option<Usage>, u32)>,
         diagnostic: Option<&str>,
     ) -> Self {
         Settlement {
             command_id: command_id.to_owned(),
             terminal,
-            answer: answer.map(|(text, _, _)| text.to_owned()),
+            answer: answer.and_then(|(text, _, _)| text.map(str::to_owned)),
             usage: answer.and_then(|(_, usage, _)| usage),
             tool_call_count: answer.map_or(0, |(_, _, n)| n),
             diagnostic: diagnostic.map(str::to_owned),

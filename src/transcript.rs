@@ -22,12 +22,16 @@ pub enum Role {
     Assistant,
     /// One tool call's outcome.
     Tool,
+    /// A compaction entry: `text` is the summary that stands for the
+    /// messages `compacted` names in every later model context.
+    Compaction,
 }
 
 /// A transcript entry, serialised once when written and served as stored.
 /// Roles: `user`, `operator`, `assistant` (with `toolCalls` when the model
-/// called tools) and `tool` (one call's outcome: `text` is what the model
-/// sees, `data` the display payload it never sees).
+/// called tools), `tool` (one call's outcome: `text` is what the model
+/// sees, `data` the display payload it never sees) and `compaction` (a
+/// summary, with what it stands for in `compacted`).
 #[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Message<'a> {
@@ -62,7 +66,42 @@ pub struct Message<'a> {
     /// to the model, not host metadata, not under the metadata cap.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data: Option<&'a RawValue>,
+    /// A compaction entry: the messages its summary stands for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compacted: Option<&'a Compacted>,
+    /// A compaction entry: the instructions its command gave.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<&'a str>,
     pub created_at: i64,
+}
+
+/// What a compaction entry's summary stands for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Compacted {
+    /// Entry ids of the first and the last message summarised: the model
+    /// context held them (the messages between them it had left out by its
+    /// bounds, if any, are not).
+    pub from: String,
+    pub through: String,
+    /// How many messages the summary stands for.
+    pub messages: u32,
+    /// The compaction entry whose summary the input began with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<String>,
+    pub trigger: Trigger,
+}
+
+/// Why a compaction ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trigger {
+    /// A `compact` command.
+    Command,
+    /// A turn's estimated input passed the trigger of the model's window.
+    Window,
+    /// The provider refused a turn's model call as too long.
+    Refusal,
 }
 
 /// The JSON body stored for a message.
@@ -112,6 +151,11 @@ impl Protocol {
     }
 }
 
+/// The entry id of a prompt's `user` message.
+pub fn user_entry_id(command_id: &str) -> String {
+    format!("msg_{command_id}")
+}
+
 /// The stored JSON of a prompt's `user` message.
 pub fn user_message_body(
     command_id: &str,
@@ -122,7 +166,7 @@ pub fn user_message_body(
     now_ms: i64,
 ) -> Result<String, ApiError> {
     message_body(&Message {
-        entry_id: &format!("msg_{command_id}"),
+        entry_id: &user_entry_id(command_id),
         role: Role::User,
         text,
         request_id,

@@ -15,12 +15,14 @@ use shiitake::http::{handle, HttpRequest};
 use shiitake::meta::MetaPolicy;
 use shiitake::model::{Answer, ModelItem, Role};
 use shiitake::observe::Frame;
-use shiitake::run::{complete_step, reconcile, Attempts, StepOutcome};
+use shiitake::run::compaction::{self, Recorded, Summarised};
+use shiitake::run::{complete_step, reconcile, Attempts, StepOutcome, Work};
 use shiitake::session::branches;
 use shiitake::session::read;
 use shiitake::sql::native::NativeSql;
 use shiitake::store::path::Start;
 use shiitake::store::{schema, Store};
+use shiitake::transcript::Trigger;
 use std::collections::BTreeMap;
 
 const ATTEMPTS: Attempts = Attempts { max: 3 };
@@ -41,7 +43,8 @@ fn lines(context: &[ModelItem]) -> Vec<String> {
 }
 
 /// Runs every turn that can run to its end; the model answers
-/// `re <last user line>`. Returns each model call's context.
+/// `re <last user line>`, and a compaction's summary is `sum(<its context's
+/// lines>)`. Returns each model call's context.
 fn run(h: &mut Harness) -> Vec<Vec<String>> {
     let mut seen = Vec::new();
     loop {
@@ -55,6 +58,38 @@ fn run(h: &mut Harness) -> Vec<Vec<String>> {
         for mut step in steps {
             loop {
                 let context = lines(&step.context);
+                if step.work != Work::Turn {
+                    seen.push(context.clone());
+                    let answer =
+                        Answer::new(format!("sum({})", context.join(",")), None, Vec::new());
+                    let range = step.window.range.clone().expect("something to compact");
+                    let previous = step.window.summary.as_ref().map(|s| s.entry_id.clone());
+                    let recorded = h
+                        .with_ctx(|ctx| {
+                            compaction::record(
+                                ctx,
+                                &step.session_id,
+                                &step.command_id,
+                                step.attempt,
+                                None,
+                                Some(Summarised {
+                                    answer: &answer,
+                                    range: &range,
+                                    previous: previous.as_deref(),
+                                    trigger: Trigger::Command,
+                                }),
+                            )
+                        })
+                        .unwrap();
+                    match recorded {
+                        Recorded::Settled { next: Some(n), .. } => {
+                            step = n;
+                            continue;
+                        }
+                        Recorded::Settled { .. } => break,
+                        other => panic!("{other:?}"),
+                    }
+                }
                 let last = context.iter().rev().find(|l| l.starts_with("u:")).cloned();
                 seen.push(context);
                 let text = format!("re {}", &last.unwrap_or_default()[2..]);
@@ -591,6 +626,112 @@ fn a_fork_shares_its_base_history_and_keeps_it_while_it_lives() {
         json!({"from":{"sessionId":"nope","entryId":"msg_nope"}}),
     );
     assert_eq!(r.json["error"]["code"], "session_not_found");
+}
+
+#[test]
+fn a_compaction_summarises_the_selected_branch_and_cuts_only_the_paths_through_it() {
+    let mut h = two_turns();
+    let a_answer = entry(&mut h, "s", "re two");
+    // Branch B beside A (`two`, `re two`): an edit after `re one`.
+    let first_answer = entry(&mut h, "s", "re one");
+    ok(
+        &mut h,
+        "s",
+        json!({"type":"prompt","requestId":"p3","text":"deux","after":first_answer}),
+    );
+    run(&mut h);
+    let (from, through) = (entry(&mut h, "s", "one"), entry(&mut h, "s", "re deux"));
+    ok(&mut h, "s", json!({"type":"compact","requestId":"c1"}));
+    // It summarised B's context only.
+    let summary = "sum(u:one,a:re one,u:deux,a:re deux)";
+    assert_eq!(run(&mut h), [["u:one", "a:re one", "u:deux", "a:re deux"]]);
+    let page = messages(&mut h, "s", "");
+    let cmp = page.last().unwrap();
+    assert_eq!(cmp["role"], "compaction");
+    assert_eq!(cmp["text"], summary);
+    assert_eq!(
+        (&cmp["compacted"]["from"], &cmp["compacted"]["through"]),
+        (&json!(from), &json!(through))
+    );
+    assert_eq!(cmp["compacted"]["messages"], 4);
+    assert_eq!(cmp["parentEntryId"], through.as_str());
+    // B's next turn sees the summary, then its prompt.
+    ok(
+        &mut h,
+        "s",
+        json!({"type":"prompt","requestId":"p4","text":"three"}),
+    );
+    let seen = run(&mut h);
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0][0].contains(&format!("<summary>\n{summary}\n</summary>")));
+    assert_eq!(seen[0][1..], ["u:three"]);
+    // A retry on B after the compaction is cut by it too.
+    let three = entry(&mut h, "s", "three");
+    ok(
+        &mut h,
+        "s",
+        json!({"type":"retry","requestId":"r1","entryId":three}),
+    );
+    let seen = run(&mut h);
+    assert!(seen[0][0].contains(summary));
+    assert_eq!(seen[0][1..], ["u:three"]);
+    // An edit after B's last answer before the compaction leaves its path:
+    // not cut.
+    ok(
+        &mut h,
+        "s",
+        json!({"type":"prompt","requestId":"p5","text":"DEUX","after":through}),
+    );
+    assert_eq!(
+        run(&mut h),
+        [["u:one", "a:re one", "u:deux", "a:re deux", "u:DEUX"]]
+    );
+    // Back on A: the compaction entry lies newer than A's messages, on
+    // another branch; A's context is whole.
+    ok(
+        &mut h,
+        "s",
+        json!({"type":"select","requestId":"sel","entryId":a_answer}),
+    );
+    ok(
+        &mut h,
+        "s",
+        json!({"type":"prompt","requestId":"p6","text":"four"}),
+    );
+    assert_eq!(
+        run(&mut h),
+        [["u:one", "a:re one", "u:two", "a:re two", "u:four"]]
+    );
+    // The same through the walk: an off-path compaction entry newer in the
+    // read hid A's bodies; the walk read again and loaded each.
+    let store = Store::new(h.sql());
+    let tip = store.facts("s").unwrap().unwrap().tip();
+    let walk = store
+        .walk_context("s", Start::At(tip), 10, 1 << 20)
+        .unwrap();
+    assert_eq!(walk.rows.len(), 6, "four, re four and A's four messages");
+    assert!(walk.rows.iter().all(|r| r.body.is_some() && !r.compaction));
+    // A fork whose history passes through the compaction is cut by it.
+    ok(
+        &mut h,
+        "s",
+        json!({"type":"select","requestId":"sel2","entryId":three}),
+    );
+    let re_three = entry(&mut h, "s", "re three");
+    let r = h.call(
+        "POST",
+        "/sessions",
+        json!({"sessionId":"f","from":{"sessionId":"s","entryId":re_three}}),
+    );
+    assert_eq!(r.status, 201, "{}", r.json);
+    ok(
+        &mut h,
+        "f",
+        json!({"type":"prompt","requestId":"f1","text":"five"}),
+    );
+    let seen = run(&mut h);
+    assert!(seen[0][0].contains(summary));
+    assert_eq!(seen[0][1..], ["u:three", "a:re three", "u:five"]);
 }
 
 #[test]

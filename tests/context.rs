@@ -1,7 +1,9 @@
 //! The model context's bounds over real SQLite: at most
 //! `CONTEXT_MESSAGES_MAX` messages and `CONTEXT_BYTES_MAX` bytes of stored
 //! bodies. Past the byte bound the oldest whole turns are left out; the
-//! newest turn is kept, its tool steps never split from their results.
+//! newest turn is kept, its tool steps never split from their results, and
+//! a turn always sees its prompt. A compaction's summary leads every later
+//! context, which reads no message before it.
 
 mod common;
 
@@ -9,11 +11,12 @@ use common::Harness;
 use serde_json::json;
 use shiitake::limits::{CONTEXT_BYTES_MAX, CONTEXT_MESSAGES_MAX, TEXT_BYTES_MAX};
 use shiitake::model::{Answer, ModelItem, Role, ToolCall};
+use shiitake::run::compaction::{self, Recorded, Summarised};
 use shiitake::run::tools::ToolOutput;
 use shiitake::run::tools::{record_calls, record_result, CallsOutcome, ResultOutcome};
 use shiitake::run::{complete_step, reconcile, Attempts, Reconciled, Step, StepOutcome};
 use shiitake::sql::Sql;
-use shiitake::transcript::Protocol;
+use shiitake::transcript::{Protocol, Trigger};
 
 const ATTEMPTS: Attempts = Attempts { max: 3 };
 /// A large tool result (the payload bound is 256 KiB).
@@ -92,7 +95,7 @@ fn tool_step(h: &mut Harness, step: &Step, name: &str, calls: usize, bytes: usiz
         };
         next = n;
     }
-    next.expect("the last result answers the next step")
+    *next.expect("the last result answers the next step")
 }
 
 /// Completes `step`'s turn with a plain answer.
@@ -390,4 +393,258 @@ fn a_step_that_fits_only_without_its_prompt_is_kept_with_it() {
     assert_eq!(shown[0], 0);
     assert_eq!(shown[1..], (big..rows.len()).collect::<Vec<_>>());
     assert!(bytes > CONTEXT_BYTES_MAX);
+}
+
+/// Every tool step of `context` is followed at once by exactly its
+/// results, in call order, and no result stands without its step.
+fn assert_paired(context: &[ModelItem]) {
+    let mut at = 0;
+    while at < context.len() {
+        match &context[at] {
+            ModelItem::ToolCalls { calls, .. } => {
+                for (i, call) in calls.iter().enumerate() {
+                    assert!(
+                        matches!(context.get(at + 1 + i), Some(ModelItem::ToolResult { call_id, .. }) if *call_id == call.id),
+                        "call {} not answered at once",
+                        call.id
+                    );
+                }
+                at += 1 + calls.len();
+            }
+            ModelItem::ToolResult { call_id, .. } => panic!("result {call_id} without its call"),
+            ModelItem::Message(_) => at += 1,
+        }
+    }
+}
+
+/// Whether `item` is a summary saying `text` (`compaction::framed`).
+fn is_summary(item: &ModelItem, text: &str) -> bool {
+    matches!(item, ModelItem::Message(m) if m.role == Role::User
+        && m.text.contains(&format!("<summary>\n{text}\n</summary>")))
+}
+
+/// Records a summary `text` of `step`'s context, for `trigger`.
+fn compact(h: &mut Harness, step: &Step, text: &str, trigger: Trigger) -> Recorded {
+    let answer = Answer::new(text, None, Vec::new());
+    let range = step.window.range.clone().expect("something to compact");
+    let previous = step.window.summary.as_ref().map(|s| s.entry_id.clone());
+    h.with_ctx(|ctx| {
+        compaction::record(
+            ctx,
+            &step.session_id,
+            &step.command_id,
+            step.attempt,
+            None,
+            Some(Summarised {
+                answer: &answer,
+                range: &range,
+                previous: previous.as_deref(),
+                trigger,
+            }),
+        )
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_turn_longer_than_the_message_bound_still_sees_its_prompt() {
+    let mut h = Harness::new();
+    h.session("s");
+    h.prompt("s", "r1", "the task");
+    let mut step = claim(&mut h);
+    // 4 steps of 60 small results: 245 messages in one turn.
+    for s in 0..4 {
+        step = tool_step(&mut h, &step, &format!("s{s}"), 60, 16);
+    }
+    assert!(rows(&h).len() > CONTEXT_MESSAGES_MAX);
+    let texts: Vec<&str> = step.context.iter().map(text).collect();
+    assert_eq!(texts[0], "the task", "the prompt leads: {:?}", &texts[..3]);
+    assert_paired(&step.context);
+    assert!(step.context.len() <= CONTEXT_MESSAGES_MAX + 1);
+    assert!(step.window.full, "at the message bound");
+    // Resumed after a restart, the same.
+    h.restart();
+    let Reconciled { steps, .. } = h
+        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| false, ATTEMPTS))
+        .unwrap();
+    assert_eq!(steps[0].context, step.context);
+}
+
+/// The entry id of the stored message with `text`.
+fn entry_id(h: &Harness, text: &str) -> String {
+    h.sql()
+        .query(
+            "SELECT json_extract(body, '$.entryId') FROM messages
+             WHERE json_extract(body, '$.text') = ?",
+            &[text.into()],
+        )
+        .unwrap()[0]
+        .text(0)
+        .unwrap()
+}
+
+#[test]
+fn a_retry_longer_than_the_message_bound_sees_the_retried_message_found_on_its_path() {
+    let mut h = Harness::new();
+    h.session("s");
+    h.prompt("s", "r1", "the task");
+    let step = claim(&mut h);
+    finish(&mut h, &step, "done");
+    // A fork of `s` retries the base's user message: the message the
+    // retry's turn keeps is held by another Session than the turn's.
+    let done = entry_id(&h, "done");
+    let r = h.call(
+        "POST",
+        "/sessions",
+        json!({"sessionId": "f", "from": {"sessionId": "s", "entryId": done}}),
+    );
+    assert_eq!(r.status, 201, "{}", r.json);
+    let task = entry_id(&h, "the task");
+    let r = h.command(
+        "f",
+        json!({"type": "retry", "requestId": "r2", "entryId": task}),
+    );
+    assert_eq!(r.status, 200, "{}", r.json);
+    let mut step = claim(&mut h);
+    assert_eq!(
+        step.context.iter().map(text).collect::<Vec<_>>(),
+        ["the task"]
+    );
+    // 4 steps of 60 small results: 244 messages on the retry's branch.
+    for s in 0..4 {
+        step = tool_step(&mut h, &step, &format!("s{s}"), 60, 16);
+    }
+    let texts: Vec<&str> = step.context.iter().map(text).collect();
+    assert_eq!(
+        texts[0],
+        "the task",
+        "the retried message leads: {:?}",
+        &texts[..3]
+    );
+    assert_paired(&step.context);
+    assert!(step.context.len() <= CONTEXT_MESSAGES_MAX + 1);
+    // Compacted mid-turn: the summary, then the retried message, put back.
+    let Recorded::Continue { next, .. } = compact(&mut h, &step, "long", Trigger::Window) else {
+        panic!("the turn goes on")
+    };
+    assert!(is_summary(&next.context[0], "long"));
+    assert_eq!(
+        next.context[1..].iter().map(text).collect::<Vec<_>>(),
+        ["the task"]
+    );
+    // Resumed after a restart, the same.
+    h.restart();
+    let Reconciled { steps, .. } = h
+        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| false, ATTEMPTS))
+        .unwrap();
+    assert_eq!(steps[0].context, next.context);
+}
+
+#[test]
+fn after_a_compaction_a_context_is_its_summary_and_what_follows_never_a_split_step() {
+    let mut h = Harness::new();
+    h.session("s");
+    h.prompt("s", "r1", "first task");
+    let step = claim(&mut h);
+    let next = tool_step(&mut h, &step, "a", 3, 16);
+    finish(&mut h, &next, "first done");
+    // A `compact` command, run as the queue's next work.
+    let r = h.command("s", json!({"type": "compact", "requestId": "c1"}));
+    assert_eq!(r.status, 200, "{}", r.json);
+    let step = claim(&mut h);
+    assert_eq!(step.window.range.as_ref().unwrap().messages, 6);
+    let Recorded::Settled { entry: Some(_), .. } = compact(&mut h, &step, "one", Trigger::Command)
+    else {
+        panic!("the command settles with its entry")
+    };
+    // The next turn: the summary, then its prompt; nothing before it.
+    h.prompt("s", "r2", "second task");
+    let step = claim(&mut h);
+    assert!(is_summary(&step.context[0], "one"));
+    assert_eq!(
+        step.context[1..].iter().map(text).collect::<Vec<_>>(),
+        ["second task"]
+    );
+    let next = tool_step(&mut h, &step, "b", 2, 16);
+    assert!(is_summary(&next.context[0], "one"));
+    assert_paired(&next.context);
+    assert_eq!(next.context.len(), 5, "summary, prompt, step, 2 results");
+    // Compacted mid-turn (all calls answered): the summary, then the
+    // turn's prompt, put back; the next step follows whole.
+    let Recorded::Continue { next: after, .. } = compact(&mut h, &next, "two", Trigger::Window)
+    else {
+        panic!("the turn goes on")
+    };
+    assert!(is_summary(&after.context[0], "two"));
+    assert_eq!(
+        after.context[1..].iter().map(text).collect::<Vec<_>>(),
+        ["second task"]
+    );
+    let next = tool_step(&mut h, &after, "c", 2, 16);
+    assert!(is_summary(&next.context[0], "two"));
+    assert_eq!(text(&next.context[1]), "second task");
+    assert_paired(&next.context);
+    assert_eq!(next.context.len(), 5);
+    // Every message stays stored and readable.
+    let stored = rows(&h);
+    assert_eq!(stored.iter().filter(|r| r.role == "compaction").count(), 2);
+    assert_eq!(stored[0].text, "first task");
+}
+
+#[test]
+fn a_summary_still_leads_a_full_window_behind_it() {
+    let mut h = Harness::new();
+    h.session("s");
+    h.prompt("s", "r1", "hello");
+    let step = claim(&mut h);
+    finish(&mut h, &step, "hi");
+    h.command("s", json!({"type": "compact", "requestId": "c1"}));
+    let step = claim(&mut h);
+    compact(&mut h, &step, "greeted", Trigger::Command);
+    // As many messages after it as a context holds.
+    for i in 0..CONTEXT_MESSAGES_MAX - 1 {
+        let r = h.command(
+            "s",
+            json!({"type": "operator", "requestId": format!("o{i}"), "text": format!("line {i}")}),
+        );
+        assert_eq!(r.status, 200, "{}", r.json);
+    }
+    h.prompt("s", "r2", "again");
+    let step = claim(&mut h);
+    assert!(is_summary(&step.context[0], "greeted"));
+    assert_eq!(step.context.len(), CONTEXT_MESSAGES_MAX + 1);
+    assert!(step.window.full, "compacts now, with a window stated");
+    assert_eq!(
+        step.window.range.as_ref().unwrap().messages as usize,
+        CONTEXT_MESSAGES_MAX
+    );
+}
+
+#[test]
+fn the_estimate_is_the_last_reported_input_plus_the_bytes_since() {
+    let mut h = Harness::new();
+    h.session("s");
+    h.prompt("s", "r1", &"x".repeat(400));
+    let step = claim(&mut h);
+    assert_eq!(
+        step.window.tokens, 100,
+        "no report yet: 400 bytes at 4 a token"
+    );
+    let answer = Answer::new(
+        "y".repeat(40),
+        Some(shiitake::model::Usage {
+            input_tokens: 1_000,
+            output_tokens: 10,
+        }),
+        Vec::new(),
+    );
+    h.with_ctx(|ctx| complete_step(ctx, "s", &step.command_id, step.attempt, &answer))
+        .unwrap();
+    h.prompt("s", "r2", &"z".repeat(80));
+    let step = claim(&mut h);
+    assert_eq!(
+        step.window.tokens,
+        1_000 + 10 + 20,
+        "reported, then 80 bytes"
+    );
 }

@@ -16,8 +16,11 @@ use shiitake::files::port::{Change, Page, Port, PortError, Replaced, Stat};
 use shiitake::grants::AccessConfig;
 use shiitake::http::{handle, HttpRequest};
 use shiitake::meta::MetaPolicy;
-use shiitake::model::{Answer, ModelError, ModelItem, RetryPolicy, Role, ToolCall, Usage};
+use shiitake::model::{
+    classify_status, Answer, ModelError, ModelItem, RetryPolicy, Role, ToolCall, Usage,
+};
 use shiitake::observe::{Event, Frame};
+use shiitake::run::compaction::ContextWindow;
 use shiitake::run::driver::{Action, Input, Offer, ToolWork, Turn, TurnPolicy};
 use shiitake::run::operation::{result_output, Gate, OperationCall, Rules};
 use shiitake::run::tools::undone_output;
@@ -84,6 +87,12 @@ struct World {
     tool_calls: usize,
     /// Model calls that fail (retryably) before any answers.
     failing_model_calls: usize,
+    /// Model calls (by number) the provider refuses as too long.
+    too_long_calls: Vec<usize>,
+    /// Summary calls made.
+    summary_calls: usize,
+    /// What each model call that was no summary call saw.
+    contexts: Vec<Vec<ModelItem>>,
     /// Call ids under which the unsafe operation took effect.
     effects: Vec<String>,
     events: Vec<Event>,
@@ -167,6 +176,11 @@ struct Sim {
     world: World,
     /// Command ids by request id.
     commands: HashMap<String, String>,
+    /// The model's stated window (automatic compaction), if any.
+    window: Option<ContextWindow>,
+    /// The scripted model reports this many input tokens a byte of its
+    /// context's text (0: 3 tokens a call).
+    tokens_per_byte: u64,
 }
 
 /// Module `notes`: `add` writes and is unsafe to replay, `list` reads and
@@ -189,20 +203,51 @@ fn toolset() -> Rc<Toolset> {
     Rc::new(Toolset::new(catalog, &direct, Err("no sandbox here".into())).unwrap())
 }
 
-/// The scripted model, a function of what it sees. The current turn is
-/// everything after the last plain assistant answer: a turn that already
-/// called tools is answered `done`; a turn whose last prompt is `go` calls
-/// `add` and `list`; anything else is answered `ok`.
-fn model(context: &[ModelItem]) -> Answer {
+/// Text bytes of a context, by which the scripted model may report its
+/// input tokens (`Sim::tokens_per_byte`).
+fn text_bytes(context: &[ModelItem]) -> u64 {
+    context
+        .iter()
+        .map(|i| match i {
+            ModelItem::Message(m) => m.text.len(),
+            ModelItem::ToolCalls { text, calls } => {
+                text.len() + calls.iter().map(|c| c.arguments.len()).sum::<usize>()
+            }
+            ModelItem::ToolResult { content, .. } => content.len(),
+        } as u64)
+        .sum()
+}
+
+/// The scripted model, a function of what it sees. A summary call (its own
+/// system prompt) answers `summary`, saying whether the transcript it got
+/// called tools. Otherwise the current turn is everything after the last
+/// plain assistant answer: a turn that already called tools (or whose
+/// summary says so) is answered `done`; a turn whose last prompt is `go`
+/// calls `add` and `list`; anything else is answered `ok`. It reports 3
+/// input tokens a call, or `tokens_per_byte` tokens a byte of text.
+fn model(context: &[ModelItem], system: Option<&str>, tokens_per_byte: u64) -> Answer {
+    let usage = Some(Usage {
+        input_tokens: match tokens_per_byte {
+            0 => 3,
+            n => n * text_bytes(context),
+        },
+        output_tokens: 1,
+    });
+    if system.is_some() {
+        let [ModelItem::Message(request)] = context else {
+            panic!("a summary call is one message: {context:?}")
+        };
+        let text = match request.text.contains("[tool call ") {
+            true => "summary: tools were called",
+            false => "summary",
+        };
+        return Answer::new(text, usage, Vec::new());
+    }
     let start = context
         .iter()
         .rposition(|i| matches!(i, ModelItem::Message(m) if m.role == Role::Assistant))
         .map_or(0, |at| at + 1);
     let turn = &context[start..];
-    let usage = Some(Usage {
-        input_tokens: 3,
-        output_tokens: 1,
-    });
     if turn
         .iter()
         .any(|i| matches!(i, ModelItem::ToolCalls { .. }))
@@ -213,6 +258,12 @@ fn model(context: &[ModelItem]) -> Answer {
         ModelItem::Message(m) if m.role == Role::User => Some(m.text.as_str()),
         _ => None,
     });
+    let summarised_calls = turn.iter().any(
+        |i| matches!(i, ModelItem::Message(m) if m.text.contains("<summary>\nsummary: tools were called")),
+    );
+    if last_prompt == Some("go") && summarised_calls {
+        return Answer::new("done", usage, Vec::new());
+    }
     if last_prompt == Some("go") {
         let call = |id: &str, name: &str, arguments: &str| ToolCall {
             id: id.into(),
@@ -259,6 +310,8 @@ impl Sim {
             }),
             world: World::default(),
             commands: HashMap::new(),
+            window: None,
+            tokens_per_byte: 0,
         }
     }
 
@@ -418,17 +471,37 @@ impl Sim {
                 Action::Offer => Input::Offered(Ok(Offer {
                     toolset: Some(Rc::clone(&self.toolset)),
                     unavailable: Vec::new(),
+                    window: self.window,
+                    compaction_prompt: None,
                 })),
-                Action::CallModel { context, tools } => {
-                    assert_eq!(tools.len(), 2, "both direct tools are offered");
+                Action::CallModel {
+                    context,
+                    tools,
+                    system,
+                } => {
+                    match &system {
+                        Some(_) => {
+                            assert!(tools.is_empty(), "a summary call offers no tools");
+                            self.world.summary_calls += 1;
+                        }
+                        None => {
+                            assert_eq!(tools.len(), 2, "both direct tools are offered");
+                            self.world.contexts.push(context.clone());
+                        }
+                    }
                     self.world.model_calls += 1;
                     let n = self.world.model_calls;
                     if self.interject(When::ModelCall(n), turn.head()) {
                         Input::Stopped
                     } else if n <= self.world.failing_model_calls {
                         Input::Failed(ModelError::new(true, "HTTP 503: overloaded"))
+                    } else if self.world.too_long_calls.contains(&n) {
+                        Input::Failed(classify_status(
+                            400,
+                            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 9 tokens > 8 maximum"}}"#,
+                        ))
                     } else {
-                        Input::Answered(model(&context))
+                        Input::Answered(model(&context, system.as_deref(), self.tokens_per_byte))
                     }
                 }
                 Action::RunTool(run) => {
@@ -1084,4 +1157,349 @@ fn a_retry_crashed_after_every_durable_transition_answers_once_on_its_own_branch
         // `add` ran once per turn at most (outcome unknown on a resumed call).
         assert!(sim.world.effects.len() <= 2, "{context}");
     }
+}
+
+// Compaction (`run::compaction`): a `compact` command, automatic compaction
+// at the model's stated window, and a provider's refusal as too long.
+
+/// The compaction entries of the transcript.
+fn compactions(messages: &[Value]) -> Vec<Value> {
+    messages
+        .iter()
+        .filter(|m| m["role"] == "compaction")
+        .cloned()
+        .collect()
+}
+
+/// Whether a model context leads with a summary saying `summary`.
+fn leads_with_summary(context: &[ModelItem], summary: &str) -> bool {
+    matches!(context.first(), Some(ModelItem::Message(m))
+        if m.role == Role::User && m.text.contains(&format!("<summary>\n{summary}\n</summary>")))
+}
+
+/// A tool turn (`go`), a `compact` command and a plain turn, queued.
+fn compact_between() -> Sim {
+    let mut sim = Sim::new();
+    let (status, json, _) = sim.request("POST", "/sessions", json!({"sessionId": "s"}));
+    assert_eq!(status, 201, "{json}");
+    sim.prompt("p1", "go", "followUp");
+    let (status, json, _) = sim.command(json!({
+        "type": "compact", "requestId": "c1", "instructions": "keep the notes"
+    }));
+    assert_eq!(status, 200, "{json}");
+    sim.prompt("p2", "next", "followUp");
+    sim
+}
+
+const COMPACT_BETWEEN: [&str; 8] = [
+    "user",
+    "assistant",
+    "tool",
+    "tool",
+    "assistant",
+    "compaction",
+    "user",
+    "assistant",
+];
+
+/// Checks a run of [`compact_between`]: one summary standing for the first
+/// turn, the last turn seeing it and not the first turn's messages, every
+/// command settled once.
+fn check_compact_between(sim: &mut Sim, context: &str) {
+    let messages = sim.messages();
+    assert_eq!(roles(&messages), COMPACT_BETWEEN, "{context}");
+    let entry = &compactions(&messages)[0];
+    assert_eq!(entry["text"], "summary: tools were called", "{context}");
+    assert_eq!(entry["instructions"], "keep the notes", "{context}");
+    assert_eq!(
+        entry["commandId"].as_str(),
+        Some(sim.commands["c1"].as_str())
+    );
+    assert_eq!(
+        entry["compacted"],
+        json!({
+            "from": messages[0]["entryId"], "through": messages[4]["entryId"],
+            "messages": 5, "trigger": "command"
+        }),
+        "{context}"
+    );
+    for request in ["p1", "c1", "p2"] {
+        assert_eq!(
+            sim.settlement(request)["terminal"],
+            "completed",
+            "{context}"
+        );
+    }
+    let settled = sim.settled_frames();
+    assert_eq!(settled.len(), 3, "{context}");
+    assert!(settled.values().all(|n| *n == 1), "{context}: {settled:?}");
+    // The last turn sees the summary, then its prompt: none of the
+    // summarised messages.
+    let last = sim.world.contexts.last().unwrap();
+    assert!(
+        leads_with_summary(last, "summary: tools were called"),
+        "{context}: {last:?}"
+    );
+    assert_eq!(last.len(), 2, "{context}: {last:?}");
+    assert!(matches!(&last[1], ModelItem::Message(m) if m.text == "next"));
+}
+
+#[test]
+fn a_compact_command_runs_in_its_place_and_later_turns_see_its_summary() {
+    let mut sim = compact_between();
+    assert_eq!(sim.run_with_recovery(0), 0);
+    check_compact_between(&mut sim, "no crash");
+    assert_eq!(sim.world.summary_calls, 1);
+    let compact = sim.settlement("c1");
+    assert_eq!(
+        compact["answer"],
+        Value::Null,
+        "the entry holds the summary"
+    );
+    assert_eq!(
+        compact["usage"],
+        json!({"inputTokens": 3, "outputTokens": 1})
+    );
+    // The older messages stay stored and readable.
+    let texts = transcript(&sim.messages());
+    assert_eq!(texts[0].1, "go");
+    assert_eq!(texts[4].1, "done");
+}
+
+#[test]
+fn a_crash_after_every_transition_of_a_compaction_compacts_once_and_settles_each_command_once() {
+    let clean = {
+        let mut sim = compact_between();
+        let before = sim.db.commits.get();
+        sim.run_with_recovery(0);
+        sim.db.commits.get() - before
+    };
+    for at in 0..=clean {
+        let mut sim = compact_between();
+        sim.crash_after(at);
+        let crashes = sim.run_with_recovery(1);
+        let context = format!("crash after transition {at} of {clean}");
+        assert_eq!(crashes, usize::from(at < clean), "{context}");
+        check_compact_between(&mut sim, &context);
+        assert!(sim.world.summary_calls <= 2, "{context}");
+    }
+}
+
+/// A tool turn (`go`) and a plain turn, with a window so small that the
+/// tool turn's second call and the plain turn's call each compact first
+/// (the model reports 64 tokens a byte).
+fn windowed_turns() -> Sim {
+    let mut sim = two_turns();
+    sim.tokens_per_byte = 64;
+    // Compact past 102 tokens: the tool turn's first call estimates 0 (its
+    // prompt's 2 bytes), its second 135 (128 reported, 1 answered, 6 of
+    // results), after its summary 6 (its 26 bytes); the plain turn's call
+    // thousands (the tool turn's last answer reported).
+    sim.window = Some(ContextWindow {
+        tokens: 1_024,
+        trigger_percent: 10,
+    });
+    sim
+}
+
+const WINDOWED_TURNS: [&str; 9] = [
+    "user",
+    "assistant",
+    "tool",
+    "tool",
+    "compaction",
+    "assistant",
+    "user",
+    "compaction",
+    "assistant",
+];
+
+fn check_windowed_turns(sim: &mut Sim, context: &str) {
+    let messages = sim.messages();
+    assert_eq!(roles(&messages), WINDOWED_TURNS, "{context}");
+    let entries = compactions(&messages);
+    assert_eq!(entries.len(), 2, "{context}: compacted once per call due");
+    assert_eq!(
+        entries[0]["compacted"],
+        json!({
+            "from": messages[0]["entryId"], "through": messages[3]["entryId"],
+            "messages": 4, "trigger": "window"
+        }),
+        "{context}"
+    );
+    assert_eq!(
+        entries[1]["compacted"],
+        json!({
+            "from": messages[5]["entryId"], "through": messages[6]["entryId"],
+            "messages": 2, "previous": entries[0]["entryId"], "trigger": "window"
+        }),
+        "{context}"
+    );
+    assert_eq!(transcript(&messages)[5].1, "done", "{context}");
+    for request in ["p1", "p2"] {
+        assert_eq!(
+            sim.settlement(request)["terminal"],
+            "completed",
+            "{context}"
+        );
+    }
+    assert!(sim.settled_frames().values().all(|n| *n == 1), "{context}");
+    assert!(sim.world.effects.len() <= 1, "{context}");
+    // After its mid-turn compaction the tool turn still sees its prompt,
+    // after the summary; the plain turn sees the second summary and its own.
+    let seen: Vec<&Vec<ModelItem>> = sim
+        .world
+        .contexts
+        .iter()
+        .filter(|c| leads_with_summary(c, "summary: tools were called"))
+        .collect();
+    let go = seen
+        .last()
+        .unwrap_or_else(|| panic!("{context}: no call after the summary"));
+    assert!(
+        matches!(&go[1..], [ModelItem::Message(m)] if m.text == "go"),
+        "{context}: {go:?}"
+    );
+    let last = sim.world.contexts.last().unwrap();
+    assert!(leads_with_summary(last, "summary"), "{context}: {last:?}");
+    assert!(
+        matches!(&last[1..], [ModelItem::Message(m)] if m.text == "next"),
+        "{context}"
+    );
+}
+
+#[test]
+fn past_the_windows_trigger_a_turn_compacts_before_its_call_and_keeps_its_prompt() {
+    let mut sim = windowed_turns();
+    assert_eq!(sim.run_with_recovery(0), 0);
+    check_windowed_turns(&mut sim, "no crash");
+    assert_eq!(sim.world.summary_calls, 2);
+    // The turn's usage counts its summary call.
+    let usage = &sim.settlement("p1")["usage"];
+    assert_eq!(usage["outputTokens"], 3, "{usage}");
+    // Without a window stated, nothing compacts.
+    let mut plain = two_turns();
+    plain.tokens_per_byte = 64;
+    plain.run_with_recovery(0);
+    assert_eq!(roles(&plain.messages()), TWO_TURNS);
+    assert_eq!(plain.world.summary_calls, 0);
+}
+
+#[test]
+fn a_crash_after_every_transition_of_an_automatic_compaction_never_compacts_twice() {
+    let clean = {
+        let mut sim = windowed_turns();
+        let before = sim.db.commits.get();
+        sim.run_with_recovery(0);
+        sim.db.commits.get() - before
+    };
+    for at in 0..=clean {
+        let mut sim = windowed_turns();
+        sim.crash_after(at);
+        let crashes = sim.run_with_recovery(1);
+        let context = format!("crash after transition {at} of {clean}");
+        assert_eq!(crashes, usize::from(at < clean), "{context}");
+        check_windowed_turns(&mut sim, &context);
+    }
+}
+
+/// Two plain turns; the provider refuses the model calls numbered `refused`
+/// as too long (Anthropic's body).
+fn refused(refused: &[usize]) -> Sim {
+    let mut sim = Sim::new();
+    let (status, json, _) = sim.request("POST", "/sessions", json!({"sessionId": "s"}));
+    assert_eq!(status, 201, "{json}");
+    sim.prompt("p1", "hello", "followUp");
+    sim.prompt("p2", "again", "followUp");
+    sim.world.too_long_calls = refused.to_vec();
+    sim
+}
+
+#[test]
+fn a_refusal_as_too_long_compacts_and_retries_once() {
+    let mut sim = refused(&[2]);
+    sim.run_with_recovery(0);
+    assert_eq!(sim.settlement("p2")["terminal"], "completed");
+    let messages = sim.messages();
+    assert_eq!(
+        roles(&messages),
+        ["user", "assistant", "user", "compaction", "assistant"]
+    );
+    assert_eq!(compactions(&messages)[0]["compacted"]["trigger"], "refusal");
+    assert_eq!(sim.world.summary_calls, 1);
+    let last = sim.world.contexts.last().unwrap();
+    assert!(leads_with_summary(last, "summary"), "{last:?}");
+    assert!(matches!(&last[1..], [ModelItem::Message(m)] if m.text == "again"));
+}
+
+#[test]
+fn a_second_refusal_fails_the_turn_as_before() {
+    let mut sim = refused(&[2, 4]);
+    sim.run_with_recovery(0);
+    let failed = sim.settlement("p2");
+    assert_eq!(failed["terminal"], "failed");
+    assert!(
+        failed["diagnostic"]
+            .as_str()
+            .unwrap()
+            .contains("prompt is too long"),
+        "{failed}"
+    );
+    assert_eq!(sim.world.model_calls, 4, "one compaction, one retry");
+    assert_eq!(compactions(&sim.messages()).len(), 1);
+}
+
+#[test]
+fn a_compaction_with_nothing_to_compact_settles_without_a_model_call() {
+    let mut sim = Sim::new();
+    sim.request("POST", "/sessions", json!({"sessionId": "s"}));
+    let (status, json, _) = sim.command(json!({"type": "compact", "requestId": "c1"}));
+    assert_eq!(status, 200, "{json}");
+    sim.run_with_recovery(0);
+    assert_eq!(sim.settlement("c1")["terminal"], "completed");
+    assert_eq!(sim.world.model_calls, 0);
+    // A second compaction right after a first has only the summary.
+    sim.prompt("p1", "hello", "followUp");
+    for request in ["c2", "c3"] {
+        sim.command(json!({"type": "compact", "requestId": request}));
+    }
+    sim.run_with_recovery(0);
+    assert_eq!(sim.world.summary_calls, 1);
+    assert_eq!(roles(&sim.messages()), ["user", "assistant", "compaction"]);
+    assert_eq!(sim.settlement("c3")["terminal"], "completed");
+}
+
+#[test]
+fn a_queued_compaction_is_no_latest_pending_prompt_and_is_cancelled_like_one() {
+    let mut sim = Sim::new();
+    sim.request("POST", "/sessions", json!({"sessionId": "s"}));
+    sim.prompt("p1", "hello", "followUp"); // claimed at admission: running
+    sim.command(json!({"type": "compact", "requestId": "c1", "instructions": "short"}));
+    let latest = |sim: &mut Sim| {
+        sim.request("GET", "/sessions/s/pending/latest", Value::Null)
+            .1
+    };
+    assert_eq!(
+        latest(&mut sim),
+        Value::Null,
+        "a compaction is never returned"
+    );
+    let (_, page, _) = sim.request("GET", "/sessions/s", Value::Null);
+    assert_eq!(page["pending"][0]["type"], "compact");
+    assert_eq!(page["pending"][0]["text"], "short");
+    sim.prompt("p2", "steer me", "steer");
+    assert_eq!(latest(&mut sim)["requestId"], "p2");
+    // A steer never joins a compaction; the compaction is cancelled as
+    // queued work is, answering its instructions.
+    let c1 = sim.commands["c1"].clone();
+    let (status, json, _) = sim.command(json!({"type": "cancel", "commandId": c1}));
+    assert_eq!(status, 200, "{json}");
+    assert_eq!(
+        json,
+        json!({"status": "cancelled", "commandId": c1, "text": "short"})
+    );
+    sim.run_with_recovery(0);
+    assert_eq!(sim.settlement("c1")["terminal"], "cancelled");
+    assert_eq!(sim.world.summary_calls, 0);
+    assert!(compactions(&sim.messages()).is_empty());
 }

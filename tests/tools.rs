@@ -326,7 +326,7 @@ fn a_turn_asking_for_tools_past_the_step_bound_fails() {
         else {
             panic!()
         };
-        step = next;
+        step = *next;
     }
     let answer = calls_answer("", vec![call("last", "execute", "{}")]);
     let CallsOutcome::Settled(settled) = record(&mut h, &step, &answer) else {

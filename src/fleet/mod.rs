@@ -41,6 +41,21 @@ use serde_json::{json, Value};
 /// The module's id (and its grant key).
 pub const MODULE_ID: &str = "agents";
 
+/// Why a fleet is refused in a build without the `fleet` feature.
+pub const UNAVAILABLE: &str = "this wasm was built without the `fleet` Cargo feature (a lean \
+    build, SHIITAKE_LEAN=1), which runs the host's fleet (fleet(): the agents module, mail, \
+    peer calls, the directory); build with default features";
+
+/// Whether this build runs a fleet: without the `fleet` feature a host's
+/// fleet, a peer's call and the directory object are refused naming it (a
+/// configuration error: 503 `host_misconfigured`).
+pub fn available() -> Result<(), ApiError> {
+    match cfg!(feature = "fleet") {
+        true => Ok(()),
+        false => Err(ApiError::HostMisconfigured(UNAVAILABLE.to_owned())),
+    }
+}
+
 /// Which operations beyond `send`, `recall`, `wait` and `read` the host
 /// authorizes (`fleet().directory`, `fleet().archive`, `fleet().models`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -890,7 +905,12 @@ mod tests {
     }
 
     fn settled(terminal: Terminal, answer: Option<&str>, diagnostic: Option<&str>) -> Settlement {
-        Settlement::new("cmd_1", terminal, answer.map(|a| (a, None, 2)), diagnostic)
+        Settlement::new(
+            "cmd_1",
+            terminal,
+            answer.map(|a| (Some(a), None, 2)),
+            diagnostic,
+        )
     }
 
     #[test]
@@ -945,4 +965,15 @@ mod tests {
         };
         assert!(!truncated);
     }
+}
+
+/// The lean build (no `fleet` feature) refuses a fleet naming the feature:
+/// the host's `fleet()` is a configuration error (503 `host_misconfigured`),
+/// and so is every peer call and directory request it gets.
+#[cfg(all(test, not(feature = "fleet")))]
+#[test]
+fn a_lean_build_refuses_a_fleet_naming_the_feature() {
+    let e = available().unwrap_err();
+    assert_eq!((e.status(), e.code()), (503, "host_misconfigured"));
+    assert!(e.to_string().contains("`fleet` Cargo feature"), "{e}");
 }

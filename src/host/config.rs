@@ -10,6 +10,7 @@ use crate::limits::{
 use crate::meta::{HostRefusal, MetaPolicy};
 use crate::model::{preference, ModelSpec, Provider, ProviderConfig, RetryPolicy};
 use crate::redact::Secrets;
+use crate::run::compaction::Settings;
 use crate::run::Attempts;
 use serde::Deserialize;
 use wasm_bindgen::{JsCast, JsValue};
@@ -45,6 +46,10 @@ pub struct HostConfig {
     pub watch_heartbeat_ms: u64,
     /// Every provider key in the env, redacted from model-call failures.
     pub secrets: Secrets,
+    /// `SHIITAKE_CONTEXT_WINDOWS`, `SHIITAKE_COMPACTION_TRIGGER` and
+    /// `SHIITAKE_COMPACTION_PROMPT`, or why they are unusable (every turn
+    /// then fails saying so). A host's `models()` may state each instead.
+    pub compaction: Result<Settings, String>,
 }
 
 impl HostConfig {
@@ -82,6 +87,7 @@ impl HostConfig {
                     .map(String::as_str),
             ),
             meta: meta_policy(env, meta),
+            compaction: compaction(env),
         }
     }
 
@@ -192,6 +198,27 @@ fn offered(env: &JsValue) -> (Result<Vec<ModelSpec>, String>, Option<String>) {
         (None, Ok(spec)) => Ok(spec.into_iter().collect()),
     };
     (offered, default)
+}
+
+/// The compaction settings of the env (see [`HostConfig::compaction`]).
+fn compaction(env: &JsValue) -> Result<Settings, String> {
+    let mut settings = Settings::default();
+    if let Some(list) = env_string(env, "SHIITAKE_CONTEXT_WINDOWS") {
+        settings.windows =
+            Settings::parse_windows(&list).map_err(|e| format!("SHIITAKE_CONTEXT_WINDOWS: {e}"))?;
+    }
+    if let Some(trigger) = env_string(env, "SHIITAKE_COMPACTION_TRIGGER") {
+        let fraction =
+            serde_json::from_str(trigger.trim()).unwrap_or(serde_json::Value::String(trigger));
+        settings.trigger_percent = Settings::trigger(&fraction)
+            .map_err(|e| format!("SHIITAKE_COMPACTION_TRIGGER: {e}"))?;
+    }
+    if let Some(prompt) = env_string(env, "SHIITAKE_COMPACTION_PROMPT") {
+        settings.prompt = Some(
+            Settings::prompt(&prompt).map_err(|e| format!("SHIITAKE_COMPACTION_PROMPT: {e}"))?,
+        );
+    }
+    Ok(settings)
 }
 
 /// Every provider whose key or base URL is set: signed in (an available

@@ -6,6 +6,7 @@
 
 use super::bindings;
 use super::sql::DoSql;
+use crate::error::ApiError;
 use crate::store::schema;
 use std::cell::Cell;
 use wasm_bindgen::prelude::*;
@@ -33,13 +34,19 @@ impl ShiitakeDirectory {
     /// opens the store (`schema::open`: the directory's tables are in the
     /// versioned schema like an Agent's).
     pub fn call(&self, request: &str) -> String {
+        let refused = |e: ApiError| {
+            serde_json::json!({
+                "error": { "code": e.code(), "status": e.status(), "message": e.to_string() }
+            })
+            .to_string()
+        };
+        if let Err(e) = crate::fleet::available() {
+            return refused(e);
+        }
         if !self.opened.get() {
             match schema::open(&self.sql) {
                 Ok(opened) => super::report_opened(opened),
-                Err(e) => return serde_json::json!({
-                    "error": { "code": e.code(), "status": e.status(), "message": e.to_string() }
-                })
-                .to_string(),
+                Err(e) => return refused(e),
             }
             self.opened.set(true);
         }

@@ -26,20 +26,29 @@
 use super::bindings::{self, error_message, JsFleet};
 use super::{blame, Inner, ShiitakeCore};
 use crate::error::ApiError;
-use crate::fleet::directory::{self, Entry, Request};
-use crate::fleet::member::{self, MemberAnswer};
-use crate::fleet::{self, Call, Offer, ReadQuery, RecallAnswer, WaitAnswer};
+use crate::fleet::directory::{self, Request};
+use crate::fleet::member;
+use crate::fleet::{self, Offer, ReadQuery, WaitAnswer};
 use crate::limits::{FLEET_CALL_TIMEOUT_MS, FLEET_WAIT_TIMEOUT_MS_MAX};
-use crate::mail::{self, Acceptance, Address, Mail, Outgoing};
-use crate::model::preference::{Choice, Reasoning};
+use crate::mail::{self, Acceptance, Mail};
+use crate::model::preference::Choice;
 use crate::model_choice::SetError;
-use crate::run::operation::OperationCall;
 use futures::future::select;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::cell::Cell;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
+// What only the `agents` module's calls use (a lean build has none).
+#[cfg(feature = "fleet")]
+use {
+    crate::fleet::directory::Entry,
+    crate::fleet::member::MemberAnswer,
+    crate::fleet::{Call, RecallAnswer},
+    crate::mail::{Address, Outgoing},
+    crate::model::preference::Reasoning,
+    crate::run::operation::OperationCall,
+};
 
 /// `fleet()` as the shim describes it.
 #[derive(Deserialize)]
@@ -66,6 +75,7 @@ struct Spec {
 }
 
 /// The host's fleet, decoded once per instance.
+#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
 pub struct HostFleet {
     pub js: JsFleet,
     /// This Agent's id in the namespace: the `from` of its mail.
@@ -85,6 +95,7 @@ impl HostFleet {
         if js.is_undefined() || js.is_null() {
             return Ok(None);
         }
+        fleet::available().map_err(|e| format!("fleet(): {e}"))?;
         let js: JsFleet = js.unchecked_into();
         let spec: Spec = crate::json::from_text(&js.spec()).map_err(|e| format!("fleet(): {e}"))?;
         if let Some(error) = spec.error {
@@ -127,11 +138,13 @@ impl HostFleet {
     }
 }
 
+#[cfg(feature = "fleet")]
 /// What the model sees of a peer's refusal of call `name`.
 fn refusal_text(name: &str, e: PeerError) -> String {
     format!("{name}: {}: {}", e.code, e.message)
 }
 
+#[cfg(feature = "fleet")]
 /// What the model sees when call `name` could not reach `agent`.
 fn unreachable_text(name: &str, agent: &str, why: String) -> String {
     format!("{name}: Agent `{agent}` could not be reached: {why}")
@@ -204,11 +217,15 @@ impl Inner {
     /// Whether the host enabled a usable fleet.
     pub(super) fn fleet(&self) -> Option<&HostFleet> {
         match &self.fleet {
-            Ok(Some(fleet)) => Some(fleet),
+            // A lean build never has one: what only a fleet reaches is left out.
+            Ok(Some(fleet)) if cfg!(feature = "fleet") => Some(fleet),
             _ => None,
         }
     }
+}
 
+#[cfg(feature = "fleet")]
+impl Inner {
     /// Performs one `agents.*` call (after its gate). `Err`: the model
     /// sees why.
     pub(super) async fn fleet_operation(
@@ -216,10 +233,10 @@ impl Inner {
         op: &OperationCall,
         stopper: &web_sys::AbortController,
     ) -> Result<Value, String> {
-        let fleet = match &self.fleet {
-            Ok(Some(fleet)) => fleet,
-            Ok(None) => return Err("agents: this Agent's host enables no fleet".into()),
-            Err(why) => return Err(format!("agents: {why}")),
+        let fleet = match (&self.fleet, self.fleet()) {
+            (_, Some(fleet)) => fleet,
+            (Err(why), _) => return Err(format!("agents: {why}")),
+            (Ok(_), None) => return Err("agents: this Agent's host enables no fleet".into()),
         };
         let name = format!("agents.{}", op.guest_name);
         let call = fleet::decode(&op.operation, &op.args, fleet.offer)?;
@@ -442,7 +459,9 @@ impl Inner {
             Peer::Failed(why) => Err(unreachable_text(name, agent_id, why)),
         }
     }
+}
 
+impl Inner {
     /// One directory request: its answer decoded, or what the model sees.
     /// A refusal whose code names its operation (`archive:not_creator`)
     /// leads the message; any other is prefixed with the call's `name`.
@@ -465,7 +484,10 @@ impl Inner {
             )),
         }
     }
+}
 
+#[cfg(feature = "fleet")]
+impl Inner {
     /// Joins the directory as this instance starts (the first request of
     /// any kind): an Agent that never uses the fleet is still found by its
     /// peers. A failure is logged; the next fleet call tries again.
@@ -595,7 +617,9 @@ impl Inner {
         let entry: Entry = self.directory(fleet, &commit, stopper, name).await?;
         Ok(self.facts(fleet, &entry, true))
     }
+}
 
+impl Inner {
     /// The directory's word on the recipient of a send before it is
     /// carried: `None` to carry it, or the reason it is undeliverable now.
     pub(super) async fn directory_verdict(
@@ -623,16 +647,16 @@ impl Inner {
     /// Refuses a peer call (the answer to send back) when this runtime has
     /// no usable fleet or cannot serve.
     fn fleet_ready(&self) -> Result<(), String> {
-        match &self.fleet {
-            Ok(Some(_)) => {}
-            Ok(None) => {
+        match (&self.fleet, self.fleet()) {
+            (_, Some(_)) => {}
+            (Err(why), _) => return Err(error_answer(&ApiError::HostMisconfigured(why.clone()))),
+            (Ok(_), None) => {
                 return Err(refusal(
                     "fleet_disabled",
                     403,
                     "this Agent's runtime has no fleet (its host's fleet() returns nothing)",
                 ))
             }
-            Err(why) => return Err(error_answer(&ApiError::HostMisconfigured(why.clone()))),
         }
         self.ready().map_err(|e| error_answer(&e))
     }
@@ -779,6 +803,7 @@ impl ShiitakeCore {
     }
 }
 
+#[cfg(feature = "fleet")]
 /// Peer codes that mean the target's store cannot answer its facts.
 const UNREADABLE: &[&str] = &[
     "storage_incompatible",
@@ -831,14 +856,14 @@ impl ShiitakeCore {
 
 impl Inner {
     async fn erase_agent(&self, agent_id: &str) -> String {
-        let fleet = match &self.fleet {
-            Ok(Some(fleet)) if fleet.offer.directory => fleet,
-            Ok(_) => return refusal(
+        let fleet = match (&self.fleet, self.fleet()) {
+            (_, Some(fleet)) if fleet.offer.directory => fleet,
+            (Err(why), _) => return error_answer(&ApiError::HostMisconfigured(why.clone())),
+            (Ok(_), _) => return refusal(
                 "fleet_disabled",
                 403,
                 "eraseAgent needs fleet().directory: true (the directory holds erasure addresses)",
             ),
-            Err(why) => return error_answer(&ApiError::HostMisconfigured(why.clone())),
         };
         if let Err(e) = fleet::validate_agent_id(agent_id) {
             return error_answer(&e);

@@ -32,6 +32,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 
 /// Due mails `agents.send`'s immediate attempt looks through for its own.
+#[cfg(feature = "fleet")]
 const MAIL_DUE_SCAN_MAX: usize = 1_024;
 
 /// The performer in this instance.
@@ -141,6 +142,7 @@ impl Inner {
     /// `agents.send`'s immediate attempt for the mail keyed `key`: its
     /// state after the attempt, or `None` when it is not due (in flight,
     /// waiting for a retry).
+    #[cfg(feature = "fleet")]
     pub(super) async fn deliver_now(&self, fleet: &HostFleet, key: &str) -> Option<SendState> {
         if !self.mail_enabled() || self.mail.in_flight.borrow().contains(key) {
             return None;

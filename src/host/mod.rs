@@ -221,6 +221,7 @@ impl ShiitakeCore {
             if !starting.store_created.get() {
                 starting.arm_next_alarm().await;
             }
+            #[cfg(feature = "fleet")]
             starting.join_directory().await;
         }));
         Ok(ShiitakeCore { inner })

@@ -42,10 +42,11 @@ pub async fn call(
     {
         _ if stopper.is_stopped() => Input::Stopped,
         Ok(answer) => Input::Answered(answer),
-        Err(e) => Input::Failed(ModelError::new(
-            e.retryable,
-            config.secrets.redact(&e.diagnostic),
-        )),
+        Err(e) => Input::Failed(ModelError {
+            diagnostic: ModelError::new(e.retryable, config.secrets.redact(&e.diagnostic))
+                .diagnostic,
+            ..e
+        }),
     }
 }
 

@@ -11,8 +11,10 @@ use crate::limits::{MODELS_OFFERED_MAX, MODEL_LAST_SWITCH_TIMEOUT_MS};
 use crate::model::preference::{self, Choice, Layers, Policy, Resolved};
 use crate::model::{Provider, ProviderConfig};
 use crate::model_choice::{self, SetError};
+use crate::run::compaction::{ContextWindow, Settings};
 use serde::Deserialize;
 use serde_json::Value;
+use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
@@ -28,8 +30,23 @@ struct Spec {
     key_sources: Option<Vec<String>>,
     #[serde(default)]
     last_switch: bool,
+    /// Each model's context window in tokens, by address.
+    #[serde(default)]
+    context_windows: Option<serde_json::Map<String, Value>>,
+    #[serde(default)]
+    compaction: Option<CompactionSpec>,
     #[serde(default)]
     error: Option<String>,
+}
+
+/// `models().compaction`.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct CompactionSpec {
+    #[serde(default)]
+    trigger: Option<Value>,
+    #[serde(default)]
+    prompt: Option<String>,
 }
 
 /// The host's model policy, decoded once per instance.
@@ -37,6 +54,8 @@ pub struct HostModels {
     js: Option<JsModels>,
     policy: Policy,
     team_default: Option<String>,
+    /// The env's, with what `models()` states in their place.
+    compaction: Settings,
 }
 
 impl HostModels {
@@ -87,7 +106,26 @@ impl HostModels {
         if let Some(team) = &spec.team_default {
             preference::parse_address(team).map_err(|e| format!("models().teamDefault: {e}"))?;
         }
+        let mut compaction = config.compaction.clone()?;
+        if let Some(windows) = &spec.context_windows {
+            compaction.windows = Settings::windows(
+                windows
+                    .iter()
+                    .map(|(a, t)| (a.as_str(), t.as_u64().unwrap_or(0))),
+            )
+            .map_err(|e| format!("models().contextWindows: {e}"))?;
+        }
+        let own = spec.compaction.unwrap_or_default();
+        if let Some(trigger) = &own.trigger {
+            compaction.trigger_percent =
+                Settings::trigger(trigger).map_err(|e| format!("models().compaction: {e}"))?;
+        }
+        if let Some(prompt) = &own.prompt {
+            compaction.prompt =
+                Some(Settings::prompt(prompt).map_err(|e| format!("models().compaction: {e}"))?);
+        }
         Ok(HostModels {
+            compaction,
             js: js.filter(|_| spec.last_switch),
             policy: Policy {
                 offered,
@@ -152,10 +190,13 @@ fn provider(name: &str) -> Result<Provider, String> {
     }
 }
 
-/// What a turn calls: the resolved model and where to call it.
+/// What a turn calls: the resolved model and where to call it, and what
+/// the host states of its compaction.
 pub struct Target {
     pub resolved: Resolved,
     pub provider: ProviderConfig,
+    pub window: Option<ContextWindow>,
+    pub compaction_prompt: Option<Rc<str>>,
 }
 
 impl Inner {
@@ -197,11 +238,17 @@ impl Inner {
                     resolved.spec.provider.name()
                 )
             })?;
-        Ok(Target { resolved, provider })
+        Ok(Target {
+            window: models.compaction.window(&resolved.spec),
+            compaction_prompt: models.compaction.prompt.clone(),
+            resolved,
+            provider,
+        })
     }
 
     /// `agents.models`: the offered addresses of signed-in, allowed
     /// providers (at most 200).
+    #[cfg(feature = "fleet")]
     pub(super) fn available_models(&self) -> Result<Vec<String>, String> {
         Ok(self.host_models()?.policy.available())
     }

@@ -468,28 +468,37 @@ impl Inner {
                 Action::Done => break,
                 Action::Offer => {
                     let head = turn.head().to_owned();
-                    if target.as_ref().is_some_and(|(h, _)| *h == head) {
-                        Input::Offered(self.offer(&session, &head).await)
-                    } else {
-                        target = None;
-                        match self.resolve_model(&session, turn.head_meta()).await {
-                            Ok(resolved) => {
-                                target = Some((head.clone(), resolved));
-                                Input::Offered(self.offer(&session, &head).await)
-                            }
-                            // Fails the turn before any model call, saying why.
-                            Err(why) => Input::Offered(Err(why)),
+                    let resolved = match target.take().filter(|(h, _)| *h == head) {
+                        Some((_, kept)) => Ok(kept),
+                        None => self.resolve_model(&session, turn.head_meta()).await,
+                    };
+                    match resolved {
+                        Ok(resolved) => {
+                            let offer = self.offer(&session, &head).await.map(|mut offer| {
+                                offer.window = resolved.window;
+                                offer.compaction_prompt = resolved.compaction_prompt.clone();
+                                offer
+                            });
+                            target = Some((head, resolved));
+                            Input::Offered(offer)
                         }
+                        // Fails the turn before any model call, saying why.
+                        Err(why) => Input::Offered(Err(why)),
                     }
                 }
-                Action::CallModel { context, tools } => {
+                Action::CallModel {
+                    context,
+                    tools,
+                    system,
+                } => {
                     let head = turn.head().to_owned();
                     let Some((_, resolved)) = target.as_ref().filter(|(h, _)| *h == head) else {
                         // The driver offers before every call: a bug.
                         log_error("model call without a resolved model");
                         break;
                     };
-                    let instructions = self.instructions(&session, &head);
+                    // A summary call brings its own system prompt.
+                    let instructions = system.or_else(|| self.instructions(&session, &head));
                     let on_delta = |text: &str| {
                         let delta = Frame::Delta {
                             command_id: head.clone(),

@@ -21,6 +21,11 @@ impl Inner {
         if let Err(why) = &self.config.meta {
             return ApiError::HostMisconfigured(why.clone()).into();
         }
+        if let (false, Err(why)) = (cfg!(feature = "fleet"), &self.fleet) {
+            // A lean build's Agents would run without the fleet the host
+            // configured: a configuration error, naming the feature.
+            return ApiError::HostMisconfigured(why.clone()).into();
+        }
         self.with_ctx(|ctx| http::handle(ctx, self.extensions(), req))
     }
 

@@ -176,7 +176,7 @@ fn decoded(raw: &str, spec: &Spec, fleet: Option<crate::fleet::Offer>) -> Result
         modules.push(module);
         ports.push((MODULE_ID.to_owned(), port));
     }
-    if let Some(offer) = fleet {
+    if let Some(offer) = fleet.filter(|_| cfg!(feature = "fleet")) {
         modules.push(crate::fleet::module(offer));
     }
     if let Some(ui) = &spec.ui {
@@ -396,6 +396,7 @@ impl Inner {
         Ok(Offer {
             toolset: Some(toolset),
             unavailable: hub.unavailable(),
+            ..Offer::default()
         })
     }
 
@@ -596,6 +597,8 @@ impl Inner {
                 images,
             });
         }
+        // An async call is linked even where never reached: cut in a lean build.
+        #[cfg(feature = "fleet")]
         if op.module_id == crate::fleet::MODULE_ID && self.fleet().is_some() {
             let called = self.fleet_operation(op, controller);
             let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)

@@ -529,6 +529,10 @@ pub enum StreamEvent {
 pub struct ModelError {
     pub retryable: bool,
     pub diagnostic: String,
+    /// The provider refused the request as longer than the model's context
+    /// window (OpenAI `context_length_exceeded`, Anthropic "prompt is too
+    /// long"): a turn compacts and tries once more.
+    pub too_long: bool,
 }
 
 impl ModelError {
@@ -538,6 +542,7 @@ impl ModelError {
         ModelError {
             retryable,
             diagnostic: bounded(diagnostic.into()),
+            too_long: false,
         }
     }
 }
@@ -717,6 +722,12 @@ pub fn classify_status(status: u16, body: &str) -> ModelError {
         .unwrap_or_default();
     let out_of_quota = [error.kind, error.code_str()].contains(&Some("insufficient_quota"));
     let retryable = retryable_status(status) && !out_of_quota;
+    let too_long = status == 400
+        && (error.code_str() == Some("context_length_exceeded")
+            || (error.kind == Some("invalid_request_error")
+                && error
+                    .message
+                    .is_some_and(|m| m.starts_with("prompt is too long"))));
     let message = match error.message {
         Some(message) => message,
         None => body,
@@ -724,14 +735,16 @@ pub fn classify_status(status: u16, body: &str) -> ModelError {
     let message = message.trim();
     // Cut before formatting: an HTML error page can be large.
     let message = crate::text::prefix(message, DIAGNOSTIC_BYTES_MAX);
-    if message.is_empty() {
+    let mut error = if message.is_empty() {
         ModelError::new(retryable, format!("provider answered HTTP {status}"))
     } else {
         ModelError::new(
             retryable,
             format!("provider answered HTTP {status}: {message}"),
         )
-    }
+    };
+    error.too_long = too_long;
+    error
 }
 
 /// An error the provider reported inside a 200 stream.

@@ -288,6 +288,22 @@ fn classify_status_extracts_the_message() {
     }
 }
 
+/// The providers' own refusals of a request past the model's window (their
+/// documented bodies) read as `too_long`; other 400s do not.
+#[test]
+fn a_context_length_refusal_is_told_apart() {
+    let openai = r#"{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130512 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
+    let anthropic = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208212 tokens > 200000 maximum"}}"#;
+    for body in [openai, anthropic] {
+        let error = classify_status(400, body);
+        assert!(error.too_long && !error.retryable, "{body}");
+    }
+    let other = r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages: text content blocks must be non-empty"}}"#;
+    assert!(!classify_status(400, other).too_long);
+    assert!(!classify_status(500, openai).too_long);
+    assert!(!ModelError::new(false, "prompt is too long").too_long);
+}
+
 #[test]
 fn diagnostics_are_bounded_on_a_char_boundary() {
     let body = "é".repeat(5_000); // 10 KB, two bytes a character

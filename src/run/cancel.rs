@@ -7,7 +7,7 @@
 use super::settle_with_meta;
 use crate::ctx::Ctx;
 use crate::error::ApiError;
-use crate::session::admission::prompt_input;
+use crate::session::admission::queued_input;
 use crate::settlement::Settlement;
 use crate::sql::atomically;
 use crate::store::{CommandRow, Kind, State, Store, Terminal};
@@ -92,11 +92,11 @@ pub fn cancel(
         let cancelled = || -> Result<CancelOutcome, ApiError> {
             Ok(CancelOutcome::Cancelled {
                 command_id: command_id.clone(),
-                text: prompt_input(&row.input)?.text,
+                text: queued_input(&row)?.text,
             })
         };
         match (row.kind, row.state, row.terminal) {
-            (Kind::Prompt | Kind::Retry, State::Pending, _) => {
+            (Kind::Prompt | Kind::Retry | Kind::Compact, State::Pending, _) => {
                 result.settled = settle_with_meta(
                     store,
                     std::slice::from_ref(&row),
@@ -108,7 +108,7 @@ pub fn cancel(
                 )?;
                 result.outcome = cancelled()?;
             }
-            (Kind::Prompt | Kind::Retry, State::Running, _) if !only_if_pending => {
+            (Kind::Prompt | Kind::Retry | Kind::Compact, State::Running, _) if !only_if_pending => {
                 let head = row.turn_id.clone().unwrap_or_else(|| command_id.clone());
                 let turn = store.turn(session_id, &head)?;
                 // A running command cannot leave its turn (its text is in
@@ -126,7 +126,11 @@ pub fn cancel(
                 result.outcome = cancelled()?;
             }
             // Idempotent: a retried cancel sees the same outcome.
-            (Kind::Prompt | Kind::Retry, State::Settled, Some(Terminal::Cancelled)) => {
+            (
+                Kind::Prompt | Kind::Retry | Kind::Compact,
+                State::Settled,
+                Some(Terminal::Cancelled),
+            ) => {
                 result.outcome = cancelled()?;
             }
             _ => {}
@@ -177,7 +181,7 @@ pub fn abort(
         let mut cancelled = Vec::with_capacity(commands.len());
         for row in &commands {
             cancelled.push(Cancelled {
-                text: prompt_input(&row.input)?.text,
+                text: queued_input(row)?.text,
                 command_id: row.command_id.clone(),
                 request_id: row.request_id.clone(),
             });

@@ -1,39 +1,89 @@
 //! The model context of a step: what the model sees, rebuilt from the
-//! stored transcript at each step and bounded in messages
-//! ([`CONTEXT_MESSAGES_MAX`]) and in bytes ([`CONTEXT_BYTES_MAX`]).
+//! stored transcript at each step: the newest compaction's summary, then the
+//! messages after it, bounded in messages ([`CONTEXT_MESSAGES_MAX`]) and in
+//! bytes ([`CONTEXT_BYTES_MAX`]); a turn's own prompt is always in it.
 
-use super::{internal, Pending};
+use super::{compaction, internal, Pending};
 use crate::error::ApiError;
-use crate::limits::{CONTEXT_BYTES_MAX, CONTEXT_MESSAGES_MAX};
+use crate::limits::{
+    CONTEXT_BYTES_MAX, CONTEXT_BYTES_PER_TOKEN, CONTEXT_IMAGE_TOKENS, CONTEXT_MESSAGES_MAX,
+};
 use crate::model::Image;
-use crate::model::{ModelItem, ModelMessage, Role, ToolCall};
+use crate::model::{ModelItem, ModelMessage, Role, ToolCall, Usage};
 use crate::store::path::{PathRow, Start, Walk};
 use crate::store::Store;
 use crate::transcript::{RecordedCall, Role as Author};
 use serde::Deserialize;
 use serde_json::Value;
 
-/// What the model sees: the messages of [`window`] (the newest stored ones
-/// plus `unwritten` ones, this transition's writes), starting at a user
-/// message. Tool turns are replayed as both providers require: every call
-/// of a step answered by exactly one result, all of them right after the
-/// step and in call order, before any later message (an operator line
-/// written while the calls ran follows them). A call with no result reads
-/// as ended with its outcome unknown (a turn settled before its calls were
-/// closed, in a store written before settling closed them); results without
-/// their call (outside the window) and repeated results are dropped;
-/// display payloads (`data`) never reach the model.
+/// What the driver knows of a context besides its items: whether a summary
+/// leads it, its estimated size, and what compacting it would stand for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Window {
+    /// The newest compaction entry (its id and summary): the context's
+    /// first item frames it ([`compaction::framed`]).
+    pub summary: Option<Summary>,
+    /// The estimated input tokens ([`estimate`]).
+    pub tokens: u64,
+    /// The context holds as many messages or bytes as its bounds allow (or
+    /// they left some out): with a window stated, time to compact.
+    pub full: bool,
+    /// The messages a compaction now would stand for; `None` when there is
+    /// none but the turn's own prompt.
+    pub range: Option<Range>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    pub entry_id: String,
+    pub text: String,
+}
+
+/// The messages of a context after its summary, by entry id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Range {
+    pub from: String,
+    pub through: String,
+    pub messages: u32,
+}
+
+/// What the model sees: the newest compaction's summary framed as one
+/// leading user message, then the messages of [`window`] (the newest of the
+/// path from `start` after it, plus `unwritten` ones, this transition's
+/// writes), starting at a user message, with the user message `prompt` (the
+/// entry id of the running turn's prompt) always among them. Tool turns are
+/// replayed as both providers require: every call of a step answered by
+/// exactly one result, all of them right after the step and in call order,
+/// before any later message (an operator line written while the calls ran
+/// follows them). A call with no result reads as ended with its outcome
+/// unknown (a turn settled before its calls were closed, in a store written
+/// before settling closed them); results without their call (outside the
+/// window) and repeated results are dropped; display payloads (`data`)
+/// never reach the model.
 pub(crate) fn context(
     store: Store<'_>,
     session_id: &str,
     start: Start,
+    prompt: Option<&str>,
     unwritten: &[Pending],
-) -> Result<Vec<ModelItem>, ApiError> {
-    let mut messages: Vec<Option<Stored>> = window(store, session_id, start, unwritten)?
-        .into_iter()
-        .map(Some)
-        .collect();
+) -> Result<(Vec<ModelItem>, Window), ApiError> {
+    let Gathered {
+        summary,
+        messages,
+        full,
+        reinserted,
+    } = window(store, session_id, start, prompt, unwritten)?;
+    let window = Window {
+        tokens: estimate(summary.as_ref(), &messages),
+        full,
+        range: range(&messages[usize::from(reinserted)..], prompt),
+        summary,
+    };
+    let mut messages: Vec<Option<Stored>> = messages.into_iter().map(|e| Some(e.message)).collect();
     let mut items: Vec<ModelItem> = Vec::new();
+    if let Some(summary) = &window.summary {
+        items.push(compaction::framed(&summary.text));
+    }
     for at in 0..messages.len() {
         // `None`: a result already placed after its step.
         let Some(m) = messages[at].take() else {
@@ -79,7 +129,50 @@ pub(crate) fn context(
             });
         }
     }
-    Ok(items)
+    Ok((items, window))
+}
+
+/// The estimated input tokens of a context: the input and output tokens
+/// the provider reported for its newest answer, plus the model-visible
+/// bytes written after that answer divided by [`CONTEXT_BYTES_PER_TOKEN`]
+/// (an image counts [`CONTEXT_IMAGE_TOKENS`]). With no answer after the
+/// summary to go by, the bytes of the summary and every message. The
+/// reported figure includes the instructions and the tools offered; the
+/// bytes do not.
+fn estimate(summary: Option<&Summary>, messages: &[Entry]) -> u64 {
+    let reported = messages.iter().enumerate().rev().find_map(|(at, e)| {
+        let usage = e.message.usage.filter(|_| e.is(Author::Assistant))?;
+        Some((at, usage))
+    });
+    let (base, since) = match reported {
+        Some((at, usage)) => (
+            usage.input_tokens.saturating_add(usage.output_tokens),
+            &messages[at + 1..],
+        ),
+        None => (
+            summary.map_or(0, |s| s.text.len() as u64 / CONTEXT_BYTES_PER_TOKEN),
+            messages,
+        ),
+    };
+    since
+        .iter()
+        .map(|e| e.message.visible_tokens())
+        .fold(base, u64::saturating_add)
+}
+
+/// What a compaction of `messages` (the context's, after its summary and a
+/// re-inserted prompt) would stand for: `None` when they are none but the
+/// turn's own prompt, which the context keeps anyway.
+fn range(messages: &[Entry], prompt: Option<&str>) -> Option<Range> {
+    if messages.iter().all(|e| e.is_prompt(prompt)) {
+        return None;
+    }
+    let (first, last) = (messages.first()?, messages.last()?);
+    Some(Range {
+        from: first.message.entry_id.clone(),
+        through: last.message.entry_id.clone(),
+        messages: u32::try_from(messages.len()).unwrap_or(u32::MAX),
+    })
 }
 
 /// A message of the window: its stored size and what the model reads of it.
@@ -99,54 +192,152 @@ impl Entry {
     fn is(&self, role: Author) -> bool {
         self.message.role == role
     }
+
+    /// The message `entry_id` (a turn's prompt).
+    fn is_prompt(&self, entry_id: Option<&str>) -> bool {
+        entry_id == Some(self.message.entry_id.as_str())
+    }
 }
 
-/// The messages a context is built from, oldest first: the newest
-/// [`CONTEXT_MESSAGES_MAX`] of the path from `start` (the selected branch,
-/// or the path ending at a new branch's anchor; stored, then `unwritten`)
-/// when their bodies total at most [`CONTEXT_BYTES_MAX`]. Past that bound
-/// the oldest whole turns (a turn starts at a `user` message) are left
-/// out, so the window starts at a user message; when the newest turn alone
-/// passes the bound, [`newest_turn`] keeps part of it. Sizes are read
-/// before bodies, and bodies only up to the bound (plus the rest of the
-/// newest step in [`newest_turn`]), so a context holds about
+/// The messages a context is built from, oldest first, and what the driver
+/// needs to know about them.
+struct Gathered {
+    summary: Option<Summary>,
+    messages: Vec<Entry>,
+    full: bool,
+    /// `messages[0]` is the turn's prompt, put back in front of messages
+    /// that had left it out.
+    reinserted: bool,
+}
+
+/// The messages a context is built from, oldest first: those of the path
+/// from `start` (the selected branch, or the path ending at a new branch's
+/// anchor) after its newest compaction entry (whose summary leads the
+/// context), the newest [`CONTEXT_MESSAGES_MAX`] of them (stored, then
+/// `unwritten`) when their bodies total at most [`CONTEXT_BYTES_MAX`]. Past
+/// that bound the oldest whole turns are left out, so the window starts at
+/// a user message; when the newest turn alone passes the bound,
+/// [`newest_turn`] keeps part of it. Whatever is left out, the message
+/// `prompt` (the running turn's prompt) is put back in front. Sizes are
+/// read before bodies, and bodies only up to the bound (plus the rest of
+/// the newest step in [`newest_turn`]), so a context holds about
 /// `CONTEXT_BYTES_MAX` of bodies however large the transcript.
 fn window(
     store: Store<'_>,
     session_id: &str,
     start: Start,
+    prompt: Option<&str>,
     unwritten: &[Pending],
-) -> Result<Vec<Stored>, ApiError> {
+) -> Result<Gathered, ApiError> {
+    let mut unwritten = unwritten
+        .iter()
+        .map(|p| Entry::parse(&p.body))
+        .collect::<Result<Vec<_>, _>>()?;
+    // A compaction entry among them (this transition's): no stored message
+    // is read but the turn's prompt.
+    let written_summary = match unwritten.iter().rposition(|e| e.is(Author::Compaction)) {
+        Some(at) => unwritten.drain(..=at).next_back().map(|e| Summary {
+            entry_id: e.message.entry_id,
+            text: e.message.text,
+        }),
+        None => None,
+    };
     let keep = CONTEXT_MESSAGES_MAX.saturating_sub(unwritten.len());
-    let unwritten_bytes: usize = unwritten.iter().map(|p| p.body.len()).sum();
+    let unwritten_bytes: usize = unwritten.iter().map(|e| e.bytes).sum();
     // Newest first, with the bodies of the newest stored messages that fit
-    // beside the unwritten ones.
-    let walk = store.walk(
-        session_id,
-        start,
-        keep,
-        CONTEXT_BYTES_MAX.saturating_sub(unwritten_bytes),
-    )?;
+    // beside the unwritten ones; one row more than a context keeps, so a
+    // compaction entry right behind a full window still leads it.
+    let mut walk = match written_summary {
+        Some(_) => Walk {
+            rows: Vec::new(),
+            chain: Vec::new(),
+            branched: false,
+        },
+        None => store.walk_context(
+            session_id,
+            start,
+            keep + 1,
+            CONTEXT_BYTES_MAX.saturating_sub(unwritten_bytes),
+        )?,
+    };
+    let summarised = walk.rows.last().is_some_and(|r| r.compaction);
+    let cut = !summarised && walk.rows.len() > keep;
+    walk.rows.truncate(keep + usize::from(summarised));
+    // Where a search for the prompt goes on past the rows kept.
+    let resume = walk.rows.last().map_or(start, |r| Start::Below(r.seq));
+    let summary = match summarised {
+        true => {
+            let at = walk.rows.len() - 1;
+            store.load_bodies(&mut walk, at..at + 1)?;
+            let entry = body_entry(&walk.rows[at])?.message;
+            walk.rows.pop();
+            Some(Summary {
+                entry_id: entry.entry_id,
+                text: entry.text,
+            })
+        }
+        false => written_summary,
+    };
     let total = unwritten_bytes + walk.rows.iter().map(|r| r.bytes).sum::<usize>();
+    let full = cut
+        || walk.rows.len() + unwritten.len() >= CONTEXT_MESSAGES_MAX
+        || total > CONTEXT_BYTES_MAX;
     let loaded = walk.rows.iter().take_while(|r| r.body.is_some()).count();
     let mut entries = Vec::with_capacity(loaded + unwritten.len());
     for row in walk.rows[..loaded].iter().rev() {
-        if let Some(body) = &row.body {
-            entries.push(Entry::parse(body)?);
-        }
+        entries.push(body_entry(row)?);
     }
-    for p in unwritten {
-        entries.push(Entry::parse(&p.body)?);
-    }
+    entries.append(&mut unwritten);
     let messages = if total <= CONTEXT_BYTES_MAX {
         entries
     } else if let Some(first_user) = entries.iter().position(|e| e.is(Author::User)) {
         entries.split_off(first_user)
     } else {
-        newest_turn(store, walk, loaded, entries)?
+        newest_turn(
+            store, session_id, prompt, &mut walk, resume, loaded, entries,
+        )?
     };
-    let messages = provenance(store, session_id, messages)?;
-    Ok(messages.into_iter().map(|e| e.message).collect())
+    let mut messages = provenance(store, session_id, messages)?;
+    // The prompt rule: however long its turn ran, a turn sees its prompt.
+    let mut reinserted = false;
+    if let Some(entry_id) = prompt.filter(|_| !messages.iter().any(|e| e.is_prompt(prompt))) {
+        let all = 0..walk.rows.len();
+        if let Some((found, _)) = prompt_entry(store, session_id, &mut walk, all, resume, entry_id)?
+        {
+            let found = provenance(store, session_id, vec![found])?;
+            reinserted = !found.is_empty();
+            messages.splice(0..0, found);
+        }
+    }
+    Ok(Gathered {
+        summary,
+        messages,
+        full,
+        reinserted,
+    })
+}
+
+/// The message `entry_id` (a turn's prompt) on the path: among
+/// `walk.rows[at]`, else on the path from `resume` (past the rows walked),
+/// with its index in `walk.rows` when found there. Only the start of each
+/// body is compared, in SQLite; searched only when a context left the
+/// prompt out.
+fn prompt_entry(
+    store: Store<'_>,
+    session_id: &str,
+    walk: &mut Walk,
+    at: std::ops::Range<usize>,
+    resume: Start,
+    entry_id: &str,
+) -> Result<Option<(Entry, Option<usize>)>, ApiError> {
+    if let Some(at) = store.entry_in_walk(walk, at, entry_id)? {
+        store.load_bodies(walk, at..at + 1)?;
+        return Ok(Some((body_entry(&walk.rows[at])?, Some(at))));
+    }
+    match store.find_on_path(session_id, resume, entry_id)? {
+        Some(body) => Ok(Some((Entry::parse(&body)?, None))),
+        None => Ok(None),
+    }
 }
 
 /// Model-visible provenance (seed: "Delegated replies", `mail::render`):
@@ -192,22 +383,39 @@ fn provenance(
 
 /// The newest turn when it alone passes the byte bound (the walk's
 /// `loaded` newest messages, whose bodies `entries` hold, have no user
-/// message): its user message, then the newest steps (an `assistant`
-/// message with its results and whatever follows) that fit beside it;
-/// what lies between is left out. At least the newest step is kept whole,
-/// since a step is never split from its results, so the window may pass
-/// the bound by up to one step (at most `TOOL_CALLS_PER_STEP_MAX` results).
-/// A turn whose user message is older than the newest
-/// [`CONTEXT_MESSAGES_MAX`] messages keeps none, as without the byte bound.
+/// message): its user message (`prompt`, found on the path past the loaded
+/// messages from `resume` on, else the newest user message the walk read),
+/// then the newest steps (an `assistant` message with its results and
+/// whatever follows) that fit beside it; what lies between is left out. At
+/// least the newest step is kept whole, since a step is never split from
+/// its results, so the window may pass the bound by up to one step (at most
+/// `TOOL_CALLS_PER_STEP_MAX` results).
 fn newest_turn(
     store: Store<'_>,
-    mut walk: Walk,
+    session_id: &str,
+    prompt: Option<&str>,
+    walk: &mut Walk,
+    resume: Start,
     loaded: usize,
     mut entries: Vec<Entry>,
 ) -> Result<Vec<Entry>, ApiError> {
     let unloaded = loaded..walk.rows.len();
-    let user = store.newest_with_role(&walk, unloaded.clone(), "user")?;
-    let room = CONTEXT_BYTES_MAX.saturating_sub(user.map_or(0, |at| walk.rows[at].bytes));
+    let (user, user_at) = match prompt {
+        Some(entry_id) => {
+            match prompt_entry(store, session_id, walk, unloaded.clone(), resume, entry_id)? {
+                Some((entry, at)) => (Some(entry), at),
+                None => (None, None),
+            }
+        }
+        None => match store.newest_with_role(walk, unloaded.clone(), "user")? {
+            Some(at) => {
+                store.load_bodies(walk, at..at + 1)?;
+                (Some(body_entry(&walk.rows[at])?), Some(at))
+            }
+            None => (None, None),
+        },
+    };
+    let room = CONTEXT_BYTES_MAX.saturating_sub(user.as_ref().map_or(0, |e| e.bytes));
     // The oldest loaded step whose tail fits beside the user message, else
     // the newest loaded step.
     let mut tail: usize = entries.iter().map(|e| e.bytes).sum();
@@ -223,18 +431,15 @@ fn newest_turn(
         Some(at) => drop(entries.drain(..at)),
         None => {
             // The newest step began before the loaded messages: load it.
-            let newer_than_user = loaded..user.unwrap_or(walk.rows.len());
-            if let Some(at) = store.newest_with_role(&walk, newer_than_user, "assistant")? {
-                store.load_bodies(&mut walk, loaded..at + 1)?;
+            let newer_than_user = loaded..user_at.unwrap_or(walk.rows.len());
+            if let Some(at) = store.newest_with_role(walk, newer_than_user, "assistant")? {
+                store.load_bodies(walk, loaded..at + 1)?;
                 let older = walk.rows[loaded..=at].iter().rev().map(body_entry);
                 entries.splice(0..0, older.collect::<Result<Vec<_>, _>>()?);
             }
         }
     }
-    if let Some(at) = user {
-        store.load_bodies(&mut walk, at..at + 1)?;
-        entries.insert(0, body_entry(&walk.rows[at])?);
-    }
+    entries.splice(0..0, user);
     Ok(entries)
 }
 
@@ -249,7 +454,8 @@ fn body_entry(row: &PathRow) -> Result<Entry, ApiError> {
 /// A stored message as the model context reads it.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Stored {
+pub(crate) struct Stored {
+    entry_id: String,
     role: Author,
     text: String,
     /// The command a user line belongs to (its reply facts, if any).
@@ -265,6 +471,24 @@ struct Stored {
     tool_name: Option<String>,
     #[serde(default)]
     is_error: bool,
+    /// An assistant message's: what the provider reported for its call.
+    #[serde(default)]
+    usage: Option<Usage>,
+}
+
+impl Stored {
+    /// Its share of [`estimate`]: the text and calls the model reads, and
+    /// its images.
+    fn visible_tokens(&self) -> u64 {
+        let calls: usize = self
+            .tool_calls
+            .iter()
+            .map(|c| c.name.len() + Value::Object(c.arguments.clone()).to_string().len())
+            .sum();
+        let bytes = (self.text.len() + calls) as u64;
+        let images = self.images.len() as u64;
+        (bytes / CONTEXT_BYTES_PER_TOKEN).saturating_add(images * CONTEXT_IMAGE_TOKENS)
+    }
 }
 
 /// Appends a non-tool message; returns the calls `(id, name)` of a tool

@@ -19,11 +19,15 @@
 //! - every store write is one transition of `run` guarded by the attempt,
 //!   so a driver whose attempt went stale writes nothing.
 
+use super::compaction::{self, ContextWindow};
+#[cfg(feature = "compaction")]
+use super::compaction::{Recorded, Summarised};
 use super::tools::{
     self as run_tools, CallsOutcome, OpenCall, Recovery, ResultOutcome, ToolOutput,
 };
 use super::{
     complete_step, fail_attempt, Attempts, FailOutcome, Failure, Settlement, Step, StepOutcome,
+    Window, Work,
 };
 use crate::capability::door::{Tool, Toolset};
 use crate::ctx::Ctx;
@@ -34,6 +38,7 @@ use crate::observe::ToolPhase;
 use crate::observe::{Event, Frame, RuntimeError};
 use crate::run::live::{tool_frame, ProgressGate};
 use crate::run::operation::{CallRef, OperationCall};
+use crate::transcript::Trigger;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -77,7 +82,8 @@ impl TurnPolicy {
     }
 }
 
-/// The tools the host can offer for the next model call.
+/// What the host offers for the next model call: the tools, and what it
+/// states of the turn's model.
 #[derive(Debug, Clone, Default)]
 pub struct Offer {
     /// `None`: the host offers no tools.
@@ -85,6 +91,11 @@ pub struct Offer {
     /// What the host configured and cannot offer (MCP servers, tools left
     /// out), said at the turn's start.
     pub unavailable: Vec<Unavailable>,
+    /// The model's context window and compaction trigger; `None`: none
+    /// stated (no automatic compaction; the context's bounds still hold).
+    pub window: Option<ContextWindow>,
+    /// The host's compaction prompt; `None`: [`compaction::DEFAULT_PROMPT`].
+    pub compaction_prompt: Option<Rc<str>>,
 }
 
 /// What the host tells the driver.
@@ -118,9 +129,12 @@ pub enum Action {
     Offer,
     /// Call the model; stream text deltas as `delta` frames of
     /// [`Turn::head`]; then [`Input::Answered`] or [`Input::Failed`].
+    /// `system`: the system prompt of a summary call, in place of the
+    /// host's instructions (`None`: the host's).
     CallModel {
         context: Vec<ModelItem>,
         tools: Vec<ToolSpec>,
+        system: Option<String>,
     },
     /// Run one tool call (its `started` frame was published just before),
     /// publishing the progress reports its [`ToolRun::progress`] gate lets
@@ -182,8 +196,17 @@ pub struct Turn {
     policy: TurnPolicy,
     /// The calls of the current tool step still to close, in call order.
     calls: VecDeque<OpenCall>,
-    /// What the next model call sees.
+    /// What the next model call sees, and what the driver knows of it.
     context: Vec<ModelItem>,
+    window: Window,
+    /// What the head command runs.
+    work: Work,
+    /// The summary call in flight: why it runs, the messages it stands for.
+    summarising: Option<(Trigger, super::Range)>,
+    /// This model step compacted already for the window, or after a
+    /// refusal: at most once each per step, then the call is made.
+    compacted: bool,
+    refused: bool,
     offer: Offer,
     /// The turn's start diagnostics are said.
     reported: bool,
@@ -206,6 +229,11 @@ impl Turn {
             policy,
             calls: VecDeque::new(),
             context: Vec::new(),
+            window: Window::default(),
+            work: Work::Turn,
+            summarising: None,
+            compacted: false,
+            refused: false,
             offer: Offer::default(),
             reported: false,
             awaiting: Awaiting::Offer,
@@ -281,6 +309,11 @@ impl Turn {
         self.head_meta = step.meta;
         self.attempt = step.attempt;
         self.context = step.context;
+        self.window = step.window;
+        self.work = step.work;
+        self.summarising = None;
+        self.compacted = false;
+        self.refused = false;
         self.calls = step.tool_calls.into();
         self.reported = false;
         if let Some(entry_id) = step.branch {
@@ -348,24 +381,191 @@ impl Turn {
             }
         }
         self.offer = offer;
-        if self.calls.is_empty() {
-            self.awaiting = Awaiting::Model;
-            let tools = self
-                .offer
-                .toolset
-                .as_ref()
-                .map(|t| t.specs())
-                .unwrap_or_default();
-            self.actions.push_back(Action::CallModel {
-                context: std::mem::take(&mut self.context),
-                tools,
-            });
-            return Ok(());
+        if !self.calls.is_empty() {
+            return self.next_call(ctx);
         }
-        self.next_call(ctx)
+        match self.work {
+            Work::Compact { .. } => self.summarise(ctx, Trigger::Command),
+            Work::Turn => {
+                let due = self.offer.window.is_some_and(|w| w.due(&self.window));
+                if due && !self.compacted {
+                    self.summarise(ctx, Trigger::Window)
+                } else {
+                    self.call_model();
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// The model call of the step, with the tools offered.
+    fn call_model(&mut self) {
+        self.awaiting = Awaiting::Model;
+        let tools = self
+            .offer
+            .toolset
+            .as_ref()
+            .map(|t| t.specs())
+            .unwrap_or_default();
+        self.actions.push_back(Action::CallModel {
+            context: std::mem::take(&mut self.context),
+            tools,
+            system: None,
+        });
+    }
+
+    /// The instructions of a `compact` command.
+    #[cfg(feature = "compaction")]
+    fn instructions(&self) -> Option<&str> {
+        match &self.work {
+            Work::Compact { instructions } => instructions.as_deref(),
+            Work::Turn => None,
+        }
+    }
+
+    /// Asks the model for a summary of the context, for `trigger`; with
+    /// nothing to compact, a `compact` command settles at once and a turn
+    /// makes its call.
+    #[cfg(feature = "compaction")]
+    fn summarise(&mut self, ctx: &mut Ctx<'_>, trigger: Trigger) -> Result<(), ApiError> {
+        let Some(range) = self.window.range.clone() else {
+            return match trigger {
+                Trigger::Command => self.recorded(ctx, None),
+                _ => {
+                    self.call_model();
+                    Ok(())
+                }
+            };
+        };
+        let budget = self
+            .offer
+            .window
+            .map_or(crate::limits::COMPACTION_INPUT_BYTES_MAX, |w| {
+                w.input_bytes()
+            });
+        let (system, context) = compaction::request(
+            &self.window,
+            &self.context,
+            self.instructions(),
+            self.offer.compaction_prompt.as_deref(),
+            budget,
+        );
+        self.summarising = Some((trigger, range));
+        self.awaiting = Awaiting::Model;
+        self.actions.push_back(Action::CallModel {
+            context,
+            tools: Vec::new(),
+            system: Some(system),
+        });
+        Ok(())
+    }
+
+    /// Without the `compaction` feature: a `compact` command (queued by a
+    /// build with it) fails naming the feature; a turn makes its call.
+    #[cfg(not(feature = "compaction"))]
+    fn summarise(&mut self, ctx: &mut Ctx<'_>, trigger: Trigger) -> Result<(), ApiError> {
+        match trigger {
+            Trigger::Command => self.failed(ctx, ModelError::new(false, compaction::UNAVAILABLE)),
+            _ => {
+                self.call_model();
+                Ok(())
+            }
+        }
+    }
+
+    /// Records the summary (`None`: nothing to compact) and goes on: a
+    /// `compact` command settled, a turn to its model call.
+    #[cfg(feature = "compaction")]
+    fn recorded(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        summary: Option<(Trigger, super::Range, Answer)>,
+    ) -> Result<(), ApiError> {
+        let previous = self.window.summary.as_ref().map(|s| s.entry_id.clone());
+        let trigger = summary.as_ref().map(|(t, _, _)| *t);
+        let instructions = self.instructions().map(str::to_owned);
+        let summarised = summary.as_ref().map(|(trigger, range, answer)| Summarised {
+            answer,
+            range,
+            previous: previous.as_deref(),
+            trigger: *trigger,
+        });
+        let (session, head, attempt) = (self.session_id.clone(), self.head.clone(), self.attempt);
+        let recorded = compaction::record(
+            ctx,
+            &session,
+            &head,
+            attempt,
+            instructions.as_deref(),
+            summarised,
+        )?;
+        match recorded {
+            Recorded::Settled {
+                entry,
+                settled,
+                next,
+            } => {
+                if let Some(entry) = entry {
+                    self.publish_message(entry);
+                }
+                self.publish_settled(settled);
+                self.next_or_finish(head, next);
+            }
+            Recorded::Continue { entry, next } => {
+                self.publish_message(entry);
+                self.context = next.context;
+                self.window = next.window;
+                self.compacted = true;
+                self.call_model();
+            }
+            Recorded::Changed { context, window } => {
+                self.context = context;
+                self.window = window;
+                match trigger {
+                    // Summarised again: the command's work is to compact.
+                    Some(Trigger::Command) => return self.summarise(ctx, Trigger::Command),
+                    // The step goes on without (it compacts at its next one).
+                    _ => {
+                        self.compacted = true;
+                        self.call_model();
+                    }
+                }
+            }
+            Recorded::Stale => self.finish(),
+        }
+        Ok(())
+    }
+
+    /// After a settling write: the Session's next command it claimed runs
+    /// in this driver, or the driver is done.
+    fn next_or_finish(&mut self, ended: String, next: Option<Step>) {
+        match next {
+            Some(next) => {
+                self.actions.push_back(Action::Next {
+                    ended,
+                    started: next.command_id.clone(),
+                });
+                self.begin(next);
+            }
+            None => {
+                self.drained = true;
+                self.finish();
+            }
+        }
     }
 
     fn answered(&mut self, ctx: &mut Ctx<'_>, answer: Answer) -> Result<(), ApiError> {
+        #[cfg(feature = "compaction")]
+        if let Some((trigger, range)) = self.summarising.take() {
+            if answer.text.trim().is_empty() {
+                let error = ModelError::new(true, "the model answered with no summary");
+                return self.failed(ctx, error);
+            }
+            return self.recorded(ctx, Some((trigger, range, answer)));
+        }
+        // The model step is done: the next one may compact again.
+        self.compacted = false;
+        self.refused = false;
         let (session, head, attempt) = (self.session_id.clone(), self.head.clone(), self.attempt);
         if !answer.tool_calls.is_empty() {
             let protocol = match &self.offer.toolset {
@@ -399,19 +599,7 @@ impl Turn {
             } => {
                 self.publish_message(answer);
                 self.publish_settled(settled);
-                match next {
-                    Some(next) => {
-                        self.actions.push_back(Action::Next {
-                            ended: head,
-                            started: next.command_id.clone(),
-                        });
-                        self.begin(next);
-                    }
-                    None => {
-                        self.drained = true;
-                        self.finish();
-                    }
-                }
+                self.next_or_finish(head, next);
             }
             StepOutcome::Stale => self.finish(),
         }
@@ -424,10 +612,33 @@ impl Turn {
             self.publish_message(message);
         }
         self.context = next.context;
+        self.window = next.window;
         self.ask_offer();
     }
 
     fn failed(&mut self, ctx: &mut Ctx<'_>, error: ModelError) -> Result<(), ApiError> {
+        let summary_call = self.summarising.take().is_some();
+        if cfg!(feature = "compaction")
+            && error.too_long
+            && !summary_call
+            && !self.refused
+            && self.work == Work::Turn
+        {
+            // Refused as too long: compact, then make the call once more
+            // (the context went with the call: read it again).
+            self.refused = true;
+            let (session, head) = (self.session_id.clone(), self.head.clone());
+            let Some((context, window)) = compaction::reread(ctx, &session, &head, self.attempt)?
+            else {
+                self.finish();
+                return Ok(());
+            };
+            if window.range.is_some() {
+                self.context = context;
+                self.window = window;
+                return self.summarise(ctx, Trigger::Refusal);
+            }
+        }
         let delay = self.policy.retry.delay_ms(self.attempt);
         let outcome = fail_attempt(
             ctx,
@@ -503,7 +714,7 @@ impl Turn {
                 match next {
                     Some(next) => {
                         self.calls.clear();
-                        self.continue_with(next);
+                        self.continue_with(*next);
                         Ok(())
                     }
                     None => self.next_call(ctx),

@@ -15,6 +15,7 @@
 //!   pending or running).
 
 pub mod cancel;
+pub mod compaction;
 mod context;
 pub mod driver;
 pub mod live;
@@ -26,13 +27,14 @@ use crate::error::ApiError;
 use crate::limits::CLAIMS_PER_PASS_MAX;
 use crate::model::{Answer, ModelItem, Usage};
 use crate::session::admission::prompt_input;
-use crate::session::command::Delivery;
+use crate::session::command::{CompactInput, Delivery};
 use crate::settlement::Settlement;
 use crate::sql::atomically;
 use crate::store::path::Start;
 use crate::store::{CommandRow, Kind, State, Store, Terminal};
 use crate::transcript::{self, message_body, user_message_body, Message};
 pub(crate) use context::context;
+pub use context::{Range, Summary, Window};
 
 /// One model step to perform: who it is for and what the model sees.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +47,11 @@ pub struct Step {
     /// What the model sees. Empty while `tool_calls` remain: the host
     /// closes them first, and the last outcome answers the context.
     pub context: Vec<ModelItem>,
+    /// What the driver knows of `context` (its summary, estimated size,
+    /// what compacting it would stand for).
+    pub window: Window,
+    /// What the head command runs: a turn or a compaction.
+    pub work: Work,
     /// Calls of an interrupted tool step to close before the model call
     /// (see [`tools`]).
     pub tool_calls: Vec<tools::OpenCall>,
@@ -57,6 +64,40 @@ pub struct Step {
     /// now the selected one: it runs through this entry (`None`: from the
     /// Session's start). Published as a `branch` frame before `appended`.
     pub branch: Option<Option<String>>,
+}
+
+/// What a claimed command runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Work {
+    /// A turn: model steps (and tool steps) answering its prompt.
+    Turn,
+    /// A `compact` command, with its instructions.
+    Compact { instructions: Option<String> },
+}
+
+impl Work {
+    fn of(head: &CommandRow) -> Result<Work, ApiError> {
+        Ok(match head.kind {
+            Kind::Compact => {
+                let input: CompactInput = crate::json::from_text(&head.input).map_err(internal)?;
+                Work::Compact {
+                    instructions: input.instructions,
+                }
+            }
+            _ => Work::Turn,
+        })
+    }
+}
+
+/// The entry id of the message a context of `head`'s run always keeps: a
+/// turn's own prompt, a retry's the user message it answers again (a
+/// compaction has none).
+fn prompt_of(head: &CommandRow) -> Result<Option<String>, ApiError> {
+    Ok(match head.kind {
+        Kind::Prompt => Some(transcript::user_entry_id(&head.command_id)),
+        Kind::Retry => prompt_input(&head.input)?.retry,
+        _ => None,
+    })
 }
 
 /// The outcome of [`complete_step`].
@@ -171,12 +212,13 @@ pub fn reconcile(
             let open = tools::Progress::parse(head.usage.as_deref())?.open;
             // Open calls are closed first; their last outcome answers the
             // context then.
-            let context = if open.is_empty() {
-                context(store, &head.session_id, Start::Tip, &[])?
+            let (context, window) = if open.is_empty() {
+                let prompt = prompt_of(&head)?;
+                context(store, &head.session_id, Start::Tip, prompt.as_deref(), &[])?
             } else {
-                Vec::new()
+                (Vec::new(), Window::default())
             };
-            resumable.push((head, turn, context, open));
+            resumable.push((head, turn, context, window, open));
         }
         let mut fresh = Vec::new();
         let room = CLAIMS_PER_PASS_MAX - resumable.len();
@@ -184,8 +226,7 @@ pub fn reconcile(
             later(now_ms);
         }
         for head in idle.into_iter().take(room) {
-            let opening = opening(store, &head, now_ms, Vec::new())?;
-            fresh.push((head, opening));
+            fresh.push(Claim::read(store, head, now_ms, &[])?);
         }
 
         let mut still_running: Vec<String> = running
@@ -195,7 +236,7 @@ pub fn reconcile(
             .collect();
         let mut steps = Vec::new();
         let mut settled = Vec::new();
-        for (head, turn, context, open) in resumable {
+        for (head, turn, context, window, open) in resumable {
             // A fresh turn (see above) runs the attempt it holds. Any other
             // orphan (a dead instance's, or the one whose code trapped)
             // counts a new attempt, so a turn that keeps crashing its
@@ -231,18 +272,20 @@ pub fn reconcile(
             };
             steps.push(Step {
                 session_id: head.session_id.clone(),
+                work: Work::of(&head)?,
                 command_id: head.command_id,
                 attempt,
                 context,
+                window,
                 tool_calls: open,
                 appended: Vec::new(),
                 meta: head.meta,
                 branch: None,
             });
         }
-        for (head, opening) in fresh {
-            still_running.push(head.command_id.clone());
-            steps.push(open(store, head, opening, now_ms)?);
+        for claim in fresh {
+            still_running.push(claim.head.command_id.clone());
+            steps.push(claim.write(store, now_ms)?);
         }
         Ok(Reconciled {
             steps,
@@ -290,31 +333,26 @@ pub fn complete_step(
             ..Default::default()
         })?;
         if steers.is_empty() {
-            // The queue's next prompt starts in this same write: no durable
-            // round between back-to-back turns.
-            let next = match pending.first().cloned() {
-                Some(next) => {
-                    let before = vec![Pending {
-                        body: answer_body.clone(),
-                    }];
-                    let opening = opening(store, &next, now_ms, before)?;
-                    Some((next, opening))
-                }
-                None => None,
+            // The queue's next command starts in this same write: no
+            // durable round between back-to-back turns.
+            let written = Pending {
+                body: answer_body.clone(),
             };
+            let next = pending
+                .first()
+                .cloned()
+                .map(|next| Claim::read(store, next, now_ms, std::slice::from_ref(&written)))
+                .transpose()?;
             store.insert_message(&head.session_id, &answer_body)?;
             let settled = settle_turn(
                 store,
                 turn,
                 Terminal::Completed,
-                Some((&answer.text, usage, progress.tool_calls)),
+                Some((Some(&answer.text), usage, progress.tool_calls)),
                 None,
                 now_ms,
             )?;
-            let next = match next {
-                Some((next, opening)) => Some(open(store, next, opening, now_ms)?),
-                None => None,
-            };
+            let next = next.map(|claim| claim.write(store, now_ms)).transpose()?;
             return Ok(StepOutcome::Settled {
                 settled,
                 answer: answer_body,
@@ -362,7 +400,14 @@ pub(crate) fn join_steers(
             body: p.body.clone(),
         })
         .collect();
-    let context = context(store, &head.session_id, Start::Tip, &unwritten)?;
+    let prompt = prompt_of(head)?;
+    let (context, window) = context(
+        store,
+        &head.session_id,
+        Start::Tip,
+        prompt.as_deref(),
+        &unwritten,
+    )?;
     store.insert_message(&head.session_id, &written.body)?;
     for (steer, prompt) in steers.iter().zip(&joined) {
         store.claim(steer, Some(&head.command_id), attempt, now_ms)?;
@@ -373,9 +418,11 @@ pub(crate) fn join_steers(
         command_id: head.command_id.clone(),
         attempt,
         context,
+        window,
         tool_calls: Vec::new(),
         appended: joined.into_iter().map(|p| p.body).collect(),
         meta: head.meta.clone(),
+        work: Work::Turn,
         branch: None,
     })
 }
@@ -454,7 +501,7 @@ pub(crate) fn settle_turn(
     store: Store<'_>,
     turn: &[CommandRow],
     terminal: Terminal,
-    answer: Option<(&str, Option<Usage>, u32)>,
+    answer: Option<(Option<&str>, Option<Usage>, u32)>,
     diagnostic: Option<&str>,
     now_ms: i64,
 ) -> Result<Vec<Settlement>, ApiError> {
@@ -471,7 +518,7 @@ pub(crate) fn settle_with_meta(
     store: Store<'_>,
     turn: &[CommandRow],
     terminal: Terminal,
-    answer: Option<(&str, Option<Usage>, u32)>,
+    answer: Option<(Option<&str>, Option<Usage>, u32)>,
     diagnostic: Option<&str>,
     meta: Option<&str>,
     now_ms: i64,
@@ -591,7 +638,7 @@ pub(crate) fn current_head<'t>(
         .filter(|h| {
             h.state == State::Running
                 && h.attempt == attempt
-                && matches!(h.kind, Kind::Prompt | Kind::Retry)
+                && matches!(h.kind, Kind::Prompt | Kind::Retry | Kind::Compact)
         })
 }
 
@@ -601,70 +648,92 @@ pub(crate) struct Pending {
     pub(crate) body: String,
 }
 
-/// A queued command about to start its Session's next turn: the `user`
-/// message its claim appends (none for a retry) and what the model sees
-/// first.
-struct Opening {
+/// A queued command about to start its Session's next run, read first
+/// ([`Claim::read`]: a prompt's user message and the context it starts
+/// with), then written ([`Claim::write`]).
+pub(crate) struct Claim {
+    head: CommandRow,
+    /// The `user` message of a prompt (a retry and a compaction write none).
     prompt: Option<Pending>,
     context: Vec<ModelItem>,
+    window: Window,
     branch: Option<Option<String>>,
 }
 
-/// The reads of claiming `command` (a prompt or a retry) as its Session's
-/// next turn; `before`: messages the same transition appends at the
-/// selected tip first (a settling turn's answer). A command with an anchor
-/// starts a new branch there: its context is the path ending at the anchor
-/// (a retry: the user message it answers again), then its own message.
-fn opening(
-    store: Store<'_>,
-    command: &CommandRow,
-    now_ms: i64,
-    before: Vec<Pending>,
-) -> Result<Opening, ApiError> {
-    let input = prompt_input(&command.input)?;
-    let prompt = match command.kind {
-        Kind::Retry => None,
-        _ => Some(user_message(command, now_ms)?),
-    };
-    let (start, mut unwritten) = match command.anchor {
-        Some(at) => (Start::At(at), Vec::new()),
-        None => (Start::Tip, before),
-    };
-    unwritten.extend(prompt.clone());
-    Ok(Opening {
-        context: context(store, &command.session_id, start, &unwritten)?,
-        prompt,
-        branch: input.branch_entry().map(|e| e.map(str::to_owned)),
-    })
-}
-
-/// The writes of an [`opening`]: the claim (attempt 1), then the `user`
-/// message (a child of the anchor when there is one), or for a retry the
-/// selection of the message it answers again, so its first message, and a
-/// turn resumed after a crash, continue there.
-fn open(
-    store: Store<'_>,
-    command: CommandRow,
-    opening: Opening,
-    now_ms: i64,
-) -> Result<Step, ApiError> {
-    store.claim(&command, None, 1, now_ms)?;
-    match &opening.prompt {
-        Some(prompt) => {
-            store.insert_message_after(&command.session_id, &prompt.body, command.anchor)?
-        }
-        None => store.set_head(&command.session_id, command.anchor)?,
+impl Claim {
+    /// The reads of claiming `head` (a prompt, a retry or a compaction);
+    /// `written`: messages the same transition appends at the selected tip
+    /// first (a settling turn's answer, a compaction entry). A command with
+    /// an anchor starts a new branch there: its context is the path ending
+    /// at the anchor (a retry: the user message it answers again), then its
+    /// own message. A compaction has no anchor: it summarises the selected
+    /// branch.
+    pub(crate) fn read(
+        store: Store<'_>,
+        head: CommandRow,
+        now_ms: i64,
+        written: &[Pending],
+    ) -> Result<Claim, ApiError> {
+        let prompt = match head.kind {
+            Kind::Prompt => Some(user_message(&head, now_ms)?),
+            _ => None,
+        };
+        let (start, written) = match head.anchor {
+            Some(at) => (Start::At(at), &[][..]),
+            None => (Start::Tip, written),
+        };
+        let unwritten: Vec<Pending> = written.iter().chain(&prompt).cloned().collect();
+        let kept = prompt_of(&head)?;
+        let (context, window) =
+            context(store, &head.session_id, start, kept.as_deref(), &unwritten)?;
+        let branch = match head.kind {
+            Kind::Compact => None,
+            _ => prompt_input(&head.input)?
+                .branch_entry()
+                .map(|e| e.map(str::to_owned)),
+        };
+        Ok(Claim {
+            head,
+            prompt,
+            context,
+            window,
+            branch,
+        })
     }
-    Ok(Step {
-        session_id: command.session_id,
-        command_id: command.command_id,
-        attempt: 1,
-        context: opening.context,
-        tool_calls: Vec::new(),
-        appended: opening.prompt.into_iter().map(|p| p.body).collect(),
-        meta: command.meta,
-        branch: opening.branch,
-    })
+
+    /// The writes: the claim (attempt 1), then the prompt's `user` message
+    /// (a child of the anchor when there is one), or for a retry the
+    /// selection of the message it answers again, so its first message, and
+    /// a run resumed after a crash, continue there.
+    pub(crate) fn write(self, store: Store<'_>, now_ms: i64) -> Result<Step, ApiError> {
+        let Claim {
+            head,
+            prompt,
+            context,
+            window,
+            branch,
+        } = self;
+        store.claim(&head, None, 1, now_ms)?;
+        match &prompt {
+            Some(prompt) => {
+                store.insert_message_after(&head.session_id, &prompt.body, head.anchor)?
+            }
+            None if head.kind == Kind::Retry => store.set_head(&head.session_id, head.anchor)?,
+            None => {}
+        }
+        Ok(Step {
+            session_id: head.session_id.clone(),
+            work: Work::of(&head)?,
+            command_id: head.command_id,
+            attempt: 1,
+            context,
+            window,
+            tool_calls: Vec::new(),
+            appended: prompt.into_iter().map(|p| p.body).collect(),
+            meta: head.meta,
+            branch,
+        })
+    }
 }
 
 /// The `user` message a prompt becomes when its turn starts.

@@ -142,7 +142,10 @@ pub enum ResultOutcome {
     /// `message` is the stored `tool` message; `next` the model step to
     /// run once the step's last call is closed (with the steer prompts that
     /// joined the turn after it, in its `appended`).
-    Recorded { message: String, next: Option<Step> },
+    Recorded {
+        message: String,
+        next: Option<Box<Step>>,
+    },
     /// The attempt is no longer current, or the call is already closed.
     Stale,
 }
@@ -313,7 +316,9 @@ pub fn record_result(
         let written = Pending { body: body.clone() };
         let next = if progress.open.is_empty() {
             // The step's last result: steer prompts join the turn here.
-            Some(join_steers(store, head, attempt, now_ms, &steers, written)?)
+            Some(Box::new(join_steers(
+                store, head, attempt, now_ms, &steers, written,
+            )?))
         } else {
             store.insert_message(session_id, &written.body)?;
             None

@@ -2,7 +2,9 @@
 //! of an uncertain send, and the withdrawal fence.
 
 use super::branches;
-use super::command::{Delivery, EntryCommand, EntryInput, OperatorInput, Prompt, PromptInput};
+use super::command::{
+    Compact, CompactInput, Delivery, EntryCommand, EntryInput, OperatorInput, Prompt, PromptInput,
+};
 use crate::ctx::{Ctx, IdSource};
 use crate::error::ApiError;
 use crate::limits::{
@@ -11,7 +13,9 @@ use crate::limits::{
 };
 use crate::settlement::Settlement;
 use crate::sql::atomically;
-use crate::store::{command_id, AdmissionFacts, Kind, NewCommand, State, Store, Terminal};
+use crate::store::{
+    command_id, AdmissionFacts, CommandRow, Kind, NewCommand, State, Store, Terminal,
+};
 use serde::Serialize;
 
 /// The answer to an accepted command, also replayed for a retried request.
@@ -123,6 +127,28 @@ pub fn admit_select(
             input,
             meta,
             entry: Some(&select.entry_id),
+        },
+    )
+}
+
+/// Admits a compaction into the Session's queue: it waits its turn as a
+/// prompt does (and counts toward the same bounds), but no turn joins it.
+pub fn admit_compact(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    compact: &Compact,
+    meta: Option<&str>,
+) -> Result<Admitted, ApiError> {
+    let input = serde_json::to_string(&compact.input()).map_err(internal)?;
+    admit(
+        ctx,
+        Admission {
+            session_id,
+            request_id: &compact.request_id,
+            kind: Kind::Compact,
+            input,
+            meta,
+            entry: None,
         },
     )
 }
@@ -290,10 +316,10 @@ fn write_new(
     let mut message = None;
     let mut branch = None;
     match a.kind {
-        Kind::Prompt | Kind::Retry => {
+        Kind::Prompt | Kind::Retry | Kind::Compact => {
             if facts.pending_count >= PENDING_PER_SESSION_MAX {
                 return Err(ApiError::QueueFull(format!(
-                    "session `{}` already has {PENDING_PER_SESSION_MAX} pending prompts",
+                    "session `{}` already has {PENDING_PER_SESSION_MAX} pending commands",
                     a.session_id
                 )));
             }
@@ -304,28 +330,32 @@ fn write_new(
                 )));
             }
             if !facts.running && facts.pending_count == 0 {
-                // An idle Session: the prompt starts its turn in this very
-                // write (running, attempt 1, its user message appended),
+                // An idle Session: the work starts in this very write
+                // (running, attempt 1, a prompt's user message appended),
                 // so the model call waits for no second durable write.
                 row.state = State::Running;
                 row.attempt = 1;
-                let input: PromptInput = crate::json::from_text(&a.input).map_err(internal)?;
-                branch = input.branch_entry().map(|e| e.map(str::to_owned));
-                if a.kind == Kind::Retry {
-                    // No message of its own: its answer continues the
-                    // retried message, selected from now on.
-                    store.set_head(a.session_id, row.anchor)?;
-                } else {
-                    let body = crate::transcript::user_message_body(
-                        &command_id,
-                        Some(a.request_id),
-                        &input.text,
-                        &input.images,
-                        a.meta,
-                        now_ms,
-                    )?;
-                    store.insert_message_after(a.session_id, &body, row.anchor)?;
-                    message = Some(body);
+                if a.kind != Kind::Compact {
+                    // A compaction writes no message and starts no branch:
+                    // it summarises the selected one.
+                    let input: PromptInput = crate::json::from_text(&a.input).map_err(internal)?;
+                    branch = input.branch_entry().map(|e| e.map(str::to_owned));
+                    if a.kind == Kind::Retry {
+                        // No message of its own: its answer continues the
+                        // retried message, selected from now on.
+                        store.set_head(a.session_id, row.anchor)?;
+                    } else {
+                        let body = crate::transcript::user_message_body(
+                            &command_id,
+                            Some(a.request_id),
+                            &input.text,
+                            &input.images,
+                            a.meta,
+                            now_ms,
+                        )?;
+                        store.insert_message_after(a.session_id, &body, row.anchor)?;
+                        message = Some(body);
+                    }
                 }
                 claimed = true;
             }
@@ -543,6 +573,19 @@ pub fn withdraw(
 /// The stored text of a prompt's input (retained after cancellation).
 pub fn prompt_input(input: &str) -> Result<PromptInput, ApiError> {
     crate::json::from_text(input).map_err(internal)
+}
+
+/// The stored input of queued work as readers see a prompt's: a
+/// compaction's instructions are its text (empty without).
+pub fn queued_input(row: &CommandRow) -> Result<PromptInput, ApiError> {
+    if row.kind != Kind::Compact {
+        return prompt_input(&row.input);
+    }
+    let input: CompactInput = crate::json::from_text(&row.input).map_err(internal)?;
+    Ok(PromptInput {
+        text: input.instructions.unwrap_or_default(),
+        ..Default::default()
+    })
 }
 
 fn internal(e: serde_json::Error) -> ApiError {

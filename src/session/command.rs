@@ -20,6 +20,8 @@ pub enum Command {
     Retry(EntryCommand),
     /// Select the branch through an entry (ending at its newest descendant).
     Select(EntryCommand),
+    /// Summarise the selected branch's model context into a compaction entry.
+    Compact(Compact),
 }
 
 /// A command naming a transcript entry: `retry` and `select`.
@@ -80,6 +82,32 @@ pub struct Prompt {
 pub struct Operator {
     pub request_id: String,
     pub text: String,
+}
+
+/// A compaction of the Session's model context (`src/run/compaction.rs`),
+/// queued like a prompt.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Compact {
+    pub request_id: String,
+    /// Added to the summary request (what to keep, what to stress).
+    #[serde(default)]
+    pub instructions: Option<String>,
+}
+
+/// What a compaction asks for, canonical as [`PromptInput`] is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactInput {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+}
+
+impl Compact {
+    pub fn input(&self) -> CompactInput {
+        CompactInput {
+            instructions: self.instructions.clone().filter(|i| !i.is_empty()),
+        }
+    }
 }
 
 /// What a prompt asks for, in the one canonical JSON form that is stored,
@@ -143,10 +171,11 @@ pub fn parse(body: &[u8]) -> Result<Command, ApiError> {
         "abort" => Command::Abort(crate::json::from_value(value)?),
         "retry" => Command::Retry(crate::json::from_value(value)?),
         "select" => Command::Select(crate::json::from_value(value)?),
+        "compact" => Command::Compact(crate::json::from_value(value)?),
         other => {
             return Err(ApiError::InvalidRequest(format!(
                 "type: unknown command type `{other}`; expected prompt, operator, cancel, abort, \
-                 retry or select"
+                 retry, select or compact"
             )))
         }
     };
@@ -179,6 +208,17 @@ pub fn parse(body: &[u8]) -> Result<Command, ApiError> {
         }) => {
             validate_request_id(request_id)?;
             validate_entry_id("entryId", entry_id, false)?;
+        }
+        Command::Compact(c) => {
+            validate_request_id(&c.request_id)?;
+            if let Some(instructions) = &c.instructions {
+                if instructions.len() > TEXT_BYTES_MAX {
+                    return Err(ApiError::InvalidRequest(format!(
+                        "instructions: at most {TEXT_BYTES_MAX} UTF-8 bytes, got {}",
+                        instructions.len()
+                    )));
+                }
+            }
         }
     }
     Ok(command)
@@ -322,6 +362,33 @@ mod tests {
             parse(br#"{"type":"abort"}"#).unwrap(),
             Command::Abort(Abort {})
         );
+        let c = parse(br#"{"type":"compact","requestId":"r","instructions":"keep names"}"#);
+        assert_eq!(
+            c.unwrap(),
+            Command::Compact(Compact {
+                request_id: "r".into(),
+                instructions: Some("keep names".into())
+            })
+        );
+    }
+
+    #[test]
+    fn a_compact_is_closed_and_bounded() {
+        let e = err(r#"{"type":"compact","requestId":"r","text":"x"}"#);
+        assert!(e.to_string().contains("text"), "{e}");
+        assert!(err(r#"{"type":"compact"}"#)
+            .to_string()
+            .contains("requestId"));
+        let long = "a".repeat(TEXT_BYTES_MAX + 1);
+        let body = format!(r#"{{"type":"compact","requestId":"r","instructions":"{long}"}}"#);
+        assert!(err(&body).to_string().contains("instructions"));
+        // Empty instructions are none: the same canonical input.
+        let Command::Compact(empty) =
+            parse(br#"{"type":"compact","requestId":"r","instructions":""}"#).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(empty.input(), CompactInput { instructions: None });
     }
 
     #[test]

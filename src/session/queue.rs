@@ -1,20 +1,24 @@
 //! The per-Session FIFO queue: the pending view and the newest pending
-//! prompt of a principal (`latest_pending`).
+//! prompt of a principal (`latest_pending`, never a compaction).
 
-use super::admission::prompt_input;
+use super::admission::queued_input;
 use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::model::Image;
-use crate::store::CommandRow;
+use crate::store::{CommandRow, Kind};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-/// A queued prompt as readers see it.
+/// A queued prompt (or compaction) as readers see it.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PendingItem {
     pub command_id: String,
     pub request_id: Option<String>,
+    /// `compact` for a compaction (absent for a prompt).
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    /// A prompt's text; a compaction's instructions (empty for none).
     pub text: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<Image>,
@@ -42,10 +46,12 @@ pub fn pending(ctx: &Ctx<'_>, session_id: &str) -> Result<Vec<PendingItem>, ApiE
 }
 
 fn pending_item(row: CommandRow, position: usize) -> Result<PendingItem, ApiError> {
-    let input = prompt_input(&row.input)?;
+    let input = queued_input(&row)?;
+    let kind = (row.kind == Kind::Compact).then_some("compact");
     Ok(PendingItem {
         command_id: row.command_id,
         request_id: row.request_id,
+        kind,
         text: input.text,
         images: input.images,
         delivery: input.delivery,

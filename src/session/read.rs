@@ -2,7 +2,7 @@
 //! `READ_PAGE_BYTES_MAX` bytes, newest page first, each page oldest first,
 //! plus the pending queue and the running command.
 
-use super::admission::prompt_input;
+use super::admission::queued_input;
 use super::queue::{pending, raw_json, PendingItem};
 use crate::ctx::Ctx;
 use crate::error::ApiError;
@@ -28,6 +28,9 @@ pub struct Page {
 pub struct RunningItem {
     pub command_id: String,
     pub request_id: Option<String>,
+    /// `compact` for a compaction (absent for a turn).
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
     pub text: String,
     pub attempt: u32,
     pub started_at: Option<i64>,
@@ -124,7 +127,8 @@ pub fn page(
             .running_head(session_id)?
             .map(|head| -> Result<RunningItem, ApiError> {
                 Ok(RunningItem {
-                    text: prompt_input(&head.input)?.text,
+                    text: queued_input(&head)?.text,
+                    kind: (head.kind == crate::store::Kind::Compact).then_some("compact"),
                     command_id: head.command_id,
                     request_id: head.request_id,
                     attempt: head.attempt,

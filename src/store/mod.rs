@@ -20,6 +20,9 @@ pub enum Kind {
     Retry,
     /// A branch selected: settled at admission, like an operator line.
     Select,
+    /// A compaction asked for by a command: queued and run like a prompt,
+    /// never joined to a turn.
+    Compact,
 }
 
 /// A command's lifecycle: pending -> running -> settled, never back.
@@ -63,6 +66,7 @@ text_enum!(Kind {
     Operator => "operator",
     Retry => "retry",
     Select => "select",
+    Compact => "compact",
 });
 text_enum!(State { Pending => "pending", Running => "running", Settled => "settled" });
 text_enum!(Terminal {
@@ -690,8 +694,8 @@ impl<'a> Store<'a> {
     }
 
     /// The newest pending prompt of the Session (a retry is none: it has no
-    /// text of its own), of one principal when `principal` is given
-    /// (`(path, principal as JSON text)`).
+    /// text of its own; nor is a compaction), of one principal when
+    /// `principal` is given (`(path, principal as JSON text)`).
     pub fn latest_pending(
         &self,
         session_id: &str,

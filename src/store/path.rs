@@ -15,7 +15,9 @@
 //! the chain whose base lies below it.
 //!
 //! [`Store::walk`] is the one path walk (pages, the model context): newest
-//! first, bounded in messages and in the bytes of the bodies it loads.
+//! first, bounded in messages and in the bytes of the bodies it loads; a
+//! model context's walk ends at the newest compaction entry of the path
+//! ([`Store::walk_context`]).
 
 use super::Store;
 use crate::sql::{Row, SqlError};
@@ -45,6 +47,8 @@ pub struct PathRow {
     /// Loaded for the newest messages whose bytes sum to at most the walk's
     /// room; `None` past it.
     pub body: Option<String>,
+    /// A compaction entry (`messages.kind`).
+    pub compaction: bool,
 }
 
 impl PathRow {
@@ -114,39 +118,50 @@ pub(super) const NEWEST: &str =
 /// One run of a walk: the newest `?3` messages of Session `?1` at or below
 /// `?2` (its tip when `?2` is null: the selected head while the newest
 /// position is still `head_at`), with the bodies of those whose bytes,
-/// summed with every newer one's in this read, are at most `?4`, and
-/// on its first row (the only one whose running sum is its own size; an
-/// uncorrelated `EXISTS` column is read again for every row) whether the
-/// Session holds the first message of any branch. The window runs over the
-/// primary key newest first and stops at the limit (no sort, no temporary
-/// B-tree); the join reads a body only where it fits. In a linear stretch
-/// every row is on the path, so a walk is this one read.
+/// summed with every newer one's in this read, are at most `?4` (and, when
+/// `?5`, that no compaction entry newer in this read hides: a model
+/// context reads nothing older than one), whether each is a compaction
+/// entry, and on its first row (the only one whose running sum is its own
+/// size; an uncorrelated `EXISTS` column is read again for every row)
+/// whether the Session holds the first message of any branch. The window
+/// runs over the primary key newest first and stops at the limit (no sort,
+/// no temporary B-tree; both sums share one window); the join reads a body
+/// only where it fits. In a linear stretch every row is on the path, so a
+/// walk is this one read. A compaction entry of another branch newer in the
+/// read hides the bodies of the path's rows below it too: the walk reads
+/// again from the first such row ([`Store::walk`]).
 const PATH_RUN: &str = "SELECT w.seq, w.parent, w.bytes, m.body,
         CASE WHEN w.run = w.bytes THEN EXISTS (SELECT 1 FROM messages
-            INDEXED BY messages_children WHERE session_id = ?1 AND parent IS NOT NULL) END
+            INDEXED BY messages_children WHERE session_id = ?1 AND parent IS NOT NULL) END,
+        w.kind
     FROM (
-        SELECT seq, parent, bytes,
-            sum(bytes) OVER (ORDER BY seq DESC ROWS UNBOUNDED PRECEDING) AS run
+        SELECT seq, parent, bytes, kind,
+            sum(bytes) OVER newer AS run, count(kind) OVER newer AS summaries
         FROM messages WHERE session_id = ?1 AND seq <= coalesce(?2,
             (SELECT CASE WHEN s.head_at >= coalesce((SELECT seq FROM messages
                     WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1), s.base_seq, 0)
                 THEN s.head END FROM sessions s WHERE s.session_id = ?1),
             9223372036854775807)
+        WINDOW newer AS (ORDER BY seq DESC ROWS UNBOUNDED PRECEDING)
         ORDER BY seq DESC LIMIT ?3
     ) w
-    LEFT JOIN messages m ON m.session_id = ?1 AND m.seq = w.seq AND w.run <= ?4";
+    LEFT JOIN messages m ON m.session_id = ?1 AND m.seq = w.seq AND w.run <= ?4
+        AND (?5 = 0 OR w.summaries = (w.kind IS NOT NULL))";
 
 /// A message appended to Session `?1`'s selected branch: numbered after
 /// its view's newest position, its parent `?4` when given (a new branch),
 /// else the selected head while it is valid, else the newest message
-/// (`NULL`, as is a parent equal to `seq - 1`).
-const INSERT_MESSAGE: &str = "INSERT INTO messages (session_id, seq, body, bytes, parent)
+/// (`NULL`, as is a parent equal to `seq - 1`); `?5` its `kind`.
+const INSERT_MESSAGE: &str = "INSERT INTO messages (session_id, seq, body, bytes, parent, kind)
     SELECT ?1, n.seq, ?2, ?3,
-        nullif(coalesce(?4, CASE WHEN s.head_at = n.seq - 1 THEN s.head END), n.seq - 1)
+        nullif(coalesce(?4, CASE WHEN s.head_at = n.seq - 1 THEN s.head END), n.seq - 1), ?5
     FROM sessions s, (SELECT coalesce((SELECT seq FROM messages WHERE session_id = ?1
             ORDER BY seq DESC LIMIT 1), (SELECT base_seq FROM sessions WHERE session_id = ?1), 0)
         + 1 AS seq) n
     WHERE s.session_id = ?1";
+
+/// How many positions [`Store::find_on_path`] walks per read.
+const SEARCH_ROWS: usize = 1_000;
 
 /// The first messages of branches of Session `?1` whose parent is one of the
 /// JSON array `?2`. `CROSS JOIN` keeps the list the outer loop, so each
@@ -185,6 +200,7 @@ fn path_row(holder: usize, row: &Row) -> Result<PathRow, SqlError> {
         parent: row.opt_int(1)?,
         bytes: usize::try_from(row.int(2)?).unwrap_or(usize::MAX),
         body: row.opt_text(3)?,
+        compaction: row.opt_text(5)?.is_some(),
     })
 }
 
@@ -192,6 +208,12 @@ impl Store<'_> {
     /// Appends a message at the tip of the Session's selected branch.
     pub fn insert_message(&self, session_id: &str, body: &str) -> Result<(), SqlError> {
         self.insert_message_after(session_id, body, None)
+    }
+
+    /// Appends a compaction entry at the tip of the selected branch: model
+    /// contexts of that path read no message before it.
+    pub fn insert_compaction(&self, session_id: &str, body: &str) -> Result<(), SqlError> {
+        self.insert_entry(session_id, body, None, Some("compaction"))
     }
 
     /// Appends a message as the child of position `parent` (`None`: at the
@@ -203,6 +225,16 @@ impl Store<'_> {
         body: &str,
         parent: Option<i64>,
     ) -> Result<(), SqlError> {
+        self.insert_entry(session_id, body, parent, None)
+    }
+
+    fn insert_entry(
+        &self,
+        session_id: &str,
+        body: &str,
+        parent: Option<i64>,
+        kind: Option<&str>,
+    ) -> Result<(), SqlError> {
         self.write(
             INSERT_MESSAGE,
             vec![
@@ -210,6 +242,7 @@ impl Store<'_> {
                 body.into(),
                 (body.len() as i64).into(),
                 parent.into(),
+                kind.into(),
             ],
         )
     }
@@ -292,6 +325,30 @@ impl Store<'_> {
         limit: usize,
         room: usize,
     ) -> Result<Walk, SqlError> {
+        self.walk_until(session_id, start, limit, room, false)
+    }
+
+    /// [`Store::walk`] for a model context: it ends at the newest
+    /// compaction entry of the path (included), and loads no body older
+    /// than it.
+    pub fn walk_context(
+        &self,
+        session_id: &str,
+        start: Start,
+        limit: usize,
+        room: usize,
+    ) -> Result<Walk, SqlError> {
+        self.walk_until(session_id, start, limit, room, true)
+    }
+
+    fn walk_until(
+        &self,
+        session_id: &str,
+        start: Start,
+        limit: usize,
+        room: usize,
+        summary: bool,
+    ) -> Result<Walk, SqlError> {
         let mut walk = Walk {
             rows: Vec::new(),
             chain: vec![Level {
@@ -311,7 +368,8 @@ impl Store<'_> {
         let mut used = 0usize;
         let mut loading = true;
         let mut first = true;
-        while walk.rows.len() < limit && want.is_none_or(|w| w > 0) {
+        let mut ended = false;
+        while !ended && walk.rows.len() < limit && want.is_none_or(|w| w > 0) {
             let ask = limit - walk.rows.len() + usize::from(skip);
             let room_left = if loading { room - used } else { 0 };
             let rows = self.query(
@@ -321,6 +379,7 @@ impl Store<'_> {
                     want.into(),
                     (ask as i64).into(),
                     i64::try_from(room_left).unwrap_or(i64::MAX).into(),
+                    i64::from(summary).into(),
                 ],
             )?;
             // The join keeps the window's order (its plan's outer loop);
@@ -398,7 +457,8 @@ impl Store<'_> {
                 }
                 let fits = loading && used + row.bytes <= room;
                 if fits && row.body.is_none() {
-                    // Other branches' bytes in this read left it out.
+                    // Other branches' bytes (or compaction entry) in this
+                    // read left it out.
                     expect = row.seq;
                     break;
                 }
@@ -408,8 +468,9 @@ impl Store<'_> {
                     loading = false;
                     row.body = None;
                 }
+                ended = summary && row.compaction;
                 walk.rows.push(row);
-                if walk.rows.len() == limit {
+                if ended || walk.rows.len() == limit {
                     break;
                 }
             }
@@ -496,6 +557,53 @@ impl Store<'_> {
             },
         )?;
         Ok(id)
+    }
+
+    /// The first of `walk.rows[at]` whose entry id is `entry_id`. SQLite
+    /// compares the start of each body; none crosses.
+    pub fn entry_in_walk(
+        &self,
+        walk: &Walk,
+        at: std::ops::Range<usize>,
+        entry_id: &str,
+    ) -> Result<Option<usize>, SqlError> {
+        let mut found = None;
+        self.per_holder(
+            walk,
+            at,
+            &|_| true,
+            "SELECT seq FROM messages WHERE session_id = ?1
+               AND seq IN (SELECT value FROM json_each(?2)) AND substr(body, 1, length(?3)) = ?3",
+            Some(&entry_prefix(entry_id)),
+            &mut |i, _| {
+                found = Some(i);
+                Ok(true)
+            },
+        )?;
+        Ok(found)
+    }
+
+    /// The body of the message `entry_id` on the path from `start`: walked
+    /// [`SEARCH_ROWS`] positions at a time without bodies, each run
+    /// searched by [`Store::entry_in_walk`]. Its cost grows with the path's
+    /// messages newer than the entry, never with other branches'.
+    pub fn find_on_path(
+        &self,
+        session_id: &str,
+        mut start: Start,
+        entry_id: &str,
+    ) -> Result<Option<String>, SqlError> {
+        loop {
+            let mut walk = self.walk(session_id, start, SEARCH_ROWS, 0)?;
+            let Some(last) = walk.rows.last() else {
+                return Ok(None);
+            };
+            start = Start::Below(last.seq);
+            if let Some(at) = self.entry_in_walk(&walk, 0..walk.rows.len(), entry_id)? {
+                self.load_bodies(&mut walk, at..at + 1)?;
+                return Ok(walk.rows.swap_remove(at).body);
+            }
+        }
     }
 
     /// The first of `walk.rows[at]` (the newest) whose `role` is `role`.
@@ -717,7 +825,13 @@ mod tests {
         let steps = plan(
             &sql,
             PATH_RUN,
-            &["s".into(), SqlValue::Null, 200.into(), 1000.into()],
+            &[
+                "s".into(),
+                SqlValue::Null,
+                200.into(),
+                1000.into(),
+                1.into(),
+            ],
         );
         assert!(
             steps.iter().all(|step| !step.contains("TEMP B-TREE")),

@@ -51,10 +51,15 @@ const MIGRATIONS: &[Migration] = &[
         what: "transcript branches (message parents, the selected tip, forks, command anchors)",
         apply: to_branches,
     },
+    Migration {
+        to: 4,
+        what: "compaction entries",
+        apply: to_compaction,
+    },
 ];
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 3; // the last step's `to`
+pub const SCHEMA_VERSION: i64 = 4; // the last step's `to`
 
 const _: () = assert!(MIGRATIONS[MIGRATIONS.len() - 1].to == SCHEMA_VERSION);
 
@@ -89,6 +94,13 @@ const TO_BRANCHES: &str = "ALTER TABLE messages ADD COLUMN parent INTEGER;
 /// migration's transaction.
 pub fn to_branches(sql: &dyn Sql) -> Result<(), SqlError> {
     write(sql, TO_BRANCHES, Vec::new())
+}
+
+/// Schema 4: compaction entries (`messages.kind`). `NULL`, every older
+/// row's value, means an ordinary message, so the step is O(1) in
+/// transcript length.
+fn to_compaction(sql: &dyn Sql) -> Result<(), SqlError> {
+    write(sql, "ALTER TABLE messages ADD COLUMN kind TEXT", Vec::new())
 }
 
 /// The tables a version 1 fleet directory object held (the directory made
@@ -229,11 +241,13 @@ const CREATE: &[&str] = &[
     // (schema 3): `NULL` is the message at `seq - 1` (or the start), so
     // only the first message of a branch holds one (`0`: the start), and
     // only those rows are in the partial index `messages_children`.
+    // `kind` (schema 4): `NULL` for a message, `compaction` for a
+    // compaction entry, where a model context stops reading its path.
     "CREATE TABLE messages (
         session_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
         body TEXT NOT NULL,
-        bytes INTEGER NOT NULL, parent INTEGER,
+        bytes INTEGER NOT NULL, parent INTEGER, kind TEXT,
         PRIMARY KEY (session_id, seq)
     ) WITHOUT ROWID",
     "CREATE INDEX messages_children ON messages (session_id, parent) WHERE parent IS NOT NULL",

@@ -61,6 +61,9 @@ export const WORKER_BINDINGS = [
   "SHIITAKE_FAULT_PANIC_MARKER",
   "SHIITAKE_TOOL_TIMEOUT_MS",
   "SHIITAKE_WATCH_HEARTBEAT_MS",
+  "SHIITAKE_CONTEXT_WINDOWS",
+  "SHIITAKE_COMPACTION_TRIGGER",
+  "SHIITAKE_COMPACTION_PROMPT",
   // tests/e2e/fixtures/tools-worker.mjs: "off" drops its confirm hook.
   "TOOLS_CONFIRM_HOOK",
   // tests/e2e/fixtures/config-worker.mjs: which broken tools() it returns.

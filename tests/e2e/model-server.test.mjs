@@ -824,3 +824,32 @@ test("a scripted tool call is checked when scripted", () => {
   }
   model.reset();
 });
+
+test("past its context limit a request is refused in each provider's own format, before any script is consumed", async () => {
+  model.reset();
+  model.setContextLimit(10);
+  try {
+    model.script({ text: "kept for later" });
+    const long = "x".repeat(80); // 20 tokens
+    const openai = await chat({ stream: true, messages: [{ role: "user", content: long }] });
+    assert.equal(openai.status, 400);
+    const refusal = await openai.json();
+    assert.equal(refusal.error.code, "context_length_exceeded");
+    assert.equal(refusal.error.type, "invalid_request_error");
+    assert.match(refusal.error.message, /^This model's maximum context length is 10 tokens\. However, your messages resulted in 20 tokens/);
+    const anthropic = await messages({ model: "m", max_tokens: 64, stream: true, messages: [{ role: "user", content: long }] });
+    assert.equal(anthropic.status, 400);
+    assert.deepEqual(await anthropic.json(), { type: "error", error: { type: "invalid_request_error", message: "prompt is too long: 20 tokens > 10 maximum" } });
+    assert.equal(model.unconsumed(), 1, "no script was taken");
+    const records = model.requests();
+    assert.deepEqual(records.map((r) => [r.outcome, r.tokens]), [["too_long", 20], ["too_long", 20]]);
+    // Within the limit: answered, its size recorded.
+    const short = await chat({ stream: true, messages: [{ role: "user", content: "x".repeat(40) }] });
+    assert.equal(short.status, 200);
+    assert.equal(contentOf(await sse(short)), "kept for later");
+    assert.equal(model.requests().at(-1).tokens, 10);
+  } finally {
+    model.setContextLimit(null);
+  }
+  assert.throws(() => model.setContextLimit(0), TypeError);
+});

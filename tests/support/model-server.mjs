@@ -98,6 +98,18 @@
 // message after one with tool_use blocks must be the user message answering
 // them, so tool turns alternate strictly.
 //
+// A context limit (`contextLimit` at start, or `setContextLimit(tokens)`):
+// a request whose rough size (its messages' text, and Anthropic's `system`,
+// in characters / 4, rounded up: the `tokens` of its record, and the input
+// usage reported unless scripted) passes it is refused before any script is
+// consumed, as each provider refuses a prompt past the model's window:
+// OpenAI HTTP 400 `{error: {message: "This model's maximum context length is
+// N tokens. However, your messages resulted in M tokens. ...", type:
+// "invalid_request_error", param: "messages", code:
+// "context_length_exceeded"}}`; Anthropic HTTP 400 `{type: "error", error:
+// {type: "invalid_request_error", message: "prompt is too long: M tokens > N
+// maximum"}}`. Its record's outcome is `too_long`.
+//
 // Control API (for the CLI mode): POST /__script (a JSON array of responses,
 // or {match, responses}), GET /__requests, POST /__reset,
 // POST /__release {gate}.
@@ -134,10 +146,11 @@ const ANTHROPIC_FIELDS = [
 ];
 
 /**
- * @param {{ port?: number, host?: string, fallback?: "echo" | "hold" | object | ((body: any) => object) }} [options]
+ * @param {{ port?: number, host?: string, fallback?: "echo" | "hold" | object | ((body: any) => object), contextLimit?: number | null }} [options]
  */
-export async function startModelServer({ port = 0, host = "127.0.0.1", fallback = "echo" } = {}) {
+export async function startModelServer({ port = 0, host = "127.0.0.1", fallback = "echo", contextLimit = null } = {}) {
   const state = {
+    contextLimit,
     queue: [], // unmatched scripted responses
     lanes: [], // [{ match, responses: [] }]
     records: [],
@@ -191,9 +204,10 @@ export async function startModelServer({ port = 0, host = "127.0.0.1", fallback 
     /**
      * Copies of the recorded requests, oldest first: `{seq, api, method,
      * path, headers, body, receivedAt, endedAt, status, outcome, aborted,
-     * chunksSent, scripted, error}`. `api`: "openai" | "anthropic";
+     * chunksSent, scripted, error, tokens}`. `api`: "openai" | "anthropic";
      * `outcome`: completed | error (an HTTP error or an in-stream error) |
-     * hanging | dropped | aborted | invalid | streaming; `error`: the message
+     * hanging | dropped | aborted | invalid | streaming | too_long (past the
+     * context limit); `tokens`: its rough size; `error`: the message
      * of an `invalid` refusal; `aborted`: the client went away before the
      * answer ended (not a drop, not close()). `match`: a string one of the
      * request's messages (tool results and arguments included, or its
@@ -201,6 +215,11 @@ export async function startModelServer({ port = 0, host = "127.0.0.1", fallback 
      */
     requests(match) {
       return state.records.filter((r) => matches(r, match)).map((r) => structuredClone(r));
+    },
+    /** Refuses requests whose rough token count passes `tokens` (`null`: none), as the provider does past the model's window. */
+    setContextLimit(tokens) {
+      if (tokens !== null && !(Number.isSafeInteger(tokens) && tokens > 0)) throw new TypeError("setContextLimit: a positive integer or null");
+      state.contextLimit = tokens;
     },
     /** Opens a gate: responses waiting on it (and later ones) go on. */
     release(gate) {
@@ -525,9 +544,21 @@ async function handle(state, changed, req, res) {
     if (refusal !== null) return fail(400, refusal.message, refusal.param);
   }
 
+  const text = requestText(body);
+  const roughIn = Math.max(1, Math.ceil(text.length / 4));
+  record.tokens = roughIn;
+  if (state.contextLimit !== null && roughIn > state.contextLimit) {
+    record.status = 400;
+    end("too_long");
+    changed();
+    const limit = state.contextLimit;
+    if (anthropic) return sendJson(res, 400, anthropicError("invalid_request_error", `prompt is too long: ${roughIn} tokens > ${limit} maximum`), { "request-id": `req_scripted_${record.seq}` });
+    const message = `This model's maximum context length is ${limit} tokens. However, your messages resulted in ${roughIn} tokens. Please reduce the length of the messages.`;
+    return sendJson(res, 400, { error: { message, type: "invalid_request_error", param: "messages", code: "context_length_exceeded" } });
+  }
+
   // Pick the response: a matching lane first, then the FIFO queue, then the fallback.
   let response;
-  const text = requestText(body);
   const lane = state.lanes.find((l) => l.responses.length > 0 && text.includes(l.match));
   if (lane) response = lane.responses.shift();
   else if (state.queue.length > 0) response = state.queue.shift();
@@ -565,7 +596,6 @@ async function handle(state, changed, req, res) {
   const silent = response.text === undefined && (response.hang || response.streamError !== undefined || calls.length > 0);
   const pieces = response.chunks ?? (silent ? [] : split(answer, ECHO_CHUNKS));
   const steps = [...pieces.map((text) => ({ text })), ...toolCallSteps(calls)];
-  const roughIn = Math.max(1, Math.ceil(text.length / 4));
   const roughOut = Math.max(1, Math.ceil((answer.length + calls.reduce((n, c) => n + c.name.length + c.arguments.length, 0)) / 4));
   const delay = response.chunkDelayMs ?? 0;
   const finishReason = response.finishReason ?? (calls.length > 0 ? "tool_calls" : "stop");
