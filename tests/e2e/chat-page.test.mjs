@@ -67,8 +67,8 @@ async function signedIn(agent, base = origin) {
 }
 
 const send = async (page, text) => {
-  await page.getByLabel("Message").fill(text);
-  await page.getByLabel("Message").press("Enter");
+  await page.getByLabel("Message", { exact: true }).fill(text);
+  await page.getByLabel("Message", { exact: true }).press("Enter");
 };
 
 test("the page asks for the token once and refuses a wrong one", T, async () => {
@@ -486,7 +486,7 @@ test("a send whose answer is lost is not sent again: the Session has the prompt 
     await page.locator("li.message.assistant", { hasText: `Echo: ${text}` }).waitFor();
     // ... and offers nothing to send again: a person sends what the composer holds.
     const offered = await page.inputValue("#prompt");
-    await page.getByLabel("Message").press("Enter");
+    await page.getByLabel("Message", { exact: true }).press("Enter");
     await until(async () => {
       const read = (await h.api("GET", `/agents/${agent}/sessions/${sessionId}`)).json;
       return read.running === null && read.pending.length === 0;
@@ -524,7 +524,7 @@ test("a send that never reached the Session comes back as a draft once withdraw 
     assert.equal(replay.json.error.code, "request_withdrawn");
     // The user sends it again: a new requestId, admitted.
     proxy.lose = () => undefined;
-    await page.getByLabel("Message").press("Enter");
+    await page.getByLabel("Message", { exact: true }).press("Enter");
     await page.locator("li.message.assistant", { hasText: `Echo: ${text}` }).waitFor();
     const read = (await h.api("GET", `/agents/${agent}/sessions/${sessionId}`)).json;
     const user = read.messages.filter((m) => m.role === "user" && m.text === text);
@@ -698,7 +698,7 @@ test("an edit that never reached the Session comes back to the composer still an
     assert.equal(late.after, (await h.api("GET", `/agents/${agent}/sessions/${sessionId}`)).json.messages[1].entryId, "sent after the answer before the edited message");
     assert.deepEqual((await h.api("POST", `/agents/${agent}/sessions/${sessionId}/commands`, late)).json.error.code, "request_withdrawn");
     proxy.lose = () => undefined;
-    await page.getByLabel("Message").press("Enter");
+    await page.getByLabel("Message", { exact: true }).press("Enter");
     await userRow(page, `Changed ${tag}`).locator(".branch-at", { hasText: "2/2" }).waitFor();
     await answerRow(page, `Echo: Changed ${tag}`).waitFor();
     assert.deepEqual(await serverTexts(agent, sessionId), [`Keep ${tag}`, `Echo: Keep ${tag}`, `Changed ${tag}`, `Echo: Changed ${tag}`]);
