@@ -200,6 +200,42 @@ test("branches on Node: retry, select, the children of an entry and a fork, kept
   }
 });
 
+test("compaction on Node: a compact command, then a turn that sees the summary and not what it stands for, kept across a reopen; a stated window compacts on its own", T, async () => {
+  const file = path.join(dir, "compaction.db");
+  const prompt = "NODE-COMPACTION-PROMPT";
+  const windowed = env({ SHIITAKE_CONTEXT_WINDOWS: "openai/scripted-node=1024", SHIITAKE_COMPACTION_PROMPT: prompt });
+  let host = await openNodeShiitake({ path: file, env: windowed });
+  try {
+    let a = client(host.app.fetch);
+    await a.createSession("s");
+    await a.settled("s", await a.admit("s", "p1", "node-compact first question"));
+    model.scriptFor("node-compact-instructions", { text: "NODE SUMMARY: a first question was asked" });
+    const compact = await a.api("POST", "/sessions/s/commands", { type: "compact", requestId: "c1", instructions: "node-compact-instructions" });
+    assert.equal(compact.status, 200, compact.text);
+    assert.equal((await a.settled("s", compact.json.commandId)).terminal, "completed");
+    const entry = (await a.read("s")).messages.at(-1);
+    assert.equal(entry.role, "compaction");
+    assert.equal(entry.text, "NODE SUMMARY: a first question was asked");
+    await host.close();
+    host = await openNodeShiitake({ path: file, env: windowed });
+    a = client(host.app.fetch);
+    await a.settled("s", await a.admit("s", "p2", "node-compact second question"));
+    const sent = JSON.stringify(model.requests("node-compact second question").at(-1).body);
+    assert.ok(sent.includes("NODE SUMMARY: a first question was asked"), sent);
+    assert.ok(!sent.includes("node-compact first question"), "the compacted message is not sent again");
+    // The read keeps every message: the compacted ones, the entry, the new turn.
+    assert.deepEqual((await a.read("s")).messages.map((m) => m.role), ["user", "assistant", "compaction", "user", "assistant"]);
+    // A window of 1,024 tokens: a prompt of about 1,500 tokens compacts
+    // before its call, with the host's compaction prompt.
+    const before = model.requests(prompt).length;
+    await a.settled("s", await a.admit("s", "p3", `node-compact long ${"word ".repeat(1_200)}`));
+    assert.ok(model.requests(prompt).length > before, "a compaction ran on its own");
+    assert.ok((await a.read("s")).messages.filter((m) => m.role === "compaction").length >= 2);
+  } finally {
+    await host.close();
+  }
+});
+
 test("ACP on Node: session/new, then a prompt streamed as session/update notifications and its stop reason", T, async () => {
   const host = await openNodeShiitake({ path: path.join(dir, "acp.db"), env: env() });
   try {
