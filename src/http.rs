@@ -361,35 +361,50 @@ fn read_session(
 /// A Session page with its extensions' Session projections (`extensions`,
 /// by extension id; an extension publishing none is absent) and its open
 /// attention (`attention`, qualified items of the counted owners, newest
-/// first), when the Agent runs extensions.
+/// first), when the Agent runs extensions. The projections are spliced
+/// into the page's text, so its messages are served as stored, never
+/// parsed again.
 pub fn with_projections(
     ctx: &Ctx<'_>,
     ext: Option<&Extensions>,
     id: &str,
     page: impl Serialize,
-) -> Result<serde_json::Value, ApiError> {
-    let mut value = crate::json::to_value(&page).map_err(|e| ApiError::Internal(e.to_string()))?;
-    if let (Some(ext), serde_json::Value::Object(map)) = (ext, &mut value) {
-        if !ext.roster().is_empty() {
-            let (projections, _failed) = ext.session_projections(ctx.store, id);
-            map.insert("extensions".into(), serde_json::json!(projections));
-            let histories = ext.session_histories(ctx.store, id)?;
-            if !histories.is_empty() {
-                let histories = crate::json::to_value(&histories)
-                    .map_err(|e| ApiError::Internal(e.to_string()))?;
-                map.insert("extensionHistory".into(), histories);
-            }
-            let owners = ext.attention_owners(ctx.store)?;
-            let items = attention::of_session(
-                ctx.store.sql(),
-                id,
-                &owners,
-                crate::limits::ATTENTION_PER_SESSION_MAX,
-            )?;
-            map.insert("attention".into(), serde_json::json!(items));
-        }
+) -> Result<Box<RawValue>, ApiError> {
+    let internal = |e: serde_json::Error| ApiError::Internal(e.to_string());
+    let text = serde_json::to_string(&page).map_err(internal)?;
+    let Some(ext) = ext.filter(|ext| !ext.roster().is_empty()) else {
+        return RawValue::from_string(text).map_err(internal);
+    };
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Projected<P, H, A> {
+        extensions: P,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        extension_history: Option<H>,
+        attention: A,
     }
-    Ok(value)
+    let (projections, _failed) = ext.session_projections(ctx.store, id);
+    let histories = ext.session_histories(ctx.store, id)?;
+    let owners = ext.attention_owners(ctx.store)?;
+    let items = attention::of_session(
+        ctx.store.sql(),
+        id,
+        &owners,
+        crate::limits::ATTENTION_PER_SESSION_MAX,
+    )?;
+    let extra = serde_json::to_string(&Projected {
+        extensions: projections,
+        extension_history: (!histories.is_empty()).then_some(histories),
+        attention: items,
+    })
+    .map_err(internal)?;
+    // Both are JSON objects: the page's members, then the projections'.
+    debug_assert!(text.ends_with('}') && extra.starts_with('{'));
+    let joined = match text.strip_suffix('}') {
+        Some(members) if members.len() > 1 => format!("{members},{}", &extra[1..]),
+        _ => extra,
+    };
+    RawValue::from_string(joined).map_err(internal)
 }
 
 /// `GET /inbox`: the Agent's Sessions by what they need

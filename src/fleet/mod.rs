@@ -637,7 +637,8 @@ pub fn read(
     query.check()?;
     let limit = query.limit.unwrap_or(crate::limits::PAGE_LIMIT_DEFAULT);
     let page = crate::session::read::page(ctx, session_id, query.before(), limit)?;
-    crate::http::with_projections(ctx, ext, session_id, page)
+    let page = crate::http::with_projections(ctx, ext, session_id, page)?;
+    crate::json::from_text(page.get()).map_err(|e| ApiError::Internal(e.to_string()))
 }
 
 /// What `agents.wait` answers about one command.

@@ -485,7 +485,7 @@ impl Inner {
             crate::http::with_projections(ctx, self.extensions(), session_id, page)
         })
         .ok()
-        .map(|page| page.to_string())
+        .map(|page| String::from(Box::<str>::from(page)))
     }
 }
 

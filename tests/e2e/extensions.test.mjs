@@ -72,6 +72,11 @@ describe("extensions", () => {
     assert.equal(ended.json.result.endedAfter, read.messages.length, "after the last committed entry");
     const after = await a.read(sid);
     assert.equal(after.extensions.goal.status, "achieved");
+    // The projections are added beside the page: its messages are served as
+    // stored (their own key order), not parsed and written again.
+    const raw = (await a.api("GET", `/sessions/${sid}`)).text;
+    const firstMessage = raw.slice(raw.indexOf('"messages":[') + 12);
+    assert.ok(firstMessage.startsWith('{"sequence":1,"parentEntryId":null,"entryId":'), firstMessage.slice(0, 120));
     assert.equal(after.extensions.goal.endedAfter, read.messages.length);
     // Ending twice is the handler's refusal: 422, and nothing changes.
     const again = await command(a, sid, "goal", "end", { input: { status: "abandoned" } });
