@@ -417,7 +417,7 @@ fn assert_paired(context: &[ModelItem]) {
     }
 }
 
-/// Whether `item` is a summary saying `text` (`compaction::framed`).
+/// Whether `item` is a summary saying `text` (`context::framed`).
 fn is_summary(item: &ModelItem, text: &str) -> bool {
     matches!(item, ModelItem::Message(m) if m.role == Role::User
         && m.text.contains(&format!("<summary>\n{text}\n</summary>")))
