@@ -3,8 +3,10 @@
 //! Layers, innermost first (see `ARCHITECTURE.md`):
 //! - [`sql`]: the one SQL seam, implemented by the DO's SqlStorage (wasm)
 //!   and by SQLite (native);
-//! - [`store`]: every SQL statement, typed; the versioned schema;
-//! - [`session`], [`agent`]: the rules (admission, queue, fences, reads);
+//! - [`store`]: the versioned schema, the core tables' statements, typed
+//!   (each feature module keeps its own tables' statements);
+//! - [`session`], [`agent`], [`run`]: the rules (admission, queue, fences,
+//!   reads, turns);
 //! - [`http`]: the HTTP contract as a pure function;
 //! - `host` (wasm only): the Durable Object adapter.
 //!

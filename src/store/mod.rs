@@ -1,5 +1,7 @@
-//! Typed queries over [`Sql`]. Every SQL statement of the runtime lives in
-//! this module; the Session rules above it never spell SQL. Invariant: the
+//! Typed queries over [`Sql`] for the core tables, and the versioned schema
+//! of every table ([`schema`]). A feature's side tables (mail, extensions,
+//! attention, ...) keep their statements in their own module; the Session
+//! and run rules never spell SQL. Invariant: the
 //! store holds every fact of the runtime; nothing in memory is needed to
 //! rebuild it.
 
