@@ -310,17 +310,19 @@ pub(super) fn facts_of(
     if command_ids.is_empty() {
         return Ok(Vec::new());
     }
-    let marks = vec!["?"; command_ids.len()].join(",");
-    let mut params = vec![session_id.into()];
-    params.extend(command_ids.iter().map(|c| (*c).into()));
+    // One statement text whatever the number of ids (workerd keeps every
+    // distinct text prepared for the object's life): the ids go as one
+    // JSON array.
+    let ids = serde_json::json!(command_ids).to_string();
     read_beside(
         sql,
         &[INBOX],
         &format!(
             "SELECT command_id, facts FROM {INBOX}
-             WHERE session_id = ? AND facts IS NOT NULL AND command_id IN ({marks})"
+             WHERE session_id = ? AND facts IS NOT NULL
+               AND command_id IN (SELECT value FROM json_each(?))"
         ),
-        &params,
+        &[session_id.into(), ids.into()],
     )?
     .iter()
     .map(|r| Ok((r.text(0)?, r.text(1)?)))
