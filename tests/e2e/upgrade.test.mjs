@@ -22,13 +22,11 @@
 //   state (the Files workspace, the notebook) answers;
 // - the store's shiitake_meta schema_version is this build's afterwards.
 //
-// Messages are compared as JSON values, every string byte for byte. Key
-// order is not compared: an Agent with extensions (both stores' Agents)
-// serves its read re-serialised with sorted keys (src/http.rs
-// `with_projections`), so the order bodies were stored in is not what the
-// API shows. Later releases may add keys: only `parentEntryId` and `branch`
-// (transcript branches) are left out of the comparison, on messages and
-// queue items.
+// Messages are compared as JSON values, every string byte for byte; key
+// order is not compared (a read splices keys into the stored text: an
+// extension's projections, a message's branch position). Later releases
+// may add keys: only `parentEntryId` and `branch` (transcript branches)
+// are left out of the comparison, on messages and queue items.
 import assert from "node:assert/strict";
 import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
