@@ -31,6 +31,9 @@ size_line() { # raw and gzip size of a file
 features=()
 [ "${SHIITAKE_LEAN:-0}" = 1 ] && features+=(--no-default-features)
 [ "${SHIITAKE_TEST_BUILD:-0}" = 1 ] && features+=(--features fault-injection)
+# The JS copy of the core's bounds (js/limits.mjs, committed: the typed
+# client and the CLI run without a build) follows src/limits.rs.
+node scripts/gen-limits.mjs
 t0=$(now)
 cargo build --release --target wasm32-unknown-unknown --lib "${features[@]}"
 t1=$(now)
