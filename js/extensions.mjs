@@ -867,7 +867,7 @@ function dispatch(r, call, ctx, kind, event, bad) {
       if (!r.hooks.files) return failure(`extension ${r.id} has no files hook`);
       const out = invoke(call, "the files hook", () => r.hooks.files(ctx, runOf(event)));
       // The port itself, not JSON: the shim keeps it for the run and hands
-      // the core its description (js/do.mjs).
+      // the core its description (js/do/hooks.mjs).
       return { ...call.finish(), files: filesPort(r.id, out) };
     }
   }

@@ -41,7 +41,7 @@ t1=$(now)
 out=build/wasm
 rm -rf "$out.tmp"
 # --experimental-reset-state-function exports __wbg_reset_state, which
-# js/do.mjs calls to replace the instance after a Rust panic. The name section
+# js/do/recovery.mjs calls to replace the instance after a Rust panic. The name section
 # (function names in wasm stack traces) costs ~25% of the gzip size: kept
 # only with SHIITAKE_WASM_NAMES=1.
 names=(--remove-name-section)
