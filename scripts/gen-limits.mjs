@@ -1,5 +1,6 @@
 // Generates js/limits.mjs, the JS side's copy of the core's bounds, from
-// src/limits.rs: exactly the constants some module under js/ or bin/ imports
+// src/limits.rs: exactly the constants some module under js/, bin/ or
+// examples/ imports
 // from it, each with its Rust doc comment. scripts/build.sh runs it; the file
 // is committed so the typed client, the CLI and bundlers need no build, and
 // `--check` (scripts/test.sh, tests/e2e/limits-sync.test.mjs) fails when it
@@ -11,7 +12,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 export const LIMITS_JS = join(ROOT, "js/limits.mjs");
-const SOURCE_DIRS = ["js", "bin"];
+const SOURCE_DIRS = ["js", "bin", "examples"];
 
 /** `NAME -> {value, doc}` of every integer `pub const` of src/limits.rs (an alias resolved). */
 export function rustBounds(text) {
@@ -44,17 +45,22 @@ async function sources(dir) {
   return found;
 }
 
+/** The JS modules that may use a core bound (js/limits.mjs aside). */
+export async function jsModules() {
+  const found = [];
+  for (const dir of SOURCE_DIRS) found.push(...(await sources(join(ROOT, dir))));
+  return found;
+}
+
 /** The names the modules import from js/limits.mjs, sorted. */
 async function importedNames() {
   const names = new Set();
-  for (const dir of SOURCE_DIRS) {
-    for (const file of await sources(join(ROOT, dir))) {
-      const text = await readFile(file, "utf8");
-      for (const [, list] of text.matchAll(/import\s*\{([^}]*)\}\s*from\s*"[./]*(?:js\/)?limits\.mjs"/g)) {
-        for (const item of list.split(",")) {
-          const name = item.trim().split(/\s+as\s+/)[0];
-          if (name !== "") names.add(name);
-        }
+  for (const file of await jsModules()) {
+    const text = await readFile(file, "utf8");
+    for (const [, list] of text.matchAll(/import\s*\{([^}]*)\}\s*from\s*"[./]*(?:js\/)?limits\.mjs"/g)) {
+      for (const item of list.split(",")) {
+        const name = item.trim().split(/\s+as\s+/)[0];
+        if (name !== "") names.add(name);
       }
     }
   }

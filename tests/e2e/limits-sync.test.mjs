@@ -5,26 +5,16 @@
 // the JS side alone enforces (read retries, watch resumes, the client's body
 // caps, the agentId length, the demo notebook) have no Rust counterpart.
 import assert from "node:assert/strict";
-import { readdir, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import path from "node:path";
 import { test } from "node:test";
-import { generateLimits, LIMITS_JS, rustBounds } from "../../scripts/gen-limits.mjs";
+import { generateLimits, jsModules, LIMITS_JS, rustBounds } from "../../scripts/gen-limits.mjs";
 import { ROOT } from "./helpers.mjs";
 
 const rustLimits = async () => {
   const bounds = rustBounds(await readFile(path.join(ROOT, "src/limits.rs"), "utf8"));
   return new Map([...bounds].map(([name, { value }]) => [name, Number(value.replaceAll("_", ""))]));
 };
-
-async function modules(dir) {
-  const found = [];
-  for (const entry of await readdir(dir, { withFileTypes: true })) {
-    const file = path.join(dir, entry.name);
-    if (entry.isDirectory()) found.push(...(await modules(file)));
-    else if (entry.name.endsWith(".mjs") && file !== LIMITS_JS) found.push(file);
-  }
-  return found;
-}
 
 test("js/limits.mjs is what scripts/gen-limits.mjs generates from src/limits.rs (run it, or scripts/build.sh)", async () => {
   assert.equal(await readFile(LIMITS_JS, "utf8"), await generateLimits());
@@ -51,12 +41,10 @@ const ALIASES = [
 
 test("no JS module keeps a copy of a core bound: each comes from js/limits.mjs", async () => {
   const rust = await rustLimits();
-  for (const dir of ["js", "bin", "examples"]) {
-    for (const file of await modules(path.join(ROOT, dir))) {
-      const text = await readFile(file, "utf8");
-      for (const [, name] of text.matchAll(/^\s*(?:export )?const ([A-Z0-9_]+) = [0-9_]+;/gm)) {
-        assert.ok(!rust.has(name), `${path.relative(ROOT, file)} copies ${name}: import it from js/limits.mjs`);
-      }
+  for (const file of await jsModules()) {
+    const text = await readFile(file, "utf8");
+    for (const [, name] of text.matchAll(/^\s*(?:export )?const ([A-Z0-9_]+) = [0-9_]+;/gm)) {
+      assert.ok(!rust.has(name), `${path.relative(ROOT, file)} copies ${name}: import it from js/limits.mjs`);
     }
   }
   for (const [file, name, rustName] of ALIASES) {
