@@ -1,10 +1,9 @@
 // Generates js/limits.mjs, the JS side's copy of the core's bounds, from
 // src/limits.rs: exactly the constants some module under js/, bin/ or
-// examples/ imports
-// from it, each with its Rust doc comment. scripts/build.sh runs it; the file
-// is committed so the typed client, the CLI and bundlers need no build, and
-// `--check` (scripts/test.sh, tests/e2e/limits-sync.test.mjs) fails when it
-// is stale.
+// examples/ imports from it, each with its Rust doc comment.
+// scripts/build.sh runs it; the file is committed so the typed client, the
+// CLI and bundlers need no build, and `--check` (scripts/test.sh,
+// tests/e2e/limits-sync.test.mjs) fails when it is stale.
 //   node scripts/gen-limits.mjs [--check]
 import { readdir, readFile, writeFile } from "node:fs/promises";
 import { dirname, join, relative, resolve } from "node:path";
