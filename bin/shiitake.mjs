@@ -8,6 +8,7 @@ import readline from "node:readline";
 import { Writable } from "node:stream";
 import { parseArgs } from "node:util";
 import { ShiitakeError, createShiitakeClient, isUncertain, readCompacted } from "../js/client.mjs";
+import { READ_PAGE_MESSAGES_MAX, SETTLEMENT_TIMEOUT_MS_MAX } from "../js/limits.mjs";
 
 const USAGE = `usage: shiitake chat [options]
 
@@ -71,10 +72,10 @@ const RECENT_MESSAGES_SHOWN = 6;
 const WATCH_GRACE_MS = 1000;
 /** Settlements a Session view remembers. */
 const SETTLEMENTS_KEPT = 100;
-/** The settlement long poll's wait per request: the longest the server grants (src/limits.rs SETTLEMENT_TIMEOUT_MS_MAX). */
-const SETTLEMENT_WAIT_MS = 30_000;
+/** The settlement long poll's wait per request: the longest the server grants. */
+const SETTLEMENT_WAIT_MS = SETTLEMENT_TIMEOUT_MS_MAX;
 /** Messages per read when a command looks along the selected branch (the route's largest page). */
-const BRANCH_PAGE = 200;
+const BRANCH_PAGE = READ_PAGE_MESSAGES_MAX;
 /** Pages of the selected branch a command looks through for a message (`#n`, the newest user message). */
 const BRANCH_PAGES_MAX = 50;
 /** Messages `/history` shows by default, and at most. */

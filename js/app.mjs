@@ -4,11 +4,12 @@
 // behind the host's own auth middleware, which may set the Hono variable
 // `shiitakeMeta` (a JSON value) to pass host metadata to the Agent.
 import { Hono } from "hono";
+import { BODY_BYTES_MAX } from "./limits.mjs";
 import { META_HEADER, metaHeaderValue } from "./meta.mjs";
 
 // Longest `agentId` (UTF-8 bytes) the routes forward. The shim's own bound:
 // the id only names the Durable Object (`idFromName`), the core never sees it.
-const AGENT_ID_BYTES_MAX = 256;
+const ROUTE_AGENT_ID_BYTES_MAX = 256;
 
 // DO-relative route -> methods the DO serves there. Only these reach the DO:
 // host-only operations are never forwarded, whatever a client asks.
@@ -41,9 +42,8 @@ function errorResponse(c, status, code, message, headers) {
 // A refusal before the body is read (an unknown route or method) answers
 // after reading and dropping at most 1 MiB of it: answering mid-upload
 // makes the runtime reset the connection, and the client would see that
-// instead of the 4xx. The largest body a session route reads
-// (src/limits.rs BODY_BYTES_MAX; tests/e2e/limits-sync.test.mjs checks the copy).
-const DRAIN_BYTES_MAX = 1_048_576;
+// instead of the 4xx. The largest body a session route reads.
+const DRAIN_BYTES_MAX = BODY_BYTES_MAX;
 
 /** Reads and drops the request's unread body, at most `DRAIN_BYTES_MAX` bytes of it (then cancels it). */
 export async function drainBody(request) {
@@ -130,8 +130,8 @@ export function shiitakeApp({ binding } = {}) {
       return errorResponse(c, 400, "invalid_request", "the agentId path parameter is missing");
     }
     // A UTF-16 unit is at most 3 UTF-8 bytes: short ids need no encoding.
-    if (agentId.length * 3 > AGENT_ID_BYTES_MAX && new TextEncoder().encode(agentId).length > AGENT_ID_BYTES_MAX) {
-      return errorResponse(c, 400, "invalid_request", `agentId is longer than ${AGENT_ID_BYTES_MAX} bytes`);
+    if (agentId.length * 3 > ROUTE_AGENT_ID_BYTES_MAX && new TextEncoder().encode(agentId).length > ROUTE_AGENT_ID_BYTES_MAX) {
+      return errorResponse(c, 400, "invalid_request", `agentId is longer than ${ROUTE_AGENT_ID_BYTES_MAX} bytes`);
     }
     const ns = namespaceOf(c);
     if (!ns || typeof ns.idFromName !== "function" || typeof ns.get !== "function") {

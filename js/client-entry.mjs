@@ -12,16 +12,13 @@
 // decodes what it returns at that seam and keeps the rows; it attaches
 // `attach` to the selected Session and dispatches actions through the
 // extension's own command route (there is no second action registry).
-// Every bound below copies src/limits.rs (tests/e2e/limits-sync.test.mjs).
+// Its bounds are the core's (src/limits.rs, through js/limits.mjs).
 
 import { isPlainObject, isStandardSchema, isThenable } from "./guards.mjs";
+import { CLIENT_CHIPS_MAX, CLIENT_LABEL_CHARS_MAX, CLIENT_PANEL_ROWS_MAX, CLIENT_ROWS_MAX, CLIENT_TIMELINE_CELLS_MAX } from "./limits.mjs";
 
 export const CLIENT_PROTOCOL = "shiitake.client/v1";
-export const CLIENT_CHIPS_MAX = 4;
-export const CLIENT_PANEL_ROWS_MAX = 16;
-export const CLIENT_TIMELINE_CELLS_MAX = 32;
-export const CLIENT_ROWS_MAX = 200;
-export const CLIENT_LABEL_CHARS_MAX = 4_096;
+export { CLIENT_CHIPS_MAX, CLIENT_LABEL_CHARS_MAX, CLIENT_PANEL_ROWS_MAX, CLIENT_ROWS_MAX, CLIENT_TIMELINE_CELLS_MAX };
 
 const ENTRY_KEYS = ["protocol", "id", "attach", "contribute"];
 const EXTENSION_ID = /^[a-z][a-z0-9_]{0,31}$/;

@@ -9,37 +9,22 @@
 //
 // It holds no state but the watches it opened: releasing it (close(), or
 // dropping it) cancels no host work. Runs wherever `fetch`, ReadableStream and
-// TextDecoder exist (browsers, Workers, Node 18+); imports nothing.
+// TextDecoder exist (browsers, Workers, Node 18+); imports no dependency.
 //
 // Extensions: `bindSessionExtension(session, contract)` and
 // `bindAgentExtension(client, contract)` keep one extension's observed
 // projection (a slot) and send its commands; see "extension bindings" below.
 
 import { isStandardSchema } from "./guards.mjs";
+import { READ_PAGE_MESSAGES_MAX } from "./limits.mjs";
+import { RESPONSE_BYTES_MAX, ShiitakeError, Transport } from "./transport.mjs";
+
+export { RESPONSE_BYTES_MAX, ShiitakeError };
 
 /** Largest SSE event (its field lines, in bytes) a watch accepts. */
 export const WATCH_EVENT_BYTES_MAX = 8 * 1024 * 1024;
-/** Largest JSON answer body the client reads. */
-export const RESPONSE_BYTES_MAX = 16 * 1024 * 1024;
-/** Error bodies are read up to this size; a longer one is reported by its status alone. */
-const ERROR_BODY_BYTES_MAX = 64 * 1024;
 
 const WATCH_EVENTS = new Set(["snapshot", "frame", "runtime-error"]);
-
-/**
- * A non-2xx answer, or an answer the client could not use. `status` is the
- * HTTP status, `code` the `{error: {code}}` of the body (`http_<status>` when
- * the body has none), `kind` the class of failure.
- */
-export class ShiitakeError extends Error {
-  constructor(status, code, message, options) {
-    super(message, options);
-    this.name = "ShiitakeError";
-    this.status = status;
-    this.code = code;
-    this.kind = kindOf(status);
-  }
-}
 
 /**
  * Whether a failed send (prompt, operator) may still have been admitted: no
@@ -52,8 +37,6 @@ export function isUncertain(error) {
   return !(error instanceof ShiitakeError && error.status >= 400 && error.status < 500);
 }
 
-/** The largest read page (src/limits.rs READ_PAGE_MESSAGES_MAX). */
-const READ_PAGE_MESSAGES_MAX = 200;
 /** Pages `readCompacted` reads at most by default. */
 const COMPACTED_PAGES_MAX = 10;
 
@@ -85,15 +68,6 @@ export async function readCompacted(session, entry, { maxPages = COMPACTED_PAGES
   return { messages: found.reverse(), complete: false };
 }
 
-/** The error kind of an HTTP status (see ShiitakeErrorKind in client.d.ts). */
-function kindOf(status) {
-  if (status === 409) return "conflict";
-  if (status === 429 || status === 413 || status === 401 || status === 403) return "refused";
-  if (status === 404) return "not_found";
-  if (status >= 400 && status < 500) return "invalid";
-  return "unavailable";
-}
-
 /** @param {{ baseUrl: string | URL, fetch?: (input: string, init: RequestInit) => Promise<Response> }} options */
 export function createShiitakeClient(options) {
   if (options === null || typeof options !== "object") throw new TypeError("createShiitakeClient: options are required");
@@ -104,76 +78,6 @@ export function createShiitakeClient(options) {
   // another object throws "Illegal invocation" on some runtimes.
   const transport = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
   return new ShiitakeClient(new Transport(String(baseUrl).replace(/\/+$/, ""), transport));
-}
-
-/** The HTTP side: requests, answers and errors. Internal. */
-class Transport {
-  constructor(base, fetch) {
-    this.base = base;
-    this.fetch = fetch;
-    this.closed = false;
-    /** Open watches, closed by the client's close(). */
-    this.watches = new Set();
-  }
-
-  /** `path` starts with "/"; `query` values that are undefined are left out. */
-  url(path, query) {
-    let url = `${this.base}${path}`;
-    if (query) {
-      const q = new URLSearchParams();
-      for (const [k, v] of Object.entries(query)) if (v !== undefined) q.set(k, String(v));
-      const s = q.toString();
-      if (s) url += `?${s}`;
-    }
-    return url;
-  }
-
-  checkOpen() {
-    if (this.closed) throw new TypeError("this Shiitake client is closed");
-  }
-
-  /** One request/response call: the parsed JSON answer (undefined for an empty body). */
-  async request(method, path, { query, body, signal } = {}) {
-    this.checkOpen();
-    const headers = { accept: "application/json" };
-    const init = { method, headers };
-    if (body !== undefined) {
-      headers["content-type"] = "application/json";
-      init.body = JSON.stringify(body);
-    }
-    if (signal !== undefined) init.signal = signal;
-    try {
-      const f = this.fetch;
-      const res = await f(this.url(path, query), init);
-      if (!res.ok) throw await errorFrom(res);
-      const text = await readText(res, RESPONSE_BYTES_MAX);
-      if (text === "") return undefined;
-      try {
-        return JSON.parse(text);
-      } catch (cause) {
-        throw new ShiitakeError(res.status, "invalid_response", `the answer to ${method} ${path} is not JSON`, { cause });
-      }
-    } catch (error) {
-      // Whatever the transport threw on the way out, an aborted call rejects
-      // with the signal's reason (an AbortError unless the caller chose one).
-      if (signal?.aborted) throw signal.reason;
-      throw error;
-    }
-  }
-
-  /** Opens a watch stream: the checked Response. */
-  async openStream(path, signal) {
-    this.checkOpen();
-    const f = this.fetch;
-    const res = await f(this.url(path), { method: "GET", headers: { accept: "text/event-stream" }, signal });
-    if (!res.ok) throw await errorFrom(res);
-    const type = res.headers.get("content-type") ?? "";
-    if (!type.toLowerCase().startsWith("text/event-stream") || res.body === null) {
-      await res.body?.cancel().catch(() => {});
-      throw new ShiitakeError(res.status, "invalid_response", `the watch answered ${type || "no content type"}, not text/event-stream`);
-    }
-    return res;
-  }
 }
 
 function sessionPath(sessionId, rest = "") {
@@ -1066,46 +970,3 @@ export class SseParser {
 }
 
 const tooLarge = (max) => new ShiitakeError(200, "event_too_large", `a watch event exceeds ${max} bytes`);
-
-/** Reads a body as text, at most `max` bytes (a longer body throws). */
-async function readText(res, max) {
-  if (res.body === null) return "";
-  const reader = res.body.getReader();
-  const decoder = new TextDecoder();
-  let text = "";
-  let n = 0;
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) return text + decoder.decode();
-    n += value.length;
-    if (n > max) {
-      await reader.cancel().catch(() => {});
-      throw new ShiitakeError(res.status, "response_too_large", `the answer is larger than ${max} bytes`);
-    }
-    text += decoder.decode(value, { stream: true });
-  }
-}
-
-async function errorFrom(res) {
-  let code = `http_${res.status}`;
-  let message = `HTTP ${res.status}${res.statusText ? ` ${res.statusText}` : ""}`;
-  let text;
-  try {
-    text = await readText(res, ERROR_BODY_BYTES_MAX);
-  } catch {
-    text = undefined; // too large or cut: the status is all there is
-  }
-  if (text) {
-    try {
-      const body = JSON.parse(text);
-      const e = body?.error;
-      if (e && typeof e === "object") {
-        if (typeof e.code === "string" && e.code !== "") code = e.code;
-        if (typeof e.message === "string" && e.message !== "") message = e.message;
-      }
-    } catch {
-      // not JSON: keep the status line
-    }
-  }
-  return new ShiitakeError(res.status, code, message);
-}

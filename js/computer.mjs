@@ -7,14 +7,14 @@
 // and the configured header values (credentials) kept out of every message
 // and body it hands back.
 import { readBounded } from "./bounded.mjs";
+import { COMPUTER_RESPONSE_BYTES_MAX, SECRET_FRAGMENT_BYTES_MIN } from "./limits.mjs";
 
-/** Bytes of one response body (src/limits.rs COMPUTER_RESPONSE_BYTES_MAX). */
-export const COMPUTER_RESPONSE_BYTES_MAX = 4_194_304;
+export { COMPUTER_RESPONSE_BYTES_MAX };
 /** Bytes of a provider's error message quoted in an error. */
 const DETAIL_BYTES_MAX = 1_024;
 const REDACTED = "<redacted>";
-/** A token of a header value at least this long is redacted on its own too (src/limits.rs SECRET_FRAGMENT_BYTES_MIN). */
-const SECRET_TOKEN_BYTES_MIN = 8;
+/** A token of a header value at least this long is redacted on its own too. */
+const SECRET_TOKEN_BYTES_MIN = SECRET_FRAGMENT_BYTES_MIN;
 
 /**
  * @param {{ fetcher?: { fetch(request: Request): Promise<Response> }, url?: string, headers?: HeadersInit }} [options]

@@ -9,13 +9,10 @@
 // reply's shape and size instead of trusting the guest's own checks.
 import { RpcTarget, WorkerEntrypoint } from "cloudflare:workers";
 import { parse } from "acorn";
+import { TOOL_PAYLOAD_BYTES_MAX } from "./limits.mjs";
 
-/**
- * The largest result (JSON bytes) a run may hand back: the core's
- * TOOL_PAYLOAD_BYTES_MAX (src/limits.rs; tests/e2e/limits-sync.test.mjs
- * checks the copy).
- */
-export const RESULT_MAX_BYTES = 262_144;
+/** The largest result (JSON bytes) a run may hand back: the core's TOOL_PAYLOAD_BYTES_MAX. */
+export const RESULT_MAX_BYTES = TOOL_PAYLOAD_BYTES_MAX;
 // Room for the `{"result":...}` envelope around a result at the limit; guest
 // error messages are cut well below the limit so they always fit. Both are
 // the sandbox's own bounds.

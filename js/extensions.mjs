@@ -25,20 +25,34 @@
 // Runs in Workers: no eval, no Node imports, no dependencies.
 
 import { isPlainObject, isThenable } from "./guards.mjs";
+import {
+  ATTENTION_ID_BYTES_MAX,
+  ATTENTION_KIND_BYTES_MAX,
+  ATTENTION_SUMMARY_CHARS_MAX,
+  EXTENSION_COLLECTIONS_MAX,
+  EXTENSION_COMMANDS_MAX,
+  EXTENSION_KEY_BYTES_MAX,
+  EXTENSION_STATE_VERSION_MAX,
+  EXTENSION_STOP_REASON_BYTES_MAX,
+  EXTENSIONS_MAX,
+  TEXT_BYTES_MAX,
+} from "./limits.mjs";
 
-export const EXTENSIONS_MAX = 16;
-export const EXTENSION_COLLECTIONS_MAX = 16;
-export const EXTENSION_COMMANDS_MAX = 32;
-export const EXTENSION_STATE_VERSION_MAX = 1000;
+export {
+  ATTENTION_ID_BYTES_MAX,
+  ATTENTION_KIND_BYTES_MAX,
+  ATTENTION_SUMMARY_CHARS_MAX,
+  EXTENSION_COLLECTIONS_MAX,
+  EXTENSION_COMMANDS_MAX,
+  EXTENSION_KEY_BYTES_MAX,
+  EXTENSION_STATE_VERSION_MAX,
+  EXTENSIONS_MAX,
+};
 export const EXTENSION_DESCRIPTION_MAX = 1024;
-export const EXTENSION_KEY_BYTES_MAX = 256;
-export const EXTENSION_SEND_TEXT_BYTES_MAX = 65_536;
+export const EXTENSION_SEND_TEXT_BYTES_MAX = TEXT_BYTES_MAX;
 export const EXTENSION_FEATURE_MAX = 128;
-export const EXTENSION_ERROR_MAX = 1024;
+export const EXTENSION_ERROR_MAX = EXTENSION_STOP_REASON_BYTES_MAX;
 export const EXTENSION_REQUESTS_MAX = 32;
-export const ATTENTION_SUMMARY_CHARS_MAX = 200;
-export const ATTENTION_ID_BYTES_MAX = 128;
-export const ATTENTION_KIND_BYTES_MAX = 64;
 
 const ID = /^[a-z][a-z0-9_]{0,31}$/;
 const VERSION = /^\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?$/;
@@ -853,7 +867,7 @@ function dispatch(r, call, ctx, kind, event, bad) {
       if (!r.hooks.files) return failure(`extension ${r.id} has no files hook`);
       const out = invoke(call, "the files hook", () => r.hooks.files(ctx, runOf(event)));
       // The port itself, not JSON: the shim keeps it for the run and hands
-      // the core its description (js/do.mjs).
+      // the core its description (js/do/hooks.mjs).
       return { ...call.finish(), files: filesPort(r.id, out) };
     }
   }

@@ -3,6 +3,8 @@
 // every rule (path validation, search visibility, the patch engine) runs in
 // the core. See js/files.d.ts for the port interface a host may implement.
 
+import { FILE_BYTES_MAX, LIST_ENTRIES_MAX } from "./limits.mjs";
+
 // The brand the shim recognises on the SQLite workspace (the Agent's own
 // SQLite, served by the core itself).
 export const WORKSPACE = Symbol.for("shiitake.files.workspace");
@@ -15,12 +17,6 @@ export const WORKSPACE = Symbol.for("shiitake.files.workspace");
 export function sqliteWorkspace(bounds = {}) {
   return { [WORKSPACE]: { ...bounds } };
 }
-
-// Bytes of a file the files module handles (src/limits.rs FILE_BYTES_MAX;
-// tests/e2e/limits-sync.test.mjs checks the copy).
-const FILE_BYTES_MAX = 4_194_304;
-// Entries of one listing page (src/limits.rs LIST_ENTRIES_MAX).
-const LIST_ENTRIES_MAX = 1_000;
 
 /**
  * An R2 bucket as files, under `prefix` (the port's root: keys are

@@ -31,6 +31,9 @@ size_line() { # raw and gzip size of a file
 features=()
 [ "${SHIITAKE_LEAN:-0}" = 1 ] && features+=(--no-default-features)
 [ "${SHIITAKE_TEST_BUILD:-0}" = 1 ] && features+=(--features fault-injection)
+# The JS copy of the core's bounds (js/limits.mjs, committed: the typed
+# client and the CLI run without a build) follows src/limits.rs.
+node scripts/gen-limits.mjs
 t0=$(now)
 cargo build --release --target wasm32-unknown-unknown --lib "${features[@]}"
 t1=$(now)
@@ -38,7 +41,7 @@ t1=$(now)
 out=build/wasm
 rm -rf "$out.tmp"
 # --experimental-reset-state-function exports __wbg_reset_state, which
-# js/do.mjs calls to replace the instance after a Rust panic. The name section
+# js/do/recovery.mjs calls to replace the instance after a Rust panic. The name section
 # (function names in wasm stack traces) costs ~25% of the gzip size: kept
 # only with SHIITAKE_WASM_NAMES=1.
 names=(--remove-name-section)

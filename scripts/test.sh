@@ -32,8 +32,9 @@ if [ ! -x /usr/bin/chromium ]; then
   fi
 fi
 
-step "cargo fmt --check"
+step "cargo fmt --check; js/limits.mjs up to date (before any build regenerates it)"
 cargo fmt --check
+node scripts/gen-limits.mjs --check
 
 step "cargo clippy (native)"
 cargo clippy --all-targets -- -D warnings

@@ -1,6 +1,7 @@
 //! Every bound the runtime enforces, in one place (TIGER_STYLE: a limit on
 //! everything, units last). `docs/http.md` states the same numbers to users;
-//! the copies in `js/` are checked by `tests/e2e/limits-sync.test.mjs`.
+//! the JS side imports them from `js/limits.mjs`, generated from this file by
+//! `scripts/gen-limits.mjs` (checked by `tests/e2e/limits-sync.test.mjs`).
 
 /// Largest request body the HTTP layer reads.
 pub const BODY_BYTES_MAX: usize = 1_048_576;

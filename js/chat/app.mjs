@@ -9,6 +9,7 @@
 // until the Session says what became of them ("uncertain sends" below).
 import { bindSessionExtension, createShiitakeClient, isUncertain, readCompacted, ShiitakeError } from "../client.mjs";
 import { bindingDispatch, createClientEntryHost, placeCells } from "../client-entry.mjs";
+import { READ_PAGE_MESSAGES_MAX } from "../limits.mjs";
 import { connectBrowser } from "../ui-browser.mjs";
 import { goalClient, goalContract } from "../../examples/extensions/goal.client.mjs";
 
@@ -23,7 +24,7 @@ const CLIENT_ENTRIES = [{ entry: goalClient, contract: goalContract }];
 const SESSIONS_PAGE = 50;
 const MESSAGES_PAGE = 50;
 /** Children per branches read when looking for a sibling (the route's largest page). */
-const BRANCHES_PAGE = 200;
+const BRANCHES_PAGE = READ_PAGE_MESSAGES_MAX;
 const SETTLEMENT_READS_AT_ONCE = 4;
 const SUMMARY_CHARS_MAX = 160;
 const RECONNECT_MS = [500, 30_000];

@@ -2,7 +2,7 @@
 // `.files(fn)` needs `.requests({ files: true })` (refused by name at
 // definition time), the manifest says whether there is a files hook, and a
 // `files` hook call answers the port itself (the shim keeps it for the run;
-// js/do.mjs), null for none, or a refusal naming what was wrong. Runtime
+// js/do/hooks.mjs), null for none, or a refusal naming what was wrong. Runtime
 // behaviour: tests/e2e/files-grant.test.mjs.
 import assert from "node:assert/strict";
 import { test } from "node:test";

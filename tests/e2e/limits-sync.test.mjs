@@ -1,71 +1,56 @@
-// The JS side keeps copies of the core's bounds (src/limits.rs): constants
-// the shim applies before calling into wasm, and figures the type
-// declarations state to users. Each copy must equal its Rust constant.
-// Bounds the JS side alone enforces (read retries, watch resumes, the
-// client's body caps, the agentId length, the demo notebook) have no Rust
-// counterpart and are not listed.
+// The JS side's bounds are the core's (src/limits.rs): js/limits.mjs is
+// generated from it (scripts/gen-limits.mjs, run by scripts/build.sh) and
+// every module imports from there, so no JS module keeps a copy. Figures
+// the type declarations state to users are prose and checked here. Bounds
+// the JS side alone enforces (read retries, watch resumes, the client's body
+// caps, the agentId length, the demo notebook) have no Rust counterpart.
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import path from "node:path";
 import { test } from "node:test";
+import { generateLimits, jsModules, LIMITS_JS, rustBounds } from "../../scripts/gen-limits.mjs";
 import { ROOT } from "./helpers.mjs";
 
-/** `NAME -> value` of every `const NAME: type = <integer>;` (underscores allowed). */
-function rustConstants(text) {
-  const out = new Map();
-  for (const [, name, value] of text.matchAll(/pub const ([A-Z0-9_]+): [a-z0-9]+ = ([0-9_]+);/g)) {
-    out.set(name, Number(value.replaceAll("_", "")));
-  }
-  return out;
-}
+const rustLimits = async () => {
+  const bounds = rustBounds(await readFile(path.join(ROOT, "src/limits.rs"), "utf8"));
+  return new Map([...bounds].map(([name, { value }]) => [name, Number(value.replaceAll("_", ""))]));
+};
 
-const rustLimits = async () => rustConstants(await readFile(path.join(ROOT, "src/limits.rs"), "utf8"));
+test("js/limits.mjs is what scripts/gen-limits.mjs generates from src/limits.rs (run it, or scripts/build.sh)", async () => {
+  assert.equal(await readFile(LIMITS_JS, "utf8"), await generateLimits());
+});
 
-/** `[file, JS constant, Rust constant]`: JS constants that copy a core bound. */
-const CONSTANTS = [
-  ["js/do.mjs", "MCP_RESPONSE_BYTES_MAX", "MCP_RESPONSE_BYTES_MAX"],
-  ["js/do.mjs", "JSON_DEPTH_MAX", "JSON_DEPTH_MAX"],
+test("js/limits.mjs holds each bound as src/limits.rs states it", async () => {
+  const rust = await rustLimits();
+  const js = await import(LIMITS_JS);
+  assert.ok(Object.keys(js).length > 0);
+  for (const [name, value] of Object.entries(js)) assert.equal(value, rust.get(name), `js/limits.mjs ${name}`);
+});
+
+/** `[file, JS constant, Rust constant]`: JS names for a core bound, each defined as the bound itself. */
+const ALIASES = [
   ["js/execute.mjs", "RESULT_MAX_BYTES", "TOOL_PAYLOAD_BYTES_MAX"],
   ["js/app.mjs", "DRAIN_BYTES_MAX", "BODY_BYTES_MAX"],
   ["bin/shiitake.mjs", "SETTLEMENT_WAIT_MS", "SETTLEMENT_TIMEOUT_MS_MAX"],
   ["bin/shiitake.mjs", "BRANCH_PAGE", "READ_PAGE_MESSAGES_MAX"],
   ["js/chat/app.mjs", "BRANCHES_PAGE", "READ_PAGE_MESSAGES_MAX"],
-  ["js/client.mjs", "READ_PAGE_MESSAGES_MAX", "READ_PAGE_MESSAGES_MAX"],
-  ["js/do.mjs", "FILE_BYTES_MAX", "FILE_BYTES_MAX"],
-  ["js/do.mjs", "FLEET_BODY_BYTES_MAX", "FLEET_BODY_BYTES_MAX"],
-  ["js/do.mjs", "FLEET_WAIT_TIMEOUT_MS_MAX", "FLEET_WAIT_TIMEOUT_MS_MAX"],
-  ["js/do.mjs", "SETTLEMENT_TIMEOUT_MS_MAX", "SETTLEMENT_TIMEOUT_MS_MAX"],
-  ["js/do.mjs", "MODELS_OFFERED_MAX", "MODELS_OFFERED_MAX"],
-  ["js/do.mjs", "MODEL_LAST_SWITCH_TIMEOUT_MS", "MODEL_LAST_SWITCH_TIMEOUT_MS"],
-  ["js/files.mjs", "FILE_BYTES_MAX", "FILE_BYTES_MAX"],
-  ["js/files.mjs", "LIST_ENTRIES_MAX", "LIST_ENTRIES_MAX"],
-  ["js/computer.mjs", "COMPUTER_RESPONSE_BYTES_MAX", "COMPUTER_RESPONSE_BYTES_MAX"],
   ["js/computer.mjs", "SECRET_TOKEN_BYTES_MIN", "SECRET_FRAGMENT_BYTES_MIN"],
-  ["js/extensions.mjs", "EXTENSIONS_MAX", "EXTENSIONS_MAX"],
-  ["js/extensions.mjs", "EXTENSION_COLLECTIONS_MAX", "EXTENSION_COLLECTIONS_MAX"],
-  ["js/extensions.mjs", "EXTENSION_COMMANDS_MAX", "EXTENSION_COMMANDS_MAX"],
-  ["js/extensions.mjs", "EXTENSION_STATE_VERSION_MAX", "EXTENSION_STATE_VERSION_MAX"],
-  ["js/extensions.mjs", "EXTENSION_KEY_BYTES_MAX", "EXTENSION_KEY_BYTES_MAX"],
   ["js/extensions.mjs", "EXTENSION_SEND_TEXT_BYTES_MAX", "TEXT_BYTES_MAX"],
   ["js/extensions.mjs", "EXTENSION_ERROR_MAX", "EXTENSION_STOP_REASON_BYTES_MAX"],
-  ["js/extensions.mjs", "ATTENTION_SUMMARY_CHARS_MAX", "ATTENTION_SUMMARY_CHARS_MAX"],
-  ["js/extensions.mjs", "ATTENTION_ID_BYTES_MAX", "ATTENTION_ID_BYTES_MAX"],
-  ["js/extensions.mjs", "ATTENTION_KIND_BYTES_MAX", "ATTENTION_KIND_BYTES_MAX"],
-  ["js/client-entry.mjs", "CLIENT_CHIPS_MAX", "CLIENT_CHIPS_MAX"],
-  ["js/client-entry.mjs", "CLIENT_PANEL_ROWS_MAX", "CLIENT_PANEL_ROWS_MAX"],
-  ["js/client-entry.mjs", "CLIENT_TIMELINE_CELLS_MAX", "CLIENT_TIMELINE_CELLS_MAX"],
-  ["js/client-entry.mjs", "CLIENT_ROWS_MAX", "CLIENT_ROWS_MAX"],
-  ["js/client-entry.mjs", "CLIENT_LABEL_CHARS_MAX", "CLIENT_LABEL_CHARS_MAX"],
 ];
 
-test("the shim's copies of core bounds equal src/limits.rs", async () => {
+test("no JS module keeps a copy of a core bound: each comes from js/limits.mjs", async () => {
   const rust = await rustLimits();
-  for (const [file, name, rustName] of CONSTANTS) {
-    const js = await readFile(path.join(ROOT, file), "utf8");
-    const m = js.match(new RegExp(`^(?:export )?const ${name} = ([0-9_]+);`, "m"));
-    assert.ok(m, `${file} defines ${name}`);
-    assert.ok(rust.has(rustName), `src/limits.rs defines ${rustName}`);
-    assert.equal(Number(m[1].replaceAll("_", "")), rust.get(rustName), `${file} ${name} = ${rustName}`);
+  for (const file of await jsModules()) {
+    const text = await readFile(file, "utf8");
+    for (const [, name] of text.matchAll(/^\s*(?:export )?const ([A-Z0-9_]+) = [0-9_]+;/gm)) {
+      assert.ok(!rust.has(name), `${path.relative(ROOT, file)} copies ${name}: import it from js/limits.mjs`);
+    }
+  }
+  for (const [file, name, rustName] of ALIASES) {
+    const text = await readFile(path.join(ROOT, file), "utf8");
+    assert.match(text, new RegExp(`^(?:export )?const ${name} = ${rustName};`, "m"), `${file} defines ${name} as ${rustName}`);
+    assert.match(text, new RegExp(`import \\{[^}]*\\b${rustName}\\b[^}]*\\} from "[./]+(?:js/)?limits\\.mjs"`), `${file} imports ${rustName} from js/limits.mjs`);
   }
 });
 
