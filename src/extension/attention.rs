@@ -9,13 +9,14 @@
 //!   owners), an owner at most [`ATTENTION_PER_OWNER_MAX`] across Sessions;
 //!   replacing an item takes no new capacity, clearing releases it. Each
 //!   change stages a delivery outbox entry, refused past the outbox bound.
-//! - The writes commit with the call's other writes (`Extensions::apply`),
+//! - The writes commit with the call's other writes (`Extensions::commit`),
 //!   and the changed items are published after commit
 //!   ([`Extensions::take_attention_touched`]).
 
 use super::call::{AttentionItem, AttentionOp};
+use super::effects::Effects;
 use super::manifest::Grant;
-use super::{Entry, Extensions, Failure, Staged};
+use super::{Entry, Extensions, Failure};
 use crate::attention::{delivery_body, delivery_key, Item, TABLE};
 use crate::delivery::{self, OUTBOX};
 use crate::limits::{
@@ -129,13 +130,13 @@ pub(super) fn check(entry: &Entry, ops: &[AttentionOp]) -> Result<(), String> {
         match op {
             AttentionOp::Set { session_id, item } => {
                 let where_ = format!("extension {ext}: attention.set({session_id})");
-                crate::agent::validate_session_id(session_id)
+                crate::text::validate_session_id(session_id)
                     .map_err(|e| format!("{where_}: {e}"))?;
                 checked_item(ext, &where_, item)?;
             }
             AttentionOp::Clear { session_id, id } => {
                 let where_ = format!("extension {ext}: attention.clear({session_id})");
-                crate::agent::validate_session_id(session_id)
+                crate::text::validate_session_id(session_id)
                     .map_err(|e| format!("{where_}: {e}"))?;
                 check_id(&where_, id)?;
             }
@@ -241,9 +242,9 @@ impl Live {
         &self,
         sql: &dyn Sql,
         entry: &Entry,
-        mut staged: Staged,
+        mut staged: Effects,
         now_ms: i64,
-    ) -> Result<Result<Staged, Failure>, SqlError> {
+    ) -> Result<Result<Effects, Failure>, SqlError> {
         let ops = &staged.answer.attention;
         if ops.is_empty() {
             return Ok(Ok(staged));
