@@ -85,7 +85,17 @@ impl Extensions {
                 return Ok(Err(failure));
             }
         }
-        self.attention.plan(sql, entry, effects, now_ms)
+        match self
+            .attention
+            .plan(sql, entry, &effects.answer.attention, now_ms)?
+        {
+            Ok((planned, writes)) => {
+                effects.writes.extend(writes);
+                effects.attention = planned;
+                Ok(Ok(effects))
+            }
+            Err(failure) => Ok(Err(failure)),
+        }
     }
 
     /// Records the Session projection after a call that changed `entry`'s
