@@ -126,7 +126,9 @@ fn the_circle_check_finds_a_circle() {
 #[test]
 fn extensions_import_no_module_above_them() {
     let edges = graph();
-    let above = ["acp", "http", "fleet", "run", "ui", "agent", "mail", "session"];
+    let above = [
+        "acp", "http", "fleet", "run", "ui", "agent", "mail", "session",
+    ];
     let up: Vec<&String> = edges["extension"]
         .iter()
         .filter(|m| above.contains(&m.as_str()))
