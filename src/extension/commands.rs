@@ -2,7 +2,7 @@
 //! (writes, timers, attention, history), its sends and its request record
 //! committed together, or nothing is.
 
-use super::send::{self, Admit, Sent};
+use super::send::{Admit, Sent};
 use super::{internal, manifest, tables, Entry, Extensions, Failure, Refusal, Scope, SessionRef};
 use crate::ctx::Ctx;
 use crate::error::ApiError;
@@ -96,11 +96,15 @@ impl Extensions {
                 );
             }
             // Writes.
-            self.with_cache(sql, |cache| {
-                self.commit(sql, cache, entry, inv.session_id, effects)
-                    .map(drop)
-            })?;
-            let sent = send::commit(admit, store, ids, now_ms, &prepared)?;
+            let sent = self.commit_sending(
+                admit,
+                store,
+                ids,
+                now_ms,
+                entry,
+                inv.session_id,
+                (effects, prepared),
+            )?;
             Ok(Invoked {
                 result,
                 sent,

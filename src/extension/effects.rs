@@ -175,8 +175,8 @@ impl Extensions {
 
     /// The one commit of an effect set: queues its writes (the cause's
     /// first) and takes its state into the transition cache. Answers the
-    /// call's answer. Sends are admitted beside it, in the same transition
-    /// (`commands.rs`, `timers.rs`).
+    /// call's answer. A call that may send commits through
+    /// [`Extensions::commit_sending`], which admits its sends after it.
     pub(super) fn commit(
         &self,
         sql: &dyn Sql,

@@ -74,27 +74,6 @@ pub(super) fn sends(ext: &str, cause: &str, ops: &[SendOp], fresh: Option<&str>)
         .collect()
 }
 
-/// Commits prepared sends, in order: what each admitted.
-pub(super) fn commit<A: Admit>(
-    admit: &A,
-    store: Store<'_>,
-    ids: &mut dyn IdSource,
-    now_ms: i64,
-    prepared: &[(Send, A::Prepared)],
-) -> Result<Vec<Sent<A::Admitted>>, ApiError> {
-    let mut out = Vec::new();
-    for (send, p) in prepared {
-        if let Some(admitted) = admit.commit(store, ids, now_ms, p)? {
-            out.push(Sent {
-                session_id: send.session_id.clone(),
-                request_id: send.request_id.clone(),
-                admitted,
-            });
-        }
-    }
-    Ok(out)
-}
-
 /// A call's effect set with its sends prepared.
 pub(super) type Prepared<A> = (Effects, Vec<(Send, <A as Admit>::Prepared)>);
 
@@ -156,5 +135,37 @@ impl Extensions {
                 Some(s) => closed.push(s),
             }
         }
+    }
+
+    /// Commits a call that may send: its effect set ([`Extensions::commit`]),
+    /// then its prepared sends through `admit`, in order, in the same
+    /// transition. Answers what each send admitted.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn commit_sending<A: Admit>(
+        &self,
+        admit: &A,
+        store: Store<'_>,
+        ids: &mut dyn IdSource,
+        now_ms: i64,
+        entry: &Entry,
+        session_id: Option<&str>,
+        (effects, prepared): Prepared<A>,
+    ) -> Result<Vec<Sent<A::Admitted>>, ApiError> {
+        let sql = store.sql();
+        self.with_cache(sql, |cache| {
+            self.commit(sql, cache, entry, session_id, effects)
+                .map(drop)
+        })?;
+        let mut sent = Vec::new();
+        for (send, p) in &prepared {
+            if let Some(admitted) = admit.commit(store, ids, now_ms, p)? {
+                sent.push(Sent {
+                    session_id: send.session_id.clone(),
+                    request_id: send.request_id.clone(),
+                    admitted,
+                });
+            }
+        }
+        Ok(sent)
     }
 }

@@ -2,7 +2,7 @@
 //! a due timer fires once, in its own transition with its hook's effect
 //! set and sends ([`Extensions::fire_due`]).
 
-use super::send::{self, Admit, Sent};
+use super::send::{Admit, Sent};
 use super::tables::{self, TimerRow};
 use super::{Entry, Extensions, Refusal, SessionRef};
 use crate::ctx::Ctx;
@@ -138,11 +138,15 @@ impl Extensions {
             }
         };
         effects.cause = vec![tables::delete_timer(entry.id(), &current.name)];
-        self.with_cache(sql, |cache| {
-            self.commit(sql, cache, entry, current.session_id.as_deref(), effects)
-                .map(drop)
-        })?;
-        send::commit(admit, store, ids, now_ms, &prepared)
+        self.commit_sending(
+            admit,
+            store,
+            ids,
+            now_ms,
+            entry,
+            current.session_id.as_deref(),
+            (effects, prepared),
+        )
     }
 
     /// A throwing hook, or a send the admission refuses (other than a
