@@ -29,6 +29,7 @@ use shiitake::http::{handle, HttpRequest};
 use shiitake::meta::MetaPolicy;
 use shiitake::model::{Answer, Usage};
 use shiitake::run::{complete_step, StepOutcome};
+use shiitake::session::admission::ExtensionSends;
 use shiitake::sql::native::NativeSql;
 use shiitake::store::{schema, Store};
 use std::time::Instant;
@@ -184,6 +185,7 @@ impl Side {
                 side.with_ctx(|ext, ctx| {
                     ext.command(
                         ctx,
+                        &ExtensionSends,
                         Invocation {
                             extension: "goal",
                             command: "set",

@@ -4,7 +4,7 @@
 use crate::attention;
 use crate::ctx::Ctx;
 use crate::error::ApiError;
-use crate::limits::{REQUEST_ID_BYTES_MAX, SESSIONS_PER_AGENT_MAX, SESSION_ID_BYTES_MAX};
+use crate::limits::{REQUEST_ID_BYTES_MAX, SESSIONS_PER_AGENT_MAX};
 use crate::session::branches;
 use crate::sql::atomically;
 use serde::{Deserialize, Serialize};
@@ -22,16 +22,9 @@ pub struct SessionList {
     pub cursor: Option<String>,
 }
 
-/// Session ids are path segments: a small, URL-safe alphabet, bounded.
-pub fn validate_session_id(id: &str) -> Result<(), ApiError> {
-    if crate::text::is_id(id, SESSION_ID_BYTES_MAX) {
-        Ok(())
-    } else {
-        Err(ApiError::InvalidRequest(format!(
-            "sessionId: 1..={SESSION_ID_BYTES_MAX} bytes of [A-Za-z0-9._:-]"
-        )))
-    }
-}
+/// Session ids are path segments (the check lives in `text.rs`, below
+/// every layer that names a Session).
+pub use crate::text::validate_session_id;
 
 pub fn create_session(ctx: &mut Ctx<'_>, session_id: Option<&str>) -> Result<String, ApiError> {
     create(ctx, session_id, false)

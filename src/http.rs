@@ -442,7 +442,7 @@ struct ExtensionCommand {
 }
 
 /// The effects of prompts extensions sent: publish, wake, fresh turns.
-pub fn sent_effects(sent: &[Sent]) -> Effects {
+pub fn sent_effects(sent: &[Sent<admission::Admitted>]) -> Effects {
     let mut effects = Effects::default();
     for s in sent {
         effects.add(admission_effects(&s.session_id, &s.request_id, &s.admitted));
@@ -452,7 +452,7 @@ pub fn sent_effects(sent: &[Sent]) -> Effects {
 
 /// The effects of an extension command: its sends', and a reconciliation
 /// when it moved timers (so the alarm covers the new deadline).
-pub fn invoked_effects(invoked: &Invoked) -> Effects {
+pub fn invoked_effects(invoked: &Invoked<admission::Admitted>) -> Effects {
     let mut effects = sent_effects(&invoked.sent);
     effects.reconcile |= invoked.rearm;
     effects
@@ -498,6 +498,7 @@ fn extension_route(
             }
             let invoked = ext.command(
                 ctx,
+                &admission::ExtensionSends,
                 Invocation {
                     extension: id,
                     command: name,

@@ -1,6 +1,9 @@
 //! Bounded text for messages and diagnostics: every cut falls on a
 //! character boundary.
 
+use crate::error::ApiError;
+use crate::limits::SESSION_ID_BYTES_MAX;
+
 /// Bytes of a name or path quoted in an error message.
 const QUOTED_BYTES_MAX: usize = 64;
 
@@ -14,6 +17,17 @@ pub fn is_id(id: &str, max: usize) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+/// Session ids are path segments: a small, URL-safe alphabet, bounded.
+pub fn validate_session_id(id: &str) -> Result<(), ApiError> {
+    if is_id(id, SESSION_ID_BYTES_MAX) {
+        Ok(())
+    } else {
+        Err(ApiError::InvalidRequest(format!(
+            "sessionId: 1..={SESSION_ID_BYTES_MAX} bytes of [A-Za-z0-9._:-]"
+        )))
+    }
 }
 
 pub fn prefix(s: &str, max: usize) -> &str {

@@ -11,6 +11,7 @@ mod common;
 use common::{Harness, Reply};
 use serde_json::{json, Value};
 use shiitake::extension::{Extensions, Host, Roster};
+use shiitake::session::admission::ExtensionSends;
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -550,7 +551,9 @@ fn a_timer_hook_clears_the_item_its_command_set() {
     let timers =
         shiitake::sql::read(h.sql(), "SELECT name, due_at FROM shiitake_ext_timers", &[]).unwrap();
     assert_eq!(timers.len(), 1);
-    let fired = h.with_ext(|e, ctx| e.fire_due(ctx)).unwrap();
+    let fired = h
+        .with_ext(|e, ctx| e.fire_due(ctx, &ExtensionSends))
+        .unwrap();
     assert_eq!(fired.timers, 1);
     assert!(stored(&h).is_empty());
     // A restart keeps pending attention: it is rows.

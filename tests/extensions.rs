@@ -10,6 +10,7 @@ use common::Harness;
 use serde_json::{json, Value};
 use shiitake::error::ApiError;
 use shiitake::extension::{manifest, Extensions, Host, Invocation, Roster};
+use shiitake::session::admission::ExtensionSends;
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -438,6 +439,7 @@ fn a_timer_survives_a_reopen_fires_once_and_may_send_a_prompt() {
     let set = with_ext(&mut h, |e, ctx| {
         e.command(
             ctx,
+            &ExtensionSends,
             Invocation {
                 extension: "tally",
                 command: "bump",
@@ -462,14 +464,14 @@ fn a_timer_survives_a_reopen_fires_once_and_may_send_a_prompt() {
         deadline.is_some_and(|d| (due - 5..=due).contains(&d)),
         "{deadline:?} vs {due}"
     );
-    let early = with_ext(&mut h, |e, ctx| e.fire_due(ctx)).unwrap();
+    let early = with_ext(&mut h, |e, ctx| e.fire_due(ctx, &ExtensionSends)).unwrap();
     assert_eq!(early.timers, 0);
     h.now_ms = due + 10;
-    let fired = with_ext(&mut h, |e, ctx| e.fire_due(ctx)).unwrap();
+    let fired = with_ext(&mut h, |e, ctx| e.fire_due(ctx, &ExtensionSends)).unwrap();
     assert_eq!(fired.timers, 1);
     assert_eq!(fired.sent.len(), 1);
     assert_eq!(fired.sent[0].session_id, "s");
-    let again = with_ext(&mut h, |e, ctx| e.fire_due(ctx)).unwrap();
+    let again = with_ext(&mut h, |e, ctx| e.fire_due(ctx, &ExtensionSends)).unwrap();
     assert_eq!(again.timers, 0, "a timer fires once");
     assert_eq!(rows(&h, "tally")[0].2, "1");
     let read = h.call("GET", "/sessions/s", Value::Null);
@@ -500,6 +502,7 @@ fn commands_replay_by_request_id_and_refuse_by_name() {
         with_ext(h, |e, ctx| {
             e.command(
                 ctx,
+                &ExtensionSends,
                 Invocation {
                     extension: "tally",
                     command,
@@ -585,6 +588,7 @@ fn every_bound_refuses_by_name_and_keeps_nothing() {
         with_ext(h, |e, ctx| {
             e.command(
                 ctx,
+                &ExtensionSends,
                 Invocation {
                     extension: "tally",
                     command: "bump",
@@ -752,6 +756,7 @@ fn send_creates_the_session_unless_it_requires_an_existing_one_and_closed_is_cat
         with_ext(h, |e, ctx| {
             e.command(
                 ctx,
+                &ExtensionSends,
                 Invocation {
                     extension: "tally",
                     command: "bump",
@@ -843,6 +848,7 @@ fn a_timer_requiring_its_session_does_not_recreate_it_after_deletion() {
         with_ext(&mut h, |e, ctx| {
             e.command(
                 ctx,
+                &ExtensionSends,
                 Invocation {
                     extension: "tally",
                     command: "bump",
@@ -858,7 +864,7 @@ fn a_timer_requiring_its_session_does_not_recreate_it_after_deletion() {
             204
         );
         h.now_ms += 1001;
-        let fired = with_ext(&mut h, |e, ctx| e.fire_due(ctx)).unwrap();
+        let fired = with_ext(&mut h, |e, ctx| e.fire_due(ctx, &ExtensionSends)).unwrap();
         assert_eq!(fired.timers, 1, "require={require}");
         assert_eq!(
             stopped(&mut h, "tally"),
@@ -879,7 +885,7 @@ fn a_timer_requiring_its_session_does_not_recreate_it_after_deletion() {
             );
             assert_eq!(fired.sent.len(), 1);
         }
-        let again = with_ext(&mut h, |e, ctx| e.fire_due(ctx)).unwrap();
+        let again = with_ext(&mut h, |e, ctx| e.fire_due(ctx, &ExtensionSends)).unwrap();
         assert_eq!(again.timers, 0, "fires once");
     }
 }

@@ -119,3 +119,19 @@ fn the_circle_check_finds_a_circle() {
         ["run".to_owned()].into()
     );
 }
+
+/// `extension/` sits below the Sessions and the Agent (ARCHITECTURE.md):
+/// sends reach admission through the `extension::Admit` port that
+/// `session/` implements, and the Session id check lives in `text.rs`.
+#[test]
+fn extensions_import_no_module_above_them() {
+    let edges = graph();
+    let above = [
+        "acp", "http", "fleet", "run", "ui", "agent", "mail", "session",
+    ];
+    let up: Vec<&String> = edges["extension"]
+        .iter()
+        .filter(|m| above.contains(&m.as_str()))
+        .collect();
+    assert!(up.is_empty(), "extension/ imports {up:?}");
+}

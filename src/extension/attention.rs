@@ -9,13 +9,13 @@
 //!   owners), an owner at most [`ATTENTION_PER_OWNER_MAX`] across Sessions;
 //!   replacing an item takes no new capacity, clearing releases it. Each
 //!   change stages a delivery outbox entry, refused past the outbox bound.
-//! - The writes commit with the call's other writes (`Extensions::apply`),
+//! - The writes commit with the call's other writes (`Extensions::commit`),
 //!   and the changed items are published after commit
 //!   ([`Extensions::take_attention_touched`]).
 
 use super::call::{AttentionItem, AttentionOp};
 use super::manifest::Grant;
-use super::{Entry, Extensions, Failure, Staged};
+use super::{Entry, Extensions, Failure};
 use crate::attention::{delivery_body, delivery_key, Item, TABLE};
 use crate::delivery::{self, OUTBOX};
 use crate::limits::{
@@ -129,13 +129,13 @@ pub(super) fn check(entry: &Entry, ops: &[AttentionOp]) -> Result<(), String> {
         match op {
             AttentionOp::Set { session_id, item } => {
                 let where_ = format!("extension {ext}: attention.set({session_id})");
-                crate::agent::validate_session_id(session_id)
+                crate::text::validate_session_id(session_id)
                     .map_err(|e| format!("{where_}: {e}"))?;
                 checked_item(ext, &where_, item)?;
             }
             AttentionOp::Clear { session_id, id } => {
                 let where_ = format!("extension {ext}: attention.clear({session_id})");
-                crate::agent::validate_session_id(session_id)
+                crate::text::validate_session_id(session_id)
                     .map_err(|e| format!("{where_}: {e}"))?;
                 check_id(&where_, id)?;
             }
@@ -234,21 +234,34 @@ fn first_int(rows: &[Row]) -> Result<i64, SqlError> {
         .map(|n| n.unwrap_or(0))
 }
 
+/// The Session an attention change is for.
+fn session_of(op: &AttentionOp) -> &String {
+    match op {
+        AttentionOp::Set { session_id, .. } | AttentionOp::Clear { session_id, .. } => session_id,
+    }
+}
+
 impl Live {
-    /// Checks `staged`'s attention changes against every capacity bound
-    /// and adds their writes (the item rows and the outbox entries) to it.
+    /// Checks a call's attention changes against every capacity bound:
+    /// their plan and their writes (the item rows; the outbox entries are
+    /// staged at commit).
     pub(super) fn plan(
         &self,
         sql: &dyn Sql,
         entry: &Entry,
-        mut staged: Staged,
+        ops: &[AttentionOp],
         now_ms: i64,
-    ) -> Result<Result<Staged, Failure>, SqlError> {
-        let ops = &staged.answer.attention;
+    ) -> Result<Result<(Planned, Vec<Write>), Failure>, SqlError> {
         if ops.is_empty() {
-            return Ok(Ok(staged));
+            return Ok(Ok((Planned::default(), Vec::new())));
         }
-        let ext = entry.id();
+        let tally = self.read_tally(sql, entry.id(), ops)?;
+        Ok(changes(entry.id(), tally, ops, now_ms))
+    }
+
+    /// The transition's tally, with what `ext`'s changes `ops` need read
+    /// in: a copy, taken back into the cache when the call commits.
+    fn read_tally(&self, sql: &dyn Sql, ext: &str, ops: &[AttentionOp]) -> Result<Tally, SqlError> {
         let generation = sql.write_set().generation();
         let mut slot = self.cache.borrow_mut();
         if !sql.write_set().is_open() || slot.as_ref().is_none_or(|c| c.generation != generation) {
@@ -282,141 +295,14 @@ impl Live {
             };
             cache.tally.owners.insert(ext.to_owned(), n as usize);
         }
-        for op in ops {
-            let session_id = match op {
-                AttentionOp::Set { session_id, .. } | AttentionOp::Clear { session_id, .. } => {
-                    session_id
-                }
-            };
+        for session_id in ops.iter().map(session_of) {
             if cache.tally.sessions.contains_key(session_id) {
                 continue;
             }
-            let exists = first_int(&committed(
-                sql,
-                "SELECT count(*) FROM sessions WHERE session_id = ?",
-                &[session_id.as_str().into()],
-            )?)? > 0;
-            let items = if exists && !stored {
-                Some(BTreeSet::new())
-            } else if exists {
-                let rows = committed(
-                    sql,
-                    &format!("SELECT ext, id FROM {TABLE} WHERE session_id = ?"),
-                    &[session_id.as_str().into()],
-                )?;
-                Some(
-                    rows.iter()
-                        .map(|r| Ok((r.text(0)?, r.text(1)?)))
-                        .collect::<Result<BTreeSet<_>, SqlError>>()?,
-                )
-            } else {
-                None
-            };
+            let items = session_items(sql, session_id, stored)?;
             cache.tally.sessions.insert(session_id.clone(), items);
         }
-        // The changes, against a copy of the tally.
-        let mut tally = cache.tally.clone();
-        drop(slot);
-        let mut writes: Vec<Write> = Vec::new();
-        let mut staging = Vec::new();
-        let mut touched = Vec::new();
-        for op in ops {
-            let (session_id, id, item) = match op {
-                AttentionOp::Set { session_id, item } => {
-                    let where_ = format!("extension {ext}: attention.set({session_id})");
-                    let item = checked_item(ext, &where_, item).map_err(Failure::Bound);
-                    match item {
-                        Ok(item) => (session_id, item.id.clone(), Some(item)),
-                        Err(f) => return Ok(Err(f)),
-                    }
-                }
-                AttentionOp::Clear { session_id, id } => (session_id, id.clone(), None),
-            };
-            let key = (ext.to_owned(), id.clone());
-            let owned = tally.owners.get_mut(ext).expect("owner read above");
-            let Some(Some(items)) = tally.sessions.get_mut(session_id) else {
-                if item.is_some() {
-                    return Ok(Err(Failure::Failed(format!(
-                        "extension {ext}: attention.set({session_id}, {id}): \
-                         Session {session_id} does not exist; setting attention needs an existing Session"
-                    ))));
-                }
-                // Clearing in an absent Session: nothing to clear.
-                continue;
-            };
-            match item {
-                Some(item) => {
-                    if items.insert(key) {
-                        if items.len() > ATTENTION_PER_SESSION_MAX {
-                            return Ok(Err(Failure::Bound(format!(
-                                "extension {ext}: attention.set({session_id}, {id}): \
-                                 Session {session_id} would carry {} attention items; at most \
-                                 {ATTENTION_PER_SESSION_MAX} per Session (all extensions together)",
-                                items.len()
-                            ))));
-                        }
-                        *owned += 1;
-                        if *owned > ATTENTION_PER_OWNER_MAX {
-                            return Ok(Err(Failure::Bound(format!(
-                                "extension {ext}: attention.set({session_id}, {id}): it would \
-                                 retain {} attention items; at most {ATTENTION_PER_OWNER_MAX} per \
-                                 extension across Sessions (clearing releases capacity)",
-                                *owned
-                            ))));
-                        }
-                    }
-                    writes.push((
-                        format!(
-                            "INSERT OR REPLACE INTO {TABLE}
-                                (session_id, ext, id, kind, summary, since, expires_at, updated_at)
-                             VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-                        ),
-                        vec![
-                            session_id.as_str().into(),
-                            ext.into(),
-                            id.as_str().into(),
-                            item.kind.as_str().into(),
-                            item.summary.as_str().into(),
-                            item.since.into(),
-                            item.expires_at.into(),
-                            now_ms.into(),
-                        ],
-                    ));
-                    if let Some(e) =
-                        outbox(&mut tally, &mut staging, ext, session_id, &id, Some(&item))
-                    {
-                        return Ok(Err(Failure::Bound(e)));
-                    }
-                }
-                None => {
-                    if !items.remove(&key) {
-                        // Clearing an absent item: idempotent, no write.
-                        continue;
-                    }
-                    *owned -= 1;
-                    writes.push((
-                        format!("DELETE FROM {TABLE} WHERE session_id = ? AND ext = ? AND id = ?"),
-                        vec![session_id.as_str().into(), ext.into(), id.as_str().into()],
-                    ));
-                    if let Some(e) = outbox(&mut tally, &mut staging, ext, session_id, &id, None) {
-                        return Ok(Err(Failure::Bound(e)));
-                    }
-                }
-            }
-            touched.push(AttentionTouched {
-                session_id: session_id.clone(),
-                extension: ext.to_owned(),
-                id,
-            });
-        }
-        staged.writes.extend(writes);
-        staged.attention = Planned {
-            tally: Some(tally),
-            touched,
-            staging,
-            now_ms,
-        };
-        Ok(Ok(staged))
+        Ok(cache.tally.clone())
     }
 
     /// Takes an applied call's attention into the transition cache and
@@ -433,6 +319,168 @@ impl Live {
         self.touched.borrow_mut().extend(planned.touched);
         Ok(())
     }
+}
+
+/// A Session's items as `(ext, id)` (`stored`: the attention table
+/// exists); `None` when there is no such Session.
+fn session_items(
+    sql: &dyn Sql,
+    session_id: &str,
+    stored: bool,
+) -> Result<Option<BTreeSet<(String, String)>>, SqlError> {
+    let exists = first_int(&committed(
+        sql,
+        "SELECT count(*) FROM sessions WHERE session_id = ?",
+        &[session_id.into()],
+    )?)? > 0;
+    if !exists {
+        return Ok(None);
+    }
+    if !stored {
+        return Ok(Some(BTreeSet::new()));
+    }
+    let rows = committed(
+        sql,
+        &format!("SELECT ext, id FROM {TABLE} WHERE session_id = ?"),
+        &[session_id.into()],
+    )?;
+    rows.iter()
+        .map(|r| Ok((r.text(0)?, r.text(1)?)))
+        .collect::<Result<BTreeSet<_>, SqlError>>()
+        .map(Some)
+}
+
+/// `ext`'s changes `ops` against `tally`: their plan and item writes, or
+/// the bound one of them passes.
+fn changes(
+    ext: &str,
+    mut tally: Tally,
+    ops: &[AttentionOp],
+    now_ms: i64,
+) -> Result<(Planned, Vec<Write>), Failure> {
+    let mut writes: Vec<Write> = Vec::new();
+    let mut staging = Vec::new();
+    let mut touched = Vec::new();
+    for op in ops {
+        let (session_id, id, item) = match op {
+            AttentionOp::Set { session_id, item } => {
+                let where_ = format!("extension {ext}: attention.set({session_id})");
+                let item = checked_item(ext, &where_, item).map_err(Failure::Bound)?;
+                (session_id, item.id.clone(), Some(item))
+            }
+            AttentionOp::Clear { session_id, id } => (session_id, id.clone(), None),
+        };
+        let Some(Some(items)) = tally.sessions.get_mut(session_id) else {
+            if item.is_some() {
+                return Err(Failure::Failed(format!(
+                    "extension {ext}: attention.set({session_id}, {id}): \
+                     Session {session_id} does not exist; setting attention needs an existing Session"
+                )));
+            }
+            // Clearing in an absent Session: nothing to clear.
+            continue;
+        };
+        let write = match &item {
+            Some(item) => set(ext, session_id, item, items, &mut tally.owners, now_ms)?,
+            None => match clear(ext, session_id, &id, items, &mut tally.owners) {
+                Some(write) => write,
+                // Clearing an absent item: idempotent, no write.
+                None => continue,
+            },
+        };
+        writes.push(write);
+        if let Some(e) = outbox(
+            &mut tally,
+            &mut staging,
+            ext,
+            session_id,
+            &id,
+            item.as_ref(),
+        ) {
+            return Err(Failure::Bound(e));
+        }
+        touched.push(AttentionTouched {
+            session_id: session_id.clone(),
+            extension: ext.to_owned(),
+            id,
+        });
+    }
+    let planned = Planned {
+        tally: Some(tally),
+        touched,
+        staging,
+        now_ms,
+    };
+    Ok((planned, writes))
+}
+
+/// Sets `item` in a Session holding `items`, within the Session's and the
+/// owner's capacity: its write.
+fn set(
+    ext: &str,
+    session_id: &str,
+    item: &Item,
+    items: &mut BTreeSet<(String, String)>,
+    owners: &mut BTreeMap<String, usize>,
+    now_ms: i64,
+) -> Result<Write, Failure> {
+    let id = &item.id;
+    if items.insert((ext.to_owned(), id.clone())) {
+        if items.len() > ATTENTION_PER_SESSION_MAX {
+            return Err(Failure::Bound(format!(
+                "extension {ext}: attention.set({session_id}, {id}): \
+                 Session {session_id} would carry {} attention items; at most \
+                 {ATTENTION_PER_SESSION_MAX} per Session (all extensions together)",
+                items.len()
+            )));
+        }
+        let owned = owners.get_mut(ext).expect("owner read above");
+        *owned += 1;
+        if *owned > ATTENTION_PER_OWNER_MAX {
+            return Err(Failure::Bound(format!(
+                "extension {ext}: attention.set({session_id}, {id}): it would \
+                 retain {} attention items; at most {ATTENTION_PER_OWNER_MAX} per \
+                 extension across Sessions (clearing releases capacity)",
+                *owned
+            )));
+        }
+    }
+    Ok((
+        format!(
+            "INSERT OR REPLACE INTO {TABLE}
+                (session_id, ext, id, kind, summary, since, expires_at, updated_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        ),
+        vec![
+            session_id.into(),
+            ext.into(),
+            id.as_str().into(),
+            item.kind.as_str().into(),
+            item.summary.as_str().into(),
+            item.since.into(),
+            item.expires_at.into(),
+            now_ms.into(),
+        ],
+    ))
+}
+
+/// Clears item `id` from a Session holding `items`, releasing the owner's
+/// capacity: its write, or `None` when it holds no such item.
+fn clear(
+    ext: &str,
+    session_id: &str,
+    id: &str,
+    items: &mut BTreeSet<(String, String)>,
+    owners: &mut BTreeMap<String, usize>,
+) -> Option<Write> {
+    if !items.remove(&(ext.to_owned(), id.to_owned())) {
+        return None;
+    }
+    *owners.get_mut(ext).expect("owner read above") -= 1;
+    Some((
+        format!("DELETE FROM {TABLE} WHERE session_id = ? AND ext = ? AND id = ?"),
+        vec![session_id.into(), ext.into(), id.into()],
+    ))
 }
 
 impl Extensions {

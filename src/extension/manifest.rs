@@ -262,7 +262,19 @@ fn entry(item: Value) -> Result<Entry, String> {
         ));
     }
     let manifest: Manifest = crate::json::decode(item).map_err(|e| format!("manifest: {e}"))?;
-    let m = &manifest;
+    check_shape(&manifest)?;
+    let (rows, inputs) = compile_schemas(&manifest)?;
+    let revision = revision(&manifest);
+    Ok(Entry {
+        manifest,
+        revision,
+        rows,
+        inputs,
+    })
+}
+
+/// The manifest's names, grants, state version and counts.
+fn check_shape(m: &Manifest) -> Result<(), String> {
     if !is_name(&m.id) {
         return Err("id: 1 to 32 of [a-z0-9_], starting with a letter".into());
     }
@@ -329,6 +341,15 @@ fn entry(item: Value) -> Result<Entry, String> {
             m.commands.len()
         ));
     }
+    Ok(())
+}
+
+/// Compiles the declared schemas (the rows' of each collection, the
+/// inputs' of each command) and checks the configuration against its own.
+#[allow(clippy::type_complexity)]
+fn compile_schemas(
+    m: &Manifest,
+) -> Result<(BTreeMap<String, Validator>, BTreeMap<String, Validator>), String> {
     let id = &m.id;
     let mut rows = BTreeMap::new();
     for (name, c) in &m.state.collections {
@@ -362,13 +383,7 @@ fn entry(item: Value) -> Result<Entry, String> {
             .check(&m.config)
             .map_err(|e| format!("config: {e}"))?;
     }
-    let revision = revision(m);
-    Ok(Entry {
-        manifest,
-        revision,
-        rows,
-        inputs,
-    })
+    Ok((rows, inputs))
 }
 
 /// The revision: SHA-256 (first 16 bytes, hex) of the canonical JSON of

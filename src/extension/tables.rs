@@ -5,21 +5,23 @@
 //! replays, command request ids for replay, and one state table per
 //! extension (so a transition may read one extension's state after writing
 //! another's: `sql::read_beside`), made with its status row
-//! ([`create_state`]). Every other write follows a status row.
+//! ([`create_state`]). Every other write follows a status row. Every
+//! statement on these tables is here: the readers run them, the write
+//! builders return them for a call's effect set (`effects.rs`).
 
-use crate::sql::{cached_read, read, read_beside, write, Row, Sql, SqlError};
+use crate::sql::{cached_read, read, read_beside, write, Row, Sql, SqlError, Write};
 use crate::store::schema::{self, EXTENSIONS};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
-pub(super) const META: &str = "shiitake_extensions";
-pub(super) const TIMERS: &str = "shiitake_ext_timers";
-pub(super) const LOG: &str = "shiitake_ext_log";
-pub(super) const REQUESTS: &str = "shiitake_ext_requests";
+const META: &str = "shiitake_extensions";
+const TIMERS: &str = "shiitake_ext_timers";
+const LOG: &str = "shiitake_ext_log";
+const REQUESTS: &str = "shiitake_ext_requests";
 
 /// The state table of extension `id` (a checked name: `[a-z][a-z0-9_]*`).
-pub(super) fn state_table(id: &str) -> String {
+fn state_table(id: &str) -> String {
     schema::extension_state_table(id)
 }
 
@@ -275,4 +277,123 @@ pub(super) fn request_count(sql: &dyn Sql, ext: &str) -> Result<usize, SqlError>
         &[ext.into()],
     )?;
     Ok(rows.first().map(|r| r.int(0)).unwrap_or(Ok(0))? as usize)
+}
+
+// Writes, for a call's effect set.
+
+/// Puts row `key` of `collection` in extension `id`'s state.
+pub(super) fn put_row(id: &str, collection: &str, key: &str, value: String) -> Write {
+    (
+        format!(
+            "INSERT OR REPLACE INTO {} (collection, key, value) VALUES (?, ?, ?)",
+            state_table(id)
+        ),
+        vec![collection.into(), key.into(), value.into()],
+    )
+}
+
+/// Deletes row `key` of `collection` from extension `id`'s state.
+pub(super) fn delete_row(id: &str, collection: &str, key: &str) -> Write {
+    (
+        format!(
+            "DELETE FROM {} WHERE collection = ? AND key = ?",
+            state_table(id)
+        ),
+        vec![collection.into(), key.into()],
+    )
+}
+
+/// Sets timer `name` of extension `ext`.
+pub(super) fn put_timer(
+    ext: &str,
+    name: &str,
+    due_at: i64,
+    session_id: Option<String>,
+    payload: String,
+) -> Write {
+    (
+        format!(
+            "INSERT OR REPLACE INTO {TIMERS} (ext, name, due_at, session_id, payload)
+             VALUES (?, ?, ?, ?, ?)"
+        ),
+        vec![
+            ext.into(),
+            name.into(),
+            due_at.into(),
+            session_id.into(),
+            payload.into(),
+        ],
+    )
+}
+
+/// Deletes timer `name` of extension `ext` (cancelled, or fired).
+pub(super) fn delete_timer(ext: &str, name: &str) -> Write {
+    (
+        format!("DELETE FROM {TIMERS} WHERE ext = ? AND name = ?"),
+        vec![ext.into(), name.into()],
+    )
+}
+
+/// Logs a settlement some extension missed, as `seq`.
+pub(super) fn log(
+    sql: &dyn Sql,
+    seq: i64,
+    session_id: &str,
+    command_id: &str,
+) -> Result<(), SqlError> {
+    write(
+        sql,
+        &format!("INSERT INTO {LOG} (seq, session_id, command_id) VALUES (?, ?, ?)"),
+        vec![seq.into(), session_id.into(), command_id.into()],
+    )
+}
+
+/// Prunes the log up to `seq`, once no extension has it left to replay.
+pub(super) fn prune_log(sql: &dyn Sql, seq: i64) -> Result<(), SqlError> {
+    write(
+        sql,
+        &format!("DELETE FROM {LOG} WHERE seq <= ?"),
+        vec![seq.into()],
+    )
+}
+
+/// A command's request record, for replay: the oldest records of the
+/// extension beyond `kept_max` go first (`kept`: how many it holds).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn put_request(
+    ext: &str,
+    scope: &str,
+    request_id: &str,
+    command: &str,
+    input: &str,
+    result: &str,
+    now_ms: i64,
+    (kept, kept_max): (usize, usize),
+) -> Vec<Write> {
+    let mut writes = Vec::new();
+    if kept >= kept_max {
+        writes.push((
+            format!(
+                "DELETE FROM {REQUESTS} WHERE rowid IN
+                    (SELECT rowid FROM {REQUESTS} WHERE ext = ? ORDER BY rowid LIMIT ?)"
+            ),
+            vec![ext.into(), ((kept + 1 - kept_max) as i64).into()],
+        ));
+    }
+    writes.push((
+        format!(
+            "INSERT INTO {REQUESTS} (ext, scope, request_id, command, input, result, at)
+             VALUES (?, ?, ?, ?, ?, ?, ?)"
+        ),
+        vec![
+            ext.into(),
+            scope.into(),
+            request_id.into(),
+            command.into(),
+            input.into(),
+            result.into(),
+            now_ms.into(),
+        ],
+    ));
+    writes
 }

@@ -7,6 +7,7 @@ use super::bindings::{log_error, JsExtensions};
 use super::Inner;
 use crate::extension::{Extensions, Host, Roster};
 use crate::observe::Frame;
+use crate::session::admission::ExtensionSends;
 use std::collections::HashMap;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -178,7 +179,7 @@ impl Inner {
         if ext.roster().is_empty() {
             return;
         }
-        match self.with_ctx(|ctx| ext.fire_due(ctx)) {
+        match self.with_ctx(|ctx| ext.fire_due(ctx, &ExtensionSends)) {
             Ok(fired) => {
                 let effects = crate::http::sent_effects(&fired.sent);
                 self.apply(effects);

@@ -274,6 +274,7 @@ impl ShiitakeCore {
             .with_ctx(|ctx| {
                 ext.command(
                     ctx,
+                    &crate::session::admission::ExtensionSends,
                     crate::extension::Invocation {
                         extension,
                         command,

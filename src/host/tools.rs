@@ -642,6 +642,7 @@ impl Inner {
             .with_ctx(|ctx| {
                 ext.command(
                     ctx,
+                    &crate::session::admission::ExtensionSends,
                     crate::extension::Invocation {
                         extension: &op.module_id,
                         command: &op.operation,

@@ -7,6 +7,7 @@ use super::command::{
 };
 use crate::ctx::{Ctx, IdSource};
 use crate::error::ApiError;
+use crate::extension::Send;
 use crate::limits::{
     FENCES_PER_SESSION_MAX, PENDING_BYTES_PER_SESSION_MAX, PENDING_PER_SESSION_MAX,
     SESSIONS_PER_AGENT_MAX,
@@ -402,20 +403,6 @@ fn write_new(
     })
 }
 
-/// A prompt an extension sends into a Session (seed: `context.send`),
-/// admitted inside the extension's own transition: [`prepare_send`] reads,
-/// [`commit_send`] writes, so a transition prepares all its sends before it
-/// writes anything.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Send {
-    pub session_id: String,
-    /// Derived from what caused the send, so a replayed cause replays it.
-    pub request_id: String,
-    pub text: String,
-    /// Refuse an absent Session instead of creating it.
-    pub require_existing_session: bool,
-}
-
 /// A send whose reads are done.
 pub struct PreparedSend {
     request_id: String,
@@ -433,7 +420,7 @@ pub struct PreparedSend {
 
 /// The reads of one send. An absent Session is refused (`session_not_found`)
 /// when the send requires it, else created (within the Sessions bound).
-pub fn prepare_send(store: Store<'_>, send: &Send) -> Result<PreparedSend, ApiError> {
+fn prepare_send(store: Store<'_>, send: &Send) -> Result<PreparedSend, ApiError> {
     let input = PromptInput {
         text: send.text.clone(),
         ..Default::default()
@@ -566,4 +553,28 @@ pub fn withdraw(
         store.insert_fence(session_id, request_id, now_ms)?;
         Ok(Withdrawal::Unknown)
     })
+}
+/// Admits extensions' sends (seed: `context.send`) inside the extension's
+/// own transition: [`prepare_send`] reads, [`commit_send`] writes, so a
+/// transition prepares all its sends before it writes anything.
+/// `extension/` sits below `session/` and takes admission through this port.
+pub struct ExtensionSends;
+
+impl crate::extension::Admit for ExtensionSends {
+    type Prepared = PreparedSend;
+    type Admitted = Admitted;
+
+    fn prepare(&self, store: Store<'_>, send: &Send) -> Result<PreparedSend, ApiError> {
+        prepare_send(store, send)
+    }
+
+    fn commit(
+        &self,
+        store: Store<'_>,
+        ids: &mut dyn IdSource,
+        now_ms: i64,
+        prepared: &PreparedSend,
+    ) -> Result<Option<Admitted>, ApiError> {
+        commit_send(store, ids, now_ms, prepared)
+    }
 }

@@ -1,0 +1,153 @@
+//! An extension's lifecycle: recorded with its first status row, brought
+//! to each new revision (its state migrated once per new state version),
+//! stopped by a failing hook, resumed by the host or a new revision.
+
+use super::effects::Call;
+use super::views::Status;
+use super::{cut, tables, Cache, Entry, Extensions, MetaRow};
+use crate::ctx::Ctx;
+use crate::error::ApiError;
+use crate::sql::{atomically, Sql, SqlError};
+use serde_json::json;
+
+impl Extensions {
+    /// Brings every roster extension to its definition: a new one is
+    /// recorded, with its state table; a new revision resumes a stopped
+    /// one and runs the migrations its new state version needs, in order,
+    /// in one transition (a failed migration records a stop and leaves the
+    /// state as it was). Each extension is its own transition.
+    pub fn open(&self, ctx: &mut Ctx<'_>) -> Result<(), ApiError> {
+        // An empty roster reads nothing.
+        if self.roster.is_empty() {
+            return Ok(());
+        }
+        let sql = ctx.store.sql();
+        for entry in self.roster.entries() {
+            atomically(sql, || {
+                self.with_cache(sql, |cache| match cache.meta.get(entry.id()).cloned() {
+                    None => {
+                        let meta = MetaRow {
+                            revision: entry.revision.clone(),
+                            state_version: entry.manifest.state.version,
+                            stopped: None,
+                            stopped_at: None,
+                            cursor: None,
+                        };
+                        tables::create_state(sql, entry.id())?;
+                        tables::put_meta(sql, entry.id(), &meta, ctx.now_ms)?;
+                        cache.meta.insert(entry.id().to_owned(), meta);
+                        Ok(())
+                    }
+                    Some(meta) if meta.revision == entry.revision => Ok(()),
+                    Some(meta) => self.bring_up(sql, cache, entry, meta, ctx.now_ms),
+                })
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Records `entry`'s revision, migrating its state when its version
+    /// moved up, and clears its stop; or records why it cannot run.
+    fn bring_up(
+        &self,
+        sql: &dyn Sql,
+        cache: &mut Cache,
+        entry: &Entry,
+        mut meta: MetaRow,
+        now_ms: i64,
+    ) -> Result<(), SqlError> {
+        let declared = entry.manifest.state.version;
+        meta.revision = entry.revision.clone();
+        let refusal = if meta.state_version > declared {
+            Some(format!(
+                "extension {}: the stored state is version {}, newer than this definition's {declared}; \
+                 deploy a definition of state version {} or later",
+                entry.id(),
+                meta.state_version,
+                meta.state_version
+            ))
+        } else if meta.state_version < declared {
+            let call = Call {
+                kind: "migrate",
+                session: None,
+                event: json!({"from": meta.state_version, "to": declared}),
+                now_ms,
+                sends_allowed: false,
+                closed: &[],
+            };
+            match self.call(sql, cache, entry, call)? {
+                Ok(effects) => {
+                    self.commit(sql, cache, entry, None, effects)?;
+                    meta.state_version = declared;
+                    None
+                }
+                Err(failure) => Some(format!(
+                    "migrating state {} -> {declared}: {}",
+                    meta.state_version,
+                    failure.reason()
+                )),
+            }
+        } else {
+            None
+        };
+        match refusal {
+            Some(reason) => {
+                meta.stopped = Some(cut(reason));
+                meta.stopped_at = Some(now_ms);
+                if entry.manifest.hooks.settled {
+                    meta.cursor = meta.cursor.or(Some(cache.log_head));
+                }
+            }
+            None => {
+                meta.stopped = None;
+                meta.stopped_at = None;
+            }
+        }
+        tables::put_meta(sql, entry.id(), &meta, now_ms)?;
+        cache.meta.insert(entry.id().to_owned(), meta);
+        Ok(())
+    }
+
+    /// Resumes a stopped extension (a host call): its stop is cleared (a
+    /// pending migration runs first), and the settled work it missed is
+    /// replayed by the next passes. Answers its status.
+    pub fn resume(&self, ctx: &mut Ctx<'_>, id: &str) -> Result<Status, ApiError> {
+        let entry = self.entry(id)?;
+        let sql = ctx.store.sql();
+        atomically(sql, || {
+            self.with_cache(sql, |cache| {
+                let Some(meta) = cache.meta.get(id).cloned() else {
+                    return Ok(());
+                };
+                if meta.stopped.is_some() {
+                    self.bring_up(sql, cache, entry, meta, ctx.now_ms)?;
+                }
+                Ok(())
+            })
+        })?;
+        self.status_of(ctx.store, entry)
+    }
+
+    /// Records `entry`'s stop. `cursor`: the settled work it has handled
+    /// (a settled-hook extension replays what follows once resumed).
+    pub(super) fn stop(
+        &self,
+        sql: &dyn Sql,
+        cache: &mut Cache,
+        entry: &Entry,
+        reason: String,
+        cursor: Option<i64>,
+        now_ms: i64,
+    ) -> Result<(), SqlError> {
+        let Some(meta) = cache.meta.get_mut(entry.id()) else {
+            return Ok(());
+        };
+        meta.stopped = Some(cut(reason));
+        meta.stopped_at = Some(now_ms);
+        if entry.manifest.hooks.settled {
+            meta.cursor = meta.cursor.or(cursor);
+        }
+        let meta = meta.clone();
+        tables::put_meta(sql, entry.id(), &meta, now_ms)
+    }
+}

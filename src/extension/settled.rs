@@ -1,0 +1,115 @@
+//! Settled hooks: every settlement runs them inside the transition that
+//! writes it ([`OnSettled`]). A stopped or replaying extension gets the
+//! settlement logged instead (`replay.rs` replays it once resumed).
+
+use super::effects::Call;
+use super::{tables, Cache, Entry, Extensions, SessionRef};
+use crate::sql::{Sql, SqlError};
+use crate::store::{CommandRow, OnSettled, Store};
+use serde_json::Value;
+
+impl OnSettled for Extensions {
+    /// Runs every settled hook inside the settling transition. An extension
+    /// that is stopped or still replaying gets the settlement logged
+    /// instead; a hook that fails stops its extension at this settlement.
+    fn settled(
+        &self,
+        store: Store<'_>,
+        command: &CommandRow,
+        settlement: &str,
+        now_ms: i64,
+    ) -> Result<(), SqlError> {
+        if self.settled_hooks().next().is_none() {
+            return Ok(());
+        }
+        let sql = store.sql();
+        let event = settled_event(&command.session_id, settlement)?;
+        self.with_cache(sql, |cache| {
+            let mut seq = None;
+            for entry in self.settled_hooks() {
+                let Some(meta) = cache.meta.get(entry.id()) else {
+                    continue;
+                };
+                if meta.behind() {
+                    Self::log(sql, cache, &mut seq, command)?;
+                    continue;
+                }
+                let call = Call::settled(&command.session_id, event.clone(), now_ms);
+                match self.call(sql, cache, entry, call)? {
+                    Ok(effects) => {
+                        // Settled hooks send nothing: timers are the only
+                        // work they can add.
+                        if effects.moves_timers() {
+                            self.rearm.set(true);
+                        }
+                        self.commit(sql, cache, entry, Some(&command.session_id), effects)?;
+                    }
+                    Err(failure) => {
+                        let at = Self::log(sql, cache, &mut seq, command)?;
+                        self.stop(sql, cache, entry, failure.reason(), Some(at - 1), now_ms)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+impl<'a> Call<'a> {
+    /// A settled hook's call for a settlement of `session_id`.
+    pub(super) fn settled(session_id: &'a str, event: Value, now_ms: i64) -> Self {
+        Call {
+            kind: "settled",
+            session: Some(SessionRef {
+                id: session_id,
+                position: None,
+            }),
+            event,
+            now_ms,
+            sends_allowed: false,
+            closed: &[],
+        }
+    }
+}
+
+impl Extensions {
+    /// The extensions with a settled hook.
+    pub(super) fn settled_hooks(&self) -> impl Iterator<Item = &Entry> {
+        self.roster
+            .entries()
+            .iter()
+            .filter(|e| e.manifest.hooks.settled)
+    }
+
+    /// Logs the settlement for the extensions that missed it, once per
+    /// settlement: its log seq.
+    fn log(
+        sql: &dyn Sql,
+        cache: &mut Cache,
+        seq: &mut Option<i64>,
+        command: &CommandRow,
+    ) -> Result<i64, SqlError> {
+        if let Some(seq) = *seq {
+            return Ok(seq);
+        }
+        cache.log_head += 1;
+        tables::log(
+            sql,
+            cache.log_head,
+            &command.session_id,
+            &command.command_id,
+        )?;
+        *seq = Some(cache.log_head);
+        Ok(cache.log_head)
+    }
+}
+
+/// The settled hook's event: the CommandSettlement and its Session.
+pub(super) fn settled_event(session_id: &str, settlement: &str) -> Result<Value, SqlError> {
+    let mut event: Value = serde_json::from_str(settlement)
+        .map_err(|e| SqlError::Decode(format!("stored settlement: {e}")))?;
+    if let Value::Object(map) = &mut event {
+        map.insert("sessionId".into(), Value::String(session_id.to_owned()));
+    }
+    Ok(event)
+}
