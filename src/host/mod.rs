@@ -175,7 +175,12 @@ impl ShiitakeCore {
         if let Err(why) = &tools {
             log_error(why);
         }
-        let extensions = files_grant::check(&tools, extensions::from_shim(extensions));
+        let own_files = match &tools {
+            Ok(Some(tools)) => Some(tools.has_own_files()),
+            Ok(None) => None,
+            Err(_) => Some(false),
+        };
+        let extensions = files_grant::check(own_files, extensions::from_shim(extensions));
         if let Err(why) = &extensions {
             log_error(why);
         }
@@ -394,6 +399,16 @@ fn js_api_error(e: ApiError) -> JsValue {
 }
 
 impl Inner {
+    /// The browser bridge, when the host configured `tools().ui` (a lean
+    /// build refuses it).
+    #[cfg(feature = "ui")]
+    fn ui(&self) -> Option<&Rc<ui::HostUi>> {
+        match &self.tools {
+            Ok(Some(tools)) => tools.ui.as_ref(),
+            _ => None,
+        }
+    }
+
     /// What a trap in code running for this object is attributed to.
     fn scope(&self, session: Option<&str>) -> blame::Scope {
         blame::Scope {

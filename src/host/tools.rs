@@ -13,12 +13,13 @@
 
 use super::bindings::{self, error_message, JsTools};
 use super::computers::{self, Computers};
-use super::files::HostPort;
+use super::files::{HostPort, Ports};
 use super::files_grant::{self, RunFiles};
 use super::files_journal::Sweep;
 use super::runner::Stopper;
 use super::ui::HostUi;
 use super::{blame, mcp, Inner};
+use crate::capability::backend::{self, Backend, Backends};
 use crate::capability::door::{self, Toolset};
 use crate::capability::Catalog;
 use crate::files::module::MODULE_ID;
@@ -198,16 +199,14 @@ fn decoded(raw: &str, spec: &Spec, fleet: Option<crate::fleet::Offer>) -> Result
 pub struct HostTools {
     pub js: JsTools,
     /// Which tools are offered, and the MCP servers' connection state.
-    pub hub: RefCell<Hub>,
+    pub hub: Rc<RefCell<Hub>>,
     /// The MCP servers' live connections.
-    pub servers: mcp::Servers,
+    pub servers: Rc<mcp::Servers>,
     /// The Files ports, by the id of the module over each.
     ports: Vec<(String, HostPort)>,
     /// The host's Computers, described at a turn's start when their list
     /// changed.
-    pub computers: Computers,
-    pub has_computers: bool,
-    pub computers_timeout_ms: u64,
+    pub computers: Rc<Computers>,
     access: AccessConfig,
     confirm_hook: bool,
     /// `execute` runs in flight in this instance.
@@ -256,7 +255,9 @@ impl HostTools {
                 js.on_unavailable(&json);
             }
         }
-        let ui = spec.ui.map(|config| Rc::new(HostUi::new(config)));
+        let ui = spec
+            .ui
+            .map(|config| Rc::new(HostUi::new(config, js.clone())));
         let hub = Hub::shared(own.tools, own.toolset, servers, retry_ms);
         let access = match spec.access {
             Some(access) => AccessConfig::parse(&access.to_string())?,
@@ -264,19 +265,19 @@ impl HostTools {
         };
         Ok(Some(HostTools {
             js,
-            hub: RefCell::new(hub),
-            servers: mcp::Servers::new(
+            hub: Rc::new(RefCell::new(hub)),
+            servers: Rc::new(mcp::Servers::new(
                 spec.mcp_timeout_ms
                     .unwrap_or(MCP_CONNECT_TIMEOUT_MS)
                     .clamp(1, MCP_CONNECT_TIMEOUT_MS),
-            ),
+            )),
             ports,
-            computers: Computers::default(),
-            has_computers: spec.computers,
-            computers_timeout_ms: spec
-                .computers_timeout_ms
-                .unwrap_or(COMPUTER_DESCRIBE_TIMEOUT_MS)
-                .clamp(1, COMPUTER_DESCRIBE_TIMEOUT_MS),
+            computers: Rc::new(Computers::new(
+                spec.computers,
+                spec.computers_timeout_ms
+                    .unwrap_or(COMPUTER_DESCRIBE_TIMEOUT_MS)
+                    .clamp(1, COMPUTER_DESCRIBE_TIMEOUT_MS),
+            )),
             access,
             confirm_hook: spec.confirm,
             executions: Cell::new(0),
@@ -289,7 +290,7 @@ impl HostTools {
 
     /// The Files port of module `module_id`: the host's own, or a
     /// described Computer's.
-    pub(super) fn port(&self, module_id: &str) -> Option<HostPort> {
+    fn module_port(&self, module_id: &str) -> Option<HostPort> {
         let find = |ports: &[(String, HostPort)]| {
             ports
                 .iter()
@@ -308,6 +309,66 @@ impl HostTools {
             config: &self.access,
             confirm_hook: self.confirm_hook,
         }
+    }
+}
+
+impl Ports for HostTools {
+    fn js(&self) -> &JsTools {
+        &self.js
+    }
+
+    fn port(&self, key: &str) -> Option<HostPort> {
+        match key.strip_prefix(&files_grant::port_key("")) {
+            Some(head) => self.run_files.port(head),
+            None => self.module_port(key),
+        }
+    }
+}
+
+/// What this Agent's host has for one call of the run headed by `head`,
+/// as [`backend::route`] asks it.
+struct Serving<'a> {
+    inner: &'a Inner,
+    tools: &'a HostTools,
+    head: &'a str,
+}
+
+impl<'a> Backends for Serving<'a> {
+    type Port = HostPort;
+    type Server = Rc<mcp::Server>;
+    type Extension = &'a crate::extension::Extensions;
+
+    fn grant_files(&self) -> Option<HostPort> {
+        self.tools.run_files.port(self.head)
+    }
+
+    fn bridge(&self) -> bool {
+        self.tools.ui.is_some()
+    }
+
+    fn extension(&self, module_id: &str) -> Option<&'a crate::extension::Extensions> {
+        self.inner
+            .extensions()
+            .filter(|ext| ext.is_tool_module(module_id))
+    }
+
+    fn files(&self, module_id: &str) -> Option<HostPort> {
+        self.tools.module_port(module_id)
+    }
+
+    fn computer(&self, module_id: &str) -> bool {
+        self.tools.hub.borrow().is_computer(module_id)
+    }
+
+    fn server(&self, module_id: &str) -> Option<Rc<mcp::Server>> {
+        let hub = self.tools.hub.borrow();
+        hub.is_server(module_id)
+            .then(|| self.tools.servers.get(module_id))
+            .flatten()
+    }
+
+    fn fleet(&self) -> bool {
+        self.inner.fleet().is_some()
     }
 }
 
@@ -346,10 +407,9 @@ impl Inner {
             Ok(None) => return Ok(Offer::default()),
             Err(why) => return Err(why.clone()),
         };
-        if let Some(me) = self.me.upgrade() {
-            let servers = mcp::connect_due(Rc::clone(&me), bindings::now_ms());
-            futures::future::join(servers, computers::refresh(me)).await;
-        }
+        let servers = mcp::connect_due(&tools.js, &tools.hub, &tools.servers, bindings::now_ms());
+        let computers = computers::refresh(&tools.js, &tools.hub, &tools.computers);
+        futures::future::join(servers, computers).await;
         let extra = match self.extensions() {
             Some(ext) if !ext.roster().is_empty() => {
                 let (modules, errors) = ext.tool_modules(self.store(), session, head);
@@ -361,10 +421,10 @@ impl Inner {
             _ => Vec::new(),
         };
         // The files grant holder's tools, captured at the run's first offer.
-        let files = self.run_files(tools, session, head);
+        let files = self.run_files(&tools.run_files, session, head);
         // Before this instance's first tool call, with its ports known.
         if tools.sweep.due() {
-            self.sweep_journals(tools).await;
+            self.sweep_journals(tools, &tools.sweep).await;
         }
         // The run borrows the browser bridge's module (seed: Knapsack.ui).
         if let Some(ui) = &tools.ui {
@@ -537,76 +597,90 @@ impl Inner {
         }
         let timeout_ms = self.config.tool_timeout_ms;
         let timed_out = || Failure::Refused(op.timed_out(timeout_ms));
-        // The files grant holder's tools of this run, on the port captured
-        // for it (the only module `files` there is: the host's own is
-        // refused beside a holder).
-        if let Some(port) = (op.module_id == MODULE_ID)
-            .then(|| tools.run_files.port(&op.of.command_id))
-            .flatten()
-        {
-            let key = files_grant::port_key(&op.of.command_id);
-            let called = self.files_call(tools, &port, &key, op, controller, timeout_ms);
-            return called.await.map(Into::into).map_err(Failure::Refused);
-        }
-        if op.module_id == crate::ui::MODULE_ID && tools.ui.is_some() {
+        let serving = Serving {
+            inner: self,
+            tools,
+            head: &op.of.command_id,
+        };
+        match backend::route(&op.module_id, &serving) {
+            // The only module `files` of the run: the host's own is refused
+            // beside a holder (`files_grant::check`).
+            Backend::GrantFiles(port) => {
+                let key = files_grant::port_key(&op.of.command_id);
+                let called = self.files_call(&tools.js, &port, &key, op, controller, timeout_ms);
+                called.await.map(Into::into).map_err(Failure::Refused)
+            }
             // Bounded within the tool timeout (`ui_call`): the call only
             // waits (for a browser to claim and answer it); nothing to abort.
-            let answered = self.ui_call(op, &controller.signal(), timeout_ms).await;
-            return answered.map(Into::into).map_err(Failure::Refused);
-        }
-        if let Some(ext) = self
-            .extensions()
-            .filter(|ext| ext.is_tool_module(&op.module_id))
-        {
-            return self.extension_tool(ext, op);
-        }
-        if let Some(port) = tools.port(&op.module_id) {
-            let called = self.files_call(tools, &port, &op.module_id, op, controller, timeout_ms);
-            return called.await.map(Into::into).map_err(Failure::Refused);
-        }
-        if tools.hub.borrow().is_computer(&op.module_id) {
-            let name = op.module_id.strip_prefix("computers.").unwrap_or_default();
-            let invocation = op.invocation(bindings::now_ms(), timeout_ms);
-            let invocation = serde_json::to_string(&invocation).unwrap_or_default();
-            let signal = controller.signal();
-            let called =
-                computers::call(tools, name, &op.operation, &op.args, &invocation, &signal);
-            let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
-                .await
-                .ok_or_else(timed_out)?
-                .map_err(Failure::Refused)?;
-            return Ok(result.into());
-        }
-        let server = tools
-            .hub
-            .borrow()
-            .is_server(&op.module_id)
-            .then(|| tools.servers.get(&op.module_id))
-            .flatten();
-        if let Some(server) = server {
-            let signal = controller.signal();
-            let called = server.call(&tools.js, &op.operation, &op.args, &signal, report);
-            let (result, images) =
-                bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
+            Backend::Ui => {
+                let answered = self.ui_call(op, &controller.signal(), timeout_ms).await;
+                answered.map(Into::into).map_err(Failure::Refused)
+            }
+            Backend::Extension(ext) => self.extension_tool(ext, op),
+            Backend::Files(port) => {
+                let called =
+                    self.files_call(&tools.js, &port, &op.module_id, op, controller, timeout_ms);
+                called.await.map(Into::into).map_err(Failure::Refused)
+            }
+            Backend::Computer(name) => {
+                let invocation = op.invocation(bindings::now_ms(), timeout_ms);
+                let invocation = serde_json::to_string(&invocation).unwrap_or_default();
+                let signal = controller.signal();
+                let called = computers::call(
+                    &tools.js,
+                    name,
+                    &op.operation,
+                    &op.args,
+                    &invocation,
+                    &signal,
+                );
+                let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
                     .await
                     .ok_or_else(timed_out)?
                     .map_err(Failure::Refused)?;
-            return Ok(OperationResult {
-                result,
-                data: None,
-                images,
-            });
+                Ok(result.into())
+            }
+            Backend::Mcp(server) => {
+                let signal = controller.signal();
+                let called = server.call(&tools.js, &op.operation, &op.args, &signal, report);
+                let (result, images) =
+                    bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
+                        .await
+                        .ok_or_else(timed_out)?
+                        .map_err(Failure::Refused)?;
+                Ok(OperationResult {
+                    result,
+                    data: None,
+                    images,
+                })
+            }
+            // An async call is linked even where never reached: cut in a
+            // lean build (whose host has no fleet, so no call routes here).
+            #[cfg(feature = "fleet")]
+            Backend::Fleet => {
+                let called = self.fleet_operation(op, controller);
+                let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
+                    .await
+                    .ok_or_else(timed_out)?
+                    .map_err(Failure::Refused)?;
+                Ok(result.into())
+            }
+            #[cfg(not(feature = "fleet"))]
+            Backend::Fleet => Err(Failure::Refused(crate::fleet::UNAVAILABLE.to_owned())),
+            Backend::Host => self.host_tool(tools, op, controller, report).await,
         }
-        // An async call is linked even where never reached: cut in a lean build.
-        #[cfg(feature = "fleet")]
-        if op.module_id == crate::fleet::MODULE_ID && self.fleet().is_some() {
-            let called = self.fleet_operation(op, controller);
-            let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
-                .await
-                .ok_or_else(timed_out)?
-                .map_err(Failure::Refused)?;
-            return Ok(result.into());
-        }
+    }
+
+    /// Performs a host Worker's own tool through the shim's `invoke`.
+    async fn host_tool(
+        &self,
+        tools: &HostTools,
+        op: &OperationCall,
+        controller: &web_sys::AbortController,
+        report: &js_sys::Function,
+    ) -> Result<OperationResult, Failure> {
+        let timeout_ms = self.config.tool_timeout_ms;
+        let timed_out = || Failure::Refused(op.timed_out(timeout_ms));
         let invocation = op.invocation(bindings::now_ms(), timeout_ms);
         let invocation = serde_json::to_string(&invocation).unwrap_or_default();
         let reply = tools.js.invoke(
