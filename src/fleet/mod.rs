@@ -18,6 +18,7 @@
 
 pub mod directory;
 pub mod member;
+pub mod steps;
 
 use crate::agent;
 use crate::capability::{Module, ModuleSpec};
