@@ -41,6 +41,7 @@ use crate::run::operation::{
 };
 use crate::run::tools::{undone_output, ToolOutput};
 use futures::future::{select, Either};
+use futures::FutureExt;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -372,6 +373,12 @@ impl<'a> Backends for Serving<'a> {
     }
 }
 
+/// The invocation context a host tool or Computer is handed (JSON).
+fn invocation(op: &OperationCall, timeout_ms: u64) -> String {
+    let invocation = op.invocation(bindings::now_ms(), timeout_ms);
+    serde_json::to_string(&invocation).unwrap_or_default()
+}
+
 fn prefixed(e: &str) -> String {
     if e.starts_with('[') {
         e.to_owned()
@@ -595,8 +602,19 @@ impl Inner {
             Gate::Refused(why) => return Err(Failure::Refused(why)),
             Gate::Stale | Gate::Confirm(_) => return Err(Failure::Stale),
         }
+        self.perform(tools, op, controller, report).await
+    }
+
+    /// Performs a call that passed its gate, on the backend the core names
+    /// (`capability::backend::route`), within the tool timeout.
+    async fn perform(
+        &self,
+        tools: &HostTools,
+        op: &OperationCall,
+        controller: &web_sys::AbortController,
+        report: &js_sys::Function,
+    ) -> Result<OperationResult, Failure> {
         let timeout_ms = self.config.tool_timeout_ms;
-        let timed_out = || Failure::Refused(op.timed_out(timeout_ms));
         let serving = Serving {
             inner: self,
             tools,
@@ -623,31 +641,16 @@ impl Inner {
                 called.await.map(Into::into).map_err(Failure::Refused)
             }
             Backend::Computer(name) => {
-                let invocation = op.invocation(bindings::now_ms(), timeout_ms);
-                let invocation = serde_json::to_string(&invocation).unwrap_or_default();
-                let signal = controller.signal();
-                let called = computers::call(
-                    &tools.js,
-                    name,
-                    &op.operation,
-                    &op.args,
-                    &invocation,
-                    &signal,
-                );
-                let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
-                    .await
-                    .ok_or_else(timed_out)?
-                    .map_err(Failure::Refused)?;
-                Ok(result.into())
+                let (invocation, signal) = (invocation(op, timeout_ms), controller.signal());
+                let (operation, args) = (&op.operation, &op.args);
+                let called =
+                    computers::call(&tools.js, name, operation, args, &invocation, &signal);
+                Ok(self.bounded(op, called, controller).await?.into())
             }
             Backend::Mcp(server) => {
                 let signal = controller.signal();
                 let called = server.call(&tools.js, &op.operation, &op.args, &signal, report);
-                let (result, images) =
-                    bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
-                        .await
-                        .ok_or_else(timed_out)?
-                        .map_err(Failure::Refused)?;
+                let (result, images) = self.bounded(op, called, controller).await?;
                 Ok(OperationResult {
                     result,
                     data: None,
@@ -659,48 +662,39 @@ impl Inner {
             #[cfg(feature = "fleet")]
             Backend::Fleet => {
                 let called = self.fleet_operation(op, controller);
-                let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
-                    .await
-                    .ok_or_else(timed_out)?
-                    .map_err(Failure::Refused)?;
-                Ok(result.into())
+                Ok(self.bounded(op, called, controller).await?.into())
             }
             #[cfg(not(feature = "fleet"))]
             Backend::Fleet => Err(Failure::Refused(crate::fleet::UNAVAILABLE.to_owned())),
-            Backend::Host => self.host_tool(tools, op, controller, report).await,
+            Backend::Host => {
+                let reply = tools.js.invoke(
+                    &op.module_id,
+                    &op.operation,
+                    &op.args.to_string(),
+                    &invocation(op, timeout_ms),
+                    &controller.signal(),
+                    report,
+                );
+                let reply = JsFuture::from(reply).map(|r| r.map_err(|e| error_message(&e)));
+                let reply = self.bounded(op, reply, controller).await?;
+                operation_reply(&reply.as_string().unwrap_or_default()).map_err(Failure::Refused)
+            }
         }
     }
 
-    /// Performs a host Worker's own tool through the shim's `invoke`.
-    async fn host_tool(
+    /// `called` within the tool timeout and the abort grace after it:
+    /// refused as timed out past them.
+    async fn bounded<T>(
         &self,
-        tools: &HostTools,
         op: &OperationCall,
+        called: impl std::future::Future<Output = Result<T, String>>,
         controller: &web_sys::AbortController,
-        report: &js_sys::Function,
-    ) -> Result<OperationResult, Failure> {
+    ) -> Result<T, Failure> {
         let timeout_ms = self.config.tool_timeout_ms;
-        let timed_out = || Failure::Refused(op.timed_out(timeout_ms));
-        let invocation = op.invocation(bindings::now_ms(), timeout_ms);
-        let invocation = serde_json::to_string(&invocation).unwrap_or_default();
-        let reply = tools.js.invoke(
-            &op.module_id,
-            &op.operation,
-            &op.args.to_string(),
-            &invocation,
-            &controller.signal(),
-            report,
-        );
-        let reply = bindings::within(
-            JsFuture::from(reply),
-            timeout_ms,
-            controller,
-            TOOL_ABORT_GRACE_MS,
-        )
-        .await
-        .ok_or_else(timed_out)?
-        .map_err(|e| Failure::Refused(error_message(&e)))?;
-        operation_reply(&reply.as_string().unwrap_or_default()).map_err(Failure::Refused)
+        bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
+            .await
+            .ok_or_else(|| Failure::Refused(op.timed_out(timeout_ms)))?
+            .map_err(Failure::Refused)
     }
 
     /// Runs an extension command the model called, scoped to the run's
