@@ -35,6 +35,7 @@ mod models;
 mod runner;
 mod serve;
 mod sql;
+mod toolbox;
 mod tools;
 #[cfg_attr(not(feature = "ui"), path = "ui_left_out.rs")]
 mod ui;
@@ -74,7 +75,7 @@ struct Inner {
     config: HostConfig,
     /// The host Worker's tools (`ShiitakeDO#tools()`), or why they are
     /// unusable (every turn then fails saying so).
-    tools: Result<Option<tools::HostTools>, String>,
+    tools: Result<Option<toolbox::HostTools>, String>,
     /// The host's extensions (`ShiitakeDO#extensions()`), or why the roster
     /// is unusable (every request is then refused saying so).
     extensions: Result<crate::extension::Extensions, String>,
@@ -171,7 +172,7 @@ impl ShiitakeCore {
             .ok()
             .and_then(|f| f.as_ref())
             .map(|f| f.offer);
-        let tools = tools::HostTools::new(tools, offer);
+        let tools = toolbox::HostTools::new(tools, offer);
         if let Err(why) = &tools {
             log_error(why);
         }
