@@ -369,23 +369,7 @@ impl Steps {
                 let models = models.map_err(|why| format!("{name}: {why}"))?;
                 Action::Done(Ok(json!({ "models": models })))
             }
-            (Stage::Creating, Outcome::Peer(peer)) => {
-                let entry: Entry = self.directory_value(peer)?;
-                // The new Agent's explicit model (the Agent layer of its
-                // model preference), checked by its own host; a retried
-                // create answers the same entry and sets it again.
-                let Some(model) = entry.model.clone() else {
-                    return Ok(self.describe(vec![entry], Shape::Created));
-                };
-                let reasoning = entry
-                    .reasoning
-                    .as_deref()
-                    .map(Reasoning::parse)
-                    .transpose()?;
-                let choice = Choice { model, reasoning };
-                let agent_id = entry.agent_id.clone();
-                self.set_model(agent_id, &choice, Some(entry))?
-            }
+            (Stage::Creating, Outcome::Peer(peer)) => self.created(peer)?,
             (Stage::Listing, Outcome::Peer(peer)) => {
                 let page: Page = self.directory_value(peer)?;
                 let shape = Shape::Page {
@@ -403,28 +387,7 @@ impl Steps {
                 Action::Peer(PeerCall::Member { agent_id, request })
             }
             (Stage::Member { agent_id, archived }, Outcome::Peer(peer)) => {
-                let verb = verb(archived);
-                match peer {
-                    Peer::Value(v) => match serde_json::from_value::<MemberAnswer>(v) {
-                        Ok(MemberAnswer::Busy { reason, message }) => {
-                            return Err(format!("{verb}:{reason}: Agent `{agent_id}`: {message}"))
-                        }
-                        Ok(_) => {}
-                        Err(e) => {
-                            return Err(format!(
-                                "{name}: Agent `{agent_id}` answered malformed facts: {e}"
-                            ))
-                        }
-                    },
-                    Peer::Refused(e) if UNREADABLE.contains(&e.code.as_str()) => {
-                        return Err(format!(
-                            "{verb}:unreadable: Agent `{agent_id}`'s store cannot answer ({}: {})",
-                            e.code, e.message
-                        ))
-                    }
-                    Peer::Refused(e) => return Err(refusal_text(&name, e)),
-                    Peer::Failed(why) => return Err(unreachable_text(&name, &agent_id, why)),
-                }
+                self.member_set(&agent_id, archived, peer)?;
                 self.stage = Stage::Committing;
                 Action::Directory(Request::SetArchived {
                     caller: self.self_id.clone(),
@@ -446,6 +409,47 @@ impl Steps {
                 ))
             }
         })
+    }
+
+    /// The directory created (or, retried, found) the Agent: its explicit
+    /// model is set next (the Agent layer of its model preference), checked
+    /// by its own host, else it is described.
+    fn created(&mut self, peer: Peer) -> Result<Action, String> {
+        let entry: Entry = self.directory_value(peer)?;
+        let Some(model) = entry.model.clone() else {
+            return Ok(self.describe(vec![entry], Shape::Created));
+        };
+        let reasoning = entry
+            .reasoning
+            .as_deref()
+            .map(Reasoning::parse)
+            .transpose()?;
+        let choice = Choice { model, reasoning };
+        let agent_id = entry.agent_id.clone();
+        self.set_model(agent_id, &choice, Some(entry))
+    }
+
+    /// The target's answer to its archive flag: set, or why not (refusals
+    /// lead with `archive:<reason>`, `unarchive:…`).
+    fn member_set(&self, agent_id: &str, archived: bool, peer: Peer) -> Result<(), String> {
+        let (name, verb) = (&self.name, verb(archived));
+        match peer {
+            Peer::Value(v) => match serde_json::from_value::<MemberAnswer>(v) {
+                Ok(MemberAnswer::Busy { reason, message }) => {
+                    Err(format!("{verb}:{reason}: Agent `{agent_id}`: {message}"))
+                }
+                Ok(_) => Ok(()),
+                Err(e) => Err(format!(
+                    "{name}: Agent `{agent_id}` answered malformed facts: {e}"
+                )),
+            },
+            Peer::Refused(e) if UNREADABLE.contains(&e.code.as_str()) => Err(format!(
+                "{verb}:unreadable: Agent `{agent_id}`'s store cannot answer ({}: {})",
+                e.code, e.message
+            )),
+            Peer::Refused(e) => Err(refusal_text(name, e)),
+            Peer::Failed(why) => Err(unreachable_text(name, agent_id, why)),
+        }
     }
 
     /// The first action of decoded `call` (after registering).
