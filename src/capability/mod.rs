@@ -27,6 +27,7 @@
 //! `confirm` and `replaySafe` default to `false`: an operation is assumed
 //! unsafe to repeat unless its source says otherwise.
 
+pub mod backend;
 pub mod door;
 pub mod name;
 pub mod schema;

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 /// The files module's id at the top level; a Computer's is
 /// `computers.<name>.files`.
-pub const MODULE_ID: &str = "files";
+pub const MODULE_ID: &str = crate::capability::backend::own::FILES;
 /// The patch operation, offered as the direct tool `apply_patch`.
 pub const APPLY_PATCH: &str = "apply_patch";
 

@@ -14,6 +14,8 @@ use std::ops::Bound;
 use serde::{Deserialize, Serialize};
 
 use crate::files::path::{is_within, parent};
+#[cfg(not(feature = "files-search"))]
+use crate::files::visibility::UNAVAILABLE;
 use crate::files::visibility::{Hidden, Visibility};
 use crate::limits::{
     FILES_SEARCH_QUERY_BYTES_MAX, FILES_SEARCH_REGEX_BYTES_MAX, FILE_PATH_BYTES_MAX,
@@ -189,12 +191,6 @@ pub fn list(
     };
     Ok(Listing { entries, next })
 }
-
-/// Why a search, a glob or an ignore file cannot be used in a build without
-/// the `files-search` feature.
-pub const UNAVAILABLE: &str = "this wasm was built without the `files-search` Cargo feature \
-    (a lean build, SHIITAKE_LEAN=1), which searches files and applies globs and .gitignore \
-    patterns; build with default features";
 
 /// What a search looks for in each line: a literal (default) or a regex,
 /// case-insensitive unless asked otherwise.

@@ -26,6 +26,12 @@ type Gitignore = std::convert::Infallible;
 use crate::files::path;
 use crate::limits::{IGNORE_BYTES_MAX, IGNORE_FILES_MAX, IGNORE_FILE_BYTES_MAX};
 
+/// Why a search, a glob or an ignore file cannot be used in a build without
+/// the `files-search` feature (here, below the search that also says it).
+pub const UNAVAILABLE: &str = "this wasm was built without the `files-search` Cargo feature \
+    (a lean build, SHIITAKE_LEAN=1), which searches files and applies globs and .gitignore \
+    patterns; build with default features";
+
 /// One ignore file's text as an adapter supplies it: `dir` is the canonical
 /// root-relative directory holding it (`""` = root).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +55,7 @@ pub enum VisibilityError {
     Duplicate(String),
     #[error("the .gitignore in {} cannot be compiled: {reason}", shown(.dir))]
     Compile { dir: String, reason: String },
-    #[error("the .gitignore in {} cannot be applied: {}", shown(.0), crate::files::search::UNAVAILABLE)]
+    #[error("the .gitignore in {} cannot be applied: {}", shown(.0), UNAVAILABLE)]
     Unavailable(String),
 }
 

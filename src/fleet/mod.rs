@@ -18,6 +18,7 @@
 
 pub mod directory;
 pub mod member;
+pub mod steps;
 
 use crate::agent;
 use crate::capability::{Module, ModuleSpec};
@@ -39,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 /// The module's id (and its grant key).
-pub const MODULE_ID: &str = "agents";
+pub const MODULE_ID: &str = crate::capability::backend::own::AGENTS;
 
 /// Why a fleet is refused in a build without the `fleet` feature.
 pub const UNAVAILABLE: &str = "this wasm was built without the `fleet` Cargo feature (a lean \

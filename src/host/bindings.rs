@@ -169,6 +169,7 @@ extern "C" {
     pub fn validate(this: &JsMeta, meta: &str) -> String;
 
     /// The shim's tool host (`js/do.mjs`).
+    #[derive(Clone)]
     pub type JsTools;
 
     /// `{modules, direct, access, confirm, loader, ...}` as JSON.

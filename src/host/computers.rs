@@ -5,12 +5,11 @@
 //! start, describes every Computer at once under the describe timeout when
 //! the list changed, and carries calls with their invocation context.
 
-use super::bindings::{self, error_message, log_warn};
+use super::bindings::{self, error_message, log_warn, JsTools};
 use super::files::HostPort;
-use super::tools::HostTools;
-use super::Inner;
 use crate::computer::{self, Connection, Described, Reply, Round};
 use crate::files::module::module as files_module;
+use crate::mcp::Hub;
 use futures::future::{join_all, LocalBoxFuture, Shared};
 use futures::FutureExt;
 use serde::Deserialize;
@@ -19,12 +18,26 @@ use std::rc::Rc;
 use wasm_bindgen_futures::JsFuture;
 
 /// The Computers' live state in this instance.
-#[derive(Default)]
 pub struct Computers {
+    /// Whether the host lists Computers (`tools().computers`).
+    listed: bool,
+    /// Bound on describing them, at most `COMPUTER_DESCRIBE_TIMEOUT_MS`.
+    timeout_ms: u64,
     /// The description round in progress, which concurrent turns share.
     round: RefCell<Option<Shared<LocalBoxFuture<'static, ()>>>>,
     /// The files ports of the Computers offered, by files module id.
     pub ports: RefCell<Vec<(String, HostPort)>>,
+}
+
+impl Computers {
+    pub fn new(listed: bool, timeout_ms: u64) -> Computers {
+        Computers {
+            listed,
+            timeout_ms,
+            round: RefCell::default(),
+            ports: RefCell::default(),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -39,57 +52,57 @@ struct Listed {
 /// last description, or a Computer was dropped and the retry interval
 /// passed (or waits for the round in progress). A list the host
 /// cannot give keeps the Computers described before, and is logged.
-pub async fn refresh(me: Rc<Inner>) {
-    let Ok(Some(tools)) = &me.tools else { return };
-    if !tools.has_computers {
+pub async fn refresh(js: &JsTools, hub: &Rc<RefCell<Hub>>, computers: &Rc<Computers>) {
+    if !computers.listed {
         return;
     }
-    let pending = tools.computers.round.borrow().clone();
+    let pending = computers.round.borrow().clone();
     if let Some(round) = pending {
         return round.await;
     }
-    let list = match read_list(tools) {
+    let list = match read_list(js) {
         Ok(list) => list,
         Err(why) => return log_warn(format!("tools().computers: {why}")),
     };
     let digest = computer::list_digest(&list);
-    if !tools.hub.borrow().computers_due(digest, bindings::now_ms()) {
+    if !hub.borrow().computers_due(digest, bindings::now_ms()) {
         return;
     }
-    let inner = Rc::clone(&me);
-    let round = async move {
-        let Ok(Some(tools)) = &inner.tools else {
-            return;
-        };
-        describe_all(tools, list, digest).await;
-        tools.computers.round.borrow_mut().take();
+    let (js, hub, computers) = (js.clone(), Rc::clone(hub), Rc::clone(computers));
+    let round = {
+        let computers = Rc::clone(&computers);
+        async move {
+            describe_all(&js, &hub, &computers, list, digest).await;
+            computers.round.borrow_mut().take();
+        }
     }
     .boxed_local()
     .shared();
-    *tools.computers.round.borrow_mut() = Some(round.clone());
+    *computers.round.borrow_mut() = Some(round.clone());
     round.await;
 }
 
-fn read_list(tools: &HostTools) -> Result<Vec<Connection>, String> {
-    let listed: Listed =
-        crate::json::from_text(&tools.js.computers_list()).map_err(|e| e.to_string())?;
+fn read_list(js: &JsTools) -> Result<Vec<Connection>, String> {
+    let listed: Listed = crate::json::from_text(&js.computers_list()).map_err(|e| e.to_string())?;
     if let Some(error) = listed.error {
         return Err(error);
     }
     computer::decode_list(listed.list.unwrap_or_default())
 }
 
-async fn describe_all(tools: &HostTools, list: Vec<Connection>, digest: u64) {
-    let timeout_ms = tools.computers_timeout_ms;
+async fn describe_all(
+    js: &JsTools,
+    hub: &RefCell<Hub>,
+    computers: &Computers,
+    list: Vec<Connection>,
+    digest: u64,
+) {
+    let timeout_ms = computers.timeout_ms;
     let attempts = list.into_iter().map(|connection| async move {
         let Ok(controller) = web_sys::AbortController::new() else {
             return (connection, Described::Rejected("could not be asked".into()));
         };
-        let asked = JsFuture::from(
-            tools
-                .js
-                .computer_describe(&connection.name, &controller.signal()),
-        );
+        let asked = JsFuture::from(js.computer_describe(&connection.name, &controller.signal()));
         let described = match bindings::within(asked, timeout_ms, &controller, 0).await {
             None => Described::TimedOut,
             Some(Ok(text)) => Described::Advertised(text.as_string().unwrap_or_default()),
@@ -120,11 +133,9 @@ async fn describe_all(tools: &HostTools, list: Vec<Connection>, digest: u64) {
     }
     let (connections, modules): (Vec<_>, Vec<_>) = offered.into_iter().unzip();
     let dropped = !reports.is_empty();
-    let refused =
-        tools
-            .hub
-            .borrow_mut()
-            .set_computers(digest, modules, dropped, bindings::now_ms());
+    let refused = hub
+        .borrow_mut()
+        .set_computers(digest, modules, dropped, bindings::now_ms());
     for (module_id, why) in refused {
         if let Some(c) = connections.iter().find(|c| c.module_id() == module_id) {
             reports.push(unavailable(c, why));
@@ -132,14 +143,14 @@ async fn describe_all(tools: &HostTools, list: Vec<Connection>, digest: u64) {
             ports.retain(|(id, _)| Some(id) != files.as_ref());
         }
     }
-    *tools.computers.ports.borrow_mut() = ports;
+    *computers.ports.borrow_mut() = ports;
     for report in &reports {
         log_warn(format!(
             "Computer `{}` is unavailable: {}",
             report.name, report.reason
         ));
         if let Ok(json) = serde_json::to_string(report) {
-            tools.js.on_unavailable(&json);
+            js.on_unavailable(&json);
         }
     }
 }
@@ -155,22 +166,17 @@ fn unavailable(connection: &Connection, reason: String) -> computer::Unavailable
 /// One call of a Computer's advertised operation, with the invocation
 /// context (execution id, deadline; the abort signal beside it).
 pub async fn call(
-    tools: &HostTools,
+    js: &JsTools,
     name: &str,
     operation: &str,
     args: &serde_json::Value,
     invocation: &str,
     signal: &web_sys::AbortSignal,
 ) -> Result<serde_json::Value, String> {
-    let reply = JsFuture::from(tools.js.computer_call(
-        name,
-        operation,
-        &args.to_string(),
-        invocation,
-        signal,
-    ))
-    .await
-    .map_err(|e| error_message(&e))?;
+    let reply =
+        JsFuture::from(js.computer_call(name, operation, &args.to_string(), invocation, signal))
+            .await
+            .map_err(|e| error_message(&e))?;
     match computer::call_reply(&reply.as_string().unwrap_or_default())? {
         Reply::Result(value) => Ok(value),
         Reply::Error(why) => Err(why),

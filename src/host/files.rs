@@ -7,7 +7,6 @@
 
 use super::bindings::{error_message, now_ms, within_or_stopped, JsTools};
 use super::sql::DoSql;
-use super::tools::HostTools;
 use super::Inner;
 use crate::files::journal::{self, Journaled, Owner};
 use crate::files::module;
@@ -29,6 +28,17 @@ pub enum HostPort {
     /// `stepwise`: its `replace` is atomic for one change only, so a patch
     /// is journaled.
     Js { patches: bool, stepwise: bool },
+}
+
+/// The host's Files ports as the files code finds them (`tools.rs` keeps
+/// them): the shim, and the port under the shim's key. A lean build undoes
+/// no journal, the only user of both.
+#[cfg_attr(not(feature = "files"), allow(dead_code))]
+pub(super) trait Ports {
+    fn js(&self) -> &JsTools;
+    /// The port under `key` as offered now: a module id, or a files grant
+    /// holder's run key (`files_grant::port_key`).
+    fn port(&self, key: &str) -> Option<HostPort>;
 }
 
 /// A JS port, borrowed for one call.
@@ -243,7 +253,7 @@ impl Inner {
     /// when the Agent next starts ([`Inner::sweep_journals`]).
     pub(super) async fn files_call(
         &self,
-        tools: &HostTools,
+        js: &JsTools,
         port: &HostPort,
         key: &str,
         op: &OperationCall,
@@ -251,7 +261,7 @@ impl Inner {
         timeout_ms: u64,
     ) -> Result<Value, String> {
         let signal = controller.signal();
-        let called = port.call(key, &self.sql, &tools.js, op, now_ms(), &signal);
+        let called = port.call(key, &self.sql, js, op, now_ms(), &signal);
         match within_or_stopped(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS).await {
             Ok(done) => done,
             Err(Some(done)) if port.stepwise() => done,

@@ -15,7 +15,6 @@
 
 use super::bindings::{log_error, JsTools};
 use super::files::HostPort;
-use super::tools::HostTools;
 use super::Inner;
 use crate::extension::files_grant::FilesPort;
 use crate::extension::Extensions;
@@ -59,9 +58,11 @@ impl RunFiles {
 }
 
 /// The roster, refused when the files grant cannot be honoured: the host's
-/// own Files would be shadowed, or there is no tool runtime.
+/// own Files would be shadowed, or there is no tool runtime. `own_files`:
+/// `None` when `tools()` returned nothing, else whether it configures the
+/// host's own Files (a `tools()` refused on its own counts as none).
 pub(super) fn check(
-    tools: &Result<Option<HostTools>, String>,
+    own_files: Option<bool>,
     extensions: Result<Extensions, String>,
 ) -> Result<Extensions, String> {
     let ext = extensions?;
@@ -72,17 +73,17 @@ pub(super) fn check(
     if let Err(e) = crate::extension::files_grant::files_module(false) {
         return Err(format!("extension {id} holds the files grant: {}", e.0));
     }
-    match tools {
-        Ok(Some(tools)) if tools.has_own_files() => Err(format!(
+    match own_files {
+        Some(true) => Err(format!(
             "extension {id} holds the files grant and tools().files configures the host's own \
              Files: both would be the module `{MODULE_ID}` with the same direct tools (read, \
              write, ...); keep one (drop tools().files or the roster's files grant)"
         )),
-        Ok(None) => Err(format!(
+        None => Err(format!(
             "extension {id} holds the files grant, which needs the host's tool runtime: tools() \
              returned nothing (return at least {{}})"
         )),
-        _ => Ok(ext),
+        Some(false) => Ok(ext),
     }
 }
 
@@ -90,8 +91,8 @@ impl Inner {
     /// The files tools of the run headed by `head`: `Some(patches)` when
     /// the holder gave it a port. The holder's builder runs at the run's
     /// first offer only; later offers (each step) reuse its answer.
-    pub(super) fn run_files(&self, tools: &HostTools, session: &str, head: &str) -> Option<bool> {
-        if let Some(captured) = tools.run_files.0.borrow().get(head) {
+    pub(super) fn run_files(&self, files: &RunFiles, session: &str, head: &str) -> Option<bool> {
+        if let Some(captured) = files.0.borrow().get(head) {
             return captured.as_ref().map(HostPort::patches);
         }
         let ext = self.extensions()?;
@@ -111,7 +112,7 @@ impl Inner {
                     .ok()
             });
         let patches = port.as_ref().map(HostPort::patches);
-        tools.run_files.0.borrow_mut().insert(head.to_owned(), port);
+        files.0.borrow_mut().insert(head.to_owned(), port);
         patches
     }
 }

@@ -5,10 +5,8 @@
 //! feature) writes no journal: `files_journal_left_out.rs`.
 
 use super::bindings::{log_error, within, JsTools};
-use super::files::{HostPort, JsPort};
-use super::files_grant;
+use super::files::{HostPort, JsPort, Ports};
 use super::sql::DoSql;
-use super::tools::HostTools;
 use super::Inner;
 use crate::files::journal::{self, Owner, Undone};
 use crate::run::operation::CallRef;
@@ -39,19 +37,17 @@ impl Sweep {
 
 impl Inner {
     /// The port a journal was written through, by its key, as offered now.
-    fn journal_port(&self, tools: &HostTools, key: &str) -> Result<HostPort, String> {
-        let port = match key.strip_prefix(&files_grant::port_key("")) {
-            Some(head) => tools.run_files.port(head),
-            None => tools.port(key),
-        };
-        port.ok_or_else(|| format!("its files port `{key}` is not offered now"))
+    fn journal_port(&self, tools: &impl Ports, key: &str) -> Result<HostPort, String> {
+        tools
+            .port(key)
+            .ok_or_else(|| format!("its files port `{key}` is not offered now"))
     }
 
     /// Undoes the patches call `of` left journaled (a restart stopped it
     /// while it wrote them), within the tool timeout: how, for the model.
     pub(super) async fn undo_call(
         &self,
-        tools: &HostTools,
+        tools: &impl Ports,
         of: &CallRef,
         controller: &web_sys::AbortController,
     ) -> String {
@@ -65,7 +61,7 @@ impl Inner {
             let mut failed = Vec::new();
             for j in left {
                 let port = self.journal_port(tools, &j.owner.port);
-                match recover(port, &j.owner.port, &self.sql, &tools.js, j.id, &signal).await {
+                match recover(port, &j.owner.port, &self.sql, tools.js(), j.id, &signal).await {
                     Ok(one) => undone.merge(one),
                     Err(e) => failed.push(e),
                 }
@@ -96,7 +92,7 @@ impl Inner {
     /// then. Those of a
     /// call still open are undone when it resumes ([`Inner::undo_call`]),
     /// which tells the model; these only the log hears of.
-    pub(super) async fn sweep_journals(&self, tools: &HostTools) {
+    pub(super) async fn sweep_journals(&self, tools: &impl Ports, sweep: &Sweep) {
         let left = match journal::journals(&self.sql, None) {
             Ok(left) => left,
             Err(e) => return log_error(format!("files patch journals unreadable: {e}")),
@@ -105,29 +101,32 @@ impl Inner {
             return;
         };
         let signal = controller.signal();
-        let sweep = async {
-            for j in left {
-                if j.created_at >= tools.sweep.opened_ms || !self.orphaned(&j.owner) {
-                    continue;
-                }
-                let port = self.journal_port(tools, &j.owner.port);
-                let outcome =
-                    match recover(port, &j.owner.port, &self.sql, &tools.js, j.id, &signal).await {
-                        Ok(undone) => undone.describe(),
-                        Err(e) => format!("not undone: {e}"),
-                    };
-                let Owner {
-                    session_id,
-                    command_id,
-                    call_id,
-                    ..
-                } = &j.owner;
-                log_error(format!(
-                    "the files patch of tool call {call_id} (Session {session_id}, turn \
+        let sweep =
+            async {
+                for j in left {
+                    if j.created_at >= sweep.opened_ms || !self.orphaned(&j.owner) {
+                        continue;
+                    }
+                    let port = self.journal_port(tools, &j.owner.port);
+                    let outcome =
+                        match recover(port, &j.owner.port, &self.sql, tools.js(), j.id, &signal)
+                            .await
+                        {
+                            Ok(undone) => undone.describe(),
+                            Err(e) => format!("not undone: {e}"),
+                        };
+                    let Owner {
+                        session_id,
+                        command_id,
+                        call_id,
+                        ..
+                    } = &j.owner;
+                    log_error(format!(
+                        "the files patch of tool call {call_id} (Session {session_id}, turn \
                      {command_id}) that a restart stopped was {outcome}"
-                ));
-            }
-        };
+                    ));
+                }
+            };
         let timeout_ms = self.config.tool_timeout_ms;
         if within(sweep, timeout_ms, &controller, 0).await.is_none() {
             log_error(format!(

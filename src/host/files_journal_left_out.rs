@@ -1,7 +1,7 @@
 //! `files_journal.rs` in a lean build (no `files` Cargo feature): it has
 //! no files module, so it writes no patch journal and has none to undo.
 
-use super::tools::HostTools;
+use super::files::Ports;
 use super::Inner;
 use crate::run::operation::CallRef;
 
@@ -20,12 +20,12 @@ impl Sweep {
 impl Inner {
     pub(super) async fn undo_call(
         &self,
-        _: &HostTools,
+        _: &impl Ports,
         _: &CallRef,
         _: &web_sys::AbortController,
     ) -> String {
         "not undone: this build has no files module".to_owned()
     }
 
-    pub(super) async fn sweep_journals(&self, _: &HostTools) {}
+    pub(super) async fn sweep_journals(&self, _: &impl Ports, _: &Sweep) {}
 }

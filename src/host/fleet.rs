@@ -28,6 +28,8 @@ use super::{blame, Inner, ShiitakeCore};
 use crate::error::ApiError;
 use crate::fleet::directory::{self, Request};
 use crate::fleet::member;
+pub(super) use crate::fleet::steps::Peer;
+use crate::fleet::steps::{directory_answer, MODEL_REJECTED};
 use crate::fleet::{self, Offer, ReadQuery, WaitAnswer};
 use crate::limits::{FLEET_CALL_TIMEOUT_MS, FLEET_WAIT_TIMEOUT_MS_MAX};
 use crate::mail::{self, Acceptance, Mail};
@@ -43,10 +45,7 @@ use wasm_bindgen_futures::JsFuture;
 #[cfg(feature = "fleet")]
 use {
     crate::fleet::directory::Entry,
-    crate::fleet::member::MemberAnswer,
-    crate::fleet::{Call, RecallAnswer},
-    crate::mail::{Address, Outgoing},
-    crate::model::preference::Reasoning,
+    crate::fleet::steps::{Action, Caller, Outcome, PeerCall, Steps},
     crate::run::operation::OperationCall,
 };
 
@@ -138,46 +137,6 @@ impl HostFleet {
     }
 }
 
-#[cfg(feature = "fleet")]
-/// What the model sees of a peer's refusal of call `name`.
-fn refusal_text(name: &str, e: PeerError) -> String {
-    format!("{name}: {}: {}", e.code, e.message)
-}
-
-#[cfg(feature = "fleet")]
-/// What the model sees when call `name` could not reach `agent`.
-fn unreachable_text(name: &str, agent: &str, why: String) -> String {
-    format!("{name}: Agent `{agent}` could not be reached: {why}")
-}
-
-/// A peer's answer `{value}` or `{error: {code, status, message}}`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Answer {
-    #[serde(default)]
-    value: Option<Value>,
-    #[serde(default)]
-    error: Option<PeerError>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct PeerError {
-    pub code: String,
-    #[serde(default)]
-    pub status: Option<u16>,
-    pub message: String,
-}
-
-/// What a call to a peer came to.
-pub(super) enum Peer {
-    Value(Value),
-    /// The peer refused (its answer's error).
-    Refused(PeerError),
-    /// Unreachable, timed out or malformed: why.
-    Failed(String),
-}
-
 /// Awaits one peer call under `timeout_ms`, aborting it past that.
 pub(super) async fn peer_call(
     promise: js_sys::Promise,
@@ -188,14 +147,7 @@ pub(super) async fn peer_call(
     match reply {
         None => Peer::Failed(format!("no answer within {timeout_ms} ms")),
         Some(Err(e)) => Peer::Failed(error_message(&e)),
-        Some(Ok(text)) => {
-            let text = text.as_string().unwrap_or_default();
-            match crate::json::from_text::<Answer>(&text) {
-                Ok(Answer { error: Some(e), .. }) => Peer::Refused(e),
-                Ok(Answer { value, .. }) => Peer::Value(value.unwrap_or(Value::Null)),
-                Err(e) => Peer::Failed(format!("the peer's answer is malformed: {e}")),
-            }
-        }
+        Some(Ok(text)) => Peer::parse(&text.as_string().unwrap_or_default()),
     }
 }
 
@@ -226,7 +178,8 @@ impl Inner {
 
 #[cfg(feature = "fleet")]
 impl Inner {
-    /// Performs one `agents.*` call (after its gate). `Err`: the model
+    /// Performs one `agents.*` call (after its gate): each step
+    /// `crate::fleet::steps` names, until it answers. `Err`: the model
     /// sees why.
     pub(super) async fn fleet_operation(
         &self,
@@ -238,251 +191,97 @@ impl Inner {
             (Err(why), _) => return Err(format!("agents: {why}")),
             (Ok(_), None) => return Err("agents: this Agent's host enables no fleet".into()),
         };
-        let name = format!("agents.{}", op.guest_name);
-        let call = fleet::decode(&op.operation, &op.args, fleet.offer)?;
-        self.ensure_registered(fleet, stopper).await?;
-        let refused = |e: PeerError| refusal_text(&name, e);
-        let failed = |agent: &str, why: String| unreachable_text(&name, agent, why);
-        match call {
-            Call::Send {
-                agent_id,
-                session_id,
-                request_id,
-                text,
-                delivery,
-            } => {
-                let from = Address {
-                    agent_id: fleet.self_id.clone(),
-                    session_id: op.of.session_id.clone(),
-                };
-                let session_id = session_id
-                    .unwrap_or_else(|| mail::omitted_session(&from, &agent_id, &request_id));
-                let outgoing = Outgoing {
-                    from,
-                    to: Address {
-                        agent_id,
-                        session_id: session_id.clone(),
-                    },
-                    request_id: &request_id,
-                    text: &text,
-                    delivery,
-                };
-                let state = self
-                    .with_ctx(|ctx| mail::send(ctx, &outgoing))
-                    .map_err(|e| format!("{name}: {}: {e}", e.code()))?;
-                let state = match state {
-                    mail::SendState::Pending { key } => self
-                        .deliver_now(fleet, &key)
-                        .await
-                        .unwrap_or(mail::SendState::Pending { key }),
-                    other => other,
-                };
-                let mut answer = crate::json::to_value(&state).map_err(|e| e.to_string())?;
-                answer["sessionId"] = Value::String(session_id);
-                Ok(answer)
-            }
-            Call::Recall {
-                agent_id,
-                session_id,
-                request_id,
-            } => {
-                let from = Address {
-                    agent_id: fleet.self_id.clone(),
-                    session_id: op.of.session_id.clone(),
-                };
-                let to = Address {
-                    agent_id: agent_id.clone(),
-                    session_id: session_id.clone(),
-                };
-                let key = mail::send_key(&from, &to, &request_id);
-                // A send still pending here is never delivered.
-                self.with_ctx(|ctx| mail::recall(ctx, &key))
-                    .map_err(|e| format!("{name}: {}: {e}", e.code()))?;
-                let promise = fleet
-                    .js
-                    .recall(&agent_id, &session_id, &key, &stopper.signal());
-                match peer_call(promise, stopper, FLEET_CALL_TIMEOUT_MS).await {
-                    Peer::Value(v) => {
-                        let answer: RecallAnswer = serde_json::from_value(v).map_err(|e| {
-                            failed(&agent_id, format!("malformed recall answer: {e}"))
-                        })?;
-                        crate::json::to_value(&answer).map_err(|e| e.to_string())
-                    }
-                    Peer::Refused(e) => Err(refused(e)),
-                    Peer::Failed(why) => Err(failed(&agent_id, why)),
+        let caller = Caller {
+            self_id: &fleet.self_id,
+            session_id: &op.of.session_id,
+            offer: fleet.offer,
+            working_directory: fleet.working_directory,
+        };
+        let (mut steps, mut action) =
+            Steps::start(&caller, &op.operation, &op.guest_name, &op.args);
+        loop {
+            let outcome = match action {
+                Action::Done(result) => return result,
+                Action::Register => {
+                    Outcome::Registered(self.ensure_registered(fleet, stopper).await)
                 }
-            }
-            Call::Wait {
+                Action::Directory(request) => {
+                    Outcome::Peer(self.directory_call(fleet, &request, stopper).await)
+                }
+                Action::Peer(call) => Outcome::Peer(self.peer(fleet, &call, stopper).await),
+                Action::Send(send) => {
+                    Outcome::Sent(self.with_ctx(|ctx| mail::send(ctx, &send.outgoing())))
+                }
+                Action::Deliver(key) => Outcome::Delivered(self.deliver_now(fleet, &key).await),
+                Action::Recall(key) => {
+                    Outcome::Recalled(self.with_ctx(|ctx| mail::recall(ctx, &key)).map(drop))
+                }
+                Action::SetOwnModel(choice) => Outcome::OwnModel(self.set_agent_model(&choice)),
+                Action::Models => Outcome::Models(self.available_models()),
+                Action::WorkingDirectories(ids) => Outcome::WorkingDirectories(
+                    ids.iter()
+                        .map(|id| fleet.js.working_directory(id))
+                        .collect(),
+                ),
+            };
+            action = steps.step(outcome);
+        }
+    }
+
+    /// Performs one peer call.
+    async fn peer(
+        &self,
+        fleet: &HostFleet,
+        call: &PeerCall,
+        stopper: &web_sys::AbortController,
+    ) -> Peer {
+        let signal = stopper.signal();
+        let promise = match call {
+            PeerCall::Recall {
+                agent_id,
+                session_id,
+                key,
+            } => fleet.js.recall(agent_id, session_id, key, &signal),
+            PeerCall::Settlement {
                 agent_id,
                 session_id,
                 command_id,
                 timeout_ms,
-            } => {
-                let promise = fleet.js.settlement(
-                    &agent_id,
-                    &session_id,
-                    &command_id,
-                    timeout_ms as f64,
-                    &stopper.signal(),
-                );
-                match peer_call(promise, stopper, FLEET_CALL_TIMEOUT_MS + timeout_ms).await {
-                    Peer::Value(v) => {
-                        let answer: WaitAnswer = serde_json::from_value(v)
-                            .map_err(|e| failed(&agent_id, format!("malformed settlement: {e}")))?;
-                        crate::json::to_value(&answer).map_err(|e| e.to_string())
-                    }
-                    Peer::Refused(e) => Err(refused(e)),
-                    Peer::Failed(why) => Err(failed(&agent_id, why)),
-                }
-            }
-            Call::SetModel { agent_id, choice } => {
-                if !fleet.offer.models {
-                    return Err(format!("{name}: this Agent's host does not offer it"));
-                }
-                let set = self
-                    .apply_model(fleet, &agent_id, &choice, stopper, &name)
-                    .await?;
-                let mut answer = json!({ "agentId": agent_id, "model": set.model });
-                if let Some(level) = set.reasoning {
-                    answer["reasoning"] = json!(level);
-                }
-                Ok(answer)
-            }
-            Call::Models => {
-                if !fleet.offer.models {
-                    return Err(format!("{name}: this Agent's host does not offer it"));
-                }
-                let models = self
-                    .available_models()
-                    .map_err(|why| format!("{name}: {why}"))?;
-                Ok(json!({ "models": models }))
-            }
-            Call::Read {
+            } => fleet.js.settlement(
+                agent_id,
+                session_id,
+                command_id,
+                *timeout_ms as f64,
+                &signal,
+            ),
+            PeerCall::Read {
                 agent_id,
                 session_id,
                 query,
-            } => {
-                let query = serde_json::to_string(&query).map_err(|e| e.to_string())?;
-                let promise = fleet
-                    .js
-                    .read(&agent_id, &session_id, &query, &stopper.signal());
-                match peer_call(promise, stopper, FLEET_CALL_TIMEOUT_MS).await {
-                    Peer::Value(v) => Ok(v),
-                    Peer::Refused(e) => Err(refused(e)),
-                    Peer::Failed(why) => Err(failed(&agent_id, why)),
-                }
+            } => fleet.js.read(agent_id, session_id, query, &signal),
+            PeerCall::SetModel { agent_id, choice } => {
+                fleet.js.set_model(agent_id, choice, &signal)
             }
-            Call::Create(args) => {
-                let request = Request::Create(directory::CreateInput {
-                    creator: fleet.self_id.clone(),
-                    request_id: args.request_id,
-                    name: args.name,
-                    model: args.model,
-                    reasoning: args.reasoning,
-                });
-                let entry: Entry = self.directory(fleet, &request, stopper, &name).await?;
-                // The new Agent's explicit model (the Agent layer of its
-                // model preference), checked by its own host; a retried
-                // create answers the same entry and sets it again.
-                if let Some(model) = &entry.model {
-                    let reasoning = entry
-                        .reasoning
-                        .as_deref()
-                        .map(Reasoning::parse)
-                        .transpose()?;
-                    let choice = Choice {
-                        model: model.clone(),
-                        reasoning,
-                    };
-                    self.apply_model(fleet, &entry.agent_id, &choice, stopper, &name)
-                        .await?;
-                }
-                Ok(self.facts(fleet, &entry, false))
-            }
-            Call::List {
-                archived,
-                cursor,
-                limit,
-            } => {
-                let request = Request::List {
-                    archived,
-                    cursor,
-                    limit,
-                };
-                let page: directory::Page = self.directory(fleet, &request, stopper, &name).await?;
-                let agents: Vec<Value> = page
-                    .agents
-                    .iter()
-                    .map(|e| self.facts(fleet, e, true))
-                    .collect();
-                let mut out = json!({ "agents": agents });
-                if let Some(cursor) = page.cursor {
-                    out["cursor"] = Value::String(cursor);
-                }
-                Ok(out)
-            }
-            Call::Archive { agent_id, archived } => {
-                self.archive(fleet, &agent_id, archived, stopper, &name)
-                    .await
-            }
-        }
-    }
-
-    /// Sets Agent `agent_id`'s explicit model: this Agent's own store, or
-    /// the target's `fleetSetModel`, its host checking the model (a
-    /// refusal is the seed's `model:rejected: …`; others unchanged).
-    async fn apply_model(
-        &self,
-        fleet: &HostFleet,
-        agent_id: &str,
-        choice: &Choice,
-        stopper: &web_sys::AbortController,
-        name: &str,
-    ) -> Result<Choice, String> {
-        if agent_id == fleet.self_id {
-            // This Agent itself: no round trip through the namespace.
-            return self.set_agent_model(choice).map_err(|e| match e {
-                SetError::Rejected(why) => format!("model:rejected: {why}"),
-                SetError::Api(e) => format!("{name}: {}: {e}", e.code()),
-            });
-        }
-        let request = serde_json::to_string(choice).map_err(|e| e.to_string())?;
-        let promise = fleet.js.set_model(agent_id, &request, &stopper.signal());
-        match peer_call(promise, stopper, FLEET_CALL_TIMEOUT_MS).await {
-            Peer::Value(v) => serde_json::from_value::<Choice>(v).map_err(|e| {
-                format!("{name}: Agent `{agent_id}` answered a malformed setModel: {e}")
-            }),
-            Peer::Refused(e) if e.code == MODEL_REJECTED => {
-                Err(format!("model:rejected: {}", e.message))
-            }
-            Peer::Refused(e) => Err(refusal_text(name, e)),
-            Peer::Failed(why) => Err(unreachable_text(name, agent_id, why)),
-        }
+            PeerCall::Member { agent_id, request } => fleet.js.member(agent_id, request, &signal),
+        };
+        peer_call(promise, stopper, call.timeout_ms()).await
     }
 }
 
 impl Inner {
-    /// One directory request: its answer decoded, or what the model sees.
-    /// A refusal whose code names its operation (`archive:not_creator`)
-    /// leads the message; any other is prefixed with the call's `name`.
-    async fn directory<T: serde::de::DeserializeOwned>(
+    /// Performs one directory request.
+    async fn directory_call(
         &self,
         fleet: &HostFleet,
         request: &Request,
         stopper: &web_sys::AbortController,
-        name: &str,
-    ) -> Result<T, String> {
-        let json = serde_json::to_string(request).map_err(|e| e.to_string())?;
+    ) -> Peer {
+        let json = match serde_json::to_string(request) {
+            Ok(json) => json,
+            Err(e) => return Peer::Failed(e.to_string()),
+        };
         let promise = fleet.js.directory(&json, &stopper.signal());
-        match peer_call(promise, stopper, FLEET_CALL_TIMEOUT_MS).await {
-            Peer::Value(v) => serde_json::from_value(v)
-                .map_err(|e| format!("{name}: the directory's answer is malformed: {e}")),
-            Peer::Refused(e) if e.code.contains(':') => Err(format!("{}: {}", e.code, e.message)),
-            Peer::Refused(e) => Err(format!("{name}: {}: {}", e.code, e.message)),
-            Peer::Failed(why) => Err(format!(
-                "{name}: the fleet's directory could not be reached: {why}"
-            )),
-        }
+        peer_call(promise, stopper, FLEET_CALL_TIMEOUT_MS).await
     }
 }
 
@@ -523,7 +322,8 @@ impl Inner {
             let request = Request::Register {
                 agent_id: fleet.self_id.clone(),
             };
-            let _: Entry = self.directory(fleet, &request, stopper, "agents").await?;
+            let answered = self.directory_call(fleet, &request, stopper).await;
+            let _: Entry = directory_answer("agents", answered)?;
             if !self.store_created.get() {
                 member::mark_registered(&self.sql, bindings::now_ms())
                     .map_err(|e| format!("agents: {e}"))?;
@@ -531,91 +331,6 @@ impl Inner {
         }
         fleet.joined.set(true);
         Ok(())
-    }
-
-    /// What the model sees of one Agent: `{agentId, name, model?,
-    /// reasoning?, workingDirectory}` (and `archived`, `creator?` in lists).
-    /// An unnamed Agent's name is its id.
-    fn facts(&self, fleet: &HostFleet, entry: &Entry, listed: bool) -> Value {
-        let host = fleet
-            .working_directory
-            .then(|| fleet.js.working_directory(&entry.agent_id))
-            .flatten();
-        let mut out = json!({
-            "agentId": entry.agent_id,
-            "name": entry.name.clone().unwrap_or_else(|| entry.agent_id.clone()),
-            "workingDirectory": fleet::working_directory(host.as_deref()),
-        });
-        if let Some(model) = &entry.model {
-            out["model"] = json!(model);
-        }
-        if let Some(reasoning) = &entry.reasoning {
-            out["reasoning"] = json!(reasoning);
-        }
-        if listed {
-            out["archived"] = json!(entry.archived);
-            if let Some(creator) = &entry.creator {
-                out["creator"] = json!(creator);
-            }
-        }
-        out
-    }
-
-    /// `agents.archive` / `agents.unarchive` (`archived: false`): the
-    /// directory's check, the target's facts and flag, the directory's
-    /// commit. Refusals lead with `archive:<reason>` (`unarchive:…`).
-    async fn archive(
-        &self,
-        fleet: &HostFleet,
-        agent_id: &str,
-        archived: bool,
-        stopper: &web_sys::AbortController,
-        name: &str,
-    ) -> Result<Value, String> {
-        let verb = if archived { "archive" } else { "unarchive" };
-        if agent_id == fleet.self_id {
-            return Err(format!("{verb}:self: an Agent cannot {verb} itself"));
-        }
-        let check = Request::Check {
-            caller: fleet.self_id.clone(),
-            agent_id: agent_id.to_owned(),
-            archived,
-        };
-        let _: Entry = self.directory(fleet, &check, stopper, name).await?;
-        let request = json!({ "archived": archived }).to_string();
-        let promise = fleet.js.member(agent_id, &request, &stopper.signal());
-        match peer_call(promise, stopper, FLEET_CALL_TIMEOUT_MS).await {
-            Peer::Value(v) => match serde_json::from_value::<MemberAnswer>(v) {
-                Ok(MemberAnswer::Busy { reason, message }) => {
-                    return Err(format!("{verb}:{reason}: Agent `{agent_id}`: {message}"))
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    return Err(format!(
-                        "{name}: Agent `{agent_id}` answered malformed facts: {e}"
-                    ))
-                }
-            },
-            Peer::Refused(e) if UNREADABLE.contains(&e.code.as_str()) => {
-                return Err(format!(
-                    "{verb}:unreadable: Agent `{agent_id}`'s store cannot answer ({}: {})",
-                    e.code, e.message
-                ))
-            }
-            Peer::Refused(e) => return Err(format!("{name}: {}: {}", e.code, e.message)),
-            Peer::Failed(why) => {
-                return Err(format!(
-                    "{name}: Agent `{agent_id}` could not be reached: {why}"
-                ))
-            }
-        }
-        let commit = Request::SetArchived {
-            caller: fleet.self_id.clone(),
-            agent_id: agent_id.to_owned(),
-            archived,
-        };
-        let entry: Entry = self.directory(fleet, &commit, stopper, name).await?;
-        Ok(self.facts(fleet, &entry, true))
     }
 }
 
@@ -635,7 +350,8 @@ impl Inner {
         let request = Request::Lookup {
             agent_id: agent_id.to_owned(),
         };
-        let found: directory::Lookup = self.directory(fleet, &request, &controller, "mail").await?;
+        let answered = self.directory_call(fleet, &request, &controller).await;
+        let found: directory::Lookup = directory_answer("mail", answered)?;
         Ok(match found.entry {
             Some(e) if e.archived => Some(mail::Reason::RecipientLeft),
             Some(_) => None,
@@ -803,15 +519,6 @@ impl ShiitakeCore {
     }
 }
 
-#[cfg(feature = "fleet")]
-/// Peer codes that mean the target's store cannot answer its facts.
-const UNREADABLE: &[&str] = &[
-    "storage_incompatible",
-    "fleet_disabled",
-    "host_misconfigured",
-    "runtime_closed",
-];
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct MemberRequest {
@@ -936,9 +643,6 @@ impl Inner {
         }
     }
 }
-
-/// The code of a target host's model refusal (`fleetSetModel`).
-pub(super) const MODEL_REJECTED: &str = "model_rejected";
 
 /// A refusal of a peer call that is no [`ApiError`] of the HTTP contract.
 pub(super) fn refusal(code: &str, status: u16, message: &str) -> String {

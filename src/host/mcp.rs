@@ -9,11 +9,9 @@
 //! stored, logged or reported.
 
 use super::bindings::{self, error_message, log_warn, JsTools};
-use super::tools::HostTools;
-use super::Inner;
 use crate::mcp::hub::Round;
 use crate::mcp::{
-    CallProgress, McpConnection, McpError, McpResponse, McpTools, ServerConfig, Step,
+    CallProgress, Hub, McpConnection, McpError, McpResponse, McpTools, ServerConfig, Step,
 };
 use crate::model::Image;
 use crate::outbound::Outbound;
@@ -62,29 +60,26 @@ pub struct Server {
 /// progress: every server due connected or listed again at once, each
 /// bounded by the connect timeout. Failures, and tools newly left out, are
 /// reported to the log and the host's `onUnavailable`.
-pub async fn connect_due(me: Rc<Inner>, now_ms: i64) {
-    let Ok(Some(tools)) = &me.tools else { return };
+pub async fn connect_due(js: &JsTools, hub: &Rc<RefCell<Hub>>, servers: &Rc<Servers>, now_ms: i64) {
     let started = {
-        let mut hub = tools.hub.borrow_mut();
-        for (module_id, server) in tools.servers.by_module.borrow().iter() {
+        let mut hub = hub.borrow_mut();
+        for (module_id, server) in servers.by_module.borrow().iter() {
             hub.saw_version(module_id, server.connection.borrow().tools_version());
         }
         hub.start_round(now_ms)
     };
     if let Some(round) = started {
-        let inner = Rc::clone(&me);
+        let (js, hub, running) = (js.clone(), Rc::clone(hub), Rc::clone(servers));
         let round = async move {
-            let Ok(Some(tools)) = &inner.tools else {
-                return;
-            };
-            let outcomes = perform_round(tools, round).await;
+            let servers = running;
+            let outcomes = perform_round(&js, &servers, round).await;
             let mut listed = Vec::with_capacity(outcomes.len());
             for (config, outcome) in outcomes {
                 listed.push((
                     config,
                     outcome.map(|(connection, listing)| {
                         if let Some(connection) = connection {
-                            tools.servers.by_module.borrow_mut().insert(
+                            servers.by_module.borrow_mut().insert(
                                 listing.module.id.clone(),
                                 Rc::new(Server {
                                     connection: RefCell::new(connection),
@@ -96,26 +91,25 @@ pub async fn connect_due(me: Rc<Inner>, now_ms: i64) {
                     }),
                 ));
             }
-            let reports = tools.hub.borrow_mut().end_round(bindings::now_ms(), listed);
-            let hub = tools.hub.borrow();
-            tools
-                .servers
+            let reports = hub.borrow_mut().end_round(bindings::now_ms(), listed);
+            let hub = hub.borrow();
+            servers
                 .by_module
                 .borrow_mut()
                 .retain(|module_id, _| hub.is_server(module_id));
             for report in &reports {
                 log_warn(report);
                 if let Ok(json) = serde_json::to_string(report) {
-                    tools.js.on_unavailable(&json);
+                    js.on_unavailable(&json);
                 }
             }
-            tools.servers.round.borrow_mut().take();
+            servers.round.borrow_mut().take();
         }
         .boxed_local()
         .shared();
-        *tools.servers.round.borrow_mut() = Some(round);
+        *servers.round.borrow_mut() = Some(round);
     }
-    let round = tools.servers.round.borrow().clone();
+    let round = servers.round.borrow().clone();
     if let Some(round) = round {
         round.await;
     }
@@ -127,12 +121,16 @@ type Outcome = Result<(Option<McpConnection>, McpTools), String>;
 
 /// Connects and lists every server of `round` concurrently, each bounded by
 /// the connect timeout.
-async fn perform_round(tools: &HostTools, round: Round) -> Vec<(ServerConfig, Outcome)> {
-    let (js, timeout_ms) = (&tools.js, tools.servers.timeout_ms);
+async fn perform_round(
+    js: &JsTools,
+    servers: &Servers,
+    round: Round,
+) -> Vec<(ServerConfig, Outcome)> {
+    let timeout_ms = servers.timeout_ms;
     let connects = round.connect.into_iter().map(|config| (config, None));
     // A server listed again on its connection (were it gone: connected anew).
     let relists = round.relist.into_iter().map(|config| {
-        let server = tools.servers.get(&format!("mcp.{}", config.name));
+        let server = servers.get(&format!("mcp.{}", config.name));
         (config, server)
     });
     let attempts = connects.chain(relists).map(|(config, server)| async move {

@@ -3,9 +3,10 @@
 //! (`crate::mcp::parse_servers`), so no server connects.
 
 use super::bindings::JsTools;
-use super::Inner;
+use crate::mcp::Hub;
 use crate::model::Image;
 use serde_json::Value;
+use std::cell::RefCell;
 use std::rc::Rc;
 
 /// No server connects: none is ever found.
@@ -38,4 +39,10 @@ impl Server {
 }
 
 /// No server to connect.
-pub async fn connect_due(_me: Rc<Inner>, _now_ms: i64) {}
+pub async fn connect_due(
+    _js: &JsTools,
+    _hub: &Rc<RefCell<Hub>>,
+    _servers: &Rc<Servers>,
+    _now_ms: i64,
+) {
+}

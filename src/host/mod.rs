@@ -35,6 +35,7 @@ mod models;
 mod runner;
 mod serve;
 mod sql;
+mod toolbox;
 mod tools;
 #[cfg_attr(not(feature = "ui"), path = "ui_left_out.rs")]
 mod ui;
@@ -74,7 +75,7 @@ struct Inner {
     config: HostConfig,
     /// The host Worker's tools (`ShiitakeDO#tools()`), or why they are
     /// unusable (every turn then fails saying so).
-    tools: Result<Option<tools::HostTools>, String>,
+    tools: Result<Option<toolbox::HostTools>, String>,
     /// The host's extensions (`ShiitakeDO#extensions()`), or why the roster
     /// is unusable (every request is then refused saying so).
     extensions: Result<crate::extension::Extensions, String>,
@@ -171,11 +172,16 @@ impl ShiitakeCore {
             .ok()
             .and_then(|f| f.as_ref())
             .map(|f| f.offer);
-        let tools = tools::HostTools::new(tools, offer);
+        let tools = toolbox::HostTools::new(tools, offer);
         if let Err(why) = &tools {
             log_error(why);
         }
-        let extensions = files_grant::check(&tools, extensions::from_shim(extensions));
+        let own_files = match &tools {
+            Ok(Some(tools)) => Some(tools.has_own_files()),
+            Ok(None) => None,
+            Err(_) => Some(false),
+        };
+        let extensions = files_grant::check(own_files, extensions::from_shim(extensions));
         if let Err(why) = &extensions {
             log_error(why);
         }
@@ -395,6 +401,16 @@ fn js_api_error(e: ApiError) -> JsValue {
 }
 
 impl Inner {
+    /// The browser bridge, when the host configured `tools().ui` (a lean
+    /// build refuses it).
+    #[cfg(feature = "ui")]
+    fn ui(&self) -> Option<&Rc<ui::HostUi>> {
+        match &self.tools {
+            Ok(Some(tools)) => tools.ui.as_ref(),
+            _ => None,
+        }
+    }
+
     /// What a trap in code running for this object is attributed to.
     fn scope(&self, session: Option<&str>) -> blame::Scope {
         blame::Scope {

@@ -1,322 +1,100 @@
 //! Performs tool calls ([`Action::RunTool`]) in the Durable Object. The host
-//! Worker's capabilities come from the JS shim (`ShiitakeDO#tools()`, see
-//! `js/do.mjs`); which tools are offered is `mcp::Hub`'s, whether a call may
-//! run is its `OperationCall` gate's (grants read at each call, the confirm
-//! hook, marked started before an unsafe operation). This only performs:
-//! operations through the shim's `invoke` or an MCP server, model code
-//! through the Worker Loader sandbox (`js/execute.mjs`). Bounds:
+//! Worker's capabilities come from the JS shim (`toolbox.rs` decodes them);
+//! which tools are offered is `mcp::Hub`'s, whether a call may run is its
+//! `OperationCall` gate's (grants read at each call, the confirm hook,
+//! marked started before an unsafe operation), which backend performs it is
+//! `capability::backend::route`'s. This only performs: operations on that
+//! backend (the shim's `invoke`, an MCP server, a Files port, a Computer,
+//! the browser bridge, an extension, the fleet), model code through the
+//! Worker Loader sandbox (`js/execute.mjs`). Bounds:
 //! `SHIITAKE_TOOL_TIMEOUT_MS` (at most and by default `TOOL_CALL_TIMEOUT_MS`)
 //! plus `TOOL_ABORT_GRACE_MS` per call, `EXECUTIONS_CONCURRENT_MAX`
 //! sandboxes at once, `GUEST_CALLS_PER_EXECUTION_MAX` guest calls per run.
 //!
 //! [`Action::RunTool`]: crate::run::driver::Action::RunTool
 
-use super::bindings::{self, error_message, JsTools};
-use super::computers::{self, Computers};
+use super::bindings::{self, error_message};
+use super::computers;
 use super::files::HostPort;
-use super::files_grant::{self, RunFiles};
-use super::files_journal::Sweep;
+use super::files_grant;
 use super::runner::Stopper;
-use super::ui::HostUi;
+use super::toolbox::HostTools;
 use super::{blame, mcp, Inner};
+use crate::capability::backend::{self, Backend, Backends};
 use crate::capability::door::{self, Toolset};
-use crate::capability::Catalog;
-use crate::files::module::MODULE_ID;
-use crate::files::workspace::Bounds;
-use crate::grants::AccessConfig;
 use crate::limits::{
-    COMPUTER_DESCRIBE_TIMEOUT_MS, EXECUTIONS_CONCURRENT_MAX, GUEST_CALLS_PER_EXECUTION_MAX,
-    MCP_CONNECT_TIMEOUT_MS, MCP_RETRY_MS, MCP_RETRY_MS_MAX, MCP_RETRY_MS_MIN, TOOL_ABORT_GRACE_MS,
+    EXECUTIONS_CONCURRENT_MAX, GUEST_CALLS_PER_EXECUTION_MAX, TOOL_ABORT_GRACE_MS,
     TOOL_HEARTBEAT_MS, TOOL_RESULT_IMAGES_MAX, TOOL_RESULT_IMAGE_BYTES_MAX,
 };
-use crate::mcp::{Hub, OwnTools};
 use crate::model::Image;
 use crate::observe::Event;
 use crate::run::driver::{Input, Offer, ToolRun, ToolWork};
 use crate::run::live::ProgressGate;
 use crate::run::operation::{
     execute_reply, operation_reply, result_output, CallRef, Gate, GuestStep, OperationCall,
-    OperationResult, Rules,
+    OperationResult,
 };
 use crate::run::tools::{undone_output, ToolOutput};
 use futures::future::{select, Either};
-use serde::Deserialize;
+use futures::FutureExt;
+use serde_json::json;
 use serde_json::value::RawValue;
-use serde_json::{json, Value};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Spec {
-    modules: Value,
-    #[serde(default)]
-    direct: Vec<String>,
-    #[serde(default)]
-    access: Option<Value>,
-    #[serde(default)]
-    confirm: bool,
-    #[serde(default)]
-    loader: bool,
-    /// Bound on connecting the MCP servers, at most `MCP_CONNECT_TIMEOUT_MS`.
-    #[serde(default)]
-    mcp_timeout_ms: Option<u64>,
-    /// How long before unavailable MCP servers are tried again.
-    #[serde(default)]
-    mcp_retry_ms: Option<u64>,
-    /// Whether the host lists Computers (`tools().computers`).
-    #[serde(default)]
-    computers: bool,
-    /// Bound on describing the Computers, at most
-    /// `COMPUTER_DESCRIBE_TIMEOUT_MS`.
-    #[serde(default)]
-    computers_timeout_ms: Option<u64>,
-    /// The host's Files port (`tools().files`).
-    #[serde(default)]
-    files: Option<FilesSpec>,
-    /// The browser bridge (`tools().ui`, `crate::ui`).
-    #[serde(default)]
-    ui: Option<crate::ui::Config>,
-    /// `tools()` threw: why.
-    #[serde(default)]
-    error: Option<String>,
+/// What this Agent's host has for one call of the run headed by `head`,
+/// as [`backend::route`] asks it.
+struct Serving<'a> {
+    inner: &'a Inner,
+    tools: &'a HostTools,
+    head: &'a str,
 }
 
-/// `tools().files` as the shim describes it: the SQLite workspace (its
-/// bounds) or a JS port, whether it supplies the patch engine (and is
-/// stepwise: `HostPort::Js`), and whether the module's operations are also
-/// direct tools (the default).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct FilesSpec {
-    #[serde(default)]
-    workspace: Option<Value>,
-    #[serde(default)]
-    patches: bool,
-    #[serde(default)]
-    stepwise: bool,
-    #[serde(default = "yes")]
-    direct: bool,
-}
+impl<'a> Backends for Serving<'a> {
+    type Port = HostPort;
+    type Server = Rc<mcp::Server>;
+    type Extension = &'a crate::extension::Extensions;
 
-fn yes() -> bool {
-    true
-}
+    fn grant_files(&self) -> Option<HostPort> {
+        self.tools.run_files.port(self.head)
+    }
 
-impl FilesSpec {
-    fn port(&self) -> Result<HostPort, String> {
-        match &self.workspace {
-            Some(bounds) => Ok(HostPort::Workspace(Bounds::parse(&bounds.to_string())?)),
-            None => Ok(HostPort::Js {
-                patches: self.patches,
-                stepwise: self.stepwise,
-            }),
-        }
+    fn bridge(&self) -> bool {
+        self.tools.ui.is_some()
+    }
+
+    fn extension(&self, module_id: &str) -> Option<&'a crate::extension::Extensions> {
+        self.inner
+            .extensions()
+            .filter(|ext| ext.is_tool_module(module_id))
+    }
+
+    fn files(&self, module_id: &str) -> Option<HostPort> {
+        self.tools.module_port(module_id)
+    }
+
+    fn computer(&self, module_id: &str) -> bool {
+        self.tools.hub.borrow().is_computer(module_id)
+    }
+
+    fn server(&self, module_id: &str) -> Option<Rc<mcp::Server>> {
+        let hub = self.tools.hub.borrow();
+        hub.is_server(module_id)
+            .then(|| self.tools.servers.get(module_id))
+            .flatten()
+    }
+
+    fn fleet(&self) -> bool {
+        self.inner.fleet().is_some()
     }
 }
 
-/// The own tools a spec decodes to (modules, the toolset over them).
-#[derive(Clone)]
-struct Decoded {
-    tools: Rc<OwnTools>,
-    toolset: Rc<Toolset>,
-    /// The Files ports, by the id of the module over each.
-    ports: Vec<(String, HostPort)>,
-}
-
-thread_local! {
-    /// The last spec this isolate decoded, and what it decoded to: every
-    /// instance of one Worker class hands over the same `tools()` spec, so
-    /// opening an Agent decodes and validates no catalog, and its
-    /// instances share one (an Agent's memory: `bench/scale.mjs`).
-    static DECODED: RefCell<Option<(String, Decoded)>> = const { RefCell::new(None) };
-}
-
-/// The own tools of `spec` (its JSON text `raw`) with `fleet`'s module:
-/// from the isolate's cache when the same spec was decoded last.
-fn decoded(raw: &str, spec: &Spec, fleet: Option<crate::fleet::Offer>) -> Result<Decoded, String> {
-    let key = format!("{raw}\u{0}{fleet:?}");
-    let hit = DECODED.with_borrow(|cached| {
-        cached
-            .as_ref()
-            .filter(|(k, _)| *k == key)
-            .map(|(_, decoded)| decoded.clone())
-    });
-    if let Some(hit) = hit {
-        return Ok(hit);
-    }
-    let catalog = Catalog::from_json(&spec.modules.to_string())
-        .map_err(|e| format!("tools(): modules{e}", e = prefixed(&e.0)))?;
-    let execute = if spec.loader {
-        Ok(())
-    } else {
-        Err(
-            "`execute` is unavailable: the Worker has no LOADER binding (Worker Loader); \
-             add `worker_loaders = [{ binding = \"LOADER\" }]` to wrangler.toml"
-                .to_owned(),
-        )
-    };
-    let mut modules = catalog.modules().to_vec();
-    let mut direct = spec.direct.clone();
-    let mut ports = Vec::new();
-    if let Some(files) = &spec.files {
-        let port = files.port().map_err(|e| format!("tools().files: {e}"))?;
-        let module = crate::files::module::module(MODULE_ID, port.patches())
-            .map_err(|e| format!("tools().files: {e}"))?;
-        if files.direct {
-            direct.extend(
-                module
-                    .operations
-                    .iter()
-                    .map(|op| format!("{MODULE_ID}.{}", op.name)),
-            );
-        }
-        modules.push(module);
-        ports.push((MODULE_ID.to_owned(), port));
-    }
-    if let Some(offer) = fleet.filter(|_| cfg!(feature = "fleet")) {
-        modules.push(crate::fleet::module(offer));
-    }
-    if let Some(ui) = &spec.ui {
-        ui.check().map_err(|e| format!("tools(): {e}"))?;
-        modules.push(ui.module().map_err(|e| format!("tools().ui: {e}"))?);
-    }
-    let tools = OwnTools::new(modules, &direct, execute).map_err(|e| format!("tools(): {e}"))?;
-    let toolset = tools.toolset().map_err(|e| format!("tools(): {e}"))?;
-    let decoded = Decoded {
-        tools: Rc::new(tools),
-        toolset: Rc::new(toolset),
-        ports,
-    };
-    DECODED.set(Some((key, decoded.clone())));
-    Ok(decoded)
-}
-
-/// The host's tools, decoded once per instance.
-pub struct HostTools {
-    pub js: JsTools,
-    /// Which tools are offered, and the MCP servers' connection state.
-    pub hub: RefCell<Hub>,
-    /// The MCP servers' live connections.
-    pub servers: mcp::Servers,
-    /// The Files ports, by the id of the module over each.
-    ports: Vec<(String, HostPort)>,
-    /// The host's Computers, described at a turn's start when their list
-    /// changed.
-    pub computers: Computers,
-    pub has_computers: bool,
-    pub computers_timeout_ms: u64,
-    access: AccessConfig,
-    confirm_hook: bool,
-    /// `execute` runs in flight in this instance.
-    executions: Cell<usize>,
-    /// The toolset of each live run that offers extension tools, by head
-    /// (dropped when the run ends).
-    run_toolsets: RefCell<std::collections::HashMap<String, Rc<Toolset>>>,
-    /// The files grant holder's tools of each live run (`files_grant.rs`).
-    pub(super) run_files: RunFiles,
-    /// The browser bridge, when the host configured `tools().ui`.
-    pub(super) ui: Option<Rc<HostUi>>,
-    /// The files patch journals earlier instances left
-    /// (`files_journal.rs`).
-    pub(super) sweep: Sweep,
-}
-
-impl HostTools {
-    /// `None` when the host offers no tools at all.
-    /// `fleet`: the host enables the fleet, so the `agents` module is
-    /// offered with those operations (`src/fleet/mod.rs`).
-    pub fn new(
-        js: JsValue,
-        fleet: Option<crate::fleet::Offer>,
-    ) -> Result<Option<HostTools>, String> {
-        if js.is_undefined() || js.is_null() {
-            return Ok(None);
-        }
-        let js: JsTools = js.unchecked_into();
-        let spec: Spec = crate::json::from_text(&js.spec()).map_err(|e| format!("tools(): {e}"))?;
-        if let Some(error) = spec.error {
-            return Err(format!("tools(): {error}"));
-        }
-        let own = decoded(&js.spec(), &spec, fleet)?;
-        let servers =
-            crate::mcp::parse_servers(&js.mcp_servers()).map_err(|e| format!("tools(): {e}"))?;
-        let retry_ms = spec
-            .mcp_retry_ms
-            .unwrap_or(MCP_RETRY_MS)
-            .clamp(MCP_RETRY_MS_MIN, MCP_RETRY_MS_MAX);
-        let ports = own.ports;
-        // Told once an instance: the direct operations one model request
-        // cannot carry (each turn's start says them again).
-        for report in &own.tools.dropped {
-            bindings::log_warn(report);
-            if let Ok(json) = serde_json::to_string(report) {
-                js.on_unavailable(&json);
-            }
-        }
-        let ui = spec.ui.map(|config| Rc::new(HostUi::new(config)));
-        let hub = Hub::shared(own.tools, own.toolset, servers, retry_ms);
-        let access = match spec.access {
-            Some(access) => AccessConfig::parse(&access.to_string())?,
-            None => AccessConfig::default(),
-        };
-        Ok(Some(HostTools {
-            js,
-            hub: RefCell::new(hub),
-            servers: mcp::Servers::new(
-                spec.mcp_timeout_ms
-                    .unwrap_or(MCP_CONNECT_TIMEOUT_MS)
-                    .clamp(1, MCP_CONNECT_TIMEOUT_MS),
-            ),
-            ports,
-            computers: Computers::default(),
-            has_computers: spec.computers,
-            computers_timeout_ms: spec
-                .computers_timeout_ms
-                .unwrap_or(COMPUTER_DESCRIBE_TIMEOUT_MS)
-                .clamp(1, COMPUTER_DESCRIBE_TIMEOUT_MS),
-            access,
-            confirm_hook: spec.confirm,
-            executions: Cell::new(0),
-            run_toolsets: RefCell::default(),
-            run_files: RunFiles::default(),
-            ui,
-            sweep: Sweep::new(),
-        }))
-    }
-
-    /// The Files port of module `module_id`: the host's own, or a
-    /// described Computer's.
-    pub(super) fn port(&self, module_id: &str) -> Option<HostPort> {
-        let find = |ports: &[(String, HostPort)]| {
-            ports
-                .iter()
-                .find_map(|(id, port)| (id == module_id).then(|| port.clone()))
-        };
-        find(&self.ports).or_else(|| find(&self.computers.ports.borrow()))
-    }
-
-    /// Whether the host configured its own Files (`tools().files`).
-    pub(super) fn has_own_files(&self) -> bool {
-        self.ports.iter().any(|(id, _)| id == MODULE_ID)
-    }
-
-    fn rules(&self) -> Rules<'_> {
-        Rules {
-            config: &self.access,
-            confirm_hook: self.confirm_hook,
-        }
-    }
-}
-
-fn prefixed(e: &str) -> String {
-    if e.starts_with('[') {
-        e.to_owned()
-    } else {
-        format!(": {e}")
-    }
+/// The invocation context a host tool or Computer is handed (JSON).
+fn invocation(op: &OperationCall, timeout_ms: u64) -> String {
+    let invocation = op.invocation(bindings::now_ms(), timeout_ms);
+    serde_json::to_string(&invocation).unwrap_or_default()
 }
 
 /// What one guest call did, for the `execute` display payload.
@@ -346,10 +124,9 @@ impl Inner {
             Ok(None) => return Ok(Offer::default()),
             Err(why) => return Err(why.clone()),
         };
-        if let Some(me) = self.me.upgrade() {
-            let servers = mcp::connect_due(Rc::clone(&me), bindings::now_ms());
-            futures::future::join(servers, computers::refresh(me)).await;
-        }
+        let servers = mcp::connect_due(&tools.js, &tools.hub, &tools.servers, bindings::now_ms());
+        let computers = computers::refresh(&tools.js, &tools.hub, &tools.computers);
+        futures::future::join(servers, computers).await;
         let extra = match self.extensions() {
             Some(ext) if !ext.roster().is_empty() => {
                 let (modules, errors) = ext.tool_modules(self.store(), session, head);
@@ -361,10 +138,10 @@ impl Inner {
             _ => Vec::new(),
         };
         // The files grant holder's tools, captured at the run's first offer.
-        let files = self.run_files(tools, session, head);
+        let files = self.run_files(&tools.run_files, session, head);
         // Before this instance's first tool call, with its ports known.
         if tools.sweep.due() {
-            self.sweep_journals(tools).await;
+            self.sweep_journals(tools, &tools.sweep).await;
         }
         // The run borrows the browser bridge's module (seed: Knapsack.ui).
         if let Some(ui) = &tools.ui {
@@ -535,98 +312,99 @@ impl Inner {
             Gate::Refused(why) => return Err(Failure::Refused(why)),
             Gate::Stale | Gate::Confirm(_) => return Err(Failure::Stale),
         }
+        self.perform(tools, op, controller, report).await
+    }
+
+    /// Performs a call that passed its gate, on the backend the core names
+    /// (`capability::backend::route`), within the tool timeout.
+    async fn perform(
+        &self,
+        tools: &HostTools,
+        op: &OperationCall,
+        controller: &web_sys::AbortController,
+        report: &js_sys::Function,
+    ) -> Result<OperationResult, Failure> {
         let timeout_ms = self.config.tool_timeout_ms;
-        let timed_out = || Failure::Refused(op.timed_out(timeout_ms));
-        // The files grant holder's tools of this run, on the port captured
-        // for it (the only module `files` there is: the host's own is
-        // refused beside a holder).
-        if let Some(port) = (op.module_id == MODULE_ID)
-            .then(|| tools.run_files.port(&op.of.command_id))
-            .flatten()
-        {
-            let key = files_grant::port_key(&op.of.command_id);
-            let called = self.files_call(tools, &port, &key, op, controller, timeout_ms);
-            return called.await.map(Into::into).map_err(Failure::Refused);
-        }
-        if op.module_id == crate::ui::MODULE_ID && tools.ui.is_some() {
+        let serving = Serving {
+            inner: self,
+            tools,
+            head: &op.of.command_id,
+        };
+        match backend::route(&op.module_id, &serving) {
+            // The only module `files` of the run: the host's own is refused
+            // beside a holder (`files_grant::check`).
+            Backend::GrantFiles(port) => {
+                let key = files_grant::port_key(&op.of.command_id);
+                let called = self.files_call(&tools.js, &port, &key, op, controller, timeout_ms);
+                called.await.map(Into::into).map_err(Failure::Refused)
+            }
             // Bounded within the tool timeout (`ui_call`): the call only
             // waits (for a browser to claim and answer it); nothing to abort.
-            let answered = self.ui_call(op, &controller.signal(), timeout_ms).await;
-            return answered.map(Into::into).map_err(Failure::Refused);
+            Backend::Ui => {
+                let answered = self.ui_call(op, &controller.signal(), timeout_ms).await;
+                answered.map(Into::into).map_err(Failure::Refused)
+            }
+            Backend::Extension(ext) => self.extension_tool(ext, op),
+            Backend::Files(port) => {
+                let called =
+                    self.files_call(&tools.js, &port, &op.module_id, op, controller, timeout_ms);
+                called.await.map(Into::into).map_err(Failure::Refused)
+            }
+            Backend::Computer(name) => {
+                let (invocation, signal) = (invocation(op, timeout_ms), controller.signal());
+                let (operation, args) = (&op.operation, &op.args);
+                let called =
+                    computers::call(&tools.js, name, operation, args, &invocation, &signal);
+                Ok(self.bounded(op, called, controller).await?.into())
+            }
+            Backend::Mcp(server) => {
+                let signal = controller.signal();
+                let called = server.call(&tools.js, &op.operation, &op.args, &signal, report);
+                let (result, images) = self.bounded(op, called, controller).await?;
+                Ok(OperationResult {
+                    result,
+                    data: None,
+                    images,
+                })
+            }
+            // An async call is linked even where never reached: cut in a
+            // lean build (whose host has no fleet, so no call routes here).
+            #[cfg(feature = "fleet")]
+            Backend::Fleet => {
+                let called = self.fleet_operation(op, controller);
+                Ok(self.bounded(op, called, controller).await?.into())
+            }
+            #[cfg(not(feature = "fleet"))]
+            Backend::Fleet => Err(Failure::Refused(crate::fleet::UNAVAILABLE.to_owned())),
+            Backend::Host => {
+                let reply = tools.js.invoke(
+                    &op.module_id,
+                    &op.operation,
+                    &op.args.to_string(),
+                    &invocation(op, timeout_ms),
+                    &controller.signal(),
+                    report,
+                );
+                let reply = JsFuture::from(reply).map(|r| r.map_err(|e| error_message(&e)));
+                let reply = self.bounded(op, reply, controller).await?;
+                operation_reply(&reply.as_string().unwrap_or_default()).map_err(Failure::Refused)
+            }
         }
-        if let Some(ext) = self
-            .extensions()
-            .filter(|ext| ext.is_tool_module(&op.module_id))
-        {
-            return self.extension_tool(ext, op);
-        }
-        if let Some(port) = tools.port(&op.module_id) {
-            let called = self.files_call(tools, &port, &op.module_id, op, controller, timeout_ms);
-            return called.await.map(Into::into).map_err(Failure::Refused);
-        }
-        if tools.hub.borrow().is_computer(&op.module_id) {
-            let name = op.module_id.strip_prefix("computers.").unwrap_or_default();
-            let invocation = op.invocation(bindings::now_ms(), timeout_ms);
-            let invocation = serde_json::to_string(&invocation).unwrap_or_default();
-            let signal = controller.signal();
-            let called =
-                computers::call(tools, name, &op.operation, &op.args, &invocation, &signal);
-            let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
-                .await
-                .ok_or_else(timed_out)?
-                .map_err(Failure::Refused)?;
-            return Ok(result.into());
-        }
-        let server = tools
-            .hub
-            .borrow()
-            .is_server(&op.module_id)
-            .then(|| tools.servers.get(&op.module_id))
-            .flatten();
-        if let Some(server) = server {
-            let signal = controller.signal();
-            let called = server.call(&tools.js, &op.operation, &op.args, &signal, report);
-            let (result, images) =
-                bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
-                    .await
-                    .ok_or_else(timed_out)?
-                    .map_err(Failure::Refused)?;
-            return Ok(OperationResult {
-                result,
-                data: None,
-                images,
-            });
-        }
-        // An async call is linked even where never reached: cut in a lean build.
-        #[cfg(feature = "fleet")]
-        if op.module_id == crate::fleet::MODULE_ID && self.fleet().is_some() {
-            let called = self.fleet_operation(op, controller);
-            let result = bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
-                .await
-                .ok_or_else(timed_out)?
-                .map_err(Failure::Refused)?;
-            return Ok(result.into());
-        }
-        let invocation = op.invocation(bindings::now_ms(), timeout_ms);
-        let invocation = serde_json::to_string(&invocation).unwrap_or_default();
-        let reply = tools.js.invoke(
-            &op.module_id,
-            &op.operation,
-            &op.args.to_string(),
-            &invocation,
-            &controller.signal(),
-            report,
-        );
-        let reply = bindings::within(
-            JsFuture::from(reply),
-            timeout_ms,
-            controller,
-            TOOL_ABORT_GRACE_MS,
-        )
-        .await
-        .ok_or_else(timed_out)?
-        .map_err(|e| Failure::Refused(error_message(&e)))?;
-        operation_reply(&reply.as_string().unwrap_or_default()).map_err(Failure::Refused)
+    }
+
+    /// `called` within the tool timeout and the abort grace after it:
+    /// refused as timed out past them.
+    async fn bounded<T>(
+        &self,
+        op: &OperationCall,
+        called: impl std::future::Future<Output = Result<T, String>>,
+        controller: &web_sys::AbortController,
+    ) -> Result<T, Failure> {
+        let timeout_ms = self.config.tool_timeout_ms;
+        bindings::within(called, timeout_ms, controller, TOOL_ABORT_GRACE_MS)
+            .await
+            .ok_or_else(|| Failure::Refused(op.timed_out(timeout_ms)))?
+            .map_err(Failure::Refused)
     }
 
     /// Runs an extension command the model called, scoped to the run's

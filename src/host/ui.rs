@@ -6,9 +6,8 @@
 //! unsafe `ui.execute` is marked started before it asks, so it is never
 //! asked again).
 
-use super::bindings::{self, log_warn, RandomIds};
+use super::bindings::{self, log_warn, JsTools, RandomIds};
 use super::serve::to_response;
-use super::tools::HostTools;
 use super::{body, Inner};
 use crate::error::ApiError;
 use crate::http::HttpResponse;
@@ -29,6 +28,8 @@ use wasm_bindgen_futures::{spawn_local, JsFuture};
 /// The bridge's live state in this instance (`tools().ui`).
 pub struct HostUi {
     config: Config,
+    /// The shim's tools, which answer `hasSession`.
+    js: JsTools,
     bridge: RefCell<Bridge>,
     /// Open event streams, by Session.
     streams: RefCell<HashMap<String, Vec<Rc<Stream>>>>,
@@ -86,9 +87,10 @@ impl Stream {
 }
 
 impl HostUi {
-    pub fn new(config: Config) -> HostUi {
+    pub fn new(config: Config, js: JsTools) -> HostUi {
         HostUi {
             config,
+            js,
             bridge: RefCell::default(),
             streams: RefCell::default(),
             waiters: RefCell::default(),
@@ -207,13 +209,6 @@ enum Answer {
 }
 
 impl Inner {
-    fn ui(&self) -> Option<&Rc<HostUi>> {
-        match &self.tools {
-            Ok(Some(tools)) => tools.ui.as_ref(),
-            _ => None,
-        }
-    }
-
     /// Serves one of the bridge's routes (`session` as in the path).
     pub(super) async fn ui_fetch(
         &self,
@@ -254,11 +249,11 @@ impl Inner {
                 body
             }
         };
-        let (Ok(Some(tools)), Some(ui)) = (&self.tools, self.ui()) else {
+        let Some(ui) = self.ui() else {
             return Err(ApiError::UiNotConfigured);
         };
         if route == Route::Events {
-            let stored = self.ui_has_session(tools, ui, session).await?;
+            let stored = self.ui_has_session(ui, session).await?;
             return ui
                 .open_stream(session, stored)
                 .map_err(|e| ApiError::Internal(bindings::error_message(&e)))?
@@ -281,19 +276,14 @@ impl Inner {
     /// Whether `session` may open a browser host: the host's
     /// `hasSession(sessionId)` (bounded by `UI_HAS_SESSION_TIMEOUT_MS`; a
     /// failure is logged and answers no), else the Session is stored here.
-    async fn ui_has_session(
-        &self,
-        tools: &HostTools,
-        ui: &HostUi,
-        session: &str,
-    ) -> Result<bool, ApiError> {
+    async fn ui_has_session(&self, ui: &HostUi, session: &str) -> Result<bool, ApiError> {
         if !ui.config.has_session {
             return Ok(self.store().session_exists(session)?);
         }
         let Ok(controller) = web_sys::AbortController::new() else {
             return Ok(false);
         };
-        let asked = JsFuture::from(tools.js.ui_has_session(session, &controller.signal()));
+        let asked = JsFuture::from(ui.js.ui_has_session(session, &controller.signal()));
         match bindings::within(asked, UI_HAS_SESSION_TIMEOUT_MS, &controller, 0).await {
             Some(Ok(answer)) => Ok(answer.as_bool() == Some(true)),
             Some(Err(e)) => {

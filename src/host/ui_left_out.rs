@@ -2,6 +2,7 @@
 //! perform. `tools().ui` is refused as it decodes (`crate::ui::Config`), so
 //! no `HostUi` exists; the routes answer `crate::ui::refused`.
 
+use super::bindings::JsTools;
 use super::serve::to_response;
 use super::Inner;
 use crate::run::operation::OperationCall;
@@ -13,7 +14,7 @@ use wasm_bindgen::prelude::*;
 pub enum HostUi {}
 
 impl HostUi {
-    pub fn new(config: Config) -> HostUi {
+    pub fn new(config: Config, _js: JsTools) -> HostUi {
         match config {}
     }
 

@@ -9,7 +9,7 @@ use crate::error::ApiError;
 use serde::{de, Deserialize, Deserializer};
 
 /// The module a run would borrow.
-pub const MODULE_ID: &str = "ui";
+pub const MODULE_ID: &str = crate::capability::backend::own::UI;
 
 /// Why the browser bridge is refused in a build without the `ui` feature.
 pub const UNAVAILABLE: &str = "this wasm was built without the `ui` Cargo feature (a lean \

@@ -35,7 +35,7 @@ use serde_json::{json, Value};
 mod tests;
 
 /// The module a run borrows.
-pub const MODULE_ID: &str = "ui";
+pub const MODULE_ID: &str = crate::capability::backend::own::UI;
 
 /// The host's `tools().ui` as the shim hands it over.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
