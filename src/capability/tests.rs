@@ -99,6 +99,9 @@ fn builds_from_json() {
         .contains("deeper than 64"));
 }
 
+// Names the offending field: the `error-paths` feature.
+
+#[cfg(feature = "error-paths")]
 #[test]
 fn json_errors_name_the_field() {
     let base = |bad: Value| json!({ "id": "mcp.notes", "operations": [op("ok", "fine"), bad] });
@@ -287,6 +290,9 @@ fn catalog_validation() {
     assert!(Catalog::new(vec![module("mcp", vec![op("files", "")]), notes()]).is_ok());
 }
 
+// Names the offending field: the `error-paths` feature.
+
+#[cfg(feature = "error-paths")]
 #[test]
 fn catalog_from_json_names_the_field() {
     let e = Catalog::from_json(

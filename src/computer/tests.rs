@@ -97,6 +97,9 @@ fn policy_fields_in_an_advertisement_are_refused() {
     }
 }
 
+// Names the offending field: the `error-paths` feature.
+
+#[cfg(feature = "error-paths")]
 #[test]
 fn the_advertisement_is_closed() {
     let e = module_err(
@@ -263,6 +266,9 @@ fn computer_names() {
     assert!(e.starts_with("computers.Lap: name: "), "{e}");
 }
 
+// Names the offending field: the `error-paths` feature.
+
+#[cfg(feature = "error-paths")]
 #[test]
 fn the_computer_list_is_closed_bounded_and_unique() {
     let list = parse_list(

@@ -414,6 +414,9 @@ mod tests {
         assert_eq!(empty.input(), CompactInput { instructions: None });
     }
 
+    // Names the offending field: the `error-paths` feature.
+
+    #[cfg(feature = "error-paths")]
     #[test]
     fn closed_schemas_name_the_offending_field() {
         let e = err(r#"{"type":"prompt","requestId":"r","text":"x","extra":1}"#);
