@@ -7,7 +7,7 @@
 use super::settle_with_meta;
 use crate::ctx::Ctx;
 use crate::error::ApiError;
-use crate::session::admission::queued_input;
+use crate::session::command::queued_input;
 use crate::settlement::Settlement;
 use crate::sql::atomically;
 use crate::store::{CommandRow, Kind, State, Store, Terminal};

@@ -190,20 +190,6 @@ impl Settings {
     }
 }
 
-/// How a summary leads every later context: one user message (OpenAI: a
-/// `user` message; Anthropic: a `user` message's text block, the turn's
-/// first), saying what it is.
-pub fn framed(summary: &str) -> ModelItem {
-    ModelItem::Message(ModelMessage {
-        role: Role::User,
-        text: format!(
-            "[This conversation was compacted: the summary below stands for its earlier \
-             messages.]\n\n<summary>\n{summary}\n</summary>"
-        ),
-        images: Vec::new(),
-    })
-}
-
 /// The summary call: its system prompt (`prompt`, the host's, else
 /// [`DEFAULT_PROMPT`]) and one user message holding `context` (`window`'s)
 /// as text: the previous summary, then the newest messages that fit in
@@ -533,6 +519,7 @@ fn a_lean_build_refuses_compaction_settings_naming_the_feature() {
 mod tests {
     use super::*;
     use crate::model::ToolCall;
+    use crate::run::context::framed;
     use crate::run::Summary;
 
     #[test]

@@ -3,7 +3,7 @@
 //! messages after it, bounded in messages ([`CONTEXT_MESSAGES_MAX`]) and in
 //! bytes ([`CONTEXT_BYTES_MAX`]); a turn's own prompt is always in it.
 
-use super::{compaction, internal, Pending};
+use super::{internal, Pending};
 use crate::error::ApiError;
 use crate::limits::{
     CONTEXT_BYTES_MAX, CONTEXT_BYTES_PER_TOKEN, CONTEXT_IMAGE_TOKENS, CONTEXT_MESSAGES_MAX,
@@ -21,7 +21,7 @@ use serde_json::Value;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Window {
     /// The newest compaction entry (its id and summary): the context's
-    /// first item frames it ([`compaction::framed`]).
+    /// first item frames it ([`framed`]).
     pub summary: Option<Summary>,
     /// The estimated input tokens ([`estimate`]).
     pub tokens: u64,
@@ -82,7 +82,7 @@ pub(crate) fn context(
     let mut messages: Vec<Option<Stored>> = messages.into_iter().map(|e| Some(e.message)).collect();
     let mut items: Vec<ModelItem> = Vec::new();
     if let Some(summary) = &window.summary {
-        items.push(compaction::framed(&summary.text));
+        items.push(framed(&summary.text));
     }
     for at in 0..messages.len() {
         // `None`: a result already placed after its step.
@@ -532,4 +532,18 @@ fn push_message(items: &mut Vec<ModelItem>, m: Stored) -> Vec<(String, String)> 
         }));
     }
     Vec::new()
+}
+
+/// How a summary leads every later context: one user message (OpenAI: a
+/// `user` message; Anthropic: a `user` message's text block, the turn's
+/// first), saying what it is.
+pub(super) fn framed(summary: &str) -> ModelItem {
+    ModelItem::Message(ModelMessage {
+        role: Role::User,
+        text: format!(
+            "[This conversation was compacted: the summary below stands for its earlier \
+             messages.]\n\n<summary>\n{summary}\n</summary>"
+        ),
+        images: Vec::new(),
+    })
 }

@@ -26,7 +26,7 @@ use crate::ctx::{Ctx, IdSource};
 use crate::error::ApiError;
 use crate::limits::CLAIMS_PER_PASS_MAX;
 use crate::model::{Answer, ModelItem, Usage};
-use crate::session::admission::prompt_input;
+use crate::session::command::prompt_input;
 use crate::session::command::{CompactInput, Delivery};
 use crate::settlement::Settlement;
 use crate::sql::atomically;

@@ -3,7 +3,7 @@
 
 use super::branches;
 use super::command::{
-    Compact, CompactInput, Delivery, EntryCommand, EntryInput, OperatorInput, Prompt, PromptInput,
+    Compact, Delivery, EntryCommand, EntryInput, OperatorInput, Prompt, PromptInput,
 };
 use crate::ctx::{Ctx, IdSource};
 use crate::error::ApiError;
@@ -13,9 +13,7 @@ use crate::limits::{
 };
 use crate::settlement::Settlement;
 use crate::sql::atomically;
-use crate::store::{
-    command_id, AdmissionFacts, CommandRow, Kind, NewCommand, State, Store, Terminal,
-};
+use crate::store::{command_id, AdmissionFacts, Kind, NewCommand, State, Store, Terminal};
 use serde::Serialize;
 
 /// The answer to an accepted command, also replayed for a retried request.
@@ -567,24 +565,6 @@ pub fn withdraw(
         }
         store.insert_fence(session_id, request_id, now_ms)?;
         Ok(Withdrawal::Unknown)
-    })
-}
-
-/// The stored text of a prompt's input (retained after cancellation).
-pub fn prompt_input(input: &str) -> Result<PromptInput, ApiError> {
-    crate::json::from_text(input).map_err(internal)
-}
-
-/// The stored input of queued work as readers see a prompt's: a
-/// compaction's instructions are its text (empty without).
-pub fn queued_input(row: &CommandRow) -> Result<PromptInput, ApiError> {
-    if row.kind != Kind::Compact {
-        return prompt_input(&row.input);
-    }
-    let input: CompactInput = crate::json::from_text(&row.input).map_err(internal)?;
-    Ok(PromptInput {
-        text: input.instructions.unwrap_or_default(),
-        ..Default::default()
     })
 }
 

@@ -5,6 +5,7 @@
 use crate::error::ApiError;
 use crate::limits::{IMAGES_PER_PROMPT_MAX, REQUEST_ID_BYTES_MAX, TEXT_BYTES_MAX};
 use crate::model::Image;
+use crate::store::{CommandRow, Kind};
 use serde::{Deserialize, Serialize};
 
 /// One command body. The `type` field selects the variant; each variant is a
@@ -311,6 +312,28 @@ impl Prompt {
             retry: None,
         }
     }
+}
+
+/// The stored text of a prompt's input (retained after cancellation).
+pub fn prompt_input(input: &str) -> Result<PromptInput, ApiError> {
+    crate::json::from_text(input).map_err(internal)
+}
+
+/// The stored input of queued work as readers see a prompt's: a
+/// compaction's instructions are its text (empty without).
+pub fn queued_input(row: &CommandRow) -> Result<PromptInput, ApiError> {
+    if row.kind != Kind::Compact {
+        return prompt_input(&row.input);
+    }
+    let input: CompactInput = crate::json::from_text(&row.input).map_err(internal)?;
+    Ok(PromptInput {
+        text: input.instructions.unwrap_or_default(),
+        ..Default::default()
+    })
+}
+
+fn internal(e: serde_json::Error) -> ApiError {
+    ApiError::Internal(format!("stored json: {e}"))
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The per-Session FIFO queue: the pending view and the newest pending
 //! prompt of a principal (`latest_pending`, never a compaction).
 
-use super::admission::queued_input;
+use super::command::queued_input;
 use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::model::Image;

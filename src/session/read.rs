@@ -2,7 +2,7 @@
 //! `READ_PAGE_BYTES_MAX` bytes, newest page first, each page oldest first,
 //! plus the pending queue and the running command.
 
-use super::admission::queued_input;
+use super::command::queued_input;
 use super::queue::{pending, raw_json, PendingItem};
 use crate::ctx::Ctx;
 use crate::error::ApiError;
