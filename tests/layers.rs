@@ -426,3 +426,31 @@ fn the_checks_find_a_circle_an_upward_arrow_and_a_grouped_import() {
     edges.insert("text".into(), ["limits".to_owned()].into());
     assert_eq!(upward(&edges), vec![("limits".into(), "text".into())]);
 }
+
+/// The files of `src/` whose code (comments and test modules left out)
+/// contains `needle`.
+fn files_naming(needle: &str) -> Vec<String> {
+    files()
+        .into_iter()
+        .filter(|(_, text)| code(text).iter().any(|line| line.contains(needle)))
+        .map(|(relative, _)| relative.to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn hex_is_written_once() {
+    assert_eq!(
+        files_naming(":02x}"),
+        Vec::<String>::new(),
+        "hex-encode with crate::text::hex"
+    );
+}
+
+#[test]
+fn tables_are_made_by_store_schema_alone() {
+    assert_eq!(
+        files_naming("CREATE TABLE"),
+        vec!["store/schema.rs".to_owned()],
+        "a table is made by its store::schema::Group (`ensure`) or a migration"
+    );
+}

@@ -408,7 +408,7 @@ pub fn revision(m: &Manifest) -> String {
     let mut canonical = String::new();
     canonical_json(&subject, &mut canonical);
     let digest = Sha256::digest(canonical.as_bytes());
-    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+    crate::text::hex(&digest[..16])
 }
 
 /// JSON with object keys sorted at every level, whatever map order

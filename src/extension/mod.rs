@@ -1541,7 +1541,7 @@ fn sends(ext: &str, cause: &str, ops: &[SendOp], fresh: Option<String>) -> Vec<S
                 "{cause}\u{0}{}\u{0}{i}",
                 fresh.as_deref().unwrap_or("")
             ));
-            let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+            let hex = crate::text::hex(&digest[..12]);
             Send {
                 session_id: op.session_id.clone(),
                 request_id: format!("ext:{ext}:{hex}"),
