@@ -155,7 +155,7 @@ impl Entry {
     /// validates it.
     pub fn check_row(&self, collection: &str, row: &Value) -> Result<(), String> {
         match self.rows.get(collection) {
-            Some(v) => v.check(row),
+            Some(v) => v.check(row).map_err(|e| e.to_string()),
             None => Ok(()),
         }
     }
@@ -164,7 +164,7 @@ impl Entry {
     /// validates it.
     pub fn check_input(&self, command: &str, input: &Value) -> Result<(), String> {
         match self.inputs.get(command) {
-            Some(v) => v.check(input),
+            Some(v) => v.check(input).map_err(|e| e.to_string()),
             None => Ok(()),
         }
     }
