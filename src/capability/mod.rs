@@ -31,7 +31,7 @@ pub mod door;
 pub mod name;
 pub mod schema;
 
-pub use name::{guest_name, is_reserved, validate_module_id};
+pub use name::{guest_name, is_reserved, validate_module_id, NameError};
 pub use schema::{check_payload, parse_payload, InputSchema, Kind, Schema};
 
 use crate::limits::{
