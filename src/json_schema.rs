@@ -12,6 +12,20 @@ pub const UNAVAILABLE: &str = "unusable: this wasm was built without the `json-s
     feature (a lean build, SHIITAKE_LEAN=1), so it validates no JSON Schema; \
     build with default features, or check the value in the host (meta() with a Standard Schema)";
 
+/// Why a schema does not compile, or a value does not match it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    /// `boon`'s reason the document is no schema.
+    #[error("not a valid JSON Schema: {0}")]
+    Invalid(String),
+    /// The value breaks the schema: `boon`'s report, on one line.
+    #[error("{0}")]
+    Mismatch(String),
+    /// A build without the `json-schema` feature.
+    #[error("{UNAVAILABLE}")]
+    Unavailable,
+}
+
 /// One compiled, self-contained schema (no remote `$ref`s).
 pub struct Validator {
     #[cfg(feature = "json-schema")]
@@ -29,8 +43,8 @@ impl std::fmt::Debug for Validator {
 impl Validator {
     /// Compiles `document`, named `url` (a `urn:` naming what it checks).
     #[cfg(feature = "json-schema")]
-    pub fn compile(url: &str, document: serde_json::Value) -> Result<Self, String> {
-        let invalid = |e: &dyn std::fmt::Display| format!("not a valid JSON Schema: {e}");
+    pub fn compile(url: &str, document: serde_json::Value) -> Result<Self, SchemaError> {
+        let invalid = |e: &dyn std::fmt::Display| SchemaError::Invalid(e.to_string());
         let mut schemas = boon::Schemas::new();
         let mut compiler = boon::Compiler::new();
         compiler
@@ -44,22 +58,22 @@ impl Validator {
 
     /// Without the `json-schema` feature: refused, naming it.
     #[cfg(not(feature = "json-schema"))]
-    pub fn compile(_url: &str, _document: serde_json::Value) -> Result<Self, String> {
-        Err(UNAVAILABLE.to_owned())
+    pub fn compile(_url: &str, _document: serde_json::Value) -> Result<Self, SchemaError> {
+        Err(SchemaError::Unavailable)
     }
 
     /// Checks `value`; the refusal is one line naming the failing path.
     #[cfg(feature = "json-schema")]
-    pub fn check(&self, value: &serde_json::Value) -> Result<(), String> {
+    pub fn check(&self, value: &serde_json::Value) -> Result<(), SchemaError> {
         self.schemas
             .validate(value, self.index)
-            .map_err(|e| e.to_string().replace('\n', " "))
+            .map_err(|e| SchemaError::Mismatch(e.to_string().replace('\n', " ")))
     }
 
     /// Never reached: without the feature no `Validator` is made.
     #[cfg(not(feature = "json-schema"))]
-    pub fn check(&self, _value: &serde_json::Value) -> Result<(), String> {
-        Err(UNAVAILABLE.to_owned())
+    pub fn check(&self, _value: &serde_json::Value) -> Result<(), SchemaError> {
+        Err(SchemaError::Unavailable)
     }
 }
 
@@ -81,7 +95,7 @@ mod tests {
         .unwrap();
         assert_eq!(v.check(&json!("example.com")), Ok(()));
         assert_eq!(v.check(&json!("xn--bcher-kva.example")), Ok(()));
-        let refused = v.check(&json!("bücher.example")).unwrap_err();
+        let refused = v.check(&json!("bücher.example")).unwrap_err().to_string();
         assert!(refused.contains("is not valid idn-hostname"), "{refused}");
         let uri = Validator::compile(
             "urn:uri",

@@ -4,7 +4,7 @@
 //! host's `identityPath`, which names the stable principal inside it.
 
 use crate::error::ApiError;
-use crate::json_schema::Validator;
+use crate::json_schema::{SchemaError, Validator};
 use crate::limits::META_BYTES_MAX;
 
 /// Why the host's own check (`HostCheck`) did not give a value to store.
@@ -42,30 +42,38 @@ impl std::fmt::Debug for MetaPolicy {
     }
 }
 
+/// Why the host's metadata rules are unusable (a 503
+/// `host_misconfigured` where the host states them).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetaError {
+    #[error("the metadata schema is not JSON: {0}")]
+    NotJson(String),
+    #[error("the metadata schema is {0}")]
+    Schema(SchemaError),
+    #[error("identityPath `{0}` must be a JSON path starting with `$`, at most 256 bytes")]
+    IdentityPath(String),
+}
+
 impl MetaPolicy {
     /// `schema`: a JSON Schema document (draft 4 to 2020-12, validated by
     /// `boon`, which passes the JSON-Schema-Test-Suite);
     /// `identity_path`: a SQLite JSON path such as `$.author.id`.
-    pub fn new(schema: Option<&str>, identity_path: Option<&str>) -> Result<Self, String> {
+    pub fn new(schema: Option<&str>, identity_path: Option<&str>) -> Result<Self, MetaError> {
         let schema = match schema {
             None => None,
             Some(text) => {
-                let document: serde_json::Value = serde_json::from_str(text)
-                    .map_err(|e| format!("the metadata schema is not JSON: {e}"))?;
+                let document: serde_json::Value =
+                    serde_json::from_str(text).map_err(|e| MetaError::NotJson(e.to_string()))?;
                 // The host's schema is self-contained: no remote `$ref`s.
                 let validator = Validator::compile("urn:shiitake:meta-schema", document)
-                    .map_err(|e| format!("the metadata schema is {e}"))?;
+                    .map_err(MetaError::Schema)?;
                 Some(validator)
             }
         };
         let identity_path = match identity_path {
             None => None,
             Some(path) if path.starts_with('$') && path.len() <= 256 => Some(path.to_owned()),
-            Some(path) => {
-                return Err(format!(
-                    "identityPath `{path}` must be a JSON path starting with `$`, at most 256 bytes"
-                ))
-            }
+            Some(path) => return Err(MetaError::IdentityPath(path.to_owned())),
         };
         Ok(MetaPolicy {
             schema,
@@ -198,7 +206,9 @@ mod tests {
     #[cfg(not(feature = "json-schema"))]
     #[test]
     fn a_lean_build_names_the_missing_feature() {
-        let e = MetaPolicy::new(Some(r#"{"type":"object"}"#), None).unwrap_err();
+        let e = MetaPolicy::new(Some(r#"{"type":"object"}"#), None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("`json-schema` Cargo feature"), "{e}");
         assert!(e.starts_with("the metadata schema is unusable"), "{e}");
         let policy = MetaPolicy::new(None, Some("$.author.id")).unwrap();
@@ -216,12 +226,17 @@ mod tests {
     fn bad_configuration_is_named() {
         assert!(MetaPolicy::new(Some("{"), None)
             .unwrap_err()
-            .contains("not JSON"));
+            .to_string()
+            .starts_with("the metadata schema is not JSON: "));
         assert!(MetaPolicy::new(Some(r#"{"type":"nonsense"}"#), None)
             .unwrap_err()
-            .contains("not a valid JSON Schema"));
-        assert!(MetaPolicy::new(None, Some("author.id"))
-            .unwrap_err()
-            .contains("identityPath"));
+            .to_string()
+            .starts_with("the metadata schema is not a valid JSON Schema: "));
+        assert_eq!(
+            MetaPolicy::new(None, Some("author.id"))
+                .unwrap_err()
+                .to_string(),
+            "identityPath `author.id` must be a JSON path starting with `$`, at most 256 bytes"
+        );
     }
 }

@@ -179,7 +179,9 @@ impl From<SqlError> for SetError {
 /// provider signed in and allowed by the key sources) and answers it in
 /// its canonical spelling.
 pub fn check(policy: &Policy, choice: &Choice) -> Result<Choice, SetError> {
-    let spec = policy.check(&choice.model).map_err(SetError::Rejected)?;
+    let spec = policy
+        .check(&choice.model)
+        .map_err(|e| SetError::Rejected(e.to_string()))?;
     Ok(Choice {
         model: crate::model::preference::address(&spec),
         reasoning: choice.reasoning,

@@ -8,7 +8,7 @@ use shiitake::ctx::{CounterIds, Ctx};
 use shiitake::error::ApiError;
 use shiitake::meta::MetaPolicy;
 use shiitake::model::preference::{resolve, Choice, Layer, Layers, Policy};
-use shiitake::model::{ModelSpec, Provider, Reasoning};
+use shiitake::model::{ModelSpec, Provider, Reasoning, Refusal};
 use shiitake::model_choice::{self, SetError};
 use shiitake::sql::native::NativeSql;
 use shiitake::sql::Sql;
@@ -73,7 +73,7 @@ impl Db {
         &self,
         session: &str,
         host: &Layers,
-    ) -> Result<(Layer, String, Option<Reasoning>), String> {
+    ) -> Result<(Layer, String, Option<Reasoning>), Refusal> {
         let (session, agent) = model_choice::layers(&self.sql, session).unwrap();
         let layers = Layers {
             session,
@@ -271,7 +271,7 @@ fn a_stored_choice_the_host_stopped_admitting_is_skipped_at_resolution() {
         key_sources: Some(vec![]),
         ..policy()
     };
-    let e = resolve(&layers, &none).unwrap_err();
+    let e = resolve(&layers, &none).unwrap_err().to_string();
     assert!(e.starts_with("model:unavailable:"), "{e}");
     assert!(e.contains("the Agent's model skipped"), "{e}");
 }

@@ -32,8 +32,8 @@ pub mod door;
 pub mod name;
 pub mod schema;
 
-pub use name::{guest_name, is_reserved, validate_module_id};
-pub use schema::{check_payload, parse_payload, InputSchema, Kind, Schema};
+pub use name::{guest_name, is_reserved, validate_module_id, NameError};
+pub use schema::{check_payload, parse_payload, InputSchema, Kind, PayloadError, Schema};
 
 use crate::limits::{
     MODULES_PER_AGENT_MAX, MODULE_BYTES_MAX, OPERATIONS_PER_MODULE_MAX,
@@ -155,7 +155,7 @@ impl Operation {
     /// Bounds the arguments ([`check_payload`]), then checks them against
     /// the input schema.
     pub fn check_arguments(&self, args: &Value) -> Result<(), String> {
-        check_payload(args)?;
+        check_payload(args).map_err(|e| e.to_string())?;
         self.input.check(args)
     }
 

@@ -98,16 +98,45 @@ pub fn is_reserved(word: &str) -> bool {
     RESERVED.contains(&word)
 }
 
+/// Why a module id or an operation name is refused; `Display` names it
+/// and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("module id must not be empty")]
+    EmptyModuleId,
+    /// The id (shortened) and its length.
+    #[error("module id `{0}` is {1} bytes; at most {MODULE_ID_BYTES_MAX}")]
+    ModuleIdTooLong(String, usize),
+    #[error(
+        "module id `{id}` is invalid: each dot-separated segment must match \
+         [a-z][a-z0-9_]*, got `{segment}`"
+    )]
+    BadSegment { id: String, segment: String },
+    #[error("module id `{id}` is invalid: segment `{segment}` is a reserved word")]
+    ReservedSegment { id: String, segment: String },
+    #[error("operation name must not be empty")]
+    EmptyOperation,
+    /// The name (shortened) and its length.
+    #[error("operation name `{0}` is {1} bytes; at most {OPERATION_NAME_BYTES_MAX}")]
+    OperationTooLong(String, usize),
+    #[error("operation name `{0}` has no ASCII letter or digit to form a guest name")]
+    NoGuestName(String),
+    /// The name (shortened) and the reserved word it maps to.
+    #[error(
+        "operation name `{0}` maps to `{1}`, a reserved word in guest code; rename the operation"
+    )]
+    ReservedGuestName(String, String),
+}
+
 /// Checks a module id; the error names the id and what is wrong.
-pub fn validate_module_id(id: &str) -> Result<(), String> {
+pub fn validate_module_id(id: &str) -> Result<(), NameError> {
     if id.is_empty() {
-        return Err("module id must not be empty".into());
+        return Err(NameError::EmptyModuleId);
     }
     if id.len() > MODULE_ID_BYTES_MAX {
-        return Err(format!(
-            "module id `{}` is {} bytes; at most {MODULE_ID_BYTES_MAX}",
-            crate::text::shorten(id),
-            id.len()
+        return Err(NameError::ModuleIdTooLong(
+            crate::text::shorten(id).to_owned(),
+            id.len(),
         ));
     }
     for segment in id.split('.') {
@@ -115,15 +144,16 @@ pub fn validate_module_id(id: &str) -> Result<(), String> {
         let well_formed = chars.next().is_some_and(|c| c.is_ascii_lowercase())
             && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
         if !well_formed {
-            return Err(format!(
-                "module id `{id}` is invalid: each dot-separated segment must match \
-                 [a-z][a-z0-9_]*, got `{segment}`"
-            ));
+            return Err(NameError::BadSegment {
+                id: id.to_owned(),
+                segment: segment.to_owned(),
+            });
         }
         if is_reserved(segment) {
-            return Err(format!(
-                "module id `{id}` is invalid: segment `{segment}` is a reserved word"
-            ));
+            return Err(NameError::ReservedSegment {
+                id: id.to_owned(),
+                segment: segment.to_owned(),
+            });
         }
     }
     Ok(())
@@ -131,15 +161,14 @@ pub fn validate_module_id(id: &str) -> Result<(), String> {
 
 /// Maps an operation's source name to its guest identifier (see the module
 /// documentation); the error names the source name.
-pub fn guest_name(source: &str) -> Result<String, String> {
+pub fn guest_name(source: &str) -> Result<String, NameError> {
     if source.is_empty() {
-        return Err("operation name must not be empty".into());
+        return Err(NameError::EmptyOperation);
     }
     if source.len() > OPERATION_NAME_BYTES_MAX {
-        return Err(format!(
-            "operation name `{}` is {} bytes; at most {OPERATION_NAME_BYTES_MAX}",
-            crate::text::shorten(source),
-            source.len()
+        return Err(NameError::OperationTooLong(
+            crate::text::shorten(source).to_owned(),
+            source.len(),
         ));
     }
     let chars: Vec<char> = source.chars().collect();
@@ -163,17 +192,15 @@ pub fn guest_name(source: &str) -> Result<String, String> {
         in_word = true;
     }
     if out.is_empty() {
-        return Err(format!(
-            "operation name `{source}` has no ASCII letter or digit to form a guest name"
-        ));
+        return Err(NameError::NoGuestName(source.to_owned()));
     }
     if out.starts_with(|c: char| c.is_ascii_digit()) {
         out.insert(0, '_');
     }
     if is_reserved(&out) {
-        return Err(format!(
-            "operation name `{}` maps to `{out}`, a reserved word in guest code; rename the operation",
-            crate::text::shorten(source)
+        return Err(NameError::ReservedGuestName(
+            crate::text::shorten(source).to_owned(),
+            out,
         ));
     }
     Ok(out)
@@ -240,20 +267,23 @@ mod tests {
             "prototype",
             "class",
         ] {
-            let e = guest_name(source).unwrap_err();
+            let e = guest_name(source).unwrap_err().to_string();
             assert!(e.contains("reserved word") && e.contains(source), "{e}");
         }
     }
 
     #[test]
     fn guest_name_refusals_name_the_source() {
-        let e = guest_name("---").unwrap_err();
+        let e = guest_name("---").unwrap_err().to_string();
         assert!(e.contains("`---`"), "{e}");
-        let e = guest_name("日本語").unwrap_err();
+        let e = guest_name("日本語").unwrap_err().to_string();
         assert!(e.contains("日本語"), "{e}");
-        assert!(guest_name("").unwrap_err().contains("empty"));
+        assert!(guest_name("").unwrap_err().to_string().contains("empty"));
         let long = "a".repeat(OPERATION_NAME_BYTES_MAX + 1);
-        assert!(guest_name(&long).unwrap_err().contains("129 bytes"));
+        assert!(guest_name(&long)
+            .unwrap_err()
+            .to_string()
+            .contains("129 bytes"));
         assert!(guest_name(&"a".repeat(OPERATION_NAME_BYTES_MAX)).is_ok());
     }
 
@@ -264,7 +294,9 @@ mod tests {
         }
         let at_max = format!("a.{}", "b".repeat(MODULE_ID_BYTES_MAX - 2));
         assert_eq!(validate_module_id(&at_max), Ok(()));
-        let e = validate_module_id(&format!("{at_max}c")).unwrap_err();
+        let e = validate_module_id(&format!("{at_max}c"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("65 bytes"), "{e}");
         for bad in [
             "Mcp.notes",
@@ -277,13 +309,14 @@ mod tests {
             "mcp notes",
             "mcp.nötes",
         ] {
-            let e = validate_module_id(bad).unwrap_err();
+            let e = validate_module_id(bad).unwrap_err().to_string();
             assert!(e.contains(&format!("`{bad}`")), "{bad}: {e}");
         }
-        let e = validate_module_id("mcp.delete").unwrap_err();
+        let e = validate_module_id("mcp.delete").unwrap_err().to_string();
         assert!(e.contains("`delete` is a reserved word"), "{e}");
-        assert!(validate_module_id("")
-            .unwrap_err()
-            .contains("must not be empty"));
+        assert_eq!(
+            validate_module_id("").unwrap_err().to_string(),
+            "module id must not be empty"
+        );
     }
 }

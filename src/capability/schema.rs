@@ -632,19 +632,30 @@ fn compact_len(value: &Value, max: usize) -> usize {
     counter.bytes
 }
 
+/// Why a payload crossing the capability boundary is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PayloadError {
+    #[error("payload nests arrays and objects deeper than {JSON_DEPTH_MAX} levels")]
+    TooDeep,
+    #[error("payload is larger than {TOOL_PAYLOAD_BYTES_MAX} bytes as JSON")]
+    TooLarge,
+    /// The text's length in bytes.
+    #[error("payload is {0} bytes; at most {TOOL_PAYLOAD_BYTES_MAX}")]
+    TextTooLarge(usize),
+    /// serde's reason.
+    #[error("payload is not valid JSON: {0}")]
+    NotJson(String),
+}
+
 /// Bounds a JSON value crossing the capability boundary (tool arguments or
 /// a tool result): at most `JSON_DEPTH_MAX` levels of arrays and objects and
 /// at most `TOOL_PAYLOAD_BYTES_MAX` bytes as compact JSON.
-pub fn check_payload(value: &Value) -> Result<(), String> {
+pub fn check_payload(value: &Value) -> Result<(), PayloadError> {
     if depth_exceeds(value, JSON_DEPTH_MAX) {
-        return Err(format!(
-            "payload nests arrays and objects deeper than {JSON_DEPTH_MAX} levels"
-        ));
+        return Err(PayloadError::TooDeep);
     }
     if compact_len(value, TOOL_PAYLOAD_BYTES_MAX) > TOOL_PAYLOAD_BYTES_MAX {
-        return Err(format!(
-            "payload is larger than {TOOL_PAYLOAD_BYTES_MAX} bytes as JSON"
-        ));
+        return Err(PayloadError::TooLarge);
     }
     Ok(())
 }
@@ -652,12 +663,9 @@ pub fn check_payload(value: &Value) -> Result<(), String> {
 /// Parses a JSON payload given as text under the same bounds as
 /// [`check_payload`] (the size is the text's, whitespace included), refusing
 /// an oversized or too deep text before parsing it.
-pub fn parse_payload(text: &str) -> Result<Value, String> {
+pub fn parse_payload(text: &str) -> Result<Value, PayloadError> {
     if text.len() > TOOL_PAYLOAD_BYTES_MAX {
-        return Err(format!(
-            "payload is {} bytes; at most {TOOL_PAYLOAD_BYTES_MAX}",
-            text.len()
-        ));
+        return Err(PayloadError::TextTooLarge(text.len()));
     }
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
     for b in text.bytes() {
@@ -675,16 +683,14 @@ pub fn parse_payload(text: &str) -> Result<Value, String> {
             b'[' | b'{' => {
                 depth += 1;
                 if depth > JSON_DEPTH_MAX {
-                    return Err(format!(
-                        "payload nests arrays and objects deeper than {JSON_DEPTH_MAX} levels"
-                    ));
+                    return Err(PayloadError::TooDeep);
                 }
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
     }
-    serde_json::from_str(text).map_err(|e| format!("payload is not valid JSON: {e}"))
+    serde_json::from_str(text).map_err(|e| PayloadError::NotJson(e.to_string()))
 }
 
 #[cfg(test)]
@@ -1022,12 +1028,16 @@ mod tests {
     fn payload_depth_at_the_boundary() {
         assert_eq!(check_payload(&nested_arrays(JSON_DEPTH_MAX)), Ok(()));
         let e = check_payload(&nested_arrays(JSON_DEPTH_MAX + 1)).unwrap_err();
-        assert!(e.contains("deeper than 64"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "payload nests arrays and objects deeper than 64 levels"
+        );
         let text = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
         assert!(parse_payload(&text(JSON_DEPTH_MAX)).is_ok());
-        assert!(parse_payload(&text(JSON_DEPTH_MAX + 1))
-            .unwrap_err()
-            .contains("deeper than 64"));
+        assert_eq!(
+            parse_payload(&text(JSON_DEPTH_MAX + 1)),
+            Err(PayloadError::TooDeep)
+        );
         // Brackets inside strings do not count.
         let in_string = format!("{{\"a\": \"{}\\\"{}\"}}", "[".repeat(100), "{".repeat(100));
         assert!(parse_payload(&in_string).is_ok());
@@ -1046,7 +1056,9 @@ mod tests {
         let string = |bytes: usize| Value::String("a".repeat(bytes - 2));
         assert_eq!(check_payload(&string(TOOL_PAYLOAD_BYTES_MAX)), Ok(()));
         assert_eq!(
-            check_payload(&string(TOOL_PAYLOAD_BYTES_MAX + 1)).unwrap_err(),
+            check_payload(&string(TOOL_PAYLOAD_BYTES_MAX + 1))
+                .unwrap_err()
+                .to_string(),
             "payload is larger than 262144 bytes as JSON"
         );
         let text = string(TOOL_PAYLOAD_BYTES_MAX).to_string();
@@ -1054,11 +1066,12 @@ mod tests {
         assert_eq!(parse_payload(&text), Ok(string(TOOL_PAYLOAD_BYTES_MAX)));
         let text = string(TOOL_PAYLOAD_BYTES_MAX + 1).to_string();
         assert_eq!(
-            parse_payload(&text).unwrap_err(),
+            parse_payload(&text).unwrap_err().to_string(),
             "payload is 262145 bytes; at most 262144"
         );
         assert!(parse_payload("{")
             .unwrap_err()
+            .to_string()
             .starts_with("payload is not valid JSON"));
     }
 

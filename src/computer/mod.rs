@@ -45,6 +45,90 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
+/// The shape of the host's Computer list, for its refusals.
+const LIST_SHAPE: &str =
+    "expected an array of {id: string, name: string, confirmCalls?: boolean, files?: boolean}";
+
+/// Why the core refuses a Computer's name, the host's Computer list, an
+/// advertisement or a call's reply. `Display` is the message the host (and
+/// `onUnavailable`) sees; the `Entry` and `Name` variants say where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ComputerError {
+    #[error("a Computer name must not be empty")]
+    EmptyName,
+    /// The name (shortened) and its length.
+    #[error("Computer name `{0}` is {1} bytes; at most {COMPUTER_NAME_BYTES_MAX}")]
+    NameTooLong(String, usize),
+    #[error("Computer name `{0}` must be one identifier ([a-z][a-z0-9_]*), without a dot")]
+    NameDotted(String),
+    #[error("Computer name `{0}` is a reserved word in guest code")]
+    NameReserved(String),
+    #[error("Computer name `{0}` must match [a-z][a-z0-9_]*")]
+    NameInvalid(String),
+    #[error("the advertisement is {0} bytes; at most {COMPUTER_ADVERTISEMENT_BYTES_MAX}")]
+    AdvertisementTooLarge(usize),
+    #[error("the advertisement is not valid JSON: {0}")]
+    AdvertisementNotJson(String),
+    #[error("the advertisement must be a JSON object {{\"operations\": [...]}}")]
+    AdvertisementNotObject,
+    #[error("operations: {0} operations; at most {OPERATIONS_PER_MODULE_MAX}")]
+    TooManyOperations(usize),
+    #[error(
+        "operations[{index}].{field}: unknown field; a Computer's operations are always write \
+         access and unsafe to replay, and whether a call asks for confirmation is the host's \
+         connection setting (confirmCalls), so an advertisement cannot mark them otherwise"
+    )]
+    PolicyField { index: usize, field: &'static str },
+    /// An advertisement's field its decoding or the capability model
+    /// refused, named by its path (`operations[2].inputSchema: ...`).
+    #[error("{0}")]
+    Field(String),
+    /// The operation's name (shortened) and the files module it clashes with.
+    #[error(
+        "operations[{index}].name: `{name}` is guest name `{FILES_SEGMENT}`, which this \
+         Computer's files module `{module}` takes"
+    )]
+    FilesClash {
+        index: usize,
+        name: String,
+        module: String,
+    },
+    #[error("id: {0} bytes; 1 to {COMPUTER_ID_BYTES_MAX}")]
+    IdLength(usize),
+    #[error("id: holds a control character")]
+    IdControl,
+    #[error("name: {0}")]
+    Name(Box<ComputerError>),
+    #[error("computers: not valid JSON: {0}")]
+    ListNotJson(String),
+    #[error("computers: {LIST_SHAPE}")]
+    ListShape,
+    #[error("computers: {0} Computers; at most {COMPUTERS_MAX}")]
+    TooManyComputers(usize),
+    #[error("computers[{0}]: {LIST_SHAPE}")]
+    EntryShape(usize),
+    /// An entry's field decoding refused, its path starting at the index
+    /// (`[1].name: ...`).
+    #[error("computers{0}")]
+    ListField(String),
+    #[error("computers[{0}].{1}")]
+    Entry(usize, Box<ComputerError>),
+    /// The entry, its id (shortened) and the entry holding it first.
+    #[error("computers[{0}].id: `{1}` is also the id of computers[{2}]")]
+    DuplicateId(usize, String, usize),
+    #[error("computers[{0}].name: `{1}` is also the name of computers[{2}]")]
+    DuplicateName(usize, String, usize),
+    #[error("the Computer's reply is malformed: {0}")]
+    MalformedReply(String),
+}
+
+/// The host's callers still carry errors as text (`src/host/computers.rs`).
+impl From<ComputerError> for String {
+    fn from(e: ComputerError) -> String {
+        e.to_string()
+    }
+}
+
 /// The last segment of a Computer's files module (`computers.<name>.files`).
 pub const FILES_SEGMENT: &str = "files";
 
@@ -61,27 +145,24 @@ pub fn files_module_id(name: &str) -> String {
 /// Checks a Computer name: one module id segment (`[a-z][a-z0-9_]*`, no
 /// reserved word) of at most `COMPUTER_NAME_BYTES_MAX` bytes, so that
 /// `computers.<name>` and `computers.<name>.files` are valid module ids.
-pub fn validate_name(name: &str) -> Result<(), String> {
+pub fn validate_name(name: &str) -> Result<(), ComputerError> {
     if name.is_empty() {
-        return Err("a Computer name must not be empty".into());
+        return Err(ComputerError::EmptyName);
     }
     if name.len() > COMPUTER_NAME_BYTES_MAX {
-        return Err(format!(
-            "Computer name `{}` is {} bytes; at most {COMPUTER_NAME_BYTES_MAX}",
-            shorten(name),
-            name.len()
+        return Err(ComputerError::NameTooLong(
+            shorten(name).to_owned(),
+            name.len(),
         ));
     }
     if name.contains('.') {
-        return Err(format!(
-            "Computer name `{name}` must be one identifier ([a-z][a-z0-9_]*), without a dot"
-        ));
+        return Err(ComputerError::NameDotted(name.to_owned()));
     }
     validate_module_id(name).map_err(|_| {
         if crate::capability::is_reserved(name) {
-            format!("Computer name `{name}` is a reserved word in guest code")
+            ComputerError::NameReserved(name.to_owned())
         } else {
-            format!("Computer name `{name}` must match [a-z][a-z0-9_]*")
+            ComputerError::NameInvalid(name.to_owned())
         }
     })?;
     // The name's own bound keeps both ids within theirs.
@@ -124,45 +205,34 @@ impl Advertisement {
     /// `COMPUTER_ADVERTISEMENT_BYTES_MAX` bytes, an object with no repeated
     /// key, at most `OPERATIONS_PER_MODULE_MAX` operations, each closed. The
     /// error names the field (`operations[2].inputSchema: ...`).
-    pub fn parse(text: &str) -> Result<Advertisement, String> {
+    pub fn parse(text: &str) -> Result<Advertisement, ComputerError> {
         if text.len() > COMPUTER_ADVERTISEMENT_BYTES_MAX {
-            return Err(format!(
-                "the advertisement is {} bytes; at most {COMPUTER_ADVERTISEMENT_BYTES_MAX}",
-                text.len()
-            ));
+            return Err(ComputerError::AdvertisementTooLarge(text.len()));
         }
         let value = crate::json::strict(text.as_bytes())
-            .map_err(|e| format!("the advertisement is not valid JSON: {e}"))?;
+            .map_err(|e| ComputerError::AdvertisementNotJson(e.to_string()))?;
         let Some(object) = value.as_object() else {
-            return Err("the advertisement must be a JSON object {\"operations\": [...]}".into());
+            return Err(ComputerError::AdvertisementNotObject);
         };
         if let Some(Value::Array(operations)) = object.get("operations") {
             if operations.len() > OPERATIONS_PER_MODULE_MAX {
-                return Err(format!(
-                    "operations: {} operations; at most {OPERATIONS_PER_MODULE_MAX}",
-                    operations.len()
-                ));
+                return Err(ComputerError::TooManyOperations(operations.len()));
             }
             for (i, operation) in operations.iter().enumerate() {
                 let Some(fields) = operation.as_object() else {
                     continue; // the decoding below names it
                 };
                 if let Some(field) = POLICY_FIELDS.iter().find(|f| fields.contains_key(**f)) {
-                    return Err(format!(
-                        "operations[{i}].{field}: unknown field; a Computer's operations are \
-                         always write access and unsafe to replay, and whether a call asks for \
-                         confirmation is the host's connection setting (confirmCalls), so an \
-                         advertisement cannot mark them otherwise"
-                    ));
+                    return Err(ComputerError::PolicyField { index: i, field });
                 }
             }
         }
-        crate::json::decode(value)
+        crate::json::decode(value).map_err(ComputerError::Field)
     }
 
     /// The module `computers.<name>` (see [`module`]); errors name the
     /// field, without the Computer.
-    fn into_module(self, name: &str, confirm_calls: bool) -> Result<Module, String> {
+    fn into_module(self, name: &str, confirm_calls: bool) -> Result<Module, ComputerError> {
         let spec = ModuleSpec {
             id: module_id(name),
             operations: self
@@ -178,7 +248,7 @@ impl Advertisement {
                 })
                 .collect(),
         };
-        Module::from_spec(spec).map_err(|e| e.0)
+        Module::from_spec(spec).map_err(|e| ComputerError::Field(e.0))
     }
 }
 
@@ -195,8 +265,8 @@ pub fn module(
     advertisement_json: &str,
     confirm_calls: bool,
 ) -> Result<Module, CapabilityError> {
-    let at = |e: String| CapabilityError(format!("{}: {e}", module_id(shorten(name))));
-    validate_name(name).map_err(|e| at(format!("name: {e}")))?;
+    let at = |e: ComputerError| CapabilityError(format!("{}: {e}", module_id(shorten(name))));
+    validate_name(name).map_err(|e| at(ComputerError::Name(Box::new(e))))?;
     Advertisement::parse(advertisement_json)
         .and_then(|ad| ad.into_module(name, confirm_calls))
         .map_err(at)
@@ -237,65 +307,52 @@ impl Connection {
         self.files.then(|| files_module_id(&self.name))
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), ComputerError> {
         if self.id.is_empty() || self.id.len() > COMPUTER_ID_BYTES_MAX {
-            return Err(format!(
-                "id: {} bytes; 1 to {COMPUTER_ID_BYTES_MAX}",
-                self.id.len()
-            ));
+            return Err(ComputerError::IdLength(self.id.len()));
         }
         if self.id.chars().any(char::is_control) {
-            return Err("id: holds a control character".into());
+            return Err(ComputerError::IdControl);
         }
-        validate_name(&self.name).map_err(|e| format!("name: {e}"))
+        validate_name(&self.name).map_err(|e| ComputerError::Name(Box::new(e)))
     }
 }
 
 /// Decodes the host's Computer list (JSON text); see [`decode_list`].
-pub fn parse_list(json: &str) -> Result<Vec<Connection>, String> {
+pub fn parse_list(json: &str) -> Result<Vec<Connection>, ComputerError> {
     let value = crate::json::strict(json.as_bytes())
-        .map_err(|e| format!("computers: not valid JSON: {e}"))?;
+        .map_err(|e| ComputerError::ListNotJson(e.to_string()))?;
     decode_list(value)
 }
 
 /// Decodes the host's Computer list: an array of at most `COMPUTERS_MAX`
 /// closed entries `{id, name, confirmCalls?, files?}`, ids unique and names
 /// unique. Errors name the entry and field (`computers[1].name: ...`).
-pub fn decode_list(value: Value) -> Result<Vec<Connection>, String> {
-    const SHAPE: &str = "expected an array of {id: string, name: string, confirmCalls?: boolean, \
-                         files?: boolean}";
+pub fn decode_list(value: Value) -> Result<Vec<Connection>, ComputerError> {
     let Value::Array(entries) = value else {
-        return Err(format!("computers: {SHAPE}"));
+        return Err(ComputerError::ListShape);
     };
     if entries.len() > COMPUTERS_MAX {
-        return Err(format!(
-            "computers: {} Computers; at most {COMPUTERS_MAX}",
-            entries.len()
-        ));
+        return Err(ComputerError::TooManyComputers(entries.len()));
     }
     if let Some(i) = entries.iter().position(|entry| !entry.is_object()) {
-        return Err(format!("computers[{i}]: {SHAPE}"));
+        return Err(ComputerError::EntryShape(i));
     }
     // The path of an entry's error starts at its index: `[1].name: ...`.
     let list: Vec<Connection> =
-        crate::json::decode(Value::Array(entries)).map_err(|e| format!("computers{e}"))?;
+        crate::json::decode(Value::Array(entries)).map_err(ComputerError::ListField)?;
     let mut ids: BTreeMap<&str, usize> = BTreeMap::new();
     let mut names: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, connection) in list.iter().enumerate() {
         connection
             .check()
-            .map_err(|e| format!("computers[{i}].{e}"))?;
+            .map_err(|e| ComputerError::Entry(i, Box::new(e)))?;
         if let Some(j) = ids.insert(&connection.id, i) {
-            return Err(format!(
-                "computers[{i}].id: `{}` is also the id of computers[{j}]",
-                shorten(&connection.id)
-            ));
+            let id = shorten(&connection.id).to_owned();
+            return Err(ComputerError::DuplicateId(i, id, j));
         }
         if let Some(j) = names.insert(&connection.name, i) {
-            return Err(format!(
-                "computers[{i}].name: `{}` is also the name of computers[{j}]",
-                connection.name
-            ));
+            return Err(ComputerError::DuplicateName(i, connection.name.clone(), j));
         }
     }
     Ok(list)
@@ -431,18 +488,17 @@ impl Round {
 /// A Computer with a files port may not advertise an operation whose guest
 /// name is `files`: `computers.<name>.files` would be both that operation
 /// and the files module.
-fn check_files(connection: &Connection, ad: Advertisement) -> Result<Advertisement, String> {
+fn check_files(connection: &Connection, ad: Advertisement) -> Result<Advertisement, ComputerError> {
     if connection.files {
         let clash = ad.operations.iter().position(|op| {
             crate::capability::guest_name(&op.name).is_ok_and(|g| g == FILES_SEGMENT)
         });
         if let Some(i) = clash {
-            return Err(format!(
-                "operations[{i}].name: `{}` is guest name `{FILES_SEGMENT}`, which this \
-                 Computer's files module `{}` takes",
-                shorten(&ad.operations[i].name),
-                files_module_id(&connection.name)
-            ));
+            return Err(ComputerError::FilesClash {
+                index: i,
+                name: shorten(&ad.operations[i].name).to_owned(),
+                module: files_module_id(&connection.name),
+            });
         }
     }
     Ok(ad)
@@ -461,8 +517,8 @@ pub enum Reply {
 /// Decodes a call's reply as the transport hands it back: an object with
 /// exactly one of `result` (bounded by [`check_payload`]) or `error` (a
 /// string). The error says how any other reply is malformed.
-pub fn call_reply(text: &str) -> Result<Reply, String> {
-    let malformed = |why: String| Err(format!("the Computer's reply is malformed: {why}"));
+pub fn call_reply(text: &str) -> Result<Reply, ComputerError> {
+    let malformed = |why: String| Err(ComputerError::MalformedReply(why));
     let value = match crate::json::strict(text.as_bytes()) {
         Ok(value) => value,
         Err(e) => return malformed(format!("not valid JSON: {e}")),

@@ -243,23 +243,28 @@ fn computer_names() {
         "the files module id fits exactly"
     );
     assert!(validate_module_id(&files_module_id(&longest)).is_ok());
-    let e = validate_name(&format!("{longest}c")).unwrap_err();
+    let e = validate_name(&format!("{longest}c"))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("49 bytes; at most 48"), "{e}");
-    assert!(validate_name("").unwrap_err().contains("must not be empty"));
-    let e = validate_name("lap.top").unwrap_err();
+    assert!(validate_name("")
+        .unwrap_err()
+        .to_string()
+        .contains("must not be empty"));
+    let e = validate_name("lap.top").unwrap_err().to_string();
     assert!(
         e.contains("`lap.top`") && e.contains("without a dot"),
         "{e}"
     );
     for bad in ["Laptop", "2box", "lap-top", "_x", "läptop", "lap top"] {
-        let e = validate_name(bad).unwrap_err();
+        let e = validate_name(bad).unwrap_err().to_string();
         assert!(
             e.contains(&format!("`{bad}`")) && e.contains("[a-z]"),
             "{bad}: {e}"
         );
     }
     for reserved in ["delete", "then", "constructor"] {
-        let e = validate_name(reserved).unwrap_err();
+        let e = validate_name(reserved).unwrap_err().to_string();
         assert!(e.contains("reserved word"), "{e}");
     }
     let e = module_err("Lap", &laptop());
@@ -332,18 +337,24 @@ fn the_computer_list_is_closed_bounded_and_unique() {
         ("[", "computers: not valid JSON"),
     ];
     for (text, expected) in cases {
-        let e = parse_list(text).unwrap_err();
+        let e = parse_list(text).unwrap_err().to_string();
         assert!(e.contains(expected), "{text}: {e}");
     }
-    let e = parse_list(&format!(r#"[{{"id":"{}","name":"x"}}]"#, "i".repeat(129))).unwrap_err();
+    let e = parse_list(&format!(r#"[{{"id":"{}","name":"x"}}]"#, "i".repeat(129)))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("computers[0].id: 129 bytes; 1 to 128"), "{e}");
-    let unknown = parse_list(r#"[{"id":"a","name":"x","color":"red"}]"#).unwrap_err();
+    let unknown = parse_list(r#"[{"id":"a","name":"x","color":"red"}]"#)
+        .unwrap_err()
+        .to_string();
     assert!(unknown.contains("unknown field `color`"), "{unknown}");
 
     let many: Vec<Value> = (0..=COMPUTERS_MAX)
         .map(|i| json!({ "id": format!("c{i}"), "name": format!("c{i}") }))
         .collect();
-    let e = decode_list(Value::Array(many.clone())).unwrap_err();
+    let e = decode_list(Value::Array(many.clone()))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("33 Computers; at most 32"), "{e}");
     assert_eq!(
         decode_list(Value::Array(many[..COMPUTERS_MAX].to_vec()))
@@ -555,13 +566,13 @@ fn call_replies() {
         (r#"{"value":3}"#, "got `value`"),
         (r#"{"result":1,"result":2}"#, "duplicate key"),
     ] {
-        let e = call_reply(text).unwrap_err();
+        let e = call_reply(text).unwrap_err().to_string();
         assert!(
             e.starts_with("the Computer's reply is malformed: ") && e.contains(expected),
             "{text}: {e}"
         );
     }
     let huge = json!({ "result": "x".repeat(crate::limits::TOOL_PAYLOAD_BYTES_MAX) }).to_string();
-    let e = call_reply(&huge).unwrap_err();
+    let e = call_reply(&huge).unwrap_err().to_string();
     assert!(e.contains("result: "), "{e}");
 }

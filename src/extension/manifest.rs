@@ -155,7 +155,7 @@ impl Entry {
     /// validates it.
     pub fn check_row(&self, collection: &str, row: &Value) -> Result<(), String> {
         match self.rows.get(collection) {
-            Some(v) => v.check(row),
+            Some(v) => v.check(row).map_err(|e| e.to_string()),
             None => Ok(()),
         }
     }
@@ -164,7 +164,7 @@ impl Entry {
     /// validates it.
     pub fn check_input(&self, command: &str, input: &Value) -> Result<(), String> {
         match self.inputs.get(command) {
-            Some(v) => v.check(input),
+            Some(v) => v.check(input).map_err(|e| e.to_string()),
             None => Ok(()),
         }
     }
@@ -423,7 +423,7 @@ pub fn revision(m: &Manifest) -> String {
     let mut canonical = String::new();
     canonical_json(&subject, &mut canonical);
     let digest = Sha256::digest(canonical.as_bytes());
-    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+    crate::text::hex(&digest[..16])
 }
 
 /// JSON with object keys sorted at every level, whatever map order

@@ -63,7 +63,7 @@ pub(super) fn sends(ext: &str, cause: &str, ops: &[SendOp], fresh: Option<&str>)
         .enumerate()
         .map(|(i, op)| {
             let digest = Sha256::digest(format!("{cause}\u{0}{}\u{0}{i}", fresh.unwrap_or("")));
-            let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+            let hex = crate::text::hex(&digest[..12]);
             Send {
                 session_id: op.session_id.clone(),
                 request_id: format!("ext:{ext}:{hex}"),

@@ -203,8 +203,7 @@ pub fn reserved_id(creator: &str, request_id: &str) -> String {
     hash.update(b"\0");
     hash.update(request_id.as_bytes());
     let digest = hash.finalize();
-    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-    format!("a-{hex}")
+    format!("a-{}", crate::text::hex(&digest[..16]))
 }
 
 /// A name: 1..=128 characters, no control characters.

@@ -477,11 +477,6 @@ impl crate::ctx::IdSource for RandomIds {
         let mut bytes = [0u8; 12];
         // The platform CSPRNG failing leaves no safe way to mint ids.
         getrandom::fill(&mut bytes).expect("platform randomness is available");
-        let mut id = String::with_capacity(prefix.len() + 24);
-        id.push_str(prefix);
-        for b in bytes {
-            id.push_str(&format!("{b:02x}"));
-        }
-        id
+        format!("{prefix}{}", crate::text::hex(&bytes))
     }
 }

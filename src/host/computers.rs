@@ -87,7 +87,7 @@ fn read_list(js: &JsTools) -> Result<Vec<Connection>, String> {
     if let Some(error) = listed.error {
         return Err(error);
     }
-    computer::decode_list(listed.list.unwrap_or_default())
+    computer::decode_list(listed.list.unwrap_or_default()).map_err(String::from)
 }
 
 async fn describe_all(

@@ -137,7 +137,8 @@ fn meta_policy(env: &JsValue, js: JsValue) -> Result<MetaPolicy, String> {
     let env_schema = env_string(env, META_SCHEMA_VAR);
     let env_path = env_string(env, IDENTITY_PATH_VAR);
     if js.is_undefined() || js.is_null() {
-        return MetaPolicy::new(env_schema.as_deref(), env_path.as_deref());
+        return MetaPolicy::new(env_schema.as_deref(), env_path.as_deref())
+            .map_err(|e| e.to_string());
     }
     let js: JsMeta = js.unchecked_into();
     let spec: MetaSpec = crate::json::from_text(&js.spec()).map_err(|e| format!("meta(): {e}"))?;

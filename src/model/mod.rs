@@ -18,6 +18,9 @@
 mod anthropic;
 mod openai;
 pub mod preference;
+mod refusal;
+
+pub use refusal::Refusal;
 
 pub use preference::Reasoning;
 
@@ -66,23 +69,22 @@ pub struct ModelSpec {
 }
 
 impl ModelSpec {
-    pub fn parse(spelling: &str) -> Result<ModelSpec, String> {
+    pub fn parse(spelling: &str) -> Result<ModelSpec, Refusal> {
         let Some((provider, model)) = spelling.split_once('/') else {
-            return Err(format!(
-                "model `{spelling}`: expected provider/model, e.g. openai/gpt-4o-mini"
-            ));
+            return Err(Refusal::NoProvider(spelling.to_owned()));
         };
         let provider = match provider {
             "openai" => Provider::OpenAi,
             "anthropic" => Provider::Anthropic,
             other => {
-                return Err(format!(
-                    "model `{spelling}`: unknown provider `{other}`; expected openai or anthropic"
-                ))
+                return Err(Refusal::UnknownProvider {
+                    spelling: spelling.to_owned(),
+                    provider: other.to_owned(),
+                })
             }
         };
         if model.is_empty() {
-            return Err(format!("model `{spelling}`: the model name is empty"));
+            return Err(Refusal::EmptyModel(spelling.to_owned()));
         }
         Ok(ModelSpec {
             provider,
@@ -135,12 +137,9 @@ pub const IMAGE_MEDIA_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif",
 
 impl Image {
     /// Why no provider would take this image (`at` names it: `images[0]`).
-    pub fn check(&self, at: &str) -> Result<(), String> {
+    pub fn check(&self, at: &str) -> Result<(), Refusal> {
         if !IMAGE_MEDIA_TYPES.contains(&self.media_type.as_str()) {
-            return Err(format!(
-                "{at}.mediaType: must be one of {}",
-                IMAGE_MEDIA_TYPES.join(", ")
-            ));
+            return Err(Refusal::ImageType { at: at.to_owned() });
         }
         let data = self.data.as_bytes();
         let base64 = !data.is_empty()
@@ -149,25 +148,20 @@ impl Image {
                 .iter()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
         if !base64 {
-            return Err(format!("{at}.data: must be non-empty standard base64"));
+            return Err(Refusal::ImageData { at: at.to_owned() });
         }
         Ok(())
     }
 
     /// A tool result's images against their bounds
     /// ([`TOOL_RESULT_IMAGES_MAX`], [`TOOL_RESULT_IMAGE_BYTES_MAX`]).
-    pub fn check_tool_images(images: &[Image]) -> Result<(), String> {
+    pub fn check_tool_images(images: &[Image]) -> Result<(), Refusal> {
         if images.len() > TOOL_RESULT_IMAGES_MAX {
-            return Err(format!(
-                "images: at most {TOOL_RESULT_IMAGES_MAX} per tool result, got {}",
-                images.len()
-            ));
+            return Err(Refusal::TooManyImages(images.len()));
         }
         let bytes: usize = images.iter().map(|i| i.data.len()).sum();
         if bytes > TOOL_RESULT_IMAGE_BYTES_MAX {
-            return Err(format!(
-                "images: at most {TOOL_RESULT_IMAGE_BYTES_MAX} bytes of base64 per tool result, got {bytes}"
-            ));
+            return Err(Refusal::ImageBytes(bytes));
         }
         for (i, image) in images.iter().enumerate() {
             image.check(&format!("images[{i}]"))?;
@@ -328,7 +322,7 @@ pub fn build_call_with_tools(
                         Ok(CallView {
                             id: &call.id,
                             name: &call.name,
-                            arguments: call.raw_arguments().map_err(refuse)?,
+                            arguments: call.raw_arguments().map_err(|e| refuse(e.to_string()))?,
                         })
                     })
                     .collect::<Result<_, ModelError>>()?,
@@ -478,12 +472,12 @@ impl ToolCall {
     /// model sent none. Anything else (broken or truncated JSON, an array, a
     /// string) is an error naming the call; [`build_call_with_tools`]
     /// refuses to replay such a call, so check this when the answer arrives.
-    pub fn input(&self) -> Result<Map<String, Value>, String> {
+    pub fn input(&self) -> Result<Map<String, Value>, Refusal> {
         let raw = self.raw_arguments()?;
         serde_json::from_str(raw.get()).map_err(|e| self.bad_arguments(e))
     }
 
-    fn raw_arguments(&self) -> Result<&RawValue, String> {
+    fn raw_arguments(&self) -> Result<&RawValue, Refusal> {
         if self.arguments.trim().is_empty() {
             return serde_json::from_str("{}").map_err(|e| self.bad_arguments(e));
         }
@@ -495,11 +489,12 @@ impl ToolCall {
         Ok(raw)
     }
 
-    fn bad_arguments(&self, why: impl fmt::Display) -> String {
-        format!(
-            "tool call `{}` (`{}`): arguments are not a JSON object: {why}",
-            self.id, self.name
-        )
+    fn bad_arguments(&self, why: impl fmt::Display) -> Refusal {
+        Refusal::BadArguments {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            why: why.to_string(),
+        }
     }
 }
 

@@ -11,7 +11,7 @@
 //! check is skipped, never used: choosing a model never bypasses the key
 //! sources. Nothing left is a bounded diagnostic naming every skip.
 
-use super::{ModelSpec, Provider};
+use super::{ModelSpec, Provider, Refusal};
 use crate::limits::{DIAGNOSTIC_BYTES_MAX, MODELS_OFFERED_MAX, MODEL_ADDRESS_BYTES_MAX};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -49,16 +49,11 @@ impl Reasoning {
         }
     }
 
-    pub fn parse(text: &str) -> Result<Reasoning, String> {
+    pub fn parse(text: &str) -> Result<Reasoning, Refusal> {
         Reasoning::LEVELS
             .into_iter()
             .find(|level| level.name() == text)
-            .ok_or_else(|| {
-                format!(
-                    "reasoning `{}`: expected one of minimal, low, medium, high, max",
-                    crate::text::shorten(text)
-                )
-            })
+            .ok_or_else(|| Refusal::UnknownReasoning(crate::text::shorten(text).to_owned()))
     }
 }
 
@@ -139,30 +134,25 @@ pub struct Resolved {
 impl Policy {
     /// Whether `spec` may be called: offered, its provider signed in and
     /// not excluded by the key sources. `Err`: why not.
-    pub fn admits(&self, spec: &ModelSpec) -> Result<(), String> {
+    pub fn admits(&self, spec: &ModelSpec) -> Result<(), Refusal> {
         let address = address(spec);
+        let provider = spec.provider.name();
         if !self.offered.contains(spec) {
-            return Err(format!("`{address}` is not offered by this host"));
+            return Err(Refusal::NotOffered(address));
         }
         if !self.signed_in.contains(&spec.provider) {
-            return Err(format!(
-                "`{address}`: provider {} is not signed in (no key or base URL configured)",
-                spec.provider.name()
-            ));
+            return Err(Refusal::NotSignedIn { address, provider });
         }
         if let Some(allowed) = &self.key_sources {
             if !allowed.contains(&spec.provider) {
-                return Err(format!(
-                    "`{address}`: the owner's key sources exclude provider {}",
-                    spec.provider.name()
-                ));
+                return Err(Refusal::KeyExcluded { address, provider });
             }
         }
         Ok(())
     }
 
     /// Parses and admits an address (what `agents.setModel` checks).
-    pub fn check(&self, spelling: &str) -> Result<ModelSpec, String> {
+    pub fn check(&self, spelling: &str) -> Result<ModelSpec, Refusal> {
         let spec = parse_address(spelling)?;
         self.admits(&spec)?;
         Ok(spec)
@@ -187,20 +177,16 @@ pub fn address(spec: &ModelSpec) -> String {
 
 /// [`ModelSpec::parse`] bounded: at most [`MODEL_ADDRESS_BYTES_MAX`] bytes,
 /// no whitespace or control characters.
-pub fn parse_address(spelling: &str) -> Result<ModelSpec, String> {
+pub fn parse_address(spelling: &str) -> Result<ModelSpec, Refusal> {
     if spelling.len() > MODEL_ADDRESS_BYTES_MAX {
-        return Err(format!(
-            "model address: at most {MODEL_ADDRESS_BYTES_MAX} bytes, got {}",
-            spelling.len()
-        ));
+        return Err(Refusal::AddressTooLong(spelling.len()));
     }
     if spelling
         .chars()
         .any(|c| c.is_control() || c.is_whitespace())
     {
-        return Err(format!(
-            "model `{}`: no spaces and no control characters",
-            crate::text::shorten(spelling)
+        return Err(Refusal::AddressSpaces(
+            crate::text::shorten(spelling).to_owned(),
         ));
     }
     ModelSpec::parse(spelling)
@@ -208,7 +194,7 @@ pub fn parse_address(spelling: &str) -> Result<ModelSpec, String> {
 
 /// A comma-separated list of addresses (`SHIITAKE_MODELS`): at most
 /// [`MODELS_OFFERED_MAX`], each parsed; empty items and repeats dropped.
-pub fn parse_offered(list: &str) -> Result<Vec<ModelSpec>, String> {
+pub fn parse_offered(list: &str) -> Result<Vec<ModelSpec>, Refusal> {
     let mut out: Vec<ModelSpec> = Vec::new();
     for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let spec = parse_address(item)?;
@@ -216,9 +202,7 @@ pub fn parse_offered(list: &str) -> Result<Vec<ModelSpec>, String> {
             out.push(spec);
         }
         if out.len() > MODELS_OFFERED_MAX {
-            return Err(format!(
-                "at most {MODELS_OFFERED_MAX} offered models, got more"
-            ));
+            return Err(Refusal::TooManyOffered);
         }
     }
     Ok(out)
@@ -227,7 +211,7 @@ pub fn parse_offered(list: &str) -> Result<Vec<ModelSpec>, String> {
 /// The model of a turn: the first layer whose address the policy admits,
 /// else the first admitted offered address (available login). `Err`: a
 /// bounded diagnostic naming each layer skipped and why.
-pub fn resolve(layers: &Layers, policy: &Policy) -> Result<Resolved, String> {
+pub fn resolve(layers: &Layers, policy: &Policy) -> Result<Resolved, Refusal> {
     let mut skipped: Vec<String> = Vec::new();
     let candidates = [
         (
@@ -295,7 +279,7 @@ pub fn resolve(layers: &Layers, policy: &Policy) -> Result<Resolved, String> {
     skipped.push(login);
     let mut diagnostic = format!("model:unavailable: {}", skipped.join("; "));
     crate::text::truncate(&mut diagnostic, DIAGNOSTIC_BYTES_MAX);
-    Err(diagnostic)
+    Err(Refusal::Unavailable(diagnostic))
 }
 
 fn or_none(names: &[&str]) -> String {
@@ -406,11 +390,12 @@ mod tests {
         assert!(p
             .check("openai/a")
             .unwrap_err()
+            .to_string()
             .contains("key sources exclude"));
         assert_eq!(p.available(), ["anthropic/b", "anthropic/d"]);
         // An empty restriction allows nothing.
         p.key_sources = Some(vec![]);
-        let e = resolve(&all_layers(), &p).unwrap_err();
+        let e = resolve(&all_layers(), &p).unwrap_err().to_string();
         assert!(e.contains("key sources allow: none"), "{e}");
         assert!(p.available().is_empty());
     }
@@ -439,8 +424,13 @@ mod tests {
         assert!(p
             .check("anthropic/b")
             .unwrap_err()
+            .to_string()
             .contains("not signed in"));
-        assert!(p.check("openai/zzz").unwrap_err().contains("not offered"));
+        assert!(p
+            .check("openai/zzz")
+            .unwrap_err()
+            .to_string()
+            .contains("not offered"));
         assert_eq!(p.available(), ["openai/a", "openai/c"]);
     }
 
@@ -450,7 +440,7 @@ mod tests {
             signed_in: vec![],
             ..policy()
         };
-        let e = resolve(&all_layers(), &p).unwrap_err();
+        let e = resolve(&all_layers(), &p).unwrap_err().to_string();
         assert!(e.starts_with("model:unavailable: "), "{e}");
         for part in [
             "the Session's model skipped",
@@ -461,14 +451,16 @@ mod tests {
         ] {
             assert!(e.contains(part), "{part} in {e}");
         }
-        let none = resolve(&Layers::default(), &Policy::default()).unwrap_err();
+        let none = resolve(&Layers::default(), &Policy::default())
+            .unwrap_err()
+            .to_string();
         assert!(none.contains("offers no model"), "{none}");
         // Bounded even with huge stored addresses.
         let huge = Layers {
             session: Some(choice(&format!("openai/{}", "x".repeat(100_000)), None)),
             ..Layers::default()
         };
-        let e = resolve(&huge, &p).unwrap_err();
+        let e = resolve(&huge, &p).unwrap_err().to_string();
         assert!(e.len() <= DIAGNOSTIC_BYTES_MAX, "{}", e.len());
     }
 
@@ -478,6 +470,7 @@ mod tests {
         assert_eq!(list, vec![spec("openai/a"), spec("anthropic/b")]);
         assert!(parse_offered("openai/a,mistral/x")
             .unwrap_err()
+            .to_string()
             .contains("unknown provider"));
         let many: Vec<String> = (0..=MODELS_OFFERED_MAX)
             .map(|i| format!("openai/m{i}"))

@@ -186,12 +186,18 @@ fn model_spec_parse() {
     let spec = ModelSpec::parse("openai/meta-llama/Llama-3").unwrap();
     assert_eq!(spec.model, "meta-llama/Llama-3");
 
-    let error = ModelSpec::parse("gemini/gemini-2.5-pro").unwrap_err();
+    let error = ModelSpec::parse("gemini/gemini-2.5-pro")
+        .unwrap_err()
+        .to_string();
     assert!(error.contains("unknown provider `gemini`"), "{error}");
     assert!(error.contains("openai or anthropic"), "{error}");
-    assert!(ModelSpec::parse("openai/").unwrap_err().contains("empty"));
+    assert!(ModelSpec::parse("openai/")
+        .unwrap_err()
+        .to_string()
+        .contains("empty"));
     assert!(ModelSpec::parse("gpt-4o")
         .unwrap_err()
+        .to_string()
         .contains("provider/model"));
     assert!(ModelSpec::parse("OpenAI/gpt-4o").is_err());
 }
@@ -667,7 +673,7 @@ fn replayed_arguments_must_be_a_json_object() {
         ("{} {}", "trailing characters at line 1 column 4"),
     ] {
         let expected = format!("tool call `call_9` (`f`): arguments are not a JSON object: {why}");
-        assert_eq!(call(arguments).input().unwrap_err(), expected);
+        assert_eq!(call(arguments).input().unwrap_err().to_string(), expected);
         let items = [ModelItem::ToolCalls {
             text: String::new(),
             calls: vec![call(r#"{"ok":1}"#), call(arguments)],
@@ -820,12 +826,18 @@ fn tool_result_images_are_bounded_and_checked() {
         data: data.into(),
     };
     assert!(Image::check_tool_images(&vec![png("AAAA"); TOOL_RESULT_IMAGES_MAX]).is_ok());
-    let e = Image::check_tool_images(&vec![png("AAAA"); TOOL_RESULT_IMAGES_MAX + 1]).unwrap_err();
+    let e = Image::check_tool_images(&vec![png("AAAA"); TOOL_RESULT_IMAGES_MAX + 1])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("at most 4 per tool result"), "{e}");
     let big = png(&"A".repeat(TOOL_RESULT_IMAGE_BYTES_MAX / 2 + 4));
-    let e = Image::check_tool_images(&[big.clone(), big]).unwrap_err();
+    let e = Image::check_tool_images(&[big.clone(), big])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("1048576 bytes"), "{e}");
-    let e = Image::check_tool_images(&[png("AAAA"), png("A")]).unwrap_err();
+    let e = Image::check_tool_images(&[png("AAAA"), png("A")])
+        .unwrap_err()
+        .to_string();
     assert_eq!(e, "images[1].data: must be non-empty standard base64");
     let svg = Image {
         media_type: "image/svg+xml".into(),
@@ -833,6 +845,7 @@ fn tool_result_images_are_bounded_and_checked() {
     };
     assert!(Image::check_tool_images(&[svg])
         .unwrap_err()
+        .to_string()
         .starts_with("images[0].mediaType"));
 }
 

@@ -116,7 +116,7 @@ impl Settings {
         }
         let mut out: Vec<(ModelSpec, u64)> = Vec::new();
         for (address, tokens) in pairs {
-            let spec = parse_address(address)?;
+            let spec = parse_address(address).map_err(|e| e.to_string())?;
             if !(CONTEXT_WINDOW_TOKENS_MIN..=CONTEXT_WINDOW_TOKENS_MAX).contains(&tokens) {
                 return Err(format!(
                     "the context window of `{address}`: {CONTEXT_WINDOW_TOKENS_MIN} to \

@@ -537,7 +537,7 @@ fn push_message(items: &mut Vec<ModelItem>, m: Stored) -> Vec<(String, String)> 
 /// How a summary leads every later context: one user message (OpenAI: a
 /// `user` message; Anthropic: a `user` message's text block, the turn's
 /// first), saying what it is.
-pub fn framed(summary: &str) -> ModelItem {
+pub(super) fn framed(summary: &str) -> ModelItem {
     ModelItem::Message(ModelMessage {
         role: Role::User,
         text: format!(

@@ -227,7 +227,7 @@ fn open_calls(calls: &[ToolCall]) -> Vec<OpenCall> {
     for (i, call) in calls.iter().enumerate() {
         let (input, refused) = match call.input() {
             Ok(input) => (input, None),
-            Err(why) => (Map::new(), Some(why)),
+            Err(why) => (Map::new(), Some(why.to_string())),
         };
         let id_ok = !call.id.is_empty()
             && call.id.len() <= TOOL_CALL_ID_BYTES_MAX

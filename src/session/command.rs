@@ -299,7 +299,7 @@ fn validate_text(text: &str) -> Result<(), ApiError> {
 fn validate_image(i: usize, image: &Image) -> Result<(), ApiError> {
     image
         .check(&format!("images[{i}]"))
-        .map_err(ApiError::InvalidRequest)
+        .map_err(|e| ApiError::InvalidRequest(e.to_string()))
 }
 
 impl Prompt {
