@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 /// placed here.
 const LAYERS: &[&[&str]] = &[
     &["acp"],
-    &["http"],
     &["fleet"],
+    &["http"],
     &["run"],
     &["ui"],
     &["agent"],
@@ -45,16 +45,6 @@ const LAYERS: &[&[&str]] = &[
         "redact",
     ],
     &["limits"],
-];
-
-/// Upward arrows known on issue 36, each being removed by another change of
-/// that issue; empty this list as they land. An entry no longer in the code
-/// fails the test, so the list only shrinks.
-const UPWARD_ALLOWED: &[(&str, &str)] = &[
-    // fleet/ reads a target's page through `http::with_projections`, which
-    // belongs below both (beside the Session reads in agent.rs once
-    // extension/ no longer imports agent).
-    ("fleet", "http"),
 ];
 
 /// Directory modules whose files import each other in a circle, known on
@@ -299,22 +289,6 @@ fn assert_no_circle(edges: &BTreeMap<String, BTreeSet<String>>) {
     }
 }
 
-/// `edges` without the `allowed` arrows; panics on an allowed arrow the
-/// code no longer has.
-fn without(
-    mut edges: BTreeMap<String, BTreeSet<String>>,
-    allowed: &[(&str, &str)],
-) -> BTreeMap<String, BTreeSet<String>> {
-    for (from, to) in allowed {
-        let present = edges.get_mut(*from).is_some_and(|deps| deps.remove(*to));
-        assert!(
-            present,
-            "`{from} -> {to}` is allowed but no longer in the code: remove it from the allow-list"
-        );
-    }
-    edges
-}
-
 #[test]
 fn every_module_sits_on_one_line_of_the_box() {
     let edges = graph();
@@ -344,7 +318,7 @@ fn every_module_sits_on_one_line_of_the_box() {
 
 #[test]
 fn no_arrow_points_up_the_box() {
-    let edges = without(graph(), UPWARD_ALLOWED);
+    let edges = graph();
     let found = upward(&edges);
     assert!(
         found.is_empty(),
@@ -359,7 +333,7 @@ fn no_arrow_points_up_the_box() {
 
 #[test]
 fn top_level_modules_import_each_other_without_a_circle() {
-    assert_no_circle(&without(graph(), UPWARD_ALLOWED));
+    assert_no_circle(&graph());
 }
 
 #[test]
