@@ -473,7 +473,7 @@ pub const MAIL_RETRY_MAX_MS: i64 = 60_000;
 pub const MAIL_KEPT_MAX: usize = 10_000;
 /// Bytes of a recorded delivery failure (the host's error text).
 pub const MAIL_ERROR_BYTES_MAX: usize = 1_024;
-// Agents in one fleet (`src/fleet.rs`, `src/host/fleet.rs`, `js/do.mjs`).
+// Agents in one fleet (`src/fleet/`, `src/host/fleet.rs`, `js/do/hooks.mjs`).
 // An Agent id the `agents` module addresses (the name its Durable Object
 // is found by) is a mail address: `AGENT_ID_BYTES_MAX` above.
 /// Characters of a completed command's final text `agents.wait` returns

@@ -5,7 +5,7 @@
 //! from the catalog `execute` and `forage` reach, named in the execution
 //! protocol digest. The authored callbacks are Rust closures speaking the
 //! JSON protocol of `js/extensions.mjs` (and of the shim's capture,
-//! `js/do.mjs`, which answers the port's description as `value`).
+//! `js/do/hooks.mjs`, which answers the port's description as `value`).
 
 mod common;
 

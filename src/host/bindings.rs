@@ -1,6 +1,6 @@
 //! Every JS binding of the host: the platform APIs web-sys does not cover
 //! for a Durable Object (the storage alarm, timers, the global `fetch`), the
-//! shim's tool host (`js/do.mjs`), and the one logging helper.
+//! shim's tool host (`js/do/hooks.mjs`), and the one logging helper.
 
 use js_sys::Promise;
 use wasm_bindgen::prelude::*;
@@ -31,7 +31,7 @@ extern "C" {
     #[wasm_bindgen(js_name = fetch)]
     fn global_fetch(request: &web_sys::Request) -> Promise;
 
-    /// The shim's extension host (`js/do.mjs`): the roster's manifests and
+    /// The shim's extension host (`js/do/hooks.mjs`): the roster's manifests and
     /// the authored callbacks (`js/extensions.mjs`).
     pub type JsExtensions;
 
@@ -44,7 +44,7 @@ extern "C" {
     #[wasm_bindgen(method)]
     pub fn call(this: &JsExtensions, request: &str) -> String;
 
-    /// The shim's host work lane (`js/do.mjs`, `ShiitakeDO#hostJobs()`).
+    /// The shim's host work lane (`js/do/hooks.mjs`, `ShiitakeDO#hostJobs()`).
     pub type JsJobs;
 
     /// `{tick, retryBaseMs?, retryMaxMs?, timeoutMs?}` or `{error}` as JSON.
@@ -60,7 +60,7 @@ extern "C" {
     #[wasm_bindgen(method)]
     pub fn tick(this: &JsJobs, signal: &web_sys::AbortSignal) -> Promise;
 
-    /// The shim's fleet (`js/do.mjs`, `ShiitakeDO#fleet()`): calls into
+    /// The shim's fleet (`js/do/hooks.mjs`, `ShiitakeDO#fleet()`): calls into
     /// the peer Agents' Durable Objects of the same namespace. Each call
     /// resolves to the peer's answer as JSON (`{value}` or `{error: {code,
     /// status, message}}`) and rejects only when the peer was unreachable.
@@ -142,7 +142,7 @@ extern "C" {
         signal: &web_sys::AbortSignal,
     ) -> Promise;
 
-    /// The shim's model host (`ShiitakeDO#models()`, `js/do.mjs`).
+    /// The shim's model host (`ShiitakeDO#models()`, `js/do/hooks.mjs`).
     pub type JsModels;
 
     /// `{offered?, teamDefault?, keySources?, lastSwitch, error?}` as JSON.
@@ -155,7 +155,7 @@ extern "C" {
     #[wasm_bindgen(method, js_name = lastSwitch)]
     pub fn last_switch(this: &JsModels, session: &str, meta: Option<String>) -> Promise;
 
-    /// The shim's metadata host (`ShiitakeDO#meta()`, `js/do.mjs`).
+    /// The shim's metadata host (`ShiitakeDO#meta()`, `js/do/hooks.mjs`).
     pub type JsMeta;
 
     /// `{schema?, standard, identityPath?, error?}` as JSON (`schema`: a
@@ -168,7 +168,7 @@ extern "C" {
     #[wasm_bindgen(method)]
     pub fn validate(this: &JsMeta, meta: &str) -> String;
 
-    /// The shim's tool host (`js/do.mjs`).
+    /// The shim's tool host (`js/do/hooks.mjs`).
     #[derive(Clone)]
     pub type JsTools;
 

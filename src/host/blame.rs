@@ -1,7 +1,7 @@
 //! Which Agent and Session a wasm trap belongs to.
 //!
 //! A Rust panic traps the wasm instance that every Durable Object of the
-//! isolate shares; the shim (`js/do.mjs`) then resets it, which drops every
+//! isolate shares; the shim (`js/do/recovery.mjs`) then resets it, which drops every
 //! object's turns. So that only the code that trapped pays for it, the host
 //! runs each entry point and each turn inside a [`Scope`], and the panic
 //! hook, which runs before the trap, reports to the shim the scope that was

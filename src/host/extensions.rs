@@ -1,5 +1,5 @@
 //! The Agent's extensions in the Durable Object: the shim's roster and
-//! callbacks (`js/do.mjs`, `js/extensions.mjs`) behind the core's
+//! callbacks (`js/do/hooks.mjs`, `js/extensions.mjs`) behind the core's
 //! [`Extensions`], and the projections published after each commit. Every
 //! rule (state, hooks, timers, cursors) is the core's.
 

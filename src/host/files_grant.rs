@@ -24,7 +24,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 /// The shim's key for the port captured for the run headed by `head`
-/// (`js/do.mjs` keys it the same way).
+/// (`js/do/hooks.mjs` keys it the same way).
 pub(super) fn port_key(head: &str) -> String {
     format!("files@{head}")
 }

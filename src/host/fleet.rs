@@ -1,7 +1,7 @@
 //! The fleet in the Durable Object (seed: "Agent fleet"): the `agents`
 //! module's calls (`src/fleet.rs` decides what each means) performed over
 //! the shim's transport to the peer Agents' Durable Objects of the same
-//! namespace (`ShiitakeDO#fleet()`, `js/do.mjs`), and the RPC entry points a
+//! namespace (`ShiitakeDO#fleet()`, `js/do/hooks.mjs`), and the RPC entry points a
 //! peer reaches: `receiveMail`, `fleetRead`, `fleetSettlement`,
 //! `fleetRecall`, `fleetMember` (archive and unarchive at the target), and
 //! the host-only `eraseAgent`.

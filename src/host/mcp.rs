@@ -2,7 +2,7 @@
 //! connect or are listed again when, and which tools join the catalog, is
 //! `crate::mcp::Hub`'s; the protocol is `crate::mcp::McpConnection`'s (both
 //! sans-IO). This carries their requests through the host's fetch
-//! (`js/do.mjs`: redirects not followed, bodies read to at most
+//! (`js/do/hooks.mjs`: redirects not followed, bodies read to at most
 //! `MCP_RESPONSE_BYTES_MAX + 1` bytes), each server's connection or listing
 //! under the connect timeout, one handshake or listing of a connection at a
 //! time. Header values live only in the connections, in memory: never

@@ -1,4 +1,4 @@
-//! Models in the Durable Object: the host's `models()` hook (`js/do.mjs`
+//! Models in the Durable Object: the host's `models()` hook (`js/do/hooks.mjs`
 //! checks it key by key), the [`Policy`] it and the env make, the model a
 //! turn calls (resolved once at the turn's start, `runner.rs`), and the
 //! Agent's explicit model as `agents.setModel` and its RPC

@@ -1,5 +1,5 @@
 //! The host's tools as the shim describes them (`ShiitakeDO#tools()`, see
-//! `js/do.mjs`), decoded and validated once per instance (the catalog once
+//! `js/do/hooks.mjs`), decoded and validated once per instance (the catalog once
 //! per isolate): the own modules and toolset, the MCP servers, the Files
 //! ports, the Computers, the browser bridge, the access rules. `tools.rs`
 //! performs calls with them.
