@@ -468,6 +468,7 @@ impl Inner {
     /// host pass and the run loop to end.
     pub(super) async fn close(&self, reason: &str) {
         *self.closed.borrow_mut() = Some(reason.to_owned());
+        self.schedule_event(crate::run::schedule::Event::Close);
         if let Some(abort) = self.lane.abort.borrow_mut().take() {
             let _ = abort.send(());
         }
@@ -476,7 +477,7 @@ impl Inner {
             stopper.stop();
         }
         self.wake_loop();
-        while self.loop_running.get() || self.lane.running.get() {
+        while self.schedule.borrow().running() || self.lane.running.get() {
             let _ = self.lane.next_end().await;
         }
     }

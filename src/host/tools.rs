@@ -16,7 +16,7 @@ use super::computers::{self, Computers};
 use super::files::HostPort;
 use super::files_grant::{self, RunFiles};
 use super::files_journal::Sweep;
-use super::runner::Stopper;
+use super::stopper::Stopper;
 use super::ui::HostUi;
 use super::{blame, mcp, Inner};
 use crate::capability::door::{self, Toolset};

@@ -1,0 +1,315 @@
+//! The Agent's schedule as a sans-IO machine, in the manner of
+//! quinn-proto's `Endpoint` (the turn driver, [`super::driver::Turn`], is
+//! its `Connection`): when to claim due turns, how many run, how long the
+//! loop naps, when the claim budget hands over to a fresh alarm, and the
+//! deadline the alarm is left at. The host feeds it [`Event`]s with the
+//! time, performs the [`Output`]s [`Schedule::poll`] yields, and wakes it
+//! at [`Schedule::poll_timeout`]; it decides nothing itself, so the whole
+//! schedule runs natively (`tests/schedule.rs`).
+//!
+//! A loop runs from a wake (a request, the alarm) until no turn it started
+//! is left. Each pass claims (`run::reconcile`, asked for with
+//! [`Output::Reconcile`]) only when the store may hold work the last claim
+//! did not see ("stale"): a wake, a due deadline, or a turn that ended any
+//! other way than [`super::driver::Turn::left_no_work`]. A plain turn's end
+//! thus costs no claim. Past [`LOOP_CLAIM_BUDGET_MS`] it claims nothing
+//! more, lets the live turns end and leaves the alarm at now, so a fresh
+//! alarm invocation continues.
+//!
+//! Invariants:
+//! - at most one loop at a time, and at most one question ([`Output::Reconcile`],
+//!   [`Output::ReadDeadlines`]) open; an answer the machine did not ask for
+//!   is a bug of the host and is ignored;
+//! - the loop ends only with no turn of its own running, and its end names
+//!   the earliest durable deadline it knows ([`Output::Idle`]): turns'
+//!   retries, extension timers, the delivery lane, mail;
+//! - nothing here is durable: a crash loses it, and a new instance's first
+//!   claim rebuilds everything from the store.
+
+use crate::limits::{LOOP_CLAIM_BUDGET_MS, LOOP_NAP_MS_MAX};
+use crate::observe;
+use crate::run::driver::settled_events;
+use crate::run::Step;
+use crate::settlement::Settlement;
+use std::collections::VecDeque;
+
+/// What happened, told to [`Schedule::handle`].
+#[derive(Debug)]
+pub enum Event {
+    /// A request (or the alarm) found no loop running: one starts. The
+    /// loop counts as running from here, so a second wake only joins it.
+    Start,
+    /// The started loop's first pass may run (the host yields first, so
+    /// the waking request's answer leaves before any claim).
+    Begin,
+    /// A request may have added work (an admission, a landed mail, an
+    /// extension command that moved timers).
+    Wake,
+    /// Extension timers moved in a transition (a settled hook): claim at
+    /// the next pass, without starting one.
+    Rearm,
+    /// The claim asked for with [`Output::Reconcile`]: the turns to start,
+    /// those it settled with their Session, and the earliest work it left
+    /// for later (turns' retries, extension timers and replays).
+    Reconciled {
+        steps: Vec<Step>,
+        settled: Vec<(String, Settlement)>,
+        later: Option<i64>,
+    },
+    /// The answer to [`Output::ReadDeadlines`]: the earliest of the
+    /// delivery lane's and mail's deadlines.
+    Deadlines(Option<i64>),
+    /// A turn the loop started ended; `left_no_work`: it added nothing a
+    /// claim must look for ([`super::driver::Turn::left_no_work`]).
+    TurnEnded { left_no_work: bool },
+    /// [`Schedule::poll_timeout`] passed.
+    Timeout,
+    /// The runtime closed: claim nothing more, let the live turns end
+    /// (the host then wakes the loop).
+    Close,
+    /// The loop failed (a claim could not be read): it ends now, and the
+    /// host arms the alarm for whatever is due.
+    Failed,
+}
+
+/// What the host performs, yielded by [`Schedule::poll`] in order. A
+/// variant per host duty; tool backends and peer calls join here as the
+/// Agent's other machines move in.
+#[derive(Debug)]
+pub enum Output {
+    /// Run the due extension timers and replays, then claim
+    /// (`run::reconcile`), and answer [`Event::Reconciled`].
+    Reconcile,
+    /// Start a claimed turn ([`super::driver::Turn`]) and report its end
+    /// with [`Event::TurnEnded`].
+    StartTurn(Step),
+    /// Publish an event of the Session.
+    Publish {
+        session_id: String,
+        event: observe::Event,
+    },
+    /// Settlements were written: a delegated command's reply may be staged.
+    MailStaged,
+    /// Read the delivery lane's and mail's deadlines and answer
+    /// [`Event::Deadlines`].
+    ReadDeadlines,
+    /// The loop ended: leave the alarm at `alarm` (none: nothing is due,
+    /// a spare alarm may go).
+    Idle { alarm: Option<i64> },
+}
+
+/// Where the loop is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    /// No loop runs.
+    Idle,
+    /// Started, first pass not begun.
+    Starting,
+    /// A claim was asked for.
+    Claiming,
+    /// Deadlines were asked for; `later`: what the loop knew so far.
+    Ending { later: Option<i64> },
+    /// Waiting for a turn to end, a wake, or `until`.
+    Napping { until: i64 },
+}
+
+/// The Agent's schedule in this instance (see the module's documentation).
+#[derive(Debug)]
+pub struct Schedule {
+    phase: Phase,
+    /// When the running loop began: the claim budget counts from here.
+    started: i64,
+    /// The store may hold work the last claim did not see.
+    stale: bool,
+    /// The earliest work the last claim left for later.
+    known_later: Option<i64>,
+    /// A wake arrived while the loop was not napping.
+    wake_requested: bool,
+    /// Turns the loop started that have not ended.
+    turns: usize,
+    closed: bool,
+    out: VecDeque<Output>,
+}
+
+impl Default for Schedule {
+    fn default() -> Self {
+        Schedule::new()
+    }
+}
+
+impl Schedule {
+    pub fn new() -> Self {
+        Schedule {
+            phase: Phase::Idle,
+            started: 0,
+            stale: true,
+            known_later: None,
+            wake_requested: false,
+            turns: 0,
+            closed: false,
+            out: VecDeque::new(),
+        }
+    }
+
+    /// Whether a loop runs (from [`Event::Start`] until [`Output::Idle`]).
+    pub fn running(&self) -> bool {
+        self.phase != Phase::Idle
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Turns the running loop started that have not ended.
+    pub fn turns(&self) -> usize {
+        self.turns
+    }
+
+    pub fn poll(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// When to tell the machine [`Event::Timeout`]: the end of the loop's
+    /// nap. None while no loop naps (an idle Agent's deadline was given
+    /// with [`Output::Idle`]).
+    pub fn poll_timeout(&self) -> Option<i64> {
+        match self.phase {
+            Phase::Napping { until } => Some(until),
+            _ => None,
+        }
+    }
+
+    pub fn handle(&mut self, event: Event, now: i64) {
+        match event {
+            Event::Start => {
+                if self.phase == Phase::Idle {
+                    self.phase = Phase::Starting;
+                    self.stale = true;
+                    self.known_later = None;
+                    self.turns = 0;
+                }
+            }
+            Event::Begin => {
+                if self.phase == Phase::Starting {
+                    self.started = now;
+                    self.pass(now);
+                }
+            }
+            Event::Wake => match self.phase {
+                Phase::Napping { .. } => {
+                    self.stale = true;
+                    self.pass(now);
+                }
+                _ => self.wake_requested = true,
+            },
+            Event::Rearm => self.stale = true,
+            Event::Reconciled {
+                steps,
+                settled,
+                later,
+            } => {
+                if self.phase != Phase::Claiming {
+                    return;
+                }
+                self.known_later = later;
+                let any_settled = !settled.is_empty();
+                for (session_id, settlement) in settled {
+                    for event in settled_events(vec![settlement]) {
+                        self.out.push_back(Output::Publish {
+                            session_id: session_id.clone(),
+                            event,
+                        });
+                    }
+                }
+                if any_settled {
+                    self.out.push_back(Output::MailStaged);
+                }
+                self.turns += steps.len();
+                self.out.extend(steps.into_iter().map(Output::StartTurn));
+                self.after_claim(later, now);
+            }
+            Event::Deadlines(deadline) => {
+                if let Phase::Ending { later } = self.phase {
+                    self.end(earliest(later, deadline));
+                }
+            }
+            Event::TurnEnded { left_no_work } => {
+                self.turns = self.turns.saturating_sub(1);
+                if !left_no_work {
+                    self.stale = true;
+                }
+                if matches!(self.phase, Phase::Napping { .. }) {
+                    self.pass(now);
+                }
+            }
+            Event::Timeout => {
+                if matches!(self.phase, Phase::Napping { until } if until <= now) {
+                    self.stale = true;
+                    self.pass(now);
+                }
+            }
+            Event::Close => self.closed = true,
+            Event::Failed => {
+                self.phase = Phase::Idle;
+                self.turns = 0;
+            }
+        }
+    }
+
+    /// One pass of the loop: claim if the store may hold new work, else
+    /// nap or end.
+    fn pass(&mut self, now: i64) {
+        if std::mem::take(&mut self.wake_requested) || self.known_later.is_some_and(|at| at <= now)
+        {
+            self.stale = true;
+        }
+        let claiming = !self.closed && now - self.started < LOOP_CLAIM_BUDGET_MS;
+        if claiming && self.stale {
+            self.stale = false;
+            self.phase = Phase::Claiming;
+            self.out.push_back(Output::Reconcile);
+            return;
+        }
+        // Past the budget, the work left is due now (a fresh alarm
+        // continues); closed, none is.
+        let later = match (claiming, self.closed) {
+            (true, _) => self.known_later,
+            (false, true) => None,
+            (false, false) => Some(now),
+        };
+        self.after_claim(later, now);
+    }
+
+    /// Naps while turns run; otherwise asks for the remaining deadlines.
+    fn after_claim(&mut self, later: Option<i64>, now: i64) {
+        if self.turns == 0 {
+            if self.closed {
+                self.end(later);
+            } else {
+                self.phase = Phase::Ending { later };
+                self.out.push_back(Output::ReadDeadlines);
+            }
+            return;
+        }
+        let nap = match later {
+            Some(at) if now - self.started < LOOP_CLAIM_BUDGET_MS => {
+                (at - now).clamp(0, LOOP_NAP_MS_MAX)
+            }
+            _ => LOOP_NAP_MS_MAX,
+        };
+        self.phase = Phase::Napping { until: now + nap };
+    }
+
+    fn end(&mut self, alarm: Option<i64>) {
+        self.phase = Phase::Idle;
+        self.out.push_back(Output::Idle { alarm });
+    }
+}
+
+/// The earlier of two optional deadlines.
+pub fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
