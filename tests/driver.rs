@@ -23,9 +23,9 @@ use shiitake::observe::{Event, Frame};
 use shiitake::run::compaction::ContextWindow;
 use shiitake::run::driver::{Action, Input, Offer, ToolWork, Turn, TurnPolicy};
 use shiitake::run::operation::{result_output, Gate, OperationCall, Rules};
+use shiitake::run::schedule::{Event as Scheduled, Output, Schedule};
 use shiitake::run::tools::undone_output;
 use shiitake::run::tools::ToolOutput;
-use shiitake::run::schedule::{Event as Scheduled, Output, Schedule};
 use shiitake::run::{self, Step};
 use shiitake::sql::native::NativeSql;
 use shiitake::sql::{Row, Sql, SqlError, SqlValue, Tables, Write, WriteSet};
@@ -464,7 +464,9 @@ impl Sim {
                     Output::StartTurn(step) => started.push_back(step),
                     Output::Publish { event, .. } => self.world.events.push(event),
                     Output::MailStaged => {}
-                    Output::ReadDeadlines => self.schedule.handle(Scheduled::Deadlines(None), self.now_ms),
+                    Output::ReadDeadlines => self
+                        .schedule
+                        .handle(Scheduled::Deadlines(None), self.now_ms),
                     Output::Idle { alarm } => {
                         let Some(at) = alarm else { return Ok(()) };
                         loops += 1;

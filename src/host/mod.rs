@@ -34,8 +34,8 @@ mod model;
 mod models;
 mod runner;
 mod serve;
-mod stopper;
 mod sql;
+mod stopper;
 mod tools;
 #[cfg_attr(not(feature = "ui"), path = "ui_left_out.rs")]
 mod ui;
@@ -53,10 +53,10 @@ use crate::store::{schema, CommandRow, OnSettled, Store};
 use bindings::{log_error, RandomIds};
 use config::HostConfig;
 use futures::channel::oneshot;
-use stopper::Stopper;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
+use stopper::Stopper;
 use wasm_bindgen::prelude::*;
 use watch::Observers;
 

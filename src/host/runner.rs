@@ -5,9 +5,9 @@
 //! every decision about what a turn does next is the driver's.
 
 use super::bindings::{self, log_error};
+use super::stopper::Stopper;
 use super::{blame, model, Inner};
 use crate::extension::Extensions;
-use super::stopper::Stopper;
 use crate::limits::LOOP_NAP_MS_MAX;
 use crate::observe::Frame;
 use crate::run::driver::{Action, Input, Turn, TurnPolicy};
@@ -236,8 +236,7 @@ impl Inner {
                         self.schedule_event(reconciled?);
                     }
                     Output::StartTurn(step) => {
-                        let stopper = match self.start_live(&step.command_id, &step.session_id)
-                        {
+                        let stopper = match self.start_live(&step.command_id, &step.session_id) {
                             Ok(stopper) => stopper,
                             Err(e) => {
                                 self.schedule_event(Event::Failed);
@@ -255,14 +254,13 @@ impl Inner {
                     Output::ReadDeadlines => {
                         // None while the lane's or mail's pass runs: each
                         // arms the alarm when it ends.
-                        let deadlines = self.lane_deadline(bindings::now_ms()).and_then(|lane| {
-                            Ok(earliest(lane, self.mail_deadline()?))
-                        });
+                        let deadlines = self
+                            .lane_deadline(bindings::now_ms())
+                            .and_then(|lane| Ok(earliest(lane, self.mail_deadline()?)));
                         if deadlines.is_err() {
                             self.schedule_event(Event::Failed);
                         }
-                        let deadlines =
-                            deadlines.map_err(|e| JsValue::from_str(&e.to_string()))?;
+                        let deadlines = deadlines.map_err(|e| JsValue::from_str(&e.to_string()))?;
                         self.schedule_event(Event::Deadlines(deadlines));
                     }
                     Output::Idle { alarm } => return Ok(alarm.map(|at| self.write_alarm(at))),

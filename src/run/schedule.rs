@@ -313,3 +313,201 @@ pub fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
         (a, b) => a.or(b),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::{Window, Work};
+
+    fn step(head: &str) -> Step {
+        Step {
+            session_id: "s".into(),
+            command_id: head.into(),
+            attempt: 1,
+            context: Vec::new(),
+            window: Window::default(),
+            work: Work::Turn,
+            tool_calls: Vec::new(),
+            appended: Vec::new(),
+            meta: None,
+            branch: None,
+        }
+    }
+
+    fn outputs(s: &mut Schedule) -> Vec<String> {
+        std::iter::from_fn(|| s.poll())
+            .map(|o| match o {
+                Output::StartTurn(step) => format!("start {}", step.command_id),
+                Output::Idle { alarm } => format!("idle {alarm:?}"),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    /// A loop begun at `now` that claimed `heads`, the claim leaving
+    /// `later`.
+    fn claimed(now: i64, heads: &[&str], later: Option<i64>) -> Schedule {
+        let mut s = Schedule::new();
+        s.handle(Event::Start, now);
+        s.handle(Event::Begin, now);
+        assert_eq!(outputs(&mut s), ["Reconcile"]);
+        let steps = heads.iter().map(|h| step(h)).collect();
+        s.handle(
+            Event::Reconciled {
+                steps,
+                settled: Vec::new(),
+                later,
+            },
+            now,
+        );
+        s
+    }
+
+    #[test]
+    fn a_plain_turns_end_costs_no_claim_and_any_other_end_claims_again() {
+        let mut s = claimed(0, &["a", "b"], None);
+        assert_eq!(outputs(&mut s), ["start a", "start b"]);
+        s.handle(Event::TurnEnded { left_no_work: true }, 10);
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        s.handle(
+            Event::TurnEnded {
+                left_no_work: false,
+            },
+            20,
+        );
+        assert_eq!(outputs(&mut s), ["Reconcile"]);
+        s.handle(
+            Event::Reconciled {
+                steps: Vec::new(),
+                settled: Vec::new(),
+                later: Some(5_000),
+            },
+            20,
+        );
+        // The loop ends: the lane's and mail's deadlines join the claim's.
+        assert_eq!(outputs(&mut s), ["ReadDeadlines"]);
+        s.handle(Event::Deadlines(Some(3_000)), 21);
+        assert_eq!(outputs(&mut s), ["idle Some(3000)"]);
+        assert!(!s.running());
+    }
+
+    #[test]
+    fn the_loop_naps_until_its_earliest_deadline_at_most_the_nap_bound() {
+        let mut s = claimed(0, &["a"], Some(5_000));
+        outputs(&mut s);
+        assert_eq!(s.poll_timeout(), Some(5_000));
+        // Due: the store may hold work the claim left, so it claims.
+        s.handle(Event::Timeout, 5_000);
+        assert_eq!(outputs(&mut s), ["Reconcile"]);
+        s.handle(
+            Event::Reconciled {
+                steps: Vec::new(),
+                settled: Vec::new(),
+                later: Some(10 * LOOP_NAP_MS_MAX),
+            },
+            5_000,
+        );
+        assert_eq!(s.poll_timeout(), Some(5_000 + LOOP_NAP_MS_MAX));
+        // A timeout before the nap ends is not one.
+        s.handle(Event::Timeout, 5_001);
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_wake_claims_at_once_while_napping_and_at_the_next_pass_otherwise() {
+        let mut s = claimed(0, &["a"], None);
+        outputs(&mut s);
+        s.handle(Event::Wake, 1);
+        assert_eq!(outputs(&mut s), ["Reconcile"]);
+        // A wake while the claim is open is kept for the next pass.
+        s.handle(Event::Wake, 2);
+        s.handle(
+            Event::Reconciled {
+                steps: Vec::new(),
+                settled: Vec::new(),
+                later: None,
+            },
+            3,
+        );
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        s.handle(Event::TurnEnded { left_no_work: true }, 4);
+        assert_eq!(outputs(&mut s), ["Reconcile"]);
+        // A settled hook that moved timers: the next pass claims.
+        s.handle(
+            Event::Reconciled {
+                steps: vec![step("b")],
+                settled: Vec::new(),
+                later: None,
+            },
+            5,
+        );
+        outputs(&mut s);
+        s.handle(Event::Rearm, 6);
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        s.handle(Event::TurnEnded { left_no_work: true }, 7);
+        assert_eq!(outputs(&mut s), ["Reconcile"]);
+    }
+
+    #[test]
+    fn past_the_claim_budget_it_claims_nothing_and_leaves_the_alarm_at_now() {
+        let mut s = claimed(0, &["a", "b"], None);
+        outputs(&mut s);
+        let late = LOOP_CLAIM_BUDGET_MS + 1;
+        s.handle(
+            Event::TurnEnded {
+                left_no_work: false,
+            },
+            late,
+        );
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        assert_eq!(s.poll_timeout(), Some(late + LOOP_NAP_MS_MAX));
+        s.handle(Event::Wake, late + 1);
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        s.handle(
+            Event::TurnEnded {
+                left_no_work: false,
+            },
+            late + 2,
+        );
+        assert_eq!(outputs(&mut s), ["ReadDeadlines"]);
+        s.handle(Event::Deadlines(Some(late + 50_000)), late + 2);
+        assert_eq!(outputs(&mut s), [format!("idle Some({})", late + 2)]);
+    }
+
+    #[test]
+    fn closed_it_claims_nothing_more_and_leaves_no_alarm() {
+        let mut s = claimed(0, &["a"], Some(100));
+        outputs(&mut s);
+        s.handle(Event::Close, 1);
+        s.handle(Event::Wake, 1);
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        s.handle(
+            Event::TurnEnded {
+                left_no_work: false,
+            },
+            2,
+        );
+        assert_eq!(outputs(&mut s), ["idle None"]);
+    }
+
+    #[test]
+    fn an_answer_not_asked_for_is_ignored_and_a_second_start_joins() {
+        let mut s = Schedule::new();
+        s.handle(Event::Deadlines(Some(1)), 0);
+        s.handle(
+            Event::Reconciled {
+                steps: vec![step("a")],
+                settled: Vec::new(),
+                later: None,
+            },
+            0,
+        );
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        s.handle(Event::Start, 0);
+        s.handle(Event::Wake, 0);
+        s.handle(Event::Start, 0);
+        assert!(s.running());
+        s.handle(Event::Begin, 0);
+        assert_eq!(outputs(&mut s), ["Reconcile"]);
+    }
+}
