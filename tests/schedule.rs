@@ -2,14 +2,16 @@
 //! Agent schedule (`run::schedule`, the machine the wasm host performs),
 //! exchanging mail over one clock. The simulated host performs every
 //! output as `src/host/` does: claims, turns (the real turn driver, a
-//! scripted model), mail passes, the durable alarm. A crash after every
+//! scripted model), mail passes, delivery lane passes, the durable alarm. A crash after every
 //! durable transition of the scenario (the crashed Agent loses everything
 //! in memory and reopens its store; the alarm, like the platform's,
 //! survives) must lose nothing and settle nothing twice.
 
 use serde_json::{json, Value};
 use shiitake::ctx::{Ctx, IdSource};
+use shiitake::delivery;
 use shiitake::http::{admission_effects, handle, HttpRequest};
+use shiitake::limits::{HOST_DELIVERY_BATCH_MAX, HOST_PASS_BATCHES_MAX};
 use shiitake::mail::{self, Acceptance, Address, Outgoing, Replies, SendState};
 use shiitake::meta::MetaPolicy;
 use shiitake::model::{Answer, ModelItem, RetryPolicy, Role, Usage};
@@ -19,7 +21,7 @@ use shiitake::run::schedule::{earliest, Event as Scheduled, Output, Schedule};
 use shiitake::run::{self, Step};
 use shiitake::session::command::Delivery;
 use shiitake::sql::native::NativeSql;
-use shiitake::sql::{Row, Sql, SqlError, SqlValue, Tables, Write, WriteSet};
+use shiitake::sql::{atomically, Row, Sql, SqlError, SqlValue, Tables, Write, WriteSet};
 use shiitake::store::{schema, Store};
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -101,8 +103,9 @@ struct Agent {
     started: VecDeque<Step>,
     /// Turns claimed at admission, not started.
     fresh: HashSet<String>,
-    /// A mail pass is wanted.
-    mail_wanted: bool,
+    /// Passes the schedule asked for, not yet run.
+    lane_pass: bool,
+    mail_pass: bool,
 }
 
 impl Agent {
@@ -131,7 +134,8 @@ impl Agent {
             schedule: Schedule::new(),
             started: VecDeque::new(),
             fresh: HashSet::new(),
-            mail_wanted: false,
+            lane_pass: false,
+            mail_pass: false,
         }
     }
 
@@ -147,14 +151,46 @@ impl Agent {
         self.schedule = Schedule::new();
         self.started.clear();
         self.fresh.clear();
-        self.mail_wanted = false;
+        self.lane_pass = false;
+        self.mail_pass = false;
         let store = Store::new(&self.db);
         let due = earliest(
             run::next_deadline(store, now, &|_| false).unwrap(),
-            mail::next_deadline(store).unwrap(),
+            self.deadlines(now),
         );
         if let Some(at) = due {
             self.set_alarm(at);
+        }
+    }
+
+    /// The lane's and mail's deadlines, as the host reads them: none for
+    /// a performer whose pass runs (it arms the alarm when it ends).
+    fn deadlines(&self, now: i64) -> Option<i64> {
+        let lane = match self.schedule.lane_running() {
+            true => None,
+            false => delivery::next_deadline(&self.db, now).unwrap(),
+        };
+        let mail = match self.schedule.mail_running() {
+            true => None,
+            false => mail::next_deadline(Store::new(&self.db)).unwrap(),
+        };
+        earliest(lane, mail)
+    }
+
+    /// Arms the alarm for what a lane or mail pass left.
+    fn arm_after_pass(&mut self, now: i64) {
+        if let Some(at) = self.deadlines(now) {
+            self.set_alarm(at);
+        }
+    }
+
+    /// After a transition that may have staged mail, as the host does: a
+    /// pass when some is due now, else the alarm.
+    fn mail_after_transition(&mut self, now: i64) {
+        match mail::next_deadline(Store::new(&self.db)).unwrap() {
+            Some(at) if at <= now => self.schedule.handle(Scheduled::MailWanted, now),
+            Some(at) => self.set_alarm(at),
+            None => {}
         }
     }
 
@@ -211,7 +247,8 @@ impl Agent {
     /// A request that may have added work: wakes the loop, or starts one
     /// (the alarm set to now first, as the host does).
     fn wake(&mut self, now: i64) {
-        self.mail_wanted = true;
+        self.schedule.handle(Scheduled::LaneWanted, now);
+        self.schedule.handle(Scheduled::MailWanted, now);
         if self.schedule.running() {
             self.schedule.handle(Scheduled::Wake, now);
             return;
@@ -224,7 +261,8 @@ impl Agent {
     /// The platform's alarm fires: it requests mail and starts the loop.
     fn fire_alarm(&mut self, now: i64) {
         self.alarm = None;
-        self.mail_wanted = true;
+        self.schedule.handle(Scheduled::LaneWanted, now);
+        self.schedule.handle(Scheduled::MailWanted, now);
         self.schedule.handle(Scheduled::Start, now);
         self.schedule.handle(Scheduled::Begin, now);
     }
@@ -260,15 +298,19 @@ impl Agent {
                     self.started.push_back(step);
                 }
                 Output::Publish { event, .. } => self.events.push(event),
-                Output::MailStaged => self.mail_wanted = true,
+                Output::MailStaged => self.mail_after_transition(now),
                 Output::ReadDeadlines => {
-                    let deadline = mail::next_deadline(Store::new(&self.db)).unwrap();
-                    self.schedule.handle(Scheduled::Deadlines(deadline), now);
+                    let deadlines = self.deadlines(now);
+                    self.schedule.handle(Scheduled::Deadlines(deadlines), now);
                 }
                 Output::Idle { alarm } => {
                     // The loop's own wake is spent; it leaves the next.
                     self.alarm = alarm;
                 }
+                Output::LanePass => self.lane_pass = true,
+                Output::MailPass => self.mail_pass = true,
+                Output::LaneEnded => {}
+                Output::ArmAfterPass => self.arm_after_pass(now),
             }
         }
         Ok(())
@@ -293,7 +335,7 @@ impl Agent {
                     continue;
                 }
                 Action::Next { .. } => {
-                    self.mail_wanted = true;
+                    self.mail_after_transition(now);
                     continue;
                 }
                 Action::Fault(e) => {
@@ -313,7 +355,7 @@ impl Agent {
             self.ctx(now, |ctx| turn.handle(ctx, input))?;
         }
         self.started.pop_front();
-        self.mail_wanted = true;
+        self.mail_after_transition(now);
         self.schedule.handle(
             Scheduled::TurnEnded {
                 left_no_work: turn.left_no_work(),
@@ -321,6 +363,30 @@ impl Agent {
             now,
         );
         Ok(())
+    }
+
+    /// One lane pass, as `src/host/jobs.rs` performs it for a host that
+    /// takes every batch: each batch delivered (into `delivered`, which
+    /// outlives the process), then acknowledged in its own transition.
+    /// True when entries are left past the pass's bound.
+    fn run_lane_pass(&mut self, now: i64, delivered: &mut Vec<String>) -> Result<bool, Crashed> {
+        self.lane_pass = false;
+        if !delivery::lane(&self.db).unwrap().due(now) {
+            return Ok(false);
+        }
+        for _ in 0..HOST_PASS_BATCHES_MAX {
+            let entries = delivery::pending(&self.db, HOST_DELIVERY_BATCH_MAX).unwrap();
+            let Some(last) = entries.last().map(|e| e.seq) else {
+                return Ok(false);
+            };
+            delivered.extend(entries.into_iter().map(|e| e.key));
+            let acked = atomically(&self.db, || delivery::acknowledge(&self.db, last));
+            if self.db.crashed.get() {
+                return Err(Crashed);
+            }
+            acked.unwrap();
+        }
+        Ok(!delivery::pending(&self.db, 1).unwrap().is_empty())
     }
 
     /// Settled frames per command id.
@@ -373,6 +439,8 @@ struct Fleet {
     clock: Rc<Clock>,
     now: i64,
     agents: Vec<Agent>,
+    /// Outbox keys the host took, in order (at least once each).
+    delivered: Vec<String>,
 }
 
 impl Fleet {
@@ -383,6 +451,7 @@ impl Fleet {
             clock,
             now: 1_000,
             agents,
+            delivered: Vec::new(),
         }
     }
 
@@ -400,9 +469,10 @@ impl Fleet {
     /// One mail pass of `from`: every due mail carried to its recipient,
     /// the receipt or the failure recorded, as `src/host/mail.rs` does.
     fn mail_pass(&mut self, from: usize) -> Result<(), (usize, Crashed)> {
-        self.agents[from].mail_wanted = false;
+        self.agents[from].mail_pass = false;
         let now = self.now;
         let due = mail::due(Store::new(&self.agents[from].db), now, 100).unwrap();
+        let carried = due.len();
         for m in due {
             let to = self.at(&m.to.agent_id);
             let wire: mail::Mail =
@@ -442,12 +512,11 @@ impl Fleet {
                 Err(crashed) => return Err((from, crashed)),
             }
         }
-        // What is left (a retry) is on the alarm.
         let sender = &mut self.agents[from];
-        if let Some(at) = mail::next_deadline(Store::new(&sender.db)).unwrap() {
-            sender.set_alarm(at);
-        }
-        Ok(())
+        sender
+            .schedule
+            .handle(Scheduled::MailPassEnded { carried }, now);
+        sender.perform(now).map_err(|c| (from, c))
     }
 
     /// One step of the fleet: some Agent performs something, or the clock
@@ -467,7 +536,17 @@ impl Fleet {
                 agent.perform(now).map_err(|c| (i, c))?;
                 return Ok(true);
             }
-            if agent.mail_wanted {
+            if agent.lane_pass {
+                let more = agent
+                    .run_lane_pass(now, &mut self.delivered)
+                    .map_err(|c| (i, c))?;
+                agent
+                    .schedule
+                    .handle(Scheduled::LanePassEnded { more }, now);
+                agent.perform(now).map_err(|c| (i, c))?;
+                return Ok(true);
+            }
+            if agent.mail_pass {
                 self.mail_pass(i)?;
                 return Ok(true);
             }
@@ -513,6 +592,10 @@ impl Fleet {
     }
 }
 
+/// Entries the parent stages for its host's delivery lane: more than one
+/// pass takes.
+const OUTBOX_ENTRIES: usize = HOST_DELIVERY_BATCH_MAX * HOST_PASS_BATCHES_MAX + 3;
+
 /// Parent `p` delegates to child `c` and prompts its own Session; the
 /// child's turn answers, its reply lands as a line in `p`, which runs.
 fn delegation(crash_at: Option<usize>) -> Fleet {
@@ -523,6 +606,14 @@ fn delegation(crash_at: Option<usize>) -> Fleet {
     let to = fleet.agents[child].address("c");
     let p = &mut fleet.agents[parent];
     p.http(now, "POST", "/sessions", json!({ "sessionId": "p" }));
+    // Outbox entries for the host, staged in one transition.
+    atomically(&p.db, || {
+        for n in 0..OUTBOX_ENTRIES {
+            delivery::stage(&p.db, &format!("k{n}"), &json!({ "n": n }), now)?;
+        }
+        Ok::<_, SqlError>(())
+    })
+    .unwrap();
     let from = p.address("p");
     let sent = p
         .ctx(now, |ctx| {
@@ -559,9 +650,14 @@ fn delegation(crash_at: Option<usize>) -> Fleet {
 
 /// What the scenario must come to, however often it crashed: every
 /// command settled `completed` with at most one `settled` frame, the
-/// delegated prompt admitted once, its reply line once, nothing owed.
+/// delegated prompt admitted once, its reply line once, nothing owed,
+/// every outbox entry taken by the host (at least once) and acknowledged.
 fn check(fleet: &mut Fleet, context: &str) {
     let now = fleet.now;
+    let taken: HashSet<&str> = fleet.delivered.iter().map(String::as_str).collect();
+    for n in 0..OUTBOX_ENTRIES {
+        assert!(taken.contains(format!("k{n}").as_str()), "{context}: k{n}");
+    }
     for agent in &fleet.agents {
         let commands = agent.commands();
         for (command, state) in &commands {
@@ -571,7 +667,7 @@ fn check(fleet: &mut Fleet, context: &str) {
             assert_eq!(n, 1, "{context}: {} settled {command} {n} times", agent.id);
         }
         assert_eq!(
-            mail::next_deadline(Store::new(&agent.db)).unwrap(),
+            agent.deadlines(now),
             None,
             "{context}: {} owes nothing",
             agent.id

@@ -33,10 +33,11 @@ use super::{blame, Inner};
 use crate::delivery::{self, Entry, Lane, LanePolicy};
 use crate::error::ApiError;
 use crate::limits::{
-    HOST_DELIVERY_BATCH_MAX, HOST_PASSES_PER_WAKE_MAX, HOST_PASS_ABORT_GRACE_MS,
-    HOST_PASS_BATCHES_MAX, HOST_PASS_TIMEOUT_MS, HOST_PASS_TIMEOUT_MS_MIN, HOST_RETRY_MS_MAX,
-    HOST_RETRY_MS_MIN, RETRY_BASE_MS_DEFAULT, RETRY_MAX_MS_DEFAULT, TOOL_HEARTBEAT_MS,
+    HOST_DELIVERY_BATCH_MAX, HOST_PASS_ABORT_GRACE_MS, HOST_PASS_BATCHES_MAX, HOST_PASS_TIMEOUT_MS,
+    HOST_PASS_TIMEOUT_MS_MIN, HOST_RETRY_MS_MAX, HOST_RETRY_MS_MIN, RETRY_BASE_MS_DEFAULT,
+    RETRY_MAX_MS_DEFAULT, TOOL_HEARTBEAT_MS,
 };
+use crate::run::schedule::Event;
 use crate::sql::atomically;
 use futures::channel::oneshot;
 use futures::future::{select, Either};
@@ -131,12 +132,10 @@ fn setting(
     }
 }
 
-/// The lane in this instance: whether a pass runs, and who waits for it.
+/// The lane's handles in this instance (whether a pass runs is the
+/// schedule's, `run::schedule`): who waits for it, how to abort it.
 #[derive(Default)]
 pub struct LaneRun {
-    pub(super) running: Cell<bool>,
-    /// A wake arrived during the running pass: run one more after it.
-    again: Cell<bool>,
     /// Aborts the running pass (close).
     abort: RefCell<Option<oneshot::Sender<()>>>,
     /// `close` calls waiting for the host pass and the run loop to end.
@@ -248,23 +247,28 @@ impl Inner {
         !self.has_host_jobs() && self.lane.empty.get()
     }
 
-    /// Requests a host work pass: starts one now, or, while one runs, one
-    /// more after it. A closed instance starts none.
+    /// Requests a host work pass: the schedule starts one now, or, while
+    /// one runs, one more after it. A closed instance starts none.
     pub(super) fn request_host_work(&self) {
-        if self.closed.borrow().is_some() || self.lane_known_empty() {
+        if self.lane_known_empty() {
             return;
         }
-        if self.lane.running.get() {
-            self.lane.again.set(true);
-            return;
-        }
+        self.schedule_side(Event::LaneWanted);
+    }
+
+    /// Performs [`crate::run::schedule::Output::LanePass`]: one pass, its
+    /// end told to the schedule.
+    pub(super) fn start_lane_pass(&self) {
         let Some(me) = self.me.upgrade() else {
             return;
         };
-        self.lane.running.set(true);
         let scope = self.scope(None);
         wasm_bindgen_futures::spawn_local(blame::scoped(scope, async move {
-            me.host_work().await;
+            let more = match me.host_pass().await {
+                Pass::Done { more } => more,
+                Pass::NotDue | Pass::Failed | Pass::Abandoned => false,
+            };
+            me.schedule_side(Event::LanePassEnded { more });
         }));
     }
 
@@ -273,7 +277,7 @@ impl Inner {
     /// most `TOOL_HEARTBEAT_MS` ahead (earlier for the lane's retry), so a
     /// crash resumes the turn, and the lane, within about that.
     pub(super) async fn heartbeat_beat(&self) {
-        if !self.lane.running.get() {
+        if !self.schedule.borrow().lane_running() {
             match delivery::pending(&self.sql, 1) {
                 Ok(entries) if !entries.is_empty() => self.request_host_work(),
                 Ok(_) => {}
@@ -291,33 +295,10 @@ impl Inner {
     /// The lane's deadline for the one alarm: none while a pass runs in
     /// this instance (it arms the alarm when it ends).
     pub(super) fn lane_deadline(&self, now: i64) -> Result<Option<i64>, ApiError> {
-        if self.lane.running.get() || self.lane_known_empty() {
+        if self.schedule.borrow().lane_running() || self.lane_known_empty() {
             return Ok(None);
         }
         Ok(delivery::next_deadline(&self.sql, now)?)
-    }
-
-    /// Runs passes until none is asked for, then arms the alarm for what
-    /// is left (a retry, entries past the bound).
-    async fn host_work(&self) {
-        let mut passes = 0;
-        loop {
-            self.lane.again.set(false);
-            passes += 1;
-            let more = match self.host_pass().await {
-                Pass::Done { more } => more,
-                Pass::NotDue | Pass::Failed | Pass::Abandoned => false,
-            };
-            let again = more || self.lane.again.get();
-            if !again || passes >= HOST_PASSES_PER_WAKE_MAX || self.closed.borrow().is_some() {
-                break;
-            }
-        }
-        self.lane.running.set(false);
-        self.lane.ended();
-        if self.closed.borrow().is_none() {
-            self.arm_after_pass().await;
-        }
     }
 
     /// One pass (see the module's documentation).
@@ -477,7 +458,7 @@ impl Inner {
             stopper.stop();
         }
         self.wake_loop();
-        while self.schedule.borrow().running() || self.lane.running.get() {
+        while self.schedule.borrow().running() || self.schedule.borrow().lane_running() {
             let _ = self.lane.next_end().await;
         }
     }

@@ -93,7 +93,11 @@ impl Inner {
     /// run an empty pass. Kept while a host or mail pass runs: those arm
     /// their own follow-up when they end.
     async fn drop_spare_alarm(&self) {
-        if self.alarm_at.get().is_none() || self.lane.running.get() || self.mail.running.get() {
+        let passes = {
+            let schedule = self.schedule.borrow();
+            schedule.lane_running() || schedule.mail_running()
+        };
+        if self.alarm_at.get().is_none() || passes {
             return;
         }
         self.alarm_at.set(None);
@@ -264,6 +268,7 @@ impl Inner {
                         self.schedule_event(Event::Deadlines(deadlines));
                     }
                     Output::Idle { alarm } => return Ok(alarm.map(|at| self.write_alarm(at))),
+                    side => self.perform_side(side),
                 }
             }
             // Sleep until a turn ends, a request wakes the loop, or the
@@ -304,6 +309,34 @@ impl Inner {
             schedule.handle(Event::Rearm, now);
         }
         schedule.handle(event, now);
+    }
+
+    /// Tells the schedule what happened to the lane or mail, and performs
+    /// what it yields (their passes: no loop output follows such events).
+    pub(super) fn schedule_side(&self, event: Event) {
+        self.schedule_event(event);
+        loop {
+            let next = self.schedule.borrow_mut().poll();
+            let Some(output) = next else { break };
+            self.perform_side(output);
+        }
+    }
+
+    /// Performs the lane's and mail's outputs.
+    fn perform_side(&self, output: Output) {
+        match output {
+            Output::LanePass => self.start_lane_pass(),
+            Output::LaneEnded => self.lane.ended(),
+            Output::MailPass => self.start_mail_pass(),
+            Output::ArmAfterPass => {
+                let Some(me) = self.me.upgrade() else { return };
+                let scope = self.scope(None);
+                wasm_bindgen_futures::spawn_local(blame::scoped(scope, async move {
+                    me.arm_after_pass().await
+                }));
+            }
+            loop_output => log_error(format!("a loop output outside the loop: {loop_output:?}")),
+        }
     }
 
     /// Performs [`Output::Reconcile`]: the due extension timers and

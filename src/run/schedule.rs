@@ -16,6 +16,13 @@
 //! more, lets the live turns end and leaves the alarm at now, so a fresh
 //! alarm invocation continues.
 //!
+//! Beside the loop, and never blocking it, the delivery lane and mail run
+//! passes one at a time ([`Output::LanePass`], [`Output::MailPass`]): a
+//! wake during a pass runs one more after it, at most
+//! `HOST_PASSES_PER_WAKE_MAX` (lane) or `MAIL_PASSES_PER_WAKE_MAX` (mail)
+//! a wake, then the alarm continues ([`Output::ArmAfterPass`]). While a
+//! pass runs its deadline is its own to arm, so the loop leaves it out.
+//!
 //! Invariants:
 //! - at most one loop at a time, and at most one question ([`Output::Reconcile`],
 //!   [`Output::ReadDeadlines`]) open; an answer the machine did not ask for
@@ -26,7 +33,9 @@
 //! - nothing here is durable: a crash loses it, and a new instance's first
 //!   claim rebuilds everything from the store.
 
-use crate::limits::{LOOP_CLAIM_BUDGET_MS, LOOP_NAP_MS_MAX};
+use crate::limits::{
+    HOST_PASSES_PER_WAKE_MAX, LOOP_CLAIM_BUDGET_MS, LOOP_NAP_MS_MAX, MAIL_PASSES_PER_WAKE_MAX,
+};
 use crate::observe;
 use crate::run::driver::settled_events;
 use crate::run::Step;
@@ -70,6 +79,16 @@ pub enum Event {
     /// The loop failed (a claim could not be read): it ends now, and the
     /// host arms the alarm for whatever is due.
     Failed,
+    /// The delivery lane should look at its outbox (every wake, a
+    /// transition that staged entries, a live tool's heartbeat).
+    LaneWanted,
+    /// A lane pass ended; `more`: it left entries past its bound.
+    LanePassEnded { more: bool },
+    /// Mail may be due (every wake, a transition that may have staged
+    /// mail).
+    MailWanted,
+    /// A mail pass ended having carried `carried` mails.
+    MailPassEnded { carried: usize },
 }
 
 /// What the host performs, yielded by [`Schedule::poll`] in order. A
@@ -96,6 +115,52 @@ pub enum Output {
     /// The loop ended: leave the alarm at `alarm` (none: nothing is due,
     /// a spare alarm may go).
     Idle { alarm: Option<i64> },
+    /// Run one delivery lane pass, report it with [`Event::LanePassEnded`].
+    LanePass,
+    /// The lane's passes for this wake ended (whoever waits may go).
+    LaneEnded,
+    /// Run one mail pass, report it with [`Event::MailPassEnded`].
+    MailPass,
+    /// A lane's or mail's passes ended: arm the alarm for what they left.
+    ArmAfterPass,
+}
+
+/// A performer that runs one pass at a time (the delivery lane, mail): a
+/// wake during a pass runs one more after it, at most `max` a wake.
+#[derive(Debug, Default)]
+struct Passes {
+    running: bool,
+    /// A wake arrived during the running pass.
+    again: bool,
+    /// Passes since the wake that started them.
+    count: usize,
+}
+
+impl Passes {
+    /// A wake: true when a pass starts now.
+    fn wanted(&mut self) -> bool {
+        if self.running {
+            self.again = true;
+            return false;
+        }
+        *self = Passes {
+            running: true,
+            again: false,
+            count: 0,
+        };
+        true
+    }
+
+    /// A pass ended: true when another runs now.
+    fn ended(&mut self, more: bool, max: usize, closed: bool) -> bool {
+        self.count += 1;
+        if (more || self.again) && self.count < max && !closed {
+            self.again = false;
+            return true;
+        }
+        self.running = false;
+        false
+    }
 }
 
 /// Where the loop is.
@@ -128,6 +193,8 @@ pub struct Schedule {
     /// Turns the loop started that have not ended.
     turns: usize,
     closed: bool,
+    lane: Passes,
+    mail: Passes,
     out: VecDeque<Output>,
 }
 
@@ -147,6 +214,8 @@ impl Schedule {
             wake_requested: false,
             turns: 0,
             closed: false,
+            lane: Passes::default(),
+            mail: Passes::default(),
             out: VecDeque::new(),
         }
     }
@@ -158,6 +227,17 @@ impl Schedule {
 
     pub fn is_closed(&self) -> bool {
         self.closed
+    }
+
+    /// Whether a lane pass runs (it arms the alarm when it ends, so the
+    /// lane has no deadline meanwhile).
+    pub fn lane_running(&self) -> bool {
+        self.lane.running
+    }
+
+    /// Whether a mail pass runs (likewise).
+    pub fn mail_running(&self) -> bool {
+        self.mail.running
     }
 
     /// Turns the running loop started that have not ended.
@@ -252,6 +332,42 @@ impl Schedule {
             Event::Failed => {
                 self.phase = Phase::Idle;
                 self.turns = 0;
+            }
+            Event::LaneWanted => {
+                if !self.closed && self.lane.wanted() {
+                    self.out.push_back(Output::LanePass);
+                }
+            }
+            Event::LanePassEnded { more } => {
+                if !self.lane.running {
+                    return;
+                }
+                if self.lane.ended(more, HOST_PASSES_PER_WAKE_MAX, self.closed) {
+                    self.out.push_back(Output::LanePass);
+                    return;
+                }
+                self.out.push_back(Output::LaneEnded);
+                if !self.closed {
+                    self.out.push_back(Output::ArmAfterPass);
+                }
+            }
+            Event::MailWanted => {
+                if !self.closed && self.mail.wanted() {
+                    self.out.push_back(Output::MailPass);
+                }
+            }
+            Event::MailPassEnded { carried } => {
+                if !self.mail.running {
+                    return;
+                }
+                if self
+                    .mail
+                    .ended(carried > 0, MAIL_PASSES_PER_WAKE_MAX, self.closed)
+                {
+                    self.out.push_back(Output::MailPass);
+                } else if !self.closed {
+                    self.out.push_back(Output::ArmAfterPass);
+                }
             }
         }
     }
