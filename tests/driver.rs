@@ -462,6 +462,11 @@ impl Sim {
                         self.schedule.handle(event, self.now_ms);
                     }
                     Output::StartTurn(step) => started.push_back(step),
+                    // No lane or mail pass is asked for here (`tests/schedule.rs`).
+                    Output::LanePass
+                    | Output::LaneEnded
+                    | Output::MailPass
+                    | Output::ArmAfterPass => panic!("a pass nobody asked for"),
                     Output::Publish { event, .. } => self.world.events.push(event),
                     Output::MailStaged => {}
                     Output::ReadDeadlines => self

@@ -426,7 +426,7 @@ fn echo(context: &[ModelItem]) -> Answer {
         })
         .unwrap_or_default();
     Answer::new(
-        &format!("echo: {last}"),
+        format!("echo: {last}"),
         Some(Usage {
             input_tokens: 1,
             output_tokens: 1,

@@ -626,4 +626,43 @@ mod tests {
         s.handle(Event::Begin, 0);
         assert_eq!(outputs(&mut s), ["Reconcile"]);
     }
+
+    #[test]
+    fn a_wake_during_a_pass_runs_one_more_after_it_bounded_a_wake() {
+        let mut s = Schedule::new();
+        s.handle(Event::MailWanted, 0);
+        assert_eq!(outputs(&mut s), ["MailPass"]);
+        assert!(s.mail_running());
+        s.handle(Event::MailWanted, 1);
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        // It carried nothing, but a wake came during it.
+        s.handle(Event::MailPassEnded { carried: 0 }, 2);
+        assert_eq!(outputs(&mut s), ["MailPass"]);
+        s.handle(Event::MailPassEnded { carried: 0 }, 3);
+        assert_eq!(outputs(&mut s), ["ArmAfterPass"]);
+        assert!(!s.mail_running());
+        // Entries left past each pass's bound: at most the bound a wake.
+        s.handle(Event::LaneWanted, 4);
+        assert_eq!(outputs(&mut s), ["LanePass"]);
+        for _ in 1..HOST_PASSES_PER_WAKE_MAX {
+            s.handle(Event::LanePassEnded { more: true }, 5);
+            assert_eq!(outputs(&mut s), ["LanePass"]);
+        }
+        s.handle(Event::LanePassEnded { more: true }, 6);
+        assert_eq!(outputs(&mut s), ["LaneEnded", "ArmAfterPass"]);
+        assert!(!s.lane_running());
+    }
+
+    #[test]
+    fn closed_no_pass_starts_and_the_running_one_ends_without_arming() {
+        let mut s = Schedule::new();
+        s.handle(Event::LaneWanted, 0);
+        outputs(&mut s);
+        s.handle(Event::Close, 1);
+        s.handle(Event::LaneWanted, 1);
+        s.handle(Event::MailWanted, 1);
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        s.handle(Event::LanePassEnded { more: true }, 2);
+        assert_eq!(outputs(&mut s), ["LaneEnded"]);
+    }
 }
