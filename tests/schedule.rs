@@ -9,7 +9,7 @@
 
 use serde_json::{json, Value};
 use shiitake::ctx::{Ctx, IdSource};
-use shiitake::delivery;
+use shiitake::delivery::{self, LanePass, LaneStep};
 use shiitake::http::{admission_effects, handle, HttpRequest};
 use shiitake::limits::{HOST_DELIVERY_BATCH_MAX, HOST_PASS_BATCHES_MAX};
 use shiitake::mail::{self, Acceptance, Address, Outgoing, Replies, SendState};
@@ -365,28 +365,36 @@ impl Agent {
         Ok(())
     }
 
-    /// One lane pass, as `src/host/jobs.rs` performs it for a host that
-    /// takes every batch: each batch delivered (into `delivered`, which
-    /// outlives the process), then acknowledged in its own transition.
-    /// True when entries are left past the pass's bound.
+    /// One lane pass (`delivery::LanePass`), performed as
+    /// `src/host/jobs.rs` does for a host that takes every batch: each
+    /// batch recorded in `delivered` (which outlives the process), then
+    /// acknowledged. True when entries are left past the pass's bound.
     fn run_lane_pass(&mut self, now: i64, delivered: &mut Vec<String>) -> Result<bool, Crashed> {
         self.lane_pass = false;
-        if !delivery::lane(&self.db).unwrap().due(now) {
+        let Some(mut pass) = LanePass::start(&self.db, now, true).unwrap() else {
             return Ok(false);
-        }
-        for _ in 0..HOST_PASS_BATCHES_MAX {
-            let entries = delivery::pending(&self.db, HOST_DELIVERY_BATCH_MAX).unwrap();
-            let Some(last) = entries.last().map(|e| e.seq) else {
-                return Ok(false);
-            };
-            delivered.extend(entries.into_iter().map(|e| e.key));
-            let acked = atomically(&self.db, || delivery::acknowledge(&self.db, last));
-            if self.db.crashed.get() {
-                return Err(Crashed);
+        };
+        let more = loop {
+            match pass.next(&self.db).unwrap() {
+                LaneStep::Deliver(entries) => {
+                    let last = entries.last().unwrap().seq;
+                    delivered.extend(entries.into_iter().map(|e| e.key));
+                    let acked = pass.delivered(&self.db, last);
+                    if self.db.crashed.get() {
+                        return Err(Crashed);
+                    }
+                    acked.unwrap();
+                }
+                LaneStep::Tick => {}
+                LaneStep::Done { more } => break more,
             }
-            acked.unwrap();
+        };
+        let succeeded = pass.succeeded(&self.db);
+        if self.db.crashed.get() {
+            return Err(Crashed);
         }
-        Ok(!delivery::pending(&self.db, 1).unwrap().is_empty())
+        succeeded.unwrap();
+        Ok(more)
     }
 
     /// Settled frames per command id.
