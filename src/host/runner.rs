@@ -1,8 +1,11 @@
-//! The durable wake and the turns it runs: the alarm claims due turns
-//! (`run::reconcile`), runs them concurrently, and puts the next deadline
-//! on the one alarm. Each turn is a [`Turn`] driver whose actions this
-//! performs (publish, resolve the tools, call the model, run a tool call);
-//! every decision about what a turn does next is the driver's.
+//! The durable wake and the turns it runs. The schedule
+//! (`run::schedule::Schedule`) decides when the loop claims due turns
+//! (`run::reconcile`), how long it naps, when the claim budget hands over
+//! to a fresh alarm, when the lane's and mail's passes run, and the
+//! deadline the alarm is left at; this file feeds it what happens and
+//! performs what it yields. Each turn is a [`Turn`] driver whose actions
+//! this performs (publish, resolve the tools, call the model, run a tool
+//! call); every decision about what a turn does next is the driver's.
 
 use super::bindings::{self, log_error};
 use super::stopper::Stopper;
