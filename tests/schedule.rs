@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use shiitake::ctx::{Ctx, IdSource};
 use shiitake::delivery::{self, LanePass, LaneStep};
 use shiitake::http::{admission_effects, handle, HttpRequest};
-use shiitake::limits::{HOST_DELIVERY_BATCH_MAX, HOST_PASS_BATCHES_MAX};
+use shiitake::limits::HOST_DELIVERY_BATCH_MAX;
 use shiitake::mail::{self, Acceptance, Address, Outgoing, Replies, SendState};
 use shiitake::meta::MetaPolicy;
 use shiitake::model::{Answer, ModelItem, RetryPolicy, Role, Usage};
@@ -601,8 +601,8 @@ impl Fleet {
 }
 
 /// Entries the parent stages for its host's delivery lane: more than one
-/// pass takes.
-const OUTBOX_ENTRIES: usize = HOST_DELIVERY_BATCH_MAX * HOST_PASS_BATCHES_MAX + 3;
+/// batch (a pass's own bound is `delivery`'s unit test's).
+const OUTBOX_ENTRIES: usize = HOST_DELIVERY_BATCH_MAX + 3;
 
 /// Parent `p` delegates to child `c` and prompts its own Session; the
 /// child's turn answers, its reply lands as a line in `p`, which runs.
