@@ -11,13 +11,16 @@
 //! The lane's own durable state is one row ([`LANE`], [`Lane`]): a failed
 //! pass persists its retry (`attempts`, `retry_at`, the bounded, redacted
 //! `error`), kept until a pass succeeds (never given up); a success clears
-//! it. The host schedules the lane from [`Lane::deadline`].
+//! it. The host schedules the lane from [`Lane::deadline`]; a pass's
+//! batches, its tick and what each outcome writes are [`LanePass`]'s.
 //!
 //! Both tables are a feature group (`store::schema::DELIVERY`), made with
 //! the first entry or failing pass: without it there is nothing to deliver.
 
-use crate::limits::{DELIVERY_PENDING_MAX, DIAGNOSTIC_BYTES_MAX};
-use crate::sql::{read, write, Sql, SqlError, SqlValue};
+use crate::limits::{
+    DELIVERY_PENDING_MAX, DIAGNOSTIC_BYTES_MAX, HOST_DELIVERY_BATCH_MAX, HOST_PASS_BATCHES_MAX,
+};
+use crate::sql::{atomically, read, write, Sql, SqlError, SqlValue};
 use crate::store::schema::DELIVERY;
 use serde_json::Value;
 
@@ -231,6 +234,106 @@ pub fn next_deadline(sql: &dyn Sql, now_ms: i64) -> Result<Option<i64>, SqlError
     Ok(state.deadline(pending, now_ms))
 }
 
+/// What a lane pass does next ([`LanePass::next`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum LaneStep {
+    /// Hand these entries to the host, then tell [`LanePass::delivered`].
+    Deliver(Vec<Entry>),
+    /// Call the host's `tick`, then ask again.
+    Tick,
+    /// The pass's work is done; `more`: entries are left past its bound.
+    Done { more: bool },
+}
+
+/// One pass of the host work lane as a sans-IO machine: the oldest
+/// entries in batches of `HOST_DELIVERY_BATCH_MAX`, each acknowledged
+/// through its last `seq` in its own transition once the host took it, at
+/// most `HOST_PASS_BATCHES_MAX` batches, then the host's `tick` (if it has
+/// one). The host performs each step and ends the pass with
+/// [`LanePass::succeeded`] or [`LanePass::failed`], which writes the
+/// lane's retry state; a batch not acknowledged comes again (at least
+/// once, same `seq`).
+#[derive(Debug)]
+pub struct LanePass {
+    state: Lane,
+    tick: bool,
+    batches: usize,
+    /// Set once the batches are done: `Some(more)`.
+    finished: Option<bool>,
+    ticked: bool,
+}
+
+impl LanePass {
+    /// A pass at `now_ms`, or none while a retry waits. `tick`: the host
+    /// has a `tick` to call after delivering.
+    pub fn start(sql: &dyn Sql, now_ms: i64, tick: bool) -> Result<Option<LanePass>, SqlError> {
+        let state = lane(sql)?;
+        Ok(state.due(now_ms).then_some(LanePass {
+            state,
+            tick,
+            batches: 0,
+            finished: None,
+            ticked: false,
+        }))
+    }
+
+    /// The lane's state the pass started from.
+    pub fn state(&self) -> &Lane {
+        &self.state
+    }
+
+    pub fn next(&mut self, sql: &dyn Sql) -> Result<LaneStep, SqlError> {
+        let more = match self.finished {
+            Some(more) => more,
+            None => {
+                let entries = pending(sql, HOST_DELIVERY_BATCH_MAX)?;
+                if !entries.is_empty() && self.batches < HOST_PASS_BATCHES_MAX {
+                    return Ok(LaneStep::Deliver(entries));
+                }
+                // Entries left past the bound wait for the next pass,
+                // after this one's tick.
+                let more = !entries.is_empty();
+                self.finished = Some(more);
+                more
+            }
+        };
+        if self.tick && !std::mem::replace(&mut self.ticked, true) {
+            return Ok(LaneStep::Tick);
+        }
+        Ok(LaneStep::Done { more })
+    }
+
+    /// The host took the batch ending at `through_seq`: acknowledged in
+    /// one transition.
+    pub fn delivered(&mut self, sql: &dyn Sql, through_seq: i64) -> Result<(), SqlError> {
+        atomically(sql, || acknowledge(sql, through_seq))?;
+        self.batches += 1;
+        Ok(())
+    }
+
+    /// The pass succeeded: a failing lane's retry is cleared.
+    pub fn succeeded(self, sql: &dyn Sql) -> Result<(), SqlError> {
+        if self.state == Lane::default() {
+            return Ok(());
+        }
+        atomically(sql, || set_lane(sql, &Lane::default()))
+    }
+
+    /// The pass failed at `now_ms` with `error` (redacted by the host):
+    /// its retry is persisted; answers the state written.
+    pub fn failed(
+        self,
+        sql: &dyn Sql,
+        policy: &LanePolicy,
+        now_ms: i64,
+        error: &str,
+    ) -> Result<Lane, SqlError> {
+        let failed = self.state.failed(policy, now_ms, error);
+        atomically(sql, || set_lane(sql, &failed))?;
+        Ok(failed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,5 +461,56 @@ mod tests {
         assert_eq!(next_deadline(&sql, 20).unwrap(), Some(20));
         atomically(&sql, || acknowledge(&sql, i64::MAX)).unwrap();
         assert_eq!(next_deadline(&sql, 21).unwrap(), None);
+    }
+
+    #[test]
+    fn a_pass_delivers_bounded_batches_then_ticks_and_its_outcome_sets_the_retry() {
+        let sql = NativeSql::open_in_memory();
+        crate::store::schema::open(&sql).unwrap();
+        let total = HOST_DELIVERY_BATCH_MAX * HOST_PASS_BATCHES_MAX + 1;
+        atomically(&sql, || {
+            for n in 0..total {
+                stage(&sql, &format!("k{n}"), &json!(n), 1)?;
+            }
+            Ok::<_, SqlError>(())
+        })
+        .unwrap();
+        let mut pass = LanePass::start(&sql, 5, true).unwrap().expect("due");
+        let mut batches = 0;
+        loop {
+            match pass.next(&sql).unwrap() {
+                LaneStep::Deliver(entries) => {
+                    assert_eq!(entries.len(), HOST_DELIVERY_BATCH_MAX);
+                    batches += 1;
+                    pass.delivered(&sql, entries.last().unwrap().seq).unwrap();
+                }
+                LaneStep::Tick => break,
+                LaneStep::Done { .. } => panic!("a host with a tick is ticked"),
+            }
+        }
+        assert_eq!(batches, HOST_PASS_BATCHES_MAX);
+        // One entry is left past the bound, for the next pass.
+        assert_eq!(pass.next(&sql).unwrap(), LaneStep::Done { more: true });
+        assert_eq!(pending_count(&sql).unwrap(), 1);
+        // The pass fails after all: its retry is persisted; a pass before
+        // the retry is none; the next one delivers the batch again and its
+        // success clears the retry.
+        let policy = LanePolicy {
+            base_ms: 100,
+            max_ms: 100,
+        };
+        let failed = pass.failed(&sql, &policy, 10, "refused").unwrap();
+        assert_eq!(lane(&sql).unwrap(), failed);
+        assert!(LanePass::start(&sql, 109, false).unwrap().is_none());
+        let mut pass = LanePass::start(&sql, 110, false).unwrap().expect("due");
+        let LaneStep::Deliver(again) = pass.next(&sql).unwrap() else {
+            panic!("the batch comes again");
+        };
+        assert_eq!(again.len(), 1);
+        // Not acknowledged: the pass ends without a tick (the host has
+        // none), entries left.
+        pass.succeeded(&sql).unwrap();
+        assert_eq!(lane(&sql).unwrap(), Lane::default());
+        assert_eq!(pending_count(&sql).unwrap(), 1);
     }
 }

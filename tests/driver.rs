@@ -23,6 +23,7 @@ use shiitake::observe::{Event, Frame};
 use shiitake::run::compaction::ContextWindow;
 use shiitake::run::driver::{Action, Input, Offer, ToolWork, Turn, TurnPolicy};
 use shiitake::run::operation::{result_output, Gate, OperationCall, Rules};
+use shiitake::run::schedule::{Event as Scheduled, Output, Schedule};
 use shiitake::run::tools::undone_output;
 use shiitake::run::tools::ToolOutput;
 use shiitake::run::{self, Step};
@@ -30,7 +31,7 @@ use shiitake::sql::native::NativeSql;
 use shiitake::sql::{Row, Sql, SqlError, SqlValue, Tables, Write, WriteSet};
 use shiitake::store::{schema, Store};
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::rc::Rc;
 
@@ -170,6 +171,8 @@ struct Sim {
     meta: MetaPolicy,
     /// Turns claimed at admission, not started: in memory, lost at a crash.
     fresh: HashSet<String>,
+    /// The Agent's schedule: in memory, lost at a crash.
+    schedule: Schedule,
     toolset: Rc<Toolset>,
     access: AccessConfig,
     policy: TurnPolicy,
@@ -301,6 +304,7 @@ impl Sim {
             now_ms: 1_000,
             meta: MetaPolicy::default(),
             fresh: HashSet::new(),
+            schedule: Schedule::new(),
             toolset: toolset(),
             access: AccessConfig::default(),
             policy: TurnPolicy::new(RetryPolicy {
@@ -333,6 +337,7 @@ impl Sim {
         };
         schema::open(&self.db).unwrap();
         self.fresh.clear();
+        self.schedule = Schedule::new();
     }
 
     fn with_ctx<T>(&mut self, f: impl FnOnce(&mut Ctx<'_>) -> T) -> Result<T, Crashed> {
@@ -421,36 +426,82 @@ impl Sim {
         stopped
     }
 
-    /// Runs the alarm until no work is due (the clock jumps to each retry
-    /// timer). Every reconciliation pass runs its turns to their end.
+    /// Runs the Agent's schedule (`run::schedule`, the machine the wasm
+    /// host performs) until no work is due: every output performed as the
+    /// host does, the turns it starts run one after another (each live
+    /// until it ends), and the clock jumps to the deadline an idle loop
+    /// leaves on the alarm, which then starts the next loop.
     fn run_until_idle(&mut self) -> Result<(), Crashed> {
-        for _ in 0..100 {
-            let fresh = self.fresh.clone();
-            let attempts = self.policy.attempts;
-            let reconciled = self
-                .with_ctx(|ctx| run::reconcile(ctx, &|_| false, &|h| fresh.contains(h), attempts))?
-                .unwrap();
-            for (_, settlement) in reconciled.settled {
-                self.world
-                    .events
-                    .extend(run::driver::settled_events(vec![settlement]));
-            }
-            if reconciled.steps.is_empty() {
-                match reconciled.next_deadline {
-                    Some(at) => self.now_ms = self.now_ms.max(at),
-                    None => return Ok(()),
+        let mut started: VecDeque<Step> = VecDeque::new();
+        let mut loops = 0;
+        self.schedule.handle(Scheduled::Start, self.now_ms);
+        self.schedule.handle(Scheduled::Begin, self.now_ms);
+        loop {
+            while let Some(output) = self.schedule.poll() {
+                match output {
+                    Output::Reconcile => {
+                        let fresh = self.fresh.clone();
+                        let live: HashSet<String> =
+                            started.iter().map(|s| s.command_id.clone()).collect();
+                        let attempts = self.policy.attempts;
+                        let reconciled = self
+                            .with_ctx(|ctx| {
+                                run::reconcile(
+                                    ctx,
+                                    &|h| live.contains(h),
+                                    &|h| fresh.contains(h),
+                                    attempts,
+                                )
+                            })?
+                            .unwrap();
+                        let event = Scheduled::Reconciled {
+                            steps: reconciled.steps,
+                            settled: reconciled.settled,
+                            later: reconciled.next_deadline,
+                        };
+                        self.schedule.handle(event, self.now_ms);
+                    }
+                    Output::StartTurn(step) => started.push_back(step),
+                    // No lane or mail pass is asked for here (`tests/schedule.rs`).
+                    Output::LanePass
+                    | Output::LaneEnded
+                    | Output::MailPass
+                    | Output::ArmAfterPass => panic!("a pass nobody asked for"),
+                    Output::Publish { event, .. } => self.world.events.push(event),
+                    Output::MailStaged => {}
+                    Output::ReadDeadlines => self
+                        .schedule
+                        .handle(Scheduled::Deadlines(None), self.now_ms),
+                    Output::Idle { alarm } => {
+                        let Some(at) = alarm else { return Ok(()) };
+                        loops += 1;
+                        assert!(loops < 100, "the run loop did not go idle in 100 alarms");
+                        // The alarm fires at its deadline.
+                        self.now_ms = self.now_ms.max(at);
+                        self.schedule.handle(Scheduled::Start, self.now_ms);
+                        self.schedule.handle(Scheduled::Begin, self.now_ms);
+                    }
                 }
-                continue;
             }
-            for step in reconciled.steps {
-                self.run_turn(step)?;
+            match started.front().cloned() {
+                Some(step) => {
+                    let left_no_work = self.run_turn(step)?;
+                    started.pop_front();
+                    self.schedule
+                        .handle(Scheduled::TurnEnded { left_no_work }, self.now_ms);
+                }
+                None => {
+                    let at = self.schedule.poll_timeout().expect("a running loop naps");
+                    self.now_ms = self.now_ms.max(at);
+                    self.schedule.handle(Scheduled::Timeout, self.now_ms);
+                }
             }
         }
-        panic!("the run loop did not go idle in 100 passes");
     }
 
-    /// Performs one turn's driver until it is done.
-    fn run_turn(&mut self, step: Step) -> Result<(), Crashed> {
+    /// Performs one turn's driver until it is done; true when it left no
+    /// work ([`Turn::left_no_work`]).
+    fn run_turn(&mut self, step: Step) -> Result<bool, Crashed> {
         self.fresh.remove(&step.command_id);
         let mut turn = Turn::new(step, self.policy);
         loop {
@@ -467,7 +518,7 @@ impl Sim {
                     assert!(self.db.crashed.get(), "a fault without a crash: {e}");
                     return Err(Crashed);
                 }
-                Action::Done => return Ok(()),
+                Action::Done => return Ok(turn.left_no_work()),
                 Action::Offer => Input::Offered(Ok(Offer {
                     toolset: Some(Rc::clone(&self.toolset)),
                     unavailable: Vec::new(),

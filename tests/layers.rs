@@ -47,14 +47,6 @@ const LAYERS: &[&[&str]] = &[
     &["limits"],
 ];
 
-/// Directory modules whose files import each other in a circle, known on
-/// issue 36 and being cut by another change of it; their files are left out
-/// of the circle check. A module here with no circle left fails the test.
-const CIRCLES_ALLOWED_IN: &[&str] = &[
-    // model.rs with runner.rs (the runner's stopper).
-    "host",
-];
-
 /// Every `.rs` file under `dir`, recursively.
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in fs::read_dir(dir).unwrap() {
@@ -338,28 +330,13 @@ fn top_level_modules_import_each_other_without_a_circle() {
 
 #[test]
 fn the_files_of_a_module_import_each_other_without_a_circle() {
-    let mut edges = unit_graph();
+    let edges = unit_graph();
     assert!(
         edges
             .get("host/tools")
             .is_some_and(|deps| deps.contains("host/bindings")),
         "the unit graph misses `host/tools -> host/bindings`"
     );
-    for module in CIRCLES_ALLOWED_IN {
-        let prefix = format!("{module}/");
-        let own: BTreeMap<String, BTreeSet<String>> = edges
-            .iter()
-            .filter(|(unit, _)| unit.starts_with(&prefix))
-            .map(|(unit, deps)| (unit.clone(), deps.clone()))
-            .collect();
-        let mut done = BTreeSet::new();
-        assert!(
-            own.keys()
-                .any(|unit| cycle(unit, &own, &mut Vec::new(), &mut done).is_some()),
-            "`{module}` has no import circle left: remove it from CIRCLES_ALLOWED_IN"
-        );
-        edges.retain(|unit, _| !unit.starts_with(&prefix));
-    }
     assert_no_circle(&edges);
 }
 

@@ -30,14 +30,13 @@
 
 use super::bindings::{self, error_message, log_error, log_warn, JsJobs};
 use super::{blame, Inner};
-use crate::delivery::{self, Entry, Lane, LanePolicy};
+use crate::delivery::{self, Entry, LanePass, LanePolicy, LaneStep};
 use crate::error::ApiError;
 use crate::limits::{
-    HOST_DELIVERY_BATCH_MAX, HOST_PASSES_PER_WAKE_MAX, HOST_PASS_ABORT_GRACE_MS,
-    HOST_PASS_BATCHES_MAX, HOST_PASS_TIMEOUT_MS, HOST_PASS_TIMEOUT_MS_MIN, HOST_RETRY_MS_MAX,
+    HOST_PASS_ABORT_GRACE_MS, HOST_PASS_TIMEOUT_MS, HOST_PASS_TIMEOUT_MS_MIN, HOST_RETRY_MS_MAX,
     HOST_RETRY_MS_MIN, RETRY_BASE_MS_DEFAULT, RETRY_MAX_MS_DEFAULT, TOOL_HEARTBEAT_MS,
 };
-use crate::sql::atomically;
+use crate::run::schedule::Event;
 use futures::channel::oneshot;
 use futures::future::{select, Either};
 use serde::Deserialize;
@@ -131,12 +130,10 @@ fn setting(
     }
 }
 
-/// The lane in this instance: whether a pass runs, and who waits for it.
+/// The lane's handles in this instance (whether a pass runs is the
+/// schedule's, `run::schedule`): who waits for it, how to abort it.
 #[derive(Default)]
 pub struct LaneRun {
-    pub(super) running: Cell<bool>,
-    /// A wake arrived during the running pass: run one more after it.
-    again: Cell<bool>,
     /// Aborts the running pass (close).
     abort: RefCell<Option<oneshot::Sender<()>>>,
     /// `close` calls waiting for the host pass and the run loop to end.
@@ -248,23 +245,28 @@ impl Inner {
         !self.has_host_jobs() && self.lane.empty.get()
     }
 
-    /// Requests a host work pass: starts one now, or, while one runs, one
-    /// more after it. A closed instance starts none.
+    /// Requests a host work pass: the schedule starts one now, or, while
+    /// one runs, one more after it. A closed instance starts none.
     pub(super) fn request_host_work(&self) {
-        if self.closed.borrow().is_some() || self.lane_known_empty() {
+        if self.lane_known_empty() {
             return;
         }
-        if self.lane.running.get() {
-            self.lane.again.set(true);
-            return;
-        }
+        self.schedule_side(Event::LaneWanted);
+    }
+
+    /// Performs [`crate::run::schedule::Output::LanePass`]: one pass, its
+    /// end told to the schedule.
+    pub(super) fn start_lane_pass(&self) {
         let Some(me) = self.me.upgrade() else {
             return;
         };
-        self.lane.running.set(true);
         let scope = self.scope(None);
         wasm_bindgen_futures::spawn_local(blame::scoped(scope, async move {
-            me.host_work().await;
+            let more = match me.host_pass().await {
+                Pass::Done { more } => more,
+                Pass::NotDue | Pass::Failed | Pass::Abandoned => false,
+            };
+            me.schedule_side(Event::LanePassEnded { more });
         }));
     }
 
@@ -273,7 +275,7 @@ impl Inner {
     /// most `TOOL_HEARTBEAT_MS` ahead (earlier for the lane's retry), so a
     /// crash resumes the turn, and the lane, within about that.
     pub(super) async fn heartbeat_beat(&self) {
-        if !self.lane.running.get() {
+        if !self.schedule.borrow().lane_running() {
             match delivery::pending(&self.sql, 1) {
                 Ok(entries) if !entries.is_empty() => self.request_host_work(),
                 Ok(_) => {}
@@ -291,58 +293,35 @@ impl Inner {
     /// The lane's deadline for the one alarm: none while a pass runs in
     /// this instance (it arms the alarm when it ends).
     pub(super) fn lane_deadline(&self, now: i64) -> Result<Option<i64>, ApiError> {
-        if self.lane.running.get() || self.lane_known_empty() {
+        if self.schedule.borrow().lane_running() || self.lane_known_empty() {
             return Ok(None);
         }
         Ok(delivery::next_deadline(&self.sql, now)?)
     }
 
-    /// Runs passes until none is asked for, then arms the alarm for what
-    /// is left (a retry, entries past the bound).
-    async fn host_work(&self) {
-        let mut passes = 0;
-        loop {
-            self.lane.again.set(false);
-            passes += 1;
-            let more = match self.host_pass().await {
-                Pass::Done { more } => more,
-                Pass::NotDue | Pass::Failed | Pass::Abandoned => false,
-            };
-            let again = more || self.lane.again.get();
-            if !again || passes >= HOST_PASSES_PER_WAKE_MAX || self.closed.borrow().is_some() {
-                break;
-            }
-        }
-        self.lane.running.set(false);
-        self.lane.ended();
-        if self.closed.borrow().is_none() {
-            self.arm_after_pass().await;
-        }
-    }
-
-    /// One pass (see the module's documentation).
+    /// Performs one pass (see the module's documentation): the steps of
+    /// a [`LanePass`], the whole under the host's deadline.
     async fn host_pass(&self) -> Pass {
         if self.ready().is_err() {
             return Pass::NotDue;
         }
-        let state = match delivery::lane(&self.sql) {
-            Ok(state) => state,
+        let tick = matches!(&self.jobs, Ok(Some(jobs)) if jobs.tick);
+        let mut pass = match LanePass::start(&self.sql, bindings::now_ms(), tick) {
+            Ok(Some(pass)) => pass,
+            Ok(None) => return Pass::NotDue,
             Err(e) => {
                 log_error(format!("host work lane: {e}"));
                 return Pass::NotDue;
             }
         };
-        if !state.due(bindings::now_ms()) {
-            return Pass::NotDue;
-        }
         let jobs = match &self.jobs {
             Err(why) => {
-                self.pass_failed(&state, &LanePolicy::default(), why);
+                self.pass_failed(pass, &LanePolicy::default(), why);
                 return Pass::Failed;
             }
             Ok(None) => {
                 // No hostJobs: acknowledged without delivering.
-                return match self.acknowledge_undelivered() {
+                return match self.acknowledge_undelivered(&mut pass) {
                     Ok(more) => {
                         // No await since the read: nothing was staged between.
                         self.lane.empty.set(!more);
@@ -357,14 +336,14 @@ impl Inner {
             Ok(Some(jobs)) => jobs,
         };
         let Ok(controller) = web_sys::AbortController::new() else {
-            self.pass_failed(&state, &jobs.policy, "the pass could not be started");
+            self.pass_failed(pass, &jobs.policy, "the pass could not be started");
             return Pass::Failed;
         };
         let (abort, aborted) = oneshot::channel();
         *self.lane.abort.borrow_mut() = Some(abort);
         let signal = controller.signal();
         let outcome = bounded(
-            self.deliver_and_tick(jobs, &signal),
+            self.deliver_and_tick(jobs, &mut pass, &signal),
             jobs.timeout_ms,
             aborted,
             &controller,
@@ -373,13 +352,8 @@ impl Inner {
         self.lane.abort.borrow_mut().take();
         let failure = match outcome.output {
             Some(Ok(more)) => {
-                if state != Lane::default() {
-                    let cleared = atomically(&self.sql, || {
-                        delivery::set_lane(&self.sql, &Lane::default())
-                    });
-                    if let Err(e) = cleared {
-                        log_error(format!("host work lane: {e}"));
-                    }
+                if let Err(e) = pass.succeeded(&self.sql) {
+                    log_error(format!("host work lane: {e}"));
                 }
                 return Pass::Done { more };
             }
@@ -391,69 +365,63 @@ impl Inner {
             ),
             None => format!("the pass did not finish within {} ms", jobs.timeout_ms),
         };
-        self.pass_failed(&state, &jobs.policy, &failure);
+        self.pass_failed(pass, &jobs.policy, &failure);
         Pass::Failed
     }
 
-    /// Every `deliver` of a pass, each batch acknowledged once taken, then
-    /// `tick`. `Ok(more)`: entries are left past the pass's bound.
+    /// Performs the pass's steps: each batch to `deliver`, the `tick`.
+    /// `Ok(more)`: entries are left past the pass's bound.
     async fn deliver_and_tick(
         &self,
         jobs: &HostJobs,
+        pass: &mut LanePass,
         signal: &web_sys::AbortSignal,
     ) -> Result<bool, String> {
-        let mut batches = 0;
         loop {
-            let entries =
-                delivery::pending(&self.sql, HOST_DELIVERY_BATCH_MAX).map_err(|e| e.to_string())?;
-            let Some(last) = entries.last().map(|e| e.seq) else {
-                break;
-            };
-            if batches == HOST_PASS_BATCHES_MAX {
-                // Left for the next pass, after this one's tick.
-                return self.tick(jobs, signal).await.map(|()| true);
+            match pass.next(&self.sql).map_err(|e| e.to_string())? {
+                LaneStep::Deliver(entries) => {
+                    JsFuture::from(jobs.js.deliver(&entries_json(&entries), signal))
+                        .await
+                        .map_err(|e| format!("deliver: {}", error_message(&e)))?;
+                    let last = entries.last().map_or(0, |e| e.seq);
+                    pass.delivered(&self.sql, last).map_err(|e| e.to_string())?;
+                }
+                LaneStep::Tick => {
+                    JsFuture::from(jobs.js.tick(signal))
+                        .await
+                        .map_err(|e| format!("tick: {}", error_message(&e)))?;
+                }
+                LaneStep::Done { more } => return Ok(more),
             }
-            JsFuture::from(jobs.js.deliver(&entries_json(&entries), signal))
-                .await
-                .map_err(|e| format!("deliver: {}", error_message(&e)))?;
-            atomically(&self.sql, || delivery::acknowledge(&self.sql, last))
-                .map_err(|e| e.to_string())?;
-            batches += 1;
         }
-        self.tick(jobs, signal).await.map(|()| false)
     }
 
-    async fn tick(&self, jobs: &HostJobs, signal: &web_sys::AbortSignal) -> Result<(), String> {
-        if !jobs.tick {
-            return Ok(());
+    /// Without `hostJobs()`: acknowledges the pass's batches without
+    /// delivering them. `Ok(more)`: entries are left.
+    fn acknowledge_undelivered(&self, pass: &mut LanePass) -> Result<bool, crate::sql::SqlError> {
+        loop {
+            match pass.next(&self.sql)? {
+                LaneStep::Deliver(entries) => {
+                    pass.delivered(&self.sql, entries.last().map_or(0, |e| e.seq))?
+                }
+                LaneStep::Tick => {}
+                LaneStep::Done { more } => return Ok(more),
+            }
         }
-        JsFuture::from(jobs.js.tick(signal))
-            .await
-            .map(drop)
-            .map_err(|e| format!("tick: {}", error_message(&e)))
-    }
-
-    /// Without `hostJobs()`: acknowledges the oldest entries, bounded like
-    /// a pass. `Ok(more)`: entries are left.
-    fn acknowledge_undelivered(&self) -> Result<bool, ApiError> {
-        for _ in 0..HOST_PASS_BATCHES_MAX {
-            let entries = delivery::pending(&self.sql, HOST_DELIVERY_BATCH_MAX)?;
-            let Some(last) = entries.last().map(|e| e.seq) else {
-                return Ok(false);
-            };
-            atomically(&self.sql, || delivery::acknowledge(&self.sql, last))?;
-        }
-        Ok(!delivery::pending(&self.sql, 1)?.is_empty())
     }
 
     /// Persists a failed pass's retry; the error is redacted with the
-    /// host's secrets and bounded.
-    fn pass_failed(&self, state: &Lane, policy: &LanePolicy, error: &str) {
+    /// host's secrets.
+    fn pass_failed(&self, pass: LanePass, policy: &LanePolicy, error: &str) {
         let now = bindings::now_ms();
-        let failed = state.failed(policy, now, &self.config.secrets.redact(error));
-        if let Err(e) = atomically(&self.sql, || delivery::set_lane(&self.sql, &failed)) {
-            log_error(format!("host work lane: {e}"));
-        }
+        let redacted = self.config.secrets.redact(error);
+        let failed = match pass.failed(&self.sql, policy, now, &redacted) {
+            Ok(failed) => failed,
+            Err(e) => {
+                log_error(format!("host work lane: {e}"));
+                return;
+            }
+        };
         log_warn(format!(
             "host work pass failed (attempt {}, retry in {} ms): {}",
             failed.attempts,
@@ -468,6 +436,7 @@ impl Inner {
     /// host pass and the run loop to end.
     pub(super) async fn close(&self, reason: &str) {
         *self.closed.borrow_mut() = Some(reason.to_owned());
+        self.schedule_event(crate::run::schedule::Event::Close);
         if let Some(abort) = self.lane.abort.borrow_mut().take() {
             let _ = abort.send(());
         }
@@ -476,7 +445,7 @@ impl Inner {
             stopper.stop();
         }
         self.wake_loop();
-        while self.loop_running.get() || self.lane.running.get() {
+        while self.schedule.borrow().running() || self.schedule.borrow().lane_running() {
             let _ = self.lane.next_end().await;
         }
     }
@@ -499,7 +468,7 @@ impl ShiitakeCore {
         let body: serde_json::Value =
             serde_json::from_str(body).map_err(|e| JsValue::from_str(&e.to_string()))?;
         let now = bindings::now_ms();
-        atomically(&inner.sql, || {
+        crate::sql::atomically(&inner.sql, || {
             let pending = delivery::pending_count(&inner.sql)?;
             delivery::room(pending, 1).map_err(crate::sql::SqlError::Engine)?;
             delivery::stage(&inner.sql, key, &body, now)

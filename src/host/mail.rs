@@ -24,23 +24,20 @@ use super::bindings::{self, log_error, log_warn};
 use super::fleet::{peer_call, HostFleet, Peer};
 use super::{blame, Inner};
 use crate::error::ApiError;
-use crate::limits::{
-    FLEET_CALL_TIMEOUT_MS, MAIL_DELIVERIES_PER_PASS_MAX, MAIL_PASSES_PER_WAKE_MAX,
-};
+use crate::limits::{FLEET_CALL_TIMEOUT_MS, MAIL_DELIVERIES_PER_PASS_MAX};
 use crate::mail::{self, Mail, Receipt, SendState};
-use std::cell::{Cell, RefCell};
+use crate::run::schedule::Event;
+use std::cell::RefCell;
 use std::collections::HashSet;
 
 /// Due mails `agents.send`'s immediate attempt looks through for its own.
 #[cfg(feature = "fleet")]
 const MAIL_DUE_SCAN_MAX: usize = 1_024;
 
-/// The performer in this instance.
+/// The performer in this instance (whether a pass runs is the schedule's,
+/// `run::schedule`).
 #[derive(Default)]
 pub struct MailRun {
-    pub(super) running: Cell<bool>,
-    /// A wake arrived during the running pass: run one more after it.
-    again: Cell<bool>,
     /// Keys of the mails being delivered now.
     in_flight: RefCell<HashSet<String>>,
 }
@@ -53,7 +50,7 @@ impl Inner {
 
     /// The earliest owed delivery, for the one alarm.
     pub(super) fn mail_deadline(&self) -> Result<Option<i64>, ApiError> {
-        if !self.mail_enabled() || self.mail.running.get() {
+        if !self.mail_enabled() || self.schedule.borrow().mail_running() {
             // A running pass arms the alarm when it ends.
             return Ok(None);
         }
@@ -79,37 +76,24 @@ impl Inner {
         }
     }
 
-    /// Requests a delivery pass: starts one now or, while one runs, one
-    /// more after it.
+    /// Requests a delivery pass: the schedule starts one now or, while one
+    /// runs, one more after it.
     pub(super) fn request_mail(&self) {
-        if !self.mail_enabled() || self.closed.borrow().is_some() {
+        if !self.mail_enabled() {
             return;
         }
-        if self.mail.running.get() {
-            self.mail.again.set(true);
-            return;
-        }
-        let Some(me) = self.me.upgrade() else { return };
-        self.mail.running.set(true);
-        let scope = self.scope(None);
-        wasm_bindgen_futures::spawn_local(blame::scoped(scope, async move {
-            me.mail_work().await;
-        }));
+        self.schedule_side(Event::MailWanted);
     }
 
-    async fn mail_work(&self) {
-        for _ in 0..MAIL_PASSES_PER_WAKE_MAX {
-            self.mail.again.set(false);
-            let delivered = self.mail_pass().await;
-            if (delivered == 0 && !self.mail.again.get()) || self.closed.borrow().is_some() {
-                break;
-            }
-        }
-        self.mail.running.set(false);
-        if self.closed.borrow().is_none() {
-            // What is left (retries, mail past this wake's bound).
-            self.arm_after_pass().await;
-        }
+    /// Performs [`crate::run::schedule::Output::MailPass`]: one pass, its
+    /// end told to the schedule.
+    pub(super) fn start_mail_pass(&self) {
+        let Some(me) = self.me.upgrade() else { return };
+        let scope = self.scope(None);
+        wasm_bindgen_futures::spawn_local(blame::scoped(scope, async move {
+            let carried = me.mail_pass().await;
+            me.schedule_side(Event::MailPassEnded { carried });
+        }));
     }
 
     /// One pass: every due mail not in flight, at once. Answers how many

@@ -35,6 +35,7 @@ mod models;
 mod runner;
 mod serve;
 mod sql;
+mod stopper;
 mod toolbox;
 mod tools;
 #[cfg_attr(not(feature = "ui"), path = "ui_left_out.rs")]
@@ -53,10 +54,10 @@ use crate::store::{schema, CommandRow, OnSettled, Store};
 use bindings::{log_error, RandomIds};
 use config::HostConfig;
 use futures::channel::oneshot;
-use runner::Stopper;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
+use stopper::Stopper;
 use wasm_bindgen::prelude::*;
 use watch::Observers;
 
@@ -111,10 +112,11 @@ struct Inner {
     /// an eviction) counts the attempt again.
     fresh: RefCell<HashMap<String, String>>,
     observers: Observers,
-    loop_running: Cell<bool>,
+    /// The Agent's schedule (`run::schedule`): when the loop claims, naps
+    /// and ends.
+    schedule: RefCell<crate::run::schedule::Schedule>,
+    /// Wakes the loop while it naps.
     loop_wake: RefCell<Option<oneshot::Sender<()>>>,
-    /// A wake arrived while the loop was not waiting.
-    wake_requested: Cell<bool>,
     /// An alarm known to be set at or before this time (saves a write).
     alarm_at: Cell<Option<i64>>,
 }
@@ -209,9 +211,8 @@ impl ShiitakeCore {
             live: RefCell::default(),
             fresh: RefCell::default(),
             observers: Observers::new(heartbeat_ms),
-            loop_running: Cell::new(false),
+            schedule: RefCell::default(),
             loop_wake: RefCell::default(),
-            wake_requested: Cell::new(false),
             alarm_at: Cell::new(None),
         });
         inner.hold_fresh(spared);

@@ -7,7 +7,7 @@
 use super::bindings::{self, error_message};
 use super::config::HostConfig;
 use super::models::Target;
-use super::runner::Stopper;
+use super::stopper::Stopper;
 use crate::limits::{MODEL_CALL_TIMEOUT_MS, MODEL_ERROR_BODY_BYTES_MAX};
 use crate::model::{
     build_call_with_tools, classify_status, Answer, ModelError, ModelItem, StreamDecoder,

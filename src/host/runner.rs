@@ -1,69 +1,27 @@
-//! The durable wake and the turns it runs: the alarm claims due turns
-//! (`run::reconcile`), runs them concurrently, and puts the next deadline
-//! on the one alarm. Each turn is a [`Turn`] driver whose actions this
-//! performs (publish, resolve the tools, call the model, run a tool call);
-//! every decision about what a turn does next is the driver's.
+//! The durable wake and the turns it runs. The schedule
+//! (`run::schedule::Schedule`) decides when the loop claims due turns
+//! (`run::reconcile`), how long it naps, when the claim budget hands over
+//! to a fresh alarm, when the lane's and mail's passes run, and the
+//! deadline the alarm is left at; this file feeds it what happens and
+//! performs what it yields. Each turn is a [`Turn`] driver whose actions
+//! this performs (publish, resolve the tools, call the model, run a tool
+//! call); every decision about what a turn does next is the driver's.
 
 use super::bindings::{self, log_error};
+use super::stopper::Stopper;
 use super::{blame, model, Inner};
 use crate::extension::Extensions;
-use crate::limits::{ADOPTED_CALLS_MAX, LOOP_CLAIM_BUDGET_MS, LOOP_NAP_MS_MAX};
+use crate::limits::LOOP_NAP_MS_MAX;
 use crate::observe::Frame;
 use crate::run::driver::{Action, Input, Turn, TurnPolicy};
+use crate::run::schedule::{earliest, Event, Output};
 use crate::run::{self, Step};
 use crate::store::Store;
 use futures::channel::oneshot;
 use futures::future::{select, Either};
 use futures::stream::{FuturesUnordered, StreamExt};
-use std::cell::{Cell, RefCell};
-use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
-
-/// A live turn's handle: the registry keeps it so a cancel can stop it.
-#[derive(Clone)]
-pub struct Stopper {
-    pub controller: web_sys::AbortController,
-    stopped: Rc<Cell<bool>>,
-    /// Tool calls' own controllers, aborted with the turn.
-    children: Rc<RefCell<Vec<web_sys::AbortController>>>,
-}
-
-impl Stopper {
-    pub fn new() -> Result<Self, JsValue> {
-        Ok(Stopper {
-            controller: web_sys::AbortController::new()?,
-            stopped: Rc::new(Cell::new(false)),
-            children: Rc::default(),
-        })
-    }
-
-    pub fn stop(&self) {
-        self.stopped.set(true);
-        self.controller.abort();
-        for child in self.children.borrow_mut().drain(..) {
-            child.abort();
-        }
-    }
-
-    /// Ties a tool call's controller to the turn: a stop aborts it too.
-    pub fn adopt(&self, child: &web_sys::AbortController) {
-        if self.is_stopped() {
-            child.abort();
-            return;
-        }
-        let mut children = self.children.borrow_mut();
-        children.retain(|c| !c.signal().aborted());
-        if children.len() >= ADOPTED_CALLS_MAX {
-            children.remove(0);
-        }
-        children.push(child.clone());
-    }
-
-    pub fn is_stopped(&self) -> bool {
-        self.stopped.get()
-    }
-}
 
 impl Inner {
     /// Makes sure the run loop looks at the store soon: wakes a loop running
@@ -79,7 +37,7 @@ impl Inner {
     /// its turn to start (`bench/sdk/compare.mjs`, "what starting the turn
     /// adds").
     pub(super) fn request_reconcile(&self) {
-        if self.loop_running.get() {
+        if self.schedule.borrow().running() {
             self.wake_loop();
             // Host work is requested with every reconciliation (the alarm
             // requests it too).
@@ -104,7 +62,7 @@ impl Inner {
         self.request_mail();
         let Some(me) = self.me.upgrade() else { return };
         // Running from now on: a second request only wakes it, the alarm joins it.
-        self.loop_running.set(true);
+        self.schedule_event(Event::Start);
         let scope = self.scope(None);
         wasm_bindgen_futures::spawn_local(blame::scoped(scope, async move {
             bindings::sleep(0).await;
@@ -114,10 +72,15 @@ impl Inner {
         }));
     }
 
+    /// Wakes the napping loop (it tells the schedule once the caller's
+    /// answer has left), or tells the schedule now.
     pub(super) fn wake_loop(&self) {
-        self.wake_requested.set(true);
-        if let Some(wake) = self.loop_wake.borrow_mut().take() {
-            let _ = wake.send(());
+        let napping = self.loop_wake.borrow_mut().take();
+        match napping {
+            Some(wake) => {
+                let _ = wake.send(());
+            }
+            None => self.schedule_event(Event::Wake),
         }
     }
 
@@ -133,7 +96,11 @@ impl Inner {
     /// run an empty pass. Kept while a host or mail pass runs: those arm
     /// their own follow-up when they end.
     async fn drop_spare_alarm(&self) {
-        if self.alarm_at.get().is_none() || self.lane.running.get() || self.mail.running.get() {
+        let passes = {
+            let schedule = self.schedule.borrow();
+            schedule.lane_running() || schedule.mail_running()
+        };
+        if self.alarm_at.get().is_none() || passes {
             return;
         }
         self.alarm_at.set(None);
@@ -173,7 +140,7 @@ impl Inner {
     /// the wake a running turn keeps for a crash).
     pub(super) async fn arm_after_pass(&self) {
         let now = bindings::now_ms();
-        if !self.loop_running.get() {
+        if !self.schedule.borrow().running() {
             return self.arm_next_alarm().await;
         }
         let own = self
@@ -213,28 +180,27 @@ impl Inner {
         // reconciliation; both run on their own, never holding this alarm.
         self.request_host_work();
         self.request_mail();
-        if self.loop_running.get() {
+        if self.schedule.borrow().running() {
             // A request (or an earlier invocation) is running the turns:
             // this wake joins it and ends with it. It brings the loop no
             // news (requests wake it, its own reconciliation found every
             // deadline, extensions are looked at on every pass), so it
             // costs no reconciliation.
-            while self.loop_running.get() {
+            while self.schedule.borrow().running() {
                 let _ = self.lane.next_end().await;
             }
             return Ok(());
         }
-        self.loop_running.set(true);
+        self.schedule_event(Event::Start);
         self.drive_loop().await
     }
 
-    /// Runs the loop (`loop_running` set by the caller) and puts the work
+    /// Runs the loop (started by the caller) and puts the work
     /// left for later on the alarm. An error leaves the earliest deadline
     /// armed: the platform retries a failed alarm, a request's loop has only
     /// the alarm.
     async fn drive_loop(&self) -> Result<(), JsValue> {
         let result = self.run_loop().await;
-        self.loop_running.set(false);
         self.lane.ended();
         match result {
             Ok(Some(write)) => {
@@ -254,129 +220,159 @@ impl Inner {
         }
     }
 
-    /// Claims due turns and runs them concurrently until none is left.
-    /// Returns the alarm write for the work left for later. It is issued in
-    /// the same synchronous step as the last reconciliation and the end of
-    /// the loop, so a request arriving afterwards sets its own alarm and is
-    /// never overwritten by a later deadline.
+    /// Performs the schedule's loop (`run::schedule`) until it ends: feeds
+    /// it what happens (a turn ended, a wake, its nap's end) and performs
+    /// what it yields. Returns the alarm write for the work left for later,
+    /// issued in the same synchronous step as the loop's end, so a request
+    /// arriving afterwards sets its own alarm and is never overwritten by a
+    /// later deadline.
     async fn run_loop(&self) -> Result<Option<JsFuture>, JsValue> {
-        let started = bindings::now_ms();
         let mut turns = FuturesUnordered::new();
-        // Whether the store may hold work the last reconciliation did not
-        // see, and the deadline it found. Only a wake (a request, a landed
-        // mail, an extension command that moved timers), a due deadline
-        // (extension timers and replays included), a settled hook that
-        // moved timers, or a turn that ended any other way than
-        // `left_no_work` can add work: a plain turn's end costs no
-        // reconciliation read, with or without extensions.
-        let mut stale = true;
-        let mut known_later: Option<i64> = None;
+        self.schedule_event(Event::Begin);
         loop {
-            let now = bindings::now_ms();
-            // Taken on every pass, so a flag raised now is not left over.
-            let rearm = self.extensions().is_some_and(Extensions::take_rearm);
-            if self.wake_requested.replace(false)
-                || known_later.is_some_and(|at| at <= now)
-                || rearm
-            {
-                stale = true;
-            }
-            // Past the claim budget, finish the live turns and let a fresh
-            // alarm continue.
-            let mut later = Some(now);
-            // Closed (`close`): claim nothing more, let the stopped turns end.
-            let closed = self.closed.borrow().is_some();
-            if closed {
-                later = None;
-            }
-            let claiming = now - started < LOOP_CLAIM_BUDGET_MS && !closed;
-            if claiming && !stale {
-                later = known_later;
-            }
-            if claiming && stale {
-                stale = false;
-                self.extension_pass();
-                let claimed = self.with_ctx(|ctx| {
-                    run::reconcile(
-                        ctx,
-                        &|h| self.is_live(h),
-                        &|h| self.fresh.borrow().contains_key(h),
-                        self.config.attempts(),
-                    )
-                });
-                let run::Reconciled {
-                    steps,
-                    settled,
-                    next_deadline,
-                    running,
-                } = claimed.map_err(|e| JsValue::from_str(&e.to_string()))?;
-                self.forget_settled_fresh(&running);
-                let extensions = match self.extensions() {
-                    Some(ext) => ext
-                        .next_deadline(self.store(), bindings::now_ms())
-                        .map_err(|e| JsValue::from_str(&e.to_string()))?,
-                    None => None,
-                };
-                later = earliest(next_deadline, extensions);
-                known_later = later;
-                let any_settled = !settled.is_empty();
-                for (session, settlement) in settled {
-                    for event in crate::run::driver::settled_events(vec![settlement]) {
-                        self.publish_event(&session, &event);
+            loop {
+                // Not borrowed while performing: performing feeds it.
+                let next = self.schedule.borrow_mut().poll();
+                let Some(output) = next else { break };
+                match output {
+                    Output::Reconcile => {
+                        let reconciled = self.reconcile();
+                        if reconciled.is_err() {
+                            self.schedule_event(Event::Failed);
+                        }
+                        self.schedule_event(reconciled?);
                     }
-                }
-                if any_settled {
+                    Output::StartTurn(step) => {
+                        let stopper = match self.start_live(&step.command_id, &step.session_id) {
+                            Ok(stopper) => stopper,
+                            Err(e) => {
+                                self.schedule_event(Event::Failed);
+                                return Err(e);
+                            }
+                        };
+                        let scope = self.scope(Some(&step.session_id));
+                        turns.push(blame::scoped(scope, self.run_turn(step, stopper)));
+                    }
+                    Output::Publish { session_id, event } => {
+                        self.publish_event(&session_id, &event)
+                    }
                     // A delegated command's reply is staged when it settles.
-                    self.mail_after_transition();
-                }
-                for step in steps {
-                    let stopper = self.start_live(&step.command_id, &step.session_id)?;
-                    let scope = self.scope(Some(&step.session_id));
-                    turns.push(blame::scoped(scope, self.run_turn(step, stopper)));
+                    Output::MailStaged => self.mail_after_transition(),
+                    Output::ReadDeadlines => {
+                        // None while the lane's or mail's pass runs: each
+                        // arms the alarm when it ends.
+                        let deadlines = self
+                            .lane_deadline(bindings::now_ms())
+                            .and_then(|lane| Ok(earliest(lane, self.mail_deadline()?)));
+                        if deadlines.is_err() {
+                            self.schedule_event(Event::Failed);
+                        }
+                        let deadlines = deadlines.map_err(|e| JsValue::from_str(&e.to_string()))?;
+                        self.schedule_event(Event::Deadlines(deadlines));
+                    }
+                    Output::Idle { alarm } => return Ok(alarm.map(|at| self.write_alarm(at))),
+                    side => self.perform_side(side),
                 }
             }
-            if turns.is_empty() {
-                self.loop_running.set(false);
-                if !closed {
-                    // The lane's deadline too (none while its pass runs).
-                    let lane = self
-                        .lane_deadline(now)
-                        .map_err(|e| JsValue::from_str(&e.to_string()))?;
-                    let mail = self
-                        .mail_deadline()
-                        .map_err(|e| JsValue::from_str(&e.to_string()))?;
-                    later = earliest(later, earliest(lane, mail));
-                }
-                return Ok(later.map(|at| self.write_alarm(at)));
-            }
-            // Sleep until a turn ends, a request wakes the loop, or work
-            // left for later is due. No await between the claim and
+            // Sleep until a turn ends, a request wakes the loop, or the
+            // schedule's nap ends. No await between the claim and
             // registering the wake: a wake cannot fall in between.
+            let until = self.schedule.borrow().poll_timeout();
+            let nap_ms = until.map_or(LOOP_NAP_MS_MAX, |at| (at - bindings::now_ms()).max(0));
             let (wake_tx, wake_rx) = oneshot::channel();
             *self.loop_wake.borrow_mut() = Some(wake_tx);
-            let nap_ms = match later {
-                Some(at) if now - started < LOOP_CLAIM_BUDGET_MS => {
-                    (at - now).clamp(0, LOOP_NAP_MS_MAX)
-                }
-                _ => LOOP_NAP_MS_MAX,
-            };
             let woke = select(
                 turns.next(),
                 select(wake_rx, bindings::sleep(nap_ms as u64)),
             )
             .await;
             self.loop_wake.borrow_mut().take();
-            match woke {
-                Either::Left((Some(true), _)) => {}
+            let event = match woke {
+                Either::Left((ended, _)) => Event::TurnEnded {
+                    left_no_work: ended == Some(true),
+                },
                 Either::Right((Either::Left(_), _)) => {
                     // A request woke the loop: its answer leaves first.
-                    stale = true;
                     drop(woke);
                     bindings::sleep(0).await;
+                    Event::Wake
                 }
-                _ => stale = true,
-            }
+                Either::Right((Either::Right(_), _)) => Event::Timeout,
+            };
+            self.schedule_event(event);
         }
+    }
+
+    /// Tells the schedule what happened; a settled hook that moved
+    /// extension timers, taken on every event, makes its next pass claim.
+    pub(super) fn schedule_event(&self, event: Event) {
+        let now = bindings::now_ms();
+        let mut schedule = self.schedule.borrow_mut();
+        if self.extensions().is_some_and(Extensions::take_rearm) {
+            schedule.handle(Event::Rearm, now);
+        }
+        schedule.handle(event, now);
+    }
+
+    /// Tells the schedule what happened to the lane or mail, and performs
+    /// what it yields (their passes: no loop output follows such events).
+    pub(super) fn schedule_side(&self, event: Event) {
+        self.schedule_event(event);
+        loop {
+            let next = self.schedule.borrow_mut().poll();
+            let Some(output) = next else { break };
+            self.perform_side(output);
+        }
+    }
+
+    /// Performs the lane's and mail's outputs.
+    fn perform_side(&self, output: Output) {
+        match output {
+            Output::LanePass => self.start_lane_pass(),
+            Output::LaneEnded => self.lane.ended(),
+            Output::MailPass => self.start_mail_pass(),
+            Output::ArmAfterPass => {
+                let Some(me) = self.me.upgrade() else { return };
+                let scope = self.scope(None);
+                wasm_bindgen_futures::spawn_local(blame::scoped(scope, async move {
+                    me.arm_after_pass().await
+                }));
+            }
+            loop_output => log_error(format!("a loop output outside the loop: {loop_output:?}")),
+        }
+    }
+
+    /// Performs [`Output::Reconcile`]: the due extension timers and
+    /// replays, then the claim (`run::reconcile`); the extensions' next
+    /// deadline joins the claim's.
+    fn reconcile(&self) -> Result<Event, JsValue> {
+        self.extension_pass();
+        let claimed = self.with_ctx(|ctx| {
+            run::reconcile(
+                ctx,
+                &|h| self.is_live(h),
+                &|h| self.fresh.borrow().contains_key(h),
+                self.config.attempts(),
+            )
+        });
+        let run::Reconciled {
+            steps,
+            settled,
+            next_deadline,
+            running,
+        } = claimed.map_err(|e| JsValue::from_str(&e.to_string()))?;
+        self.forget_settled_fresh(&running);
+        let extensions = match self.extensions() {
+            Some(ext) => ext
+                .next_deadline(self.store(), bindings::now_ms())
+                .map_err(|e| JsValue::from_str(&e.to_string()))?,
+            None => None,
+        };
+        Ok(Event::Reconciled {
+            steps,
+            settled,
+            later: earliest(next_deadline, extensions),
+        })
     }
 
     /// Holds turns that start at the attempt they hold (`Inner::fresh`),
@@ -556,12 +552,5 @@ impl Inner {
         let mut parts: Vec<String> = own.into_iter().collect();
         parts.extend(sections);
         Some(parts.join("\n\n"))
-    }
-}
-
-fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
     }
 }

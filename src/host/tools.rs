@@ -17,7 +17,7 @@ use super::bindings::{self, error_message};
 use super::computers;
 use super::files::HostPort;
 use super::files_grant;
-use super::runner::Stopper;
+use super::stopper::Stopper;
 use super::toolbox::HostTools;
 use super::{blame, mcp, Inner};
 use crate::capability::backend::{self, Backend, Backends};

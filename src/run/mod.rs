@@ -20,6 +20,7 @@ mod context;
 pub mod driver;
 pub mod live;
 pub mod operation;
+pub mod schedule;
 pub mod tools;
 
 use crate::ctx::{Ctx, IdSource};

@@ -1,0 +1,668 @@
+//! The Agent's schedule as a sans-IO machine, in the manner of
+//! quinn-proto's `Endpoint` (the turn driver, [`super::driver::Turn`], is
+//! its `Connection`): when to claim due turns, how many run, how long the
+//! loop naps, when the claim budget hands over to a fresh alarm, and the
+//! deadline the alarm is left at. The host feeds it [`Event`]s with the
+//! time, performs the [`Output`]s [`Schedule::poll`] yields, and wakes it
+//! at [`Schedule::poll_timeout`]; it decides nothing itself, so the whole
+//! schedule runs natively (`tests/schedule.rs`).
+//!
+//! A loop runs from a wake (a request, the alarm) until no turn it started
+//! is left. Each pass claims (`run::reconcile`, asked for with
+//! [`Output::Reconcile`]) only when the store may hold work the last claim
+//! did not see ("stale"): a wake, a due deadline, or a turn that ended any
+//! other way than [`super::driver::Turn::left_no_work`]. A plain turn's end
+//! thus costs no claim. Past [`LOOP_CLAIM_BUDGET_MS`] it claims nothing
+//! more, lets the live turns end and leaves the alarm at now, so a fresh
+//! alarm invocation continues.
+//!
+//! Beside the loop, and never blocking it, the delivery lane and mail run
+//! passes one at a time ([`Output::LanePass`], [`Output::MailPass`]): a
+//! wake during a pass runs one more after it, at most
+//! `HOST_PASSES_PER_WAKE_MAX` (lane) or `MAIL_PASSES_PER_WAKE_MAX` (mail)
+//! a wake, then the alarm continues ([`Output::ArmAfterPass`]). While a
+//! pass runs its deadline is its own to arm, so the loop leaves it out.
+//!
+//! Invariants:
+//! - at most one loop at a time, and at most one question ([`Output::Reconcile`],
+//!   [`Output::ReadDeadlines`]) open; an answer the machine did not ask for
+//!   is a bug of the host and is ignored;
+//! - the loop ends only with no turn of its own running, and its end names
+//!   the earliest durable deadline it knows ([`Output::Idle`]): turns'
+//!   retries, extension timers, the delivery lane, mail;
+//! - nothing here is durable: a crash loses it, and a new instance's first
+//!   claim rebuilds everything from the store.
+
+use crate::limits::{
+    HOST_PASSES_PER_WAKE_MAX, LOOP_CLAIM_BUDGET_MS, LOOP_NAP_MS_MAX, MAIL_PASSES_PER_WAKE_MAX,
+};
+use crate::observe;
+use crate::run::driver::settled_events;
+use crate::run::Step;
+use crate::settlement::Settlement;
+use std::collections::VecDeque;
+
+/// What happened, told to [`Schedule::handle`].
+#[derive(Debug)]
+pub enum Event {
+    /// A request (or the alarm) found no loop running: one starts. The
+    /// loop counts as running from here, so a second wake only joins it.
+    Start,
+    /// The started loop's first pass may run (the host yields first, so
+    /// the waking request's answer leaves before any claim).
+    Begin,
+    /// A request may have added work (an admission, a landed mail, an
+    /// extension command that moved timers).
+    Wake,
+    /// Extension timers moved in a transition (a settled hook): claim at
+    /// the next pass, without starting one.
+    Rearm,
+    /// The claim asked for with [`Output::Reconcile`]: the turns to start,
+    /// those it settled with their Session, and the earliest work it left
+    /// for later (turns' retries, extension timers and replays).
+    Reconciled {
+        steps: Vec<Step>,
+        settled: Vec<(String, Settlement)>,
+        later: Option<i64>,
+    },
+    /// The answer to [`Output::ReadDeadlines`]: the earliest of the
+    /// delivery lane's and mail's deadlines.
+    Deadlines(Option<i64>),
+    /// A turn the loop started ended; `left_no_work`: it added nothing a
+    /// claim must look for ([`super::driver::Turn::left_no_work`]).
+    TurnEnded { left_no_work: bool },
+    /// [`Schedule::poll_timeout`] passed.
+    Timeout,
+    /// The runtime closed: claim nothing more, let the live turns end
+    /// (the host then wakes the loop).
+    Close,
+    /// The loop failed (a claim could not be read): it ends now, and the
+    /// host arms the alarm for whatever is due.
+    Failed,
+    /// The delivery lane should look at its outbox (every wake, a
+    /// transition that staged entries, a live tool's heartbeat).
+    LaneWanted,
+    /// A lane pass ended; `more`: it left entries past its bound.
+    LanePassEnded { more: bool },
+    /// Mail may be due (every wake, a transition that may have staged
+    /// mail).
+    MailWanted,
+    /// A mail pass ended having carried `carried` mails.
+    MailPassEnded { carried: usize },
+}
+
+/// What the host performs, yielded by [`Schedule::poll`] in order. A
+/// variant per host duty; tool backends and peer calls join here as the
+/// Agent's other machines move in.
+#[derive(Debug)]
+pub enum Output {
+    /// Run the due extension timers and replays, then claim
+    /// (`run::reconcile`), and answer [`Event::Reconciled`].
+    Reconcile,
+    /// Start a claimed turn ([`super::driver::Turn`]) and report its end
+    /// with [`Event::TurnEnded`].
+    StartTurn(Step),
+    /// Publish an event of the Session.
+    Publish {
+        session_id: String,
+        event: observe::Event,
+    },
+    /// Settlements were written: a delegated command's reply may be staged.
+    MailStaged,
+    /// Read the delivery lane's and mail's deadlines and answer
+    /// [`Event::Deadlines`].
+    ReadDeadlines,
+    /// The loop ended: leave the alarm at `alarm` (none: nothing is due,
+    /// a spare alarm may go).
+    Idle { alarm: Option<i64> },
+    /// Run one delivery lane pass, report it with [`Event::LanePassEnded`].
+    LanePass,
+    /// The lane's passes for this wake ended (whoever waits may go).
+    LaneEnded,
+    /// Run one mail pass, report it with [`Event::MailPassEnded`].
+    MailPass,
+    /// A lane's or mail's passes ended: arm the alarm for what they left.
+    ArmAfterPass,
+}
+
+/// A performer that runs one pass at a time (the delivery lane, mail): a
+/// wake during a pass runs one more after it, at most `max` a wake.
+#[derive(Debug, Default)]
+struct Passes {
+    running: bool,
+    /// A wake arrived during the running pass.
+    again: bool,
+    /// Passes since the wake that started them.
+    count: usize,
+}
+
+impl Passes {
+    /// A wake: true when a pass starts now.
+    fn wanted(&mut self) -> bool {
+        if self.running {
+            self.again = true;
+            return false;
+        }
+        *self = Passes {
+            running: true,
+            again: false,
+            count: 0,
+        };
+        true
+    }
+
+    /// A pass ended: true when another runs now.
+    fn ended(&mut self, more: bool, max: usize, closed: bool) -> bool {
+        self.count += 1;
+        if (more || self.again) && self.count < max && !closed {
+            self.again = false;
+            return true;
+        }
+        self.running = false;
+        false
+    }
+}
+
+/// Where the loop is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    /// No loop runs.
+    Idle,
+    /// Started, first pass not begun.
+    Starting,
+    /// A claim was asked for.
+    Claiming,
+    /// Deadlines were asked for; `later`: what the loop knew so far.
+    Ending { later: Option<i64> },
+    /// Waiting for a turn to end, a wake, or `until`.
+    Napping { until: i64 },
+}
+
+/// The Agent's schedule in this instance (see the module's documentation).
+#[derive(Debug)]
+pub struct Schedule {
+    phase: Phase,
+    /// When the running loop began: the claim budget counts from here.
+    started: i64,
+    /// The store may hold work the last claim did not see.
+    stale: bool,
+    /// The earliest work the last claim left for later.
+    known_later: Option<i64>,
+    /// A wake arrived while the loop was not napping.
+    wake_requested: bool,
+    /// Turns the loop started that have not ended.
+    turns: usize,
+    closed: bool,
+    lane: Passes,
+    mail: Passes,
+    out: VecDeque<Output>,
+}
+
+impl Default for Schedule {
+    fn default() -> Self {
+        Schedule::new()
+    }
+}
+
+impl Schedule {
+    pub fn new() -> Self {
+        Schedule {
+            phase: Phase::Idle,
+            started: 0,
+            stale: true,
+            known_later: None,
+            wake_requested: false,
+            turns: 0,
+            closed: false,
+            lane: Passes::default(),
+            mail: Passes::default(),
+            out: VecDeque::new(),
+        }
+    }
+
+    /// Whether a loop runs (from [`Event::Start`] until [`Output::Idle`]).
+    pub fn running(&self) -> bool {
+        self.phase != Phase::Idle
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Whether a lane pass runs (it arms the alarm when it ends, so the
+    /// lane has no deadline meanwhile).
+    pub fn lane_running(&self) -> bool {
+        self.lane.running
+    }
+
+    /// Whether a mail pass runs (likewise).
+    pub fn mail_running(&self) -> bool {
+        self.mail.running
+    }
+
+    /// Turns the running loop started that have not ended.
+    pub fn turns(&self) -> usize {
+        self.turns
+    }
+
+    pub fn poll(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// When to tell the machine [`Event::Timeout`]: the end of the loop's
+    /// nap. None while no loop naps (an idle Agent's deadline was given
+    /// with [`Output::Idle`]).
+    pub fn poll_timeout(&self) -> Option<i64> {
+        match self.phase {
+            Phase::Napping { until } => Some(until),
+            _ => None,
+        }
+    }
+
+    pub fn handle(&mut self, event: Event, now: i64) {
+        match event {
+            Event::Start => {
+                if self.phase == Phase::Idle {
+                    self.phase = Phase::Starting;
+                    self.stale = true;
+                    self.known_later = None;
+                    self.turns = 0;
+                }
+            }
+            Event::Begin => {
+                if self.phase == Phase::Starting {
+                    self.started = now;
+                    self.pass(now);
+                }
+            }
+            Event::Wake => match self.phase {
+                Phase::Napping { .. } => {
+                    self.stale = true;
+                    self.pass(now);
+                }
+                _ => self.wake_requested = true,
+            },
+            Event::Rearm => self.stale = true,
+            Event::Reconciled {
+                steps,
+                settled,
+                later,
+            } => {
+                if self.phase != Phase::Claiming {
+                    return;
+                }
+                self.known_later = later;
+                let any_settled = !settled.is_empty();
+                for (session_id, settlement) in settled {
+                    for event in settled_events(vec![settlement]) {
+                        self.out.push_back(Output::Publish {
+                            session_id: session_id.clone(),
+                            event,
+                        });
+                    }
+                }
+                if any_settled {
+                    self.out.push_back(Output::MailStaged);
+                }
+                self.turns += steps.len();
+                self.out.extend(steps.into_iter().map(Output::StartTurn));
+                self.after_claim(later, now);
+            }
+            Event::Deadlines(deadline) => {
+                if let Phase::Ending { later } = self.phase {
+                    self.end(earliest(later, deadline));
+                }
+            }
+            Event::TurnEnded { left_no_work } => {
+                self.turns = self.turns.saturating_sub(1);
+                if !left_no_work {
+                    self.stale = true;
+                }
+                if matches!(self.phase, Phase::Napping { .. }) {
+                    self.pass(now);
+                }
+            }
+            Event::Timeout => {
+                if matches!(self.phase, Phase::Napping { until } if until <= now) {
+                    self.stale = true;
+                    self.pass(now);
+                }
+            }
+            Event::Close => self.closed = true,
+            Event::Failed => {
+                self.phase = Phase::Idle;
+                self.turns = 0;
+            }
+            Event::LaneWanted => {
+                if !self.closed && self.lane.wanted() {
+                    self.out.push_back(Output::LanePass);
+                }
+            }
+            Event::LanePassEnded { more } => {
+                if !self.lane.running {
+                    return;
+                }
+                if self.lane.ended(more, HOST_PASSES_PER_WAKE_MAX, self.closed) {
+                    self.out.push_back(Output::LanePass);
+                    return;
+                }
+                self.out.push_back(Output::LaneEnded);
+                if !self.closed {
+                    self.out.push_back(Output::ArmAfterPass);
+                }
+            }
+            Event::MailWanted => {
+                if !self.closed && self.mail.wanted() {
+                    self.out.push_back(Output::MailPass);
+                }
+            }
+            Event::MailPassEnded { carried } => {
+                if !self.mail.running {
+                    return;
+                }
+                if self
+                    .mail
+                    .ended(carried > 0, MAIL_PASSES_PER_WAKE_MAX, self.closed)
+                {
+                    self.out.push_back(Output::MailPass);
+                } else if !self.closed {
+                    self.out.push_back(Output::ArmAfterPass);
+                }
+            }
+        }
+    }
+
+    /// One pass of the loop: claim if the store may hold new work, else
+    /// nap or end.
+    fn pass(&mut self, now: i64) {
+        if std::mem::take(&mut self.wake_requested) || self.known_later.is_some_and(|at| at <= now)
+        {
+            self.stale = true;
+        }
+        let claiming = !self.closed && now - self.started < LOOP_CLAIM_BUDGET_MS;
+        if claiming && self.stale {
+            self.stale = false;
+            self.phase = Phase::Claiming;
+            self.out.push_back(Output::Reconcile);
+            return;
+        }
+        // Past the budget, the work left is due now (a fresh alarm
+        // continues); closed, none is.
+        let later = match (claiming, self.closed) {
+            (true, _) => self.known_later,
+            (false, true) => None,
+            (false, false) => Some(now),
+        };
+        self.after_claim(later, now);
+    }
+
+    /// Naps while turns run; otherwise asks for the remaining deadlines.
+    fn after_claim(&mut self, later: Option<i64>, now: i64) {
+        if self.turns == 0 {
+            if self.closed {
+                self.end(later);
+            } else {
+                self.phase = Phase::Ending { later };
+                self.out.push_back(Output::ReadDeadlines);
+            }
+            return;
+        }
+        let nap = match later {
+            Some(at) if now - self.started < LOOP_CLAIM_BUDGET_MS => {
+                (at - now).clamp(0, LOOP_NAP_MS_MAX)
+            }
+            _ => LOOP_NAP_MS_MAX,
+        };
+        self.phase = Phase::Napping { until: now + nap };
+    }
+
+    fn end(&mut self, alarm: Option<i64>) {
+        self.phase = Phase::Idle;
+        self.out.push_back(Output::Idle { alarm });
+    }
+}
+
+/// The earlier of two optional deadlines.
+pub fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::{Window, Work};
+
+    fn step(head: &str) -> Step {
+        Step {
+            session_id: "s".into(),
+            command_id: head.into(),
+            attempt: 1,
+            context: Vec::new(),
+            window: Window::default(),
+            work: Work::Turn,
+            tool_calls: Vec::new(),
+            appended: Vec::new(),
+            meta: None,
+            branch: None,
+        }
+    }
+
+    fn outputs(s: &mut Schedule) -> Vec<String> {
+        std::iter::from_fn(|| s.poll())
+            .map(|o| match o {
+                Output::StartTurn(step) => format!("start {}", step.command_id),
+                Output::Idle { alarm } => format!("idle {alarm:?}"),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    /// A loop begun at `now` that claimed `heads`, the claim leaving
+    /// `later`.
+    fn claimed(now: i64, heads: &[&str], later: Option<i64>) -> Schedule {
+        let mut s = Schedule::new();
+        s.handle(Event::Start, now);
+        s.handle(Event::Begin, now);
+        assert_eq!(outputs(&mut s), ["Reconcile"]);
+        let steps = heads.iter().map(|h| step(h)).collect();
+        s.handle(
+            Event::Reconciled {
+                steps,
+                settled: Vec::new(),
+                later,
+            },
+            now,
+        );
+        s
+    }
+
+    #[test]
+    fn a_plain_turns_end_costs_no_claim_and_any_other_end_claims_again() {
+        let mut s = claimed(0, &["a", "b"], None);
+        assert_eq!(outputs(&mut s), ["start a", "start b"]);
+        s.handle(Event::TurnEnded { left_no_work: true }, 10);
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        s.handle(
+            Event::TurnEnded {
+                left_no_work: false,
+            },
+            20,
+        );
+        assert_eq!(outputs(&mut s), ["Reconcile"]);
+        s.handle(
+            Event::Reconciled {
+                steps: Vec::new(),
+                settled: Vec::new(),
+                later: Some(5_000),
+            },
+            20,
+        );
+        // The loop ends: the lane's and mail's deadlines join the claim's.
+        assert_eq!(outputs(&mut s), ["ReadDeadlines"]);
+        s.handle(Event::Deadlines(Some(3_000)), 21);
+        assert_eq!(outputs(&mut s), ["idle Some(3000)"]);
+        assert!(!s.running());
+    }
+
+    #[test]
+    fn the_loop_naps_until_its_earliest_deadline_at_most_the_nap_bound() {
+        let mut s = claimed(0, &["a"], Some(5_000));
+        outputs(&mut s);
+        assert_eq!(s.poll_timeout(), Some(5_000));
+        // Due: the store may hold work the claim left, so it claims.
+        s.handle(Event::Timeout, 5_000);
+        assert_eq!(outputs(&mut s), ["Reconcile"]);
+        s.handle(
+            Event::Reconciled {
+                steps: Vec::new(),
+                settled: Vec::new(),
+                later: Some(10 * LOOP_NAP_MS_MAX),
+            },
+            5_000,
+        );
+        assert_eq!(s.poll_timeout(), Some(5_000 + LOOP_NAP_MS_MAX));
+        // A timeout before the nap ends is not one.
+        s.handle(Event::Timeout, 5_001);
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_wake_claims_at_once_while_napping_and_at_the_next_pass_otherwise() {
+        let mut s = claimed(0, &["a"], None);
+        outputs(&mut s);
+        s.handle(Event::Wake, 1);
+        assert_eq!(outputs(&mut s), ["Reconcile"]);
+        // A wake while the claim is open is kept for the next pass.
+        s.handle(Event::Wake, 2);
+        s.handle(
+            Event::Reconciled {
+                steps: Vec::new(),
+                settled: Vec::new(),
+                later: None,
+            },
+            3,
+        );
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        s.handle(Event::TurnEnded { left_no_work: true }, 4);
+        assert_eq!(outputs(&mut s), ["Reconcile"]);
+        // A settled hook that moved timers: the next pass claims.
+        s.handle(
+            Event::Reconciled {
+                steps: vec![step("b")],
+                settled: Vec::new(),
+                later: None,
+            },
+            5,
+        );
+        outputs(&mut s);
+        s.handle(Event::Rearm, 6);
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        s.handle(Event::TurnEnded { left_no_work: true }, 7);
+        assert_eq!(outputs(&mut s), ["Reconcile"]);
+    }
+
+    #[test]
+    fn past_the_claim_budget_it_claims_nothing_and_leaves_the_alarm_at_now() {
+        let mut s = claimed(0, &["a", "b"], None);
+        outputs(&mut s);
+        let late = LOOP_CLAIM_BUDGET_MS + 1;
+        s.handle(
+            Event::TurnEnded {
+                left_no_work: false,
+            },
+            late,
+        );
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        assert_eq!(s.poll_timeout(), Some(late + LOOP_NAP_MS_MAX));
+        s.handle(Event::Wake, late + 1);
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        s.handle(
+            Event::TurnEnded {
+                left_no_work: false,
+            },
+            late + 2,
+        );
+        assert_eq!(outputs(&mut s), ["ReadDeadlines"]);
+        s.handle(Event::Deadlines(Some(late + 50_000)), late + 2);
+        assert_eq!(outputs(&mut s), [format!("idle Some({})", late + 2)]);
+    }
+
+    #[test]
+    fn closed_it_claims_nothing_more_and_leaves_no_alarm() {
+        let mut s = claimed(0, &["a"], Some(100));
+        outputs(&mut s);
+        s.handle(Event::Close, 1);
+        s.handle(Event::Wake, 1);
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        s.handle(
+            Event::TurnEnded {
+                left_no_work: false,
+            },
+            2,
+        );
+        assert_eq!(outputs(&mut s), ["idle None"]);
+    }
+
+    #[test]
+    fn an_answer_not_asked_for_is_ignored_and_a_second_start_joins() {
+        let mut s = Schedule::new();
+        s.handle(Event::Deadlines(Some(1)), 0);
+        s.handle(
+            Event::Reconciled {
+                steps: vec![step("a")],
+                settled: Vec::new(),
+                later: None,
+            },
+            0,
+        );
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        s.handle(Event::Start, 0);
+        s.handle(Event::Wake, 0);
+        s.handle(Event::Start, 0);
+        assert!(s.running());
+        s.handle(Event::Begin, 0);
+        assert_eq!(outputs(&mut s), ["Reconcile"]);
+    }
+
+    #[test]
+    fn a_wake_during_a_pass_runs_one_more_after_it_bounded_a_wake() {
+        let mut s = Schedule::new();
+        s.handle(Event::MailWanted, 0);
+        assert_eq!(outputs(&mut s), ["MailPass"]);
+        assert!(s.mail_running());
+        s.handle(Event::MailWanted, 1);
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        // It carried nothing, but a wake came during it.
+        s.handle(Event::MailPassEnded { carried: 0 }, 2);
+        assert_eq!(outputs(&mut s), ["MailPass"]);
+        s.handle(Event::MailPassEnded { carried: 0 }, 3);
+        assert_eq!(outputs(&mut s), ["ArmAfterPass"]);
+        assert!(!s.mail_running());
+        // Entries left past each pass's bound: at most the bound a wake.
+        s.handle(Event::LaneWanted, 4);
+        assert_eq!(outputs(&mut s), ["LanePass"]);
+        for _ in 1..HOST_PASSES_PER_WAKE_MAX {
+            s.handle(Event::LanePassEnded { more: true }, 5);
+            assert_eq!(outputs(&mut s), ["LanePass"]);
+        }
+        s.handle(Event::LanePassEnded { more: true }, 6);
+        assert_eq!(outputs(&mut s), ["LaneEnded", "ArmAfterPass"]);
+        assert!(!s.lane_running());
+    }
+
+    #[test]
+    fn closed_no_pass_starts_and_the_running_one_ends_without_arming() {
+        let mut s = Schedule::new();
+        s.handle(Event::LaneWanted, 0);
+        outputs(&mut s);
+        s.handle(Event::Close, 1);
+        s.handle(Event::LaneWanted, 1);
+        s.handle(Event::MailWanted, 1);
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        s.handle(Event::LanePassEnded { more: true }, 2);
+        assert_eq!(outputs(&mut s), ["LaneEnded"]);
+    }
+}
