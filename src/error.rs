@@ -155,6 +155,11 @@ api_errors! {
         "the runtime is closed for this instance: initialize failed: {0}";
     /// 503: the store was written by another schema version; left untouched.
     StorageIncompatible(String) => 503, "storage_incompatible", "{0}";
+    /// 503: a reply to a send whose receipt this Agent has not recorded (a
+    /// crash between the recipient's acceptance and the receipt's record):
+    /// only a peer's mail delivery meets it, and retries it.
+    ReplyBeforeReceipt(String) => 503, "reply_before_receipt",
+        "a reply to `{0}` arrived before this agent recorded its send's receipt: retry later";
     /// 500: a storage fault or a broken invariant. Never caused by input.
     Internal(String) => 500, "internal_error", "internal error: {0}";
 }

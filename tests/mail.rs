@@ -7,6 +7,7 @@
 
 use serde_json::{json, Value};
 use shiitake::ctx::{Ctx, IdSource};
+use shiitake::error::ApiError;
 use shiitake::http::{handle, HttpRequest};
 use shiitake::mail::{
     self, Acceptance, Address, Mail, Outcome, Outgoing, Reason, Receipt, Replies, ReplyFacts,
@@ -178,6 +179,14 @@ impl Agent {
         self.ctx(|ctx| mail::receive(ctx, &m, &acceptance))
             .unwrap()
             .value
+    }
+
+    /// `receive` with its error: nothing decided (the sender retries).
+    fn try_receive(&mut self, m: &Mail) -> Result<Receipt, ApiError> {
+        let m = roundtrip(m);
+        let acceptance = Acceptance::Accept { meta: None };
+        self.ctx(|ctx| mail::receive(ctx, &m, &acceptance))
+            .map(|landing| landing.value)
     }
 
     fn delivered(&mut self, key: &str, receipt: &Receipt) -> SendState {
@@ -761,14 +770,19 @@ fn forged_replies_are_refused_and_write_nothing() {
         assert!(!reason.is_empty(), "{name}");
     }
     assert!(parent.messages("p").is_empty());
-    // A reply to a send never accepted (still pending) is refused too.
+    // A reply to a send whose receipt is not recorded (still pending) is
+    // neither admitted nor refused for good: a 503 the replier retries.
     let SendState::Pending { key: unsent } = parent.send("p", &child.address("c"), "r2", "x")
     else {
         panic!()
     };
     let mut early = genuine.clone();
     early.key = mail::reply_key(&unsent);
-    assert!(refused(&parent.receive(&early, None)).contains("never accepted"));
+    let not_yet = parent.try_receive(&early).unwrap_err();
+    assert_eq!(
+        (not_yet.status(), not_yet.code()),
+        (503, "reply_before_receipt")
+    );
     // The genuine reply is accepted.
     accepted(&parent.receive(&genuine, None));
     assert_eq!(parent.messages("p").len(), 1);

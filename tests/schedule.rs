@@ -502,6 +502,9 @@ impl Fleet {
                     }
                     Ok(landing.value)
                 }
+                // Nothing decided (the host answers it as an error, which
+                // the sender counts as a failed attempt): retried.
+                Ok(Err(e)) if e.status() >= 500 => Err(e.to_string()),
                 Ok(Err(e)) => panic!("receive: {e}"),
                 // The recipient died during the call: the sender sees a
                 // failed call and retries.
@@ -606,8 +609,9 @@ const OUTBOX_ENTRIES: usize = HOST_DELIVERY_BATCH_MAX + 3;
 
 /// Parent `p` delegates to child `c` and prompts its own Session; the
 /// child's turn answers, its reply lands as a line in `p`, which runs.
-fn delegation(crash_at: Option<usize>) -> Fleet {
-    let mut fleet = Fleet::new(&["parent", "child"]);
+/// `order` is the order the fleet runs its Agents' due work in.
+fn delegation(order: &[&str], crash_at: Option<usize>) -> Fleet {
+    let mut fleet = Fleet::new(order);
     let now = fleet.now;
     let parent = fleet.at("parent");
     let child = fleet.at("child");
@@ -703,19 +707,31 @@ fn check(fleet: &mut Fleet, context: &str) {
 
 #[test]
 fn a_delegation_between_two_agents_runs_through_their_schedules() {
-    let mut fleet = delegation(None);
-    check(&mut fleet, "no crash");
+    for order in ORDERS {
+        let mut fleet = delegation(order, None);
+        check(&mut fleet, &format!("no crash, {order:?}"));
+    }
 }
+
+/// Either Agent's due work first: with the child first, a crash of the
+/// parent after the child accepted its mail but before the receipt was
+/// recorded lets the child reply before the parent's retry records it.
+const ORDERS: [&[&str]; 2] = [&["parent", "child"], &["child", "parent"]];
 
 #[test]
 fn a_crash_after_every_durable_transition_of_a_delegation_loses_nothing_and_settles_once() {
-    let total = {
-        let fleet = delegation(None);
-        fleet.clock.commits.get()
-    };
-    assert!(total > 5, "the scenario has {total} transitions");
-    for n in 0..total {
-        let mut fleet = delegation(Some(n));
-        check(&mut fleet, &format!("crash after {n} transitions"));
+    for order in ORDERS {
+        let total = {
+            let fleet = delegation(order, None);
+            fleet.clock.commits.get()
+        };
+        assert!(total > 5, "the scenario has {total} transitions");
+        for n in 0..total {
+            let mut fleet = delegation(order, Some(n));
+            check(
+                &mut fleet,
+                &format!("crash after {n} transitions, {order:?}"),
+            );
+        }
     }
 }

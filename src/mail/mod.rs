@@ -903,6 +903,15 @@ fn authenticate(
     if mail.from != send.to || mail.to != send.from {
         return Ok(Err("from/to do not mirror the frozen send".into()));
     }
+    // Accepted by the recipient, which replies, but its receipt not yet
+    // recorded here (a crash in between): answer "not yet", never refuse,
+    // so the reply is retried until this Agent's own retry of the send
+    // records the receipt the reply must match.
+    if row.state == "pending" {
+        return Err(ApiError::ReplyBeforeReceipt(
+            crate::text::shorten(base).to_owned(),
+        ));
+    }
     if row.state != "accepted" {
         return Ok(Err(format!(
             "the send was never accepted by its recipient (it is {})",

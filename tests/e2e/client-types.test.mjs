@@ -20,7 +20,10 @@ const openapi = JSON.parse(readFileSync(path.join(ROOT, "docs/openapi.json"), "u
 const schemas = openapi.components.schemas;
 
 /** Codes the OpenAPI document lists that no client call can receive. */
-const CODES_NOT_FOR_CLIENTS = new Map([["grant_version_refused", "raised only by the host-only deliverGrants RPC"]]);
+const CODES_NOT_FOR_CLIENTS = new Map([
+  ["grant_version_refused", "raised only by the host-only deliverGrants RPC"],
+  ["reply_before_receipt", "raised only to a peer's mail delivery (the fleet RPC), which retries it"],
+]);
 
 /**
  * What is compared: an OpenAPI schema (by name, or the 200 answer of an
