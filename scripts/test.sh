@@ -9,7 +9,34 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
 
-step() { printf '\n==== %s ====\n' "$*"; }
+# Each step's wall time, printed as it ends and again in a table at the end
+# (also when a step fails), so a CI log says where the minutes go.
+step_names=()
+step_secs=()
+step_t0=""
+step_end() {
+  [ -n "$step_t0" ] || return 0
+  local secs
+  secs=$(awk -v a="$step_t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+  step_secs+=("$secs")
+  printf '[time] %s: %ss\n' "${step_names[-1]}" "$secs"
+  step_t0=""
+}
+step() {
+  step_end
+  step_names+=("$*")
+  step_t0=$EPOCHREALTIME
+  printf '\n==== %s ====\n' "$*"
+}
+test_t0=$EPOCHREALTIME
+summary() {
+  local rc=$? i
+  step_end
+  printf '\n==== step times (exit %s) ====\n' "$rc"
+  for i in "${!step_secs[@]}"; do printf '%8ss  %s\n' "${step_secs[$i]}" "${step_names[$i]}"; done
+  awk -v a="$test_t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%8.1fs  total\n", b - a }'
+}
+trap summary EXIT
 
 for component in rustfmt clippy; do
   if ! rustup component list --installed 2>/dev/null | grep -q "^$component"; then
