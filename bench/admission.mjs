@@ -2,7 +2,9 @@
 // as a ratio against the floor of this runtime (one SQLite insert in a bare
 // Durable Object behind the same kind of Worker entry), measured in the same
 // run, in the same in-process Miniflare, interleaved in blocks so both sides
-// share the machine's noise.
+// share the machine's noise. Beside the latencies, workerd's CPU time per
+// admission (/proc/<workerd>/stat over each side's blocks; Linux): less
+// swayed than wall time by other load on the machine.
 //
 //   node bench/admission.mjs [--n 2000] [--block 100] [--warmup 200] [--memory] [--also BUNDLE]
 //
@@ -20,6 +22,7 @@ import { parseArgs } from "node:util";
 import { Miniflare } from "miniflare";
 import { COMPATIBILITY_DATE, DEMO_SCRIPT, ROOT, TOKEN, bundleFixture, workerOptions } from "../tests/e2e/helpers.mjs";
 import { startModelServer } from "../tests/support/model-server.mjs";
+import { cpuMs, workerdChild } from "./workerd.mjs";
 const SESSIONS = 4; // prompts rotate across these Sessions...
 const PENDING_PER_SESSION = 60; // ...each aborted (untimed) before 64 are pending
 const P50_RATIO_TARGET = 1.2;
@@ -101,6 +104,7 @@ function side(name, host) {
   return {
     name,
     samples: [],
+    cpuMs: 0,
     async setup() {
       if (name === "floor") return; // the floor has no Sessions to create
       for (let s = 0; s < SESSIONS; s++) {
@@ -151,6 +155,7 @@ function stats(samples) {
 const started = performance.now();
 try {
   await mf.ready;
+  const workerd = workerdChild();
   const sides = [side("shiitake", "shiitake.bench"), ...(args.also === undefined ? [] : [side("also", "also.bench")]), side("floor", "floor.bench")];
   for (const x of sides) await x.setup();
   for (let i = 0; i < WARMUP; i++) for (const x of sides) await x.admit();
@@ -161,7 +166,11 @@ try {
     const n = Math.min(BLOCK, N - done);
     // Each side first in turn, so none always follows the same one.
     const order = sides.map((_, i) => sides[(i + block) % sides.length]);
-    for (const x of order) for (let i = 0; i < n; i++) x.samples.push(await x.admit());
+    for (const x of order) {
+      const c0 = workerd ? cpuMs(workerd) : 0;
+      for (let i = 0; i < n; i++) x.samples.push(await x.admit());
+      if (workerd) x.cpuMs += cpuMs(workerd) - c0;
+    }
     done += n;
     block++;
   }
@@ -176,11 +185,12 @@ try {
       `mf.dispatchFetch, DO storage ${persistDir ? "on disk" : "in memory"}` +
       (args.also === undefined ? "" : `; also: ${args.also}`),
   );
-  console.log(`${"".padEnd(10)}${"p50 ms".padStart(9)}${"p99 ms".padStart(9)}${"mean ms".padStart(9)}`);
-  sides.forEach((x, i) => console.log(`${x.name.padEnd(10)}${f(figures[i].p50)}${f(figures[i].p99)}${f(figures[i].mean)}`));
+  const cpu = (x) => x.cpuMs / x.samples.length;
+  console.log(`${"".padEnd(10)}${"p50 ms".padStart(9)}${"p99 ms".padStart(9)}${"mean ms".padStart(9)}${"cpu ms".padStart(9)}`);
+  sides.forEach((x, i) => console.log(`${x.name.padEnd(10)}${f(figures[i].p50)}${f(figures[i].p99)}${f(figures[i].mean)}${f(cpu(x))}`));
   for (const [i, x] of sides.slice(0, -1).entries()) {
     const s = figures[i];
-    console.log(`${(x.name === "shiitake" ? "ratio" : `ratio ${x.name}`).padEnd(10)}${r(s.p50 / fl.p50)}${r(s.p99 / fl.p99)}${r(s.mean / fl.mean)}`);
+    console.log(`${(x.name === "shiitake" ? "ratio" : `ratio ${x.name}`).padEnd(10)}${r(s.p50 / fl.p50)}${r(s.p99 / fl.p99)}${r(s.mean / fl.mean)}${r(cpu(x) / cpu(sides.at(-1)))}`);
   }
   const ok = sh.p50 / fl.p50 <= P50_RATIO_TARGET;
   console.log(`p50 ratio ${(sh.p50 / fl.p50).toFixed(2)} (target <= ${P50_RATIO_TARGET}: ${ok ? "met" : "NOT met"})`);
