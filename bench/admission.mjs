@@ -2,12 +2,17 @@
 // as a ratio against the floor of this runtime (one SQLite insert in a bare
 // Durable Object behind the same kind of Worker entry), measured in the same
 // run, in the same in-process Miniflare, interleaved in blocks so both sides
-// share the machine's noise.
+// share the machine's noise. Beside the latencies, workerd's CPU time per
+// admission (/proc/<workerd>/stat over each side's blocks; Linux): less
+// swayed than wall time by other load on the machine.
 //
-//   node bench/admission.mjs [--n 2000] [--block 100] [--warmup 200] [--memory]
+//   node bench/admission.mjs [--n 2000] [--block 100] [--warmup 200] [--memory] [--also BUNDLE]
 //
-// Needs `bash scripts/build.sh` first (build/demo/). Prints figures; it is not
-// a test and asserts no threshold, but it exits 1 if Shiitake refuses a prompt.
+// Needs `bash scripts/build.sh` first (build/demo/). `--also` measures a second
+// build's demo bundle (another checkout's build/demo/index.mjs) as a third
+// side in the same run, so two builds compare against one floor and one noise.
+// Prints figures; it is not a test and asserts no threshold, but it exits 1 if
+// Shiitake refuses a prompt.
 
 import { existsSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -17,6 +22,7 @@ import { parseArgs } from "node:util";
 import { Miniflare } from "miniflare";
 import { COMPATIBILITY_DATE, DEMO_SCRIPT, ROOT, TOKEN, bundleFixture, workerOptions } from "../tests/e2e/helpers.mjs";
 import { startModelServer } from "../tests/support/model-server.mjs";
+import { cpuMs, workerdChild } from "./workerd.mjs";
 const SESSIONS = 4; // prompts rotate across these Sessions...
 const PENDING_PER_SESSION = 60; // ...each aborted (untimed) before 64 are pending
 const P50_RATIO_TARGET = 1.2;
@@ -27,6 +33,7 @@ const { values: args } = parseArgs({
     block: { type: "string", default: "100" },
     warmup: { type: "string", default: "200" },
     memory: { type: "boolean", default: false },
+    also: { type: "string" },
   },
 });
 const N = positive("n");
@@ -47,20 +54,27 @@ if (!existsSync(DEMO_SCRIPT)) {
   process.exit(2);
 }
 
+if (args.also !== undefined && !existsSync(args.also)) {
+  console.error(`--also ${args.also}: no such bundle`);
+  process.exit(2);
+}
+
 const model = await startModelServer({ fallback: "hold" });
 const FLOOR_SCRIPT = await bundleFixture(path.join(ROOT, "bench/floor-worker.mjs"), "bench-floor");
 
 const persistDir = args.memory ? undefined : await mkdtemp(path.join(tmpdir(), "shiitake-bench-"));
+// Admission as users meet it: each Session's first prompt is running a
+// model call (held open by the scripted server), the rest queue behind it.
+const shiitakeWorker = (name, script) => ({
+  name,
+  routes: [`${name}.bench/*`],
+  ...workerOptions(script, undefined, process.env.BENCH_NO_MODEL ? {} : { SHIITAKE_MODEL: "openai/bench", OPENAI_BASE_URL: process.env.BENCH_MODEL_URL ?? model.url }),
+});
 const mf = new Miniflare({
   ...(persistDir ? { durableObjectsPersist: persistDir } : {}),
   workers: [
-    // Admission as users meet it: each Session's first prompt is running a
-    // model call (held open by the scripted server), the rest queue behind it.
-    {
-      name: "shiitake",
-      routes: ["shiitake.bench/*"],
-      ...workerOptions(DEMO_SCRIPT, undefined, process.env.BENCH_NO_MODEL ? {} : { SHIITAKE_MODEL: "openai/bench", OPENAI_BASE_URL: process.env.BENCH_MODEL_URL ?? model.url }),
-    },
+    shiitakeWorker("shiitake", DEMO_SCRIPT),
+    ...(args.also === undefined ? [] : [shiitakeWorker("also", path.resolve(args.also))]),
     {
       name: "floor",
       routes: ["floor.bench/*"],
@@ -90,6 +104,7 @@ function side(name, host) {
   return {
     name,
     samples: [],
+    cpuMs: 0,
     async setup() {
       if (name === "floor") return; // the floor has no Sessions to create
       for (let s = 0; s < SESSIONS; s++) {
@@ -140,7 +155,8 @@ function stats(samples) {
 const started = performance.now();
 try {
   await mf.ready;
-  const sides = [side("shiitake", "shiitake.bench"), side("floor", "floor.bench")];
+  const workerd = workerdChild();
+  const sides = [side("shiitake", "shiitake.bench"), ...(args.also === undefined ? [] : [side("also", "also.bench")]), side("floor", "floor.bench")];
   for (const x of sides) await x.setup();
   for (let i = 0; i < WARMUP; i++) for (const x of sides) await x.admit();
 
@@ -148,23 +164,34 @@ try {
   let block = 0;
   while (done < N) {
     const n = Math.min(BLOCK, N - done);
-    const order = block % 2 === 0 ? sides : [...sides].reverse();
-    for (const x of order) for (let i = 0; i < n; i++) x.samples.push(await x.admit());
+    // Each side first in turn, so none always follows the same one.
+    const order = sides.map((_, i) => sides[(i + block) % sides.length]);
+    for (const x of order) {
+      const c0 = workerd ? cpuMs(workerd) : 0;
+      for (let i = 0; i < n; i++) x.samples.push(await x.admit());
+      if (workerd) x.cpuMs += cpuMs(workerd) - c0;
+    }
     done += n;
     block++;
   }
 
-  const [sh, fl] = sides.map((x) => stats(x.samples));
+  const figures = sides.map((x) => stats(x.samples));
+  const [sh] = figures;
+  const fl = figures.at(-1);
   const f = (v) => v.toFixed(3).padStart(9);
   const r = (v) => v.toFixed(2).padStart(9);
   console.log(
     `admission: ${N} sequential prompt admissions per side (after ${WARMUP} warm-up), blocks of ${BLOCK}, ` +
-      `mf.dispatchFetch, DO storage ${persistDir ? "on disk" : "in memory"}`,
+      `mf.dispatchFetch, DO storage ${persistDir ? "on disk" : "in memory"}` +
+      (args.also === undefined ? "" : `; also: ${args.also}`),
   );
-  console.log(`${"".padEnd(10)}${"p50 ms".padStart(9)}${"p99 ms".padStart(9)}${"mean ms".padStart(9)}`);
-  console.log(`${"shiitake".padEnd(10)}${f(sh.p50)}${f(sh.p99)}${f(sh.mean)}`);
-  console.log(`${"floor".padEnd(10)}${f(fl.p50)}${f(fl.p99)}${f(fl.mean)}`);
-  console.log(`${"ratio".padEnd(10)}${r(sh.p50 / fl.p50)}${r(sh.p99 / fl.p99)}${r(sh.mean / fl.mean)}`);
+  const cpu = (x) => x.cpuMs / x.samples.length;
+  console.log(`${"".padEnd(10)}${"p50 ms".padStart(9)}${"p99 ms".padStart(9)}${"mean ms".padStart(9)}${"cpu ms".padStart(9)}`);
+  sides.forEach((x, i) => console.log(`${x.name.padEnd(10)}${f(figures[i].p50)}${f(figures[i].p99)}${f(figures[i].mean)}${f(cpu(x))}`));
+  for (const [i, x] of sides.slice(0, -1).entries()) {
+    const s = figures[i];
+    console.log(`${(x.name === "shiitake" ? "ratio" : `ratio ${x.name}`).padEnd(10)}${r(s.p50 / fl.p50)}${r(s.p99 / fl.p99)}${r(s.mean / fl.mean)}${r(cpu(x) / cpu(sides.at(-1)))}`);
+  }
   const ok = sh.p50 / fl.p50 <= P50_RATIO_TARGET;
   console.log(`p50 ratio ${(sh.p50 / fl.p50).toFixed(2)} (target <= ${P50_RATIO_TARGET}: ${ok ? "met" : "NOT met"})`);
   console.log(`wall time ${((performance.now() - started) / 1000).toFixed(1)} s`);

@@ -1,6 +1,6 @@
 // CPU profile of plain watched turns inside workerd: where a turn's CPU goes.
 //
-//   node bench/profile.mjs [--n 300] [--top 40] [--inclusive REGEX] [--under REGEX]
+//   node bench/profile.mjs [--n 300] [--top 40] [--inclusive REGEX] [--under REGEX] [--admissions]
 //
 // Runs the turn Worker of bench/turn.mjs (the real ShiitakeDO behind
 // shiitakeApp) in Miniflare with workerd's inspector on, starts V8's sampling
@@ -11,7 +11,10 @@
 // inclusive time of the functions whose name matches (wasm function names
 // need `SHIITAKE_WASM_NAMES=1 bash scripts/build.sh`); with --under, the
 // self time of the functions called (at any depth) from the functions whose
-// name matches: what a hot function spends its time on. Needs a build.
+// name matches: what a hot function spends its time on. `--admissions`
+// profiles queued prompt admissions instead (bench/admission.mjs's shape: a
+// held model call runs in each Session, n prompts queue behind it, an
+// untimed abort every 60). Needs a build.
 // A diagnostic, not a benchmark: the sampling itself costs CPU.
 
 import path from "node:path";
@@ -23,13 +26,19 @@ import { settledFrames } from "./watch.mjs";
 import { freePort, inspect } from "./workerd.mjs";
 
 const { values: args } = parseArgs({
-  options: { n: { type: "string", default: "300" }, top: { type: "string", default: "40" }, inclusive: { type: "string" }, under: { type: "string" } },
+  options: {
+    n: { type: "string", default: "300" },
+    top: { type: "string", default: "40" },
+    inclusive: { type: "string" },
+    under: { type: "string" },
+    admissions: { type: "boolean", default: false },
+  },
 });
 const N = Number(args.n);
 const TOP = Number(args.top);
 const SAMPLING_US = 100;
 
-const model = await startModelServer({ fallback: () => ({ chunks: ["ok"] }) });
+const model = await startModelServer({ fallback: args.admissions ? "hold" : () => ({ chunks: ["ok"] }) });
 const script = await bundleFixture(path.join(ROOT, "bench/turn-worker.mjs"), "bench-turn");
 const inspectorPort = await freePort();
 const mf = new Miniflare({
@@ -73,11 +82,22 @@ async function turn(i) {
   await watch.settled(commandId);
 }
 
-for (let i = 0; i < 30; i++) await turn(i); // warm: JIT, tier-up, statement cache
+/** A queued prompt admission; each Session's first prompt holds a model call, an abort every 60 clears the queue. */
+async function admission(i) {
+  if (i % 60 === 0) {
+    if (session !== undefined) await call("POST", `/agents/prof/sessions/${session}/commands`, { type: "abort" });
+    session = `q${i}`;
+    await call("POST", "/agents/prof/sessions", { sessionId: session });
+  }
+  await call("POST", `/agents/prof/sessions/${session}/commands`, { type: "prompt", requestId: `r${seq++}`, text: `benchmark prompt number ${i}: summarise the day's notes` });
+}
+const step = args.admissions ? admission : turn;
+
+for (let i = 0; i < 30; i++) await step(i); // warm: JIT, tier-up, statement cache
 await cdp("Profiler.enable");
 await cdp("Profiler.setSamplingInterval", { interval: SAMPLING_US });
 await cdp("Profiler.start");
-for (let i = 30; i < 30 + N; i++) await turn(i);
+for (let i = 30; i < 30 + N; i++) await step(i);
 const { profile } = await cdp("Profiler.stop");
 watch?.close();
 closeInspector();
@@ -109,7 +129,7 @@ for (const node of profile.nodes) {
 }
 const busy = total - (byKind.get("(idle)") ?? 0);
 const pct = (n, of) => `${((100 * n) / of).toFixed(1)}%`.padStart(6);
-console.log(`profile: ${N} watched turns, ${total} samples at ${SAMPLING_US} us, ${busy} busy (not idle); shares of busy time`);
+console.log(`profile: ${N} ${args.admissions ? "queued admissions" : "watched turns"}, ${total} samples at ${SAMPLING_US} us, ${busy} busy (not idle); shares of busy time`);
 console.log("by kind:");
 for (const [k, n] of [...byKind].sort((a, b) => b[1] - a[1])) if (k !== "(idle)") console.log(`  ${pct(n, busy)}  ${k}`);
 console.log(`top ${TOP} functions (self time):`);

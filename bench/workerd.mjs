@@ -115,6 +115,11 @@ export async function inspect(port, pick) {
   };
 }
 
+/** The workerd child process a Miniflare of this process runs (Linux), or undefined. */
+export function workerdChild() {
+  return children().find((p) => comm(p) === "workerd");
+}
+
 function children() {
   try {
     return execFileSync("ps", ["--ppid", String(process.pid), "-o", "pid="]).toString().split(/\s+/).filter(Boolean).map(Number);

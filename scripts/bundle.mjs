@@ -6,7 +6,7 @@
 //
 // Tests bundle their own fixture Workers with `bundleWorker`; the build runs
 // it on the demo entry:  node scripts/bundle.mjs [entry] [outDir]
-import { copyFile, mkdir } from "node:fs/promises";
+import { copyFile, mkdir, rename } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { build } from "esbuild";
@@ -25,9 +25,13 @@ export async function bundleWorker(entryPath, outDir, options = {}) {
   const { minify = false, wasmPath = WASM_PATH } = options;
   const scriptPath = join(resolve(outDir), "index.mjs");
   await mkdir(dirname(scriptPath), { recursive: true });
+  // Written beside and renamed into place: end-to-end files running in
+  // parallel bundle the same fixture into the same folder, and a Miniflare
+  // must never load a half-written module.
+  const part = `.${process.pid}.part`;
   await build({
     entryPoints: [resolve(entryPath)],
-    outfile: scriptPath,
+    outfile: scriptPath + part,
     bundle: true,
     format: "esm",
     platform: "neutral",
@@ -43,7 +47,9 @@ export async function bundleWorker(entryPath, outDir, options = {}) {
     logLevel: "warning",
   });
   const wasmOut = join(dirname(scriptPath), basename(WASM_PATH));
-  await copyFile(wasmPath, wasmOut);
+  await copyFile(wasmPath, wasmOut + part);
+  await rename(wasmOut + part, wasmOut);
+  await rename(scriptPath + part, scriptPath);
   return { scriptPath, wasmPath: wasmOut };
 }
 

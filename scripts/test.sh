@@ -3,13 +3,50 @@
 # targets, native tests, the deployment proof (scripts/deploy-check.mjs:
 # wrangler deploy --dry-run of the demo), the wasm test build, then the
 # end-to-end tests against the built wasm in Miniflare, then a short run of
-# the attack harness (scripts/attack/). Stops at the first failing step.
+# the attack harness (scripts/attack/). Stops at the first failing step. The
+# release builds run in the background beside the lints and native tests,
+# and independent end-to-end files two at a time (see each step).
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
 
-step() { printf '\n==== %s ====\n' "$*"; }
+# Each step's wall time and the CPU time its processes used (user + system,
+# of the processes it waited for), printed as it ends and again in a table at
+# the end (also when a step fails), so a CI log says where the minutes go.
+step_names=()
+step_secs=()
+step_cpus=()
+step_t0=""
+# CPU seconds of this shell's waited-for children so far (cutime + cstime).
+clk_tck=$(getconf CLK_TCK)
+cpu_now() { awk -v hz="$clk_tck" '{ sub(/^.*\) /, ""); printf "%.1f", ($14 + $15) / hz }' "/proc/$$/stat"; }
+step_end() {
+  [ -n "$step_t0" ] || return 0
+  local secs cpu
+  secs=$(awk -v a="$step_t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+  cpu=$(awk -v a="$step_c0" -v b="$(cpu_now)" 'BEGIN { printf "%.1f", b - a }')
+  step_secs+=("$secs")
+  step_cpus+=("$cpu")
+  printf '[time] %s: %ss (CPU %ss)\n' "${step_names[-1]}" "$secs" "$cpu"
+  step_t0=""
+}
+step() {
+  step_end
+  step_names+=("$*")
+  step_t0=$EPOCHREALTIME
+  step_c0=$(cpu_now)
+  printf '\n==== %s ====\n' "$*"
+}
+test_t0=$EPOCHREALTIME
+summary() {
+  local rc=${1:-$?} i
+  step_end
+  printf '\n==== step times (exit %s): wall, CPU ====\n' "$rc"
+  for i in "${!step_secs[@]}"; do printf '%8ss %8ss  %s\n' "${step_secs[$i]}" "${step_cpus[$i]}" "${step_names[$i]}"; done
+  awk -v a="$test_t0" -v b="$EPOCHREALTIME" -v c="$(cpu_now)" 'BEGIN { printf "%8.1fs %8.1fs  total\n", b - a, c }'
+}
+trap summary EXIT
 
 for component in rustfmt clippy; do
   if ! rustup component list --installed 2>/dev/null | grep -q "^$component"; then
@@ -36,31 +73,70 @@ step "cargo fmt --check; js/limits.mjs up to date (before any build regenerates 
 cargo fmt --check
 node scripts/gen-limits.mjs --check
 
+# The three release wasm builds (codegen-units=1 and LTO: a long single-threaded
+# rustc) run in the background beside the native lints and tests, which use
+# the debug profile: cargo locks each profile's build directory on its own,
+# so neither waits for the other, and a 2-core machine keeps both cores busy.
+# Their output is printed when they are awaited, before the end-to-end tests.
+step "release wasm builds (in the background): lean and default deployment proofs, then the test build"
+release_log=$(mktemp)
+release() {
+  local t0
+  took() {
+    awk -v a="$t0" -v b="$EPOCHREALTIME" -v s="$1" 'BEGIN { printf "[time] %s: %.1fs\n", s, b - a }'
+    t0=$EPOCHREALTIME
+  }
+  t0=$EPOCHREALTIME
+  # The lean wasm's 500 KiB bound: wrangler's [build] runs scripts/build.sh
+  # with SHIITAKE_LEAN=1 (a release build without the default features).
+  SHIITAKE_LEAN=1 node scripts/deploy-check.mjs
+  took "lean deployment proof (SHIITAKE_LEAN=1 node scripts/deploy-check.mjs)"
+  # The deployment proof (wrangler deploy --dry-run of the demo: production
+  # build, bundle, bindings, SQLite migration). Before the test build:
+  # wrangler's [build] leaves the production wasm in build/, which the test
+  # build replaces.
+  node scripts/deploy-check.mjs
+  took "deployment proof (node scripts/deploy-check.mjs)"
+  # The wasm and demo bundle the end-to-end tests run: with the
+  # fault-injection hook.
+  SHIITAKE_TEST_BUILD=1 bash scripts/build.sh
+  took "test build (SHIITAKE_TEST_BUILD=1 bash scripts/build.sh)"
+}
+# A process group of its own (job control on for this one launch), so that
+# a failing step stops all of it.
+set -m
+(set -e; release) </dev/null >"$release_log" 2>&1 &
+release_pid=$!
+set +m
+# shellcheck disable=SC2064 # the pid and log are fixed now
+trap "rc=\$?; kill -- -$release_pid 2>/dev/null || true; rm -f '$release_log'; summary \$rc" EXIT
+
 step "cargo clippy (native)"
 cargo clippy --all-targets -- -D warnings
 
-step "cargo clippy (wasm32)"
+step "cargo clippy (wasm32; and with the fault-injection hook of the test build)"
 cargo clippy --target wasm32-unknown-unknown --lib -- -D warnings
 cargo clippy --target wasm32-unknown-unknown --lib --features fault-injection -- -D warnings
 
-step "lean build (no default features): clippy, the tests of what it refuses, its size"
+step "lean build (no default features): clippy, the tests of what it refuses"
 cargo clippy --all-targets --no-default-features -- -D warnings
 cargo clippy --target wasm32-unknown-unknown --lib --no-default-features -- -D warnings
-cargo test --no-default-features a_lean_build
-# The lean wasm's 500 KiB bound (about 80 s: a release build). The default
-# deployment proof below replaces the production wasm it leaves in build/.
-SHIITAKE_LEAN=1 node scripts/deploy-check.mjs
+# Only the targets that hold an `a_lean_build` test: building every test
+# binary again without the default features would run nothing more.
+lean_targets=(--lib)
+for f in tests/*.rs; do
+  grep -q 'fn a_lean_build' "$f" && lean_targets+=(--test "$(basename "$f" .rs)")
+done
+cargo test --no-default-features "${lean_targets[@]}" a_lean_build
 
 step "cargo test"
 cargo test
 
-step "deployment proof (wrangler deploy --dry-run of the demo: production build, bundle, bindings, SQLite migration)"
-# Before the test build: wrangler's [build] leaves the production wasm in
-# build/, which the next step replaces.
-node scripts/deploy-check.mjs
-
-step "build (wasm + demo bundle; test build: with the fault-injection hook)"
-SHIITAKE_TEST_BUILD=1 bash scripts/build.sh
+step "release wasm builds (awaited)"
+release_rc=0
+wait "$release_pid" || release_rc=$?
+cat "$release_log"
+[ "$release_rc" -eq 0 ] || { echo "[test] the release wasm builds failed (exit $release_rc)" >&2; exit "$release_rc"; }
 
 # tests/e2e/chat-cli.test.mjs drives the terminal client inside tmux.
 if ! command -v tmux >/dev/null 2>&1; then
@@ -71,9 +147,35 @@ if ! command -v tmux >/dev/null 2>&1; then
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >&2
 fi
 
-step "end-to-end tests (node --test, Miniflare)"
-# Node 24's --test takes globs, not directories.
-node --test --test-concurrency=1 'tests/e2e/**/*.test.mjs'
+step "end-to-end tests (node --test, Miniflare): independent files side by side"
+# Every file starts its own Miniflare on free ports, a fresh Durable Object per
+# test, temporary folders of its own, and bundles its fixtures atomically
+# (scripts/bundle.mjs), so files share no port or state: two run at a time
+# (a 2-core machine). The files below assert an upper bound on a wait (a
+# deadline, a retry's timer, a long poll's answer), or start ten Miniflares
+# within one test's 30 s (tools-config); they run afterwards one at a time, on
+# a machine the others no longer load.
+e2e_serial=(
+  tests/e2e/alarm.test.mjs
+  tests/e2e/computer-transport.test.mjs
+  tests/e2e/execute-harness.test.mjs
+  tests/e2e/host-jobs.test.mjs
+  tests/e2e/mcp.test.mjs
+  tests/e2e/owner-api.test.mjs
+  tests/e2e/run.test.mjs
+  tests/e2e/tools-config.test.mjs
+  tests/e2e/trap.test.mjs
+  tests/e2e/ui-bridge.test.mjs
+)
+e2e_parallel=()
+shopt -s globstar
+for f in tests/e2e/**/*.test.mjs; do
+  [[ " ${e2e_serial[*]} " == *" $f "* ]] || e2e_parallel+=("$f")
+done
+node --test --test-concurrency=2 "${e2e_parallel[@]}"
+
+step "end-to-end tests with deadlines, one file at a time"
+node --test --test-concurrency=1 "${e2e_serial[@]}"
 
 step "attack harness, short (scripts/attack/all.mjs: crash, fuzz, races)"
 node scripts/attack/all.mjs --short
