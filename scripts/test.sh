@@ -128,6 +128,8 @@ for f in tests/*.rs; do
   grep -q 'fn a_lean_build' "$f" && lean_targets+=(--test "$(basename "$f" .rs)")
 done
 cargo test --no-default-features "${lean_targets[@]}" a_lean_build
+# Every unit test of the lean library (its test binary is built just above).
+cargo test --no-default-features --lib
 
 step "cargo test"
 cargo test
