@@ -154,11 +154,14 @@ step "end-to-end tests (node --test, Miniflare): independent files side by side"
 # test, temporary folders of its own, and bundles its fixtures atomically
 # (scripts/bundle.mjs), so files share no port or state: two run at a time
 # (a 2-core machine). The files below assert an upper bound on a wait (a
-# deadline, a retry's timer, a long poll's answer), or start ten Miniflares
-# within one test's 30 s (tools-config); they run afterwards one at a time, on
-# a machine the others no longer load.
+# deadline, a retry's timer, a long poll's answer), start ten Miniflares
+# within one test's 30 s (tools-config), or read a terminal's lines in an
+# order a loaded machine can change (chat-cli, seen once beside another
+# file); they run afterwards one at a time, on a machine the others no
+# longer load.
 e2e_serial=(
   tests/e2e/alarm.test.mjs
+  tests/e2e/chat-cli.test.mjs
   tests/e2e/computer-transport.test.mjs
   tests/e2e/execute-harness.test.mjs
   tests/e2e/host-jobs.test.mjs
