@@ -270,6 +270,7 @@ impl Inner {
 
 impl Inner {
     /// Performs one directory request.
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))] // a lean build carries no mail
     async fn directory_call(
         &self,
         fleet: &HostFleet,
@@ -337,6 +338,7 @@ impl Inner {
 impl Inner {
     /// The directory's word on the recipient of a send before it is
     /// carried: `None` to carry it, or the reason it is undeliverable now.
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))] // a lean build carries no mail
     pub(super) async fn directory_verdict(
         &self,
         fleet: &HostFleet,

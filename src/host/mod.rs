@@ -92,6 +92,7 @@ struct Inner {
     /// `models.rs`), or why it is unusable (every turn fails saying so).
     models: Result<models::HostModels, String>,
     /// The delivery performer in this instance (`mail.rs`).
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))] // a lean build carries no mail
     mail: mail::MailRun,
     /// Projections last published (`extensions.rs`).
     published: RefCell<extensions::Published>,
