@@ -425,29 +425,33 @@ impl<'a> Store<'a> {
         session_id: &str,
         request_id: &str,
     ) -> Result<AdmissionFacts, SqlError> {
-        let columns = COMMAND_COLUMNS
-            .split(',')
-            .map(|c| format!("c.{}", c.trim()))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let rows = self.query(
-            &format!(
+        // Built once: admission runs on every prompt.
+        static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let sql = SQL.get_or_init(|| {
+            let columns = COMMAND_COLUMNS
+                .split(',')
+                .map(|c| format!("c.{}", c.trim()))
+                .collect::<Vec<_>>()
+                .join(", ");
+            // The pending count and bytes in one pass over the queue.
+            format!(
                 "SELECT
                     EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1),
                     EXISTS (SELECT 1 FROM fences WHERE session_id = ?1 AND request_id = ?2),
-                    (SELECT count(*) FROM {UNSETTLED_COMMANDS}
-                        WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending'),
-                    (SELECT coalesce(sum(length(input)), 0) FROM {UNSETTLED_COMMANDS}
-                        WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending'),
+                    p.n,
+                    p.bytes,
                     coalesce((SELECT seq FROM commands WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1), 0) + 1,
                     EXISTS (SELECT 1 FROM {UNSETTLED_COMMANDS}
                         WHERE session_id = ?1 AND {UNSETTLED} AND state = 'running'),
                     {columns}
-                 FROM (SELECT 1) LEFT JOIN commands c
+                 FROM (SELECT count(*) AS n, coalesce(sum(length(input)), 0) AS bytes
+                        FROM {UNSETTLED_COMMANDS}
+                        WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending') p
+                 LEFT JOIN commands c
                     ON c.session_id = ?1 AND c.request_id = ?2"
-            ),
-            &[session_id.into(), request_id.into()],
-        )?;
+            )
+        });
+        let rows = self.query(sql, &[session_id.into(), request_id.into()])?;
         let row = rows
             .first()
             .ok_or(SqlError::Decode("no admission row".into()))?;
