@@ -25,22 +25,38 @@ pub fn declared(request: &web_sys::Request, limit: usize) -> Result<Option<usize
 
 /// The body of `request`, at most `limit` bytes; 413 `payload_too_large` as
 /// soon as it passes `limit` (the stream is cancelled then). `capacity_hint`
-/// is the declared length, if any, already checked against `limit`.
+/// is the declared length, if any, already checked against `limit`; a
+/// declared body is read in one piece.
 pub async fn read_bounded(
     request: &web_sys::Request,
     limit: usize,
     capacity_hint: Option<usize>,
 ) -> Result<Vec<u8>, ApiError> {
+    let unreadable = || ApiError::InvalidRequest("request body unreadable".into());
+    if capacity_hint.is_some() {
+        // A declared length is already within `limit` and the platform
+        // holds the body to it: one read instead of a read per chunk.
+        let buffer = request
+            .array_buffer()
+            .map_err(|_| unreadable())
+            .map(JsFuture::from)?
+            .await
+            .map_err(|_| unreadable())?;
+        let bytes = js_sys::Uint8Array::new(&buffer);
+        if bytes.length() as usize > limit {
+            return Err(ApiError::PayloadTooLarge { bytes_max: limit });
+        }
+        return Ok(bytes.to_vec());
+    }
     let Some(stream) = request.body() else {
         return Ok(Vec::new());
     };
-    let unreadable = || ApiError::InvalidRequest("request body unreadable".into());
     let reader = stream
         .get_reader()
         .dyn_into::<web_sys::ReadableStreamDefaultReader>()
         .map_err(|_| unreadable())?;
-    // Cancelled on every early return; a no-op once the body has ended.
-    let _cancel = CancelOnDrop(&reader);
+    // Cancelled on every early return.
+    let cancel = CancelOnDrop(&reader);
     let mut body = Vec::with_capacity(capacity_hint.unwrap_or(0).min(limit));
     loop {
         let chunk = JsFuture::from(reader.read())
@@ -48,6 +64,8 @@ pub async fn read_bounded(
             .map_err(|_| unreadable())?;
         let done = js_sys::Reflect::get(&chunk, &"done".into()).map_or(true, |d| d.is_truthy());
         if done {
+            // Ended: nothing to cancel (and no promise to spawn for it).
+            std::mem::forget(cancel);
             return Ok(body);
         }
         let bytes = js_sys::Reflect::get(&chunk, &"value".into())
