@@ -477,6 +477,9 @@ impl Inner {
     }
 
     fn publish(&self, session_id: &str, name: &str, data: &impl serde::Serialize) {
+        if !self.observers.watched(session_id) {
+            return;
+        }
         if let Ok(data) = serde_json::to_string(data) {
             self.observers.publish(session_id, name, &data);
         }

@@ -203,6 +203,12 @@ impl Observers {
     /// `WATCH_BACKLOG_FRAMES_MAX` frames or `WATCH_BACKLOG_BYTES_MAX` bytes
     /// behind stops receiving frames and, once drained, gets a fresh
     /// snapshot instead of the backlog.
+    /// Whether `session_id` has a watch or follow open (a frame nobody
+    /// watches is not serialised).
+    pub fn watched(&self, session_id: &str) -> bool {
+        self.watchers.borrow().contains_key(session_id)
+    }
+
     pub fn publish(&self, session_id: &str, name: &str, data: &str) {
         let watchers = match self.watchers.borrow().get(session_id) {
             Some(w) => w.clone(),
