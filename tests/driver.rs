@@ -477,7 +477,7 @@ impl Sim {
                     Output::SetAlarm(at) => alarm = Some(at),
                     Output::DeleteAlarm => alarm = None,
                     // Its alarm output follows it.
-                    Output::Idle { .. } => {}
+                    Output::Idle => {}
                 }
             }
             if !self.schedule.running() {

@@ -305,7 +305,7 @@ impl Agent {
                     self.schedule.handle(Scheduled::Deadlines(deadlines), now);
                 }
                 // Its alarm output follows it.
-                Output::Idle { .. } => {}
+                Output::Idle => {}
                 Output::SetAlarm(at) => self.alarm = Some(at),
                 Output::DeleteAlarm => self.alarm = None,
                 Output::LanePass => self.lane_pass = true,

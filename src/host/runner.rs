@@ -241,7 +241,7 @@ impl Inner {
                         let deadlines = deadlines.map_err(|e| JsValue::from_str(&e.to_string()))?;
                         self.schedule_event(Event::Deadlines(deadlines));
                     }
-                    Output::Idle { .. } => {
+                    Output::Idle => {
                         // Its alarm output follows it at once.
                         let next = self.schedule.borrow_mut().poll_side();
                         let write = next.and_then(|alarm| self.write_alarm(&alarm));

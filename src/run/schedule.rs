@@ -35,8 +35,9 @@
 //!   [`Output::ReadDeadlines`]) open; an answer the machine did not ask for
 //!   is a bug of the host and is ignored;
 //! - the loop ends only with no turn of its own running, and its end names
-//!   the earliest durable deadline it knows ([`Output::Idle`]): turns'
-//!   retries, extension timers, the delivery lane, mail;
+//!   the earliest durable deadline it knows (the [`Output::SetAlarm`] after
+//!   [`Output::Idle`]): turns' retries, extension timers, the delivery
+//!   lane, mail;
 //! - nothing here is durable: a crash loses it, and a new instance's first
 //!   claim rebuilds everything from the store.
 
@@ -137,9 +138,10 @@ pub enum Output {
     /// Read the delivery lane's and mail's deadlines and answer
     /// [`Event::Deadlines`].
     ReadDeadlines,
-    /// The loop ended: leave the alarm at `alarm` (none: nothing is due,
-    /// a spare alarm may go).
-    Idle { alarm: Option<i64> },
+    /// The loop ended; the alarm output for what it left follows at once
+    /// ([`Output::SetAlarm`] its deadline, [`Output::DeleteAlarm`] a spare
+    /// alarm, or none).
+    Idle,
     /// Run one delivery lane pass, report it with [`Event::LanePassEnded`].
     LanePass,
     /// The lane's passes for this wake ended (whoever waits may go).
@@ -314,8 +316,8 @@ impl Schedule {
     }
 
     /// When to tell the machine [`Event::Timeout`]: the end of the loop's
-    /// nap. None while no loop naps (an idle Agent's deadline was given
-    /// with [`Output::Idle`]).
+    /// nap. None while no loop naps (an idle Agent's deadline is on the
+    /// alarm, [`Output::SetAlarm`]).
     pub fn poll_timeout(&self) -> Option<i64> {
         match self.phase {
             Phase::Napping { until } => Some(until),
@@ -522,7 +524,7 @@ impl Schedule {
     /// each arms its own follow-up when it ends.
     fn end(&mut self, alarm: Option<i64>) {
         self.phase = Phase::Idle;
-        self.out.push_back(Output::Idle { alarm });
+        self.out.push_back(Output::Idle);
         match alarm {
             Some(at) => self.set_alarm(at),
             None if self.alarm.is_some() && !self.lane.running && !self.mail.running => {
@@ -566,7 +568,6 @@ mod tests {
         std::iter::from_fn(|| s.poll())
             .map(|o| match o {
                 Output::StartTurn(step) => format!("start {}", step.command_id),
-                Output::Idle { alarm } => format!("idle {alarm:?}"),
                 other => format!("{other:?}"),
             })
             .collect()
@@ -619,7 +620,7 @@ mod tests {
         // The loop ends: the lane's and mail's deadlines join the claim's.
         assert_eq!(outputs(&mut s), ["ReadDeadlines"]);
         s.handle(Event::Deadlines(Some(3_000)), 21);
-        assert_eq!(outputs(&mut s), ["idle Some(3000)", "SetAlarm(3000)"]);
+        assert_eq!(outputs(&mut s), ["Idle", "SetAlarm(3000)"]);
         assert!(!s.running());
     }
 
@@ -705,10 +706,7 @@ mod tests {
         s.handle(Event::Deadlines(Some(late + 50_000)), late + 2);
         assert_eq!(
             outputs(&mut s),
-            [
-                format!("idle Some({})", late + 2),
-                format!("SetAlarm({})", late + 2)
-            ]
+            ["Idle".to_string(), format!("SetAlarm({})", late + 2)]
         );
     }
 
@@ -726,7 +724,7 @@ mod tests {
             2,
         );
         // The request's alarm is spare: it goes.
-        assert_eq!(outputs(&mut s), ["idle None", "DeleteAlarm"]);
+        assert_eq!(outputs(&mut s), ["Idle", "DeleteAlarm"]);
     }
 
     #[test]
@@ -816,7 +814,7 @@ mod tests {
         );
         s.handle(Event::Deadlines(None), 101);
         // Nothing owed and no alarm left: nothing to delete.
-        assert_eq!(outputs(&mut s), ["ReadDeadlines", "idle None"]);
+        assert_eq!(outputs(&mut s), ["ReadDeadlines", "Idle"]);
         // Owed work brings a spent alarm back.
         s.handle(Event::Owed(900), 102);
         assert_eq!(outputs(&mut s), ["SetAlarm(900)"]);
@@ -866,16 +864,13 @@ mod tests {
         // The request's alarm (now) outlived the loop: nothing is owed.
         let mut s = claimed(0, &[], None);
         s.handle(Event::Deadlines(None), 1);
-        assert_eq!(
-            outputs(&mut s),
-            ["ReadDeadlines", "idle None", "DeleteAlarm"]
-        );
+        assert_eq!(outputs(&mut s), ["ReadDeadlines", "Idle", "DeleteAlarm"]);
         assert_eq!(s.alarm(), None);
         // A mail pass runs: it arms its own follow-up when it ends.
         let mut s = claimed(0, &[], None);
         s.handle(Event::MailWanted, 1);
         s.handle(Event::Deadlines(None), 1);
-        assert_eq!(outputs(&mut s), ["ReadDeadlines", "MailPass", "idle None"]);
+        assert_eq!(outputs(&mut s), ["ReadDeadlines", "MailPass", "Idle"]);
         assert_eq!(s.alarm(), Some(0));
     }
 
