@@ -429,11 +429,13 @@ impl Sim {
     /// Runs the Agent's schedule (`run::schedule`, the machine the wasm
     /// host performs) until no work is due: every output performed as the
     /// host does, the turns it starts run one after another (each live
-    /// until it ends), and the clock jumps to the deadline an idle loop
-    /// leaves on the alarm, which then starts the next loop.
+    /// until it ends), and the clock jumps to the alarm an idle loop
+    /// leaves (the schedule writes it), which then starts the next loop.
     fn run_until_idle(&mut self) -> Result<(), Crashed> {
         let mut started: VecDeque<Step> = VecDeque::new();
         let mut loops = 0;
+        // The platform's alarm, as the schedule set it.
+        let mut alarm: Option<i64> = None;
         self.schedule.handle(Scheduled::Start, self.now_ms);
         self.schedule.handle(Scheduled::Begin, self.now_ms);
         loop {
@@ -472,16 +474,23 @@ impl Sim {
                     Output::ReadDeadlines => self
                         .schedule
                         .handle(Scheduled::Deadlines(None), self.now_ms),
-                    Output::Idle { alarm } => {
-                        let Some(at) = alarm else { return Ok(()) };
-                        loops += 1;
-                        assert!(loops < 100, "the run loop did not go idle in 100 alarms");
-                        // The alarm fires at its deadline.
-                        self.now_ms = self.now_ms.max(at);
-                        self.schedule.handle(Scheduled::Start, self.now_ms);
-                        self.schedule.handle(Scheduled::Begin, self.now_ms);
-                    }
+                    Output::SetAlarm(at) => alarm = Some(at),
+                    Output::DeleteAlarm => alarm = None,
+                    // Its alarm output follows it.
+                    Output::Idle => {}
                 }
+            }
+            if !self.schedule.running() {
+                let Some(at) = alarm.take() else {
+                    return Ok(());
+                };
+                loops += 1;
+                assert!(loops < 100, "the run loop did not go idle in 100 alarms");
+                // The alarm fires at its deadline.
+                self.now_ms = self.now_ms.max(at);
+                self.schedule.handle(Scheduled::AlarmFired, self.now_ms);
+                self.schedule.handle(Scheduled::Begin, self.now_ms);
+                continue;
             }
             match started.front().cloned() {
                 Some(step) => {

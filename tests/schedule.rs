@@ -153,14 +153,17 @@ impl Agent {
         self.fresh.clear();
         self.lane_pass = false;
         self.mail_pass = false;
+        let due = self.next_deadline(now);
+        self.schedule.handle(Scheduled::Deadline(due), now);
+    }
+
+    /// The earliest durable deadline, as the host reads it.
+    fn next_deadline(&self, now: i64) -> Option<i64> {
         let store = Store::new(&self.db);
-        let due = earliest(
+        earliest(
             run::next_deadline(store, now, &|_| false).unwrap(),
             self.deadlines(now),
-        );
-        if let Some(at) = due {
-            self.set_alarm(at);
-        }
+        )
     }
 
     /// The lane's and mail's deadlines, as the host reads them: none for
@@ -177,11 +180,14 @@ impl Agent {
         earliest(lane, mail)
     }
 
-    /// Arms the alarm for what a lane or mail pass left.
+    /// What a lane or mail pass left, as the host reads it: the lane's
+    /// and mail's while a loop runs (it arms the rest), else everything.
     fn arm_after_pass(&mut self, now: i64) {
-        if let Some(at) = self.deadlines(now) {
-            self.set_alarm(at);
-        }
+        let left = match self.schedule.running() {
+            true => self.deadlines(now),
+            false => self.next_deadline(now),
+        };
+        self.schedule.handle(Scheduled::PassLeft(left), now);
     }
 
     /// After a transition that may have staged mail, as the host does: a
@@ -189,13 +195,9 @@ impl Agent {
     fn mail_after_transition(&mut self, now: i64) {
         match mail::next_deadline(Store::new(&self.db)).unwrap() {
             Some(at) if at <= now => self.schedule.handle(Scheduled::MailWanted, now),
-            Some(at) => self.set_alarm(at),
+            Some(at) => self.schedule.handle(Scheduled::Owed(at), now),
             None => {}
         }
-    }
-
-    fn set_alarm(&mut self, at: i64) {
-        self.alarm = Some(self.alarm.map_or(at, |set| set.min(at)));
     }
 
     fn ctx<T>(&mut self, now: i64, f: impl FnOnce(&mut Ctx<'_>) -> T) -> Result<T, Crashed> {
@@ -245,7 +247,7 @@ impl Agent {
     }
 
     /// A request that may have added work: wakes the loop, or starts one
-    /// (the alarm set to now first, as the host does).
+    /// (the schedule sets the alarm to now first).
     fn wake(&mut self, now: i64) {
         self.schedule.handle(Scheduled::LaneWanted, now);
         self.schedule.handle(Scheduled::MailWanted, now);
@@ -253,7 +255,6 @@ impl Agent {
             self.schedule.handle(Scheduled::Wake, now);
             return;
         }
-        self.set_alarm(now);
         self.schedule.handle(Scheduled::Start, now);
         self.schedule.handle(Scheduled::Begin, now);
     }
@@ -261,9 +262,9 @@ impl Agent {
     /// The platform's alarm fires: it requests mail and starts the loop.
     fn fire_alarm(&mut self, now: i64) {
         self.alarm = None;
+        self.schedule.handle(Scheduled::AlarmFired, now);
         self.schedule.handle(Scheduled::LaneWanted, now);
         self.schedule.handle(Scheduled::MailWanted, now);
-        self.schedule.handle(Scheduled::Start, now);
         self.schedule.handle(Scheduled::Begin, now);
     }
 
@@ -303,10 +304,10 @@ impl Agent {
                     let deadlines = self.deadlines(now);
                     self.schedule.handle(Scheduled::Deadlines(deadlines), now);
                 }
-                Output::Idle { alarm } => {
-                    // The loop's own wake is spent; it leaves the next.
-                    self.alarm = alarm;
-                }
+                // Its alarm output follows it.
+                Output::Idle => {}
+                Output::SetAlarm(at) => self.alarm = Some(at),
+                Output::DeleteAlarm => self.alarm = None,
                 Output::LanePass => self.lane_pass = true,
                 Output::MailPass => self.mail_pass = true,
                 Output::LaneEnded => {}

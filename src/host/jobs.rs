@@ -287,7 +287,7 @@ impl Inner {
         if let Ok(Some(lane)) = self.lane_deadline(now) {
             at = at.min(lane);
         }
-        self.set_alarm(at).await;
+        self.schedule_side(Event::Deadline(Some(at)));
     }
 
     /// The lane's deadline for the one alarm: none while a pass runs in

@@ -68,12 +68,7 @@ impl Inner {
         }
         match mail::next_deadline(self.store()) {
             Ok(Some(at)) if at <= bindings::now_ms() => self.request_mail(),
-            Ok(Some(at)) => {
-                if self.alarm_at.get().is_none_or(|set| at < set) {
-                    let Some(me) = self.me.upgrade() else { return };
-                    wasm_bindgen_futures::spawn_local(async move { me.set_alarm(at).await });
-                }
-            }
+            Ok(Some(at)) => self.schedule_side(Event::Owed(at)),
             Ok(None) => {}
             Err(e) => log_error(format!("mail: {e}")),
         }

@@ -118,8 +118,6 @@ struct Inner {
     schedule: RefCell<crate::run::schedule::Schedule>,
     /// Wakes the loop while it naps.
     loop_wake: RefCell<Option<oneshot::Sender<()>>>,
-    /// An alarm known to be set at or before this time (saves a write).
-    alarm_at: Cell<Option<i64>>,
 }
 
 #[wasm_bindgen]
@@ -214,7 +212,6 @@ impl ShiitakeCore {
             observers: Observers::new(heartbeat_ms),
             schedule: RefCell::default(),
             loop_wake: RefCell::default(),
-            alarm_at: Cell::new(None),
         });
         inner.hold_fresh(spared);
         // A restart (eviction, deploy, panic reset) requests reconciliation
@@ -227,7 +224,7 @@ impl ShiitakeCore {
                 return;
             }
             if !starting.store_created.get() {
-                starting.arm_next_alarm().await;
+                starting.arm_next_alarm();
             }
             #[cfg(feature = "fleet")]
             starting.join_directory().await;

@@ -1,9 +1,9 @@
 //! The durable wake and the turns it runs. The schedule
 //! (`run::schedule::Schedule`) decides when the loop claims due turns
 //! (`run::reconcile`), how long it naps, when the claim budget hands over
-//! to a fresh alarm, when the lane's and mail's passes run, and the
-//! deadline the alarm is left at; this file feeds it what happens and
-//! performs what it yields. Each turn is a [`Turn`] driver whose actions
+//! to a fresh alarm, when the lane's and mail's passes run, and when the
+//! one alarm is written or deleted (it remembers the alarm it asked for);
+//! this file feeds it what happens and performs what it yields. Each turn is a [`Turn`] driver whose actions
 //! this performs (publish, resolve the tools, call the model, run a tool
 //! call); every decision about what a turn does next is the driver's.
 
@@ -21,12 +21,11 @@ use futures::channel::oneshot;
 use futures::future::{select, Either};
 use futures::stream::{FuturesUnordered, StreamExt};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::JsFuture;
 
 impl Inner {
     /// Makes sure the run loop looks at the store soon: wakes a loop running
     /// in this instance, or starts one now. The durable wake comes first: the
-    /// alarm is set to now (not awaited: the output gate holds the caller's
+    /// schedule sets the alarm to now (not awaited: the output gate holds the caller's
     /// answer until it is durable) and, when it fires while this loop runs,
     /// it joins the loop and stays unfinished until the loop ends, so a crash
     /// meanwhile has the platform retry it. Starting here saves a turn the
@@ -46,23 +45,15 @@ impl Inner {
             }
             return;
         }
-        let now = bindings::now_ms();
-        if self.alarm_at.get().is_none_or(|at| at > now) {
-            let write = self.write_alarm(now);
-            wasm_bindgen_futures::spawn_local(async move {
-                if let Err(e) = write.await {
-                    log_error(format!("setAlarm failed: {}", bindings::error_message(&e)));
-                }
-            });
-        }
+        let Some(me) = self.me.upgrade() else { return };
+        // Running from now on: a second request only wakes it, the alarm
+        // joins it. The schedule sets the alarm to now first.
+        self.schedule_side(Event::Start);
         // Every wake requests host work and mail delivery, as the alarm's
         // does; requested now, an alarm firing before the loop's first pass
         // finds them running and asks for no second pass.
         self.request_host_work();
         self.request_mail();
-        let Some(me) = self.me.upgrade() else { return };
-        // Running from now on: a second request only wakes it, the alarm joins it.
-        self.schedule_event(Event::Start);
         let scope = self.scope(None);
         wasm_bindgen_futures::spawn_local(blame::scoped(scope, async move {
             bindings::sleep(0).await;
@@ -84,73 +75,53 @@ impl Inner {
         }
     }
 
-    /// Issues the alarm write now; the future reports its completion.
-    fn write_alarm(&self, at_ms: i64) -> JsFuture {
-        let write = self.sql.storage.set_alarm(at_ms);
-        self.alarm_at.set(Some(at_ms));
-        write
-    }
-
-    /// Nothing is due and the alarm has not fired (this loop started
-    /// before it, or a heartbeat armed it): deletes it rather than have it
-    /// run an empty pass. Kept while a host or mail pass runs: those arm
-    /// their own follow-up when they end.
-    async fn drop_spare_alarm(&self) {
-        let passes = {
-            let schedule = self.schedule.borrow();
-            schedule.lane_running() || schedule.mail_running()
+    /// Issues an alarm output of the schedule now; the future reports its
+    /// completion (a failed write is told to the schedule).
+    fn write_alarm(&self, output: &Output) -> Option<impl std::future::Future<Output = ()>> {
+        let (write, what) = match output {
+            Output::SetAlarm(at) => (self.sql.storage.set_alarm(*at), "setAlarm"),
+            Output::DeleteAlarm => (self.sql.storage.delete_alarm(), "deleteAlarm"),
+            _ => return None,
         };
-        if self.alarm_at.get().is_none() || passes {
-            return;
-        }
-        self.alarm_at.set(None);
-        if let Err(e) = self.sql.storage.delete_alarm().await {
-            log_error(format!(
-                "deleteAlarm failed: {}",
-                bindings::error_message(&e)
-            ));
-        }
+        let me = self.me.clone();
+        let set = matches!(output, Output::SetAlarm(_));
+        Some(async move {
+            if let Err(e) = write.await {
+                log_error(format!("{what} failed: {}", bindings::error_message(&e)));
+                if let Some(me) = me.upgrade().filter(|_| set) {
+                    me.schedule_event(Event::AlarmWriteFailed);
+                }
+            }
+        })
     }
 
-    pub(super) async fn set_alarm(&self, at_ms: i64) {
-        if let Err(e) = self.write_alarm(at_ms).await {
-            self.alarm_at.set(None);
-            log_error(format!("setAlarm failed: {}", bindings::error_message(&e)));
-        }
-    }
-
-    /// Sets the one alarm to the earliest durable deadline. With nothing
-    /// due it writes nothing: a fired alarm is spent, and a stale one (a
-    /// retry timer of a cancelled turn) only costs an empty pass, which is
-    /// cheaper than a delete on every turn. No await between the read and
-    /// the write, so a request's later `setAlarm(now)` is never overwritten.
-    pub(super) async fn arm_next_alarm(&self) {
-        let now = bindings::now_ms();
-        match self.next_deadline(now) {
-            Ok(Some(at)) => self.set_alarm(at).await,
-            Ok(None) => {}
+    /// Tells the schedule the earliest durable deadline (it sets the
+    /// alarm to it). With nothing due it writes nothing: a fired alarm is
+    /// spent, and a stale one (a retry timer of a cancelled turn) only
+    /// costs an empty pass, which is cheaper than a delete on every turn.
+    /// No await between the read and the write, so a request's later
+    /// `setAlarm(now)` is never overwritten.
+    pub(super) fn arm_next_alarm(&self) {
+        match self.next_deadline(bindings::now_ms()) {
+            Ok(at) => self.schedule_side(Event::Deadline(at)),
             Err(e) => log_error(e),
         }
     }
 
-    /// Arms the alarm for what a host work or mail pass leaves when it ends.
-    /// While the run loop runs, the loop arms the alarm when it ends, from
-    /// its own reconciliation and the lane's and mail's deadlines: the pass
-    /// then reads no turn and only brings the alarm earlier (never past
-    /// the wake a running turn keeps for a crash).
-    pub(super) async fn arm_after_pass(&self) {
+    /// Performs [`Output::ArmAfterPass`]: what a host work or mail pass
+    /// left. While the run loop runs, the loop arms the alarm when it
+    /// ends, from its own reconciliation and the lane's and mail's
+    /// deadlines: the pass then reads no turn.
+    fn arm_after_pass(&self) {
         let now = bindings::now_ms();
-        if !self.schedule.borrow().running() {
-            return self.arm_next_alarm().await;
-        }
-        let own = self
-            .lane_deadline(now)
-            .and_then(|lane| Ok(earliest(lane, self.mail_deadline()?)));
-        match own {
-            Ok(Some(at)) if self.alarm_at.get().is_none_or(|set| at < set) => {
-                self.set_alarm(at).await;
-            }
-            Ok(_) => {}
+        let left = if self.schedule.borrow().running() {
+            self.lane_deadline(now)
+                .and_then(|lane| Ok(earliest(lane, self.mail_deadline()?)))
+        } else {
+            self.next_deadline(now)
+        };
+        match left {
+            Ok(at) => self.schedule_side(Event::PassLeft(at)),
             Err(e) => log_error(e),
         }
     }
@@ -170,9 +141,14 @@ impl Inner {
     }
 
     pub(super) async fn alarm(&self) -> Result<(), JsValue> {
-        self.alarm_at.set(None);
+        let joined = self.schedule.borrow().running();
+        // Spent; with no loop running, one starts.
+        self.schedule_event(Event::AlarmFired);
         if let Err(e) = self.ready() {
             // Nothing can run on a store this build refuses; stop waking.
+            if !joined {
+                self.schedule_event(Event::Failed);
+            }
             log_error(e);
             return Ok(());
         }
@@ -180,7 +156,7 @@ impl Inner {
         // reconciliation; both run on their own, never holding this alarm.
         self.request_host_work();
         self.request_mail();
-        if self.schedule.borrow().running() {
+        if joined {
             // A request (or an earlier invocation) is running the turns:
             // this wake joins it and ends with it. It brings the loop no
             // news (requests wake it, its own reconciliation found every
@@ -191,7 +167,6 @@ impl Inner {
             }
             return Ok(());
         }
-        self.schedule_event(Event::Start);
         self.drive_loop().await
     }
 
@@ -203,18 +178,14 @@ impl Inner {
         let result = self.run_loop().await;
         self.lane.ended();
         match result {
-            Ok(Some(write)) => {
-                if let Err(e) = write.await {
-                    log_error(format!("setAlarm failed: {}", bindings::error_message(&e)));
+            Ok(write) => {
+                if let Some(write) = write {
+                    write.await;
                 }
                 Ok(())
             }
-            Ok(None) => {
-                self.drop_spare_alarm().await;
-                Ok(())
-            }
             Err(e) => {
-                self.arm_next_alarm().await;
+                self.arm_next_alarm();
                 Err(e)
             }
         }
@@ -222,11 +193,11 @@ impl Inner {
 
     /// Performs the schedule's loop (`run::schedule`) until it ends: feeds
     /// it what happens (a turn ended, a wake, its nap's end) and performs
-    /// what it yields. Returns the alarm write for the work left for later,
-    /// issued in the same synchronous step as the loop's end, so a request
-    /// arriving afterwards sets its own alarm and is never overwritten by a
-    /// later deadline.
-    async fn run_loop(&self) -> Result<Option<JsFuture>, JsValue> {
+    /// what it yields. Returns the alarm write (or delete) the schedule
+    /// asked for with the loop's end, issued in the same synchronous step,
+    /// so a request arriving afterwards sets its own alarm and is never
+    /// overwritten by a later deadline.
+    async fn run_loop(&self) -> Result<Option<impl std::future::Future<Output = ()>>, JsValue> {
         let mut turns = FuturesUnordered::new();
         self.schedule_event(Event::Begin);
         loop {
@@ -270,7 +241,16 @@ impl Inner {
                         let deadlines = deadlines.map_err(|e| JsValue::from_str(&e.to_string()))?;
                         self.schedule_event(Event::Deadlines(deadlines));
                     }
-                    Output::Idle { alarm } => return Ok(alarm.map(|at| self.write_alarm(at))),
+                    Output::Idle => {
+                        // Its alarm output follows it at once.
+                        let next = self.schedule.borrow_mut().poll_side();
+                        let write = next.and_then(|alarm| self.write_alarm(&alarm));
+                        // Anything else beside the loop goes as usual.
+                        while let Some(side) = self.schedule.borrow_mut().poll_side() {
+                            self.perform_side(side);
+                        }
+                        return Ok(write);
+                    }
                     side => self.perform_side(side),
                 }
             }
@@ -319,7 +299,8 @@ impl Inner {
     pub(super) fn schedule_side(&self, event: Event) {
         self.schedule_event(event);
         loop {
-            let next = self.schedule.borrow_mut().poll();
+            // The loop's outputs stay queued for the loop.
+            let next = self.schedule.borrow_mut().poll_side();
             let Some(output) = next else { break };
             self.perform_side(output);
         }
@@ -335,8 +316,13 @@ impl Inner {
                 let Some(me) = self.me.upgrade() else { return };
                 let scope = self.scope(None);
                 wasm_bindgen_futures::spawn_local(blame::scoped(scope, async move {
-                    me.arm_after_pass().await
+                    me.arm_after_pass()
                 }));
+            }
+            Output::SetAlarm(_) | Output::DeleteAlarm => {
+                if let Some(write) = self.write_alarm(&output) {
+                    wasm_bindgen_futures::spawn_local(write);
+                }
             }
             // Its discriminant, not its `Debug`: that would link the
             // formatting of every type an output carries.

@@ -23,13 +23,21 @@
 //! a wake, then the alarm continues ([`Output::ArmAfterPass`]). While a
 //! pass runs its deadline is its own to arm, so the loop leaves it out.
 //!
+//! The one alarm is the schedule's to write ([`Output::SetAlarm`],
+//! [`Output::DeleteAlarm`]): it remembers the alarm it asked for, a cache
+//! that saves writes (none after a restart, as after the alarm fired), so
+//! a request sets the alarm to now only when none is set at or before now,
+//! owed work brings it only earlier, and a loop that ends owing nothing
+//! deletes a spare one rather than have it run an empty pass.
+//!
 //! Invariants:
 //! - at most one loop at a time, and at most one question ([`Output::Reconcile`],
 //!   [`Output::ReadDeadlines`]) open; an answer the machine did not ask for
 //!   is a bug of the host and is ignored;
 //! - the loop ends only with no turn of its own running, and its end names
-//!   the earliest durable deadline it knows ([`Output::Idle`]): turns'
-//!   retries, extension timers, the delivery lane, mail;
+//!   the earliest durable deadline it knows (the [`Output::SetAlarm`] after
+//!   [`Output::Idle`]): turns' retries, extension timers, the delivery
+//!   lane, mail;
 //! - nothing here is durable: a crash loses it, and a new instance's first
 //!   claim rebuilds everything from the store.
 
@@ -45,9 +53,27 @@ use std::collections::VecDeque;
 /// What happened, told to [`Schedule::handle`].
 #[derive(Debug)]
 pub enum Event {
-    /// A request (or the alarm) found no loop running: one starts. The
+    /// A request found no loop running: one starts, the durable wake
+    /// first (the alarm to now, unless one is set at or before now). The
     /// loop counts as running from here, so a second wake only joins it.
     Start,
+    /// The alarm fired: it is spent, and with no loop running one starts.
+    AlarmFired,
+    /// The earliest durable deadline, read by the host (a starting
+    /// instance, a failed loop, a live tool's heartbeat): the alarm is set
+    /// to it.
+    Deadline(Option<i64>),
+    /// Work is owed at this time (mail staged for later): the alarm is
+    /// brought earlier, never later.
+    Owed(i64),
+    /// The answer to [`Output::ArmAfterPass`]: with no loop running, the
+    /// earliest durable deadline (as [`Event::Deadline`]); while one runs,
+    /// the lane's and mail's (as [`Event::Owed`]: the loop's end arms the
+    /// rest, and the alarm is never put past the wake a running turn keeps
+    /// for a crash).
+    PassLeft(Option<i64>),
+    /// An alarm write failed: what is set is unknown.
+    AlarmWriteFailed,
     /// The started loop's first pass may run (the host yields first, so
     /// the waking request's answer leaves before any claim).
     Begin,
@@ -112,17 +138,40 @@ pub enum Output {
     /// Read the delivery lane's and mail's deadlines and answer
     /// [`Event::Deadlines`].
     ReadDeadlines,
-    /// The loop ended: leave the alarm at `alarm` (none: nothing is due,
-    /// a spare alarm may go).
-    Idle { alarm: Option<i64> },
+    /// The loop ended; the alarm output for what it left follows at once
+    /// ([`Output::SetAlarm`] its deadline, [`Output::DeleteAlarm`] a spare
+    /// alarm, or none).
+    Idle,
     /// Run one delivery lane pass, report it with [`Event::LanePassEnded`].
     LanePass,
     /// The lane's passes for this wake ended (whoever waits may go).
     LaneEnded,
     /// Run one mail pass, report it with [`Event::MailPassEnded`].
     MailPass,
-    /// A lane's or mail's passes ended: arm the alarm for what they left.
+    /// A lane's or mail's passes ended: read what they left for the
+    /// alarm and answer [`Event::PassLeft`].
     ArmAfterPass,
+    /// Set the one alarm to this time; report a failure with
+    /// [`Event::AlarmWriteFailed`].
+    SetAlarm(i64),
+    /// Delete the alarm: nothing is owed.
+    DeleteAlarm,
+}
+
+impl Output {
+    /// Whether the host performs it beside the loop (the lane, mail, the
+    /// alarm), not in the loop's order.
+    pub fn is_side(&self) -> bool {
+        matches!(
+            self,
+            Output::LanePass
+                | Output::LaneEnded
+                | Output::MailPass
+                | Output::ArmAfterPass
+                | Output::SetAlarm(_)
+                | Output::DeleteAlarm
+        )
+    }
 }
 
 /// A performer that runs one pass at a time (the delivery lane, mail): a
@@ -195,6 +244,9 @@ pub struct Schedule {
     closed: bool,
     lane: Passes,
     mail: Passes,
+    /// The alarm this instance asked for and that has not fired: a cache
+    /// that saves writes, none after a restart.
+    alarm: Option<i64>,
     out: VecDeque<Output>,
 }
 
@@ -216,11 +268,13 @@ impl Schedule {
             closed: false,
             lane: Passes::default(),
             mail: Passes::default(),
+            alarm: None,
             out: VecDeque::new(),
         }
     }
 
-    /// Whether a loop runs (from [`Event::Start`] until [`Output::Idle`]).
+    /// Whether a loop runs (from [`Event::Start`] or [`Event::AlarmFired`]
+    /// until [`Output::Idle`]).
     pub fn running(&self) -> bool {
         self.phase != Phase::Idle
     }
@@ -249,9 +303,21 @@ impl Schedule {
         self.out.pop_front()
     }
 
+    /// The first output performed beside the loop ([`Output::is_side`]),
+    /// leaving the loop's outputs in their order for the loop.
+    pub fn poll_side(&mut self) -> Option<Output> {
+        let at = self.out.iter().position(Output::is_side)?;
+        self.out.remove(at)
+    }
+
+    /// The alarm this instance asked for (see [`Schedule`]'s `alarm`).
+    pub fn alarm(&self) -> Option<i64> {
+        self.alarm
+    }
+
     /// When to tell the machine [`Event::Timeout`]: the end of the loop's
-    /// nap. None while no loop naps (an idle Agent's deadline was given
-    /// with [`Output::Idle`]).
+    /// nap. None while no loop naps (an idle Agent's deadline is on the
+    /// alarm, [`Output::SetAlarm`]).
     pub fn poll_timeout(&self) -> Option<i64> {
         match self.phase {
             Phase::Napping { until } => Some(until),
@@ -262,13 +328,27 @@ impl Schedule {
     pub fn handle(&mut self, event: Event, now: i64) {
         match event {
             Event::Start => {
-                if self.phase == Phase::Idle {
-                    self.phase = Phase::Starting;
-                    self.stale = true;
-                    self.known_later = None;
-                    self.turns = 0;
+                if self.alarm.is_none_or(|at| at > now) {
+                    self.set_alarm(now);
+                }
+                self.start();
+            }
+            Event::AlarmFired => {
+                self.alarm = None;
+                self.start();
+            }
+            Event::Deadline(at) => {
+                if let Some(at) = at {
+                    self.set_alarm(at);
                 }
             }
+            Event::Owed(at) => self.owed(at),
+            Event::PassLeft(at) => match at {
+                Some(at) if self.running() => self.owed(at),
+                Some(at) => self.set_alarm(at),
+                None => {}
+            },
+            Event::AlarmWriteFailed => self.alarm = None,
             Event::Begin => {
                 if self.phase == Phase::Starting {
                     self.started = now;
@@ -372,6 +452,28 @@ impl Schedule {
         }
     }
 
+    /// A loop starts unless one runs.
+    fn start(&mut self) {
+        if self.phase == Phase::Idle {
+            self.phase = Phase::Starting;
+            self.stale = true;
+            self.known_later = None;
+            self.turns = 0;
+        }
+    }
+
+    fn set_alarm(&mut self, at: i64) {
+        self.alarm = Some(at);
+        self.out.push_back(Output::SetAlarm(at));
+    }
+
+    /// Brings the alarm earlier to `at`, never later.
+    fn owed(&mut self, at: i64) {
+        if self.alarm.is_none_or(|set| at < set) {
+            self.set_alarm(at);
+        }
+    }
+
     /// One pass of the loop: claim if the store may hold new work, else
     /// nap or end.
     fn pass(&mut self, now: i64) {
@@ -416,9 +518,21 @@ impl Schedule {
         self.phase = Phase::Napping { until: now + nap };
     }
 
+    /// The loop ends, leaving the alarm at `alarm`. Owing nothing, a
+    /// spare alarm (set before this loop started, or by a heartbeat) goes
+    /// rather than run an empty pass; kept while a lane or mail pass runs:
+    /// each arms its own follow-up when it ends.
     fn end(&mut self, alarm: Option<i64>) {
         self.phase = Phase::Idle;
-        self.out.push_back(Output::Idle { alarm });
+        self.out.push_back(Output::Idle);
+        match alarm {
+            Some(at) => self.set_alarm(at),
+            None if self.alarm.is_some() && !self.lane.running && !self.mail.running => {
+                self.alarm = None;
+                self.out.push_back(Output::DeleteAlarm);
+            }
+            None => {}
+        }
     }
 }
 
@@ -454,7 +568,6 @@ mod tests {
         std::iter::from_fn(|| s.poll())
             .map(|o| match o {
                 Output::StartTurn(step) => format!("start {}", step.command_id),
-                Output::Idle { alarm } => format!("idle {alarm:?}"),
                 other => format!("{other:?}"),
             })
             .collect()
@@ -466,7 +579,11 @@ mod tests {
         let mut s = Schedule::new();
         s.handle(Event::Start, now);
         s.handle(Event::Begin, now);
-        assert_eq!(outputs(&mut s), ["Reconcile"]);
+        // The durable wake first.
+        assert_eq!(
+            outputs(&mut s),
+            [format!("SetAlarm({now})"), "Reconcile".into()]
+        );
         let steps = heads.iter().map(|h| step(h)).collect();
         s.handle(
             Event::Reconciled {
@@ -503,7 +620,7 @@ mod tests {
         // The loop ends: the lane's and mail's deadlines join the claim's.
         assert_eq!(outputs(&mut s), ["ReadDeadlines"]);
         s.handle(Event::Deadlines(Some(3_000)), 21);
-        assert_eq!(outputs(&mut s), ["idle Some(3000)"]);
+        assert_eq!(outputs(&mut s), ["Idle", "SetAlarm(3000)"]);
         assert!(!s.running());
     }
 
@@ -587,7 +704,10 @@ mod tests {
         );
         assert_eq!(outputs(&mut s), ["ReadDeadlines"]);
         s.handle(Event::Deadlines(Some(late + 50_000)), late + 2);
-        assert_eq!(outputs(&mut s), [format!("idle Some({})", late + 2)]);
+        assert_eq!(
+            outputs(&mut s),
+            ["Idle".to_string(), format!("SetAlarm({})", late + 2)]
+        );
     }
 
     #[test]
@@ -603,7 +723,8 @@ mod tests {
             },
             2,
         );
-        assert_eq!(outputs(&mut s), ["idle None"]);
+        // The request's alarm is spare: it goes.
+        assert_eq!(outputs(&mut s), ["Idle", "DeleteAlarm"]);
     }
 
     #[test]
@@ -624,7 +745,7 @@ mod tests {
         s.handle(Event::Start, 0);
         assert!(s.running());
         s.handle(Event::Begin, 0);
-        assert_eq!(outputs(&mut s), ["Reconcile"]);
+        assert_eq!(outputs(&mut s), ["SetAlarm(0)", "Reconcile"]);
     }
 
     #[test]
@@ -651,6 +772,120 @@ mod tests {
         s.handle(Event::LanePassEnded { more: true }, 6);
         assert_eq!(outputs(&mut s), ["LaneEnded", "ArmAfterPass"]);
         assert!(!s.lane_running());
+    }
+
+    #[test]
+    fn a_request_sets_the_alarm_to_now_unless_one_is_set_at_or_before_now() {
+        let mut s = Schedule::new();
+        s.handle(Event::Deadline(Some(100)), 0);
+        assert_eq!(outputs(&mut s), ["SetAlarm(100)"]);
+        // Set at or before now: the wake is durable already.
+        s.handle(Event::Start, 100);
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        assert_eq!(s.alarm(), Some(100));
+        // A second request joins the running loop: it writes nothing.
+        s.handle(Event::Start, 150);
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        // Set later than now: brought to now.
+        let mut s = Schedule::new();
+        s.handle(Event::Deadline(Some(500)), 0);
+        outputs(&mut s);
+        s.handle(Event::Start, 10);
+        assert_eq!(outputs(&mut s), ["SetAlarm(10)"]);
+    }
+
+    #[test]
+    fn the_fired_alarm_is_spent_and_starts_a_loop_without_a_write() {
+        let mut s = Schedule::new();
+        s.handle(Event::Deadline(Some(100)), 0);
+        outputs(&mut s);
+        s.handle(Event::AlarmFired, 100);
+        assert!(s.running());
+        assert_eq!(s.alarm(), None);
+        s.handle(Event::Begin, 100);
+        assert_eq!(outputs(&mut s), ["Reconcile"]);
+        s.handle(
+            Event::Reconciled {
+                steps: Vec::new(),
+                settled: Vec::new(),
+                later: None,
+            },
+            101,
+        );
+        s.handle(Event::Deadlines(None), 101);
+        // Nothing owed and no alarm left: nothing to delete.
+        assert_eq!(outputs(&mut s), ["ReadDeadlines", "Idle"]);
+        // Owed work brings a spent alarm back.
+        s.handle(Event::Owed(900), 102);
+        assert_eq!(outputs(&mut s), ["SetAlarm(900)"]);
+    }
+
+    #[test]
+    fn owed_work_brings_the_alarm_only_earlier() {
+        let mut s = Schedule::new();
+        s.handle(Event::Owed(500), 0);
+        assert_eq!(outputs(&mut s), ["SetAlarm(500)"]);
+        s.handle(Event::Owed(500), 1);
+        s.handle(Event::Owed(800), 1);
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        s.handle(Event::Owed(300), 2);
+        assert_eq!(outputs(&mut s), ["SetAlarm(300)"]);
+        // A failed write leaves nothing known: the next owed work writes.
+        s.handle(Event::AlarmWriteFailed, 3);
+        s.handle(Event::Owed(800), 3);
+        assert_eq!(outputs(&mut s), ["SetAlarm(800)"]);
+        // A durable deadline read sets the alarm, later or not.
+        s.handle(Event::Deadline(Some(2_000)), 4);
+        s.handle(Event::Deadline(None), 4);
+        assert_eq!(outputs(&mut s), ["SetAlarm(2000)"]);
+    }
+
+    #[test]
+    fn a_pass_end_sets_the_deadline_idle_and_only_brings_it_earlier_in_a_loop() {
+        let mut s = Schedule::new();
+        s.handle(Event::Deadline(Some(100)), 0);
+        outputs(&mut s);
+        // No loop: what the pass left is the whole deadline.
+        s.handle(Event::PassLeft(Some(700)), 1);
+        assert_eq!(outputs(&mut s), ["SetAlarm(700)"]);
+        // A loop runs (it arms the rest when it ends): only earlier.
+        let mut s = claimed(10, &["a"], None);
+        outputs(&mut s);
+        s.handle(Event::PassLeft(Some(5_000)), 11);
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+        s.handle(Event::PassLeft(Some(5)), 12);
+        assert_eq!(outputs(&mut s), ["SetAlarm(5)"]);
+        s.handle(Event::PassLeft(None), 13);
+        assert_eq!(outputs(&mut s), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_spare_alarm_is_deleted_when_nothing_is_owed_but_kept_while_a_pass_runs() {
+        // The request's alarm (now) outlived the loop: nothing is owed.
+        let mut s = claimed(0, &[], None);
+        s.handle(Event::Deadlines(None), 1);
+        assert_eq!(outputs(&mut s), ["ReadDeadlines", "Idle", "DeleteAlarm"]);
+        assert_eq!(s.alarm(), None);
+        // A mail pass runs: it arms its own follow-up when it ends.
+        let mut s = claimed(0, &[], None);
+        s.handle(Event::MailWanted, 1);
+        s.handle(Event::Deadlines(None), 1);
+        assert_eq!(outputs(&mut s), ["ReadDeadlines", "MailPass", "Idle"]);
+        assert_eq!(s.alarm(), Some(0));
+    }
+
+    #[test]
+    fn side_outputs_are_polled_apart_from_the_loops() {
+        let mut s = Schedule::new();
+        s.handle(Event::Start, 0);
+        s.handle(Event::Begin, 0);
+        s.handle(Event::MailWanted, 0);
+        let side = |s: &mut Schedule| s.poll_side().map(|o| format!("{o:?}"));
+        assert_eq!(side(&mut s).as_deref(), Some("SetAlarm(0)"));
+        assert_eq!(side(&mut s).as_deref(), Some("MailPass"));
+        assert_eq!(side(&mut s), None);
+        // The loop's own output stays for the loop.
+        assert_eq!(outputs(&mut s), ["Reconcile"]);
     }
 
     #[test]
