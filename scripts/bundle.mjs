@@ -15,6 +15,9 @@ const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 /** The wasm-bindgen output of scripts/build.sh. */
 export const WASM_PATH = join(ROOT, "build/wasm/shiitake_bg.wasm");
 
+/** Bundles begun in this process: each writes its own temporary files. */
+let bundles = 0;
+
 /**
  * @param {string} entryPath the Worker's entry module
  * @param {string} outDir receives `index.mjs` and `shiitake_bg.wasm`
@@ -27,8 +30,9 @@ export async function bundleWorker(entryPath, outDir, options = {}) {
   await mkdir(dirname(scriptPath), { recursive: true });
   // Written beside and renamed into place: end-to-end files running in
   // parallel bundle the same fixture into the same folder, and a Miniflare
-  // must never load a half-written module.
-  const part = `.${process.pid}.part`;
+  // must never load a half-written module. Unique per call too: one file
+  // may bundle the same fixture twice at once (two workers of one fixture).
+  const part = `.${process.pid}.${++bundles}.part`;
   await build({
     entryPoints: [resolve(entryPath)],
     outfile: scriptPath + part,
