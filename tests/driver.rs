@@ -7,6 +7,9 @@
 //! the chosen one fails, the process "dies", and a fresh one recovers from
 //! the file alone.
 
+mod common;
+
+use common::sim::{Clock, Crashed, Db};
 use serde_json::{json, Value};
 use shiitake::capability::door::Toolset;
 use shiitake::capability::Catalog;
@@ -27,50 +30,11 @@ use shiitake::run::schedule::{Event as Scheduled, Output, Schedule};
 use shiitake::run::tools::undone_output;
 use shiitake::run::tools::ToolOutput;
 use shiitake::run::{self, Step};
-use shiitake::sql::native::NativeSql;
-use shiitake::sql::{Row, Sql, SqlError, SqlValue, Tables, Write, WriteSet};
 use shiitake::store::{schema, Store};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::rc::Rc;
-
-/// SQLite that can "crash": every commit after the `crash_at`-th fails, as
-/// if the process died right after that one.
-struct Db {
-    inner: NativeSql,
-    commits: Cell<usize>,
-    crash_at: Cell<Option<usize>>,
-    crashed: Cell<bool>,
-}
-
-impl Sql for Db {
-    fn query(&self, sql: &str, params: &[SqlValue]) -> Result<Vec<Row>, SqlError> {
-        self.inner.query(sql, params)
-    }
-
-    fn apply(&self, writes: Vec<Write>) -> Result<(), SqlError> {
-        if self.crashed.get() || self.crash_at.get() == Some(self.commits.get()) {
-            self.crashed.set(true);
-            return Err(SqlError::Engine("the process crashed".into()));
-        }
-        self.inner.apply(writes)?;
-        self.commits.set(self.commits.get() + 1);
-        Ok(())
-    }
-
-    fn write_set(&self) -> &WriteSet {
-        self.inner.write_set()
-    }
-
-    fn tables(&self) -> &Tables {
-        self.inner.tables()
-    }
-}
-
-/// The process died: everything in memory is gone.
-#[derive(Debug)]
-struct Crashed;
 
 /// A request the host receives while it performs an action.
 #[derive(Clone, Copy)]
@@ -289,12 +253,7 @@ impl Sim {
     fn new() -> Sim {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("agent.sqlite");
-        let db = Db {
-            inner: NativeSql::open(&path).unwrap(),
-            commits: Cell::new(0),
-            crash_at: Cell::new(None),
-            crashed: Cell::new(false),
-        };
+        let db = Db::open(&path, &Rc::new(Clock::default()));
         schema::open(&db).unwrap();
         Sim {
             _dir: dir,
@@ -321,20 +280,15 @@ impl Sim {
 
     /// Fails every commit after `transitions` more.
     fn crash_after(&mut self, transitions: usize) {
-        self.db
-            .crash_at
-            .set(Some(self.db.commits.get() + transitions));
+        let clock = &self.db.clock;
+        clock.crash_at.set(Some(clock.commits.get() + transitions));
     }
 
     /// A new process over the same file: nothing of the old one's memory.
     fn restart(&mut self) {
-        let commits = self.db.commits.get();
-        self.db = Db {
-            inner: NativeSql::open(&self.path).unwrap(),
-            commits: Cell::new(commits),
-            crash_at: Cell::new(None),
-            crashed: Cell::new(false),
-        };
+        let clock = Rc::clone(&self.db.clock);
+        clock.crash_at.set(None);
+        self.db = Db::open(&self.path, &clock);
         schema::open(&self.db).unwrap();
         self.fresh.clear();
         self.schedule = Schedule::new();
@@ -822,9 +776,9 @@ fn a_tool_turn_then_the_queued_turn_run_to_one_settlement_each() {
 fn a_crash_after_every_durable_transition_settles_each_command_once_and_duplicates_nothing() {
     let clean = {
         let mut sim = two_turns();
-        let before = sim.db.commits.get();
+        let before = sim.db.clock.commits.get();
         sim.run_with_recovery(0);
-        sim.db.commits.get() - before
+        sim.db.clock.commits.get() - before
     };
     assert!(
         clean >= 6,
@@ -1146,9 +1100,9 @@ fn a_retry_behind_a_turn() -> (Sim, String) {
 fn a_retry_crashed_after_every_durable_transition_answers_once_on_its_own_branch() {
     let clean = {
         let (mut sim, _) = a_retry_behind_a_turn();
-        let before = sim.db.commits.get();
+        let before = sim.db.clock.commits.get();
         sim.run_with_recovery(0);
-        sim.db.commits.get() - before
+        sim.db.clock.commits.get() - before
     };
     assert!(
         clean >= 5,
@@ -1330,9 +1284,9 @@ fn a_compact_command_runs_in_its_place_and_later_turns_see_its_summary() {
 fn a_crash_after_every_transition_of_a_compaction_compacts_once_and_settles_each_command_once() {
     let clean = {
         let mut sim = compact_between();
-        let before = sim.db.commits.get();
+        let before = sim.db.clock.commits.get();
         sim.run_with_recovery(0);
-        sim.db.commits.get() - before
+        sim.db.clock.commits.get() - before
     };
     for at in 0..=clean {
         let mut sim = compact_between();
@@ -1449,9 +1403,9 @@ fn past_the_windows_trigger_a_turn_compacts_before_its_call_and_keeps_its_prompt
 fn a_crash_after_every_transition_of_an_automatic_compaction_never_compacts_twice() {
     let clean = {
         let mut sim = windowed_turns();
-        let before = sim.db.commits.get();
+        let before = sim.db.clock.commits.get();
         sim.run_with_recovery(0);
-        sim.db.commits.get() - before
+        sim.db.clock.commits.get() - before
     };
     for at in 0..=clean {
         let mut sim = windowed_turns();

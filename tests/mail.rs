@@ -5,8 +5,11 @@
 //! forged replies, model-visible provenance, recall and fences, bounds,
 //! and restarts.
 
+mod common;
+
+use common::sim::Ids;
 use serde_json::{json, Value};
-use shiitake::ctx::{Ctx, IdSource};
+use shiitake::ctx::Ctx;
 use shiitake::error::ApiError;
 use shiitake::http::{handle, HttpRequest};
 use shiitake::mail::{
@@ -24,19 +27,6 @@ use shiitake::sql::native::NativeSql;
 use shiitake::sql::Sql;
 use shiitake::store::{schema, Store};
 use std::path::PathBuf;
-
-/// Ids unique across the Agents of a test (each has its own prefix).
-struct Ids {
-    agent: String,
-    next: u64,
-}
-
-impl IdSource for Ids {
-    fn next_id(&mut self, prefix: &str) -> String {
-        self.next += 1;
-        format!("{prefix}{}{:06}", self.agent, self.next)
-    }
-}
 
 /// One Agent: its own SQLite file, clock and ids, with mail replies
 /// observing its settlements.

@@ -7,8 +7,11 @@
 //! in memory and reopens its store; the alarm, like the platform's,
 //! survives) must lose nothing and settle nothing twice.
 
+mod common;
+
+use common::sim::{Clock, Crashed, Db, Ids};
 use serde_json::{json, Value};
-use shiitake::ctx::{Ctx, IdSource};
+use shiitake::ctx::Ctx;
 use shiitake::delivery::{self, LanePass, LaneStep};
 use shiitake::http::{admission_effects, handle, HttpRequest};
 use shiitake::limits::HOST_DELIVERY_BATCH_MAX;
@@ -20,69 +23,14 @@ use shiitake::run::driver::{Action, Input, Offer, Turn, TurnPolicy};
 use shiitake::run::schedule::{earliest, Event as Scheduled, Output, Schedule};
 use shiitake::run::{self, Step};
 use shiitake::session::command::Delivery;
-use shiitake::sql::native::NativeSql;
-use shiitake::sql::{atomically, Row, Sql, SqlError, SqlValue, Tables, Write, WriteSet};
+use shiitake::sql::{atomically, Sql, SqlError};
 use shiitake::store::{schema, Store};
-use std::cell::Cell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::rc::Rc;
 
 /// Commits of the whole fleet, counted across Agents: the `crash_at`-th
 /// fails, and its Agent's process dies.
-#[derive(Default)]
-struct Clock {
-    commits: Cell<usize>,
-    crash_at: Cell<Option<usize>>,
-}
-
-/// One Agent's SQLite that can die with its process.
-struct Db {
-    inner: NativeSql,
-    clock: Rc<Clock>,
-    crashed: Cell<bool>,
-}
-
-impl Sql for Db {
-    fn query(&self, sql: &str, params: &[SqlValue]) -> Result<Vec<Row>, SqlError> {
-        self.inner.query(sql, params)
-    }
-
-    fn apply(&self, writes: Vec<Write>) -> Result<(), SqlError> {
-        if self.crashed.get() || self.clock.crash_at.get() == Some(self.clock.commits.get()) {
-            self.crashed.set(true);
-            return Err(SqlError::Engine("the process crashed".into()));
-        }
-        self.inner.apply(writes)?;
-        self.clock.commits.set(self.clock.commits.get() + 1);
-        Ok(())
-    }
-
-    fn write_set(&self) -> &WriteSet {
-        self.inner.write_set()
-    }
-
-    fn tables(&self) -> &Tables {
-        self.inner.tables()
-    }
-}
-
-/// The process of one Agent died.
-#[derive(Debug)]
-struct Crashed;
-
-struct Ids {
-    agent: String,
-    next: u64,
-}
-
-impl IdSource for Ids {
-    fn next_id(&mut self, prefix: &str) -> String {
-        self.next += 1;
-        format!("{prefix}{}{:06}", self.agent, self.next)
-    }
-}
-
 /// One Agent: what survives a crash (its file, its alarm, what it
 /// published) and its process (everything else).
 struct Agent {
@@ -112,11 +60,7 @@ impl Agent {
     fn new(id: &str, clock: &Rc<Clock>) -> Agent {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("agent.sqlite");
-        let db = Db {
-            inner: NativeSql::open(&path).unwrap(),
-            clock: Rc::clone(clock),
-            crashed: Cell::new(false),
-        };
+        let db = Db::open(&path, clock);
         schema::open(&db).unwrap();
         Agent {
             id: id.into(),
@@ -142,11 +86,7 @@ impl Agent {
     /// A new process over the same file; as the host's start does, it
     /// arms the alarm for whatever is due.
     fn restart(&mut self, now: i64) {
-        self.db = Db {
-            inner: NativeSql::open(&self.path).unwrap(),
-            clock: Rc::clone(&self.db.clock),
-            crashed: Cell::new(false),
-        };
+        self.db = Db::open(&self.path, &Rc::clone(&self.db.clock));
         schema::open(&self.db).unwrap();
         self.schedule = Schedule::new();
         self.started.clear();
@@ -412,7 +352,6 @@ impl Agent {
     /// Every command of every Session: `(command id, its terminal or state)`.
     fn commands(&self) -> Vec<(String, String)> {
         self.db
-            .inner
             .query(
                 "SELECT command_id, coalesce(terminal, state) FROM commands",
                 &[],

@@ -10,6 +10,8 @@ use shiitake::sql::native::NativeSql;
 use shiitake::store::{schema, Store};
 use std::path::PathBuf;
 
+pub mod sim;
+
 pub struct Harness {
     _dir: tempfile::TempDir,
     path: PathBuf,
