@@ -1,8 +1,9 @@
 //! A simulated fleet: several Agents, each its own SQLite file and its own
 //! Agent schedule (`run::schedule`, the machine the wasm host performs),
 //! exchanging mail over one clock. The simulated host performs every
-//! output as `src/host/` does: claims, turns (the real turn driver, a
-//! scripted model), mail passes, delivery lane passes, the durable alarm. A crash after every
+//! output as `src/host/` does: claims with the extension pass before each
+//! (timers and replays), turns (the real turn driver, a scripted model),
+//! mail passes, delivery lane passes, the durable alarm. A crash after every
 //! durable transition of the scenario (the crashed Agent loses everything
 //! in memory and reopens its store; the alarm, like the platform's,
 //! survives) must lose nothing and settle nothing twice.
@@ -13,7 +14,8 @@ use common::sim::{Clock, Crashed, Db, Ids};
 use serde_json::{json, Value};
 use shiitake::ctx::Ctx;
 use shiitake::delivery::{self, LanePass, LaneStep};
-use shiitake::http::{admission_effects, handle, HttpRequest};
+use shiitake::extension::{Extensions, Host, Roster};
+use shiitake::http::{admission_effects, handle, sent_effects, HttpRequest};
 use shiitake::limits::HOST_DELIVERY_BATCH_MAX;
 use shiitake::mail::{self, Acceptance, Address, Outgoing, Replies, SendState};
 use shiitake::meta::MetaPolicy;
@@ -22,9 +24,10 @@ use shiitake::observe::{Event, Frame};
 use shiitake::run::driver::{Action, Input, Offer, Turn, TurnPolicy};
 use shiitake::run::schedule::{earliest, Event as Scheduled, Output, Schedule};
 use shiitake::run::{self, Step};
+use shiitake::session::admission::ExtensionSends;
 use shiitake::session::command::Delivery;
 use shiitake::sql::{atomically, Sql, SqlError};
-use shiitake::store::{schema, Store};
+use shiitake::store::{schema, CommandRow, OnSettled, Store};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -54,6 +57,10 @@ struct Agent {
     /// Passes the schedule asked for, not yet run.
     lane_pass: bool,
     mail_pass: bool,
+    /// The Agent's extensions (the process's: made again by `roster` on
+    /// restart), and how to make them.
+    extensions: Option<Rc<Extensions>>,
+    roster: Option<fn() -> Extensions>,
 }
 
 impl Agent {
@@ -80,6 +87,8 @@ impl Agent {
             fresh: HashSet::new(),
             lane_pass: false,
             mail_pass: false,
+            extensions: None,
+            roster: None,
         }
     }
 
@@ -93,6 +102,7 @@ impl Agent {
         self.fresh.clear();
         self.lane_pass = false;
         self.mail_pass = false;
+        self.open_extensions(now);
         let due = self.next_deadline(now);
         self.schedule.handle(Scheduled::Deadline(due), now);
     }
@@ -101,7 +111,10 @@ impl Agent {
     fn next_deadline(&self, now: i64) -> Option<i64> {
         let store = Store::new(&self.db);
         earliest(
-            run::next_deadline(store, now, &|_| false).unwrap(),
+            earliest(
+                run::next_deadline(store, now, &|_| false).unwrap(),
+                self.extension_deadline(now),
+            ),
             self.deadlines(now),
         )
     }
@@ -141,8 +154,12 @@ impl Agent {
     }
 
     fn ctx<T>(&mut self, now: i64, f: impl FnOnce(&mut Ctx<'_>) -> T) -> Result<T, Crashed> {
+        let settled = Settled {
+            extensions: self.extensions.as_deref(),
+            replies: &self.replies,
+        };
         let mut ctx = Ctx {
-            store: Store::observed(&self.db, &self.replies),
+            store: Store::observed(&self.db, &settled),
             now_ms: now,
             ids: &mut self.ids,
             meta: &self.meta,
@@ -175,8 +192,9 @@ impl Agent {
             },
             waited: false,
         };
+        let extensions = self.extensions.clone();
         let r = self
-            .ctx(now, |ctx| handle(ctx, None, &req))
+            .ctx(now, |ctx| handle(ctx, extensions.as_deref(), &req))
             .expect("no crash in a request");
         let json = r
             .body
@@ -213,6 +231,7 @@ impl Agent {
         while let Some(output) = self.schedule.poll() {
             match output {
                 Output::Reconcile => {
+                    self.extension_pass(now)?;
                     let fresh = self.fresh.clone();
                     let live: HashSet<String> =
                         self.started.iter().map(|s| s.command_id.clone()).collect();
@@ -230,7 +249,7 @@ impl Agent {
                     let event = Scheduled::Reconciled {
                         steps: reconciled.steps,
                         settled: reconciled.settled,
-                        later: reconciled.next_deadline,
+                        later: earliest(reconciled.next_deadline, self.extension_deadline(now)),
                     };
                     self.schedule.handle(event, now);
                 }
@@ -297,6 +316,7 @@ impl Agent {
         }
         self.started.pop_front();
         self.mail_after_transition(now);
+        self.rearm(now);
         self.schedule.handle(
             Scheduled::TurnEnded {
                 left_no_work: turn.left_no_work(),
@@ -360,6 +380,87 @@ impl Agent {
             .into_iter()
             .map(|row| (row.text(0).unwrap(), row.text(1).unwrap()))
             .collect()
+    }
+}
+
+/// The store's observer, as the host's `Inner` is: the extensions'
+/// settled hooks, then the fleet's reply staging.
+struct Settled<'a> {
+    extensions: Option<&'a Extensions>,
+    replies: &'a Replies,
+}
+
+impl OnSettled for Settled<'_> {
+    fn settled(
+        &self,
+        store: Store<'_>,
+        command: &CommandRow,
+        settlement: &str,
+        now_ms: i64,
+    ) -> Result<(), SqlError> {
+        if let Some(extensions) = self.extensions {
+            extensions.settled(store, command, settlement, now_ms)?;
+        }
+        self.replies.settled(store, command, settlement, now_ms)
+    }
+}
+
+/// Extensions, performed as `src/host/extensions.rs` and `runner.rs` do.
+impl Agent {
+    /// Gives the Agent extensions (`roster` makes them anew in each
+    /// process) and brings them to their definitions.
+    fn extend(&mut self, roster: fn() -> Extensions, now: i64) {
+        self.roster = Some(roster);
+        self.open_extensions(now);
+    }
+
+    /// A new process's extensions, opened as the host's start does.
+    fn open_extensions(&mut self, now: i64) {
+        let Some(roster) = self.roster else { return };
+        let extensions = Rc::new(roster());
+        self.extensions = Some(Rc::clone(&extensions));
+        self.ctx(now, |ctx| extensions.open(ctx))
+            .expect("no crash while starting")
+            .unwrap();
+    }
+
+    /// The extensions' earliest work (timers, replays), as the host reads it.
+    fn extension_deadline(&self, now: i64) -> Option<i64> {
+        let extensions = self.extensions.as_ref()?;
+        extensions.next_deadline(Store::new(&self.db), now).unwrap()
+    }
+
+    /// The extension pass that precedes each claim (`Extensions::pass`):
+    /// the prompts its sends admitted are published and held fresh (a
+    /// claimed one wakes the loop), and its attention changes wake the
+    /// lane (each staged its delivery).
+    fn extension_pass(&mut self, now: i64) -> Result<(), Crashed> {
+        let Some(extensions) = self.extensions.clone() else {
+            return Ok(());
+        };
+        let pass = self.ctx(now, |ctx| extensions.pass(ctx, &ExtensionSends))?;
+        pass.replayed.unwrap();
+        let effects = sent_effects(&pass.fired.unwrap().sent);
+        for (_, frame) in effects.frames {
+            self.events.push(Event::Frame(frame));
+        }
+        self.fresh
+            .extend(effects.fresh_turns.into_iter().map(|(head, _)| head));
+        if effects.reconcile {
+            self.schedule.handle(Scheduled::Wake, now);
+        }
+        if !extensions.take_attention_touched().is_empty() {
+            self.schedule.handle(Scheduled::LaneWanted, now);
+        }
+        Ok(())
+    }
+
+    /// A settled hook moved timers: the schedule's next pass claims (the
+    /// host tells it before every event).
+    fn rearm(&mut self, now: i64) {
+        if self.extensions.as_ref().is_some_and(|e| e.take_rearm()) {
+            self.schedule.handle(Scheduled::Rearm, now);
+        }
     }
 }
 
@@ -551,7 +652,10 @@ const OUTBOX_ENTRIES: usize = HOST_DELIVERY_BATCH_MAX + 3;
 /// child's turn answers, its reply lands as a line in `p`, which runs.
 /// `order` is the order the fleet runs its Agents' due work in.
 fn delegation(order: &[&str], crash_at: Option<usize>) -> Fleet {
-    let mut fleet = Fleet::new(order);
+    delegation_in(Fleet::new(order), crash_at)
+}
+
+fn delegation_in(mut fleet: Fleet, crash_at: Option<usize>) -> Fleet {
     let now = fleet.now;
     let parent = fleet.at("parent");
     let child = fleet.at("child");
@@ -605,6 +709,11 @@ fn delegation(order: &[&str], crash_at: Option<usize>) -> Fleet {
 /// delegated prompt admitted once, its reply line once, nothing owed,
 /// every outbox entry taken by the host (at least once) and acknowledged.
 fn check(fleet: &mut Fleet, context: &str) {
+    check_lines(fleet, context, &["keep going", "echo: summarise the notes"]);
+}
+
+/// [`check`], with `lines` the user lines `p` must hold, in order.
+fn check_lines(fleet: &mut Fleet, context: &str, lines: &[&str]) {
     let now = fleet.now;
     let taken: HashSet<&str> = fleet.delivered.iter().map(String::as_str).collect();
     for n in 0..OUTBOX_ENTRIES {
@@ -628,8 +737,12 @@ fn check(fleet: &mut Fleet, context: &str) {
     let parent = fleet.at("parent");
     let child = fleet.at("child");
     assert_eq!(fleet.agents[child].commands().len(), 1, "{context}");
-    // The parent's prompt and the child's reply line.
-    assert_eq!(fleet.agents[parent].commands().len(), 2, "{context}");
+    // The parent's prompts and the child's reply line.
+    assert_eq!(
+        fleet.agents[parent].commands().len(),
+        lines.len(),
+        "{context}"
+    );
     let read = fleet.agents[parent].http(now, "GET", "/sessions/p", Value::Null);
     let texts: Vec<String> = read["messages"]
         .as_array()
@@ -638,11 +751,7 @@ fn check(fleet: &mut Fleet, context: &str) {
         .filter(|m| m["role"] == "user")
         .map(|m| m["text"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(
-        texts,
-        ["keep going", "echo: summarise the notes"],
-        "{context}"
-    );
+    assert_eq!(texts, lines, "{context}");
 }
 
 #[test]
@@ -669,6 +778,146 @@ fn a_crash_after_every_durable_transition_of_a_delegation_loses_nothing_and_sett
         for n in 0..total {
             let mut fleet = delegation(order, Some(n));
             check(
+                &mut fleet,
+                &format!("crash after {n} transitions, {order:?}"),
+            );
+        }
+    }
+}
+
+/// When the `nudge` extension's timer fires after the delegation's last
+/// settlement in `p`.
+const NUDGE_AFTER_MS: i64 = 60_000;
+
+/// The parent's `nudge` extension (its callbacks speak the JSON protocol
+/// of `js/extensions.mjs`): the settled hook counts `p`'s settlements and
+/// arms a timer at the second (the delegation's last work, so only the
+/// schedule's `Rearm` brings the alarm to it); when it fires, the timer
+/// hook counts it, sends a prompt into `p` and sets an attention item
+/// there (a delivery outbox entry for the lane).
+fn nudge() -> Extensions {
+    let manifest = json!({
+        "id": "nudge", "version": "0.0.0",
+        "config": null, "configSchema": null, "configValidate": false,
+        "state": {"version": 1, "collections": {
+            "settled": {"document": true, "schema": null, "validate": false},
+            "fired": {"document": true, "schema": null, "validate": false}
+        }},
+        "migrations": [],
+        "commands": {},
+        "hooks": {"settled": true, "timer": true},
+        "projection": {"session": false, "agent": false},
+        "prompt": false, "tools": false,
+        "requests": {"attention": true},
+        "grants": ["attention"],
+        "grantKey": "nudge", "feature": null
+    });
+    let roster = Roster::parse(&json!([manifest]).to_string()).unwrap();
+    Extensions::new(roster, Box::new(Nudge))
+}
+
+struct Nudge;
+
+impl Host for Nudge {
+    fn call(&self, request: &str) -> String {
+        let r: Value = serde_json::from_str(request).unwrap();
+        let now = r["now"].as_i64().unwrap();
+        let count = |collection: &str| r["state"][collection][""].as_i64().unwrap_or(0);
+        let answer = match r["kind"].as_str().unwrap() {
+            "settled" if r["event"]["sessionId"] == "p" => {
+                let n = count("settled") + 1;
+                let timers = match n {
+                    2 => json!([{"name": "nudge", "at": now + NUDGE_AFTER_MS, "sessionId": "p"}]),
+                    _ => json!([]),
+                };
+                json!({
+                    "ok": true,
+                    "writes": [{"collection": "settled", "key": "", "value": n}],
+                    "timers": timers
+                })
+            }
+            "timer" => json!({
+                "ok": true,
+                "writes": [{"collection": "fired", "key": "", "value": count("fired") + 1}],
+                "sends": [{"sessionId": "p", "text": "nudged"}],
+                "attention": [{"op": "set", "sessionId": "p",
+                    "item": {"id": "nudge", "kind": "reminder", "summary": "nudged", "since": now}}]
+            }),
+            _ => json!({"ok": true}),
+        };
+        answer.to_string()
+    }
+}
+
+/// The delegation, the parent carrying `nudge`: its timer, set by a
+/// settled hook inside a turn's settling transition, rides the parent's
+/// alarm and fires once the delegation is done.
+fn nudged_delegation(order: &[&str], crash_at: Option<usize>) -> Fleet {
+    let mut fleet = Fleet::new(order);
+    let (parent, now) = (fleet.at("parent"), fleet.now);
+    fleet.agents[parent].extend(nudge, now);
+    delegation_in(fleet, crash_at)
+}
+
+/// [`check`], and the timer fired exactly once: its hook's write
+/// committed once, its prompt ran once in `p` (after the reply line), its
+/// attention item was delivered, and nothing of it is left or stopped.
+fn check_nudged(fleet: &mut Fleet, context: &str) {
+    check_lines(
+        fleet,
+        context,
+        &["keep going", "echo: summarise the notes", "nudged"],
+    );
+    let now = fleet.now;
+    let p = &fleet.agents[fleet.at("parent")];
+    let one = |query: &str| {
+        let rows = p.db.query(query, &[]).unwrap();
+        assert_eq!(rows.len(), 1, "{context}: {query}");
+        rows[0].text(0).unwrap()
+    };
+    assert_eq!(
+        one("SELECT value FROM shiitake_state_nudge WHERE collection = 'fired'"),
+        "1",
+        "{context}: the timer hook committed once"
+    );
+    assert_eq!(
+        one("SELECT coalesce(stopped, 'running') FROM shiitake_extensions"),
+        "running",
+        "{context}"
+    );
+    assert_eq!(
+        one("SELECT summary FROM shiitake_attention WHERE ext = 'nudge' AND id = 'nudge'"),
+        "nudged",
+        "{context}"
+    );
+    assert_eq!(p.extension_deadline(now), None, "{context}: no timer left");
+    assert!(
+        fleet
+            .delivered
+            .iter()
+            .any(|k| k == "attention:nudge:p:nudge"),
+        "{context}: the attention change was delivered"
+    );
+}
+
+#[test]
+fn an_extension_timer_set_by_a_settled_hook_fires_once_through_the_schedule() {
+    for order in ORDERS {
+        let mut fleet = nudged_delegation(order, None);
+        check_nudged(&mut fleet, &format!("no crash, {order:?}"));
+    }
+}
+
+#[test]
+fn a_crash_after_every_durable_transition_of_a_nudged_delegation_fires_the_timer_once() {
+    for order in ORDERS {
+        let total = {
+            let fleet = nudged_delegation(order, None);
+            fleet.clock.commits.get()
+        };
+        for n in 0..total {
+            let mut fleet = nudged_delegation(order, Some(n));
+            check_nudged(
                 &mut fleet,
                 &format!("crash after {n} transitions, {order:?}"),
             );

@@ -42,7 +42,7 @@ pub use call::{Answer, Host, SessionRef, ToolMarker};
 pub use commands::{Invocation, Invoked};
 pub use manifest::{Entry, Roster, Scope};
 pub use send::{Admit, Send, Sent};
-pub use timers::Fired;
+pub use timers::{Fired, Pass};
 pub use views::{CommandInfo, Status, Stop};
 
 use crate::error::ApiError;

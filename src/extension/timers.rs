@@ -30,7 +30,28 @@ impl<A> Default for Fired<A> {
     }
 }
 
+/// What one extension pass did ([`Extensions::pass`]): each half's
+/// outcome, or why it failed.
+#[derive(Debug)]
+pub struct Pass<A> {
+    pub fired: Result<Fired<A>, ApiError>,
+    /// Whether replay work is left.
+    pub replayed: Result<bool, ApiError>,
+}
+
 impl Extensions {
+    /// The extensions' share of a reconciliation (the alarm's pass): the
+    /// due timers fire ([`Extensions::fire_due`]), then a resumed
+    /// extension replays what it missed ([`Extensions::catch_up`]); a
+    /// failure of one does not keep the other from running. Each is
+    /// bounded per pass; what is left shows in [`Extensions::next_deadline`].
+    pub fn pass<A: Admit>(&self, ctx: &mut Ctx<'_>, admit: &A) -> Pass<A::Admitted> {
+        Pass {
+            fired: self.fire_due(ctx, admit),
+            replayed: self.catch_up(ctx),
+        }
+    }
+
     /// Fires due timers of running extensions, at most
     /// [`EXTENSION_TIMERS_PER_PASS_MAX`], each in its own transition with
     /// the hook's effects and sends (admitted through `admit`); a timer

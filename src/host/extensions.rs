@@ -179,14 +179,12 @@ impl Inner {
         if ext.roster().is_empty() {
             return;
         }
-        match self.with_ctx(|ctx| ext.fire_due(ctx, &ExtensionSends)) {
-            Ok(fired) => {
-                let effects = crate::http::sent_effects(&fired.sent);
-                self.apply(effects);
-            }
+        let pass = self.with_ctx(|ctx| ext.pass(ctx, &ExtensionSends));
+        match pass.fired {
+            Ok(fired) => self.apply(crate::http::sent_effects(&fired.sent)),
             Err(e) => log_error(format!("extension timers: {e}")),
         }
-        if let Err(e) = self.with_ctx(|ctx| ext.catch_up(ctx)) {
+        if let Err(e) = pass.replayed {
             log_error(format!("extension replay: {e}"));
         }
         self.publish_projections();
