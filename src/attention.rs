@@ -11,12 +11,13 @@
 
 use crate::delivery;
 use crate::limits::{INBOX_ATTENTION_PER_ROW_MAX, SESSION_ID_BYTES_MAX};
-use crate::sql::{read, write, Row, Sql, SqlError, SqlValue};
+use crate::sql::{read, write, Row, Sql, SqlError, SqlValue, Write};
 use crate::store::schema::ATTENTION;
 use serde::Serialize;
 use serde_json::{json, Value};
+use std::collections::BTreeSet;
 
-pub const TABLE: &str = "shiitake_attention";
+const TABLE: &str = "shiitake_attention";
 
 /// One open item as every public observation serves it: its id qualified
 /// by the extension that owns it.
@@ -101,6 +102,83 @@ pub fn item(
     .first()
     .map(item_of)
     .transpose()
+}
+
+// The owner transactions' statements (`extension/attention.rs`): their
+// reads see committed rows even after the transition wrote the table,
+// which is sound only because the caller's transition cache holds every
+// change it made (and every figure it read before them).
+
+fn count_of(rows: &[Row]) -> Result<i64, SqlError> {
+    Ok(rows.first().map(|r| r.int(0)).transpose()?.unwrap_or(0))
+}
+
+/// How many items `ext` holds across Sessions, as committed.
+pub fn owned_count_committed(sql: &dyn Sql, ext: &str) -> Result<usize, SqlError> {
+    if !ATTENTION.exists(sql) {
+        return Ok(0);
+    }
+    let rows = sql.query(
+        &format!("SELECT count(*) FROM {TABLE} WHERE ext = ?"),
+        &[ext.into()],
+    )?;
+    Ok(count_of(&rows)? as usize)
+}
+
+/// A Session's items as `(ext, id)`, as committed; `None` when there is
+/// no such Session.
+pub fn session_items_committed(
+    sql: &dyn Sql,
+    session_id: &str,
+) -> Result<Option<BTreeSet<(String, String)>>, SqlError> {
+    let sessions = sql.query(
+        "SELECT count(*) FROM sessions WHERE session_id = ?",
+        &[session_id.into()],
+    )?;
+    if count_of(&sessions)? == 0 {
+        return Ok(None);
+    }
+    if !ATTENTION.exists(sql) {
+        return Ok(Some(BTreeSet::new()));
+    }
+    sql.query(
+        &format!("SELECT ext, id FROM {TABLE} WHERE session_id = ?"),
+        &[session_id.into()],
+    )?
+    .iter()
+    .map(|r| Ok((r.text(0)?, r.text(1)?)))
+    .collect::<Result<BTreeSet<_>, SqlError>>()
+    .map(Some)
+}
+
+/// The write that sets `item` (its owner's) in `session_id`, replacing
+/// the owner's item of the same id.
+pub fn put(session_id: &str, item: &Item, now_ms: i64) -> Write {
+    (
+        format!(
+            "INSERT OR REPLACE INTO {TABLE}
+                (session_id, ext, id, kind, summary, since, expires_at, updated_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        ),
+        vec![
+            session_id.into(),
+            item.extension_id.as_str().into(),
+            item.id.as_str().into(),
+            item.kind.as_str().into(),
+            item.summary.as_str().into(),
+            item.since.into(),
+            item.expires_at.into(),
+            now_ms.into(),
+        ],
+    )
+}
+
+/// The write that clears `ext`'s item `id` from `session_id`.
+pub fn delete(session_id: &str, ext: &str, id: &str) -> Write {
+    (
+        format!("DELETE FROM {TABLE} WHERE session_id = ? AND ext = ? AND id = ?"),
+        vec![session_id.into(), ext.into(), id.into()],
+    )
 }
 
 /// The delivery outbox key of one item.

@@ -24,7 +24,7 @@ use crate::sql::{atomically, read, write, Sql, SqlError, SqlValue};
 use crate::store::schema::DELIVERY;
 use serde_json::Value;
 
-pub const OUTBOX: &str = "shiitake_delivery";
+const OUTBOX: &str = "shiitake_delivery";
 /// The host work lane's retry state: at most one row (`id = 1`), present
 /// only while the lane is failing.
 pub const LANE: &str = "shiitake_host_lane";
@@ -42,10 +42,26 @@ pub struct Entry {
 /// How many entries wait; read before a transition stages more, so it can
 /// refuse past [`DELIVERY_PENDING_MAX`] (see [`room`]).
 pub fn pending_count(sql: &dyn Sql) -> Result<u64, SqlError> {
+    count_pending(sql, true)
+}
+
+/// [`pending_count`] in a transition that may have staged entries already:
+/// the committed count, which the caller's own tally of its staging
+/// completes (`extension/attention.rs`).
+pub fn pending_count_committed(sql: &dyn Sql) -> Result<u64, SqlError> {
+    count_pending(sql, false)
+}
+
+/// `checked`: refused after a write of the open transition (`sql::read`).
+fn count_pending(sql: &dyn Sql, checked: bool) -> Result<u64, SqlError> {
     if !DELIVERY.exists(sql) {
         return Ok(0);
     }
-    let rows = read(sql, &format!("SELECT COUNT(*) FROM {OUTBOX}"), &[])?;
+    let query = format!("SELECT COUNT(*) FROM {OUTBOX}");
+    let rows = match checked {
+        true => read(sql, &query, &[])?,
+        false => sql.query(&query, &[])?,
+    };
     Ok(rows.first().map(|r| r.int(0)).transpose()?.unwrap_or(0) as u64)
 }
 

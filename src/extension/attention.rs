@@ -16,14 +16,13 @@
 use super::call::{AttentionItem, AttentionOp};
 use super::manifest::Grant;
 use super::{Entry, Extensions, Failure};
-use crate::attention::{delivery_body, delivery_key, Item, TABLE};
-use crate::delivery::{self, OUTBOX};
+use crate::attention::{self as items, delivery_body, delivery_key, Item};
+use crate::delivery;
 use crate::limits::{
     ATTENTION_ID_BYTES_MAX, ATTENTION_KIND_BYTES_MAX, ATTENTION_PER_OWNER_MAX,
     ATTENTION_PER_SESSION_MAX, ATTENTION_SUMMARY_CHARS_MAX,
 };
-use crate::sql::{Row, Sql, SqlError, SqlValue, Write};
-use crate::store::schema::{ATTENTION, DELIVERY};
+use crate::sql::{Sql, SqlError, Write};
 use crate::store::Store;
 use serde_json::Value;
 use std::cell::RefCell;
@@ -218,22 +217,6 @@ pub(super) struct Live {
     touched: RefCell<BTreeSet<AttentionTouched>>,
 }
 
-/// Reads committed rows inside a transition that may have written the
-/// attention tables already. Safe here because the transition cache holds
-/// every attention change this transition made (and every Session, owner
-/// and outbox figure it read before them); a read only fills the cache
-/// with rows no change of this transition touched.
-fn committed(sql: &dyn Sql, query: &str, params: &[SqlValue]) -> Result<Vec<Row>, SqlError> {
-    sql.query(query, params)
-}
-
-fn first_int(rows: &[Row]) -> Result<i64, SqlError> {
-    rows.first()
-        .map(|r| r.int(0))
-        .transpose()
-        .map(|n| n.unwrap_or(0))
-}
-
 /// The Session an attention change is for.
 fn session_of(op: &AttentionOp) -> &String {
     match op {
@@ -268,39 +251,23 @@ impl Live {
             *slot = Some(Cache {
                 generation,
                 tally: Tally {
-                    pending: match DELIVERY.exists(sql) {
-                        true => first_int(&committed(
-                            sql,
-                            &format!("SELECT count(*) FROM {OUTBOX}"),
-                            &[],
-                        )?)? as u64,
-                        false => 0,
-                    },
+                    pending: delivery::pending_count_committed(sql)?,
                     ..Tally::default()
                 },
             });
         }
-        // Without the table (the first item is being set) nothing is stored.
-        let stored = ATTENTION.exists(sql);
         let cache = slot.as_mut().expect("cache just filled");
         // Reads: what this call's changes need and the cache lacks.
         if !cache.tally.owners.contains_key(ext) {
-            let n = match stored {
-                true => first_int(&committed(
-                    sql,
-                    &format!("SELECT count(*) FROM {TABLE} WHERE ext = ?"),
-                    &[ext.into()],
-                )?)?,
-                false => 0,
-            };
-            cache.tally.owners.insert(ext.to_owned(), n as usize);
+            let n = items::owned_count_committed(sql, ext)?;
+            cache.tally.owners.insert(ext.to_owned(), n);
         }
         for session_id in ops.iter().map(session_of) {
             if cache.tally.sessions.contains_key(session_id) {
                 continue;
             }
-            let items = session_items(sql, session_id, stored)?;
-            cache.tally.sessions.insert(session_id.clone(), items);
+            let held = items::session_items_committed(sql, session_id)?;
+            cache.tally.sessions.insert(session_id.clone(), held);
         }
         Ok(cache.tally.clone())
     }
@@ -319,35 +286,6 @@ impl Live {
         self.touched.borrow_mut().extend(planned.touched);
         Ok(())
     }
-}
-
-/// A Session's items as `(ext, id)` (`stored`: the attention table
-/// exists); `None` when there is no such Session.
-fn session_items(
-    sql: &dyn Sql,
-    session_id: &str,
-    stored: bool,
-) -> Result<Option<BTreeSet<(String, String)>>, SqlError> {
-    let exists = first_int(&committed(
-        sql,
-        "SELECT count(*) FROM sessions WHERE session_id = ?",
-        &[session_id.into()],
-    )?)? > 0;
-    if !exists {
-        return Ok(None);
-    }
-    if !stored {
-        return Ok(Some(BTreeSet::new()));
-    }
-    let rows = committed(
-        sql,
-        &format!("SELECT ext, id FROM {TABLE} WHERE session_id = ?"),
-        &[session_id.into()],
-    )?;
-    rows.iter()
-        .map(|r| Ok((r.text(0)?, r.text(1)?)))
-        .collect::<Result<BTreeSet<_>, SqlError>>()
-        .map(Some)
 }
 
 /// `ext`'s changes `ops` against `tally`: their plan and item writes, or
@@ -445,23 +383,7 @@ fn set(
             )));
         }
     }
-    Ok((
-        format!(
-            "INSERT OR REPLACE INTO {TABLE}
-                (session_id, ext, id, kind, summary, since, expires_at, updated_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-        ),
-        vec![
-            session_id.into(),
-            ext.into(),
-            id.as_str().into(),
-            item.kind.as_str().into(),
-            item.summary.as_str().into(),
-            item.since.into(),
-            item.expires_at.into(),
-            now_ms.into(),
-        ],
-    ))
+    Ok(items::put(session_id, item, now_ms))
 }
 
 /// Clears item `id` from a Session holding `items`, releasing the owner's
@@ -477,10 +399,7 @@ fn clear(
         return None;
     }
     *owners.get_mut(ext).expect("owner read above") -= 1;
-    Some((
-        format!("DELETE FROM {TABLE} WHERE session_id = ? AND ext = ? AND id = ?"),
-        vec![session_id.into(), ext.into(), id.into()],
-    ))
+    Some(items::delete(session_id, ext, id))
 }
 
 impl Extensions {
