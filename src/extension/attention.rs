@@ -35,17 +35,17 @@ const KINDS: &[&str] = &["command", "settled", "timer"];
 /// Refuses attention changes of an extension without the attention grant,
 /// and those answered by a call that runs outside the owner transaction
 /// (projections, prompt and tools builders) or by a migration.
-pub(super) fn allowed_in(entry: &Entry, kind: &str, ops: &[AttentionOp]) -> Result<(), String> {
+pub(super) fn allowed_in(entry: &Entry, kind: &str, ops: &[AttentionOp]) -> Result<(), Failure> {
     let ext = entry.id();
     if ops.is_empty() {
         return Ok(());
     }
     if !entry.granted(Grant::Attention) {
-        return Err(format!(
+        return Err(Failure::Failed(format!(
             "extension {ext}: attention needs the attention grant, which its roster entry \
              does not give ({{ extension, grants: [\"attention\"] }}, with the definition's \
              requests({{ attention: true }}))"
-        ));
+        )));
     }
     if KINDS.contains(&kind) {
         return Ok(());
@@ -57,35 +57,35 @@ pub(super) fn allowed_in(entry: &Entry, kind: &str, ops: &[AttentionOp]) -> Resu
         "migrate" => "a migration",
         other => other,
     };
-    Err(format!(
+    Err(Failure::Failed(format!(
         "extension {ext}: attention is not available in {what}; \
          only commands, settled hooks and timer hooks change attention"
-    ))
+    )))
 }
 
-fn time(where_: &str, name: &str, t: f64) -> Result<i64, String> {
+fn time(where_: &str, name: &str, t: f64) -> Result<i64, Failure> {
     if t.fract() == 0.0 && (0.0..=8.64e15).contains(&t) {
         Ok(t as i64)
     } else {
-        Err(format!(
+        Err(Failure::Bound(format!(
             "{where_}: {name} must be an integer time in ms since the epoch"
-        ))
+        )))
     }
 }
 
 /// An item id: 1 to [`ATTENTION_ID_BYTES_MAX`] bytes of `[A-Za-z0-9._:-]`.
-pub(super) fn check_id(where_: &str, id: &str) -> Result<(), String> {
+pub(super) fn check_id(where_: &str, id: &str) -> Result<(), Failure> {
     if crate::text::is_id(id, ATTENTION_ID_BYTES_MAX) {
         Ok(())
     } else {
-        Err(format!(
+        Err(Failure::Bound(format!(
             "{where_}: id {id:?}: 1 to {ATTENTION_ID_BYTES_MAX} bytes of [A-Za-z0-9._:-]"
-        ))
+        )))
     }
 }
 
 /// The item as stored and served, qualified by its owner.
-fn checked_item(ext: &str, where_: &str, item: &AttentionItem) -> Result<Item, String> {
+fn checked_item(ext: &str, where_: &str, item: &AttentionItem) -> Result<Item, Failure> {
     check_id(where_, &item.id)?;
     let kind_ok = !item.kind.is_empty()
         && item.kind.len() <= ATTENTION_KIND_BYTES_MAX
@@ -93,16 +93,16 @@ fn checked_item(ext: &str, where_: &str, item: &AttentionItem) -> Result<Item, S
             b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.' | b'-')
         });
     if !kind_ok {
-        return Err(format!(
+        return Err(Failure::Bound(format!(
             "{where_}: kind {:?}: 1 to {ATTENTION_KIND_BYTES_MAX} bytes of [a-z0-9_.-]",
             item.kind
-        ));
+        )));
     }
     let chars = item.summary.chars().count();
     if chars == 0 || chars > ATTENTION_SUMMARY_CHARS_MAX {
-        return Err(format!(
+        return Err(Failure::Bound(format!(
             "{where_}: summary is {chars} characters; 1 to {ATTENTION_SUMMARY_CHARS_MAX}"
-        ));
+        )));
     }
     Ok(Item {
         extension_id: ext.to_owned(),
@@ -117,25 +117,22 @@ fn checked_item(ext: &str, where_: &str, item: &AttentionItem) -> Result<Item, S
     })
 }
 
-/// The grant and every item's shape (`stage`, with the other bounds).
-pub(super) fn check(entry: &Entry, ops: &[AttentionOp]) -> Result<(), String> {
+/// Every item's shape (`stage`, with the other bounds; the grant was
+/// checked with the answer, [`allowed_in`]).
+pub(super) fn check(entry: &Entry, ops: &[AttentionOp]) -> Result<(), Failure> {
     let ext = entry.id();
-    if ops.is_empty() {
-        return Ok(());
-    }
-    allowed_in(entry, "command", ops)?;
     for op in ops {
         match op {
             AttentionOp::Set { session_id, item } => {
                 let where_ = format!("extension {ext}: attention.set({session_id})");
                 crate::text::validate_session_id(session_id)
-                    .map_err(|e| format!("{where_}: {e}"))?;
+                    .map_err(|e| Failure::Bound(format!("{where_}: {e}")))?;
                 checked_item(ext, &where_, item)?;
             }
             AttentionOp::Clear { session_id, id } => {
                 let where_ = format!("extension {ext}: attention.clear({session_id})");
                 crate::text::validate_session_id(session_id)
-                    .map_err(|e| format!("{where_}: {e}"))?;
+                    .map_err(|e| Failure::Bound(format!("{where_}: {e}")))?;
                 check_id(&where_, id)?;
             }
         }
@@ -186,8 +183,8 @@ impl Planned {
     }
 }
 
-/// Queues the delivery entry of one change, or says why the outbox has no
-/// room.
+/// Queues the delivery entry of one change, or refuses it when the outbox
+/// has no room.
 fn outbox(
     tally: &mut Tally,
     staging: &mut Vec<(String, Value)>,
@@ -195,18 +192,18 @@ fn outbox(
     session_id: &str,
     id: &str,
     item: Option<&Item>,
-) -> Option<String> {
-    if let Err(e) = delivery::room(tally.pending, 1) {
-        return Some(format!(
+) -> Result<(), Failure> {
+    delivery::room(tally.pending, 1).map_err(|e| {
+        Failure::Bound(format!(
             "extension {ext}: attention change ({session_id}, {id}): {e}"
-        ));
-    }
+        ))
+    })?;
     tally.pending += 1;
     staging.push((
         delivery_key(ext, session_id, id),
         delivery_body(ext, session_id, id, item),
     ));
-    None
+    Ok(())
 }
 
 /// The attention side of [`Extensions`]: the transition cache and what
@@ -303,7 +300,7 @@ fn changes(
         let (session_id, id, item) = match op {
             AttentionOp::Set { session_id, item } => {
                 let where_ = format!("extension {ext}: attention.set({session_id})");
-                let item = checked_item(ext, &where_, item).map_err(Failure::Bound)?;
+                let item = checked_item(ext, &where_, item)?;
                 (session_id, item.id.clone(), Some(item))
             }
             AttentionOp::Clear { session_id, id } => (session_id, id.clone(), None),
@@ -327,16 +324,14 @@ fn changes(
             },
         };
         writes.push(write);
-        if let Some(e) = outbox(
+        outbox(
             &mut tally,
             &mut staging,
             ext,
             session_id,
             &id,
             item.as_ref(),
-        ) {
-            return Err(Failure::Bound(e));
-        }
+        )?;
         touched.push(AttentionTouched {
             session_id: session_id.clone(),
             extension: ext.to_owned(),

@@ -76,7 +76,7 @@ impl Extensions {
         };
         let mut effects = match stage(entry, state, timers, answer, sends_allowed) {
             Ok(effects) => effects,
-            Err(e) => return Ok(Err(Failure::Bound(e))),
+            Err(failure) => return Ok(Err(failure)),
         };
         if let Some(session_id) = session_id {
             if let Err(failure) =
@@ -160,7 +160,7 @@ impl Extensions {
             ))
         })?;
         if answer.ok {
-            attention::allowed_in(entry, kind, &answer.attention).map_err(Failure::Failed)?;
+            attention::allowed_in(entry, kind, &answer.attention)?;
             return Ok(answer);
         }
         let error = answer
@@ -224,7 +224,7 @@ fn stage(
     mut timers: BTreeSet<String>,
     answer: Answer,
     sends_allowed: bool,
-) -> Result<Effects, String> {
+) -> Result<Effects, Failure> {
     let mut writes = stage_rows(entry, &mut state, &answer)?;
     writes.extend(stage_timers(entry, &mut timers, &answer)?);
     check_sends(entry, &answer.sends, sends_allowed)?;
@@ -243,27 +243,29 @@ fn stage(
 
 /// The row writes of an answer, checked against the declared collections
 /// and the state bounds; `state` becomes the state after them.
-fn stage_rows(entry: &Entry, state: &mut State, answer: &Answer) -> Result<Vec<Write>, String> {
+fn stage_rows(entry: &Entry, state: &mut State, answer: &Answer) -> Result<Vec<Write>, Failure> {
     let id = entry.id();
     let mut writes = Vec::new();
     for w in &answer.writes {
         let Some(decl) = entry.collection(&w.collection) else {
-            return Err(format!(
+            return Err(Failure::Bound(format!(
                 "extension {id}: collection `{}` is not declared",
                 w.collection
-            ));
+            )));
         };
         let where_ = format!(
             "extension {id}: collection {}, key {:?}",
             w.collection, w.key
         );
         if decl.document && !w.key.is_empty() {
-            return Err(format!("{where_}: a document has the one key \"\""));
+            return Err(Failure::Bound(format!(
+                "{where_}: a document has the one key \"\""
+            )));
         }
         if !decl.document && (w.key.is_empty() || w.key.len() > EXTENSION_KEY_BYTES_MAX) {
-            return Err(format!(
+            return Err(Failure::Bound(format!(
                 "{where_}: keys are 1 to {EXTENSION_KEY_BYTES_MAX} bytes"
-            ));
+            )));
         }
         let rows = state.rows.entry(w.collection.clone()).or_default();
         if let Some(old) = rows.remove(&w.key) {
@@ -275,30 +277,30 @@ fn stage_rows(entry: &Entry, state: &mut State, answer: &Answer) -> Result<Vec<W
         }
         let text = w.value.to_string();
         if text.len() > EXTENSION_ROW_BYTES_MAX {
-            return Err(format!(
+            return Err(Failure::Bound(format!(
                 "{where_}: the row is {} bytes of JSON; at most {EXTENSION_ROW_BYTES_MAX}",
                 text.len()
-            ));
+            )));
         }
         entry
             .check_row(&w.collection, &w.value)
-            .map_err(|e| format!("{where_}: {e}"))?;
+            .map_err(|e| Failure::Bound(format!("{where_}: {e}")))?;
         state.bytes += w.key.len() + text.len();
         rows.insert(w.key.clone(), w.value.clone());
         if rows.len() > EXTENSION_ROWS_PER_COLLECTION_MAX {
-            return Err(format!(
+            return Err(Failure::Bound(format!(
                 "extension {id}: collection {} would hold {} rows; at most {EXTENSION_ROWS_PER_COLLECTION_MAX}",
                 w.collection,
                 rows.len()
-            ));
+            )));
         }
         writes.push(tables::put_row(id, &w.collection, &w.key, text));
     }
     if state.bytes > EXTENSION_STATE_BYTES_MAX {
-        return Err(format!(
+        return Err(Failure::Bound(format!(
             "extension {id}: its state would be {} bytes; at most {EXTENSION_STATE_BYTES_MAX}",
             state.bytes
-        ));
+        )));
     }
     Ok(writes)
 }
@@ -309,7 +311,7 @@ fn stage_timers(
     entry: &Entry,
     timers: &mut BTreeSet<String>,
     answer: &Answer,
-) -> Result<Vec<Write>, String> {
+) -> Result<Vec<Write>, Failure> {
     let id = entry.id();
     let mut writes = Vec::new();
     for t in &answer.timers {
@@ -320,7 +322,9 @@ fn stage_timers(
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'));
         if !name_ok {
-            return Err(format!("{where_}: names are 1 to 128 of [A-Za-z0-9_.:-]"));
+            return Err(Failure::Bound(format!(
+                "{where_}: names are 1 to 128 of [A-Za-z0-9_.:-]"
+            )));
         }
         if t.cancel {
             timers.remove(&t.name);
@@ -330,27 +334,27 @@ fn stage_timers(
         let at = match t.at {
             Some(at) if (0.0..=8.64e15).contains(&at) => at.floor() as i64,
             _ => {
-                return Err(format!(
+                return Err(Failure::Bound(format!(
                     "{where_}: `at` must be a time in ms since the epoch"
-                ))
+                )))
             }
         };
         let payload = t.payload.to_string();
         if payload.len() > EXTENSION_TIMER_PAYLOAD_BYTES_MAX {
-            return Err(format!(
+            return Err(Failure::Bound(format!(
                 "{where_}: the payload is {} bytes of JSON; at most {EXTENSION_TIMER_PAYLOAD_BYTES_MAX}",
                 payload.len()
-            ));
+            )));
         }
         if let Some(s) = &t.session_id {
-            validate_session_id(s).map_err(|e| format!("{where_}: {e}"))?;
+            validate_session_id(s).map_err(|e| Failure::Bound(format!("{where_}: {e}")))?;
         }
         timers.insert(t.name.clone());
         if timers.len() > EXTENSION_TIMERS_MAX {
-            return Err(format!(
+            return Err(Failure::Bound(format!(
                 "extension {id}: it would hold {} timers; at most {EXTENSION_TIMERS_MAX}",
                 timers.len()
-            ));
+            )));
         }
         writes.push(tables::put_timer(
             id,
@@ -364,32 +368,33 @@ fn stage_timers(
 }
 
 /// An answer's sends: allowed here, at most one per Session, bounded.
-fn check_sends(entry: &Entry, sends: &[SendOp], sends_allowed: bool) -> Result<(), String> {
+fn check_sends(entry: &Entry, sends: &[SendOp], sends_allowed: bool) -> Result<(), Failure> {
     let id = entry.id();
     if !sends.is_empty() && !sends_allowed {
-        return Err(format!(
+        return Err(Failure::Bound(format!(
             "extension {id}: send is available in commands and timer hooks only"
-        ));
+        )));
     }
     if sends.len() > EXTENSION_SENDS_PER_CALL_MAX {
-        return Err(format!(
+        return Err(Failure::Bound(format!(
             "extension {id}: {} sends in one call; at most {EXTENSION_SENDS_PER_CALL_MAX}",
             sends.len()
-        ));
+        )));
     }
     let mut targets = BTreeSet::new();
     for s in sends {
-        validate_session_id(&s.session_id).map_err(|e| format!("extension {id}: send: {e}"))?;
+        validate_session_id(&s.session_id)
+            .map_err(|e| Failure::Bound(format!("extension {id}: send: {e}")))?;
         if !targets.insert(s.session_id.as_str()) {
-            return Err(format!(
+            return Err(Failure::Bound(format!(
                 "extension {id}: two sends into Session {} in one call; at most one per Session",
                 s.session_id
-            ));
+            )));
         }
         if s.text.is_empty() || s.text.len() > TEXT_BYTES_MAX {
-            return Err(format!(
+            return Err(Failure::Bound(format!(
                 "extension {id}: send: text is 1 to {TEXT_BYTES_MAX} bytes"
-            ));
+            )));
         }
     }
     Ok(())
