@@ -362,6 +362,49 @@ fn a_resumed_extension_replays_missed_settlements_once_in_order() {
     assert_eq!(logged, 0, "the log is pruned once every cursor passed it");
 }
 
+/// A hook's failure is its outcome, committed as one value: a replay that
+/// fails again records the stop and its cursor in one write of the status
+/// row (it was two: the stop, then the cursor).
+#[test]
+fn a_replay_that_fails_commits_its_stop_and_cursor_as_one_status_write() {
+    let mut h = Harness::new();
+    let host = tally();
+    open(&mut h, &[manifest("tally", json!({}))], host.clone());
+    h.session("s");
+    settle_one(&mut h, "s", "a");
+    host.set(|_| json!({"ok": false, "error": "down"}));
+    settle_one(&mut h, "s", "b");
+    assert_eq!(stopped(&mut h, "tally").as_deref(), Some("down"));
+    host.set(|_| json!({"ok": false, "error": "still down"}));
+    with_ext(&mut h, |e, ctx| e.resume(ctx, "tally")).unwrap();
+    let before = h.sql().total_changes();
+    with_ext(&mut h, |e, ctx| e.catch_up(ctx)).unwrap();
+    assert_eq!(
+        h.sql().total_changes() - before,
+        1,
+        "one write: the status row"
+    );
+    let status = with_ext(&mut h, |e, ctx| e.statuses(ctx.store)).unwrap();
+    let status = status.into_iter().find(|s| s.id == "tally").unwrap();
+    assert_eq!(
+        status.stopped.map(|s| s.reason).as_deref(),
+        Some("still down")
+    );
+    assert!(status.behind, "b is still to replay");
+    // Resumed with a working hook, it replays b once.
+    host.set({
+        let inner = tally();
+        move |r| serde_json::from_str(&inner.call(&r.to_string())).unwrap()
+    });
+    with_ext(&mut h, |e, ctx| e.resume(ctx, "tally")).unwrap();
+    assert!(!with_ext(&mut h, |e, ctx| e.catch_up(ctx)).unwrap());
+    let count = rows(&h, "tally")
+        .into_iter()
+        .find(|r| r.0 == "count")
+        .unwrap();
+    assert_eq!(count.2, "2");
+}
+
 #[test]
 fn migrations_run_once_in_order_in_one_transition() {
     let mut h = Harness::new();

@@ -4,7 +4,9 @@
 //! commit ([`Extensions::commit`]) inside the transition that caused it.
 
 use super::call::{Answer, Request, SendOp};
-use super::{attention, tables, Cache, Entry, Extensions, Failure, SessionRef, State, Touched};
+use super::{
+    attention, cut, tables, Cache, Entry, Extensions, Failure, SessionRef, State, Touched,
+};
 use crate::history::{self, History};
 use crate::limits::{
     EXTENSION_ANSWER_BYTES_MAX, EXTENSION_KEY_BYTES_MAX, EXTENSION_ROWS_PER_COLLECTION_MAX,
@@ -34,6 +36,22 @@ pub(super) struct Effects {
     pub attention: attention::Planned,
     /// The Session history this call records: (Session, history after it).
     pub history: Option<(String, History)>,
+}
+
+/// What a hook that failed commits instead of its effect set: its
+/// extension's stop.
+pub(super) struct Stop {
+    pub reason: String,
+    /// The extension's cursor after the stop (a settled-hook extension
+    /// replays the settled work after it once resumed).
+    pub cursor: Option<i64>,
+    pub at: i64,
+}
+
+/// A hook's outcome: the one value [`Extensions::commit`] applies.
+pub(super) enum Outcome {
+    Done(Effects),
+    Stopped(Stop),
 }
 
 impl Effects {
@@ -173,9 +191,10 @@ impl Extensions {
         })
     }
 
-    /// The one commit of an effect set: queues its writes (the cause's
-    /// first) and takes its state into the transition cache. Answers the
-    /// call's answer. A call that may send commits through
+    /// The one commit of a hook's outcome, inside the transition that
+    /// caused it: an effect set's writes are queued (the cause's first)
+    /// and its state taken into the transition cache; a failed hook's stop
+    /// is its extension's status row. A call that may send commits through
     /// [`Extensions::commit_sending`], which admits its sends after it.
     pub(super) fn commit(
         &self,
@@ -183,8 +202,12 @@ impl Extensions {
         cache: &mut Cache,
         entry: &Entry,
         session_id: Option<&str>,
-        effects: Effects,
-    ) -> Result<Answer, SqlError> {
+        outcome: Outcome,
+    ) -> Result<(), SqlError> {
+        let effects = match outcome {
+            Outcome::Done(effects) => effects,
+            Outcome::Stopped(stop) => return Self::stop(sql, cache, entry, stop),
+        };
         let changed = !effects.writes.is_empty();
         // The feature groups of its writes, made with the first.
         if effects.attention.writes_items() {
@@ -212,7 +235,20 @@ impl Extensions {
                 session_id: session_id.map(str::to_owned),
             });
         }
-        Ok(effects.answer)
+        Ok(())
+    }
+
+    /// Records `entry`'s stop in its status row.
+    fn stop(sql: &dyn Sql, cache: &mut Cache, entry: &Entry, stop: Stop) -> Result<(), SqlError> {
+        let Some(meta) = cache.meta.get_mut(entry.id()) else {
+            return Ok(());
+        };
+        meta.stopped = Some(cut(stop.reason));
+        meta.stopped_at = Some(stop.at);
+        if entry.manifest.hooks.settled {
+            meta.cursor = stop.cursor;
+        }
+        tables::put_meta(sql, entry.id(), meta, stop.at)
     }
 }
 

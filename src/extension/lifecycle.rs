@@ -2,9 +2,9 @@
 //! to each new revision (its state migrated once per new state version),
 //! stopped by a failing hook, resumed by the host or a new revision.
 
-use super::effects::Call;
+use super::effects::{Call, Outcome, Stop};
 use super::views::Status;
-use super::{cut, tables, Cache, Entry, Extensions, MetaRow};
+use super::{tables, Cache, Entry, Extensions, MetaRow};
 use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::sql::{atomically, Sql, SqlError};
@@ -77,7 +77,7 @@ impl Extensions {
             };
             match self.call(sql, cache, entry, call)? {
                 Ok(effects) => {
-                    self.commit(sql, cache, entry, None, effects)?;
+                    self.commit(sql, cache, entry, None, Outcome::Done(effects))?;
                     meta.state_version = declared;
                     None
                 }
@@ -90,22 +90,22 @@ impl Extensions {
         } else {
             None
         };
+        let cursor = meta.cursor.or(Some(cache.log_head));
+        meta.stopped = None;
+        meta.stopped_at = None;
+        cache.meta.insert(entry.id().to_owned(), meta.clone());
         match refusal {
+            // The status row with its new revision, stopped.
             Some(reason) => {
-                meta.stopped = Some(cut(reason));
-                meta.stopped_at = Some(now_ms);
-                if entry.manifest.hooks.settled {
-                    meta.cursor = meta.cursor.or(Some(cache.log_head));
-                }
+                let stop = Stop {
+                    reason,
+                    cursor,
+                    at: now_ms,
+                };
+                self.commit(sql, cache, entry, None, Outcome::Stopped(stop))
             }
-            None => {
-                meta.stopped = None;
-                meta.stopped_at = None;
-            }
+            None => tables::put_meta(sql, entry.id(), &meta, now_ms),
         }
-        tables::put_meta(sql, entry.id(), &meta, now_ms)?;
-        cache.meta.insert(entry.id().to_owned(), meta);
-        Ok(())
     }
 
     /// Resumes a stopped extension (a host call): its stop is cleared (a
@@ -126,28 +126,5 @@ impl Extensions {
             })
         })?;
         self.status_of(ctx.store, entry)
-    }
-
-    /// Records `entry`'s stop. `cursor`: the settled work it has handled
-    /// (a settled-hook extension replays what follows once resumed).
-    pub(super) fn stop(
-        &self,
-        sql: &dyn Sql,
-        cache: &mut Cache,
-        entry: &Entry,
-        reason: String,
-        cursor: Option<i64>,
-        now_ms: i64,
-    ) -> Result<(), SqlError> {
-        let Some(meta) = cache.meta.get_mut(entry.id()) else {
-            return Ok(());
-        };
-        meta.stopped = Some(cut(reason));
-        meta.stopped_at = Some(now_ms);
-        if entry.manifest.hooks.settled {
-            meta.cursor = meta.cursor.or(cursor);
-        }
-        let meta = meta.clone();
-        tables::put_meta(sql, entry.id(), &meta, now_ms)
     }
 }

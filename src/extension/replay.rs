@@ -2,7 +2,7 @@
 //! missed, each exactly once, in order, through its cursor; the log keeps
 //! only what some extension still has to replay.
 
-use super::effects::Call;
+use super::effects::{Call, Outcome, Stop};
 use super::settled::settled_event;
 use super::{tables, Cache, Entry, Extensions};
 use crate::ctx::Ctx;
@@ -92,10 +92,17 @@ impl Extensions {
                 let call = Call::settled(&session_id, event, now_ms);
                 match self.call(sql, cache, entry, call)? {
                     Ok(effects) => {
-                        self.commit(sql, cache, entry, Some(&session_id), effects)?;
+                        let done = Outcome::Done(effects);
+                        self.commit(sql, cache, entry, Some(&session_id), done)?;
                     }
                     Err(failure) => {
-                        self.stop(sql, cache, entry, failure.reason(), Some(at), now_ms)?;
+                        // Stopped at this settlement, its cursor before it.
+                        let stop = Outcome::Stopped(Stop {
+                            reason: failure.reason(),
+                            cursor: Some(at),
+                            at: now_ms,
+                        });
+                        self.commit(sql, cache, entry, Some(&session_id), stop)?;
                         return Ok((at, true));
                     }
                 }
@@ -115,10 +122,15 @@ impl Extensions {
         (done, at): (bool, i64),
         now_ms: i64,
     ) -> Result<bool, SqlError> {
-        if let Some(meta) = cache.meta.get_mut(entry.id()) {
-            meta.cursor = if done { None } else { Some(at) };
-            let meta = meta.clone();
-            tables::put_meta(sql, entry.id(), &meta, now_ms)?;
+        let cursor = if done { None } else { Some(at) };
+        // A failed hook's stop recorded the cursor already.
+        if let Some(meta) = cache
+            .meta
+            .get_mut(entry.id())
+            .filter(|m| m.cursor != cursor)
+        {
+            meta.cursor = cursor;
+            tables::put_meta(sql, entry.id(), meta, now_ms)?;
         }
         // The log keeps what some extension still has to replay.
         let keep_after = self

@@ -4,7 +4,7 @@
 //! (`session::admission::ExtensionSends`) and the caller hands it in.
 
 use super::call::SendOp;
-use super::effects::{Call, Effects};
+use super::effects::{Call, Effects, Outcome};
 use super::{Entry, Extensions, Refusal, SessionRef};
 use crate::ctx::IdSource;
 use crate::error::ApiError;
@@ -153,8 +153,7 @@ impl Extensions {
     ) -> Result<Vec<Sent<A::Admitted>>, ApiError> {
         let sql = store.sql();
         self.with_cache(sql, |cache| {
-            self.commit(sql, cache, entry, session_id, effects)
-                .map(drop)
+            self.commit(sql, cache, entry, session_id, Outcome::Done(effects))
         })?;
         let mut sent = Vec::new();
         for (send, p) in &prepared {

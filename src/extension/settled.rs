@@ -2,7 +2,7 @@
 //! writes it ([`OnSettled`]). A stopped or replaying extension gets the
 //! settlement logged instead (`replay.rs` replays it once resumed).
 
-use super::effects::Call;
+use super::effects::{Call, Outcome, Stop};
 use super::{tables, Cache, Entry, Extensions, SessionRef};
 use crate::sql::{Sql, SqlError};
 use crate::store::{CommandRow, OnSettled, Store};
@@ -42,11 +42,18 @@ impl OnSettled for Extensions {
                         if effects.moves_timers() {
                             self.rearm.set(true);
                         }
-                        self.commit(sql, cache, entry, Some(&command.session_id), effects)?;
+                        let done = Outcome::Done(effects);
+                        self.commit(sql, cache, entry, Some(&command.session_id), done)?;
                     }
                     Err(failure) => {
+                        // It replays from this settlement once resumed.
                         let at = Self::log(sql, cache, &mut seq, command)?;
-                        self.stop(sql, cache, entry, failure.reason(), Some(at - 1), now_ms)?;
+                        let stop = Outcome::Stopped(Stop {
+                            reason: failure.reason(),
+                            cursor: Some(at - 1),
+                            at: now_ms,
+                        });
+                        self.commit(sql, cache, entry, Some(&command.session_id), stop)?;
                     }
                 }
             }

@@ -2,6 +2,7 @@
 //! a due timer fires once, in its own transition with its hook's effect
 //! set and sends ([`Extensions::fire_due`]).
 
+use super::effects::{Outcome, Stop};
 use super::send::{Admit, Sent};
 use super::tables::{self, TimerRow};
 use super::{Entry, Extensions, Refusal, SessionRef};
@@ -188,8 +189,15 @@ impl Extensions {
         };
         let sql = store.sql();
         self.with_cache(sql, |cache| {
-            let head = cache.log_head;
-            self.stop(sql, cache, entry, reason, Some(head), now_ms)
+            // A settled-hook extension replaying keeps its cursor; a
+            // running one has handled every settlement logged so far.
+            let cursor = cache.meta.get(entry.id()).and_then(|m| m.cursor);
+            let stop = Outcome::Stopped(Stop {
+                reason,
+                cursor: cursor.or(Some(cache.log_head)),
+                at: now_ms,
+            });
+            self.commit(sql, cache, entry, timer.session_id.as_deref(), stop)
         })?;
         Ok(())
     }
