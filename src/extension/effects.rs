@@ -50,7 +50,7 @@ pub(super) struct Stop {
 
 /// A hook's outcome: the one value [`Extensions::commit`] applies.
 pub(super) enum Outcome {
-    Done(Effects),
+    Done(Box<Effects>),
     Stopped(Stop),
 }
 
@@ -205,7 +205,7 @@ impl Extensions {
         outcome: Outcome,
     ) -> Result<(), SqlError> {
         let effects = match outcome {
-            Outcome::Done(effects) => effects,
+            Outcome::Done(effects) => *effects,
             Outcome::Stopped(stop) => return Self::stop(sql, cache, entry, stop),
         };
         let changed = !effects.writes.is_empty();

@@ -77,7 +77,7 @@ impl Extensions {
             };
             match self.call(sql, cache, entry, call)? {
                 Ok(effects) => {
-                    self.commit(sql, cache, entry, None, Outcome::Done(effects))?;
+                    self.commit(sql, cache, entry, None, Outcome::Done(Box::new(effects)))?;
                     meta.state_version = declared;
                     None
                 }

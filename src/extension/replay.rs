@@ -92,7 +92,7 @@ impl Extensions {
                 let call = Call::settled(&session_id, event, now_ms);
                 match self.call(sql, cache, entry, call)? {
                     Ok(effects) => {
-                        let done = Outcome::Done(effects);
+                        let done = Outcome::Done(Box::new(effects));
                         self.commit(sql, cache, entry, Some(&session_id), done)?;
                     }
                     Err(failure) => {

@@ -153,7 +153,13 @@ impl Extensions {
     ) -> Result<Vec<Sent<A::Admitted>>, ApiError> {
         let sql = store.sql();
         self.with_cache(sql, |cache| {
-            self.commit(sql, cache, entry, session_id, Outcome::Done(effects))
+            self.commit(
+                sql,
+                cache,
+                entry,
+                session_id,
+                Outcome::Done(Box::new(effects)),
+            )
         })?;
         let mut sent = Vec::new();
         for (send, p) in &prepared {

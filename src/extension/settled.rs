@@ -42,7 +42,7 @@ impl OnSettled for Extensions {
                         if effects.moves_timers() {
                             self.rearm.set(true);
                         }
-                        let done = Outcome::Done(effects);
+                        let done = Outcome::Done(Box::new(effects));
                         self.commit(sql, cache, entry, Some(&command.session_id), done)?;
                     }
                     Err(failure) => {
