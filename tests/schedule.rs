@@ -796,6 +796,10 @@ const NUDGE_AFTER_MS: i64 = 60_000;
 /// hook counts it, sends a prompt into `p` and sets an attention item
 /// there (a delivery outbox entry for the lane).
 fn nudge() -> Extensions {
+    nudge_with(Nudge { throws: false })
+}
+
+fn nudge_with(host: Nudge) -> Extensions {
     let manifest = json!({
         "id": "nudge", "version": "0.0.0",
         "config": null, "configSchema": null, "configValidate": false,
@@ -813,14 +817,24 @@ fn nudge() -> Extensions {
         "grantKey": "nudge", "feature": null
     });
     let roster = Roster::parse(&json!([manifest]).to_string()).unwrap();
-    Extensions::new(roster, Box::new(Nudge))
+    Extensions::new(roster, Box::new(host))
 }
 
-struct Nudge;
+/// `nudge` whose timer hook throws.
+fn throwing_nudge() -> Extensions {
+    nudge_with(Nudge { throws: true })
+}
+
+struct Nudge {
+    throws: bool,
+}
 
 impl Host for Nudge {
     fn call(&self, request: &str) -> String {
         let r: Value = serde_json::from_str(request).unwrap();
+        if self.throws && r["kind"] == "timer" {
+            return json!({"ok": false, "error": "nudge: down"}).to_string();
+        }
         let now = r["now"].as_i64().unwrap();
         let count = |collection: &str| r["state"][collection][""].as_i64().unwrap_or(0);
         let answer = match r["kind"].as_str().unwrap() {
@@ -853,9 +867,13 @@ impl Host for Nudge {
 /// settled hook inside a turn's settling transition, rides the parent's
 /// alarm and fires once the delegation is done.
 fn nudged_delegation(order: &[&str], crash_at: Option<usize>) -> Fleet {
+    delegation_with(nudge, order, crash_at)
+}
+
+fn delegation_with(roster: fn() -> Extensions, order: &[&str], crash_at: Option<usize>) -> Fleet {
     let mut fleet = Fleet::new(order);
     let (parent, now) = (fleet.at("parent"), fleet.now);
-    fleet.agents[parent].extend(nudge, now);
+    fleet.agents[parent].extend(roster, now);
     delegation_in(fleet, crash_at)
 }
 
@@ -918,6 +936,59 @@ fn a_crash_after_every_durable_transition_of_a_nudged_delegation_fires_the_timer
         for n in 0..total {
             let mut fleet = nudged_delegation(order, Some(n));
             check_nudged(
+                &mut fleet,
+                &format!("crash after {n} transitions, {order:?}"),
+            );
+        }
+    }
+}
+
+/// [`check`], and the throwing timer hook's failure was committed as its
+/// outcome, whole: the extension stopped with the hook's reason, the timer
+/// kept for after a resume (it no longer rides the alarm), and nothing of
+/// the hook's effects (no write, prompt or attention).
+fn check_stopped(fleet: &mut Fleet, context: &str) {
+    check(fleet, context);
+    let now = fleet.now;
+    let p = &fleet.agents[fleet.at("parent")];
+    let count = |query: &str| p.db.query(query, &[]).unwrap()[0].int(0).unwrap();
+    let reason =
+        p.db.query("SELECT stopped FROM shiitake_extensions", &[])
+            .unwrap()[0]
+            .text(0)
+            .unwrap();
+    assert_eq!(reason, "nudge: down", "{context}");
+    assert_eq!(
+        count("SELECT count(*) FROM shiitake_ext_timers"),
+        1,
+        "{context}"
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM shiitake_state_nudge WHERE collection = 'fired'"),
+        0,
+        "{context}"
+    );
+    assert_eq!(
+        p.extension_deadline(now),
+        None,
+        "{context}: a stopped timer rides no alarm"
+    );
+    assert!(
+        !fleet.delivered.iter().any(|k| k.starts_with("attention:")),
+        "{context}"
+    );
+}
+
+#[test]
+fn a_crash_after_every_durable_transition_commits_a_throwing_timer_hooks_stop_whole() {
+    for order in ORDERS {
+        let total = {
+            let fleet = delegation_with(throwing_nudge, order, None);
+            fleet.clock.commits.get()
+        };
+        for n in 0..total {
+            let mut fleet = delegation_with(throwing_nudge, order, Some(n));
+            check_stopped(
                 &mut fleet,
                 &format!("crash after {n} transitions, {order:?}"),
             );
