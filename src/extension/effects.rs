@@ -2,6 +2,8 @@
 //! writes, timers, sends, attention and history), checked against every
 //! bound before anything is written ([`stage`]), then applied by one
 //! commit ([`Extensions::commit`]) inside the transition that caused it.
+//! A hook that fails has one outcome too, its extension's stop
+//! ([`Outcome::Stopped`]), applied by the same commit.
 
 use super::call::{Answer, Request, SendOp};
 use super::{

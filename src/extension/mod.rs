@@ -11,7 +11,8 @@
 //!   [`OnSettled`], `settled.rs`) and timer hooks ([`Extensions::fire_due`],
 //!   `timers.rs`) each return one effect set (`effects.rs`), applied by one
 //!   commit with the event that caused it, or not at all; a hook that
-//!   fails records the extension's stop reason instead;
+//!   fails has its extension's stop as its outcome, applied by the same
+//!   commit instead;
 //! - a stopped extension's hooks do not run; the settled work it misses is
 //!   logged and, once it is resumed (by the host or a new revision),
 //!   replayed through its cursor, each exactly once, in order
