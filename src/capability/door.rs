@@ -9,6 +9,7 @@ use crate::limits::{EXECUTE_DESCRIPTION_BYTES_MAX, TOOLS_PER_REQUEST_MAX, TOOL_N
 use crate::model::ToolSpec;
 use crate::transcript::Protocol;
 use serde_json::{json, Value};
+use std::borrow::Cow;
 
 /// The name of the door.
 pub const EXECUTE: &str = "execute";
@@ -73,6 +74,44 @@ pub fn direct_refusal<'a>(
     })
 }
 
+/// The name of `op`'s direct tool: its guest name, or in a module offered
+/// direct whole ([`Module::direct`]) the module id's path joined to it by
+/// `_` (`ui_execute`, `agents_send`, `computers_laptop_run_command`): such
+/// modules' operation names repeat (`read`, `execute`) and are not the
+/// host's choosing.
+pub fn tool_name<'a>(module: &Module, op: &'a Operation) -> Cow<'a, str> {
+    if module.direct {
+        Cow::Owned(format!("{}_{}", module.id.replace('.', "_"), op.guest_name))
+    } else {
+        Cow::Borrowed(&op.guest_name)
+    }
+}
+
+/// The direct tools of the modules offered direct whole, in order, with
+/// why the first that cannot join `offered` (one model request's tools
+/// before them) cannot: the name it would have and the reason. A host
+/// asked for these by name, so one that does not fit refuses the set.
+pub fn module_tools<'a>(
+    modules: impl IntoIterator<Item = &'a Module>,
+    offered: impl IntoIterator<Item = &'a str>,
+) -> Result<Vec<String>, CapabilityError> {
+    let mut names: Vec<String> = offered.into_iter().map(str::to_owned).collect();
+    let before = names.len();
+    for module in modules.into_iter().filter(|m| m.direct) {
+        for op in &module.operations {
+            let name = tool_name(module, op).into_owned();
+            if let Some(why) = direct_refusal(&name, names.iter().map(String::as_str)) {
+                return Err(CapabilityError(format!(
+                    "direct tool `{name}` ({}.{}): {why}",
+                    module.id, op.guest_name
+                )));
+            }
+            names.push(name);
+        }
+    }
+    Ok(names.split_off(before))
+}
+
 /// The operation a direct tool path names (`files.apply_patch`, the guest
 /// or the source name), as (module index, operation index).
 pub fn find_direct(catalog: &Catalog, path: &str) -> Option<(usize, usize)> {
@@ -94,8 +133,9 @@ pub fn find_direct(catalog: &Catalog, path: &str) -> Option<(usize, usize)> {
 }
 
 impl Toolset {
-    /// `direct` lists the operations offered as their own tools, as paths
-    /// ([`find_direct`]); each is named by its guest name, and must be one
+    /// The operations offered as their own tools: those of the modules
+    /// offered direct whole ([`module_tools`]), then `direct`, paths
+    /// ([`find_direct`]) each named by its guest name; every one must be one
     /// a model request can carry ([`direct_refusal`]).
     pub fn new(
         catalog: Catalog,
@@ -104,6 +144,7 @@ impl Toolset {
     ) -> Result<Toolset, CapabilityError> {
         let mut picked: Vec<(usize, usize)> = Vec::new();
         let door = (execute.is_ok() && !catalog.modules().is_empty()).then_some(EXECUTE);
+        let whole = module_tools(catalog.modules(), door)?;
         for path in direct {
             let Some((m, o)) = find_direct(&catalog, path) else {
                 return Err(CapabilityError(format!(
@@ -114,7 +155,8 @@ impl Toolset {
             let offered = picked
                 .iter()
                 .map(|&(pm, po)| catalog.modules()[pm].operations[po].guest_name.as_str());
-            if let Some(why) = direct_refusal(name, door.into_iter().chain(offered)) {
+            let before = door.into_iter().chain(whole.iter().map(String::as_str));
+            if let Some(why) = direct_refusal(name, before.chain(offered)) {
                 return Err(CapabilityError(format!("direct tool `{path}`: {why}")));
             }
             picked.push((m, o));
@@ -141,19 +183,20 @@ impl Toolset {
             )));
         }
         let door = self.offers_execute().then_some(EXECUTE);
-        let mut names: Vec<&str> = door
+        let mut names: Vec<Cow<str>> = door
+            .map(Cow::Borrowed)
             .into_iter()
-            .chain(self.direct_ops().map(|(_, op)| op.guest_name.as_str()))
+            .chain(self.direct_ops().map(|(m, op)| tool_name(m, op)))
             .collect();
         for op in &module.operations {
             let name = &op.guest_name;
-            if let Some(why) = direct_refusal(name, names.iter().copied()) {
+            if let Some(why) = direct_refusal(name, names.iter().map(|n| n.as_ref())) {
                 return Err(CapabilityError(format!(
                     "direct tool `{}.{name}`: {why}",
                     module.id
                 )));
             }
-            names.push(name);
+            names.push(Cow::Borrowed(name));
         }
         self.direct_only.push(module);
         Ok(self)
@@ -176,18 +219,24 @@ impl Toolset {
         self.execute.is_ok() && !self.catalog.modules().is_empty()
     }
 
+    /// The direct tools' operations, in the order offered: the modules
+    /// offered direct whole, the direct paths, the direct-only modules.
     fn direct_ops(&self) -> impl Iterator<Item = (&Module, &Operation)> {
+        let whole = self
+            .catalog
+            .modules()
+            .iter()
+            .filter(|m| m.direct)
+            .flat_map(|module| module.operations.iter().map(move |op| (module, op)));
         let only = self
             .direct_only
             .iter()
             .flat_map(|module| module.operations.iter().map(move |op| (module, op)));
-        self.direct
-            .iter()
-            .map(|&(m, o)| {
-                let module = &self.catalog.modules()[m];
-                (module, &module.operations[o])
-            })
-            .chain(only)
+        let picked = self.direct.iter().map(|&(m, o)| {
+            let module = &self.catalog.modules()[m];
+            (module, &module.operations[o])
+        });
+        whole.chain(picked).chain(only)
     }
 
     /// The tools for the model request: `execute` first, then the direct
@@ -210,9 +259,9 @@ impl Toolset {
                 }),
             });
         }
-        for (_, op) in self.direct_ops() {
+        for (module, op) in self.direct_ops() {
             specs.push(ToolSpec {
-                name: op.guest_name.clone(),
+                name: tool_name(module, op).into_owned(),
                 description: op.description.clone(),
                 parameters: op.input.source().clone(),
             });
@@ -222,9 +271,9 @@ impl Toolset {
 
     /// The execution protocol of a step: the tool names offered.
     pub fn protocol(&self) -> Protocol {
-        let direct = self.direct_ops().map(|(_, op)| op.guest_name.as_str());
+        let direct: Vec<Cow<str>> = self.direct_ops().map(|(m, op)| tool_name(m, op)).collect();
         let execute = self.offers_execute().then_some(EXECUTE);
-        Protocol::new(execute.into_iter().chain(direct))
+        Protocol::new(execute.into_iter().chain(direct.iter().map(|n| n.as_ref())))
     }
 
     /// What the model's tool `name` is; `None` for a tool not offered.
@@ -233,7 +282,7 @@ impl Toolset {
             return self.offers_execute().then_some(Tool::Execute);
         }
         self.direct_ops()
-            .find(|(_, op)| op.guest_name == name)
+            .find(|(module, op)| tool_name(module, op) == name)
             .map(|(module, op)| Tool::Direct(module, op))
     }
 

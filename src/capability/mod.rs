@@ -171,6 +171,11 @@ pub struct Module {
     /// The key grants name it by, when not [`authority`] of its id: an
     /// extension's module is granted by its roster grant's `grantKey`.
     pub grant_key: Option<String>,
+    /// Every operation is also a direct tool of its own, named by
+    /// [`door::tool_name`] (`ui_execute`, `agents_send`): the host asked
+    /// for the module direct (`ui`, the fleet's `agents`, a Computer, an
+    /// extension's commands).
+    pub direct: bool,
 }
 
 impl Module {
@@ -183,6 +188,7 @@ impl Module {
             id: id.into(),
             operations,
             grant_key: None,
+            direct: false,
         };
         module.validate()?;
         Ok(module)
@@ -191,6 +197,12 @@ impl Module {
     /// The module, granted by `key` instead of its id.
     pub fn granted_by(mut self, key: impl Into<String>) -> Module {
         self.grant_key = Some(key.into());
+        self
+    }
+
+    /// The module with every operation also a direct tool.
+    pub fn offered_direct(mut self) -> Module {
+        self.direct = true;
         self
     }
 

@@ -151,10 +151,10 @@ impl Inner {
         let toolset = if extra.is_empty() && files.is_none() {
             hub.toolset()
         } else {
-            let mut toolset = hub.toolset_with(extra).unwrap_or_else(|e| {
-                bindings::log_error(format!("extension tools not offered: {e}"));
-                hub.toolset()
-            });
+            let (mut toolset, refused) = hub.toolset_with(extra);
+            for (id, e) in refused {
+                bindings::log_error(format!("extension {id}: its tools are not offered: {e}"));
+            }
             if let Some(patches) = files {
                 match crate::extension::files_grant::with_files_tools(&toolset, patches) {
                     Ok(with) => toolset = Rc::new(with),

@@ -206,11 +206,13 @@ pub struct OwnTools {
 }
 
 impl OwnTools {
-    /// The host's modules, with the operations at `direct` (paths, in
-    /// order) as direct tools as far as one model request carries them:
-    /// each other one is left out ([`door::direct_refusal`]; `execute`
-    /// still reaches it) and reported. A path naming no operation is
-    /// refused.
+    /// The host's modules, with every operation of those offered direct
+    /// whole ([`Module::direct`]) a direct tool, or the set refused by the
+    /// first that one model request cannot carry ([`door::module_tools`]);
+    /// then the operations at `direct` (paths, in order) as direct tools as
+    /// far as one model request carries them: each other one is left out
+    /// ([`door::direct_refusal`]; `execute` still reaches it) and reported.
+    /// A path naming no operation is refused.
     pub fn new(
         modules: Vec<Module>,
         direct: &[String],
@@ -218,7 +220,11 @@ impl OwnTools {
     ) -> Result<OwnTools, String> {
         let catalog = Catalog::new(modules.clone()).map_err(|e| e.0)?;
         let door = (execute.is_ok() && !modules.is_empty()).then_some(EXECUTE);
-        let mut names: Vec<&str> = door.into_iter().collect();
+        let whole = door::module_tools(&modules, door).map_err(|e| e.0)?;
+        let mut names: Vec<&str> = door
+            .into_iter()
+            .chain(whole.iter().map(String::as_str))
+            .collect();
         let mut kept = Vec::new();
         let mut dropped = Vec::new();
         for path in direct {
@@ -371,17 +377,26 @@ impl Hub {
     }
 
     /// The tools offered now plus `extra` modules (one run's extension
-    /// tools); `extra` that cannot join the catalog is refused whole.
-    pub fn toolset_with(&self, extra: Vec<Module>) -> Result<Rc<Toolset>, String> {
-        if extra.is_empty() {
-            return Ok(self.toolset());
-        }
+    /// tools), each joining as far as the catalog and one model request
+    /// take it: the others are left out, each with why (by module id).
+    pub fn toolset_with(&self, extra: Vec<Module>) -> (Rc<Toolset>, Vec<(String, String)>) {
+        let mut toolset = self.toolset();
         let mut modules = self.modules();
-        modules.extend(extra);
-        let catalog = Catalog::new(modules).map_err(|e| e.0)?;
-        Toolset::new(catalog, &self.direct(), self.own.execute.clone())
-            .map(Rc::new)
-            .map_err(|e| e.0)
+        let mut refused = Vec::new();
+        for module in extra {
+            let id = module.id.clone();
+            modules.push(module);
+            match Catalog::new(modules.clone())
+                .and_then(|c| Toolset::new(c, &self.direct(), self.own.execute.clone()))
+            {
+                Ok(with) => toolset = Rc::new(with),
+                Err(e) => {
+                    modules.pop();
+                    refused.push((id, e.0));
+                }
+            }
+        }
+        (toolset, refused)
     }
 
     /// What is configured and not offered now: the host's direct
@@ -518,7 +533,11 @@ impl Hub {
         for modules in computers {
             let mut with = self.modules();
             with.extend(modules.iter().cloned());
-            match Catalog::new(with) {
+            // A Computer offered direct is refused whole when one model
+            // request cannot carry its tools beside those offered.
+            match Catalog::new(with)
+                .and_then(|c| Toolset::new(c, &self.direct(), self.own.execute.clone()))
+            {
                 Ok(_) => self.computers.extend(modules),
                 Err(e) => refused.push((
                     modules.first().map(|m| m.id.clone()).unwrap_or_default(),
@@ -593,7 +612,7 @@ impl Hub {
         let module = Module::from_spec(tools.module).map_err(|e| e.0)?;
         let mut with = self.modules();
         with.push(module.clone());
-        Catalog::new(with).map_err(|e| e.0)?;
+        Catalog::new(with.clone()).map_err(|e| e.0)?;
         let report = |tool: String, reason: String| Unavailable {
             name: config.name.clone(),
             tool: Some(tool),
@@ -610,8 +629,10 @@ impl Hub {
             let execute = self.own.execute.is_ok();
             let offered = self.direct();
             let door = execute.then_some(EXECUTE);
+            let whole = door::module_tools(&with, None).map_err(|e| e.0)?;
             let mut names: Vec<&str> = door
                 .into_iter()
+                .chain(whole.iter().map(String::as_str))
                 .chain(offered.iter().map(|p| guest_of(p)))
                 .collect();
             for op in &module.operations {
@@ -891,7 +912,8 @@ mod tests {
             .iter()
             .all(|m| hub.is_server(m)));
         // Extension modules beside keep the direct tools.
-        let with = hub.toolset_with(vec![module("ext", &["x"])]).unwrap();
+        let (with, refused) = hub.toolset_with(vec![module("ext", &["x"])]);
+        assert!(refused.is_empty(), "{refused:?}");
         assert!(with.tool("get").is_some());
     }
 
