@@ -417,6 +417,7 @@ fn the_module_offers_directory_operations_only_when_authorized() {
         directory: true,
         archive: false,
         models: false,
+        direct: false,
     };
     assert_eq!(
         names(dir),
@@ -426,6 +427,7 @@ fn the_module_offers_directory_operations_only_when_authorized() {
         directory: true,
         archive: true,
         models: true,
+        direct: false,
     };
     assert_eq!(
         names(all),

@@ -26,7 +26,7 @@ export function checkHostJobs(config) {
   return undefined;
 }
 
-const FLEET_KEYS = { namespace: "namespace", acceptMail: "function", cancellationText: "function", directory: "boolean", archive: "boolean", workingDirectory: "function", models: "boolean" };
+const FLEET_KEYS = { namespace: "namespace", acceptMail: "function", cancellationText: "function", directory: "boolean", archive: "boolean", workingDirectory: "function", models: "boolean", direct: "boolean" };
 
 // Why `config` (what fleet() returned) cannot be used, or undefined.
 export function checkFleet(config) {
@@ -108,13 +108,16 @@ const TOOLS_KEYS = {
   ui: "ui",
 };
 
-const COMPUTER_KEYS = { id: "data", name: "data", computer: "computer", confirmCalls: "data", files: "port" };
+// `direct: true` (on a Computer, `ui`): its operations are also direct tools
+// (`computers_<name>_<operation>`, `ui_execute`), so a host without
+// `execute` (Node, a Worker without LOADER) offers them.
+const COMPUTER_KEYS = { id: "data", name: "data", computer: "computer", confirmCalls: "data", files: "port", direct: "boolean" };
 
 const FILES_KEYS = { port: "port", direct: "data" };
 
 // `tools().ui` (src/ui/): `id` names the App, `hasSession(sessionId)` says
 // whether a browser may open that Session's bridge (default: it is stored).
-const UI_KEYS = { id: "data", hasSession: "function" };
+const UI_KEYS = { id: "data", hasSession: "function", direct: "boolean" };
 
 const PORT_METHODS = ["read", "stat", "list", "write", "replace"];
 
@@ -171,6 +174,8 @@ export function checkTools(config) {
         return typeof value === "function" ? undefined : `${where(path)} must be a function`;
       case "data":
         return plainData(value, path, where);
+      case "boolean":
+        return typeof value === "boolean" ? undefined : `${where(path)} must be a boolean`;
       case "access":
         return object(value, path, ACCESS_KEYS);
       case "modules":

@@ -122,7 +122,7 @@ export function fleetHost(object) {
   if (config === undefined || config === null) return undefined;
   const refused = checkFleet(config);
   if (refused !== undefined) return { spec: () => JSON.stringify({ error: refused }) };
-  const { namespace, acceptMail, cancellationText, directory, archive, workingDirectory, models } = config;
+  const { namespace, acceptMail, cancellationText, directory, archive, workingDirectory, models, direct } = config;
   // workerd names an object addressed by idFromName (`ctx.id.name`).
   const self = typeof object.ctx?.id?.name === "string" && object.ctx.id.name !== "" ? object.ctx.id.name : undefined;
   const spec = JSON.stringify({
@@ -132,6 +132,7 @@ export function fleetHost(object) {
     archive: archive === true,
     workingDirectory: typeof workingDirectory === "function",
     models: models === true,
+    direct: direct === true,
   });
   const stub = (agentId) => namespace.get(namespace.idFromName(agentId));
   // One call into a peer: its JSON answer, bounded; rejects when the peer
@@ -306,7 +307,7 @@ export function toolHost(object, fleet = false) {
     ...(files !== undefined ? { files } : {}),
     ...(config.computers !== undefined ? { computers: true } : {}),
     ...(config.computersTimeoutMs !== undefined ? { computersTimeoutMs: config.computersTimeoutMs } : {}),
-    ...(config.ui !== undefined ? { ui: { id: config.ui.id, hasSession: config.ui.hasSession !== undefined } } : {}),
+    ...(config.ui !== undefined ? { ui: { id: config.ui.id, hasSession: config.ui.hasSession !== undefined, direct: config.ui.direct === true } } : {}),
     ...(problem ? { error: problem } : {}),
   });
   // MCP requests go through the host's fetch (credentials in its headers).

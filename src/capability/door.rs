@@ -133,10 +133,10 @@ pub fn find_direct(catalog: &Catalog, path: &str) -> Option<(usize, usize)> {
 }
 
 impl Toolset {
-    /// The operations offered as their own tools: those of the modules
-    /// offered direct whole ([`module_tools`]), then `direct`, paths
-    /// ([`find_direct`]) each named by its guest name; every one must be one
-    /// a model request can carry ([`direct_refusal`]).
+    /// The operations offered as their own tools: `direct`, paths
+    /// ([`find_direct`]) each named by its guest name, then those of the
+    /// modules offered direct whole ([`module_tools`]); every one must be
+    /// one a model request can carry ([`direct_refusal`]).
     pub fn new(
         catalog: Catalog,
         direct: &[String],
@@ -144,7 +144,6 @@ impl Toolset {
     ) -> Result<Toolset, CapabilityError> {
         let mut picked: Vec<(usize, usize)> = Vec::new();
         let door = (execute.is_ok() && !catalog.modules().is_empty()).then_some(EXECUTE);
-        let whole = module_tools(catalog.modules(), door)?;
         for path in direct {
             let Some((m, o)) = find_direct(&catalog, path) else {
                 return Err(CapabilityError(format!(
@@ -155,12 +154,15 @@ impl Toolset {
             let offered = picked
                 .iter()
                 .map(|&(pm, po)| catalog.modules()[pm].operations[po].guest_name.as_str());
-            let before = door.into_iter().chain(whole.iter().map(String::as_str));
-            if let Some(why) = direct_refusal(name, before.chain(offered)) {
+            if let Some(why) = direct_refusal(name, door.into_iter().chain(offered)) {
                 return Err(CapabilityError(format!("direct tool `{path}`: {why}")));
             }
             picked.push((m, o));
         }
+        let offered = picked
+            .iter()
+            .map(|&(m, o)| catalog.modules()[m].operations[o].guest_name.as_str());
+        module_tools(catalog.modules(), door.into_iter().chain(offered))?;
         Ok(Toolset {
             catalog,
             direct: picked,
@@ -219,8 +221,8 @@ impl Toolset {
         self.execute.is_ok() && !self.catalog.modules().is_empty()
     }
 
-    /// The direct tools' operations, in the order offered: the modules
-    /// offered direct whole, the direct paths, the direct-only modules.
+    /// The direct tools' operations, in the order offered: the direct
+    /// paths, the modules offered direct whole, the direct-only modules.
     fn direct_ops(&self) -> impl Iterator<Item = (&Module, &Operation)> {
         let whole = self
             .catalog
@@ -236,7 +238,7 @@ impl Toolset {
             let module = &self.catalog.modules()[m];
             (module, &module.operations[o])
         });
-        whole.chain(picked).chain(only)
+        picked.chain(whole).chain(only)
     }
 
     /// The tools for the model request: `execute` first, then the direct
@@ -572,6 +574,117 @@ mod tests {
         assert!(e.0.contains("already named `list`"), "{e}");
         let e = tools.with_direct_only(own_files()).unwrap_err();
         assert!(e.0.contains("another module already has this id"), "{e}");
+    }
+
+    /// `ui`, a Computer's commands and its files, offered direct whole.
+    fn whole() -> Vec<Module> {
+        let catalog = Catalog::from_json(
+            r#"[{"id": "ui", "operations": [
+                  {"name": "discover", "description": "Lists.", "access": "read",
+                   "inputSchema": {"type": "object"}},
+                  {"name": "execute", "description": "Runs.", "access": "write",
+                   "inputSchema": {"type": "object"}}]},
+                {"id": "computers.laptop", "operations": [
+                  {"name": "run-command", "description": "Runs.", "access": "write",
+                   "inputSchema": {"type": "object"}}]},
+                {"id": "computers.laptop.files", "operations": [
+                  {"name": "read", "description": "Reads.", "access": "read",
+                   "inputSchema": {"type": "object"}}]}]"#,
+        )
+        .unwrap();
+        let modules = catalog.modules().to_vec();
+        modules.into_iter().map(Module::offered_direct).collect()
+    }
+
+    #[test]
+    fn a_module_offered_direct_is_every_operation_a_tool_named_by_its_path() {
+        let mut modules = whole();
+        // Beside a host module whose `read` is direct by its guest name.
+        let notes = Catalog::from_json(
+            r#"[{"id": "notes", "operations": [
+                  {"name": "read", "description": "Reads notes.", "access": "read",
+                   "inputSchema": {"type": "object"}}]}]"#,
+        )
+        .unwrap()
+        .modules()[0]
+            .clone();
+        modules.push(notes);
+        let catalog = Catalog::new(modules).unwrap();
+        let tools = Toolset::new(catalog, &["notes.read".into()], Err("no LOADER".into())).unwrap();
+        let names: Vec<String> = tools.specs().into_iter().map(|s| s.name).collect();
+        assert_eq!(
+            names,
+            [
+                "read",
+                "ui_discover",
+                "ui_execute",
+                "computers_laptop_run_command",
+                "computers_laptop_files_read"
+            ]
+        );
+        // `ui.execute` is no clash with the door: its tool is `ui_execute`.
+        match tools.tool("ui_execute") {
+            Some(Tool::Direct(m, op)) => {
+                assert_eq!((m.id.as_str(), op.name.as_str()), ("ui", "execute"))
+            }
+            other => panic!("{other:?}"),
+        }
+        match tools.tool("computers_laptop_files_read") {
+            Some(Tool::Direct(m, _)) => assert_eq!(m.authority(), "computers.laptop"),
+            other => panic!("{other:?}"),
+        }
+        assert!(tools.tool("discover").is_none(), "named by the path only");
+        assert!(tools.protocol().tools.contains(&"ui_discover".to_owned()));
+        // Still in the catalog `execute` reaches where it runs.
+        let with_door = Toolset::new(Catalog::new(whole()).unwrap(), &[], Ok(())).unwrap();
+        assert!(with_door.guest_call("ui.execute", "{}").is_ok());
+        assert_eq!(with_door.specs()[0].name, EXECUTE);
+    }
+
+    #[test]
+    fn a_module_offered_direct_that_one_request_cannot_carry_is_refused_by_name() {
+        let ops: Vec<Value> = (0..TOOLS_PER_REQUEST_MAX - 1)
+            .map(|i| {
+                json!({"name": format!("t{i}"), "description": "", "access": "read",
+                            "inputSchema": {"type": "object"}})
+            })
+            .collect();
+        let mut modules = Catalog::from_json(&json!([{"id": "m", "operations": ops}]).to_string())
+            .unwrap()
+            .modules()
+            .to_vec();
+        modules.extend(whole());
+        let paths: Vec<String> = (0..TOOLS_PER_REQUEST_MAX - 1)
+            .map(|i| format!("m.t{i}"))
+            .collect();
+        // 63 direct tools leave room for `ui_discover` only.
+        let e = Toolset::new(
+            Catalog::new(modules.clone()).unwrap(),
+            &paths,
+            Err("no".into()),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.0,
+            "direct tool `ui_execute` (ui.execute): a model request carries at most 64 tools, \
+             and as many come before it"
+        );
+        // A name past the bound: the module's path makes it long.
+        let long = Catalog::from_json(
+            &json!([{"id": format!("computers.{}", "n".repeat(48)), "operations": [
+                {"name": "run-command", "description": "", "access": "write",
+                 "inputSchema": {"type": "object"}}]}])
+            .to_string(),
+        )
+        .unwrap()
+        .modules()[0]
+            .clone()
+            .offered_direct();
+        let e = Toolset::new(Catalog::new(vec![long]).unwrap(), &[], Ok(())).unwrap_err();
+        assert!(
+            e.0.contains("its name is 70 bytes; a model tool name is at most 64"),
+            "{e}"
+        );
     }
 
     #[test]

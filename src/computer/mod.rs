@@ -295,6 +295,10 @@ pub struct Connection {
     /// journaled (`files::journal`).
     #[serde(default)]
     pub stepwise: bool,
+    /// Its operations (and its files') are also direct tools, named
+    /// `computers_<name>_<operation>` (`capability::door::tool_name`).
+    #[serde(default)]
+    pub direct: bool,
 }
 
 impl Connection {
@@ -377,6 +381,7 @@ pub fn list_digest(list: &[Connection]) -> u64 {
             u8::from(c.files),
             u8::from(c.patches),
             u8::from(c.stepwise),
+            u8::from(c.direct),
         ]);
     }
     hash.finish()
@@ -455,6 +460,13 @@ impl Round {
                 Described::Advertised(text) => Advertisement::parse(&text)
                     .and_then(|ad| check_files(&connection, ad))
                     .and_then(|ad| ad.into_module(&connection.name, connection.confirm_calls))
+                    .map(|m| {
+                        if connection.direct {
+                            m.offered_direct()
+                        } else {
+                            m
+                        }
+                    })
                     .map_err(|e| format!("advertised an unusable schema: {e}")),
                 Described::Rejected(message) if message.trim().is_empty() => {
                     Err("rejected without a message".to_owned())

@@ -36,6 +36,7 @@ fn connection(id: &str, name: &str) -> Connection {
         files: false,
         patches: false,
         stepwise: false,
+        direct: false,
     }
 }
 
@@ -290,7 +291,8 @@ fn the_computer_list_is_closed_bounded_and_unique() {
                 confirm_calls: true,
                 files: true,
                 patches: false,
-                stepwise: false
+                stepwise: false,
+                direct: false
             },
             connection("c-2", "build"),
         ]

@@ -67,6 +67,9 @@ pub struct Offer {
     pub archive: bool,
     /// `setModel` and `models`.
     pub models: bool,
+    /// Every operation also a direct tool (`agents_send`, ...), so a host
+    /// without `execute` offers the fleet (`fleet().direct`).
+    pub direct: bool,
 }
 
 /// The `agents` module: four operations over closed input schemas, and
@@ -156,7 +159,12 @@ pub fn module(offer: Offer) -> Module {
         ops.extend(model_operations(&agent_id));
     }
     let spec: ModuleSpec = serde_json::from_value(spec).expect("the agents module spec is valid");
-    Module::from_spec(spec).expect("the agents module is valid")
+    let module = Module::from_spec(spec).expect("the agents module is valid");
+    if offer.direct {
+        module.offered_direct()
+    } else {
+        module
+    }
 }
 
 fn model_operations(agent_id: &Value) -> Vec<Value> {
@@ -782,6 +790,7 @@ mod tests {
         directory: false,
         archive: false,
         models: true,
+        direct: false,
     };
 
     #[test]

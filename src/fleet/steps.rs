@@ -773,6 +773,7 @@ mod tests {
         directory: true,
         archive: true,
         models: true,
+        direct: false,
     };
 
     fn start(offer: Offer, operation: &str, args: Value) -> (Steps, Action) {

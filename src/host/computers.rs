@@ -120,7 +120,12 @@ async fn describe_all(
             let (patches, stepwise) = (available.connection.patches, available.connection.stepwise);
             match files_module(&id, patches) {
                 Ok(module) => {
-                    modules.push(module);
+                    let direct = available.connection.direct;
+                    modules.push(if direct {
+                        module.offered_direct()
+                    } else {
+                        module
+                    });
                     ports.push((id, HostPort::Js { patches, stepwise }));
                 }
                 Err(e) => {

@@ -68,6 +68,9 @@ struct Spec {
     /// `agents.models`.
     #[serde(default)]
     models: bool,
+    /// `fleet().direct`: the `agents` operations are also direct tools.
+    #[serde(default)]
+    direct: bool,
     /// `fleet()` threw or is malformed: why.
     #[serde(default)]
     error: Option<String>,
@@ -117,6 +120,7 @@ impl HostFleet {
                 directory: spec.directory,
                 archive: spec.archive,
                 models: spec.models,
+                direct: spec.direct,
             },
             working_directory: spec.working_directory,
             joined: Cell::new(false),

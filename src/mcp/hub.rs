@@ -206,13 +206,14 @@ pub struct OwnTools {
 }
 
 impl OwnTools {
-    /// The host's modules, with every operation of those offered direct
-    /// whole ([`Module::direct`]) a direct tool, or the set refused by the
-    /// first that one model request cannot carry ([`door::module_tools`]);
-    /// then the operations at `direct` (paths, in order) as direct tools as
-    /// far as one model request carries them: each other one is left out
-    /// ([`door::direct_refusal`]; `execute` still reaches it) and reported.
-    /// A path naming no operation is refused.
+    /// The host's modules, with the operations at `direct` (paths, in
+    /// order) as direct tools as far as one model request carries them:
+    /// each other one is left out ([`door::direct_refusal`]; `execute`
+    /// still reaches it) and reported. Then every operation of the modules
+    /// offered direct whole ([`Module::direct`]: `ui`, `agents`), which the
+    /// host asked for by name: the set is refused naming the first tool one
+    /// model request cannot carry ([`door::module_tools`]). A path naming
+    /// no operation is refused.
     pub fn new(
         modules: Vec<Module>,
         direct: &[String],
@@ -220,11 +221,7 @@ impl OwnTools {
     ) -> Result<OwnTools, String> {
         let catalog = Catalog::new(modules.clone()).map_err(|e| e.0)?;
         let door = (execute.is_ok() && !modules.is_empty()).then_some(EXECUTE);
-        let whole = door::module_tools(&modules, door).map_err(|e| e.0)?;
-        let mut names: Vec<&str> = door
-            .into_iter()
-            .chain(whole.iter().map(String::as_str))
-            .collect();
+        let mut names: Vec<&str> = door.into_iter().collect();
         let mut kept = Vec::new();
         let mut dropped = Vec::new();
         for path in direct {
@@ -248,6 +245,7 @@ impl OwnTools {
                 }
             }
         }
+        door::module_tools(&modules, names).map_err(|e| e.0)?;
         Ok(OwnTools {
             modules,
             direct: kept,
@@ -1169,6 +1167,80 @@ mod tests {
         // A description that dropped one is tried again after the interval.
         hub.set_computers(8, Vec::new(), true, 3_000);
         assert!(!hub.computers_due(8, 62_999) && hub.computers_due(8, 63_000));
+    }
+
+    /// `n` host operations, each offered direct by its path.
+    fn own_direct(n: usize, whole: Vec<Module>) -> Result<OwnTools, String> {
+        let names: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut modules = vec![module("notes", &names)];
+        modules.extend(whole);
+        let paths: Vec<String> = names.iter().map(|n| format!("notes.{n}")).collect();
+        OwnTools::new(modules, &paths, Err("no LOADER".into()))
+    }
+
+    #[test]
+    fn own_modules_offered_direct_come_after_the_direct_operations_or_refuse_the_set() {
+        let ui = || module("ui", &["discover", "execute"]).offered_direct();
+        let own = own_direct(62, vec![ui()]).unwrap();
+        let toolset = own.toolset().unwrap();
+        let names: Vec<String> = toolset.specs().into_iter().map(|s| s.name).collect();
+        assert_eq!(names.len(), 64);
+        assert_eq!(names[62..], ["ui_discover", "ui_execute"]);
+        // One more direct operation and the request cannot carry `ui_execute`:
+        // the host asked for the module by name, so the set is refused.
+        let e = own_direct(63, vec![ui()]).unwrap_err();
+        assert_eq!(
+            e,
+            "direct tool `ui_execute` (ui.execute): a model request carries at most 64 tools, \
+             and as many come before it"
+        );
+        // A direct server leaves the room they take.
+        let own = own_direct(60, vec![ui()]).unwrap();
+        let mut hub = Hub::new(own, vec![direct("a")], 60_000).unwrap();
+        let round = hub.start_round(0).unwrap().connect;
+        let reports = hub.end_round(
+            1,
+            vec![(round[0].clone(), Ok(listing("mcp.a", &["x", "y", "z"])))],
+        );
+        assert_eq!(hub.toolset().specs().len(), 64);
+        assert_eq!(reports.len(), 1, "{reports:?}");
+        assert_eq!(reports[0].tool.as_deref(), Some("z"));
+    }
+
+    #[test]
+    fn a_computer_offered_direct_that_does_not_fit_is_refused_and_an_extension_left_out() {
+        let mut hub = Hub::new(own_direct(62, Vec::new()).unwrap(), Vec::new(), 60_000).unwrap();
+        let refused = hub.set_computers(
+            1,
+            vec![
+                vec![module("computers.a", &["run"]).offered_direct()],
+                // Its files would be the 65th tool: refused whole.
+                vec![
+                    module("computers.b", &["run"]).offered_direct(),
+                    module("computers.b.files", &["read"]).offered_direct(),
+                ],
+            ],
+            false,
+            0,
+        );
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].0, "computers.b");
+        assert!(
+            refused[0].1.contains("`computers_b_files_read`"),
+            "{refused:?}"
+        );
+        assert!(hub.is_computer("computers.a") && !hub.is_computer("computers.b"));
+        assert!(hub.toolset().tool("computers_a_run").is_some());
+        // An extension's commands offered direct join as far as there is room.
+        let (toolset, refused) = hub.toolset_with(vec![
+            module("notes_ext", &["add"]).offered_direct(),
+            module("other_ext", &["add"]).offered_direct(),
+        ]);
+        assert!(toolset.tool("notes_ext_add").is_some());
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].0, "other_ext");
+        assert!(toolset.tool("other_ext_add").is_none());
     }
 
     #[test]

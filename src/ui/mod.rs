@@ -47,6 +47,10 @@ pub struct Config {
     /// for a Session stored in this Agent.
     #[serde(default)]
     pub has_session: bool,
+    /// `discover` and `execute` are also direct tools (`ui_discover`,
+    /// `ui_execute`), so a host without `execute` offers the bridge.
+    #[serde(default)]
+    pub direct: bool,
 }
 
 impl Config {
@@ -103,7 +107,12 @@ impl Config {
             id: MODULE_ID.to_owned(),
             operations: vec![discover, execute],
         };
-        Module::from_spec(module).map_err(|e| e.0)
+        let module = Module::from_spec(module).map_err(|e| e.0)?;
+        Ok(if self.direct {
+            module.offered_direct()
+        } else {
+            module
+        })
     }
 }
 

@@ -6,6 +6,7 @@ fn config() -> Config {
     Config {
         id: "notebook".into(),
         has_session: false,
+        direct: false,
     }
 }
 
@@ -42,13 +43,15 @@ fn the_module_offers_a_replay_safe_discover_and_an_unsafe_execute() {
     assert!(module.operations[1].description.contains("`notebook`"));
     assert!(Config {
         id: String::new(),
-        has_session: false
+        has_session: false,
+        direct: false
     }
     .check()
     .is_err());
     assert!(Config {
         id: "x".repeat(UI_APP_ID_BYTES_MAX + 1),
-        has_session: false
+        has_session: false,
+        direct: false
     }
     .check()
     .is_err());
