@@ -281,6 +281,13 @@ export interface ShiitakeFleet {
    * providers).
    */
   models?: boolean;
+  /**
+   * Also offer every `agents` operation as a direct tool named by its module
+   * (`agents_send`, `agents_wait`, `agents_set_model`, ...), so a host without
+   * `execute` (a Worker without `LOADER`) offers the fleet; refused by name
+   * when one model request cannot carry them (`ComputerConnection.direct`).
+   */
+  direct?: boolean;
 }
 
 /** A reasoning level (`agents.setModel`, stored with the Agent's model). */
@@ -426,9 +433,12 @@ export interface ShiitakeTools {
    * bytes); `hasSession(sessionId)` (`this` = the Durable Object, at most
    * 5000 ms) says whether a browser may open that Session's bridge
    * (default: the Session is stored in this Agent). Close it with
-   * `ShiitakeDO#closeUi`.
+   * `ShiitakeDO#closeUi`. `direct: true` also offers both as direct tools,
+   * `ui_discover` and `ui_execute` (no `execute` needed: on Node, or a
+   * Worker without `LOADER`), under the same grants (`ui`) and replay rules
+   * (see `ComputerConnection.direct` for the request bound).
    */
-  ui?: { id: string; hasSession?(sessionId: string, options: { signal: AbortSignal }): boolean | Promise<boolean> };
+  ui?: { id: string; hasSession?(sessionId: string, options: { signal: AbortSignal }): boolean | Promise<boolean>; direct?: boolean };
   /**
    * Told about each MCP server or Computer dropped (the reason never holds a credential); a Computer's
    * report has its `id`. A report with `tool` names one tool left out while the rest is offered: of
@@ -455,6 +465,20 @@ export interface ComputerConnection {
   confirmCalls?: boolean;
   /** The Computer's own files: `computers.<name>.files`. */
   files?: FilesPort;
+  /**
+   * Also offer every operation (and its files') as a direct tool named by
+   * its module, `computers_<name>_<operation>` (`computers_laptop_run_command`,
+   * `computers_laptop_files_read`), so the model calls them without
+   * `execute` (on Node, or a Worker without `LOADER`); grants and replay
+   * rules are those of `execute`'s calls. A module offered direct (a
+   * Computer, `ui.direct`, `fleet().direct`, an extension roster entry's
+   * `direct`) must fit one model request whole (64 tools in all, `execute`,
+   * your own direct operations and the others before it; names of at most 64
+   * bytes): `ui` and `agents` that do not are refused when the host is
+   * configured (503 host_misconfigured naming the tool), a Computer that
+   * does not is dropped and reported to `onUnavailable` naming it.
+   */
+  direct?: boolean;
 }
 
 export interface ToolModule {

@@ -434,6 +434,13 @@ export type RosterItem =
       grants?: readonly Grant[];
       feature?: string;
       config?: JsonValue;
+      /**
+       * Also offer the commands its `tools(...)` hook offers as direct tools
+       * named `<id>_<command>` (`goal_end`), so a host without `execute`
+       * offers them; needs a tools hook. An extension whose tools one model
+       * request cannot carry beside the others is left out of that run (logged).
+       */
+      direct?: boolean;
     };
 
 /** A capability a roster entry grants. */
@@ -445,6 +452,7 @@ export interface RosterEntry {
   readonly grants: readonly Grant[];
   readonly feature: string | null;
   readonly config: JsonValue;
+  readonly direct: boolean;
 }
 
 export interface ExtensionManifest {
@@ -469,6 +477,8 @@ export interface ExtensionManifest {
   grantKey: string;
   grants: Grant[];
   feature: string | null;
+  /** The roster entry's `direct: true` (absent otherwise). */
+  direct?: true;
 }
 
 export type HookRequest = {

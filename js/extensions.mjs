@@ -647,13 +647,18 @@ export function normalizeRoster(list) {
 function normalizeEntry(item, where) {
   let spec = { extension: item };
   if (!isExtension(item)) {
-    if (!isPlainObject(item)) throw refusal(`${where}: not an extension definition (defineExtension) or { extension, grantKey?, grants?, feature?, config? }`);
+    if (!isPlainObject(item)) throw refusal(`${where}: not an extension definition (defineExtension) or { extension, grantKey?, grants?, feature?, config?, direct? }`);
     spec = item;
   }
   if (!isExtension(spec.extension)) throw refusal(`${where}: extension is not an extension definition (defineExtension)`);
   const r = record(spec.extension);
   const at = `extension ${r.id}`;
-  closedKeys(spec, ["extension", "grantKey", "grants", "feature", "config"], at);
+  closedKeys(spec, ["extension", "grantKey", "grants", "feature", "config", "direct"], at);
+  // `direct: true`: the commands its tools hook offers are also direct tools
+  // (`<id>_<command>`), so a host without `execute` offers them.
+  const direct = spec.direct ?? false;
+  if (typeof direct !== "boolean") throw refusal(`${at}: direct must be a boolean`);
+  if (direct && r.hooks.tools === null) throw refusal(`${at}: direct: true offers the commands of its tools(...) hook, and the definition has none`);
   const grantKey = spec.grantKey ?? r.id;
   if (typeof grantKey !== "string" || !GRANT_KEY.test(grantKey)) throw refusal(`${at}: grantKey ${quote(grantKey)} must match ${GRANT_KEY}`);
   const grants = spec.grants ?? [];
@@ -676,7 +681,7 @@ function normalizeEntry(item, where) {
     const output = runStandard(r.config.standard, input, `${at}: config`, "config is validated synchronously when the roster is read");
     config = output === undefined ? null : toJson(output, `${at}: config`);
   }
-  return Object.freeze({ definition: spec.extension, grantKey, grants: Object.freeze([...grants]), feature, config });
+  return Object.freeze({ definition: spec.extension, grantKey, grants: Object.freeze([...grants]), feature, config, direct });
 }
 
 function entryOf(entry) {
@@ -687,7 +692,7 @@ function entryOf(entry) {
 
 /** The plain-JSON description of one normalized roster entry, for the core. */
 export function manifestOf(entry) {
-  const { definition, grantKey, grants, feature, config } = entryOf(entry);
+  const { definition, grantKey, grants, feature, config, direct } = entryOf(entry);
   const r = record(definition);
   const collections = {};
   for (const c of r.state.collections.values()) {
@@ -715,6 +720,7 @@ export function manifestOf(entry) {
     grantKey,
     grants: [...grants],
     feature: feature ?? null,
+    ...(direct === true ? { direct } : {}),
   };
 }
 

@@ -57,6 +57,10 @@ pub struct Manifest {
     /// capability the definition requests.
     #[serde(default)]
     pub grants: Vec<Grant>,
+    /// The roster entry's `direct: true`: the commands its tools hook
+    /// offers are also direct tools (`<id>_<command>`).
+    #[serde(default)]
+    pub direct: bool,
 }
 
 /// A capability the host grants an extension in its roster entry.

@@ -297,7 +297,15 @@ impl Extensions {
                 operations,
             };
             match Module::from_spec(spec) {
-                Ok(module) => modules.push(module.granted_by(&entry.manifest.grant_key)),
+                Ok(module) => {
+                    let module = module.granted_by(&entry.manifest.grant_key);
+                    let direct = entry.manifest.direct;
+                    modules.push(if direct {
+                        module.offered_direct()
+                    } else {
+                        module
+                    });
+                }
                 Err(e) => errors.push(format!("extension {}: its tools: {}", entry.id(), e.0)),
             }
         }

@@ -168,8 +168,8 @@ test("normalizeRoster: defaults, zod config validation, and refusals", () => {
   const plain = defineExtension("plain");
   const tuned = defineExtension("tuned").config(z.object({ max: z.number().int().default(3) }), { default: {} });
   assert.deepEqual(normalizeRoster([plain, { extension: tuned }]), [
-    { definition: plain, grantKey: "plain", grants: [], feature: null, config: null },
-    { definition: tuned, grantKey: "tuned", grants: [], feature: null, config: { max: 3 } },
+    { definition: plain, grantKey: "plain", grants: [], feature: null, config: null, direct: false },
+    { definition: tuned, grantKey: "tuned", grants: [], feature: null, config: { max: 3 }, direct: false },
   ]);
   assert.deepEqual(normalizeRoster([{ extension: tuned, grantKey: "team.tuned", feature: "f", config: { max: 9 } }])[0].config, { max: 9 });
   assert.equal(normalizeRoster([{ extension: tuned, grantKey: "team.tuned" }])[0].grantKey, "team.tuned");
@@ -189,6 +189,12 @@ test("normalizeRoster: defaults, zod config validation, and refusals", () => {
   refuses(() => normalizeRoster([plain, { extension: defineExtension("plain") }]), /^extension plain: listed twice in the roster/);
   refuses(() => normalizeRoster([{ extension: plain, grantKey: "Team" }]), /^extension plain: grantKey "Team" must match/);
   refuses(() => normalizeRoster([{ extension: plain, feature: "f".repeat(129) }]), /^extension plain: feature must be a non-empty string of at most 128/);
+  // `direct: true`: the tools hook's commands are direct tools too (manifest `direct`).
+  const offers = defineExtension("offers").command("go", {}, () => null).tools((ctx, run, commands) => [commands.tool("go")]);
+  assert.equal(manifestOf(normalizeRoster([{ extension: offers, direct: true }])[0]).direct, true);
+  assert.equal(manifestOf(normalizeRoster([offers])[0]).direct, undefined);
+  refuses(() => normalizeRoster([{ extension: offers, direct: "yes" }]), /^extension offers: direct must be a boolean/);
+  refuses(() => normalizeRoster([{ extension: plain, direct: true }]), /^extension plain: direct: true offers the commands of its tools\(\.\.\.\) hook, and the definition has none/);
 
   // Grants: each requested by the definition; the files grant has one holder.
   const asks = (id) => defineExtension(id).requests({ attention: true, files: true });
