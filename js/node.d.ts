@@ -23,7 +23,7 @@ export interface NodeShiitakeOptions {
    * There is no `LOADER`: the `execute` tool is not offered on Node.
    */
   env?: Record<string, unknown>;
-  /** `ShiitakeDO#tools()`: host modules (`direct: true` to offer one to the model), MCP servers, Computers and `ui` (`direct: true` to offer their tools: there is no `execute` on Node). */
+  /** `ShiitakeDO#tools()`: host modules (`direct: true` to offer one to the model), MCP servers and Computers (`direct: true` to offer their tools: there is no `execute` on Node). */
   tools?: NodeHook<ShiitakeTools | undefined>;
   /** `ShiitakeDO#extensions()`: the extension roster. */
   extensions?: NodeHook<unknown[] | undefined>;
