@@ -87,10 +87,11 @@ pub fn tool_name<'a>(module: &Module, op: &'a Operation) -> Cow<'a, str> {
     }
 }
 
-/// The direct tools of the modules offered direct whole, in order, with
-/// why the first that cannot join `offered` (one model request's tools
-/// before them) cannot: the name it would have and the reason. A host
-/// asked for these by name, so one that does not fit refuses the set.
+/// The names of the direct tools of the modules offered direct whole, in
+/// order, once each joins `offered` (one model request's tools before
+/// them); or why the first that cannot join cannot (its name and the
+/// reason): the host asked for these by name, so one that does not fit
+/// refuses the set rather than being left out.
 pub fn module_tools<'a>(
     modules: impl IntoIterator<Item = &'a Module>,
     offered: impl IntoIterator<Item = &'a str>,

@@ -28,7 +28,12 @@
 //!   taken, no room left) is no direct tool but stays in its module
 //!   (`execute` reaches it), and is reported by name
 //!   ([`Unavailable::tool`]), as are the tools a listing dropped: at most
-//!   `TOOL_REPORTS_MAX` reports per server. No configuration or server makes
+//!   `TOOL_REPORTS_MAX` reports per server. The modules the host asked for
+//!   direct whole (`ui`, `agents`, a Computer, an extension's commands:
+//!   [`door::module_tools`]) count with them but are never cut: the own
+//!   ones refuse the configuration ([`OwnTools::new`]), a Computer is
+//!   refused ([`Hub::set_computers`]), an extension's commands are left out
+//!   of the run ([`Hub::toolset_with`]). No configuration or server makes
 //!   a model request the provider refuses.
 
 use crate::capability::door::{self, Toolset, EXECUTE};
