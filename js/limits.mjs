@@ -61,6 +61,24 @@ export const FLEET_BODY_BYTES_MAX = 2_097_152;
 // The longest `agents.wait` (seed: `timeoutMs` from 1 to 30000).
 export const FLEET_WAIT_TIMEOUT_MS_MAX = 30_000;
 
+// ... and the time one run may compute, summed over its slices between
+// host calls (a computing guest holds the Agent's thread).
+export const GUEST_CPU_MS_MAX = 5_000;
+
+// ... the engine's whole linear memory, shared by the runs in flight (it
+// starts at 16 MiB and never shrinks): an allocation past it fails.
+export const GUEST_ENGINE_MEMORY_BYTES_MAX = 50_331_648;
+
+// The embedded `execute` sandbox (`js/sandbox/embedded.mjs`, QuickJS in
+// wasm, in the host's own thread): the heap one run may allocate, as the
+// engine counts it (its allocator's overhead comes on top) ...
+export const GUEST_MEMORY_BYTES_MAX = 16_777_216;
+
+// ... the engine's stack for one run: deeper recursion is a RangeError. Past
+// about 96 KiB some built-ins' recursion (`JSON.stringify` of a deeply
+// nested array) overflows the host's native stack before the engine's check.
+export const GUEST_STACK_BYTES_MAX = 65_536;
+
 // Nesting of a JSON value crossing the capability boundary (tool arguments
 // and results, schemas): arrays and objects, a scalar is depth 0.
 export const JSON_DEPTH_MAX = 64;

@@ -187,6 +187,20 @@ pub const TOOL_ABORT_GRACE_MS: u64 = 5_000;
 pub const EXECUTIONS_CONCURRENT_MAX: usize = 8;
 /// Operation calls (and `forage` calls) one `execute` run may make.
 pub const GUEST_CALLS_PER_EXECUTION_MAX: usize = 1_024;
+/// The embedded `execute` sandbox (`js/sandbox/embedded.mjs`, QuickJS in
+/// wasm, in the host's own thread): the heap one run may allocate, as the
+/// engine counts it (its allocator's overhead comes on top) ...
+pub const GUEST_MEMORY_BYTES_MAX: usize = 16_777_216;
+/// ... the engine's whole linear memory, shared by the runs in flight (it
+/// starts at 16 MiB and never shrinks): an allocation past it fails.
+pub const GUEST_ENGINE_MEMORY_BYTES_MAX: usize = 50_331_648;
+/// ... the engine's stack for one run: deeper recursion is a RangeError. Past
+/// about 96 KiB some built-ins' recursion (`JSON.stringify` of a deeply
+/// nested array) overflows the host's native stack before the engine's check.
+pub const GUEST_STACK_BYTES_MAX: usize = 65_536;
+/// ... and the time one run may compute, summed over its slices between
+/// host calls (a computing guest holds the Agent's thread).
+pub const GUEST_CPU_MS_MAX: u64 = 5_000;
 /// While a tool runs, the alarm is kept armed this far ahead (seed: the
 /// five-second heartbeat), so a crash resumes the turn within about this.
 pub const TOOL_HEARTBEAT_MS: u64 = 5_000;

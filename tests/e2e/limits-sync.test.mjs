@@ -29,7 +29,7 @@ test("js/limits.mjs holds each bound as src/limits.rs states it", async () => {
 
 /** `[file, JS constant, Rust constant]`: JS names for a core bound, each defined as the bound itself. */
 const ALIASES = [
-  ["js/execute.mjs", "RESULT_MAX_BYTES", "TOOL_PAYLOAD_BYTES_MAX"],
+  ["js/sandbox/guest.mjs", "RESULT_MAX_BYTES", "TOOL_PAYLOAD_BYTES_MAX"],
   ["js/app.mjs", "DRAIN_BYTES_MAX", "BODY_BYTES_MAX"],
   ["bin/shiitake.mjs", "SETTLEMENT_WAIT_MS", "SETTLEMENT_TIMEOUT_MS_MAX"],
   ["bin/shiitake.mjs", "BRANCH_PAGE", "READ_PAGE_MESSAGES_MAX"],

@@ -1,0 +1,274 @@
+// The embedded `execute` sandbox: model-written JavaScript runs in QuickJS
+// compiled to wasm (quickjs-emscripten's release sync build, chosen by
+// bench/sandbox-engine.mjs), inside the host's own isolate or process, with
+// the same guest API and checks as the Worker Loader door (js/execute.mjs,
+// through js/sandbox/guest.mjs).
+//
+// What reaches the guest: the ECMAScript built-ins, a silent `console`, and
+// one `host.call(path, argsJson)` the harness builds the namespaces on. No
+// network, timers, modules, host globals or wasm (QuickJS has none of them
+// unless given), and no code from strings: `eval`, `Function` and the other
+// function constructors throw. Each run gets a fresh runtime and context
+// (nothing it leaves is seen by the next), a heap limit, a stack limit and a
+// CPU budget enforced by the engine's interrupt handler; the engine's whole
+// linear memory is capped too (QuickJS's heap limit counts what it asks
+// for, not its allocator's overhead). An engine that fails (a trap, the
+// host's stack exhausted) is dropped and the next run gets a fresh one.
+//
+// Host calls are promises: the guest's `host.call` answers a QuickJS promise
+// the host settles when the dispatch does, then runs the pending jobs (the
+// sync build's pattern; no asyncify).
+import variant from "@jitl/quickjs-wasmfile-release-sync";
+import { newQuickJSWASMModuleFromVariant, newVariant } from "quickjs-emscripten-core";
+import { GUEST_CPU_MS_MAX, GUEST_ENGINE_MEMORY_BYTES_MAX, GUEST_MEMORY_BYTES_MAX, GUEST_STACK_BYTES_MAX } from "../limits.mjs";
+import { aborted, answerCall, checkReply, errorText, guestHarness, raceAbort } from "./guest.mjs";
+
+// Where the clock stands still while code runs (workerd advances it only at
+// I/O), the CPU budget is also counted in interrupt checks: QuickJS calls
+// the handler about every 10,000 operations, measured 2 to 6 times a
+// millisecond on the development machine depending on the code, so this
+// many per millisecond of budget ends a run within a few budgets anywhere.
+const INTERRUPTS_PER_CPU_MS = 10;
+
+// Run first in each context: no code from strings, and a console that says
+// nothing (model code logs; the door's console reaches no one either).
+const PRELUDE = `"use strict";
+(() => {
+  const refuse = function () {
+    throw new EvalError("code generation from strings is not available in the sandbox");
+  };
+  const seal = (object, key, value) => Object.defineProperty(object, key, { value, writable: false, configurable: false });
+  for (const fn of [function () {}, async function () {}, function* () {}, async function* () {}]) {
+    seal(Object.getPrototypeOf(fn), "constructor", refuse);
+  }
+  seal(globalThis, "Function", refuse);
+  seal(globalThis, "eval", refuse);
+  const quiet = () => {};
+  seal(globalThis, "console", Object.freeze({ log: quiet, info: quiet, warn: quiet, error: quiet, debug: quiet }));
+})();
+`;
+
+/**
+ * Instantiates the engine from `wasmModule` with its linear memory capped:
+ * emscripten grows the memory through one imported function, which here
+ * refuses a size past the cap (the allocation fails; QuickJS throws "out of
+ * memory"). Refuses to start when that function is not found.
+ */
+async function newEngine(wasmModule, memoryCap) {
+  const instantiateWasm = async (imports, onSuccess) => {
+    const growers = [];
+    for (const space of Object.values(imports)) {
+      for (const [name, fn] of Object.entries(space)) {
+        if (typeof fn === "function" && String(fn).includes(".grow(")) growers.push([space, name, fn]);
+      }
+    }
+    if (growers.length !== 1) throw new Error("the engine's memory cannot be capped: its grow import was not found");
+    const [[space, name, grow]] = growers;
+    space[name] = (bytes, ...rest) => (bytes >>> 0 > memoryCap ? false : grow(bytes, ...rest));
+    const instance = await WebAssembly.instantiate(await wasmModule, imports);
+    onSuccess(instance, wasmModule);
+    return instance.exports;
+  };
+  return newQuickJSWASMModuleFromVariant(newVariant(variant, { emscriptenModule: { instantiateWasm } }));
+}
+
+/** The engine is broken (a trap, the host's stack exhausted): not a guest error QuickJS reported. */
+class EngineFailure extends Error {}
+
+/**
+ * Runs `execute` guests in embedded QuickJS. `wasmModule`: the engine's wasm
+ * as a WebAssembly.Module (or a promise of one): in a Worker, imported as a
+ * CompiledWasm module (a Worker cannot compile wasm bytes); in Node, see
+ * js/sandbox/node.mjs. One engine instance serves the runs, each in its own
+ * runtime.
+ */
+export class EmbeddedSandbox {
+  #wasmModule;
+  #limits;
+  #engine;
+
+  /** `limits` (tests): `{memoryBytes, engineMemoryBytes, stackBytes, cpuMs}` lower than the defaults. */
+  constructor({ wasmModule, limits = {} } = {}) {
+    if (!wasmModule) throw new TypeError("EmbeddedSandbox needs the engine's wasmModule");
+    this.#wasmModule = wasmModule;
+    this.#limits = {
+      memoryBytes: Math.min(limits.memoryBytes ?? GUEST_MEMORY_BYTES_MAX, GUEST_MEMORY_BYTES_MAX),
+      engineMemoryBytes: Math.min(limits.engineMemoryBytes ?? GUEST_ENGINE_MEMORY_BYTES_MAX, GUEST_ENGINE_MEMORY_BYTES_MAX),
+      stackBytes: Math.min(limits.stackBytes ?? GUEST_STACK_BYTES_MAX, GUEST_STACK_BYTES_MAX),
+      cpuMs: Math.min(limits.cpuMs ?? GUEST_CPU_MS_MAX, GUEST_CPU_MS_MAX),
+    };
+  }
+
+  /**
+   * Runs model-written code, as `runGuest` (js/execute.mjs) does: resolves to
+   * `{"result": value}` or `{"error": message}` JSON text; never rejects.
+   */
+  async run({ code, namespaces, dispatch, signal } = {}) {
+    if (signal?.aborted) return aborted(signal);
+    const harness = guestHarness(code, namespaces);
+    if (harness.error !== undefined) return JSON.stringify({ error: harness.error });
+    let engine;
+    try {
+      this.#engine ??= newEngine(this.#wasmModule, this.#limits.engineMemoryBytes);
+      engine = await this.#engine;
+    } catch (error) {
+      this.#engine = undefined;
+      return JSON.stringify({ error: `the embedded sandbox cannot start: ${errorText(error)}` });
+    }
+    const run = new Run(engine, this.#limits, dispatch);
+    try {
+      return await raceAbort(run.reply(harness.source), signal);
+    } finally {
+      if (!run.close()) this.#drop(engine);
+    }
+  }
+
+  /** Drops a failed engine: the next run instantiates a fresh one. */
+  #drop(engine) {
+    this.#engine?.then((current) => {
+      if (current === engine) this.#engine = undefined;
+    });
+  }
+}
+
+/** One guest run: its own runtime and context, released by `close`. */
+class Run {
+  #runtime;
+  #context;
+  #limits;
+  #dispatch;
+  #pending = new Set();
+  #wake;
+  #closed = false;
+  #failed = false;
+  #cpuMs = 0;
+  #sliceStart = 0;
+  #interrupts = 0;
+  #interrupted = false;
+  #handles = [];
+
+  constructor(engine, limits, dispatch) {
+    this.#limits = limits;
+    this.#dispatch = dispatch;
+    this.#runtime = engine.newRuntime();
+    this.#runtime.setMemoryLimit(limits.memoryBytes);
+    this.#runtime.setMaxStackSize(limits.stackBytes);
+    this.#runtime.setInterruptHandler(() => this.#overBudget());
+    this.#context = this.#runtime.newContext();
+  }
+
+  #overBudget() {
+    this.#interrupts += 1;
+    const spent = this.#cpuMs + (performance.now() - this.#sliceStart);
+    this.#interrupted ||= spent > this.#limits.cpuMs || this.#interrupts > this.#limits.cpuMs * INTERRUPTS_PER_CPU_MS;
+    return this.#interrupted;
+  }
+
+  /** Runs `step` (engine work) as a slice of the guest's CPU budget. */
+  #slice(step) {
+    this.#sliceStart = performance.now();
+    try {
+      return step();
+    } catch (error) {
+      throw new EngineFailure(errorText(error));
+    } finally {
+      this.#cpuMs += performance.now() - this.#sliceStart;
+    }
+  }
+
+  #own(handle) {
+    this.#handles.push(handle);
+    return handle;
+  }
+
+  /** Evaluates `source` (JSON text on error, the value's handle otherwise). */
+  #evaluate(source, name) {
+    const result = this.#slice(() => this.#context.evalCode(source, name, { type: "global", strict: true }));
+    if (result.error) return { error: this.#guestError(this.#own(result.error)) };
+    return { value: this.#own(result.value) };
+  }
+
+  /** A QuickJS exception as the guest's error text. */
+  #guestError(handle) {
+    const value = this.#context.dump(handle);
+    return value && typeof value === "object" && typeof value.message === "string" ? value.message : String(value);
+  }
+
+  /** The guest's reply (JSON text), once the harness's promise settles. */
+  async reply(harness) {
+    const reply = await this.#settle(harness);
+    // Once interrupted, the run is over whatever the harness made of it.
+    return this.#interrupted ? JSON.stringify({ error: `the code ran out of CPU time (at most ${this.#limits.cpuMs} ms)` }) : reply;
+  }
+
+  async #settle(harness) {
+    try {
+      const prelude = this.#evaluate(PRELUDE, "prelude.js");
+      if (prelude.error !== undefined) throw new EngineFailure(prelude.error);
+      const entry = this.#evaluate(`(function (host) {\n"use strict";\n${harness}\nreturn run(host);\n})`, "guest.js");
+      if (entry.error !== undefined) return JSON.stringify({ error: entry.error });
+      const host = this.#own(this.#context.newObject());
+      const call = this.#own(this.#context.newFunction("call", (path, args) => this.#call(path, args)));
+      this.#context.setProp(host, "call", call);
+      const started = this.#slice(() => this.#context.callFunction(entry.value, this.#context.undefined, host));
+      if (started.error) return JSON.stringify({ error: this.#guestError(this.#own(started.error)) });
+      const promise = this.#own(started.value);
+      for (;;) {
+        const jobs = this.#slice(() => this.#runtime.executePendingJobs());
+        if (jobs.error) return JSON.stringify({ error: this.#guestError(this.#own(jobs.error)) });
+        const state = this.#context.getPromiseState(promise);
+        if (state.type === "fulfilled") {
+          const value = this.#own(state.value);
+          return checkReply(this.#context.typeof(value) === "string" ? this.#context.getString(value) : undefined);
+        }
+        if (state.type === "rejected") return JSON.stringify({ error: this.#guestError(this.#own(state.error)) });
+        if (this.#pending.size === 0) {
+          return JSON.stringify({ error: "the code hung: its promise can never settle (it awaits nothing the host is doing)" });
+        }
+        await new Promise((resolve) => (this.#wake = resolve));
+        if (this.#closed) return JSON.stringify({ error: "the run is over" });
+      }
+    } catch (error) {
+      this.#failed = true;
+      return JSON.stringify({ error: `the embedded sandbox failed: ${errorText(error)}` });
+    }
+  }
+
+  /** The guest's `host.call(path, argsJson)`: a promise the dispatch settles. */
+  #call(pathHandle, argsHandle) {
+    const context = this.#context;
+    const path = context.typeof(pathHandle) === "string" ? context.getString(pathHandle) : undefined;
+    const args = context.typeof(argsHandle) === "string" ? context.getString(argsHandle) : undefined;
+    const deferred = context.newPromise();
+    this.#pending.add(deferred);
+    answerCall(this.#closed ? undefined : this.#dispatch, path, args).then((text) => {
+      if (this.#closed) return;
+      this.#pending.delete(deferred);
+      try {
+        context.newString(text).consume((value) => deferred.resolve(value));
+      } catch {
+        // Out of the guest's memory: the promise stays pending, the run hangs and says so.
+      } finally {
+        deferred.dispose();
+      }
+      this.#wake?.();
+    });
+    return deferred.handle;
+  }
+
+  /** Releases the run's engine objects; false when the engine is broken. */
+  close() {
+    this.#closed = true;
+    this.#wake?.();
+    try {
+      for (const deferred of this.#pending) deferred.dispose();
+      this.#pending.clear();
+      for (const handle of this.#handles.reverse()) if (handle.alive) handle.dispose();
+      this.#context.dispose();
+      this.#runtime.dispose();
+    } catch {
+      this.#failed = true;
+    }
+    return !this.#failed;
+  }
+}

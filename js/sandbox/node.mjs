@@ -1,0 +1,16 @@
+// The embedded sandbox's engine for Node: its wasm compiled from the
+// package's file (a Worker imports it as a CompiledWasm module instead).
+import { readFile } from "node:fs/promises";
+import { EmbeddedSandbox } from "./embedded.mjs";
+
+/** The engine's wasm, compiled once per process on first use. */
+let compiled;
+export function engineWasmModule() {
+  compiled ??= readFile(new URL(import.meta.resolve("@jitl/quickjs-wasmfile-release-sync/wasm"))).then((bytes) => WebAssembly.compile(bytes));
+  return compiled;
+}
+
+/** An {@link EmbeddedSandbox} on this process's engine wasm. */
+export function nodeSandbox(options = {}) {
+  return new EmbeddedSandbox({ wasmModule: engineWasmModule(), ...options });
+}
