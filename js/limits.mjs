@@ -79,6 +79,9 @@ export const GUEST_MEMORY_BYTES_MAX = 16_777_216;
 // nested array) overflows the host's native stack before the engine's check.
 export const GUEST_STACK_BYTES_MAX = 65_536;
 
+// Timers (`setTimeout`) one embedded run may start.
+export const GUEST_TIMERS_MAX = 1_024;
+
 // Nesting of a JSON value crossing the capability boundary (tool arguments
 // and results, schemas): arrays and objects, a scalar is depth 0.
 export const JSON_DEPTH_MAX = 64;

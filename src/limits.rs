@@ -201,6 +201,8 @@ pub const GUEST_STACK_BYTES_MAX: usize = 65_536;
 /// ... and the time one run may compute, summed over its slices between
 /// host calls (a computing guest holds the Agent's thread).
 pub const GUEST_CPU_MS_MAX: u64 = 5_000;
+/// Timers (`setTimeout`) one embedded run may start.
+pub const GUEST_TIMERS_MAX: usize = 1_024;
 /// While a tool runs, the alarm is kept armed this far ahead (seed: the
 /// five-second heartbeat), so a crash resumes the turn within about this.
 pub const TOOL_HEARTBEAT_MS: u64 = 5_000;

@@ -20,7 +20,7 @@
 // sync build's pattern; no asyncify).
 import variant from "@jitl/quickjs-wasmfile-release-sync";
 import { newQuickJSWASMModuleFromVariant, newVariant } from "quickjs-emscripten-core";
-import { GUEST_CPU_MS_MAX, GUEST_ENGINE_MEMORY_BYTES_MAX, GUEST_MEMORY_BYTES_MAX, GUEST_STACK_BYTES_MAX } from "../limits.mjs";
+import { GUEST_CPU_MS_MAX, GUEST_ENGINE_MEMORY_BYTES_MAX, GUEST_MEMORY_BYTES_MAX, GUEST_STACK_BYTES_MAX, GUEST_TIMERS_MAX } from "../limits.mjs";
 import { aborted, answerCall, checkReply, errorText, guestHarness, raceAbort } from "./guest.mjs";
 
 // Where the clock stands still while code runs (workerd advances it only at
@@ -30,10 +30,12 @@ import { aborted, answerCall, checkReply, errorText, guestHarness, raceAbort } f
 // many per millisecond of budget ends a run within a few budgets anywhere.
 const INTERRUPTS_PER_CPU_MS = 10;
 
-// Run first in each context: no code from strings, and a console that says
+// Run first in each context, given the host's `wait(ms)` (a promise that
+// resolves that much later) and `cancel(id)`: no code from strings; timers
+// on the host's clock (the door's guest has them too); a console that says
 // nothing (model code logs; the door's console reaches no one either).
-const PRELUDE = `"use strict";
-(() => {
+const PRELUDE = `(function (wait, cancel) {
+  "use strict";
   const refuse = function () {
     throw new EvalError("code generation from strings is not available in the sandbox");
   };
@@ -43,10 +45,18 @@ const PRELUDE = `"use strict";
   }
   seal(globalThis, "Function", refuse);
   seal(globalThis, "eval", refuse);
+  let timers = 0;
+  seal(globalThis, "setTimeout", (fn, ms, ...args) => {
+    if (typeof fn !== "function") throw new TypeError("setTimeout takes a function");
+    if (++timers > ${GUEST_TIMERS_MAX}) throw new RangeError("at most ${GUEST_TIMERS_MAX} timers a run");
+    const id = timers;
+    wait(id, Math.max(0, Number(ms) || 0)).then(() => fn(...args));
+    return id;
+  });
+  seal(globalThis, "clearTimeout", (id) => cancel(Number(id)));
   const quiet = () => {};
   seal(globalThis, "console", Object.freeze({ log: quiet, info: quiet, warn: quiet, error: quiet, debug: quiet }));
-})();
-`;
+})`;
 
 /**
  * Instantiates the engine from `wasmModule` with its linear memory capped:
@@ -123,6 +133,12 @@ export class EmbeddedSandbox {
     }
   }
 
+  /** Bytes of the engine's linear memory now (0 before the first run): what it holds of its host. */
+  async memoryBytes() {
+    const engine = await this.#engine?.catch(() => undefined);
+    return engine?.getWasmMemory().buffer.byteLength ?? 0;
+  }
+
   /** Drops a failed engine: the next run instantiates a fresh one. */
   #drop(engine) {
     this.#engine?.then((current) => {
@@ -146,6 +162,7 @@ class Run {
   #interrupts = 0;
   #interrupted = false;
   #handles = [];
+  #timers = new Map();
 
   constructor(engine, limits, dispatch) {
     this.#limits = limits;
@@ -205,6 +222,11 @@ class Run {
     try {
       const prelude = this.#evaluate(PRELUDE, "prelude.js");
       if (prelude.error !== undefined) throw new EngineFailure(prelude.error);
+      const wait = this.#own(this.#context.newFunction("wait", (id, ms) => this.#wait(id, ms)));
+      const cancel = this.#own(this.#context.newFunction("cancel", (id) => this.#cancel(id)));
+      const ready = this.#slice(() => this.#context.callFunction(prelude.value, this.#context.undefined, wait, cancel));
+      if (ready.error) throw new EngineFailure(this.#guestError(this.#own(ready.error)));
+      this.#own(ready.value);
       const entry = this.#evaluate(`(function (host) {\n"use strict";\n${harness}\nreturn run(host);\n})`, "guest.js");
       if (entry.error !== undefined) return JSON.stringify({ error: entry.error });
       const host = this.#own(this.#context.newObject());
@@ -234,15 +256,13 @@ class Run {
     }
   }
 
-  /** The guest's `host.call(path, argsJson)`: a promise the dispatch settles. */
-  #call(pathHandle, argsHandle) {
+  /** A promise settled with `text` once `answer` resolves to it (nothing once the run is over). */
+  #promise(answer) {
     const context = this.#context;
-    const path = context.typeof(pathHandle) === "string" ? context.getString(pathHandle) : undefined;
-    const args = context.typeof(argsHandle) === "string" ? context.getString(argsHandle) : undefined;
     const deferred = context.newPromise();
     this.#pending.add(deferred);
-    answerCall(this.#closed ? undefined : this.#dispatch, path, args).then((text) => {
-      if (this.#closed) return;
+    answer.then((text) => {
+      if (this.#closed || !deferred.alive) return;
       this.#pending.delete(deferred);
       try {
         context.newString(text).consume((value) => deferred.resolve(value));
@@ -253,6 +273,37 @@ class Run {
       }
       this.#wake?.();
     });
+    return deferred;
+  }
+
+  /** The prelude's `wait(id, ms)`: timer `id`, resolved `ms` later on the host's clock. */
+  #wait(idHandle, msHandle) {
+    const id = this.#context.getNumber(idHandle);
+    let timer;
+    const deferred = this.#promise(new Promise((resolve) => (timer = setTimeout(resolve, this.#context.getNumber(msHandle), ""))));
+    this.#timers.set(id, { timer, deferred });
+    return deferred.handle;
+  }
+
+  /** The prelude's `cancel(id)`: the timer never fires, and no longer keeps the run waiting. */
+  #cancel(idHandle) {
+    const id = this.#context.getNumber(idHandle);
+    const entry = this.#timers.get(id);
+    if (!entry) return;
+    this.#timers.delete(id);
+    clearTimeout(entry.timer);
+    if (!entry.deferred.alive) return;
+    this.#pending.delete(entry.deferred);
+    entry.deferred.dispose();
+    this.#wake?.();
+  }
+
+  /** The guest's `host.call(path, argsJson)`: a promise the dispatch settles. */
+  #call(pathHandle, argsHandle) {
+    const context = this.#context;
+    const path = context.typeof(pathHandle) === "string" ? context.getString(pathHandle) : undefined;
+    const args = context.typeof(argsHandle) === "string" ? context.getString(argsHandle) : undefined;
+    const deferred = this.#promise(answerCall(this.#closed ? undefined : this.#dispatch, path, args));
     return deferred.handle;
   }
 
@@ -261,6 +312,7 @@ class Run {
     this.#closed = true;
     this.#wake?.();
     try {
+      for (const { timer } of this.#timers.values()) clearTimeout(timer);
       for (const deferred of this.#pending) deferred.dispose();
       this.#pending.clear();
       for (const handle of this.#handles.reverse()) if (handle.alive) handle.dispose();
