@@ -65,14 +65,13 @@ export const FLEET_WAIT_TIMEOUT_MS_MAX = 30_000;
 // host calls (a computing guest holds the Agent's thread).
 export const GUEST_CPU_MS_MAX = 5_000;
 
-// ... the engine's whole linear memory, shared by the runs in flight (it
-// starts at 16 MiB and never shrinks): an allocation past it fails.
-export const GUEST_ENGINE_MEMORY_BYTES_MAX = 50_331_648;
-
 // The embedded `execute` sandbox (`js/sandbox/embedded.mjs`, QuickJS in
-// wasm, in the host's own thread): the heap one run may allocate, as the
-// engine counts it (its allocator's overhead comes on top) ...
-export const GUEST_MEMORY_BYTES_MAX = 16_777_216;
+// wasm, in the host's own thread): the engine's whole linear memory, which
+// starts at 16 MiB (the build's minimum) and is shared by the runs of one
+// Agent in flight; an allocation past it fails ("out of memory"). QuickJS's
+// own heap limit is no bound in this build (without `malloc_usable_size` it
+// counts 8 bytes an allocation), so the memory itself is capped ...
+export const GUEST_MEMORY_BYTES_MAX = 33_554_432;
 
 // ... the engine's stack for one run: deeper recursion is a RangeError. Past
 // about 96 KiB some built-ins' recursion (`JSON.stringify` of a deeply

@@ -188,12 +188,12 @@ pub const EXECUTIONS_CONCURRENT_MAX: usize = 8;
 /// Operation calls (and `forage` calls) one `execute` run may make.
 pub const GUEST_CALLS_PER_EXECUTION_MAX: usize = 1_024;
 /// The embedded `execute` sandbox (`js/sandbox/embedded.mjs`, QuickJS in
-/// wasm, in the host's own thread): the heap one run may allocate, as the
-/// engine counts it (its allocator's overhead comes on top) ...
-pub const GUEST_MEMORY_BYTES_MAX: usize = 16_777_216;
-/// ... the engine's whole linear memory, shared by the runs in flight (it
-/// starts at 16 MiB and never shrinks): an allocation past it fails.
-pub const GUEST_ENGINE_MEMORY_BYTES_MAX: usize = 50_331_648;
+/// wasm, in the host's own thread): the engine's whole linear memory, which
+/// starts at 16 MiB (the build's minimum) and is shared by the runs of one
+/// Agent in flight; an allocation past it fails ("out of memory"). QuickJS's
+/// own heap limit is no bound in this build (without `malloc_usable_size` it
+/// counts 8 bytes an allocation), so the memory itself is capped ...
+pub const GUEST_MEMORY_BYTES_MAX: usize = 33_554_432;
 /// ... the engine's stack for one run: deeper recursion is a RangeError. Past
 /// about 96 KiB some built-ins' recursion (`JSON.stringify` of a deeply
 /// nested array) overflows the host's native stack before the engine's check.

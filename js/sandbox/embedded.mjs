@@ -9,18 +9,19 @@
 // network, timers, modules, host globals or wasm (QuickJS has none of them
 // unless given), and no code from strings: `eval`, `Function` and the other
 // function constructors throw. Each run gets a fresh runtime and context
-// (nothing it leaves is seen by the next), a heap limit, a stack limit and a
-// CPU budget enforced by the engine's interrupt handler; the engine's whole
-// linear memory is capped too (QuickJS's heap limit counts what it asks
-// for, not its allocator's overhead). An engine that fails (a trap, the
-// host's stack exhausted) is dropped and the next run gets a fresh one.
+// (nothing it leaves is seen by the next), a stack limit and a CPU budget
+// enforced by the engine's interrupt handler, and the engine's linear memory
+// is capped (the memory bound of the runs in flight, all one Agent's: the
+// build's QuickJS heap limit counts allocations, not bytes). An engine that
+// fails (a trap, the host's stack exhausted) is dropped, and so is one that
+// grew once no run uses it: the next run gets a fresh one.
 //
 // Host calls are promises: the guest's `host.call` answers a QuickJS promise
 // the host settles when the dispatch does, then runs the pending jobs (the
 // sync build's pattern; no asyncify).
 import variant from "@jitl/quickjs-wasmfile-release-sync";
 import { newQuickJSWASMModuleFromVariant, newVariant } from "quickjs-emscripten-core";
-import { GUEST_CPU_MS_MAX, GUEST_ENGINE_MEMORY_BYTES_MAX, GUEST_MEMORY_BYTES_MAX, GUEST_STACK_BYTES_MAX, GUEST_TIMERS_MAX } from "../limits.mjs";
+import { GUEST_CPU_MS_MAX, GUEST_MEMORY_BYTES_MAX, GUEST_STACK_BYTES_MAX, GUEST_TIMERS_MAX } from "../limits.mjs";
 import { aborted, answerCall, checkReply, errorText, guestHarness, raceAbort } from "./guest.mjs";
 
 // Where the clock stands still while code runs (workerd advances it only at
@@ -40,6 +41,8 @@ const PRELUDE = `(function (wait, cancel) {
     throw new EvalError("code generation from strings is not available in the sandbox");
   };
   const seal = (object, key, value) => Object.defineProperty(object, key, { value, writable: false, configurable: false });
+  // \`Function.prototype\` and \`instanceof Function\` keep working.
+  seal(refuse, "prototype", Object.getPrototypeOf(refuse));
   for (const fn of [function () {}, async function () {}, function* () {}, async function* () {}]) {
     seal(Object.getPrototypeOf(fn), "constructor", refuse);
   }
@@ -58,28 +61,44 @@ const PRELUDE = `(function (wait, cancel) {
   seal(globalThis, "console", Object.freeze({ log: quiet, info: quiet, warn: quiet, error: quiet, debug: quiet }));
 })`;
 
+// The engine's linear memory at start: the build's INITIAL_MEMORY (16 MiB).
+const ENGINE_INITIAL_BYTES = 16 * 1024 * 1024;
+const WASM_PAGE_BYTES = 65_536;
+
 /**
- * Instantiates the engine from `wasmModule` with its linear memory capped:
- * emscripten grows the memory through one imported function, which here
- * refuses a size past the cap (the allocation fails; QuickJS throws "out of
- * memory"). Refuses to start when that function is not found.
+ * Instantiates the engine from `wasmModule` on a linear memory whose
+ * maximum is the cap (the build imports its memory): past it a growth
+ * fails, the allocation fails, and QuickJS throws "out of memory" (or,
+ * with no memory left for the error, null). `{quickjs, memory, refusals}`:
+ * `refusals` counts the growths refused, so a run can tell why it failed.
  */
 async function newEngine(wasmModule, memoryCap) {
-  const instantiateWasm = async (imports, onSuccess) => {
-    const growers = [];
-    for (const space of Object.values(imports)) {
-      for (const [name, fn] of Object.entries(space)) {
-        if (typeof fn === "function" && String(fn).includes(".grow(")) growers.push([space, name, fn]);
+  const memory = new WebAssembly.Memory({ initial: ENGINE_INITIAL_BYTES / WASM_PAGE_BYTES, maximum: Math.floor(memoryCap / WASM_PAGE_BYTES) });
+  const engine = { quickjs: undefined, memory, refusals: 0 };
+  const grow = memory.grow;
+  Object.defineProperty(memory, "grow", {
+    value(pages) {
+      try {
+        return grow.call(memory, pages);
+      } catch (error) {
+        engine.refusals += 1;
+        throw error;
       }
-    }
-    if (growers.length !== 1) throw new Error("the engine's memory cannot be capped: its grow import was not found");
-    const [[space, name, grow]] = growers;
-    space[name] = (bytes, ...rest) => (bytes >>> 0 > memoryCap ? false : grow(bytes, ...rest));
-    const instance = await WebAssembly.instantiate(await wasmModule, imports);
-    onSuccess(instance, wasmModule);
-    return instance.exports;
+    },
+  });
+  // emscripten waits for onSuccess and nothing else: a failed instantiation
+  // would leave the load pending forever, so it rejects here instead.
+  let fail;
+  const failed = new Promise((_, reject) => (fail = reject));
+  const instantiateWasm = (imports, onSuccess) => {
+    Promise.resolve(wasmModule)
+      .then((module) => WebAssembly.instantiate(module, imports).then((instance) => onSuccess(instance, module)))
+      .catch(fail);
+    return {};
   };
-  return newQuickJSWASMModuleFromVariant(newVariant(variant, { emscriptenModule: { instantiateWasm } }));
+  const variantWithMemory = newVariant(variant, { wasmMemory: memory, emscriptenModule: { instantiateWasm } });
+  engine.quickjs = await Promise.race([newQuickJSWASMModuleFromVariant(variantWithMemory), failed]);
+  return engine;
 }
 
 /** The engine is broken (a trap, the host's stack exhausted): not a guest error QuickJS reported. */
@@ -96,14 +115,15 @@ export class EmbeddedSandbox {
   #wasmModule;
   #limits;
   #engine;
+  #current;
+  #inFlight = 0;
 
-  /** `limits` (tests): `{memoryBytes, engineMemoryBytes, stackBytes, cpuMs}` lower than the defaults. */
+  /** `limits` (tests): `{memoryBytes, stackBytes, cpuMs}` lower than the defaults. */
   constructor({ wasmModule, limits = {} } = {}) {
     if (!wasmModule) throw new TypeError("EmbeddedSandbox needs the engine's wasmModule");
     this.#wasmModule = wasmModule;
     this.#limits = {
       memoryBytes: Math.min(limits.memoryBytes ?? GUEST_MEMORY_BYTES_MAX, GUEST_MEMORY_BYTES_MAX),
-      engineMemoryBytes: Math.min(limits.engineMemoryBytes ?? GUEST_ENGINE_MEMORY_BYTES_MAX, GUEST_ENGINE_MEMORY_BYTES_MAX),
       stackBytes: Math.min(limits.stackBytes ?? GUEST_STACK_BYTES_MAX, GUEST_STACK_BYTES_MAX),
       cpuMs: Math.min(limits.cpuMs ?? GUEST_CPU_MS_MAX, GUEST_CPU_MS_MAX),
     };
@@ -119,36 +139,42 @@ export class EmbeddedSandbox {
     if (harness.error !== undefined) return JSON.stringify({ error: harness.error });
     let engine;
     try {
-      this.#engine ??= newEngine(this.#wasmModule, this.#limits.engineMemoryBytes);
+      this.#engine ??= newEngine(this.#wasmModule, this.#limits.memoryBytes);
       engine = await this.#engine;
     } catch (error) {
       this.#engine = undefined;
       return JSON.stringify({ error: `the embedded sandbox cannot start: ${errorText(error)}` });
     }
+    this.#current = engine;
     const run = new Run(engine, this.#limits, dispatch);
+    this.#inFlight += 1;
     try {
       return await raceAbort(run.reply(harness.source), signal);
     } finally {
-      if (!run.close()) this.#drop(engine);
+      this.#inFlight -= 1;
+      const healthy = run.close();
+      // A grown memory never shrinks: an idle engine gives it back.
+      if (!healthy || (this.#inFlight === 0 && engine.memory.buffer.byteLength > ENGINE_INITIAL_BYTES)) this.#drop(engine);
     }
   }
 
-  /** Bytes of the engine's linear memory now (0 before the first run): what it holds of its host. */
-  async memoryBytes() {
-    const engine = await this.#engine?.catch(() => undefined);
-    return engine?.getWasmMemory().buffer.byteLength ?? 0;
+  /** Bytes of the engine's linear memory now (0 when there is none): what it holds of its host. */
+  memoryBytes() {
+    return this.#current?.memory.buffer.byteLength ?? 0;
   }
 
-  /** Drops a failed engine: the next run instantiates a fresh one. */
+  /** Drops an engine (failed, or grown and idle): the next run instantiates a fresh one. */
   #drop(engine) {
-    this.#engine?.then((current) => {
-      if (current === engine) this.#engine = undefined;
-    });
+    if (this.#current !== engine) return;
+    this.#current = undefined;
+    this.#engine = undefined;
   }
 }
 
 /** One guest run: its own runtime and context, released by `close`. */
 class Run {
+  #engine;
+  #refusals;
   #runtime;
   #context;
   #limits;
@@ -165,10 +191,11 @@ class Run {
   #timers = new Map();
 
   constructor(engine, limits, dispatch) {
+    this.#engine = engine;
+    this.#refusals = engine.refusals;
     this.#limits = limits;
     this.#dispatch = dispatch;
-    this.#runtime = engine.newRuntime();
-    this.#runtime.setMemoryLimit(limits.memoryBytes);
+    this.#runtime = engine.quickjs.newRuntime();
     this.#runtime.setMaxStackSize(limits.stackBytes);
     this.#runtime.setInterruptHandler(() => this.#overBudget());
     this.#context = this.#runtime.newContext();
@@ -215,7 +242,12 @@ class Run {
   async reply(harness) {
     const reply = await this.#settle(harness);
     // Once interrupted, the run is over whatever the harness made of it.
-    return this.#interrupted ? JSON.stringify({ error: `the code ran out of CPU time (at most ${this.#limits.cpuMs} ms)` }) : reply;
+    if (this.#interrupted) return JSON.stringify({ error: `the code ran out of CPU time (at most ${this.#limits.cpuMs} ms)` });
+    // Out of memory may surface as any error (even a thrown null): say which.
+    if (this.#engine.refusals > this.#refusals && JSON.parse(reply).error !== undefined) {
+      return JSON.stringify({ error: `out of memory: the sandbox's memory is at most ${this.#limits.memoryBytes} bytes` });
+    }
+    return reply;
   }
 
   async #settle(harness) {
