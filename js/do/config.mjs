@@ -96,6 +96,7 @@ export function checkDecision(value) {
 // silently ignored.
 const TOOLS_KEYS = {
   modules: "modules",
+  sandbox: "sandbox",
   access: "access",
   mcpServers: "mcpServers",
   mcpTimeoutMs: "data",
@@ -107,6 +108,11 @@ const TOOLS_KEYS = {
   computersTimeoutMs: "data",
   ui: "ui",
 };
+
+// `tools().sandbox`: where `execute` runs: "loader" (the default: a Worker
+// Loader guest, offered only with the LOADER binding) or "embedded" (QuickJS
+// in wasm in this isolate or process, js/sandbox/embedded.mjs; no binding).
+export const SANDBOXES = ["loader", "embedded"];
 
 const COMPUTER_KEYS = { id: "data", name: "data", computer: "computer", confirmCalls: "data", files: "port" };
 
@@ -184,6 +190,8 @@ export function checkTools(config) {
         });
       case "operations":
         return list(value, path, (op, at) => object(op, at, OPERATION_KEYS));
+      case "sandbox":
+        return SANDBOXES.includes(value) ? undefined : `${where(path)} must be ${SANDBOXES.map((name) => JSON.stringify(name)).join(" or ")}`;
       case "ui":
         if (typeof value?.id !== "string") return `${where(path)}.id must be a string naming the App`;
         return object(value, path, UI_KEYS);

@@ -3,6 +3,7 @@
 // core calls (src/host/*.rs), checked first by js/do/config.mjs. They
 // carry calls both ways and bound what crosses; nothing here decides.
 import { runGuest } from "../execute.mjs";
+import { EmbeddedSandbox } from "../sandbox/embedded.mjs";
 import { WORKSPACE } from "../files.mjs";
 import { readBounded } from "../bounded.mjs";
 import { manifestOf, normalizeRoster, runHook } from "../extensions.mjs";
@@ -251,6 +252,19 @@ async function withinMs(ms, work) {
 // as data, and the calls the core decides to make. Nothing here decides a
 // grant or bounds a payload; the core does both. With the fleet and no
 // tools(), the host offers the `agents` module alone.
+const EMBEDDED = Symbol("shiitake.embeddedSandbox");
+
+/**
+ * The object's embedded sandbox (`tools().sandbox: "embedded"`), kept for
+ * its life: one engine instance serves its runs, each in a fresh context.
+ * The engine's wasm is imported as a module (js/sandbox/engine-wasm.mjs),
+ * loaded on the first run.
+ */
+function embeddedSandbox(object) {
+  object[EMBEDDED] ??= new EmbeddedSandbox({ wasmModule: import("../sandbox/engine-wasm.mjs").then((module) => module.default) });
+  return object[EMBEDDED];
+}
+
 export function toolHost(object, fleet = false) {
   let config;
   try {
@@ -295,12 +309,14 @@ export function toolHost(object, fleet = false) {
   // The Computers of the host's list as last read, by name.
   const computers = new Map();
   const loader = object.env?.LOADER;
+  const embedded = config.sandbox === "embedded";
   const spec = JSON.stringify({
     modules,
     direct,
     access: config.access === undefined ? null : accessData,
     confirm: typeof confirm === "function",
-    loader: loader !== undefined,
+    // `execute` is offered where it can run.
+    loader: embedded || loader !== undefined,
     ...(config.mcpTimeoutMs !== undefined ? { mcpTimeoutMs: config.mcpTimeoutMs } : {}),
     ...(config.mcpRetryMs !== undefined ? { mcpRetryMs: config.mcpRetryMs } : {}),
     ...(files !== undefined ? { files } : {}),
@@ -426,6 +442,7 @@ export function toolHost(object, fleet = false) {
       }
     },
     execute(code, namespaces, dispatch, signal) {
+      if (embedded) return embeddedSandbox(object).run({ code, namespaces: [...namespaces], dispatch, signal });
       // Through the Worker's exported ShiitakeSandbox when there is one: the
       // guest worker is then released when the call returns, not when this
       // object's isolate next collects garbage (see js/execute.mjs).
