@@ -1,6 +1,6 @@
 // `execute` benchmark: what the door costs per call, measured in one run.
 //
-//   node bench/execute.mjs [--n 40]
+//   node bench/execute.mjs [--n 40] [--sandbox loader|embedded]
 //
 // A plain turn and three kinds of tool turn, interleaved, on the tools
 // fixture (tests/e2e/fixtures/tools-worker.mjs), each timed from the prompt
@@ -13,17 +13,21 @@
 //   execute50  the same code calling it 50 times.
 // Prints medians, the per-call overhead of execute (execute - direct) and its
 // ratio to the baseline, and the cost of one more guest call
-// ((execute50 - execute) / 49). Needs `bash scripts/build.sh`. Asserts nothing.
+// ((execute50 - execute) / 49). `--sandbox embedded`: execute in the embedded
+// sandbox (tools().sandbox, fixtures/embedded-tools-worker.mjs, no LOADER)
+// instead of the Worker Loader. Needs `bash scripts/build.sh`. Asserts nothing.
 
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { ROOT, bundleFixture, startWorker } from "../tests/e2e/helpers.mjs";
 
-const { values: args } = parseArgs({ options: { n: { type: "string", default: "40" } } });
+const { values: args } = parseArgs({ options: { n: { type: "string", default: "40" }, sandbox: { type: "string", default: "loader" } } });
 const N = Number(args.n);
+const embedded = args.sandbox === "embedded";
+const fixture = embedded ? "embedded-tools-worker" : "tools-worker";
 
-const script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/tools-worker.mjs"), "tools-worker");
-const h = await startWorker({ scriptPath: script, model: "echo" });
+const script = await bundleFixture(path.join(ROOT, `tests/e2e/fixtures/${fixture}.mjs`), fixture);
+const h = await startWorker({ scriptPath: script, model: "echo", loader: !embedded });
 
 const kinds = {
   plain: () => ({ text: "ok" }),
@@ -69,7 +73,7 @@ await h.dispose();
 
 const m = Object.fromEntries(Object.entries(times).map(([k, v]) => [k, median(v)]));
 const f = (x) => x.toFixed(2);
-console.log(`turns per kind: ${N} (interleaved), medians from prompt to settlement`);
+console.log(`turns per kind: ${N} (interleaved), medians from prompt to settlement; execute in the ${embedded ? "embedded sandbox" : "Worker Loader"}`);
 console.log(`  plain turn (no tool)  ${f(m.plain)} ms`);
 console.log(`  direct tool turn      ${f(m.direct)} ms`);
 console.log(`  execute turn          ${f(m.execute)} ms`);

@@ -360,6 +360,15 @@ export interface ShiitakeTools {
   /** At most 64 modules; ids unique (`notes`, `mcp.docs`, `files`). */
   modules: ToolModule[];
   /**
+   * Where `execute` runs the model's code. `"loader"` (the default): a fresh
+   * Worker Loader guest per run, offered only with the `LOADER` binding.
+   * `"embedded"`: QuickJS compiled to wasm, in this isolate or process (a
+   * Worker without `LOADER`, the Node host), one fresh context per run, the
+   * same guest API; each run at most 5000 ms of CPU and a 64 KiB stack, the
+   * engine's memory at most 32 MiB (shared by the runs in flight).
+   */
+  sandbox?: "loader" | "embedded";
+  /**
    * `tools.access`: default grants by module id, keys that fail closed, and
    * the confirm hook. Omitted: full access (a `confirm` operation is still
    * refused without `access.confirm`).
