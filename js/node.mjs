@@ -21,18 +21,14 @@ import { basename, dirname, extname, resolve } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { Hono } from "hono";
 import { mountSessionRoutes } from "./app.mjs";
+import { registerNodeEngine } from "./sandbox/node.mjs";
 
 const WASM_URL = new URL("../build/wasm/shiitake_bg.wasm", import.meta.url).href;
 const WORKERS_STUB = "shiitake-node:cloudflare-workers";
 const WORKERS_STUB_SOURCE =
   "export class DurableObject { constructor(ctx, env) { this.ctx = ctx; this.env = env; } }\n" +
   "export class RpcTarget {}\nexport class WorkerEntrypoint { constructor(ctx, env) { this.ctx = ctx; this.env = env; } }\n";
-/** A module whose default export is the wasm at `url`, compiled (as workerd gives a CompiledWasm module). */
-const wasmModuleSource = (url) => `import { readFileSync } from "node:fs";\nexport default new WebAssembly.Module(readFileSync(new URL(${JSON.stringify(url)})));\n`;
-const WASM_SOURCE = wasmModuleSource(WASM_URL);
-// The embedded sandbox's engine (js/sandbox/engine-wasm.mjs imports it).
-const ENGINE_WASM_URL = import.meta.resolve("@jitl/quickjs-wasmfile-release-sync/wasm");
-const ENGINE_WASM_SOURCE = wasmModuleSource(ENGINE_WASM_URL);
+const WASM_SOURCE = `import { readFileSync } from "node:fs";\nexport default new WebAssembly.Module(readFileSync(new URL(${JSON.stringify(WASM_URL)})));\n`;
 
 /** The table holding the alarm (one row); the runtime's own tables never start with `_shiitake_node`. */
 const ALARM_TABLE = "_shiitake_node_alarm";
@@ -54,9 +50,8 @@ let shimPromise = null;
 
 // js/do.mjs imports `cloudflare:workers` (for DurableObject) and the
 // wasm-bindgen glue imports `./shiitake_bg.wasm` as a compiled module, as
-// workerd loads them; js/sandbox/engine-wasm.mjs imports the embedded
-// sandbox's engine wasm the same way. Narrow module hooks give Node the same
-// modules; no other specifier or URL is touched.
+// workerd loads them. Two narrow module hooks give Node the same two modules;
+// no other specifier or URL is touched.
 function installHooks() {
   if (typeof nodeModule.registerHooks === "function") {
     nodeModule.registerHooks({
@@ -67,7 +62,6 @@ function installHooks() {
       load(url, context, next) {
         if (url === WORKERS_STUB) return { format: "module", source: WORKERS_STUB_SOURCE, shortCircuit: true };
         if (url === WASM_URL) return { format: "module", source: WASM_SOURCE, shortCircuit: true };
-        if (url === ENGINE_WASM_URL) return { format: "module", source: ENGINE_WASM_SOURCE, shortCircuit: true };
         return next(url, context);
       },
     });
@@ -82,7 +76,6 @@ function installHooks() {
     export async function load(url, context, next) {
       if (url === ${JSON.stringify(WORKERS_STUB)}) return { format: "module", source: ${JSON.stringify(WORKERS_STUB_SOURCE)}, shortCircuit: true };
       if (url === ${JSON.stringify(WASM_URL)}) return { format: "module", source: ${JSON.stringify(WASM_SOURCE)}, shortCircuit: true };
-      if (url === ${JSON.stringify(ENGINE_WASM_URL)}) return { format: "module", source: ${JSON.stringify(ENGINE_WASM_SOURCE)}, shortCircuit: true };
       return next(url, context);
     }`;
   nodeModule.register(`data:text/javascript,${encodeURIComponent(hooks)}`);
@@ -91,6 +84,8 @@ function installHooks() {
 function loadShim() {
   if (shimPromise === null) {
     installHooks();
+    // `tools().sandbox: "embedded"` runs here with no import of the host's.
+    registerNodeEngine();
     shimPromise = import("./do.mjs");
   }
   return shimPromise;

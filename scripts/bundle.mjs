@@ -15,7 +15,7 @@ const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 /** The wasm-bindgen output of scripts/build.sh. */
 export const WASM_PATH = join(ROOT, "build/wasm/shiitake_bg.wasm");
 
-/** The embedded sandbox's engine (js/sandbox/engine-wasm.mjs imports it by this name). */
+/** The embedded sandbox's engine (js/sandbox/engine-wasm.mjs, which a Worker opting in imports, imports it by this name). */
 const ENGINE_WASM_SPECIFIER = "@jitl/quickjs-wasmfile-release-sync/wasm";
 export const ENGINE_WASM_PATH = fileURLToPath(import.meta.resolve(ENGINE_WASM_SPECIFIER));
 /** Its name next to the bundle, a CompiledWasm module like the core's. */

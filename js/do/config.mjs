@@ -96,7 +96,6 @@ export function checkDecision(value) {
 // silently ignored.
 const TOOLS_KEYS = {
   modules: "modules",
-  sandbox: "sandbox",
   access: "access",
   mcpServers: "mcpServers",
   mcpTimeoutMs: "data",
@@ -107,12 +106,13 @@ const TOOLS_KEYS = {
   computers: "computers",
   computersTimeoutMs: "data",
   ui: "ui",
+  sandbox: "sandbox",
 };
 
 // `tools().sandbox`: where `execute` runs: "loader" (the default: a Worker
 // Loader guest, offered only with the LOADER binding) or "embedded" (QuickJS
 // in wasm in this isolate or process, js/sandbox/embedded.mjs; no binding).
-export const SANDBOXES = ["loader", "embedded"];
+const SANDBOXES = ["loader", "embedded"];
 
 const COMPUTER_KEYS = { id: "data", name: "data", computer: "computer", confirmCalls: "data", files: "port" };
 

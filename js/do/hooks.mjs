@@ -3,7 +3,7 @@
 // core calls (src/host/*.rs), checked first by js/do/config.mjs. They
 // carry calls both ways and bound what crosses; nothing here decides.
 import { runGuest } from "../execute.mjs";
-import { EmbeddedSandbox } from "../sandbox/embedded.mjs";
+import { EmbeddedSandbox, registeredEngineWasm } from "../sandbox/embedded.mjs";
 import { WORKSPACE } from "../files.mjs";
 import { readBounded } from "../bounded.mjs";
 import { manifestOf, normalizeRoster, runHook } from "../extensions.mjs";
@@ -256,12 +256,11 @@ const EMBEDDED = Symbol("shiitake.embeddedSandbox");
 
 /**
  * The object's embedded sandbox (`tools().sandbox: "embedded"`), kept for
- * its life: one engine instance serves its runs, each in a fresh context.
- * The engine's wasm is imported as a module (js/sandbox/engine-wasm.mjs),
- * loaded on the first run.
+ * its life: one engine instance serves its runs, each in a fresh context,
+ * on the registered engine wasm (js/sandbox/engine-wasm.mjs).
  */
 function embeddedSandbox(object) {
-  object[EMBEDDED] ??= new EmbeddedSandbox({ wasmModule: import("../sandbox/engine-wasm.mjs").then((module) => module.default) });
+  object[EMBEDDED] ??= new EmbeddedSandbox({ wasmModule: registeredEngineWasm() });
   return object[EMBEDDED];
 }
 
@@ -310,6 +309,10 @@ export function toolHost(object, fleet = false) {
   const computers = new Map();
   const loader = object.env?.LOADER;
   const embedded = config.sandbox === "embedded";
+  const noEngine =
+    embedded && registeredEngineWasm() === undefined
+      ? 'tools().sandbox "embedded" needs the engine: import "shiitake/sandbox-engine" in the Worker (js/sandbox/engine-wasm.mjs)'
+      : undefined;
   const spec = JSON.stringify({
     modules,
     direct,
@@ -323,7 +326,7 @@ export function toolHost(object, fleet = false) {
     ...(config.computers !== undefined ? { computers: true } : {}),
     ...(config.computersTimeoutMs !== undefined ? { computersTimeoutMs: config.computersTimeoutMs } : {}),
     ...(config.ui !== undefined ? { ui: { id: config.ui.id, hasSession: config.ui.hasSession !== undefined } } : {}),
-    ...(problem ? { error: problem } : {}),
+    ...((problem ?? noEngine) ? { error: problem ?? noEngine } : {}),
   });
   // MCP requests go through the host's fetch (credentials in its headers).
   const mcpFetch = config.fetch ?? ((input, init) => fetch(input, init));

@@ -91,7 +91,7 @@ async function newEngine(wasmModule, memoryCap) {
   let fail;
   const failed = new Promise((_, reject) => (fail = reject));
   const instantiateWasm = (imports, onSuccess) => {
-    Promise.resolve(wasmModule)
+    Promise.resolve(typeof wasmModule === "function" ? wasmModule() : wasmModule)
       .then((module) => WebAssembly.instantiate(module, imports).then((instance) => onSuccess(instance, module)))
       .catch(fail);
     return {};
@@ -104,12 +104,28 @@ async function newEngine(wasmModule, memoryCap) {
 /** The engine is broken (a trap, the host's stack exhausted): not a guest error QuickJS reported. */
 class EngineFailure extends Error {}
 
+// The engine's wasm for the hosts that run `tools().sandbox: "embedded"`:
+// registered by importing js/sandbox/engine-wasm.mjs (`shiitake/sandbox-engine`,
+// in a Worker) or by js/node.mjs (Node), so a Worker that does not opt in
+// neither bundles nor uploads it.
+let registeredEngine;
+
+/** Registers the engine's wasm: a WebAssembly.Module, a promise of one, or a function answering either. */
+export function registerEngineWasm(wasmModule) {
+  registeredEngine = wasmModule;
+}
+
+/** The registered engine wasm, or undefined. */
+export function registeredEngineWasm() {
+  return registeredEngine;
+}
+
 /**
  * Runs `execute` guests in embedded QuickJS. `wasmModule`: the engine's wasm
- * as a WebAssembly.Module (or a promise of one): in a Worker, imported as a
- * CompiledWasm module (a Worker cannot compile wasm bytes); in Node, see
- * js/sandbox/node.mjs. One engine instance serves the runs, each in its own
- * runtime.
+ * as a WebAssembly.Module, a promise of one or a function answering either
+ * (called at the first run): in a Worker, imported as a CompiledWasm module
+ * (a Worker cannot compile wasm bytes); in Node, see js/sandbox/node.mjs.
+ * One engine instance serves the runs, each in its own runtime.
  */
 export class EmbeddedSandbox {
   #wasmModule;

@@ -1,13 +1,18 @@
 // The embedded sandbox's engine for Node: its wasm compiled from the
 // package's file (a Worker imports it as a CompiledWasm module instead).
 import { readFile } from "node:fs/promises";
-import { EmbeddedSandbox } from "./embedded.mjs";
+import { EmbeddedSandbox, registerEngineWasm } from "./embedded.mjs";
 
 /** The engine's wasm, compiled once per process on first use. */
 let compiled;
 export function engineWasmModule() {
   compiled ??= readFile(new URL(import.meta.resolve("@jitl/quickjs-wasmfile-release-sync/wasm"))).then((bytes) => WebAssembly.compile(bytes));
   return compiled;
+}
+
+/** Registers {@link engineWasmModule} for `tools().sandbox: "embedded"` (js/node.mjs does, at load). */
+export function registerNodeEngine() {
+  registerEngineWasm(engineWasmModule);
 }
 
 /** An {@link EmbeddedSandbox} on this process's engine wasm. */

@@ -12,7 +12,7 @@ import { test } from "node:test";
 import { openNodeShiitake } from "../../js/node.mjs";
 import { checkTools } from "../../js/do/config.mjs";
 import { startModelServer } from "../support/model-server.mjs";
-import { execute, uniq, useWorker } from "./helpers.mjs";
+import { ROOT, bundleFixture, execute, startWorker, uniq, useWorker } from "./helpers.mjs";
 
 const h = useWorker({ fixture: "embedded-tools-worker", model: "echo", loader: false });
 const T = { timeout: 30_000 };
@@ -59,6 +59,21 @@ test("a runaway guest is a tool error; a required grant is still refused; the Ag
   assert.doesNotMatch(vault.tools[0].text, /ran out of CPU|sandbox failed/);
   const next = await turn("next", execute("return 6 * 7"), { text: "ok" });
   assert.equal(next.tools[0].text, "42");
+});
+
+test("\"embedded\" without the engine imported is a misconfigured host, named", T, async () => {
+  const script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/embedded-no-engine-worker.mjs"), "embedded-no-engine-worker");
+  const other = await startWorker({ scriptPath: script, model: "echo", loader: false });
+  try {
+    const tag = uniq("no-engine");
+    other.model.scriptFor(tag, execute("return 1"), { text: "never" });
+    const { a, sid } = await other.session();
+    const settled = await a.settle(sid, "r1", `go ${tag}`, { boundMs: 20_000 });
+    assert.equal(settled.terminal, "failed");
+    assert.match(settled.diagnostic, /needs the engine: import "shiitake\/sandbox-engine"/);
+  } finally {
+    await other.dispose();
+  }
 });
 
 test("tools().sandbox takes \"loader\" or \"embedded\"", () => {
