@@ -139,6 +139,23 @@ if (Object.keys(VARIANTS).length === 2) {
     Object.keys(CODE).map((r) => `${r} ${(b.runs[r] / a.runs[r]).toFixed(2)}x`).join(", "));
 }
 
+// The whole embedded door on the chosen engine (js/sandbox/embedded.mjs):
+// the code parsed and normalised, the harness compiled in a fresh context,
+// the result checked; the same code as CODE, in the door's form.
+const { nodeSandbox } = await import("../js/sandbox/node.mjs");
+const sandbox = nodeSandbox();
+const dispatch = () => host();
+const DOOR = {
+  trivial: "6 * 7",
+  call1: "(await notes.add({})).sum",
+  call10: "let n = 0; for (let i = 0; i < 10; i++) n += (await notes.add({})).sum; return n",
+};
+console.log("\nEmbeddedSandbox.run (quickjs; parse, harness, fresh runtime + context, checks):");
+for (const [run, code] of Object.entries(DOOR)) {
+  const ms = await time(() => sandbox.run({ code, namespaces: ["notes"], dispatch }));
+  console.log(`  ${run.padEnd(8)} ${f(ms)}  (${(ms / base[run]).toFixed(1)}x baseline)`);
+}
+
 if (args.workerd) await workerd();
 
 /** The same trivial and 10-call runs in Miniflare, the wasm imported as a CompiledWasm module. */

@@ -162,7 +162,13 @@ export class EmbeddedSandbox {
       return JSON.stringify({ error: `the embedded sandbox cannot start: ${errorText(error)}` });
     }
     this.#current = engine;
-    const run = new Run(engine, this.#limits, dispatch);
+    let run;
+    try {
+      run = new Run(engine, this.#limits, dispatch);
+    } catch (error) {
+      this.#drop(engine);
+      return JSON.stringify({ error: `the embedded sandbox failed: ${errorText(error)}` });
+    }
     this.#inFlight += 1;
     try {
       return await raceAbort(run.reply(harness.source), signal);
@@ -250,8 +256,13 @@ class Run {
 
   /** A QuickJS exception as the guest's error text. */
   #guestError(handle) {
-    const value = this.#context.dump(handle);
-    return value && typeof value === "object" && typeof value.message === "string" ? value.message : String(value);
+    try {
+      // Dumping may run guest code (getters, toJSON): a slice like any other.
+      const value = this.#slice(() => this.#context.dump(handle));
+      return value && typeof value === "object" && typeof value.message === "string" ? value.message : String(value);
+    } catch {
+      return "a value that cannot be shown was thrown";
+    }
   }
 
   /** The guest's reply (JSON text), once the harness's promise settles. */
