@@ -128,19 +128,13 @@ function scope(host) {
   return { ...spaces, env: Object.freeze({ ...spaces }), forage };
 }
 
-// UTF-8 bytes of a string, counted here: not every engine has TextEncoder.
+// UTF-8 bytes of a string, counted here (not every engine has TextEncoder)
+// by the engine's regex code, not a loop in the guest's CPU budget: each
+// unit is a byte, a two-byte character one more, a three-byte one (or a lone
+// surrogate) two more, a surrogate pair two more over its two units.
 function utf8Bytes(text) {
-  let bytes = text.length;
-  for (let i = 0; i < text.length; i++) {
-    const unit = text.charCodeAt(i);
-    if (unit < 0x80) continue;
-    if (unit < 0x800) bytes += 1;
-    else if (unit >= 0xd800 && unit < 0xdc00 && (text.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
-      bytes += 2;
-      i++;
-    } else bytes += 2;
-  }
-  return bytes;
+  const removed = (pattern) => text.length - text.replace(pattern, "").length;
+  return text.length + removed(/[\\u0080-\\u07ff]/g) + 2 * removed(/[\\u0800-\\uffff]/gu) + removed(/[\\u{10000}-\\u{10ffff}]/gu);
 }
 
 async function settle(run) {

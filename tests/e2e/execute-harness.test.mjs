@@ -169,6 +169,10 @@ for (const [backend, run] of [
     // Bytes, not characters: é is two UTF-8 bytes.
     assert.equal((await result("'é'.repeat(131071)")).length, 131071);
     assert.equal(await error("'é'.repeat(131072)"), "the result is 262146 bytes; at most 262144");
+    // A surrogate pair is four bytes, a three-byte character three.
+    assert.equal((await result("'😀'.repeat(65535)")).length, 131070);
+    assert.equal(await error("'😀'.repeat(65536)"), "the result is 262146 bytes; at most 262144");
+    assert.equal(await error("'€'.repeat(87382)"), "the result is 262148 bytes; at most 262144");
   });
 
   test("the host re-checks what the guest sends back", async () => {
