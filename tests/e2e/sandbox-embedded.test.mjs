@@ -41,6 +41,22 @@ test("an endless loop ends at the CPU budget", async () => {
   assert.match(await refused("/(a+)+$/.test('a'.repeat(40) + 'b')"), /ran out of CPU time/);
 });
 
+test("where the clock stands still while code runs (Cloudflare), the interrupt count ends the loop", async () => {
+  const now = performance.now;
+  const frozen = now.call(performance);
+  performance.now = () => frozen;
+  const started = Date.now();
+  let reply;
+  try {
+    ({ reply } = await run("for (;;) {}"));
+  } finally {
+    performance.now = now;
+  }
+  assert.deepEqual(reply, { error: `the code ran out of CPU time (at most ${CPU_MS} ms)` });
+  assert.ok(Date.now() - started < 4 * CPU_MS, `took ${Date.now() - started} ms`);
+  await serves();
+});
+
 test("the CPU budget is summed over the slices between host calls", async () => {
   // 20 slices of 50 ms each: none alone is over 300 ms, together they are.
   const code = "for (let i = 0; i < 20; i++) { const t = Date.now(); while (Date.now() - t < 50) {} await notes.add({ a: 1, b: 1 }); } return 'done'";
