@@ -109,9 +109,10 @@ const TOOLS_KEYS = {
   sandbox: "sandbox",
 };
 
-// `tools().sandbox`: where `execute` runs: "loader" (the default: a Worker
-// Loader guest, offered only with the LOADER binding) or "embedded" (QuickJS
-// in wasm in this isolate or process, js/sandbox/embedded.mjs; no binding).
+// `tools().sandbox`: where `execute` runs: "loader" (a Worker Loader guest,
+// offered only with the LOADER binding) or "embedded" (QuickJS in wasm in
+// this isolate or process, js/sandbox/embedded.mjs; no binding). Unset: the
+// loader where LOADER is bound, else the embedded engine where registered.
 const SANDBOXES = ["loader", "embedded"];
 
 const COMPUTER_KEYS = { id: "data", name: "data", computer: "computer", confirmCalls: "data", files: "port" };

@@ -308,9 +308,12 @@ export function toolHost(object, fleet = false) {
   // The Computers of the host's list as last read, by name.
   const computers = new Map();
   const loader = object.env?.LOADER;
-  const embedded = config.sandbox === "embedded";
+  // The default: the Worker Loader where it is bound, else the embedded
+  // engine where it is registered (Node; a Worker importing it).
+  const engine = registeredEngineWasm() !== undefined;
+  const embedded = config.sandbox === "embedded" || (config.sandbox === undefined && loader === undefined && engine);
   const noEngine =
-    embedded && registeredEngineWasm() === undefined
+    embedded && !engine
       ? 'tools().sandbox "embedded" needs the engine: import "shiitake/sandbox-engine" in the Worker (js/sandbox/engine-wasm.mjs)'
       : undefined;
   const spec = JSON.stringify({

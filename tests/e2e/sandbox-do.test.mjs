@@ -82,7 +82,7 @@ test("tools().sandbox takes \"loader\" or \"embedded\"", () => {
   assert.equal(checkTools({ sandbox: "quickjs" }), 'tools().sandbox must be "loader" or "embedded"');
 });
 
-test("the Node host runs execute in the embedded sandbox", T, async () => {
+test("the Node host runs execute in the embedded sandbox, by default", T, async () => {
   const dir = mkdtempSync(path.join(tmpdir(), "shiitake-sandbox-"));
   const model = await startModelServer({ fallback: "echo" });
   let host;
@@ -90,8 +90,8 @@ test("the Node host runs execute in the embedded sandbox", T, async () => {
     host = await openNodeShiitake({
       path: path.join(dir, "agent.db"),
       env: { SHIITAKE_MODEL: "openai/scripted-node", OPENAI_BASE_URL: model.url, OPENAI_API_KEY: "sk-node-test" },
+      // No `sandbox`: on Node the default is the embedded one.
       tools: () => ({
-        sandbox: "embedded",
         access: { grants: { calc: "read" } },
         modules: [
           {
