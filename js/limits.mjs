@@ -73,9 +73,9 @@ export const GUEST_CPU_MS_MAX = 5_000;
 // counts 8 bytes an allocation), so the memory itself is capped ...
 export const GUEST_MEMORY_BYTES_MAX = 33_554_432;
 
-// ... the engine's stack for one run: deeper recursion is a RangeError. Past
-// about 96 KiB some built-ins' recursion (`JSON.stringify` of a deeply
-// nested array) overflows the host's native stack before the engine's check.
+// ... the engine's stack for one run: deeper recursion is a "stack overflow"
+// error. At 128 KiB a built-in's recursion (`JSON.stringify` of a deeply
+// nested array) overflowed Node's native stack before the engine's check.
 export const GUEST_STACK_BYTES_MAX = 65_536;
 
 // Timers (`setTimeout`) one embedded run may start.

@@ -194,9 +194,9 @@ pub const GUEST_CALLS_PER_EXECUTION_MAX: usize = 1_024;
 /// own heap limit is no bound in this build (without `malloc_usable_size` it
 /// counts 8 bytes an allocation), so the memory itself is capped ...
 pub const GUEST_MEMORY_BYTES_MAX: usize = 33_554_432;
-/// ... the engine's stack for one run: deeper recursion is a RangeError. Past
-/// about 96 KiB some built-ins' recursion (`JSON.stringify` of a deeply
-/// nested array) overflows the host's native stack before the engine's check.
+/// ... the engine's stack for one run: deeper recursion is a "stack overflow"
+/// error. At 128 KiB a built-in's recursion (`JSON.stringify` of a deeply
+/// nested array) overflowed Node's native stack before the engine's check.
 pub const GUEST_STACK_BYTES_MAX: usize = 65_536;
 /// ... and the time one run may compute, summed over its slices between
 /// host calls (a computing guest holds the Agent's thread).
