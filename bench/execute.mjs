@@ -15,13 +15,16 @@
 // ratio to the baseline, and the cost of one more guest call
 // ((execute50 - execute) / 49). `--sandbox embedded`: execute in the embedded
 // sandbox (tools().sandbox, fixtures/embedded-tools-worker.mjs, no LOADER)
-// instead of the Worker Loader. Needs `bash scripts/build.sh`. Asserts nothing.
+// instead of the Worker Loader. `--same-agent`: all turns in one Agent.
+// Needs `bash scripts/build.sh`. Asserts nothing.
 
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { ROOT, bundleFixture, startWorker } from "../tests/e2e/helpers.mjs";
 
-const { values: args } = parseArgs({ options: { n: { type: "string", default: "40" }, sandbox: { type: "string", default: "loader" } } });
+const { values: args } = parseArgs({
+  options: { n: { type: "string", default: "40" }, sandbox: { type: "string", default: "loader" }, "same-agent": { type: "boolean", default: false } },
+});
 const N = Number(args.n);
 const embedded = args.sandbox === "embedded";
 const fixture = embedded ? "embedded-tools-worker" : "tools-worker";
@@ -44,18 +47,22 @@ const kinds = {
 };
 
 let seq = 0;
+// --same-agent: every turn in one Agent (its own Session each), so a kept
+// sandbox engine (the embedded one) is measured warm; else a fresh Agent a turn.
+const shared = args["same-agent"] ? h.agent() : undefined;
 async function turn(kind) {
   const tag = `[bench-${kind}-${seq++}]`;
   h.model.scriptFor(tag, kinds[kind](), { text: "ok" });
-  const a = h.agent();
-  await a.createSession("s");
+  const a = shared ?? h.agent();
+  const sid = `s${seq}`;
+  await a.createSession(sid);
   const start = performance.now();
-  const id = await a.admit("s", "r", `go ${tag}`);
-  const s = await a.waitSettled("s", id, { boundMs: 30_000 });
+  const id = await a.admit(sid, "r", `go ${tag}`);
+  const s = await a.waitSettled(sid, id, { boundMs: 30_000 });
   const ms = performance.now() - start;
   const calls = kind === "plain" ? 0 : 1;
   if (s.terminal !== "completed" || s.toolCallCount !== calls) throw new Error(`${kind}: ${JSON.stringify(s)}`);
-  const tool = (await a.read("s")).messages.find((m) => m.role === "tool");
+  const tool = (await a.read(sid)).messages.find((m) => m.role === "tool");
   if (calls && tool.isError) throw new Error(`${kind}: ${tool.text}`);
   return ms;
 }
