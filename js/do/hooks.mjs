@@ -256,11 +256,11 @@ const EMBEDDED = Symbol("shiitake.embeddedSandbox");
 
 /**
  * The object's embedded sandbox (`tools().sandbox: "embedded"`), kept for
- * its life: one engine instance serves its runs, each in a fresh context,
- * on the registered engine wasm (js/sandbox/engine-wasm.mjs).
+ * its life, on the registered engine (js/sandbox/engine-wasm.mjs; Node's):
+ * its runs each get a fresh context; one Agent's engine is never another's.
  */
 function embeddedSandbox(object) {
-  object[EMBEDDED] ??= new EmbeddedSandbox({ wasmModule: registeredEngineWasm() });
+  object[EMBEDDED] ??= new EmbeddedSandbox(registeredEngineWasm());
   return object[EMBEDDED];
 }
 

@@ -108,15 +108,19 @@ class EngineFailure extends Error {}
 // The engine's wasm for the hosts that run `tools().sandbox: "embedded"`:
 // registered by importing js/sandbox/engine-wasm.mjs (`shiitake/sandbox-engine`,
 // in a Worker) or by js/node.mjs (Node), so a Worker that does not opt in
-// neither bundles nor uploads it.
+// neither bundles nor uploads it. `{wasmModule, keepEngine}`.
 let registeredEngine;
 
-/** Registers the engine's wasm: a WebAssembly.Module, a promise of one, or a function answering either. */
-export function registerEngineWasm(wasmModule) {
-  registeredEngine = wasmModule;
+/**
+ * Registers the engine's wasm (a WebAssembly.Module, a promise of one, or a
+ * function answering either) and whether an Agent keeps its engine between
+ * runs (see {@link EmbeddedSandbox}).
+ */
+export function registerEngineWasm(wasmModule, { keepEngine = false } = {}) {
+  registeredEngine = { wasmModule, keepEngine };
 }
 
-/** The registered engine wasm, or undefined. */
+/** The registered engine, `{wasmModule, keepEngine}`, or undefined. */
 export function registeredEngineWasm() {
   return registeredEngine;
 }
@@ -126,7 +130,12 @@ export function registeredEngineWasm() {
  * as a WebAssembly.Module, a promise of one or a function answering either
  * (called at the first run): in a Worker, imported as a CompiledWasm module
  * (a Worker cannot compile wasm bytes); in Node, see js/sandbox/node.mjs.
- * One engine instance serves the runs, each in its own runtime.
+ * One engine instance serves the runs in flight, each in its own runtime.
+ * `keepEngine`: keep it between runs too (a trivial run then costs about a
+ * millisecond, not the instantiation's several); else it is released once no
+ * run is in flight: V8 counts each engine's 16 MiB linear memory as the
+ * isolate's (external) memory, against a Worker's 128 MB, though it commits
+ * well under 1 MiB. A grown engine is always released when idle.
  */
 export class EmbeddedSandbox {
   #wasmModule;
@@ -134,11 +143,13 @@ export class EmbeddedSandbox {
   #engine;
   #current;
   #inFlight = 0;
+  #keepEngine;
 
   /** `limits` (tests): `{memoryBytes, stackBytes, cpuMs}` lower than the defaults. */
-  constructor({ wasmModule, limits = {} } = {}) {
+  constructor({ wasmModule, keepEngine = false, limits = {} } = {}) {
     if (!wasmModule) throw new TypeError("EmbeddedSandbox needs the engine's wasmModule");
     this.#wasmModule = wasmModule;
+    this.#keepEngine = keepEngine;
     this.#limits = {
       memoryBytes: Math.min(limits.memoryBytes ?? GUEST_MEMORY_BYTES_MAX, GUEST_MEMORY_BYTES_MAX),
       stackBytes: Math.min(limits.stackBytes ?? GUEST_STACK_BYTES_MAX, GUEST_STACK_BYTES_MAX),
@@ -177,7 +188,8 @@ export class EmbeddedSandbox {
       this.#inFlight -= 1;
       const healthy = run.close();
       // A grown memory never shrinks: an idle engine gives it back.
-      if (!healthy || (this.#inFlight === 0 && engine.memory.buffer.byteLength > ENGINE_INITIAL_BYTES)) this.#drop(engine);
+      const grown = engine.memory.buffer.byteLength > ENGINE_INITIAL_BYTES;
+      if (!healthy || (this.#inFlight === 0 && (grown || !this.#keepEngine))) this.#drop(engine);
     }
   }
 

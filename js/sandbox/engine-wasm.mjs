@@ -8,4 +8,6 @@
 import engine from "@jitl/quickjs-wasmfile-release-sync/wasm";
 import { registerEngineWasm } from "./embedded.mjs";
 
-registerEngineWasm(engine);
+// Released when no run is in flight: its linear memory counts against the
+// isolate's (js/sandbox/embedded.mjs, EmbeddedSandbox).
+registerEngineWasm(engine, { keepEngine: false });

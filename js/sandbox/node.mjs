@@ -10,12 +10,16 @@ export function engineWasmModule() {
   return compiled;
 }
 
-/** Registers {@link engineWasmModule} for `tools().sandbox: "embedded"` (js/node.mjs does, at load). */
+/**
+ * Registers {@link engineWasmModule} for `tools().sandbox: "embedded"`
+ * (js/node.mjs does, at load); an Agent keeps its engine between runs (no
+ * isolate memory limit here; each kept engine commits about 0.7 MiB).
+ */
 export function registerNodeEngine() {
-  registerEngineWasm(engineWasmModule);
+  registerEngineWasm(engineWasmModule, { keepEngine: true });
 }
 
-/** An {@link EmbeddedSandbox} on this process's engine wasm. */
+/** An {@link EmbeddedSandbox} on this process's engine wasm, kept between runs unless `keepEngine: false`. */
 export function nodeSandbox(options = {}) {
-  return new EmbeddedSandbox({ wasmModule: engineWasmModule(), ...options });
+  return new EmbeddedSandbox({ wasmModule: engineWasmModule(), keepEngine: true, ...options });
 }

@@ -91,6 +91,15 @@ test("a memory bomb ends at the memory cap; an idle engine gives its grown memor
   await serves(box);
 });
 
+test("without keepEngine (a Worker's default) the engine is released once no run is in flight", T, async () => {
+  const box = nodeSandbox({ keepEngine: false });
+  await serves(box);
+  assert.equal(box.memoryBytes(), 0);
+  const kept = nodeSandbox();
+  await serves(kept);
+  assert.equal(kept.memoryBytes(), 16 * 1024 * 1024);
+});
+
 test("deep recursion is a stack overflow, in code and in the built-ins", T, async () => {
   assert.match(await refused("function f() { return f() + 1 } f()"), /stack overflow/);
   // Built-ins that recurse natively: past the engine's stack limit these
