@@ -4,17 +4,18 @@
 // the same guest API and checks as the Worker Loader door (js/execute.mjs,
 // through js/sandbox/guest.mjs).
 //
-// What reaches the guest: the ECMAScript built-ins, a silent `console`, and
-// one `host.call(path, argsJson)` the harness builds the namespaces on. No
-// network, timers, modules, host globals or wasm (QuickJS has none of them
-// unless given), and no code from strings: `eval`, `Function` and the other
+// What reaches the guest: the ECMAScript built-ins, a silent `console`,
+// `setTimeout`/`clearTimeout` on the host's clock (as the door's guest has),
+// and one `host.call(path, argsJson)` the harness builds the namespaces on.
+// No network, modules, host globals or wasm (QuickJS has none of them unless
+// given), and no code from strings: `eval`, `Function` and the other
 // function constructors throw. Each run gets a fresh runtime and context
 // (nothing it leaves is seen by the next), a stack limit and a CPU budget
 // enforced by the engine's interrupt handler, and the engine's linear memory
 // is capped (the memory bound of the runs in flight, all one Agent's: the
 // build's QuickJS heap limit counts allocations, not bytes). An engine that
 // fails (a trap, the host's stack exhausted) is dropped, and so is one that
-// grew once no run uses it: the next run gets a fresh one.
+// grew, or any unless kept, once no run uses it: the next run gets a fresh one.
 //
 // Host calls are promises: the guest's `host.call` answers a QuickJS promise
 // the host settles when the dispatch does, then runs the pending jobs (the
@@ -32,8 +33,8 @@ import { aborted, answerCall, checkReply, errorText, guestHarness, raceAbort } f
 // 2B of computing there.
 const INTERRUPTS_PER_CPU_MS = 4;
 
-// Run first in each context, given the host's `wait(ms)` (a promise that
-// resolves that much later) and `cancel(id)`: no code from strings; timers
+// Run first in each context, given the host's `wait(id, ms)` (a promise
+// that resolves that much later) and `cancel(id)`: no code from strings; timers
 // on the host's clock (the door's guest has them too); a console that says
 // nothing (model code logs; the door's console reaches no one either).
 const PRELUDE = `(function (wait, cancel) {
