@@ -367,6 +367,17 @@ export interface ShiitakeTools {
   /** At most 64 modules; ids unique (`notes`, `mcp.docs`, `files`). */
   modules: ToolModule[];
   /**
+   * Where `execute` runs the model's code. `"loader"`: a fresh Worker Loader
+   * guest per run, offered only with the `LOADER` binding. `"embedded"`:
+   * QuickJS compiled to wasm, in this isolate or process, one fresh context
+   * per run, the same guest API; each run at most 5000 ms of CPU and a 64 KiB
+   * stack, the engine's memory at most 32 MiB (shared by the runs in
+   * flight). A Worker registers the engine by importing
+   * `shiitake/sandbox-engine`; the Node host always has it. Unset: `"loader"`
+   * where `LOADER` is bound, else `"embedded"` where the engine is registered.
+   */
+  sandbox?: "loader" | "embedded";
+  /**
    * `tools.access`: default grants by module id, keys that fail closed, and
    * the confirm hook. Omitted: full access (a `confirm` operation is still
    * refused without `access.confirm`).

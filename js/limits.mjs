@@ -61,6 +61,26 @@ export const FLEET_BODY_BYTES_MAX = 2_097_152;
 // The longest `agents.wait` (seed: `timeoutMs` from 1 to 30000).
 export const FLEET_WAIT_TIMEOUT_MS_MAX = 30_000;
 
+// ... and the time one run may compute, summed over its slices between
+// host calls (a computing guest holds the Agent's thread).
+export const GUEST_CPU_MS_MAX = 5_000;
+
+// The embedded `execute` sandbox (`js/sandbox/embedded.mjs`, QuickJS in
+// wasm, in the host's own thread): the engine's whole linear memory, which
+// starts at 16 MiB (the build's minimum) and is shared by the runs of one
+// Agent in flight; an allocation past it fails ("out of memory"). QuickJS's
+// own heap limit is no bound in this build (without `malloc_usable_size` it
+// counts 8 bytes an allocation), so the memory itself is capped ...
+export const GUEST_MEMORY_BYTES_MAX = 33_554_432;
+
+// ... the engine's stack for one run: deeper recursion is a "stack overflow"
+// error. At 128 KiB a built-in's recursion (`JSON.stringify` of a deeply
+// nested array) overflowed Node's native stack before the engine's check.
+export const GUEST_STACK_BYTES_MAX = 65_536;
+
+// Timers (`setTimeout`) one embedded run may start.
+export const GUEST_TIMERS_MAX = 1_024;
+
 // Nesting of a JSON value crossing the capability boundary (tool arguments
 // and results, schemas): arrays and objects, a scalar is depth 0.
 export const JSON_DEPTH_MAX = 64;

@@ -21,6 +21,7 @@ import { basename, dirname, extname, resolve } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { Hono } from "hono";
 import { mountSessionRoutes } from "./app.mjs";
+import { registerNodeEngine } from "./sandbox/node.mjs";
 
 const WASM_URL = new URL("../build/wasm/shiitake_bg.wasm", import.meta.url).href;
 const WORKERS_STUB = "shiitake-node:cloudflare-workers";
@@ -83,6 +84,8 @@ function installHooks() {
 function loadShim() {
   if (shimPromise === null) {
     installHooks();
+    // `tools().sandbox: "embedded"` runs here with no import of the host's.
+    registerNodeEngine();
     shimPromise = import("./do.mjs");
   }
   return shimPromise;

@@ -15,12 +15,26 @@ const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 /** The wasm-bindgen output of scripts/build.sh. */
 export const WASM_PATH = join(ROOT, "build/wasm/shiitake_bg.wasm");
 
+/** The embedded sandbox's engine (js/sandbox/engine-wasm.mjs, which a Worker opting in imports, imports it by this name). */
+const ENGINE_WASM_SPECIFIER = "@jitl/quickjs-wasmfile-release-sync/wasm";
+export const ENGINE_WASM_PATH = fileURLToPath(import.meta.resolve(ENGINE_WASM_SPECIFIER));
+/** Its name next to the bundle, a CompiledWasm module like the core's. */
+const ENGINE_WASM_NAME = "quickjs.wasm";
+
+// The engine's import, kept external under the name it gets beside the bundle.
+const engineWasmPlugin = {
+  name: "shiitake-engine-wasm",
+  setup(build) {
+    build.onResolve({ filter: /^@jitl\/quickjs-wasmfile-release-sync\/wasm$/ }, () => ({ path: `./${ENGINE_WASM_NAME}`, external: true }));
+  },
+};
+
 /** Bundles begun in this process: each writes its own temporary files. */
 let bundles = 0;
 
 /**
  * @param {string} entryPath the Worker's entry module
- * @param {string} outDir receives `index.mjs` and `shiitake_bg.wasm`
+ * @param {string} outDir receives `index.mjs`, `shiitake_bg.wasm` and `quickjs.wasm` (the embedded sandbox's engine)
  * @param {{ minify?: boolean, wasmPath?: string }} [options]
  * @returns {Promise<{ scriptPath: string, wasmPath: string }>}
  */
@@ -46,6 +60,7 @@ export async function bundleWorker(entryPath, outDir, options = {}) {
     external: ["cloudflare:*", "*.wasm"],
     conditions: ["workerd", "worker", "browser"],
     mainFields: ["module", "main"],
+    plugins: [engineWasmPlugin],
     minify,
     sourcemap: false,
     logLevel: "warning",
@@ -53,6 +68,9 @@ export async function bundleWorker(entryPath, outDir, options = {}) {
   const wasmOut = join(dirname(scriptPath), basename(WASM_PATH));
   await copyFile(wasmPath, wasmOut + part);
   await rename(wasmOut + part, wasmOut);
+  const engineOut = join(dirname(scriptPath), ENGINE_WASM_NAME);
+  await copyFile(ENGINE_WASM_PATH, engineOut + part);
+  await rename(engineOut + part, engineOut);
   await rename(scriptPath + part, scriptPath);
   return { scriptPath, wasmPath: wasmOut };
 }

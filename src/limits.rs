@@ -187,6 +187,22 @@ pub const TOOL_ABORT_GRACE_MS: u64 = 5_000;
 pub const EXECUTIONS_CONCURRENT_MAX: usize = 8;
 /// Operation calls (and `forage` calls) one `execute` run may make.
 pub const GUEST_CALLS_PER_EXECUTION_MAX: usize = 1_024;
+/// The embedded `execute` sandbox (`js/sandbox/embedded.mjs`, QuickJS in
+/// wasm, in the host's own thread): the engine's whole linear memory, which
+/// starts at 16 MiB (the build's minimum) and is shared by the runs of one
+/// Agent in flight; an allocation past it fails ("out of memory"). QuickJS's
+/// own heap limit is no bound in this build (without `malloc_usable_size` it
+/// counts 8 bytes an allocation), so the memory itself is capped ...
+pub const GUEST_MEMORY_BYTES_MAX: usize = 33_554_432;
+/// ... the engine's stack for one run: deeper recursion is a "stack overflow"
+/// error. At 128 KiB a built-in's recursion (`JSON.stringify` of a deeply
+/// nested array) overflowed Node's native stack before the engine's check.
+pub const GUEST_STACK_BYTES_MAX: usize = 65_536;
+/// ... and the time one run may compute, summed over its slices between
+/// host calls (a computing guest holds the Agent's thread).
+pub const GUEST_CPU_MS_MAX: u64 = 5_000;
+/// Timers (`setTimeout`) one embedded run may start.
+pub const GUEST_TIMERS_MAX: usize = 1_024;
 /// While a tool runs, the alarm is kept armed this far ahead (seed: the
 /// five-second heartbeat), so a crash resumes the turn within about this.
 pub const TOOL_HEARTBEAT_MS: u64 = 5_000;

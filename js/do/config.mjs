@@ -106,7 +106,14 @@ const TOOLS_KEYS = {
   computers: "computers",
   computersTimeoutMs: "data",
   ui: "ui",
+  sandbox: "sandbox",
 };
+
+// `tools().sandbox`: where `execute` runs: "loader" (a Worker Loader guest,
+// offered only with the LOADER binding) or "embedded" (QuickJS in wasm in
+// this isolate or process, js/sandbox/embedded.mjs; no binding). Unset: the
+// loader where LOADER is bound, else the embedded engine where registered.
+const SANDBOXES = ["loader", "embedded"];
 
 // `direct: true` (on a Computer, `ui`): its operations are also direct tools
 // (`computers_<name>_<operation>`, `ui_execute`), so a host without
@@ -189,6 +196,8 @@ export function checkTools(config) {
         });
       case "operations":
         return list(value, path, (op, at) => object(op, at, OPERATION_KEYS));
+      case "sandbox":
+        return SANDBOXES.includes(value) ? undefined : `${where(path)} must be ${SANDBOXES.map((name) => JSON.stringify(name)).join(" or ")}`;
       case "ui":
         if (typeof value?.id !== "string") return `${where(path)}.id must be a string naming the App`;
         return object(value, path, UI_KEYS);

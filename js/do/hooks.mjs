@@ -3,6 +3,7 @@
 // core calls (src/host/*.rs), checked first by js/do/config.mjs. They
 // carry calls both ways and bound what crosses; nothing here decides.
 import { runGuest } from "../execute.mjs";
+import { EmbeddedSandbox, registeredEngineWasm } from "../sandbox/embedded.mjs";
 import { WORKSPACE } from "../files.mjs";
 import { readBounded } from "../bounded.mjs";
 import { manifestOf, normalizeRoster, runHook } from "../extensions.mjs";
@@ -252,6 +253,18 @@ async function withinMs(ms, work) {
 // as data, and the calls the core decides to make. Nothing here decides a
 // grant or bounds a payload; the core does both. With the fleet and no
 // tools(), the host offers the `agents` module alone.
+const EMBEDDED = Symbol("shiitake.embeddedSandbox");
+
+/**
+ * The object's embedded sandbox (`tools().sandbox: "embedded"`), kept for
+ * its life, on the registered engine (js/sandbox/engine-wasm.mjs; Node's):
+ * its runs each get a fresh context; one Agent's engine is never another's.
+ */
+function embeddedSandbox(object) {
+  object[EMBEDDED] ??= new EmbeddedSandbox(registeredEngineWasm());
+  return object[EMBEDDED];
+}
+
 export function toolHost(object, fleet = false) {
   let config;
   try {
@@ -296,19 +309,28 @@ export function toolHost(object, fleet = false) {
   // The Computers of the host's list as last read, by name.
   const computers = new Map();
   const loader = object.env?.LOADER;
+  // The default: the Worker Loader where it is bound, else the embedded
+  // engine where it is registered (Node; a Worker importing it).
+  const engine = registeredEngineWasm() !== undefined;
+  const embedded = config.sandbox === "embedded" || (config.sandbox === undefined && loader === undefined && engine);
+  const noEngine =
+    embedded && !engine
+      ? 'tools().sandbox "embedded" needs the engine: import "shiitake/sandbox-engine" in the Worker (js/sandbox/engine-wasm.mjs)'
+      : undefined;
   const spec = JSON.stringify({
     modules,
     direct,
     access: config.access === undefined ? null : accessData,
     confirm: typeof confirm === "function",
-    loader: loader !== undefined,
+    // `execute` is offered where it can run.
+    loader: embedded || loader !== undefined,
     ...(config.mcpTimeoutMs !== undefined ? { mcpTimeoutMs: config.mcpTimeoutMs } : {}),
     ...(config.mcpRetryMs !== undefined ? { mcpRetryMs: config.mcpRetryMs } : {}),
     ...(files !== undefined ? { files } : {}),
     ...(config.computers !== undefined ? { computers: true } : {}),
     ...(config.computersTimeoutMs !== undefined ? { computersTimeoutMs: config.computersTimeoutMs } : {}),
     ...(config.ui !== undefined ? { ui: { id: config.ui.id, hasSession: config.ui.hasSession !== undefined, direct: config.ui.direct === true } } : {}),
-    ...(problem ? { error: problem } : {}),
+    ...((problem ?? noEngine) ? { error: problem ?? noEngine } : {}),
   });
   // MCP requests go through the host's fetch (credentials in its headers).
   const mcpFetch = config.fetch ?? ((input, init) => fetch(input, init));
@@ -427,6 +449,7 @@ export function toolHost(object, fleet = false) {
       }
     },
     execute(code, namespaces, dispatch, signal) {
+      if (embedded) return embeddedSandbox(object).run({ code, namespaces: [...namespaces], dispatch, signal });
       // Through the Worker's exported ShiitakeSandbox when there is one: the
       // guest worker is then released when the call returns, not when this
       // object's isolate next collects garbage (see js/execute.mjs).

@@ -29,7 +29,7 @@ test("js/limits.mjs holds each bound as src/limits.rs states it", async () => {
 
 /** `[file, JS constant, Rust constant]`: JS names for a core bound, each defined as the bound itself. */
 const ALIASES = [
-  ["js/execute.mjs", "RESULT_MAX_BYTES", "TOOL_PAYLOAD_BYTES_MAX"],
+  ["js/sandbox/guest.mjs", "RESULT_MAX_BYTES", "TOOL_PAYLOAD_BYTES_MAX"],
   ["js/app.mjs", "DRAIN_BYTES_MAX", "BODY_BYTES_MAX"],
   ["bin/shiitake.mjs", "SETTLEMENT_WAIT_MS", "SETTLEMENT_TIMEOUT_MS_MAX"],
   ["bin/shiitake.mjs", "BRANCH_PAGE", "READ_PAGE_MESSAGES_MAX"],
@@ -56,7 +56,7 @@ test("no JS module keeps a copy of a core bound: each comes from js/limits.mjs",
 
 /**
  * `[file, text, Rust constants]`: figures the type declarations state. In
- * `text` each `#` is a figure (digits, commas allowed, optionally `KiB`), one
+ * `text` each `#` is a figure (digits, commas allowed, optionally `KiB` or `MiB`), one
  * per constant in order; whitespace matches any whitespace, and doc-comment
  * line breaks (`\n *`) are read as a space.
  */
@@ -73,6 +73,7 @@ const DOCUMENTED = [
   ["js/do.d.ts", "At most # modules;", ["MODULES_PER_AGENT_MAX"]],
   ["js/do.d.ts", "The directory holds at most # Agents; names are at most # characters; a list page holds at most # Agents (default #).", ["DIRECTORY_AGENTS_MAX", "AGENT_NAME_CHARS_MAX", "DIRECTORY_PAGE_MAX", "DIRECTORY_PAGE_DEFAULT"]],
   ["js/do.d.ts", "MCP servers (at most #)", ["MCP_SERVERS_MAX"]],
+  ["js/do.d.ts", "each run at most # ms of CPU and a # stack, the engine's memory at most #", ["GUEST_CPU_MS_MAX", "GUEST_STACK_BYTES_MAX", "GUEST_MEMORY_BYTES_MAX"]],
   ["js/do.d.ts", "and about # ms when no browser is connected", ["UI_NO_BROWSER_MS"]],
   ["js/do.d.ts", "each MCP server, at most and by default # ms.", ["MCP_CONNECT_TIMEOUT_MS"]],
   ["js/do.d.ts", "1000 to #, default # ms.", ["MCP_RETRY_MS_MAX", "MCP_RETRY_MS"]],
@@ -95,10 +96,10 @@ const DOCUMENTED = [
   ["js/computer.d.ts", "whole and by each token of at least # bytes; in a body it hands back, those of at least # bytes", ["SECRET_FRAGMENT_BYTES_MIN", "SECRET_FRAGMENT_BYTES_MIN"]],
 ];
 
-/** A figure as written: `262,144`, `256 KiB`. */
+/** A figure as written: `262,144`, `256 KiB`, `32 MiB`. */
 function figure(text) {
-  const [, digits, unit] = text.match(/^([0-9][0-9,]*)( KiB)?$/);
-  return Number(digits.replaceAll(",", "")) * (unit ? 1024 : 1);
+  const [, digits, unit] = text.match(/^([0-9][0-9,]*)(?: (KiB|MiB))?$/);
+  return Number(digits.replaceAll(",", "")) * ({ KiB: 1024, MiB: 1024 * 1024 }[unit] ?? 1);
 }
 
 test("the figures the type declarations state equal src/limits.rs", async () => {
@@ -108,7 +109,7 @@ test("the figures the type declarations state equal src/limits.rs", async () => 
     const pattern = text
       .split("#")
       .map((part) => part.replace(/[.*+?^${}()|[\]\\]/g, "\\$&").replace(/\s+/g, "\\s+"))
-      .join("([0-9][0-9,]*(?: KiB)?)");
+      .join("([0-9][0-9,]*(?: KiB| MiB)?)");
     const m = source.match(new RegExp(pattern));
     assert.ok(m, `${file} states ${JSON.stringify(text)}`);
     for (const [i, name] of names.entries()) {

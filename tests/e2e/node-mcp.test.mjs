@@ -1,6 +1,6 @@
-// MCP tools on Node (js/node.mjs), where there is no `execute` sandbox:
-// `tools().mcpServers[i].direct: true` offers every tool of the server as a
-// direct tool of its own. Against a server built with the official MCP SDK
+// MCP tools on Node (js/node.mjs): `tools().mcpServers[i].direct: true`
+// offers every tool of the server as a direct tool of its own, beside
+// `execute` (the embedded sandbox). Against a server built with the official MCP SDK
 // (tests/support/mcp-server.mjs), the scripted model calls `create_note`
 // directly; the MCP result reaches the transcript and the next model
 // request. Grants still key the server as `mcp.<name>`.
@@ -69,7 +69,7 @@ test("a direct MCP server's tools are offered on Node and the model calls one wi
     const [first, second] = model.requests("node-mcp-direct");
     const names = toolNames(first);
     assert.ok(names.includes("create_note") && names.includes("list_notes"), JSON.stringify(names));
-    assert.ok(!names.includes("execute"), "no execute on Node");
+    assert.ok(names.includes("execute"), "execute on Node: the embedded sandbox");
     // The MCP result: in the transcript, and in the next model request.
     const tool = t.messages.find((m) => m.role === "tool");
     assert.ok(tool, JSON.stringify(t.messages));
@@ -112,7 +112,9 @@ test("direct MCP servers past one model request's 64 tools or with a 65-byte too
   const long = await startMcpServer({ mode: "json", base: false, extra: ["short-one", longName] });
   const wide = await startMcpServer({ mode: "json", base: false, extra: Array.from({ length: 65 }, (_, i) => `w${i}`) });
   const reports = [];
+  // Without `execute` (no LOADER to run "loader"): every slot is a direct tool.
   const { host, turn } = await open("bounded", {
+    sandbox: "loader",
     modules: [],
     mcpServers: [
       { name: "long", url: long.url, direct: true },
@@ -163,7 +165,8 @@ test("the host's own operations marked direct past the bound or with a 65-byte n
   });
   const ops = [op(longName), ...Array.from({ length: 65 }, (_, i) => op(`p${i}`))];
   const reports = [];
-  const { host, turn } = await open("own-bounded", { modules: [{ id: "own", operations: ops }], onUnavailable: (r) => reports.push(r) });
+  // Without `execute` (no LOADER to run "loader"): every slot is a direct tool.
+  const { host, turn } = await open("own-bounded", { sandbox: "loader", modules: [{ id: "own", operations: ops }], onUnavailable: (r) => reports.push(r) });
   try {
     model.scriptFor("node-own-bounded", { toolCalls: [{ name: "p0", arguments: {} }] }, { text: "ran" });
     const t = await turn("o", "call node-own-bounded");
