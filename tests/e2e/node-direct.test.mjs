@@ -1,5 +1,6 @@
-// Modules reachable without `execute` on Node (js/node.mjs), which has no
-// sandbox: a Computer with `direct: true` and the `goal` extension with a
+// Modules reachable without `execute` on Node (js/node.mjs; `sandbox:
+// "loader"` keeps the embedded `execute` out, as on a host with no sandbox):
+// a Computer with `direct: true` and the `goal` extension with a
 // roster entry's `direct: true` are offered as direct tools named by their
 // module (`computers_laptop_run_command`, `goal_end`); the scripted model
 // calls both and gets their results. Grants key them as through `execute`:
@@ -35,7 +36,7 @@ const laptop = {
 };
 
 async function open(name, access) {
-  const tools = { computers: [{ id: "c-laptop", name: "laptop", computer: laptop, direct: true }], ...(access ? { access } : {}) };
+  const tools = { sandbox: "loader", computers: [{ id: "c-laptop", name: "laptop", computer: laptop, direct: true }], ...(access ? { access } : {}) };
   const host = await openNodeShiitake({ path: path.join(dir, `${name}.db`), env, tools, extensions: [{ extension: goal, direct: true }] });
   const api = async (method, rel, body) => {
     const res = await host.fetch(new Request(`http://node.test${rel}`, { method, headers: body === undefined ? {} : { "content-type": "application/json" }, body: body === undefined ? undefined : JSON.stringify(body) }));
