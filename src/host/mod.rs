@@ -105,17 +105,14 @@ struct Inner {
     store_created: Cell<bool>,
     /// Turns this instance is executing, by head command.
     live: RefCell<HashMap<String, Stopper>>,
-    /// Turns to start at the attempt they hold, head -> Session: claimed by
-    /// an admission here and not started yet, or interrupted by a wasm reset
-    /// that other code caused (handed over by the shim, `blame.rs`). Held
-    /// for the trap report like live turns, so a reset that other code
-    /// causes before they start spares them too; any other loss (a crash,
-    /// an eviction) counts the attempt again.
-    fresh: RefCell<HashMap<String, String>>,
     observers: Observers,
-    /// The Agent's schedule (`run::schedule`): when the loop claims, naps
-    /// and ends.
-    schedule: RefCell<crate::run::schedule::Schedule>,
+    /// The Agent machine (`run::agent`): its schedule, running turns and
+    /// turns held fresh (to start at the attempt they hold: claimed by an
+    /// admission here, or interrupted by a wasm reset that other code
+    /// caused, handed over by the shim, `blame.rs`; held for the trap
+    /// report like live turns, so a reset that other code causes before
+    /// they start spares them too).
+    machine: RefCell<crate::run::agent::Agent>,
     /// Wakes the loop while it naps.
     loop_wake: RefCell<Option<oneshot::Sender<()>>>,
 }
@@ -191,6 +188,8 @@ impl ShiitakeCore {
             log_error(why);
         }
         let heartbeat_ms = config.watch_heartbeat_ms;
+        let machine =
+            crate::run::agent::Agent::new(crate::run::driver::TurnPolicy::new(config.retry));
         let inner = Rc::new_cyclic(|me| Inner {
             me: me.clone(),
             agent,
@@ -208,9 +207,8 @@ impl ShiitakeCore {
             schema_checked: Cell::new(false),
             store_created: Cell::new(false),
             live: RefCell::default(),
-            fresh: RefCell::default(),
             observers: Observers::new(heartbeat_ms),
-            schedule: RefCell::default(),
+            machine: RefCell::new(machine),
             loop_wake: RefCell::default(),
         });
         inner.hold_fresh(spared);

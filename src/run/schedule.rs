@@ -90,6 +90,10 @@ pub enum Event {
         steps: Vec<Step>,
         settled: Vec<(String, Settlement)>,
         later: Option<i64>,
+        /// The head of every turn still running after it
+        /// ([`crate::run::Reconciled::running`]): a turn held fresh and
+        /// not among them settled meanwhile (the Agent's, not read here).
+        running: Vec<String>,
     },
     /// The answer to [`Output::ReadDeadlines`]: the earliest of the
     /// delivery lane's and mail's deadlines.
@@ -294,6 +298,11 @@ impl Schedule {
         self.mail.running
     }
 
+    /// Whether the loop waits for the claim it asked for.
+    pub fn claiming(&self) -> bool {
+        self.phase == Phase::Claiming
+    }
+
     /// Turns the running loop started that have not ended.
     pub fn turns(&self) -> usize {
         self.turns
@@ -367,6 +376,7 @@ impl Schedule {
                 steps,
                 settled,
                 later,
+                ..
             } => {
                 if self.phase != Phase::Claiming {
                     return;
@@ -590,6 +600,7 @@ mod tests {
                 steps,
                 settled: Vec::new(),
                 later,
+                running: Vec::new(),
             },
             now,
         );
@@ -614,6 +625,7 @@ mod tests {
                 steps: Vec::new(),
                 settled: Vec::new(),
                 later: Some(5_000),
+                running: Vec::new(),
             },
             20,
         );
@@ -637,6 +649,7 @@ mod tests {
                 steps: Vec::new(),
                 settled: Vec::new(),
                 later: Some(10 * LOOP_NAP_MS_MAX),
+                running: Vec::new(),
             },
             5_000,
         );
@@ -659,6 +672,7 @@ mod tests {
                 steps: Vec::new(),
                 settled: Vec::new(),
                 later: None,
+                running: Vec::new(),
             },
             3,
         );
@@ -671,6 +685,7 @@ mod tests {
                 steps: vec![step("b")],
                 settled: Vec::new(),
                 later: None,
+                running: Vec::new(),
             },
             5,
         );
@@ -736,6 +751,7 @@ mod tests {
                 steps: vec![step("a")],
                 settled: Vec::new(),
                 later: None,
+                running: Vec::new(),
             },
             0,
         );
@@ -809,6 +825,7 @@ mod tests {
                 steps: Vec::new(),
                 settled: Vec::new(),
                 later: None,
+                running: Vec::new(),
             },
             101,
         );

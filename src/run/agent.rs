@@ -1,0 +1,409 @@
+//! The whole Agent as one sans-IO machine, in the manner of quinn-proto's
+//! `Endpoint`: it owns the schedule ([`Schedule`]: claims, naps, passes,
+//! the one alarm), every running turn ([`Turn`], its `Connection`, keyed by
+//! a [`TurnId`] that outlives the turn's head changing on
+//! [`Action::Next`]), and the turns held to start at the attempt they
+//! hold. The host feeds it [`Event`]s ([`Agent::handle`]) and each turn's
+//! [`Input`] ([`Agent::handle_turn`], which runs the turn's transition on
+//! the store synchronously), performs the one [`Output`] enum that
+//! [`Agent::poll`] yields, and wakes it at [`Agent::poll_timeout`]. It
+//! decides nothing itself, so the whole Agent runs natively
+//! (`tests/driver.rs`, `tests/schedule.rs`).
+//!
+//! What the host keeps is I/O: a live turn's stop switch, the model it
+//! resolved for the turn, the performs in flight. It still checks a turn's
+//! stop switch after each perform and feeds [`Input::Stopped`].
+//!
+//! Invariants (beside [`Schedule`]'s and [`Turn`]'s):
+//! - a turn is held for the trap report from its claim to its end: fresh
+//!   ([`Output::Hold`] until it goes live or is dropped, [`Output::Release`])
+//!   or live ([`Output::Live`] until [`Output::Ended`]);
+//! - after every turn transition the extensions' projections are published
+//!   ([`Output::Projections`]: its settled hooks ran in that write), and
+//!   after a settling one mail is looked at ([`Output::MailStaged`]);
+//! - nothing here is durable: a crash loses it, and a new instance's first
+//!   claim rebuilds it from the store.
+
+use super::driver::{Action, Input, ToolRun, Turn, TurnPolicy};
+use super::schedule::{self, Schedule};
+use crate::ctx::Ctx;
+use crate::error::ApiError;
+use crate::model::{ModelItem, ToolSpec};
+use crate::observe;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+pub use super::schedule::Event;
+
+/// A running turn's name in this instance: stable while the turn hands
+/// over to its Session's next command (its head changes, not its id).
+pub type TurnId = u64;
+
+/// What the host performs, yielded by [`Agent::poll`] in order.
+#[derive(Debug)]
+pub enum Output {
+    /// Run the due extension timers and replays, then claim
+    /// (`run::reconcile`, asking [`Agent::is_fresh`]), and answer
+    /// [`Event::Reconciled`].
+    Reconcile,
+    /// Publish an event of the Session.
+    Publish {
+        session_id: String,
+        event: observe::Event,
+    },
+    /// A transition may have staged mail (a settlement's reply, a sent
+    /// mail): a pass when some is due now, else the alarm.
+    MailStaged,
+    /// Read the delivery lane's and mail's deadlines and answer
+    /// [`Event::Deadlines`].
+    ReadDeadlines,
+    /// The loop ended; the alarm output for what it left follows at once
+    /// ([`Output::SetAlarm`], [`Output::DeleteAlarm`], or none).
+    Idle,
+    /// Hold a fresh turn for the trap report (it starts here at the attempt
+    /// it holds).
+    Hold { head: String, session_id: String },
+    /// Release a fresh turn that will not start here.
+    Release { head: String },
+    /// A turn goes live under `head`: register its stop switch (a cancel
+    /// stops it) and hold it for the trap report. A failure is told with
+    /// [`Input::Stopped`].
+    Live {
+        turn: TurnId,
+        head: String,
+        session_id: String,
+    },
+    /// The turn headed by `head` ended here (or handed over to its next
+    /// command): forget its run's state and its stop switch, release it.
+    Ended { turn: TurnId, head: String },
+    /// Resolve the turn's model (kept for the turn while its head stays)
+    /// and the tools to offer, then [`Input::Offered`].
+    Offer {
+        turn: TurnId,
+        session_id: String,
+        head: String,
+        /// The head command's host metadata.
+        meta: Option<String>,
+    },
+    /// Call the model (see [`Action::CallModel`]), streaming deltas of
+    /// `head`; then [`Input::Answered`] or [`Input::Failed`].
+    CallModel {
+        turn: TurnId,
+        session_id: String,
+        head: String,
+        context: Vec<ModelItem>,
+        tools: Vec<ToolSpec>,
+        system: Option<String>,
+    },
+    /// Run one tool call (see [`Action::RunTool`]) on the backend
+    /// `capability::backend::route` names once its gate passed; then
+    /// [`Input::ToolDone`] or [`Input::ToolStale`].
+    RunTool {
+        turn: TurnId,
+        session_id: String,
+        head: String,
+        run: Box<ToolRun>,
+    },
+    /// A turn transition ran the settled hooks: publish the extensions'
+    /// projections.
+    Projections,
+    /// A storage fault or broken invariant of a turn: log it.
+    Fault(ApiError),
+    /// Run one delivery lane pass, report it with [`Event::LanePassEnded`].
+    LanePass,
+    /// The lane's passes for this wake ended (whoever waits may go).
+    LaneEnded,
+    /// Run one mail pass, report it with [`Event::MailPassEnded`].
+    MailPass,
+    /// A lane's or mail's passes ended: read the deadlines they left and
+    /// answer [`Event::PassLeft`]. `everything`: every durable deadline
+    /// (no loop runs); else only the lane's and mail's (the running loop
+    /// arms the rest when it ends, and the alarm is never put past the
+    /// wake a running turn keeps for a crash).
+    ReadPassLeft { everything: bool },
+    /// Set the one alarm to this time; report a failure with
+    /// [`Event::AlarmWriteFailed`].
+    SetAlarm(i64),
+    /// Delete the alarm: nothing is owed.
+    DeleteAlarm,
+}
+
+impl Output {
+    /// Whether the host may perform it outside the loop (passes, the
+    /// alarm, the trap report's holds, a turn's end), as it comes.
+    pub fn is_side(&self) -> bool {
+        matches!(
+            self,
+            Output::LanePass
+                | Output::LaneEnded
+                | Output::MailPass
+                | Output::ReadPassLeft { .. }
+                | Output::SetAlarm(_)
+                | Output::DeleteAlarm
+                | Output::Hold { .. }
+                | Output::Release { .. }
+                | Output::Ended { .. }
+        )
+    }
+
+    /// The turn a turn's action belongs to.
+    fn turn(&self) -> Option<TurnId> {
+        match self {
+            Output::Live { turn, .. }
+            | Output::Offer { turn, .. }
+            | Output::CallModel { turn, .. }
+            | Output::RunTool { turn, .. } => Some(*turn),
+            _ => None,
+        }
+    }
+}
+
+/// The Agent in this instance (see the module's documentation).
+#[derive(Debug)]
+pub struct Agent {
+    schedule: Schedule,
+    policy: TurnPolicy,
+    /// The running turns, by id.
+    turns: BTreeMap<TurnId, Turn>,
+    next_turn: TurnId,
+    /// Turns to start at the attempt they hold, head -> Session: claimed by
+    /// an admission here and not started yet, or interrupted by a wasm
+    /// reset that other code caused (handed over by the shim).
+    fresh: HashMap<String, String>,
+    out: VecDeque<Output>,
+}
+
+impl Agent {
+    pub fn new(policy: TurnPolicy) -> Agent {
+        Agent {
+            schedule: Schedule::new(),
+            policy,
+            turns: BTreeMap::new(),
+            next_turn: 0,
+            fresh: HashMap::new(),
+            out: VecDeque::new(),
+        }
+    }
+
+    /// The schedule: whether a loop or pass runs.
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    /// The turns running here.
+    pub fn turns(&self) -> usize {
+        self.turns.len()
+    }
+
+    /// The Session of a running turn.
+    pub fn session_id(&self, turn: TurnId) -> Option<&str> {
+        self.turns.get(&turn).map(Turn::session_id)
+    }
+
+    /// Whether `head` is held to start here at the attempt it holds.
+    pub fn is_fresh(&self, head: &str) -> bool {
+        self.fresh.contains_key(head)
+    }
+
+    pub fn poll(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// The first output the host may perform outside the loop
+    /// ([`Output::is_side`]), leaving the loop's in their order.
+    pub fn poll_side(&mut self) -> Option<Output> {
+        let at = self.out.iter().position(Output::is_side)?;
+        self.out.remove(at)
+    }
+
+    /// When to tell the machine [`Event::Timeout`] (the loop's nap).
+    pub fn poll_timeout(&self) -> Option<i64> {
+        self.schedule.poll_timeout()
+    }
+
+    /// Holds turns that start at the attempt they hold, `(head, session)`.
+    pub fn hold_fresh(&mut self, turns: impl IntoIterator<Item = (String, String)>) {
+        for (head, session_id) in turns {
+            self.out.push_back(Output::Hold {
+                head: head.clone(),
+                session_id: session_id.clone(),
+            });
+            self.fresh.insert(head, session_id);
+        }
+    }
+
+    /// A fresh turn will not start here (stopped, or settled meanwhile).
+    pub fn drop_fresh(&mut self, head: &str) {
+        let held = self.fresh.remove(head).is_some();
+        if held && !self.is_live(head) {
+            self.out.push_back(Output::Release {
+                head: head.to_owned(),
+            });
+        }
+    }
+
+    fn is_live(&self, head: &str) -> bool {
+        self.turns.values().any(|t| t.head() == head)
+    }
+
+    /// Tells the machine what happened. [`Event::TurnEnded`] is its own
+    /// turns' to tell and is ignored here.
+    pub fn handle(&mut self, event: Event, now: i64) {
+        match event {
+            Event::TurnEnded { .. } => return,
+            Event::Reconciled {
+                steps,
+                settled,
+                later,
+                running,
+            } => {
+                if self.schedule.claiming() {
+                    // A fresh turn no longer running settled meanwhile.
+                    let gone: Vec<String> = self
+                        .fresh
+                        .keys()
+                        .filter(|head| !running.contains(head))
+                        .cloned()
+                        .collect();
+                    for head in gone {
+                        self.drop_fresh(&head);
+                    }
+                }
+                let event = Event::Reconciled {
+                    steps,
+                    settled,
+                    later,
+                    running,
+                };
+                self.schedule.handle(event, now);
+            }
+            Event::Failed => {
+                self.schedule.handle(Event::Failed, now);
+                // The loop ends with its turns: each is released (its
+                // claim is durable: the next claim resumes it), and what
+                // it asked for is dropped.
+                self.out.retain(|o| o.turn().is_none());
+                for (turn, t) in std::mem::take(&mut self.turns) {
+                    self.out.push_back(Output::Ended {
+                        turn,
+                        head: t.head().to_owned(),
+                    });
+                }
+            }
+            event => self.schedule.handle(event, now),
+        }
+        self.drain_schedule(now);
+    }
+
+    /// Feeds a turn the outcome of its action; its transition runs on
+    /// `ctx`. An input for a turn that ended is dropped.
+    pub fn handle_turn(&mut self, ctx: &mut Ctx<'_>, turn: TurnId, input: Input, now: i64) {
+        let Some(t) = self.turns.get_mut(&turn) else {
+            return;
+        };
+        t.handle(ctx, input);
+        // Settled hooks ran in that write.
+        self.out.push_back(Output::Projections);
+        self.drain_turn(turn, now);
+    }
+
+    /// The schedule's outputs, in order; a turn it starts goes live.
+    fn drain_schedule(&mut self, now: i64) {
+        while let Some(output) = self.schedule.poll() {
+            let output = match output {
+                schedule::Output::StartTurn(step) => {
+                    let turn = self.next_turn;
+                    self.next_turn += 1;
+                    self.fresh.remove(&step.command_id);
+                    self.out.push_back(Output::Live {
+                        turn,
+                        head: step.command_id.clone(),
+                        session_id: step.session_id.clone(),
+                    });
+                    self.turns.insert(turn, Turn::new(step, self.policy));
+                    self.drain_turn(turn, now);
+                    continue;
+                }
+                schedule::Output::Reconcile => Output::Reconcile,
+                schedule::Output::Publish { session_id, event } => {
+                    Output::Publish { session_id, event }
+                }
+                schedule::Output::MailStaged => Output::MailStaged,
+                schedule::Output::ReadDeadlines => Output::ReadDeadlines,
+                schedule::Output::Idle => Output::Idle,
+                schedule::Output::LanePass => Output::LanePass,
+                schedule::Output::LaneEnded => Output::LaneEnded,
+                schedule::Output::MailPass => Output::MailPass,
+                schedule::Output::ArmAfterPass => Output::ReadPassLeft {
+                    everything: !self.schedule.running(),
+                },
+                schedule::Output::SetAlarm(at) => Output::SetAlarm(at),
+                schedule::Output::DeleteAlarm => Output::DeleteAlarm,
+            };
+            self.out.push_back(output);
+        }
+    }
+
+    /// A turn's actions, tagged; its end is told to the schedule.
+    fn drain_turn(&mut self, turn: TurnId, now: i64) {
+        let Some(t) = self.turns.get_mut(&turn) else {
+            return;
+        };
+        let session_id = t.session_id().to_owned();
+        while let Some(action) = t.poll() {
+            let output = match action {
+                Action::Publish(event) => Output::Publish {
+                    session_id: session_id.clone(),
+                    event,
+                },
+                Action::Offer => Output::Offer {
+                    turn,
+                    session_id: session_id.clone(),
+                    head: t.head().to_owned(),
+                    meta: t.head_meta().map(str::to_owned),
+                },
+                Action::CallModel {
+                    context,
+                    tools,
+                    system,
+                } => Output::CallModel {
+                    turn,
+                    session_id: session_id.clone(),
+                    head: t.head().to_owned(),
+                    context,
+                    tools,
+                    system,
+                },
+                Action::RunTool(run) => Output::RunTool {
+                    turn,
+                    session_id: session_id.clone(),
+                    head: t.head().to_owned(),
+                    run,
+                },
+                Action::Next { ended, started } => {
+                    // The settling write may have staged a reply.
+                    self.out.push_back(Output::MailStaged);
+                    self.out.push_back(Output::Ended { turn, head: ended });
+                    self.fresh.remove(&started);
+                    Output::Live {
+                        turn,
+                        head: started,
+                        session_id: session_id.clone(),
+                    }
+                }
+                Action::Fault(e) => Output::Fault(e),
+                Action::Done => {
+                    let left_no_work = t.left_no_work();
+                    let head = t.head().to_owned();
+                    self.turns.remove(&turn);
+                    // The settling write may have staged a reply.
+                    self.out.push_back(Output::MailStaged);
+                    self.out.push_back(Output::Ended { turn, head });
+                    self.schedule.handle(Event::TurnEnded { left_no_work }, now);
+                    self.drain_schedule(now);
+                    return;
+                }
+            };
+            self.out.push_back(output);
+        }
+    }
+}
