@@ -23,13 +23,13 @@ use shiitake::model::{
     classify_status, Answer, ModelError, ModelItem, RetryPolicy, Role, ToolCall, Usage,
 };
 use shiitake::observe::{Event, Frame};
-use shiitake::run::compaction::ContextWindow;
+use shiitake::run;
 use shiitake::run::agent::{Agent, Event as Scheduled, Output, TurnId};
+use shiitake::run::compaction::ContextWindow;
 use shiitake::run::driver::{Input, Offer, ToolWork, TurnPolicy};
 use shiitake::run::operation::{result_output, Gate, OperationCall, Rules};
 use shiitake::run::tools::undone_output;
 use shiitake::run::tools::ToolOutput;
-use shiitake::run;
 use shiitake::store::{schema, Store};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -456,7 +456,9 @@ impl Sim {
                         let input = self.call_model(&head, context, tools, system);
                         self.inputs.push_back((turn, input));
                     }
-                    Output::RunTool { turn, head, run, .. } => {
+                    Output::RunTool {
+                        turn, head, run, ..
+                    } => {
                         self.world.tool_calls += 1;
                         let n = self.world.tool_calls;
                         let op = match run.work {
@@ -501,9 +503,9 @@ impl Sim {
                     | Output::Projections
                     | Output::Hold { .. }
                     | Output::Release { .. } => {}
-                    Output::ReadDeadlines => self
-                        .machine
-                        .handle(Scheduled::Deadlines(None), self.now_ms),
+                    Output::ReadDeadlines => {
+                        self.machine.handle(Scheduled::Deadlines(None), self.now_ms)
+                    }
                     Output::SetAlarm(at) => alarm = Some(at),
                     Output::DeleteAlarm => alarm = None,
                     // Its alarm output follows it.
