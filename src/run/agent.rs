@@ -407,3 +407,185 @@ impl Agent {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ctx::CounterIds;
+    use crate::meta::MetaPolicy;
+    use crate::model::RetryPolicy;
+    use crate::observe::Frame;
+    use crate::run::{Step, Window, Work};
+    use crate::sql::native::NativeSql;
+    use crate::store::Store;
+
+    fn agent() -> Agent {
+        Agent::new(TurnPolicy::new(RetryPolicy {
+            attempts_max: 5,
+            base_delay_ms: 1_000,
+            max_delay_ms: 4_000,
+        }))
+    }
+
+    fn step(head: &str) -> Step {
+        Step {
+            session_id: "s".into(),
+            command_id: head.into(),
+            attempt: 1,
+            context: Vec::new(),
+            window: Window::default(),
+            work: Work::Turn,
+            tool_calls: Vec::new(),
+            appended: Vec::new(),
+            meta: None,
+            branch: None,
+        }
+    }
+
+    fn outputs(a: &mut Agent) -> Vec<String> {
+        std::iter::from_fn(|| a.poll())
+            .map(|o| match o {
+                Output::Live { turn, head, .. } => format!("live {turn} {head}"),
+                Output::Ended { turn, head } => format!("ended {turn} {head}"),
+                Output::Offer { turn, head, .. } => format!("offer {turn} {head}"),
+                Output::Hold { head, .. } => format!("hold {head}"),
+                Output::Release { head } => format!("release {head}"),
+                Output::Publish {
+                    event: observe::Event::Frame(Frame::Started { command_id, .. }),
+                    ..
+                } => format!("started {command_id}"),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    /// A loop begun at 0 that asked for a claim.
+    fn claiming(a: &mut Agent) {
+        a.handle(Event::Start, 0);
+        a.handle(Event::Begin, 0);
+        assert_eq!(outputs(a), ["SetAlarm(0)", "Reconcile"]);
+    }
+
+    fn claimed(a: &mut Agent, heads: &[&str], running: &[&str]) {
+        a.handle(
+            Event::Reconciled {
+                steps: heads.iter().map(|h| step(h)).collect(),
+                settled: Vec::new(),
+                later: None,
+                running: running.iter().map(|h| h.to_string()).collect(),
+            },
+            1,
+        );
+    }
+
+    /// Feeds `input` to `turn` over an empty store (a stop writes nothing).
+    fn feed(a: &mut Agent, turn: TurnId, input: Input) {
+        let sql = NativeSql::open_in_memory();
+        let mut ids = CounterIds::default();
+        let meta = MetaPolicy::default();
+        let mut ctx = Ctx {
+            store: Store::new(&sql),
+            now_ms: 2,
+            ids: &mut ids,
+            meta: &meta,
+        };
+        a.handle_turn(&mut ctx, turn, input, 2);
+    }
+
+    #[test]
+    fn claimed_turns_run_at_once_each_action_tagged_by_its_turn() {
+        let mut a = agent();
+        claiming(&mut a);
+        claimed(&mut a, &["a", "b"], &["a", "b"]);
+        assert_eq!(
+            outputs(&mut a),
+            [
+                "live 0 a",
+                "started a",
+                "offer 0 a",
+                "live 1 b",
+                "started b",
+                "offer 1 b"
+            ]
+        );
+        assert_eq!(a.turns(), 2);
+        // The second ends first (stopped): it may have left work, so the
+        // loop claims; the first still runs.
+        feed(&mut a, 1, Input::Stopped);
+        assert_eq!(
+            outputs(&mut a),
+            ["Projections", "MailStaged", "ended 1 b", "Reconcile"]
+        );
+        assert_eq!(a.session_id(0), Some("s"));
+        assert_eq!(a.session_id(1), None);
+        // An input for a turn that ended is dropped.
+        feed(&mut a, 1, Input::Stopped);
+        assert_eq!(outputs(&mut a), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_fresh_turn_is_held_until_it_goes_live_or_no_longer_runs() {
+        let mut a = agent();
+        a.hold_fresh([("a".into(), "s".into()), ("b".into(), "t".into())]);
+        assert_eq!(outputs(&mut a), ["hold a", "hold b"]);
+        assert!(a.is_fresh("a") && a.is_fresh("b"));
+        claiming(&mut a);
+        // `b` settled meanwhile: released; `a` goes live, still held.
+        claimed(&mut a, &["a"], &["a"]);
+        assert_eq!(
+            outputs(&mut a),
+            ["release b", "live 0 a", "started a", "offer 0 a"]
+        );
+        assert!(!a.is_fresh("a") && !a.is_fresh("b"));
+        // Dropping a live turn releases nothing: its end does.
+        a.hold_fresh([("a".into(), "s".into())]);
+        a.drop_fresh("a");
+        assert_eq!(outputs(&mut a), ["hold a"]);
+    }
+
+    #[test]
+    fn a_pass_left_reads_everything_only_with_no_loop_running() {
+        let mut a = agent();
+        a.handle(Event::MailWanted, 0);
+        a.handle(Event::MailPassEnded { carried: 0 }, 1);
+        assert_eq!(
+            outputs(&mut a),
+            ["MailPass", "ReadPassLeft { everything: true }"]
+        );
+        claiming(&mut a);
+        a.handle(Event::LaneWanted, 2);
+        a.handle(Event::LanePassEnded { more: false }, 3);
+        assert_eq!(
+            outputs(&mut a),
+            ["LanePass", "LaneEnded", "ReadPassLeft { everything: false }"]
+        );
+    }
+
+    #[test]
+    fn a_failed_loop_ends_its_turns_and_drops_what_they_asked_for() {
+        let mut a = agent();
+        claiming(&mut a);
+        claimed(&mut a, &["a"], &["a"]);
+        a.handle(Event::Failed, 2);
+        // What was committed is still published; the turn is released.
+        assert_eq!(outputs(&mut a), ["started a", "ended 0 a"]);
+        assert_eq!(a.turns(), 0);
+        assert!(!a.schedule().running());
+    }
+
+    #[test]
+    fn the_turn_ended_event_is_the_machines_own() {
+        let mut a = agent();
+        claiming(&mut a);
+        claimed(&mut a, &["a"], &["a"]);
+        outputs(&mut a);
+        a.handle(
+            Event::TurnEnded {
+                left_no_work: false,
+            },
+            2,
+        );
+        assert_eq!(outputs(&mut a), Vec::<String>::new());
+        assert_eq!(a.schedule().turns(), 1);
+    }
+}
