@@ -510,10 +510,12 @@ impl Inner {
         let Some(session) = session else { return };
         let _scope = blame::enter(self.scope(Some(&session)));
         let now = bindings::now_ms();
-        self.rearm(now);
-        // Not borrowed by the transition's settled hooks: they reach the
+        // Borrowed through the transition: its settled hooks reach the
         // store, never the machine.
         self.with_ctx(|ctx| self.machine.borrow_mut().handle_turn(ctx, turn, input, now));
+        // A settled hook of that transition that moved extension timers
+        // makes the next pass claim: told before the turn's end counts.
+        self.rearm(now);
     }
 
     /// The stop switch of the turn live under `head`; without one (its

@@ -169,6 +169,11 @@ pub struct Agent {
     /// an admission here and not started yet, or interrupted by a wasm
     /// reset that other code caused (handed over by the shim).
     fresh: HashMap<String, String>,
+    /// Turns that ended, `(left_no_work, when)`, not yet told to the
+    /// schedule: that waits for the next [`Agent::poll`] or event, so the
+    /// host can first tell what the ending transition's settled hooks did
+    /// ([`Event::Rearm`]).
+    ended: VecDeque<(bool, i64)>,
     out: VecDeque<Output>,
 }
 
@@ -180,6 +185,7 @@ impl Agent {
             turns: BTreeMap::new(),
             next_turn: 0,
             fresh: HashMap::new(),
+            ended: VecDeque::new(),
             out: VecDeque::new(),
         }
     }
@@ -205,12 +211,14 @@ impl Agent {
     }
 
     pub fn poll(&mut self) -> Option<Output> {
+        self.end_turns();
         self.out.pop_front()
     }
 
     /// The first output the host may perform outside the loop
     /// ([`Output::is_side`]), leaving the loop's in their order.
     pub fn poll_side(&mut self) -> Option<Output> {
+        self.end_turns();
         let at = self.out.iter().position(Output::is_side)?;
         self.out.remove(at)
     }
@@ -246,8 +254,15 @@ impl Agent {
     }
 
     /// Tells the machine what happened. [`Event::TurnEnded`] is its own
-    /// turns' to tell and is ignored here.
+    /// turns' to tell and is ignored here; [`Event::Rearm`] counts before
+    /// the turn ends not yet told to the schedule (the hooks that moved
+    /// timers ran in their transitions).
     pub fn handle(&mut self, event: Event, now: i64) {
+        if let Event::Rearm = event {
+            self.schedule.handle(event, now);
+            return;
+        }
+        self.end_turns();
         match event {
             Event::TurnEnded { .. } => return,
             Event::Reconciled {
@@ -297,6 +312,7 @@ impl Agent {
     /// Feeds a turn the outcome of its action; its transition runs on
     /// `ctx`. An input for a turn that ended is dropped.
     pub fn handle_turn(&mut self, ctx: &mut Ctx<'_>, turn: TurnId, input: Input, now: i64) {
+        self.end_turns();
         let Some(t) = self.turns.get_mut(&turn) else {
             return;
         };
@@ -304,6 +320,14 @@ impl Agent {
         // Settled hooks ran in that write.
         self.out.push_back(Output::Projections);
         self.drain_turn(turn, now);
+    }
+
+    /// Tells the schedule the turns that ended.
+    fn end_turns(&mut self) {
+        while let Some((left_no_work, now)) = self.ended.pop_front() {
+            self.schedule.handle(Event::TurnEnded { left_no_work }, now);
+            self.drain_schedule(now);
+        }
     }
 
     /// The schedule's outputs, in order; a turn it starts goes live.
@@ -398,8 +422,7 @@ impl Agent {
                     // The settling write may have staged a reply.
                     self.out.push_back(Output::MailStaged);
                     self.out.push_back(Output::Ended { turn, head });
-                    self.schedule.handle(Event::TurnEnded { left_no_work }, now);
-                    self.drain_schedule(now);
+                    self.ended.push_back((left_no_work, now));
                     return;
                 }
             };
@@ -557,7 +580,11 @@ mod tests {
         a.handle(Event::LanePassEnded { more: false }, 3);
         assert_eq!(
             outputs(&mut a),
-            ["LanePass", "LaneEnded", "ReadPassLeft { everything: false }"]
+            [
+                "LanePass",
+                "LaneEnded",
+                "ReadPassLeft { everything: false }"
+            ]
         );
     }
 
@@ -571,6 +598,24 @@ mod tests {
         assert_eq!(outputs(&mut a), ["started a", "ended 0 a"]);
         assert_eq!(a.turns(), 0);
         assert!(!a.schedule().running());
+    }
+
+    #[test]
+    fn a_turns_end_reaches_the_schedule_after_what_its_hooks_moved() {
+        let mut a = agent();
+        claiming(&mut a);
+        claimed(&mut a, &["a"], &["a"]);
+        outputs(&mut a);
+        feed(&mut a, 0, Input::Stopped);
+        // Not told yet: the host tells the transition's rearm first.
+        assert_eq!(a.schedule().turns(), 1);
+        a.handle(Event::Rearm, 3);
+        assert_eq!(a.schedule().turns(), 1);
+        assert_eq!(
+            outputs(&mut a),
+            ["Projections", "MailStaged", "ended 0 a", "Reconcile"]
+        );
+        assert_eq!(a.schedule().turns(), 0);
     }
 
     #[test]
