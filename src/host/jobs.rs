@@ -357,7 +357,7 @@ impl Inner {
                 }
                 return Pass::Done { more };
             }
-            _ if self.closed.borrow().is_some() => return Pass::Abandoned,
+            _ if self.machine.borrow().closed().is_some() => return Pass::Abandoned,
             Some(Err(e)) if !outcome.timed_out => e,
             Some(Err(e)) => format!(
                 "the pass did not finish within {} ms ({e})",
@@ -435,8 +435,8 @@ impl Inner {
     /// resume at a later open, as after a crash), and waits for both the
     /// host pass and the run loop to end.
     pub(super) async fn close(&self, reason: &str) {
-        *self.closed.borrow_mut() = Some(reason.to_owned());
-        self.schedule_event(crate::run::schedule::Event::Close);
+        let now = bindings::now_ms();
+        self.machine.borrow_mut().close(reason.to_owned(), now);
         if let Some(abort) = self.lane.abort.borrow_mut().take() {
             let _ = abort.send(());
         }

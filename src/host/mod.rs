@@ -96,9 +96,6 @@ struct Inner {
     mail: mail::MailRun,
     /// Projections last published (`extensions.rs`).
     published: RefCell<extensions::Published>,
-    /// Why the host's `initialize(extensions)` failed: this instance serves
-    /// nothing (503) and runs no work; the durable work waits.
-    closed: RefCell<Option<String>>,
     schema_checked: Cell<bool>,
     /// This instance created the store (and it has no extensions): there
     /// is no earlier work for the start to arm the alarm for.
@@ -202,7 +199,6 @@ impl ShiitakeCore {
             models,
             mail: mail::MailRun::default(),
             published: RefCell::default(),
-            closed: RefCell::default(),
             config,
             schema_checked: Cell::new(false),
             store_created: Cell::new(false),
@@ -439,8 +435,8 @@ impl Inner {
 
     /// Open, and not closed by a failed `initialize`, with a usable roster.
     fn ready(&self) -> Result<(), ApiError> {
-        if let Some(why) = &*self.closed.borrow() {
-            return Err(ApiError::RuntimeClosed(why.clone()));
+        if let Some(why) = self.machine.borrow().closed() {
+            return Err(ApiError::RuntimeClosed(why.to_owned()));
         }
         if let Err(why) = &self.extensions {
             return Err(ApiError::HostMisconfigured(why.clone()));

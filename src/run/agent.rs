@@ -169,6 +169,9 @@ pub struct Agent {
     /// an admission here and not started yet, or interrupted by a wasm
     /// reset that other code caused (handed over by the shim).
     fresh: HashMap<String, String>,
+    /// Why the runtime closed (the host's `initialize` failed, or the host
+    /// closed it): it serves nothing and starts no work until replaced.
+    closed: Option<String>,
     /// Turns that ended, `(left_no_work, when)`, not yet told to the
     /// schedule: that waits for the next [`Agent::poll`] or event, so the
     /// host can first tell what the ending transition's settled hooks did
@@ -185,6 +188,7 @@ impl Agent {
             turns: BTreeMap::new(),
             next_turn: 0,
             fresh: HashMap::new(),
+            closed: None,
             ended: VecDeque::new(),
             out: VecDeque::new(),
         }
@@ -198,6 +202,18 @@ impl Agent {
     /// The turns running here.
     pub fn turns(&self) -> usize {
         self.turns.len()
+    }
+
+    /// Why the runtime closed, if it did.
+    pub fn closed(&self) -> Option<&str> {
+        self.closed.as_deref()
+    }
+
+    /// The runtime closes, saying why ([`Event::Close`]): no claim, no
+    /// pass starts; the live turns end (the host stops them).
+    pub fn close(&mut self, why: String, now: i64) {
+        self.closed = Some(why);
+        self.handle(Event::Close, now);
     }
 
     /// The Session of a running turn.
@@ -616,6 +632,17 @@ mod tests {
             ["Projections", "MailStaged", "ended 0 a", "Reconcile"]
         );
         assert_eq!(a.schedule().turns(), 0);
+    }
+
+    #[test]
+    fn closed_it_says_why_and_starts_no_pass() {
+        let mut a = agent();
+        assert_eq!(a.closed(), None);
+        a.close("initialize failed".into(), 0);
+        assert_eq!(a.closed(), Some("initialize failed"));
+        a.handle(Event::MailWanted, 1);
+        a.handle(Event::LaneWanted, 1);
+        assert_eq!(outputs(&mut a), Vec::<String>::new());
     }
 
     #[test]
