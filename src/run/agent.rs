@@ -646,6 +646,22 @@ mod tests {
     }
 
     #[test]
+    fn side_outputs_are_polled_apart_from_the_loops() {
+        let mut a = agent();
+        a.handle(Event::Start, 0);
+        a.handle(Event::Begin, 0);
+        a.handle(Event::MailWanted, 0);
+        a.hold_fresh([("a".into(), "s".into())]);
+        let side = |a: &mut Agent| a.poll_side().map(|o| format!("{o:?}"));
+        assert_eq!(side(&mut a).as_deref(), Some("SetAlarm(0)"));
+        assert_eq!(side(&mut a).as_deref(), Some("MailPass"));
+        assert!(side(&mut a).is_some_and(|o| o.starts_with("Hold")));
+        assert_eq!(side(&mut a), None);
+        // The loop's own output stays for the loop.
+        assert_eq!(outputs(&mut a), ["Reconcile"]);
+    }
+
+    #[test]
     fn the_turn_ended_event_is_the_machines_own() {
         let mut a = agent();
         claiming(&mut a);
