@@ -436,7 +436,8 @@ impl Sim {
                     Output::Ended { head, .. } => {
                         self.live.remove(&head);
                     }
-                    Output::Offer { turn, .. } => {
+                    Output::Offer { turn, head, .. } => {
+                        assert!(self.live.contains(&head), "an offer for {head}, not live");
                         let offer = Offer {
                             toolset: Some(Rc::clone(&self.toolset)),
                             unavailable: Vec::new(),
@@ -453,12 +454,17 @@ impl Sim {
                         system,
                         ..
                     } => {
+                        assert!(
+                            self.live.contains(&head),
+                            "a model call for {head}, not live"
+                        );
                         let input = self.call_model(&head, context, tools, system);
                         self.inputs.push_back((turn, input));
                     }
                     Output::RunTool {
                         turn, head, run, ..
                     } => {
+                        assert!(self.live.contains(&head), "a tool run for {head}, not live");
                         self.world.tool_calls += 1;
                         let n = self.world.tool_calls;
                         let op = match run.work {
@@ -514,6 +520,7 @@ impl Sim {
             }
             if !self.machine.schedule().running() {
                 assert!(self.inputs.is_empty(), "a turn outlived its loop");
+                assert!(self.live.is_empty(), "a turn live past its end");
                 let Some(at) = alarm.take() else {
                     return Ok(());
                 };
