@@ -21,7 +21,6 @@ use crate::store::Store;
 use futures::channel::oneshot;
 use futures::future::{select, Either, LocalBoxFuture};
 use futures::stream::{FuturesUnordered, StreamExt};
-use std::collections::HashMap;
 use std::future::Future;
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
@@ -32,7 +31,7 @@ struct Performing<'a> {
     pending: FuturesUnordered<LocalBoxFuture<'a, Performed>>,
     /// Each running turn's model, resolved at its first offer, with the
     /// head it was resolved for (a change applies to the next command).
-    targets: HashMap<TurnId, (String, Rc<Target>)>,
+    targets: Vec<(TurnId, (String, Rc<Target>))>,
 }
 
 /// A finished perform: the turn's input, and the model its offer resolved.
@@ -43,6 +42,12 @@ struct Performed {
 }
 
 impl<'a> Performing<'a> {
+    /// Takes the model kept for `turn`.
+    fn take_target(&mut self, turn: TurnId) -> Option<(String, Rc<Target>)> {
+        let at = self.targets.iter().position(|(t, _)| *t == turn)?;
+        Some(self.targets.swap_remove(at).1)
+    }
+
     /// Performs `work` for `turn`; the host still checks the turn's stop
     /// switch: stopped meanwhile, its outcome is dropped.
     fn push(
@@ -292,7 +297,8 @@ impl Inner {
                     target,
                 }) => {
                     if let Some(target) = target {
-                        performing.targets.insert(turn, target);
+                        performing.take_target(turn);
+                        performing.targets.push((turn, target));
                     }
                     self.turn_input(turn, input);
                 }
@@ -357,7 +363,7 @@ impl Inner {
             (Output::Release { head }, _) => blame::release(&self.agent, &head),
             (Output::Ended { turn, head }, performing) => {
                 if let Some(performing) = performing {
-                    performing.targets.remove(&turn);
+                    performing.take_target(turn);
                 }
                 self.run_ended(&head);
                 self.end_live(&head);
@@ -389,7 +395,7 @@ impl Inner {
                 };
                 // The model of the running turn, resolved at its start (its
                 // first offer): a change applies to the next turn.
-                let kept = performing.targets.remove(&turn).filter(|(h, _)| *h == head);
+                let kept = performing.take_target(turn).filter(|(h, _)| *h == head);
                 let scope = self.scope(Some(&session_id));
                 let offered = async move {
                     let resolved = match kept {
@@ -428,8 +434,11 @@ impl Inner {
                 let Some(stopper) = self.stopper(turn, &head) else {
                     return Ok(None);
                 };
-                let target = performing.targets.get(&turn).filter(|(h, _)| *h == head);
-                let Some(resolved) = target.map(|(_, t)| Rc::clone(t)) else {
+                let target = performing
+                    .targets
+                    .iter()
+                    .find(|(t, (h, _))| *t == turn && *h == head);
+                let Some(resolved) = target.map(|(_, (_, t))| Rc::clone(t)) else {
                     // The driver offers before every call: a bug. The claim
                     // is durable; the next claim resumes the turn.
                     log_error("model call without a resolved model");

@@ -30,7 +30,7 @@ use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::model::{ModelItem, ToolSpec};
 use crate::observe;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 pub use super::schedule::Event;
 
@@ -162,8 +162,8 @@ impl Output {
 pub struct Agent {
     schedule: Schedule,
     policy: TurnPolicy,
-    /// The running turns, by id.
-    turns: BTreeMap<TurnId, Turn>,
+    /// The running turns, oldest first (a few: a list is the least code).
+    turns: Vec<(TurnId, Turn)>,
     next_turn: TurnId,
     /// Turns to start at the attempt they hold, head -> Session: claimed by
     /// an admission here and not started yet, or interrupted by a wasm
@@ -185,7 +185,7 @@ impl Agent {
         Agent {
             schedule: Schedule::new(),
             policy,
-            turns: BTreeMap::new(),
+            turns: Vec::new(),
             next_turn: 0,
             fresh: HashMap::new(),
             closed: None,
@@ -218,7 +218,7 @@ impl Agent {
 
     /// The Session of a running turn.
     pub fn session_id(&self, turn: TurnId) -> Option<&str> {
-        self.turns.get(&turn).map(Turn::session_id)
+        self.turn(turn).map(Turn::session_id)
     }
 
     /// Whether `head` is held to start here at the attempt it holds.
@@ -266,7 +266,7 @@ impl Agent {
     }
 
     fn is_live(&self, head: &str) -> bool {
-        self.turns.values().any(|t| t.head() == head)
+        self.turns.iter().any(|(_, t)| t.head() == head)
     }
 
     /// Tells the machine what happened. [`Event::TurnEnded`] is its own
@@ -329,13 +329,27 @@ impl Agent {
     /// `ctx`. An input for a turn that ended is dropped.
     pub fn handle_turn(&mut self, ctx: &mut Ctx<'_>, turn: TurnId, input: Input, now: i64) {
         self.end_turns();
-        let Some(t) = self.turns.get_mut(&turn) else {
+        let Some(t) = self.turn_mut(turn) else {
             return;
         };
         t.handle(ctx, input);
         // Settled hooks ran in that write.
         self.out.push_back(Output::Projections);
         self.drain_turn(turn, now);
+    }
+
+    fn turn(&self, turn: TurnId) -> Option<&Turn> {
+        self.turns
+            .iter()
+            .find(|(id, _)| *id == turn)
+            .map(|(_, t)| t)
+    }
+
+    fn turn_mut(&mut self, turn: TurnId) -> Option<&mut Turn> {
+        self.turns
+            .iter_mut()
+            .find(|(id, _)| *id == turn)
+            .map(|(_, t)| t)
     }
 
     /// Tells the schedule the turns that ended.
@@ -359,7 +373,7 @@ impl Agent {
                         head: step.command_id.clone(),
                         session_id: step.session_id.clone(),
                     });
-                    self.turns.insert(turn, Turn::new(step, self.policy));
+                    self.turns.push((turn, Turn::new(step, self.policy)));
                     self.drain_turn(turn, now);
                     continue;
                 }
@@ -385,7 +399,7 @@ impl Agent {
 
     /// A turn's actions, tagged; its end is told to the schedule.
     fn drain_turn(&mut self, turn: TurnId, now: i64) {
-        let Some(t) = self.turns.get_mut(&turn) else {
+        let Some((_, t)) = self.turns.iter_mut().find(|(id, _)| *id == turn) else {
             return;
         };
         let session_id = t.session_id().to_owned();
@@ -434,7 +448,7 @@ impl Agent {
                 Action::Done => {
                     let left_no_work = t.left_no_work();
                     let head = t.head().to_owned();
-                    self.turns.remove(&turn);
+                    self.turns.retain(|(id, _)| *id != turn);
                     // The settling write may have staged a reply.
                     self.out.push_back(Output::MailStaged);
                     self.out.push_back(Output::Ended { turn, head });
