@@ -12,7 +12,14 @@
 //!
 //! What the host keeps is I/O: a live turn's stop switch, the model it
 //! resolved for the turn, the performs in flight. It still checks a turn's
-//! stop switch after each perform and feeds [`Input::Stopped`].
+//! stop switch after each perform and feeds [`Input::Stopped`]. A tool
+//! call's backend is not in [`Output::RunTool`]: `capability::backend::route`
+//! asks the host's handles (a run's files port, live MCP connections,
+//! Computers), after the call's gate, which may await the confirm hook.
+//!
+//! A turn's end reaches the schedule at the next [`Agent::poll`] or event,
+//! so the host first tells what the ending transition's settled hooks did
+//! ([`Event::Rearm`]: extension timers moved, the next pass claims).
 //!
 //! Invariants (beside [`Schedule`]'s and [`Turn`]'s):
 //! - a turn is held for the trap report from its claim to its end: fresh
