@@ -347,7 +347,10 @@ impl Inner {
                 // Its alarm output follows it at once; anything else
                 // beside the loop goes as usual.
                 let mut write = None;
-                while let Some(side) = self.machine.borrow_mut().poll_side() {
+                loop {
+                    // Not borrowed while performing: performing feeds it.
+                    let next = self.machine.borrow_mut().poll_side();
+                    let Some(side) = next else { break };
                     match side {
                         Output::SetAlarm(_) | Output::DeleteAlarm if write.is_none() => {
                             write = self.write_alarm(&side)
