@@ -23,13 +23,13 @@ use shiitake::model::{
     classify_status, Answer, ModelError, ModelItem, RetryPolicy, Role, ToolCall, Usage,
 };
 use shiitake::observe::{Event, Frame};
+use shiitake::run;
+use shiitake::run::agent::{Agent, Event as Scheduled, Output, TurnId};
 use shiitake::run::compaction::ContextWindow;
-use shiitake::run::driver::{Action, Input, Offer, ToolWork, Turn, TurnPolicy};
+use shiitake::run::driver::{Input, Offer, ToolWork, TurnPolicy};
 use shiitake::run::operation::{result_output, Gate, OperationCall, Rules};
-use shiitake::run::schedule::{Event as Scheduled, Output, Schedule};
 use shiitake::run::tools::undone_output;
 use shiitake::run::tools::ToolOutput;
-use shiitake::run::{self, Step};
 use shiitake::store::{schema, Store};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -133,10 +133,13 @@ struct Sim {
     ids: CounterIds,
     now_ms: i64,
     meta: MetaPolicy,
-    /// Turns claimed at admission, not started: in memory, lost at a crash.
-    fresh: HashSet<String>,
-    /// The Agent's schedule: in memory, lost at a crash.
-    schedule: Schedule,
+    /// The Agent machine (its schedule, turns, turns held fresh): in
+    /// memory, lost at a crash.
+    machine: Agent,
+    /// Heads of the turns live in this process.
+    live: HashSet<String>,
+    /// Each running turn's input, once its action was performed.
+    inputs: VecDeque<(TurnId, Input)>,
     toolset: Rc<Toolset>,
     access: AccessConfig,
     policy: TurnPolicy,
@@ -249,6 +252,14 @@ fn model(context: &[ModelItem], system: Option<&str>, tokens_per_byte: u64) -> A
     Answer::new("ok", usage, Vec::new())
 }
 
+fn policy() -> TurnPolicy {
+    TurnPolicy::new(RetryPolicy {
+        attempts_max: 5,
+        base_delay_ms: 1_000,
+        max_delay_ms: 4_000,
+    })
+}
+
 impl Sim {
     fn new() -> Sim {
         let dir = tempfile::tempdir().unwrap();
@@ -262,15 +273,12 @@ impl Sim {
             ids: CounterIds::default(),
             now_ms: 1_000,
             meta: MetaPolicy::default(),
-            fresh: HashSet::new(),
-            schedule: Schedule::new(),
+            machine: Agent::new(policy()),
+            live: HashSet::new(),
+            inputs: VecDeque::new(),
             toolset: toolset(),
             access: AccessConfig::default(),
-            policy: TurnPolicy::new(RetryPolicy {
-                attempts_max: 5,
-                base_delay_ms: 1_000,
-                max_delay_ms: 4_000,
-            }),
+            policy: policy(),
             world: World::default(),
             commands: HashMap::new(),
             window: None,
@@ -290,8 +298,9 @@ impl Sim {
         clock.crash_at.set(None);
         self.db = Db::open(&self.path, &clock);
         schema::open(&self.db).unwrap();
-        self.fresh.clear();
-        self.schedule = Schedule::new();
+        self.machine = Agent::new(self.policy);
+        self.live.clear();
+        self.inputs.clear();
     }
 
     fn with_ctx<T>(&mut self, f: impl FnOnce(&mut Ctx<'_>) -> T) -> Result<T, Crashed> {
@@ -332,8 +341,7 @@ impl Sim {
         for (_, frame) in effects.frames {
             self.world.events.push(Event::Frame(frame));
         }
-        self.fresh
-            .extend(effects.fresh_turns.into_iter().map(|(head, _)| head));
+        self.machine.hold_fresh(effects.fresh_turns);
         let json = response
             .body
             .as_deref()
@@ -380,61 +388,139 @@ impl Sim {
         stopped
     }
 
-    /// Runs the Agent's schedule (`run::schedule`, the machine the wasm
-    /// host performs) until no work is due: every output performed as the
-    /// host does, the turns it starts run one after another (each live
-    /// until it ends), and the clock jumps to the alarm an idle loop
-    /// leaves (the schedule writes it), which then starts the next loop.
+    /// Runs the Agent machine (`run::agent`, the machine the wasm host
+    /// performs) until no work is due: every output performed as the host
+    /// does, the oldest running turn's input fed first (each live until it
+    /// ends), and the clock jumps to the alarm an idle loop leaves (the
+    /// machine writes it), which then starts the next loop.
     fn run_until_idle(&mut self) -> Result<(), Crashed> {
-        let mut started: VecDeque<Step> = VecDeque::new();
         let mut loops = 0;
-        // The platform's alarm, as the schedule set it.
+        // The platform's alarm, as the machine set it.
         let mut alarm: Option<i64> = None;
-        self.schedule.handle(Scheduled::Start, self.now_ms);
-        self.schedule.handle(Scheduled::Begin, self.now_ms);
+        self.machine.handle(Scheduled::Start, self.now_ms);
+        self.machine.handle(Scheduled::Begin, self.now_ms);
         loop {
-            while let Some(output) = self.schedule.poll() {
+            while let Some(output) = self.machine.poll() {
                 match output {
                     Output::Reconcile => {
-                        let fresh = self.fresh.clone();
-                        let live: HashSet<String> =
-                            started.iter().map(|s| s.command_id.clone()).collect();
                         let attempts = self.policy.attempts;
-                        let reconciled = self
-                            .with_ctx(|ctx| {
-                                run::reconcile(
-                                    ctx,
-                                    &|h| live.contains(h),
-                                    &|h| fresh.contains(h),
-                                    attempts,
-                                )
-                            })?
-                            .unwrap();
+                        self.now_ms += 1;
+                        let mut ctx = Ctx {
+                            store: Store::new(&self.db),
+                            now_ms: self.now_ms,
+                            ids: &mut self.ids,
+                            meta: &self.meta,
+                        };
+                        let (live, machine) = (&self.live, &self.machine);
+                        let reconciled = run::reconcile(
+                            &mut ctx,
+                            &|h| live.contains(h),
+                            &|h| machine.is_fresh(h),
+                            attempts,
+                        );
+                        if self.db.crashed.get() {
+                            return Err(Crashed);
+                        }
+                        let reconciled = reconciled.unwrap();
                         let event = Scheduled::Reconciled {
                             steps: reconciled.steps,
                             settled: reconciled.settled,
                             later: reconciled.next_deadline,
+                            running: reconciled.running,
                         };
-                        self.schedule.handle(event, self.now_ms);
+                        self.machine.handle(event, self.now_ms);
                     }
-                    Output::StartTurn(step) => started.push_back(step),
+                    Output::Live { head, .. } => {
+                        self.live.insert(head);
+                    }
+                    Output::Ended { head, .. } => {
+                        self.live.remove(&head);
+                    }
+                    Output::Offer { turn, head, .. } => {
+                        assert!(self.live.contains(&head), "an offer for {head}, not live");
+                        let offer = Offer {
+                            toolset: Some(Rc::clone(&self.toolset)),
+                            unavailable: Vec::new(),
+                            window: self.window,
+                            compaction_prompt: None,
+                        };
+                        self.inputs.push_back((turn, Input::Offered(Ok(offer))));
+                    }
+                    Output::CallModel {
+                        turn,
+                        head,
+                        context,
+                        tools,
+                        system,
+                        ..
+                    } => {
+                        assert!(
+                            self.live.contains(&head),
+                            "a model call for {head}, not live"
+                        );
+                        let input = self.call_model(&head, context, tools, system);
+                        self.inputs.push_back((turn, input));
+                    }
+                    Output::RunTool {
+                        turn, head, run, ..
+                    } => {
+                        assert!(self.live.contains(&head), "a tool run for {head}, not live");
+                        self.world.tool_calls += 1;
+                        let n = self.world.tool_calls;
+                        let op = match run.work {
+                            ToolWork::Operation(op) => op,
+                            ToolWork::Undo { of, execute } => {
+                                let undone = self.undo(of.journal_key());
+                                let output = undone_output(&run.call, execute, &undone);
+                                self.inputs.push_back((turn, Input::ToolDone(output)));
+                                continue;
+                            }
+                            ToolWork::Execute { .. } => {
+                                panic!("no sandbox: execute is never offered")
+                            }
+                        };
+                        // The tool reports three counters at once: the first
+                        // goes out, the newest is held to the call's end.
+                        let mut progress = run.progress;
+                        for count in 1..=3 {
+                            let report =
+                                progress.report(self.now_ms, &format!(r#"{{"n":{count}}}"#));
+                            self.world.events.extend(report.unwrap().map(Event::Frame));
+                        }
+                        let input = self.operation(&op)?;
+                        self.world.events.extend(progress.end().map(Event::Frame));
+                        let input = match self.interject(When::ToolCall(n), &head) {
+                            true => Input::Stopped,
+                            false => input,
+                        };
+                        self.inputs.push_back((turn, input));
+                    }
+                    Output::Fault(e) => {
+                        assert!(self.db.crashed.get(), "a fault without a crash: {e}");
+                        return Err(Crashed);
+                    }
                     // No lane or mail pass is asked for here (`tests/schedule.rs`).
                     Output::LanePass
                     | Output::LaneEnded
                     | Output::MailPass
-                    | Output::ArmAfterPass => panic!("a pass nobody asked for"),
+                    | Output::ReadPassLeft { .. } => panic!("a pass nobody asked for"),
                     Output::Publish { event, .. } => self.world.events.push(event),
-                    Output::MailStaged => {}
-                    Output::ReadDeadlines => self
-                        .schedule
-                        .handle(Scheduled::Deadlines(None), self.now_ms),
+                    Output::MailStaged
+                    | Output::Projections
+                    | Output::Hold { .. }
+                    | Output::Release { .. } => {}
+                    Output::ReadDeadlines => {
+                        self.machine.handle(Scheduled::Deadlines(None), self.now_ms)
+                    }
                     Output::SetAlarm(at) => alarm = Some(at),
                     Output::DeleteAlarm => alarm = None,
                     // Its alarm output follows it.
                     Output::Idle => {}
                 }
             }
-            if !self.schedule.running() {
+            if !self.machine.schedule().running() {
+                assert!(self.inputs.is_empty(), "a turn outlived its loop");
+                assert!(self.live.is_empty(), "a turn live past its end");
                 let Some(at) = alarm.take() else {
                     return Ok(());
                 };
@@ -442,112 +528,65 @@ impl Sim {
                 assert!(loops < 100, "the run loop did not go idle in 100 alarms");
                 // The alarm fires at its deadline.
                 self.now_ms = self.now_ms.max(at);
-                self.schedule.handle(Scheduled::AlarmFired, self.now_ms);
-                self.schedule.handle(Scheduled::Begin, self.now_ms);
+                self.machine.handle(Scheduled::AlarmFired, self.now_ms);
+                self.machine.handle(Scheduled::Begin, self.now_ms);
                 continue;
             }
-            match started.front().cloned() {
-                Some(step) => {
-                    let left_no_work = self.run_turn(step)?;
-                    started.pop_front();
-                    self.schedule
-                        .handle(Scheduled::TurnEnded { left_no_work }, self.now_ms);
+            match self.inputs.pop_front() {
+                Some((turn, input)) => {
+                    self.now_ms += 1;
+                    let mut ctx = Ctx {
+                        store: Store::new(&self.db),
+                        now_ms: self.now_ms,
+                        ids: &mut self.ids,
+                        meta: &self.meta,
+                    };
+                    self.machine.handle_turn(&mut ctx, turn, input, self.now_ms);
+                    if self.db.crashed.get() {
+                        return Err(Crashed);
+                    }
                 }
                 None => {
-                    let at = self.schedule.poll_timeout().expect("a running loop naps");
+                    let at = self.machine.poll_timeout().expect("a running loop naps");
                     self.now_ms = self.now_ms.max(at);
-                    self.schedule.handle(Scheduled::Timeout, self.now_ms);
+                    self.machine.handle(Scheduled::Timeout, self.now_ms);
                 }
             }
         }
     }
 
-    /// Performs one turn's driver until it is done; true when it left no
-    /// work ([`Turn::left_no_work`]).
-    fn run_turn(&mut self, step: Step) -> Result<bool, Crashed> {
-        self.fresh.remove(&step.command_id);
-        let mut turn = Turn::new(step, self.policy);
-        loop {
-            let action = turn
-                .poll()
-                .expect("the driver always has an action or is done");
-            let input = match action {
-                Action::Publish(event) => {
-                    self.world.events.push(event);
-                    continue;
-                }
-                Action::Next { .. } => continue,
-                Action::Fault(e) => {
-                    assert!(self.db.crashed.get(), "a fault without a crash: {e}");
-                    return Err(Crashed);
-                }
-                Action::Done => return Ok(turn.left_no_work()),
-                Action::Offer => Input::Offered(Ok(Offer {
-                    toolset: Some(Rc::clone(&self.toolset)),
-                    unavailable: Vec::new(),
-                    window: self.window,
-                    compaction_prompt: None,
-                })),
-                Action::CallModel {
-                    context,
-                    tools,
-                    system,
-                } => {
-                    match &system {
-                        Some(_) => {
-                            assert!(tools.is_empty(), "a summary call offers no tools");
-                            self.world.summary_calls += 1;
-                        }
-                        None => {
-                            assert_eq!(tools.len(), 2, "both direct tools are offered");
-                            self.world.contexts.push(context.clone());
-                        }
-                    }
-                    self.world.model_calls += 1;
-                    let n = self.world.model_calls;
-                    if self.interject(When::ModelCall(n), turn.head()) {
-                        Input::Stopped
-                    } else if n <= self.world.failing_model_calls {
-                        Input::Failed(ModelError::new(true, "HTTP 503: overloaded"))
-                    } else if self.world.too_long_calls.contains(&n) {
-                        Input::Failed(classify_status(
-                            400,
-                            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 9 tokens > 8 maximum"}}"#,
-                        ))
-                    } else {
-                        Input::Answered(model(&context, system.as_deref(), self.tokens_per_byte))
-                    }
-                }
-                Action::RunTool(run) => {
-                    self.world.tool_calls += 1;
-                    let n = self.world.tool_calls;
-                    let op = match run.work {
-                        ToolWork::Operation(op) => op,
-                        ToolWork::Undo { of, execute } => {
-                            let undone = self.undo(of.journal_key());
-                            let output = undone_output(&run.call, execute, &undone);
-                            self.with_ctx(|ctx| turn.handle(ctx, Input::ToolDone(output)))?;
-                            continue;
-                        }
-                        ToolWork::Execute { .. } => panic!("no sandbox: execute is never offered"),
-                    };
-                    // The tool reports three counters at once: the first
-                    // goes out, the newest is held to the call's end.
-                    let mut progress = run.progress;
-                    for count in 1..=3 {
-                        let report = progress.report(self.now_ms, &format!(r#"{{"n":{count}}}"#));
-                        self.world.events.extend(report.unwrap().map(Event::Frame));
-                    }
-                    let input = self.operation(&op)?;
-                    self.world.events.extend(progress.end().map(Event::Frame));
-                    if self.interject(When::ToolCall(n), turn.head()) {
-                        Input::Stopped
-                    } else {
-                        input
-                    }
-                }
-            };
-            self.with_ctx(|ctx| turn.handle(ctx, input))?;
+    /// Performs a model call of the turn headed by `head` with the scripted
+    /// model: a request may stop the turn meanwhile.
+    fn call_model(
+        &mut self,
+        head: &str,
+        context: Vec<ModelItem>,
+        tools: Vec<shiitake::model::ToolSpec>,
+        system: Option<String>,
+    ) -> Input {
+        match &system {
+            Some(_) => {
+                assert!(tools.is_empty(), "a summary call offers no tools");
+                self.world.summary_calls += 1;
+            }
+            None => {
+                assert_eq!(tools.len(), 2, "both direct tools are offered");
+                self.world.contexts.push(context.clone());
+            }
+        }
+        self.world.model_calls += 1;
+        let n = self.world.model_calls;
+        if self.interject(When::ModelCall(n), head) {
+            Input::Stopped
+        } else if n <= self.world.failing_model_calls {
+            Input::Failed(ModelError::new(true, "HTTP 503: overloaded"))
+        } else if self.world.too_long_calls.contains(&n) {
+            Input::Failed(classify_status(
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 9 tokens > 8 maximum"}}"#,
+            ))
+        } else {
+            Input::Answered(model(&context, system.as_deref(), self.tokens_per_byte))
         }
     }
 

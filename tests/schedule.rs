@@ -1,5 +1,5 @@
 //! A simulated fleet: several Agents, each its own SQLite file and its own
-//! Agent schedule (`run::schedule`, the machine the wasm host performs),
+//! Agent machine (`run::agent`, the machine the wasm host performs),
 //! exchanging mail over one clock. The simulated host performs every
 //! output as `src/host/` does: claims with the extension pass before each
 //! (timers and replays), turns (the real turn driver, a scripted model),
@@ -21,9 +21,10 @@ use shiitake::mail::{self, Acceptance, Address, Outgoing, Replies, SendState};
 use shiitake::meta::MetaPolicy;
 use shiitake::model::{Answer, ModelItem, RetryPolicy, Role, Usage};
 use shiitake::observe::{Event, Frame};
-use shiitake::run::driver::{Action, Input, Offer, Turn, TurnPolicy};
-use shiitake::run::schedule::{earliest, Event as Scheduled, Output, Schedule};
-use shiitake::run::{self, Step};
+use shiitake::run;
+use shiitake::run::agent::{Agent as Machine, Event as Scheduled, Output, TurnId};
+use shiitake::run::driver::{Input, Offer, TurnPolicy};
+use shiitake::run::schedule::earliest;
 use shiitake::session::admission::ExtensionSends;
 use shiitake::session::command::Delivery;
 use shiitake::sql::{atomically, Sql, SqlError};
@@ -49,11 +50,12 @@ struct Agent {
     /// Published events (observers outlive the process in this test).
     events: Vec<Event>,
     // The process:
-    schedule: Schedule,
-    /// Turns started and not ended, oldest first (live).
-    started: VecDeque<Step>,
-    /// Turns claimed at admission, not started.
-    fresh: HashSet<String>,
+    /// The Agent machine (its schedule, turns, turns held fresh).
+    machine: Machine,
+    /// Heads of the turns live in this process.
+    live: HashSet<String>,
+    /// Each running turn's input, once its action was performed.
+    inputs: VecDeque<(TurnId, Input)>,
     /// Passes the schedule asked for, not yet run.
     lane_pass: bool,
     mail_pass: bool,
@@ -82,9 +84,9 @@ impl Agent {
             replies: Replies::new(),
             alarm: None,
             events: Vec::new(),
-            schedule: Schedule::new(),
-            started: VecDeque::new(),
-            fresh: HashSet::new(),
+            machine: Machine::new(policy()),
+            live: HashSet::new(),
+            inputs: VecDeque::new(),
             lane_pass: false,
             mail_pass: false,
             extensions: None,
@@ -97,14 +99,14 @@ impl Agent {
     fn restart(&mut self, now: i64) {
         self.db = Db::open(&self.path, &Rc::clone(&self.db.clock));
         schema::open(&self.db).unwrap();
-        self.schedule = Schedule::new();
-        self.started.clear();
-        self.fresh.clear();
+        self.machine = Machine::new(policy());
+        self.live.clear();
+        self.inputs.clear();
         self.lane_pass = false;
         self.mail_pass = false;
         self.open_extensions(now);
         let due = self.next_deadline(now);
-        self.schedule.handle(Scheduled::Deadline(due), now);
+        self.machine.handle(Scheduled::Deadline(due), now);
     }
 
     /// The earliest durable deadline, as the host reads it.
@@ -122,33 +124,33 @@ impl Agent {
     /// The lane's and mail's deadlines, as the host reads them: none for
     /// a performer whose pass runs (it arms the alarm when it ends).
     fn deadlines(&self, now: i64) -> Option<i64> {
-        let lane = match self.schedule.lane_running() {
+        let lane = match self.machine.schedule().lane_running() {
             true => None,
             false => delivery::next_deadline(&self.db, now).unwrap(),
         };
-        let mail = match self.schedule.mail_running() {
+        let mail = match self.machine.schedule().mail_running() {
             true => None,
             false => mail::next_deadline(Store::new(&self.db)).unwrap(),
         };
         earliest(lane, mail)
     }
 
-    /// What a lane or mail pass left, as the host reads it: the lane's
-    /// and mail's while a loop runs (it arms the rest), else everything.
-    fn arm_after_pass(&mut self, now: i64) {
-        let left = match self.schedule.running() {
-            true => self.deadlines(now),
-            false => self.next_deadline(now),
+    /// What a lane or mail pass left, as the host reads it: everything,
+    /// or the lane's and mail's (the machine's choice).
+    fn read_pass_left(&mut self, everything: bool, now: i64) {
+        let left = match everything {
+            true => self.next_deadline(now),
+            false => self.deadlines(now),
         };
-        self.schedule.handle(Scheduled::PassLeft(left), now);
+        self.machine.handle(Scheduled::PassLeft(left), now);
     }
 
     /// After a transition that may have staged mail, as the host does: a
     /// pass when some is due now, else the alarm.
     fn mail_after_transition(&mut self, now: i64) {
         match mail::next_deadline(Store::new(&self.db)).unwrap() {
-            Some(at) if at <= now => self.schedule.handle(Scheduled::MailWanted, now),
-            Some(at) => self.schedule.handle(Scheduled::Owed(at), now),
+            Some(at) if at <= now => self.machine.handle(Scheduled::MailWanted, now),
+            Some(at) => self.machine.handle(Scheduled::Owed(at), now),
             None => {}
         }
     }
@@ -207,61 +209,93 @@ impl Agent {
     /// A request that may have added work: wakes the loop, or starts one
     /// (the schedule sets the alarm to now first).
     fn wake(&mut self, now: i64) {
-        self.schedule.handle(Scheduled::LaneWanted, now);
-        self.schedule.handle(Scheduled::MailWanted, now);
-        if self.schedule.running() {
-            self.schedule.handle(Scheduled::Wake, now);
+        self.machine.handle(Scheduled::LaneWanted, now);
+        self.machine.handle(Scheduled::MailWanted, now);
+        if self.machine.schedule().running() {
+            self.machine.handle(Scheduled::Wake, now);
             return;
         }
-        self.schedule.handle(Scheduled::Start, now);
-        self.schedule.handle(Scheduled::Begin, now);
+        self.machine.handle(Scheduled::Start, now);
+        self.machine.handle(Scheduled::Begin, now);
     }
 
     /// The platform's alarm fires: it requests mail and starts the loop.
     fn fire_alarm(&mut self, now: i64) {
         self.alarm = None;
-        self.schedule.handle(Scheduled::AlarmFired, now);
-        self.schedule.handle(Scheduled::LaneWanted, now);
-        self.schedule.handle(Scheduled::MailWanted, now);
-        self.schedule.handle(Scheduled::Begin, now);
+        self.machine.handle(Scheduled::AlarmFired, now);
+        self.machine.handle(Scheduled::LaneWanted, now);
+        self.machine.handle(Scheduled::MailWanted, now);
+        self.machine.handle(Scheduled::Begin, now);
     }
 
-    /// Performs the schedule's outputs until it waits for a turn or naps.
+    /// Performs the machine's outputs until it waits for a turn or naps;
+    /// a turn's offer and model call are answered at once (the scripted
+    /// model echoes the last user text), their inputs fed by
+    /// [`Agent::run_turn`].
     fn perform(&mut self, now: i64) -> Result<(), Crashed> {
-        while let Some(output) = self.schedule.poll() {
+        while let Some(output) = self.machine.poll() {
             match output {
                 Output::Reconcile => {
                     self.extension_pass(now)?;
-                    let fresh = self.fresh.clone();
-                    let live: HashSet<String> =
-                        self.started.iter().map(|s| s.command_id.clone()).collect();
-                    let reconciled = self
-                        .ctx(now, |ctx| {
-                            run::reconcile(
-                                ctx,
-                                &|h| live.contains(h),
-                                &|h| fresh.contains(h),
-                                run::Attempts { max: 5 },
-                            )
-                        })?
-                        .unwrap();
-                    self.fresh.retain(|h| reconciled.running.contains(h));
+                    let settled = Settled {
+                        extensions: self.extensions.as_deref(),
+                        replies: &self.replies,
+                    };
+                    let mut ctx = Ctx {
+                        store: Store::observed(&self.db, &settled),
+                        now_ms: now,
+                        ids: &mut self.ids,
+                        meta: &self.meta,
+                    };
+                    let (live, machine) = (&self.live, &self.machine);
+                    let reconciled = run::reconcile(
+                        &mut ctx,
+                        &|h| live.contains(h),
+                        &|h| machine.is_fresh(h),
+                        run::Attempts { max: 5 },
+                    );
+                    if self.db.crashed.get() {
+                        return Err(Crashed);
+                    }
+                    let reconciled = reconciled.unwrap();
                     let event = Scheduled::Reconciled {
                         steps: reconciled.steps,
                         settled: reconciled.settled,
                         later: earliest(reconciled.next_deadline, self.extension_deadline(now)),
+                        running: reconciled.running,
                     };
-                    self.schedule.handle(event, now);
+                    self.machine.handle(event, now);
                 }
-                Output::StartTurn(step) => {
-                    self.fresh.remove(&step.command_id);
-                    self.started.push_back(step);
+                Output::Live { head, .. } => {
+                    self.live.insert(head);
                 }
+                Output::Ended { head, .. } => {
+                    self.live.remove(&head);
+                }
+                Output::Offer { turn, .. } => {
+                    let offer = Offer {
+                        toolset: None,
+                        unavailable: Vec::new(),
+                        window: None,
+                        compaction_prompt: None,
+                    };
+                    self.inputs.push_back((turn, Input::Offered(Ok(offer))));
+                }
+                Output::CallModel { turn, context, .. } => {
+                    self.inputs
+                        .push_back((turn, Input::Answered(echo(&context))));
+                }
+                Output::RunTool { .. } => panic!("no tools are offered"),
+                Output::Fault(e) => {
+                    assert!(self.db.crashed.get(), "a fault without a crash: {e}");
+                    return Err(Crashed);
+                }
+                Output::Projections | Output::Hold { .. } | Output::Release { .. } => {}
                 Output::Publish { event, .. } => self.events.push(event),
                 Output::MailStaged => self.mail_after_transition(now),
                 Output::ReadDeadlines => {
                     let deadlines = self.deadlines(now);
-                    self.schedule.handle(Scheduled::Deadlines(deadlines), now);
+                    self.machine.handle(Scheduled::Deadlines(deadlines), now);
                 }
                 // Its alarm output follows it.
                 Output::Idle => {}
@@ -270,59 +304,37 @@ impl Agent {
                 Output::LanePass => self.lane_pass = true,
                 Output::MailPass => self.mail_pass = true,
                 Output::LaneEnded => {}
-                Output::ArmAfterPass => self.arm_after_pass(now),
+                Output::ReadPassLeft { everything } => self.read_pass_left(everything, now),
             }
         }
         Ok(())
     }
 
-    /// Runs the oldest live turn to its end with a scripted model that
-    /// answers every context with its last user text, echoed.
+    /// Runs the oldest running turn to its end: its inputs fed one by one,
+    /// the machine's outputs performed after each.
     fn run_turn(&mut self, now: i64) -> Result<(), Crashed> {
-        let step = self.started.front().cloned().expect("a live turn");
-        let mut turn = Turn::new(
-            step,
-            TurnPolicy::new(RetryPolicy {
-                attempts_max: 5,
-                base_delay_ms: 1_000,
-                max_delay_ms: 4_000,
-            }),
-        );
-        loop {
-            let input = match turn.poll().expect("an action or done") {
-                Action::Publish(event) => {
-                    self.events.push(event);
-                    continue;
-                }
-                Action::Next { .. } => {
-                    self.mail_after_transition(now);
-                    continue;
-                }
-                Action::Fault(e) => {
-                    assert!(self.db.crashed.get(), "a fault without a crash: {e}");
-                    return Err(Crashed);
-                }
-                Action::Done => break,
-                Action::Offer => Input::Offered(Ok(Offer {
-                    toolset: None,
-                    unavailable: Vec::new(),
-                    window: None,
-                    compaction_prompt: None,
-                })),
-                Action::CallModel { context, .. } => Input::Answered(echo(&context)),
-                Action::RunTool(_) => panic!("no tools are offered"),
+        let turn = self.inputs.front().expect("a live turn").0;
+        while let Some(at) = self.inputs.iter().position(|(t, _)| *t == turn) {
+            let (_, input) = self.inputs.remove(at).unwrap();
+            let settled = Settled {
+                extensions: self.extensions.as_deref(),
+                replies: &self.replies,
             };
-            self.ctx(now, |ctx| turn.handle(ctx, input))?;
+            let mut ctx = Ctx {
+                store: Store::observed(&self.db, &settled),
+                now_ms: now,
+                ids: &mut self.ids,
+                meta: &self.meta,
+            };
+            self.machine.handle_turn(&mut ctx, turn, input, now);
+            if self.db.crashed.get() {
+                return Err(Crashed);
+            }
+            // A settled hook of that transition that moved timers: told
+            // before the turn's end counts (the host does the same).
+            self.rearm(now);
+            self.perform(now)?;
         }
-        self.started.pop_front();
-        self.mail_after_transition(now);
-        self.rearm(now);
-        self.schedule.handle(
-            Scheduled::TurnEnded {
-                left_no_work: turn.left_no_work(),
-            },
-            now,
-        );
         Ok(())
     }
 
@@ -381,6 +393,14 @@ impl Agent {
             .map(|row| (row.text(0).unwrap(), row.text(1).unwrap()))
             .collect()
     }
+}
+
+fn policy() -> TurnPolicy {
+    TurnPolicy::new(RetryPolicy {
+        attempts_max: 5,
+        base_delay_ms: 1_000,
+        max_delay_ms: 4_000,
+    })
 }
 
 /// The store's observer, as the host's `Inner` is: the extensions'
@@ -444,13 +464,12 @@ impl Agent {
         for (_, frame) in effects.frames {
             self.events.push(Event::Frame(frame));
         }
-        self.fresh
-            .extend(effects.fresh_turns.into_iter().map(|(head, _)| head));
+        self.machine.hold_fresh(effects.fresh_turns);
         if effects.reconcile {
-            self.schedule.handle(Scheduled::Wake, now);
+            self.machine.handle(Scheduled::Wake, now);
         }
         if !extensions.take_attention_touched().is_empty() {
-            self.schedule.handle(Scheduled::LaneWanted, now);
+            self.machine.handle(Scheduled::LaneWanted, now);
         }
         Ok(())
     }
@@ -459,7 +478,7 @@ impl Agent {
     /// host tells it before every event).
     fn rearm(&mut self, now: i64) {
         if self.extensions.as_ref().is_some_and(|e| e.take_rearm()) {
-            self.schedule.handle(Scheduled::Rearm, now);
+            self.machine.handle(Scheduled::Rearm, now);
         }
     }
 }
@@ -536,9 +555,7 @@ impl Fleet {
                         for (_, frame) in effects.frames {
                             recipient.events.push(Event::Frame(frame));
                         }
-                        recipient
-                            .fresh
-                            .extend(effects.fresh_turns.into_iter().map(|(head, _)| head));
+                        recipient.machine.hold_fresh(effects.fresh_turns);
                         recipient.wake(now);
                     }
                     Ok(landing.value)
@@ -566,7 +583,7 @@ impl Fleet {
         }
         let sender = &mut self.agents[from];
         sender
-            .schedule
+            .machine
             .handle(Scheduled::MailPassEnded { carried }, now);
         sender.perform(now).map_err(|c| (from, c))
     }
@@ -578,23 +595,20 @@ impl Fleet {
         let now = self.now;
         for i in 0..self.agents.len() {
             let agent = &mut self.agents[i];
-            if !agent.schedule.running() && agent.alarm.is_some_and(|at| at <= now) {
+            if !agent.machine.schedule().running() && agent.alarm.is_some_and(|at| at <= now) {
                 agent.fire_alarm(now);
                 return Ok(true);
             }
             agent.perform(now).map_err(|c| (i, c))?;
-            if !agent.started.is_empty() {
+            if !agent.inputs.is_empty() {
                 agent.run_turn(now).map_err(|c| (i, c))?;
-                agent.perform(now).map_err(|c| (i, c))?;
                 return Ok(true);
             }
             if agent.lane_pass {
                 let more = agent
                     .run_lane_pass(now, &mut self.delivered)
                     .map_err(|c| (i, c))?;
-                agent
-                    .schedule
-                    .handle(Scheduled::LanePassEnded { more }, now);
+                agent.machine.handle(Scheduled::LanePassEnded { more }, now);
                 agent.perform(now).map_err(|c| (i, c))?;
                 return Ok(true);
             }
@@ -602,9 +616,9 @@ impl Fleet {
                 self.mail_pass(i)?;
                 return Ok(true);
             }
-            if let Some(until) = agent.schedule.poll_timeout() {
+            if let Some(until) = agent.machine.poll_timeout() {
                 if until <= now {
-                    agent.schedule.handle(Scheduled::Timeout, now);
+                    agent.machine.handle(Scheduled::Timeout, now);
                     return Ok(true);
                 }
             }
@@ -614,7 +628,7 @@ impl Fleet {
             .agents
             .iter()
             .enumerate()
-            .filter_map(|(i, a)| earliest(a.alarm, a.schedule.poll_timeout()).map(|at| (at, i)))
+            .filter_map(|(i, a)| earliest(a.alarm, a.machine.poll_timeout()).map(|at| (at, i)))
             .min();
         let Some((at, i)) = next else {
             return Ok(false);
@@ -622,8 +636,8 @@ impl Fleet {
         self.now = self.now.max(at) + 1;
         let now = self.now;
         let agent = &mut self.agents[i];
-        if agent.schedule.running() {
-            agent.schedule.handle(Scheduled::Timeout, now);
+        if agent.machine.schedule().running() {
+            agent.machine.handle(Scheduled::Timeout, now);
         } else {
             agent.fire_alarm(now);
         }
@@ -693,8 +707,8 @@ fn delegation_in(mut fleet: Fleet, crash_at: Option<usize>) -> Fleet {
         "/sessions/p/commands",
         json!({ "type": "prompt", "requestId": "own", "text": "keep going" }),
     );
-    p.fresh
-        .insert(admitted["commandId"].as_str().unwrap().to_owned());
+    let head = admitted["commandId"].as_str().unwrap().to_owned();
+    p.machine.hold_fresh([(head, "p".to_owned())]);
     p.wake(now);
     fleet
         .clock

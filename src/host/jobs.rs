@@ -254,7 +254,7 @@ impl Inner {
         self.schedule_side(Event::LaneWanted);
     }
 
-    /// Performs [`crate::run::schedule::Output::LanePass`]: one pass, its
+    /// Performs [`crate::run::agent::Output::LanePass`]: one pass, its
     /// end told to the schedule.
     pub(super) fn start_lane_pass(&self) {
         let Some(me) = self.me.upgrade() else {
@@ -275,7 +275,7 @@ impl Inner {
     /// most `TOOL_HEARTBEAT_MS` ahead (earlier for the lane's retry), so a
     /// crash resumes the turn, and the lane, within about that.
     pub(super) async fn heartbeat_beat(&self) {
-        if !self.schedule.borrow().lane_running() {
+        if !self.machine.borrow().schedule().lane_running() {
             match delivery::pending(&self.sql, 1) {
                 Ok(entries) if !entries.is_empty() => self.request_host_work(),
                 Ok(_) => {}
@@ -293,7 +293,7 @@ impl Inner {
     /// The lane's deadline for the one alarm: none while a pass runs in
     /// this instance (it arms the alarm when it ends).
     pub(super) fn lane_deadline(&self, now: i64) -> Result<Option<i64>, ApiError> {
-        if self.schedule.borrow().lane_running() || self.lane_known_empty() {
+        if self.machine.borrow().schedule().lane_running() || self.lane_known_empty() {
             return Ok(None);
         }
         Ok(delivery::next_deadline(&self.sql, now)?)
@@ -357,7 +357,7 @@ impl Inner {
                 }
                 return Pass::Done { more };
             }
-            _ if self.closed.borrow().is_some() => return Pass::Abandoned,
+            _ if self.machine.borrow().closed().is_some() => return Pass::Abandoned,
             Some(Err(e)) if !outcome.timed_out => e,
             Some(Err(e)) => format!(
                 "the pass did not finish within {} ms ({e})",
@@ -435,8 +435,8 @@ impl Inner {
     /// resume at a later open, as after a crash), and waits for both the
     /// host pass and the run loop to end.
     pub(super) async fn close(&self, reason: &str) {
-        *self.closed.borrow_mut() = Some(reason.to_owned());
-        self.schedule_event(crate::run::schedule::Event::Close);
+        let now = bindings::now_ms();
+        self.machine.borrow_mut().close(reason.to_owned(), now);
         if let Some(abort) = self.lane.abort.borrow_mut().take() {
             let _ = abort.send(());
         }
@@ -445,7 +445,9 @@ impl Inner {
             stopper.stop();
         }
         self.wake_loop();
-        while self.schedule.borrow().running() || self.schedule.borrow().lane_running() {
+        while self.machine.borrow().schedule().running()
+            || self.machine.borrow().schedule().lane_running()
+        {
             let _ = self.lane.next_end().await;
         }
     }

@@ -53,7 +53,7 @@ impl Inner {
 
     /// The earliest owed delivery, for the one alarm.
     pub(super) fn mail_deadline(&self) -> Result<Option<i64>, ApiError> {
-        if !self.mail_enabled() || self.schedule.borrow().mail_running() {
+        if !self.mail_enabled() || self.machine.borrow().schedule().mail_running() {
             // A running pass arms the alarm when it ends.
             return Ok(None);
         }
@@ -83,7 +83,7 @@ impl Inner {
         self.schedule_side(Event::MailWanted);
     }
 
-    /// Performs [`crate::run::schedule::Output::MailPass`]: one pass, its
+    /// Performs [`crate::run::agent::Output::MailPass`]: one pass, its
     /// end told to the schedule.
     pub(super) fn start_mail_pass(&self) {
         let Some(me) = self.me.upgrade() else { return };

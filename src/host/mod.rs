@@ -96,26 +96,20 @@ struct Inner {
     mail: mail::MailRun,
     /// Projections last published (`extensions.rs`).
     published: RefCell<extensions::Published>,
-    /// Why the host's `initialize(extensions)` failed: this instance serves
-    /// nothing (503) and runs no work; the durable work waits.
-    closed: RefCell<Option<String>>,
     schema_checked: Cell<bool>,
     /// This instance created the store (and it has no extensions): there
     /// is no earlier work for the start to arm the alarm for.
     store_created: Cell<bool>,
     /// Turns this instance is executing, by head command.
     live: RefCell<HashMap<String, Stopper>>,
-    /// Turns to start at the attempt they hold, head -> Session: claimed by
-    /// an admission here and not started yet, or interrupted by a wasm reset
-    /// that other code caused (handed over by the shim, `blame.rs`). Held
-    /// for the trap report like live turns, so a reset that other code
-    /// causes before they start spares them too; any other loss (a crash,
-    /// an eviction) counts the attempt again.
-    fresh: RefCell<HashMap<String, String>>,
     observers: Observers,
-    /// The Agent's schedule (`run::schedule`): when the loop claims, naps
-    /// and ends.
-    schedule: RefCell<crate::run::schedule::Schedule>,
+    /// The Agent machine (`run::agent`): its schedule, running turns and
+    /// turns held fresh (to start at the attempt they hold: claimed by an
+    /// admission here, or interrupted by a wasm reset that other code
+    /// caused, handed over by the shim, `blame.rs`; held for the trap
+    /// report like live turns, so a reset that other code causes before
+    /// they start spares them too).
+    machine: RefCell<crate::run::agent::Agent>,
     /// Wakes the loop while it naps.
     loop_wake: RefCell<Option<oneshot::Sender<()>>>,
 }
@@ -191,6 +185,8 @@ impl ShiitakeCore {
             log_error(why);
         }
         let heartbeat_ms = config.watch_heartbeat_ms;
+        let machine =
+            crate::run::agent::Agent::new(crate::run::driver::TurnPolicy::new(config.retry));
         let inner = Rc::new_cyclic(|me| Inner {
             me: me.clone(),
             agent,
@@ -203,14 +199,12 @@ impl ShiitakeCore {
             models,
             mail: mail::MailRun::default(),
             published: RefCell::default(),
-            closed: RefCell::default(),
             config,
             schema_checked: Cell::new(false),
             store_created: Cell::new(false),
             live: RefCell::default(),
-            fresh: RefCell::default(),
             observers: Observers::new(heartbeat_ms),
-            schedule: RefCell::default(),
+            machine: RefCell::new(machine),
             loop_wake: RefCell::default(),
         });
         inner.hold_fresh(spared);
@@ -441,8 +435,8 @@ impl Inner {
 
     /// Open, and not closed by a failed `initialize`, with a usable roster.
     fn ready(&self) -> Result<(), ApiError> {
-        if let Some(why) = &*self.closed.borrow() {
-            return Err(ApiError::RuntimeClosed(why.clone()));
+        if let Some(why) = self.machine.borrow().closed() {
+            return Err(ApiError::RuntimeClosed(why.to_owned()));
         }
         if let Err(why) = &self.extensions {
             return Err(ApiError::HostMisconfigured(why.clone()));

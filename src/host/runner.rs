@@ -1,26 +1,82 @@
-//! The durable wake and the turns it runs. The schedule
-//! (`run::schedule::Schedule`) decides when the loop claims due turns
-//! (`run::reconcile`), how long it naps, when the claim budget hands over
-//! to a fresh alarm, when the lane's and mail's passes run, and when the
-//! one alarm is written or deleted (it remembers the alarm it asked for);
-//! this file feeds it what happens and performs what it yields. Each turn is a [`Turn`] driver whose actions
-//! this performs (publish, resolve the tools, call the model, run a tool
-//! call); every decision about what a turn does next is the driver's.
+//! The durable wake and the turns it runs, performed. The Agent machine
+//! (`run::agent::Agent`) decides everything: when the loop claims due
+//! turns, how long it naps, when the lane's and mail's passes run, when
+//! the one alarm is written, and every step of every running turn. This
+//! file feeds it what happens and performs what it yields, in one `match`
+//! ([`Inner::act`]): the turns' offers, model calls and tool runs
+//! concurrently, each finished one fed back as its turn's input.
 
 use super::bindings::{self, log_error};
+use super::models::Target;
 use super::stopper::Stopper;
 use super::{blame, model, Inner};
 use crate::extension::Extensions;
 use crate::limits::LOOP_NAP_MS_MAX;
 use crate::observe::Frame;
-use crate::run::driver::{Action, Input, Turn, TurnPolicy};
-use crate::run::schedule::{earliest, Event, Output};
-use crate::run::{self, Step};
+use crate::run;
+use crate::run::agent::{Event, Output, TurnId};
+use crate::run::driver::Input;
+use crate::run::schedule::earliest;
 use crate::store::Store;
 use futures::channel::oneshot;
-use futures::future::{select, Either};
+use futures::future::{select, Either, LocalBoxFuture};
 use futures::stream::{FuturesUnordered, StreamExt};
+use std::future::Future;
+use std::rc::Rc;
 use wasm_bindgen::prelude::*;
+
+/// The loop's performs in flight, each answering its turn's next input.
+#[derive(Default)]
+struct Performing<'a> {
+    pending: FuturesUnordered<LocalBoxFuture<'a, Performed>>,
+    /// Each running turn's model, resolved at its first offer, with the
+    /// head it was resolved for (a change applies to the next command).
+    targets: Vec<(TurnId, (String, Rc<Target>))>,
+}
+
+/// A finished perform: the turn's input, and the model its offer resolved.
+struct Performed {
+    turn: TurnId,
+    input: Input,
+    target: Option<(String, Rc<Target>)>,
+}
+
+impl<'a> Performing<'a> {
+    /// Takes the model kept for `turn`.
+    fn take_target(&mut self, turn: TurnId) -> Option<(String, Rc<Target>)> {
+        let at = self.targets.iter().position(|(t, _)| *t == turn)?;
+        Some(self.targets.swap_remove(at).1)
+    }
+
+    /// Performs `work` for `turn`; the host still checks the turn's stop
+    /// switch: stopped meanwhile, its outcome is dropped.
+    fn push(
+        &mut self,
+        turn: TurnId,
+        stopper: Stopper,
+        work: impl Future<Output = (Input, Option<(String, Rc<Target>)>)> + 'a,
+    ) {
+        self.pending.push(Box::pin(async move {
+            let (input, target) = work.await;
+            let input = match stopper.is_stopped() {
+                true => Input::Stopped,
+                false => input,
+            };
+            Performed {
+                turn,
+                input,
+                target,
+            }
+        }));
+    }
+}
+
+/// What ended the loop's wait.
+enum Woke {
+    Performed(Performed),
+    Wake,
+    Timeout,
+}
 
 impl Inner {
     /// Makes sure the run loop looks at the store soon: wakes a loop running
@@ -36,7 +92,7 @@ impl Inner {
     /// its turn to start (`bench/sdk/compare.mjs`, "what starting the turn
     /// adds").
     pub(super) fn request_reconcile(&self) {
-        if self.schedule.borrow().running() {
+        if self.machine.borrow().schedule().running() {
             self.wake_loop();
             // Host work is requested with every reconciliation (the alarm
             // requests it too).
@@ -77,7 +133,7 @@ impl Inner {
 
     /// Issues an alarm output of the schedule now; the future reports its
     /// completion (a failed write is told to the schedule).
-    fn write_alarm(&self, output: &Output) -> Option<impl std::future::Future<Output = ()>> {
+    fn write_alarm(&self, output: &Output) -> Option<LocalBoxFuture<'static, ()>> {
         let (write, what) = match output {
             Output::SetAlarm(at) => (self.sql.storage.set_alarm(*at), "setAlarm"),
             Output::DeleteAlarm => (self.sql.storage.delete_alarm(), "deleteAlarm"),
@@ -85,14 +141,14 @@ impl Inner {
         };
         let me = self.me.clone();
         let set = matches!(output, Output::SetAlarm(_));
-        Some(async move {
+        Some(Box::pin(async move {
             if let Err(e) = write.await {
                 log_error(format!("{what} failed: {}", bindings::error_message(&e)));
                 if let Some(me) = me.upgrade().filter(|_| set) {
                     me.schedule_event(Event::AlarmWriteFailed);
                 }
             }
-        })
+        }))
     }
 
     /// Tells the schedule the earliest durable deadline (it sets the
@@ -108,17 +164,16 @@ impl Inner {
         }
     }
 
-    /// Performs [`Output::ArmAfterPass`]: what a host work or mail pass
-    /// left. While the run loop runs, the loop arms the alarm when it
-    /// ends, from its own reconciliation and the lane's and mail's
-    /// deadlines: the pass then reads no turn.
-    fn arm_after_pass(&self) {
+    /// Performs [`Output::ReadPassLeft`]: what a host work or mail pass
+    /// left, every durable deadline or (the machine's choice) only the
+    /// lane's and mail's.
+    fn read_pass_left(&self, everything: bool) {
         let now = bindings::now_ms();
-        let left = if self.schedule.borrow().running() {
-            self.lane_deadline(now)
-                .and_then(|lane| Ok(earliest(lane, self.mail_deadline()?)))
-        } else {
-            self.next_deadline(now)
+        let left = match everything {
+            true => self.next_deadline(now),
+            false => self
+                .lane_deadline(now)
+                .and_then(|lane| Ok(earliest(lane, self.mail_deadline()?))),
         };
         match left {
             Ok(at) => self.schedule_side(Event::PassLeft(at)),
@@ -141,7 +196,7 @@ impl Inner {
     }
 
     pub(super) async fn alarm(&self) -> Result<(), JsValue> {
-        let joined = self.schedule.borrow().running();
+        let joined = self.machine.borrow().schedule().running();
         // Spent; with no loop running, one starts.
         self.schedule_event(Event::AlarmFired);
         if let Err(e) = self.ready() {
@@ -162,7 +217,7 @@ impl Inner {
             // news (requests wake it, its own reconciliation found every
             // deadline, extensions are looked at on every pass), so it
             // costs no reconciliation.
-            while self.schedule.borrow().running() {
+            while self.machine.borrow().schedule().running() {
                 let _ = self.lane.next_end().await;
             }
             return Ok(());
@@ -191,145 +246,329 @@ impl Inner {
         }
     }
 
-    /// Performs the schedule's loop (`run::schedule`) until it ends: feeds
-    /// it what happens (a turn ended, a wake, its nap's end) and performs
-    /// what it yields. Returns the alarm write (or delete) the schedule
+    /// Performs the Agent machine's loop (`run::agent`) until it ends:
+    /// feeds it what happens (a perform finished, a wake, its nap's end)
+    /// and performs what it yields, the turns' offers, model calls and tool
+    /// runs concurrently. Returns the alarm write (or delete) the machine
     /// asked for with the loop's end, issued in the same synchronous step,
     /// so a request arriving afterwards sets its own alarm and is never
     /// overwritten by a later deadline.
-    async fn run_loop(&self) -> Result<Option<impl std::future::Future<Output = ()>>, JsValue> {
-        let mut turns = FuturesUnordered::new();
+    async fn run_loop(&self) -> Result<Option<LocalBoxFuture<'static, ()>>, JsValue> {
+        let mut performing = Performing::default();
         self.schedule_event(Event::Begin);
         loop {
             loop {
                 // Not borrowed while performing: performing feeds it.
-                let next = self.schedule.borrow_mut().poll();
+                let next = self.machine.borrow_mut().poll();
                 let Some(output) = next else { break };
-                match output {
-                    Output::Reconcile => {
-                        let reconciled = self.reconcile();
-                        if reconciled.is_err() {
-                            self.schedule_event(Event::Failed);
-                        }
-                        self.schedule_event(reconciled?);
-                    }
-                    Output::StartTurn(step) => {
-                        let stopper = match self.start_live(&step.command_id, &step.session_id) {
-                            Ok(stopper) => stopper,
-                            Err(e) => {
-                                self.schedule_event(Event::Failed);
-                                return Err(e);
-                            }
-                        };
-                        let scope = self.scope(Some(&step.session_id));
-                        turns.push(blame::scoped(scope, self.run_turn(step, stopper)));
-                    }
-                    Output::Publish { session_id, event } => {
-                        self.publish_event(&session_id, &event)
-                    }
-                    // A delegated command's reply is staged when it settles.
-                    Output::MailStaged => self.mail_after_transition(),
-                    Output::ReadDeadlines => {
-                        // None while the lane's or mail's pass runs: each
-                        // arms the alarm when it ends.
-                        let deadlines = self
-                            .lane_deadline(bindings::now_ms())
-                            .and_then(|lane| Ok(earliest(lane, self.mail_deadline()?)));
-                        if deadlines.is_err() {
-                            self.schedule_event(Event::Failed);
-                        }
-                        let deadlines = deadlines.map_err(|e| JsValue::from_str(&e.to_string()))?;
-                        self.schedule_event(Event::Deadlines(deadlines));
-                    }
-                    Output::Idle => {
-                        // Its alarm output follows it at once.
-                        let next = self.schedule.borrow_mut().poll_side();
-                        let write = next.and_then(|alarm| self.write_alarm(&alarm));
-                        // Anything else beside the loop goes as usual.
-                        while let Some(side) = self.schedule.borrow_mut().poll_side() {
-                            self.perform_side(side);
-                        }
-                        return Ok(write);
-                    }
-                    side => self.perform_side(side),
+                if let Some(write) = self.act(output, Some(&mut performing))? {
+                    return Ok(write);
                 }
             }
-            // Sleep until a turn ends, a request wakes the loop, or the
-            // schedule's nap ends. No await between the claim and
+            // Sleep until a perform finishes, a request wakes the loop, or
+            // the machine's nap ends. No await between the claim and
             // registering the wake: a wake cannot fall in between.
-            let until = self.schedule.borrow().poll_timeout();
+            let until = self.machine.borrow().poll_timeout();
             let nap_ms = until.map_or(LOOP_NAP_MS_MAX, |at| (at - bindings::now_ms()).max(0));
             let (wake_tx, wake_rx) = oneshot::channel();
             *self.loop_wake.borrow_mut() = Some(wake_tx);
-            let woke = select(
-                turns.next(),
+            let pending = &mut performing.pending;
+            let performed = async {
+                match pending.is_empty() {
+                    true => futures::future::pending().await,
+                    false => pending.next().await,
+                }
+            };
+            let woke = match select(
+                Box::pin(performed),
                 select(wake_rx, bindings::sleep(nap_ms as u64)),
             )
-            .await;
-            self.loop_wake.borrow_mut().take();
-            let event = match woke {
-                Either::Left((ended, _)) => Event::TurnEnded {
-                    left_no_work: ended == Some(true),
-                },
-                Either::Right((Either::Left(_), _)) => {
-                    // A request woke the loop: its answer leaves first.
-                    drop(woke);
-                    bindings::sleep(0).await;
-                    Event::Wake
-                }
-                Either::Right((Either::Right(_), _)) => Event::Timeout,
+            .await
+            {
+                Either::Left((Some(performed), _)) => Woke::Performed(performed),
+                Either::Left((None, _)) | Either::Right((Either::Left(_), _)) => Woke::Wake,
+                Either::Right((Either::Right(_), _)) => Woke::Timeout,
             };
-            self.schedule_event(event);
-        }
-    }
-
-    /// Tells the schedule what happened; a settled hook that moved
-    /// extension timers, taken on every event, makes its next pass claim.
-    pub(super) fn schedule_event(&self, event: Event) {
-        let now = bindings::now_ms();
-        let mut schedule = self.schedule.borrow_mut();
-        if self.extensions().is_some_and(Extensions::take_rearm) {
-            schedule.handle(Event::Rearm, now);
-        }
-        schedule.handle(event, now);
-    }
-
-    /// Tells the schedule what happened to the lane or mail, and performs
-    /// what it yields (their passes: no loop output follows such events).
-    pub(super) fn schedule_side(&self, event: Event) {
-        self.schedule_event(event);
-        loop {
-            // The loop's outputs stay queued for the loop.
-            let next = self.schedule.borrow_mut().poll_side();
-            let Some(output) = next else { break };
-            self.perform_side(output);
-        }
-    }
-
-    /// Performs the lane's and mail's outputs.
-    fn perform_side(&self, output: Output) {
-        match output {
-            Output::LanePass => self.start_lane_pass(),
-            Output::LaneEnded => self.lane.ended(),
-            Output::MailPass => self.start_mail_pass(),
-            Output::ArmAfterPass => {
-                let Some(me) = self.me.upgrade() else { return };
-                let scope = self.scope(None);
-                wasm_bindgen_futures::spawn_local(blame::scoped(scope, async move {
-                    me.arm_after_pass()
-                }));
+            self.loop_wake.borrow_mut().take();
+            match woke {
+                Woke::Performed(Performed {
+                    turn,
+                    input,
+                    target,
+                }) => {
+                    if let Some(target) = target {
+                        performing.take_target(turn);
+                        performing.targets.push((turn, target));
+                    }
+                    self.turn_input(turn, input);
+                }
+                Woke::Wake => {
+                    // A request woke the loop: its answer leaves first.
+                    bindings::sleep(0).await;
+                    self.schedule_event(Event::Wake);
+                }
+                Woke::Timeout => self.schedule_event(Event::Timeout),
             }
-            Output::SetAlarm(_) | Output::DeleteAlarm => {
+        }
+    }
+
+    /// Performs one output of the machine: the one place the host acts on
+    /// its decisions. `performing`: the loop's performs in flight (`None`
+    /// outside the loop, which performs only [`Output::is_side`] ones).
+    /// Answers the loop's end, with its alarm write.
+    fn act<'a>(
+        &'a self,
+        output: Output,
+        performing: Option<&mut Performing<'a>>,
+    ) -> Result<Option<Option<LocalBoxFuture<'static, ()>>>, JsValue> {
+        match (output, performing) {
+            (Output::Reconcile, _) => {
+                let reconciled = self.reconcile();
+                if reconciled.is_err() {
+                    self.schedule_event(Event::Failed);
+                }
+                self.schedule_event(reconciled?);
+            }
+            (Output::Publish { session_id, event }, _) => self.publish_event(&session_id, &event),
+            (Output::MailStaged, _) => self.mail_after_transition(),
+            (Output::ReadDeadlines, _) => {
+                // None while the lane's or mail's pass runs: each arms the
+                // alarm when it ends.
+                let deadlines = self
+                    .lane_deadline(bindings::now_ms())
+                    .and_then(|lane| Ok(earliest(lane, self.mail_deadline()?)));
+                if deadlines.is_err() {
+                    self.schedule_event(Event::Failed);
+                }
+                let deadlines = deadlines.map_err(|e| JsValue::from_str(&e.to_string()))?;
+                self.schedule_event(Event::Deadlines(deadlines));
+            }
+            (Output::Idle, _) => {
+                // Its alarm output follows it at once; anything else
+                // beside the loop goes as usual.
+                let mut write = None;
+                loop {
+                    // Not borrowed while performing: performing feeds it.
+                    let next = self.machine.borrow_mut().poll_side();
+                    let Some(side) = next else { break };
+                    match side {
+                        Output::SetAlarm(_) | Output::DeleteAlarm if write.is_none() => {
+                            write = self.write_alarm(&side)
+                        }
+                        side => {
+                            self.act(side, None)?;
+                        }
+                    }
+                }
+                return Ok(Some(write));
+            }
+            (Output::Hold { head, session_id }, _) => blame::hold(&self.agent, &head, &session_id),
+            (Output::Release { head }, _) => blame::release(&self.agent, &head),
+            (Output::Ended { turn, head }, performing) => {
+                if let Some(performing) = performing {
+                    performing.take_target(turn);
+                }
+                self.run_ended(&head);
+                self.end_live(&head);
+            }
+            (
+                Output::Live {
+                    turn,
+                    head,
+                    session_id,
+                },
+                Some(_),
+            ) => {
+                if self.start_live(&head, &session_id).is_err() {
+                    // The claim is durable: the next claim resumes it.
+                    self.turn_input(turn, Input::Stopped);
+                }
+            }
+            (
+                Output::Offer {
+                    turn,
+                    session_id,
+                    head,
+                    meta,
+                },
+                Some(performing),
+            ) => {
+                let Some(stopper) = self.stopper(turn, &head) else {
+                    return Ok(None);
+                };
+                // The model of the running turn, resolved at its start (its
+                // first offer): a change applies to the next turn.
+                let kept = performing.take_target(turn).filter(|(h, _)| *h == head);
+                let scope = self.scope(Some(&session_id));
+                let offered = async move {
+                    let resolved = match kept {
+                        Some((_, kept)) => Ok(kept),
+                        None => self
+                            .resolve_model(&session_id, meta.as_deref())
+                            .await
+                            .map(Rc::new),
+                    };
+                    match resolved {
+                        Ok(resolved) => {
+                            let offer = self.offer(&session_id, &head).await.map(|mut offer| {
+                                offer.window = resolved.window;
+                                offer.compaction_prompt = resolved.compaction_prompt.clone();
+                                offer
+                            });
+                            (Input::Offered(offer), Some((head, resolved)))
+                        }
+                        // Fails the turn before any model call, saying why.
+                        Err(why) => (Input::Offered(Err(why)), None),
+                    }
+                };
+                performing.push(turn, stopper, blame::scoped(scope, offered));
+            }
+            (
+                Output::CallModel {
+                    turn,
+                    session_id,
+                    head,
+                    context,
+                    tools,
+                    system,
+                },
+                Some(performing),
+            ) => {
+                let Some(stopper) = self.stopper(turn, &head) else {
+                    return Ok(None);
+                };
+                let target = performing
+                    .targets
+                    .iter()
+                    .find(|(t, (h, _))| *t == turn && *h == head);
+                let Some(resolved) = target.map(|(_, (_, t))| Rc::clone(t)) else {
+                    // The driver offers before every call: a bug. The claim
+                    // is durable; the next claim resumes the turn.
+                    log_error("model call without a resolved model");
+                    self.turn_input(turn, Input::Stopped);
+                    return Ok(None);
+                };
+                // A summary call brings its own system prompt.
+                let instructions = system.or_else(|| self.instructions(&session_id, &head));
+                let scope = self.scope(Some(&session_id));
+                let called_stopper = stopper.clone();
+                let called = async move {
+                    let on_delta = |text: &str| {
+                        let delta = Frame::Delta {
+                            command_id: head.clone(),
+                            text: text.to_owned(),
+                        };
+                        self.publish(&session_id, "frame", &delta);
+                    };
+                    let input = model::call(
+                        &self.config,
+                        &resolved,
+                        instructions.as_deref(),
+                        &context,
+                        &tools,
+                        &called_stopper,
+                        &on_delta,
+                    )
+                    .await;
+                    (input, None)
+                };
+                performing.push(turn, stopper, blame::scoped(scope, called));
+            }
+            (
+                Output::RunTool {
+                    turn,
+                    session_id,
+                    head,
+                    run,
+                },
+                Some(performing),
+            ) => {
+                let Some(stopper) = self.stopper(turn, &head) else {
+                    return Ok(None);
+                };
+                let scope = self.scope(Some(&session_id));
+                let run_stopper = stopper.clone();
+                let ran = async move {
+                    let input = self.run_tool(&session_id, *run, &run_stopper).await;
+                    (input, None)
+                };
+                performing.push(turn, stopper, blame::scoped(scope, ran));
+            }
+            (Output::Projections, _) => self.publish_projections(),
+            (Output::Fault(e), _) => log_error(e),
+            (Output::LanePass, _) => self.start_lane_pass(),
+            (Output::LaneEnded, _) => self.lane.ended(),
+            (Output::MailPass, _) => self.start_mail_pass(),
+            (Output::ReadPassLeft { everything }, _) => self.read_pass_left(everything),
+            (output @ (Output::SetAlarm(_) | Output::DeleteAlarm), _) => {
                 if let Some(write) = self.write_alarm(&output) {
                     wasm_bindgen_futures::spawn_local(write);
                 }
             }
             // Its discriminant, not its `Debug`: that would link the
             // formatting of every type an output carries.
-            loop_output => log_error(format!(
+            (loop_output, None) => log_error(format!(
                 "a loop output outside the loop: {:?}",
                 std::mem::discriminant(&loop_output)
             )),
+        }
+        Ok(None)
+    }
+
+    /// Feeds a turn the outcome of its action; its transition runs here,
+    /// in its Session's scope (a trap in it is the Session's).
+    fn turn_input(&self, turn: TurnId, input: Input) {
+        let session = self.machine.borrow().session_id(turn).map(str::to_owned);
+        let Some(session) = session else { return };
+        let _scope = blame::enter(self.scope(Some(&session)));
+        let now = bindings::now_ms();
+        // Borrowed through the transition: its settled hooks reach the
+        // store, never the machine.
+        self.with_ctx(|ctx| self.machine.borrow_mut().handle_turn(ctx, turn, input, now));
+        // A settled hook of that transition that moved extension timers
+        // makes the next pass claim: told before the turn's end counts.
+        self.rearm(now);
+    }
+
+    /// The stop switch of the turn live under `head`; without one (its
+    /// start failed) the turn is told it stopped.
+    fn stopper(&self, turn: TurnId, head: &str) -> Option<Stopper> {
+        let stopper = self.live.borrow().get(head).cloned();
+        if stopper.is_none() {
+            self.turn_input(turn, Input::Stopped);
+        }
+        stopper
+    }
+
+    /// Tells the machine what happened; a settled hook that moved
+    /// extension timers, taken on every event, makes its next pass claim.
+    pub(super) fn schedule_event(&self, event: Event) {
+        let now = bindings::now_ms();
+        self.rearm(now);
+        self.machine.borrow_mut().handle(event, now);
+    }
+
+    fn rearm(&self, now: i64) {
+        if self.extensions().is_some_and(Extensions::take_rearm) {
+            self.machine.borrow_mut().handle(Event::Rearm, now);
+        }
+    }
+
+    /// Tells the machine what happened outside the loop, and performs the
+    /// side outputs it yields (the loop's stay queued for the loop).
+    pub(super) fn schedule_side(&self, event: Event) {
+        self.schedule_event(event);
+        self.perform_side();
+    }
+
+    /// Performs the machine's side outputs ([`Output::is_side`]).
+    fn perform_side(&self) {
+        loop {
+            let next = self.machine.borrow_mut().poll_side();
+            let Some(output) = next else { break };
+            if let Err(e) = self.act(output, None) {
+                log_error(bindings::error_message(&e));
+            }
         }
     }
 
@@ -342,7 +581,7 @@ impl Inner {
             run::reconcile(
                 ctx,
                 &|h| self.is_live(h),
-                &|h| self.fresh.borrow().contains_key(h),
+                &|h| self.machine.borrow().is_fresh(h),
                 self.config.attempts(),
             )
         });
@@ -352,7 +591,6 @@ impl Inner {
             next_deadline,
             running,
         } = claimed.map_err(|e| JsValue::from_str(&e.to_string()))?;
-        self.forget_settled_fresh(&running);
         let extensions = match self.extensions() {
             Some(ext) => ext
                 .next_deadline(self.store(), bindings::now_ms())
@@ -363,163 +601,38 @@ impl Inner {
             steps,
             settled,
             later: earliest(next_deadline, extensions),
+            running,
         })
     }
 
-    /// Holds turns that start at the attempt they hold (`Inner::fresh`),
-    /// `(head, session)`: a trap report names them.
+    /// Holds turns that start at the attempt they hold, `(head, session)`
+    /// (the machine's): a trap report names them.
     pub(super) fn hold_fresh(&self, turns: impl IntoIterator<Item = (String, String)>) {
-        for (head, session) in turns {
-            blame::hold(&self.agent, &head, &session);
-            self.fresh.borrow_mut().insert(head, session);
-        }
+        self.machine.borrow_mut().hold_fresh(turns);
+        self.perform_side();
     }
 
     /// A fresh turn will not start here (stopped, or settled meanwhile).
     pub(super) fn drop_fresh(&self, head: &str) {
-        let held = self.fresh.borrow_mut().remove(head).is_some();
-        if held && !self.is_live(head) {
-            blame::release(&self.agent, head);
-        }
-    }
-
-    /// Drops the fresh turns that are no longer running (`running`: the
-    /// heads of every running turn), so none is held for ever.
-    fn forget_settled_fresh(&self, running: &[String]) {
-        let gone: Vec<String> = self
-            .fresh
-            .borrow()
-            .keys()
-            .filter(|head| !running.contains(head))
-            .cloned()
-            .collect();
-        for head in gone {
-            self.drop_fresh(&head);
-        }
+        self.machine.borrow_mut().drop_fresh(head);
+        self.perform_side();
     }
 
     /// Registers a turn as live in this instance: a cancel can stop it, a
     /// trap report names it.
-    fn start_live(&self, head: &str, session: &str) -> Result<Stopper, JsValue> {
-        self.fresh.borrow_mut().remove(head);
+    fn start_live(&self, head: &str, session: &str) -> Result<(), JsValue> {
         let stopper = Stopper::new()?;
         self.live
             .borrow_mut()
             .insert(head.to_owned(), stopper.clone());
         blame::hold(&self.agent, head, session);
-        Ok(stopper)
+        Ok(())
     }
 
     /// A turn of this instance ended (or handed over to the next one).
     fn end_live(&self, head: &str) {
         self.live.borrow_mut().remove(head);
         blame::release(&self.agent, head);
-    }
-
-    /// Performs one turn's driver until it is done; true when the turn
-    /// left no work behind ([`Turn::left_no_work`]).
-    async fn run_turn(&self, step: Step, mut stopper: Stopper) -> bool {
-        let session = step.session_id.clone();
-        let mut turn = Turn::new(step, TurnPolicy::new(self.config.retry));
-        // The model of the running turn, resolved at its start (its first
-        // offer): a change applies to the next turn. Keyed by its head.
-        let mut target: Option<(String, super::models::Target)> = None;
-        loop {
-            let Some(action) = turn.poll() else {
-                // Waiting with nothing to do: the driver's bug. The claim is
-                // durable; the next reconciliation resumes the turn.
-                log_error("turn driver idle without an action");
-                break;
-            };
-            let input = match action {
-                Action::Publish(event) => {
-                    self.publish_event(&session, &event);
-                    continue;
-                }
-                Action::Next { ended, started } => {
-                    self.mail_after_transition();
-                    self.run_ended(&ended);
-                    self.end_live(&ended);
-                    match self.start_live(&started, &session) {
-                        Ok(next) => stopper = next,
-                        // The claim is durable: the next alarm pass resumes
-                        // it as an orphan.
-                        Err(_) => return false,
-                    }
-                    continue;
-                }
-                Action::Fault(e) => {
-                    log_error(e);
-                    continue;
-                }
-                Action::Done => break,
-                Action::Offer => {
-                    let head = turn.head().to_owned();
-                    let resolved = match target.take().filter(|(h, _)| *h == head) {
-                        Some((_, kept)) => Ok(kept),
-                        None => self.resolve_model(&session, turn.head_meta()).await,
-                    };
-                    match resolved {
-                        Ok(resolved) => {
-                            let offer = self.offer(&session, &head).await.map(|mut offer| {
-                                offer.window = resolved.window;
-                                offer.compaction_prompt = resolved.compaction_prompt.clone();
-                                offer
-                            });
-                            target = Some((head, resolved));
-                            Input::Offered(offer)
-                        }
-                        // Fails the turn before any model call, saying why.
-                        Err(why) => Input::Offered(Err(why)),
-                    }
-                }
-                Action::CallModel {
-                    context,
-                    tools,
-                    system,
-                } => {
-                    let head = turn.head().to_owned();
-                    let Some((_, resolved)) = target.as_ref().filter(|(h, _)| *h == head) else {
-                        // The driver offers before every call: a bug.
-                        log_error("model call without a resolved model");
-                        break;
-                    };
-                    // A summary call brings its own system prompt.
-                    let instructions = system.or_else(|| self.instructions(&session, &head));
-                    let on_delta = |text: &str| {
-                        let delta = Frame::Delta {
-                            command_id: head.clone(),
-                            text: text.to_owned(),
-                        };
-                        self.publish(&session, "frame", &delta);
-                    };
-                    model::call(
-                        &self.config,
-                        resolved,
-                        instructions.as_deref(),
-                        &context,
-                        &tools,
-                        &stopper,
-                        &on_delta,
-                    )
-                    .await
-                }
-                Action::RunTool(run) => self.run_tool(&session, *run, &stopper).await,
-            };
-            let input = if stopper.is_stopped() {
-                Input::Stopped
-            } else {
-                input
-            };
-            self.with_ctx(|ctx| turn.handle(ctx, input));
-            // Settled hooks ran in that write.
-            self.publish_projections();
-        }
-        // The settling write may have staged a delegated command's reply.
-        self.mail_after_transition();
-        self.run_ended(turn.head());
-        self.end_live(turn.head());
-        turn.left_no_work()
     }
 
     /// The model's instructions for a call of the run headed by `head`: the

@@ -14,6 +14,7 @@
 //! - a command's settlement is written once (`Store::settle` only leaves
 //!   pending or running).
 
+pub mod agent;
 pub mod cancel;
 pub mod compaction;
 mod context;

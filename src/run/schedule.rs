@@ -1,11 +1,10 @@
-//! The Agent's schedule as a sans-IO machine, in the manner of
-//! quinn-proto's `Endpoint` (the turn driver, [`super::driver::Turn`], is
-//! its `Connection`): when to claim due turns, how many run, how long the
-//! loop naps, when the claim budget hands over to a fresh alarm, and the
-//! deadline the alarm is left at. The host feeds it [`Event`]s with the
-//! time, performs the [`Output`]s [`Schedule::poll`] yields, and wakes it
-//! at [`Schedule::poll_timeout`]; it decides nothing itself, so the whole
-//! schedule runs natively (`tests/schedule.rs`).
+//! The Agent's schedule as a sans-IO machine, owned by the Agent machine
+//! ([`super::agent::Agent`], which runs the turns it starts): when to claim
+//! due turns, how many run, how long the loop naps, when the claim budget
+//! hands over to a fresh alarm, and the deadline the alarm is left at. The
+//! Agent feeds it [`Event`]s with the time and passes on the [`Output`]s
+//! [`Schedule::poll`] yields; it decides nothing itself, so the whole
+//! schedule runs natively (its unit tests, `tests/schedule.rs`).
 //!
 //! A loop runs from a wake (a request, the alarm) until no turn it started
 //! is left. Each pass claims (`run::reconcile`, asked for with
@@ -90,6 +89,10 @@ pub enum Event {
         steps: Vec<Step>,
         settled: Vec<(String, Settlement)>,
         later: Option<i64>,
+        /// The head of every turn still running after it
+        /// ([`crate::run::Reconciled::running`]): a turn held fresh and
+        /// not among them settled meanwhile (the Agent's, not read here).
+        running: Vec<String>,
     },
     /// The answer to [`Output::ReadDeadlines`]: the earliest of the
     /// delivery lane's and mail's deadlines.
@@ -117,16 +120,16 @@ pub enum Event {
     MailPassEnded { carried: usize },
 }
 
-/// What the host performs, yielded by [`Schedule::poll`] in order. A
-/// variant per host duty; tool backends and peer calls join here as the
-/// Agent's other machines move in.
+/// What the schedule asks for, yielded by [`Schedule::poll`] in order: the
+/// Agent starts the turns and hands the rest to the host as its own
+/// outputs ([`super::agent::Output`]).
 #[derive(Debug)]
 pub enum Output {
     /// Run the due extension timers and replays, then claim
     /// (`run::reconcile`), and answer [`Event::Reconciled`].
     Reconcile,
-    /// Start a claimed turn ([`super::driver::Turn`]) and report its end
-    /// with [`Event::TurnEnded`].
+    /// Start a claimed turn ([`super::driver::Turn`], the Agent's), its end
+    /// reported with [`Event::TurnEnded`].
     StartTurn(Step),
     /// Publish an event of the Session.
     Publish {
@@ -149,29 +152,14 @@ pub enum Output {
     /// Run one mail pass, report it with [`Event::MailPassEnded`].
     MailPass,
     /// A lane's or mail's passes ended: read what they left for the
-    /// alarm and answer [`Event::PassLeft`].
+    /// alarm and answer [`Event::PassLeft`] (the Agent says which
+    /// deadlines: [`super::agent::Output::ReadPassLeft`]).
     ArmAfterPass,
     /// Set the one alarm to this time; report a failure with
     /// [`Event::AlarmWriteFailed`].
     SetAlarm(i64),
     /// Delete the alarm: nothing is owed.
     DeleteAlarm,
-}
-
-impl Output {
-    /// Whether the host performs it beside the loop (the lane, mail, the
-    /// alarm), not in the loop's order.
-    pub fn is_side(&self) -> bool {
-        matches!(
-            self,
-            Output::LanePass
-                | Output::LaneEnded
-                | Output::MailPass
-                | Output::ArmAfterPass
-                | Output::SetAlarm(_)
-                | Output::DeleteAlarm
-        )
-    }
 }
 
 /// A performer that runs one pass at a time (the delivery lane, mail): a
@@ -294,6 +282,11 @@ impl Schedule {
         self.mail.running
     }
 
+    /// Whether the loop waits for the claim it asked for.
+    pub fn claiming(&self) -> bool {
+        self.phase == Phase::Claiming
+    }
+
     /// Turns the running loop started that have not ended.
     pub fn turns(&self) -> usize {
         self.turns
@@ -301,13 +294,6 @@ impl Schedule {
 
     pub fn poll(&mut self) -> Option<Output> {
         self.out.pop_front()
-    }
-
-    /// The first output performed beside the loop ([`Output::is_side`]),
-    /// leaving the loop's outputs in their order for the loop.
-    pub fn poll_side(&mut self) -> Option<Output> {
-        let at = self.out.iter().position(Output::is_side)?;
-        self.out.remove(at)
     }
 
     /// The alarm this instance asked for (see [`Schedule`]'s `alarm`).
@@ -367,6 +353,7 @@ impl Schedule {
                 steps,
                 settled,
                 later,
+                ..
             } => {
                 if self.phase != Phase::Claiming {
                     return;
@@ -590,6 +577,7 @@ mod tests {
                 steps,
                 settled: Vec::new(),
                 later,
+                running: Vec::new(),
             },
             now,
         );
@@ -614,6 +602,7 @@ mod tests {
                 steps: Vec::new(),
                 settled: Vec::new(),
                 later: Some(5_000),
+                running: Vec::new(),
             },
             20,
         );
@@ -637,6 +626,7 @@ mod tests {
                 steps: Vec::new(),
                 settled: Vec::new(),
                 later: Some(10 * LOOP_NAP_MS_MAX),
+                running: Vec::new(),
             },
             5_000,
         );
@@ -659,6 +649,7 @@ mod tests {
                 steps: Vec::new(),
                 settled: Vec::new(),
                 later: None,
+                running: Vec::new(),
             },
             3,
         );
@@ -671,6 +662,7 @@ mod tests {
                 steps: vec![step("b")],
                 settled: Vec::new(),
                 later: None,
+                running: Vec::new(),
             },
             5,
         );
@@ -736,6 +728,7 @@ mod tests {
                 steps: vec![step("a")],
                 settled: Vec::new(),
                 later: None,
+                running: Vec::new(),
             },
             0,
         );
@@ -809,6 +802,7 @@ mod tests {
                 steps: Vec::new(),
                 settled: Vec::new(),
                 later: None,
+                running: Vec::new(),
             },
             101,
         );
@@ -872,20 +866,6 @@ mod tests {
         s.handle(Event::Deadlines(None), 1);
         assert_eq!(outputs(&mut s), ["ReadDeadlines", "MailPass", "Idle"]);
         assert_eq!(s.alarm(), Some(0));
-    }
-
-    #[test]
-    fn side_outputs_are_polled_apart_from_the_loops() {
-        let mut s = Schedule::new();
-        s.handle(Event::Start, 0);
-        s.handle(Event::Begin, 0);
-        s.handle(Event::MailWanted, 0);
-        let side = |s: &mut Schedule| s.poll_side().map(|o| format!("{o:?}"));
-        assert_eq!(side(&mut s).as_deref(), Some("SetAlarm(0)"));
-        assert_eq!(side(&mut s).as_deref(), Some("MailPass"));
-        assert_eq!(side(&mut s), None);
-        // The loop's own output stays for the loop.
-        assert_eq!(outputs(&mut s), ["Reconcile"]);
     }
 
     #[test]
