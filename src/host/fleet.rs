@@ -29,7 +29,7 @@ use crate::error::ApiError;
 use crate::fleet::directory::{self, Request};
 use crate::fleet::member;
 pub(super) use crate::fleet::steps::Peer;
-use crate::fleet::steps::{directory_answer, CallError, MODEL_REJECTED};
+use crate::fleet::steps::{directory_answer, MODEL_REJECTED};
 use crate::fleet::{self, Offer, ReadQuery, WaitAnswer};
 use crate::limits::{FLEET_CALL_TIMEOUT_MS, FLEET_WAIT_TIMEOUT_MS_MAX};
 use crate::mail::{self, Acceptance, Mail};
@@ -316,8 +316,8 @@ impl Inner {
         &self,
         fleet: &HostFleet,
         stopper: &web_sys::AbortController,
-    ) -> Result<(), CallError> {
-        let store = |error| CallError::Store {
+    ) -> Result<(), crate::fleet::steps::CallError> {
+        let store = |error| crate::fleet::steps::CallError::Store {
             name: "agents".to_owned(),
             error,
         };
