@@ -49,7 +49,7 @@ pub struct PeerError {
 /// is the call as the model spells it (`agents.wait`); a refusal whose
 /// code names its operation (`archive:running`, `model:rejected`) leads
 /// with that code instead.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Clone, PartialEq, thiserror::Error)]
 pub enum CallError {
     /// The call's arguments.
     #[error(transparent)]
@@ -132,6 +132,14 @@ pub enum CallError {
     /// A value that could not be encoded.
     #[error("{0}")]
     Encode(String),
+}
+
+/// Its text: an outcome the host mistakes is shown with `Debug`, and a
+/// derived one would link a formatter for every error nested here.
+impl std::fmt::Debug for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// What a call to a peer (or the directory) came to.

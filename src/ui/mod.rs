@@ -343,16 +343,23 @@ pub struct Bridge {
 pub struct Answered {
     pub request_id: String,
     pub outcome: Result<Value, CallError>,
-    /// Why the result itself was refused (over the payload bounds, a
-    /// `discover` answer that is no command list): the call ends with that
-    /// error and the browser is answered 400.
-    pub refused: Option<ResultError>,
 }
 
 impl Answered {
+    /// Why the result itself was refused (over the payload bounds, a
+    /// `discover` answer that is no command list): the call ends with that
+    /// error and the browser is answered 400. (The App's own error is no
+    /// refusal of the result.)
+    pub fn refused(&self) -> Option<&ResultError> {
+        match &self.outcome {
+            Err(CallError::Refused { why, .. }) => Some(why),
+            _ => None,
+        }
+    }
+
     /// The browser's answer: `{accepted: true}`, or 400 naming why.
     pub fn response(&self) -> Result<Value, ApiError> {
-        match &self.refused {
+        match self.refused() {
             Some(why) => Err(ApiError::InvalidRequest(why.to_string())),
             None => Ok(json!({"requestId": self.request_id, "accepted": true})),
         }
@@ -600,18 +607,11 @@ impl Bridge {
             (Some(_), Some(_)) => {}
         }
         let label = request.ask.label();
-        let (outcome, refused) = match (&request.ask, outcome) {
-            (_, Err(error)) => (Err(CallError::AppFailed { label, error }), None),
-            (ask, Ok(value)) => match check_result(ask, value) {
-                Ok(value) => (Ok(value), None),
-                Err(why) => (
-                    Err(CallError::Refused {
-                        label,
-                        why: why.clone(),
-                    }),
-                    Some(why),
-                ),
-            },
+        let outcome = match (&request.ask, outcome) {
+            (_, Err(error)) => Err(CallError::AppFailed { label, error }),
+            (ask, Ok(value)) => {
+                check_result(ask, value).map_err(|why| CallError::Refused { label, why })
+            }
         };
         if let Some(host) = self.host_mut(session) {
             host.requests.retain(|r| r.id != body.request_id);
@@ -619,7 +619,6 @@ impl Bridge {
         Ok(Answered {
             request_id: body.request_id,
             outcome,
-            refused,
         })
     }
 

@@ -183,6 +183,9 @@ fn a_claimed_request_takes_only_its_own_claims_result() {
         json!({"requestId": c, "claimId": claim_c, "error": "it broke"}),
     )
     .unwrap();
+    // The App's own error ends the call; the browser's result is accepted.
+    assert!(answered.refused().is_none());
+    assert_eq!(answered.response().unwrap()["accepted"], true);
     assert_eq!(
         answered.outcome.map_err(|e| e.to_string()),
         Err("ui.execute: the App failed: it broke".into())
@@ -216,7 +219,7 @@ fn malformed_bodies_and_results_are_refused_naming_the_problem() {
         json!({"requestId": a, "claimId": claim_a, "result": big}),
     )
     .unwrap();
-    let why = answered.refused.clone().unwrap().to_string();
+    let why = answered.refused().unwrap().to_string();
     assert!(why.contains("bytes"), "{why}");
     assert_eq!(answered.response().unwrap_err().status(), 400);
     assert!(answered
@@ -244,7 +247,7 @@ fn malformed_bodies_and_results_are_refused_naming_the_problem() {
             json!({"requestId": d, "claimId": claim_d, "result": bad}),
         )
         .unwrap();
-        assert!(answered.refused.is_some(), "{bad}");
+        assert!(answered.refused().is_some(), "{bad}");
     }
     assert!(Ask::of("execute", &json!({"name": "", "input": {}})).is_err());
     assert!(Ask::of("execute", &json!({"name": "a", "input": 1})).is_err());
