@@ -456,11 +456,16 @@ fn the_module_offers_directory_operations_only_when_authorized() {
         &json!({"requestId": "r", "reasoning": "high"}),
         all,
     )
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("reasoning: needs a model"), "{e}");
-    let e = fleet::decode("create", &json!({"requestId": "r", "model": "gpt"}), all).unwrap_err();
+    let e = fleet::decode("create", &json!({"requestId": "r", "model": "gpt"}), all)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("provider/model"), "{e}");
-    let e = fleet::decode("list", &json!({"archived": true}), dir).unwrap_err();
+    let e = fleet::decode("list", &json!({"archived": true}), dir)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("does not archive"), "{e}");
     assert_eq!(
         fleet::decode("list", &json!({"archived": true}), all).unwrap(),
@@ -486,7 +491,7 @@ fn the_module_offers_directory_operations_only_when_authorized() {
         } else {
             args
         };
-        let e = fleet::decode(op, &args, all).unwrap_err();
+        let e = fleet::decode(op, &args, all).unwrap_err().to_string();
         assert!(e.contains("reserved"), "{op}: {e}");
     }
     assert_eq!(fleet::working_directory(None), "/");

@@ -79,7 +79,7 @@ fn manifest(id: &str, patch: Value) -> Value {
 }
 
 fn roster(manifests: &[Value]) -> Result<Roster, String> {
-    Roster::parse(&Value::Array(manifests.to_vec()).to_string())
+    Roster::parse(&Value::Array(manifests.to_vec()).to_string()).map_err(|e| e.to_string())
 }
 
 fn open(h: &mut Harness, manifests: &[Value], host: Script) {

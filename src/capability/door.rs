@@ -4,7 +4,9 @@
 //! Pure: the host runs the code and the operations; this decides what a
 //! tool name or a guest path means and how every payload is bounded.
 
-use super::{check_payload, parse_payload, CapabilityError, Catalog, Module, Operation};
+use super::{
+    check_payload, parse_payload, CapabilityError, Catalog, Module, Operation, PayloadError,
+};
 use crate::limits::{EXECUTE_DESCRIPTION_BYTES_MAX, TOOLS_PER_REQUEST_MAX, TOOL_NAME_BYTES_MAX};
 use crate::model::ToolSpec;
 use crate::transcript::Protocol;
@@ -131,6 +133,26 @@ pub fn find_direct(catalog: &Catalog, path: &str) -> Option<(usize, usize)> {
                 })
                 .map(|o| (m, o))
         })
+}
+
+/// Why a guest call is refused; its text is what the guest code sees.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GuestError {
+    /// The arguments are no bounded JSON (`path`: as the guest called).
+    #[error("{path}: arguments: {error}")]
+    Arguments { path: String, error: PayloadError },
+    /// A `forage` call without its string argument `name`.
+    #[error("{path}: expects a string `{name}`")]
+    Field { path: String, name: &'static str },
+    /// The catalog's answer for a path it does not resolve (or describe).
+    #[error(transparent)]
+    Catalog(#[from] CapabilityError),
+    #[error("no operation `{0}`")]
+    NoOperation(String),
+    /// The arguments fail the operation's bounds or input schema (`op`:
+    /// `<module id>.<guest name>`; `why`: the problems found).
+    #[error("{op}: {why}")]
+    Invalid { op: String, why: String },
 }
 
 impl Toolset {
@@ -305,13 +327,19 @@ impl Toolset {
     /// Decodes a guest call: `forage.search` `{query}`, `forage.describe`
     /// `{path}`, or an operation path with its arguments (bounded and checked
     /// against the input schema). The error is the guest's to see.
-    pub fn guest_call(&self, path: &str, args_json: &str) -> Result<GuestCall<'_>, String> {
-        let args = parse_payload(args_json).map_err(|e| format!("{path}: arguments: {e}"))?;
-        let field = |name: &str| {
+    pub fn guest_call(&self, path: &str, args_json: &str) -> Result<GuestCall<'_>, GuestError> {
+        let args = parse_payload(args_json).map_err(|error| GuestError::Arguments {
+            path: path.to_owned(),
+            error,
+        })?;
+        let field = |name: &'static str| {
             args.get(name)
                 .and_then(Value::as_str)
                 .map(str::to_owned)
-                .ok_or_else(|| format!("{path}: expects a string `{name}`"))
+                .ok_or_else(|| GuestError::Field {
+                    path: path.to_owned(),
+                    name,
+                })
         };
         match path {
             "forage.search" => return Ok(GuestCall::Search(field("query")?)),
@@ -322,11 +350,14 @@ impl Toolset {
             self.catalog
                 .resolve(path)
                 .ok_or_else(|| match self.catalog.describe(path) {
-                    Err(e) => e.0,
-                    Ok(_) => format!("no operation `{path}`"),
+                    Err(e) => GuestError::Catalog(e),
+                    Ok(_) => GuestError::NoOperation(path.to_owned()),
                 })?;
         op.check_arguments(&args)
-            .map_err(|e| format!("{}.{}: {e}", module.id, op.guest_name))?;
+            .map_err(|why| GuestError::Invalid {
+                op: format!("{}.{}", module.id, op.guest_name),
+                why,
+            })?;
         Ok(GuestCall::Operation(module, op, args))
     }
 
@@ -707,13 +738,18 @@ mod tests {
         ));
         let bad = tools
             .guest_call("notes.add_note", r#"{"text":7}"#)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(bad.starts_with("notes.add_note: "), "{bad}");
-        let unknown = tools.guest_call("notes.nope", "{}").unwrap_err();
+        let unknown = tools
+            .guest_call("notes.nope", "{}")
+            .unwrap_err()
+            .to_string();
         assert!(unknown.contains("no operation `nope`"), "{unknown}");
         let deep = format!("{}{}", "[".repeat(70), "]".repeat(70));
         let deep = tools.guest_call("notes.list", &deep).unwrap_err();
-        assert!(deep.contains("deeper than 64"), "{deep}");
+        assert!(matches!(deep, GuestError::Arguments { .. }), "{deep:?}");
+        assert!(deep.to_string().contains("deeper than 64"), "{deep}");
         let search = tools.search("list");
         let paths: Vec<&str> = search
             .as_array()

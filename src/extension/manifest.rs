@@ -3,7 +3,7 @@
 //! host's roster data (grant key, product feature name, configuration).
 //! Checked closed and bounded; schemas compiled once; the revision computed.
 
-use crate::json_schema::Validator;
+use crate::json_schema::{SchemaError, Validator};
 use crate::limits::{
     EXTENSIONS_MAX, EXTENSION_COLLECTIONS_MAX, EXTENSION_COMMANDS_MAX,
     EXTENSION_MANIFEST_BYTES_MAX, EXTENSION_STATE_VERSION_MAX, GRANT_KEY_BYTES_MAX,
@@ -174,6 +174,79 @@ impl Entry {
     }
 }
 
+/// Why the host's roster is refused (a 503 `host_misconfigured`): every
+/// refusal names the extension and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RosterError {
+    /// serde's message.
+    #[error("extensions: not a JSON array: {0}")]
+    NotAnArray(String),
+    /// How many extensions.
+    #[error("extensions: {0} in the roster; at most {EXTENSIONS_MAX}")]
+    TooMany(usize),
+    /// The manifest at roster index `index` (`id`: its id, or `?`).
+    #[error("extension {id} (roster[{index}]): {error}")]
+    Manifest {
+        id: String,
+        index: usize,
+        error: ManifestError,
+    },
+    #[error("extension {0}: listed twice in the roster")]
+    Twice(String),
+    #[error("extension {id}: the files grant is exclusive and extension {holder} holds it")]
+    FilesHeld { id: String, holder: String },
+}
+
+/// What is wrong with one manifest.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestError {
+    #[error("the manifest is over {EXTENSION_MANIFEST_BYTES_MAX} bytes of JSON")]
+    TooLarge,
+    /// serde's message (with the path to the field).
+    #[error("manifest: {0}")]
+    Decode(String),
+    #[error("id: 1 to 32 of [a-z0-9_], starting with a letter")]
+    Id,
+    #[error("version `{0}`: MAJOR.MINOR.PATCH, optionally -PRERELEASE")]
+    Version(String),
+    #[error("grantKey `{0}`: 1 to {GRANT_KEY_BYTES_MAX} of [a-z0-9_.], starting with a letter")]
+    GrantKey(String),
+    #[error("grants: `{0}` twice")]
+    GrantTwice(&'static str),
+    #[error("grants `{0}`, which the definition does not request (requests({{ {0}: true }}))")]
+    NotRequested(&'static str),
+    #[error("has a files hook but does not request files (requests({{ files: true }}))")]
+    FilesHook,
+    #[error("keeps history without a session projection (history is per Session)")]
+    History,
+    #[error("state version {0}: 1 to {EXTENSION_STATE_VERSION_MAX}")]
+    StateVersion(u32),
+    #[error(
+        "state version {version} needs one migration for each version 2..={version}; the \
+         definition has {migrations:?}"
+    )]
+    Migrations { version: u32, migrations: Vec<u32> },
+    /// How many collections.
+    #[error("{0} collections; at most {EXTENSION_COLLECTIONS_MAX}")]
+    Collections(usize),
+    /// How many commands.
+    #[error("{0} commands; at most {EXTENSION_COMMANDS_MAX}")]
+    Commands(usize),
+    #[error("collection `{0}`: 1 to 32 of [a-z0-9_], starting with a letter")]
+    CollectionName(String),
+    #[error("collection {name}: the schema is {error}")]
+    CollectionSchema { name: String, error: SchemaError },
+    #[error("command `{0}`: 1 to 32 of [a-z0-9_], starting with a letter")]
+    CommandName(String),
+    #[error("command {name}: the input schema is {error}")]
+    InputSchema { name: String, error: SchemaError },
+    #[error("config: the schema is {0}")]
+    ConfigSchema(SchemaError),
+    /// The configuration fails its own schema.
+    #[error("config: {0}")]
+    Config(SchemaError),
+}
+
 /// The extensions an Agent runs, in the host's order.
 #[derive(Debug, Default)]
 pub struct Roster {
@@ -183,14 +256,11 @@ pub struct Roster {
 impl Roster {
     /// Parses the host's roster (a JSON array of manifests); every refusal
     /// names the extension and what is wrong.
-    pub fn parse(json: &str) -> Result<Roster, String> {
+    pub fn parse(json: &str) -> Result<Roster, RosterError> {
         let items: Vec<Value> =
-            serde_json::from_str(json).map_err(|e| format!("extensions: not a JSON array: {e}"))?;
+            serde_json::from_str(json).map_err(|e| RosterError::NotAnArray(e.to_string()))?;
         if items.len() > EXTENSIONS_MAX {
-            return Err(format!(
-                "extensions: {} in the roster; at most {EXTENSIONS_MAX}",
-                items.len()
-            ));
+            return Err(RosterError::TooMany(items.len()));
         }
         let mut entries: Vec<Entry> = Vec::with_capacity(items.len());
         for (i, item) in items.into_iter().enumerate() {
@@ -199,16 +269,25 @@ impl Roster {
                 .and_then(Value::as_str)
                 .unwrap_or("?")
                 .to_owned();
-            let entry = entry(item).map_err(|e| format!("extension {id} (roster[{i}]): {e}"))?;
+            let entry = match entry(item) {
+                Ok(entry) => entry,
+                Err(error) => {
+                    return Err(RosterError::Manifest {
+                        id,
+                        index: i,
+                        error,
+                    })
+                }
+            };
             if entries.iter().any(|e| e.id() == entry.id()) {
-                return Err(format!("extension {id}: listed twice in the roster"));
+                return Err(RosterError::Twice(id));
             }
             if entry.granted(Grant::Files) {
                 if let Some(holder) = entries.iter().find(|e| e.granted(Grant::Files)) {
-                    return Err(format!(
-                        "extension {id}: the files grant is exclusive and extension {} holds it",
-                        holder.id()
-                    ));
+                    return Err(RosterError::FilesHeld {
+                        id,
+                        holder: holder.id().to_owned(),
+                    });
                 }
             }
             entries.push(entry);
@@ -259,13 +338,11 @@ fn is_version(v: &str) -> bool {
         })
 }
 
-fn entry(item: Value) -> Result<Entry, String> {
+fn entry(item: Value) -> Result<Entry, ManifestError> {
     if item.to_string().len() > EXTENSION_MANIFEST_BYTES_MAX {
-        return Err(format!(
-            "the manifest is over {EXTENSION_MANIFEST_BYTES_MAX} bytes of JSON"
-        ));
+        return Err(ManifestError::TooLarge);
     }
-    let manifest: Manifest = crate::json::decode(item).map_err(|e| format!("manifest: {e}"))?;
+    let manifest: Manifest = crate::json::decode(item).map_err(ManifestError::Decode)?;
     check_shape(&manifest)?;
     let (rows, inputs) = compile_schemas(&manifest)?;
     let revision = revision(&manifest);
@@ -278,15 +355,12 @@ fn entry(item: Value) -> Result<Entry, String> {
 }
 
 /// The manifest's names, grants, state version and counts.
-fn check_shape(m: &Manifest) -> Result<(), String> {
+fn check_shape(m: &Manifest) -> Result<(), ManifestError> {
     if !is_name(&m.id) {
-        return Err("id: 1 to 32 of [a-z0-9_], starting with a letter".into());
+        return Err(ManifestError::Id);
     }
     if !is_version(&m.version) {
-        return Err(format!(
-            "version `{}`: MAJOR.MINOR.PATCH, optionally -PRERELEASE",
-            m.version
-        ));
+        return Err(ManifestError::Version(m.version.clone()));
     }
     let grant_ok = !m.grant_key.is_empty()
         && m.grant_key.len() <= GRANT_KEY_BYTES_MAX
@@ -295,55 +369,37 @@ fn check_shape(m: &Manifest) -> Result<(), String> {
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.');
     if !grant_ok {
-        return Err(format!(
-            "grantKey `{}`: 1 to {GRANT_KEY_BYTES_MAX} of [a-z0-9_.], starting with a letter",
-            m.grant_key
-        ));
+        return Err(ManifestError::GrantKey(m.grant_key.clone()));
     }
     for (i, g) in m.grants.iter().enumerate() {
         if m.grants[..i].contains(g) {
-            return Err(format!("grants: `{}` twice", g.as_str()));
+            return Err(ManifestError::GrantTwice(g.as_str()));
         }
         if m.requests.get(g.as_str()) != Some(&Value::Bool(true)) {
-            return Err(format!(
-                "grants `{}`, which the definition does not request (requests({{ {}: true }}))",
-                g.as_str(),
-                g.as_str()
-            ));
+            return Err(ManifestError::NotRequested(g.as_str()));
         }
     }
     if m.files && m.requests.get("files") != Some(&Value::Bool(true)) {
-        return Err(
-            "has a files hook but does not request files (requests({ files: true }))".into(),
-        );
+        return Err(ManifestError::FilesHook);
     }
     if m.projection.history && !m.projection.session {
-        return Err("keeps history without a session projection (history is per Session)".into());
+        return Err(ManifestError::History);
     }
     if m.state.version == 0 || m.state.version > EXTENSION_STATE_VERSION_MAX {
-        return Err(format!(
-            "state version {}: 1 to {EXTENSION_STATE_VERSION_MAX}",
-            m.state.version
-        ));
+        return Err(ManifestError::StateVersion(m.state.version));
     }
     let expected: Vec<u32> = (2..=m.state.version).collect();
     if m.migrations != expected {
-        return Err(format!(
-            "state version {} needs one migration for each version 2..={}; the definition has {:?}",
-            m.state.version, m.state.version, m.migrations
-        ));
+        return Err(ManifestError::Migrations {
+            version: m.state.version,
+            migrations: m.migrations.clone(),
+        });
     }
     if m.state.collections.len() > EXTENSION_COLLECTIONS_MAX {
-        return Err(format!(
-            "{} collections; at most {EXTENSION_COLLECTIONS_MAX}",
-            m.state.collections.len()
-        ));
+        return Err(ManifestError::Collections(m.state.collections.len()));
     }
     if m.commands.len() > EXTENSION_COMMANDS_MAX {
-        return Err(format!(
-            "{} commands; at most {EXTENSION_COMMANDS_MAX}",
-            m.commands.len()
-        ));
+        return Err(ManifestError::Commands(m.commands.len()));
     }
     Ok(())
 }
@@ -353,39 +409,41 @@ fn check_shape(m: &Manifest) -> Result<(), String> {
 #[allow(clippy::type_complexity)]
 fn compile_schemas(
     m: &Manifest,
-) -> Result<(BTreeMap<String, Validator>, BTreeMap<String, Validator>), String> {
+) -> Result<(BTreeMap<String, Validator>, BTreeMap<String, Validator>), ManifestError> {
     let id = &m.id;
     let mut rows = BTreeMap::new();
     for (name, c) in &m.state.collections {
         if !is_name(name) {
-            return Err(format!(
-                "collection `{name}`: 1 to 32 of [a-z0-9_], starting with a letter"
-            ));
+            return Err(ManifestError::CollectionName(name.clone()));
         }
         if let (true, Some(schema)) = (c.validate, &c.schema) {
             let v = Validator::compile(&format!("urn:shiitake:{id}:{name}"), schema.clone())
-                .map_err(|e| format!("collection {name}: the schema is {e}"))?;
+                .map_err(|error| ManifestError::CollectionSchema {
+                    name: name.clone(),
+                    error,
+                })?;
             rows.insert(name.clone(), v);
         }
     }
     let mut inputs = BTreeMap::new();
     for (name, c) in &m.commands {
         if !is_name(name) {
-            return Err(format!(
-                "command `{name}`: 1 to 32 of [a-z0-9_], starting with a letter"
-            ));
+            return Err(ManifestError::CommandName(name.clone()));
         }
         if let (true, Some(schema)) = (c.validate, &c.input_schema) {
             let v = Validator::compile(&format!("urn:shiitake:{id}:{name}:input"), schema.clone())
-                .map_err(|e| format!("command {name}: the input schema is {e}"))?;
+                .map_err(|error| ManifestError::InputSchema {
+                    name: name.clone(),
+                    error,
+                })?;
             inputs.insert(name.clone(), v);
         }
     }
     if let (true, Some(schema)) = (m.config_validate, &m.config_schema) {
         Validator::compile(&format!("urn:shiitake:{id}:config"), schema.clone())
-            .map_err(|e| format!("config: the schema is {e}"))?
+            .map_err(ManifestError::ConfigSchema)?
             .check(&m.config)
-            .map_err(|e| format!("config: {e}"))?;
+            .map_err(ManifestError::Config)?;
     }
     Ok((rows, inputs))
 }

@@ -5,11 +5,11 @@
 //! the driver check them (direct tools and guest calls alike), then `call`
 //! reads the same fields.
 
-use super::patch;
-use super::path::{normalize, normalize_file};
-use super::port::{Change, Entry, Port, Replaced, Stat};
-use super::search::{self, Matcher, Matches, PathGlob};
-use super::visibility::{IgnoreFile, Visibility};
+use super::patch::{self, PatchError};
+use super::path::{normalize, normalize_file, PathError};
+use super::port::{Change, Entry, Port, PortError, Replaced, Stat};
+use super::search::{self, Matcher, Matches, PathGlob, SearchError};
+use super::visibility::{IgnoreFile, Visibility, VisibilityError};
 use crate::capability::{Access, CapabilityError, Module, ModuleSpec, OperationSpec};
 use crate::limits::{FILE_BYTES_MAX, FILE_READ_BYTES_MAX, IGNORE_BYTES_MAX, SEARCH_FILES_MAX};
 use serde::Deserialize;
@@ -195,27 +195,80 @@ struct PatchArgs {
     input: String,
 }
 
-fn args<T: serde::de::DeserializeOwned>(args: &Value) -> Result<T, String> {
-    crate::json::decode(args.clone()).map_err(|e| format!("arguments: {e}"))
+/// Why a files operation failed; its text is the tool's error the model
+/// sees.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FilesError {
+    /// serde's message (with the path to the field).
+    #[error("arguments: {0}")]
+    Arguments(String),
+    #[error(transparent)]
+    Path(#[from] PathError),
+    #[error(transparent)]
+    Port(#[from] PortError),
+    #[error(transparent)]
+    Search(#[from] SearchError),
+    #[error(transparent)]
+    Visibility(#[from] VisibilityError),
+    #[error(transparent)]
+    Patch(#[from] PatchError),
+    #[error("{path}: {bytes} bytes; the files module writes at most {FILE_BYTES_MAX} per file")]
+    TooLarge { path: String, bytes: usize },
+    #[error("{0}: no such file")]
+    NoSuchFile(String),
+    #[error("{path}: startLine {start} is past the end ({total} lines)")]
+    PastTheEnd {
+        path: String,
+        start: usize,
+        total: usize,
+    },
+    #[error("the .gitignore files bearing on `{0}` hold more than {IGNORE_BYTES_MAX} bytes")]
+    IgnoreFiles(String),
+    #[error("{0}: `old` was not found; read the file and copy the text exactly")]
+    OldNotFound(String),
+    #[error(
+        "{path}: `old` occurs {count} times; include more surrounding text so it occurs \
+         once, or set `all` to replace every occurrence"
+    )]
+    OldAmbiguous { path: String, count: usize },
+    /// Another writer changed the file: nothing was changed.
+    #[error(
+        "{0} changed while this edit was being made (another writer); nothing was \
+         changed. Read the file again and redo the edit."
+    )]
+    Conflict(String),
+    #[error("files has no operation `{0}`")]
+    NoSuchOperation(String),
+    /// A result that could not be encoded.
+    #[error("{0}")]
+    Encode(String),
+}
+
+fn args<T: serde::de::DeserializeOwned>(args: &Value) -> Result<T, FilesError> {
+    crate::json::decode(args.clone()).map_err(FilesError::Arguments)
 }
 
 /// Runs one operation of the files module against `port`: the model sees
 /// the `Ok` value as the result and the `Err` text as the tool's error.
-pub async fn call(port: &impl Port, operation: &str, arguments: &Value) -> Result<Value, String> {
+pub async fn call(
+    port: &impl Port,
+    operation: &str,
+    arguments: &Value,
+) -> Result<Value, FilesError> {
     match operation {
         "read" => read(port, args(arguments)?).await,
         "write" => {
             let WriteArgs { path, content } = args(arguments)?;
-            let path = normalize_file(&path).map_err(|e| e.0)?;
+            let path = normalize_file(&path)?;
             bounded(&path, content.len())?;
-            port.write(&path, &content).await.map_err(|e| e.0)?;
+            port.write(&path, &content).await?;
             Ok(json!({ "path": path, "bytes": content.len() }))
         }
         "list" => list(port, args(arguments)?).await,
         "stat" => {
             let PathArgs { path } = args(arguments)?;
-            let path = normalize(&path).map_err(|e| e.0)?;
-            Ok(match port.stat(&path).await.map_err(|e| e.0)? {
+            let path = normalize(&path)?;
+            Ok(match port.stat(&path).await? {
                 Stat::File { size } => json!({ "path": path, "kind": "file", "size": size }),
                 Stat::Dir => json!({ "path": path, "kind": "dir" }),
                 Stat::Missing => json!({ "path": path, "kind": "missing" }),
@@ -227,36 +280,34 @@ pub async fn call(port: &impl Port, operation: &str, arguments: &Value) -> Resul
             let PatchArgs { input } = args(arguments)?;
             apply_patch(port, &input).await
         }
-        other => Err(format!("files has no operation `{other}`")),
+        other => Err(FilesError::NoSuchOperation(other.to_owned())),
     }
 }
 
-fn bounded(path: &str, bytes: usize) -> Result<(), String> {
+fn bounded(path: &str, bytes: usize) -> Result<(), FilesError> {
     if bytes > FILE_BYTES_MAX {
-        return Err(format!(
-            "{path}: {bytes} bytes; the files module writes at most {FILE_BYTES_MAX} per file"
-        ));
+        return Err(FilesError::TooLarge {
+            path: path.to_owned(),
+            bytes,
+        });
     }
     Ok(())
 }
 
-async fn existing(port: &impl Port, path: &str) -> Result<String, String> {
+async fn existing(port: &impl Port, path: &str) -> Result<String, FilesError> {
     port.read(path)
-        .await
-        .map_err(|e| e.0)?
-        .ok_or_else(|| format!("{path}: no such file"))
+        .await?
+        .ok_or_else(|| FilesError::NoSuchFile(path.to_owned()))
 }
 
-async fn read(port: &impl Port, a: ReadArgs) -> Result<Value, String> {
-    let path = normalize_file(&a.path).map_err(|e| e.0)?;
+async fn read(port: &impl Port, a: ReadArgs) -> Result<Value, FilesError> {
+    let path = normalize_file(&a.path)?;
     let content = existing(port, &path).await?;
     let lines: Vec<&str> = content.split_inclusive('\n').collect();
     let total = lines.len();
     let start = a.start_line.unwrap_or(1);
     if start > total.max(1) {
-        return Err(format!(
-            "{path}: startLine {start} is past the end ({total} lines)"
-        ));
+        return Err(FilesError::PastTheEnd { path, start, total });
     }
     let wanted = a.line_count.unwrap_or(usize::MAX);
     let mut window = String::new();
@@ -285,11 +336,11 @@ async fn read(port: &impl Port, a: ReadArgs) -> Result<Value, String> {
 
 /// Every file under `dir` (all pages), at most `SEARCH_FILES_MAX`: the
 /// second value says the listing was cut.
-async fn entries(port: &impl Port, dir: &str) -> Result<(Vec<Entry>, bool), String> {
+async fn entries(port: &impl Port, dir: &str) -> Result<(Vec<Entry>, bool), FilesError> {
     let mut all = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let page = port.list(dir, cursor.as_deref()).await.map_err(|e| e.0)?;
+        let page = port.list(dir, cursor.as_deref()).await?;
         let progressed = page.entries.last().map(|e| e.path.clone());
         all.extend(page.entries);
         if all.len() > SEARCH_FILES_MAX {
@@ -309,7 +360,11 @@ async fn entries(port: &impl Port, dir: &str) -> Result<(Vec<Entry>, bool), Stri
 /// The invocation's search visibility from the ignore files that bear on
 /// `dir`: those listed under it and those of its ancestors (seed
 /// files-search: bounded ignore-file text from the adapter).
-async fn visibility(port: &impl Port, entries: &[Entry], dir: &str) -> Result<Visibility, String> {
+async fn visibility(
+    port: &impl Port,
+    entries: &[Entry],
+    dir: &str,
+) -> Result<Visibility, FilesError> {
     let mut paths: Vec<String> = Vec::new();
     let mut ancestor = dir;
     while !ancestor.is_empty() {
@@ -321,21 +376,19 @@ async fn visibility(port: &impl Port, entries: &[Entry], dir: &str) -> Result<Vi
     let mut files = Vec::new();
     let mut bytes = 0;
     for path in paths {
-        let Some(text) = port.read(&path).await.map_err(|e| e.0)? else {
+        let Some(text) = port.read(&path).await? else {
             continue;
         };
         bytes += text.len();
         if bytes > IGNORE_BYTES_MAX {
-            return Err(format!(
-                "the .gitignore files bearing on `{dir}` hold more than {IGNORE_BYTES_MAX} bytes"
-            ));
+            return Err(FilesError::IgnoreFiles(dir.to_owned()));
         }
         files.push(IgnoreFile {
             dir: super::path::parent(&path).to_owned(),
             text,
         });
     }
-    Visibility::new(files).map_err(|e| e.to_string())
+    Ok(Visibility::new(files)?)
 }
 
 fn join(dir: &str, name: &str) -> String {
@@ -346,13 +399,13 @@ fn join(dir: &str, name: &str) -> String {
     }
 }
 
-async fn list(port: &impl Port, a: ListArgs) -> Result<Value, String> {
-    let dir = normalize(&a.path).map_err(|e| e.0)?;
+async fn list(port: &impl Port, a: ListArgs) -> Result<Value, FilesError> {
+    let dir = normalize(&a.path)?;
     let (entries, cut) = entries(port, &dir).await?;
     let visible = visibility(port, &entries, &dir).await?;
-    let listing = search::list(&entries, &dir, a.recursive, &visible, a.cursor.as_deref())
-        .map_err(|e| e.to_string())?;
-    let mut value = crate::json::to_value(&listing).map_err(|e| e.to_string())?;
+    let listing = search::list(&entries, &dir, a.recursive, &visible, a.cursor.as_deref())?;
+    let mut value =
+        crate::json::to_value(&listing).map_err(|e| FilesError::Encode(e.to_string()))?;
     if cut {
         value["cut"] = json!(format!(
             "only the first {SEARCH_FILES_MAX} files under `{dir}` were looked at"
@@ -361,19 +414,13 @@ async fn list(port: &impl Port, a: ListArgs) -> Result<Value, String> {
     Ok(value)
 }
 
-async fn find(port: &impl Port, a: SearchArgs) -> Result<Value, String> {
-    let dir = normalize(&a.path).map_err(|e| e.0)?;
-    let matcher = Matcher::new(&a.query, a.regex, a.case_sensitive).map_err(|e| e.to_string())?;
-    let glob = a
-        .glob
-        .as_deref()
-        .map(PathGlob::new)
-        .transpose()
-        .map_err(|e| e.to_string())?;
+async fn find(port: &impl Port, a: SearchArgs) -> Result<Value, FilesError> {
+    let dir = normalize(&a.path)?;
+    let matcher = Matcher::new(&a.query, a.regex, a.case_sensitive)?;
+    let glob = a.glob.as_deref().map(PathGlob::new).transpose()?;
     let (entries, cut) = entries(port, &dir).await?;
     let visible = visibility(port, &entries, &dir).await?;
-    let candidates =
-        search::candidates(&entries, &dir, glob.as_ref(), &visible).map_err(|e| e.to_string())?;
+    let candidates = search::candidates(&entries, &dir, glob.as_ref(), &visible)?;
     let mut matches = Matches::default();
     let mut searched = 0usize;
     for entry in candidates.files {
@@ -381,7 +428,7 @@ async fn find(port: &impl Port, a: SearchArgs) -> Result<Value, String> {
             break;
         }
         // Read what was listed; a file removed since is skipped.
-        let Some(content) = port.read(&entry.path).await.map_err(|e| e.0)? else {
+        let Some(content) = port.read(&entry.path).await? else {
             continue;
         };
         searched += 1;
@@ -401,24 +448,15 @@ async fn find(port: &impl Port, a: SearchArgs) -> Result<Value, String> {
     Ok(value)
 }
 
-async fn replace(port: &impl Port, a: ReplaceArgs) -> Result<Value, String> {
-    let path = normalize_file(&a.path).map_err(|e| e.0)?;
+async fn replace(port: &impl Port, a: ReplaceArgs) -> Result<Value, FilesError> {
+    let path = normalize_file(&a.path)?;
     let current = existing(port, &path).await?;
     let count = current.matches(a.old.as_str()).count();
     let next = match count {
-        0 => {
-            return Err(format!(
-                "{path}: `old` was not found; read the file and copy the text exactly"
-            ))
-        }
+        0 => return Err(FilesError::OldNotFound(path)),
         1 => current.replacen(a.old.as_str(), &a.new, 1),
         _ if a.all => current.replace(a.old.as_str(), &a.new),
-        n => {
-            return Err(format!(
-                "{path}: `old` occurs {n} times; include more surrounding text so it occurs \
-                 once, or set `all` to replace every occurrence"
-            ))
-        }
+        count => return Err(FilesError::OldAmbiguous { path, count }),
     };
     bounded(&path, next.len())?;
     let change = Change {
@@ -426,30 +464,23 @@ async fn replace(port: &impl Port, a: ReplaceArgs) -> Result<Value, String> {
         expected: Some(current),
         content: Some(next),
     };
-    match port.replace(&[change]).await.map_err(|e| e.0)? {
+    match port.replace(&[change]).await? {
         Replaced::Done => Ok(json!({ "path": path, "replaced": if a.all { count } else { 1 } })),
-        Replaced::Conflict { path } => Err(conflict(&path)),
+        Replaced::Conflict { path } => Err(FilesError::Conflict(path)),
     }
 }
 
-fn conflict(path: &str) -> String {
-    format!(
-        "{path} changed while this edit was being made (another writer); nothing was \
-         changed. Read the file again and redo the edit."
-    )
-}
-
-async fn apply_patch(port: &impl Port, input: &str) -> Result<Value, String> {
-    let patch = patch::parse(input).map_err(|e| e.to_string())?;
+async fn apply_patch(port: &impl Port, input: &str) -> Result<Value, FilesError> {
+    let patch = patch::parse(input)?;
     let mut current = std::collections::BTreeMap::new();
     for path in patch.reads() {
-        let content = port.read(&path).await.map_err(|e| e.0)?;
+        let content = port.read(&path).await?;
         current.insert(path, content);
     }
-    let changes = patch.apply(&current).map_err(|e| e.to_string())?;
-    match port.replace(&changes).await.map_err(|e| e.0)? {
+    let changes = patch.apply(&current)?;
+    match port.replace(&changes).await? {
         Replaced::Done => Ok(patch::applied(&patch)),
-        Replaced::Conflict { path } => Err(conflict(&path)),
+        Replaced::Conflict { path } => Err(FilesError::Conflict(path)),
     }
 }
 
@@ -460,8 +491,9 @@ mod tests {
     use crate::files::workspace::{Bounds, Workspace};
     use crate::sql::native::NativeSql;
 
+    /// The result, or the error's text (what the model sees).
     fn run(ws: &Workspace<'_>, op: &str, args: Value) -> Result<Value, String> {
-        block_on(call(ws, op, &args))
+        block_on(call(ws, op, &args)).map_err(|e| e.to_string())
     }
 
     #[test]

@@ -24,13 +24,19 @@ pub fn module(_id: &str, _patches: bool) -> Result<Module, CapabilityError> {
     Err(CapabilityError(UNAVAILABLE.to_owned()))
 }
 
+/// Why a files operation failed: in this build, always that it has no
+/// files module.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{UNAVAILABLE}")]
+pub struct FilesError;
+
 /// Refused: this build has no files module.
 pub async fn call(
     _port: &impl Port,
     _operation: &str,
     _arguments: &Value,
-) -> Result<Value, String> {
-    Err(UNAVAILABLE.to_owned())
+) -> Result<Value, FilesError> {
+    Err(FilesError)
 }
 
 #[cfg(test)]
@@ -51,6 +57,10 @@ mod tests {
         crate::store::schema::open(&sql).unwrap();
         let workspace = Workspace::open(&sql, Bounds::default(), 0);
         let read = serde_json::json!({ "path": "a.txt" });
-        named(block_on(call(&workspace, "read", &read)).unwrap_err());
+        named(
+            block_on(call(&workspace, "read", &read))
+                .unwrap_err()
+                .to_string(),
+        );
     }
 }

@@ -46,13 +46,27 @@ impl Default for Bounds {
     }
 }
 
+/// Why the host's workspace options are refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BoundsError {
+    /// serde's message.
+    #[error("workspace: {0}")]
+    Decode(String),
+    /// A bound (by its option name) that is zero or above its maximum.
+    #[error("workspace.{name}: {value}; from 1 to {max}")]
+    Bound {
+        name: &'static str,
+        value: usize,
+        max: usize,
+    },
+}
+
 impl Bounds {
     /// Decodes the host's `sqliteWorkspace({...})` options; a bound above
     /// the default or zero is refused by name.
-    pub fn parse(json: &str) -> Result<Bounds, String> {
-        let bounds: Bounds =
-            crate::json::decode(serde_json::from_str(json).map_err(|e| format!("workspace: {e}"))?)
-                .map_err(|e| format!("workspace: {e}"))?;
+    pub fn parse(json: &str) -> Result<Bounds, BoundsError> {
+        let value = serde_json::from_str(json).map_err(|e| BoundsError::Decode(e.to_string()))?;
+        let bounds: Bounds = crate::json::decode(value).map_err(BoundsError::Decode)?;
         for (name, value, max) in [
             (
                 "fileBytesMax",
@@ -67,7 +81,7 @@ impl Bounds {
             ("filesMax", bounds.files_max, WORKSPACE_FILES_MAX),
         ] {
             if value == 0 || value > max {
-                return Err(format!("workspace.{name}: {value}; from 1 to {max}"));
+                return Err(BoundsError::Bound { name, value, max });
             }
         }
         Ok(bounds)

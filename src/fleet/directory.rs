@@ -206,52 +206,78 @@ pub fn reserved_id(creator: &str, request_id: &str) -> String {
     format!("a-{}", crate::text::hex(&digest[..16]))
 }
 
+/// Why an Agent's directory input is refused (`agents.create`'s and the
+/// directory's own check; `invalid_request` at the directory).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    /// The name's length in characters.
+    #[error("name: 1..={AGENT_NAME_CHARS_MAX} characters, got {0}")]
+    NameLength(usize),
+    #[error("name: no control characters")]
+    NameControl,
+    #[error("model: {0}")]
+    Model(crate::model::Refusal),
+    #[error("reasoning: {0}")]
+    Reasoning(crate::model::Refusal),
+    #[error("reasoning: needs a model")]
+    ReasoningWithoutModel,
+    #[error("creator: not an Agent id")]
+    Creator,
+    /// The requestId's length in bytes.
+    #[error("requestId: 1..={REQUEST_ID_BYTES_MAX} UTF-8 bytes without NUL, got {0} bytes")]
+    RequestId(usize),
+    /// The cursor, shortened.
+    #[error("cursor: not a cursor returned by agents.list: `{0}`")]
+    Cursor(String),
+}
+
+impl From<InputError> for Refusal {
+    fn from(e: InputError) -> Refusal {
+        Refusal::invalid(e.to_string())
+    }
+}
+
 /// A name: 1..=128 characters, no control characters.
-pub fn validate_name(name: &str) -> Result<(), String> {
+pub fn validate_name(name: &str) -> Result<(), InputError> {
     let chars = name.chars().count();
     if chars == 0 || chars > AGENT_NAME_CHARS_MAX {
-        return Err(format!(
-            "name: 1..={AGENT_NAME_CHARS_MAX} characters, got {chars}"
-        ));
+        return Err(InputError::NameLength(chars));
     }
     if name.chars().any(char::is_control) {
-        return Err("name: no control characters".into());
+        return Err(InputError::NameControl);
     }
     Ok(())
 }
 
 /// `model`: a `provider/model` address the runtime can call
 /// (`model::preference::parse_address`, as `agents.setModel` checks it).
-pub fn validate_model(model: &str) -> Result<(), String> {
+pub fn validate_model(model: &str) -> Result<(), InputError> {
     crate::model::preference::parse_address(model)
         .map(drop)
-        .map_err(|e| format!("model: {e}"))
+        .map_err(InputError::Model)
 }
 
 /// `reasoning`: a level (`model::preference::Reasoning`), and only with a
 /// model.
-pub fn validate_reasoning(model: Option<&str>, reasoning: Option<&str>) -> Result<(), String> {
+pub fn validate_reasoning(model: Option<&str>, reasoning: Option<&str>) -> Result<(), InputError> {
     let Some(level) = reasoning else {
         return Ok(());
     };
-    crate::model::preference::Reasoning::parse(level).map_err(|e| format!("reasoning: {e}"))?;
+    crate::model::preference::Reasoning::parse(level).map_err(InputError::Reasoning)?;
     if model.is_none() {
-        return Err("reasoning: needs a model".into());
+        return Err(InputError::ReasoningWithoutModel);
     }
     Ok(())
 }
 
 /// Checks a create's input (the caller's runtime checks it too).
-pub fn validate_create(input: &CreateInput) -> Result<(), String> {
+pub fn validate_create(input: &CreateInput) -> Result<(), InputError> {
     if !crate::mail::valid_agent_id(&input.creator) {
-        return Err("creator: not an Agent id".into());
+        return Err(InputError::Creator);
     }
     let r = &input.request_id;
     if r.is_empty() || r.len() > REQUEST_ID_BYTES_MAX || r.contains('\0') {
-        return Err(format!(
-            "requestId: 1..={REQUEST_ID_BYTES_MAX} UTF-8 bytes without NUL, got {} bytes",
-            r.len()
-        ));
+        return Err(InputError::RequestId(r.len()));
     }
     if let Some(name) = &input.name {
         validate_name(name)?;
@@ -367,7 +393,7 @@ fn agent_id_ok(agent_id: &str) -> Result<(), Refusal> {
 /// Reserves a new Agent for (creator, requestId), or answers the entry it
 /// reserved before (the replay receipt).
 pub fn create(sql: &dyn Sql, now_ms: i64, input: &CreateInput) -> Result<Entry, Refusal> {
-    validate_create(input).map_err(Refusal::invalid)?;
+    validate_create(input)?;
     let agent_id = reserved_id(&input.creator, &input.request_id);
     atomically(sql, || {
         if let Some(found) = by_request(sql, &input.creator, &input.request_id)? {
@@ -488,7 +514,7 @@ pub fn list(
     }
     let after = match cursor {
         None => 0,
-        Some(c) => parse_cursor(c).map_err(Refusal::invalid)?,
+        Some(c) => parse_cursor(c)?,
     };
     if !DIRECTORY.exists(sql) {
         return Ok(Page {
@@ -521,13 +547,10 @@ pub fn list(
 }
 
 /// A list cursor: a positive integer in decimal.
-pub fn parse_cursor(cursor: &str) -> Result<i64, String> {
+pub fn parse_cursor(cursor: &str) -> Result<i64, InputError> {
     match cursor.parse::<i64>() {
         Ok(n) if n > 0 && cursor.len() <= 20 => Ok(n),
-        _ => Err(format!(
-            "cursor: not a cursor returned by agents.list: `{}`",
-            crate::text::shorten(cursor)
-        )),
+        _ => Err(InputError::Cursor(crate::text::shorten(cursor).to_owned())),
     }
 }
 

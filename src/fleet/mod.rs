@@ -412,34 +412,94 @@ struct ReadArgs {
     cursor: Option<String>,
 }
 
+/// Why a call's arguments are refused: `agents.<operation>: <why>`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("agents.{operation}: {why}")]
+pub struct Invalid {
+    /// The operation as the module names it (`setModel`).
+    pub operation: String,
+    pub why: ArgError,
+}
+
+/// What is wrong with a call's arguments.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ArgError {
+    /// serde's message: an unknown or missing key, a wrong type.
+    #[error("{0}")]
+    Shape(String),
+    /// An id or a read's bounds, as the HTTP API refuses them.
+    #[error("{0}")]
+    Api(ApiError),
+    #[error("{0}")]
+    Input(directory::InputError),
+    #[error("{0}")]
+    Model(crate::model::Refusal),
+    /// The text's length in bytes.
+    #[error("text: 1..={TEXT_BYTES_MAX} UTF-8 bytes, got {0}")]
+    Text(usize),
+    #[error("commandId: 1..=128 bytes")]
+    CommandId,
+    #[error("timeoutMs: 1..={FLEET_WAIT_TIMEOUT_MS_MAX}, got {0}")]
+    TimeoutMs(u64),
+    #[error(
+        "archived: this host does not archive Agents, so it lists no archived ones \
+         (leave `archived` out)"
+    )]
+    ArchivedNotOffered,
+    #[error("limit: 1..={DIRECTORY_PAGE_MAX}, got {0}")]
+    Limit(usize),
+    #[error("reasoning needs a model")]
+    ReasoningWithoutModel,
+    #[error("model: required (provider/model)")]
+    ModelRequired,
+    /// Unknown, or not offered by this host.
+    #[error("no such operation")]
+    NoSuchOperation,
+}
+
+impl From<ApiError> for ArgError {
+    fn from(e: ApiError) -> ArgError {
+        ArgError::Api(e)
+    }
+}
+
+impl From<directory::InputError> for ArgError {
+    fn from(e: directory::InputError) -> ArgError {
+        ArgError::Input(e)
+    }
+}
+
+impl From<crate::model::Refusal> for ArgError {
+    fn from(e: crate::model::Refusal) -> ArgError {
+        ArgError::Model(e)
+    }
+}
+
 /// Decodes one call of operation `operation` with `args` (already checked
 /// against the input schema, checked again here: the schema's lengths
 /// count characters, requestIds are bounded in bytes).
-pub fn decode(operation: &str, args: &Value, offer: Offer) -> Result<Call, String> {
-    fn parse<T: serde::de::DeserializeOwned>(operation: &str, args: &Value) -> Result<T, String> {
-        serde_json::from_value(args.clone()).map_err(|e| format!("agents.{operation}: {e}"))
+pub fn decode(operation: &str, args: &Value, offer: Offer) -> Result<Call, Invalid> {
+    decode_args(operation, args, offer).map_err(|why| Invalid {
+        operation: operation.to_owned(),
+        why,
+    })
+}
+
+fn decode_args(operation: &str, args: &Value, offer: Offer) -> Result<Call, ArgError> {
+    fn parse<T: serde::de::DeserializeOwned>(args: &Value) -> Result<T, ArgError> {
+        serde_json::from_value(args.clone()).map_err(|e| ArgError::Shape(e.to_string()))
     }
-    let checked = |operation: &str, agent_id: &str, session_id: &str| -> Result<(), String> {
-        validate_agent_id(agent_id).map_err(|e| format!("agents.{operation}: {e}"))?;
-        agent::validate_session_id(session_id).map_err(|e| format!("agents.{operation}: {e}"))
-    };
-    let request = |operation: &str, id: &str| -> Result<(), String> {
-        validate_request_id(id).map_err(|e| format!("agents.{operation}: {e}"))
+    let checked = |agent_id: &str, session_id: &str| -> Result<(), ArgError> {
+        validate_agent_id(agent_id)?;
+        Ok(agent::validate_session_id(session_id)?)
     };
     match operation {
         "send" => {
-            let a: SendArgs = parse(operation, args)?;
-            checked(
-                operation,
-                &a.agent_id,
-                a.session_id.as_deref().unwrap_or("omitted"),
-            )?;
-            request(operation, &a.request_id)?;
+            let a: SendArgs = parse(args)?;
+            checked(&a.agent_id, a.session_id.as_deref().unwrap_or("omitted"))?;
+            validate_request_id(&a.request_id)?;
             if a.text.is_empty() || a.text.len() > TEXT_BYTES_MAX {
-                return Err(format!(
-                    "agents.send: text: 1..={TEXT_BYTES_MAX} UTF-8 bytes, got {}",
-                    a.text.len()
-                ));
+                return Err(ArgError::Text(a.text.len()));
             }
             Ok(Call::Send {
                 agent_id: a.agent_id,
@@ -450,9 +510,9 @@ pub fn decode(operation: &str, args: &Value, offer: Offer) -> Result<Call, Strin
             })
         }
         "recall" => {
-            let a: RecallArgs = parse(operation, args)?;
-            checked(operation, &a.agent_id, &a.session_id)?;
-            request(operation, &a.request_id)?;
+            let a: RecallArgs = parse(args)?;
+            checked(&a.agent_id, &a.session_id)?;
+            validate_request_id(&a.request_id)?;
             Ok(Call::Recall {
                 agent_id: a.agent_id,
                 session_id: a.session_id,
@@ -460,16 +520,13 @@ pub fn decode(operation: &str, args: &Value, offer: Offer) -> Result<Call, Strin
             })
         }
         "wait" => {
-            let a: WaitArgs = parse(operation, args)?;
-            checked(operation, &a.agent_id, &a.session_id)?;
+            let a: WaitArgs = parse(args)?;
+            checked(&a.agent_id, &a.session_id)?;
             if a.command_id.is_empty() || a.command_id.len() > 128 {
-                return Err("agents.wait: commandId: 1..=128 bytes".into());
+                return Err(ArgError::CommandId);
             }
             if !(1..=FLEET_WAIT_TIMEOUT_MS_MAX).contains(&a.timeout_ms) {
-                return Err(format!(
-                    "agents.wait: timeoutMs: 1..={FLEET_WAIT_TIMEOUT_MS_MAX}, got {}",
-                    a.timeout_ms
-                ));
+                return Err(ArgError::TimeoutMs(a.timeout_ms));
             }
             Ok(Call::Wait {
                 agent_id: a.agent_id,
@@ -479,13 +536,13 @@ pub fn decode(operation: &str, args: &Value, offer: Offer) -> Result<Call, Strin
             })
         }
         "read" => {
-            let a: ReadArgs = parse(operation, args)?;
-            checked(operation, &a.agent_id, &a.session_id)?;
+            let a: ReadArgs = parse(args)?;
+            checked(&a.agent_id, &a.session_id)?;
             let query = ReadQuery {
                 limit: a.limit,
                 cursor: a.cursor,
             };
-            query.check().map_err(|e| format!("agents.read: {e}"))?;
+            query.check()?;
             Ok(Call::Read {
                 agent_id: a.agent_id,
                 session_id: a.session_id,
@@ -493,40 +550,30 @@ pub fn decode(operation: &str, args: &Value, offer: Offer) -> Result<Call, Strin
             })
         }
         "create" if offer.directory => {
-            let a: CreateArgs = parse(operation, args)?;
-            request(operation, &a.request_id)?;
-            let check = |r: Result<(), String>| r.map_err(|e| format!("agents.create: {e}"));
+            let a: CreateArgs = parse(args)?;
+            validate_request_id(&a.request_id)?;
             if let Some(name) = &a.name {
-                check(directory::validate_name(name))?;
+                directory::validate_name(name)?;
             }
             if let Some(model) = &a.model {
-                check(directory::validate_model(model))?;
+                directory::validate_model(model)?;
             }
-            check(directory::validate_reasoning(
-                a.model.as_deref(),
-                a.reasoning.as_deref(),
-            ))?;
+            directory::validate_reasoning(a.model.as_deref(), a.reasoning.as_deref())?;
             Ok(Call::Create(a))
         }
         "list" if offer.directory => {
-            let a: ListArgs = parse(operation, args)?;
+            let a: ListArgs = parse(args)?;
             let archived = a.archived.unwrap_or(false);
             if archived && !offer.archive {
-                return Err(
-                    "agents.list: archived: this host does not archive Agents, so it \
-                            lists no archived ones (leave `archived` out)"
-                        .into(),
-                );
+                return Err(ArgError::ArchivedNotOffered);
             }
             if let Some(limit) = a.limit {
                 if !(1..=DIRECTORY_PAGE_MAX).contains(&limit) {
-                    return Err(format!(
-                        "agents.list: limit: 1..={DIRECTORY_PAGE_MAX}, got {limit}"
-                    ));
+                    return Err(ArgError::Limit(limit));
                 }
             }
             if let Some(cursor) = &a.cursor {
-                directory::parse_cursor(cursor).map_err(|e| format!("agents.list: {e}"))?;
+                directory::parse_cursor(cursor)?;
             }
             Ok(Call::List {
                 archived,
@@ -535,30 +582,24 @@ pub fn decode(operation: &str, args: &Value, offer: Offer) -> Result<Call, Strin
             })
         }
         "archive" | "unarchive" if offer.directory && offer.archive => {
-            let a: ArchiveArgs = parse(operation, args)?;
-            validate_agent_id(&a.agent_id).map_err(|e| format!("agents.{operation}: {e}"))?;
+            let a: ArchiveArgs = parse(args)?;
+            validate_agent_id(&a.agent_id)?;
             Ok(Call::Archive {
                 agent_id: a.agent_id,
                 archived: operation == "archive",
             })
         }
         "setModel" if offer.models => {
-            let a: SetModelArgs = parse(operation, args)?;
-            validate_agent_id(&a.agent_id).map_err(|e| format!("agents.setModel: {e}"))?;
+            let a: SetModelArgs = parse(args)?;
+            validate_agent_id(&a.agent_id)?;
             let Some(model) = a.model else {
                 return Err(match a.reasoning {
-                    Some(_) => "agents.setModel: reasoning needs a model".into(),
-                    None => "agents.setModel: model: required (provider/model)".into(),
+                    Some(_) => ArgError::ReasoningWithoutModel,
+                    None => ArgError::ModelRequired,
                 });
             };
-            let spec = crate::model::preference::parse_address(&model)
-                .map_err(|e| format!("agents.setModel: {e}"))?;
-            let reasoning = a
-                .reasoning
-                .as_deref()
-                .map(Reasoning::parse)
-                .transpose()
-                .map_err(|e| format!("agents.setModel: {e}"))?;
+            let spec = crate::model::preference::parse_address(&model)?;
+            let reasoning = a.reasoning.as_deref().map(Reasoning::parse).transpose()?;
             Ok(Call::SetModel {
                 agent_id: a.agent_id,
                 choice: Choice {
@@ -568,10 +609,10 @@ pub fn decode(operation: &str, args: &Value, offer: Offer) -> Result<Call, Strin
             })
         }
         "models" if offer.models => {
-            let _: ModelsArgs = parse(operation, args)?;
+            let _: ModelsArgs = parse(args)?;
             Ok(Call::Models)
         }
-        other => Err(format!("agents.{other}: no such operation")),
+        _ => Err(ArgError::NoSuchOperation),
     }
 }
 
@@ -847,21 +888,24 @@ mod tests {
             &json!({"agentId": "b", "reasoning": "low"}),
             MODELS,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("reasoning needs a model"), "{e}");
         let e = decode(
             "setModel",
             &json!({"agentId": "b", "model": "nope"}),
             MODELS,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("provider/model"), "{e}");
         let e = decode(
             "setModel",
             &json!({"agentId": "b", "model": "openai/x", "reasoning": "x"}),
             MODELS,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("reasoning"), "{e}");
         assert!(decode(
             "setModel",
@@ -881,7 +925,9 @@ mod tests {
     fn decode_bounds_request_ids_in_bytes() {
         let long = "é".repeat(129); // 258 bytes, 129 characters
         let args = json!({"agentId": "a", "sessionId": "s", "requestId": long, "text": "t"});
-        let e = decode("send", &args, Offer::default()).unwrap_err();
+        let e = decode("send", &args, Offer::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("requestId"), "{e}");
         let ok =
             json!({"agentId": "a", "sessionId": "s", "requestId": "é".repeat(128), "text": "t"});
@@ -895,11 +941,13 @@ mod tests {
         let sneaky = json!({"agentId": "a", "sessionId": "s", "requestId": "r", "text": "t", "fromSessionId": "x"});
         assert!(decode("send", &sneaky, Offer::default())
             .unwrap_err()
+            .to_string()
             .contains("fromSessionId"));
         for t in [0, 30_001] {
             let w = json!({"agentId": "a", "sessionId": "s", "commandId": "c", "timeoutMs": t});
             assert!(decode("wait", &w, Offer::default())
                 .unwrap_err()
+                .to_string()
                 .contains("timeoutMs"));
         }
         let bad_session = json!({"agentId": "a", "sessionId": "no spaces"});

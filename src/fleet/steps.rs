@@ -13,13 +13,14 @@
 
 use super::directory::{CreateInput, Entry, Page, Request};
 use super::member::MemberAnswer;
-use super::{decode, working_directory, Call, Offer, RecallAnswer, WaitAnswer};
+use super::{decode, working_directory, Call, Invalid, Offer, RecallAnswer, WaitAnswer};
 use crate::error::ApiError;
 use crate::limits::FLEET_CALL_TIMEOUT_MS;
 use crate::mail::{self, Address, Outgoing, SendState};
 use crate::model::preference::{Choice, Reasoning};
 use crate::model_choice::SetError;
 use crate::session::command::Delivery;
+use crate::sql::SqlError;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -42,6 +43,103 @@ pub struct PeerError {
     #[serde(default)]
     pub status: Option<u16>,
     pub message: String,
+}
+
+/// Why an `agents.*` call failed; its text is what the model sees. `name`
+/// is the call as the model spells it (`agents.wait`); a refusal whose
+/// code names its operation (`archive:running`, `model:rejected`) leads
+/// with that code instead.
+#[derive(Clone, PartialEq, thiserror::Error)]
+pub enum CallError {
+    /// The call's arguments.
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+    /// This runtime refused one of the call's transitions (`mail::send`,
+    /// `mail::recall`, setting its own model).
+    #[error("{name}: {}: {error}", error.code())]
+    Refused { name: String, error: ApiError },
+    /// This runtime's store failed (registering in the directory).
+    #[error("{name}: {error}")]
+    Store { name: String, error: SqlError },
+    /// The peer Agent refused (or the directory, in a code naming no
+    /// operation): its code and message.
+    #[error("{name}: {}: {}", error.code, error.message)]
+    PeerRefused { name: String, error: PeerError },
+    /// The peer Agent was unreachable, timed out, or answered malformed.
+    #[error("{name}: Agent `{agent_id}` could not be reached: {why}")]
+    Unreachable {
+        name: String,
+        agent_id: String,
+        why: String,
+    },
+    /// The peer Agent answered `what` (`malformed facts`, `a malformed
+    /// setModel`).
+    #[error("{name}: Agent `{agent_id}` answered {what}: {why}")]
+    Malformed {
+        name: String,
+        agent_id: String,
+        what: &'static str,
+        why: String,
+    },
+    /// The directory refused with a code naming its operation
+    /// (`archive:not_creator`).
+    #[error("{}: {}", .0.code, .0.message)]
+    DirectoryRefused(PeerError),
+    #[error("{name}: the fleet's directory could not be reached: {why}")]
+    DirectoryUnreachable { name: String, why: String },
+    #[error("{name}: the directory's answer is malformed: {why}")]
+    DirectoryMalformed { name: String, why: String },
+    /// The target of an archive (`verb`) is busy: running or pending work.
+    #[error("{verb}:{reason}: Agent `{agent_id}`: {message}")]
+    Busy {
+        verb: &'static str,
+        reason: String,
+        agent_id: String,
+        message: String,
+    },
+    /// The target's store cannot answer its facts (its refusal).
+    #[error(
+        "{verb}:unreadable: Agent `{agent_id}`'s store cannot answer ({}: {})",
+        error.code,
+        error.message
+    )]
+    Unreadable {
+        verb: &'static str,
+        agent_id: String,
+        error: PeerError,
+    },
+    #[error("{verb}:self: an Agent cannot {verb} itself")]
+    Itself { verb: &'static str },
+    /// A host (this one or the target's) refused the model.
+    #[error("model:rejected: {0}")]
+    ModelRejected(String),
+    /// The directory's entry names a reasoning level this build refuses.
+    #[error(transparent)]
+    Model(#[from] crate::model::Refusal),
+    #[error("{name}: this Agent's host does not offer it")]
+    NotOffered { name: String },
+    /// The host could not answer (its offered models): why.
+    #[error("{name}: {why}")]
+    Host { name: String, why: String },
+    /// An outcome that answers no step of the call: the host's bug.
+    #[error("{name}: {outcome} answers no {step}")]
+    Unexpected {
+        name: String,
+        /// The outcome, as `Debug` shows it.
+        outcome: String,
+        step: String,
+    },
+    /// A value that could not be encoded.
+    #[error("{0}")]
+    Encode(String),
+}
+
+/// Its text: an outcome the host mistakes is shown with `Debug`, and a
+/// derived one would link a formatter for every error nested here.
+impl std::fmt::Debug for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// What a call to a peer (or the directory) came to.
@@ -158,14 +256,14 @@ pub enum Action {
     /// The host's working directory of each Agent (answer
     /// [`Outcome::WorkingDirectories`], in the same order).
     WorkingDirectories(Vec<String>),
-    /// The call's result, or what the model sees of its refusal.
-    Done(Result<Value, String>),
+    /// The call's result, or why not (what the model sees).
+    Done(Result<Value, CallError>),
 }
 
 /// The outcome of the [`Action`] performed last.
 #[derive(Debug)]
 pub enum Outcome {
-    Registered(Result<(), String>),
+    Registered(Result<(), CallError>),
     Peer(Peer),
     Sent(Result<SendState, ApiError>),
     /// `None`: not delivered now (it stays pending).
@@ -277,7 +375,7 @@ impl Steps {
             stage: Stage::Done,
         };
         let action = match decode(operation, args, caller.offer) {
-            Err(why) => Action::Done(Err(why)),
+            Err(why) => Action::Done(Err(why.into())),
             Ok(call) if caller.offer.directory => {
                 steps.stage = Stage::Registering(call);
                 Action::Register
@@ -299,7 +397,7 @@ impl Steps {
         action
     }
 
-    fn next(&mut self, outcome: Outcome) -> Result<Action, String> {
+    fn next(&mut self, outcome: Outcome) -> Result<Action, CallError> {
         let stage = std::mem::replace(&mut self.stage, Stage::Done);
         let name = self.name.clone();
         Ok(match (stage, outcome) {
@@ -308,7 +406,7 @@ impl Steps {
                 self.call(call)
             }
             (Stage::Sending { session_id }, Outcome::Sent(sent)) => {
-                match sent.map_err(|e| format!("{name}: {}: {e}", e.code()))? {
+                match sent.map_err(|error| CallError::Refused { name, error })? {
                     SendState::Pending { key } => {
                         self.stage = Stage::Delivering {
                             key: key.clone(),
@@ -330,7 +428,7 @@ impl Steps {
                 },
                 Outcome::Recalled(done),
             ) => {
-                done.map_err(|e| format!("{name}: {}: {e}", e.code()))?;
+                done.map_err(|error| CallError::Refused { name, error })?;
                 self.stage = Stage::Recall {
                     agent_id: agent_id.clone(),
                 };
@@ -366,7 +464,7 @@ impl Steps {
                 }
             }
             (Stage::Models, Outcome::Models(models)) => {
-                let models = models.map_err(|why| format!("{name}: {why}"))?;
+                let models = models.map_err(|why| CallError::Host { name, why })?;
                 Action::Done(Ok(json!({ "models": models })))
             }
             (Stage::Creating, Outcome::Peer(peer)) => self.created(peer)?,
@@ -404,9 +502,11 @@ impl Steps {
                 answer(&entries, dirs.chain(std::iter::repeat(None)), shape)
             }
             (stage, outcome) => {
-                return Err(format!(
-                    "{name}: {outcome:?} answers no step of this call ({stage:?})"
-                ))
+                return Err(CallError::Unexpected {
+                    name,
+                    outcome: format!("{outcome:?}"),
+                    step: format!("step of this call ({stage:?})"),
+                })
             }
         })
     }
@@ -414,7 +514,7 @@ impl Steps {
     /// The directory created (or, retried, found) the Agent: its explicit
     /// model is set next (the Agent layer of its model preference), checked
     /// by its own host, else it is described.
-    fn created(&mut self, peer: Peer) -> Result<Action, String> {
+    fn created(&mut self, peer: Peer) -> Result<Action, CallError> {
         let entry: Entry = self.directory_value(peer)?;
         let Some(model) = entry.model.clone() else {
             return Ok(self.describe(vec![entry], Shape::Created));
@@ -431,24 +531,33 @@ impl Steps {
 
     /// The target's answer to its archive flag: set, or why not (refusals
     /// lead with `archive:<reason>`, `unarchive:…`).
-    fn member_set(&self, agent_id: &str, archived: bool, peer: Peer) -> Result<(), String> {
-        let (name, verb) = (&self.name, verb(archived));
-        match peer {
-            Peer::Value(v) => match serde_json::from_value::<MemberAnswer>(v) {
-                Ok(MemberAnswer::Busy { reason, message }) => {
-                    Err(format!("{verb}:{reason}: Agent `{agent_id}`: {message}"))
-                }
-                Ok(_) => Ok(()),
-                Err(e) => Err(format!(
-                    "{name}: Agent `{agent_id}` answered malformed facts: {e}"
-                )),
-            },
-            Peer::Refused(e) if UNREADABLE.contains(&e.code.as_str()) => Err(format!(
-                "{verb}:unreadable: Agent `{agent_id}`'s store cannot answer ({}: {})",
-                e.code, e.message
-            )),
-            Peer::Refused(e) => Err(refusal_text(name, e)),
-            Peer::Failed(why) => Err(unreachable_text(name, agent_id, why)),
+    fn member_set(&self, agent_id: &str, archived: bool, peer: Peer) -> Result<(), CallError> {
+        let verb = verb(archived);
+        let agent_id = agent_id.to_owned();
+        let v = match peer {
+            Peer::Refused(error) if UNREADABLE.contains(&error.code.as_str()) => {
+                return Err(CallError::Unreadable {
+                    verb,
+                    agent_id,
+                    error,
+                })
+            }
+            peer => self.peer_answer(&agent_id, peer)?,
+        };
+        match serde_json::from_value::<MemberAnswer>(v) {
+            Ok(MemberAnswer::Busy { reason, message }) => Err(CallError::Busy {
+                verb,
+                reason,
+                agent_id,
+                message,
+            }),
+            Ok(_) => Ok(()),
+            Err(e) => Err(CallError::Malformed {
+                name: self.name.clone(),
+                agent_id,
+                what: "malformed facts",
+                why: e.to_string(),
+            }),
         }
     }
 
@@ -460,7 +569,7 @@ impl Steps {
         }
     }
 
-    fn begin(&mut self, call: Call) -> Result<Action, String> {
+    fn begin(&mut self, call: Call) -> Result<Action, CallError> {
         let name = &self.name;
         let from = Address {
             agent_id: self.self_id.clone(),
@@ -529,7 +638,7 @@ impl Steps {
                 session_id,
                 query,
             } => {
-                let query = serde_json::to_string(&query).map_err(|e| e.to_string())?;
+                let query = serde_json::to_string(&query).map_err(encode)?;
                 self.stage = Stage::Reading {
                     agent_id: agent_id.clone(),
                 };
@@ -541,13 +650,13 @@ impl Steps {
             }
             Call::SetModel { agent_id, choice } => {
                 if !self.offer.models {
-                    return Err(format!("{name}: this Agent's host does not offer it"));
+                    return Err(CallError::NotOffered { name: name.clone() });
                 }
                 self.set_model(agent_id, &choice, None)?
             }
             Call::Models => {
                 if !self.offer.models {
-                    return Err(format!("{name}: this Agent's host does not offer it"));
+                    return Err(CallError::NotOffered { name: name.clone() });
                 }
                 self.stage = Stage::Models;
                 Action::Models
@@ -577,7 +686,7 @@ impl Steps {
             Call::Archive { agent_id, archived } => {
                 let verb = verb(archived);
                 if agent_id == self.self_id {
-                    return Err(format!("{verb}:self: an Agent cannot {verb} itself"));
+                    return Err(CallError::Itself { verb });
                 }
                 self.stage = Stage::Checking {
                     agent_id: agent_id.clone(),
@@ -599,12 +708,12 @@ impl Steps {
         agent_id: String,
         choice: &Choice,
         then: Option<Entry>,
-    ) -> Result<Action, String> {
+    ) -> Result<Action, CallError> {
         let action = if agent_id == self.self_id {
             // This Agent itself: no round trip through the namespace.
             Action::SetOwnModel(choice.clone())
         } else {
-            let choice = serde_json::to_string(choice).map_err(|e| e.to_string())?;
+            let choice = serde_json::to_string(choice).map_err(encode)?;
             Action::Peer(PeerCall::SetModel {
                 agent_id: agent_id.clone(),
                 choice,
@@ -616,23 +725,29 @@ impl Steps {
 
     /// The model set, or the refusal (the seed's `model:rejected: …`;
     /// others unchanged).
-    fn model_set(&self, agent_id: &str, outcome: Outcome) -> Result<Choice, String> {
-        let name = &self.name;
+    fn model_set(&self, agent_id: &str, outcome: Outcome) -> Result<Choice, CallError> {
+        let name = self.name.clone();
         match outcome {
             Outcome::OwnModel(Ok(set)) => Ok(set),
-            Outcome::OwnModel(Err(SetError::Rejected(why))) => {
-                Err(format!("model:rejected: {why}"))
-            }
-            Outcome::OwnModel(Err(SetError::Api(e))) => Err(format!("{name}: {}: {e}", e.code())),
-            Outcome::Peer(Peer::Value(v)) => serde_json::from_value::<Choice>(v).map_err(|e| {
-                format!("{name}: Agent `{agent_id}` answered a malformed setModel: {e}")
-            }),
+            Outcome::OwnModel(Err(SetError::Rejected(why))) => Err(CallError::ModelRejected(why)),
+            Outcome::OwnModel(Err(SetError::Api(error))) => Err(CallError::Refused { name, error }),
             Outcome::Peer(Peer::Refused(e)) if e.code == MODEL_REJECTED => {
-                Err(format!("model:rejected: {}", e.message))
+                Err(CallError::ModelRejected(e.message))
             }
-            Outcome::Peer(Peer::Refused(e)) => Err(refusal_text(name, e)),
-            Outcome::Peer(Peer::Failed(why)) => Err(unreachable_text(name, agent_id, why)),
-            other => Err(format!("{name}: {other:?} answers no model setting")),
+            Outcome::Peer(peer) => {
+                let v = self.peer_answer(agent_id, peer)?;
+                serde_json::from_value::<Choice>(v).map_err(|e| CallError::Malformed {
+                    name,
+                    agent_id: agent_id.to_owned(),
+                    what: "a malformed setModel",
+                    why: e.to_string(),
+                })
+            }
+            other => Err(CallError::Unexpected {
+                name,
+                outcome: format!("{other:?}"),
+                step: "model setting".to_owned(),
+            }),
         }
     }
 
@@ -654,18 +769,31 @@ impl Steps {
         agent_id: &str,
         peer: Peer,
         what: &str,
-    ) -> Result<T, String> {
+    ) -> Result<T, CallError> {
+        let v = self.peer_answer(agent_id, peer)?;
+        serde_json::from_value(v).map_err(|e| CallError::Unreachable {
+            name: self.name.clone(),
+            agent_id: agent_id.to_owned(),
+            why: format!("malformed {what}: {e}"),
+        })
+    }
+
+    /// A peer's value, or its refusal or failure as the model sees it.
+    fn peer_answer(&self, agent_id: &str, peer: Peer) -> Result<Value, CallError> {
+        let name = self.name.clone();
         match peer {
-            Peer::Value(v) => serde_json::from_value(v).map_err(|e| {
-                unreachable_text(&self.name, agent_id, format!("malformed {what}: {e}"))
+            Peer::Value(v) => Ok(v),
+            Peer::Refused(error) => Err(CallError::PeerRefused { name, error }),
+            Peer::Failed(why) => Err(CallError::Unreachable {
+                name,
+                agent_id: agent_id.to_owned(),
+                why,
             }),
-            Peer::Refused(e) => Err(refusal_text(&self.name, e)),
-            Peer::Failed(why) => Err(unreachable_text(&self.name, agent_id, why)),
         }
     }
 
     /// One directory answer decoded, or what the model sees.
-    fn directory_value<T: serde::de::DeserializeOwned>(&self, peer: Peer) -> Result<T, String> {
+    fn directory_value<T: serde::de::DeserializeOwned>(&self, peer: Peer) -> Result<T, CallError> {
         directory_answer(&self.name, peer)
     }
 }
@@ -676,15 +804,16 @@ impl Steps {
 pub fn directory_answer<T: serde::de::DeserializeOwned>(
     name: &str,
     peer: Peer,
-) -> Result<T, String> {
+) -> Result<T, CallError> {
+    let name = name.to_owned();
     match peer {
-        Peer::Value(v) => serde_json::from_value(v)
-            .map_err(|e| format!("{name}: the directory's answer is malformed: {e}")),
-        Peer::Refused(e) if e.code.contains(':') => Err(format!("{}: {}", e.code, e.message)),
-        Peer::Refused(e) => Err(format!("{name}: {}: {}", e.code, e.message)),
-        Peer::Failed(why) => Err(format!(
-            "{name}: the fleet's directory could not be reached: {why}"
-        )),
+        Peer::Value(v) => serde_json::from_value(v).map_err(|e| CallError::DirectoryMalformed {
+            name,
+            why: e.to_string(),
+        }),
+        Peer::Refused(e) if e.code.contains(':') => Err(CallError::DirectoryRefused(e)),
+        Peer::Refused(error) => Err(CallError::PeerRefused { name, error }),
+        Peer::Failed(why) => Err(CallError::DirectoryUnreachable { name, why }),
     }
 }
 
@@ -696,24 +825,18 @@ fn verb(archived: bool) -> &'static str {
     }
 }
 
-/// What the model sees of a peer's refusal of call `name`.
-fn refusal_text(name: &str, e: PeerError) -> String {
-    format!("{name}: {}: {}", e.code, e.message)
+fn encode(e: serde_json::Error) -> CallError {
+    CallError::Encode(e.to_string())
 }
 
-/// What the model sees when call `name` could not reach `agent`.
-fn unreachable_text(name: &str, agent: &str, why: String) -> String {
-    format!("{name}: Agent `{agent}` could not be reached: {why}")
-}
-
-fn done(value: &impl serde::Serialize) -> Result<Action, String> {
-    let value = crate::json::to_value(value).map_err(|e| e.to_string())?;
+fn done(value: &impl serde::Serialize) -> Result<Action, CallError> {
+    let value = crate::json::to_value(value).map_err(encode)?;
     Ok(Action::Done(Ok(value)))
 }
 
 /// `agents.send`'s answer: where the send stands, and the Session it went to.
-fn sent_answer(state: &SendState, session_id: String) -> Result<Action, String> {
-    let mut answer = crate::json::to_value(state).map_err(|e| e.to_string())?;
+fn sent_answer(state: &SendState, session_id: String) -> Result<Action, CallError> {
+    let mut answer = crate::json::to_value(state).map_err(encode)?;
     answer["sessionId"] = Value::String(session_id);
     Ok(Action::Done(Ok(answer)))
 }
@@ -809,7 +932,7 @@ mod tests {
 
     fn failed(action: Action) -> String {
         match action {
-            Action::Done(Err(why)) => why,
+            Action::Done(Err(why)) => why.to_string(),
             other => panic!("not a refusal: {other:?}"),
         }
     }
@@ -825,10 +948,13 @@ mod tests {
         let args = json!({ "agentId": "bob", "sessionId": "s" });
         let (mut steps, first) = start(ALL, "read", args.clone());
         assert_eq!(first, Action::Register);
-        let why = "agents: the fleet's directory could not be reached: down".to_owned();
+        let why = CallError::DirectoryUnreachable {
+            name: "agents".into(),
+            why: "down".into(),
+        };
         assert_eq!(
-            failed(steps.step(Outcome::Registered(Err(why.clone())))),
-            why
+            failed(steps.step(Outcome::Registered(Err(why)))),
+            "agents: the fleet's directory could not be reached: down"
         );
         // Without it, the call's own first step at once.
         let (_, first) = start(Offer::default(), "read", args);
@@ -911,6 +1037,52 @@ mod tests {
         let malformed = failed(steps.step(Outcome::Peer(Peer::Value(json!(7)))));
         assert!(malformed
             .starts_with("agents.wait: Agent `bob` could not be reached: malformed settlement"));
+    }
+
+    /// The typed error tells who said no: the peer (its code), nobody
+    /// (unreachable), the target's own facts (busy, unreadable), or the
+    /// directory naming its operation.
+    #[test]
+    fn a_refusal_is_told_apart_from_a_peer_failure() {
+        fn error(action: Action) -> CallError {
+            match action {
+                Action::Done(Err(e)) => e,
+                other => panic!("not a refusal: {other:?}"),
+            }
+        }
+        let args =
+            json!({ "agentId": "bob", "sessionId": "s", "commandId": "c1", "timeoutMs": 500 });
+        let (mut steps, _) = registered("wait", args.clone());
+        let e = error(steps.step(refused("session_not_found", "no s")));
+        assert!(
+            matches!(&e, CallError::PeerRefused { error, .. } if error.code == "session_not_found"),
+            "{e:?}"
+        );
+        let (mut steps, _) = registered("wait", args);
+        let e = error(steps.step(Outcome::Peer(Peer::Failed("gone".into()))));
+        assert!(
+            matches!(&e, CallError::Unreachable { agent_id, why, .. } if agent_id == "bob" && why == "gone"),
+            "{e:?}"
+        );
+
+        let args = json!({ "agentId": "bob" });
+        let (mut steps, _) = registered("archive", args.clone());
+        steps.step(Outcome::Peer(Peer::Value(entry("bob", None))));
+        let busy = json!({ "status": "busy", "reason": "pending", "message": "work waits" });
+        let e = error(steps.step(Outcome::Peer(Peer::Value(busy))));
+        assert!(
+            matches!(&e, CallError::Busy { verb: "archive", reason, .. } if reason == "pending"),
+            "{e:?}"
+        );
+        let (mut steps, _) = registered("archive", args.clone());
+        steps.step(Outcome::Peer(Peer::Value(entry("bob", None))));
+        let e = error(steps.step(refused("runtime_closed", "closing")));
+        assert!(matches!(e, CallError::Unreadable { .. }), "{e:?}");
+        let (mut steps, _) = registered("archive", args);
+        let e = error(steps.step(refused("archive:not_creator", "not yours")));
+        assert!(matches!(e, CallError::DirectoryRefused(_)), "{e:?}");
+        let (_, first) = start(ALL, "wait", json!({ "agentId": "bob" }));
+        assert!(matches!(error(first), CallError::Invalid(_)));
     }
 
     #[test]
@@ -1022,6 +1194,30 @@ mod tests {
         assert_eq!(
             steps.step(Outcome::OwnModel(Ok(set))),
             Action::Done(Ok(json!({ "agentId": "ada", "model": "openai/gpt-5" })))
+        );
+    }
+
+    #[test]
+    fn a_malformed_answer_names_what_was_malformed() {
+        let (mut steps, _) = registered("archive", json!({ "agentId": "bob" }));
+        steps.step(Outcome::Peer(Peer::Value(entry("bob", None))));
+        let why = failed(steps.step(Outcome::Peer(Peer::Value(json!(7)))));
+        assert!(
+            why.starts_with("agents.archive: Agent `bob` answered malformed facts: "),
+            "{why}"
+        );
+        let args = json!({ "agentId": "bob", "model": "openai/gpt-5" });
+        let (mut steps, _) = registered("setModel", args);
+        let why = failed(steps.step(Outcome::Peer(Peer::Value(json!(7)))));
+        assert!(
+            why.starts_with("agents.setModel: Agent `bob` answered a malformed setModel: "),
+            "{why}"
+        );
+        let (mut steps, _) = registered("list", json!({}));
+        let why = failed(steps.step(Outcome::Peer(Peer::Value(json!(7)))));
+        assert!(
+            why.starts_with("agents.list: the directory's answer is malformed: "),
+            "{why}"
         );
     }
 

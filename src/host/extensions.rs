@@ -37,7 +37,7 @@ pub(super) fn from_shim(shim: JsValue) -> Result<Extensions, String> {
             .to_owned();
         return Err(why);
     }
-    let roster = Roster::parse(&manifests)?;
+    let roster = Roster::parse(&manifests).map_err(|e| e.to_string())?;
     Ok(Extensions::new(roster, Box::new(ShimHost(shim))))
 }
 

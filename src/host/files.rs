@@ -187,7 +187,10 @@ impl HostPort {
                 }),
             ),
         };
-        module::call(&port, &op.operation, &op.args).await
+        // The model sees the error's text as the tool's error.
+        module::call(&port, &op.operation, &op.args)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 

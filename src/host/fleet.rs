@@ -205,7 +205,8 @@ impl Inner {
             Steps::start(&caller, &op.operation, &op.guest_name, &op.args);
         loop {
             let outcome = match action {
-                Action::Done(result) => return result,
+                // What the model sees of a failed call is its text.
+                Action::Done(result) => return result.map_err(|e| e.to_string()),
                 Action::Register => {
                     Outcome::Registered(self.ensure_registered(fleet, stopper).await)
                 }
@@ -319,19 +320,22 @@ impl Inner {
         &self,
         fleet: &HostFleet,
         stopper: &web_sys::AbortController,
-    ) -> Result<(), String> {
+    ) -> Result<(), crate::fleet::steps::CallError> {
+        let store = |error| crate::fleet::steps::CallError::Store {
+            name: "agents".to_owned(),
+            error,
+        };
         if !fleet.offer.directory || fleet.joined.get() {
             return Ok(());
         }
-        if !member::registered(&self.sql).map_err(|e| format!("agents: {e}"))? {
+        if !member::registered(&self.sql).map_err(store)? {
             let request = Request::Register {
                 agent_id: fleet.self_id.clone(),
             };
             let answered = self.directory_call(fleet, &request, stopper).await;
             let _: Entry = directory_answer("agents", answered)?;
             if !self.store_created.get() {
-                member::mark_registered(&self.sql, bindings::now_ms())
-                    .map_err(|e| format!("agents: {e}"))?;
+                member::mark_registered(&self.sql, bindings::now_ms()).map_err(store)?;
             }
         }
         fleet.joined.set(true);
@@ -357,7 +361,8 @@ impl Inner {
             agent_id: agent_id.to_owned(),
         };
         let answered = self.directory_call(fleet, &request, &controller).await;
-        let found: directory::Lookup = directory_answer("mail", answered)?;
+        let found: directory::Lookup =
+            directory_answer("mail", answered).map_err(|e| e.to_string())?;
         Ok(match found.entry {
             Some(e) if e.archived => Some(mail::Reason::RecipientLeft),
             Some(_) => None,

@@ -88,7 +88,9 @@ fn yes() -> bool {
 impl FilesSpec {
     fn port(&self) -> Result<HostPort, String> {
         match &self.workspace {
-            Some(bounds) => Ok(HostPort::Workspace(Bounds::parse(&bounds.to_string())?)),
+            Some(bounds) => Bounds::parse(&bounds.to_string())
+                .map(HostPort::Workspace)
+                .map_err(|e| e.to_string()),
             None => Ok(HostPort::Js {
                 patches: self.patches,
                 stepwise: self.stepwise,

@@ -259,7 +259,7 @@ impl Inner {
         let _entered = blame::enter(self.scope(Some(&live.session)));
         let reported = live.gate.borrow_mut().report(bindings::now_ms(), data);
         match reported {
-            Err(why) => return Some(why),
+            Err(why) => return Some(why.to_string()),
             Ok(Some(frame)) => self.publish_event(&live.session, &Event::Frame(frame)),
             Ok(None) if !live.flushing.replace(true) => {
                 let (me, live) = (self.me.upgrade()?, Rc::clone(live));
@@ -387,7 +387,8 @@ impl Inner {
                 );
                 let reply = JsFuture::from(reply).map(|r| r.map_err(|e| error_message(&e)));
                 let reply = self.bounded(op, reply, controller).await?;
-                operation_reply(&reply.as_string().unwrap_or_default()).map_err(Failure::Refused)
+                operation_reply(&reply.as_string().unwrap_or_default())
+                    .map_err(|e| Failure::Refused(e.to_string()))
             }
         }
     }
@@ -546,7 +547,8 @@ impl Inner {
         }
         run.calls.set(ordinal);
         let reply = match run.of.guest_call(&run.toolset, ordinal, path, args) {
-            GuestStep::Reply(reply) => reply,
+            // The guest sees an error's text.
+            GuestStep::Reply(reply) => reply.map_err(|e| e.to_string()),
             GuestStep::Operation(op) => match self
                 .operation(tools, &op, &run.controller, &run.report)
                 .await

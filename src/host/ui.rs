@@ -15,7 +15,7 @@ use crate::limits::{
     BODY_BYTES_MAX, UI_HAS_SESSION_TIMEOUT_MS, UI_NO_BROWSER_MS, UI_STREAM_BACKLOG_BYTES_MAX,
 };
 use crate::run::operation::OperationCall;
-use crate::ui::{Ask, Bridge, Config, Event, Route};
+use crate::ui::{Ask, Bridge, CallError, Config, Event, Route};
 use futures::channel::oneshot;
 use futures::future::{select, Either};
 use serde_json::Value;
@@ -34,7 +34,7 @@ pub struct HostUi {
     /// Open event streams, by Session.
     streams: RefCell<HashMap<String, Vec<Rc<Stream>>>>,
     /// Calls waiting for their result, by request id.
-    waiters: RefCell<HashMap<String, oneshot::Sender<Result<Value, String>>>>,
+    waiters: RefCell<HashMap<String, oneshot::Sender<Result<Value, CallError>>>>,
 }
 
 struct Stream {
@@ -113,7 +113,7 @@ impl HostUi {
         }
         for id in requests {
             if let Some(waiter) = self.waiters.borrow_mut().remove(&id) {
-                let _ = waiter.send(Err(format!("the browser bridge was closed ({why})")));
+                let _ = waiter.send(Err(CallError::BridgeClosed(why.to_owned())));
             }
         }
     }
@@ -317,12 +317,14 @@ impl Inner {
         let Some(ui) = self.ui() else {
             return Err("this Agent has no browser bridge".to_owned());
         };
-        let ask = Ask::of(&op.operation, &op.args)?;
+        // The model sees an error's text as the tool's error.
+        let ask = Ask::of(&op.operation, &op.args).map_err(|e| e.to_string())?;
         let session = &op.of.session_id;
         let (id, event) = ui
             .bridge
             .borrow_mut()
-            .ask(&op.of.command_id, ask, &mut RandomIds)?;
+            .ask(&op.of.command_id, ask, &mut RandomIds)
+            .map_err(|e| e.to_string())?;
         let (tx, rx) = oneshot::channel();
         ui.waiters.borrow_mut().insert(id.clone(), tx);
         ui.publish(session, &event);
@@ -345,7 +347,7 @@ impl Inner {
         });
         let ended = select(bindings::aborted(signal), waited);
         let stopped = match select(rx, ended).await {
-            Either::Left((Ok(outcome), _)) => return outcome,
+            Either::Left((Ok(outcome), _)) => return outcome.map_err(|e| e.to_string()),
             // The run gave the module back (it ended).
             Either::Left((Err(_), _)) => true,
             Either::Right((Either::Left(_), _)) => true,
@@ -358,7 +360,7 @@ impl Inner {
             why
         });
         Err(match (stopped, why) {
-            (false, Some(why)) => why,
+            (false, Some(why)) => why.to_string(),
             _ => format!("ui.{}: the call was stopped", op.operation),
         })
     }

@@ -249,29 +249,71 @@ pub fn valid_agent_id(id: &str) -> bool {
     crate::text::is_id(id, AGENT_ID_BYTES_MAX)
 }
 
-fn check_address(field: &str, a: &Address) -> Result<(), String> {
+/// Why a received mail is malformed (the sender sees `malformed mail:
+/// <why>`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    #[error("key: 1..={MAIL_KEY_BYTES_MAX} bytes of printable ASCII without spaces")]
+    Key,
+    /// `field`: `from` or `to`.
+    #[error("{field}.agentId: 1..={AGENT_ID_BYTES_MAX} bytes of [A-Za-z0-9._:-]")]
+    AgentId { field: &'static str },
+    #[error("{field}.sessionId: 1..={SESSION_ID_BYTES_MAX} bytes of [A-Za-z0-9._:-]")]
+    SessionId { field: &'static str },
+    #[error("text: a mail needs text")]
+    NoText,
+    /// The text's length in bytes.
+    #[error("text: at most {MAIL_TEXT_BYTES_MAX} UTF-8 bytes, got {0}")]
+    TextTooLong(usize),
+    #[error("reply: a key ending in `:reply:0` is a reply's")]
+    ReplyKeyWithoutFacts,
+    #[error("reply: only a reply (key `<key>:reply:0`) carries reply facts")]
+    FactsWithoutReplyKey,
+    #[error("key: a reply names its send's key")]
+    ReplyKeyEmpty,
+    #[error("replyTo: a reply is answered by nothing; must be empty")]
+    ReplyReplyTo,
+    #[error("delivery: a reply is followUp work")]
+    ReplyDelivery,
+    #[error("replyTo: empty or the sender's `<agentId>/<sessionId>`")]
+    SendReplyTo,
+    #[error("reply.commandId: settled work names its command")]
+    NoCommand,
+    #[error("reply.commandId: an undeliverable reply has no command")]
+    UndeliverableCommand,
+    #[error("reply.commandId: 1..={REQUEST_ID_BYTES_MAX} bytes of printable ASCII")]
+    CommandId,
+    #[error("reply.diagnostic: only failed, interrupted and outcome_unknown carry one")]
+    Diagnostic,
+    #[error("reply.diagnostic: at most {DIAGNOSTIC_BYTES_MAX} bytes")]
+    DiagnosticTooLong,
+    #[error("reply.reason: exactly an undeliverable reply carries one")]
+    Reason,
+}
+
+/// A send this Agent makes is refused as the HTTP API refuses input.
+impl From<Malformed> for ApiError {
+    fn from(e: Malformed) -> ApiError {
+        ApiError::InvalidRequest(e.to_string())
+    }
+}
+
+fn check_address(field: &'static str, a: &Address) -> Result<(), Malformed> {
     if !valid_agent_id(&a.agent_id) {
-        return Err(format!(
-            "{field}.agentId: 1..={AGENT_ID_BYTES_MAX} bytes of [A-Za-z0-9._:-]"
-        ));
+        return Err(Malformed::AgentId { field });
     }
     if !crate::text::is_id(&a.session_id, SESSION_ID_BYTES_MAX) {
-        return Err(format!(
-            "{field}.sessionId: 1..={SESSION_ID_BYTES_MAX} bytes of [A-Za-z0-9._:-]"
-        ));
+        return Err(Malformed::SessionId { field });
     }
     Ok(())
 }
 
-fn check_text(text: &str) -> Result<(), String> {
+fn check_text(text: &str) -> Result<(), Malformed> {
     if text.is_empty() {
-        return Err("text: a mail needs text".into());
+        return Err(Malformed::NoText);
     }
     if text.len() > MAIL_TEXT_BYTES_MAX {
-        return Err(format!(
-            "text: at most {MAIL_TEXT_BYTES_MAX} UTF-8 bytes, got {}",
-            text.len()
-        ));
+        return Err(Malformed::TextTooLong(text.len()));
     }
     Ok(())
 }
@@ -294,54 +336,42 @@ fn reply_to_of(from: &Address) -> String {
 /// diagnostic (≤ [`DIAGNOSTIC_BYTES_MAX`]) only when failed, interrupted
 /// or outcome_unknown, and a reason exactly when undeliverable; a send's
 /// `replyTo` is empty or names its `from` (`<agentId>/<sessionId>`).
-pub fn validate(mail: &Mail) -> Result<(), String> {
+pub fn validate(mail: &Mail) -> Result<(), Malformed> {
     if !printable(&mail.key, MAIL_KEY_BYTES_MAX) {
-        return Err(format!(
-            "key: 1..={MAIL_KEY_BYTES_MAX} bytes of printable ASCII without spaces"
-        ));
+        return Err(Malformed::Key);
     }
     check_address("from", &mail.from)?;
     check_address("to", &mail.to)?;
     check_text(&mail.text)?;
     let base = mail.key.strip_suffix(REPLY_SUFFIX);
     match (&mail.reply, base) {
-        (None, Some(_)) => Err("reply: a key ending in `:reply:0` is a reply's".into()),
-        (Some(_), None) => {
-            Err("reply: only a reply (key `<key>:reply:0`) carries reply facts".into())
-        }
-        (Some(_), Some("")) => Err("key: a reply names its send's key".into()),
+        (None, Some(_)) => Err(Malformed::ReplyKeyWithoutFacts),
+        (Some(_), None) => Err(Malformed::FactsWithoutReplyKey),
+        (Some(_), Some("")) => Err(Malformed::ReplyKeyEmpty),
         (Some(facts), Some(_)) => {
             if !mail.reply_to.is_empty() {
-                return Err("replyTo: a reply is answered by nothing; must be empty".into());
+                return Err(Malformed::ReplyReplyTo);
             }
             if mail.delivery != Delivery::FollowUp {
-                return Err("delivery: a reply is followUp work".into());
+                return Err(Malformed::ReplyDelivery);
             }
             check_facts(facts)
         }
         (None, None) => {
             if !mail.reply_to.is_empty() && mail.reply_to != reply_to_of(&mail.from) {
-                return Err("replyTo: empty or the sender's `<agentId>/<sessionId>`".into());
+                return Err(Malformed::SendReplyTo);
             }
             Ok(())
         }
     }
 }
 
-fn check_facts(f: &ReplyFacts) -> Result<(), String> {
+fn check_facts(f: &ReplyFacts) -> Result<(), Malformed> {
     let undeliverable = f.outcome == Outcome::Undeliverable;
     match &f.command_id {
-        None if !undeliverable => {
-            return Err("reply.commandId: settled work names its command".into())
-        }
-        Some(_) if undeliverable => {
-            return Err("reply.commandId: an undeliverable reply has no command".into())
-        }
-        Some(c) if !printable(c, REQUEST_ID_BYTES_MAX) => {
-            return Err(format!(
-                "reply.commandId: 1..={REQUEST_ID_BYTES_MAX} bytes of printable ASCII"
-            ))
-        }
+        None if !undeliverable => return Err(Malformed::NoCommand),
+        Some(_) if undeliverable => return Err(Malformed::UndeliverableCommand),
+        Some(c) if !printable(c, REQUEST_ID_BYTES_MAX) => return Err(Malformed::CommandId),
         _ => {}
     }
     let diagnosed = matches!(
@@ -349,20 +379,12 @@ fn check_facts(f: &ReplyFacts) -> Result<(), String> {
         Outcome::Failed | Outcome::Interrupted | Outcome::OutcomeUnknown
     );
     match &f.diagnostic {
-        Some(_) if !diagnosed => {
-            return Err(
-                "reply.diagnostic: only failed, interrupted and outcome_unknown carry one".into(),
-            )
-        }
-        Some(d) if d.len() > DIAGNOSTIC_BYTES_MAX => {
-            return Err(format!(
-                "reply.diagnostic: at most {DIAGNOSTIC_BYTES_MAX} bytes"
-            ))
-        }
+        Some(_) if !diagnosed => return Err(Malformed::Diagnostic),
+        Some(d) if d.len() > DIAGNOSTIC_BYTES_MAX => return Err(Malformed::DiagnosticTooLong),
         _ => {}
     }
     if f.reason.is_some() != undeliverable {
-        return Err("reply.reason: exactly an undeliverable reply carries one".into());
+        return Err(Malformed::Reason);
     }
     Ok(())
 }
@@ -439,9 +461,9 @@ pub fn send(ctx: &mut Ctx<'_>, outgoing: &Outgoing<'_>) -> Result<SendState, Api
             request_id.len()
         )));
     }
-    check_address("from", &outgoing.from).map_err(ApiError::InvalidRequest)?;
-    check_address("to", &outgoing.to).map_err(ApiError::InvalidRequest)?;
-    check_text(outgoing.text).map_err(ApiError::InvalidRequest)?;
+    check_address("from", &outgoing.from)?;
+    check_address("to", &outgoing.to)?;
+    check_text(outgoing.text)?;
     let key = send_key(&outgoing.from, &outgoing.to, request_id);
     let mail = Mail {
         key: key.clone(),
@@ -872,36 +894,57 @@ pub enum Acceptance {
     Left,
 }
 
+/// Why a reply is not authenticated (the sender sees `reply not
+/// authenticated: <why>`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Unauthentic {
+    #[error("not a reply key")]
+    NotReplyKey,
+    #[error("an undeliverable reply is produced by the sender's own runtime, never received")]
+    Undeliverable,
+    /// The send's key, shortened.
+    #[error("no frozen send `{0}` in this agent's outbox")]
+    NoSend(String),
+    #[error("the mail it answers wants no reply")]
+    NoReplyWanted,
+    #[error("a reply's replyTo must be empty")]
+    ReplyTo,
+    #[error("from/to do not mirror the frozen send")]
+    NotMirrored,
+    /// The send's outbox state.
+    #[error("the send was never accepted by its recipient (it is {0})")]
+    NotAccepted(String),
+    #[error("commandId does not match the send's receipt")]
+    Receipt,
+}
+
 /// Authenticates a reply against this Agent's outbox (seed table,
 /// "Authentication"); the frozen send, or why not.
 fn authenticate(
     sql: &dyn Sql,
     mail: &Mail,
     facts: &ReplyFacts,
-) -> Result<Result<Mail, String>, ApiError> {
+) -> Result<Result<Mail, Unauthentic>, ApiError> {
     let Some(base) = mail.key.strip_suffix(REPLY_SUFFIX) else {
-        return Ok(Err("not a reply key".into()));
+        return Ok(Err(Unauthentic::NotReplyKey));
     };
     if facts.outcome == Outcome::Undeliverable {
-        return Ok(Err(
-            "an undeliverable reply is produced by the sender's own runtime, never received".into(),
-        ));
+        return Ok(Err(Unauthentic::Undeliverable));
     }
     let Some(row) = tables::outbox(sql, base)? else {
-        return Ok(Err(format!(
-            "no frozen send `{}` in this agent's outbox",
-            crate::text::shorten(base)
+        return Ok(Err(Unauthentic::NoSend(
+            crate::text::shorten(base).to_owned(),
         )));
     };
     let send = parse_mail(&row.mail)?;
     if send.reply.is_some() || send.reply_to.is_empty() {
-        return Ok(Err("the mail it answers wants no reply".into()));
+        return Ok(Err(Unauthentic::NoReplyWanted));
     }
     if !mail.reply_to.is_empty() {
-        return Ok(Err("a reply's replyTo must be empty".into()));
+        return Ok(Err(Unauthentic::ReplyTo));
     }
     if mail.from != send.to || mail.to != send.from {
-        return Ok(Err("from/to do not mirror the frozen send".into()));
+        return Ok(Err(Unauthentic::NotMirrored));
     }
     // Accepted by the recipient, which replies, but its receipt not yet
     // recorded here (a crash in between): answer "not yet", never refuse,
@@ -913,13 +956,10 @@ fn authenticate(
         ));
     }
     if row.state != "accepted" {
-        return Ok(Err(format!(
-            "the send was never accepted by its recipient (it is {})",
-            row.state
-        )));
+        return Ok(Err(Unauthentic::NotAccepted(row.state)));
     }
     if facts.command_id.is_none() || facts.command_id != row.receipt {
-        return Ok(Err("commandId does not match the send's receipt".into()));
+        return Ok(Err(Unauthentic::Receipt));
     }
     Ok(Ok(send))
 }
@@ -1398,32 +1438,44 @@ mod tests {
         assert_eq!(validate(&reply(facts.clone())), Ok(()));
         let mut m = reply(facts.clone());
         m.reply = None;
-        assert!(validate(&m).unwrap_err().contains("reply"));
+        assert!(validate(&m).unwrap_err().to_string().contains("reply"));
         let mut m = reply(facts.clone());
         m.reply_to = "parent/p".into();
-        assert!(validate(&m).unwrap_err().contains("replyTo"));
+        assert!(validate(&m).unwrap_err().to_string().contains("replyTo"));
         let mut m = reply(facts.clone());
         m.key = "m_1".into();
-        assert!(validate(&m).unwrap_err().contains("reply"));
+        assert!(validate(&m).unwrap_err().to_string().contains("reply"));
         let mut m = reply(facts.clone());
         m.key = "k".repeat(MAIL_KEY_BYTES_MAX + 1);
-        assert!(validate(&m).unwrap_err().contains("key"));
+        assert!(validate(&m).unwrap_err().to_string().contains("key"));
         let mut m = reply(facts.clone());
         m.text = "x".repeat(MAIL_TEXT_BYTES_MAX + 1);
-        assert!(validate(&m).unwrap_err().contains("text"));
+        assert!(validate(&m).unwrap_err().to_string().contains("text"));
         let mut m = reply(facts.clone());
         m.from.agent_id = "a/b".into();
-        assert!(validate(&m).unwrap_err().contains("from.agentId"));
+        assert!(validate(&m)
+            .unwrap_err()
+            .to_string()
+            .contains("from.agentId"));
         let mut f = facts.clone();
         f.diagnostic = Some("x".into());
-        assert!(validate(&reply(f)).unwrap_err().contains("diagnostic"));
+        assert!(validate(&reply(f))
+            .unwrap_err()
+            .to_string()
+            .contains("diagnostic"));
         let mut f = facts.clone();
         f.outcome = Outcome::Undeliverable;
-        assert!(validate(&reply(f)).unwrap_err().contains("commandId"));
+        assert!(validate(&reply(f))
+            .unwrap_err()
+            .to_string()
+            .contains("commandId"));
         let mut f = facts.clone();
         f.outcome = Outcome::Failed;
         f.diagnostic = Some("d".repeat(DIAGNOSTIC_BYTES_MAX + 1));
-        assert!(validate(&reply(f)).unwrap_err().contains("diagnostic"));
+        assert!(validate(&reply(f))
+            .unwrap_err()
+            .to_string()
+            .contains("diagnostic"));
         // A send: replyTo empty or its sender.
         let mut send = reply(facts);
         send.key = "m_1".into();
@@ -1431,7 +1483,7 @@ mod tests {
         send.reply_to = "child/c".into();
         assert_eq!(validate(&send), Ok(()));
         send.reply_to = "other/c".into();
-        assert!(validate(&send).unwrap_err().contains("replyTo"));
+        assert!(validate(&send).unwrap_err().to_string().contains("replyTo"));
     }
 
     #[test]

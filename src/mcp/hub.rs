@@ -37,7 +37,7 @@
 //!   a model request the provider refuses.
 
 use crate::capability::door::{self, Toolset, EXECUTE};
-use crate::capability::{Catalog, Module, ModuleSpec};
+use crate::capability::{CapabilityError, Catalog, Module, ModuleSpec};
 use crate::limits::{MCP_RELIST_GAP_MS, MCP_SERVERS_MAX, TOOL_REPORTS_MAX};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -104,30 +104,49 @@ pub struct DroppedTool {
     pub reason: String,
 }
 
-/// Decodes the host's server list. Errors name the entry and the field,
-/// never a value (header values are credentials).
-pub fn parse_servers(json: &str) -> Result<Vec<ServerConfig>, String> {
-    let entries: Vec<Value> = serde_json::from_str(json).map_err(|_| {
-        "mcpServers: expected an array of {name, url, headers?, direct?}".to_owned()
-    })?;
+/// Why the host's server list is refused. It names the entry and the
+/// field, never a value (header values are credentials).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServersError {
+    #[error("mcpServers: expected an array of {{name, url, headers?, direct?}}")]
+    NotAnArray,
+    /// How many servers.
+    #[error("mcpServers: {0} servers; at most {MCP_SERVERS_MAX}")]
+    TooMany(usize),
+    /// The entry's index.
+    #[error(
+        "mcpServers[{0}]: expected {{name: string, url: string, headers?: \
+         {{[name]: string}}, direct?: boolean}} and nothing else"
+    )]
+    Entry(usize),
+    /// A build without the `mcp` feature connects no server.
+    #[cfg(not(feature = "mcp"))]
+    #[error("mcpServers: {}", super::UNAVAILABLE)]
+    Unavailable,
+}
+
+/// Decodes the host's server list.
+pub fn parse_servers(json: &str) -> Result<Vec<ServerConfig>, ServersError> {
+    let entries: Vec<Value> = serde_json::from_str(json).map_err(|_| ServersError::NotAnArray)?;
     if entries.len() > MCP_SERVERS_MAX {
-        return Err(format!(
-            "mcpServers: {} servers; at most {MCP_SERVERS_MAX}",
-            entries.len()
-        ));
+        return Err(ServersError::TooMany(entries.len()));
     }
     entries
         .into_iter()
         .enumerate()
-        .map(|(i, entry)| {
-            serde_json::from_value(entry).map_err(|_| {
-                format!(
-                    "mcpServers[{i}]: expected {{name: string, url: string, headers?: \
-                     {{[name]: string}}, direct?: boolean}} and nothing else"
-                )
-            })
-        })
+        .map(|(i, entry)| serde_json::from_value(entry).map_err(|_| ServersError::Entry(i)))
         .collect()
+}
+
+/// Why the host's own tools cannot be offered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolsError {
+    /// The modules cannot form one catalog and toolset.
+    #[error(transparent)]
+    Capability(#[from] CapabilityError),
+    /// A direct path naming no operation.
+    #[error("direct tool `{0}`: no such operation (module.operation)")]
+    NoSuchDirect(String),
 }
 
 /// Something configured that is not offered, and why (credential-free): an
@@ -223,17 +242,15 @@ impl OwnTools {
         modules: Vec<Module>,
         direct: &[String],
         execute: Result<(), String>,
-    ) -> Result<OwnTools, String> {
-        let catalog = Catalog::new(modules.clone()).map_err(|e| e.0)?;
+    ) -> Result<OwnTools, ToolsError> {
+        let catalog = Catalog::new(modules.clone())?;
         let door = (execute.is_ok() && !modules.is_empty()).then_some(EXECUTE);
         let mut names: Vec<&str> = door.into_iter().collect();
         let mut kept = Vec::new();
         let mut dropped = Vec::new();
         for path in direct {
             let Some((m, o)) = door::find_direct(&catalog, path) else {
-                return Err(format!(
-                    "direct tool `{path}`: no such operation (module.operation)"
-                ));
+                return Err(ToolsError::NoSuchDirect(path.clone()));
             };
             let module = &catalog.modules()[m];
             let op = &module.operations[o];
@@ -250,7 +267,7 @@ impl OwnTools {
                 }
             }
         }
-        door::module_tools(&modules, names).map_err(|e| e.0)?;
+        door::module_tools(&modules, names)?;
         Ok(OwnTools {
             modules,
             direct: kept,
@@ -260,13 +277,12 @@ impl OwnTools {
     }
 
     /// The toolset of these tools alone (no MCP server or Computer yet).
-    pub fn toolset(&self) -> Result<Toolset, String> {
+    pub fn toolset(&self) -> Result<Toolset, CapabilityError> {
         Toolset::new(
-            Catalog::new(self.modules.clone()).map_err(|e| e.0)?,
+            Catalog::new(self.modules.clone())?,
             &self.direct,
             self.execute.clone(),
         )
-        .map_err(|e| e.0)
     }
 }
 
@@ -335,7 +351,11 @@ pub struct Hub {
 
 impl Hub {
     /// A hub offering `own` until the first round connects `servers`.
-    pub fn new(own: OwnTools, servers: Vec<ServerConfig>, retry_ms: u64) -> Result<Hub, String> {
+    pub fn new(
+        own: OwnTools,
+        servers: Vec<ServerConfig>,
+        retry_ms: u64,
+    ) -> Result<Hub, CapabilityError> {
         let toolset = own.toolset()?;
         Ok(Hub::shared(
             Rc::new(own),
@@ -1025,7 +1045,7 @@ mod tests {
         builds(&hub);
         // A path naming no operation is the host's mistake: refused.
         let e = OwnTools::new(vec![notes], &["notes.nope".into()], Ok(())).unwrap_err();
-        assert!(e.contains("no such operation"), "{e}");
+        assert!(e.to_string().contains("no such operation"), "{e}");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 pub mod hub;
 
-pub use hub::{Hub, OwnTools, ServerConfig, Unavailable};
+pub use hub::{Hub, OwnTools, ServerConfig, ServersError, Unavailable};
 
 /// Why MCP servers are refused in a build without the `mcp` feature.
 pub const UNAVAILABLE: &str = "this wasm was built without the `mcp` Cargo feature (a lean \
@@ -14,10 +14,10 @@ pub const UNAVAILABLE: &str = "this wasm was built without the `mcp` Cargo featu
     with default features";
 
 /// The host's server list, decoded as in every build: refused unless empty.
-pub fn parse_servers(json: &str) -> Result<Vec<ServerConfig>, String> {
+pub fn parse_servers(json: &str) -> Result<Vec<ServerConfig>, ServersError> {
     match hub::parse_servers(json)?.is_empty() {
         true => Ok(Vec::new()),
-        false => Err(format!("mcpServers: {UNAVAILABLE}")),
+        false => Err(ServersError::Unavailable),
     }
 }
 
@@ -33,12 +33,12 @@ mod tests {
     #[test]
     fn a_lean_build_refuses_mcp_naming_the_feature() {
         let servers = r#"[{"name": "docs", "url": "https://mcp.example.com/mcp"}]"#;
-        let e = parse_servers(servers).unwrap_err();
+        let e = parse_servers(servers).unwrap_err().to_string();
         assert!(e.contains("`mcp` Cargo feature"), "{e}");
         let e = ApiError::HostMisconfigured(e);
         assert_eq!((e.status(), e.code()), (503, "host_misconfigured"));
         assert!(parse_servers("[]").unwrap().is_empty());
-        let e = parse_servers("{}").unwrap_err();
+        let e = parse_servers("{}").unwrap_err().to_string();
         assert!(e.contains("expected an array"), "{e}");
     }
 }

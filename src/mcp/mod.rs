@@ -56,7 +56,8 @@ mod wire;
 mod tests;
 
 pub use hub::{
-    parse_servers, DroppedTool, Hub, McpTools, OwnTools, ServerConfig, ServerInfo, Unavailable,
+    parse_servers, DroppedTool, Hub, McpTools, OwnTools, ServerConfig, ServerInfo, ServersError,
+    Unavailable,
 };
 
 use crate::capability::{check_payload, validate_module_id};

@@ -90,6 +90,38 @@ impl Default for Settings {
     }
 }
 
+/// Why the host's compaction settings are refused (a 503
+/// `host_misconfigured`; the host names where it read them).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    /// This build has no `compaction` feature.
+    #[error("{UNAVAILABLE}")]
+    Unavailable,
+    #[error(transparent)]
+    Address(#[from] crate::model::Refusal),
+    /// The item, shortened.
+    #[error("`{0}`: expected provider/model=tokens")]
+    Item(String),
+    #[error(
+        "the context window of `{address}`: {CONTEXT_WINDOW_TOKENS_MIN} to \
+         {CONTEXT_WINDOW_TOKENS_MAX} tokens, got {tokens}"
+    )]
+    Window { address: String, tokens: u64 },
+    #[error("the context window of `{0}` is stated twice")]
+    Twice(String),
+    #[error("at most {MODELS_OFFERED_MAX} context windows")]
+    TooMany,
+    /// The trigger as given (JSON).
+    #[error(
+        "the compaction trigger is a fraction of the window from 0.{COMPACTION_TRIGGER_PERCENT_MIN} \
+         to 1, got {0}"
+    )]
+    Trigger(serde_json::Value),
+    /// The prompt's length in bytes.
+    #[error("the compaction prompt: 1 to {COMPACTION_PROMPT_BYTES_MAX} bytes, got {0}")]
+    Prompt(usize),
+}
+
 impl Settings {
     /// The stated window of `spec`, with the trigger.
     pub fn window(&self, spec: &ModelSpec) -> Option<ContextWindow> {
@@ -107,27 +139,27 @@ impl Settings {
     /// at most [`MODELS_OFFERED_MAX`], no address twice.
     pub fn windows<'a>(
         pairs: impl IntoIterator<Item = (&'a str, u64)>,
-    ) -> Result<Vec<(ModelSpec, u64)>, String> {
+    ) -> Result<Vec<(ModelSpec, u64)>, SettingsError> {
         if !cfg!(feature = "compaction") {
             return match pairs.into_iter().next() {
                 None => Ok(Vec::new()),
-                Some(_) => Err(UNAVAILABLE.to_owned()),
+                Some(_) => Err(SettingsError::Unavailable),
             };
         }
         let mut out: Vec<(ModelSpec, u64)> = Vec::new();
         for (address, tokens) in pairs {
-            let spec = parse_address(address).map_err(|e| e.to_string())?;
+            let spec = parse_address(address)?;
             if !(CONTEXT_WINDOW_TOKENS_MIN..=CONTEXT_WINDOW_TOKENS_MAX).contains(&tokens) {
-                return Err(format!(
-                    "the context window of `{address}`: {CONTEXT_WINDOW_TOKENS_MIN} to \
-                     {CONTEXT_WINDOW_TOKENS_MAX} tokens, got {tokens}"
-                ));
+                return Err(SettingsError::Window {
+                    address: address.to_owned(),
+                    tokens,
+                });
             }
             if out.iter().any(|(s, _)| *s == spec) {
-                return Err(format!("the context window of `{address}` is stated twice"));
+                return Err(SettingsError::Twice(address.to_owned()));
             }
             if out.len() == MODELS_OFFERED_MAX {
-                return Err(format!("at most {MODELS_OFFERED_MAX} context windows"));
+                return Err(SettingsError::TooMany);
             }
             out.push((spec, tokens));
         }
@@ -135,7 +167,7 @@ impl Settings {
     }
 
     /// `SHIITAKE_CONTEXT_WINDOWS`: comma-separated `provider/model=tokens`.
-    pub fn parse_windows(list: &str) -> Result<Vec<(ModelSpec, u64)>, String> {
+    pub fn parse_windows(list: &str) -> Result<Vec<(ModelSpec, u64)>, SettingsError> {
         if !cfg!(feature = "compaction") {
             return Self::windows(Some(("", 0)).filter(|_| !list.trim().is_empty()));
         }
@@ -144,12 +176,7 @@ impl Settings {
             let (address, tokens) = item
                 .rsplit_once('=')
                 .and_then(|(a, t)| Some((a.trim(), t.trim().parse::<u64>().ok()?)))
-                .ok_or_else(|| {
-                    format!(
-                        "`{}`: expected provider/model=tokens",
-                        crate::text::shorten(item)
-                    )
-                })?;
+                .ok_or_else(|| SettingsError::Item(crate::text::shorten(item).to_owned()))?;
             pairs.push((address, tokens));
         }
         Self::windows(pairs)
@@ -158,9 +185,9 @@ impl Settings {
     /// The trigger, a fraction of the window, in percent. A JSON number
     /// (the env's text is read as one): no float parser or printer of its
     /// own is linked.
-    pub fn trigger(fraction: &serde_json::Value) -> Result<u64, String> {
+    pub fn trigger(fraction: &serde_json::Value) -> Result<u64, SettingsError> {
         if !cfg!(feature = "compaction") {
-            return Err(UNAVAILABLE.to_owned());
+            return Err(SettingsError::Unavailable);
         }
         let (min, max) = (
             COMPACTION_TRIGGER_PERCENT_MIN,
@@ -168,23 +195,18 @@ impl Settings {
         );
         match fraction.as_f64().map(|f| (f * 100.0).round()) {
             Some(percent) if (min as f64..=max as f64).contains(&percent) => Ok(percent as u64),
-            _ => Err(format!(
-                "the compaction trigger is a fraction of the window from 0.{min} to 1, got {fraction}"
-            )),
+            _ => Err(SettingsError::Trigger(fraction.clone())),
         }
     }
 
     /// The host's compaction prompt: not empty, at most
     /// [`COMPACTION_PROMPT_BYTES_MAX`].
-    pub fn prompt(text: &str) -> Result<std::rc::Rc<str>, String> {
+    pub fn prompt(text: &str) -> Result<std::rc::Rc<str>, SettingsError> {
         if !cfg!(feature = "compaction") {
-            return Err(UNAVAILABLE.to_owned());
+            return Err(SettingsError::Unavailable);
         }
         if text.trim().is_empty() || text.len() > COMPACTION_PROMPT_BYTES_MAX {
-            return Err(format!(
-                "the compaction prompt: 1 to {COMPACTION_PROMPT_BYTES_MAX} bytes, got {}",
-                text.len()
-            ));
+            return Err(SettingsError::Prompt(text.len()));
         }
         Ok(text.into())
     }
@@ -507,7 +529,7 @@ pub fn reread(
 #[test]
 fn a_lean_build_refuses_compaction_settings_naming_the_feature() {
     let e = Settings::parse_windows("openai/gpt-4o=128000").unwrap_err();
-    assert!(e.contains("`compaction` Cargo feature"), "{e}");
+    assert!(e.to_string().contains("`compaction` Cargo feature"), "{e}");
     assert!(Settings::windows([("openai/gpt-4o", 128_000)]).is_err());
     assert!(Settings::trigger(&serde_json::json!(0.8)).is_err());
     assert!(Settings::prompt("summarise").is_err());
@@ -535,7 +557,7 @@ mod tests {
             ("openai/a=2000,openai/a=3000", "stated twice"),
             ("nobody/a=2000", "unknown provider"),
         ] {
-            let e = Settings::parse_windows(bad).unwrap_err();
+            let e = Settings::parse_windows(bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
         assert_eq!(Settings::trigger(&serde_json::json!(0.8)), Ok(80));
@@ -545,7 +567,7 @@ mod tests {
             serde_json::json!(1.5),
             serde_json::json!("0.8"),
         ] {
-            let e = Settings::trigger(&bad).unwrap_err();
+            let e = Settings::trigger(&bad).unwrap_err().to_string();
             assert!(e.ends_with(&format!("got {bad}")), "{e}");
         }
         assert!(Settings::prompt(" ").is_err());

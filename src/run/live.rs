@@ -38,6 +38,17 @@ pub struct ProgressGate {
     ended: bool,
 }
 
+/// Why a progress report is refused (the tool's `report` is answered so).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReportError {
+    /// The data's length in bytes.
+    #[error("progress: the data is {0} bytes of JSON; at most {TOOL_PROGRESS_BYTES_MAX}")]
+    TooLarge(usize),
+    /// serde's message.
+    #[error("progress: the data is not JSON: {0}")]
+    NotJson(String),
+}
+
 impl ProgressGate {
     pub fn new(command_id: &str, call: &OpenCall) -> ProgressGate {
         ProgressGate {
@@ -51,15 +62,12 @@ impl ProgressGate {
     /// A report of the tool (`data`: JSON text). `Err`: refused, saying
     /// why (not JSON, too large); `Some`: publish it now; `None`: held
     /// (publish at [`Self::flush_at`]) or ignored (the call ended).
-    pub fn report(&mut self, now_ms: i64, data: &str) -> Result<Option<Frame>, String> {
+    pub fn report(&mut self, now_ms: i64, data: &str) -> Result<Option<Frame>, ReportError> {
         if data.len() > TOOL_PROGRESS_BYTES_MAX {
-            return Err(format!(
-                "progress: the data is {} bytes of JSON; at most {TOOL_PROGRESS_BYTES_MAX}",
-                data.len()
-            ));
+            return Err(ReportError::TooLarge(data.len()));
         }
         let data = RawValue::from_string(data.to_owned())
-            .map_err(|e| format!("progress: the data is not JSON: {e}"))?;
+            .map_err(|e| ReportError::NotJson(e.to_string()))?;
         if self.ended {
             return Ok(None);
         }
@@ -161,9 +169,13 @@ mod tests {
     fn a_report_past_the_byte_bound_or_not_json_is_refused() {
         let mut g = gate();
         let big = format!(r#""{}""#, "x".repeat(TOOL_PROGRESS_BYTES_MAX));
-        let e = g.report(1, &big).unwrap_err();
+        let e = g.report(1, &big).unwrap_err().to_string();
         assert!(e.contains(&TOOL_PROGRESS_BYTES_MAX.to_string()), "{e}");
-        assert!(g.report(1, "{").unwrap_err().contains("not JSON"));
+        assert!(g
+            .report(1, "{")
+            .unwrap_err()
+            .to_string()
+            .contains("not JSON"));
         // Refusals hold nothing; the next report is published at once.
         assert!(g.report(2, "1").unwrap().is_some());
     }

@@ -13,8 +13,10 @@
 //! after a crash it is never run again.
 
 use super::tools::{mark_started, ToolOutput};
-use crate::capability::door::{self, GuestCall, Toolset};
-use crate::capability::{check_payload, parse_payload, Access, Invocation, Module, Operation};
+use crate::capability::door::{self, GuestCall, GuestError, Toolset};
+use crate::capability::{
+    check_payload, parse_payload, Access, Invocation, Module, Operation, PayloadError,
+};
 use crate::ctx::Ctx;
 use crate::grants::{self, AccessConfig, Decision, Needs};
 use crate::model::Image;
@@ -36,7 +38,7 @@ pub struct CallRef {
 #[derive(Debug, Clone, PartialEq)]
 pub enum GuestStep {
     /// Answered without running anything (`forage`, or refused).
-    Reply(Result<Value, String>),
+    Reply(Result<Value, GuestError>),
     /// An operation, through its gate.
     Operation(OperationCall),
 }
@@ -61,7 +63,7 @@ impl CallRef {
             Err(e) => GuestStep::Reply(Err(e)),
             Ok(GuestCall::Search(query)) => GuestStep::Reply(Ok(toolset.search(&query))),
             Ok(GuestCall::Describe(path)) => {
-                GuestStep::Reply(toolset.catalog().describe(&path).map_err(|e| e.0))
+                GuestStep::Reply(toolset.catalog().describe(&path).map_err(GuestError::from))
             }
             Ok(GuestCall::Operation(module, op, args)) => {
                 let mut call = OperationCall::new(self.clone(), module, op, args);
@@ -247,8 +249,25 @@ impl From<Value> for OperationResult {
     }
 }
 
+/// Why an operation's reply is no result; its text is the tool's error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplyError {
+    /// The operation's own `{error}`, as it gave it.
+    #[error("{0}")]
+    Operation(String),
+    /// serde's message.
+    #[error("the operation's reply is not valid: {0}")]
+    NotValid(String),
+    #[error("the result {0}")]
+    Result(PayloadError),
+    #[error("the display data {0}")]
+    Data(PayloadError),
+    #[error("the result's {0}")]
+    Images(crate::model::Refusal),
+}
+
 /// An operation's reply `{result, data?, images?}` or `{error}`, bounded.
-pub fn operation_reply(reply: &str) -> Result<OperationResult, String> {
+pub fn operation_reply(reply: &str) -> Result<OperationResult, ReplyError> {
     #[derive(Deserialize)]
     struct Reply {
         #[serde(default)]
@@ -260,21 +279,21 @@ pub fn operation_reply(reply: &str) -> Result<OperationResult, String> {
         #[serde(default)]
         error: Option<String>,
     }
-    let reply: Reply = crate::json::from_text(reply)
-        .map_err(|e| format!("the operation's reply is not valid: {e}"))?;
+    let reply: Reply =
+        crate::json::from_text(reply).map_err(|e| ReplyError::NotValid(e.to_string()))?;
     if let Some(error) = reply.error {
-        return Err(error);
+        return Err(ReplyError::Operation(error));
     }
     let result = reply.result.unwrap_or(Value::Null);
-    check_payload(&result).map_err(|e| format!("the result {e}"))?;
+    check_payload(&result).map_err(ReplyError::Result)?;
     let data = match reply.data {
         Some(data) => {
-            check_payload(&data).map_err(|e| format!("the display data {e}"))?;
+            check_payload(&data).map_err(ReplyError::Data)?;
             RawValue::from_string(data.to_string()).ok()
         }
         None => None,
     };
-    Image::check_tool_images(&reply.images).map_err(|e| format!("the result's {e}"))?;
+    Image::check_tool_images(&reply.images).map_err(ReplyError::Images)?;
     Ok(OperationResult {
         result,
         data,
@@ -310,5 +329,26 @@ pub fn result_output(answered: OperationResult) -> ToolOutput {
             images: answered.images,
         },
         Err(e) => ToolOutput::error(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The operation's own error reaches the model as it gave it; a reply
+    /// past the bounds is the runtime's refusal, saying which part.
+    #[test]
+    fn an_operations_own_error_is_told_apart_from_a_refused_reply() {
+        let e = operation_reply(r#"{"error": "no such note"}"#).unwrap_err();
+        assert_eq!(e, ReplyError::Operation("no such note".into()));
+        assert_eq!(e.to_string(), "no such note");
+        let deep = format!(r#"{{"result": {}1{}}}"#, "[".repeat(70), "]".repeat(70));
+        let e = operation_reply(&deep).unwrap_err();
+        assert!(matches!(e, ReplyError::Result(_)), "{e:?}");
+        assert!(e.to_string().starts_with("the result "), "{e}");
+        let e = operation_reply("{").unwrap_err();
+        assert!(matches!(e, ReplyError::NotValid(_)), "{e:?}");
+        assert!(operation_reply(r#"{"result": 1}"#).is_ok());
     }
 }

@@ -7,6 +7,7 @@
 use crate::capability::Module;
 use crate::error::ApiError;
 use serde::{de, Deserialize, Deserializer};
+use std::convert::Infallible;
 
 /// The module a run would borrow.
 pub const MODULE_ID: &str = crate::capability::backend::own::UI;
@@ -31,11 +32,11 @@ impl<'de> Deserialize<'de> for Config {
 }
 
 impl Config {
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), Infallible> {
         match *self {}
     }
 
-    pub fn module(&self) -> Result<Module, String> {
+    pub fn module(&self) -> Result<Module, Infallible> {
         match *self {}
     }
 }

@@ -20,7 +20,9 @@
 //! durable is rebuilt from it); every collection is bounded by
 //! `limits.rs`; a request has at most one claim and one answer.
 
-use crate::capability::{check_payload, Access, Module, OperationSpec};
+use crate::capability::{
+    check_payload, Access, CapabilityError, Module, OperationSpec, PayloadError,
+};
 use crate::ctx::IdSource;
 use crate::error::ApiError;
 use crate::limits::{
@@ -53,13 +55,89 @@ pub struct Config {
     pub direct: bool,
 }
 
+/// The App's id is empty or too long.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("ui.id must be a non-empty string of at most {UI_APP_ID_BYTES_MAX} bytes")]
+pub struct IdError;
+
+/// A command name is empty or too long.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a command name is a non-empty string of at most {UI_COMMAND_NAME_BYTES_MAX} bytes")]
+pub struct CommandNameError;
+
+/// Why a `ui` call failed; its text is what the model sees. `label` is
+/// the operation (`ui.discover`, `ui.execute`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    #[error("ui has no operation `{0}`")]
+    NoOperation(String),
+    #[error("ui.execute: {0}")]
+    CommandName(CommandNameError),
+    #[error("ui.execute: `input` must be an object")]
+    InputNotObject,
+    /// The bridge was closed before the call (why it was).
+    #[error("{label}: the browser bridge is closed ({why})")]
+    Closed { label: &'static str, why: String },
+    #[error("{label}: this run holds no browser bridge (it ended)")]
+    Ended { label: &'static str },
+    #[error(
+        "{label}: {UI_REQUESTS_PER_SESSION_MAX} calls already wait for this Session's \
+         browser, the most at once"
+    )]
+    Full { label: &'static str },
+    /// The App's own error text (bounded).
+    #[error("{label}: the App failed: {error}")]
+    AppFailed { label: &'static str, error: String },
+    #[error("{label}: the browser's result was refused: {why}")]
+    Refused {
+        label: &'static str,
+        why: ResultError,
+    },
+    #[error(
+        "{label}: the browser claimed the call but sent no result within {timeout_ms} ms; \
+         it may have run"
+    )]
+    NoResult {
+        label: &'static str,
+        timeout_ms: u64,
+    },
+    #[error("{label}: no browser is connected to this Session")]
+    NoBrowser { label: &'static str },
+    #[error("{label}: no browser claimed the call within {timeout_ms} ms")]
+    Unclaimed {
+        label: &'static str,
+        timeout_ms: u64,
+    },
+    /// The bridge was closed while the call waited (why it was).
+    #[error("the browser bridge was closed ({0})")]
+    BridgeClosed(String),
+}
+
+/// Why a browser's result is refused (the browser is answered 400, the
+/// call ends with [`CallError::Refused`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResultError {
+    #[error("the result: {0}")]
+    Payload(PayloadError),
+    /// serde's message.
+    #[error("a discover result is [{{name, description?, inputSchema?}}]: {0}")]
+    NotCommands(String),
+    /// How many commands.
+    #[error("a discover result lists {0} commands; at most {UI_COMMANDS_MAX}")]
+    TooMany(usize),
+    #[error("commands[{0}].name: {1}")]
+    Name(usize, CommandNameError),
+    #[error("commands[{at}].name: `{name}` is listed twice")]
+    Twice { at: usize, name: String },
+    #[error("commands[{0}].inputSchema must be an object")]
+    Schema(usize),
+}
+
 impl Config {
     /// Refuses an id that is empty or longer than `UI_APP_ID_BYTES_MAX`.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), IdError> {
         if self.id.is_empty() || self.id.len() > UI_APP_ID_BYTES_MAX {
-            return Err(format!(
-                "ui.id must be a non-empty string of at most {UI_APP_ID_BYTES_MAX} bytes"
-            ));
+            return Err(IdError);
         }
         Ok(())
     }
@@ -67,7 +145,7 @@ impl Config {
     /// The module `ui`: `discover` (a read, replay-safe) and `execute`
     /// (unsafe to replay: the App's command may change what the person
     /// sees or has).
-    pub fn module(&self) -> Result<Module, String> {
+    pub fn module(&self) -> Result<Module, CapabilityError> {
         let app = &self.id;
         let spec = |name: &str, description: String, schema: Value, write: bool| OperationSpec {
             name: name.to_owned(),
@@ -107,7 +185,7 @@ impl Config {
             id: MODULE_ID.to_owned(),
             operations: vec![discover, execute],
         };
-        let module = Module::from_spec(module).map_err(|e| e.0)?;
+        let module = Module::from_spec(module)?;
         Ok(if self.direct {
             module.offered_direct()
         } else {
@@ -189,22 +267,22 @@ pub enum Ask {
 
 impl Ask {
     /// The ask of a `ui` operation's checked arguments.
-    pub fn of(operation: &str, args: &Value) -> Result<Ask, String> {
+    pub fn of(operation: &str, args: &Value) -> Result<Ask, CallError> {
         match operation {
             "discover" => Ok(Ask::Discover),
             "execute" => {
                 let name = args.get("name").and_then(Value::as_str).unwrap_or("");
-                check_command_name(name).map_err(|e| format!("ui.execute: {e}"))?;
+                check_command_name(name).map_err(CallError::CommandName)?;
                 let input = args.get("input").cloned().unwrap_or_else(|| json!({}));
                 if !input.is_object() {
-                    return Err("ui.execute: `input` must be an object".to_owned());
+                    return Err(CallError::InputNotObject);
                 }
                 Ok(Ask::Execute {
                     name: name.to_owned(),
                     input,
                 })
             }
-            other => Err(format!("ui has no operation `{other}`")),
+            other => Err(CallError::NoOperation(other.to_owned())),
         }
     }
 
@@ -216,11 +294,9 @@ impl Ask {
     }
 }
 
-fn check_command_name(name: &str) -> Result<(), String> {
+fn check_command_name(name: &str) -> Result<(), CommandNameError> {
     if name.is_empty() || name.len() > UI_COMMAND_NAME_BYTES_MAX {
-        return Err(format!(
-            "a command name is a non-empty string of at most {UI_COMMAND_NAME_BYTES_MAX} bytes"
-        ));
+        return Err(CommandNameError);
     }
     Ok(())
 }
@@ -275,18 +351,25 @@ pub struct Bridge {
 #[derive(Debug, PartialEq)]
 pub struct Answered {
     pub request_id: String,
-    pub outcome: Result<Value, String>,
-    /// Why the result itself was refused (over the payload bounds, a
-    /// `discover` answer that is no command list): the call ends with that
-    /// error and the browser is answered 400.
-    pub refused: Option<String>,
+    pub outcome: Result<Value, CallError>,
 }
 
 impl Answered {
+    /// Why the result itself was refused (over the payload bounds, a
+    /// `discover` answer that is no command list): the call ends with that
+    /// error and the browser is answered 400. (The App's own error is no
+    /// refusal of the result.)
+    pub fn refused(&self) -> Option<&ResultError> {
+        match &self.outcome {
+            Err(CallError::Refused { why, .. }) => Some(why),
+            _ => None,
+        }
+    }
+
     /// The browser's answer: `{accepted: true}`, or 400 naming why.
     pub fn response(&self) -> Result<Value, ApiError> {
-        match &self.refused {
-            Some(why) => Err(ApiError::InvalidRequest(why.clone())),
+        match self.refused() {
+            Some(why) => Err(ApiError::InvalidRequest(why.to_string())),
             None => Ok(json!({"requestId": self.request_id, "accepted": true})),
         }
     }
@@ -399,26 +482,20 @@ impl Bridge {
         head: &str,
         ask: Ask,
         ids: &mut dyn IdSource,
-    ) -> Result<(String, Event), String> {
+    ) -> Result<(String, Event), CallError> {
+        let label = ask.label();
         if let Some(why) = &self.closed {
-            return Err(format!(
-                "{}: the browser bridge is closed ({why})",
-                ask.label()
-            ));
+            return Err(CallError::Closed {
+                label,
+                why: why.clone(),
+            });
         }
         let Some(session) = self.run_session(head).map(str::to_owned) else {
-            return Err(format!(
-                "{}: this run holds no browser bridge (it ended)",
-                ask.label()
-            ));
+            return Err(CallError::Ended { label });
         };
         let host = self.host_or_new(&session);
         if host.requests.len() >= UI_REQUESTS_PER_SESSION_MAX {
-            return Err(format!(
-                "{}: {UI_REQUESTS_PER_SESSION_MAX} calls already wait for this Session's \
-                 browser, the most at once",
-                ask.label()
-            ));
+            return Err(CallError::Full { label });
         }
         let pending = Pending {
             id: ids.next_id("uir_"),
@@ -441,24 +518,15 @@ impl Bridge {
         session: &str,
         request_id: &str,
         timeout_ms: u64,
-    ) -> Option<(String, Event)> {
+    ) -> Option<(CallError, Event)> {
         let host = self.host_mut(session)?;
         let at = host.requests.iter().position(|r| r.id == request_id)?;
         let request = host.requests.remove(at);
+        let label = request.ask.label();
         let why = match (&request.claim, host.streams) {
-            (Some(_), _) => format!(
-                "{}: the browser claimed the call but sent no result within {timeout_ms} ms; \
-                 it may have run",
-                request.ask.label()
-            ),
-            (None, 0) => format!(
-                "{}: no browser is connected to this Session",
-                request.ask.label()
-            ),
-            (None, _) => format!(
-                "{}: no browser claimed the call within {timeout_ms} ms",
-                request.ask.label()
-            ),
+            (Some(_), _) => CallError::NoResult { label, timeout_ms },
+            (None, 0) => CallError::NoBrowser { label },
+            (None, _) => CallError::Unclaimed { label, timeout_ms },
         };
         Some((why, cancelled(request_id)))
     }
@@ -548,15 +616,11 @@ impl Bridge {
             (Some(_), Some(_)) => {}
         }
         let label = request.ask.label();
-        let (outcome, refused) = match (&request.ask, outcome) {
-            (_, Err(error)) => (Err(format!("{label}: the App failed: {error}")), None),
-            (ask, Ok(value)) => match check_result(ask, value) {
-                Ok(value) => (Ok(value), None),
-                Err(why) => (
-                    Err(format!("{label}: the browser's result was refused: {why}")),
-                    Some(why),
-                ),
-            },
+        let outcome = match (&request.ask, outcome) {
+            (_, Err(error)) => Err(CallError::AppFailed { label, error }),
+            (ask, Ok(value)) => {
+                check_result(ask, value).map_err(|why| CallError::Refused { label, why })
+            }
         };
         if let Some(host) = self.host_mut(session) {
             host.requests.retain(|r| r.id != body.request_id);
@@ -564,7 +628,6 @@ impl Bridge {
         Ok(Answered {
             request_id: body.request_id,
             outcome,
-            refused,
         })
     }
 
@@ -648,35 +711,32 @@ fn decode<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 /// A browser's result for `ask`, bounded: any JSON within the payload
 /// bounds for `execute`; for `discover` a list of at most `UI_COMMANDS_MAX`
 /// commands `{name, description?, inputSchema?}` with unique names.
-fn check_result(ask: &Ask, value: Value) -> Result<Value, String> {
-    check_payload(&value).map_err(|e| format!("the result: {e}"))?;
+fn check_result(ask: &Ask, value: Value) -> Result<Value, ResultError> {
+    check_payload(&value).map_err(ResultError::Payload)?;
     if let Ask::Execute { .. } = ask {
         return Ok(value);
     }
-    let commands: Vec<Command> = serde_json::from_value(value)
-        .map_err(|e| format!("a discover result is [{{name, description?, inputSchema?}}]: {e}"))?;
+    let commands: Vec<Command> =
+        serde_json::from_value(value).map_err(|e| ResultError::NotCommands(e.to_string()))?;
     if commands.len() > UI_COMMANDS_MAX {
-        return Err(format!(
-            "a discover result lists {} commands; at most {UI_COMMANDS_MAX}",
-            commands.len()
-        ));
+        return Err(ResultError::TooMany(commands.len()));
     }
     let mut seen = std::collections::BTreeSet::new();
     let mut listed = Vec::with_capacity(commands.len());
     for (i, command) in commands.into_iter().enumerate() {
-        check_command_name(&command.name).map_err(|e| format!("commands[{i}].name: {e}"))?;
+        check_command_name(&command.name).map_err(|e| ResultError::Name(i, e))?;
         if !seen.insert(command.name.clone()) {
-            return Err(format!(
-                "commands[{i}].name: `{}` is listed twice",
-                command.name
-            ));
+            return Err(ResultError::Twice {
+                at: i,
+                name: command.name,
+            });
         }
         if command
             .input_schema
             .as_ref()
             .is_some_and(|s| !s.is_object())
         {
-            return Err(format!("commands[{i}].inputSchema must be an object"));
+            return Err(ResultError::Schema(i));
         }
         listed.push(json!({
             "name": command.name,

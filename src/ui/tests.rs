@@ -186,8 +186,11 @@ fn a_claimed_request_takes_only_its_own_claims_result() {
         json!({"requestId": c, "claimId": claim_c, "error": "it broke"}),
     )
     .unwrap();
+    // The App's own error ends the call; the browser's result is accepted.
+    assert!(answered.refused().is_none());
+    assert_eq!(answered.response().unwrap()["accepted"], true);
     assert_eq!(
-        answered.outcome,
+        answered.outcome.map_err(|e| e.to_string()),
         Err("ui.execute: the App failed: it broke".into())
     );
 }
@@ -219,10 +222,14 @@ fn malformed_bodies_and_results_are_refused_naming_the_problem() {
         json!({"requestId": a, "claimId": claim_a, "result": big}),
     )
     .unwrap();
-    let why = answered.refused.clone().unwrap();
+    let why = answered.refused().unwrap().to_string();
     assert!(why.contains("bytes"), "{why}");
     assert_eq!(answered.response().unwrap_err().status(), 400);
-    assert!(answered.outcome.unwrap_err().contains("refused"));
+    assert!(answered
+        .outcome
+        .unwrap_err()
+        .to_string()
+        .contains("refused"));
 
     // A discover answer that is no command list, or lists a name twice.
     for bad in [
@@ -243,7 +250,7 @@ fn malformed_bodies_and_results_are_refused_naming_the_problem() {
             json!({"requestId": d, "claimId": claim_d, "result": bad}),
         )
         .unwrap();
-        assert!(answered.refused.is_some(), "{bad}");
+        assert!(answered.refused().is_some(), "{bad}");
     }
     assert!(Ask::of("execute", &json!({"name": "", "input": {}})).is_err());
     assert!(Ask::of("execute", &json!({"name": "a", "input": 1})).is_err());
@@ -257,7 +264,10 @@ fn requests_streams_and_hosts_are_bounded() {
     for _ in 0..UI_REQUESTS_PER_SESSION_MAX {
         bridge.ask("h1", Ask::Discover, &mut ids).unwrap();
     }
-    let e = bridge.ask("h1", Ask::Discover, &mut ids).unwrap_err();
+    let e = bridge
+        .ask("h1", Ask::Discover, &mut ids)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("the most at once"), "{e}");
     // A stream opened now is sent every unclaimed request.
     let first = bridge.open_stream("s1", true).unwrap();
@@ -294,7 +304,10 @@ fn a_host_lives_while_a_stream_or_a_run_holds_it() {
     assert_eq!((session.as_str(), withdrawn), ("s1", vec![a.clone()]));
     assert!(bridge.give_back("h1").is_none(), "given back once");
     assert!(!bridge.holds("s1"), "dropped when neither holds it");
-    let e = bridge.ask("h1", Ask::Discover, &mut ids).unwrap_err();
+    let e = bridge
+        .ask("h1", Ask::Discover, &mut ids)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("holds no browser bridge"), "{e}");
 }
 
@@ -305,14 +318,31 @@ fn an_unanswered_call_says_whether_a_browser_was_there() {
     bridge.borrow("s1", "h1");
     let (a, _) = bridge.ask("h1", execute("x"), &mut ids).unwrap();
     let (why, event) = bridge.abandon("s1", &a, 1000).unwrap();
-    assert!(why.contains("no browser is connected"), "{why}");
+    assert_eq!(
+        why,
+        CallError::NoBrowser {
+            label: "ui.execute"
+        }
+    );
+    assert!(why.to_string().contains("no browser is connected"), "{why}");
     assert_eq!(event.0, "cancelled");
     assert!(bridge.abandon("s1", &a, 1000).is_none(), "withdrawn once");
     bridge.open_stream("s1", true).unwrap();
     let (b, _) = bridge.ask("h1", execute("x"), &mut ids).unwrap();
     claim(&mut bridge, &mut ids, &b).unwrap();
     let (why, _) = bridge.abandon("s1", &b, 1000).unwrap();
-    assert!(why.contains("may have run"), "{why}");
+    // Claimed: the browser may have run it.
+    assert!(
+        matches!(
+            why,
+            CallError::NoResult {
+                timeout_ms: 1000,
+                ..
+            }
+        ),
+        "{why:?}"
+    );
+    assert!(why.to_string().contains("may have run"), "{why}");
     let e = claim(&mut bridge, &mut ids, &b).unwrap_err();
     assert_eq!(e.code(), "ui_request_not_found");
 }
@@ -373,9 +403,15 @@ fn close_ends_every_stream_fails_waiting_calls_and_refuses_everything_after() {
         (410, "ui_closed")
     );
     bridge.borrow("s1", "h2");
-    let e = bridge.ask("h2", Ask::Discover, &mut ids).unwrap_err();
+    let e = bridge
+        .ask("h2", Ask::Discover, &mut ids)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("closed (the App closed)"), "{e}");
-    let e = bridge.ask("h1", Ask::Discover, &mut ids).unwrap_err();
+    let e = bridge
+        .ask("h1", Ask::Discover, &mut ids)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("closed"), "{e}");
     // The run that held it still gives it back; nothing is left.
     bridge.give_back("h1");
