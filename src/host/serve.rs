@@ -125,19 +125,18 @@ impl Inner {
 async fn read_request(request: &web_sys::Request) -> Result<HttpRequest, ApiError> {
     let url = request.url();
     let (path, query) = split_url(&url);
-    let headers = request.headers();
-    // A declared oversize body is refused before a byte of it is read.
-    let declared = body::declared(request, BODY_BYTES_MAX)?;
-    let body = match request.method().as_str() {
-        "GET" | "HEAD" => Vec::new(),
+    let method = request.method();
+    let body = match method.as_str() {
+        // A declared oversize body is refused all the same.
+        "GET" | "HEAD" => body::declared(request, BODY_BYTES_MAX).map(|()| Vec::new())?,
         // Chunked bodies too: counted as they stream, cancelled past the bound.
-        _ => body::read_bounded(request, BODY_BYTES_MAX, declared).await?,
+        _ => body::read_bounded(request, BODY_BYTES_MAX).await?,
     };
     Ok(HttpRequest {
-        method: request.method(),
+        method,
         path: path.to_owned(),
         query: query.to_owned(),
-        meta: headers.get(META_HEADER).ok().flatten(),
+        meta: request.headers().get(META_HEADER).ok().flatten(),
         body,
         waited: false,
     })
@@ -153,12 +152,5 @@ fn split_url(url: &str) -> (&str, &str) {
 }
 
 pub(super) fn to_response(r: &HttpResponse) -> Result<web_sys::Response, JsValue> {
-    let init = web_sys::ResponseInit::new();
-    init.set_status(r.status);
-    let headers = web_sys::Headers::new()?;
-    if r.body.is_some() {
-        headers.set("content-type", "application/json; charset=utf-8")?;
-    }
-    init.set_headers(&headers);
-    web_sys::Response::new_with_opt_str_and_init(r.body.as_deref(), &init)
+    body::respond(r.status, r.body.as_deref())
 }
