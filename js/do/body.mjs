@@ -1,32 +1,37 @@
-// The request body and the response as the core's serving path
-// (src/host/body.rs) reads and builds them, each in one call from wasm:
-// reading a body chunk by chunk from Rust crossed the wasm boundary about a
-// dozen times per chunk (the reader, each read's promise, its `done` and
-// `value`), and a response took six calls to build.
+// The request body and the response as the core's serving path reads and
+// builds them. The shim reads a request's body here before it calls into
+// the core (js/do/recovery.mjs), so the core answers in one synchronous
+// call (awaiting inside wasm costs a dozen boundary crossings and closures
+// per await); the core calls readBody itself for the browser bridge's
+// routes, which check the request before reading it, and respond for every
+// JSON answer (one call instead of six).
 
-// `content-length` as Rust's `usize` (u32 on wasm32) parses it: digits with
-// an optional `+`; anything else (or past u32) is no declared length.
+// `content-length` as the core's bounds read it: digits with an optional
+// `+` (as Rust parses a usize); anything else (or past u32) declares no
+// length, and the body is counted as it streams.
 const DECLARED_MAX = 2 ** 32 - 1;
 
-/** The declared `content-length` of `request`, or undefined. */
-export function declaredLength(request) {
+function declaredLength(request) {
   const value = request.headers.get("content-length");
   if (value === null || !/^\+?[0-9]+$/.test(value)) return undefined;
   const n = Number(value);
   return n <= DECLARED_MAX ? n : undefined;
 }
 
+const EMPTY = new Uint8Array(0);
+
 /**
- * The body of `request`, at most `limit` bytes: a Uint8Array, or
- * "too_large" (a declared length past `limit` is refused before a byte is
- * read; an undeclared one is counted as it streams and cancelled as soon
- * as it passes `limit`, so the sender is stopped, not drained), or
- * "unreadable".
+ * The body of `request`, at most `limit` bytes (none for GET and HEAD): a
+ * Uint8Array, or "too_large" (a declared length past `limit` is refused
+ * before a byte is read; an undeclared one is counted as it streams and
+ * cancelled as soon as it passes `limit`, so the sender is stopped, not
+ * drained), or "unreadable".
  */
 export async function readBody(request, limit) {
   const declared = declaredLength(request);
+  if (declared !== undefined && declared > limit) return "too_large";
+  if (request.method === "GET" || request.method === "HEAD") return EMPTY;
   if (declared !== undefined) {
-    if (declared > limit) return "too_large";
     // The platform holds the body to its declared length: one read.
     let buffer;
     try {
@@ -36,7 +41,7 @@ export async function readBody(request, limit) {
     }
     return buffer.byteLength > limit ? "too_large" : new Uint8Array(buffer);
   }
-  if (request.body === null) return new Uint8Array(0);
+  if (request.body === null) return EMPTY;
   const reader = request.body.getReader();
   const chunks = [];
   let size = 0;

@@ -11,9 +11,6 @@ use wasm_bindgen_futures::JsFuture;
 
 #[wasm_bindgen(module = "/js/do/body.mjs")]
 extern "C" {
-    #[wasm_bindgen(js_name = declaredLength)]
-    fn declared_length(request: &web_sys::Request) -> Option<f64>;
-
     #[wasm_bindgen(js_name = readBody)]
     fn read_body(request: &web_sys::Request, limit: f64) -> js_sys::Promise;
 
@@ -22,30 +19,23 @@ extern "C" {
     pub fn respond(status: u16, body: Option<&str>) -> Result<web_sys::Response, JsValue>;
 }
 
-/// 413 `payload_too_large` when the declared `content-length` of
-/// `request` is past `limit`, before a byte of the body is read (the
-/// sender is answered, not cut off).
-pub fn declared(request: &web_sys::Request, limit: usize) -> Result<(), ApiError> {
-    match declared_length(request) {
-        Some(n) if n > limit as f64 => Err(ApiError::PayloadTooLarge { bytes_max: limit }),
-        _ => Ok(()),
-    }
+/// The body of `request`, at most `limit` bytes (none for GET and HEAD);
+/// 413 `payload_too_large` when its declared length is past `limit`
+/// (nothing read) or as soon as the stream passes it (the stream is
+/// cancelled then).
+pub async fn read_bounded(request: &web_sys::Request, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let read = JsFuture::from(read_body(request, limit as f64)).await;
+    take(read.unwrap_or(JsValue::UNDEFINED), limit)
 }
 
-/// The body of `request`, at most `limit` bytes; 413 `payload_too_large`
-/// when its declared length is past `limit` (nothing read) or as soon as
-/// the stream passes it (the stream is cancelled then).
-pub async fn read_bounded(request: &web_sys::Request, limit: usize) -> Result<Vec<u8>, ApiError> {
-    let unreadable = || ApiError::InvalidRequest("request body unreadable".into());
-    let read = JsFuture::from(read_body(request, limit as f64))
-        .await
-        .map_err(|_| unreadable())?;
+/// The body `readBody` answered (read under `limit`), or its refusal.
+pub fn take(read: JsValue, limit: usize) -> Result<Vec<u8>, ApiError> {
     match read.dyn_into::<js_sys::Uint8Array>() {
         Ok(bytes) => Ok(bytes.to_vec()),
         Err(refusal) if refusal.as_string().as_deref() == Some("too_large") => {
             Err(ApiError::PayloadTooLarge { bytes_max: limit })
         }
-        Err(_) => Err(unreadable()),
+        Err(_) => Err(ApiError::InvalidRequest("request body unreadable".into())),
     }
 }
 
