@@ -35,6 +35,8 @@ export class ShiitakeDO extends DurableObject {
   #directoryGeneration = -1;
   // The owner API (`agent`), built on first use.
   #agent = null;
+  // This object's id (hex), read once: every request names it.
+  #id = null;
 
   /**
    * Host hook, asked first for every request the object receives. Return a
@@ -503,15 +505,18 @@ export class ShiitakeDO extends DurableObject {
 
   // The core's answer to a request; a watch's stream outlives a reset.
   async #respond(request) {
-    await this.#ready();
+    // Awaited only while the host's initialize runs.
+    const initializing = this.#ready();
+    if (initializing !== null) await initializing;
     const response = await this.#serve(request);
-    return isEventStream(response) && request.method === "GET" ? resumable((again) => this.#serve(again), request, response) : response;
+    return request.method === "GET" && isEventStream(response) ? resumable((again) => this.#serve(again), request, response) : response;
   }
 
-  // The core, once the host's initialize (if any) has run on it.
-  async #ready() {
+  // The core; to await before using it: the host's initialize while it
+  // runs (a promise), else null.
+  #ready() {
     this.#coreNow();
-    if (this.#initializing !== null) await this.#initializing;
+    return this.#initializing;
   }
 
   async fetch(request) {
@@ -531,7 +536,8 @@ export class ShiitakeDO extends DurableObject {
 
   // The core's answer, with trap recovery (js/do/recovery.mjs).
   #serve(request) {
-    return serve(() => this.#coreNow(), this.ctx.id.toString(), request);
+    this.#id ??= this.ctx.id.toString();
+    return serve(() => this.#coreNow(), this.#id, request);
   }
 
   async alarm() {

@@ -58,6 +58,11 @@ if grep -q '^import source ' "$out.tmp/shiitake.js" || ! grep -q '^import wasmMo
   echo "build: wasm-bindgen's wasm import changed shape; update the patch in scripts/build.sh" >&2
   exit 1
 fi
+# wasm-bindgen writes a package.json (the crate's npm dependencies) beside
+# the glue once the core imports a JS snippet (js/do/body.mjs); without
+# "type": "module" it would make Node read the glue as CommonJS first. The
+# repository's own package.json covers build/wasm/.
+rm -f "$out.tmp/package.json"
 t2=$(now)
 
 rm -rf "$out"

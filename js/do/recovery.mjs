@@ -6,7 +6,8 @@
 // lives only in memory. js/do.mjs routes every call into the core through
 // the guards below.
 import * as wasm from "../../build/wasm/shiitake.js";
-import { SETTLEMENT_TIMEOUT_MS_MAX } from "../limits.mjs";
+import { BODY_BYTES_MAX, SETTLEMENT_TIMEOUT_MS_MAX } from "../limits.mjs";
+import { readBody } from "./body.mjs";
 
 // The instance's generation: a core built in an older one points into a
 // dropped instance (ShiitakeDO rebuilds it).
@@ -185,6 +186,11 @@ function withTimeLeft(request, elapsedMs) {
   return new Request(url, request);
 }
 
+// Whether `url` is one of the browser bridge's (`/browser/...`).
+function bridged(url) {
+  return url.startsWith("/browser/", url.indexOf("/", url.indexOf("://") + 3));
+}
+
 export function isEventStream(response) {
   return response.status === 200 && response.body !== null && (response.headers.get("content-type") ?? "").startsWith("text/event-stream");
 }
@@ -200,10 +206,20 @@ export function isEventStream(response) {
 export async function serve(core, id, request) {
   const read = request.method === "GET" || request.method === "HEAD";
   const started = Date.now();
+  // The body is read here (a reset while it arrives cuts the request off
+  // as one inside the core would), so the core answers in one synchronous
+  // call; the browser bridge's routes check a request before reading its
+  // body, so the core reads theirs.
+  const bridge = bridged(request.url);
+  let body;
   for (let own = 0; ; ) {
     const seen = generation;
     try {
-      return await settleOrTrap(core().fetch(request));
+      if (bridge) return await settleOrTrap(core().fetch(request));
+      body ??= await settleOrTrap(readBody(request, BODY_BYTES_MAX));
+      // A Response, or a promise of one (a settlement long poll).
+      const answer = core().fetchRead(request, body);
+      return answer instanceof Promise ? await settleOrTrap(answer) : answer;
     } catch (error) {
       if (!isTrap(error)) throw error;
       recover(error, seen);

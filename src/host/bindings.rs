@@ -472,11 +472,29 @@ pub fn env_string(env: &JsValue, name: &str) -> Option<String> {
 #[derive(Debug, Default)]
 pub struct RandomIds;
 
+/// Bytes of an id.
+const ID_BYTES: usize = 12;
+/// Ids whose bytes one call to the platform CSPRNG draws: a call crosses
+/// into JS (`crypto.getRandomValues`), and admission mints an id each time.
+const IDS_PER_DRAW: usize = 32;
+
+thread_local! {
+    /// Drawn bytes not yet used (each used once), and how many are used.
+    static POOL: std::cell::RefCell<([u8; ID_BYTES * IDS_PER_DRAW], usize)> =
+        const { std::cell::RefCell::new(([0; ID_BYTES * IDS_PER_DRAW], ID_BYTES * IDS_PER_DRAW)) };
+}
+
 impl crate::ctx::IdSource for RandomIds {
     fn next_id(&mut self, prefix: &str) -> String {
-        let mut bytes = [0u8; 12];
-        // The platform CSPRNG failing leaves no safe way to mint ids.
-        getrandom::fill(&mut bytes).expect("platform randomness is available");
-        format!("{prefix}{}", crate::text::hex(&bytes))
+        POOL.with_borrow_mut(|(pool, used)| {
+            if *used == pool.len() {
+                // The platform CSPRNG failing leaves no safe way to mint ids.
+                getrandom::fill(pool).expect("platform randomness is available");
+                *used = 0;
+            }
+            let bytes = &pool[*used..*used + ID_BYTES];
+            *used += ID_BYTES;
+            format!("{prefix}{}", crate::text::hex(bytes))
+        })
     }
 }

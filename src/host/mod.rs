@@ -226,9 +226,29 @@ impl ShiitakeCore {
         Ok(ShiitakeCore { inner })
     }
 
-    /// Serves one HTTP request of the contract in `docs/http.md`.
+    /// Serves one HTTP request of the contract in `docs/http.md`, reading
+    /// its body.
     pub async fn fetch(&self, request: web_sys::Request) -> Result<web_sys::Response, JsValue> {
         blame::scoped(self.inner.scope(None), self.inner.fetch(&request)).await
+    }
+
+    /// Serves one HTTP request whose body the shim read (`readBody` of
+    /// `js/do/body.mjs`): the Response, or a promise of it for a settlement
+    /// long poll. Never a browser bridge route (`fetch` reads those).
+    #[wasm_bindgen(js_name = fetchRead)]
+    pub fn fetch_read(&self, request: web_sys::Request, read: JsValue) -> Result<JsValue, JsValue> {
+        let scope = self.inner.scope(None);
+        let _scope = blame::enter(scope.clone());
+        Ok(match self.inner.fetch_read(&request, read)? {
+            serve::Served::Now(response) => response.into(),
+            serve::Served::Parked(req, park) => {
+                let inner = Rc::clone(&self.inner);
+                wasm_bindgen_futures::future_to_promise(blame::scoped(scope, async move {
+                    inner.parked(req, park).await.map(JsValue::from)
+                }))
+                .into()
+            }
+        })
     }
 
     /// The durable wake: runs every turn that is due.

@@ -7,11 +7,18 @@ use super::bindings;
 use super::{body, watch, Inner};
 use crate::error::ApiError;
 use crate::extension::Extensions;
-use crate::http::{self, Effects, HttpRequest, HttpResponse, META_HEADER};
+use crate::http::{self, Effects, HttpRequest, HttpResponse, Park, META_HEADER};
 use crate::limits::BODY_BYTES_MAX;
 use futures::future::select;
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
+
+/// What serving a request whose body is read came to.
+pub(super) enum Served {
+    Now(web_sys::Response),
+    /// A settlement long poll, to answer with [`Inner::parked`].
+    Parked(HttpRequest, Park),
+}
 
 impl Inner {
     pub(super) fn serve(&self, req: &HttpRequest) -> HttpResponse {
@@ -29,42 +36,114 @@ impl Inner {
         self.with_ctx(|ctx| http::handle(ctx, self.extensions(), req))
     }
 
+    /// A request whose body the core reads itself: the browser bridge's
+    /// routes (read after their own checks), and any other the shim hands
+    /// over unread.
     pub(super) async fn fetch(
         &self,
         request: &web_sys::Request,
     ) -> Result<web_sys::Response, JsValue> {
         let url = request.url();
         let (path, query) = split_url(&url);
-        #[cfg(feature = "fault-injection")]
-        if let Some(marker) = &self.config.panic_marker {
-            // Fault injection (tests): a trap in a request's own code.
-            assert!(
-                !path.contains(marker.as_str()),
-                "fault injection: panic marker in the request path"
-            );
-        }
+        self.fault_injection(path);
         if let Some((session, route)) = crate::ui::Route::parse(path) {
             return self.ui_fetch(request, session, route, query).await;
         }
-        let mut req = match read_request(request).await {
-            Ok(req) => req,
-            Err(e) => return to_response(&e.into()),
+        let body = body::read_bounded(request, BODY_BYTES_MAX).await;
+        match self.serve_read(request, path, query, body)? {
+            Served::Now(response) => Ok(response),
+            Served::Parked(req, park) => self.parked(req, park).await,
+        }
+    }
+
+    /// A request whose body the shim read (`readBody` of
+    /// `js/do/body.mjs`): answered in this call unless it is a settlement
+    /// long poll that must wait.
+    pub(super) fn fetch_read(
+        &self,
+        request: &web_sys::Request,
+        read: JsValue,
+    ) -> Result<Served, JsValue> {
+        let url = request.url();
+        let (path, query) = split_url(&url);
+        self.fault_injection(path);
+        if crate::ui::Route::parse(path).is_some() {
+            // The bridge's routes check the request before reading its body.
+            return to_response(
+                &ApiError::Internal("a browser bridge route reached the core read".into()).into(),
+            )
+            .map(Served::Now);
+        }
+        let body = body::take(read, BODY_BYTES_MAX);
+        self.serve_read(request, path, query, body)
+    }
+
+    /// Fault injection (tests): a trap in a request's own code.
+    fn fault_injection(&self, _path: &str) {
+        #[cfg(feature = "fault-injection")]
+        if let Some(marker) = &self.config.panic_marker {
+            assert!(
+                !_path.contains(marker.as_str()),
+                "fault injection: panic marker in the request path"
+            );
+        }
+    }
+
+    fn serve_read(
+        &self,
+        request: &web_sys::Request,
+        path: &str,
+        query: &str,
+        body: Result<Vec<u8>, ApiError>,
+    ) -> Result<Served, JsValue> {
+        let body = match body {
+            Ok(body) => body,
+            Err(e) => return to_response(&e.into()).map(Served::Now),
+        };
+        let req = HttpRequest {
+            method: request.method(),
+            path: path.to_owned(),
+            query: query.to_owned(),
+            meta: request.headers().get(META_HEADER).ok().flatten(),
+            body,
+            waited: false,
         };
         if req.path == "/acp" {
-            return self.acp(&req);
+            return self.acp(&req).map(Served::Now);
         }
         let mut response = self.serve(&req);
         if let Some(park) = response.effects.park.take() {
-            match self.observers.wait(&park.command_id) {
-                Err(watch::Full) => response = ApiError::TooManyObservers.into(),
-                Ok(settled) => {
-                    // The client going away never cancels the command.
-                    let _ = select(settled, bindings::sleep(park.timeout_ms)).await;
-                    req.waited = true;
-                    response = self.serve(&req);
-                }
-            }
+            return Ok(Served::Parked(req, park));
         }
+        self.answer(&req, response).map(Served::Now)
+    }
+
+    /// A settlement long poll's answer, once its command settled or its
+    /// time is up.
+    pub(super) async fn parked(
+        &self,
+        mut req: HttpRequest,
+        park: Park,
+    ) -> Result<web_sys::Response, JsValue> {
+        let response = match self.observers.wait(&park.command_id) {
+            Err(watch::Full) => ApiError::TooManyObservers.into(),
+            Ok(settled) => {
+                // The client going away never cancels the command.
+                let _ = select(settled, bindings::sleep(park.timeout_ms)).await;
+                req.waited = true;
+                self.serve(&req)
+            }
+        };
+        self.answer(&req, response)
+    }
+
+    /// The response to `req`, once the host carried out its effects (or
+    /// opened its watch).
+    fn answer(
+        &self,
+        req: &HttpRequest,
+        mut response: HttpResponse,
+    ) -> Result<web_sys::Response, JsValue> {
         let mut effects = std::mem::take(&mut response.effects);
         if req.method == "HEAD" {
             response.body = None;
@@ -122,27 +201,6 @@ impl Inner {
     }
 }
 
-async fn read_request(request: &web_sys::Request) -> Result<HttpRequest, ApiError> {
-    let url = request.url();
-    let (path, query) = split_url(&url);
-    let headers = request.headers();
-    // A declared oversize body is refused before a byte of it is read.
-    let declared = body::declared(request, BODY_BYTES_MAX)?;
-    let body = match request.method().as_str() {
-        "GET" | "HEAD" => Vec::new(),
-        // Chunked bodies too: counted as they stream, cancelled past the bound.
-        _ => body::read_bounded(request, BODY_BYTES_MAX, declared).await?,
-    };
-    Ok(HttpRequest {
-        method: request.method(),
-        path: path.to_owned(),
-        query: query.to_owned(),
-        meta: headers.get(META_HEADER).ok().flatten(),
-        body,
-        waited: false,
-    })
-}
-
 /// Path and query of an absolute URL the runtime built (`scheme://host/p?q`);
 /// cheaper than constructing a JS `URL` on the hot path.
 fn split_url(url: &str) -> (&str, &str) {
@@ -153,12 +211,5 @@ fn split_url(url: &str) -> (&str, &str) {
 }
 
 pub(super) fn to_response(r: &HttpResponse) -> Result<web_sys::Response, JsValue> {
-    let init = web_sys::ResponseInit::new();
-    init.set_status(r.status);
-    let headers = web_sys::Headers::new()?;
-    if r.body.is_some() {
-        headers.set("content-type", "application/json; charset=utf-8")?;
-    }
-    init.set_headers(&headers);
-    web_sys::Response::new_with_opt_str_and_init(r.body.as_deref(), &init)
+    body::respond(r.status, r.body.as_deref())
 }

@@ -39,9 +39,8 @@ fn to_js(v: &SqlValue) -> JsValue {
 }
 
 fn from_js(v: JsValue) -> Result<SqlValue, SqlError> {
-    if v.is_null() || v.is_undefined() {
-        Ok(SqlValue::Null)
-    } else if let Some(s) = v.as_string() {
+    // Each test is a call into JS: the commonest types first.
+    if let Some(s) = v.as_string() {
         Ok(SqlValue::Text(s))
     } else if let Some(n) = v.as_f64() {
         // SQLite integers arrive as JS numbers; our integers stay below 2^53.
@@ -50,6 +49,8 @@ fn from_js(v: JsValue) -> Result<SqlValue, SqlError> {
         } else {
             Ok(SqlValue::Real(n))
         }
+    } else if v.is_null_or_undefined() {
+        Ok(SqlValue::Null)
     } else {
         Err(SqlError::Decode(format!("unsupported SQL value {v:?}")))
     }
@@ -80,7 +81,8 @@ impl Sql for DoSql {
         let rows = Array::from(&raw.call0(&cursor).map_err(js_error)?);
         let mut out = Vec::with_capacity(rows.length() as usize);
         for row in rows.iter() {
-            let row = Array::from(&row);
+            // raw() yields each row as an Array: no copy of it.
+            let row: Array = row.unchecked_into();
             out.push(Row(row.iter().map(from_js).collect::<Result<_, _>>()?));
         }
         Ok(out)

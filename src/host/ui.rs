@@ -243,8 +243,7 @@ impl Inner {
         let body = match route {
             Route::Events => Vec::new(),
             _ => {
-                let declared = body::declared(request, BODY_BYTES_MAX)?;
-                let body = body::read_bounded(request, BODY_BYTES_MAX, declared).await?;
+                let body = body::read_bounded(request, BODY_BYTES_MAX).await?;
                 route.check_body(body.len())?;
                 body
             }
