@@ -1195,7 +1195,7 @@ mod tests {
     }
 
     /// `n` host operations, each offered direct by its path.
-    fn own_direct(n: usize, whole: Vec<Module>) -> Result<OwnTools, String> {
+    fn own_direct(n: usize, whole: Vec<Module>) -> Result<OwnTools, ToolsError> {
         let names: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let mut modules = vec![module("notes", &names)];
@@ -1216,7 +1216,7 @@ mod tests {
         // the host asked for the module by name, so the set is refused.
         let e = own_direct(63, vec![ui()]).unwrap_err();
         assert_eq!(
-            e,
+            e.to_string(),
             "direct tool `ui_execute` (ui.execute): a model request carries at most 64 tools, \
              and as many come before it"
         );
