@@ -379,6 +379,10 @@ pub const EXTENSION_SENDS_PER_CALL_MAX: usize = 8;
 pub const EXTENSION_PROMPT_BYTES_MAX: usize = 16_384;
 /// Bytes of a recorded stop reason (a hook's error, cut).
 pub const EXTENSION_STOP_REASON_BYTES_MAX: usize = 1_024;
+/// Extension projections an instance remembers as published (extensions
+/// x watched Sessions), so an unchanged one is not sent again; past it all
+/// are forgotten and sent again once (`observe::Projections`).
+pub const PROJECTIONS_PUBLISHED_MAX: usize = 4_096;
 /// Highest state version a definition declares.
 pub const EXTENSION_STATE_VERSION_MAX: u32 = 1_000;
 /// Bytes of one definition's manifest, as JSON.

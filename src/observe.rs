@@ -3,9 +3,13 @@
 //! caused them commits (persist, then send); streamed tokens exist only as
 //! frames, never as rows.
 
+use crate::extension::{Extensions, Touched};
+use crate::limits::PROJECTIONS_PUBLISHED_MAX;
 use crate::settlement::Settlement;
+use crate::store::Store;
 use serde::Serialize;
 use serde_json::value::RawValue;
+use std::collections::{BTreeSet, HashMap};
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
@@ -125,5 +129,113 @@ impl Event {
             Event::Frame(_) => "frame",
             Event::RuntimeError(_) => "runtime-error",
         }
+    }
+}
+
+/// Extensions' projections last published, by extension and Session
+/// (`None`: the Agent's), so an unchanged value is not sent again. At most
+/// [`PROJECTIONS_PUBLISHED_MAX`] are remembered: past it all are forgotten
+/// and values are sent again once (harmless: a watcher replaces a
+/// projection with the one it receives).
+#[derive(Debug, Default)]
+pub struct Projections {
+    published: HashMap<(String, Option<String>), String>,
+}
+
+impl Projections {
+    /// The frames of the projections the last transitions may have changed
+    /// (`touched`, from [`Extensions::take_touched`]), read from committed
+    /// state, each with the watched Session it goes to: for each touched
+    /// extension, its Session projection to that Session if watched, its
+    /// Agent projection to every watched Session (`sessions`). A value
+    /// equal to the one last published is left out. Also what could not be
+    /// read (each projection is then left out).
+    pub fn frames(
+        &mut self,
+        ext: &Extensions,
+        store: Store<'_>,
+        touched: &BTreeSet<Touched>,
+        sessions: &[String],
+    ) -> (Vec<(String, Frame)>, Vec<String>) {
+        let mut frames = Vec::new();
+        let mut errors = Vec::new();
+        let mut ids: Vec<&str> = touched.iter().map(|t| t.extension.as_str()).collect();
+        ids.dedup();
+        for id in ids {
+            let Some(entry) = ext.roster().get(id) else {
+                continue;
+            };
+            let scopes = sessions.iter().map(|s| Some(s.as_str()));
+            for scope in scopes.chain([None]) {
+                let value = match ext.project(store, entry, scope) {
+                    Ok(Some(value)) => value,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        errors.push(e);
+                        continue;
+                    }
+                };
+                if !self.changed((id.to_owned(), scope.map(str::to_owned)), value.to_string()) {
+                    continue;
+                }
+                let history = match scope {
+                    Some(session_id) if entry.manifest.projection.history => {
+                        match ext.session_histories(store, session_id) {
+                            Ok(all) => all.get(id).and_then(|h| crate::json::to_value(h).ok()),
+                            Err(e) => {
+                                errors.push(e.to_string());
+                                None
+                            }
+                        }
+                    }
+                    _ => None,
+                };
+                let frame = Frame::Extension {
+                    extension_id: id.to_owned(),
+                    scope: if scope.is_some() { "session" } else { "agent" },
+                    value,
+                    history,
+                };
+                match scope {
+                    Some(session) => frames.push((session.to_owned(), frame)),
+                    None => frames.extend(sessions.iter().map(|s| (s.clone(), frame.clone()))),
+                }
+            }
+        }
+        (frames, errors)
+    }
+
+    /// Remembers `text` as `key`'s value; false when it was already.
+    fn changed(&mut self, key: (String, Option<String>), text: String) -> bool {
+        if self.published.get(&key) == Some(&text) {
+            return false;
+        }
+        if self.published.len() >= PROJECTIONS_PUBLISHED_MAX {
+            self.published.clear();
+        }
+        self.published.insert(key, text);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unchanged_projection_is_not_published_again_and_the_memory_is_bounded() {
+        let mut p = Projections::default();
+        let key = |i: usize| (format!("e{i}"), None);
+        assert!(p.changed(key(0), "1".into()));
+        assert!(!p.changed(key(0), "1".into()), "the same value again");
+        assert!(p.changed(key(0), "2".into()), "a new value");
+        assert!(
+            p.changed(("e0".into(), Some("s".into())), "2".into()),
+            "another scope"
+        );
+        for i in 1..PROJECTIONS_PUBLISHED_MAX + 10 {
+            p.changed(key(i), "x".into());
+        }
+        assert!(p.published.len() <= PROJECTIONS_PUBLISHED_MAX);
     }
 }

@@ -8,7 +8,6 @@ use super::Inner;
 use crate::extension::{Extensions, Host, Roster};
 use crate::observe::Frame;
 use crate::session::admission::ExtensionSends;
-use std::collections::HashMap;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
@@ -41,13 +40,6 @@ pub(super) fn from_shim(shim: JsValue) -> Result<Extensions, String> {
     Ok(Extensions::new(roster, Box::new(ShimHost(shim))))
 }
 
-/// Projections last published, by extension and Session (`None`: the
-/// Agent's), so an unchanged value is not sent again.
-pub(super) type Published = HashMap<(String, Option<String>), String>;
-
-/// Projections remembered as published (extensions x watched Sessions).
-const PUBLISHED_MAX: usize = 4_096;
-
 impl Inner {
     /// The extensions of a ready instance, for a host-only call.
     pub(super) fn extensions_ready(&self) -> Result<&Extensions, JsValue> {
@@ -75,64 +67,16 @@ impl Inner {
             return;
         }
         let sessions = self.observers.watched_sessions();
-        let store = self.store();
-        let mut ids: Vec<&str> = touched.iter().map(|t| t.extension.as_str()).collect();
-        ids.dedup();
-        for id in ids {
-            let Some(entry) = ext.roster().get(id) else {
-                continue;
-            };
-            let mut scopes: Vec<Option<&str>> = sessions.iter().map(|s| Some(s.as_str())).collect();
-            scopes.push(None);
-            for scope in scopes {
-                let value = match ext.project(store, entry, scope) {
-                    Ok(Some(value)) => value,
-                    Ok(None) => continue,
-                    Err(e) => {
-                        log_error(e);
-                        continue;
-                    }
-                };
-                let text = value.to_string();
-                let key = (id.to_owned(), scope.map(str::to_owned));
-                if self.published.borrow().get(&key) == Some(&text) {
-                    continue;
-                }
-                let history = match scope {
-                    Some(session_id) if entry.manifest.projection.history => {
-                        match ext.session_histories(store, session_id) {
-                            Ok(all) => all.get(id).and_then(|h| crate::json::to_value(h).ok()),
-                            Err(e) => {
-                                log_error(e);
-                                None
-                            }
-                        }
-                    }
-                    _ => None,
-                };
-                let frame = Frame::Extension {
-                    extension_id: id.to_owned(),
-                    scope: if scope.is_some() { "session" } else { "agent" },
-                    value,
-                    history,
-                };
-                let targets: Vec<&String> = match scope {
-                    Some(_) => sessions
-                        .iter()
-                        .filter(|s| Some(s.as_str()) == scope)
-                        .collect(),
-                    None => sessions.iter().collect(),
-                };
-                for session in targets {
-                    self.publish(session, "frame", &frame);
-                }
-                let mut published = self.published.borrow_mut();
-                // Bounded: past it, values are sent again once (harmless).
-                if published.len() >= PUBLISHED_MAX {
-                    published.clear();
-                }
-                published.insert(key, text);
-            }
+        let (frames, errors) =
+            self.machine
+                .borrow_mut()
+                .projections()
+                .frames(ext, self.store(), &touched, &sessions);
+        for e in errors {
+            log_error(e);
+        }
+        for (session, frame) in frames {
+            self.publish(&session, "frame", &frame);
         }
     }
 

@@ -334,7 +334,7 @@ impl Inner {
             };
             let answered = self.directory_call(fleet, &request, stopper).await;
             let _: Entry = directory_answer("agents", answered)?;
-            if !self.store_created.get() {
+            if !self.machine.borrow().created_empty() {
                 member::mark_registered(&self.sql, bindings::now_ms()).map_err(store)?;
             }
         }

@@ -54,7 +54,7 @@ use crate::store::{schema, CommandRow, OnSettled, Store};
 use bindings::{log_error, RandomIds};
 use config::HostConfig;
 use futures::channel::oneshot;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 use stopper::Stopper;
@@ -94,12 +94,6 @@ struct Inner {
     /// The delivery performer in this instance (`mail.rs`).
     #[cfg_attr(not(feature = "fleet"), allow(dead_code))] // a lean build carries no mail
     mail: mail::MailRun,
-    /// Projections last published (`extensions.rs`).
-    published: RefCell<extensions::Published>,
-    schema_checked: Cell<bool>,
-    /// This instance created the store (and it has no extensions): there
-    /// is no earlier work for the start to arm the alarm for.
-    store_created: Cell<bool>,
     /// Turns this instance is executing, by head command.
     live: RefCell<HashMap<String, Stopper>>,
     observers: Observers,
@@ -198,10 +192,7 @@ impl ShiitakeCore {
             fleet,
             models,
             mail: mail::MailRun::default(),
-            published: RefCell::default(),
             config,
-            schema_checked: Cell::new(false),
-            store_created: Cell::new(false),
             live: RefCell::default(),
             observers: Observers::new(heartbeat_ms),
             machine: RefCell::new(machine),
@@ -217,7 +208,7 @@ impl ShiitakeCore {
             if starting.open().is_err() {
                 return;
             }
-            if !starting.store_created.get() {
+            if !starting.machine.borrow().created_empty() {
                 starting.arm_next_alarm();
             }
             #[cfg(feature = "fleet")]
@@ -435,20 +426,20 @@ impl Inner {
     /// Opens the store: the schema, then the extensions (tables, new
     /// revisions, migrations). Once per instance.
     fn open(&self) -> Result<(), ApiError> {
-        if !self.schema_checked.get() {
+        if !self.machine.borrow().opened() {
             let opened = schema::open(&self.sql)?;
             report_opened(opened);
             let created = opened == schema::Opened::Created;
-            if created && self.extensions().is_none_or(|e| e.roster().is_empty()) {
-                // Empty tables: no turn, mail or outbox entry to look for
-                // until this instance writes one (which arms the alarm).
-                self.store_created.set(true);
+            // Empty tables: no turn, mail or outbox entry to look for until
+            // this instance writes one (which arms the alarm).
+            let created_empty = created && self.extensions().is_none_or(|e| e.roster().is_empty());
+            if created_empty {
                 self.lane_created_empty();
             }
             if let Some(ext) = self.extensions() {
                 self.with_ctx(|ctx| ext.open(ctx))?;
             }
-            self.schema_checked.set(true);
+            self.machine.borrow_mut().open(created_empty);
         }
         Ok(())
     }

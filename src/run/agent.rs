@@ -36,7 +36,7 @@ use super::schedule::{self, Schedule};
 use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::model::{ModelItem, ToolSpec};
-use crate::observe;
+use crate::observe::{self, Projections};
 use std::collections::{HashMap, VecDeque};
 
 pub use super::schedule::Event;
@@ -185,6 +185,12 @@ pub struct Agent {
     /// ([`Event::Rearm`]).
     ended: VecDeque<(bool, i64)>,
     out: VecDeque<Output>,
+    /// The store was opened in this instance (`None`: not yet); `Some(true)`:
+    /// this instance created it with nothing to run (no extensions), so no
+    /// earlier work exists for the start to arm the alarm for.
+    opened: Option<bool>,
+    /// The extensions' projections last published.
+    projections: Projections,
 }
 
 impl Agent {
@@ -198,6 +204,8 @@ impl Agent {
             closed: None,
             ended: VecDeque::new(),
             out: VecDeque::new(),
+            opened: None,
+            projections: Projections::default(),
         }
     }
 
@@ -209,6 +217,29 @@ impl Agent {
     /// The turns running here.
     pub fn turns(&self) -> usize {
         self.turns.len()
+    }
+
+    /// Whether the store was opened in this instance.
+    pub fn opened(&self) -> bool {
+        self.opened.is_some()
+    }
+
+    /// The store is open; `created_empty`: this instance created it and
+    /// nothing (no extension) can have written work yet.
+    pub fn open(&mut self, created_empty: bool) {
+        self.opened = Some(created_empty);
+    }
+
+    /// This instance created the store and nothing wrote work before it
+    /// (see [`Agent::open`]).
+    pub fn created_empty(&self) -> bool {
+        self.opened == Some(true)
+    }
+
+    /// The extensions' projections last published, to leave out an
+    /// unchanged one.
+    pub fn projections(&mut self) -> &mut Projections {
+        &mut self.projections
     }
 
     /// Why the runtime closed, if it did.
