@@ -4,7 +4,9 @@ mod common;
 
 use common::Harness;
 use serde_json::json;
-use shiitake::limits::{PENDING_PER_SESSION_MAX, READ_PAGE_BYTES_MAX, TEXT_BYTES_MAX};
+use shiitake::limits::{
+    PENDING_BYTES_PER_SESSION_MAX, PENDING_PER_SESSION_MAX, READ_PAGE_BYTES_MAX, TEXT_BYTES_MAX,
+};
 use shiitake::sql::Sql;
 
 #[test]
@@ -207,6 +209,52 @@ fn cancel_and_abort_keep_text_and_fifo() {
     h.session("other");
     let foreign = h.command("other", json!({"type":"cancel","commandId": ids[3]}));
     assert_eq!(foreign.status, 404, "commands are Session-scoped");
+}
+
+#[test]
+fn pending_input_is_bounded_in_bytes_not_characters() {
+    // Three-byte characters: a queue of them counted in characters would
+    // hold three times the bound in bytes.
+    let mut h = Harness::new();
+    h.session("s");
+    h.occupy("s");
+    let text = "€".repeat(TEXT_BYTES_MAX / 3 - 16);
+    let mut accepted = 0;
+    let refused = loop {
+        let r = h.prompt("s", &format!("r{accepted}"), &text);
+        if r.status != 200 {
+            break r;
+        }
+        accepted += 1;
+        assert!(accepted < PENDING_PER_SESSION_MAX, "never refused by bytes");
+    };
+    assert_eq!(
+        (refused.status, refused.json["error"]["code"].as_str()),
+        (429, Some("queue_full"))
+    );
+    assert!(
+        refused.json["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("bytes of pending input")),
+        "{}",
+        refused.json
+    );
+    let rows = h
+        .sql()
+        .query(
+            "SELECT sum(length(CAST(input AS BLOB))) FROM commands WHERE state = 'pending'",
+            &[],
+        )
+        .unwrap();
+    let queued = rows[0].int(0).unwrap() as usize;
+    assert!(
+        queued <= PENDING_BYTES_PER_SESSION_MAX,
+        "{queued} bytes queued"
+    );
+    assert!(
+        queued + text.len() * 2 > PENDING_BYTES_PER_SESSION_MAX,
+        "refused only at the bound ({queued} bytes queued)"
+    );
 }
 
 #[test]

@@ -444,7 +444,7 @@ impl<'a> Store<'a> {
                     EXISTS (SELECT 1 FROM {UNSETTLED_COMMANDS}
                         WHERE session_id = ?1 AND {UNSETTLED} AND state = 'running'),
                     {columns}
-                 FROM (SELECT count(*) AS n, coalesce(sum(length(input)), 0) AS bytes
+                 FROM (SELECT count(*) AS n, coalesce(sum(octet_length(input)), 0) AS bytes
                         FROM {UNSETTLED_COMMANDS}
                         WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending') p
                  LEFT JOIN commands c
