@@ -168,6 +168,7 @@ e2e_serial=(
   tests/e2e/mcp.test.mjs
   tests/e2e/owner-api.test.mjs
   tests/e2e/run.test.mjs
+  tests/e2e/sandbox-abuse.test.mjs
   tests/e2e/sandbox-do.test.mjs
   tests/e2e/sandbox-embedded.test.mjs
   tests/e2e/tools-config.test.mjs
