@@ -106,26 +106,6 @@ async function newEngine(wasmModule, memoryCap) {
 /** The engine is broken (a trap, the host's stack exhausted): not a guest error QuickJS reported. */
 class EngineFailure extends Error {}
 
-// The engine's wasm for the hosts that run `tools().sandbox: "embedded"`:
-// registered by importing js/sandbox/engine-wasm.mjs (`shiitake/sandbox-engine`,
-// in a Worker) or by js/node.mjs (Node), so a Worker that does not opt in
-// neither bundles nor uploads it. `{wasmModule, keepEngine}`.
-let registeredEngine;
-
-/**
- * Registers the engine's wasm (a WebAssembly.Module, a promise of one, or a
- * function answering either) and whether an Agent keeps its engine between
- * runs (see {@link EmbeddedSandbox}).
- */
-export function registerEngineWasm(wasmModule, { keepEngine = false } = {}) {
-  registeredEngine = { wasmModule, keepEngine };
-}
-
-/** The registered engine, `{wasmModule, keepEngine}`, or undefined. */
-export function registeredEngineWasm() {
-  return registeredEngine;
-}
-
 /**
  * Runs `execute` guests in embedded QuickJS. `wasmModule`: the engine's wasm
  * as a WebAssembly.Module, a promise of one or a function answering either
