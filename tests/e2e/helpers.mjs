@@ -144,10 +144,11 @@ export const SANDBOX = process.env.SHIITAKE_TEST_SANDBOX ?? "loader";
 if (SANDBOX !== "loader" && SANDBOX !== "embedded") throw new Error(`SHIITAKE_TEST_SANDBOX is "loader" or "embedded", not ${SANDBOX}`);
 
 /**
- * `bundleFixture` of a fixture entry that first imports the embedded
- * sandbox's engine (`shiitake/sandbox-engine`), into build/fixtures/<name>.embedded/.
+ * `bundleFixture` of a Worker entry that first imports the embedded
+ * sandbox's engine (`shiitake/sandbox-engine`), into build/fixtures/<name>.embedded/
+ * (also bench/workerd.mjs, the demo with `--sandbox embedded`).
  */
-async function bundleEmbedded(entryPath, name) {
+export async function bundleEmbedded(entryPath, name) {
   const dir = path.join(ROOT, "build/fixtures", `${name}.embedded`);
   await mkdir(dir, { recursive: true });
   const wrapper = path.join(dir, `entry.${process.pid}.mjs`);
