@@ -116,9 +116,8 @@ function engineUpload(dir, compatibilityDate) {
   );
   const outDir = path.join(dir, "out");
   dryRun(config, outDir);
-  const files = readdirSync(outDir, { recursive: true }).map(String);
   const engineBytes = readFileSync(ENGINE_WASM_PATH);
-  const engineIncluded = files.some((f) => f !== "" && !f.endsWith(".mjs") && !f.endsWith(".js") && readFileSync(path.join(outDir, f), { flag: "r" }).equals(engineBytes));
+  const engineIncluded = readdirSync(outDir, { recursive: true, withFileTypes: true }).some((d) => d.isFile() && readFileSync(path.join(d.parentPath, d.name)).equals(engineBytes));
   return { bytes: uploadGzipBytes(outDir), engineIncluded };
 }
 
