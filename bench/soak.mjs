@@ -5,6 +5,14 @@
 //
 //   node bench/soak.mjs [--minutes 30] [--agents 20] [--pause-ms 20] [--session-uses 20]
 //                       [--mix plain=45,tool=20,cancel=15,watch=20] [--max-rss-mib 6144]
+//                       [--sandbox loader|embedded]
+//
+// --sandbox embedded serves the demo with the embedded sandbox's engine
+// imported and no LOADER, so `tool` runs `execute` in QuickJS inside the
+// object instead of a Worker Loader guest; the issue's check is
+// `--mix tool=1 --sandbox embedded --minutes 30`: workerd RSS after minute 5
+// grows less than 5% (the summary prints that growth, from the sample at
+// minute 5, or at half the run when it is 5 minutes or shorter).
 //
 // --max-rss-mib stops the loops early (and says so) once workerd's RSS passes
 // it, to protect the machine: at the time of writing workerd's RSS grows by
@@ -18,7 +26,8 @@
 // (by --mix weights; default plain 45%, tool 20%, cancel 15%, watch 20%):
 // - plain: a prompt, long-polled to its settlement (expects `completed`);
 // - tool: a prompt the model answers with an `execute` tool call (code
-//   `return 6 * 7`, run in the Worker Loader), then "done" once it sees the
+//   `return 6 * 7`, run in the Worker Loader or, with --sandbox embedded, the
+//   embedded sandbox), then "done" once it sees the
 //   tool result (expects `completed` with toolCallCount >= 1);
 // - cancel: a prompt the model answers slowly (40 chunks, 25 ms apart), then
 //   after 0-400 ms `{type:"cancel", commandId}`; the settlement is
@@ -62,8 +71,13 @@ const { values: args } = parseArgs({
     "session-uses": { type: "string", default: "20" },
     mix: { type: "string", default: "plain=45,tool=20,cancel=15,watch=20" },
     "max-rss-mib": { type: "string", default: "6144" },
+    sandbox: { type: "string", default: "loader" },
   },
 });
+if (args.sandbox !== "loader" && args.sandbox !== "embedded") {
+  console.error("--sandbox is loader or embedded");
+  process.exit(2);
+}
 const MINUTES = Number(args.minutes);
 const AGENTS = Number(args.agents);
 const PAUSE_MS = Number(args["pause-ms"]);
@@ -100,7 +114,7 @@ function answer(body) {
 
 const model = await startModelServer({ fallback: answer });
 const FLOOR = WEIGHTS.some(([k]) => k === "floor");
-const { mf, pid } = await startDemo(model.url, { floor: FLOOR });
+const { mf, pid } = await startDemo(model.url, { floor: FLOOR, embedded: args.sandbox === "embedded" });
 const call = client(mf);
 const callFloor = client(mf, "floor.bench");
 const run = Date.now().toString(36);
@@ -328,6 +342,12 @@ if (steady.length >= 3) {
     const part = (xs) => regression(xs.map((s) => s.min), xs.map((s) => s.workerd));
     const [a, b] = [part(steady.slice(0, third)), part(steady.slice(-third))];
     console.log(`  workerd RSS slope, first third of that: ${a.slope.toFixed(0)} ± ${a.se.toFixed(0)} KiB/min; last third: ${b.slope.toFixed(0)} ± ${b.se.toFixed(0)} KiB/min`);
+  }
+  // The issue's measure: growth from minute 5 (half a run of 5 minutes or less) to the end.
+  const from = MINUTES > 5 ? 5 : MINUTES / 2;
+  const base = samples.find((s) => s.min >= from);
+  if (base !== undefined && base !== end) {
+    console.log(`  workerd RSS from minute ${base.min.toFixed(1)} to the end: ${(base.workerd / 1024).toFixed(1)} -> ${(end.workerd / 1024).toFixed(1)} MiB (${(((end.workerd - base.workerd) / base.workerd) * 100).toFixed(1)}%)`);
   }
   const growing = w.slope > 2 * w.se && w.slope > 0;
   console.log(`  verdict: ${growing ? `growth ${w.slope.toFixed(0)} KiB/min` : "no growth trend"} (workerd RSS)`);

@@ -9,7 +9,7 @@ import { existsSync, readFileSync, readdirSync, readlinkSync, statSync } from "n
 import http from "node:http";
 import path from "node:path";
 import { Miniflare } from "miniflare";
-import { COMPATIBILITY_DATE, DEMO_SCRIPT, ROOT, TOKEN, bundleFixture, workerOptions } from "../tests/e2e/helpers.mjs";
+import { COMPATIBILITY_DATE, DEMO_SCRIPT, ROOT, TOKEN, bundleEmbedded, bundleFixture, workerOptions } from "../tests/e2e/helpers.mjs";
 
 export { TOKEN };
 export const HEADERS = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
@@ -26,13 +26,16 @@ const CLK_TCK = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim()) |
  * {@link inspect}). Returns `{mf, pid, script}`, `pid` the workerd child's,
  * `script` the demo Worker's name (for `mf.unsafeEvictDurableObject`).
  */
-export async function startDemo(modelUrl, { preventEviction = false, floor = false, inspectorPort } = {}) {
+export async function startDemo(modelUrl, { preventEviction = false, floor = false, inspectorPort, embedded = false } = {}) {
   if (!existsSync(DEMO_SCRIPT)) {
     console.error(`${path.relative(ROOT, DEMO_SCRIPT)} is missing: run \`bash scripts/build.sh\` first`);
     process.exit(2);
   }
   const before = new Set(children());
-  const options = workerOptions(DEMO_SCRIPT, undefined, { SHIITAKE_MODEL: "openai/bench", OPENAI_BASE_URL: modelUrl });
+  // embedded: the demo with the engine imported and no LOADER, so its
+  // `execute` runs in the embedded sandbox (QuickJS in the object).
+  const scriptPath = embedded ? await bundleEmbedded(path.join(ROOT, "js/demo.mjs"), "bench-demo") : DEMO_SCRIPT;
+  const options = workerOptions(scriptPath, undefined, { SHIITAKE_MODEL: "openai/bench", OPENAI_BASE_URL: modelUrl }, { loader: !embedded });
   options.durableObjects = { SHIITAKE: { className: "ShiitakeDO", useSQLite: true, ...(preventEviction ? { unsafePreventEviction: true } : {}) } };
   const script = floor ? "shiitake" : "";
   let mf;

@@ -17,7 +17,7 @@
 // Usage: node scripts/deploy-check.mjs   (after `source scripts/env.sh`:
 // wrangler needs Node >= 22.12)
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -39,6 +39,13 @@ const LEAN = process.env.SHIITAKE_LEAN === "1";
 // later issue's, under the Free plan's 3 MiB upload); the lean one stays
 // under 500 KiB for hosts that need none of the optional features.
 const WASM_GZIP_BYTES_MAX = LEAN ? 500 * 1024 : 1536 * 1024;
+// A Worker importing the embedded sandbox's engine (shiitake/sandbox-engine)
+// uploads it too: the whole upload stays within the Workers Free plan's 3 MiB.
+const ENGINE_UPLOAD_GZIP_BYTES_MAX = 3 * 1024 * 1024;
+const ENGINE_WASM_PATH = fileURLToPath(import.meta.resolve("@jitl/quickjs-wasmfile-release-sync/wasm"));
+// A string of js/sandbox/embedded.mjs (which brings the engine's JS glue):
+// literals survive a minifier.
+const ENGINE_GLUE_MARK = "code generation from strings is not available in the sandbox";
 // Names that must be secrets (`wrangler secret put`), never wrangler.toml vars.
 const SECRETS = ["SHIITAKE_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "SHIITAKE_MCP_SERVERS"];
 // Present in the wasm only with the `fault-injection` feature (test builds).
@@ -59,9 +66,9 @@ if (!existsSync(WRANGLER)) fail(`wrangler is not installed (${path.relative(ROOT
 const [major, minor] = process.versions.node.split(".").map(Number);
 check(major > 22 || (major === 22 && minor >= 12), `wrangler needs Node >= 22.12, this is ${process.version}; \`source scripts/env.sh\` first`);
 
-const out = mkdtempSync(path.join(tmpdir(), "shiitake-deploy-"));
-try {
-  const run = spawnSync(process.execPath, [WRANGLER, "deploy", "--dry-run", "--outdir", out, "--config", CONFIG], {
+/** `wrangler deploy --dry-run` of `config` into `outDir`: what it printed, checked to have ended well. */
+function dryRun(config, outDir) {
+  const run = spawnSync(process.execPath, [WRANGLER, "deploy", "--dry-run", "--outdir", outDir, "--config", config], {
     cwd: ROOT,
     env: { ...process.env, CI: "1", WRANGLER_SEND_METRICS: "false", NO_COLOR: "1", FORCE_COLOR: "0" },
     stdio: ["ignore", "pipe", "pipe"],
@@ -74,6 +81,50 @@ try {
   check(run.error === undefined, `wrangler did not finish: ${run.error?.message}`, tail);
   check(run.status === 0, `wrangler deploy --dry-run exited ${run.status}`, tail);
   check(/--dry-run: exiting now/.test(printed), "wrangler did not reach the end of its dry run", tail);
+  return { printed, tail };
+}
+
+/** Every file of a dry run's output, gzipped (level 9) and summed: what the upload weighs. */
+function uploadGzipBytes(outDir) {
+  return readdirSync(outDir, { recursive: true, withFileTypes: true })
+    .filter((d) => d.isFile())
+    .reduce((sum, d) => sum + gzipSync(readFileSync(path.join(d.parentPath, d.name)), { level: 9 }).length, 0);
+}
+
+/**
+ * The demo with the embedded sandbox's engine imported (`shiitake/sandbox-engine`,
+ * as a Worker running `tools().sandbox: "embedded"` does), dry-run from a
+ * config like wrangler.toml's without its [build] (the run before built the
+ * wasm), with the rule README "Tools" gives for the engine's module:
+ * `{bytes, engineIncluded}` of the upload.
+ */
+function engineUpload(dir, compatibilityDate) {
+  const entry = path.join(dir, "demo-engine.mjs");
+  const demo = JSON.stringify(path.join(ROOT, "js/demo.mjs"));
+  writeFileSync(entry, `import ${JSON.stringify(path.join(ROOT, "js/sandbox/engine-wasm.mjs"))};\nexport * from ${demo};\nexport { default } from ${demo};\n`);
+  const config = path.join(dir, "wrangler.json");
+  writeFileSync(
+    config,
+    JSON.stringify({
+      name: "shiitake-demo-engine",
+      main: entry,
+      compatibility_date: compatibilityDate,
+      rules: [{ type: "CompiledWasm", globs: ["**/quickjs-wasmfile-release-sync/wasm"], fallthrough: true }],
+      durable_objects: { bindings: [{ name: "SHIITAKE", class_name: "ShiitakeDO" }] },
+      migrations: [{ tag: "v1", new_sqlite_classes: ["ShiitakeDO"] }],
+    }),
+  );
+  const outDir = path.join(dir, "out");
+  dryRun(config, outDir);
+  const engineBytes = readFileSync(ENGINE_WASM_PATH);
+  const engineIncluded = readdirSync(outDir, { recursive: true, withFileTypes: true }).some((d) => d.isFile() && readFileSync(path.join(d.parentPath, d.name)).equals(engineBytes));
+  return { bytes: uploadGzipBytes(outDir), engineIncluded };
+}
+
+const out = mkdtempSync(path.join(tmpdir(), "shiitake-deploy-"));
+const withEngine = mkdtempSync(path.join(tmpdir(), "shiitake-deploy-engine-"));
+try {
+  const { printed, tail } = dryRun(CONFIG, out);
 
   // The bundle.
   const files = readdirSync(out, { recursive: true }).map(String);
@@ -114,12 +165,27 @@ try {
   const leaked = SECRETS.filter((name) => Object.hasOwn(config.vars ?? {}, name));
   check(leaked.length === 0, `wrangler.toml sets ${leaked.join(", ")} as plain vars; set them with \`wrangler secret put\``);
 
+  // The demo leaves the engine out (it runs `execute` on the Worker
+  // Loader): neither its wasm nor its JS (js/sandbox/registry.mjs).
+  check(!wasmFiles.some((f) => readFileSync(path.join(out, f)).equals(readFileSync(ENGINE_WASM_PATH))), "the demo's upload carries the embedded sandbox's engine without importing shiitake/sandbox-engine");
+  check(!code.includes(ENGINE_GLUE_MARK), "the demo's bundle carries the embedded sandbox's JS without importing shiitake/sandbox-engine");
+
+  // The upload of a Worker running the embedded sandbox; the lean build may leave the engine out.
+  let engineText = "engine not measured (lean)";
+  if (!LEAN) {
+    const upload = engineUpload(withEngine, config.compatibility_date);
+    check(upload.engineIncluded, "the demo with shiitake/sandbox-engine imported uploads no engine wasm (the CompiledWasm rule for its module?)");
+    check(upload.bytes <= ENGINE_UPLOAD_GZIP_BYTES_MAX, `the upload with the embedded sandbox's engine is ${upload.bytes} bytes gzipped, over the Workers Free plan's ${ENGINE_UPLOAD_GZIP_BYTES_MAX} (3 MiB)`);
+    engineText = `with the embedded sandbox's engine ${Math.round(upload.bytes / 1024)} KiB gzip: ${upload.bytes} of ${ENGINE_UPLOAD_GZIP_BYTES_MAX} bytes`;
+  }
+
   const seconds = ((Date.now() - started) / 1000).toFixed(1);
   console.log(
     `deploy-check: ok in ${seconds}s: bundle ${entry} + ${wasmFiles[0]} (${Math.round(gzip / 1024)} KiB gzip, ` +
       `${LEAN ? "lean" : "production"} wasm ${Math.round(wasmGzip / 1024)} KiB gzip: ${wasmGzip} of ${WASM_GZIP_BYTES_MAX} bytes); ` +
-      "bindings env.SHIITAKE (Durable Object ShiitakeDO, SQLite migration) and env.LOADER (Worker Loader)",
+      `${engineText}; bindings env.SHIITAKE (Durable Object ShiitakeDO, SQLite migration) and env.LOADER (Worker Loader)`,
   );
 } finally {
   rmSync(out, { recursive: true, force: true });
+  rmSync(withEngine, { recursive: true, force: true });
 }

@@ -168,6 +168,7 @@ e2e_serial=(
   tests/e2e/mcp.test.mjs
   tests/e2e/owner-api.test.mjs
   tests/e2e/run.test.mjs
+  tests/e2e/sandbox-abuse.test.mjs
   tests/e2e/sandbox-do.test.mjs
   tests/e2e/sandbox-embedded.test.mjs
   tests/e2e/tools-config.test.mjs
@@ -183,6 +184,18 @@ node --test --test-concurrency=2 "${e2e_parallel[@]}"
 
 step "end-to-end tests with deadlines, one file at a time"
 node --test --test-concurrency=1 "${e2e_serial[@]}"
+
+step "end-to-end execute tests again on the embedded sandbox (SHIITAKE_TEST_SANDBOX=embedded)"
+# The Durable Object tests that go through `execute`, their fixture Workers
+# bundled with the engine and served without LOADER (tests/e2e/helpers.mjs
+# SANDBOX): the same tests on the other backend. The Worker Loader pass is
+# the run above. ui-bridge and sandbox-abuse assert deadlines: one at a time.
+SHIITAKE_TEST_SANDBOX=embedded node --test --test-concurrency=2 \
+  tests/e2e/tools.test.mjs tests/e2e/tool-events.test.mjs tests/e2e/tools-recovery.test.mjs \
+  tests/e2e/tool-closure.test.mjs tests/e2e/computers.test.mjs tests/e2e/fleet.test.mjs \
+  tests/e2e/fleet-forgery.test.mjs tests/e2e/fleet-directory.test.mjs tests/e2e/extensions.test.mjs \
+  tests/e2e/files-grant.test.mjs tests/e2e/models.test.mjs
+SHIITAKE_TEST_SANDBOX=embedded node --test --test-concurrency=1 tests/e2e/ui-bridge.test.mjs tests/e2e/sandbox-abuse.test.mjs
 
 step "attack harness, short (scripts/attack/all.mjs: crash, fuzz, races)"
 node scripts/attack/all.mjs --short

@@ -10,6 +10,11 @@
 //     -d '{"type":"prompt","requestId":"r1","text":"hello"}'
 //   curl 'localhost:8787/sessions/s/settlement?commandId=<commandId>&timeoutMs=30000'
 //
+// The model gets `execute` (its code runs in the embedded sandbox, QuickJS in
+// this process) over the `clock` module, and `ui`: a page of your App
+// connected with connectBrowser (`shiitake/ui/browser`) to
+// localhost:8787/browser/sessions/<sessionId>/browser lends it its commands.
+//
 // With SHIITAKE_TOKEN set, every request needs `authorization: Bearer <it>`.
 // Stop it with Ctrl-C (the lease is released); a kill -9 loses nothing
 // accepted: the next start resumes the interrupted turn.
@@ -38,14 +43,15 @@ const shiitake = await openNodeShiitake({
             inputSchema: { type: "object", properties: {}, additionalProperties: false },
             access: "read",
             replaySafe: true,
-            // Offered to the model as a tool of its own (`execute`, which calls
-            // operations from guest code, needs the Worker Loader: not on Node).
+            // Offered to the model as a tool of its own too, beside `execute`.
             direct: true,
             run: () => ({ now: new Date().toISOString() }),
           },
         ],
       },
     ],
+    // The browser bridge: the App a page connects lends the model `ui`.
+    ui: { id: "page" },
   },
 });
 

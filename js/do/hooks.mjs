@@ -3,7 +3,7 @@
 // core calls (src/host/*.rs), checked first by js/do/config.mjs. They
 // carry calls both ways and bound what crosses; nothing here decides.
 import { runGuest } from "../execute.mjs";
-import { EmbeddedSandbox, registeredEngineWasm } from "../sandbox/embedded.mjs";
+import { embeddedSandboxFactory } from "../sandbox/registry.mjs";
 import { WORKSPACE } from "../files.mjs";
 import { readBounded } from "../bounded.mjs";
 import { manifestOf, normalizeRoster, runHook } from "../extensions.mjs";
@@ -261,7 +261,7 @@ const EMBEDDED = Symbol("shiitake.embeddedSandbox");
  * its runs each get a fresh context; one Agent's engine is never another's.
  */
 function embeddedSandbox(object) {
-  object[EMBEDDED] ??= new EmbeddedSandbox(registeredEngineWasm());
+  object[EMBEDDED] ??= embeddedSandboxFactory()();
   return object[EMBEDDED];
 }
 
@@ -311,7 +311,7 @@ export function toolHost(object, fleet = false) {
   const loader = object.env?.LOADER;
   // The default: the Worker Loader where it is bound, else the embedded
   // engine where it is registered (Node; a Worker importing it).
-  const engine = registeredEngineWasm() !== undefined;
+  const engine = embeddedSandboxFactory() !== undefined;
   const embedded = config.sandbox === "embedded" || (config.sandbox === undefined && loader === undefined && engine);
   const noEngine =
     embedded && !engine

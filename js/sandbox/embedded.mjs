@@ -65,6 +65,11 @@ const PRELUDE = `(function (wait, cancel) {
 
 // The engine's linear memory at start: the build's INITIAL_MEMORY (16 MiB).
 const ENGINE_INITIAL_BYTES = 16 * 1024 * 1024;
+// How long an engine not kept (a Worker's) outlives its last run: the runs
+// of one turn, and the turns of a conversation, come seconds apart, and a
+// fresh instantiation costs about 2-3 ms a run (bench/execute.mjs
+// --same-agent); an Agent left idle gives its 16 MiB back after this.
+const ENGINE_IDLE_MS = 10_000;
 const WASM_PAGE_BYTES = 65_536;
 
 /**
@@ -106,26 +111,6 @@ async function newEngine(wasmModule, memoryCap) {
 /** The engine is broken (a trap, the host's stack exhausted): not a guest error QuickJS reported. */
 class EngineFailure extends Error {}
 
-// The engine's wasm for the hosts that run `tools().sandbox: "embedded"`:
-// registered by importing js/sandbox/engine-wasm.mjs (`shiitake/sandbox-engine`,
-// in a Worker) or by js/node.mjs (Node), so a Worker that does not opt in
-// neither bundles nor uploads it. `{wasmModule, keepEngine}`.
-let registeredEngine;
-
-/**
- * Registers the engine's wasm (a WebAssembly.Module, a promise of one, or a
- * function answering either) and whether an Agent keeps its engine between
- * runs (see {@link EmbeddedSandbox}).
- */
-export function registerEngineWasm(wasmModule, { keepEngine = false } = {}) {
-  registeredEngine = { wasmModule, keepEngine };
-}
-
-/** The registered engine, `{wasmModule, keepEngine}`, or undefined. */
-export function registeredEngineWasm() {
-  return registeredEngine;
-}
-
 /**
  * Runs `execute` guests in embedded QuickJS. `wasmModule`: the engine's wasm
  * as a WebAssembly.Module, a promise of one or a function answering either
@@ -134,9 +119,11 @@ export function registeredEngineWasm() {
  * One engine instance serves the runs in flight, each in its own runtime.
  * `keepEngine`: keep it between runs too (a trivial run then costs about a
  * millisecond, not the instantiation's several); else it is released once no
- * run is in flight: V8 counts each engine's 16 MiB linear memory as the
- * isolate's (external) memory, against a Worker's 128 MB, though it commits
- * well under 1 MiB. A grown engine is always released when idle.
+ * run has been in flight for ENGINE_IDLE_MS: V8 counts each engine's 16 MiB
+ * linear memory as the isolate's (external) memory, against a Worker's
+ * 128 MB, though it commits well under 1 MiB. A grown engine is released as
+ * soon as no run is in flight. Either way each run has a fresh runtime and
+ * context: what is kept is the engine, never a guest's state.
  */
 export class EmbeddedSandbox {
   #wasmModule;
@@ -145,12 +132,15 @@ export class EmbeddedSandbox {
   #current;
   #inFlight = 0;
   #keepEngine;
+  #idleMs;
+  #idle;
 
-  /** `limits` (tests): `{memoryBytes, stackBytes, cpuMs}` lower than the defaults. */
-  constructor({ wasmModule, keepEngine = false, limits = {} } = {}) {
+  /** `limits` (tests): `{memoryBytes, stackBytes, cpuMs}` lower than the defaults; `idleMs` (tests): a shorter idle time. */
+  constructor({ wasmModule, keepEngine = false, limits = {}, idleMs = ENGINE_IDLE_MS } = {}) {
     if (!wasmModule) throw new TypeError("EmbeddedSandbox needs the engine's wasmModule");
     this.#wasmModule = wasmModule;
     this.#keepEngine = keepEngine;
+    this.#idleMs = Math.min(idleMs, ENGINE_IDLE_MS);
     this.#limits = {
       memoryBytes: Math.min(limits.memoryBytes ?? GUEST_MEMORY_BYTES_MAX, GUEST_MEMORY_BYTES_MAX),
       stackBytes: Math.min(limits.stackBytes ?? GUEST_STACK_BYTES_MAX, GUEST_STACK_BYTES_MAX),
@@ -164,6 +154,7 @@ export class EmbeddedSandbox {
    */
   async run({ code, namespaces, dispatch, signal } = {}) {
     if (signal?.aborted) return aborted(signal);
+    clearTimeout(this.#idle);
     const harness = guestHarness(code, namespaces);
     if (harness.error !== undefined) return JSON.stringify({ error: harness.error });
     let engine;
@@ -190,7 +181,12 @@ export class EmbeddedSandbox {
       const healthy = run.close();
       // A grown memory never shrinks: an idle engine gives it back.
       const grown = engine.memory.buffer.byteLength > ENGINE_INITIAL_BYTES;
-      if (!healthy || (this.#inFlight === 0 && (grown || !this.#keepEngine))) this.#drop(engine);
+      if (!healthy || (this.#inFlight === 0 && grown)) this.#drop(engine);
+      else if (this.#inFlight === 0 && !this.#keepEngine) {
+        this.#idle = setTimeout(() => this.#drop(engine), this.#idleMs);
+        // Node: an idle engine does not hold the process open.
+        this.#idle.unref?.();
+      }
     }
   }
 

@@ -6,8 +6,9 @@
 // `{ type = "CompiledWasm", globs = ["**/quickjs-wasmfile-release-sync/wasm"], fallthrough = true }`
 // (the specifier does not end in `.wasm`). Node needs no import (js/node.mjs).
 import engine from "@jitl/quickjs-wasmfile-release-sync/wasm";
-import { registerEngineWasm } from "./embedded.mjs";
+import { EmbeddedSandbox } from "./embedded.mjs";
+import { registerEmbeddedSandbox } from "./registry.mjs";
 
 // Released when no run is in flight: its linear memory counts against the
 // isolate's (js/sandbox/embedded.mjs, EmbeddedSandbox).
-registerEngineWasm(engine, { keepEngine: false });
+registerEmbeddedSandbox(() => new EmbeddedSandbox({ wasmModule: engine, keepEngine: false }));

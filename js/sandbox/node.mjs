@@ -1,7 +1,8 @@
 // The embedded sandbox's engine for Node: its wasm compiled from the
 // package's file (a Worker imports it as a CompiledWasm module instead).
 import { readFile } from "node:fs/promises";
-import { EmbeddedSandbox, registerEngineWasm } from "./embedded.mjs";
+import { EmbeddedSandbox } from "./embedded.mjs";
+import { registerEmbeddedSandbox } from "./registry.mjs";
 
 /** The engine's wasm, compiled once per process on first use. */
 let compiled;
@@ -16,7 +17,7 @@ export function engineWasmModule() {
  * isolate memory limit here; each kept engine commits about 0.7 MiB).
  */
 export function registerNodeEngine() {
-  registerEngineWasm(engineWasmModule, { keepEngine: true });
+  registerEmbeddedSandbox(() => new EmbeddedSandbox({ wasmModule: engineWasmModule, keepEngine: true }));
 }
 
 /** An {@link EmbeddedSandbox} on this process's engine wasm, kept between runs unless `keepEngine: false`. */

@@ -17,7 +17,7 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { existsSync } from "node:fs";
-import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -133,6 +133,38 @@ export async function bundleFixture(entryPath, name) {
 }
 
 /**
+ * The `execute` sandbox the fixture Workers of `useWorker({ fixture })` run
+ * on: `SHIITAKE_TEST_SANDBOX` = "loader" (the default: the LOADER binding)
+ * or "embedded" (the fixture bundled with the engine imported, as a Worker
+ * opting in does, and served without LOADER, so `tools().sandbox` unset
+ * picks the embedded sandbox). The test command runs the files whose tests
+ * go through `execute` once more with "embedded" (scripts/test.sh).
+ */
+export const SANDBOX = process.env.SHIITAKE_TEST_SANDBOX ?? "loader";
+if (SANDBOX !== "loader" && SANDBOX !== "embedded") throw new Error(`SHIITAKE_TEST_SANDBOX is "loader" or "embedded", not ${SANDBOX}`);
+
+/**
+ * `bundleFixture` of a Worker entry that first imports the embedded
+ * sandbox's engine (`shiitake/sandbox-engine`), into build/fixtures/<name>.embedded/
+ * (also bench/workerd.mjs, the demo with `--sandbox embedded`).
+ */
+export async function bundleEmbedded(entryPath, name) {
+  const dir = path.join(ROOT, "build/fixtures", `${name}.embedded`);
+  await mkdir(dir, { recursive: true });
+  const wrapper = path.join(dir, `entry.${process.pid}.mjs`);
+  const fixture = JSON.stringify(entryPath);
+  await writeFile(
+    wrapper,
+    `import ${JSON.stringify(path.join(ROOT, "js/sandbox/engine-wasm.mjs"))};\nexport * from ${fixture};\nexport { default } from ${fixture};\n`,
+  );
+  try {
+    return await bundleFixture(wrapper, `${name}.embedded`);
+  } finally {
+    await rm(wrapper, { force: true });
+  }
+}
+
+/**
  * Starts Miniflare on `scriptPath` (the demo Worker by default).
  * `persist: true` keeps Durable Object storage in a temporary directory so
  * that `restart()` can prove what survives; `dispose()` removes it.
@@ -172,8 +204,13 @@ export async function startWorker(options = {}) {
 export function useWorker({ fixture, ...options } = {}) {
   const h = new Harness();
   before(async () => {
-    const scriptPath = fixture === undefined ? options.scriptPath : await bundleFixture(path.join(ROOT, "tests/e2e/fixtures", `${fixture}.mjs`), fixture);
-    await h.open({ ...options, scriptPath });
+    if (fixture === undefined) return h.open(options);
+    const entry = path.join(ROOT, "tests/e2e/fixtures", `${fixture}.mjs`);
+    if (SANDBOX === "embedded" && options.loader !== false) {
+      await h.open({ ...options, loader: false, scriptPath: await bundleEmbedded(entry, fixture) });
+    } else {
+      await h.open({ ...options, scriptPath: await bundleFixture(entry, fixture) });
+    }
   });
   after(() => h.dispose());
   return h;

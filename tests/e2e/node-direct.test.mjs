@@ -5,6 +5,8 @@
 // module (`computers_laptop_run_command`, `goal_end`); the scripted model
 // calls both and gets their results. Grants key them as through `execute`:
 // `computers.laptop` granted `read` refuses the Computer's (write) call.
+// Without `sandbox`, `execute` (the embedded sandbox, Node's default)
+// reaches the same Computer and extension command from guest code.
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -35,8 +37,8 @@ const laptop = {
   },
 };
 
-async function open(name, access) {
-  const tools = { sandbox: "loader", computers: [{ id: "c-laptop", name: "laptop", computer: laptop, direct: true }], ...(access ? { access } : {}) };
+async function open(name, access, sandbox = "loader") {
+  const tools = { ...(sandbox ? { sandbox } : {}), computers: [{ id: "c-laptop", name: "laptop", computer: laptop, direct: true }], ...(access ? { access } : {}) };
   const host = await openNodeShiitake({ path: path.join(dir, `${name}.db`), env, tools, extensions: [{ extension: goal, direct: true }] });
   const api = async (method, rel, body) => {
     const res = await host.fetch(new Request(`http://node.test${rel}`, { method, headers: body === undefined ? {} : { "content-type": "application/json" }, body: body === undefined ? undefined : JSON.stringify(body) }));
@@ -89,6 +91,37 @@ test("grants key a direct Computer as computers.<name>: read refuses its write",
     assert.equal(tool.isError, true, tool.text);
     assert.match(tool.text, /`computers\.laptop` is granted `read` here; this operation needs `write`/);
     assert.equal(calls.length, before, "the Computer was never asked");
+  } finally {
+    await host.close();
+  }
+});
+
+test("on Node execute reaches the same Computer and extension command from guest code (the embedded sandbox, the default)", T, async () => {
+  const { host, api, turn } = await open("execute", undefined, null);
+  try {
+    assert.equal((await api("POST", "/sessions", { sessionId: "x" })).status, 201);
+    const set = await api("POST", "/sessions/x/extensions/goal/commands/set", { requestId: "g1", input: { text: "tidy" } });
+    assert.equal(set.status, 200, set.text);
+    model.scriptFor(
+      "node-execute",
+      {
+        toolCalls: [
+          {
+            name: "execute",
+            arguments: { code: "const ran = await computers.laptop.run_command({ command: 'pwd' }); const ended = await goal.end({ status: 'achieved' }); return { ran, status: ended.status };" },
+          },
+        ],
+      },
+      { text: "done" },
+    );
+    const read = await turn("x", "go node-execute");
+    const names = model.requests("node-execute")[0].body.tools.map((t) => t.function.name);
+    assert.ok(names.includes("execute"), JSON.stringify(names));
+    const tool = read.messages.find((m) => m.role === "tool");
+    assert.ok(!tool.isError, tool.text);
+    assert.deepEqual(JSON.parse(tool.text), { ran: { stdout: "ran pwd" }, status: "achieved" });
+    assert.deepEqual(calls.at(-1), { operation: "run-command", args: { command: "pwd" } });
+    assert.equal(read.extensions.goal.status, "achieved");
   } finally {
     await host.close();
   }

@@ -15,6 +15,7 @@ import { DatabaseSync } from "node:sqlite";
 import { fileURLToPath } from "node:url";
 import { Hono } from "hono";
 import { NodeStoreLeaseError, acquireNodeStoreLease, nodeListener, nodeRuntimeHost, nodeShiitakeDO, openNodeShiitake } from "../../js/node.mjs";
+import { connectBrowser } from "../../js/ui-browser.mjs";
 import { contentText, startModelServer } from "../support/model-server.mjs";
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
@@ -167,6 +168,56 @@ test("a prompt through the app over node:http settles with the model's answer", 
     server.close();
     server.closeAllConnections();
     await host.close();
+  }
+});
+
+test("the example runs execute in the embedded sandbox and lends a connected browser's App as ui", T, async () => {
+  const file = path.join(dir, "example-ui.db");
+  const ex = startExample(file);
+  const url = await ex.ready;
+  const a = client(url);
+  await a.createSession("s");
+  const greeted = [];
+  // A page's bridge client (shiitake/ui/browser) over node:http, as the
+  // Durable Object tests drive it (tests/e2e/ui-bridge.test.mjs).
+  const browser = connectBrowser({
+    baseUrl: `${url}/browser/sessions/s/browser`,
+    whistle: {
+      commands: () => [{ name: "greet", description: "Greets someone", inputSchema: { type: "object", properties: { who: { type: "string" } } } }],
+      async execute(name, input) {
+        greeted.push(input.who);
+        return { greeted: input.who };
+      },
+    },
+  });
+  try {
+    model.scriptFor(
+      "node-example-ui",
+      {
+        toolCalls: [
+          {
+            name: "execute",
+            arguments: {
+              code: "const t = await clock.now({}); const found = await ui.discover({}); const r = await ui.execute({ name: 'greet', input: { who: 'Ada' } }); return { iso: typeof t.now, found: found.map((c) => c.name), r };",
+            },
+          },
+        ],
+      },
+      { text: "greeted" },
+    );
+    const id = await a.admit("s", "r1", "greet Ada node-example-ui");
+    const s = await a.settled("s", id);
+    assert.equal(s.terminal, "completed", JSON.stringify(s));
+    const names = model.requests("node-example-ui")[0].body.tools.map((t) => t.function.name);
+    assert.ok(names.includes("execute") && names.includes("now"), JSON.stringify(names));
+    const tool = (await a.read("s")).messages.find((m) => m.role === "tool");
+    assert.ok(!tool.isError, tool.text);
+    assert.deepEqual(JSON.parse(tool.text), { iso: "string", found: ["greet"], r: { greeted: "Ada" } });
+    assert.deepEqual(greeted, ["Ada"]);
+  } finally {
+    browser.close();
+    ex.child.kill("SIGTERM");
+    await exited(ex.child);
   }
 });
 

@@ -91,9 +91,16 @@ test("a memory bomb ends at the memory cap; an idle engine gives its grown memor
   await serves(box);
 });
 
-test("without keepEngine (a Worker's default) the engine is released once no run is in flight", T, async () => {
-  const box = nodeSandbox({ keepEngine: false });
+test("without keepEngine (a Worker's default) the engine is released once no run has been in flight for its idle time", T, async () => {
+  const box = nodeSandbox({ keepEngine: false, idleMs: 400 });
   await serves(box);
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  // A run within the idle time finds the engine and restarts the wait.
+  assert.equal(box.memoryBytes(), 16 * 1024 * 1024);
+  await serves(box);
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  assert.equal(box.memoryBytes(), 16 * 1024 * 1024);
+  await new Promise((resolve) => setTimeout(resolve, 300));
   assert.equal(box.memoryBytes(), 0);
   const kept = nodeSandbox();
   await serves(kept);

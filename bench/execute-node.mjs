@@ -1,0 +1,96 @@
+// `execute` on the Node host (js/node.mjs): an `execute` tool turn against a
+// plain turn on the same host, in one run.
+//
+//   node bench/execute-node.mjs [--n 40] [--dir /dev/shm]
+//
+// One Agent (a SQLite file in a temporary folder), the scripted model server
+// answering at once; turns interleaved, each its own Session, timed from the
+// prompt to its settlement:
+//   plain    the model answers at once;
+//   direct   the model calls the host operation `calc.add` as a direct tool;
+//   execute  the model calls `execute` with code calling `calc.add` once, in
+//            the embedded sandbox (Node's; its engine kept between runs).
+// Prints medians and the ratios to a plain turn (the issue's target: execute
+// at most 1.5x). The store commits with `synchronous = FULL`, so on a disk
+// each durable step pays an fsync, which a tool turn has more of than a
+// plain one; `--dir /dev/shm` (tmpfs) leaves them out to show the rest.
+// Needs `bash scripts/build.sh`. Asserts nothing.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { openNodeShiitake } from "../js/node.mjs";
+import { startModelServer } from "../tests/support/model-server.mjs";
+
+const { values: args } = parseArgs({ options: { n: { type: "string", default: "40" }, dir: { type: "string", default: tmpdir() } } });
+const N = Number(args.n);
+
+const dir = mkdtempSync(path.join(args.dir, "shiitake-bench-node-"));
+const model = await startModelServer({ fallback: "echo" });
+const host = await openNodeShiitake({
+  path: path.join(dir, "agent.db"),
+  env: { SHIITAKE_MODEL: "openai/bench-node", OPENAI_BASE_URL: model.url, OPENAI_API_KEY: "sk-bench" },
+  tools: {
+    access: { grants: { calc: "read" } },
+    modules: [
+      {
+        id: "calc",
+        operations: [
+          {
+            name: "add",
+            description: "Adds two numbers.",
+            inputSchema: { type: "object", properties: { a: { type: "number" }, b: { type: "number" } } },
+            access: "read",
+            direct: true,
+            run: ({ a, b }) => ({ sum: a + b }),
+          },
+        ],
+      },
+    ],
+  },
+});
+
+const kinds = {
+  plain: () => ({ text: "ok" }),
+  direct: () => ({ toolCalls: [{ name: "add", arguments: { a: 2, b: 3 } }] }),
+  execute: () => ({ toolCalls: [{ name: "execute", arguments: { code: "return await calc.add({ a: 2, b: 3 });" } }] }),
+};
+
+const api = async (method, rel, body) => {
+  const res = await host.fetch(new Request(`http://node.bench${rel}`, { method, headers: { "content-type": "application/json" }, body: body && JSON.stringify(body) }));
+  return res.json();
+};
+
+let seq = 0;
+async function turn(kind) {
+  const tag = `[bench-node-${kind}-${seq++}]`;
+  model.scriptFor(tag, kinds[kind](), { text: "ok" });
+  const sid = `s${seq}`;
+  await api("POST", "/sessions", { sessionId: sid });
+  const start = performance.now();
+  const { commandId } = await api("POST", `/sessions/${sid}/commands`, { type: "prompt", requestId: "r", text: `go ${tag}` });
+  let s = null;
+  while (s === null) s = await api("GET", `/sessions/${sid}/settlement?commandId=${commandId}&timeoutMs=10000`);
+  const ms = performance.now() - start;
+  const calls = kind === "plain" ? 0 : 1;
+  if (s.terminal !== "completed" || s.toolCallCount !== calls) throw new Error(`${kind}: ${JSON.stringify(s)}`);
+  return ms;
+}
+
+const median = (xs) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
+try {
+  for (const kind of Object.keys(kinds)) for (let i = 0; i < 3; i++) await turn(kind);
+  const times = { plain: [], direct: [], execute: [] };
+  for (let i = 0; i < N; i++) for (const kind of Object.keys(kinds)) times[kind].push(await turn(kind));
+  const m = Object.fromEntries(Object.entries(times).map(([k, v]) => [k, median(v)]));
+  const f = (x) => x.toFixed(2);
+  console.log(`Node host (store in ${args.dir}), turns per kind: ${N} (interleaved), medians from prompt to settlement; execute in the embedded sandbox`);
+  console.log(`  plain turn (no tool)  ${f(m.plain)} ms`);
+  console.log(`  direct tool turn      ${f(m.direct)} ms`);
+  console.log(`  execute turn          ${f(m.execute)} ms`);
+  console.log(`tool turn / plain turn: direct ${f(m.direct / m.plain)}, execute ${f(m.execute / m.plain)} (target <= 1.5)`);
+} finally {
+  await host.close();
+  await model.close();
+  rmSync(dir, { recursive: true, force: true });
+}
