@@ -22,13 +22,13 @@ use shiitake::meta::MetaPolicy;
 use shiitake::model::{Answer, ModelItem, RetryPolicy, Role, Usage};
 use shiitake::observe::{Event, Frame};
 use shiitake::run;
-use shiitake::run::agent::{Agent as Machine, Event as Scheduled, Output, TurnId};
+use shiitake::run::agent::{Agent as Machine, Event as Scheduled, Output, Settled, TurnId};
 use shiitake::run::driver::{Input, Offer, TurnPolicy};
 use shiitake::run::schedule::earliest;
 use shiitake::session::admission::ExtensionSends;
 use shiitake::session::command::Delivery;
 use shiitake::sql::{atomically, Sql, SqlError};
-use shiitake::store::{schema, CommandRow, OnSettled, Store};
+use shiitake::store::{schema, Store};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -158,7 +158,7 @@ impl Agent {
     fn ctx<T>(&mut self, now: i64, f: impl FnOnce(&mut Ctx<'_>) -> T) -> Result<T, Crashed> {
         let settled = Settled {
             extensions: self.extensions.as_deref(),
-            replies: &self.replies,
+            replies: Some(&self.replies),
         };
         let mut ctx = Ctx {
             store: Store::observed(&self.db, &settled),
@@ -239,7 +239,7 @@ impl Agent {
                     self.extension_pass(now)?;
                     let settled = Settled {
                         extensions: self.extensions.as_deref(),
-                        replies: &self.replies,
+                        replies: Some(&self.replies),
                     };
                     let mut ctx = Ctx {
                         store: Store::observed(&self.db, &settled),
@@ -318,7 +318,7 @@ impl Agent {
             let (_, input) = self.inputs.remove(at).unwrap();
             let settled = Settled {
                 extensions: self.extensions.as_deref(),
-                replies: &self.replies,
+                replies: Some(&self.replies),
             };
             let mut ctx = Ctx {
                 store: Store::observed(&self.db, &settled),
@@ -401,28 +401,6 @@ fn policy() -> TurnPolicy {
         base_delay_ms: 1_000,
         max_delay_ms: 4_000,
     })
-}
-
-/// The store's observer, as the host's `Inner` is: the extensions'
-/// settled hooks, then the fleet's reply staging.
-struct Settled<'a> {
-    extensions: Option<&'a Extensions>,
-    replies: &'a Replies,
-}
-
-impl OnSettled for Settled<'_> {
-    fn settled(
-        &self,
-        store: Store<'_>,
-        command: &CommandRow,
-        settlement: &str,
-        now_ms: i64,
-    ) -> Result<(), SqlError> {
-        if let Some(extensions) = self.extensions {
-            extensions.settled(store, command, settlement, now_ms)?;
-        }
-        self.replies.settled(store, command, settlement, now_ms)
-    }
 }
 
 /// Extensions, performed as `src/host/extensions.rs` and `runner.rs` do.

@@ -523,14 +523,11 @@ impl OnSettled for Inner {
         settlement: &str,
         now_ms: i64,
     ) -> Result<(), SqlError> {
-        if let Some(ext) = self.extensions() {
-            ext.settled(store, command, settlement, now_ms)?;
+        let replies = self.fleet().map(|fleet| fleet.replies());
+        crate::run::agent::Settled {
+            extensions: self.extensions(),
+            replies: replies.as_ref(),
         }
-        if let Some(fleet) = self.fleet() {
-            fleet
-                .replies()
-                .settled(store, command, settlement, now_ms)?;
-        }
-        Ok(())
+        .settled(store, command, settlement, now_ms)
     }
 }

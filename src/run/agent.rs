@@ -35,8 +35,12 @@ use super::driver::{Action, Input, ToolRun, Turn, TurnPolicy};
 use super::schedule::{self, Schedule};
 use crate::ctx::Ctx;
 use crate::error::ApiError;
+use crate::extension::Extensions;
+use crate::mail::Replies;
 use crate::model::{ModelItem, ToolSpec};
 use crate::observe::{self, Projections};
+use crate::sql::SqlError;
+use crate::store::{CommandRow, OnSettled, Store};
 use std::collections::{HashMap, VecDeque};
 
 pub use super::schedule::Event;
@@ -160,6 +164,33 @@ impl Output {
             | Output::CallModel { turn, .. }
             | Output::RunTool { turn, .. } => Some(*turn),
             _ => None,
+        }
+    }
+}
+
+/// The Agent's one settled-work observer: every settlement runs, inside
+/// its settling transition, the extensions' settled hooks, then the
+/// staging of the replies this Agent owes (`replies`: `None` without a
+/// fleet).
+pub struct Settled<'a> {
+    pub extensions: Option<&'a Extensions>,
+    pub replies: Option<&'a Replies>,
+}
+
+impl OnSettled for Settled<'_> {
+    fn settled(
+        &self,
+        store: Store<'_>,
+        command: &CommandRow,
+        settlement: &str,
+        now_ms: i64,
+    ) -> Result<(), SqlError> {
+        if let Some(extensions) = self.extensions {
+            extensions.settled(store, command, settlement, now_ms)?;
+        }
+        match self.replies {
+            Some(replies) => replies.settled(store, command, settlement, now_ms),
+            None => Ok(()),
         }
     }
 }
@@ -506,7 +537,7 @@ mod tests {
     use crate::meta::MetaPolicy;
     use crate::model::RetryPolicy;
     use crate::observe::Frame;
-    use crate::run::{Step, Window, Work};
+    use crate::run::schedule::tests::step;
     use crate::sql::native::NativeSql;
     use crate::store::Store;
 
@@ -516,21 +547,6 @@ mod tests {
             base_delay_ms: 1_000,
             max_delay_ms: 4_000,
         }))
-    }
-
-    fn step(head: &str) -> Step {
-        Step {
-            session_id: "s".into(),
-            command_id: head.into(),
-            attempt: 1,
-            context: Vec::new(),
-            window: Window::default(),
-            work: Work::Turn,
-            tool_calls: Vec::new(),
-            appended: Vec::new(),
-            meta: None,
-            branch: None,
-        }
     }
 
     fn outputs(a: &mut Agent) -> Vec<String> {

@@ -532,11 +532,12 @@ pub fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::run::{Window, Work};
 
-    fn step(head: &str) -> Step {
+    /// A fresh turn's claim of `head` in Session `s`.
+    pub(in crate::run) fn step(head: &str) -> Step {
         Step {
             session_id: "s".into(),
             command_id: head.into(),
