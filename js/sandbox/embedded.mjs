@@ -37,7 +37,7 @@ const INTERRUPTS_PER_CPU_MS = 4;
 // that resolves that much later) and `cancel(id)`: no code from strings; timers
 // on the host's clock (the door's guest has them too); a console that says
 // nothing (model code logs; the door's console reaches no one either).
-const PRELUDE = `(function (wait, cancel) {
+const PRELUDE = `(function (wait, cancel, codecs) {
   "use strict";
   const refuse = function () {
     throw new EvalError("code generation from strings is not available in the sandbox");
@@ -61,7 +61,114 @@ const PRELUDE = `(function (wait, cancel) {
   seal(globalThis, "clearTimeout", (id) => cancel(Number(id)));
   const quiet = () => {};
   seal(globalThis, "console", Object.freeze({ log: quiet, info: quiet, warn: quiet, error: quiet, debug: quiet }));
+  // The door's guest (workerd) has UTF-8 text codecs and base64; QuickJS
+  // has neither. Their source (CODECS) is evaluated on first use only: it
+  // would double a small run's cost. Writable, as the door's globals are (a
+  // run's context is its own).
+  const names = ["TextEncoder", "TextDecoder", "btoa", "atob"];
+  const define = (key, value) => Object.defineProperty(globalThis, key, { value, writable: true, configurable: true });
+  for (const key of names) {
+    Object.defineProperty(globalThis, key, {
+      configurable: true,
+      get() {
+        const all = codecs();
+        for (const name of names) define(name, all[name]);
+        return all[key];
+      },
+      set(value) {
+        define(key, value);
+      },
+    });
+  }
 })`;
+
+// The guest's TextEncoder, TextDecoder, btoa and atob, as the WHATWG
+// Encoding and HTML standards define them: a lone surrogate encodes as
+// U+FFFD, an invalid sequence decodes to one U+FFFD per maximal subpart, a
+// leading BOM is dropped. Evaluated in a run's context when its code first
+// touches one of them (the prelude's `codecs()`).
+const CODECS = `(() => {
+  "use strict";
+  class TextEncoder {
+    get encoding() { return "utf-8"; }
+    encode(input = "") {
+      const out = [];
+      for (const ch of String(input)) {
+        let c = ch.codePointAt(0);
+        if (c >= 0xd800 && c <= 0xdfff) c = 0xfffd;
+        if (c < 0x80) out.push(c);
+        else if (c < 0x800) out.push(0xc0 | (c >> 6), 0x80 | (c & 63));
+        else if (c < 0x10000) out.push(0xe0 | (c >> 12), 0x80 | ((c >> 6) & 63), 0x80 | (c & 63));
+        else out.push(0xf0 | (c >> 18), 0x80 | ((c >> 12) & 63), 0x80 | ((c >> 6) & 63), 0x80 | (c & 63));
+      }
+      return new Uint8Array(out);
+    }
+  }
+  class TextDecoder {
+    constructor(label = "utf-8") {
+      if (!/^(utf-?8|unicode-1-1-utf-8)$/i.test(String(label).trim())) throw new RangeError("only utf-8 is supported in the sandbox");
+    }
+    get encoding() { return "utf-8"; }
+    decode(input) {
+      if (input === undefined) return "";
+      const bytes = ArrayBuffer.isView(input) ? new Uint8Array(input.buffer, input.byteOffset, input.byteLength) : new Uint8Array(input);
+      const points = [];
+      let cp = 0, needed = 0, seen = 0, lower = 0x80, upper = 0xbf;
+      let i = bytes.length >= 3 && bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf ? 3 : 0;
+      for (; i < bytes.length; i++) {
+        const b = bytes[i];
+        if (needed === 0) {
+          if (b <= 0x7f) points.push(b);
+          else if (b >= 0xc2 && b <= 0xdf) { needed = 1; cp = b & 0x1f; }
+          else if (b >= 0xe0 && b <= 0xef) { if (b === 0xe0) lower = 0xa0; if (b === 0xed) upper = 0x9f; needed = 2; cp = b & 0xf; }
+          else if (b >= 0xf0 && b <= 0xf4) { if (b === 0xf0) lower = 0x90; if (b === 0xf4) upper = 0x8f; needed = 3; cp = b & 7; }
+          else points.push(0xfffd);
+          continue;
+        }
+        if (b < lower || b > upper) {
+          cp = needed = seen = 0; lower = 0x80; upper = 0xbf;
+          points.push(0xfffd);
+          i--;
+          continue;
+        }
+        lower = 0x80; upper = 0xbf;
+        cp = (cp << 6) | (b & 0x3f);
+        if (++seen === needed) { points.push(cp); cp = needed = seen = 0; }
+      }
+      if (needed !== 0) points.push(0xfffd);
+      let text = "";
+      for (let at = 0; at < points.length; at += 8192) text += String.fromCodePoint(...points.slice(at, at + 8192));
+      return text;
+    }
+  }
+  const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const invalid = (message) => Object.assign(new Error(message), { name: "InvalidCharacterError" });
+  const btoa = (data) => {
+    const s = String(data);
+    let out = "";
+    for (let i = 0; i < s.length; i += 3) {
+      const a = s.charCodeAt(i), b = s.charCodeAt(i + 1), c = s.charCodeAt(i + 2);
+      if (a > 255 || b > 255 || c > 255) throw invalid("btoa: a character is outside of the Latin1 range");
+      out += B64[a >> 2] + B64[((a & 3) << 4) | ((b || 0) >> 4)];
+      out += i + 1 < s.length ? B64[((b & 15) << 2) | ((c || 0) >> 6)] : "=";
+      out += i + 2 < s.length ? B64[c & 63] : "=";
+    }
+    return out;
+  };
+  const atob = (data) => {
+    let s = String(data).replace(/[\\t\\n\\f\\r ]/g, "");
+    if (s.length % 4 === 0) s = s.replace(/==?$/, "");
+    if (s.length % 4 === 1 || /[^A-Za-z0-9+/]/.test(s)) throw invalid("atob: the string is not correctly encoded");
+    let out = "", bits = 0, value = 0;
+    for (const ch of s) {
+      value = (value << 6) | B64.indexOf(ch);
+      bits += 6;
+      if (bits >= 8) { bits -= 8; out += String.fromCharCode((value >> bits) & 255); }
+    }
+    return out;
+  };
+  return { TextEncoder, TextDecoder, btoa, atob };
+})()`;
 
 // The engine's linear memory at start: the build's INITIAL_MEMORY (16 MiB).
 const ENGINE_INITIAL_BYTES = 16 * 1024 * 1024;
@@ -299,7 +406,9 @@ class Run {
       if (prelude.error !== undefined) throw new EngineFailure(prelude.error);
       const wait = this.#own(this.#context.newFunction("wait", (id, ms) => this.#wait(id, ms)));
       const cancel = this.#own(this.#context.newFunction("cancel", (id) => this.#cancel(id)));
-      const ready = this.#slice(() => this.#context.callFunction(prelude.value, this.#context.undefined, wait, cancel));
+      // The library owns what a host function returns.
+      const codecs = this.#own(this.#context.newFunction("codecs", () => this.#context.evalCode(CODECS, "codecs.js", { type: "global", strict: true })));
+      const ready = this.#slice(() => this.#context.callFunction(prelude.value, this.#context.undefined, wait, cancel, codecs));
       if (ready.error) throw new EngineFailure(this.#guestError(this.#own(ready.error)));
       this.#own(ready.value);
       const entry = this.#evaluate(`(function (host) {\n"use strict";\n${harness}\nreturn run(host);\n})`, "guest.js");

@@ -120,6 +120,32 @@ for (const [backend, run] of [
     assert.equal(await result("try { await notes.refuse() } catch (e) { return e instanceof Error && e.message }"), "notes.refuse: refused");
   });
 
+  test("the guest has the door's UTF-8 codecs and base64, as the web standards define them", async () => {
+    // Expected values from this process's own (WHATWG) implementations.
+    const text = "aé€😀\ud800z";
+    const bad = [0xef, 0xbb, 0xbf, 0x61, 0xc3, 0x28, 0xe2, 0x82, 0xf0, 0x9f, 0x98, 0x80, 0xed, 0xa0, 0x80, 0xff, 0xf4, 0x90, 0x80, 0x80, 0xe2];
+    const code = `
+      const name = (f) => { try { f(); return "no error"; } catch (e) { return e.name; } };
+      return {
+        encoded: Array.from(new TextEncoder().encode(${JSON.stringify(text)})),
+        decoded: new TextDecoder().decode(new Uint8Array(${JSON.stringify(bad)})),
+        round: new TextDecoder("utf-8").decode(new TextEncoder().encode("ünïcödé 𝄞")),
+        view: new TextDecoder().decode(new DataView(new Uint8Array([0, 0x68, 0x69, 0]).buffer, 1, 2)),
+        b64: [btoa(""), btoa("h"), btoa("he"), btoa("hel"), btoa("hello\\xff")],
+        unb64: [atob(" aGVs\\nbG8= "), atob("aGk"), atob("")],
+        refused: [name(() => btoa("€")), name(() => atob("a")), name(() => atob("ab=c"))],
+      };`;
+    assert.deepEqual(await result(code), {
+      encoded: Array.from(new TextEncoder().encode(text)),
+      decoded: new TextDecoder().decode(Uint8Array.from(bad)),
+      round: "ünïcödé 𝄞",
+      view: "hi",
+      b64: [btoa(""), btoa("h"), btoa("he"), btoa("hel"), btoa("hello\xff")],
+      unb64: [atob(" aGVs\nbG8= "), atob("aGk"), atob("")],
+      refused: ["InvalidCharacterError", "InvalidCharacterError", "InvalidCharacterError"],
+    });
+  });
+
   test("fetch() and connect() in the guest fail: no network", async () => {
     // The loader's guest has them, refused; the embedded one has neither.
     const refused = backend === "loader" ? /not permitted to access the internet/ : /'fetch' is not defined/;
