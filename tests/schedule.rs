@@ -987,3 +987,51 @@ fn a_crash_after_every_durable_transition_commits_a_throwing_timer_hooks_stop_wh
         }
     }
 }
+
+/// One Agent alone, no mail and no outbox of its own: the timer its
+/// settled hook sets in the queue's last settlement rides the alarm and
+/// fires once. (It does not single out `Rearm`: the loop's own claim and
+/// the lane pass every wake asks for read the extensions' deadline too;
+/// `tests/e2e/extensions.test.mjs` covers that ordering.)
+#[test]
+fn a_timer_set_in_the_last_settlement_of_an_idle_agent_rides_the_alarm() {
+    let mut fleet = Fleet::new(&["parent"]);
+    let (parent, now) = (fleet.at("parent"), fleet.now);
+    let p = &mut fleet.agents[parent];
+    p.extend(nudge, now);
+    p.http(now, "POST", "/sessions", json!({ "sessionId": "p" }));
+    for text in ["one", "two"] {
+        let admitted = p.http(
+            now,
+            "POST",
+            "/sessions/p/commands",
+            json!({ "type": "prompt", "requestId": text, "text": text }),
+        );
+        assert_eq!(admitted["status"], "accepted", "{admitted}");
+        if text == "one" {
+            let head = admitted["commandId"].as_str().unwrap().to_owned();
+            p.machine.hold_fresh([(head, "p".to_owned())]);
+        }
+    }
+    p.wake(now);
+    fleet.run();
+    let now = fleet.now;
+    let read = fleet.agents[parent].http(now, "GET", "/sessions/p", Value::Null);
+    let p = &fleet.agents[parent];
+    let texts: Vec<&str> = read["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["one", "two", "nudged"]);
+    let fired =
+        p.db.query(
+            "SELECT value FROM shiitake_state_nudge WHERE collection = 'fired'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(fired[0].text(0).unwrap(), "1", "the timer fired once");
+    assert_eq!(p.deadlines(now), None, "nothing owed");
+}
