@@ -232,10 +232,10 @@ impl ShiitakeCore {
         let _scope = blame::enter(scope.clone());
         Ok(match self.inner.fetch_read(&request, read)? {
             serve::Served::Now(response) => response.into(),
-            serve::Served::Parked(req, park) => {
+            serve::Served::Parked(parked) => {
                 let inner = Rc::clone(&self.inner);
                 wasm_bindgen_futures::future_to_promise(blame::scoped(scope, async move {
-                    inner.parked(req, park).await.map(JsValue::from)
+                    inner.parked(parked).await.map(JsValue::from)
                 }))
                 .into()
             }

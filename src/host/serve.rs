@@ -17,7 +17,17 @@ use wasm_bindgen::prelude::*;
 pub(super) enum Served {
     Now(web_sys::Response),
     /// A settlement long poll, to answer with [`Inner::parked`].
-    Parked(HttpRequest, Park),
+    Parked(Parked),
+}
+
+/// A settlement long poll whose wake was registered in the call that found
+/// its command unsettled: a settlement published before the poll's future
+/// first runs (a fresh core's first reconcile, queued as a microtask) still
+/// wakes it.
+pub(super) struct Parked {
+    req: HttpRequest,
+    timeout_ms: u64,
+    settled: Result<futures::channel::oneshot::Receiver<()>, watch::Full>,
 }
 
 impl Inner {
@@ -52,7 +62,7 @@ impl Inner {
         let body = body::read_bounded(request, BODY_BYTES_MAX).await;
         match self.serve_read(request, path, query, body)? {
             Served::Now(response) => Ok(response),
-            Served::Parked(req, park) => self.parked(req, park).await,
+            Served::Parked(parked) => self.parked(parked).await,
         }
     }
 
@@ -112,24 +122,34 @@ impl Inner {
             return self.acp(&req).map(Served::Now);
         }
         let mut response = self.serve(&req);
-        if let Some(park) = response.effects.park.take() {
-            return Ok(Served::Parked(req, park));
+        if let Some(Park {
+            command_id,
+            timeout_ms,
+        }) = response.effects.park.take()
+        {
+            let settled = self.observers.wait(&command_id);
+            return Ok(Served::Parked(Parked {
+                req,
+                timeout_ms,
+                settled,
+            }));
         }
         self.answer(&req, response).map(Served::Now)
     }
 
     /// A settlement long poll's answer, once its command settled or its
     /// time is up.
-    pub(super) async fn parked(
-        &self,
-        mut req: HttpRequest,
-        park: Park,
-    ) -> Result<web_sys::Response, JsValue> {
-        let response = match self.observers.wait(&park.command_id) {
+    pub(super) async fn parked(&self, parked: Parked) -> Result<web_sys::Response, JsValue> {
+        let Parked {
+            mut req,
+            timeout_ms,
+            settled,
+        } = parked;
+        let response = match settled {
             Err(watch::Full) => ApiError::TooManyObservers.into(),
             Ok(settled) => {
                 // The client going away never cancels the command.
-                let _ = select(settled, bindings::sleep(park.timeout_ms)).await;
+                let _ = select(settled, bindings::sleep(timeout_ms)).await;
                 req.waited = true;
                 self.serve(&req)
             }

@@ -91,7 +91,14 @@ test("a Session whose calls keep trapping settles interrupted alone; a Session o
 
   const trapTag = uniq("always-traps");
   h.model.scriptFor(trapTag, ...Array.from({ length: ATTEMPTS_MAX }, () => ({ chunks: [`boom ${PANIC_MARKER}`] })));
-  const s = await a.settle("bad", "r1", `trap ${trapTag}`, { boundMs: 40_000 });
+  const commandId = await a.admit("bad", "r1", `trap ${trapTag}`);
+  // One long poll, parked across every reset, is answered by the settlement
+  // (a fresh core settles the turn as it opens), not by its timeout.
+  const parkedAt = Date.now();
+  const poll = await a.settlement("bad", commandId, 30_000);
+  assert.notEqual(poll.json, null, "not settled");
+  assert.ok(Date.now() - parkedAt < 30_000, "the parked long poll was answered by its timeout, not by the settlement");
+  const s = poll.json;
   assert.equal(s.terminal, "interrupted", JSON.stringify(s));
   assert.match(s.diagnostic, /attempt limit 3 reached/);
   assert.equal(h.model.requests(trapTag).length, ATTEMPTS_MAX, "one call per attempt");
@@ -104,8 +111,8 @@ test("a Session whose calls keep trapping settles interrupted alone; a Session o
   assert.equal(running?.attempt, 1, "never a new attempt");
   assert.ok(startedAttempts(w.events, held).every((n) => n === 1));
   await w.until((ev) => ev.event === "snapshot", 10_000);
-  const poll = await a.settlement("calm", held, 0);
-  assert.equal(poll.json, null, "not settled");
+  const calm = await a.settlement("calm", held, 0);
+  assert.equal(calm.json, null, "not settled");
   await w.close();
   await a.abort("calm");
 });
