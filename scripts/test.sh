@@ -109,7 +109,14 @@ set -m
 release_pid=$!
 set +m
 # shellcheck disable=SC2064 # the pid and log are fixed now
-trap "rc=\$?; kill -- -$release_pid 2>/dev/null || true; rm -f '$release_log'; summary \$rc" EXIT
+# Jobs run beside a step (see `beside` below), by process group.
+declare -A beside_pid beside_log
+stop_jobs() {
+  local pid
+  for pid in "$release_pid" "${beside_pid[@]}"; do kill -- -"$pid" 2>/dev/null || true; done
+  rm -f "$release_log" "${beside_log[@]}"
+}
+trap 'rc=$?; stop_jobs; summary $rc' EXIT
 
 step "cargo clippy (native)"
 cargo clippy --all-targets -- -D warnings
@@ -149,16 +156,32 @@ if ! command -v tmux >/dev/null 2>&1; then
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >&2
 fi
 
-step "end-to-end tests (node --test, Miniflare): independent files side by side"
-# Every file starts its own Miniflare on free ports, a fresh Durable Object per
-# test, temporary folders of its own, and bundles its fixtures atomically
-# (scripts/bundle.mjs), so files share no port or state: two run at a time
-# (a 2-core machine). The files below assert an upper bound on a wait (a
-# deadline, a retry's timer, a long poll's answer), start ten Miniflares
-# within one test's 30 s (tools-config), or read a terminal's lines in an
-# order a loaded machine can change (chat-cli, seen once beside another
-# file); they run afterwards one at a time, on a machine the others no
-# longer load.
+# A job run beside a step (its output printed when it ends, so the step's
+# own output stays readable): `beside NAME CMD...` starts it, `joined NAME`
+# waits for it, prints its output and fails if it failed. Each pairing keeps
+# the machine's two cores busy without putting a second deadline-sensitive
+# file beside a deadline-sensitive one.
+beside() {
+  local name=$1
+  shift
+  beside_log[$name]=$(mktemp)
+  set -m
+  ("$@") </dev/null >"${beside_log[$name]}" 2>&1 &
+  beside_pid[$name]=$!
+  set +m
+}
+joined() {
+  local name=$1 rc=0
+  wait "${beside_pid[$name]}" || rc=$?
+  printf '\n==== (beside) %s: exit %s ====\n' "$name" "$rc"
+  cat "${beside_log[$name]}"
+  rm -f "${beside_log[$name]}"
+  unset "beside_pid[$name]" "beside_log[$name]"
+  [ "$rc" -eq 0 ] || { echo "[test] $name failed (exit $rc)" >&2; exit "$rc"; }
+}
+
+step "end-to-end tests (node --test, Miniflare) in three lanes: the independent files two at a time, then those with deadlines one at a time; beside them the embedded sandbox's pass and the attack harness"
+# Deadline files: each runs alone in its lane (never beside another of them).
 e2e_serial=(
   tests/e2e/alarm.test.mjs
   tests/e2e/chat-cli.test.mjs
@@ -180,22 +203,26 @@ shopt -s globstar
 for f in tests/e2e/**/*.test.mjs; do
   [[ " ${e2e_serial[*]} " == *" $f "* ]] || e2e_parallel+=("$f")
 done
+# The tests that go through `execute` in a Durable Object, again with their
+# Workers (fixtures and the demo) bundled with the engine and served without
+# LOADER (tests/e2e/helpers.mjs SANDBOX): the same tests on the other backend
+# (the Worker Loader pass is the first lane). One file at a time; ui-bridge
+# and sandbox-abuse assert deadlines, so they run after the deadline lane.
+embedded() {
+  SHIITAKE_TEST_SANDBOX=embedded node --test --test-concurrency=1 \
+    tests/e2e/tools.test.mjs tests/e2e/tool-events.test.mjs tests/e2e/tools-recovery.test.mjs \
+    tests/e2e/tool-closure.test.mjs tests/e2e/computers.test.mjs tests/e2e/fleet.test.mjs \
+    tests/e2e/fleet-forgery.test.mjs tests/e2e/fleet-directory.test.mjs tests/e2e/extensions.test.mjs \
+    tests/e2e/files-grant.test.mjs tests/e2e/models.test.mjs tests/e2e/mcp.test.mjs \
+    tests/e2e/tools-config.test.mjs tests/e2e/ui-chromium.test.mjs tests/e2e/ui-browser.test.mjs \
+    tests/e2e/acp.test.mjs tests/e2e/openapi.test.mjs tests/e2e/anthropic.test.mjs tests/e2e/files.test.mjs
+}
+beside embedded embedded
+# The attack harness (crash, fuzz, races: scripts/attack/all.mjs) runs its
+# own Workers and asserts no deadline tighter than its bounds.
+beside attack node scripts/attack/all.mjs --short
 node --test --test-concurrency=2 "${e2e_parallel[@]}"
-
-step "end-to-end tests with deadlines, one file at a time"
+joined attack
 node --test --test-concurrency=1 "${e2e_serial[@]}"
-
-step "end-to-end execute tests again on the embedded sandbox (SHIITAKE_TEST_SANDBOX=embedded)"
-# The Durable Object tests that go through `execute`, their fixture Workers
-# bundled with the engine and served without LOADER (tests/e2e/helpers.mjs
-# SANDBOX): the same tests on the other backend. The Worker Loader pass is
-# the run above. ui-bridge and sandbox-abuse assert deadlines: one at a time.
-SHIITAKE_TEST_SANDBOX=embedded node --test --test-concurrency=2 \
-  tests/e2e/tools.test.mjs tests/e2e/tool-events.test.mjs tests/e2e/tools-recovery.test.mjs \
-  tests/e2e/tool-closure.test.mjs tests/e2e/computers.test.mjs tests/e2e/fleet.test.mjs \
-  tests/e2e/fleet-forgery.test.mjs tests/e2e/fleet-directory.test.mjs tests/e2e/extensions.test.mjs \
-  tests/e2e/files-grant.test.mjs tests/e2e/models.test.mjs
+joined embedded
 SHIITAKE_TEST_SANDBOX=embedded node --test --test-concurrency=1 tests/e2e/ui-bridge.test.mjs tests/e2e/sandbox-abuse.test.mjs
-
-step "attack harness, short (scripts/attack/all.mjs: crash, fuzz, races)"
-node scripts/attack/all.mjs --short

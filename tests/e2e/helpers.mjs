@@ -133,9 +133,9 @@ export async function bundleFixture(entryPath, name) {
 }
 
 /**
- * The `execute` sandbox the fixture Workers of `useWorker({ fixture })` run
- * on: `SHIITAKE_TEST_SANDBOX` = "loader" (the default: the LOADER binding)
- * or "embedded" (the fixture bundled with the engine imported, as a Worker
+ * The `execute` sandbox the fixture Workers and the demo of `startWorker`
+ * run on: `SHIITAKE_TEST_SANDBOX` = "loader" (the default: the LOADER
+ * binding) or "embedded" (bundled with the engine imported, as a Worker
  * opting in does, and served without LOADER, so `tools().sandbox` unset
  * picks the embedded sandbox). The test command runs the files whose tests
  * go through `execute` once more with "embedded" (scripts/test.sh).
@@ -165,7 +165,10 @@ export async function bundleEmbedded(entryPath, name) {
 }
 
 /**
- * Starts Miniflare on `scriptPath` (the demo Worker by default).
+ * Starts Miniflare on `scriptPath`, or on `fixture` (a Worker under
+ * tests/e2e/fixtures/, without `.mjs`, bundled), or on the demo Worker;
+ * a fixture or the demo run on the SANDBOX the test command asks for
+ * (`loader: false` keeps them without any `execute` sandbox).
  * `persist: true` keeps Durable Object storage in a temporary directory so
  * that `restart()` can prove what survives; `dispose()` removes it.
  *
@@ -197,23 +200,35 @@ export async function startWorker(options = {}) {
 /**
  * The Worker of a suite: one harness, started with `startWorker(options)`
  * before the first test of the suite this is called in (the file, or a
- * `describe` block) and disposed after its last. `fixture` names a Worker
- * under tests/e2e/fixtures/ (without `.mjs`) to bundle and serve instead of
- * the demo. The harness is usable from the suite's tests on.
+ * `describe` block) and disposed after its last. The harness is usable
+ * from the suite's tests on.
  */
-export function useWorker({ fixture, ...options } = {}) {
+export function useWorker(options = {}) {
   const h = new Harness();
-  before(async () => {
-    if (fixture === undefined) return h.open(options);
-    const entry = path.join(ROOT, "tests/e2e/fixtures", `${fixture}.mjs`);
-    if (SANDBOX === "embedded" && options.loader !== false) {
-      await h.open({ ...options, loader: false, scriptPath: await bundleEmbedded(entry, fixture) });
-    } else {
-      await h.open({ ...options, scriptPath: await bundleFixture(entry, fixture) });
-    }
-  });
+  before(() => h.open(options));
   after(() => h.dispose());
   return h;
+}
+
+// Bundles by `${name}:${sandbox}`, each made once per process.
+const bundles = new Map();
+
+/**
+ * The Worker script `open()` serves: `fixture` (a Worker under
+ * tests/e2e/fixtures/, without `.mjs`) or the demo when neither it nor
+ * `scriptPath` is given, bundled for SANDBOX: with "embedded" and the
+ * LOADER binding asked for, the engine imported and LOADER left out (so
+ * `tools().sandbox` unset picks the embedded sandbox). `{scriptPath, loader}`.
+ */
+async function workerScript({ fixture, scriptPath, loader }) {
+  if (scriptPath !== undefined) return { scriptPath, loader };
+  const embedded = SANDBOX === "embedded" && loader;
+  if (fixture === undefined && !embedded) return { scriptPath: DEMO_SCRIPT, loader };
+  const name = fixture ?? "demo";
+  const entry = fixture === undefined ? path.join(ROOT, "js/demo.mjs") : path.join(ROOT, "tests/e2e/fixtures", `${fixture}.mjs`);
+  const key = `${name}:${embedded ? "embedded" : "loader"}`;
+  if (!bundles.has(key)) bundles.set(key, embedded ? bundleEmbedded(entry, name) : bundleFixture(entry, name));
+  return { scriptPath: await bundles.get(key), loader: loader && !embedded };
 }
 
 /** `startWorker`'s `model` option as `{fallback, provider}`; `fallback` undefined: no server. */
@@ -260,7 +275,8 @@ export class Harness {
   }
 
   /** Starts the model server (if any) and Miniflare: `startWorker`'s options. */
-  async open({ scriptPath = DEMO_SCRIPT, persist = false, model = "hold", bindings = {}, loader = true, r2Buckets = [], peers = [], log } = {}) {
+  async open({ fixture, scriptPath: given, persist = false, model = "hold", bindings = {}, loader: asked = true, r2Buckets = [], peers = [], log } = {}) {
+    const { scriptPath, loader } = await workerScript({ fixture, scriptPath: given, loader: asked });
     if (!existsSync(scriptPath)) {
       throw new Error(`${path.relative(ROOT, scriptPath)} is missing: run \`bash scripts/build.sh\` first`);
     }

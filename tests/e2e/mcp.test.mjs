@@ -11,15 +11,13 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import http from "node:http";
-import path from "node:path";
 import { after, before, test } from "node:test";
-import { ROOT, bundleFixture, execute, filesUnder, kind, startWorker, uniq } from "./helpers.mjs";
+import { execute, filesUnder, kind, startWorker, uniq } from "./helpers.mjs";
 import { startHangingServer, startMcpServer, startRedirectServer } from "../support/mcp-server.mjs";
 
 const TOKEN = "mcp-bearer-3d9f1c7a-secret";
 const CONNECT_TIMEOUT_MS = 2000;
 let h;
-let script;
 const servers = {};
 before(async () => {
   servers.notes = await startMcpServer({ mode: "sse", pageSize: 2 });
@@ -35,9 +33,8 @@ before(async () => {
     { name: "stuck", url: servers.hang.url },
     { name: "denied", url: servers.secure.url, headers: { authorization: "Bearer wrong-token" } },
   ];
-  script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/mcp-worker.mjs"), "mcp-worker");
   h = await startWorker({
-    scriptPath: script,
+    fixture: "mcp-worker",
     model: "echo",
     persist: true,
     bindings: { MCP_SERVERS_JSON: JSON.stringify(list), MCP_TIMEOUT_MS: CONNECT_TIMEOUT_MS },
@@ -210,9 +207,8 @@ test("an unavailable server is tried again once the retry interval has passed", 
     req.pipe(upstream);
   });
   await new Promise((resolve) => flaky.listen(0, "127.0.0.1", resolve));
-  const script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/mcp-worker.mjs"), "mcp-worker");
   const h2 = await startWorker({
-    scriptPath: script,
+    fixture: "mcp-worker",
     model: "echo",
     bindings: {
       MCP_SERVERS_JSON: JSON.stringify([{ name: "flaky", url: `http://127.0.0.1:${flaky.address().port}/mcp` }]),
@@ -251,7 +247,7 @@ test("a direct server's tools are direct tools: offered and called without execu
     // Not direct: without execute, nothing of it is offered.
     { name: "pnotes", url: plain.url },
   ];
-  const w = await startWorker({ scriptPath: script, model: "echo", loader: false, bindings: { MCP_SERVERS_JSON: JSON.stringify(list) } });
+  const w = await startWorker({ fixture: "mcp-worker", model: "echo", loader: false, bindings: { MCP_SERVERS_JSON: JSON.stringify(list) } });
   try {
     const a = w.agent();
     const tag = uniq("direct");
@@ -284,7 +280,7 @@ test("a direct server past one model request's 64 tools leaves the Agent serving
   const wide = await startMcpServer({ mode: "json", base: false, extra: Array.from({ length: 65 }, (_, i) => `w${i}`) });
   const logs = [];
   const w = await startWorker({
-    scriptPath: script,
+    fixture: "mcp-worker",
     model: "echo",
     log: (chunk) => logs.push(chunk),
     bindings: { MCP_SERVERS_JSON: JSON.stringify([{ name: "wide", url: wide.url, direct: true }]) },
@@ -330,7 +326,7 @@ test("a direct server past one model request's 64 tools leaves the Agent serving
 test("a server that gains a tool offers it without a restart: listed again each retry interval (the SDK's list_changed goes to a GET stream no one holds)", T, async () => {
   const gains = await startMcpServer({ mode: "sse", base: false, extra: ["first"] });
   const list = [{ name: "gains", url: gains.url, direct: true }];
-  const w = await startWorker({ scriptPath: script, model: "echo", loader: false, bindings: { MCP_SERVERS_JSON: JSON.stringify(list), MCP_RETRY_MS: 1000 } });
+  const w = await startWorker({ fixture: "mcp-worker", model: "echo", loader: false, bindings: { MCP_SERVERS_JSON: JSON.stringify(list), MCP_RETRY_MS: 1000 } });
   try {
     const a = w.agent();
     await a.createSession("g");
@@ -359,7 +355,7 @@ test("a server that gains a tool offers it without a restart: listed again each 
 /** A Worker without LOADER over one direct server, `retryMs` its retry interval: runs numbered turns in one Session. */
 async function directAgent(server, retryMs) {
   const list = [{ name: "srv", url: server.url, direct: true }];
-  const w = await startWorker({ scriptPath: script, model: "echo", loader: false, bindings: { MCP_SERVERS_JSON: JSON.stringify(list), MCP_RETRY_MS: retryMs } });
+  const w = await startWorker({ fixture: "mcp-worker", model: "echo", loader: false, bindings: { MCP_SERVERS_JSON: JSON.stringify(list), MCP_RETRY_MS: retryMs } });
   const a = w.agent();
   await a.createSession("n");
   /** Turn `n` answered by `script`: the tools the model was offered, and the last tool message. */

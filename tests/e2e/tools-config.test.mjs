@@ -3,21 +3,16 @@
 // a `confirm` operation is refused; the same tool turn over the Anthropic
 // Messages wire format. Fixture: tests/e2e/fixtures/tools-worker.mjs.
 import assert from "node:assert/strict";
-import path from "node:path";
-import { after, before, test } from "node:test";
-import { ROOT, bundleFixture, execute, kind, startWorker, uniq } from "./helpers.mjs";
+import { after, test } from "node:test";
+import { execute, kind, startWorker, uniq } from "./helpers.mjs";
 
-let script;
 const workers = [];
-before(async () => {
-  script = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/tools-worker.mjs"), "tools-worker");
-});
 after(async () => {
   for (const h of workers) await h.dispose();
 });
 
 async function worker(options) {
-  const h = await startWorker({ scriptPath: script, model: "echo", ...options });
+  const h = await startWorker({ fixture: "tools-worker", model: "echo", ...options });
   workers.push(h);
   return h;
 }
@@ -91,7 +86,6 @@ test("Anthropic: execute and a direct tool over tool_use / tool_result blocks", 
 });
 
 test("tools() with an unknown key or a value of the wrong kind is refused naming the key; nothing is dropped silently", T, async () => {
-  const config = await bundleFixture(path.join(ROOT, "tests/e2e/fixtures/config-worker.mjs"), "config-worker");
   const expected = {
     "moved-confirm": /tools\(\)\.confirm: unknown key `confirm` \(the confirm hook is `access\.confirm`\)/,
     "typo": /tools\(\)\.mcpServer: unknown key `mcpServer`; known: modules, access, mcpServers/,
@@ -105,7 +99,7 @@ test("tools() with an unknown key or a value of the wrong kind is refused naming
     "ui-empty-id": /tools\(\): ui\.id must be a non-empty string of at most 128 bytes/,
   };
   for (const [name, pattern] of Object.entries(expected)) {
-    const h = await worker({ scriptPath: config, bindings: { TOOLS_CASE: name } });
+    const h = await worker({ fixture: "config-worker", bindings: { TOOLS_CASE: name } });
     const { a, sid } = await h.session();
     const settled = await a.settle(sid, "r1", "hello");
     assert.equal(settled.terminal, "failed", `${name}: ${JSON.stringify(settled)}`);
