@@ -244,6 +244,7 @@ impl Side {
             Some(Usage {
                 input_tokens: 40,
                 output_tokens: 9,
+                ..Usage::default()
             }),
             Vec::new(),
         );

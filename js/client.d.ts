@@ -46,8 +46,15 @@ export interface SessionList {
 }
 
 export interface TokenUsage {
+  /** The whole prompt, cached parts included. */
   inputTokens: number;
   outputTokens: number;
+  /** Prompt tokens read from the provider's prompt cache; absent when it reports none. */
+  cacheReadTokens?: number;
+  /** Prompt tokens written to the provider's prompt cache (Anthropic; OpenAI reports none). */
+  cacheWriteTokens?: number;
+  /** Output tokens spent reasoning, where the provider reports them apart (OpenAI). */
+  reasoningTokens?: number;
 }
 
 /**

@@ -635,6 +635,7 @@ fn the_estimate_is_the_last_reported_input_plus_the_bytes_since() {
         Some(shiitake::model::Usage {
             input_tokens: 1_000,
             output_tokens: 10,
+            ..shiitake::model::Usage::default()
         }),
         Vec::new(),
     );

@@ -202,6 +202,7 @@ fn model(context: &[ModelItem], system: Option<&str>, tokens_per_byte: u64) -> A
             n => n * text_bytes(context),
         },
         output_tokens: 1,
+        ..Usage::default()
     });
     if system.is_some() {
         let [ModelItem::Message(request)] = context else {

@@ -228,6 +228,7 @@ fn answer(text: &str) -> Answer {
         Some(Usage {
             input_tokens: 1,
             output_tokens: 1,
+            ..Usage::default()
         }),
         Vec::new(),
     )

@@ -22,6 +22,7 @@ fn answer(text: &str) -> Answer {
         Some(Usage {
             input_tokens: 10,
             output_tokens: 2,
+            ..Usage::default()
         }),
         Vec::new(),
     )

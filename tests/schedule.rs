@@ -476,6 +476,7 @@ fn echo(context: &[ModelItem]) -> Answer {
         Some(Usage {
             input_tokens: 1,
             output_tokens: 1,
+            ..Usage::default()
         }),
         Vec::new(),
     )

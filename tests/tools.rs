@@ -40,6 +40,7 @@ fn calls_answer(text: &str, calls: Vec<ToolCall>) -> Answer {
         Some(Usage {
             input_tokens: 5,
             output_tokens: 1,
+            ..Usage::default()
         }),
         calls,
     )
@@ -233,7 +234,8 @@ fn calls_are_recorded_before_they_run_and_each_outcome_closes_one() {
         settled[0].usage,
         Some(Usage {
             input_tokens: 10,
-            output_tokens: 2
+            output_tokens: 2,
+            ..Usage::default()
         })
     );
 }

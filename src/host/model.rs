@@ -17,29 +17,26 @@ use crate::run::driver::Input;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
-/// Calls the turn's model (`target`, resolved at its start) with `context`, streaming each text delta to
+/// What one model call sends besides the model: the turn's prompt.
+pub struct Prompt<'a> {
+    pub instructions: Option<&'a str>,
+    pub context: &'a [ModelItem],
+    pub tools: &'a [ToolSpec],
+    /// The Session's `prompt_cache_key` ([`crate::model::prompt_cache_key`]).
+    pub cache_key: &'a str,
+}
+
+/// Calls the turn's model (`target`, resolved at its start) with `prompt`, streaming each text delta to
 /// `on_delta`. A failure's diagnostic holds provider text: it leaves here
 /// redacted (no configured key in any form) and bounded.
 pub async fn call(
     config: &HostConfig,
     target: &Target,
-    instructions: Option<&str>,
-    context: &[ModelItem],
-    tools: &[ToolSpec],
+    prompt: &Prompt<'_>,
     stopper: &Stopper,
     on_delta: &dyn Fn(&str),
 ) -> Input {
-    match attempt(
-        config,
-        target,
-        instructions,
-        context,
-        tools,
-        stopper,
-        on_delta,
-    )
-    .await
-    {
+    match attempt(config, target, prompt, stopper, on_delta).await {
         _ if stopper.is_stopped() => Input::Stopped,
         Ok(answer) => Input::Answered(answer),
         Err(e) => Input::Failed(ModelError {
@@ -53,20 +50,19 @@ pub async fn call(
 async fn attempt(
     config: &HostConfig,
     target: &Target,
-    instructions: Option<&str>,
-    context: &[ModelItem],
-    tools: &[ToolSpec],
+    prompt: &Prompt<'_>,
     stopper: &Stopper,
     on_delta: &dyn Fn(&str),
 ) -> Result<Answer, ModelError> {
     let spec = &target.resolved.spec;
     let request = ToolRequest {
         spec,
-        instructions,
-        items: context,
-        tools,
+        instructions: prompt.instructions,
+        items: prompt.context,
+        tools: prompt.tools,
         max_output_tokens: config.max_output_tokens,
         reasoning: target.resolved.reasoning,
+        cache_key: Some(prompt.cache_key),
     };
     let call = build_call_with_tools(&target.provider, &request)?;
     let streamed = stream(&call, spec.provider, stopper, config, on_delta);

@@ -460,16 +460,16 @@ impl Inner {
                         };
                         self.publish(&session_id, "frame", &delta);
                     };
-                    let input = model::call(
-                        &self.config,
-                        &resolved,
-                        instructions.as_deref(),
-                        &context,
-                        &tools,
-                        &called_stopper,
-                        &on_delta,
-                    )
-                    .await;
+                    let cache_key = crate::model::prompt_cache_key(&self.agent, &session_id);
+                    let prompt = model::Prompt {
+                        instructions: instructions.as_deref(),
+                        context: &context,
+                        tools: &tools,
+                        cache_key: &cache_key,
+                    };
+                    let input =
+                        model::call(&self.config, &resolved, &prompt, &called_stopper, &on_delta)
+                            .await;
                     (input, None)
                 };
                 performing.push(turn, stopper, blame::scoped(scope, called));

@@ -762,6 +762,7 @@ mod tests {
                 tools: &tools,
                 max_output_tokens: 1,
                 reasoning: None,
+                cache_key: None,
             };
             build_call_with_tools(&ProviderConfig::new(spec.provider, None, None), &request)
                 .unwrap();

@@ -15,8 +15,9 @@ use std::borrow::Cow;
 #[derive(Serialize)]
 struct Body<'a> {
     model: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    system: Option<&'a str>,
+    /// One text block, a prompt-cache breakpoint ([`breakpoints`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    system: Vec<Cached<'a>>,
     messages: Vec<Message<'a>>,
     max_tokens: u32,
     stream: bool,
@@ -73,11 +74,64 @@ fn thinking(level: Option<Reasoning>, max_tokens: u32, messages: &[Message]) -> 
     })
 }
 
-#[derive(Serialize)]
 struct Message<'a> {
     role: &'static str,
     content: Vec<Part<'a>>,
+    /// Whether its last block is a prompt-cache breakpoint ([`breakpoints`]).
+    cached: bool,
 }
+
+impl Serialize for Message<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeSeq, SerializeStruct};
+        struct Content<'m, 'a>(&'m Message<'a>);
+        impl Serialize for Content<'_, '_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let parts = &self.0.content;
+                let mut seq = serializer.serialize_seq(Some(parts.len()))?;
+                for (at, part) in parts.iter().enumerate() {
+                    if self.0.cached && at + 1 == parts.len() {
+                        seq.serialize_element(&Cached::new(part))?;
+                    } else {
+                        seq.serialize_element(part)?;
+                    }
+                }
+                seq.end()
+            }
+        }
+        let mut message = serializer.serialize_struct("Message", 2)?;
+        message.serialize_field("role", self.role)?;
+        message.serialize_field("content", &Content(self))?;
+        message.end()
+    }
+}
+
+/// A block that ends a prompt-cache breakpoint: `cache_control` beside its
+/// own fields.
+#[derive(Serialize)]
+struct Cached<'a, T: Serialize = Part<'a>> {
+    #[serde(flatten)]
+    block: &'a T,
+    cache_control: Ephemeral,
+}
+
+impl<'a, T: Serialize> Cached<'a, T> {
+    fn new(block: &'a T) -> Self {
+        Cached {
+            block,
+            cache_control: EPHEMERAL,
+        }
+    }
+}
+
+#[derive(Serialize, Clone, Copy)]
+struct Ephemeral {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// Anthropic's only cache type (a 5-minute lifetime, renewed by each read).
+const EPHEMERAL: Ephemeral = Ephemeral { kind: "ephemeral" };
 
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -129,6 +183,9 @@ struct Tool<'a> {
     #[serde(skip_serializing_if = "str::is_empty")]
     description: &'a str,
     input_schema: &'a Value,
+    /// On the last tool when no system prompt carries the breakpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<Ephemeral>,
 }
 
 impl Message<'_> {
@@ -176,8 +233,11 @@ fn image_parts(images: &[Image]) -> impl Iterator<Item = Part<'_>> {
 ///   blocks and has its role (a user follow-up lands in the results'
 ///   message as text and image blocks; empty text is dropped there);
 ///   otherwise it is its own message, exactly as without tools.
-fn messages<'a>(turns: &'a [Turn<'a>]) -> Vec<Message<'a>> {
+///
+/// Also says, for each turn, the message it landed in.
+fn messages<'a>(turns: &'a [Turn<'a>]) -> (Vec<Message<'a>>, Vec<usize>) {
     let mut out: Vec<Message<'a>> = Vec::with_capacity(turns.len());
+    let mut landed = Vec::with_capacity(turns.len());
     for turn in turns {
         match turn {
             Turn::Message(message) => {
@@ -192,6 +252,7 @@ fn messages<'a>(turns: &'a [Turn<'a>]) -> Vec<Message<'a>> {
                     _ => out.push(Message {
                         role,
                         content: message_parts(message),
+                        cached: false,
                     }),
                 }
             }
@@ -215,6 +276,7 @@ fn messages<'a>(turns: &'a [Turn<'a>]) -> Vec<Message<'a>> {
                             out.push(Message {
                                 role: "assistant",
                                 content,
+                                cached: false,
                             });
                         }
                     }
@@ -252,12 +314,14 @@ fn messages<'a>(turns: &'a [Turn<'a>]) -> Vec<Message<'a>> {
                     _ => out.push(Message {
                         role: "user",
                         content: vec![part],
+                        cached: false,
                     }),
                 }
             }
         }
+        landed.push(out.len().saturating_sub(1));
     }
-    out
+    (out, landed)
 }
 
 fn tool(spec: &ToolSpec) -> Tool<'_> {
@@ -265,23 +329,66 @@ fn tool(spec: &ToolSpec) -> Tool<'_> {
         name: &spec.name,
         description: &spec.description,
         input_schema: &spec.parameters,
+        cache_control: None,
+    }
+}
+
+/// Anthropic caches a request's prefix up to each block marked with
+/// `cache_control` (at most 4, which these never pass), in the order tools,
+/// system, messages; a later request that repeats the prefix reads it at a
+/// tenth of the input price (a write costs a quarter more, once). The
+/// breakpoints, each where a prefix stays the same for many requests:
+/// - the system prompt (with the tools before it), or the last tool when
+///   there is no system prompt;
+/// - the first message: the newest compaction's summary when one leads the
+///   context, else the oldest message the window holds;
+/// - the message before the running turn's prompt (the last user message):
+///   the older turns, the same for every step of this turn;
+/// - the last message: what the next step or turn repeats.
+///
+/// Several may fall on one message; a prefix too short to cache (under the
+/// model's minimum) is sent as usual and not cached.
+fn breakpoints(turns: &[Turn], landed: &[usize], messages: &mut [Message]) {
+    let prompt = turns
+        .iter()
+        .rposition(|turn| matches!(turn, Turn::Message(m) if m.role.wire() == "user"));
+    let older = prompt.and_then(|at| at.checked_sub(1)).map(|at| landed[at]);
+    let marks = [
+        landed.first().copied(),
+        older,
+        messages.len().checked_sub(1),
+    ];
+    for at in marks.into_iter().flatten() {
+        if let Some(message) = messages.get_mut(at) {
+            message.cached = true;
+        }
     }
 }
 
 pub(super) fn body(conversation: &Conversation) -> String {
-    let messages = messages(&conversation.turns);
+    let (mut messages, landed) = messages(&conversation.turns);
+    breakpoints(&conversation.turns, &landed, &mut messages);
     let thinking = thinking(
         conversation.reasoning,
         conversation.max_output_tokens,
         &messages,
     );
+    let system = conversation.instructions.map(|text| Part::Text {
+        text: Cow::Borrowed(text),
+    });
+    let mut tools: Vec<Tool> = conversation.tools.iter().map(tool).collect();
+    if system.is_none() {
+        if let Some(last) = tools.last_mut() {
+            last.cache_control = Some(EPHEMERAL);
+        }
+    }
     to_json(&Body {
         model: &conversation.spec.model,
-        system: conversation.instructions,
+        system: system.iter().map(Cached::new).collect(),
         messages,
         max_tokens: conversation.max_output_tokens,
         stream: true,
-        tools: conversation.tools.iter().map(tool).collect(),
+        tools,
         thinking,
     })
 }
@@ -467,16 +574,96 @@ impl Decoder {
         if let Some(output) = usage.output_tokens {
             self.usage.output_tokens = output;
         }
+        if let Some(read) = usage.cache_read_input_tokens {
+            self.usage.cache_read_tokens = Some(read);
+        }
+        if let Some(written) = usage.cache_creation_input_tokens {
+            self.usage.cache_write_tokens = Some(written);
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::tests::{
-        answer_of, assert_split_invariant, crlf, request_fixture, tool_call_of, tool_fixture, user,
+        answer_of, assert_split_invariant, crlf, request_fixture, strip_cache_marks, tool_call_of,
+        tool_fixture, user,
     };
     use super::super::*;
     use serde_json::json;
+
+    /// Where the prompt-cache breakpoints go in a conversation that leads
+    /// with a summary, has an older turn and is in the middle of a tool
+    /// step: the system prompt, the first message, the end of the older
+    /// turns and the last message; the last tool only without a system
+    /// prompt; never more than Anthropic's 4.
+    #[test]
+    fn prompt_cache_breakpoints() {
+        let (tools, tool_turn) = tool_fixture();
+        let mut items: Vec<ModelItem> = vec![
+            user("Summary of the conversation so far: …").into(),
+            ModelMessage {
+                role: Role::Assistant,
+                text: "Noted.".into(),
+                images: Vec::new(),
+            }
+            .into(),
+        ];
+        // The running turn: its prompt, one tool step and its results.
+        items.extend(tool_turn[..4].iter().cloned());
+        let spec = ModelSpec::parse("anthropic/claude-sonnet-4-5").unwrap();
+        let marked = |instructions: Option<&str>, items: &[ModelItem]| -> (Value, Vec<String>) {
+            let req = ToolRequest {
+                spec: &spec,
+                instructions,
+                items,
+                tools: &tools,
+                max_output_tokens: 4096,
+                reasoning: None,
+                cache_key: None,
+            };
+            let call =
+                build_call_with_tools(&ProviderConfig::new(Provider::Anthropic, None, None), &req)
+                    .unwrap();
+            let body: Value = serde_json::from_str(&call.body).unwrap();
+            let mut marks = Vec::new();
+            for (at, tool) in body["tools"].as_array().unwrap().iter().enumerate() {
+                if tool.get("cache_control").is_some() {
+                    marks.push(format!("tools.{at}"));
+                }
+            }
+            for (at, block) in body["system"].as_array().into_iter().flatten().enumerate() {
+                if block.get("cache_control").is_some() {
+                    marks.push(format!("system.{at}"));
+                }
+            }
+            for (m, message) in body["messages"].as_array().unwrap().iter().enumerate() {
+                for (b, block) in message["content"].as_array().unwrap().iter().enumerate() {
+                    if let Some(mark) = block.get("cache_control") {
+                        assert_eq!(mark, &json!({"type": "ephemeral"}));
+                        marks.push(format!("messages.{m}.{b}"));
+                    }
+                }
+            }
+            (body, marks)
+        };
+        let (body, marks) = marked(Some("Be brief."), &items);
+        // messages: 0 summary (user), 1 "Noted." (assistant), 2 the prompt,
+        // 3 the step (text + 2 tool_use), 4 the two results.
+        assert_eq!(body["messages"].as_array().unwrap().len(), 5);
+        assert_eq!(
+            marks,
+            ["system.0", "messages.0.0", "messages.1.0", "messages.4.1"]
+        );
+        let (_, marks) = marked(None, &items);
+        assert_eq!(
+            marks,
+            ["tools.1", "messages.0.0", "messages.1.0", "messages.4.1"]
+        );
+        // A first prompt alone: one message, one mark on it.
+        let (_, marks) = marked(None, &items[..1]);
+        assert_eq!(marks, ["tools.1", "messages.0.0"]);
+    }
 
     fn anthropic_messages(items: &[ModelItem]) -> Value {
         let spec = ModelSpec::parse("anthropic/claude-haiku-4-5").unwrap();
@@ -487,6 +674,7 @@ mod tests {
             tools: &[],
             max_output_tokens: 1,
             reasoning: None,
+            cache_key: None,
         };
         let body = tool_call_of(&ProviderConfig::new(Provider::Anthropic, None, None), &req);
         let messages = body["messages"].clone();
@@ -538,6 +726,7 @@ mod tests {
             tools: &tools,
             max_output_tokens: 4096,
             reasoning: None,
+            cache_key: None,
         };
         let config = ProviderConfig::new(Provider::Anthropic, None, Some("sk-ant-test".into()));
         let call = build_call_with_tools(&config, &req).unwrap();
@@ -554,7 +743,7 @@ mod tests {
             tool_call_of(&config, &req),
             json!({
                 "model": "claude-sonnet-4-5",
-                "system": "Be brief.",
+                "system": [{"type": "text", "text": "Be brief."}],
                 "messages": [
                     {"role": "user", "content": [{"type": "text", "text": "Weather and time in Paris?"}]},
                     {"role": "assistant", "content": [
@@ -723,12 +912,13 @@ mod tests {
                 ("anthropic-version".into(), "2023-06-01".into()),
             ]
         );
-        let body: Value = serde_json::from_str(&call.body).unwrap();
+        let mut body: Value = serde_json::from_str(&call.body).unwrap();
+        strip_cache_marks(&mut body);
         assert_eq!(
             body,
             json!({
                 "model": "claude-sonnet-4-5",
-                "system": "Be brief.",
+                "system": [{"type": "text", "text": "Be brief."}],
                 "messages": [
                     {"role": "user", "content": [
                         {"type": "text", "text": "What is in this picture?"},
@@ -777,7 +967,7 @@ mod tests {
         );
         assert_eq!(
             call.body,
-            r#"{"model":"claude-haiku-4-5","messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/webp","data":"UklGRg=="}}]}],"max_tokens":10,"stream":true}"#
+            r#"{"model":"claude-haiku-4-5","messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/webp","data":"UklGRg=="},"cache_control":{"type":"ephemeral"}}]}],"max_tokens":10,"stream":true}"#
         );
     }
 
@@ -868,7 +1058,10 @@ data: {"type":"message_stop"}
                     },
                     StreamEvent::Usage(Usage {
                         input_tokens: 572,
-                        output_tokens: 89
+                        output_tokens: 89,
+                        cache_read_tokens: Some(100),
+                        cache_write_tokens: Some(0),
+                        reasoning_tokens: None,
                     }),
                 ]
             );
@@ -907,7 +1100,9 @@ data: {"type":"message_stop"}
             answer_of(&events).usage,
             Some(Usage {
                 input_tokens: 15,
-                output_tokens: 7
+                output_tokens: 7,
+                cache_read_tokens: Some(3),
+                ..Usage::default()
             })
         );
     }

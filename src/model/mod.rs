@@ -257,6 +257,22 @@ pub struct ToolRequest<'a> {
     /// The reasoning level, mapped to the provider's own field (OpenAI
     /// `reasoning_effort`, Anthropic `thinking`); `None` sends neither.
     pub reasoning: Option<Reasoning>,
+    /// OpenAI's `prompt_cache_key` ([`prompt_cache_key`]): requests that
+    /// share one are routed to the same prompt cache. Anthropic marks its
+    /// cache breakpoints in the body instead.
+    pub cache_key: Option<&'a str>,
+}
+
+/// A Session's `prompt_cache_key`: stable for the Session's life, distinct
+/// between Sessions and Agents, and naming neither (a digest, so no
+/// identifier chosen by a user reaches the provider).
+pub fn prompt_cache_key(agent: &str, session: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut digest = Sha256::new();
+    digest.update(agent.as_bytes());
+    digest.update([0]);
+    digest.update(session.as_bytes());
+    crate::text::hex(&digest.finalize()[..16])
 }
 
 /// The call for a request without tools. Same bytes as
@@ -270,6 +286,7 @@ pub fn build_call(config: &ProviderConfig, req: &ModelRequest) -> Outbound {
         tools: &[],
         max_output_tokens: req.max_output_tokens,
         reasoning: None,
+        cache_key: None,
     };
     http_call(config, &conversation)
 }
@@ -350,6 +367,7 @@ pub fn build_call_with_tools(
             tools: req.tools,
             max_output_tokens: req.max_output_tokens,
             reasoning: req.reasoning,
+            cache_key: req.cache_key,
         },
     ))
 }
@@ -404,6 +422,7 @@ struct Conversation<'a> {
     tools: &'a [ToolSpec],
     max_output_tokens: u32,
     reasoning: Option<Reasoning>,
+    cache_key: Option<&'a str>,
 }
 
 enum Turn<'a> {
@@ -451,11 +470,45 @@ fn to_json(body: &impl serde::Serialize) -> String {
 }
 
 /// Token usage the provider reported (for a turn: summed over its steps).
+/// `input_tokens` is the whole prompt, cached parts included, as OpenAI's
+/// `prompt_tokens` means; the other counts are present only where the
+/// provider reports them (stored usage written before them has none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Prompt tokens read from the provider's prompt cache (Anthropic
+    /// `cache_read_input_tokens`, OpenAI `prompt_tokens_details.cached_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_tokens: Option<u64>,
+    /// Prompt tokens written to the prompt cache (Anthropic
+    /// `cache_creation_input_tokens`; OpenAI reports none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_tokens: Option<u64>,
+    /// Output tokens spent reasoning (OpenAI
+    /// `completion_tokens_details.reasoning_tokens`; Anthropic counts
+    /// thinking in `output_tokens` and reports no split).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+}
+
+impl Usage {
+    /// Two calls' usage summed; a count one of them lacks adds nothing,
+    /// and stays absent only when both lack it.
+    pub fn plus(self, other: Usage) -> Usage {
+        let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+        };
+        Usage {
+            input_tokens: self.input_tokens.saturating_add(other.input_tokens),
+            output_tokens: self.output_tokens.saturating_add(other.output_tokens),
+            cache_read_tokens: sum(self.cache_read_tokens, other.cache_read_tokens),
+            cache_write_tokens: sum(self.cache_write_tokens, other.cache_write_tokens),
+            reasoning_tokens: sum(self.reasoning_tokens, other.reasoning_tokens),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -25,6 +25,9 @@ struct Body<'a> {
     /// Absent unless a reasoning level is chosen ([`effort`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     reasoning_effort: Option<&'static str>,
+    /// The Session's key ([`super::prompt_cache_key`]); absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_key: Option<&'a str>,
 }
 
 /// Chat Completions' `reasoning_effort` for a level: the API's own values
@@ -237,6 +240,7 @@ pub(super) fn body(conversation: &Conversation) -> String {
         max_completion_tokens: conversation.max_output_tokens,
         tools: conversation.tools.iter().map(tool).collect(),
         reasoning_effort: conversation.reasoning.map(effort),
+        prompt_cache_key: conversation.cache_key,
     })
 }
 
@@ -276,6 +280,18 @@ struct FunctionChunk {
 struct ChunkUsage {
     prompt_tokens: Option<u64>,
     completion_tokens: Option<u64>,
+    prompt_tokens_details: Option<PromptDetails>,
+    completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Deserialize)]
+struct PromptDetails {
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct CompletionDetails {
+    reasoning_tokens: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -325,6 +341,11 @@ impl Decoder {
             out.push(StreamEvent::Usage(Usage {
                 input_tokens: usage.prompt_tokens.unwrap_or(0),
                 output_tokens: usage.completion_tokens.unwrap_or(0),
+                cache_read_tokens: usage.prompt_tokens_details.and_then(|d| d.cached_tokens),
+                cache_write_tokens: None,
+                reasoning_tokens: usage
+                    .completion_tokens_details
+                    .and_then(|d| d.reasoning_tokens),
             }));
         }
         Ok(())
@@ -365,6 +386,42 @@ mod tests {
     use super::super::*;
     use serde_json::json;
 
+    /// A Session's requests carry one `prompt_cache_key`, the same every
+    /// time, another Session's (or Agent's) another, and it names neither.
+    #[test]
+    fn prompt_cache_key_is_per_session_and_opaque() {
+        let (tools, items) = tool_fixture();
+        let spec = ModelSpec::parse("openai/gpt-4o-mini").unwrap();
+        let key = prompt_cache_key("agent-1", "s1");
+        assert_eq!(key, prompt_cache_key("agent-1", "s1"));
+        assert_eq!(key.len(), 32);
+        assert!(key.bytes().all(|b| b.is_ascii_hexdigit()));
+        for other in [
+            prompt_cache_key("agent-1", "s2"),
+            prompt_cache_key("agent-2", "s1"),
+            prompt_cache_key("agent-1s", "1"),
+        ] {
+            assert_ne!(key, other);
+        }
+        let req = ToolRequest {
+            spec: &spec,
+            instructions: None,
+            items: &items,
+            tools: &tools,
+            max_output_tokens: 1024,
+            reasoning: None,
+            cache_key: Some(&key),
+        };
+        let body = tool_call_of(&ProviderConfig::new(Provider::OpenAi, None, None), &req);
+        assert_eq!(body["prompt_cache_key"], json!(key));
+        let req = ToolRequest {
+            cache_key: None,
+            ..req
+        };
+        let body = tool_call_of(&ProviderConfig::new(Provider::OpenAi, None, None), &req);
+        assert!(body.get("prompt_cache_key").is_none());
+    }
+
     #[test]
     fn build_call_with_tools_and_tool_turns() {
         let (tools, items) = tool_fixture();
@@ -376,6 +433,7 @@ mod tests {
             tools: &tools,
             max_output_tokens: 1024,
             reasoning: None,
+            cache_key: None,
         };
         let config = ProviderConfig::new(Provider::OpenAi, None, Some("sk-test-123".into()));
         let call = build_call_with_tools(&config, &req).unwrap();
@@ -564,7 +622,10 @@ data: [DONE]
                     },
                     StreamEvent::Usage(Usage {
                         input_tokens: 19,
-                        output_tokens: 10
+                        output_tokens: 10,
+                        cache_read_tokens: Some(0),
+                        cache_write_tokens: None,
+                        reasoning_tokens: Some(0),
                     }),
                 ]
             );
@@ -600,7 +661,8 @@ data: [DONE]
             answer.usage,
             Some(Usage {
                 input_tokens: 82,
-                output_tokens: 45
+                output_tokens: 45,
+                ..Usage::default()
             })
         );
     }

@@ -105,9 +105,25 @@ pub(super) fn user(text: &str) -> ModelMessage {
     }
 }
 
+/// The body of a tool call as JSON, without Anthropic's prompt-cache marks
+/// (`cache_control`): what the model is shown. `anthropic::tests` checks
+/// where the marks go.
 pub(super) fn tool_call_of(config: &ProviderConfig, req: &ToolRequest) -> Value {
     let call = build_call_with_tools(config, req).unwrap();
-    serde_json::from_str(&call.body).unwrap()
+    let mut body = serde_json::from_str(&call.body).unwrap();
+    strip_cache_marks(&mut body);
+    body
+}
+
+pub(super) fn strip_cache_marks(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.remove("cache_control");
+            map.values_mut().for_each(strip_cache_marks);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_cache_marks),
+        _ => {}
+    }
 }
 
 pub(super) fn crlf(stream: &str) -> String {
@@ -456,6 +472,7 @@ fn usage_and_finish_reason_last_wins() {
         StreamEvent::Usage(Usage {
             input_tokens: 1,
             output_tokens: 1,
+            ..Usage::default()
         }),
         StreamEvent::Finished {
             reason: "length".into(),
@@ -463,6 +480,7 @@ fn usage_and_finish_reason_last_wins() {
         StreamEvent::Usage(Usage {
             input_tokens: 5,
             output_tokens: 9,
+            ..Usage::default()
         }),
     ] {
         answer.apply(&event).unwrap();
@@ -471,7 +489,8 @@ fn usage_and_finish_reason_last_wins() {
         answer.usage,
         Some(Usage {
             input_tokens: 5,
-            output_tokens: 9
+            output_tokens: 9,
+            ..Usage::default()
         })
     );
     assert_eq!(answer.finish_reason.as_deref(), Some("length"));
@@ -500,14 +519,14 @@ fn no_tools_path_is_byte_identical() {
             true,
             Some("Be brief."),
             4096,
-            r#"{"model":"claude-sonnet-4-5","system":"Be brief.","messages":[{"role":"user","content":[{"type":"text","text":"What is in this picture?"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}},{"type":"image","source":{"type":"base64","media_type":"image/jpeg","data":"/9j/4AAQ"}}]},{"role":"assistant","content":[{"type":"text","text":"A mushroom."}]},{"role":"user","content":[{"type":"text","text":"Which kind?"}]}],"max_tokens":4096,"stream":true}"#,
+            r#"{"model":"claude-sonnet-4-5","system":[{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"text","text":"What is in this picture?"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}},{"type":"image","source":{"type":"base64","media_type":"image/jpeg","data":"/9j/4AAQ"},"cache_control":{"type":"ephemeral"}}]},{"role":"assistant","content":[{"type":"text","text":"A mushroom.","cache_control":{"type":"ephemeral"}}]},{"role":"user","content":[{"type":"text","text":"Which kind?","cache_control":{"type":"ephemeral"}}]}],"max_tokens":4096,"stream":true}"#,
         ),
         (
             "anthropic/claude-sonnet-4-5",
             false,
             None,
             7,
-            r#"{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":[{"type":"text","text":"What is in this picture?"}]},{"role":"assistant","content":[{"type":"text","text":"A mushroom."}]},{"role":"user","content":[{"type":"text","text":"Which kind?"}]}],"max_tokens":7,"stream":true}"#,
+            r#"{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":[{"type":"text","text":"What is in this picture?","cache_control":{"type":"ephemeral"}}]},{"role":"assistant","content":[{"type":"text","text":"A mushroom.","cache_control":{"type":"ephemeral"}}]},{"role":"user","content":[{"type":"text","text":"Which kind?","cache_control":{"type":"ephemeral"}}]}],"max_tokens":7,"stream":true}"#,
         ),
     ];
     for (spelling, images, instructions, max_output_tokens, before) in cases {
@@ -532,6 +551,7 @@ fn no_tools_path_is_byte_identical() {
                 tools: &[],
                 max_output_tokens,
                 reasoning: None,
+                cache_key: None,
             },
         )
         .unwrap();
@@ -586,6 +606,7 @@ fn try_build(tools: &[ToolSpec], items: &[ModelItem]) -> Vec<Result<Outbound, Mo
                     tools,
                     max_output_tokens: 1,
                     reasoning: None,
+                    cache_key: None,
                 },
             )
         })
@@ -728,7 +749,11 @@ fn empty_tool_results_read_no_output() {
     ];
     let bodies: Vec<Value> = try_build(&[], &items)
         .into_iter()
-        .map(|result| serde_json::from_str(&result.unwrap().body).unwrap())
+        .map(|result| {
+            let mut body = serde_json::from_str(&result.unwrap().body).unwrap();
+            strip_cache_marks(&mut body);
+            body
+        })
         .collect();
     assert_eq!(
         bodies[0]["messages"],
@@ -786,7 +811,11 @@ fn tool_result_images_reach_the_model_in_each_wire_form() {
     ];
     let bodies: Vec<Value> = try_build(&[], &items)
         .into_iter()
-        .map(|result| serde_json::from_str(&result.unwrap().body).unwrap())
+        .map(|result| {
+            let mut body = serde_json::from_str(&result.unwrap().body).unwrap();
+            strip_cache_marks(&mut body);
+            body
+        })
         .collect();
     let url = serde_json::json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}});
     // Chat Completions: `tool` messages take text only; the images follow
@@ -864,6 +893,7 @@ fn reasoning_body(
         tools: &[],
         max_output_tokens,
         reasoning,
+        cache_key: None,
     };
     tool_call_of(&ProviderConfig::new(spec.provider, None, None), &req)
 }
@@ -933,4 +963,39 @@ fn anthropic_thinking_is_left_out_while_a_tool_cycle_continues() {
     // OpenAI keeps its effort in a tool cycle (the API defines it per request).
     let body = reasoning_body("openai/o4", &items, Some(Reasoning::High), 1000);
     assert_eq!(body["reasoning_effort"], "high");
+}
+
+/// A turn's usage sums its steps; a count only some steps report is summed
+/// over those, and stays absent when none does.
+#[test]
+fn usage_sums_counts_reported_by_some_steps() {
+    let a = Usage {
+        input_tokens: 100,
+        output_tokens: 10,
+        cache_read_tokens: Some(80),
+        ..Usage::default()
+    };
+    let b = Usage {
+        input_tokens: 120,
+        output_tokens: 5,
+        cache_write_tokens: Some(20),
+        ..Usage::default()
+    };
+    assert_eq!(
+        a.plus(b),
+        Usage {
+            input_tokens: 220,
+            output_tokens: 15,
+            cache_read_tokens: Some(80),
+            cache_write_tokens: Some(20),
+            reasoning_tokens: None,
+        }
+    );
+    // Stored usage written before these counts existed reads as absent.
+    let old: Usage = serde_json::from_str(r#"{"inputTokens":3,"outputTokens":4}"#).unwrap();
+    assert_eq!(old.plus(old).cache_read_tokens, None);
+    assert_eq!(
+        serde_json::to_string(&old).unwrap(),
+        r#"{"inputTokens":3,"outputTokens":4}"#
+    );
 }

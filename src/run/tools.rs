@@ -31,6 +31,12 @@ pub struct Progress {
     input_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     output_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cache_read_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cache_write_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reasoning_tokens: Option<u64>,
     /// Model steps that called tools.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tool_steps: u32,
@@ -59,20 +65,23 @@ impl Progress {
         Some(Usage {
             input_tokens: self.input_tokens?,
             output_tokens: self.output_tokens?,
+            cache_read_tokens: self.cache_read_tokens,
+            cache_write_tokens: self.cache_write_tokens,
+            reasoning_tokens: self.reasoning_tokens,
         })
     }
 
     pub fn add_usage(&mut self, step: Option<Usage>) {
         if let Some(step) = step {
             let sum = match self.usage() {
-                Some(a) => Usage {
-                    input_tokens: a.input_tokens.saturating_add(step.input_tokens),
-                    output_tokens: a.output_tokens.saturating_add(step.output_tokens),
-                },
+                Some(a) => a.plus(step),
                 None => step,
             };
             self.input_tokens = Some(sum.input_tokens);
             self.output_tokens = Some(sum.output_tokens);
+            self.cache_read_tokens = sum.cache_read_tokens;
+            self.cache_write_tokens = sum.cache_write_tokens;
+            self.reasoning_tokens = sum.reasoning_tokens;
         }
     }
 

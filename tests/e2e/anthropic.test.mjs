@@ -36,6 +36,9 @@ const settled = (a, sid, id) => a.waitSettled(sid, id, { boundMs: SETTLE_MS });
 const text = (s) => [{ type: "text", text: s }];
 /** A model request's transcript as [role, text] lists (text blocks joined). */
 const conversation = (req) => req.body.messages.map((m) => [m.role, contentText(m.content)]);
+/** A request's messages without the prompt-cache marks (`cache_control`), which the caching test checks. */
+const unmarked = (value) => JSON.parse(JSON.stringify(value, (key, v) => (key === "cache_control" ? undefined : v)));
+const messagesOf = (req) => unmarked(req.body.messages);
 
 /** A watch event's payload for `message` / `settled` frames (nested or inline). */
 const settlementOf = (ev) => ev.data.settlement ?? ev.data;
@@ -57,7 +60,8 @@ function assertMessagesCall(req) {
   }
   assert.ok(!JSON.stringify(req.body).includes(ANTHROPIC_TEST_KEY), "the key is not in the request body");
   assert.equal(req.body.model, MODEL_NAME);
-  assert.equal(req.body.system, INSTRUCTIONS);
+  // One text block, a prompt-cache breakpoint: the instructions, and the tools before them.
+  assert.deepEqual(req.body.system, [{ type: "text", text: INSTRUCTIONS, cache_control: { type: "ephemeral" } }]);
   assert.equal(req.body.max_tokens, MAX_OUTPUT_TOKENS);
   assert.equal(req.body.stream, true);
   assert.deepEqual(Object.keys(req.body).sort(), ["max_tokens", "messages", "model", "stream", "system", "tools"]);
@@ -96,13 +100,13 @@ test("a prompt completes with the streamed answer and usage from message_start (
   const id = await a.admit(sid, "r1", prompt);
   const s = await settled(a, sid, id);
   const { diagnostic, ...rest } = s;
-  assert.deepEqual(rest, { commandId: id, terminal: "completed", answer: "Hello from Claude!", usage: { inputTokens: 21, outputTokens: 5 }, toolCallCount: 0 });
+  assert.deepEqual(rest, { commandId: id, terminal: "completed", answer: "Hello from Claude!", usage: { inputTokens: 21, outputTokens: 5, cacheReadTokens: 3 }, toolCallCount: 0 });
   assert.equal(diagnostic ?? null, null);
 
   const reqs = h.model.requests(tag);
   assert.equal(reqs.length, 1);
   assertMessagesCall(reqs[0]);
-  assert.deepEqual(reqs[0].body.messages, [{ role: "user", content: text(prompt) }]);
+  assert.deepEqual(messagesOf(reqs[0]), [{ role: "user", content: text(prompt) }]);
   assert.equal(reqs[0].outcome, "completed");
   assert.equal(reqs[0].aborted, false);
 
@@ -131,8 +135,8 @@ test("two turns: the second request carries the transcript as user/assistant con
   const reqs = h.model.requests(tag);
   assert.equal(reqs.length, 2);
   for (const r of reqs) assertMessagesCall(r);
-  assert.deepEqual(reqs[0].body.messages, [{ role: "user", content: text(`one ${tag}`) }]);
-  assert.deepEqual(reqs[1].body.messages, [
+  assert.deepEqual(messagesOf(reqs[0]), [{ role: "user", content: text(`one ${tag}`) }]);
+  assert.deepEqual(messagesOf(reqs[1]), [
     { role: "user", content: text(`one ${tag}`) },
     { role: "assistant", content: text("First answer.") },
     { role: "user", content: text(`two ${tag}`) },
@@ -163,7 +167,7 @@ test("an image prompt reaches the model as an image block with a base64 source; 
   assert.equal((await settled(a, sid, withText)).answer, "A single pixel.");
   const [req] = h.model.requests(tag);
   assertMessagesCall(req);
-  assert.deepEqual(req.body.messages, [
+  assert.deepEqual(messagesOf(req), [
     {
       role: "user",
       content: [
@@ -181,7 +185,7 @@ test("an image prompt reaches the model as an image block with a base64 source; 
   assert.ok(req2, "the image-only prompt reached the model");
   assert.equal(req2.outcome, "completed", `the model server refused the call: ${req2.error}`);
   assert.equal(s.terminal, "completed", JSON.stringify(s));
-  assert.deepEqual(req2.body.messages.at(-1), { role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/webp", data: PNG_1X1 } }] });
+  assert.deepEqual(messagesOf(req2).at(-1), { role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/webp", data: PNG_1X1 } }] });
   assert.deepEqual(req2.body.messages.slice(0, 2).map((m) => m.role), ["user", "assistant"]);
 });
 

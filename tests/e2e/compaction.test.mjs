@@ -17,7 +17,7 @@ const textOf = (m) => (typeof m.content === "string" ? m.content : m.content.fil
 /** The messages of a recorded request, system prompt aside. */
 const turnMessages = (r) => r.body.messages.filter((m) => m.role !== "system");
 /** A recorded request's system prompt. */
-const systemOf = (r) => (r.api === "anthropic" ? r.body.system : textOf(r.body.messages.find((m) => m.role === "system")));
+const systemOf = (r) => textOf(r.api === "anthropic" ? { content: r.body.system } : r.body.messages.find((m) => m.role === "system"));
 const FRAMING = "[This conversation was compacted: the summary below stands for its earlier messages.]";
 const framed = (summary) => `${FRAMING}\n\n<summary>\n${summary}\n</summary>`;
 

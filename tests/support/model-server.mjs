@@ -33,6 +33,9 @@
 //       OpenAI field names (`prompt_tokens`, `completion_tokens`) or Anthropic
 //       ones (`input_tokens`, `output_tokens`, `cache_*_input_tokens`), either
 //       is translated for the other format; `usage: null` sends no usage.
+//       Unscripted, the rough count reports the prompt cache as the
+//       provider would (promptCache: Anthropic's `cache_control` marks,
+//       OpenAI's `prompt_cache_key`); `record.cache` is `{read, written}`.
 //       `finishReason` is OpenAI's (stop, length, tool_calls; mapped to
 //       end_turn, max_tokens, tool_use for Anthropic, other values verbatim).
 //   { toolCalls: [{ id?, name, arguments }], text?|chunks?, ... }  tool calls,
@@ -114,6 +117,7 @@
 // or {match, responses}), GET /__requests, POST /__reset,
 // POST /__release {gate}.
 
+import { createHash } from "node:crypto";
 import { EventEmitter } from "node:events";
 import http from "node:http";
 import { pathToFileURL } from "node:url";
@@ -158,6 +162,8 @@ export async function startModelServer({ port = 0, host = "127.0.0.1", fallback 
     gates: new Map(), // name -> { open, waiters: Set<() => void> }
     closing: false,
     fallback,
+    // Prompt-cache entries, as promptCache keeps them: "<api>:<key>:<digest>".
+    cached: new Set(),
   };
   const changes = new EventEmitter();
   changes.setMaxListeners(0);
@@ -602,8 +608,11 @@ async function handle(state, changed, req, res) {
   record.status = 200;
 
   const opts = { state, changed, req, res, record, end, gone: gone.signal, body, response, answer, pieces, calls, steps, delay, finishReason };
-  if (anthropic) return answerAnthropic({ ...opts, usage: anthropicUsage(response.usage, roughIn, roughOut) });
-  return answerOpenAi({ ...opts, usage: openAiUsage(response.usage, roughIn, roughOut) });
+  // Unscripted usage reports the prompt cache as the provider would.
+  const cache = response.usage === undefined ? promptCache(state, body, anthropic, roughIn) : undefined;
+  record.cache = cache;
+  if (anthropic) return answerAnthropic({ ...opts, usage: anthropicUsage(response.usage, roughIn, roughOut, cache) });
+  return answerOpenAi({ ...opts, usage: openAiUsage(response.usage, roughIn, roughOut, cache) });
 }
 
 /**
@@ -842,10 +851,93 @@ function toolInput(args) {
 
 const ANTHROPIC_STOP_REASONS = { stop: "end_turn", length: "max_tokens", tool_calls: "tool_use", content_filter: "refusal" };
 
+/**
+ * Prompt caching as the providers report it, for an unscripted answer:
+ * `{read, written}` in rough tokens (a prefix counts the characters of its
+ * text as `requestText` does, 4 a token; tools count none, as in the rough
+ * prompt count).
+ * - Anthropic caches the prefix (tools, system, messages, block by block)
+ *   up to each block marked `cache_control` (at most 4; the request is
+ *   refused past that) and reads, for each mark, the longest prefix cached
+ *   before that ends at the mark or at one of the 19 blocks before it;
+ *   `written` is what the longest marked prefix adds to what was read.
+ * - OpenAI caches every request's prefixes (tools, then message by message)
+ *   under its `prompt_cache_key` (requests without one share ""), and
+ *   reads the longest cached before, in steps of 128 tokens; it reports no
+ *   writes.
+ * Neither caches a prefix under CACHE_MIN_TOKENS (1024, both providers' minimum).
+ */
+function promptCache(state, body, anthropic, roughIn) {
+  const hash = createHash("sha256");
+  let chars = 0;
+  const ends = []; // per block: { digest, tokens, marked }
+  // A block's identity leaves its mark out: a prefix reads the same whether or not it was marked.
+  const unmark = (block) => {
+    if (!isObject(block)) return block;
+    const { cache_control: _, ...rest } = block;
+    return rest;
+  };
+  const add = (block, text, marked) => {
+    hash.update(JSON.stringify(block));
+    chars += text.length;
+    ends.push({ digest: hash.copy().digest("hex"), tokens: Math.min(roughIn, Math.ceil(chars / 4)), marked });
+  };
+  const marked = (block) => isObject(block) && block.cache_control !== undefined;
+  for (const tool of body.tools ?? []) add(unmark(tool), "", marked(tool));
+  if (anthropic) {
+    for (const block of Array.isArray(body.system) ? body.system : body.system === undefined ? [] : [body.system]) add(unmark(block), contentText([block].flat()), marked(block));
+    for (const m of body.messages) {
+      for (const block of Array.isArray(m.content) ? m.content : [m.content]) add({ role: m.role, block: unmark(block) }, messageText({ content: [block].flat() }), marked(block));
+    }
+  } else {
+    for (const m of body.messages) add(m, messageText(m), false);
+  }
+  const key = anthropic ? "anthropic:" : `openai:${body.prompt_cache_key ?? ""}:`;
+  const hit = (at) => ends[at].tokens >= CACHE_MIN_TOKENS && state.cached.has(key + ends[at].digest);
+  let read = 0;
+  if (anthropic) {
+    ends.forEach((end, at) => {
+      if (!end.marked) return;
+      for (let back = at; back >= 0 && back > at - ANTHROPIC_CACHE_LOOKBACK; back--) {
+        if (hit(back)) {
+          read = Math.max(read, ends[back].tokens);
+          break;
+        }
+      }
+    });
+  } else {
+    for (let at = ends.length - 1; at >= 0; at--) {
+      if (hit(at)) {
+        read = Math.floor((ends[at].tokens - CACHE_MIN_TOKENS) / 128) * 128 + CACHE_MIN_TOKENS;
+        break;
+      }
+    }
+  }
+  let longest = 0;
+  for (const end of ends) {
+    if ((anthropic && !end.marked) || end.tokens < CACHE_MIN_TOKENS) continue;
+    state.cached.add(key + end.digest);
+    longest = Math.max(longest, end.tokens);
+  }
+  return { read, written: anthropic ? Math.max(0, longest - read) : 0 };
+}
+
+const CACHE_MIN_TOKENS = 1024;
+const ANTHROPIC_CACHE_LOOKBACK = 20;
+const ANTHROPIC_CACHE_MARKS_MAX = 4;
+
 /** OpenAI usage from a scripted one (either naming) or the rough counts; null for `usage: null`. */
-function openAiUsage(u, roughIn, roughOut) {
+function openAiUsage(u, roughIn, roughOut, cache) {
   if (u === null) return null;
-  if (u === undefined) return { prompt_tokens: roughIn, completion_tokens: roughOut, total_tokens: roughIn + roughOut };
+  if (u === undefined) {
+    return {
+      prompt_tokens: roughIn,
+      completion_tokens: roughOut,
+      total_tokens: roughIn + roughOut,
+      prompt_tokens_details: { cached_tokens: cache?.read ?? 0 },
+      completion_tokens_details: { reasoning_tokens: 0 },
+    };
+  }
   if ("input_tokens" in u || "output_tokens" in u) {
     const p = (u.input_tokens ?? 0) + (u.cache_creation_input_tokens ?? 0) + (u.cache_read_input_tokens ?? 0);
     const c = u.output_tokens ?? 0;
@@ -854,10 +946,17 @@ function openAiUsage(u, roughIn, roughOut) {
   return u;
 }
 
-/** Anthropic usage from a scripted one (either naming) or the rough counts; null for `usage: null`. */
-function anthropicUsage(u, roughIn, roughOut) {
+/**
+ * Anthropic usage from a scripted one (either naming) or the rough counts
+ * (`input_tokens` then leaves out what the cache read and wrote, as the
+ * API's does); null for `usage: null`.
+ */
+function anthropicUsage(u, roughIn, roughOut, cache) {
   if (u === null) return null;
-  if (u === undefined) return { input_tokens: roughIn, output_tokens: roughOut };
+  if (u === undefined) {
+    const { read = 0, written = 0 } = cache ?? {};
+    return { input_tokens: Math.max(0, roughIn - read - written), cache_creation_input_tokens: written, cache_read_input_tokens: read, output_tokens: roughOut };
+  }
   if ("prompt_tokens" in u || "completion_tokens" in u) return { input_tokens: u.prompt_tokens ?? 0, output_tokens: u.completion_tokens ?? 0 };
   return { input_tokens: 0, output_tokens: 0, ...u };
 }
@@ -925,6 +1024,12 @@ function checkAnthropicRequest(headers, body) {
   if (body.messages === undefined) return "messages: Field required";
   if (!Array.isArray(body.messages)) return "messages: Input should be a valid list";
   if (body.messages.length === 0) return "messages: at least one message is required";
+  const marks = [...(Array.isArray(body.tools) ? body.tools : []), ...(Array.isArray(body.system) ? body.system : []), ...body.messages.flatMap((m) => (Array.isArray(m?.content) ? m.content : []))].filter((b) => isObject(b) && b.cache_control !== undefined);
+  if (marks.length > ANTHROPIC_CACHE_MARKS_MAX) return `A maximum of ${ANTHROPIC_CACHE_MARKS_MAX} blocks with cache_control may be provided. Found ${marks.length}.`;
+  for (const b of marks) {
+    const c = b.cache_control;
+    if (!isObject(c) || c.type !== "ephemeral" || Object.keys(c).some((k) => k !== "type" && k !== "ttl")) return "cache_control: Input should be {type: 'ephemeral', ttl?}";
+  }
   for (const [i, m] of body.messages.entries()) {
     if (!isObject(m)) return `messages.${i}: Input should be a valid dictionary`;
     for (const k of Object.keys(m)) if (k !== "role" && k !== "content") return `messages.${i}.${k}: Extra inputs are not permitted`;
