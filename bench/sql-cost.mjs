@@ -1,6 +1,8 @@
 // What one `sql.exec` costs inside workerd, timed by the object itself with
 // no inspector attached: a one-row read, the same with its cursor left open,
-// a 40-row read and the context window over the same 40 rows. Puts
+// a 40-row read, the context window over the same 40 rows, and admission's
+// read (`Store::admission_facts`) with and without its scan of the
+// Session's queue for the pending count and bytes. Puts
 // bench/profile.mjs in proportion: under the inspector's sampling profiler
 // `exec` shows as 11-13% of a turn, while the reads of a plain turn cost
 // about 0.1 ms of its 6-8 ms of CPU here. (Writes are left out: a loop of
