@@ -13,8 +13,10 @@
 //            the embedded sandbox (Node's; its engine kept between runs).
 // Prints the commits per turn of each kind (counted on the warm-up turns
 // by wrapping node:sqlite; `fsynced`: those committed with `synchronous =
-// FULL`), the medians and the ratios to a plain turn (the issue's target:
-// execute at most 1.5x). On a disk each fsynced commit is a flush, which a
+// FULL`), the medians, an embedded run's share of an execute turn (the
+// sandbox's own time and its guest call's, by wrapping EmbeddedSandbox.run)
+// and the ratios to a plain turn (the issue's target: execute at most
+// 1.5x). On a disk each fsynced commit is a flush, which a
 // durable tool turn has more of than a plain one; `--dir /dev/shm` (tmpfs)
 // leaves them out to show the rest. Needs `bash scripts/build.sh`. Asserts
 // nothing.
@@ -24,6 +26,7 @@ import path from "node:path";
 import { DatabaseSync, StatementSync } from "node:sqlite";
 import { parseArgs } from "node:util";
 import { openNodeShiitake } from "../js/node.mjs";
+import { EmbeddedSandbox } from "../js/sandbox/embedded.mjs";
 import { startModelThread } from "./model-thread.mjs";
 
 // Counts commits while `counting`: a statement or script after which the
@@ -65,6 +68,28 @@ for (const name of ["run", "all", "get"]) {
 
 const { values: args } = parseArgs({ options: { n: { type: "string", default: "40" }, dir: { type: "string", default: tmpdir() } } });
 const N = Number(args.n);
+
+// Each embedded run's time: the sandbox's own (from the run's start to its
+// end, less its guest call) and the guest call's (the gate, its commit and
+// the operation).
+const runs = { sandbox: [], call: [] };
+const { run } = EmbeddedSandbox.prototype;
+EmbeddedSandbox.prototype.run = async function (options) {
+  const start = performance.now();
+  let call = 0;
+  const dispatch = async (...args) => {
+    const at = performance.now();
+    try {
+      return await options.dispatch(...args);
+    } finally {
+      call += performance.now() - at;
+    }
+  };
+  const reply = await run.call(this, { ...options, dispatch });
+  runs.sandbox.push(performance.now() - start - call);
+  runs.call.push(call);
+  return reply;
+};
 
 const dir = mkdtempSync(path.join(args.dir, "shiitake-bench-node-"));
 const model = await startModelThread();
@@ -132,6 +157,7 @@ try {
     perTurn[kind] = { ...commits };
   }
   const times = { plain: [], direct: [], execute: [] };
+  runs.sandbox.length = runs.call.length = 0;
   for (let i = 0; i < N; i++) for (const kind of Object.keys(kinds)) times[kind].push(await turn(kind));
   const m = Object.fromEntries(Object.entries(times).map(([k, v]) => [k, median(v)]));
   const f = (x) => x.toFixed(2);
@@ -140,6 +166,7 @@ try {
   console.log(`  plain turn (no tool)  ${f(m.plain)} ms   ${c("plain")}`);
   console.log(`  direct tool turn      ${f(m.direct)} ms   ${c("direct")}`);
   console.log(`  execute turn          ${f(m.execute)} ms   ${c("execute")}`);
+  console.log(`    of which the embedded run: sandbox ${f(median(runs.sandbox))} ms, its guest call ${f(median(runs.call))} ms`);
   console.log(`tool turn / plain turn: direct ${f(m.direct / m.plain)}, execute ${f(m.execute / m.plain)} (target <= 1.5)`);
 } finally {
   await host.close();
