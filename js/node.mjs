@@ -330,11 +330,14 @@ class NodeAlarm {
     this.arm();
   }
 
-  // SQLite fixes the safety level inside a transaction: a write there
-  // commits with it.
   #unsynced(write) {
-    if (this.#db.isTransaction) return write();
-    this.#db.exec("PRAGMA synchronous = NORMAL");
+    try {
+      this.#db.exec("PRAGMA synchronous = NORMAL");
+    } catch {
+      // Inside a transaction (SQLite fixes the safety level there): the
+      // write commits with it.
+      return write();
+    }
     try {
       return write();
     } finally {
