@@ -29,20 +29,23 @@ import { openNodeShiitake } from "../js/node.mjs";
 import { EmbeddedSandbox } from "../js/sandbox/embedded.mjs";
 import { startModelThread } from "./model-thread.mjs";
 
-// Counts commits while `counting`: a statement or script after which the
-// connection left a transaction, or a write outside one (autocommit).
+// Counts commits while `counting` (the timed turns pay only the check): a
+// statement or script after which the connection left a transaction, or a
+// write outside one (autocommit). The host restores `synchronous = FULL` in
+// the same call that lowers it, so it is FULL whenever counting starts.
 const commits = { all: 0, fsynced: 0 };
 let counting = false;
 let full = true;
 const dbOf = new WeakMap();
 const counted = (db, inside, write) => {
-  if (counting && ((inside && !db.isTransaction) || (!inside && write && !db.isTransaction))) {
+  if ((inside && !db.isTransaction) || (!inside && write && !db.isTransaction)) {
     commits.all++;
     if (full) commits.fsynced++;
   }
 };
 const { exec, prepare } = DatabaseSync.prototype;
 DatabaseSync.prototype.exec = function (sql) {
+  if (!counting) return exec.call(this, sql);
   const inside = this.isTransaction;
   const out = exec.call(this, sql);
   const sync = /^\s*PRAGMA\s+synchronous\s*=\s*(\w+)/i.exec(sql);
@@ -58,6 +61,7 @@ DatabaseSync.prototype.prepare = function (sql) {
 for (const name of ["run", "all", "get"]) {
   const method = StatementSync.prototype[name];
   StatementSync.prototype[name] = function (...args) {
+    if (!counting) return method.apply(this, args);
     const db = dbOf.get(this);
     const inside = db?.isTransaction;
     const out = method.apply(this, args);
