@@ -8,6 +8,7 @@
 //   const model = await startModelThread();
 //   model.url                       // OpenAI base URL
 //   model.setChunks(["ok"])         // every answer from now on
+//   model.script(tag, [r1, r2])     // server.scriptFor(tag, r1, r2)
 //   await model.count("[hold]")     // requests whose last user text holds it
 //   await model.reset(); await model.close();
 //
@@ -34,6 +35,7 @@ if (!isMainThread && parentPort) {
   parentPort.on("message", async ({ id, op, arg }) => {
     let value = null;
     if (op === "chunks") chunks = arg;
+    else if (op === "script") server.scriptFor(arg.tag, ...arg.responses);
     else if (op === "count") value = server.requests(arg).length;
     else if (op === "reset") server.reset();
     else if (op === "close") await server.close();
@@ -65,6 +67,7 @@ export async function startModelThread() {
   return {
     url,
     setChunks: (chunks) => ask("chunks", chunks),
+    script: (tag, responses) => ask("script", { tag, responses }),
     count: (tag) => ask("count", tag),
     reset: () => ask("reset"),
     /** Resolves once `count` requests hold `tag` (polled; 30 s bound). */

@@ -99,7 +99,7 @@ export interface NodeRuntimeHost {
   /** What `new ShiitakeDO(ctx, env)` takes: SQL storage, the persisted alarm, `id.name`, `waitUntil`. */
   ctx: unknown;
   agentId: string;
-  /** Re-arms the alarm the last run left (a due one fires at once and resumes accepted work). */
+  /** Fires the alarm now, once the object is built: the core resumes accepted work and re-arms the alarm from the store (its writes skip the fsync, so what a crash left of it does not matter). */
   arm(): void;
   /** Stops the alarm and settles `waitUntil` work; the lease stays the caller's. */
   close(): Promise<void>;

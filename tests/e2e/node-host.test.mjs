@@ -407,6 +407,36 @@ test("kill -9 mid-turn: the reopened file resumes the turn and settles it exactl
   }
 });
 
+test("kill -9 with the alarm's row lost (its writes skip the fsync): the reopen's own pass resumes the accepted prompt", T, async () => {
+  const file = path.join(dir, "alarm-lost.db");
+  const tag = "node-alarm-lost";
+  model.scriptFor(tag, { gate: tag, text: "never finished" }, { text: "resumed without an alarm" });
+  const ex = startExample(file);
+  const a = client(await ex.ready);
+  await a.createSession("s");
+  const id = await a.admit("s", "r1", `answer me ${tag}`);
+  await model.waitFor(() => model.requests(tag).length >= 1, { timeoutMs: 10_000, what: "the first attempt to reach the model" });
+  ex.child.kill("SIGKILL");
+  await exited(ex.child);
+  model.release(tag);
+  // What a power loss may leave: the prompt committed (fsynced), the alarm's row not.
+  const raw = new DatabaseSync(file);
+  raw.exec("DELETE FROM _shiitake_node_alarm");
+  raw.close();
+
+  // No request is needed (a request would arm the alarm itself).
+  const host = await openNodeShiitake({ path: file, env: env() });
+  try {
+    await model.waitFor(() => model.requests(tag).length >= 2, { timeoutMs: 10_000, what: "the attempt resumed by the open" });
+    const s = await client(host.fetch).settled("s", id);
+    assert.equal(s.terminal, "completed", JSON.stringify(s));
+    assert.equal(s.answer, "resumed without an alarm");
+    assert.equal(model.requests(tag).length, 2, "one attempt before the kill, one after");
+  } finally {
+    await host.close();
+  }
+});
+
 test("a host tool module (tools option) runs on Node: a direct operation the model calls", T, async () => {
   const file = path.join(dir, "tools.db");
   const calls = [];
@@ -474,6 +504,9 @@ test("a host composing its own store: acquireNodeStoreLease + nodeRuntimeHost + 
     assert.equal(settlement.answer, "composed answer");
     const again = await object.agent.session("s").prompt({ requestId: "r1", text: "hello node-composed" });
     assert.equal(again.commandId, receipt.commandId, "replay answers the same receipt");
+    // The alarm's writes skip the fsync; the store's own commits stay FULL (2).
+    await host.ctx.storage.setAlarm(Date.now() + 60_000);
+    assert.equal(lease.db.prepare("PRAGMA synchronous").get().synchronous, 2);
   } finally {
     await object.close("test over");
     await host.close();
