@@ -25,7 +25,7 @@
 use serde_json::{json, Value};
 use shiitake::ctx::{CounterIds, Ctx};
 use shiitake::extension::{Extensions, Host, Invocation, Roster};
-use shiitake::http::{handle, HttpRequest};
+use shiitake::http::{handle, Hosted, HttpRequest};
 use shiitake::meta::MetaPolicy;
 use shiitake::model::{Answer, Usage};
 use shiitake::run::{complete_step, StepOutcome};
@@ -223,7 +223,10 @@ impl Side {
             body: body.as_bytes().to_vec(),
             waited: false,
         };
-        let r = self.with_ctx(|ext, ctx| handle(ctx, Some(ext), &req));
+        let r = self.with_ctx(|ext, ctx| {
+            let hosted = Hosted::without_models(Some(ext));
+            handle(ctx, &hosted, &req)
+        });
         (r.status, r.body.unwrap_or_default())
     }
 

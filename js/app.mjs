@@ -23,6 +23,7 @@ const ROUTES = [
   ["/sessions/:sessionId/settlement", ["GET"]],
   ["/sessions/:sessionId/pending/latest", ["GET"]],
   ["/sessions/:sessionId/branches", ["GET"]],
+  ["/sessions/:sessionId/model", ["GET", "PUT", "DELETE"]],
   ["/sessions/:sessionId/extensions/:extensionId/commands/:command", ["POST"]],
   ["/extensions", ["GET"]],
   ["/extensions/:extensionId", ["GET"]],

@@ -497,6 +497,27 @@ export interface ShiitakeSession {
   select(entryId: string, options?: OperatorOptions): Promise<Receipt>;
   /** The children of `entryId`, oldest first (bounded pages). */
   branches(entryId: string, options?: BranchesOptions): Promise<BranchList>;
+  /** The Session's explicit model (`model` null when none is set). */
+  model(options?: CallOptions): Promise<SessionModel>;
+  /**
+   * Sets the Session's explicit model (`"provider/model"`, with `reasoning`);
+   * its next turn resolves it before the Agent's model and the host's
+   * defaults. Refusals: `model_rejected` (422: not offered, its provider not
+   * signed in or not allowed), `session_not_found`.
+   */
+  setModel(model: string, options?: CallOptions & { reasoning?: Reasoning }): Promise<SessionModel>;
+  /** Clears the Session's explicit model: `{model: null}`. */
+  clearModel(options?: CallOptions): Promise<SessionModel>;
+}
+
+/** A reasoning level; each provider maps it to its own field. */
+export type Reasoning = "minimal" | "low" | "medium" | "high" | "max";
+
+/** A Session's explicit model: `PUT`/`GET /sessions/:id/model`. */
+export interface SessionModel {
+  /** `provider/model` in its canonical spelling, or null. */
+  model: string | null;
+  reasoning?: Reasoning;
 }
 
 export interface ListSessionsOptions extends CallOptions {
@@ -567,6 +588,7 @@ export type ShiitakeErrorCode =
   | "internal_error"
   | "storage_incompatible"
   | "host_misconfigured"
+  | "model_rejected"
   | "not_configured"
   | "invalid_response"
   | "response_too_large"

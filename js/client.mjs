@@ -168,6 +168,26 @@ class ShiitakeSession {
     return this.#t.request("GET", sessionPath(this.id, "/branches"), { query: { entryId, limit, cursor: cursor ?? undefined }, signal });
   }
 
+  /** The Session's explicit model: `{model, reasoning?}` (`model` null when none is set). */
+  model({ signal } = {}) {
+    return this.#t.request("GET", sessionPath(this.id, "/model"), { signal });
+  }
+
+  /**
+   * Sets the Session's explicit model (`"provider/model"`, with `reasoning`);
+   * its next turn resolves it. A model the host's policy refuses throws
+   * `model_rejected` (422). Answers what is stored.
+   */
+  setModel(model, { reasoning, signal } = {}) {
+    const body = reasoning === undefined ? { model } : { model, reasoning };
+    return this.#t.request("PUT", sessionPath(this.id, "/model"), { body, signal });
+  }
+
+  /** Clears the Session's explicit model: `{model: null}`. */
+  clearModel({ signal } = {}) {
+    return this.#t.request("DELETE", sessionPath(this.id, "/model"), { signal });
+  }
+
   async operator(text, { requestId = newRequestId(), signal } = {}) {
     const receipt = await this.#command({ type: "operator", requestId, text }, signal);
     return { ...receipt, requestId };

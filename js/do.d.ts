@@ -13,6 +13,8 @@ import type {
   SessionRead,
   WatchEvent,
   WithdrawOutcome,
+  Reasoning,
+  SessionModel,
 } from "./client.js";
 import { DurableObject } from "cloudflare:workers";
 
@@ -92,6 +94,12 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   readSettlement(sessionId: string, commandId: string, options?: { timeoutMs?: number }, meta?: unknown): Promise<CommandSettlement | undefined>;
   /** RPC: the newest pending prompt of `meta`'s principal (anyone's when unbound), or null. */
   latestPending(sessionId: string, meta?: unknown): Promise<PendingPrompt | null>;
+  /** RPC: the Session's explicit model (`model` null when none is set). */
+  sessionModel(sessionId: string, meta?: unknown): Promise<SessionModel>;
+  /** RPC: sets the Session's explicit model; `model_rejected` (422) when the host's policy refuses it. */
+  setSessionModel(sessionId: string, input: { model: string; reasoning?: Reasoning }, meta?: unknown): Promise<SessionModel>;
+  /** RPC: clears the Session's explicit model; `{model: null}`. */
+  clearSessionModel(sessionId: string, meta?: unknown): Promise<SessionModel>;
   /**
    * RPC: the Session's watch, the bytes of the same `text/event-stream` as
    * GET /sessions/:id/watch (serve it as is, or parse it with
@@ -291,7 +299,7 @@ export interface ShiitakeFleet {
 }
 
 /** A reasoning level (`agents.setModel`, stored with the Agent's model). */
-export type ModelReasoningLevel = "minimal" | "low" | "medium" | "high" | "max";
+export type ModelReasoningLevel = Reasoning;
 
 /**
  * The host's model policy (`ShiitakeDO#models()`). Each turn resolves its
@@ -658,6 +666,12 @@ export interface ShiitakeOwnerSession {
   select(input: EntryInput): Promise<Receipt>;
   /** The children of an entry. */
   branches(query: BranchesQuery): Promise<BranchList>;
+  /** The Session's explicit model (`model` null when none is set). */
+  model(): Promise<SessionModel>;
+  /** Sets the Session's explicit model (`model_rejected` when the host's policy refuses it). */
+  setModel(input: { model: string; reasoning?: Reasoning }): Promise<SessionModel>;
+  /** Clears the Session's explicit model; `{model: null}`. */
+  clearModel(): Promise<SessionModel>;
   abort(): Promise<AbortOutcome>;
   withdraw(requestId: string): Promise<WithdrawOutcome>;
   read(query?: ReadQuery): Promise<SessionRead>;

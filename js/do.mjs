@@ -446,6 +446,21 @@ export class ShiitakeDO extends DurableObject {
     return this.#bound(meta).session(sessionId).readSettlement(commandId, { timeoutMs: options?.timeoutMs });
   }
 
+  /** RPC: the Session's explicit model, `{model, reasoning?}` (`model` null when none is set). */
+  sessionModel(sessionId, meta) {
+    return this.#bound(meta).session(sessionId).model();
+  }
+
+  /** RPC: sets the Session's explicit model (`{model, reasoning?}`); what is stored. */
+  setSessionModel(sessionId, input, meta) {
+    return this.#bound(meta).session(sessionId).setModel(input);
+  }
+
+  /** RPC: clears the Session's explicit model; `{model: null}`. */
+  clearSessionModel(sessionId, meta) {
+    return this.#bound(meta).session(sessionId).clearModel();
+  }
+
   /** RPC: the newest pending prompt of `meta`'s principal (of anyone when unbound), or null. */
   latestPending(sessionId, meta) {
     return this.#bound(meta).session(sessionId).latestPending();

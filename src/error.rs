@@ -53,6 +53,9 @@ api_errors! {
     InvalidMeta(String) => 400, "invalid_meta", "{0}";
     /// 404: no route has this path.
     NotFound => 404, "not_found", "no such route";
+    /// 422: the host's model policy refuses the chosen model (not offered,
+    /// its provider not signed in or not allowed).
+    ModelRejected(String) => 422, "model_rejected", "model:rejected: {0}";
     /// 404: the Session does not exist.
     SessionNotFound(String) => 404, "session_not_found", "session `{0}` does not exist";
     /// 404: the Session never accepted this command.

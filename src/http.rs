@@ -13,6 +13,8 @@ use crate::limits::{
     BODY_BYTES_MAX, INBOX_PAGE_SESSIONS_MAX, LIST_PAGE_SESSIONS_MAX, PAGE_LIMIT_DEFAULT,
     READ_PAGE_MESSAGES_MAX, SETTLEMENT_TIMEOUT_MS_MAX,
 };
+use crate::model::preference::{Choice, Policy};
+use crate::model::Reasoning;
 use crate::observe::Frame;
 use crate::run::cancel;
 use crate::session::command::{self, validate_request_id, Command};
@@ -147,15 +149,34 @@ pub fn cancellation_effects(
 }
 
 /// Serves one request; `ext`: the Agent's extensions, if its host runs any.
-pub fn handle(ctx: &mut Ctx<'_>, ext: Option<&Extensions>, req: &HttpRequest) -> HttpResponse {
-    route(ctx, ext, req).unwrap_or_else(HttpResponse::from)
+/// What the host brings to a request besides the store: its extensions and
+/// its model policy (`Err`: why its models configuration is unusable).
+pub struct Hosted<'a> {
+    pub extensions: Option<&'a Extensions>,
+    pub models: Result<&'a Policy, &'a str>,
+}
+
+impl<'a> Hosted<'a> {
+    /// A host that states no models (a simulated host, a benchmark): the
+    /// routes that set a model answer 503 `host_misconfigured` naming it.
+    pub fn without_models(extensions: Option<&'a Extensions>) -> Self {
+        Hosted {
+            extensions,
+            models: Err("this host states no models"),
+        }
+    }
+}
+
+pub fn handle(ctx: &mut Ctx<'_>, hosted: &Hosted<'_>, req: &HttpRequest) -> HttpResponse {
+    route(ctx, hosted, req).unwrap_or_else(HttpResponse::from)
 }
 
 fn route(
     ctx: &mut Ctx<'_>,
-    ext: Option<&Extensions>,
+    hosted: &Hosted<'_>,
     req: &HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
+    let ext = hosted.extensions;
     if req.body.len() > BODY_BYTES_MAX {
         return Err(ApiError::PayloadTooLarge {
             bytes_max: BODY_BYTES_MAX,
@@ -195,6 +216,10 @@ fn route(
                 (["watch"], "GET") => watch(ctx, ext, req, id),
                 (["pending", "latest"], "GET") => latest_pending(ctx, req, id),
                 (["branches"], "GET") => branches(ctx, req, id),
+                (["model"], "GET") => session_model(ctx, req, id),
+                (["model"], "PUT") => set_session_model(ctx, hosted.models, req, id),
+                (["model"], "DELETE") => clear_session_model(ctx, hosted.models, req, id),
+                (["model"], _) => Err(ApiError::MethodNotAllowed("GET, PUT, DELETE")),
                 (["settlement" | "watch" | "branches"] | ["pending", "latest"], _) => {
                     Err(ApiError::MethodNotAllowed("GET"))
                 }
@@ -203,6 +228,89 @@ fn route(
         }
         _ => Err(ApiError::NotFound),
     }
+}
+
+/// A Session's explicit model as the routes answer it: `{model, reasoning?}`,
+/// `model` null when none is set.
+#[derive(Serialize)]
+struct SessionModel {
+    model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning: Option<Reasoning>,
+}
+
+impl From<Option<Choice>> for SessionModel {
+    fn from(choice: Option<Choice>) -> Self {
+        match choice {
+            Some(Choice { model, reasoning }) => SessionModel {
+                model: Some(model),
+                reasoning,
+            },
+            None => SessionModel {
+                model: None,
+                reasoning: None,
+            },
+        }
+    }
+}
+
+/// `GET /sessions/:id/model`: the Session's explicit model, the first layer
+/// its turns resolve (docs/http.md "Models").
+fn session_model(ctx: &mut Ctx<'_>, req: &HttpRequest, id: &str) -> Result<HttpResponse, ApiError> {
+    Query::parse(&req.query, &[])?;
+    if !ctx.store.session_exists(id)? {
+        return Err(ApiError::SessionNotFound(id.to_owned()));
+    }
+    let (session, _) = crate::model_choice::layers(ctx.store.sql(), id)?;
+    Ok(HttpResponse::json(200, &SessionModel::from(session)))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SetSessionModel {
+    /// `provider/model`.
+    model: String,
+    #[serde(default)]
+    reasoning: Option<Reasoning>,
+}
+
+/// `PUT /sessions/:id/model` `{model, reasoning?}`: sets the Session's
+/// explicit model, checked against the host's policy as `agents.set_model`
+/// is; the next turn resolves it.
+fn set_session_model(
+    ctx: &mut Ctx<'_>,
+    models: Result<&Policy, &str>,
+    req: &HttpRequest,
+    id: &str,
+) -> Result<HttpResponse, ApiError> {
+    Query::parse(&req.query, &[])?;
+    let SetSessionModel { model, reasoning } = parse_body(&req.body)?;
+    store_session_model(ctx, models, id, Some(&Choice { model, reasoning }))
+}
+
+/// `DELETE /sessions/:id/model`: clears the Session's explicit model.
+fn clear_session_model(
+    ctx: &mut Ctx<'_>,
+    models: Result<&Policy, &str>,
+    req: &HttpRequest,
+    id: &str,
+) -> Result<HttpResponse, ApiError> {
+    Query::parse(&req.query, &[])?;
+    store_session_model(ctx, models, id, None)
+}
+
+fn store_session_model(
+    ctx: &mut Ctx<'_>,
+    models: Result<&Policy, &str>,
+    id: &str,
+    choice: Option<&Choice>,
+) -> Result<HttpResponse, ApiError> {
+    let policy = models.map_err(|why| ApiError::HostMisconfigured(format!("models: {why}")))?;
+    let set = crate::model_choice::set_session(ctx, policy, id, choice).map_err(|e| match e {
+        crate::model_choice::SetError::Rejected(why) => ApiError::ModelRejected(why),
+        crate::model_choice::SetError::Api(e) => e,
+    })?;
+    Ok(HttpResponse::json(200, &SessionModel::from(set)))
 }
 
 /// The newest pending prompt of the request's principal (or, for an unbound

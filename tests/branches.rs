@@ -11,7 +11,7 @@ use common::Harness;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use shiitake::ctx::{CounterIds, Ctx};
-use shiitake::http::{handle, HttpRequest};
+use shiitake::http::{handle, Hosted, HttpRequest};
 use shiitake::meta::MetaPolicy;
 use shiitake::model::{Answer, ModelItem, Role};
 use shiitake::observe::Frame;
@@ -310,7 +310,7 @@ fn select_writes_one_session_row_and_frames_tell_watchers_to_read_again() {
         ..HttpRequest::default()
     };
     let changes_before = h.sql().total_changes();
-    let response = h.with_ctx(|ctx| handle(ctx, None, &req));
+    let response = h.with_ctx(|ctx| handle(ctx, &Hosted::without_models(None), &req));
     assert_eq!(response.status, 200);
     // The command row and the Session's head.
     assert_eq!(h.sql().total_changes() - changes_before, 2);

@@ -9,7 +9,7 @@ use shiitake::ctx::{Ctx, IdSource};
 use shiitake::fleet::directory::{self, CreateInput, Entry, Refusal, Request, DIRECTORY_AGENT_ID};
 use shiitake::fleet::member::{self, MemberAnswer};
 use shiitake::fleet::{self, Call, Offer};
-use shiitake::http::{handle, HttpRequest};
+use shiitake::http::{handle, Hosted, HttpRequest};
 use shiitake::limits::{DIRECTORY_AGENTS_MAX, DIRECTORY_ERASED_KEPT_MAX};
 use shiitake::mail::{self, Acceptance, Address, Mail, Outcome, Outgoing, ReplyFacts};
 use shiitake::meta::MetaPolicy;
@@ -550,7 +550,7 @@ impl Agent {
             body: body.to_string().into_bytes(),
             waited: false,
         };
-        let r = self.ctx(|ctx| handle(ctx, None, &req));
+        let r = self.ctx(|ctx| handle(ctx, &Hosted::without_models(None), &req));
         assert!(r.status < 300, "{method} {path}: {} {:?}", r.status, r.body);
         r.body
             .as_deref()

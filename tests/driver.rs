@@ -17,7 +17,7 @@ use shiitake::ctx::{CounterIds, Ctx};
 use shiitake::files::journal::{self, Journaled, Owner};
 use shiitake::files::port::{Change, Page, Port, PortError, Replaced, Stat};
 use shiitake::grants::AccessConfig;
-use shiitake::http::{handle, HttpRequest};
+use shiitake::http::{handle, Hosted, HttpRequest};
 use shiitake::meta::MetaPolicy;
 use shiitake::model::{
     classify_status, Answer, ModelError, ModelItem, RetryPolicy, Role, ToolCall, Usage,
@@ -336,7 +336,10 @@ impl Sim {
             waited: false,
         };
         let response = self
-            .with_ctx(|ctx| handle(ctx, None, &req))
+            .with_ctx(|ctx| {
+                let hosted = Hosted::without_models(None);
+                handle(ctx, &hosted, &req)
+            })
             .expect("no crash in a request");
         let effects = response.effects;
         for (_, frame) in effects.frames {

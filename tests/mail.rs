@@ -11,7 +11,7 @@ use common::sim::Ids;
 use serde_json::{json, Value};
 use shiitake::ctx::Ctx;
 use shiitake::error::ApiError;
-use shiitake::http::{handle, HttpRequest};
+use shiitake::http::{handle, Hosted, HttpRequest};
 use shiitake::mail::{
     self, Acceptance, Address, Mail, Outcome, Outgoing, Reason, Receipt, Replies, ReplyFacts,
     SendState,
@@ -101,7 +101,8 @@ impl Agent {
             },
             waited: false,
         };
-        let r = self.ctx(|ctx| handle(ctx, None, &req));
+        let hosted = Hosted::without_models(None);
+        let r = self.ctx(|ctx| handle(ctx, &hosted, &req));
         let json = r
             .body
             .as_deref()

@@ -577,7 +577,7 @@ fn with_a_single_attempt_a_fresh_turn_still_runs_once() {
 
 #[test]
 fn a_settlement_wait_longer_than_the_bound_is_clamped_not_refused() {
-    use shiitake::http::{handle, HttpRequest};
+    use shiitake::http::{handle, Hosted, HttpRequest};
     let mut h = Harness::new();
     h.session("s");
     h.occupy("s");
@@ -599,7 +599,7 @@ fn a_settlement_wait_longer_than_the_bound_is_clamped_not_refused() {
             body: Vec::new(),
             waited: false,
         };
-        let r = h.with_ctx(|ctx| handle(ctx, None, &req));
+        let r = h.with_ctx(|ctx| handle(ctx, &Hosted::without_models(None), &req));
         assert_eq!(r.status, 200, "timeoutMs={asked}");
         let park = r.effects.park.expect("an unsettled command parks the poll");
         assert_eq!(park.timeout_ms, parked, "timeoutMs={asked}");

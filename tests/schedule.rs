@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use shiitake::ctx::Ctx;
 use shiitake::delivery::{self, LanePass, LaneStep};
 use shiitake::extension::{Extensions, Host, Roster};
-use shiitake::http::{admission_effects, handle, sent_effects, HttpRequest};
+use shiitake::http::{admission_effects, handle, sent_effects, Hosted, HttpRequest};
 use shiitake::limits::HOST_DELIVERY_BATCH_MAX;
 use shiitake::mail::{self, Acceptance, Address, Outgoing, Replies, SendState};
 use shiitake::meta::MetaPolicy;
@@ -196,7 +196,9 @@ impl Agent {
         };
         let extensions = self.extensions.clone();
         let r = self
-            .ctx(now, |ctx| handle(ctx, extensions.as_deref(), &req))
+            .ctx(now, |ctx| {
+                handle(ctx, &Hosted::without_models(extensions.as_deref()), &req)
+            })
             .expect("no crash in a request");
         let json = r
             .body

@@ -7,7 +7,7 @@ mod common;
 
 use common::Harness;
 use serde_json::{json, Value};
-use shiitake::http::{handle, HttpRequest};
+use shiitake::http::{handle, Hosted, HttpRequest};
 use shiitake::limits::TOOL_STEPS_PER_TURN_MAX;
 use shiitake::model::{Answer, Image, ModelItem, ToolCall, Usage};
 use shiitake::observe::Frame;
@@ -561,7 +561,7 @@ fn a_cancelled_tool_turn_closes_its_open_calls_for_good() {
             .into_bytes(),
         waited: false,
     };
-    let r = h.with_ctx(|ctx| handle(ctx, None, &cancel));
+    let r = h.with_ctx(|ctx| handle(ctx, &Hosted::without_models(None), &cancel));
     assert_eq!(r.status, 200, "{:?}", r.body);
     let frames: Vec<Value> = r
         .effects

@@ -151,6 +151,18 @@ class OwnerSession {
     return this.#request("GET", "/branches", { query: present({ entryId, limit, cursor }) });
   }
 
+  model() {
+    return this.#request("GET", "/model");
+  }
+
+  setModel(input) {
+    return this.#request("PUT", "/model", { body: input });
+  }
+
+  clearModel() {
+    return this.#request("DELETE", "/model");
+  }
+
   abort() {
     return this.#command({ type: "abort" });
   }

@@ -204,6 +204,14 @@ impl Inner {
         self.models.as_ref().map_err(|why| format!("models: {why}"))
     }
 
+    /// The host's model policy, or why its models configuration is unusable.
+    pub(super) fn model_policy(&self) -> Result<&Policy, &str> {
+        self.models
+            .as_ref()
+            .map(|models| &models.policy)
+            .map_err(String::as_str)
+    }
+
     /// The model of a turn in `session` whose head carries `meta`: the
     /// stored layers, the host's last switch and Team default, resolved
     /// against the policy. `Err`: the bounded diagnostic the turn fails with.

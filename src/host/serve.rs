@@ -43,7 +43,11 @@ impl Inner {
             // configured: a configuration error, naming the feature.
             return ApiError::HostMisconfigured(why.clone()).into();
         }
-        self.with_ctx(|ctx| http::handle(ctx, self.extensions(), req))
+        let hosted = http::Hosted {
+            extensions: self.extensions(),
+            models: self.model_policy(),
+        };
+        self.with_ctx(|ctx| http::handle(ctx, &hosted, req))
     }
 
     /// A request whose body the core reads itself: the browser bridge's

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 use shiitake::ctx::{CounterIds, Ctx};
-use shiitake::http::{handle, HttpRequest};
+use shiitake::http::{handle, Hosted, HttpRequest};
 use shiitake::meta::MetaPolicy;
 use shiitake::sql::native::NativeSql;
 use shiitake::store::{schema, Store};
@@ -121,7 +121,8 @@ impl Harness {
             ids: &mut self.ids,
             meta: &self.meta,
         };
-        let r = handle(&mut ctx, self.extensions.as_ref(), &req);
+        let hosted = Hosted::without_models(self.extensions.as_ref());
+        let r = handle(&mut ctx, &hosted, &req);
         let json = r
             .body
             .as_deref()

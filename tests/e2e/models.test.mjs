@@ -8,7 +8,8 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { describe, test } from "node:test";
-import { execute, uniq, useWorker, MODEL_NAME } from "./helpers.mjs";
+import { createShiitakeClient } from "../../js/client.mjs";
+import { TOKEN, execute, uniq, useWorker, MODEL_NAME } from "./helpers.mjs";
 
 const T = { timeout: 90_000 };
 const OFFERED = [`openai/${MODEL_NAME}`, "anthropic/claude-e2e", "openai/gpt-reasoner"];
@@ -157,6 +158,53 @@ describe("models: offered, set by a peer, resolved per turn", () => {
     const a = h.agent();
     await runCode(h, a, call("set_model", { agentId: s.id, model: "openai/gpt-reasoner" }));
     assert.equal((await turn(h, s, sid)).requests[0].body.model, "gpt-reasoner", "the Agent's model wins");
+  });
+
+  test("PUT /sessions/:id/model sets the first layer: that Session's next turn calls it, above the Agent's model; the host's policy refuses what it would not resolve; DELETE clears it", T, async () => {
+    const b = h.agent(`session-model-${randomUUID()}`);
+    // The typed client over the route (docs/http.md "Models").
+    const client = createShiitakeClient({
+      baseUrl: `http://localhost/agents/${b.id}`,
+      fetch: (url, init) => h.mf.dispatchFetch(url, { ...init, headers: { ...init.headers, authorization: `Bearer ${TOKEN}` } }),
+    });
+    const [chosen, other] = [await b.createSession("chosen"), await b.createSession("other")];
+    assert.deepEqual(await client.session(chosen).model(), { model: null });
+    assert.deepEqual(await client.session(chosen).setModel("anthropic/claude-e2e", { reasoning: "low" }), { model: "anthropic/claude-e2e", reasoning: "low" });
+    // The Agent's explicit model is below the Session's.
+    await runCode(h, h.agent(), call("set_model", { agentId: b.id, model: "openai/gpt-reasoner" }));
+    const first = await turn(h, b, chosen);
+    assert.equal(first.settled.terminal, "completed", JSON.stringify(first.settled));
+    assert.equal(first.requests[0].api, "anthropic");
+    assert.equal(first.requests[0].body.model, "claude-e2e");
+    assert.deepEqual(first.requests[0].body.thinking, { type: "enabled", budget_tokens: 2048 }, "the Session's reasoning level");
+    assert.equal((await turn(h, b, other)).requests[0].body.model, "gpt-reasoner", "another Session keeps the Agent's model");
+
+    // Refusals name the problem and store nothing.
+    for (const [body, status, code, message] of [
+      [{ model: "openai/not-offered" }, 422, "model_rejected", /^model:rejected: /],
+      [{}, 400, "invalid_request", /model/],
+      [{ model: null, reasoning: "low" }, 400, "invalid_request", /model/],
+      [{ model: "anthropic/claude-e2e", reasoning: "huge" }, 400, "invalid_request", /reasoning/],
+      [{ model: "anthropic/claude-e2e", temperature: 1 }, 400, "invalid_request", /temperature/],
+    ]) {
+      const res = await b.api("PUT", `/sessions/${chosen}/model`, body);
+      assert.equal(res.status, status, JSON.stringify([body, res.json]));
+      assert.equal(res.json.error.code, code);
+      assert.match(res.json.error.message, message);
+    }
+    assert.equal((await b.api("PUT", `/sessions/${chosen}/model`, "{")).json.error.code, "invalid_json");
+    assert.equal((await b.api("POST", `/sessions/${chosen}/model`, { model: null })).status, 405);
+    assert.equal((await b.api("DELETE", `/sessions/nope/model`)).json.error.code, "session_not_found");
+    assert.equal((await b.api("PUT", `/sessions/nope/model`, { model: "anthropic/claude-e2e" })).json.error.code, "session_not_found");
+    const restricted = h.agent(`openai-only-${randomUUID()}`);
+    const sid = await restricted.createSession("s");
+    const refused = await restricted.api("PUT", `/sessions/${sid}/model`, { model: "anthropic/claude-e2e" });
+    assert.equal(refused.status, 422, "a provider the host's key sources exclude");
+    assert.deepEqual(await client.session(chosen).model(), { model: "anthropic/claude-e2e", reasoning: "low" });
+
+    // Cleared (DELETE): the next turn resolves the Agent's model again.
+    assert.deepEqual(await client.session(chosen).clearModel(), { model: null });
+    assert.equal((await turn(h, b, chosen)).requests[0].body.model, "gpt-reasoner");
   });
 
   test("lastSwitch is asked with the Session and the metadata of the prompt that heads the turn", T, async () => {

@@ -17,7 +17,7 @@ import { readFileSync } from "node:fs";
 import path from "node:path";
 import { test } from "node:test";
 import Ajv2020 from "ajv/dist/2020.js";
-import { PNG_1X1, ROOT, TOKEN, Watch, bundleFixture, describe, eventually, kind, startWorker, useWorker } from "./helpers.mjs";
+import { MODEL_NAME, PNG_1X1, ROOT, TOKEN, Watch, bundleFixture, describe, eventually, kind, startWorker, useWorker } from "./helpers.mjs";
 
 const DOC_FILE = path.join(ROOT, "docs/openapi.json");
 const doc = JSON.parse(readFileSync(DOC_FILE, "utf8"));
@@ -34,6 +34,7 @@ const SETTLEMENT = "/sessions/{sessionId}/settlement";
 const WATCH = "/sessions/{sessionId}/watch";
 const LATEST = "/sessions/{sessionId}/pending/latest";
 const BRANCHES = "/sessions/{sessionId}/branches";
+const MODEL = "/sessions/{sessionId}/model";
 
 // ---------------------------------------------------------------- document
 
@@ -513,6 +514,17 @@ test("every documented operation is served and answers as documented", async () 
   await call(a, "get", BRANCHES, { params: bid, query: { entryId: "msg_never" }, status: 404 });
   await call(a, "get", BRANCHES, { params: { sessionId: "nobody" }, query: { entryId: one.entryId }, status: 404 });
   await call(a, "get", BRANCHES, { params: sid, query: { entryId: one.entryId }, status: 400, beyondSchema: "which Session holds the entry" });
+
+  // The Session's explicit model (the demo offers SHIITAKE_MODEL alone).
+  await call(a, "get", MODEL, { params: sid, status: 200 });
+  await call(a, "put", MODEL, { params: sid, body: { model: `openai/${MODEL_NAME}`, reasoning: "low" }, status: 200 });
+  await call(a, "put", MODEL, { params: sid, body: { model: "openai/not-offered" }, status: 422 });
+  await call(a, "put", MODEL, { params: sid, body: { model: `openai/${MODEL_NAME}`, reasoning: "huge" }, status: 400 });
+  await call(a, "put", MODEL, { params: sid, body: { reasoning: "low" }, status: 400 });
+  await call(a, "put", MODEL, { params: { sessionId: "nobody" }, body: { model: `openai/${MODEL_NAME}` }, status: 404 });
+  await call(a, "delete", MODEL, { params: sid, status: 200 });
+  await call(a, "delete", MODEL, { params: { sessionId: "nobody" }, status: 404 });
+  await call(a, "get", MODEL, { params: { sessionId: "nobody" }, status: 404 });
   const branchRefusals = [
     [{ type: "retry", requestId: "b6", entryId: reOne.entryId }, 400, "the role of the entry"],
     [{ type: "prompt", requestId: "b6", text: "x", after: one.entryId, delivery: "steer" }, 400, "`after` with a steer"],

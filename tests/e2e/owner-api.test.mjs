@@ -5,7 +5,7 @@
 // identities through SHIITAKE_IDENTITY_PATH as in identity.test.mjs.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { Watch, expectAccepted, expectError, kind, useWorker } from "./helpers.mjs";
+import { MODEL_NAME, Watch, expectAccepted, expectError, kind, useWorker } from "./helpers.mjs";
 
 const USERS = { "token-ada": { id: "ada", name: "Ada" }, "token-bob": { id: "bob", name: "Bob" } };
 const SCHEMA = {
@@ -22,6 +22,7 @@ const h = useWorker({
     SHIITAKE_META_SCHEMA: JSON.stringify(SCHEMA),
     SHIITAKE_IDENTITY_PATH: "$.author.id",
     SHIITAKE_USERS: JSON.stringify(USERS),
+    SHIITAKE_MODELS: `openai/${MODEL_NAME},openai/other-model`,
   },
 });
 const T = { timeout: 30_000 };
@@ -47,6 +48,9 @@ function rpc(agentId) {
     read: (sid, query, meta) => call("readSession", sid, query ?? {}, meta),
     settlement: (sid, commandId, options, meta) => call("readSettlement", sid, commandId, options ?? {}, meta),
     latestPending: (sid, meta) => call("latestPending", sid, meta),
+    model: (sid, meta) => call("sessionModel", sid, meta),
+    setModel: (sid, input, meta) => call("setSessionModel", sid, input, meta),
+    clearModel: (sid, meta) => call("clearSessionModel", sid, meta),
     listSessions: (query) => call("listSessions", query),
     createSession: (id) => call("createSession", id),
     deleteSession: (id) => call("deleteSession", id),
@@ -67,6 +71,9 @@ function owner(agentId) {
     read: (sid, query, meta) => on(sid, "read", [query ?? {}], meta),
     settlement: (sid, commandId, options, meta) => on(sid, "readSettlement", [commandId, options ?? {}], meta),
     latestPending: (sid, meta) => on(sid, "latestPending", [], meta),
+    model: (sid, meta) => on(sid, "model", [], meta),
+    setModel: (sid, input, meta) => on(sid, "setModel", [input], meta),
+    clearModel: (sid, meta) => on(sid, "clearModel", [], meta),
     listSessions: (query) => on(undefined, "listSessions", [query]),
     createSession: (id) => on(undefined, "createSession", [id]),
     deleteSession: (id) => on(undefined, "deleteSession", [id]),
@@ -108,6 +115,24 @@ async function occupied(make) {
 for (const make of [rpc, owner]) {
   const name = make("x").name;
   describe(`owner API over ${name}`, () => {
+    test("the Session's explicit model: set, read, refused by the host's policy, cleared, as over HTTP", T, async () => {
+      const agentId = fresh();
+      const s = make(agentId);
+      const web = http(agentId);
+      value(await s.createSession("m"));
+      assert.deepEqual(value(await s.model("m")), { model: null });
+      assert.deepEqual(value(await s.setModel("m", { model: "openai/other-model", reasoning: "low" })), { model: "openai/other-model", reasoning: "low" });
+      assert.deepEqual(value(await s.model("m")), { model: "openai/other-model", reasoning: "low" });
+      assert.deepEqual((await web.get("/sessions/m/model")).json, { model: "openai/other-model", reasoning: "low" });
+      const rejected = refused(await s.setModel("m", { model: "openai/not-offered" }), 422, "model_rejected");
+      assert.match(rejected.message, /^model:rejected: /);
+      assert.deepEqual(value(await s.model("m")), { model: "openai/other-model", reasoning: "low" }, "a refusal stores nothing");
+      refused(await s.setModel("m", { reasoning: "low" }), 400, "invalid_request");
+      refused(await s.clearModel("gone"), 404, "session_not_found");
+      assert.deepEqual(value(await s.clearModel("m")), { model: null });
+      assert.deepEqual(value(await s.model("m")), { model: null });
+    });
+
     test("create, list, read and delete Sessions answer as over HTTP", T, async () => {
       const agentId = fresh();
       const s = make(agentId);
