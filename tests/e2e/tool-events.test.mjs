@@ -130,6 +130,8 @@ test("a tool's images reach the next Messages request inside its tool_result", T
           { type: "text", text: '"took 1 picture(s)"' },
           { type: "image", source: { type: "base64", media_type: "image/png", data: PNG_1X1 } },
         ],
+        // The last message's last block: a prompt-cache breakpoint.
+        cache_control: { type: "ephemeral" },
       },
     ],
   });
