@@ -612,8 +612,9 @@ pub struct ModelError {
     /// long"): a turn compacts and tries once more.
     pub too_long: bool,
     /// What the call reported of its cost before it failed (rarely any
-    /// usage; the host sets the model).
-    pub metered: Metered,
+    /// usage; the host sets the model). Boxed: an error is passed by value
+    /// everywhere and is rarely metered.
+    pub metered: Box<Metered>,
 }
 
 impl ModelError {
@@ -624,7 +625,7 @@ impl ModelError {
             retryable,
             diagnostic: bounded(diagnostic.into()),
             too_long: false,
-            metered: Metered::default(),
+            metered: Box::default(),
         }
     }
 }

@@ -562,7 +562,7 @@ impl Turn {
         if let Some((trigger, range)) = self.summarising.take() {
             if answer.text.trim().is_empty() {
                 let mut error = ModelError::new(true, "the model answered with no summary");
-                error.metered = answer.metered();
+                error.metered = Box::new(answer.metered());
                 return self.failed(ctx, error, true);
             }
             return self.recorded(ctx, Some((trigger, range, answer)));
@@ -647,7 +647,7 @@ impl Turn {
             if window.range.is_some() {
                 // The refused call is counted now: the summary call's
                 // write records only its own.
-                let call = (Outcome::Failed, &error.metered);
+                let call = (Outcome::Failed, &*error.metered);
                 if record_call(ctx, &session, &head, self.attempt, call)?.is_none() {
                     self.finish();
                     return Ok(());
@@ -667,7 +667,7 @@ impl Turn {
                 retryable: error.retryable,
                 diagnostic: error.diagnostic.clone(),
             },
-            called.then_some(&error.metered),
+            called.then_some(&*error.metered),
             self.policy.attempts,
             delay,
         )?;

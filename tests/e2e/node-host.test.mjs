@@ -417,6 +417,20 @@ test("kill -9 mid-turn: the reopened file resumes the turn and settles it exactl
   } finally {
     await later.close();
   }
+  // Beside the normalised counts, the provider's own usage object as sent.
+  const db = new DatabaseSync(file, { readOnly: true });
+  try {
+    const rows = db.prepare("SELECT outcome, model, raw, raw_dropped FROM shiitake_usage ORDER BY seq").all();
+    assert.deepEqual(
+      rows.map((r) => [r.outcome, r.model, r.raw === null ? null : JSON.parse(r.raw), r.raw_dropped]),
+      [
+        ["unknown", null, null, 0],
+        ["answered", `openai/${model.requests(tag)[1].body.model}`, model.requests(tag)[1].usage, 0],
+      ],
+    );
+  } finally {
+    db.close();
+  }
 });
 
 test("kill -9 with the alarm's row lost (its writes skip the fsync): the reopen's own pass resumes the accepted prompt", T, async () => {
