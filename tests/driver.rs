@@ -1484,6 +1484,11 @@ fn a_refusal_as_too_long_compacts_and_retries_once() {
     let last = sim.world.contexts.last().unwrap();
     assert!(leads_with_summary(last, "summary"), "{last:?}");
     assert!(matches!(&last[1..], [ModelItem::Message(m)] if m.text == "again"));
+    // The refused call counted in a write of its own, the summary call in
+    // the compaction's.
+    let totals = sim.usage_totals();
+    assert_eq!(sim.world.model_calls, 4);
+    assert_eq!((&totals["calls"], &totals["failed"]), (&json!(4), &json!(1)));
 }
 
 #[test]
@@ -1501,6 +1506,8 @@ fn a_second_refusal_fails_the_turn_as_before() {
     );
     assert_eq!(sim.world.model_calls, 4, "one compaction, one retry");
     assert_eq!(compactions(&sim.messages()).len(), 1);
+    let totals = sim.usage_totals();
+    assert_eq!((&totals["calls"], &totals["failed"]), (&json!(4), &json!(2)));
 }
 
 #[test]
