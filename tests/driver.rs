@@ -1488,7 +1488,10 @@ fn a_refusal_as_too_long_compacts_and_retries_once() {
     // the compaction's.
     let totals = sim.usage_totals();
     assert_eq!(sim.world.model_calls, 4);
-    assert_eq!((&totals["calls"], &totals["failed"]), (&json!(4), &json!(1)));
+    assert_eq!(
+        (&totals["calls"], &totals["failed"]),
+        (&json!(4), &json!(1))
+    );
 }
 
 #[test]
@@ -1507,7 +1510,10 @@ fn a_second_refusal_fails_the_turn_as_before() {
     assert_eq!(sim.world.model_calls, 4, "one compaction, one retry");
     assert_eq!(compactions(&sim.messages()).len(), 1);
     let totals = sim.usage_totals();
-    assert_eq!((&totals["calls"], &totals["failed"]), (&json!(4), &json!(2)));
+    assert_eq!(
+        (&totals["calls"], &totals["failed"]),
+        (&json!(4), &json!(2))
+    );
 }
 
 #[test]
