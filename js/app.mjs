@@ -16,6 +16,7 @@ const ROUTE_AGENT_ID_BYTES_MAX = 256;
 const ROUTES = [
   ["/sessions", ["GET", "POST"]],
   ["/inbox", ["GET"]],
+  ["/usage", ["GET"]],
   ["/sessions/:sessionId", ["GET", "DELETE"]],
   ["/sessions/:sessionId/commands", ["POST"]],
   ["/sessions/:sessionId/withdraw", ["POST"]],

@@ -93,6 +93,54 @@ export interface Inbox {
   nextCursor: string | null;
 }
 
+/** Calls counted by the usage ledger and the tokens providers reported for them. */
+export interface UsageFigures {
+  /** Model calls, each counted once: `answered + failed + unknown`. */
+  calls: number;
+  answered: number;
+  /** Failed or retried attempts (with the usage the provider reported, rarely any). */
+  failed: number;
+  /** Calls cut off by a crash, an eviction, a reset or a cancel: their usage is unknown (no tokens counted). */
+  unknown: number;
+  inputTokens: number;
+  outputTokens: number;
+  /** Absent when no call of the range reported it. */
+  cacheReadTokens?: number;
+  cacheWriteTokens?: number;
+  reasoningTokens?: number;
+}
+
+export type UsageGroupBy = "session" | "model" | "day";
+
+export interface UsageGroup extends UsageFigures {
+  /** The sessionId; the model `provider/model` (`unknown`: a call cut off before its model was recorded); the UTC day `YYYY-MM-DD`. */
+  key: string;
+}
+
+export interface UsageLedger {
+  from: number | null;
+  to: number | null;
+  groupBy: UsageGroupBy | null;
+  /** Over the whole range. */
+  totals: UsageFigures;
+  /** In key order; empty without `groupBy`. */
+  groups: UsageGroup[];
+  /** Pass as `cursor` for the next page; `null`: nothing more. */
+  nextCursor: string | null;
+}
+
+export interface UsageQuery {
+  /** Calls at or after, ms since the epoch. */
+  from?: number;
+  /** Calls before, ms since the epoch. */
+  to?: number;
+  groupBy?: UsageGroupBy;
+  /** Groups a page, 1..200 (default 50). */
+  limit?: number;
+  /** A `nextCursor` (needs `groupBy`). */
+  cursor?: string | null;
+}
+
 export type MessageRole = "user" | "assistant" | "operator" | "tool" | "compaction";
 
 /** Why a compaction ran: a `compact` command, the model's window, or a provider refusing a call as too long. */
@@ -532,10 +580,14 @@ export interface InboxOptions extends CallOptions {
   cursor?: string | null;
 }
 
+export interface UsageOptions extends UsageQuery, CallOptions {}
+
 export interface ShiitakeClient {
   listSessions(options?: ListSessionsOptions): Promise<SessionList>;
   /** The Agent's Sessions by what they need: needs_you, running, settled. */
   inbox(options?: InboxOptions): Promise<Inbox>;
+  /** The Agent's usage ledger: each model call counted once, by the provider's figures. */
+  usage(options?: UsageOptions): Promise<UsageLedger>;
   /** Creates a Session (an id is generated when omitted), or with `from` a fork of another's path. */
   createSession(sessionId?: string, options?: CreateSessionOptions): Promise<{ sessionId: string }>;
   /** Deletes a Session (its watches end, its work stops); `session_has_forks` (409) while forks share its history. */

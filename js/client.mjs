@@ -106,6 +106,11 @@ class ShiitakeClient {
     return this.#t.request("GET", "/inbox", { query: { limit, cursor: cursor ?? undefined }, signal });
   }
 
+  /** `GET /usage`: the Agent's usage ledger, totals over `[from, to)` and a page of groups. */
+  usage({ from, to, groupBy, limit, cursor, signal } = {}) {
+    return this.#t.request("GET", "/usage", { query: { from, to, groupBy, limit, cursor: cursor ?? undefined }, signal });
+  }
+
   /** `from: {sessionId, entryId}` forks: the new Session continues that Session's path ending at the entry. */
   createSession(sessionId, { from, signal } = {}) {
     const body = {};

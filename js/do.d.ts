@@ -11,6 +11,8 @@ import type {
   Receipt,
   SessionList,
   SessionRead,
+  UsageLedger,
+  UsageQuery,
   WatchEvent,
   WithdrawOutcome,
   Reasoning,
@@ -114,6 +116,8 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   deleteSession(sessionId: string): Promise<void>;
   /** RPC: a page of the inbox. */
   inbox(query?: PageQuery): Promise<Inbox>;
+  /** RPC: the usage ledger. */
+  usage(query?: UsageQuery): Promise<UsageLedger>;
   /**
    * The host work lane, or `undefined` for none (then outbox entries are
    * acknowledged undelivered). Read once per instance; an unknown key or a
@@ -644,6 +648,8 @@ export interface ShiitakeOwner {
   createSession(sessionId?: string, options?: { from?: ForkFrom }): Promise<{ sessionId: string }>;
   deleteSession(sessionId: string): Promise<void>;
   inbox(query?: PageQuery): Promise<Inbox>;
+  /** The usage ledger (GET /usage). */
+  usage(query?: UsageQuery): Promise<UsageLedger>;
   grants: {
     /** `ShiitakeDO#deliverGrants`. */
     deliver(sessionId: string, delivery: GrantDelivery): { delivered: "stored" | "replaced" | "unchanged" };

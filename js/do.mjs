@@ -495,6 +495,11 @@ export class ShiitakeDO extends DurableObject {
     return this.agent.inbox(query);
   }
 
+  /** RPC: the usage ledger (`{from?, to?, groupBy?, limit?, cursor?}`). */
+  usage(query) {
+    return this.agent.usage(query);
+  }
+
   #bound(meta) {
     return meta === undefined ? this.agent : this.agent.withMeta(meta);
   }

@@ -11,7 +11,7 @@ use crate::extension::{Extensions, Invocation, Invoked, Sent};
 use crate::json::parse_body;
 use crate::limits::{
     BODY_BYTES_MAX, INBOX_PAGE_SESSIONS_MAX, LIST_PAGE_SESSIONS_MAX, PAGE_LIMIT_DEFAULT,
-    READ_PAGE_MESSAGES_MAX, SETTLEMENT_TIMEOUT_MS_MAX,
+    READ_PAGE_MESSAGES_MAX, SETTLEMENT_TIMEOUT_MS_MAX, USAGE_PAGE_GROUPS_MAX,
 };
 use crate::model::preference::{Choice, Policy};
 use crate::model::Reasoning;
@@ -20,6 +20,7 @@ use crate::run::cancel;
 use crate::session::command::{self, validate_request_id, Command};
 use crate::session::{admission, queue, read};
 use crate::settlement::Settlement;
+use crate::usage;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -196,6 +197,10 @@ fn route(
         }
         ["inbox"] => match method {
             "GET" => inbox(ctx, ext, req),
+            _ => Err(ApiError::MethodNotAllowed("GET")),
+        },
+        ["usage"] => match method {
+            "GET" => usage_ledger(ctx, req),
             _ => Err(ApiError::MethodNotAllowed("GET")),
         },
         ["sessions"] => match method {
@@ -537,6 +542,56 @@ fn inbox(
     Ok(HttpResponse::json(
         200,
         &attention::inbox(ctx.store.sql(), &owners, limit, cursor.as_ref())?,
+    ))
+}
+
+/// `GET /usage`: the Agent's usage ledger (`usage::ledger`).
+fn usage_ledger(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, ApiError> {
+    let query = Query::parse(&req.query, &["from", "to", "groupBy", "limit", "cursor"])?;
+    let at = |key: &str| match query.get(key) {
+        None => Ok(None),
+        Some(v) => match v.parse::<i64>() {
+            Ok(n) if n >= 0 => Ok(Some(n)),
+            _ => Err(ApiError::InvalidQuery(format!(
+                "{key}: ms since the epoch, a non-negative integer, got `{v}`"
+            ))),
+        },
+    };
+    let (from, to) = (at("from")?, at("to")?);
+    if let (Some(from), Some(to)) = (from, to) {
+        if to < from {
+            return Err(ApiError::InvalidQuery(format!(
+                "to: before from ({to} < {from})"
+            )));
+        }
+    }
+    let group_by = match query.get("groupBy") {
+        None => None,
+        Some(v) => Some(usage::GroupBy::parse(v).ok_or_else(|| {
+            ApiError::InvalidQuery(format!("groupBy: one of session, model, day, got `{v}`"))
+        })?),
+    };
+    let cursor = query.get("cursor").map(str::to_owned);
+    if cursor.as_deref() == Some("") {
+        return Err(ApiError::InvalidQuery(
+            "cursor: not a cursor returned by this API: ``".into(),
+        ));
+    }
+    if cursor.is_some() && group_by.is_none() {
+        return Err(ApiError::InvalidQuery(
+            "cursor: pages groups, so it needs groupBy".into(),
+        ));
+    }
+    let query = usage::Query {
+        from,
+        to,
+        group_by,
+        limit: query.limit(USAGE_PAGE_GROUPS_MAX)?,
+        cursor,
+    };
+    Ok(HttpResponse::json(
+        200,
+        &usage::ledger(ctx.store.sql(), &query)?,
     ))
 }
 

@@ -50,6 +50,7 @@ pub mod text;
 pub mod transcript;
 #[cfg_attr(not(feature = "ui"), path = "ui/left_out.rs")]
 pub mod ui;
+pub mod usage;
 
 #[cfg(target_arch = "wasm32")]
 mod host;

@@ -94,6 +94,10 @@ pub const TOOL_CALL_ID_BYTES_MAX: usize = 64;
 pub const SSE_LINE_BYTES_MAX: usize = 1_048_576;
 /// Bytes of a model-call diagnostic (it reaches storage, watchers and logs).
 pub const DIAGNOSTIC_BYTES_MAX: usize = 1_024;
+/// Bytes of the provider's own usage object kept in the usage ledger beside
+/// the normalised counts; a longer one is dropped whole (flagged), never cut
+/// mid-JSON.
+pub const USAGE_RAW_BYTES_MAX: usize = 2_048;
 /// A run of at least this many bytes of a configured secret (an API key, a
 /// token in an MCP header) is redacted wherever provider or server text
 /// echoes it (`src/redact.rs`): whole, after `Bearer `, or cut.
@@ -460,6 +464,8 @@ pub const ATTENTION_KIND_BYTES_MAX: usize = 64;
 pub const INBOX_ATTENTION_PER_ROW_MAX: usize = 8;
 /// Rows of one inbox page.
 pub const INBOX_PAGE_SESSIONS_MAX: usize = 200;
+/// Groups of one usage ledger page (`GET /usage`).
+pub const USAGE_PAGE_GROUPS_MAX: usize = 200;
 
 // Mail between Agents (`src/mail/`, seed: "Agent fleet", "Delegated
 // replies").

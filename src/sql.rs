@@ -218,25 +218,28 @@ pub fn create_group(
     write(sql, &text, Vec::new())
 }
 
-/// Whether one statement of `writes` is DDL (a text may hold several).
-fn has_ddl(writes: &[Write]) -> bool {
+/// Whether one statement of `writes` changes or drops a table (a text may
+/// hold several). A `CREATE` only adds one (a feature group's first write,
+/// such as the usage ledger's with a store's first model call): it changes
+/// no read of another table, and names the table it indexes.
+fn alters_tables(writes: &[Write]) -> bool {
     writes
         .iter()
         .flat_map(|(text, _)| text.split(';'))
         .filter_map(|part| part.split_whitespace().next())
         .any(|first| {
-            ["CREATE", "DROP", "ALTER"]
+            ["DROP", "ALTER"]
                 .iter()
                 .any(|ddl| first.eq_ignore_ascii_case(ddl))
         })
 }
 
 /// Applies `writes`, dropping the kept reads of the tables they name, or
-/// every kept read for DDL (whether the batch commits or not: a failed
+/// every kept read when they alter or drop a table (whether the batch commits or not: a failed
 /// batch may have been partly seen).
 fn apply(sql: &(impl Sql + ?Sized), writes: Vec<Write>) -> Result<(), SqlError> {
     let catalog = sql.tables();
-    if has_ddl(&writes) {
+    if alters_tables(&writes) {
         catalog.reads.borrow_mut().clear();
     } else {
         catalog.forget_reads_of(&writes);
@@ -245,7 +248,7 @@ fn apply(sql: &(impl Sql + ?Sized), writes: Vec<Write>) -> Result<(), SqlError> 
 }
 
 /// `read()`, a read of `table` alone, kept under `key` until a write batch
-/// naming `table` (or DDL) is applied: for small reads a turn repeats
+/// naming `table` (or altering tables) is applied: for small reads a turn repeats
 /// while the table rarely changes (the extensions' status rows and
 /// timers). Refused, like [`read_beside`], in a transition that wrote
 /// `table` already; a transition's deferred writes of other tables leave
@@ -661,8 +664,11 @@ mod tests {
         assert!(failed.is_err());
         assert_eq!(kept_count(&sql, &reads).unwrap(), 1);
         assert_eq!(reads.get(), 3);
-        // DDL drops every kept read.
+        // Creating another table leaves it; altering one drops every kept read.
         write(&sql, "CREATE TABLE t_3 (x INTEGER)", vec![]).unwrap();
+        assert_eq!(kept_count(&sql, &reads).unwrap(), 1);
+        assert_eq!(reads.get(), 3);
+        write(&sql, "ALTER TABLE t_3 ADD COLUMN y INTEGER", vec![]).unwrap();
         assert_eq!(kept_count(&sql, &reads).unwrap(), 1);
         assert_eq!(reads.get(), 4);
     }

@@ -1487,6 +1487,14 @@ fn a_refusal_as_too_long_compacts_and_retries_once() {
     let last = sim.world.contexts.last().unwrap();
     assert!(leads_with_summary(last, "summary"), "{last:?}");
     assert!(matches!(&last[1..], [ModelItem::Message(m)] if m.text == "again"));
+    // The refused call counted in a write of its own, the summary call in
+    // the compaction's.
+    let totals = sim.usage_totals();
+    assert_eq!(sim.world.model_calls, 4);
+    assert_eq!(
+        (&totals["calls"], &totals["failed"]),
+        (&json!(4), &json!(1))
+    );
 }
 
 #[test]
@@ -1504,6 +1512,11 @@ fn a_second_refusal_fails_the_turn_as_before() {
     );
     assert_eq!(sim.world.model_calls, 4, "one compaction, one retry");
     assert_eq!(compactions(&sim.messages()).len(), 1);
+    let totals = sim.usage_totals();
+    assert_eq!(
+        (&totals["calls"], &totals["failed"]),
+        (&json!(4), &json!(2))
+    );
 }
 
 #[test]
@@ -1559,4 +1572,95 @@ fn a_queued_compaction_is_no_latest_pending_prompt_and_is_cancelled_like_one() {
     assert_eq!(sim.settlement("c1")["terminal"], "cancelled");
     assert_eq!(sim.world.summary_calls, 0);
     assert!(compactions(&sim.messages()).is_empty());
+}
+
+impl Sim {
+    /// `GET /usage`'s totals.
+    fn usage_totals(&mut self) -> Value {
+        let (status, json, _) = self.request("GET", "/usage", Value::Null);
+        assert_eq!(status, 200, "{json}");
+        json["totals"].clone()
+    }
+}
+
+/// The usage ledger counts each model call once whatever the crash point:
+/// a call whose outcome was recorded with its tokens, a call a crash cut
+/// off as `unknown` (no tokens) by the claim that resumes its turn.
+#[test]
+fn the_usage_ledger_counts_each_model_call_once_at_every_crash_point() {
+    let clean = {
+        let mut sim = two_turns();
+        let before = sim.db.clock.commits.get();
+        sim.run_with_recovery(0);
+        let totals = sim.usage_totals();
+        assert_eq!(sim.world.model_calls, 3);
+        assert_eq!(totals["calls"], 3);
+        assert_eq!(totals["answered"], 3);
+        assert_eq!(totals["inputTokens"], 9, "3 a call, as the model reported");
+        assert_eq!(totals["outputTokens"], 3);
+        sim.db.clock.commits.get() - before
+    };
+    let mut cut = 0;
+    for at in 0..=clean {
+        let mut sim = two_turns();
+        sim.crash_after(at);
+        sim.run_with_recovery(1);
+        let context = format!("crash after transition {at} of {clean}");
+        let totals = sim.usage_totals();
+        let calls = sim.world.model_calls as u64;
+        assert_eq!(totals["calls"], calls, "{context}: {totals}");
+        let unknown = totals["unknown"].as_u64().unwrap();
+        assert!(unknown <= 1, "{context}: {totals}");
+        assert_eq!(totals["answered"], calls - unknown, "{context}");
+        assert_eq!(totals["inputTokens"], 3 * (calls - unknown), "{context}");
+        cut += unknown;
+    }
+    assert!(
+        cut >= 3,
+        "the crash cut each of the 3 calls somewhere: {cut}"
+    );
+}
+
+#[test]
+fn the_usage_ledger_counts_failed_attempts_and_a_cancelled_call() {
+    let mut sim = two_turns();
+    sim.world.failing_model_calls = 1;
+    sim.run_with_recovery(0);
+    let totals = sim.usage_totals();
+    assert_eq!(sim.world.model_calls, 4);
+    assert_eq!(
+        (&totals["calls"], &totals["failed"]),
+        (&json!(4), &json!(1))
+    );
+    assert_eq!(totals["inputTokens"], 9, "the failed call reported none");
+
+    let mut sim = two_turns();
+    let head = sim.commands["p1"].clone();
+    sim.world.interjections.push((
+        When::ModelCall(1),
+        json!({"type": "cancel", "commandId": head}),
+    ));
+    sim.run_with_recovery(0);
+    let totals = sim.usage_totals();
+    assert_eq!(sim.world.model_calls, 2);
+    assert_eq!(
+        (&totals["calls"], &totals["unknown"]),
+        (&json!(2), &json!(1))
+    );
+    let (status, json, _) = sim.request("GET", "/usage?groupBy=session", Value::Null);
+    assert_eq!(status, 200, "{json}");
+    assert_eq!(json["groups"][0]["key"], "s");
+    assert_eq!(json["groups"][0]["calls"], 2);
+    for bad in [
+        "groupBy=week",
+        "from=x",
+        "from=5&to=4",
+        "limit=0",
+        "cursor=s",
+        "since=1",
+    ] {
+        let (status, json, _) = sim.request("GET", &format!("/usage?{bad}"), Value::Null);
+        let code = &json["error"]["code"];
+        assert_eq!((status, code), (400, &json!("invalid_query")), "{bad}");
+    }
 }

@@ -498,6 +498,7 @@ fn failed_and_interrupted_replies_carry_a_bounded_diagnostic() {
                     retryable: false,
                     diagnostic: long.clone(),
                 },
+                None,
                 Attempts { max: 3 },
                 0,
             )

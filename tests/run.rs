@@ -295,6 +295,7 @@ fn failed_calls_retry_on_a_durable_timer_then_fail_with_a_diagnostic() {
                 &id,
                 step.attempt,
                 &failure(true, "provider answered HTTP 500: boom"),
+                None,
                 ATTEMPTS,
                 3_000,
             )
@@ -321,6 +322,7 @@ fn failed_calls_retry_on_a_durable_timer_then_fail_with_a_diagnostic() {
             &id,
             2,
             &failure(true, "provider answered HTTP 429: slow down"),
+            None,
             ATTEMPTS,
             6_000,
         )
@@ -336,6 +338,7 @@ fn failed_calls_retry_on_a_durable_timer_then_fail_with_a_diagnostic() {
                 &id,
                 step.attempt,
                 &failure(true, "provider answered HTTP 500: boom"),
+                None,
                 ATTEMPTS,
                 12_000,
             )
@@ -364,6 +367,7 @@ fn failed_calls_retry_on_a_durable_timer_then_fail_with_a_diagnostic() {
                 &id,
                 step.attempt,
                 &failure(false, "provider answered HTTP 400: bad"),
+                None,
                 ATTEMPTS,
                 3_000,
             )

@@ -796,6 +796,7 @@ fn a_turn_failing_after_its_tool_step_leaves_nothing_open() {
                     retryable: false,
                     diagnostic: "HTTP 400".into(),
                 },
+                None,
                 ATTEMPTS,
                 0,
             )

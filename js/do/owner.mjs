@@ -94,6 +94,10 @@ export class OwnerAgent {
   inbox({ limit, cursor } = {}) {
     return this.#t.request("GET", "/inbox", { query: present({ limit, cursor }) });
   }
+
+  usage({ from, to, groupBy, limit, cursor } = {}) {
+    return this.#t.request("GET", "/usage", { query: present({ from, to, groupBy, limit, cursor }) });
+  }
 }
 
 // One Session of the owner API. Its inputs are the route's bodies as they

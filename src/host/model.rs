@@ -36,14 +36,22 @@ pub async fn call(
     stopper: &Stopper,
     on_delta: &dyn Fn(&str),
 ) -> Input {
+    let spec = &target.resolved.spec;
+    let model = Some(format!("{}/{}", spec.provider.name(), spec.model));
     match attempt(config, target, prompt, stopper, on_delta).await {
         _ if stopper.is_stopped() => Input::Stopped,
-        Ok(answer) => Input::Answered(answer),
-        Err(e) => Input::Failed(ModelError {
-            diagnostic: ModelError::new(e.retryable, config.secrets.redact(&e.diagnostic))
-                .diagnostic,
-            ..e
-        }),
+        Ok(mut answer) => {
+            answer.model = model;
+            Input::Answered(answer)
+        }
+        Err(mut e) => {
+            e.metered.model = model;
+            Input::Failed(ModelError {
+                diagnostic: ModelError::new(e.retryable, config.secrets.redact(&e.diagnostic))
+                    .diagnostic,
+                ..e
+            })
+        }
     }
 }
 
@@ -76,8 +84,6 @@ async fn attempt(
         })
 }
 
-// `config` is read only by the fault-injection hook of test builds.
-#[cfg_attr(not(feature = "fault-injection"), allow(unused_variables))]
 async fn stream(
     call: &crate::outbound::Outbound,
     provider: crate::model::Provider,
@@ -113,6 +119,35 @@ async fn stream(
     let _cancel = super::body::CancelOnDrop(&reader);
     let mut decoder = StreamDecoder::new(provider);
     let mut answer = Answer::default();
+    let read = read_answer(&reader, &mut decoder, &mut answer, config, on_delta).await;
+    // The provider's usage object, as it sent it; a call failing after its
+    // usage (rare: it comes last) keeps it for the ledger.
+    let raw = decoder.raw_usage();
+    match read {
+        Ok(()) => {
+            answer.raw_usage = raw;
+            Ok(answer)
+        }
+        Err(mut e) => {
+            e.metered.usage = answer.usage;
+            e.metered.raw = raw;
+            Err(e)
+        }
+    }
+}
+
+/// Reads the streamed answer into `answer`. `config` is read only by the
+/// fault-injection hook of test builds.
+#[cfg_attr(not(feature = "fault-injection"), allow(unused_variables))]
+async fn read_answer(
+    reader: &web_sys::ReadableStreamDefaultReader,
+    decoder: &mut StreamDecoder,
+    answer: &mut Answer,
+    config: &HostConfig,
+    on_delta: &dyn Fn(&str),
+) -> Result<(), ModelError> {
+    let network =
+        |e: JsValue| ModelError::new(true, format!("model call failed: {}", error_message(&e)));
     loop {
         let chunk = JsFuture::from(reader.read()).await.map_err(network)?;
         let done = js_sys::Reflect::get(&chunk, &"done".into())
@@ -145,7 +180,7 @@ async fn stream(
             on_delta(&text);
         }
         if done {
-            return Ok(answer);
+            return Ok(());
         }
     }
 }

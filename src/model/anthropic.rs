@@ -9,7 +9,7 @@ use super::{
 use crate::sse::SseEvent;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::borrow::Cow;
 
 #[derive(Serialize)]
@@ -398,9 +398,10 @@ struct MessageStart {
     message: StartedMessage,
 }
 
+/// `usage` kept as sent for the usage ledger, then read as [`WireUsage`].
 #[derive(Deserialize)]
 struct StartedMessage {
-    usage: Option<WireUsage>,
+    usage: Option<Value>,
 }
 
 /// Input counts exclude prompt-cache reads and writes; they are added so
@@ -470,7 +471,7 @@ enum Delta {
 #[derive(Deserialize)]
 struct MessageDelta {
     delta: MessageDeltaBody,
-    usage: Option<WireUsage>,
+    usage: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -482,6 +483,10 @@ struct MessageDeltaBody {
 pub(super) struct Decoder {
     done: bool,
     usage: Usage,
+    /// The provider's usage objects merged as sent: `message_start`'s,
+    /// each member a later `message_delta` sends replacing its own (the
+    /// counts are cumulative).
+    raw_usage: Option<Map<String, Value>>,
     /// Content blocks stream one after another (start, deltas, stop), so
     /// only the open one needs remembering: its block index and its tool
     /// call index.
@@ -494,6 +499,10 @@ impl Decoder {
         self.done
     }
 
+    pub(super) fn raw_usage(&self) -> Option<Value> {
+        self.raw_usage.clone().map(Value::Object)
+    }
+
     pub(super) fn on_event(
         &mut self,
         event: SseEvent,
@@ -504,7 +513,7 @@ impl Decoder {
             Some("message_start") => {
                 let start: MessageStart = parse_data("a `message_start` event", data)?;
                 if let Some(usage) = start.message.usage {
-                    self.update_usage(&usage);
+                    self.update_usage(usage)?;
                 }
             }
             Some("content_block_start") => {
@@ -555,7 +564,7 @@ impl Decoder {
                     out.push(StreamEvent::Finished { reason });
                 }
                 if let Some(usage) = delta.usage {
-                    self.update_usage(&usage);
+                    self.update_usage(usage)?;
                     out.push(StreamEvent::Usage(self.usage));
                 }
             }
@@ -567,7 +576,12 @@ impl Decoder {
     }
 
     /// Counts are cumulative: a later event's count replaces the earlier one.
-    fn update_usage(&mut self, usage: &WireUsage) {
+    fn update_usage(&mut self, raw: Value) -> Result<(), ModelError> {
+        let usage: WireUsage = serde_json::from_value(raw.clone())
+            .map_err(|e| ModelError::new(false, format!("provider sent malformed usage: {e}")))?;
+        if let Value::Object(members) = raw {
+            self.raw_usage.get_or_insert_with(Map::new).extend(members);
+        }
         if let Some(input) = usage.input() {
             self.usage.input_tokens = input;
         }
@@ -580,6 +594,7 @@ impl Decoder {
         if let Some(written) = usage.cache_creation_input_tokens {
             self.usage.cache_write_tokens = Some(written);
         }
+        Ok(())
     }
 }
 

@@ -27,7 +27,7 @@ pub use preference::Reasoning;
 use crate::limits::{
     ANSWER_BYTES_MAX, ATTEMPTS_MAX_DEFAULT, DIAGNOSTIC_BYTES_MAX, RETRY_BASE_MS_DEFAULT,
     RETRY_MAX_MS_DEFAULT, TOOLS_PER_REQUEST_MAX, TOOL_CALLS_PER_STEP_MAX, TOOL_NAME_BYTES_MAX,
-    TOOL_RESULT_IMAGES_MAX, TOOL_RESULT_IMAGE_BYTES_MAX,
+    TOOL_RESULT_IMAGES_MAX, TOOL_RESULT_IMAGE_BYTES_MAX, USAGE_RAW_BYTES_MAX,
 };
 use crate::outbound::Outbound;
 use crate::sse::{SseDecoder, SseError};
@@ -511,6 +511,36 @@ impl Usage {
     }
 }
 
+/// The provider's own usage object (only its `usage` member, which holds
+/// counts and never a secret), for the usage ledger: kept as JSON text
+/// while it fits [`USAGE_RAW_BYTES_MAX`], else dropped whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawUsage {
+    Kept(String),
+    Dropped,
+}
+
+impl RawUsage {
+    fn of(value: &Value) -> RawUsage {
+        let text = value.to_string();
+        if text.len() <= USAGE_RAW_BYTES_MAX {
+            RawUsage::Kept(text)
+        } else {
+            RawUsage::Dropped
+        }
+    }
+}
+
+/// What one model call reported of its cost, as the usage ledger records
+/// it: the model the host called (`provider/model`), the normalised counts
+/// and the provider's own object. All `None` when the call reported none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Metered {
+    pub model: Option<String>,
+    pub usage: Option<Usage>,
+    pub raw: Option<RawUsage>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ToolCall {
     pub id: String,
@@ -581,6 +611,10 @@ pub struct ModelError {
     /// window (OpenAI `context_length_exceeded`, Anthropic "prompt is too
     /// long"): a turn compacts and tries once more.
     pub too_long: bool,
+    /// What the call reported of its cost before it failed (rarely any
+    /// usage; the host sets the model). Boxed: an error is passed by value
+    /// everywhere and is rarely metered.
+    pub metered: Box<Metered>,
 }
 
 impl ModelError {
@@ -591,6 +625,7 @@ impl ModelError {
             retryable,
             diagnostic: bounded(diagnostic.into()),
             too_long: false,
+            metered: Box::default(),
         }
     }
 }
@@ -669,6 +704,15 @@ impl StreamDecoder {
             ProviderDecoder::OpenAi(d) => d.ended(),
             ProviderDecoder::Anthropic(d) => d.ended(),
         }
+    }
+
+    /// The provider's own usage object so far (`None`: it sent none).
+    pub fn raw_usage(&self) -> Option<RawUsage> {
+        let raw = match &self.provider {
+            ProviderDecoder::OpenAi(d) => d.raw_usage().cloned(),
+            ProviderDecoder::Anthropic(d) => d.raw_usage(),
+        };
+        raw.as_ref().map(RawUsage::of)
     }
 
     /// The body ended. An event without its closing blank line is dropped
@@ -826,6 +870,9 @@ fn stream_error(data: &str) -> ModelError {
 pub struct Answer {
     pub text: String,
     pub usage: Option<Usage>,
+    /// The provider's own usage object and the model, set by the host.
+    pub raw_usage: Option<RawUsage>,
+    pub model: Option<String>,
     /// In order of first appearance.
     pub tool_calls: Vec<ToolCall>,
     pub finish_reason: Option<String>,
@@ -892,6 +939,15 @@ impl Answer {
             StreamEvent::Finished { reason } => self.finish_reason = Some(reason.clone()),
         }
         Ok(())
+    }
+
+    /// What the call reported of its cost, for the usage ledger.
+    pub fn metered(&self) -> Metered {
+        Metered {
+            model: self.model.clone(),
+            usage: self.usage,
+            raw: self.raw_usage.clone(),
+        }
     }
 
     fn charge(&mut self, bytes: usize) -> Result<(), ModelError> {

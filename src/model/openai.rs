@@ -247,7 +247,8 @@ pub(super) fn body(conversation: &Conversation) -> String {
 #[derive(Deserialize)]
 struct Chunk {
     choices: Option<Vec<Choice>>,
-    usage: Option<ChunkUsage>,
+    /// Kept as sent for the usage ledger, then read as [`ChunkUsage`].
+    usage: Option<Value>,
     error: Option<serde::de::IgnoredAny>,
 }
 
@@ -299,11 +300,17 @@ pub(super) struct Decoder {
     done: bool,
     /// One past the highest tool-call index seen.
     tool_calls_seen: u32,
+    /// The last `usage` object, as sent.
+    raw_usage: Option<Value>,
 }
 
 impl Decoder {
     pub(super) fn ended(&self) -> bool {
         self.done
+    }
+
+    pub(super) fn raw_usage(&self) -> Option<&Value> {
+        self.raw_usage.as_ref()
     }
 
     pub(super) fn on_event(
@@ -337,7 +344,11 @@ impl Decoder {
                 out.push(StreamEvent::Finished { reason });
             }
         }
-        if let Some(usage) = chunk.usage {
+        if let Some(raw) = chunk.usage {
+            let usage: ChunkUsage = serde_json::from_value(raw.clone()).map_err(|e| {
+                ModelError::new(false, format!("provider sent malformed usage: {e}"))
+            })?;
+            self.raw_usage = Some(raw);
             out.push(StreamEvent::Usage(Usage {
                 input_tokens: usage.prompt_tokens.unwrap_or(0),
                 output_tokens: usage.completion_tokens.unwrap_or(0),

@@ -999,3 +999,43 @@ fn usage_sums_counts_reported_by_some_steps() {
         r#"{"inputTokens":3,"outputTokens":4}"#
     );
 }
+
+/// The provider's own usage object is kept as sent (only the `usage`
+/// member): OpenAI's last, Anthropic's `message_start` and `message_delta`
+/// objects merged; one past `USAGE_RAW_BYTES_MAX` is dropped whole.
+#[test]
+fn raw_usage_is_the_providers_usage_member_bounded_whole() {
+    let mut openai = StreamDecoder::new(Provider::OpenAi);
+    assert_eq!(openai.raw_usage(), None);
+    let chunk = r#"data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":1}},"id":"secret-free"}"#;
+    openai.push(format!("{chunk}\n\n").as_bytes()).unwrap();
+    assert_eq!(
+        openai.raw_usage(),
+        Some(RawUsage::Kept(
+            r#"{"completion_tokens":2,"prompt_tokens":5,"prompt_tokens_details":{"cached_tokens":1}}"#
+                .into()
+        ))
+    );
+    let mut anthropic = StreamDecoder::new(Provider::Anthropic);
+    let stream = concat!(
+        "event: message_start\n",
+        r#"data: {"type":"message_start","message":{"usage":{"input_tokens":10,"cache_read_input_tokens":4,"output_tokens":1}}}"#,
+        "\n\nevent: message_delta\n",
+        r#"data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":7}}"#,
+        "\n\n",
+    );
+    anthropic.push(stream.as_bytes()).unwrap();
+    assert_eq!(
+        anthropic.raw_usage(),
+        Some(RawUsage::Kept(
+            r#"{"cache_read_input_tokens":4,"input_tokens":10,"output_tokens":7}"#.into()
+        ))
+    );
+    let mut long = StreamDecoder::new(Provider::OpenAi);
+    let padding = "x".repeat(USAGE_RAW_BYTES_MAX);
+    let chunk = format!(
+        r#"data: {{"choices":[],"usage":{{"prompt_tokens":5,"completion_tokens":2,"note":"{padding}"}}}}"#
+    );
+    long.push(format!("{chunk}\n\n").as_bytes()).unwrap();
+    assert_eq!(long.raw_usage(), Some(RawUsage::Dropped));
+}

@@ -12,7 +12,9 @@
 
 use super::context::{context, Range, Window};
 use super::tools::Progress;
-use super::{on_current_turn, prompt_of, settle_turn, Claim, Current, Pending, Step, Work};
+use super::{
+    on_current_turn, on_model_call, prompt_of, settle_turn, Claim, Current, Pending, Step, Work,
+};
 use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::limits::{
@@ -27,6 +29,7 @@ use crate::settlement::Settlement;
 use crate::store::path::Start;
 use crate::store::{CommandRow, Store, Terminal};
 use crate::transcript::{message_body, Compacted, Message, Role as Author, Trigger};
+use crate::usage::Outcome;
 
 /// The compaction prompt (the summary call's system prompt) when the host
 /// states none.
@@ -369,7 +372,10 @@ pub fn record(
     instructions: Option<&str>,
     summarised: Option<Summarised<'_>>,
 ) -> Result<Recorded, ApiError> {
-    let outcome = on_current_turn(ctx, session_id, command_id, attempt, |current| {
+    // The summary call's ledger row, whatever becomes of the summary.
+    let metered = summarised.as_ref().map(|s| s.answer.metered());
+    let call = metered.as_ref().map(|m| (Outcome::Answered, m));
+    let outcome = on_model_call(ctx, session_id, command_id, attempt, call, |current| {
         let Current {
             store,
             now_ms,

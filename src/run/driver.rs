@@ -26,8 +26,8 @@ use super::tools::{
     self as run_tools, CallsOutcome, OpenCall, Recovery, ResultOutcome, ToolOutput,
 };
 use super::{
-    complete_step, fail_attempt, Attempts, FailOutcome, Failure, Settlement, Step, StepOutcome,
-    Window, Work,
+    complete_step, fail_attempt, record_call, Attempts, FailOutcome, Failure, Settlement, Step,
+    StepOutcome, Window, Work,
 };
 use crate::capability::door::{Tool, Toolset};
 use crate::ctx::Ctx;
@@ -39,6 +39,7 @@ use crate::observe::{Event, Frame, RuntimeError};
 use crate::run::live::{tool_frame, ProgressGate};
 use crate::run::operation::{CallRef, OperationCall};
 use crate::transcript::Trigger;
+use crate::usage::Outcome;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -288,7 +289,7 @@ impl Turn {
             }
             (Awaiting::Offer, Input::Offered(offer)) => self.offered(ctx, offer),
             (Awaiting::Model, Input::Answered(answer)) => self.answered(ctx, answer),
-            (Awaiting::Model, Input::Failed(error)) => self.failed(ctx, error),
+            (Awaiting::Model, Input::Failed(error)) => self.failed(ctx, error, true),
             (Awaiting::Tool, Input::ToolDone(output)) => self.tool_done(ctx, output),
             (Awaiting::Tool, Input::ToolStale) => {
                 self.finish();
@@ -365,7 +366,7 @@ impl Turn {
     fn offered(&mut self, ctx: &mut Ctx<'_>, offer: Result<Offer, String>) -> Result<(), ApiError> {
         let offer = match offer {
             Ok(offer) => offer,
-            Err(why) => return self.failed(ctx, ModelError::new(false, why)),
+            Err(why) => return self.failed(ctx, ModelError::new(false, why), false),
         };
         if !self.reported {
             self.reported = true;
@@ -465,7 +466,9 @@ impl Turn {
     #[cfg(not(feature = "compaction"))]
     fn summarise(&mut self, ctx: &mut Ctx<'_>, trigger: Trigger) -> Result<(), ApiError> {
         match trigger {
-            Trigger::Command => self.failed(ctx, ModelError::new(false, compaction::UNAVAILABLE)),
+            Trigger::Command => {
+                self.failed(ctx, ModelError::new(false, compaction::UNAVAILABLE), false)
+            }
             _ => {
                 self.call_model();
                 Ok(())
@@ -558,8 +561,9 @@ impl Turn {
         #[cfg(feature = "compaction")]
         if let Some((trigger, range)) = self.summarising.take() {
             if answer.text.trim().is_empty() {
-                let error = ModelError::new(true, "the model answered with no summary");
-                return self.failed(ctx, error);
+                let mut error = ModelError::new(true, "the model answered with no summary");
+                error.metered = Box::new(answer.metered());
+                return self.failed(ctx, error, true);
             }
             return self.recorded(ctx, Some((trigger, range, answer)));
         }
@@ -616,7 +620,14 @@ impl Turn {
         self.ask_offer();
     }
 
-    fn failed(&mut self, ctx: &mut Ctx<'_>, error: ModelError) -> Result<(), ApiError> {
+    /// A failed attempt; `called`: a model call failed (its ledger row is
+    /// written with the failure), not the host's offer or a missing feature.
+    fn failed(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        error: ModelError,
+        called: bool,
+    ) -> Result<(), ApiError> {
         let summary_call = self.summarising.take().is_some();
         if cfg!(feature = "compaction")
             && error.too_long
@@ -634,6 +645,13 @@ impl Turn {
                 return Ok(());
             };
             if window.range.is_some() {
+                // The refused call is counted now: the summary call's
+                // write records only its own.
+                let call = (Outcome::Failed, &*error.metered);
+                if record_call(ctx, &session, &head, self.attempt, call)?.is_none() {
+                    self.finish();
+                    return Ok(());
+                }
                 self.context = context;
                 self.window = window;
                 return self.summarise(ctx, Trigger::Refusal);
@@ -649,6 +667,7 @@ impl Turn {
                 retryable: error.retryable,
                 diagnostic: error.diagnostic.clone(),
             },
+            called.then_some(&*error.metered),
             self.policy.attempts,
             delay,
         )?;

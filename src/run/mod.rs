@@ -27,7 +27,7 @@ pub mod tools;
 use crate::ctx::{Ctx, IdSource};
 use crate::error::ApiError;
 use crate::limits::CLAIMS_PER_PASS_MAX;
-use crate::model::{Answer, ModelItem, Usage};
+use crate::model::{Answer, Metered, ModelItem, Usage};
 use crate::session::command::prompt_input;
 use crate::session::command::{CompactInput, Delivery};
 use crate::settlement::Settlement;
@@ -35,6 +35,7 @@ use crate::sql::atomically;
 use crate::store::path::Start;
 use crate::store::{CommandRow, Kind, State, Store, Terminal};
 use crate::transcript::{self, message_body, user_message_body, Message};
+use crate::usage::{self, Outcome};
 pub(crate) use context::context;
 pub use context::{Range, Summary, Window};
 
@@ -244,6 +245,18 @@ pub fn reconcile(
             // counts a new attempt, so a turn that keeps crashing its
             // runtime ends at the attempt limit; so does a due retry.
             let fresh_start = head.retry_at.is_none() && is_fresh(&head.command_id);
+            // An orphan with no due retry and no open call was in or around
+            // a model call: that call is counted once, here, as unknown
+            // (its usage is lost with the instance; a failed call was
+            // counted with its retry, a tool call has its own record).
+            if !fresh_start && head.retry_at.is_none() && open.is_empty() {
+                let call = usage::Call {
+                    session_id: &head.session_id,
+                    command_id: &head.command_id,
+                    attempt: head.attempt,
+                };
+                usage::record(store.sql(), call, Outcome::Unknown, None, now_ms)?;
+            }
             if !fresh_start && head.attempt >= attempts.max {
                 let (terminal, diagnostic) = match (&head.retry_at, &head.last_error) {
                     (Some(_), Some(error)) => (Terminal::Failed, error.clone()),
@@ -309,7 +322,8 @@ pub fn complete_step(
     attempt: u32,
     answer: &Answer,
 ) -> Result<StepOutcome, ApiError> {
-    let outcome = on_current_turn(ctx, session_id, command_id, attempt, |current| {
+    let call = Some((Outcome::Answered, &answer.metered()));
+    let outcome = on_model_call(ctx, session_id, command_id, attempt, call, |current| {
         let steers = current.steers();
         let Current {
             store,
@@ -429,18 +443,23 @@ pub(crate) fn join_steers(
     })
 }
 
-/// Records a failed model call: a retryable failure under the attempt limit
+/// Records a failed attempt: a retryable failure under the attempt limit
 /// arms the durable retry timer; anything else settles the turn `failed`.
+/// `metered`: what the failed model call reported, for its ledger row
+/// (`None`: the attempt failed before any call).
+#[allow(clippy::too_many_arguments)]
 pub fn fail_attempt(
     ctx: &mut Ctx<'_>,
     session_id: &str,
     command_id: &str,
     attempt: u32,
     failure: &Failure,
+    metered: Option<&Metered>,
     attempts: Attempts,
     retry_delay_ms: u64,
 ) -> Result<FailOutcome, ApiError> {
-    let outcome = on_current_turn(ctx, session_id, command_id, attempt, |current| {
+    let call = metered.map(|m| (Outcome::Failed, m));
+    let outcome = on_model_call(ctx, session_id, command_id, attempt, call, |current| {
         let Current {
             store,
             now_ms,
@@ -538,6 +557,19 @@ pub(crate) fn settle_with_meta(
         Some(head) => tools::Progress::parse(head.usage.as_deref())?,
         None => tools::Progress::default(),
     };
+    // A cancelled turn with no call open and no retry due may be in its
+    // model call: that call is counted once, here, as unknown (its
+    // outcome is dropped when the host stops it).
+    if let Some(head) = head.filter(|h| {
+        terminal == Terminal::Cancelled && h.retry_at.is_none() && progress.open.is_empty()
+    }) {
+        let call = usage::Call {
+            session_id: &head.session_id,
+            command_id: &head.command_id,
+            attempt: head.attempt,
+        };
+        usage::record(store.sql(), call, Outcome::Unknown, None, now_ms)?;
+    }
     let mut closing = match head {
         Some(head) => tools::close_open_calls(store, head, &mut progress, terminal, now_ms)?,
         None => Vec::new(),
@@ -627,6 +659,45 @@ pub(crate) fn on_current_turn<T>(
         })
         .map(Some)
     })
+}
+
+/// [`on_current_turn`] for the write recording a model call's outcome:
+/// the call's ledger row (`call`; `None`: no call was made) is staged with
+/// the body's writes, so each call is counted once, with its outcome.
+pub(crate) fn on_model_call<T>(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    command_id: &str,
+    attempt: u32,
+    call: Option<(Outcome, &Metered)>,
+    body: impl FnOnce(Current<'_, '_>) -> Result<T, ApiError>,
+) -> Result<Option<T>, ApiError> {
+    let (sql, now_ms) = (ctx.store.sql(), ctx.now_ms);
+    on_current_turn(ctx, session_id, command_id, attempt, |current| {
+        let out = body(current)?;
+        if let Some((outcome, metered)) = call {
+            let of = usage::Call {
+                session_id,
+                command_id,
+                attempt,
+            };
+            usage::record(sql, of, outcome, Some(metered), now_ms)?;
+        }
+        Ok(out)
+    })
+}
+
+/// A model call's ledger row in a transition of its own, for a call whose
+/// outcome writes nothing else (refused as too long: the turn compacts
+/// first). `None`: the attempt is no longer current; nothing was written.
+pub fn record_call(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    command_id: &str,
+    attempt: u32,
+    call: (Outcome, &Metered),
+) -> Result<Option<()>, ApiError> {
+    on_model_call(ctx, session_id, command_id, attempt, Some(call), |_| Ok(()))
 }
 
 /// The head of `turn` if it is running under `attempt`.

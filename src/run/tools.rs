@@ -11,7 +11,7 @@
 //! open calls) live in the head command's `usage` column as JSON, so every
 //! fact recovery needs is in the row it already reads.
 
-use super::{join_steers, on_current_turn, settle_turn, Current, Pending, Step};
+use super::{join_steers, on_current_turn, on_model_call, settle_turn, Current, Pending, Step};
 use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::limits::{TOOL_CALL_ID_BYTES_MAX, TOOL_STEPS_PER_TURN_MAX};
@@ -19,6 +19,7 @@ use crate::model::{Answer, Image, ToolCall, Usage};
 use crate::settlement::Settlement;
 use crate::store::{CommandRow, Store, Terminal};
 use crate::transcript::{message_body, Message, Protocol, RecordedCall, Role};
+use crate::usage::Outcome;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -169,7 +170,8 @@ pub fn record_calls(
     answer: &Answer,
     protocol: &Protocol,
 ) -> Result<CallsOutcome, ApiError> {
-    let outcome = on_current_turn(ctx, session_id, command_id, attempt, |current| {
+    let call = Some((Outcome::Answered, &answer.metered()));
+    let outcome = on_model_call(ctx, session_id, command_id, attempt, call, |current| {
         let Current {
             store,
             now_ms,

@@ -56,10 +56,15 @@ const MIGRATIONS: &[Migration] = &[
         what: "compaction entries",
         apply: to_compaction,
     },
+    Migration {
+        to: 5,
+        what: "the usage ledger (feature group `usage`, made at its first write)",
+        apply: to_usage,
+    },
 ];
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 4; // the last step's `to`
+pub const SCHEMA_VERSION: i64 = 5; // the last step's `to`
 
 const _: () = assert!(MIGRATIONS[MIGRATIONS.len() - 1].to == SCHEMA_VERSION);
 
@@ -101,6 +106,16 @@ pub fn to_branches(sql: &dyn Sql) -> Result<(), SqlError> {
 /// transcript length.
 fn to_compaction(sql: &dyn Sql) -> Result<(), SqlError> {
     write(sql, "ALTER TABLE messages ADD COLUMN kind TEXT", Vec::new())
+}
+
+/// Schema 5: the usage ledger ([`USAGE`]), a feature group: a store gets
+/// its table with the first model call it records, so the step changes
+/// nothing in place (O(1)); the version it records keeps a build of
+/// version 4, which would write turns without their ledger rows, from
+/// opening the store. Turns settled before it have no rows: their usage
+/// stays in their settlements, and nothing is guessed into the ledger.
+fn to_usage(_: &dyn Sql) -> Result<(), SqlError> {
+    Ok(())
 }
 
 /// The tables a version 1 fleet directory object held (the directory made
@@ -542,6 +557,34 @@ pub const HOSTED_SESSIONS: Group = Group {
     ddl: "CREATE TABLE shiitake_hosted_sessions (session_id TEXT PRIMARY KEY) WITHOUT ROWID",
 };
 
+/// The usage ledger (`usage.rs`): one row per model call, written in the
+/// transition that records the call's outcome (`answered`, `failed`) or,
+/// for a call a crash cut off, in the claim that resumes its turn
+/// (`unknown`, no counts). `model` is `provider/model` (`NULL`: unknown);
+/// the counts are the normalised ones (`NULL`: not reported); `raw` the
+/// provider's own usage object (`NULL`: none, or `raw_dropped` when longer
+/// than `USAGE_RAW_BYTES_MAX`). No index: a call costs one row written; a
+/// ledger read scans the rows of its range (`seq` follows `at`).
+pub const USAGE: Group = Group {
+    name: "usage",
+    ddl: "CREATE TABLE shiitake_usage (
+        seq INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        command_id TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        at INTEGER NOT NULL,
+        model TEXT,
+        outcome TEXT NOT NULL,
+        input_tokens INTEGER,
+        output_tokens INTEGER,
+        cache_read_tokens INTEGER,
+        cache_write_tokens INTEGER,
+        reasoning_tokens INTEGER,
+        raw TEXT,
+        raw_dropped INTEGER NOT NULL DEFAULT 0
+    )",
+};
+
 /// Every feature group.
 const GROUPS: &[&Group] = &[
     &DELIVERY,
@@ -555,6 +598,7 @@ const GROUPS: &[&Group] = &[
     &FLEET_MEMBER,
     &MODEL_CHOICE,
     &HOSTED_SESSIONS,
+    &USAGE,
 ];
 
 /// The state table of extension `id` (a checked name: `[a-z][a-z0-9_]*`).

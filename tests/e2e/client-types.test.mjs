@@ -59,6 +59,10 @@ const PAIRS = [
   { schema: "AttentionItem", type: "AttentionItem" },
   { schema: "Inbox", type: "Inbox" },
   { operation: "getInbox", method: ["ShiitakeClient", "inbox"] },
+  { schema: "UsageLedger", type: "UsageLedger" },
+  { schema: "UsageFigures", type: "UsageFigures" },
+  { schema: "UsageGroup", type: "UsageGroup" },
+  { operation: "getUsage", method: ["ShiitakeClient", "usage"] },
   { schema: { enum: schemas.ErrorCode.enum.filter((c) => !CODES_NOT_FOR_CLIENTS.has(c)) }, type: "ShiitakeErrorCode" },
 ];
 

@@ -115,6 +115,11 @@ test("a whole conversation: create, watch, prompt, frames until settled, readSet
 
     assert.deepEqual(await session.readSettlement(commandId), settled, "timeoutMs defaults to 0; settled already");
     assert.deepEqual(await session.readSettlement(commandId, { timeoutMs: 30_000 }), settled);
+    // The usage ledger: the call by the usage the model sent.
+    const ledger = await client.usage({ groupBy: "session" });
+    assert.deepEqual(ledger.groups.map((g) => [g.key, g.calls, g.answered, g.inputTokens, g.outputTokens]), [[sessionId, 1, 1, 7, 3]]);
+    assert.equal(ledger.nextCursor, null);
+    await assert.rejects(client.usage({ groupBy: "week" }), (e) => e instanceof ShiitakeError && e.code === "invalid_query");
 
     const page = await session.read();
     assert.deepEqual(

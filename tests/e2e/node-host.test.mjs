@@ -402,8 +402,34 @@ test("kill -9 mid-turn: the reopened file resumes the turn and settles it exactl
     assert.equal((await c.settled("s", id)).answer, "the answer after the crash");
     await new Promise((r) => setTimeout(r, 300));
     assert.equal(model.requests(tag).length, 2);
+    // The usage ledger counted each call once, across the kill and the
+    // reopens: the killed attempt's as unknown (no tokens), the resumed
+    // one by the usage the model server sent.
+    const sent = model.requests(tag)[1].usage;
+    const ledger = await c.api("GET", "/usage?groupBy=session");
+    assert.equal(ledger.status, 200, ledger.text);
+    const { calls, answered, failed, unknown, inputTokens, outputTokens } = ledger.json.totals;
+    assert.deepEqual(
+      { calls, answered, failed, unknown, inputTokens, outputTokens },
+      { calls: 2, answered: 1, failed: 0, unknown: 1, inputTokens: sent.prompt_tokens, outputTokens: sent.completion_tokens },
+    );
+    assert.deepEqual(ledger.json.groups.map((g) => [g.key, g.calls]), [["s", 2]]);
   } finally {
     await later.close();
+  }
+  // Beside the normalised counts, the provider's own usage object as sent.
+  const db = new DatabaseSync(file, { readOnly: true });
+  try {
+    const rows = db.prepare("SELECT outcome, model, raw, raw_dropped FROM shiitake_usage ORDER BY seq").all();
+    assert.deepEqual(
+      rows.map((r) => [r.outcome, r.model, r.raw === null ? null : JSON.parse(r.raw), r.raw_dropped]),
+      [
+        ["unknown", null, null, 0],
+        ["answered", `openai/${model.requests(tag)[1].body.model}`, model.requests(tag)[1].usage, 0],
+      ],
+    );
+  } finally {
+    db.close();
   }
 });
 

@@ -356,6 +356,15 @@ test("every documented operation is served and answers as documented", async () 
   for (const query of [{ limit: "0" }, { limit: "201" }, { limit: "x" }, { cursor: "" }, { page: "1" }]) await call(a, "get", "/inbox", { query, status: 400 });
   await call(a, "get", "/inbox", { query: { cursor: "x" }, status: 400, beyondSchema: "a cursor this API never returned" });
 
+  // The usage ledger (the Session's turns so far), at the documented bounds.
+  const ledger = await call(a, "get", "/usage", { query: { groupBy: "session", limit: "1" }, status: 200 });
+  for (const groupBy of ["session", "model", "day"]) await call(a, "get", "/usage", { query: { groupBy, limit: "200", from: "0", to: String(Date.now() + 1) }, status: 200 });
+  await call(a, "get", "/usage", { status: 200 });
+  if (ledger.json.nextCursor !== null) await call(a, "get", "/usage", { query: { groupBy: "session", cursor: ledger.json.nextCursor }, status: 200 });
+  for (const query of [{ limit: "0" }, { limit: "201" }, { groupBy: "week" }, { from: "-1" }, { to: "x" }, { cursor: "" }, { page: "1" }]) await call(a, "get", "/usage", { query, status: 400 });
+  await call(a, "get", "/usage", { query: { from: "5", to: "4" }, status: 400, beyondSchema: "to before from" });
+  await call(a, "get", "/usage", { query: { cursor: "s" }, status: 400, beyondSchema: "a cursor without groupBy" });
+
   // Commands: every type, replays, refusals.
   const p1 = await admit(a, "s", "p1", "hello");
   const done = await settled(a, "s", p1);

@@ -52,6 +52,7 @@ function rpc(agentId) {
     setModel: (sid, input, meta) => call("setSessionModel", sid, input, meta),
     clearModel: (sid, meta) => call("clearSessionModel", sid, meta),
     listSessions: (query) => call("listSessions", query),
+    usage: (query) => call("usage", query),
     createSession: (id) => call("createSession", id),
     deleteSession: (id) => call("deleteSession", id),
     grants: (sid, delivery) => call("deliverGrants", sid, delivery),
@@ -75,6 +76,7 @@ function owner(agentId) {
     setModel: (sid, input, meta) => on(sid, "setModel", [input], meta),
     clearModel: (sid, meta) => on(sid, "clearModel", [], meta),
     listSessions: (query) => on(undefined, "listSessions", [query]),
+    usage: (query) => on(undefined, "usage", [query]),
     createSession: (id) => on(undefined, "createSession", [id]),
     deleteSession: (id) => on(undefined, "deleteSession", [id]),
     grants: (sid, delivery) => on(undefined, "grants.deliver", [sid, delivery]),
@@ -146,6 +148,10 @@ for (const make of [rpc, owner]) {
       assert.equal(typeof page.cursor, "string");
       assert.deepEqual(value(await s.listSessions({})), (await web.get("/sessions")).json);
       refused(await s.listSessions({ limit: 0 }), 400, "invalid_query");
+      // The usage ledger, as over HTTP.
+      assert.deepEqual(value(await s.usage({ groupBy: "session" })), (await web.get("/usage?groupBy=session")).json);
+      assert.deepEqual(value(await s.usage()), (await web.get("/usage")).json);
+      refused(await s.usage({ groupBy: "week" }), 400, "invalid_query");
       assert.deepEqual(value(await s.read("a", {})), (await web.get("/sessions/a")).json);
       assert.equal(value(await s.deleteSession("a")), "undefined");
       refused(await s.read("a", {}), 404, "session_not_found");

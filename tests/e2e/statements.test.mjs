@@ -1,6 +1,7 @@
 // What a plain turn asks of SQLite in a real Durable Object (issue 17's
 // bound: at most 8 `sql.exec` calls and 8 rows written from admission to
-// settlement), for the demo Agent (fleet, files, browser bridge, tool
+// settlement; issue 38's usage ledger adds at most one of each: its row, in
+// the write that settles the turn), for the demo Agent (fleet, files, browser bridge, tool
 // modules); with an extension roster, the turn's end costs no second
 // reconciliation and the extensions' status rows and timers are kept
 // between turns. Host work, mail and extensions add no
@@ -40,11 +41,12 @@ const count = (stats, text) => stats.texts.filter((t) => t.includes(text)).lengt
 describe("statements per plain turn: the demo Agent", () => {
   const h = useWorker({ fixture: "statements-worker", model: "echo" });
 
-  test("at most 8 sql.exec calls and 8 rows written, admission to settlement; one reconciliation", T, async () => {
+  test("at most 9 sql.exec calls and 8 rows written, admission to settlement, the ledger's row one of them; one reconciliation", T, async () => {
     for (const stats of await plainTurns(h)) {
       const listing = stats.texts.join("\n");
-      assert.ok(stats.statements <= 8, `${stats.statements} statements:\n${listing}`);
+      assert.ok(stats.statements <= 9, `${stats.statements} statements:\n${listing}`);
       assert.ok(stats.rowsWritten <= 8, `${stats.rowsWritten} rows written:\n${listing}`);
+      assert.equal(count(stats, "INSERT INTO shiitake_usage"), 1, `the model call's ledger row:\n${listing}`);
       // Host work and mail passes ending meanwhile read no turn.
       assert.equal(count(stats, RECONCILE), 1, listing);
       assert.equal(count(stats, SETTLE), 1, listing);
@@ -112,8 +114,8 @@ describe("statements per plain turn: the demo Agent with an extension roster", (
       // Neither changed since the warm-up turn: the kept reads answer.
       assert.equal(count(stats, "FROM shiitake_extensions"), 0, `no status row read:\n${listing}`);
       assert.equal(count(stats, "FROM shiitake_ext_timers"), 0, `no timer read:\n${listing}`);
-      // The plain turn's 8, plus the prompt builder's state and Session position.
-      assert.ok(stats.statements <= 10, `${stats.statements} statements:\n${listing}`);
+      // The plain turn's 9, plus the prompt builder's state and Session position.
+      assert.ok(stats.statements <= 11, `${stats.statements} statements:\n${listing}`);
     }
   });
 });

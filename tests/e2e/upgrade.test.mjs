@@ -167,6 +167,22 @@ function assertInContext(request, messages, what) {
   }
 }
 
+/**
+ * The usage ledger (schema 5) of an upgraded Agent: nothing for the turns
+ * settled before (their usage stays in their settlements, nothing is
+ * guessed), the held turn's call cut off by the stop counted once as
+ * unknown when it resumed, and the `answered` calls made since in its
+ * Session.
+ */
+async function checkLedger(a, sessionId, answered) {
+  const r = await a.api("GET", "/usage?groupBy=session");
+  assert.equal(r.status, 200, r.text);
+  const group = r.json.groups.find((g) => g.key === sessionId);
+  assert.ok(group, JSON.stringify(r.json));
+  assert.deepEqual([group.unknown, group.answered, group.failed], [1, answered, 0], JSON.stringify(group));
+  assert.ok(group.inputTokens > 0, "the provider's figures of the calls made since");
+}
+
 for (const version of VERSIONS) {
   const dir = path.join(STORES, version);
 
@@ -212,6 +228,7 @@ for (const version of VERSIONS) {
             ["assistant", pending.commandId],
           ],
         );
+        await checkLedger(alice, aliceHeld.sessionId, 2);
 
         // Bob's delegated turn resumes on the model Alice set for him, and his
         // reply reaches Alice's Session through his inbox row and her outbox row.
@@ -294,6 +311,7 @@ for (const version of VERSIONS) {
         assert.equal((await settled(a, held.sessionId, held.commandId)).answer, `resumed ${held.tag}`);
         const pending = agent.commands.queue["q-pending"];
         assert.equal((await settled(a, "queue", pending.commandId)).terminal, "completed");
+        await checkLedger(a, held.sessionId, 2);
 
         // The reminder's timer fires once it is due, and its prompt runs.
         await new Promise((r) => setTimeout(r, Math.max(0, want.reminder.dueAt - Date.now())));

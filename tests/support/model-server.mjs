@@ -210,10 +210,13 @@ export async function startModelServer({ port = 0, host = "127.0.0.1", fallback 
     /**
      * Copies of the recorded requests, oldest first: `{seq, api, method,
      * path, headers, body, receivedAt, endedAt, status, outcome, aborted,
-     * chunksSent, scripted, error, tokens}`. `api`: "openai" | "anthropic";
+     * chunksSent, scripted, error, tokens, usage?}`. `api`: "openai" | "anthropic";
      * `outcome`: completed | error (an HTTP error or an in-stream error) |
      * hanging | dropped | aborted | invalid | streaming | too_long (past the
-     * context limit); `tokens`: its rough size; `error`: the message
+     * context limit); `tokens`: its rough size; `usage`: the usage object
+     * a streamed answer sent in full (in the API's own naming; Anthropic's
+     * `message_start` and `message_delta` counts together), absent when it
+     * sent none; `error`: the message
      * of an `invalid` refusal; `aborted`: the client went away before the
      * answer ended (not a drop, not close()). `match`: a string one of the
      * request's messages (tool results and arguments included, or its
@@ -727,6 +730,7 @@ async function answerOpenAi(o) {
   send(chunk({}, finishReason));
   if (includeUsage && usage) {
     send({ id, object: "chat.completion.chunk", created, model, system_fingerprint: "fp_scripted", choices: [], usage });
+    record.usage = usage;
   }
   res.write("data: [DONE]\n\n");
   end("completed");
@@ -833,6 +837,7 @@ async function answerAnthropic(o) {
   }
   if (open !== null) send("content_block_stop", { index: open });
   send("message_delta", { delta: { stop_reason: stopReason, stop_sequence: null }, ...(usage ? { usage: { output_tokens: outputTokens } } : {}) });
+  if (usage) record.usage = usage;
   send("message_stop", {});
   end("completed");
   res.end();
