@@ -25,6 +25,9 @@
 //! lane's (now while entries wait, `retry_at` while failing). One pass runs
 //! at a time; a wake during a pass runs one more after it.
 //!
+//! Each pass then exports the spans waiting (`traces.rs`), under the same
+//! backoff; their deadline joins the lane's.
+//!
 //! Nothing here is needed to rebuild the lane: entries and a waiting retry
 //! are rows, and a starting instance arms the alarm for them.
 
@@ -242,7 +245,7 @@ impl Inner {
     /// Without `hostJobs()`, whether the outbox is known empty (no pass or
     /// deadline needs to read it).
     fn lane_known_empty(&self) -> bool {
-        !self.has_host_jobs() && self.lane.empty.get()
+        !self.has_host_jobs() && self.lane.empty.get() && !self.traced()
     }
 
     /// Requests a host work pass: the schedule starts one now, or, while
@@ -266,7 +269,15 @@ impl Inner {
                 Pass::Done { more } => more,
                 Pass::NotDue | Pass::Failed | Pass::Abandoned => false,
             };
-            me.schedule_side(Event::LanePassEnded { more });
+            // Then the spans (`traces.rs`), under the lane's backoff.
+            let policy = match &me.jobs {
+                Ok(Some(jobs)) => jobs.policy,
+                _ => LanePolicy::default(),
+            };
+            let spans_left = me.ready().is_ok() && me.export_traces(&policy).await;
+            me.schedule_side(Event::LanePassEnded {
+                more: more || spans_left,
+            });
         }));
     }
 
@@ -296,7 +307,8 @@ impl Inner {
         if self.machine.borrow().schedule().lane_running() || self.lane_known_empty() {
             return Ok(None);
         }
-        Ok(delivery::next_deadline(&self.sql, now)?)
+        let delivery = delivery::next_deadline(&self.sql, now)?;
+        Ok(crate::run::schedule::earliest(delivery, self.trace_deadline(now)))
     }
 
     /// Performs one pass (see the module's documentation): the steps of

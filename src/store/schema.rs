@@ -56,10 +56,22 @@ const MIGRATIONS: &[Migration] = &[
         what: "compaction entries",
         apply: to_compaction,
     },
+    // PLACEHOLDER for the `ledger` branch's step to 5 (usage ledger): the
+    // lead replaces this entry with ledger's when merging.
+    Migration {
+        to: 5,
+        what: "placeholder for the usage ledger's step",
+        apply: nothing_changes,
+    },
+    Migration {
+        to: 6,
+        what: "the traces group (OpenTelemetry spans waiting for export)",
+        apply: nothing_changes,
+    },
 ];
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 4; // the last step's `to`
+pub const SCHEMA_VERSION: i64 = 6; // the last step's `to`
 
 const _: () = assert!(MIGRATIONS[MIGRATIONS.len() - 1].to == SCHEMA_VERSION);
 
@@ -101,6 +113,13 @@ pub fn to_branches(sql: &dyn Sql) -> Result<(), SqlError> {
 /// transcript length.
 fn to_compaction(sql: &dyn Sql) -> Result<(), SqlError> {
     write(sql, "ALTER TABLE messages ADD COLUMN kind TEXT", Vec::new())
+}
+
+/// A step that adds a feature group: nothing in an older store changes
+/// (it holds no such group; its first write makes it), yet the version
+/// moves so an older build refuses a store that may hold it.
+fn nothing_changes(_sql: &dyn Sql) -> Result<(), SqlError> {
+    Ok(())
 }
 
 /// The tables a version 1 fleet directory object held (the directory made
@@ -542,6 +561,20 @@ pub const HOSTED_SESSIONS: Group = Group {
     ddl: "CREATE TABLE shiitake_hosted_sessions (session_id TEXT PRIMARY KEY) WITHOUT ROWID",
 };
 
+/// Spans of OpenTelemetry traces waiting for export (`trace.rs`), made
+/// with the first span (only while the host configures `telemetry()`).
+/// `attempts`, `retry_at`: the failed exports of a span and when the
+/// oldest are tried again.
+pub const TRACES: Group = Group {
+    name: "traces",
+    ddl: "CREATE TABLE shiitake_spans (
+        seq INTEGER PRIMARY KEY,
+        body TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        retry_at INTEGER
+    )",
+};
+
 /// Every feature group.
 const GROUPS: &[&Group] = &[
     &DELIVERY,
@@ -555,6 +588,7 @@ const GROUPS: &[&Group] = &[
     &FLEET_MEMBER,
     &MODEL_CHOICE,
     &HOSTED_SESSIONS,
+    &TRACES,
 ];
 
 /// The state table of extension `id` (a checked name: `[a-z][a-z0-9_]*`).
