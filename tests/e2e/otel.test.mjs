@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { startOtlpReceiver } from "../support/otlp-receiver.mjs";
-import { eventually, expectStatus, uniq, useWorker } from "./helpers.mjs";
+import { MODEL_NAME, eventually, expectStatus, uniq, useWorker } from "./helpers.mjs";
 
 const h = useWorker({ fixture: "otel-worker", model: "echo", persist: true });
 /** The fixture's bearer header value's token (otel-worker.mjs). */
@@ -56,7 +56,7 @@ test("a tool turn is one trace: the turn span, two chat spans and one execute_to
   assert.equal(ofTrace(root.traceId).length, 4, "no span twice, no other span");
   assert.deepEqual(receiver.rejected(), [], "every request decodes");
   const byName = (name) => spans.filter((s) => s.name === name);
-  const chats = byName("chat scripted-model").sort((x, y) => Number(x.start - y.start));
+  const chats = byName(`chat ${MODEL_NAME}`).sort((x, y) => Number(x.start - y.start));
   const [tool] = byName("execute_tool apply_patch");
   assert.equal(chats.length, 2);
   assert.ok(tool);
@@ -81,7 +81,7 @@ test("a tool turn is one trace: the turn span, two chat spans and one execute_to
   for (const c of chats) {
     assert.equal(c.attributes["gen_ai.operation.name"], "chat");
     assert.equal(c.attributes["gen_ai.provider.name"], "openai");
-    assert.equal(c.attributes["gen_ai.request.model"], "scripted-model");
+    assert.equal(c.attributes["gen_ai.request.model"], MODEL_NAME);
     assert.equal(c.status, undefined);
   }
   assert.deepEqual(chats.map((c) => c.attributes["gen_ai.response.finish_reasons"]), [["tool_calls"], ["stop"]]);
@@ -133,7 +133,7 @@ test("a turn resumed after a restart mid-turn continues its trace", T, async () 
   // last chat) are one trace under one turn span; the interrupted call,
   // which ended nowhere, has no span.
   const names = ofTrace(root.traceId).map((s) => s.name).sort();
-  assert.deepEqual(names, ["chat scripted-model", "chat scripted-model", "execute_tool apply_patch", "invoke_agent"]);
+  assert.deepEqual(names, [`chat ${MODEL_NAME}`, `chat ${MODEL_NAME}`, "execute_tool apply_patch", "invoke_agent"]);
   for (const s of spans) if (s !== root) assert.equal(s.parentSpanId, root.spanId);
 });
 
