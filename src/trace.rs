@@ -102,7 +102,14 @@ pub struct Span {
 }
 
 impl Span {
-    fn child(head: &str, span_id: String, name: String, kind: u8, start_ms: i64, end_ms: i64) -> Span {
+    fn child(
+        head: &str,
+        span_id: String,
+        name: String,
+        kind: u8,
+        start_ms: i64,
+        end_ms: i64,
+    ) -> Span {
         Span {
             trace_id: trace_id(head),
             span_id,
@@ -208,7 +215,10 @@ pub fn chat(
         end_ms,
     )
     .attr("gen_ai.operation.name", Attr::Str("chat".into()))
-    .attr("gen_ai.provider.name", Attr::Str(model.provider.name().into()))
+    .attr(
+        "gen_ai.provider.name",
+        Attr::Str(model.provider.name().into()),
+    )
     .attr("gen_ai.request.model", Attr::Str(bounded(&model.model)));
     match outcome {
         ChatOutcome::Answered {
@@ -245,7 +255,10 @@ pub fn tool(
     end_ms: i64,
     is_error: bool,
 ) -> Span {
-    let id = span_id(head, &[b"tool", call_id.as_bytes(), &start_ms.to_be_bytes()]);
+    let id = span_id(
+        head,
+        &[b"tool", call_id.as_bytes(), &start_ms.to_be_bytes()],
+    );
     Span::child(
         head,
         id,
@@ -263,12 +276,7 @@ pub fn tool(
 /// The turn's root span, written by its head's settlement: from
 /// `started_ms` (its first claim) to `end_ms`, with the turn's usage and
 /// outcome.
-pub fn turn(
-    session_id: &str,
-    settlement: &Settlement,
-    started_ms: i64,
-    end_ms: i64,
-) -> Span {
+pub fn turn(session_id: &str, settlement: &Settlement, started_ms: i64, end_ms: i64) -> Span {
     let head = settlement.command_id.as_str();
     let error = match settlement.terminal {
         Terminal::Completed | Terminal::Cancelled => None,
@@ -410,7 +418,9 @@ pub fn failed(
     let row = rows
         .first()
         .ok_or_else(|| SqlError::Decode("no row for the span count".into()))?;
-    let attempts = u32::try_from(row.int(0)?).unwrap_or(u32::MAX).saturating_add(1);
+    let attempts = u32::try_from(row.int(0)?)
+        .unwrap_or(u32::MAX)
+        .saturating_add(1);
     let (count, newest, given_up) = (row.int(1)? as u64, row.int(2)?, row.int(3)? as u64);
     let retry_at = now_ms.saturating_add(policy.delay_ms(attempts) as i64);
     write(
@@ -426,7 +436,9 @@ pub fn failed(
             SqlValue::Integer(newest - TRACE_PENDING_MAX as i64),
         ],
     )?;
-    let kept_past = count.saturating_sub(given_up).saturating_sub(TRACE_PENDING_MAX);
+    let kept_past = count
+        .saturating_sub(given_up)
+        .saturating_sub(TRACE_PENDING_MAX);
     Ok(given_up + kept_past)
 }
 
@@ -494,11 +506,26 @@ mod tests {
         assert_eq!(span["kind"], KIND_CLIENT);
         assert_eq!(span["startTimeUnixNano"], "1000000000");
         assert_eq!(span["endTimeUnixNano"], "1250000000");
-        assert_eq!(attr(&span, "gen_ai.operation.name").unwrap()["stringValue"], "chat");
-        assert_eq!(attr(&span, "gen_ai.provider.name").unwrap()["stringValue"], "anthropic");
-        assert_eq!(attr(&span, "gen_ai.request.model").unwrap()["stringValue"], "claude-x");
-        assert_eq!(attr(&span, "gen_ai.usage.input_tokens").unwrap()["intValue"], "12");
-        assert_eq!(attr(&span, "gen_ai.usage.output_tokens").unwrap()["intValue"], "5");
+        assert_eq!(
+            attr(&span, "gen_ai.operation.name").unwrap()["stringValue"],
+            "chat"
+        );
+        assert_eq!(
+            attr(&span, "gen_ai.provider.name").unwrap()["stringValue"],
+            "anthropic"
+        );
+        assert_eq!(
+            attr(&span, "gen_ai.request.model").unwrap()["stringValue"],
+            "claude-x"
+        );
+        assert_eq!(
+            attr(&span, "gen_ai.usage.input_tokens").unwrap()["intValue"],
+            "12"
+        );
+        assert_eq!(
+            attr(&span, "gen_ai.usage.output_tokens").unwrap()["intValue"],
+            "5"
+        );
         assert_eq!(
             attr(&span, "gen_ai.usage.cache_read.input_tokens").unwrap()["intValue"],
             "3"
@@ -521,7 +548,10 @@ mod tests {
             too_long: false,
         };
         let span = chat("cmd_1", 0, &model(), 5, 4, &failed).to_json();
-        assert_eq!(attr(&span, "error.type").unwrap()["stringValue"], "retryable");
+        assert_eq!(
+            attr(&span, "error.type").unwrap()["stringValue"],
+            "retryable"
+        );
         assert_eq!(span["status"]["code"], STATUS_ERROR);
         // A clock that stepped back never ends a span before its start.
         assert_eq!(span["endTimeUnixNano"], span["startTimeUnixNano"]);
@@ -529,9 +559,18 @@ mod tests {
         assert_eq!(tool["name"], "execute_tool files_read");
         assert_eq!(tool["kind"], KIND_INTERNAL);
         assert_eq!(tool["parentSpanId"], turn_span_id("cmd_1"));
-        assert_eq!(attr(&tool, "gen_ai.tool.name").unwrap()["stringValue"], "files_read");
-        assert_eq!(attr(&tool, "gen_ai.tool.call.id").unwrap()["stringValue"], "call_9");
-        assert_eq!(attr(&tool, "error.type").unwrap()["stringValue"], "tool_error");
+        assert_eq!(
+            attr(&tool, "gen_ai.tool.name").unwrap()["stringValue"],
+            "files_read"
+        );
+        assert_eq!(
+            attr(&tool, "gen_ai.tool.call.id").unwrap()["stringValue"],
+            "call_9"
+        );
+        assert_eq!(
+            attr(&tool, "error.type").unwrap()["stringValue"],
+            "tool_error"
+        );
         // Deterministic: the same run of a call is the same span.
         assert_eq!(
             tool["spanId"],
@@ -546,14 +585,25 @@ mod tests {
         assert_eq!(span["spanId"], turn_span_id("cmd_1"));
         assert!(span.get("parentSpanId").is_none());
         assert_eq!(span["name"], "invoke_agent");
-        assert_eq!(attr(&span, "gen_ai.conversation.id").unwrap()["stringValue"], "ses_a");
+        assert_eq!(
+            attr(&span, "gen_ai.conversation.id").unwrap()["stringValue"],
+            "ses_a"
+        );
         assert_eq!(attr(&span, "error.type").unwrap()["stringValue"], "failed");
         // The diagnostic (provider text) is never an attribute.
         assert!(!span.to_string().contains("boom"));
-        let done = Settlement::new("cmd_1", Terminal::Completed, Some((Some("hi"), Some(usage()), 0)), None);
+        let done = Settlement::new(
+            "cmd_1",
+            Terminal::Completed,
+            Some((Some("hi"), Some(usage()), 0)),
+            None,
+        );
         let span = turn("ses_a", &done, 100, 900).to_json();
         assert!(span.get("status").is_none());
-        assert_eq!(attr(&span, "gen_ai.usage.input_tokens").unwrap()["intValue"], "12");
+        assert_eq!(
+            attr(&span, "gen_ai.usage.input_tokens").unwrap()["intValue"],
+            "12"
+        );
         assert!(!span.to_string().contains("\"hi\""));
     }
 
@@ -572,11 +622,20 @@ mod tests {
         assert_eq!(first.spans, TRACE_EXPORT_SPANS_MAX);
         let request: Value = serde_json::from_str(&first.body).unwrap();
         let scope = &request["resourceSpans"][0]["scopeSpans"][0];
-        assert_eq!(scope["spans"].as_array().unwrap().len(), TRACE_EXPORT_SPANS_MAX);
+        assert_eq!(
+            scope["spans"].as_array().unwrap().len(),
+            TRACE_EXPORT_SPANS_MAX
+        );
         assert_eq!(scope["scope"]["name"], SCOPE);
         // It fails: its spans wait the backoff, the rest behind them.
-        let policy = LanePolicy { base_ms: 100, max_ms: 1_000 };
-        assert_eq!(atomically(&sql, || failed(&sql, first.through, &policy, 10)).unwrap(), 0);
+        let policy = LanePolicy {
+            base_ms: 100,
+            max_ms: 1_000,
+        };
+        assert_eq!(
+            atomically(&sql, || failed(&sql, first.through, &policy, 10)).unwrap(),
+            0
+        );
         assert_eq!(batch(&sql, 109).unwrap(), None);
         assert_eq!(deadline(&sql, 50).unwrap(), Some(110));
         let again = batch(&sql, 110).unwrap().unwrap();
@@ -588,7 +647,9 @@ mod tests {
         let mut dropped = 0;
         for n in 0..TRACE_EXPORT_ATTEMPTS_MAX {
             let now = 1_000_000 * i64::from(n + 1);
-            let Some(b) = batch(&sql, now).unwrap() else { break };
+            let Some(b) = batch(&sql, now).unwrap() else {
+                break;
+            };
             dropped += atomically(&sql, || failed(&sql, b.through, &policy, now)).unwrap();
         }
         assert_eq!(dropped, 1);

@@ -308,7 +308,10 @@ impl Inner {
             return Ok(None);
         }
         let delivery = delivery::next_deadline(&self.sql, now)?;
-        Ok(crate::run::schedule::earliest(delivery, self.trace_deadline(now)))
+        Ok(crate::run::schedule::earliest(
+            delivery,
+            self.trace_deadline(now),
+        ))
     }
 
     /// Performs one pass (see the module's documentation): the steps of

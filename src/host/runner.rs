@@ -55,12 +55,7 @@ impl<'a> Performing<'a> {
 
     /// Performs `work` for `turn`; the host still checks the turn's stop
     /// switch: stopped meanwhile, its outcome is dropped.
-    fn push(
-        &mut self,
-        turn: TurnId,
-        stopper: Stopper,
-        work: impl Future<Output = Outcome> + 'a,
-    ) {
+    fn push(&mut self, turn: TurnId, stopper: Stopper, work: impl Future<Output = Outcome> + 'a) {
         self.pending.push(Box::pin(async move {
             let (input, target, span) = work.await;
             let input = match stopper.is_stopped() {

@@ -14,8 +14,8 @@ use super::bindings::{self, error_message, log_error, log_warn};
 use super::Inner;
 use crate::delivery::LanePolicy;
 use crate::limits::{
-    TRACE_ENDPOINT_BYTES_MAX, TRACE_EXPORT_BATCHES_MAX, TRACE_EXPORT_TIMEOUT_MS,
-    TRACE_HEADERS_MAX, TRACE_HEADER_BYTES_MAX,
+    TRACE_ENDPOINT_BYTES_MAX, TRACE_EXPORT_BATCHES_MAX, TRACE_EXPORT_TIMEOUT_MS, TRACE_HEADERS_MAX,
+    TRACE_HEADER_BYTES_MAX,
 };
 use crate::model::ModelSpec;
 use crate::redact::Secrets;
@@ -54,8 +54,7 @@ impl HostTelemetry {
     /// (nothing is then recorded). Header values join `secrets`.
     pub fn new(spec: Option<String>, secrets: &mut Secrets) -> Result<Option<Self>, String> {
         let Some(spec) = spec else { return Ok(None) };
-        let spec: Spec =
-            crate::json::from_text(&spec).map_err(|e| format!("telemetry(): {e}"))?;
+        let spec: Spec = crate::json::from_text(&spec).map_err(|e| format!("telemetry(): {e}"))?;
         for value in spec.headers.values() {
             secrets.add(value);
         }
@@ -205,7 +204,9 @@ impl Inner {
             };
             match send(telemetry, &batch.body).await {
                 Ok(()) => {
-                    if let Err(e) = atomically(&self.sql, || trace::exported(&self.sql, batch.through)) {
+                    if let Err(e) =
+                        atomically(&self.sql, || trace::exported(&self.sql, batch.through))
+                    {
                         log_error(format!("traces: {e}"));
                         return false;
                     }
