@@ -2,7 +2,8 @@
 // 5, target: at most 10% on the p50), measured in one run: turns of Agents
 // that export every turn's spans to a local OTLP/HTTP receiver
 // (`telemetry()`, bench/otel-worker.mjs) interleaved with turns of Agents
-// that export nothing, same class, same Worker. A turn is timed from
+// that export nothing, same class, same Worker, and a second plain Agent
+// whose ratio to the first shows the run's noise. A turn is timed from
 // sending the prompt to its settlement (long poll); the export runs on the
 // host work lane beside it, so what it costs a turn is its share of the
 // isolate (span writes in the turn's own transitions, the lane pass).
@@ -70,30 +71,32 @@ const p50 = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 // A fresh Session every ROTATE turns keeps the context short.
 const ROTATE = 5;
 const ratios = [];
+const controls = [];
 for (let run = 0; run < RUNS; run++) {
-  const plain = [];
-  const traced = [];
+  const times = { plain: [], control: [], traced: [] };
   for (let i = -20; i < N; i++) {
     const session = `s${run}-${Math.floor((i + 20) / ROTATE)}`;
     if ((i + 20) % ROTATE === 0) {
-      await call("POST", `/agents/plain-${run}/sessions`, { sessionId: session });
-      await call("POST", `/agents/traced-${run}/sessions`, { sessionId: session });
+      for (const kind of Object.keys(times)) await call("POST", `/agents/${kind}-${run}/sessions`, { sessionId: session });
     }
-    // Alternating which goes first, so neither always follows the other's export.
-    const order = i % 2 === 0 ? ["plain", "traced"] : ["traced", "plain"];
-    for (const kind of order) {
+    // The order rotates, so none always follows another's export.
+    const kinds = Object.keys(times);
+    for (let k = 0; k < kinds.length; k++) {
+      const kind = kinds[(((i + k) % kinds.length) + kinds.length) % kinds.length];
       const ms = await turn(`${kind}-${run}`, session);
-      if (i >= 0) (kind === "plain" ? plain : traced).push(ms);
+      if (i >= 0) times[kind].push(ms);
     }
   }
-  const ratio = p50(traced) / p50(plain);
-  ratios.push(ratio);
-  console.log(`run ${run + 1}: p50 plain ${p50(plain).toFixed(2)} ms, traced ${p50(traced).toFixed(2)} ms, ratio ${ratio.toFixed(3)} (${N} turns each)`);
+  const [plain, control, traced] = [p50(times.plain), p50(times.control), p50(times.traced)];
+  ratios.push(traced / plain);
+  controls.push(control / plain);
+  console.log(`run ${run + 1}: p50 plain ${plain.toFixed(2)} ms, a second plain Agent ${control.toFixed(2)} ms, traced ${traced.toFixed(2)} ms; traced/plain ${(traced / plain).toFixed(3)}, plain/plain ${(control / plain).toFixed(3)} (${N} turns each)`);
 }
 // Every traced turn's two spans (the turn, its one model call) arrive.
-await new Promise((resolve) => setTimeout(resolve, 1000));
+await new Promise((resolve) => setTimeout(resolve, 2500));
 console.log(`spans received: ${spans} (want ${RUNS * (N + 20) * 2})`);
 console.log(`ratio traced/plain p50: ${ratios.map((r) => r.toFixed(3)).join(", ")} (target <= 1.10)`);
+console.log(`the same ratio between two plain Agents (the noise): ${controls.map((r) => r.toFixed(3)).join(", ")}`);
 await mf.dispose();
 await model.close?.();
 receiver.close();

@@ -602,6 +602,11 @@ pub const TRACE_PENDING_MAX: u64 = 4_096;
 /// Bytes of one span's string attribute (a model or tool name); cut past it.
 pub const TRACE_ATTRIBUTE_BYTES_MAX: usize = 256;
 
+/// How long a span waits for others to share its export request (the
+/// OpenTelemetry batch processor's delay, shorter), unless a full batch
+/// waits.
+pub const TRACE_EXPORT_DELAY_MS: i64 = 1_000;
+
 /// Milliseconds one OTLP export request may take before it fails.
 pub const TRACE_EXPORT_TIMEOUT_MS: u64 = 10_000;
 

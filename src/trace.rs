@@ -24,7 +24,7 @@
 use crate::delivery::LanePolicy;
 use crate::limits::{
     TRACE_ATTRIBUTE_BYTES_MAX, TRACE_EXPORT_ATTEMPTS_MAX, TRACE_EXPORT_BYTES_MAX,
-    TRACE_EXPORT_SPANS_MAX, TRACE_PENDING_MAX,
+    TRACE_EXPORT_DELAY_MS, TRACE_EXPORT_SPANS_MAX, TRACE_PENDING_MAX,
 };
 use crate::model::{ModelSpec, Usage};
 use crate::settlement::Settlement;
@@ -305,8 +305,8 @@ pub fn turn(session_id: &str, settlement: &Settlement, started_ms: i64, end_ms: 
 }
 
 /// Stages `bodies` (each a span's OTLP/JSON, [`Span::to_json`]) as writes
-/// of the open transition: one row each.
-pub fn stage(sql: &dyn Sql, bodies: &[String]) -> Result<(), SqlError> {
+/// of the open transition at `now_ms`: one row each.
+pub fn stage(sql: &dyn Sql, bodies: &[String], now_ms: i64) -> Result<(), SqlError> {
     if bodies.is_empty() {
         return Ok(());
     }
@@ -314,8 +314,8 @@ pub fn stage(sql: &dyn Sql, bodies: &[String]) -> Result<(), SqlError> {
     for body in bodies {
         write(
             sql,
-            &format!("INSERT INTO {SPANS} (body) VALUES (?)"),
-            vec![SqlValue::Text(body.clone())],
+            &format!("INSERT INTO {SPANS} (body, at) VALUES (?, ?)"),
+            vec![SqlValue::Text(body.clone()), SqlValue::Integer(now_ms)],
         )?;
     }
     Ok(())
@@ -331,21 +331,26 @@ pub struct Batch {
 
 /// The oldest spans, at most [`TRACE_EXPORT_SPANS_MAX`] and
 /// [`TRACE_EXPORT_BYTES_MAX`] (at least one), as an OTLP/JSON
-/// `ExportTraceServiceRequest`; none while a failed export waits its retry.
+/// `ExportTraceServiceRequest`, once due ([`deadline`]) or a full batch
+/// waits; none while a failed export waits its retry.
 pub fn batch(sql: &dyn Sql, now_ms: i64) -> Result<Option<Batch>, SqlError> {
     if !TRACES.exists(sql) {
         return Ok(None);
     }
     let rows = read(
         sql,
-        &format!("SELECT seq, body, retry_at FROM {SPANS} ORDER BY seq LIMIT ?"),
+        &format!("SELECT seq, body, at, retry_at FROM {SPANS} ORDER BY seq LIMIT ?"),
         &[SqlValue::Integer(TRACE_EXPORT_SPANS_MAX as i64)],
     )?;
-    // The oldest spans are the failed ones: their retry holds the rest.
-    if let Some(first) = rows.first() {
-        if first.opt_int(2)?.is_some_and(|at| at > now_ms) {
-            return Ok(None);
-        }
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let full = rows.len() == TRACE_EXPORT_SPANS_MAX;
+    match first.opt_int(3)? {
+        // The oldest spans are the failed ones: their retry holds the rest.
+        Some(retry_at) if retry_at > now_ms => return Ok(None),
+        None if !full && first.int(2)? + TRACE_EXPORT_DELAY_MS > now_ms => return Ok(None),
+        _ => {}
     }
     let mut spans = Vec::new();
     let (mut bytes, mut through) = (0, 0);
@@ -442,21 +447,26 @@ pub fn failed(
     Ok(given_up + kept_past)
 }
 
-/// When spans are due for export: now while any wait and no failed export
-/// holds them, the retry while one does; none without spans.
+/// When spans are due for export: [`TRACE_EXPORT_DELAY_MS`] after the
+/// oldest was written, so the spans of the turns meanwhile share its
+/// request, or the retry of a failed export; none without spans.
 pub fn deadline(sql: &dyn Sql, now_ms: i64) -> Result<Option<i64>, SqlError> {
     if !TRACES.exists(sql) {
         return Ok(None);
     }
     let rows = read(
         sql,
-        &format!("SELECT retry_at FROM {SPANS} ORDER BY seq LIMIT 1"),
+        &format!("SELECT at, retry_at FROM {SPANS} ORDER BY seq LIMIT 1"),
         &[],
     )?;
     let Some(first) = rows.first() else {
         return Ok(None);
     };
-    Ok(Some(first.opt_int(0)?.map_or(now_ms, |at| at.max(now_ms))))
+    let due = match first.opt_int(1)? {
+        Some(retry_at) => retry_at,
+        None => first.int(0)?.saturating_add(TRACE_EXPORT_DELAY_MS),
+    };
+    Ok(Some(due.max(now_ms)))
 }
 
 #[cfg(test)]
@@ -616,8 +626,9 @@ mod tests {
         assert!(!TRACES.exists(&sql));
         let body = tool("cmd_1", "c", "t", 0, 1, false).to_json().to_string();
         let total = TRACE_EXPORT_SPANS_MAX + 1;
-        atomically(&sql, || stage(&sql, &vec![body.clone(); total])).unwrap();
-        assert_eq!(deadline(&sql, 7).unwrap(), Some(7));
+        atomically(&sql, || stage(&sql, &vec![body.clone(); total], 7)).unwrap();
+        // Due a delay after the oldest, or at once with a full batch.
+        assert_eq!(deadline(&sql, 7).unwrap(), Some(7 + TRACE_EXPORT_DELAY_MS));
         let first = batch(&sql, 7).unwrap().unwrap();
         assert_eq!(first.spans, TRACE_EXPORT_SPANS_MAX);
         let request: Value = serde_json::from_str(&first.body).unwrap();
@@ -641,7 +652,9 @@ mod tests {
         let again = batch(&sql, 110).unwrap().unwrap();
         assert_eq!(again.through, first.through);
         atomically(&sql, || exported(&sql, again.through)).unwrap();
-        let last = batch(&sql, 110).unwrap().unwrap();
+        // The one left is not a full batch: it waits its delay.
+        assert_eq!(batch(&sql, 110).unwrap(), None);
+        let last = batch(&sql, 7 + TRACE_EXPORT_DELAY_MS).unwrap().unwrap();
         assert_eq!(last.spans, 1);
         // Failing past the bound drops it, counted.
         let mut dropped = 0;
@@ -661,7 +674,8 @@ mod tests {
         let sql = NativeSql::open_in_memory();
         crate::store::schema::open(&sql).unwrap();
         let big = json!({ "pad": "x".repeat(TRACE_EXPORT_BYTES_MAX / 2) }).to_string();
-        atomically(&sql, || stage(&sql, &[big.clone(), big.clone(), big])).unwrap();
-        assert_eq!(batch(&sql, 0).unwrap().unwrap().spans, 1);
+        atomically(&sql, || stage(&sql, &[big.clone(), big.clone(), big], 0)).unwrap();
+        let due = batch(&sql, TRACE_EXPORT_DELAY_MS).unwrap().unwrap();
+        assert_eq!(due.spans, 1);
     }
 }

@@ -245,13 +245,15 @@ impl Inner {
     /// Without `hostJobs()`, whether the outbox is known empty (no pass or
     /// deadline needs to read it).
     fn lane_known_empty(&self) -> bool {
-        !self.has_host_jobs() && self.lane.empty.get() && !self.traced()
+        !self.has_host_jobs() && self.lane.empty.get()
     }
 
     /// Requests a host work pass: the schedule starts one now, or, while
-    /// one runs, one more after it. A closed instance starts none.
+    /// one runs, one more after it. A closed instance starts none; none
+    /// starts with nothing to deliver and no span due.
     pub(super) fn request_host_work(&self) {
-        if self.lane_known_empty() {
+        let now = bindings::now_ms();
+        if self.lane_known_empty() && self.trace_deadline(now).is_none_or(|at| at > now) {
             return;
         }
         self.schedule_side(Event::LaneWanted);
@@ -304,10 +306,13 @@ impl Inner {
     /// The lane's deadline for the one alarm: none while a pass runs in
     /// this instance (it arms the alarm when it ends).
     pub(super) fn lane_deadline(&self, now: i64) -> Result<Option<i64>, ApiError> {
-        if self.machine.borrow().schedule().lane_running() || self.lane_known_empty() {
+        if self.machine.borrow().schedule().lane_running() {
             return Ok(None);
         }
-        let delivery = delivery::next_deadline(&self.sql, now)?;
+        let delivery = match self.lane_known_empty() {
+            true => None,
+            false => delivery::next_deadline(&self.sql, now)?,
+        };
         Ok(crate::run::schedule::earliest(
             delivery,
             self.trace_deadline(now),

@@ -113,9 +113,6 @@ struct Inner {
     /// Model calls this instance timed: tells apart the spans of calls
     /// started in the same millisecond.
     chat_calls: Cell<u64>,
-    /// A settlement staged a turn span: the lane exports it after the
-    /// transition (`Inner::export_if_staged`).
-    spans_staged: Cell<bool>,
 }
 
 #[wasm_bindgen]
@@ -215,7 +212,6 @@ impl ShiitakeCore {
             loop_wake: RefCell::default(),
             telemetry,
             chat_calls: Cell::new(0),
-            spans_staged: Cell::new(false),
         });
         inner.hold_fresh(spared);
         // A restart (eviction, deploy, panic reset) requests reconciliation

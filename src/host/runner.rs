@@ -542,7 +542,6 @@ impl Inner {
             ctx.spans.extend(span);
             self.machine.borrow_mut().handle_turn(ctx, turn, input, now)
         });
-        self.export_if_staged();
         // A settled hook of that transition that moved extension timers
         // makes the next pass claim: told before the turn's end counts.
         self.rearm(now);

@@ -209,8 +209,6 @@ impl Inner {
         if effects.reconcile || self.extensions().is_some_and(Extensions::take_rearm) {
             self.request_reconcile();
         }
-        // A settlement that staged a turn span (a cancel) exports it.
-        self.export_if_staged();
         if effects.delivery {
             self.staged_delivery();
             self.request_host_work();

@@ -150,7 +150,7 @@ impl Inner {
     }
 
     /// In a settling transition: the turn span of a head that ran, staged
-    /// with its settlement; the lane is woken after the transition.
+    /// with its settlement.
     pub(super) fn stage_turn_span(
         &self,
         store: crate::store::Store<'_>,
@@ -165,19 +165,11 @@ impl Inner {
             .map_err(|e| crate::sql::SqlError::Decode(format!("a settlement: {e}")))?;
         let started = command.started_at.unwrap_or(command.accepted_at);
         let span = trace::turn(&command.session_id, &settlement, started, now_ms);
-        trace::stage(store.sql(), &[span.to_json().to_string()])?;
-        self.spans_staged.set(true);
-        Ok(())
+        trace::stage(store.sql(), &[span.to_json().to_string()], now_ms)
     }
 
-    /// After a transition: spans it staged ask the lane for an export.
-    pub(super) fn export_if_staged(&self) {
-        if self.spans_staged.take() {
-            self.request_host_work();
-        }
-    }
-
-    /// When spans are due for export (none untraced).
+    /// When spans are due for export (none untraced): a lane pass then,
+    /// through the alarm (`jobs.rs`).
     pub(super) fn trace_deadline(&self, now: i64) -> Option<i64> {
         self.telemetry()?;
         trace::deadline(&self.sql, now).unwrap_or_else(|e| {

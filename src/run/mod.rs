@@ -628,7 +628,7 @@ pub(crate) fn on_current_turn<T>(
             pending: &pending,
         })?;
         // The spans the outcome ends are written with it.
-        crate::trace::stage(store.sql(), &spans)?;
+        crate::trace::stage(store.sql(), &spans, now_ms)?;
         Ok(Some(outcome))
     })
 }

@@ -563,13 +563,14 @@ pub const HOSTED_SESSIONS: Group = Group {
 
 /// Spans of OpenTelemetry traces waiting for export (`trace.rs`), made
 /// with the first span (only while the host configures `telemetry()`).
-/// `attempts`, `retry_at`: the failed exports of a span and when the
-/// oldest are tried again.
+/// `at`: when it was written; `attempts`, `retry_at`: the failed exports
+/// of a span and when the oldest are tried again.
 pub const TRACES: Group = Group {
     name: "traces",
     ddl: "CREATE TABLE shiitake_spans (
         seq INTEGER PRIMARY KEY,
         body TEXT NOT NULL,
+        at INTEGER NOT NULL,
         attempts INTEGER NOT NULL DEFAULT 0,
         retry_at INTEGER
     )",
