@@ -149,3 +149,46 @@ test("without telemetry() no span is recorded or sent", T, async () => {
   const tables = (await h.api("GET", `/direct/${a.id}/host/otel/tables`)).json;
   assert.ok(!tables.includes("shiitake_spans"), `no span table: ${tables}`);
 });
+
+test("a bad telemetry() records nothing and fails no turn", T, async () => {
+  const a = h.agent();
+  expectStatus(await h.api("POST", `/direct/${a.id}/host/otel/config?endpoint=${encodeURIComponent("ftp://not-http")}`, {}), 200);
+  await a.createSession("s");
+  const settled = await a.settle("s", "r1", `bad telemetry ${uniq("otel-bad")}`, { boundMs: 20_000 });
+  assert.equal(settled.terminal, "completed");
+  const tables = (await h.api("GET", `/direct/${a.id}/host/otel/tables`)).json;
+  assert.ok(!tables.includes("shiitake_spans"), `no span table: ${tables}`);
+});
+
+test("the Node host exports the same trace, configured by SHIITAKE_OTLP_ENDPOINT", T, async () => {
+  const { mkdtemp, rm } = await import("node:fs/promises");
+  const { tmpdir } = await import("node:os");
+  const path = await import("node:path");
+  const { openNodeShiitake } = await import("../../js/node.mjs");
+  const dir = await mkdtemp(path.join(tmpdir(), "shiitake-otel-node-"));
+  const host = await openNodeShiitake({
+    path: path.join(dir, "agent.sqlite"),
+    env: { SHIITAKE_MODEL: `openai/${MODEL_NAME}`, OPENAI_BASE_URL: h.model.url, OPENAI_API_KEY: h.modelApiKey, SHIITAKE_OTLP_ENDPOINT: receiver.origin },
+  });
+  try {
+    const send = async (method, rel, body) => {
+      const res = await host.app.fetch(new Request(`http://node.test${rel}`, { method, headers: { "content-type": "application/json" }, body: body && JSON.stringify(body) }));
+      return res.json();
+    };
+    await send("POST", "/sessions", { sessionId: "s" });
+    const tag = uniq("otel-node");
+    h.model.scriptFor(tag, patch, { text: "done on node" });
+    const { commandId } = await send("POST", "/sessions/s/commands", { type: "prompt", requestId: "r1", text: `node ${tag}` });
+    const settled = await send("GET", `/sessions/s/settlement?commandId=${commandId}&timeoutMs=20000`);
+    assert.equal(settled.terminal, "completed", JSON.stringify(settled));
+    const { root, spans } = await trace(commandId, 3);
+    // The Node host offers no tool: the model's call is answered as not
+    // offered, without running, so no execute_tool span.
+    assert.deepEqual(spans.map((s) => s.name).sort(), [`chat ${MODEL_NAME}`, `chat ${MODEL_NAME}`, "invoke_agent"]);
+    for (const s of spans) if (s !== root) assert.equal(s.parentSpanId, root.spanId);
+    assert.ok(!receiver.requests().some((r) => r.raw.includes(h.modelApiKey)));
+  } finally {
+    await host.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+});
