@@ -56,7 +56,7 @@ fn digest(parts: &[&[u8]]) -> [u8; 32] {
 }
 
 /// The trace id of the turn headed by `command_id` (16 bytes, hex).
-pub fn trace_id(command_id: &str) -> String {
+fn trace_id(command_id: &str) -> String {
     crate::text::hex(&digest(&[command_id.as_bytes()])[..16])
 }
 
