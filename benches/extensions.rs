@@ -210,6 +210,7 @@ impl Side {
             now_ms: self.now_ms,
             ids: &mut self.ids,
             meta: &self.meta,
+            spans: Vec::new(),
         };
         f(&self.ext, &mut ctx)
     }

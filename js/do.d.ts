@@ -126,6 +126,13 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
    */
   hostJobs(): HostJobs | undefined;
   /**
+   * Where OpenTelemetry traces go, or `undefined`: then the env's
+   * `SHIITAKE_OTLP_ENDPOINT`, else no span is recorded. Read once per
+   * instance; a bad value is reported and nothing is recorded. Override in
+   * a subclass.
+   */
+  telemetry(): ShiitakeTelemetry | undefined;
+  /**
    * The fleet, or `undefined` for none. Read once per instance; an unknown
    * key or a value of the wrong kind is reported (the `agents` module is
    * then not offered and peers are refused), naming it. Override in a
@@ -225,6 +232,31 @@ export interface HostJobs {
   retryMaxMs?: number;
   /** Wall time of one pass: 100 to 30000 ms (the default). */
   timeoutMs?: number;
+}
+
+/**
+ * OpenTelemetry traces (`ShiitakeDO#telemetry()`). Each turn is one trace
+ * (trace id: a digest of the turn's head command, so a turn resumed after a
+ * crash continues it) named by the GenAI semantic conventions: the root
+ * `invoke_agent` span (`gen_ai.conversation.id`, usage, `error.type`), a
+ * `chat {model}` span per model call (`gen_ai.provider.name`,
+ * `gen_ai.request.model`, `gen_ai.usage.input_tokens`,
+ * `gen_ai.usage.output_tokens`, `gen_ai.response.finish_reasons`,
+ * `error.type`) and an `execute_tool {tool}` span per tool call run
+ * (`gen_ai.tool.name`, `gen_ai.tool.call.id`). No prompt, answer, tool
+ * content, header or key is an attribute. Each span is stored by the write
+ * that ends it and exported by the host work lane as OTLP/HTTP JSON
+ * (`POST {endpoint}/v1/traces`, at most 256 spans or 256 KiB a request)
+ * through `fetch`; a failed export is retried with the lane's backoff
+ * (`hostJobs()` retryBaseMs/retryMaxMs, default 3 s doubling to 60 s) and
+ * its spans dropped, counted in the log, after 8 failures (at most 4096
+ * kept meanwhile).
+ */
+export interface ShiitakeTelemetry {
+  /** The OTLP/HTTP base URL (http or https, at most 2048 bytes); spans go to `{endpoint}/v1/traces`. */
+  endpoint: string;
+  /** Sent with every export (at most 16, 4096 bytes in all): secrets, kept in memory only, never logged. */
+  headers?: Record<string, string>;
 }
 
 /** One end of a mail between Agents. */

@@ -12,7 +12,7 @@ import { META_HEADER, metaHeaderValue } from "./meta.mjs";
 import { metaHost } from "./meta-schema.mjs";
 import { FLEET_WAIT_TIMEOUT_MS_MAX } from "./limits.mjs";
 import { generation, guard, guardSync, isEventStream, resumable, runAlarm, serve, takeSpared } from "./do/recovery.mjs";
-import { DIRECTORY_AGENT_ID, answerError, badText, extensionHost, fleetHost, jobsHost, mailDecision, modelsHost, peerError, runCommand, toolHost } from "./do/hooks.mjs";
+import { DIRECTORY_AGENT_ID, answerError, badText, extensionHost, fleetHost, jobsHost, mailDecision, modelsHost, peerError, runCommand, telemetryHost, toolHost } from "./do/hooks.mjs";
 import { OwnerAgent, unlessAborted } from "./do/owner.mjs";
 
 export { readWatch } from "./do/owner.mjs";
@@ -81,6 +81,20 @@ export class ShiitakeDO extends DurableObject {
    * undelivered. See `src/host/jobs.rs`.
    */
   hostJobs() {
+    return undefined;
+  }
+
+  /**
+   * Host hook: where OpenTelemetry traces go, or `undefined` (then the env's
+   * `SHIITAKE_OTLP_ENDPOINT`, else none). Read once per instance. `{
+   * endpoint, headers? }`: each turn is a trace (GenAI semantic
+   * conventions: `invoke_agent`, `chat {model}`, `execute_tool {tool}`),
+   * exported as OTLP/HTTP JSON to `{endpoint}/v1/traces` through `fetch` by
+   * the host work lane, retried with its backoff. `headers` (an API key)
+   * are secrets: never stored, redacted from logs. See
+   * `src/host/traces.rs`.
+   */
+  telemetry() {
     return undefined;
   }
 
@@ -601,6 +615,7 @@ export class ShiitakeDO extends DurableObject {
         fleet,
         modelsHost(this),
         metaHost(this),
+        telemetryHost(this),
       );
       this.#core = core;
       this.#coreGeneration = generation;

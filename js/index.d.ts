@@ -12,6 +12,7 @@ export {
   type GrantDelivery,
   type GrantLevel,
   type ShiitakeTools,
+  type ShiitakeTelemetry,
   type ToolModule,
   type ToolOperation,
   type ToolContext,

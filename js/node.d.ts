@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Hono } from "hono";
 import type { ShiitakeHttpEnv } from "./app.js";
-import type { HostJobs, ShiitakeDO, ShiitakeModels, ShiitakeTools } from "./do.js";
+import type { HostJobs, ShiitakeDO, ShiitakeModels, ShiitakeTelemetry, ShiitakeTools } from "./do.js";
 
 /** A hook option: the value, or a function called with `this` (and its argument) = the object. */
 export type NodeHook<T> = T | ((this: ShiitakeDO, object: ShiitakeDO) => T);
@@ -29,6 +29,8 @@ export interface NodeShiitakeOptions {
   extensions?: NodeHook<unknown[] | undefined>;
   /** `ShiitakeDO#hostJobs()`: the host work lane. */
   hostJobs?: NodeHook<HostJobs | undefined>;
+  /** `ShiitakeDO#telemetry()`: where OpenTelemetry traces go. */
+  telemetry?: NodeHook<ShiitakeTelemetry | undefined>;
   /** `ShiitakeDO#models()`: the models this Agent may call. */
   models?: NodeHook<ShiitakeModels | undefined>;
   /** `ShiitakeDO#initialize(extensions)`. */

@@ -566,7 +566,7 @@ export function nodeRuntimeHost(lease, { agentId, alarmRetry, object } = {}) {
  * the file until `close()`. See js/node.d.ts.
  */
 export async function openNodeShiitake(options = {}) {
-  const { path, agentId, model, instructions, tools, extensions, hostJobs, models, initialize, hostFetch } = options;
+  const { path, agentId, model, instructions, tools, extensions, hostJobs, models, initialize, hostFetch, telemetry } = options;
   if (typeof path !== "string" || path === "") throw new TypeError("openNodeShiitake: `path` (the SQLite file) is required");
   const { ShiitakeDO } = await loadShim();
   const lease = acquireNodeStoreLease(path);
@@ -581,6 +581,7 @@ export async function openNodeShiitake(options = {}) {
   if (tools !== undefined) proto.tools = hook(tools);
   if (extensions !== undefined) proto.extensions = hook(extensions);
   if (hostJobs !== undefined) proto.hostJobs = hook(hostJobs);
+  if (telemetry !== undefined) proto.telemetry = hook(telemetry);
   if (models !== undefined) proto.models = hook(models);
   if (initialize !== undefined) proto.initialize = initialize;
   if (hostFetch !== undefined) proto.hostFetch = hostFetch;

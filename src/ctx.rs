@@ -19,6 +19,11 @@ pub struct Ctx<'a> {
     pub ids: &'a mut dyn IdSource,
     /// The host's metadata schema and identity path.
     pub meta: &'a MetaPolicy,
+    /// Spans (OTLP/JSON, `trace.rs`) the host timed for the outcome it
+    /// feeds a turn: the turn's transition writes them with that outcome
+    /// (`run::on_current_turn`), or, stale, drops them. Empty unless the
+    /// host configures `telemetry()`.
+    pub spans: Vec<String>,
 }
 
 /// A deterministic [`IdSource`] for tests and tools.

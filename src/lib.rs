@@ -47,6 +47,7 @@ pub mod sql;
 pub mod sse;
 pub mod store;
 pub mod text;
+pub mod trace;
 pub mod transcript;
 #[cfg_attr(not(feature = "ui"), path = "ui/left_out.rs")]
 pub mod ui;

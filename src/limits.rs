@@ -587,3 +587,39 @@ pub const UI_NO_BROWSER_MS: u64 = 2_000;
 /// Wall time of the host's `tools().ui.hasSession(sessionId)`; past it the
 /// event stream answers 404.
 pub const UI_HAS_SESSION_TIMEOUT_MS: u64 = 5_000;
+
+/// Spans of OpenTelemetry traces (`trace.rs`) in one OTLP export request.
+pub const TRACE_EXPORT_SPANS_MAX: usize = 256;
+
+/// Bytes of span bodies in one OTLP export request (at least one span is
+/// sent, each bounded by its bounded attributes).
+pub const TRACE_EXPORT_BYTES_MAX: usize = 256 * 1024;
+
+/// Export requests in one lane pass; spans left wait for the next.
+pub const TRACE_EXPORT_BATCHES_MAX: usize = 8;
+
+/// Failed exports of a span before it is dropped (counted in the log): at
+/// the lane's default backoff, about four minutes of retries.
+pub const TRACE_EXPORT_ATTEMPTS_MAX: u32 = 8;
+
+/// Spans kept while the receiver fails; past it the oldest are dropped.
+pub const TRACE_PENDING_MAX: u64 = 4_096;
+
+/// Bytes of one span's string attribute (a model or tool name); cut past it.
+pub const TRACE_ATTRIBUTE_BYTES_MAX: usize = 256;
+
+/// How long a span waits for others to share its export request (the
+/// OpenTelemetry batch processor's delay, shorter), unless a full batch
+/// waits.
+pub const TRACE_EXPORT_DELAY_MS: i64 = 1_000;
+
+/// Milliseconds one OTLP export request may take before it fails.
+pub const TRACE_EXPORT_TIMEOUT_MS: u64 = 10_000;
+
+/// Header entries and bytes of `telemetry().headers` (secrets: never
+/// stored, never logged).
+pub const TRACE_HEADERS_MAX: usize = 16;
+pub const TRACE_HEADER_BYTES_MAX: usize = 4_096;
+
+/// Bytes of `telemetry().endpoint`.
+pub const TRACE_ENDPOINT_BYTES_MAX: usize = 2_048;

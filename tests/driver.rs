@@ -311,6 +311,7 @@ impl Sim {
             now_ms: self.now_ms,
             ids: &mut self.ids,
             meta: &self.meta,
+            spans: Vec::new(),
         };
         let out = f(&mut ctx);
         if self.db.crashed.get() {
@@ -414,6 +415,7 @@ impl Sim {
                             now_ms: self.now_ms,
                             ids: &mut self.ids,
                             meta: &self.meta,
+                            spans: Vec::new(),
                         };
                         let (live, machine) = (&self.live, &self.machine);
                         let reconciled = run::reconcile(
@@ -544,6 +546,7 @@ impl Sim {
                         now_ms: self.now_ms,
                         ids: &mut self.ids,
                         meta: &self.meta,
+                        spans: Vec::new(),
                     };
                     self.machine.handle_turn(&mut ctx, turn, input, self.now_ms);
                     if self.db.crashed.get() {

@@ -23,7 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["mail"],
     &["session"],
     &["extension"],
-    &["attention", "delivery"],
+    &["attention", "delivery", "trace"],
     &["history"],
     &["grants", "mcp"],
     &["computer"],

@@ -79,6 +79,7 @@ impl Agent {
             now_ms: self.now_ms,
             ids: &mut self.ids,
             meta: &self.meta,
+            spans: Vec::new(),
         };
         f(&mut ctx)
     }

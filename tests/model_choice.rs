@@ -60,6 +60,7 @@ impl Db {
             now_ms: 1_000,
             ids: &mut self.ids,
             meta: &self.meta,
+            spans: Vec::new(),
         }
     }
 

@@ -738,3 +738,62 @@ fn settled_commands_store_no_second_copy_and_answer_as_before() {
     }
     assert!(stored(&mut h, &q).0.contains("keep me"));
 }
+
+#[test]
+fn a_span_is_written_with_the_outcome_it_ends_and_dropped_with_a_stale_one() {
+    let spans = |h: &Harness| -> Vec<String> {
+        let has = !h
+            .sql()
+            .query(
+                "SELECT 1 FROM sqlite_master WHERE name = 'shiitake_spans'",
+                &[],
+            )
+            .unwrap()
+            .is_empty();
+        if !has {
+            return Vec::new();
+        }
+        h.sql()
+            .query("SELECT body FROM shiitake_spans ORDER BY seq", &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.text(0).unwrap())
+            .collect()
+    };
+    let mut h = Harness::new();
+    h.session("s");
+    let id = h.prompt("s", "r", "hello").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    claim(&mut h, &[]);
+    h.restart();
+    claim(&mut h, &[]);
+    // The old attempt's answer, with its span: refused, nothing written.
+    let stale = h
+        .with_ctx(|ctx| {
+            ctx.spans.push(r#"{"name":"old"}"#.into());
+            complete_step(ctx, "s", &id, 1, &answer("old"))
+        })
+        .unwrap();
+    assert_eq!(stale, StepOutcome::Stale);
+    assert!(spans(&h).is_empty(), "no span without its outcome");
+    // Without spans (no telemetry) the step writes no span table.
+    h.with_ctx(|ctx| complete_step(ctx, "s", &id, 2, &answer("new")))
+        .unwrap();
+    assert!(spans(&h).is_empty());
+    // The next turn's answer carries its span: written with it.
+    let next = h.prompt("s", "r2", "again").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let attempt = claim(&mut h, &[]).remove(0).attempt;
+    let done = h
+        .with_ctx(|ctx| {
+            ctx.spans.push(r#"{"name":"chat"}"#.into());
+            complete_step(ctx, "s", &next, attempt, &answer("done"))
+        })
+        .unwrap();
+    assert!(matches!(done, StepOutcome::Settled { .. }), "{done:?}");
+    assert_eq!(spans(&h), [r#"{"name":"chat"}"#]);
+}

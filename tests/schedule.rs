@@ -165,6 +165,7 @@ impl Agent {
             now_ms: now,
             ids: &mut self.ids,
             meta: &self.meta,
+            spans: Vec::new(),
         };
         let out = f(&mut ctx);
         if self.db.crashed.get() {
@@ -248,6 +249,7 @@ impl Agent {
                         now_ms: now,
                         ids: &mut self.ids,
                         meta: &self.meta,
+                        spans: Vec::new(),
                     };
                     let (live, machine) = (&self.live, &self.machine);
                     let reconciled = run::reconcile(
@@ -327,6 +329,7 @@ impl Agent {
                 now_ms: now,
                 ids: &mut self.ids,
                 meta: &self.meta,
+                spans: Vec::new(),
             };
             self.machine.handle_turn(&mut ctx, turn, input, now);
             if self.db.crashed.get() {

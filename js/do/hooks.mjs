@@ -110,6 +110,25 @@ export function jobsHost(object) {
   };
 }
 
+// The host's telemetry() (or the env's SHIITAKE_OTLP_ENDPOINT) as the JSON
+// the core decodes and checks (src/host/traces.rs): `{endpoint, headers?}`,
+// `{error}` when it throws or is not an object, undefined for none. The
+// headers are secrets: the core keeps them in memory only.
+export function telemetryHost(object) {
+  let config;
+  try {
+    config = object.telemetry();
+  } catch (error) {
+    return JSON.stringify({ error: `telemetry() threw: ${String(error?.message ?? error)}` });
+  }
+  if (config === undefined || config === null) {
+    const endpoint = object.env?.SHIITAKE_OTLP_ENDPOINT;
+    return typeof endpoint === "string" && endpoint !== "" ? JSON.stringify({ endpoint }) : undefined;
+  }
+  if (typeof config !== "object" || Array.isArray(config)) return JSON.stringify({ error: "telemetry() must answer an object `{ endpoint, headers? }` or undefined" });
+  return JSON.stringify(config);
+}
+
 // The fleet transport the core calls (src/host/fleet.rs): fleet() checked key
 // by key, this Agent's own id, and calls into the peers' Durable Objects of
 // the same namespace, each answer bounded. Undefined without fleet().

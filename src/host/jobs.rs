@@ -25,6 +25,9 @@
 //! lane's (now while entries wait, `retry_at` while failing). One pass runs
 //! at a time; a wake during a pass runs one more after it.
 //!
+//! Each pass then exports the spans waiting (`traces.rs`), under the same
+//! backoff; their deadline joins the lane's.
+//!
 //! Nothing here is needed to rebuild the lane: entries and a waiting retry
 //! are rows, and a starting instance arms the alarm for them.
 
@@ -246,9 +249,11 @@ impl Inner {
     }
 
     /// Requests a host work pass: the schedule starts one now, or, while
-    /// one runs, one more after it. A closed instance starts none.
+    /// one runs, one more after it. A closed instance starts none; none
+    /// starts with nothing to deliver and no span due.
     pub(super) fn request_host_work(&self) {
-        if self.lane_known_empty() {
+        let now = bindings::now_ms();
+        if self.lane_known_empty() && self.trace_deadline(now).is_none_or(|at| at > now) {
             return;
         }
         self.schedule_side(Event::LaneWanted);
@@ -266,7 +271,15 @@ impl Inner {
                 Pass::Done { more } => more,
                 Pass::NotDue | Pass::Failed | Pass::Abandoned => false,
             };
-            me.schedule_side(Event::LanePassEnded { more });
+            // Then the spans (`traces.rs`), under the lane's backoff.
+            let policy = match &me.jobs {
+                Ok(Some(jobs)) => jobs.policy,
+                _ => LanePolicy::default(),
+            };
+            let spans_left = me.ready().is_ok() && me.export_traces(&policy).await;
+            me.schedule_side(Event::LanePassEnded {
+                more: more || spans_left,
+            });
         }));
     }
 
@@ -293,10 +306,17 @@ impl Inner {
     /// The lane's deadline for the one alarm: none while a pass runs in
     /// this instance (it arms the alarm when it ends).
     pub(super) fn lane_deadline(&self, now: i64) -> Result<Option<i64>, ApiError> {
-        if self.machine.borrow().schedule().lane_running() || self.lane_known_empty() {
+        if self.machine.borrow().schedule().lane_running() {
             return Ok(None);
         }
-        Ok(delivery::next_deadline(&self.sql, now)?)
+        let delivery = match self.lane_known_empty() {
+            true => None,
+            false => delivery::next_deadline(&self.sql, now)?,
+        };
+        Ok(crate::run::schedule::earliest(
+            delivery,
+            self.trace_deadline(now),
+        ))
     }
 
     /// Performs one pass (see the module's documentation): the steps of

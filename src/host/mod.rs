@@ -38,6 +38,7 @@ mod sql;
 mod stopper;
 mod toolbox;
 mod tools;
+mod traces;
 #[cfg_attr(not(feature = "ui"), path = "ui_left_out.rs")]
 mod ui;
 mod watch;
@@ -54,7 +55,7 @@ use crate::store::{schema, CommandRow, OnSettled, Store};
 use bindings::{log_error, RandomIds};
 use config::HostConfig;
 use futures::channel::oneshot;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 use stopper::Stopper;
@@ -106,6 +107,12 @@ struct Inner {
     machine: RefCell<crate::run::agent::Agent>,
     /// Wakes the loop while it naps.
     loop_wake: RefCell<Option<oneshot::Sender<()>>>,
+    /// Where spans go (`ShiitakeDO#telemetry()`, `traces.rs`), or why it
+    /// is unusable (nothing is then recorded).
+    telemetry: Result<Option<traces::HostTelemetry>, String>,
+    /// Model calls this instance timed: tells apart the spans of calls
+    /// started in the same millisecond.
+    chat_calls: Cell<u64>,
 }
 
 #[wasm_bindgen]
@@ -118,7 +125,8 @@ impl ShiitakeCore {
     /// undefined (`jobs.rs`); `fleet` the shim's fleet transport, or
     /// undefined (`fleet.rs`); `models` the shim's model host, or
     /// undefined (`models.rs`); `meta` the shim's metadata host
-    /// (`meta()`), or undefined (`config.rs`).
+    /// (`meta()`), or undefined (`config.rs`); `telemetry` the host's
+    /// `telemetry()` as JSON, or undefined (`traces.rs`).
     // One argument per host hook, as the shim hands them over.
     #[allow(clippy::too_many_arguments)]
     #[wasm_bindgen(constructor)]
@@ -132,6 +140,7 @@ impl ShiitakeCore {
         fleet: JsValue,
         models: JsValue,
         meta: JsValue,
+        telemetry: Option<String>,
     ) -> Result<ShiitakeCore, JsValue> {
         let sql = sql::DoSql::from_state(&ctx)?;
         // `ctx.id.toString()`: the shim keys its trap reports the same way.
@@ -148,7 +157,11 @@ impl ShiitakeCore {
         if let Err(why) = &fleet {
             log_error(why);
         }
-        let config = HostConfig::from_env(&env, meta);
+        let mut config = HostConfig::from_env(&env, meta);
+        let telemetry = traces::HostTelemetry::new(telemetry, &mut config.secrets);
+        if let Err(why) = &telemetry {
+            log_error(config.secrets.redact(why));
+        }
         if let Err(why) = &config.meta {
             log_error(why);
         }
@@ -197,6 +210,8 @@ impl ShiitakeCore {
             observers: Observers::new(heartbeat_ms),
             machine: RefCell::new(machine),
             loop_wake: RefCell::default(),
+            telemetry,
+            chat_calls: Cell::new(0),
         });
         inner.hold_fresh(spared);
         // A restart (eviction, deploy, panic reset) requests reconciliation
@@ -382,6 +397,7 @@ fn in_ctx<T>(store: Store<'_>, meta: &MetaPolicy, f: impl FnOnce(&mut Ctx<'_>) -
         now_ms: bindings::now_ms(),
         ids: &mut ids,
         meta,
+        spans: Vec::new(),
     };
     f(&mut ctx)
 }
@@ -455,9 +471,10 @@ impl Inner {
         self.open()
     }
 
-    /// The store, its settlements told to the extensions.
+    /// The store, its settlements told to the extensions, the fleet's
+    /// replies and the traces.
     fn store(&self) -> Store<'_> {
-        if self.extensions().is_none() && self.fleet().is_none() {
+        if self.extensions().is_none() && self.fleet().is_none() && !self.traced() {
             return Store::new(&self.sql);
         }
         Store::observed(&self.sql, self)
@@ -514,7 +531,8 @@ impl Inner {
 }
 
 /// Every settlement runs, inside its settling transition, the extensions'
-/// settled hooks and the staging of the replies this Agent owes.
+/// settled hooks, the staging of the replies this Agent owes and of the
+/// turn's span.
 impl OnSettled for Inner {
     fn settled(
         &self,
@@ -528,6 +546,7 @@ impl OnSettled for Inner {
             extensions: self.extensions(),
             replies: replies.as_ref(),
         }
-        .settled(store, command, settlement, now_ms)
+        .settled(store, command, settlement, now_ms)?;
+        self.stage_turn_span(store, command, settlement, now_ms)
     }
 }

@@ -34,12 +34,17 @@ struct Performing<'a> {
     targets: Vec<(TurnId, (String, Rc<Target>))>,
 }
 
-/// A finished perform: the turn's input, and the model its offer resolved.
+/// A finished perform: the turn's input, the model its offer resolved,
+/// the span it ended (traced hosts only).
 struct Performed {
     turn: TurnId,
     input: Input,
     target: Option<(String, Rc<Target>)>,
+    span: Option<String>,
 }
+
+/// What a perform's work answers (see [`Performed`]).
+type Outcome = (Input, Option<(String, Rc<Target>)>, Option<String>);
 
 impl<'a> Performing<'a> {
     /// Takes the model kept for `turn`.
@@ -50,14 +55,9 @@ impl<'a> Performing<'a> {
 
     /// Performs `work` for `turn`; the host still checks the turn's stop
     /// switch: stopped meanwhile, its outcome is dropped.
-    fn push(
-        &mut self,
-        turn: TurnId,
-        stopper: Stopper,
-        work: impl Future<Output = (Input, Option<(String, Rc<Target>)>)> + 'a,
-    ) {
+    fn push(&mut self, turn: TurnId, stopper: Stopper, work: impl Future<Output = Outcome> + 'a) {
         self.pending.push(Box::pin(async move {
-            let (input, target) = work.await;
+            let (input, target, span) = work.await;
             let input = match stopper.is_stopped() {
                 true => Input::Stopped,
                 false => input,
@@ -66,6 +66,7 @@ impl<'a> Performing<'a> {
                 turn,
                 input,
                 target,
+                span,
             }
         }));
     }
@@ -295,12 +296,13 @@ impl Inner {
                     turn,
                     input,
                     target,
+                    span,
                 }) => {
                     if let Some(target) = target {
                         performing.take_target(turn);
                         performing.targets.push((turn, target));
                     }
-                    self.turn_input(turn, input);
+                    self.turn_input_with(turn, input, span);
                 }
                 Woke::Wake => {
                     // A request woke the loop: its answer leaves first.
@@ -415,10 +417,10 @@ impl Inner {
                                 offer.compaction_prompt = resolved.compaction_prompt.clone();
                                 offer
                             });
-                            (Input::Offered(offer), Some((head, resolved)))
+                            (Input::Offered(offer), Some((head, resolved)), None)
                         }
                         // Fails the turn before any model call, saying why.
-                        Err(why) => (Input::Offered(Err(why)), None),
+                        Err(why) => (Input::Offered(Err(why)), None, None),
                     }
                 };
                 performing.push(turn, stopper, blame::scoped(scope, offered));
@@ -467,10 +469,13 @@ impl Inner {
                         tools: &tools,
                         cache_key: &cache_key,
                     };
+                    let start = bindings::now_ms();
                     let input =
                         model::call(&self.config, &resolved, &prompt, &called_stopper, &on_delta)
                             .await;
-                    (input, None)
+                    let spec = &resolved.resolved.spec;
+                    let span = self.chat_span(&head, spec, start, &input);
+                    (input, None, span)
                 };
                 performing.push(turn, stopper, blame::scoped(scope, called));
             }
@@ -489,8 +494,11 @@ impl Inner {
                 let scope = self.scope(Some(&session_id));
                 let run_stopper = stopper.clone();
                 let ran = async move {
+                    let call = self.traced().then(|| run.call.clone());
+                    let start = bindings::now_ms();
                     let input = self.run_tool(&session_id, *run, &run_stopper).await;
-                    (input, None)
+                    let span = call.and_then(|call| self.tool_span(&head, &call, start, &input));
+                    (input, None, span)
                 };
                 performing.push(turn, stopper, blame::scoped(scope, ran));
             }
@@ -518,13 +526,22 @@ impl Inner {
     /// Feeds a turn the outcome of its action; its transition runs here,
     /// in its Session's scope (a trap in it is the Session's).
     fn turn_input(&self, turn: TurnId, input: Input) {
+        self.turn_input_with(turn, input, None);
+    }
+
+    /// [`Inner::turn_input`] with the span the action ended, written by
+    /// the transition that records its outcome.
+    fn turn_input_with(&self, turn: TurnId, input: Input, span: Option<String>) {
         let session = self.machine.borrow().session_id(turn).map(str::to_owned);
         let Some(session) = session else { return };
         let _scope = blame::enter(self.scope(Some(&session)));
         let now = bindings::now_ms();
         // Borrowed through the transition: its settled hooks reach the
         // store, never the machine.
-        self.with_ctx(|ctx| self.machine.borrow_mut().handle_turn(ctx, turn, input, now));
+        self.with_ctx(|ctx| {
+            ctx.spans.extend(span);
+            self.machine.borrow_mut().handle_turn(ctx, turn, input, now)
+        });
         // A settled hook of that transition that moved extension timers
         // makes the next pass claim: told before the turn's end counts.
         self.rearm(now);

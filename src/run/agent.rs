@@ -595,6 +595,7 @@ mod tests {
             now_ms: 2,
             ids: &mut ids,
             meta: &meta,
+            spans: Vec::new(),
         };
         a.handle_turn(&mut ctx, turn, input, 2);
     }

@@ -624,7 +624,8 @@ impl Current<'_, '_> {
 }
 
 /// Runs `body` as one transition on the turn headed by `command_id` while
-/// it runs under `attempt`; `None`, with nothing written, when that attempt
+/// it runs under `attempt`, with the spans the host timed for it
+/// (`ctx.spans`, taken); `None`, with nothing written, when that attempt
 /// is no longer current (cancelled, or superseded after a restart).
 pub(crate) fn on_current_turn<T>(
     ctx: &mut Ctx<'_>,
@@ -635,6 +636,7 @@ pub(crate) fn on_current_turn<T>(
 ) -> Result<Option<T>, ApiError> {
     let store = ctx.store;
     let now_ms = ctx.now_ms;
+    let spans = std::mem::take(&mut ctx.spans);
     let ids = &mut *ctx.ids;
     atomically(store.sql(), || {
         let (turn, pending): (Vec<_>, Vec<_>) = store
@@ -649,15 +651,17 @@ pub(crate) fn on_current_turn<T>(
         let Some(head) = current_head(&turn, command_id, attempt) else {
             return Ok(None);
         };
-        body(Current {
+        let outcome = body(Current {
             store,
             now_ms,
             ids,
             turn: &turn,
             head,
             pending: &pending,
-        })
-        .map(Some)
+        })?;
+        // The spans the outcome ends are written with it.
+        crate::trace::stage(store.sql(), &spans, now_ms)?;
+        Ok(Some(outcome))
     })
 }
 

@@ -59,12 +59,17 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         to: 5,
         what: "the usage ledger (feature group `usage`, made at its first write)",
-        apply: to_usage,
+        apply: group_made_at_first_write,
+    },
+    Migration {
+        to: 6,
+        what: "the traces group (OpenTelemetry spans waiting for export, made at the first span)",
+        apply: group_made_at_first_write,
     },
 ];
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 5; // the last step's `to`
+pub const SCHEMA_VERSION: i64 = 6; // the last step's `to`
 
 const _: () = assert!(MIGRATIONS[MIGRATIONS.len() - 1].to == SCHEMA_VERSION);
 
@@ -108,13 +113,14 @@ fn to_compaction(sql: &dyn Sql) -> Result<(), SqlError> {
     write(sql, "ALTER TABLE messages ADD COLUMN kind TEXT", Vec::new())
 }
 
-/// Schema 5: the usage ledger ([`USAGE`]), a feature group: a store gets
-/// its table with the first model call it records, so the step changes
-/// nothing in place (O(1)); the version it records keeps a build of
-/// version 4, which would write turns without their ledger rows, from
-/// opening the store. Turns settled before it have no rows: their usage
-/// stays in their settlements, and nothing is guessed into the ledger.
-fn to_usage(_: &dyn Sql) -> Result<(), SqlError> {
+/// Schemas 5 (the usage ledger, [`USAGE`]) and 6 (trace spans, [`TRACES`]):
+/// each adds a feature group, whose table a store gets with its first write,
+/// so the step changes nothing in place (O(1)); the version it records keeps
+/// an older build, which would write turns without their ledger rows or
+/// spans, from opening the store. Turns settled before schema 5 have no
+/// ledger rows: their usage stays in their settlements, and nothing is
+/// guessed into the ledger.
+fn group_made_at_first_write(_: &dyn Sql) -> Result<(), SqlError> {
     Ok(())
 }
 
@@ -585,6 +591,21 @@ pub const USAGE: Group = Group {
     )",
 };
 
+/// Spans of OpenTelemetry traces waiting for export (`trace.rs`), made
+/// with the first span (only while the host configures `telemetry()`).
+/// `at`: when it was written; `attempts`, `retry_at`: the failed exports
+/// of a span and when the oldest are tried again.
+pub const TRACES: Group = Group {
+    name: "traces",
+    ddl: "CREATE TABLE shiitake_spans (
+        seq INTEGER PRIMARY KEY,
+        body TEXT NOT NULL,
+        at INTEGER NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        retry_at INTEGER
+    )",
+};
+
 /// Every feature group.
 const GROUPS: &[&Group] = &[
     &DELIVERY,
@@ -599,6 +620,7 @@ const GROUPS: &[&Group] = &[
     &MODEL_CHOICE,
     &HOSTED_SESSIONS,
     &USAGE,
+    &TRACES,
 ];
 
 /// The state table of extension `id` (a checked name: `[a-z][a-z0-9_]*`).

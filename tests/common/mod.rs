@@ -80,6 +80,7 @@ impl Harness {
             now_ms: self.now_ms,
             ids: &mut self.ids,
             meta: &self.meta,
+            spans: Vec::new(),
         };
         f(e, &mut ctx)
     }
@@ -96,6 +97,7 @@ impl Harness {
             now_ms: self.now_ms,
             ids: &mut self.ids,
             meta: &self.meta,
+            spans: Vec::new(),
         };
         f(&mut ctx)
     }
@@ -120,6 +122,7 @@ impl Harness {
             now_ms: self.now_ms,
             ids: &mut self.ids,
             meta: &self.meta,
+            spans: Vec::new(),
         };
         let hosted = Hosted::without_models(self.extensions.as_ref());
         let r = handle(&mut ctx, &hosted, &req);

@@ -1,0 +1,194 @@
+// OpenTelemetry traces (issue 38 item 5; src/trace.rs, src/host/traces.rs):
+// each turn is one trace of GenAI semantic-convention spans exported as
+// OTLP/HTTP JSON to the endpoint `telemetry()` names, through the host
+// work lane. The receiver (tests/support/otlp-receiver.mjs) is a real HTTP
+// server decoding every request by the published proto's JSON mapping,
+// strictly. Fixture: tests/e2e/fixtures/otel-worker.mjs.
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { startOtlpReceiver } from "../support/otlp-receiver.mjs";
+import { MODEL_NAME, eventually, expectStatus, uniq, useWorker } from "./helpers.mjs";
+
+const h = useWorker({ fixture: "otel-worker", model: "echo", persist: true });
+/** The fixture's bearer header value's token (otel-worker.mjs). */
+const OTLP_TOKEN = "otlp-bearer-3f9c2e7a1d";
+let receiver;
+before(async () => {
+  receiver = await startOtlpReceiver();
+});
+after(() => receiver.close());
+
+const T = { timeout: 60_000 };
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A fresh Agent whose telemetry goes to the receiver (or nowhere). */
+async function agent({ traced = true } = {}) {
+  const a = h.agent();
+  const query = traced ? `?endpoint=${encodeURIComponent(receiver.origin)}` : "";
+  expectStatus(await h.api("POST", `/direct/${a.id}/host/otel/config${query}`, {}), 200);
+  await a.createSession("s");
+  return a;
+}
+
+/** The spans of `traceId` received so far, by name. */
+const ofTrace = (traceId) => receiver.spans().filter((s) => s.traceId === traceId);
+
+/** Waits for the trace of the turn whose turn span carries `commandId`, complete with `count` spans. */
+function trace(commandId, count) {
+  return eventually(() => {
+    const root = receiver.spans().find((s) => s.name === "invoke_agent" && s.attributes["shiitake.command.id"] === commandId);
+    if (root === undefined) return undefined;
+    const spans = ofTrace(root.traceId);
+    return spans.length >= count ? { root, spans } : undefined;
+  }, { what: `the trace of ${commandId} (${count} spans)`, timeoutMs: 15_000 });
+}
+
+const patch = { toolCalls: [{ name: "apply_patch", arguments: { patch: "*** Begin Patch SECRET-ARGUMENT" } }], usage: { prompt_tokens: 40, completion_tokens: 7 } };
+
+test("a tool turn is one trace: the turn span, two chat spans and one execute_tool span, with the GenAI attributes, no content and no secret", T, async () => {
+  const a = await agent();
+  const tag = uniq("otel-tool");
+  h.model.scriptFor(tag, patch, { text: "PATCHED-ANSWER", usage: { prompt_tokens: 60, completion_tokens: 9 } });
+  const settled = await a.settle("s", "r1", `patch it ${tag} PROMPT-TEXT`, { boundMs: 20_000 });
+  assert.equal(settled.terminal, "completed", JSON.stringify(settled));
+  const { root, spans } = await trace(settled.commandId, 4);
+  await sleep(300);
+  assert.equal(ofTrace(root.traceId).length, 4, "no span twice, no other span");
+  assert.deepEqual(receiver.rejected(), [], "every request decodes");
+  const byName = (name) => spans.filter((s) => s.name === name);
+  const chats = byName(`chat ${MODEL_NAME}`).sort((x, y) => Number(x.start - y.start));
+  const [tool] = byName("execute_tool apply_patch");
+  assert.equal(chats.length, 2);
+  assert.ok(tool);
+  // The turn span is the root; every other span is its child.
+  assert.equal(root.parentSpanId, undefined);
+  for (const s of [...chats, tool]) assert.equal(s.parentSpanId, root.spanId, `${s.name}'s parent`);
+  assert.equal(new Set(spans.map((s) => s.spanId)).size, 4);
+  // Kinds (CLIENT for the model calls) and timing: the calls nest in the turn, in order.
+  assert.deepEqual([root.kind, chats[0].kind, tool.kind, chats[1].kind], [1, 3, 1, 3]);
+  assert.ok(root.start <= chats[0].start && chats[0].end <= tool.start && tool.end <= chats[1].start && chats[1].end <= root.end, "nested in order");
+  // The GenAI attributes.
+  assert.deepEqual(root.attributes, {
+    "gen_ai.operation.name": "invoke_agent",
+    "gen_ai.conversation.id": "s",
+    "shiitake.command.id": settled.commandId,
+    "shiitake.turn.outcome": "completed",
+    "gen_ai.usage.input_tokens": settled.usage.inputTokens,
+    "gen_ai.usage.output_tokens": settled.usage.outputTokens,
+  });
+  assert.deepEqual(chats.map((c) => [c.attributes["gen_ai.usage.input_tokens"], c.attributes["gen_ai.usage.output_tokens"]]), [[40, 7], [60, 9]]);
+  assert.equal(settled.usage.inputTokens, 100);
+  for (const c of chats) {
+    assert.equal(c.attributes["gen_ai.operation.name"], "chat");
+    assert.equal(c.attributes["gen_ai.provider.name"], "openai");
+    assert.equal(c.attributes["gen_ai.request.model"], MODEL_NAME);
+    assert.equal(c.status, undefined);
+  }
+  assert.deepEqual(chats.map((c) => c.attributes["gen_ai.response.finish_reasons"]), [["tool_calls"], ["stop"]]);
+  assert.equal(tool.attributes["gen_ai.operation.name"], "execute_tool");
+  assert.equal(tool.attributes["gen_ai.tool.name"], "apply_patch");
+  assert.match(tool.attributes["gen_ai.tool.call.id"], /\S/);
+  assert.equal(spans[0].resource["service.name"], "shiitake");
+  // What went over the wire: the configured header, and no secret or content.
+  const requests = receiver.requests().filter((r) => r.raw.includes(root.traceId));
+  assert.ok(requests.length >= 1);
+  for (const r of requests) {
+    assert.equal(r.headers.authorization, `Bearer ${OTLP_TOKEN}`);
+    for (const secret of [h.modelApiKey, OTLP_TOKEN, "PROMPT-TEXT", "PATCHED-ANSWER", "SECRET-ARGUMENT"]) {
+      assert.ok(!r.raw.includes(secret), `${secret} is not in an exported byte`);
+    }
+  }
+});
+
+test("a receiver that fails, then recovers, gets every span once (retried with the lane's backoff)", T, async () => {
+  const a = await agent();
+  const tag = uniq("otel-retry");
+  receiver.failNext(2);
+  const failedBefore = receiver.requests().filter((r) => r.status === 503).length;
+  h.model.scriptFor(tag, patch, { text: "done" });
+  const settled = await a.settle("s", "r1", `retry ${tag}`, { boundMs: 20_000 });
+  const { root } = await trace(settled.commandId, 4);
+  await sleep(800);
+  const spans = ofTrace(root.traceId);
+  assert.equal(spans.length, 4, "each span once");
+  assert.equal(new Set(spans.map((s) => s.spanId)).size, 4);
+  const failed = receiver.requests().filter((r) => r.status === 503);
+  assert.equal(failed.length - failedBefore, 2, "two refused requests, then the retry succeeded");
+  const accepted = receiver.requests().find((r) => r.status === 200 && r.raw.includes(root.traceId));
+  assert.ok(accepted.at - failed.at(-1).at >= 150, "the retry waited the lane's backoff");
+});
+
+test("a turn resumed after a restart mid-turn continues its trace", T, async () => {
+  const a = await agent();
+  const tag = uniq("otel-restart");
+  h.model.scriptFor(tag, patch, { hang: true, chunks: ["PARTIAL "] }, { text: "after the restart" });
+  const id = await a.admit("s", "r1", `resume ${tag}`);
+  await h.model.waitFor(() => (h.model.requests(tag)[1]?.chunksSent ?? -1) >= 1, { timeoutMs: 15_000, what: "the second model call streaming" });
+  await h.restart();
+  const settled = await a.waitSettled("s", id, { boundMs: 20_000 });
+  assert.equal(settled.terminal, "completed", JSON.stringify(settled));
+  const { root, spans } = await trace(id, 4);
+  await sleep(300);
+  // The calls before the restart (the first chat, the tool) and after (the
+  // last chat) are one trace under one turn span; the interrupted call,
+  // which ended nowhere, has no span.
+  const names = ofTrace(root.traceId).map((s) => s.name).sort();
+  assert.deepEqual(names, [`chat ${MODEL_NAME}`, `chat ${MODEL_NAME}`, "execute_tool apply_patch", "invoke_agent"]);
+  for (const s of spans) if (s !== root) assert.equal(s.parentSpanId, root.spanId);
+});
+
+test("without telemetry() no span is recorded or sent", T, async () => {
+  const a = await agent({ traced: false });
+  const before = receiver.requests().length;
+  const tag = uniq("otel-none");
+  h.model.scriptFor(tag, patch, { text: "done" });
+  const settled = await a.settle("s", "r1", `untraced ${tag}`, { boundMs: 20_000 });
+  assert.equal(settled.terminal, "completed");
+  await sleep(500);
+  assert.equal(receiver.requests().length, before, "nothing sent");
+  const tables = (await h.api("GET", `/direct/${a.id}/host/otel/tables`)).json;
+  assert.ok(!tables.includes("shiitake_spans"), `no span table: ${tables}`);
+});
+
+test("a bad telemetry() records nothing and fails no turn", T, async () => {
+  const a = h.agent();
+  expectStatus(await h.api("POST", `/direct/${a.id}/host/otel/config?endpoint=${encodeURIComponent("ftp://not-http")}`, {}), 200);
+  await a.createSession("s");
+  const settled = await a.settle("s", "r1", `bad telemetry ${uniq("otel-bad")}`, { boundMs: 20_000 });
+  assert.equal(settled.terminal, "completed");
+  const tables = (await h.api("GET", `/direct/${a.id}/host/otel/tables`)).json;
+  assert.ok(!tables.includes("shiitake_spans"), `no span table: ${tables}`);
+});
+
+test("the Node host exports the same trace, configured by SHIITAKE_OTLP_ENDPOINT", T, async () => {
+  const { mkdtemp, rm } = await import("node:fs/promises");
+  const { tmpdir } = await import("node:os");
+  const path = await import("node:path");
+  const { openNodeShiitake } = await import("../../js/node.mjs");
+  const dir = await mkdtemp(path.join(tmpdir(), "shiitake-otel-node-"));
+  const host = await openNodeShiitake({
+    path: path.join(dir, "agent.sqlite"),
+    env: { SHIITAKE_MODEL: `openai/${MODEL_NAME}`, OPENAI_BASE_URL: h.model.url, OPENAI_API_KEY: h.modelApiKey, SHIITAKE_OTLP_ENDPOINT: receiver.origin },
+  });
+  try {
+    const send = async (method, rel, body) => {
+      const res = await host.app.fetch(new Request(`http://node.test${rel}`, { method, headers: { "content-type": "application/json" }, body: body && JSON.stringify(body) }));
+      return res.json();
+    };
+    await send("POST", "/sessions", { sessionId: "s" });
+    const tag = uniq("otel-node");
+    h.model.scriptFor(tag, patch, { text: "done on node" });
+    const { commandId } = await send("POST", "/sessions/s/commands", { type: "prompt", requestId: "r1", text: `node ${tag}` });
+    const settled = await send("GET", `/sessions/s/settlement?commandId=${commandId}&timeoutMs=20000`);
+    assert.equal(settled.terminal, "completed", JSON.stringify(settled));
+    const { root, spans } = await trace(commandId, 3);
+    // The Node host offers no tool: the model's call is answered as not
+    // offered, without running, so no execute_tool span.
+    assert.deepEqual(spans.map((s) => s.name).sort(), [`chat ${MODEL_NAME}`, `chat ${MODEL_NAME}`, "invoke_agent"]);
+    for (const s of spans) if (s !== root) assert.equal(s.parentSpanId, root.spanId);
+    assert.ok(!receiver.requests().some((r) => r.raw.includes(h.modelApiKey)));
+  } finally {
+    await host.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+});
