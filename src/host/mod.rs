@@ -38,6 +38,7 @@ mod sql;
 mod stopper;
 mod toolbox;
 mod tools;
+#[cfg_attr(not(feature = "traces"), path = "traces_left_out.rs")]
 mod traces;
 #[cfg_attr(not(feature = "ui"), path = "ui_left_out.rs")]
 mod ui;
@@ -55,7 +56,7 @@ use crate::store::{schema, CommandRow, OnSettled, Store};
 use bindings::{log_error, RandomIds};
 use config::HostConfig;
 use futures::channel::oneshot;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 use stopper::Stopper;
@@ -110,9 +111,6 @@ struct Inner {
     /// Where spans go (`ShiitakeDO#telemetry()`, `traces.rs`), or why it
     /// is unusable (nothing is then recorded).
     telemetry: Result<Option<traces::HostTelemetry>, String>,
-    /// Model calls this instance timed: tells apart the spans of calls
-    /// started in the same millisecond.
-    chat_calls: Cell<u64>,
 }
 
 #[wasm_bindgen]
@@ -211,7 +209,6 @@ impl ShiitakeCore {
             machine: RefCell::new(machine),
             loop_wake: RefCell::default(),
             telemetry,
-            chat_calls: Cell::new(0),
         });
         inner.hold_fresh(spared);
         // A restart (eviction, deploy, panic reset) requests reconciliation

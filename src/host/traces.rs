@@ -47,6 +47,9 @@ pub struct HostTelemetry {
     /// `{endpoint}/v1/traces`.
     url: String,
     headers: Vec<(String, String)>,
+    /// Model calls timed in this instance: with the head and the start,
+    /// what makes a chat span's id unique.
+    chat_calls: std::cell::Cell<u64>,
 }
 
 impl HostTelemetry {
@@ -91,6 +94,7 @@ impl HostTelemetry {
         Ok(Some(HostTelemetry {
             url: format!("{}/v1/traces", endpoint.trim_end_matches('/')),
             headers,
+            chat_calls: std::cell::Cell::new(0),
         }))
     }
 }
@@ -114,7 +118,7 @@ impl Inner {
         start_ms: i64,
         input: &Input,
     ) -> Option<String> {
-        self.telemetry()?;
+        let telemetry = self.telemetry()?;
         let outcome = match input {
             Input::Answered(answer) => ChatOutcome::Answered {
                 usage: answer.usage,
@@ -126,8 +130,8 @@ impl Inner {
             },
             _ => return None,
         };
-        let call = self.chat_calls.get();
-        self.chat_calls.set(call.wrapping_add(1));
+        let call = telemetry.chat_calls.get();
+        telemetry.chat_calls.set(call.wrapping_add(1));
         let span = trace::chat(head, call, model, start_ms, bindings::now_ms(), &outcome);
         Some(span.to_json().to_string())
     }
