@@ -47,7 +47,7 @@ pub mod sql;
 pub mod sse;
 pub mod store;
 pub mod text;
-#[cfg_attr(not(feature = "traces"), path = "trace_left_out.rs")]
+#[cfg_attr(not(feature = "traces"), path = "trace/left_out.rs")]
 pub mod trace;
 pub mod transcript;
 #[cfg_attr(not(feature = "ui"), path = "ui/left_out.rs")]

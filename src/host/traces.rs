@@ -1,4 +1,4 @@
-//! OpenTelemetry traces (`src/trace.rs`), performed: the host's
+//! OpenTelemetry traces (`src/trace/`), performed: the host's
 //! `telemetry()` (`{ endpoint, headers? }`, or the env's
 //! `SHIITAKE_OTLP_ENDPOINT`, read by the shim), the timing of each model
 //! and tool call into its span, the turn span staged by the settlement, and
