@@ -5,12 +5,17 @@
 // while they live), read every --every operations.
 //
 //   node bench/heap.mjs [--kind plain|tool|cancel|floor] [--ops 3000] [--every 500] [--agents 4]
+//                       [--sandbox loader|embedded]
 //
 // plain: a prompt long-polled to its settlement; tool: a prompt the model
 // answers with an `execute` call (`return 6 * 7`), then "done"; cancel: a
 // slow answer cancelled after 0-200 ms; floor: one command into the bare
 // SQLite object (bench/floor-worker.mjs), no Shiitake code. One loop per
 // Agent; each Agent's Session is deleted and replaced every 20 operations.
+// --sandbox embedded: the demo with the embedded sandbox's engine and no
+// LOADER (bench/soak.mjs's), and each reading also counts the live
+// WebAssembly.Memory objects of the Agents' isolate and their sizes (one
+// per engine not yet collected, and the core's).
 // HEAP_SNAPSHOT=prefix writes each reading's snapshot to
 // prefix-<ops>.heapsnapshot (for Chrome DevTools' comparison view).
 // Needs a build (bash scripts/build.sh). A diagnostic: prints figures only.
@@ -18,7 +23,7 @@
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { startModelServer } from "../tests/support/model-server.mjs";
-import { client, freePort, inspect, memSplit, rssKiB, settle, sleep, startDemo } from "./workerd.mjs";
+import { anonSplit, client, freePort, inspect, memSplit, rssKiB, settle, sleep, startDemo } from "./workerd.mjs";
 
 const { values: args } = parseArgs({
   options: {
@@ -26,14 +31,16 @@ const { values: args } = parseArgs({
     ops: { type: "string", default: "3000" },
     every: { type: "string", default: "500" },
     agents: { type: "string", default: "4" },
+    sandbox: { type: "string", default: "loader" },
   },
 });
 const KIND = args.kind;
 const OPS = Number(args.ops);
 const EVERY = Number(args.every);
 const AGENTS = Number(args.agents);
-if (!["plain", "tool", "cancel", "floor"].includes(KIND) || !(OPS > 0) || !(EVERY > 0) || !(AGENTS >= 1)) {
-  console.error("--kind plain|tool|cancel|floor, --ops > 0, --every > 0, --agents >= 1");
+const EMBEDDED = args.sandbox === "embedded";
+if (!["plain", "tool", "cancel", "floor"].includes(KIND) || !(OPS > 0) || !(EVERY > 0) || !(AGENTS >= 1) || !["loader", "embedded"].includes(args.sandbox)) {
+  console.error("--kind plain|tool|cancel|floor, --ops > 0, --every > 0, --agents >= 1, --sandbox loader|embedded");
   process.exit(2);
 }
 
@@ -47,12 +54,15 @@ function answer(body) {
 }
 const model = await startModelServer({ fallback: answer });
 const inspectorPort = await freePort();
-const { mf, pid } = await startDemo(model.url, { preventEviction: true, floor: true, inspectorPort });
+const { mf, pid } = await startDemo(model.url, { preventEviction: true, floor: true, inspectorPort, embedded: EMBEDDED });
 const worker = KIND === "floor" ? "floor" : "shiitake";
 const inspector = await inspect(inspectorPort, (title) => title.endsWith(`core:user:${worker}`));
 let snapshot = [];
 inspector.on("HeapProfiler.addHeapSnapshotChunk", ({ chunk }) => snapshot.push(chunk));
 await inspector.cdp("HeapProfiler.enable");
+let contextId;
+inspector.on("Runtime.executionContextCreated", ({ context }) => (contextId ??= context.id));
+if (EMBEDDED) await inspector.cdp("Runtime.enable");
 
 const call = client(mf);
 const callFloor = client(mf, "floor.bench");
@@ -91,7 +101,18 @@ async function reading(done) {
   snapshot = [];
   const heap = await inspector.cdp("Runtime.getHeapUsage");
   const m = memSplit(pid);
-  return { done, targets: await inspector.targets(), usedKiB: heap.usedSize / 1024, totalKiB: heap.totalSize / 1024, rss: rssKiB(pid), ...m };
+  const memories = EMBEDDED ? await liveObjects("WebAssembly.Memory.prototype") : undefined;
+  return { done, targets: await inspector.targets(), usedKiB: heap.usedSize / 1024, totalKiB: heap.totalSize / 1024, rss: rssKiB(pid), memories, ...anonSplit(pid), ...m };
+}
+
+/** The byteLength of each live object whose prototype `expression` evaluates to (V8's queryObjects), largest first. */
+async function liveObjects(expression) {
+  const { result: proto } = await inspector.cdp("Runtime.evaluate", { expression, ...(contextId === undefined ? {} : { contextId }) });
+  const { objects } = await inspector.cdp("Runtime.queryObjects", { prototypeObjectId: proto.objectId });
+  const { result } = await inspector.cdp("Runtime.callFunctionOn", { objectId: objects.objectId, functionDeclaration: "function () { return this.map((m) => m.buffer.byteLength).sort((a, b) => b - a); }", returnByValue: true });
+  await inspector.cdp("Runtime.releaseObject", { objectId: objects.objectId });
+  await inspector.cdp("Runtime.releaseObject", { objectId: proto.objectId });
+  return result.value;
 }
 
 const rows = [];
@@ -112,13 +133,13 @@ while (done < OPS) {
   const r = await reading(done);
   rows.push(r);
   console.log(
-    `${String(done).padStart(6)} ${KIND} ops  JS heap used ${r.usedKiB.toFixed(0).padStart(6)} KiB (total ${r.totalKiB.toFixed(0)})  workerd RSS ${r.rss} KiB (anon ${r.anon}, file ${r.file}, shmem ${r.shmem}), ${r.fds} fds, ${r.targets} inspector targets, VmSize ${(r.vm / 1024).toFixed(0)} MiB in ${r.maps} mappings`,
+    `${String(done).padStart(6)} ${KIND} ops  JS heap used ${r.usedKiB.toFixed(0).padStart(6)} KiB (total ${r.totalKiB.toFixed(0)})  workerd RSS ${r.rss} KiB (anon ${r.anon}: V8 heaps ${r.v8}, native heap ${r.malloc}, other ${r.other}; file ${r.file}, shmem ${r.shmem}), ${r.fds} fds, ${r.targets} inspector targets${r.memories === undefined ? "" : `, ${r.memories.length} wasm memories (MiB: ${r.memories.map((b) => (b / 2 ** 20).toFixed(1)).join(" ")})`}, VmSize ${(r.vm / 1024).toFixed(0)} MiB in ${r.maps} mappings`,
   );
 }
 if (rows.length >= 3) {
   const [a, b] = [rows[1], rows.at(-1)];
   const per = (k) => (((b[k] - a[k]) * 1024) / (b.done - a.done)).toFixed(0);
-  console.log(`per ${KIND} op after the first reading: JS heap ${per("usedKiB")} B, workerd RSS ${per("rss")} B (anon ${per("anon")}, file ${per("file")}, shmem ${per("shmem")})`);
+  console.log(`per ${KIND} op after the first reading: JS heap ${per("usedKiB")} B, workerd RSS ${per("rss")} B (anon ${per("anon")}: V8 heaps ${per("v8")}, native heap ${per("malloc")}, other ${per("other")}; file ${per("file")}, shmem ${per("shmem")})`);
 }
 inspector.close();
 await mf.dispose();

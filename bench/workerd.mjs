@@ -301,3 +301,34 @@ export function newStoreBytes(before, after) {
   }
   return n === 0 ? NaN : bytes / n;
 }
+
+/**
+ * workerd's anonymous RSS by what holds it (KiB), from /proc/<pid>/smaps:
+ * `v8` the V8 heaps of all its isolates (the 4 GiB pointer-compression
+ * cage), `malloc` its native heap (tcmalloc's 1 GiB regions: SQLite,
+ * requests, streams, the native side of JS objects), `other` the rest
+ * (wasm linear memories, stacks, code). Mappings are grouped into runs of
+ * adjacent anonymous mappings; a run's reserved size says which it is.
+ */
+export function anonSplit(pid) {
+  const runs = [];
+  let run;
+  let current;
+  for (const line of readFileSync(`/proc/${pid}/smaps`, "utf8").split("\n")) {
+    const head = /^([0-9a-f]+)-([0-9a-f]+) \S+ \S+ \S+ \S+\s*(.*)$/.exec(line);
+    if (head) {
+      const [lo, hi] = [Number.parseInt(head[1], 16), Number.parseInt(head[2], 16)];
+      current = head[3] === "" ? { lo, hi, rss: 0 } : undefined;
+      if (current === undefined) run = undefined;
+      else if (run !== undefined && run.hi === lo) run.hi = hi;
+      else runs.push((run = { lo, hi, rss: 0 }));
+      continue;
+    }
+    const rss = /^Rss:\s+(\d+) kB/.exec(line);
+    if (rss && current !== undefined) run.rss += Number(rss[1]);
+  }
+  const out = { v8: 0, malloc: 0, other: 0 };
+  const GiB = 2 ** 30;
+  for (const r of runs) out[r.hi - r.lo === 4 * GiB ? "v8" : r.hi - r.lo === GiB ? "malloc" : "other"] += r.rss;
+  return out;
+}
