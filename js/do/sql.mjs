@@ -4,11 +4,14 @@
 // per parameter and per cell (admission's facts row alone was 91 calls).
 //
 // Values as JSON carries them: null, text, and integers that are exact in
-// a double (what SQLite's integers are here) as themselves; every other
-// number (a real, or an integer past 2^53) as `{"r": "<its digits>"}`, so
-// the reader parses it exactly and keeps a real apart from an integer; a
-// value of no SQL type the core reads (a BLOB's ArrayBuffer) as
-// `{"u": "<its kind>"}`, which the core refuses.
+// a double (what SQLite's integers are here) as themselves. In a row, every
+// other number (a real, or an integer past 2^53) is `{"r": [hi, lo]}`, the
+// two halves of its IEEE 754 bits, so the core keeps a real apart from an
+// integer and reads it exactly without a float parser (whose tables would
+// cost the wasm 14 KiB gzip); a value of no SQL type the core reads (a
+// BLOB's ArrayBuffer) is `{"u": "<its kind>"}`, which the core refuses. In
+// the parameters, a real is a JSON number, or `{"r": "Infinity"}` (or
+// "-Infinity", "NaN"), for which JSON has no number.
 
 function param(p) {
   return typeof p === "object" && p !== null ? Number(p.r) : p;
@@ -18,8 +21,14 @@ function run(sql, statement, params) {
   return sql.exec(statement, ...params.map(param));
 }
 
+const bits = new DataView(new ArrayBuffer(8));
+
 function cell(v) {
-  if (typeof v === "number") return Number.isSafeInteger(v) ? v : { r: String(v) };
+  if (typeof v === "number") {
+    if (Number.isSafeInteger(v)) return v;
+    bits.setFloat64(0, v);
+    return { r: [bits.getUint32(0), bits.getUint32(4)] };
+  }
   if (typeof v === "object" && v !== null) return { u: Object.prototype.toString.call(v) };
   return v;
 }

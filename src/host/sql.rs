@@ -56,9 +56,10 @@ fn params_json(params: &[SqlValue]) -> Value {
                 // JSON.parse rounds past 2^53 as `as f64` would: our
                 // integers stay below.
                 SqlValue::Integer(i) => Value::from(*i),
-                // JSON has no infinities or NaN: a real goes as its digits.
-                SqlValue::Real(r) if !r.is_finite() => {
-                    json!({"r": r.to_string().replace("inf", "Infinity")})
+                // JSON has no number for an infinity or NaN: its JS name.
+                SqlValue::Real(r) if r.is_nan() => json!({"r": "NaN"}),
+                SqlValue::Real(r) if r.is_infinite() => {
+                    json!({"r": if *r > 0.0 { "Infinity" } else { "-Infinity" }})
                 }
                 SqlValue::Real(r) => Value::from(*r),
                 SqlValue::Text(t) => Value::from(t.as_str()),
@@ -69,6 +70,7 @@ fn params_json(params: &[SqlValue]) -> Value {
 
 /// One cell of a row `js/do/sql.mjs` answered.
 fn cell(v: Value) -> Result<SqlValue, SqlError> {
+    let unsupported = |what: &str| SqlError::Decode(format!("unsupported SQL value {what}"));
     match v {
         Value::Null => Ok(SqlValue::Null),
         Value::String(t) => Ok(SqlValue::Text(t)),
@@ -76,19 +78,26 @@ fn cell(v: Value) -> Result<SqlValue, SqlError> {
         Value::Number(n) => n
             .as_i64()
             .map(SqlValue::Integer)
-            .ok_or_else(|| SqlError::Decode(format!("unexpected number {n}"))),
-        Value::Object(o) => match o.get("r").and_then(Value::as_str) {
-            Some(r) => r
-                .parse()
-                .map(SqlValue::Real)
-                .map_err(|_| SqlError::Decode(format!("not a real: {r}"))),
-            None => Err(SqlError::Decode(format!(
-                "unsupported SQL value {}",
-                Value::Object(o)
-            ))),
+            .ok_or_else(|| unsupported("number")),
+        Value::Object(o) => match (o.get("r"), o.get("u")) {
+            // Its IEEE 754 bits, high and low: exact, with no float parser.
+            (Some(Value::Array(bits)), _) => match bits.as_slice() {
+                [Value::Number(hi), Value::Number(lo)] => match (hi.as_u64(), lo.as_u64()) {
+                    (Some(hi), Some(lo)) => Ok(SqlValue::Real(f64::from_bits(hi << 32 | lo))),
+                    _ => Err(unsupported("real")),
+                },
+                _ => Err(unsupported("real")),
+            },
+            (_, Some(Value::String(u))) => Err(unsupported(u)),
+            _ => Err(unsupported("object")),
         },
-        other => Err(SqlError::Decode(format!("unsupported SQL value {other}"))),
+        _ => Err(unsupported("of another JSON type")),
     }
+}
+
+/// JSON text of a value built here (it has string keys only: cannot fail).
+fn text(v: &Value) -> String {
+    serde_json::to_string(v).unwrap_or_default()
 }
 
 fn js_error(e: JsValue) -> SqlError {
@@ -97,7 +106,7 @@ fn js_error(e: JsValue) -> SqlError {
 
 impl Sql for DoSql {
     fn query(&self, sql: &str, params: &[SqlValue]) -> Result<Vec<Row>, SqlError> {
-        let rows = query(&self.sql, sql, &params_json(params).to_string()).map_err(js_error)?;
+        let rows = query(&self.sql, sql, &text(&params_json(params))).map_err(js_error)?;
         let rows: Value =
             serde_json::from_str(&rows).map_err(|e| SqlError::Decode(e.to_string()))?;
         let Value::Array(rows) = rows else {
@@ -130,7 +139,7 @@ impl Sql for DoSql {
             statements.push('\0');
         }
         let params = Value::Array(writes.iter().map(|(_, p)| params_json(p)).collect());
-        apply(&self.storage, &self.sql, &statements, &params.to_string()).map_err(js_error)
+        apply(&self.storage, &self.sql, &statements, &text(&params)).map_err(js_error)
     }
 
     fn write_set(&self) -> &WriteSet {

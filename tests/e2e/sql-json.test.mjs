@@ -1,15 +1,22 @@
 // js/do/sql.mjs over a real Durable Object's SQLite: the JSON text the
 // core's DoSql (src/host/sql.rs) reads for each SQLite type, and the
 // parameters it writes. Integers exact in a double are JSON numbers; every
-// other number (a real, an integer past 2^53, an infinity) is `{"r": its
-// digits}`, so a real never decodes as an integer nor loses a digit; a BLOB
-// is `{"u": its kind}`, which the core refuses as it always has. Several
-// writes are all or none.
+// other number (a real, an integer past 2^53, an infinity) is `{"r": [hi,
+// lo]}`, its IEEE 754 bits, so a real never decodes as an integer nor loses
+// a bit; a BLOB is `{"u": its kind}`, which the core refuses as it always
+// has. Several writes are all or none.
 import assert from "node:assert/strict";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { Miniflare } from "miniflare";
 import { COMPATIBILITY_DATE, ROOT, bundleFixture } from "./helpers.mjs";
+
+/** A real as the rows carry it: the high and low halves of its bits. */
+function real(v) {
+  const bits = new DataView(new ArrayBuffer(8));
+  bits.setFloat64(0, v);
+  return { r: [bits.getUint32(0), bits.getUint32(4)] };
+}
 
 let mf;
 before(async () => {
@@ -58,14 +65,14 @@ test("every SQLite type as the JSON text DoSql decodes", async () => {
       [2, 42],
       [3, -7],
       [4, 2 ** 53 - 1],
-      [5, { r: "2.5" }],
-      [6, { r: "1e+300" }],
+      [5, { r: [0x40040000, 0] }],
+      [6, real(1e300)],
       [7, "text \"quoted\" é 🍄\n"],
-      [8, { r: "Infinity" }],
-      [9, { r: "-Infinity" }],
+      [8, real(Infinity)],
+      [9, real(-Infinity)],
       // An integral number is an integer, as it always decoded.
       [10, 3],
-      [11, { r: "9007199254740992" }],
+      [11, real(2 ** 53)],
       [12, { u: "[object ArrayBuffer]" }],
     ]),
   );
