@@ -10,6 +10,12 @@ use wasm_bindgen_futures::JsFuture;
 extern "C" {
     pub type DurableObjectStorage;
 
+    #[wasm_bindgen(method, catch, js_name = transactionSync)]
+    pub fn transaction_sync(
+        this: &DurableObjectStorage,
+        body: &mut dyn FnMut() -> Result<(), JsValue>,
+    ) -> Result<JsValue, JsValue>;
+
     #[wasm_bindgen(method, js_name = setAlarm)]
     fn set_alarm_at(this: &DurableObjectStorage, scheduled_ms: f64) -> Promise;
 
