@@ -2,8 +2,9 @@
 // SQLite Durable Object (bench/admission-sql-worker.mjs), as ratios against
 // the floor's one-row insert measured in the same run: bench/admission.mjs's
 // shape (HTTP through the same kind of entry, 4 Sessions, each with a
-// running command and up to 60 queued behind it, an untimed abort clearing
-// the queue, blocks interleaved with each side first in turn), per layout of
+// running command and up to 60 queued behind it, an abort clearing the
+// queue between blocks (not timed, its CPU not counted), blocks interleaved
+// with each side first in turn), per layout of
 // the pending count and bytes (see the worker). Splits Shiitake's admission
 // cost into its statements and the rest.
 //
@@ -63,12 +64,23 @@ function side(name) {
     async setup() {
       for (let s = 0; s < SESSIONS; s++) await call(name, "/sessions", { sessionId: `s${s}` });
     },
-    async admit() {
-      const s = seq % SESSIONS;
-      if (pendingIn[s] === PENDING_PER_SESSION) {
+    /**
+     * Aborts the Sessions that the next `n` prompts would fill past
+     * PENDING_PER_SESSION and occupies each again with a running command,
+     * outside the counted admissions (as bench/admission.mjs does).
+     */
+    async makeRoom(n) {
+      for (let s = 0; s < SESSIONS; s++) {
+        const coming = Math.floor(n / SESSIONS) + ((s - (seq % SESSIONS) + SESSIONS) % SESSIONS < n % SESSIONS ? 1 : 0);
+        if (pendingIn[s] + coming <= PENDING_PER_SESSION) continue;
         await call(name, `/sessions/s${s}/commands`, { type: "abort" });
+        await call(name, `/sessions/s${s}/commands`, { type: "prompt", requestId: `occupy-${seq}-${s}`, text: "occupy" });
         pendingIn[s] = 0;
       }
+    },
+    async admit() {
+      const s = seq % SESSIONS;
+      if (pendingIn[s] === PENDING_PER_SESSION) throw new Error(`bench: s${s} is full: makeRoom first`);
       const i = seq++;
       const t0 = performance.now();
       const t1 = await call(name, `/sessions/s${s}/commands`, { type: "prompt", requestId: `req-${i}`, text: `benchmark prompt number ${i}: summarise the day's notes` });
@@ -84,9 +96,15 @@ try {
   const workerd = workerdChild();
   const sides = [...args.layouts.split(",").map(side), side("floor")];
   for (const x of sides) await x.setup();
-  for (let i = 0; i < Number(args.warmup); i++) for (const x of sides) await x.admit();
+  for (let i = 0; i < Number(args.warmup); i++) {
+    for (const x of sides) {
+      await x.makeRoom(1);
+      await x.admit();
+    }
+  }
   for (let done = 0, block = 0; done < N; done += BLOCK, block++) {
     for (const x of sides.map((_, i) => sides[(i + block) % sides.length])) {
+      await x.makeRoom(BLOCK);
       const c0 = cpuMs(workerd);
       for (let i = 0; i < BLOCK; i++) x.samples.push(await x.admit());
       x.cpuMs += cpuMs(workerd) - c0;

@@ -24,7 +24,7 @@ import { COMPATIBILITY_DATE, DEMO_SCRIPT, ROOT, TOKEN, bundleFixture, workerOpti
 import { startModelServer } from "../tests/support/model-server.mjs";
 import { cpuMs, workerdChild } from "./workerd.mjs";
 const SESSIONS = 4; // prompts rotate across these Sessions...
-const PENDING_PER_SESSION = 60; // ...each aborted (untimed) before 64 are pending
+const PENDING_PER_SESSION = 60; // ...each aborted and occupied again between blocks (not timed, CPU not counted) before 64 are pending
 const P50_RATIO_TARGET = 1.2;
 
 const { values: args } = parseArgs({
@@ -112,14 +112,33 @@ function side(name, host) {
         if (res.status !== 201) fail(`create Session s${s}`, res);
       }
     },
-    /** Admits one fresh prompt; returns its latency in ms (the untimed abort excluded). */
-    async admit() {
-      const s = seq % SESSIONS;
-      if (pendingIn[s] === PENDING_PER_SESSION) {
+    /**
+     * Aborts the Sessions that the next `n` prompts would fill past
+     * PENDING_PER_SESSION and occupies each again with a prompt that runs
+     * (held by the model server): outside the timed and CPU-counted
+     * admissions, which all queue. (An abort settles up to 60 commands and
+     * the turn, and the prompt after it starts a turn; the floor's abort is
+     * a bare answer and its prompt one more insert.)
+     */
+    async makeRoom(n) {
+      let made = false;
+      for (let s = 0; s < SESSIONS; s++) {
+        const coming = Math.floor(n / SESSIONS) + ((s - (seq % SESSIONS) + SESSIONS) % SESSIONS < n % SESSIONS ? 1 : 0);
+        if (pendingIn[s] + coming <= PENDING_PER_SESSION) continue;
         const res = await call(host, "POST", `${agent}/sessions/s${s}/commands`, { type: "abort" });
         if (res.status !== 200) fail(`abort s${s}`, res);
+        const occupier = await call(host, "POST", `${agent}/sessions/s${s}/commands`, { type: "prompt", requestId: `occupy-${seq}-${s}`, text: "occupy" });
+        if (occupier.status !== 200) fail(`occupy s${s}`, occupier);
         pendingIn[s] = 0;
+        made = true;
       }
+      // The started turn's model call begins after the answer.
+      if (made) await new Promise((r) => setTimeout(r, 50));
+    },
+    /** Admits one fresh prompt (after `makeRoom`); returns its latency in ms. */
+    async admit() {
+      const s = seq % SESSIONS;
+      if (pendingIn[s] === PENDING_PER_SESSION) throw new Error(`bench: s${s} is full: makeRoom first`);
       const i = seq++;
       const body = { type: "prompt", requestId: `req-${i}`, text: `benchmark prompt number ${i}: summarise the day's notes` };
       const t0 = performance.now();
@@ -158,7 +177,12 @@ try {
   const workerd = workerdChild();
   const sides = [side("shiitake", "shiitake.bench"), ...(args.also === undefined ? [] : [side("also", "also.bench")]), side("floor", "floor.bench")];
   for (const x of sides) await x.setup();
-  for (let i = 0; i < WARMUP; i++) for (const x of sides) await x.admit();
+  for (let i = 0; i < WARMUP; i++) {
+    for (const x of sides) {
+      await x.makeRoom(1);
+      await x.admit();
+    }
+  }
 
   let done = 0;
   let block = 0;
@@ -167,6 +191,7 @@ try {
     // Each side first in turn, so none always follows the same one.
     const order = sides.map((_, i) => sides[(i + block) % sides.length]);
     for (const x of order) {
+      await x.makeRoom(n);
       const c0 = workerd ? cpuMs(workerd) : 0;
       for (let i = 0; i < n; i++) x.samples.push(await x.admit());
       if (workerd) x.cpuMs += cpuMs(workerd) - c0;
