@@ -571,12 +571,12 @@ fn usage_ledger(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, Ap
             ApiError::InvalidQuery(format!("groupBy: one of session, model, day, got `{v}`"))
         })?),
     };
-    let cursor = query.get("cursor").map(str::to_owned);
-    if cursor.as_deref() == Some("") {
-        return Err(ApiError::InvalidQuery(
-            "cursor: not a cursor returned by this API: ``".into(),
-        ));
-    }
+    let cursor = match query.get("cursor") {
+        None => None,
+        Some(v) => Some(usage::key_of(v).ok_or_else(|| {
+            ApiError::InvalidQuery(format!("cursor: not a cursor returned by this API: `{v}`"))
+        })?),
+    };
     if cursor.is_some() && group_by.is_none() {
         return Err(ApiError::InvalidQuery(
             "cursor: pages groups, so it needs groupBy".into(),

@@ -98,6 +98,10 @@ pub const DIAGNOSTIC_BYTES_MAX: usize = 1_024;
 /// the normalised counts; a longer one is dropped whole (flagged), never cut
 /// mid-JSON.
 pub const USAGE_RAW_BYTES_MAX: usize = 2_048;
+/// Bytes of the group key a usage ledger cursor carries (a Session id, a
+/// `provider/model` address, a day): a longer cursor is not one this API
+/// returned.
+pub const USAGE_CURSOR_KEY_BYTES_MAX: usize = 512;
 /// A run of at least this many bytes of a configured secret (an API key, a
 /// token in an MCP header) is redacted wherever provider or server text
 /// echoes it (`src/redact.rs`): whole, after `Bearer `, or cut.

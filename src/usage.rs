@@ -173,8 +173,39 @@ pub struct Ledger {
     pub totals: Figures,
     /// In key order, at most the query's limit.
     pub groups: Vec<LedgerGroup>,
-    /// The next page's `cursor`; `None`: the last page.
+    /// The next page's `cursor` ([`cursor_of`]); `None`: the last page.
     pub next_cursor: Option<String>,
+}
+
+/// The cursor of the page after group `key`: `k` and the key in lowercase
+/// hex, so a cursor this API did not return is refused ([`key_of`]).
+pub fn cursor_of(key: &str) -> String {
+    format!("k{}", crate::text::hex(key.as_bytes()))
+}
+
+/// The group key a cursor of [`cursor_of`] carries; `None` for anything else.
+pub fn key_of(cursor: &str) -> Option<String> {
+    let hex = cursor.strip_prefix('k')?.as_bytes();
+    let lowercase_hex = |b: &u8| b.is_ascii_digit() || (b'a'..=b'f').contains(b);
+    if hex.is_empty()
+        || hex.len() % 2 != 0
+        || hex.len() > 2 * crate::limits::USAGE_CURSOR_KEY_BYTES_MAX
+        || !hex.iter().all(lowercase_hex)
+    {
+        return None;
+    }
+    let digit = |b: u8| {
+        if b.is_ascii_digit() {
+            b - b'0'
+        } else {
+            b - b'a' + 10
+        }
+    };
+    let bytes = hex
+        .chunks(2)
+        .map(|p| digit(p[0]) << 4 | digit(p[1]))
+        .collect();
+    String::from_utf8(bytes).ok()
 }
 
 const FIGURES: &str = "COUNT(*), SUM(outcome = 'answered'), SUM(outcome = 'failed'),
@@ -252,7 +283,7 @@ pub fn ledger(sql: &dyn Sql, query: &Query) -> Result<Ledger, SqlError> {
         });
     }
     if rows.len() > limit {
-        ledger.next_cursor = ledger.groups.last().map(|g| g.key.clone());
+        ledger.next_cursor = ledger.groups.last().map(|g| cursor_of(&g.key));
     }
     Ok(ledger)
 }
@@ -334,7 +365,8 @@ mod tests {
         );
         let keys: Vec<&str> = all.groups.iter().map(|g| g.key.as_str()).collect();
         assert_eq!(keys, ["a", "b"]);
-        assert_eq!(all.next_cursor.as_deref(), Some("b"));
+        assert_eq!(all.next_cursor.as_deref(), Some("k62"));
+        assert_eq!(key_of("k62").as_deref(), Some("b"));
         assert_eq!(all.groups[1].figures.unknown, 1);
         assert_eq!(all.groups[1].figures.cache_read_tokens, None);
         let rest = ledger(&sql, &query(Some(GroupBy::Session), 2, Some("b"))).unwrap();
@@ -366,5 +398,30 @@ mod tests {
             .unwrap();
         assert_eq!(dropped[0].opt_text(0).unwrap(), None);
         assert_eq!(dropped[0].int(1).unwrap(), 1);
+    }
+
+    /// A cursor is what `cursor_of` made: anything else is refused.
+    #[test]
+    fn a_cursor_not_made_here_is_refused() {
+        for key in ["s1", "openai/gpt-5-mini", "1970-01-01", "é"] {
+            assert_eq!(key_of(&cursor_of(key)).as_deref(), Some(key));
+        }
+        let too_long = format!(
+            "k{}",
+            "61".repeat(crate::limits::USAGE_CURSOR_KEY_BYTES_MAX + 1)
+        );
+        for bad in [
+            "",
+            "k",
+            "garbage",
+            "62",
+            "k6",
+            "k6G",
+            "kAB",
+            "kff",
+            too_long.as_str(),
+        ] {
+            assert_eq!(key_of(bad), None, "{bad}");
+        }
     }
 }
