@@ -461,6 +461,9 @@ function renderMessage(view, message, { actions = true } = {}) {
     return item;
   }
   if (message.text) item.append(el("div", { className: "text", textContent: message.text }));
+  if (message.role === "assistant" && message.usage) {
+    item.append(el("div", { className: "usage", textContent: tokens(message.usage), title: "Tokens the provider reported for this answer" }));
+  }
   if (message.toolCalls?.length) {
     item.append(el("ul", { className: "calls" }, ...message.toolCalls.map((call) => el("li", { textContent: `${call.name}(${summary(call.arguments)})` }))));
   }
@@ -478,6 +481,12 @@ function renderMessage(view, message, { actions = true } = {}) {
     if (row.childElementCount > 0) item.append(row);
   }
   return item;
+}
+
+/** An answer's tokens as its provider reported them: `in (cached) · out`. */
+function tokens(usage) {
+  const cached = usage.cacheReadTokens ? ` (${usage.cacheReadTokens} cached)` : "";
+  return `${usage.inputTokens} in${cached} · ${usage.outputTokens} out`;
 }
 
 function action(label, title, run) {

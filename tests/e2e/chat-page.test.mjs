@@ -143,6 +143,11 @@ test("a reload shows the same transcript and settlements; a phone-sized screen s
   await send(page, `Second ${tag}`);
   await page.locator("li.message.assistant", { hasText: `Echo: Second ${tag}` }).waitFor();
   await page.waitForFunction(() => document.querySelectorAll("li.message.user .settlement.completed").length === 2);
+  // Each answer shows the tokens its provider reported, as the read has them.
+  const answers = (await h.api("GET", `/agents/${agent}/sessions/${sessionId}`)).json.messages.filter((m) => m.role === "assistant");
+  assert.equal(answers.length, 2);
+  const shown = answers.map(({ usage: u }) => `${u.inputTokens} in${u.cacheReadTokens ? ` (${u.cacheReadTokens} cached)` : ""} · ${u.outputTokens} out`);
+  assert.deepEqual(await page.locator("#messages li.message.assistant .usage").allTextContents(), shown);
   const before = await page.locator("#messages li.message").allTextContents();
   await page.reload();
   await page.waitForFunction((id) => document.getElementById("session-title").textContent === id, sessionId);
