@@ -2,8 +2,9 @@
 // each turn is one trace of GenAI semantic-convention spans exported as
 // OTLP/HTTP JSON to the endpoint `telemetry()` names, through the host
 // work lane. The receiver (tests/support/otlp-receiver.mjs) is a real HTTP
-// server decoding every request by the published proto's JSON mapping,
-// strictly. Fixture: tests/e2e/fixtures/otel-worker.mjs.
+// server decoding every request with the published proto and the OTLP/JSON
+// rules, strictly, and checking it against the official encoder
+// (@opentelemetry/otlp-transformer). Fixture: tests/e2e/fixtures/otel-worker.mjs.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { startOtlpReceiver } from "../support/otlp-receiver.mjs";
@@ -190,5 +191,82 @@ test("the Node host exports the same trace, configured by SHIITAKE_OTLP_ENDPOINT
   } finally {
     await host.close();
     await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test("the receiver decodes valid OTLP/JSON the official encoder agrees with, and refuses a malformed body naming the problem", T, async () => {
+  const own = await startOtlpReceiver();
+  try {
+    const post = async (body) => {
+      const res = await fetch(`${own.origin}/v1/traces`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+      return { status: res.status, text: await res.text() };
+    };
+    const TRACE = "5B8EFFF798038103D269B633813FC60C";
+    // Valid OTLP/JSON beyond what the runtime sends: ids in upper-case hex,
+    // an event, a link, every attribute value type, a remote parent, a status.
+    const span = () => ({
+      traceId: TRACE,
+      spanId: "EEE19B7EC3C1B174",
+      parentSpanId: "EEE19B7EC3C1B173",
+      traceState: "k=v",
+      flags: 0x301,
+      name: "valid",
+      kind: 2,
+      startTimeUnixNano: "1544712660000000000",
+      endTimeUnixNano: "1544712661000000000",
+      attributes: [
+        { key: "s", value: { stringValue: "x" } },
+        { key: "i", value: { intValue: 7 } },
+        { key: "d", value: { doubleValue: 0.5 } },
+        { key: "b", value: { boolValue: true } },
+        { key: "raw", value: { bytesValue: "AQID" } },
+        { key: "list", value: { arrayValue: { values: [{ stringValue: "a" }, { intValue: "2" }] } } },
+        { key: "map", value: { kvlistValue: { values: [{ key: "k", value: { stringValue: "v" } }] } } },
+      ],
+      events: [{ timeUnixNano: "1544712660500000000", name: "e", attributes: [{ key: "n", value: { intValue: "1" } }] }],
+      links: [{ traceId: TRACE, spanId: "EEE19B7EC3C1B172", attributes: [], flags: 0x101 }],
+      status: { code: 1 },
+    });
+    const body = (mutate = () => {}) => {
+      const s = span();
+      mutate(s);
+      return { resourceSpans: [{ resource: { attributes: [{ key: "service.name", value: { stringValue: "t" } }] }, scopeSpans: [{ scope: { name: "t", version: "1" }, spans: [s] }] }] };
+    };
+    const ok = await post(body());
+    assert.equal(ok.status, 200, ok.text);
+    const [decoded] = own.spans();
+    assert.equal(decoded.traceId, TRACE.toLowerCase());
+    assert.equal(decoded.parentSpanId, "eee19b7ec3c1b173");
+    assert.equal(decoded.kind, 2);
+    assert.equal(decoded.end - decoded.start, 1_000_000_000n);
+    assert.deepEqual({ ...decoded.attributes, raw: [...decoded.attributes.raw] }, { s: "x", i: 7, d: 0.5, b: true, raw: [1, 2, 3], list: ["a", 2], map: { k: "v" } });
+    assert.deepEqual(decoded.resource, { "service.name": "t" });
+    // Each malformed body is a 400 whose text names the problem.
+    const base64Id = Buffer.from(TRACE, "hex").toString("base64");
+    const cases = [
+      ["a base64 traceId", (s) => (s.traceId = base64Id), /traceId: 16 bytes in hex/],
+      ["a short spanId", (s) => (s.spanId = "eee19b7e"), /spanId: 8 bytes in hex/],
+      ["no spanId", (s) => delete s.spanId, /spanId: 8 bytes, not all zero/],
+      ["an all-zero traceId", (s) => (s.traceId = "0".repeat(32)), /traceId: 16 bytes, not all zero/],
+      ["an unknown field", (s) => (s.startTimeUnixNanos = s.startTimeUnixNano), /unknown field: "startTimeUnixNanos"/],
+      ["a proto field name", (s) => (s.start_time_unix_nano = s.startTimeUnixNano), /lowerCamelCase/],
+      ["an enum by name", (s) => (s.kind = "SPAN_KIND_CLIENT"), /an integer of SpanKind/],
+      ["an unknown enum value", (s) => (s.kind = 9), /an integer of SpanKind/],
+      ["a fractional int64", (s) => (s.attributes[1].value.intValue = 1.5), /not an integer/],
+      ["a time that is not a number", (s) => (s.endTimeUnixNano = "soon"), /invalid integer/],
+      ["two values in one AnyValue", (s) => (s.attributes[0].value.intValue = "1"), /multiple values for oneof/],
+      ["a span ending before it starts", (s) => (s.endTimeUnixNano = "1"), /ends after it starts/],
+      ["an attribute key twice", (s) => s.attributes.push({ key: "s", value: { stringValue: "y" } }), /official serializer sends another request for these spans: .*attributes\.0\.value\.stringValue: "x", the serializer's "y"$/],
+      ["a string where a list goes", (s) => (s.attributes = "s=x"), /expected array/],
+    ];
+    for (const [what, mutate, message] of cases) {
+      const res = await post(body(mutate));
+      assert.equal(res.status, 400, `${what}: ${res.text}`);
+      assert.match(res.text, message, what);
+    }
+    assert.equal(own.rejected().length, cases.length);
+    assert.equal(own.spans().length, 1);
+  } finally {
+    await own.close();
   }
 });
