@@ -174,6 +174,8 @@ pub fn delete_session(ctx: &mut Ctx<'_>, session_id: &str) -> Result<Deleted, Ap
         let hosted = crate::model_choice::hosted(store.sql(), session_id)?;
         // So does the producer history extensions kept of it.
         let history = crate::history::any(store.sql());
+        // Its budget, counter and pause (the Agent's day keeps its spend).
+        let budgeted = crate::budget::counted(store.sql());
         if store.delete_session(session_id)? {
             if chosen {
                 crate::model_choice::forget_session(store.sql(), session_id)?;
@@ -183,6 +185,9 @@ pub fn delete_session(ctx: &mut Ctx<'_>, session_id: &str) -> Result<Deleted, Ap
             }
             if history {
                 crate::history::forget_session(store.sql(), session_id)?;
+            }
+            if budgeted {
+                crate::budget::forget_session(store.sql(), session_id)?;
             }
             attention::remove_with(store.sql(), session_id, &attention, now_ms)?;
             owed.stage(store.sql(), now_ms)?;

@@ -290,6 +290,9 @@ pub struct InboxRow {
     /// newest command's admission or settlement, a counted owner's latest
     /// attention change.
     pub updated_at: i64,
+    /// Its turn, paused by a budget (the Session needs you too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused: Option<crate::budget::Paused>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -359,6 +362,16 @@ pub fn inbox(
     } else {
         (String::new(), "0".to_owned())
     };
+    // A turn a budget paused needs you as well.
+    let budgeted = crate::budget::counted(sql);
+    let needs_you = if budgeted {
+        format!(
+            "WHEN EXISTS (SELECT 1 FROM shiitake_paused p WHERE p.session_id = s.session_id)
+                 THEN 0 {needs_you}"
+        )
+    } else {
+        needs_you
+    };
     let mut filter = String::new();
     if let Some(c) = after {
         filter =
@@ -410,7 +423,12 @@ pub fn inbox(
         } else {
             (Vec::new(), 0)
         };
+        let paused = match state {
+            InboxState::NeedsYou if budgeted => crate::budget::paused_of(sql, &session_id)?,
+            _ => None,
+        };
         sessions.push(InboxRow {
+            paused,
             session_id,
             state,
             attention,

@@ -5,13 +5,14 @@
 
 use crate::agent;
 use crate::attention;
+use crate::budget;
 use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::extension::{Extensions, Invocation, Invoked, Sent};
 use crate::json::parse_body;
 use crate::limits::{
-    BODY_BYTES_MAX, INBOX_PAGE_SESSIONS_MAX, LIST_PAGE_SESSIONS_MAX, PAGE_LIMIT_DEFAULT,
-    READ_PAGE_MESSAGES_MAX, SETTLEMENT_TIMEOUT_MS_MAX, USAGE_PAGE_GROUPS_MAX,
+    BODY_BYTES_MAX, BUDGET_TOKENS_MAX, INBOX_PAGE_SESSIONS_MAX, LIST_PAGE_SESSIONS_MAX,
+    PAGE_LIMIT_DEFAULT, READ_PAGE_MESSAGES_MAX, SETTLEMENT_TIMEOUT_MS_MAX, USAGE_PAGE_GROUPS_MAX,
 };
 use crate::model::preference::{Choice, Policy};
 use crate::model::Reasoning;
@@ -155,6 +156,8 @@ pub fn cancellation_effects(
 pub struct Hosted<'a> {
     pub extensions: Option<&'a Extensions>,
     pub models: Result<&'a Policy, &'a str>,
+    /// The budgets the host configures (`budget.rs`).
+    pub budget: budget::Limits,
 }
 
 impl<'a> Hosted<'a> {
@@ -164,6 +167,7 @@ impl<'a> Hosted<'a> {
         Hosted {
             extensions,
             models: Err("this host states no models"),
+            budget: budget::Limits::NONE,
         }
     }
 }
@@ -203,6 +207,10 @@ fn route(
             "GET" => usage_ledger(ctx, req),
             _ => Err(ApiError::MethodNotAllowed("GET")),
         },
+        ["budget"] => match method {
+            "GET" | "PUT" | "DELETE" => budget_route(ctx, &hosted.budget, req, method, None),
+            _ => Err(ApiError::MethodNotAllowed("GET, PUT, DELETE")),
+        },
         ["sessions"] => match method {
             "GET" => list_sessions(ctx, req),
             "POST" => create_session(ctx, req),
@@ -225,6 +233,10 @@ fn route(
                 (["model"], "PUT") => set_session_model(ctx, hosted.models, req, id),
                 (["model"], "DELETE") => clear_session_model(ctx, hosted.models, req, id),
                 (["model"], _) => Err(ApiError::MethodNotAllowed("GET, PUT, DELETE")),
+                (["budget"], "GET" | "PUT" | "DELETE") => {
+                    budget_route(ctx, &hosted.budget, req, method, Some(id))
+                }
+                (["budget"], _) => Err(ApiError::MethodNotAllowed("GET, PUT, DELETE")),
                 (["settlement" | "watch" | "branches"] | ["pending", "latest"], _) => {
                     Err(ApiError::MethodNotAllowed("GET"))
                 }
@@ -543,6 +555,61 @@ fn inbox(
         200,
         &attention::inbox(ctx.store.sql(), &owners, limit, cursor.as_ref())?,
     ))
+}
+
+/// `GET|PUT|DELETE /budget` (`session`: `None`) and
+/// `/sessions/:id/budget`: a token budget (`budget.rs`), read, set over
+/// the host's configuration, or cleared back to it. A change wakes the
+/// claim pass, which resumes the turns it now covers.
+fn budget_route(
+    ctx: &mut Ctx<'_>,
+    config: &budget::Limits,
+    req: &HttpRequest,
+    method: &str,
+    session: Option<&str>,
+) -> Result<HttpResponse, ApiError> {
+    Query::parse(&req.query, &[])?;
+    if let Some(id) = session {
+        if !ctx.store.session_exists(id)? {
+            return Err(ApiError::SessionNotFound(id.to_owned()));
+        }
+    }
+    let (sql, now_ms) = (ctx.store.sql(), ctx.now_ms);
+    let changed = match method {
+        "PUT" => {
+            let SetBudget { tokens } = parse_body(&req.body)?;
+            let tokens = tokens
+                .as_u64()
+                .filter(|n| *n <= BUDGET_TOKENS_MAX)
+                .ok_or_else(|| {
+                    ApiError::InvalidRequest(format!(
+                        "tokens: an integer in 0..={BUDGET_TOKENS_MAX}, not {tokens}"
+                    ))
+                })?;
+            budget::set(sql, session, Some(tokens), now_ms)?;
+            true
+        }
+        "DELETE" => {
+            budget::set(sql, session, None, now_ms)?;
+            true
+        }
+        _ => false,
+    };
+    let view = match session {
+        Some(id) => budget::session_view(sql, config, id, now_ms)?,
+        None => budget::agent_view(sql, config, now_ms)?,
+    };
+    Ok(HttpResponse::json(200, &view).with(Effects {
+        reconcile: changed,
+        ..Effects::default()
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetBudget {
+    /// An integer (checked here, to name the bound).
+    tokens: serde_json::Value,
 }
 
 /// `GET /usage`: the Agent's usage ledger (`usage::ledger`).

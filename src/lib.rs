@@ -17,6 +17,7 @@
 pub mod acp;
 pub mod agent;
 pub mod attention;
+pub mod budget;
 pub mod capability;
 pub mod computer;
 pub mod ctx;

@@ -98,6 +98,9 @@ pub const DIAGNOSTIC_BYTES_MAX: usize = 1_024;
 /// the normalised counts; a longer one is dropped whole (flagged), never cut
 /// mid-JSON.
 pub const USAGE_RAW_BYTES_MAX: usize = 2_048;
+/// The largest token budget a route or the configuration sets (below 2^53,
+/// so it crosses JSON and JS numbers exactly).
+pub const BUDGET_TOKENS_MAX: u64 = 1_000_000_000_000_000;
 /// Bytes of the group key a usage ledger cursor carries (a Session id, a
 /// `provider/model` address, a day): a longer cursor is not one this API
 /// returned.

@@ -66,6 +66,17 @@ pub enum Frame {
         id: String,
         item: Option<crate::attention::Item>,
     },
+    /// The turn paused before a model call its budget cannot cover
+    /// (`reason`: `budget_reached`): it stays running, with nothing spent,
+    /// and goes on (a `started` frame, at the same attempt) once the budget
+    /// covers the call: raised, or the Agent's day over. Cancel and abort
+    /// end it as usual.
+    #[serde(rename_all = "camelCase")]
+    Paused {
+        command_id: String,
+        reason: &'static str,
+        budget: crate::budget::Reached,
+    },
     /// Something the run could not offer, said once at its start (e.g.
     /// `execute` without a `LOADER` binding).
     #[serde(rename_all = "camelCase")]

@@ -71,6 +71,12 @@ pub fn record(
         Some(model) => model.into(),
         None => SqlValue::Null,
     };
+    if outcome != Outcome::Unknown && crate::budget::counted(sql) {
+        // What the provider reported replaces the call's estimate; an
+        // unknown call keeps its estimate charged.
+        let tokens = usage.map_or(0, |u| u.input_tokens.saturating_add(u.output_tokens));
+        crate::budget::settle(sql, call.session_id, tokens, now_ms)?;
+    }
     write(
         sql,
         INSERT,

@@ -49,7 +49,15 @@ fn run(h: &mut Harness) -> Vec<Vec<String>> {
     let mut seen = Vec::new();
     loop {
         let steps = h
-            .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| true, ATTEMPTS))
+            .with_ctx(|ctx| {
+                reconcile(
+                    ctx,
+                    &|_| false,
+                    &|_| true,
+                    ATTEMPTS,
+                    &shiitake::budget::Limits::NONE,
+                )
+            })
             .unwrap()
             .steps;
         if steps.is_empty() {

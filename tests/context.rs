@@ -34,7 +34,15 @@ fn padded(text: &str, bytes: usize) -> String {
 /// claimed by its admission: fresh).
 fn claim(h: &mut Harness) -> Step {
     let Reconciled { mut steps, .. } = h
-        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| true, ATTEMPTS))
+        .with_ctx(|ctx| {
+            reconcile(
+                ctx,
+                &|_| false,
+                &|_| true,
+                ATTEMPTS,
+                &shiitake::budget::Limits::NONE,
+            )
+        })
         .unwrap();
     assert_eq!(steps.len(), 1);
     steps.remove(0)
@@ -325,7 +333,15 @@ fn a_step_past_the_bound_is_kept_whole() {
     // Resumed after a restart (no unwritten message), the same context.
     h.restart();
     let Reconciled { steps, .. } = h
-        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| false, ATTEMPTS))
+        .with_ctx(|ctx| {
+            reconcile(
+                ctx,
+                &|_| false,
+                &|_| false,
+                ATTEMPTS,
+                &shiitake::budget::Limits::NONE,
+            )
+        })
         .unwrap();
     assert_eq!(steps[0].context, next.context);
 }
@@ -465,7 +481,15 @@ fn a_turn_longer_than_the_message_bound_still_sees_its_prompt() {
     // Resumed after a restart, the same.
     h.restart();
     let Reconciled { steps, .. } = h
-        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| false, ATTEMPTS))
+        .with_ctx(|ctx| {
+            reconcile(
+                ctx,
+                &|_| false,
+                &|_| false,
+                ATTEMPTS,
+                &shiitake::budget::Limits::NONE,
+            )
+        })
         .unwrap();
     assert_eq!(steps[0].context, step.context);
 }
@@ -535,7 +559,15 @@ fn a_retry_longer_than_the_message_bound_sees_the_retried_message_found_on_its_p
     // Resumed after a restart, the same.
     h.restart();
     let Reconciled { steps, .. } = h
-        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| false, ATTEMPTS))
+        .with_ctx(|ctx| {
+            reconcile(
+                ctx,
+                &|_| false,
+                &|_| false,
+                ATTEMPTS,
+                &shiitake::budget::Limits::NONE,
+            )
+        })
         .unwrap();
     assert_eq!(steps[0].context, next.context);
 }

@@ -11,6 +11,7 @@ mod common;
 
 use common::sim::{Clock, Crashed, Db};
 use serde_json::{json, Value};
+use shiitake::budget::{self, Limits};
 use shiitake::capability::door::Toolset;
 use shiitake::capability::Catalog;
 use shiitake::ctx::{CounterIds, Ctx};
@@ -336,9 +337,11 @@ impl Sim {
             },
             waited: false,
         };
+        let budget = self.policy.budget;
         let response = self
             .with_ctx(|ctx| {
-                let hosted = Hosted::without_models(None);
+                let mut hosted = Hosted::without_models(None);
+                hosted.budget = budget;
                 handle(ctx, &hosted, &req)
             })
             .expect("no crash in a request");
@@ -408,7 +411,7 @@ impl Sim {
             while let Some(output) = self.machine.poll() {
                 match output {
                     Output::Reconcile => {
-                        let attempts = self.policy.attempts;
+                        let (attempts, budget) = (self.policy.attempts, self.policy.budget);
                         self.now_ms += 1;
                         let mut ctx = Ctx {
                             store: Store::new(&self.db),
@@ -423,6 +426,7 @@ impl Sim {
                             &|h| live.contains(h),
                             &|h| machine.is_fresh(h),
                             attempts,
+                            &budget,
                         );
                         if self.db.crashed.get() {
                             return Err(Crashed);
@@ -1666,4 +1670,254 @@ fn the_usage_ledger_counts_failed_attempts_and_a_cancelled_call() {
         let code = &json["error"]["code"];
         assert_eq!((status, code), (400, &json!("invalid_query")), "{bad}");
     }
+}
+
+// Budgets (`budget.rs`): a call its budget cannot cover pauses the turn.
+
+/// Two turns (`two_turns`) under these configured budgets.
+fn budgeted(limits: Limits) -> Sim {
+    let mut sim = Sim::new();
+    sim.policy = policy().with_budget(limits);
+    sim.machine = Agent::new(sim.policy);
+    let (status, json, _) = sim.request("POST", "/sessions", json!({"sessionId": "s"}));
+    assert_eq!(status, 201, "{json}");
+    sim.prompt("p1", "go", "followUp");
+    sim.prompt("p2", "next", "followUp");
+    sim
+}
+
+impl Sim {
+    fn get(&mut self, path: &str) -> Value {
+        let (status, json, _) = self.request("GET", path, Value::Null);
+        assert_eq!(status, 200, "{path}: {json}");
+        json
+    }
+
+    /// Tokens the provider reported for the Agent's calls (the ledger).
+    fn reported(&mut self) -> u64 {
+        let totals = self.usage_totals();
+        totals["inputTokens"].as_u64().unwrap() + totals["outputTokens"].as_u64().unwrap()
+    }
+
+    fn paused_frames(&self) -> Vec<Value> {
+        self.world
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Frame(f @ Frame::Paused { .. }) => Some(serde_json::to_value(f).unwrap()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn a_session_budget_pauses_a_turn_before_the_call_it_cannot_cover_and_a_raise_resumes_it() {
+    let mut sim = budgeted(Limits {
+        daily: None,
+        session: Some(6),
+    });
+    sim.run_with_recovery(0);
+    // The first call (4 tokens) ran; the next would not fit in 6.
+    assert_eq!(sim.world.model_calls, 1);
+    let paused = sim.paused_frames();
+    assert_eq!(paused.len(), 1, "{paused:?}");
+    assert_eq!(paused[0]["reason"], "budget_reached");
+    assert_eq!(paused[0]["budget"]["scope"], "session");
+    assert_eq!(paused[0]["budget"]["tokens"], 6);
+    assert_eq!(paused[0]["budget"]["spent"], 4);
+    let read = sim.get("/sessions/s");
+    let running = &read["running"];
+    assert_eq!(running["commandId"], json!(sim.commands["p1"]));
+    assert_eq!(running["paused"]["reason"], "budget_reached");
+    assert_eq!(running["paused"]["budget"], paused[0]["budget"]);
+    let inbox = sim.get("/inbox");
+    assert_eq!(inbox["sessions"][0]["state"], "needs_you", "{inbox}");
+    assert_eq!(inbox["sessions"][0]["paused"]["budget"]["scope"], "session");
+    let budget = sim.get("/sessions/s/budget");
+    assert_eq!(
+        (&budget["tokens"], &budget["set"], &budget["spent"]),
+        (&json!(6), &json!(false), &json!(4)),
+        "{budget}"
+    );
+    assert_eq!(sim.reported(), 4, "the ledger agrees: nothing in flight");
+
+    // Nothing runs while it stays paused, however often the loop wakes.
+    sim.run_with_recovery(0);
+    assert_eq!(sim.world.model_calls, 1);
+
+    let (status, json, _) = sim.request("PUT", "/sessions/s/budget", json!({"tokens": 1000}));
+    assert_eq!(status, 200, "{json}");
+    assert_eq!(
+        (&json["tokens"], &json["set"]),
+        (&json!(1000), &json!(true))
+    );
+    sim.run_with_recovery(0);
+    assert_eq!(
+        sim.world.model_calls, 3,
+        "the paused call, then the next turn's"
+    );
+    for request in ["p1", "p2"] {
+        let settlement = sim.settlement(request);
+        assert_eq!(settlement["terminal"], "completed", "{settlement}");
+    }
+    let started: Vec<u32> = sim
+        .world
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Frame(Frame::Started {
+                command_id,
+                attempt,
+            }) if *command_id == sim.commands["p1"] => Some(*attempt),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started, [1, 1], "resumed at the attempt it held");
+    assert_eq!(sim.usage_totals()["unknown"], 0, "a pause is no call");
+    let spent = sim.get("/sessions/s/budget")["spent"].as_u64().unwrap();
+    assert_eq!(spent, sim.reported(), "each call charged what it reported");
+    assert!(sim.get("/sessions/s")["running"].is_null());
+    assert_ne!(sim.get("/inbox")["sessions"][0]["state"], "needs_you");
+}
+
+#[test]
+fn a_paused_turn_is_cancelled_like_any_other_and_charges_nothing() {
+    let mut sim = budgeted(Limits {
+        daily: None,
+        session: Some(6),
+    });
+    sim.run_with_recovery(0);
+    assert_eq!(sim.paused_frames().len(), 1);
+    let head = sim.commands["p1"].clone();
+    let (status, json, _) = sim.command(json!({"type": "cancel", "commandId": head}));
+    assert_eq!(status, 200, "{json}");
+    sim.run_with_recovery(0);
+    assert_eq!(sim.settlement("p1")["terminal"], "cancelled");
+    // The next turn pauses at its first call in turn: 4 spent + its
+    // estimate reach 6.
+    assert_eq!(sim.paused_frames().len(), 2);
+    assert_eq!(sim.world.model_calls, 1);
+    let (status, json, _) = sim.command(json!({"type": "abort"}));
+    assert_eq!(status, 200, "{json}");
+    sim.run_with_recovery(0);
+    assert_eq!(sim.settlement("p2")["terminal"], "cancelled");
+    assert_eq!(sim.usage_totals()["unknown"], 0, "no call was cut off");
+    assert_eq!(sim.get("/sessions/s/budget")["spent"], 4);
+    assert!(sim.get("/sessions/s/budget")["paused"].is_null());
+    assert_ne!(sim.get("/inbox")["sessions"][0]["state"], "needs_you");
+}
+
+#[test]
+fn the_agents_daily_budget_resumes_a_paused_turn_the_next_utc_day() {
+    let mut sim = budgeted(Limits {
+        daily: Some(14),
+        session: None,
+    });
+    sim.run_with_recovery(0);
+    let paused = sim.paused_frames();
+    assert_eq!(paused.len(), 1, "{paused:?}");
+    assert_eq!(paused[0]["budget"]["scope"], "agent");
+    assert_eq!(paused[0]["budget"]["spent"], 4);
+    assert!(
+        sim.now_ms >= budget::DAY_MS,
+        "the alarm woke the turn at midnight"
+    );
+    for request in ["p1", "p2"] {
+        assert_eq!(sim.settlement(request)["terminal"], "completed");
+    }
+    assert_eq!(sim.world.model_calls, 3);
+    let agent = sim.get("/budget");
+    assert_eq!(
+        (&agent["tokens"], &agent["set"]),
+        (&json!(14), &json!(false))
+    );
+    assert_eq!(
+        agent["resetsAt"],
+        (budget::day_of(sim.now_ms) + 1) * budget::DAY_MS
+    );
+}
+
+/// With a budget, a crash after any durable transition settles each
+/// command once and never charges less than the provider reported: a call
+/// a crash cut off keeps its estimate charged.
+#[test]
+fn a_crash_after_every_durable_transition_keeps_the_budget_counters_whole() {
+    let limits = Limits {
+        daily: Some(1_000),
+        session: Some(1_000),
+    };
+    let clean = {
+        let mut sim = budgeted(limits);
+        let before = sim.db.clock.commits.get();
+        sim.run_with_recovery(0);
+        let spent = sim.get("/sessions/s/budget")["spent"].as_u64().unwrap();
+        assert_eq!(spent, sim.reported());
+        assert_eq!(sim.get("/budget")["spent"], spent);
+        sim.db.clock.commits.get() - before
+    };
+    for at in 0..=clean {
+        let mut sim = budgeted(limits);
+        sim.crash_after(at);
+        sim.run_with_recovery(1);
+        let context = format!("crash after transition {at} of {clean}");
+        for request in ["p1", "p2"] {
+            let settlement = sim.settlement(request);
+            assert_eq!(
+                settlement["terminal"], "completed",
+                "{context}: {settlement}"
+            );
+        }
+        let reported = sim.reported();
+        let spent = sim.get("/sessions/s/budget")["spent"].as_u64().unwrap();
+        let unknown = sim.usage_totals()["unknown"].as_u64().unwrap();
+        assert!(spent >= reported, "{context}: {spent} < {reported}");
+        if unknown == 0 {
+            assert_eq!(spent, reported, "{context}");
+        }
+        assert_eq!(sim.get("/budget")["spent"], spent, "{context}");
+    }
+}
+
+#[test]
+fn budget_routes_refuse_what_is_not_a_budget() {
+    let mut sim = two_turns();
+    for body in [
+        json!({}),
+        json!({"tokens": -1}),
+        json!({"tokens": 1.5}),
+        json!({"tokens": "10"}),
+        json!({"tokens": 1_000_000_000_000_001u64}),
+        json!({"tokens": 5, "day": 1}),
+        json!({"tokens": null}),
+    ] {
+        let (status, json, _) = sim.request("PUT", "/budget", body.clone());
+        assert_eq!(
+            (status, &json["error"]["code"]),
+            (400, &json!("invalid_request")),
+            "{body}"
+        );
+    }
+    let (status, json, _) = sim.request("PUT", "/sessions/nope/budget", json!({"tokens": 5}));
+    assert_eq!(
+        (status, &json["error"]["code"]),
+        (404, &json!("session_not_found"))
+    );
+    let (status, _, _) = sim.request("POST", "/budget", json!({"tokens": 5}));
+    assert_eq!(status, 405);
+    // Nothing counted until a budget exists; then the ledger's calls are.
+    sim.run_with_recovery(0);
+    assert!(sim.get("/budget")["spent"].is_null());
+    let (status, json, _) = sim.request("PUT", "/budget", json!({"tokens": 1_000_000}));
+    assert_eq!(status, 200, "{json}");
+    assert_eq!(
+        (&json["tokens"], &json["set"], &json["spent"]),
+        (&json!(1_000_000), &json!(true), &json!(sim.reported()))
+    );
+    assert_eq!(
+        sim.get("/sessions/s/budget")["spent"],
+        json!(sim.reported())
+    );
+    let (status, json, _) = sim.request("DELETE", "/budget", Value::Null);
+    assert_eq!((status, &json["set"]), (200, &json!(false)));
 }

@@ -30,7 +30,7 @@ const LAYERS: &[&[&str]] = &[
     &["files"],
     &["capability"],
     &["transcript", "settlement"],
-    &["model", "model_choice", "usage"],
+    &["model", "model_choice", "usage", "budget"],
     &[
         "ctx",
         "meta",

@@ -200,7 +200,15 @@ impl Agent {
     /// fresh: resumed at their attempt).
     fn claim(&mut self) -> Vec<Step> {
         let Reconciled { steps, .. } = self
-            .ctx(|ctx| reconcile(ctx, &|_| false, &|_| true, Attempts { max: 3 }))
+            .ctx(|ctx| {
+                reconcile(
+                    ctx,
+                    &|_| false,
+                    &|_| true,
+                    Attempts { max: 3 },
+                    &shiitake::budget::Limits::NONE,
+                )
+            })
             .unwrap();
         steps
     }
@@ -521,7 +529,15 @@ fn failed_and_interrupted_replies_carry_a_bounded_diagnostic() {
     // Interrupted: restarts past the attempt limit.
     let (key2, cmd2) = delegate(&mut parent, &mut child, "r2", "crash please");
     let Reconciled { settled, .. } = child
-        .ctx(|ctx| reconcile(ctx, &|_| false, &|_| false, Attempts { max: 1 }))
+        .ctx(|ctx| {
+            reconcile(
+                ctx,
+                &|_| false,
+                &|_| false,
+                Attempts { max: 1 },
+                &shiitake::budget::Limits::NONE,
+            )
+        })
         .unwrap();
     assert_eq!(settled.len(), 1);
     assert_eq!(child.settlement("c", &cmd2)["terminal"], "interrupted");

@@ -58,6 +58,7 @@ fn claim(h: &mut Harness, live: &[&str]) -> Vec<Step> {
                 &|id| live.iter().any(|l| l == id),
                 &|_| fresh,
                 ATTEMPTS,
+                &shiitake::budget::Limits::NONE,
             )
         })
         .unwrap();
@@ -262,7 +263,15 @@ fn restarts_past_the_attempt_limit_settle_interrupted() {
         h.restart();
     }
     let Reconciled { steps, settled, .. } = h
-        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| false, ATTEMPTS))
+        .with_ctx(|ctx| {
+            reconcile(
+                ctx,
+                &|_| false,
+                &|_| false,
+                ATTEMPTS,
+                &shiitake::budget::Limits::NONE,
+            )
+        })
         .unwrap();
     assert!(steps.is_empty());
     assert_eq!(settled.len(), 1);
@@ -563,7 +572,15 @@ fn with_a_single_attempt_a_fresh_turn_still_runs_once() {
         .to_owned();
     let one = Attempts { max: 1 };
     let Reconciled { steps, settled, .. } = h
-        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| true, one))
+        .with_ctx(|ctx| {
+            reconcile(
+                ctx,
+                &|_| false,
+                &|_| true,
+                one,
+                &shiitake::budget::Limits::NONE,
+            )
+        })
         .unwrap();
     assert!(settled.is_empty(), "{settled:?}");
     assert_eq!(
@@ -573,7 +590,15 @@ fn with_a_single_attempt_a_fresh_turn_still_runs_once() {
     // After a restart the same turn has used its only attempt.
     h.restart();
     let Reconciled { steps, settled, .. } = h
-        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| false, one))
+        .with_ctx(|ctx| {
+            reconcile(
+                ctx,
+                &|_| false,
+                &|_| false,
+                one,
+                &shiitake::budget::Limits::NONE,
+            )
+        })
         .unwrap();
     assert!(steps.is_empty());
     assert_eq!(settled[0].1.terminal, Terminal::Interrupted);
@@ -636,7 +661,15 @@ fn a_turn_spared_by_a_reset_it_did_not_cause_resumes_at_its_attempt() {
             running,
             ..
         } = h
-            .with_ctx(|ctx| reconcile(ctx, &|_| false, &|id| id == spared, ATTEMPTS))
+            .with_ctx(|ctx| {
+                reconcile(
+                    ctx,
+                    &|_| false,
+                    &|id| id == spared,
+                    ATTEMPTS,
+                    &shiitake::budget::Limits::NONE,
+                )
+            })
             .unwrap();
         let attempts: Vec<_> = steps
             .iter()

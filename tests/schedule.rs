@@ -257,6 +257,7 @@ impl Agent {
                         &|h| live.contains(h),
                         &|h| machine.is_fresh(h),
                         run::Attempts { max: 5 },
+                        &shiitake::budget::Limits::NONE,
                     );
                     if self.db.crashed.get() {
                         return Err(Crashed);

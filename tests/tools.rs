@@ -64,7 +64,15 @@ fn start(h: &mut Harness, text: &str) -> Step {
     h.session("s");
     h.prompt("s", "r1", text);
     let Reconciled { mut steps, .. } = h
-        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| true, ATTEMPTS))
+        .with_ctx(|ctx| {
+            reconcile(
+                ctx,
+                &|_| false,
+                &|_| true,
+                ATTEMPTS,
+                &shiitake::budget::Limits::NONE,
+            )
+        })
         .unwrap();
     assert_eq!(steps.len(), 1);
     steps.remove(0)
@@ -73,7 +81,15 @@ fn start(h: &mut Harness, text: &str) -> Step {
 fn restart_and_claim(h: &mut Harness) -> Step {
     h.restart();
     let Reconciled { mut steps, .. } = h
-        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| false, ATTEMPTS))
+        .with_ctx(|ctx| {
+            reconcile(
+                ctx,
+                &|_| false,
+                &|_| false,
+                ATTEMPTS,
+                &shiitake::budget::Limits::NONE,
+            )
+        })
         .unwrap();
     assert_eq!(steps.len(), 1);
     steps.remove(0)
@@ -468,7 +484,15 @@ fn assert_paired(context: &[ModelItem]) {
 /// Claims the Session's next turn (its queue head).
 fn claim_next(h: &mut Harness) -> Step {
     let Reconciled { mut steps, .. } = h
-        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| true, ATTEMPTS))
+        .with_ctx(|ctx| {
+            reconcile(
+                ctx,
+                &|_| false,
+                &|_| true,
+                ATTEMPTS,
+                &shiitake::budget::Limits::NONE,
+            )
+        })
         .unwrap();
     assert_eq!(steps.len(), 1);
     steps.remove(0)
@@ -720,7 +744,15 @@ fn a_tool_turn_interrupted_past_the_attempt_limit_closes_its_calls() {
     mark_started_ok(&mut h, &resumed, "i1");
     h.restart();
     let Reconciled { steps, settled, .. } = h
-        .with_ctx(|ctx| reconcile(ctx, &|_| false, &|_| false, ATTEMPTS))
+        .with_ctx(|ctx| {
+            reconcile(
+                ctx,
+                &|_| false,
+                &|_| false,
+                ATTEMPTS,
+                &shiitake::budget::Limits::NONE,
+            )
+        })
         .unwrap();
     assert!(steps.is_empty());
     assert_eq!(settled.len(), 1);

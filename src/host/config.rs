@@ -3,9 +3,10 @@
 //! never stored, logged or echoed.
 
 use super::bindings::{env_string, log_warn, JsMeta};
+use crate::budget::Limits;
 use crate::limits::{
-    ATTEMPTS_MAX, MAX_OUTPUT_TOKENS_DEFAULT, MAX_OUTPUT_TOKENS_MAX, RETRY_BASE_MS_MAX,
-    RETRY_MAX_MS_MAX, TOOL_CALL_TIMEOUT_MS, WATCH_HEARTBEAT_MS,
+    ATTEMPTS_MAX, BUDGET_TOKENS_MAX, MAX_OUTPUT_TOKENS_DEFAULT, MAX_OUTPUT_TOKENS_MAX,
+    RETRY_BASE_MS_MAX, RETRY_MAX_MS_MAX, TOOL_CALL_TIMEOUT_MS, WATCH_HEARTBEAT_MS,
 };
 use crate::meta::{HostRefusal, MetaPolicy};
 use crate::model::{preference, ModelSpec, Provider, ProviderConfig, RetryPolicy};
@@ -31,6 +32,8 @@ pub struct HostConfig {
     pub providers: Vec<(Provider, ProviderConfig)>,
     pub instructions: Option<String>,
     pub retry: RetryPolicy,
+    /// `SHIITAKE_BUDGET_DAILY_TOKENS`, `SHIITAKE_BUDGET_SESSION_TOKENS`.
+    pub budget: Limits,
     pub max_output_tokens: u32,
     /// Fault injection (test builds only): panic when a streamed delta or
     /// a request's path contains it.
@@ -69,6 +72,10 @@ impl HostConfig {
                     .unwrap_or(defaults.base_delay_ms),
                 max_delay_ms: number(env, "SHIITAKE_RETRY_MAX_MS", 1, RETRY_MAX_MS_MAX)
                     .unwrap_or(defaults.max_delay_ms),
+            },
+            budget: Limits {
+                daily: budget(env, "SHIITAKE_BUDGET_DAILY_TOKENS"),
+                session: budget(env, "SHIITAKE_BUDGET_SESSION_TOKENS"),
             },
             max_output_tokens: number(env, "SHIITAKE_MAX_OUTPUT_TOKENS", 1, MAX_OUTPUT_TOKENS_MAX)
                 .map_or(MAX_OUTPUT_TOKENS_DEFAULT, |n| n as u32),
@@ -239,6 +246,21 @@ fn providers(env: &JsValue) -> Vec<(Provider, ProviderConfig)> {
 
 /// A numeric setting within bounds; out of bounds or malformed falls back to
 /// the default with a warning naming the setting (never its neighbours).
+/// A configured budget. One that is not a number in range counts as 0: a
+/// typo stops spending, it never lifts the limit.
+fn budget(env: &JsValue, name: &str) -> Option<u64> {
+    let raw = env_string(env, name)?;
+    match raw.parse::<u64>() {
+        Ok(n) if n <= BUDGET_TOKENS_MAX => Some(n),
+        _ => {
+            log_warn(format!(
+                "{name} must be an integer in 0..={BUDGET_TOKENS_MAX}; counting it as 0 (no model call runs)"
+            ));
+            Some(0)
+        }
+    }
+}
+
 fn number(env: &JsValue, name: &str, min: u64, max: u64) -> Option<u64> {
     let raw = env_string(env, name)?;
     match raw.parse::<u64>() {

@@ -190,8 +190,9 @@ impl ShiitakeCore {
             log_error(why);
         }
         let heartbeat_ms = config.watch_heartbeat_ms;
-        let machine =
-            crate::run::agent::Agent::new(crate::run::driver::TurnPolicy::new(config.retry));
+        let machine = crate::run::agent::Agent::new(
+            crate::run::driver::TurnPolicy::new(config.retry).with_budget(config.budget),
+        );
         let inner = Rc::new_cyclic(|me| Inner {
             me: me.clone(),
             agent,

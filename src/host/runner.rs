@@ -600,6 +600,7 @@ impl Inner {
                 &|h| self.is_live(h),
                 &|h| self.machine.borrow().is_fresh(h),
                 self.config.attempts(),
+                &self.config.budget,
             )
         });
         let run::Reconciled {

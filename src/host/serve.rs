@@ -46,6 +46,7 @@ impl Inner {
         let hosted = http::Hosted {
             extensions: self.extensions(),
             models: self.model_policy(),
+            budget: self.config.budget,
         };
         self.with_ctx(|ctx| http::handle(ctx, &hosted, req))
     }

@@ -26,9 +26,10 @@ use super::tools::{
     self as run_tools, CallsOutcome, OpenCall, Recovery, ResultOutcome, ToolOutput,
 };
 use super::{
-    complete_step, fail_attempt, record_call, Attempts, FailOutcome, Failure, Settlement, Step,
-    StepOutcome, Window, Work,
+    complete_step, fail_attempt, on_current_turn, record_call, Attempts, FailOutcome, Failure,
+    Settlement, Step, StepOutcome, Window, Work,
 };
+use crate::budget;
 use crate::capability::door::{Tool, Toolset};
 use crate::ctx::Ctx;
 use crate::error::ApiError;
@@ -70,6 +71,8 @@ pub fn settled_events(settled: Vec<Settlement>) -> Vec<Event> {
 pub struct TurnPolicy {
     pub attempts: Attempts,
     pub retry: RetryPolicy,
+    /// The budgets the host configures (`budget.rs`).
+    pub budget: budget::Limits,
 }
 
 impl TurnPolicy {
@@ -79,7 +82,12 @@ impl TurnPolicy {
                 max: retry.attempts_max,
             },
             retry,
+            budget: budget::Limits::NONE,
         }
+    }
+
+    pub fn with_budget(self, budget: budget::Limits) -> TurnPolicy {
+        TurnPolicy { budget, ..self }
     }
 }
 
@@ -392,27 +400,76 @@ impl Turn {
                 if due && !self.compacted {
                     self.summarise(ctx, Trigger::Window)
                 } else {
-                    self.call_model();
-                    Ok(())
+                    self.call_model(ctx)
                 }
             }
         }
     }
 
     /// The model call of the step, with the tools offered.
-    fn call_model(&mut self) {
-        self.awaiting = Awaiting::Model;
+    fn call_model(&mut self, ctx: &mut Ctx<'_>) -> Result<(), ApiError> {
         let tools = self
             .offer
             .toolset
             .as_ref()
             .map(|t| t.specs())
             .unwrap_or_default();
+        let context = std::mem::take(&mut self.context);
+        self.request(ctx, context, tools, None)
+    }
+
+    /// Asks the host for a model call once the turn's budgets cover it
+    /// (`budget::gate`, where budgets apply, charges the call's estimate).
+    /// Over a budget the turn pauses instead: it stays running, publishes
+    /// `paused`, and a claim resumes it when they cover it.
+    fn request(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        context: Vec<ModelItem>,
+        tools: Vec<ToolSpec>,
+        system: Option<String>,
+    ) -> Result<(), ApiError> {
+        let (sql, now_ms) = (ctx.store.sql(), ctx.now_ms);
+        if budget::applies(sql, &self.policy.budget) {
+            budget::open(sql, now_ms)?;
+            let (session, head, attempt) =
+                (self.session_id.clone(), self.head.clone(), self.attempt);
+            let (limits, needs) = (self.policy.budget, self.window.tokens);
+            let gated = on_current_turn(ctx, &session, &head, attempt, |current| {
+                let call = (session.as_str(), head.as_str(), attempt);
+                Ok(budget::gate(
+                    current.store.sql(),
+                    &limits,
+                    call,
+                    needs,
+                    now_ms,
+                )?)
+            })?;
+            match gated {
+                None => {
+                    self.finish();
+                    return Ok(());
+                }
+                Some(Some(reached)) => {
+                    self.summarising = None;
+                    self.publish(Frame::Paused {
+                        command_id: head,
+                        reason: budget::BUDGET_REACHED,
+                        budget: reached,
+                    });
+                    self.finish();
+                    return Ok(());
+                }
+                Some(None) => {}
+            }
+        }
+        self.awaiting = Awaiting::Model;
         self.actions.push_back(Action::CallModel {
-            context: std::mem::take(&mut self.context),
+            context,
             tools,
-            system: None,
+            system,
         });
+        Ok(())
     }
 
     /// The instructions of a `compact` command.
@@ -432,10 +489,7 @@ impl Turn {
         let Some(range) = self.window.range.clone() else {
             return match trigger {
                 Trigger::Command => self.recorded(ctx, None),
-                _ => {
-                    self.call_model();
-                    Ok(())
-                }
+                _ => self.call_model(ctx),
             };
         };
         let budget = self
@@ -452,13 +506,7 @@ impl Turn {
             budget,
         );
         self.summarising = Some((trigger, range));
-        self.awaiting = Awaiting::Model;
-        self.actions.push_back(Action::CallModel {
-            context,
-            tools: Vec::new(),
-            system: Some(system),
-        });
-        Ok(())
+        self.request(ctx, context, Vec::new(), Some(system))
     }
 
     /// Without the `compaction` feature: a `compact` command (queued by a
@@ -469,10 +517,7 @@ impl Turn {
             Trigger::Command => {
                 self.failed(ctx, ModelError::new(false, compaction::UNAVAILABLE), false)
             }
-            _ => {
-                self.call_model();
-                Ok(())
-            }
+            _ => self.call_model(ctx),
         }
     }
 
@@ -519,7 +564,7 @@ impl Turn {
                 self.context = next.context;
                 self.window = next.window;
                 self.compacted = true;
-                self.call_model();
+                self.call_model(ctx)?;
             }
             Recorded::Changed { context, window } => {
                 self.context = context;
@@ -530,7 +575,7 @@ impl Turn {
                     // The step goes on without (it compacts at its next one).
                     _ => {
                         self.compacted = true;
-                        self.call_model();
+                        self.call_model(ctx)?;
                     }
                 }
             }

@@ -24,6 +24,7 @@ pub mod operation;
 pub mod schedule;
 pub mod tools;
 
+use crate::budget;
 use crate::ctx::{Ctx, IdSource};
 use crate::error::ApiError;
 use crate::limits::CLAIMS_PER_PASS_MAX;
@@ -177,6 +178,7 @@ pub fn reconcile(
     is_live: &dyn Fn(&str) -> bool,
     is_fresh: &dyn Fn(&str) -> bool,
     attempts: Attempts,
+    budget: &budget::Limits,
 ) -> Result<Reconciled, ApiError> {
     let store = ctx.store;
     let now_ms = ctx.now_ms;
@@ -190,9 +192,22 @@ pub fn reconcile(
             .runnable()?
             .into_iter()
             .partition(|c| c.state == State::Running);
+        // Turns a budget paused: each resumes, at the attempt it holds,
+        // once its budgets cover the call it paused before.
+        let paused = budget::paused(store.sql())?;
+        let mut unpaused = Vec::new();
         for head in running.iter().filter(|c| c.turn_id.is_none()) {
             if is_live(&head.command_id) {
                 continue;
+            }
+            if let Some(p) = paused.iter().find(|p| p.command_id == head.command_id) {
+                if !budget::covers(store.sql(), budget, p, now_ms)? {
+                    if p.budget.scope == budget::Scope::Agent {
+                        later((budget::day_of(now_ms) + 1) * budget::DAY_MS);
+                    }
+                    continue;
+                }
+                unpaused.push(head.command_id.clone());
             }
             if let Some(at) = head.retry_at.filter(|at| *at > now_ms) {
                 later(at);
@@ -244,7 +259,11 @@ pub fn reconcile(
             // orphan (a dead instance's, or the one whose code trapped)
             // counts a new attempt, so a turn that keeps crashing its
             // runtime ends at the attempt limit; so does a due retry.
-            let fresh_start = head.retry_at.is_none() && is_fresh(&head.command_id);
+            let resumed = unpaused.contains(&head.command_id);
+            if resumed {
+                budget::unpause(store.sql(), &head.session_id)?;
+            }
+            let fresh_start = resumed || (head.retry_at.is_none() && is_fresh(&head.command_id));
             // An orphan with no due retry and no open call was in or around
             // a model call: that call is counted once, here, as unknown
             // (its usage is lost with the instance; a failed call was
@@ -560,8 +579,23 @@ pub(crate) fn settle_with_meta(
     // A cancelled turn with no call open and no retry due may be in its
     // model call: that call is counted once, here, as unknown (its
     // outcome is dropped when the host stops it).
+    // A turn a budget paused is in no call: its pause ends with it.
+    let paused = match head.filter(|_| terminal == Terminal::Cancelled) {
+        Some(head) => budget::paused_of(store.sql(), &head.session_id)?
+            .filter(|p| p.command_id == head.command_id)
+            .is_some(),
+        None => false,
+    };
+    if paused {
+        if let Some(head) = head {
+            budget::unpause(store.sql(), &head.session_id)?;
+        }
+    }
     if let Some(head) = head.filter(|h| {
-        terminal == Terminal::Cancelled && h.retry_at.is_none() && progress.open.is_empty()
+        terminal == Terminal::Cancelled
+            && !paused
+            && h.retry_at.is_none()
+            && progress.open.is_empty()
     }) {
         let call = usage::Call {
             session_id: &head.session_id,

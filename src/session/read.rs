@@ -34,6 +34,9 @@ pub struct RunningItem {
     pub text: String,
     pub attempt: u32,
     pub started_at: Option<i64>,
+    /// Paused before a model call its budget cannot cover.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused: Option<crate::budget::Paused>,
 }
 
 /// A stored message (a JSON object, served verbatim) with its committed
@@ -126,7 +129,10 @@ pub fn page(
         running: store
             .running_head(session_id)?
             .map(|head| -> Result<RunningItem, ApiError> {
+                let paused = crate::budget::paused_of(store.sql(), session_id)?
+                    .filter(|p| p.command_id == head.command_id);
                 Ok(RunningItem {
+                    paused,
                     text: queued_input(&head)?.text,
                     kind: (head.kind == crate::store::Kind::Compact).then_some("compact"),
                     command_id: head.command_id,

@@ -66,10 +66,16 @@ const MIGRATIONS: &[Migration] = &[
         what: "the traces group (OpenTelemetry spans waiting for export, made at the first span)",
         apply: group_made_at_first_write,
     },
+    Migration {
+        to: 7,
+        what:
+            "token budgets (feature group `budget`, made when a budget is first set or configured)",
+        apply: group_made_at_first_write,
+    },
 ];
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 6; // the last step's `to`
+pub const SCHEMA_VERSION: i64 = 7; // the last step's `to`
 
 const _: () = assert!(MIGRATIONS[MIGRATIONS.len() - 1].to == SCHEMA_VERSION);
 
@@ -113,7 +119,8 @@ fn to_compaction(sql: &dyn Sql) -> Result<(), SqlError> {
     write(sql, "ALTER TABLE messages ADD COLUMN kind TEXT", Vec::new())
 }
 
-/// Schemas 5 (the usage ledger, [`USAGE`]) and 6 (trace spans, [`TRACES`]):
+/// Schemas 5 (the usage ledger, [`USAGE`]), 6 (trace spans, [`TRACES`])
+/// and 7 (token budgets, [`BUDGET`]):
 /// each adds a feature group, whose table a store gets with its first write,
 /// so the step changes nothing in place (O(1)); the version it records keeps
 /// an older build, which would write turns without their ledger rows or
@@ -606,6 +613,35 @@ pub const TRACES: Group = Group {
     )",
 };
 
+/// Token budgets (`budget.rs`), made when a budget is first set or the
+/// host first configures one; from then on every model call's outcome
+/// keeps the counters. `shiitake_budgets`: the limits the routes set
+/// over the configured ones (`agent`: per UTC day; `session:<id>`). `shiitake_spend`: tokens charged (`day:<n>`, the UTC
+/// day number; `session:<id>`). `shiitake_held`: a Session's model call in
+/// flight, charged its estimate until its outcome replaces it (`day`: the
+/// day it was charged to). `shiitake_paused`: a turn paused before a call
+/// its budget cannot cover (`needs`: the estimate that did not fit).
+pub const BUDGET: Group = Group {
+    name: "budget",
+    ddl: "CREATE TABLE shiitake_budgets (scope TEXT PRIMARY KEY, tokens INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE shiitake_spend (scope TEXT PRIMARY KEY, tokens INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE shiitake_held (
+        session_id TEXT PRIMARY KEY,
+        tokens INTEGER NOT NULL,
+        day INTEGER NOT NULL
+    ) WITHOUT ROWID;
+CREATE TABLE shiitake_paused (
+        session_id TEXT PRIMARY KEY,
+        command_id TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        scope TEXT NOT NULL,
+        tokens INTEGER NOT NULL,
+        spent INTEGER NOT NULL,
+        needs INTEGER NOT NULL,
+        since INTEGER NOT NULL
+    ) WITHOUT ROWID",
+};
+
 /// Every feature group.
 const GROUPS: &[&Group] = &[
     &DELIVERY,
@@ -621,6 +657,7 @@ const GROUPS: &[&Group] = &[
     &HOSTED_SESSIONS,
     &USAGE,
     &TRACES,
+    &BUDGET,
 ];
 
 /// The state table of extension `id` (a checked name: `[a-z][a-z0-9_]*`).
