@@ -252,8 +252,9 @@ fn figures(row: &crate::sql::Row, first: usize) -> Result<Figures, SqlError> {
 }
 
 /// The ledger's totals over the query's range and one page of its groups
-/// (at most `USAGE_PAGE_GROUPS_MAX`). Two statements; none while the
-/// store holds no ledger (no model call recorded yet).
+/// (at most `USAGE_PAGE_GROUPS_MAX`), of one Session when the query names
+/// one. Two statements (one without `group_by`); none while the store
+/// holds no ledger (no model call recorded yet).
 pub fn ledger(sql: &dyn Sql, query: &Query) -> Result<Ledger, SqlError> {
     let mut ledger = Ledger {
         from: query.from,
