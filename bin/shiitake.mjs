@@ -24,8 +24,8 @@ Talk to an Agent: a prompt at a time, its answer streamed as it comes.
   -h, --help         this text
 
 In a chat: /cancel /abort /history /edit /retry /branches /select /compact
-/summary /sessions /new /switch <id> /help /quit (/help says what each
-does); Ctrl-C cancels the running prompt, twice (or when idle) quits.
+/summary /usage /sessions /new /switch <id> /help /quit (/help says what
+each does); Ctrl-C cancels the running prompt, twice (or when idle) quits.
 
 A prompt whose answer did not arrive is not sent again: the client asks the
 Session whether it arrived ([sent]) or not ([not sent]: the text comes back
@@ -49,6 +49,8 @@ const COMMANDS = `  /cancel             cancel your newest queued prompt, else t
                       the messages stay readable
   /summary [#n]       compaction #n (default the newest): its summary and the
                       messages it stands for
+  /usage              what the model calls cost: this Session's and the Agent's today
+                      (UTC), calls by outcome and tokens in, cached and out
   /sessions           list this Agent's Sessions
   /new                start a new Session
   /switch <id>        go to another Session
@@ -118,6 +120,14 @@ function settlementLine(s, prompt) {
   else if (s.diagnostic) extra = ` ${s.diagnostic}`;
   else if (s.terminal === "cancelled" && prompt !== undefined) extra = ` ${summary(prompt)}`;
   return `[${s.terminal}]${extra}`;
+}
+
+/** Usage ledger figures of `what`, in two lines: its calls by outcome, then the tokens in, cached and out. */
+function usageLines(what, f) {
+  return [
+    `[usage] ${what}: ${f.calls} call${f.calls === 1 ? "" : "s"} (${f.answered} answered, ${f.failed} failed, ${f.unknown} unknown)`,
+    `        tokens: ${f.inputTokens} in · ${f.cacheReadTokens ?? 0} cached · ${f.outputTokens} out`,
+  ];
 }
 
 /** What a queued or running command does: its prompt's text, else a regenerate or a compaction. */
@@ -828,6 +838,15 @@ async function runChat(o, client, where, unconfirmed) {
       screen.line("[summarised]");
       if (!complete) screen.line("  (older ones not read)");
       for (const x of messages) screen.line(`  ${numbered(x)}`);
+    },
+    // From the usage ledger: each model call counted once (failed and
+    // cut-off ones too). A budget's line goes after each total's.
+    async usage(args) {
+      if (args !== "") return screen.line("usage: /usage");
+      const midnight = new Date().setUTCHours(0, 0, 0, 0);
+      const [mine, today] = await Promise.all([client.usage({ sessionId: view.session.id }), client.usage({ from: midnight })]);
+      const day = new Date(midnight).toISOString().slice(0, 10);
+      for (const line of [...usageLines(`Session ${view.session.id}`, mine.totals), ...usageLines(`Agent today (${day} UTC)`, today.totals)]) screen.line(line);
     },
     async sessions() {
       const { sessions, cursor } = await client.listSessions({ limit: 50 });

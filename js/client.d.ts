@@ -120,6 +120,8 @@ export interface UsageGroup extends UsageFigures {
 export interface UsageLedger {
   from: number | null;
   to: number | null;
+  /** The Session the figures are of; `null`: every call of the Agent. */
+  sessionId: string | null;
   groupBy: UsageGroupBy | null;
   /** Over the whole range. */
   totals: UsageFigures;
@@ -134,6 +136,8 @@ export interface UsageQuery {
   from?: number;
   /** Calls before, ms since the epoch. */
   to?: number;
+  /** Only this Session's calls (a Session with no calls, never created or deleted: zero totals). */
+  sessionId?: string;
   groupBy?: UsageGroupBy;
   /** Groups a page, 1..200 (default 50). */
   limit?: number;

@@ -107,8 +107,8 @@ class ShiitakeClient {
   }
 
   /** `GET /usage`: the Agent's usage ledger, totals over `[from, to)` and a page of groups. */
-  usage({ from, to, groupBy, limit, cursor, signal } = {}) {
-    return this.#t.request("GET", "/usage", { query: { from, to, groupBy, limit, cursor: cursor ?? undefined }, signal });
+  usage({ from, to, sessionId, groupBy, limit, cursor, signal } = {}) {
+    return this.#t.request("GET", "/usage", { query: { from, to, sessionId, groupBy, limit, cursor: cursor ?? undefined }, signal });
   }
 
   /** `from: {sessionId, entryId}` forks: the new Session continues that Session's path ending at the entry. */

@@ -509,7 +509,7 @@ export class ShiitakeDO extends DurableObject {
     return this.agent.inbox(query);
   }
 
-  /** RPC: the usage ledger (`{from?, to?, groupBy?, limit?, cursor?}`). */
+  /** RPC: the usage ledger (`{from?, to?, sessionId?, groupBy?, limit?, cursor?}`). */
   usage(query) {
     return this.agent.usage(query);
   }

@@ -502,10 +502,7 @@ pub fn set(
         Some(tokens) => write(
             sql,
             "INSERT OR REPLACE INTO shiitake_budgets (scope, tokens) VALUES (?, ?)",
-            vec![
-                scope.as_str().into(),
-                count(tokens),
-            ],
+            vec![scope.as_str().into(), count(tokens)],
         ),
         None => write(
             sql,

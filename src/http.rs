@@ -12,7 +12,8 @@ use crate::extension::{Extensions, Invocation, Invoked, Sent};
 use crate::json::parse_body;
 use crate::limits::{
     BODY_BYTES_MAX, BUDGET_TOKENS_MAX, INBOX_PAGE_SESSIONS_MAX, LIST_PAGE_SESSIONS_MAX,
-    PAGE_LIMIT_DEFAULT, READ_PAGE_MESSAGES_MAX, SETTLEMENT_TIMEOUT_MS_MAX, USAGE_PAGE_GROUPS_MAX,
+    PAGE_LIMIT_DEFAULT, READ_PAGE_MESSAGES_MAX, SESSION_ID_BYTES_MAX, SETTLEMENT_TIMEOUT_MS_MAX,
+    USAGE_PAGE_GROUPS_MAX,
 };
 use crate::model::preference::{Choice, Policy};
 use crate::model::Reasoning;
@@ -614,7 +615,10 @@ struct SetBudget {
 
 /// `GET /usage`: the Agent's usage ledger (`usage::ledger`).
 fn usage_ledger(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, ApiError> {
-    let query = Query::parse(&req.query, &["from", "to", "groupBy", "limit", "cursor"])?;
+    let query = Query::parse(
+        &req.query,
+        &["from", "to", "sessionId", "groupBy", "limit", "cursor"],
+    )?;
     let at = |key: &str| match query.get(key) {
         None => Ok(None),
         Some(v) => match v.parse::<i64>() {
@@ -632,6 +636,15 @@ fn usage_ledger(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, Ap
             )));
         }
     }
+    let session_id = match query.get("sessionId") {
+        Some(v) if !crate::text::is_id(v, SESSION_ID_BYTES_MAX) => {
+            return Err(ApiError::InvalidQuery(format!(
+                "sessionId: 1..={SESSION_ID_BYTES_MAX} bytes of [A-Za-z0-9._:-], got `{}`",
+                crate::text::shorten(v)
+            )));
+        }
+        v => v.map(str::to_owned),
+    };
     let group_by = match query.get("groupBy") {
         None => None,
         Some(v) => Some(usage::GroupBy::parse(v).ok_or_else(|| {
@@ -652,6 +665,7 @@ fn usage_ledger(ctx: &mut Ctx<'_>, req: &HttpRequest) -> Result<HttpResponse, Ap
     let query = usage::Query {
         from,
         to,
+        session_id,
         group_by,
         limit: query.limit(USAGE_PAGE_GROUPS_MAX)?,
         cursor,

@@ -129,11 +129,14 @@ impl GroupBy {
     }
 }
 
-/// A ledger query: calls with `from <= at < to` (ms since the epoch).
+/// A ledger query: calls with `from <= at < to` (ms since the epoch),
+/// of one Session when `session_id` is set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Query {
     pub from: Option<i64>,
     pub to: Option<i64>,
+    /// Only this Session's calls (deleted or never made: no calls).
+    pub session_id: Option<String>,
     pub group_by: Option<GroupBy>,
     pub limit: usize,
     /// The key after which the page starts.
@@ -174,6 +177,8 @@ pub struct LedgerGroup {
 pub struct Ledger {
     pub from: Option<i64>,
     pub to: Option<i64>,
+    /// The Session the figures are of; `None`: every call of the Agent.
+    pub session_id: Option<String>,
     pub group_by: Option<GroupBy>,
     /// Over the whole range.
     pub totals: Figures,
@@ -218,7 +223,20 @@ const FIGURES: &str = "COUNT(*), SUM(outcome = 'answered'), SUM(outcome = 'faile
     SUM(outcome = 'unknown'), SUM(input_tokens), SUM(output_tokens), SUM(cache_read_tokens),
     SUM(cache_write_tokens), SUM(reasoning_tokens)";
 
-const RANGE: &str = "at >= ? AND at < ?";
+/// The rows of a query: its range, and its Session when it names one.
+fn filter(query: &Query) -> (&'static str, Vec<SqlValue>) {
+    let mut params = vec![
+        query.from.unwrap_or(i64::MIN).into(),
+        query.to.unwrap_or(i64::MAX).into(),
+    ];
+    match &query.session_id {
+        None => ("at >= ? AND at < ?", params),
+        Some(id) => {
+            params.push(id.as_str().into());
+            ("at >= ? AND at < ? AND session_id = ?", params)
+        }
+    }
+}
 
 fn figures(row: &crate::sql::Row, first: usize) -> Result<Figures, SqlError> {
     let n = |i: usize| -> Result<Option<u64>, SqlError> {
@@ -240,12 +258,14 @@ fn figures(row: &crate::sql::Row, first: usize) -> Result<Figures, SqlError> {
 }
 
 /// The ledger's totals over the query's range and one page of its groups
-/// (at most `USAGE_PAGE_GROUPS_MAX`). Two statements; none while the
-/// store holds no ledger (no model call recorded yet).
+/// (at most `USAGE_PAGE_GROUPS_MAX`), of one Session when the query names
+/// one. Two statements (one without `group_by`); none while the store
+/// holds no ledger (no model call recorded yet).
 pub fn ledger(sql: &dyn Sql, query: &Query) -> Result<Ledger, SqlError> {
     let mut ledger = Ledger {
         from: query.from,
         to: query.to,
+        session_id: query.session_id.clone(),
         group_by: query.group_by,
         totals: Figures::default(),
         groups: Vec::new(),
@@ -254,14 +274,11 @@ pub fn ledger(sql: &dyn Sql, query: &Query) -> Result<Ledger, SqlError> {
     if !USAGE.exists(sql) {
         return Ok(ledger);
     }
-    let range = [
-        query.from.unwrap_or(i64::MIN).into(),
-        query.to.unwrap_or(i64::MAX).into(),
-    ];
+    let (rows, mut params) = filter(query);
     let totals = read(
         sql,
-        &format!("SELECT {FIGURES} FROM shiitake_usage WHERE {RANGE}"),
-        &range,
+        &format!("SELECT {FIGURES} FROM shiitake_usage WHERE {rows}"),
+        &params,
     )?;
     if let Some(row) = totals.first() {
         ledger.totals = figures(row, 0)?;
@@ -270,13 +287,12 @@ pub fn ledger(sql: &dyn Sql, query: &Query) -> Result<Ledger, SqlError> {
         return Ok(ledger);
     };
     let limit = query.limit.min(USAGE_PAGE_GROUPS_MAX);
-    let mut params = range.to_vec();
     params.push(query.cursor.clone().unwrap_or_default().into());
     params.push(i64::try_from(limit + 1).unwrap_or(i64::MAX).into());
     let rows = read(
         sql,
         &format!(
-            "SELECT {key} AS k, {FIGURES} FROM shiitake_usage WHERE {RANGE}
+            "SELECT {key} AS k, {FIGURES} FROM shiitake_usage WHERE {rows}
              GROUP BY k HAVING k > ? ORDER BY k LIMIT ?",
             key = group_by.key()
         ),
@@ -318,6 +334,7 @@ mod tests {
         Query {
             from: None,
             to: None,
+            session_id: None,
             group_by,
             limit,
             cursor: cursor.map(str::to_owned),
@@ -396,6 +413,42 @@ mod tests {
         let ranged = ledger(&sql, &ranged).unwrap();
         assert_eq!((ranged.totals.calls, ranged.totals.failed), (1, 1));
         assert!(ranged.groups.is_empty());
+        let of = |session: &str, from: Option<i64>, group_by| {
+            let q = Query {
+                session_id: Some(session.into()),
+                from,
+                ..query(group_by, 10, None)
+            };
+            ledger(&sql, &q).unwrap()
+        };
+        let a = of("a", None, Some(GroupBy::Day));
+        assert_eq!(a.session_id.as_deref(), Some("a"));
+        assert_eq!(
+            a.totals,
+            Figures {
+                calls: 2,
+                answered: 1,
+                failed: 1,
+                input_tokens: 10,
+                output_tokens: 2,
+                cache_read_tokens: Some(1),
+                ..Figures::default()
+            },
+            "the Session's calls only"
+        );
+        let keys: Vec<(&str, u64)> = a
+            .groups
+            .iter()
+            .map(|g| (g.key.as_str(), g.figures.calls))
+            .collect();
+        assert_eq!(keys, [("1970-01-01", 2)], "its groups too");
+        assert_eq!(of("a", Some(1), None).totals.calls, 1, "and its range");
+        let none = of("gone", None, Some(GroupBy::Session));
+        assert_eq!(
+            (none.totals, none.groups.len()),
+            (Figures::default(), 0),
+            "a Session without calls has none"
+        );
         let dropped = sql
             .query(
                 "SELECT raw, raw_dropped FROM shiitake_usage WHERE session_id = 'c'",

@@ -1665,10 +1665,16 @@ fn the_usage_ledger_counts_failed_attempts_and_a_cancelled_call() {
         "limit=0",
         "cursor=s",
         "since=1",
+        "sessionId=",
+        "sessionId=a%20b",
+        &format!("sessionId={}", "s".repeat(129)),
     ] {
         let (status, json, _) = sim.request("GET", &format!("/usage?{bad}"), Value::Null);
         let code = &json["error"]["code"];
         assert_eq!((status, code), (400, &json!("invalid_query")), "{bad}");
+        let named = bad.split('=').next().unwrap();
+        let message = json["error"]["message"].as_str().unwrap();
+        assert!(message.contains(named), "{bad}: {message}");
     }
 }
 
@@ -1920,4 +1926,36 @@ fn budget_routes_refuse_what_is_not_a_budget() {
     );
     let (status, json, _) = sim.request("DELETE", "/budget", Value::Null);
     assert_eq!((status, &json["set"]), (200, &json!(false)));
+}
+
+/// `GET /usage?sessionId=`: the figures of one Session's calls, with its
+/// groups and range; the ledger outlives the Session.
+#[test]
+fn the_usage_ledger_answers_for_one_session() {
+    let mut sim = two_turns();
+    sim.run_with_recovery(0);
+    let all = sim.usage_totals();
+    assert_eq!(all["calls"], 3);
+    let mut of = |query: &str| {
+        let (status, json, _) = sim.request("GET", &format!("/usage?{query}"), Value::Null);
+        assert_eq!(status, 200, "{query}: {json}");
+        json
+    };
+    let s = of("sessionId=s&groupBy=session");
+    assert_eq!((&s["sessionId"], &s["totals"]), (&json!("s"), &all));
+    assert_eq!(s["groups"][0]["key"], "s");
+    assert_eq!(s["groups"].as_array().unwrap().len(), 1);
+    let later = of("sessionId=s&from=9999999999999");
+    assert_eq!(later["totals"]["calls"], 0, "with its range: {later}");
+    let unknown = of("sessionId=t&groupBy=day");
+    assert_eq!(unknown["totals"]["calls"], 0, "{unknown}");
+    assert_eq!(unknown["groups"], json!([]));
+    let (status, json, _) = sim.request("DELETE", "/sessions/s", Value::Null);
+    assert!(status < 300, "{status}: {json}");
+    let (status, json, _) = sim.request("GET", "/usage?sessionId=s", Value::Null);
+    assert_eq!(
+        (status, &json["totals"]),
+        (200, &all),
+        "the ledger outlives its Sessions"
+    );
 }

@@ -147,6 +147,8 @@ function closeSession() {
   $("pending").replaceChildren();
   $("unsure").replaceChildren();
   $("extensions").replaceChildren();
+  $("costs").replaceChildren();
+  $("costs").hidden = true;
   setEditing(null);
   $("live").hidden = true;
   $("older").hidden = true;
@@ -182,6 +184,8 @@ async function openSession(sessionId) {
     branchMoved: false,
     /** While the composer resends an edited message: `{after}` (setEditing). */
     editing: null,
+    /** The Session's ledger totals (refreshCosts), once read. */
+    usage: null,
   };
   view.entries = createClientEntryHost({
     entries: CLIENT_ENTRIES.map((c) => c.entry),
@@ -272,6 +276,7 @@ function renderSnapshot(view, read) {
     observeExtension(view, id, { value: read.extensions?.[id] ?? null, history: read.extensionHistory?.[id] });
   }
   renderCells(view);
+  refreshCosts(view);
   say(null);
   scrollToEnd();
 }
@@ -312,6 +317,7 @@ function applyFrame(view, frame) {
       if (view.live.commandId === settlement.commandId) showLive(view, null, "");
       endTools(`[data-command-id="${CSS.escape(settlement.commandId)}"]`);
       refreshQueue(view);
+      refreshCosts(view);
       break;
     }
     case "admitted":
@@ -366,25 +372,32 @@ function counters(data) {
   return clip(Object.entries(data).map(([name, value]) => `${name} ${typeof value === "string" ? value : JSON.stringify(value)}`).join(" · "));
 }
 
-// A queue read after each admission, start and settlement: the frames carry
-// ids, the read carries the texts. Coalesced: one read in flight per view.
-function refreshQueue(view) {
-  if (view.queueRead) {
-    view.queueAgain = true;
-    return;
-  }
-  view.queueRead = view.session
-    .read({ limit: 1 })
-    .then((read) => page.view === view && renderQueue(view, read))
-    .catch(() => {})
-    .finally(() => {
-      view.queueRead = null;
-      if (view.queueAgain) {
-        view.queueAgain = false;
-        refreshQueue(view);
-      }
-    });
+/**
+ * `read(view)` coalesced per view: one in flight; asked again meanwhile, it
+ * runs once more after. Failures are quiet (the next refresh tries again).
+ */
+function coalesced(read) {
+  const inFlight = new WeakMap();
+  const again = new WeakSet();
+  const refresh = (view) => {
+    if (inFlight.has(view)) {
+      again.add(view);
+      return;
+    }
+    const done = read(view)
+      .catch(() => {})
+      .finally(() => {
+        inFlight.delete(view);
+        if (again.delete(view)) refresh(view);
+      });
+    inFlight.set(view, done);
+  };
+  return refresh;
 }
+
+// A queue read after each admission, start and settlement: the frames carry
+// ids, the read carries the texts.
+const refreshQueue = coalesced((view) => view.session.read({ limit: 1 }).then((read) => page.view === view && renderQueue(view, read)));
 
 function renderQueue(view, read) {
   view.running = read.running;
@@ -405,6 +418,39 @@ function renderQueue(view, read) {
   const busy = read.running !== null || read.pending.length > 0;
   $("state").textContent = read.running ? "Running…" : read.pending.length > 0 ? "Queued" : "Idle";
   $("abort").hidden = !busy;
+}
+
+// ---- what the Session cost ----
+
+// The Session's running total, from the usage ledger (`GET /usage?sessionId=`,
+// each model call of the Session counted once, failed and cut-off ones too):
+// read with each snapshot (opening the Session, a reload, a reconnect) and
+// after each settlement (the ledger row is written with it).
+const refreshCosts = coalesced(async (view) => {
+  const ledger = await page.client.usage({ sessionId: view.sessionId, signal: view.stop.signal });
+  if (page.view !== view) return;
+  view.usage = ledger.totals;
+  renderCosts(view);
+});
+
+/** The lines under the Session's title, each `<span data-line>`: its running total (a budget line goes beside it). */
+function renderCosts(view) {
+  const lines = [];
+  if (view.usage) lines.push(costLine("total", `Session total: ${calls(view.usage)} · ${tokens(view.usage)}`, "This Session's model calls and the tokens their providers reported (the usage ledger)"));
+  $("costs").replaceChildren(...lines);
+  $("costs").hidden = lines.length === 0;
+}
+
+function costLine(name, text, title) {
+  const line = el("span", { className: "cost", textContent: text, title });
+  line.dataset.line = name;
+  return line;
+}
+
+/** Ledger figures' calls: `n calls`, with the failed and cut-off (unknown) ones when there are any. */
+function calls(figures) {
+  const others = [figures.failed && `${figures.failed} failed`, figures.unknown && `${figures.unknown} unknown`].filter(Boolean);
+  return `${figures.calls} call${figures.calls === 1 ? "" : "s"}${others.length ? ` (${others.join(", ")})` : ""}`;
 }
 
 /** What a queued or running command does: its prompt's text, else a regenerate or a compaction. */
@@ -483,7 +529,7 @@ function renderMessage(view, message, { actions = true } = {}) {
   return item;
 }
 
-/** An answer's tokens as its provider reported them: `in (cached) · out`. */
+/** Tokens as providers reported them (an answer's usage, ledger figures): `in (cached) · out`. */
 function tokens(usage) {
   const cached = usage.cacheReadTokens ? ` (${usage.cacheReadTokens} cached)` : "";
   return `${usage.inputTokens} in${cached} · ${usage.outputTokens} out`;

@@ -95,8 +95,8 @@ export class OwnerAgent {
     return this.#t.request("GET", "/inbox", { query: present({ limit, cursor }) });
   }
 
-  usage({ from, to, groupBy, limit, cursor } = {}) {
-    return this.#t.request("GET", "/usage", { query: present({ from, to, groupBy, limit, cursor }) });
+  usage({ from, to, sessionId, groupBy, limit, cursor } = {}) {
+    return this.#t.request("GET", "/usage", { query: present({ from, to, sessionId, groupBy, limit, cursor }) });
   }
 }
 

@@ -9,7 +9,7 @@
 // service) is recovered with withdraw, never sent twice. Branches: /edit,
 // /branches, /select, /retry, /history with the context the scripted model
 // server got; /compact and /summary (skipped, saying why, where the service
-// has no `compact` command).
+// has no `compact` command); /usage against the usage ledger.
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -197,6 +197,48 @@ test("remote chat: an answer streams, tool calls show, arrow-up recalls the last
     // Readline's raw mode is gone: the shell gets a cooked, echoing terminal.
     assert.match(c.terminalModes(), /(^|\s)icanon(\s|$)/);
     assert.match(c.terminalModes(), /(^|\s)echo(\s|$)/);
+  } finally {
+    c.close();
+  }
+});
+
+test("remote chat: /usage prints this Session's calls by outcome and tokens and the Agent's today, as the usage ledger has them; /help lists it", T, async () => {
+  const [other, flaky, plain] = [uniq("usage-other"), uniq("usage-flaky"), uniq("usage-plain")];
+  // A failed attempt (retried) in the Session /usage is asked in.
+  model.scriptFor(flaky, { status: 503 }, { text: "after the retry" });
+  const agent = `cli-${uniq("a").slice(1, -1)}`;
+  const c = chat("usage", remote(agent));
+  try {
+    await c.waitFor(/session ses_\w+ \(new\)/);
+    c.line(`elsewhere ${other}`);
+    await c.waitFor(/\[completed\]/);
+    c.line("/new");
+    const session = /> \/new\nsession (ses_\w+)\n/.exec(await c.waitFor(/> \/new\nsession ses_\w+\n/))[1];
+    c.line(`flaky ${flaky}`);
+    await c.waitFor(/after the retry\n\[completed\]/);
+    c.line(`plain ${plain}`);
+    await c.waitFor(new RegExp(`Echo: plain ${esc(plain)}\\n\\[completed\\]`));
+    c.keys("C-l");
+    c.line("/help");
+    await c.waitFor(/\/usage {14}what the model calls cost/);
+    c.keys("C-l");
+    c.line("/usage");
+    const s = await c.waitFor(/\[usage\] Agent today \((\d{4}-\d\d-\d\d) UTC\): [^\n]*\n {8}tokens: [^\n]* out\n/);
+    const day = /\[usage\] Agent today \((\S+) UTC\)/.exec(s)[1];
+    const ledger = async (query) => {
+      const res = await fetch(`${origin}/agents/${agent}/usage?${query}`, { headers: { authorization: `Bearer ${TOKEN}` } });
+      assert.equal(res.status, 200);
+      return (await res.json()).totals;
+    };
+    const mine = await ledger(`sessionId=${session}`);
+    const today = await ledger(`from=${Date.parse(`${day}T00:00:00Z`)}`);
+    assert.deepEqual([mine.calls, mine.answered, mine.failed, mine.unknown], [3, 2, 1, 0], "the ledger: the failed attempt, its retry, the plain prompt");
+    assert.deepEqual([today.calls, today.answered, today.failed], [4, 3, 1], "and the other Session's call");
+    const lines = (what, f) => `[usage] ${what}: ${f.calls} calls (${f.answered} answered, ${f.failed} failed, ${f.unknown} unknown)\n        tokens: ${f.inputTokens} in · ${f.cacheReadTokens ?? 0} cached · ${f.outputTokens} out\n`;
+    const want = lines(`Session ${session}`, mine) + lines(`Agent today (${day} UTC)`, today);
+    assert.ok(s.includes(want), `the screen:\n${s}\nwants:\n${want}`);
+    c.line("/quit");
+    assert.equal(await c.exitStatus(), 0);
   } finally {
     c.close();
   }

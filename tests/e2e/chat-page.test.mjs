@@ -146,14 +146,22 @@ test("a reload shows the same transcript and settlements; a phone-sized screen s
   // Each answer shows the tokens its provider reported, as the read has them.
   const answers = (await h.api("GET", `/agents/${agent}/sessions/${sessionId}`)).json.messages.filter((m) => m.role === "assistant");
   assert.equal(answers.length, 2);
-  const shown = answers.map(({ usage: u }) => `${u.inputTokens} in${u.cacheReadTokens ? ` (${u.cacheReadTokens} cached)` : ""} · ${u.outputTokens} out`);
-  assert.deepEqual(await page.locator("#messages li.message.assistant .usage").allTextContents(), shown);
+  const tokens = (u) => `${u.inputTokens} in${u.cacheReadTokens ? ` (${u.cacheReadTokens} cached)` : ""} · ${u.outputTokens} out`;
+  assert.deepEqual(await page.locator("#messages li.message.assistant .usage").allTextContents(), answers.map((a) => tokens(a.usage)));
+  // The Session's running total is the usage ledger's answer for it: two calls, each counted once.
+  const ledger = (await h.api("GET", `/agents/${agent}/usage?sessionId=${sessionId}`)).json;
+  assert.deepEqual([ledger.sessionId, ledger.totals.calls, ledger.totals.answered], [sessionId, 2, 2]);
+  assert.equal(ledger.totals.inputTokens, answers[0].usage.inputTokens + answers[1].usage.inputTokens);
+  const total = `Session total: 2 calls · ${tokens(ledger.totals)}`;
+  const shownTotal = () => page.evaluate(() => document.querySelector('#costs [data-line="total"]')?.textContent ?? null);
+  await page.waitForFunction((want) => document.querySelector('#costs [data-line="total"]')?.textContent === want, total, { timeout: 10_000 }).catch(async () => assert.fail(`the total shows ${await shownTotal()}, the ledger says ${total}`));
   const before = await page.locator("#messages li.message").allTextContents();
   await page.reload();
   await page.waitForFunction((id) => document.getElementById("session-title").textContent === id, sessionId);
   await page.locator("li.message.assistant", { hasText: `Echo: Second ${tag}` }).waitFor();
   await page.waitForFunction(() => document.querySelectorAll("li.message.user .settlement.completed").length === 2);
   assert.deepEqual(await page.locator("#messages li.message").allTextContents(), before);
+  await page.waitForFunction((want) => document.querySelector('#costs [data-line="total"]')?.textContent === want, total, { timeout: 10_000 }).catch(async () => assert.fail(`after a reload the total shows ${await shownTotal()}, the ledger says ${total}`));
   await page.setViewportSize({ width: 390, height: 844 });
   await shot(page, "phone");
   // Nothing wider than the screen.

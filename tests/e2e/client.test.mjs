@@ -120,6 +120,11 @@ test("a whole conversation: create, watch, prompt, frames until settled, readSet
     assert.deepEqual(ledger.groups.map((g) => [g.key, g.calls, g.answered, g.inputTokens, g.outputTokens]), [[sessionId, 1, 1, 7, 3]]);
     assert.equal(ledger.nextCursor, null);
     await assert.rejects(client.usage({ groupBy: "week" }), (e) => e instanceof ShiitakeError && e.code === "invalid_query");
+    // One Session's calls: this one's, and none for a Session never made.
+    const mine = await client.usage({ sessionId, groupBy: "day" });
+    assert.deepEqual([mine.sessionId, mine.totals.calls, mine.totals.inputTokens, mine.groups.length], [sessionId, 1, 7, 1]);
+    assert.equal((await client.usage({ sessionId: "never-made" })).totals.calls, 0);
+    await assert.rejects(client.usage({ sessionId: "x".repeat(129) }), (e) => e instanceof ShiitakeError && e.code === "invalid_query" && e.message.includes("sessionId"));
 
     const page = await session.read();
     assert.deepEqual(

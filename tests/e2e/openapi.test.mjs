@@ -360,8 +360,10 @@ test("every documented operation is served and answers as documented", async () 
   const ledger = await call(a, "get", "/usage", { query: { groupBy: "session", limit: "1" }, status: 200 });
   for (const groupBy of ["session", "model", "day"]) await call(a, "get", "/usage", { query: { groupBy, limit: "200", from: "0", to: String(Date.now() + 1) }, status: 200 });
   await call(a, "get", "/usage", { status: 200 });
+  await call(a, "get", "/usage", { query: { sessionId: "s", groupBy: "day", from: "0" }, status: 200 });
+  await call(a, "get", "/usage", { query: { sessionId: "never-made" }, status: 200 });
   if (ledger.json.nextCursor !== null) await call(a, "get", "/usage", { query: { groupBy: "session", cursor: ledger.json.nextCursor }, status: 200 });
-  for (const query of [{ limit: "0" }, { limit: "201" }, { groupBy: "week" }, { from: "-1" }, { to: "x" }, { cursor: "" }, { page: "1" }]) await call(a, "get", "/usage", { query, status: 400 });
+  for (const query of [{ limit: "0" }, { limit: "201" }, { groupBy: "week" }, { from: "-1" }, { to: "x" }, { cursor: "" }, { page: "1" }, { sessionId: "" }, { sessionId: "a b" }, { sessionId: "s".repeat(129) }]) await call(a, "get", "/usage", { query, status: 400 });
   await call(a, "get", "/usage", { query: { from: "5", to: "4" }, status: 400, beyondSchema: "to before from" });
   await call(a, "get", "/usage", { query: { cursor: "s" }, status: 400, beyondSchema: "a cursor without groupBy" });
 

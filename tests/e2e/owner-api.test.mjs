@@ -152,6 +152,9 @@ for (const make of [rpc, owner]) {
       assert.deepEqual(value(await s.usage({ groupBy: "session" })), (await web.get("/usage?groupBy=session")).json);
       assert.deepEqual(value(await s.usage()), (await web.get("/usage")).json);
       refused(await s.usage({ groupBy: "week" }), 400, "invalid_query");
+      assert.deepEqual(value(await s.usage({ sessionId: "a", groupBy: "day" })), (await web.get("/usage?sessionId=a&groupBy=day")).json);
+      assert.equal(value(await s.usage({ sessionId: "a" })).sessionId, "a", "the Session filter reaches the ledger");
+      refused(await s.usage({ sessionId: "a b" }), 400, "invalid_query");
       assert.deepEqual(value(await s.read("a", {})), (await web.get("/sessions/a")).json);
       assert.equal(value(await s.deleteSession("a")), "undefined");
       refused(await s.read("a", {}), 404, "session_not_found");

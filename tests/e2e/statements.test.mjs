@@ -2,7 +2,8 @@
 // bound: at most 8 `sql.exec` calls and 8 rows written from admission to
 // settlement; issue 38's usage ledger adds at most one of each: its row, in
 // the write that settles the turn), for the demo Agent (fleet, files, browser bridge, tool
-// modules); with an extension roster, the turn's end costs no second
+// modules), and a usage ledger read its two statements, of one Session or
+// all; with an extension roster, the turn's end costs no second
 // reconciliation and the extensions' status rows and timers are kept
 // between turns. Host work, mail and extensions add no
 // reconciliation to a turn that leaves them nothing to do. A fresh store
@@ -50,6 +51,24 @@ describe("statements per plain turn: the demo Agent", () => {
       // Host work and mail passes ending meanwhile read no turn.
       assert.equal(count(stats, RECONCILE), 1, listing);
       assert.equal(count(stats, SETTLE), 1, listing);
+    }
+  });
+
+  test("a usage ledger read costs two statements (the totals, a page of groups; one without groupBy), of one Session (sessionId) or of all", T, async () => {
+    const a = h.agent();
+    const sid = await a.createSession("s");
+    await a.settle(sid, "p", "one call");
+    await new Promise((r) => setTimeout(r, 200)); // the turn's tail
+    for (const query of ["", "groupBy=day", "sessionId=s", "sessionId=s&groupBy=model&from=0", "sessionId=never-made&groupBy=session"]) {
+      assert.equal((await h.api("POST", `/direct/${a.id}/host/reset`)).status, 200);
+      const ledger = await a.api("GET", `/usage?${query}`);
+      assert.equal(ledger.status, 200, ledger.text);
+      const stats = (await h.api("GET", `/direct/${a.id}/host/stats`)).json;
+      const listing = stats.texts.join("\n");
+      const statements = query.includes("groupBy") ? 2 : 1;
+      assert.equal(stats.statements, statements, `${query}:\n${listing}`);
+      assert.equal(count(stats, "FROM shiitake_usage"), statements, `${query}:\n${listing}`);
+      assert.equal(count(stats, "session_id = ?"), query.includes("sessionId") ? statements : 0, `${query}:\n${listing}`);
     }
   });
 });
