@@ -17,6 +17,8 @@ const ROUTES = [
   ["/sessions", ["GET", "POST"]],
   ["/inbox", ["GET"]],
   ["/usage", ["GET"]],
+  // Budgets are read here; setting one is host-only (RPC, owner API).
+  ["/budget", ["GET"]],
   ["/sessions/:sessionId", ["GET", "DELETE"]],
   ["/sessions/:sessionId/commands", ["POST"]],
   ["/sessions/:sessionId/withdraw", ["POST"]],
@@ -25,6 +27,7 @@ const ROUTES = [
   ["/sessions/:sessionId/pending/latest", ["GET"]],
   ["/sessions/:sessionId/branches", ["GET"]],
   ["/sessions/:sessionId/model", ["GET", "PUT", "DELETE"]],
+  ["/sessions/:sessionId/budget", ["GET"]],
   ["/sessions/:sessionId/extensions/:extensionId/commands/:command", ["POST"]],
   ["/extensions", ["GET"]],
   ["/extensions/:extensionId", ["GET"]],
