@@ -9,7 +9,8 @@
 // service) is recovered with withdraw, never sent twice. Branches: /edit,
 // /branches, /select, /retry, /history with the context the scripted model
 // server got; /compact and /summary (skipped, saying why, where the service
-// has no `compact` command); /usage against the usage ledger.
+// has no `compact` command); /usage against the usage ledger and the budget
+// routes, and a turn a budget pauses, then raised (a service of its own).
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";

@@ -8,7 +8,9 @@
 // never arrived comes back as a draft. Branches: edit and resend, regenerate
 // and `< i/n >` switching, with the context the scripted model server got;
 // a compaction's marker opening to what it summarises (skipped, saying why,
-// where the service has no `compact` command). Screenshots are kept under
+// where the service has no `compact` command). Budgets (a Worker of their
+// own, raised through the Durable Object's own route): the lines beside the
+// total and the notice of a paused turn, as the routes answer. Screenshots are kept under
 // test-artifacts/chat-page/. scripts/test.sh installs chromium when it is
 // missing; this file skips only when it still cannot be found.
 import assert from "node:assert/strict";
@@ -171,7 +173,7 @@ test("a reload shows the same transcript and settlements; a phone-sized screen s
   await page.close();
 });
 
-test("a Session budget: its line beside the total; a turn it pauses shows why (also after a reload) until a raise lets it go on", T, async () => {
+test("budgets: the Session's line beside its total; a turn its budget pauses shows why (also after a reload) until a raise lets it go on; so does the Agent's day, until cleared", T, async () => {
   // A Worker of its own, whose Sessions each have 1,000 tokens.
   const b = await startWorker({ model: "echo", bindings: { SHIITAKE_BUDGET_SESSION_TOKENS: 1000 } });
   let page;
@@ -227,12 +229,12 @@ test("a Session budget: its line beside the total; a turn it pauses shows why (a
 
     // The host raises the budget, through the Durable Object's own route: the turn goes on.
     const namespace = await b.mf.getDurableObjectNamespace("SHIITAKE");
-    const res = await namespace.get(namespace.idFromName(agent)).fetch(`http://do/sessions/${sessionId}/budget`, {
-      method: "PUT",
-      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
-      body: JSON.stringify({ tokens: 100_000 }),
-    });
-    assert.equal(res.status, 200, await res.text());
+    const host = async (method, p, body) => {
+      const init = { method, headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" } };
+      const res = await namespace.get(namespace.idFromName(agent)).fetch(`http://do${p}`, body === undefined ? init : { ...init, body: JSON.stringify(body) });
+      assert.equal(res.status, 200, await res.text());
+    };
+    await host("PUT", `/sessions/${sessionId}/budget`, { tokens: 100_000 });
     await page.waitForFunction(() => document.getElementById("paused").hidden);
     await page.locator("li.message.assistant", { hasText: `Echo: Second ${second}` }).waitFor();
     await page.waitForFunction(() => document.querySelectorAll("li.message.user .settlement.completed").length === 2);
@@ -241,6 +243,23 @@ test("a Session budget: its line beside the total; a turn it pauses shows why (a
     assert.ok(raised.spent > 640);
     await showsLine("budget", `budget 100,000 · ${count(raised.spent)} spent`, "after the raise");
     await shot(page, "budget-raised");
+
+    // The Agent's day, set below what the Session's next call needs: that one pauses it, said so, with its line.
+    await host("PUT", "/budget", { tokens: raised.spent + 1 });
+    const third = uniq("budget-third");
+    await send(page, `Third ${third}`);
+    await notice.waitFor();
+    const day = await route("/budget");
+    assert.deepEqual([day.tokens, day.set, day.spent], [raised.spent + 1, true, raised.spent]);
+    const byDay = (await route(`/sessions/${sessionId}/budget`)).paused.budget;
+    assert.deepEqual([byDay.scope, byDay.tokens, byDay.spent], ["agent", day.tokens, day.spent]);
+    assert.ok((await notice.textContent()).startsWith(`Paused: the Agent's daily token budget is reached (${count(day.spent)} of ${count(day.tokens)}).`), await notice.textContent());
+    await showsLine("daily", `Agent today: budget ${count(day.tokens)} · ${count(day.spent)} spent`, "paused by the Agent's day");
+    // Cleared, back to the configuration (none a day): the turn goes on, and the line goes.
+    await host("DELETE", "/budget");
+    await page.waitForFunction(() => document.getElementById("paused").hidden);
+    await page.locator("li.message.assistant", { hasText: `Echo: Third ${third}` }).waitFor();
+    await page.waitForFunction(() => document.querySelector('#costs [data-line="daily"]') === null);
     assert.deepEqual(errors, []);
   } finally {
     await page?.close();
