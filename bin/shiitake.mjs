@@ -51,8 +51,8 @@ const COMMANDS = `  /cancel             cancel your newest queued prompt, else t
   /summary [#n]       compaction #n (default the newest): its summary and the
                       messages it stands for
   /usage              what the model calls cost: this Session's and the Agent's today
-                      (UTC), calls by outcome and tokens in, cached and out, and
-                      their token budgets: what is spent of them, when the day's resets
+                      (UTC), calls by outcome and tokens in, cached and out; and their
+                      token budgets: tokens, spent, when the Agent's day resets
   /sessions           list this Agent's Sessions
   /new                start a new Session
   /switch <id>        go to another Session
