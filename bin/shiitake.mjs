@@ -9,6 +9,7 @@ import { Writable } from "node:stream";
 import { parseArgs } from "node:util";
 import { ShiitakeError, createShiitakeClient, isUncertain, readCompacted } from "../js/client.mjs";
 import { READ_PAGE_MESSAGES_MAX, SETTLEMENT_TIMEOUT_MS_MAX } from "../js/limits.mjs";
+import { errorFrom } from "../js/transport.mjs";
 
 const USAGE = `usage: shiitake chat [options]
 
@@ -50,7 +51,8 @@ const COMMANDS = `  /cancel             cancel your newest queued prompt, else t
   /summary [#n]       compaction #n (default the newest): its summary and the
                       messages it stands for
   /usage              what the model calls cost: this Session's and the Agent's today
-                      (UTC), calls by outcome and tokens in, cached and out
+                      (UTC), calls by outcome and tokens in, cached and out; and their
+                      token budgets: tokens, spent, when the Agent's day resets
   /sessions           list this Agent's Sessions
   /new                start a new Session
   /switch <id>        go to another Session
@@ -128,6 +130,23 @@ function usageLines(what, f) {
     `[usage] ${what}: ${f.calls} call${f.calls === 1 ? "" : "s"} (${f.answered} answered, ${f.failed} failed, ${f.unknown} unknown)`,
     `        tokens: ${f.inputTokens} in · ${f.cacheReadTokens ?? 0} cached · ${f.outputTokens} out`,
   ];
+}
+
+const count = (n) => n.toLocaleString("en-US");
+
+/** A budget as its route answers it (`GET /sessions/:id/budget`, `GET /budget`: `resetsAt`), in one line. */
+function budgetLine(b) {
+  if (b.tokens === null) return "        budget: none";
+  const daily = b.resetsAt === undefined ? "" : " a day";
+  const spent = b.spent === null ? " (nothing counted yet)" : ` · ${count(b.spent)} spent`;
+  const resets = b.resetsAt === undefined ? "" : ` · resets ${new Date(b.resetsAt).toISOString().slice(0, 16).replace("T", " ")} UTC`;
+  return `        budget: ${count(b.tokens)} tokens${daily}${spent}${resets}`;
+}
+
+/** A turn a budget paused (the `paused` frame's, the read's `running.paused`): why, and what lets it go on. */
+function pausedLine({ scope, tokens, spent }) {
+  const [whose, until] = scope === "agent" ? ["the Agent's daily token budget", "raised or the day ends (00:00 UTC)"] : ["the Session's token budget", "raised"];
+  return `[paused] ${whose} is reached (${count(spent)} of ${count(tokens)}): the turn waits until it is ${until}; /cancel ends it`;
 }
 
 /** What a queued or running command does: its prompt's text, else a regenerate or a compaction. */
@@ -209,18 +228,29 @@ function parse(argv) {
   return { ...o, url, agent: o.agent ?? "demo", token: o.token ?? (process.env.SHIITAKE_TOKEN || undefined) };
 }
 
-/** The client of the Agent: remote over HTTP, or a local one in process. `where` names it in messages. */
+/**
+ * The client of the Agent: remote over HTTP, or a local one in process.
+ * `where` names it in messages; `get(path)` reads one of its routes the
+ * typed client has no method for (the budgets), as JSON.
+ */
 async function connect(o) {
+  let baseUrl, fetch, where, close;
   if (o.local !== undefined) {
     const { openNodeShiitake } = await import("../js/node.mjs");
     const host = await openNodeShiitake({ path: o.local });
-    const client = createShiitakeClient({ baseUrl: "http://local", fetch: (input, init) => host.fetch(new Request(input, init)) });
-    return { client, where: `the Agent in ${host.path}`, close: () => host.close("shiitake chat quit") };
+    [baseUrl, where, close] = ["http://local", `the Agent in ${host.path}`, () => host.close("shiitake chat quit")];
+    fetch = (input, init) => host.fetch(new Request(input, init));
+  } else {
+    const auth = o.token === undefined ? {} : { authorization: `Bearer ${o.token}` };
+    [baseUrl, where, close] = [`${o.url.replace(/\/+$/, "")}/agents/${encodeURIComponent(o.agent)}`, o.url, async () => {}];
+    fetch = (input, init) => globalThis.fetch(input, { ...init, headers: { ...init.headers, ...auth } });
   }
-  const baseUrl = `${o.url.replace(/\/+$/, "")}/agents/${encodeURIComponent(o.agent)}`;
-  const auth = o.token === undefined ? {} : { authorization: `Bearer ${o.token}` };
-  const fetch = (input, init) => globalThis.fetch(input, { ...init, headers: { ...init.headers, ...auth } });
-  return { client: createShiitakeClient({ baseUrl, fetch }), where: o.url, close: async () => {} };
+  const get = async (path) => {
+    const res = await fetch(`${baseUrl}${path}`, { headers: { accept: "application/json" } });
+    if (!res.ok) throw await errorFrom(res);
+    return res.json();
+  };
+  return { client: createShiitakeClient({ baseUrl, fetch }), get, where, close };
 }
 
 /**
@@ -313,6 +343,8 @@ class SessionView {
     this.showRecent = showRecent;
     /** The running command, per the watch. */
     this.running = null;
+    /** The running command while a budget pauses it. */
+    this.paused = null;
     /** Commands this client sent, not yet settled (in order). */
     this.mine = new Set();
     /** The requestIds of the prompts this client sent: their `user` messages are not echoed. */
@@ -351,11 +383,13 @@ class SessionView {
     this.joined = true;
     for (const m of [...read.messages, read.running, ...read.pending]) this.#seen(m);
     this.running = read.running?.commandId ?? null;
+    this.paused = read.running?.paused ? this.running : null;
     for (const p of [read.running, ...read.pending]) if (p) this.texts.set(p.commandId, p.text);
     if (!this.showRecent) return;
     this.out.line(`session ${this.session.id}`);
     for (const m of read.messages.slice(-RECENT_MESSAGES_SHOWN)) this.#message(m, true);
     if (read.running) this.out.line(`[running] ${summary(workLabel(read.running))}`);
+    if (read.running?.paused) this.out.line(pausedLine(read.running.paused.budget));
     for (const p of read.pending) this.out.line(`[queued #${p.position}] ${summary(workLabel(p))}`);
   }
 
@@ -372,8 +406,14 @@ class SessionView {
     } else if (f.type === "admitted") {
       this.#seen(f);
     } else if (f.type === "started") {
+      // A paused turn goes on at the same attempt: its budget covers it now.
+      if (this.paused === f.commandId) this.out.line("[resumed] the budget covers the turn again");
+      this.paused = null;
       this.running = f.commandId;
       this.streamed = "";
+    } else if (f.type === "paused") {
+      this.paused = f.commandId;
+      this.out.line(pausedLine(f.budget));
     } else if (f.type === "delta") {
       if (this.listedSteps.get(f.commandId) > 0) return; // a step the branch change listed whole
       this.streamed += f.text;
@@ -392,6 +432,7 @@ class SessionView {
     } else if (f.type === "settled") {
       const s = f.settlement;
       if (this.running === s.commandId) this.running = null;
+      if (this.paused === s.commandId) this.paused = null;
       for (const [id, shown] of this.#toolsRunning) if (shown.commandId === s.commandId) this.#toolsRunning.delete(id);
       this.#settle(s);
     }
@@ -711,7 +752,7 @@ async function openSession(client, id, say) {
 }
 
 /** The chat: a readline prompt, slash commands, Ctrl-C. Resolves the exit status. */
-async function runChat(o, client, where, unconfirmed) {
+async function runChat(o, client, where, unconfirmed, get) {
   const session = await openSession(client, o.session, (l) => process.stdout.write(`${l}\n`));
   const tty = process.stdin.isTTY === true;
   const screen = new Screen(process.stdout);
@@ -844,9 +885,16 @@ async function runChat(o, client, where, unconfirmed) {
     async usage(args) {
       if (args !== "") return screen.line("usage: /usage");
       const midnight = new Date().setUTCHours(0, 0, 0, 0);
-      const [mine, today] = await Promise.all([client.usage({ sessionId: view.session.id }), client.usage({ from: midnight })]);
+      const id = view.session.id;
+      const [mine, today, budget, daily] = await Promise.all([
+        client.usage({ sessionId: id }),
+        client.usage({ from: midnight }),
+        get(`/sessions/${encodeURIComponent(id)}/budget`),
+        get("/budget"),
+      ]);
       const day = new Date(midnight).toISOString().slice(0, 10);
-      for (const line of [...usageLines(`Session ${view.session.id}`, mine.totals), ...usageLines(`Agent today (${day} UTC)`, today.totals)]) screen.line(line);
+      const lines = [...usageLines(`Session ${id}`, mine.totals), budgetLine(budget), ...usageLines(`Agent today (${day} UTC)`, today.totals), budgetLine(daily)];
+      for (const line of lines) screen.line(line);
     },
     async sessions() {
       const { sessions, cursor } = await client.listSessions({ limit: 50 });
@@ -940,7 +988,7 @@ async function main(argv) {
   }
   const unconfirmed = new Unconfirmed();
   try {
-    const status = await (o.prompt === undefined ? runChat : runOnce)(o, conn.client, conn.where, unconfirmed);
+    const status = await (o.prompt === undefined ? runChat : runOnce)(o, conn.client, conn.where, unconfirmed, conn.get);
     return unconfirmed.report((line) => process.stderr.write(`shiitake: ${line}\n`)) ? EXIT.service : status;
   } catch (error) {
     process.stderr.write(`shiitake: ${explain(error, conn.where)}\n`);

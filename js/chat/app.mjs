@@ -149,6 +149,7 @@ function closeSession() {
   $("extensions").replaceChildren();
   $("costs").replaceChildren();
   $("costs").hidden = true;
+  $("paused").hidden = true;
   setEditing(null);
   $("live").hidden = true;
   $("older").hidden = true;
@@ -186,6 +187,11 @@ async function openSession(sessionId) {
     editing: null,
     /** The Session's ledger totals (refreshCosts), once read. */
     usage: null,
+    /** The Session's budget `{tokens, set, spent, paused?}` and the Agent's daily one `{..., resetsAt}` (refreshCosts), once read. */
+    budget: null,
+    daily: null,
+    /** While its turn waits for a budget: `{commandId, budget: {scope, tokens, spent, needs}}` (the `paused` frame, the read's `running.paused`). */
+    paused: null,
   };
   view.entries = createClientEntryHost({
     entries: CLIENT_ENTRIES.map((c) => c.entry),
@@ -262,6 +268,7 @@ async function watchLoop(view) {
 
 function renderSnapshot(view, read) {
   reconcile(view, [...read.messages, read.running, ...read.pending]);
+  showPaused(view, read.running?.paused ? { commandId: read.running.commandId, budget: read.running.paused.budget } : null);
   view.messages.clear();
   view.newest = 0;
   $("messages").replaceChildren();
@@ -315,6 +322,7 @@ function applyFrame(view, frame) {
         say(`${settlement.terminal}${settlement.diagnostic ? `: ${settlement.diagnostic}` : ""}`);
       }
       if (view.live.commandId === settlement.commandId) showLive(view, null, "");
+      if (view.paused?.commandId === settlement.commandId) showPaused(view, null);
       endTools(`[data-command-id="${CSS.escape(settlement.commandId)}"]`);
       refreshQueue(view);
       refreshCosts(view);
@@ -325,7 +333,17 @@ function applyFrame(view, frame) {
       refreshQueue(view);
       break;
     case "started":
+      // A paused turn goes on at the same attempt: its budget covers it now.
+      if (view.paused?.commandId === frame.commandId) {
+        showPaused(view, null);
+        refreshCosts(view);
+      }
       refreshQueue(view);
+      break;
+    case "paused":
+      showPaused(view, { commandId: frame.commandId, budget: frame.budget });
+      refreshQueue(view);
+      refreshCosts(view);
       break;
     case "diagnostic":
       say(frame.diagnostic);
@@ -406,7 +424,7 @@ function renderQueue(view, read) {
   if (read.running) {
     const stop = el("button", { type: "button", className: "danger", textContent: "Stop" });
     stop.addEventListener("click", () => cancel(view, read.running.commandId));
-    list.append(el("li", { className: "running" }, el("span", { className: "text", textContent: `Running: ${workLabel(read.running)}` }), stop));
+    list.append(el("li", { className: "running" }, el("span", { className: "text", textContent: `${view.paused ? "Paused" : "Running"}: ${workLabel(read.running)}` }), stop));
   }
   for (const item of read.pending) {
     const button = el("button", { type: "button", textContent: "Cancel" });
@@ -416,29 +434,71 @@ function renderQueue(view, read) {
     list.append(el("li", { className: "queued" }, el("span", { className: "text", textContent: label }), button));
   }
   const busy = read.running !== null || read.pending.length > 0;
-  $("state").textContent = read.running ? "Running…" : read.pending.length > 0 ? "Queued" : "Idle";
+  $("state").textContent = read.running ? (view.paused ? "Paused" : "Running…") : read.pending.length > 0 ? "Queued" : "Idle";
   $("abort").hidden = !busy;
 }
 
 // ---- what the Session cost ----
 
 // The Session's running total, from the usage ledger (`GET /usage?sessionId=`,
-// each model call of the Session counted once, failed and cut-off ones too):
-// read with each snapshot (opening the Session, a reload, a reconnect) and
-// after each settlement (the ledger row is written with it).
+// each model call of the Session counted once, failed and cut-off ones too),
+// and its budgets (`GET /sessions/:id/budget`, `GET /budget`): read with each
+// snapshot (opening the Session, a reload, a reconnect), after each
+// settlement (the ledger row is written with it), and when its turn pauses
+// or goes on.
 const refreshCosts = coalesced(async (view) => {
-  const ledger = await page.client.usage({ sessionId: view.sessionId, signal: view.stop.signal });
+  const { signal } = view.stop;
+  const [ledger, budget, daily] = await Promise.all([
+    page.client.usage({ sessionId: view.sessionId, signal }),
+    readBudget(`/sessions/${encodeURIComponent(view.sessionId)}/budget`, signal),
+    readBudget("/budget", signal),
+  ]);
   if (page.view !== view) return;
-  view.usage = ledger.totals;
+  Object.assign(view, { usage: ledger.totals, budget, daily });
   renderCosts(view);
 });
 
-/** The lines under the Session's title, each `<span data-line>`: its running total (a budget line goes beside it). */
+/** A budget as its route answers it; null when it cannot be read (a service without budgets). */
+function readBudget(path, signal) {
+  return authFetch(`${agentBase()}${path}`, { signal })
+    .then((response) => (response.ok ? response.json() : null))
+    .catch(() => null);
+}
+
+/** The lines under the Session's title, each `<span data-line>`: its running total, its budget, the Agent's daily one (none where no budget applies). */
 function renderCosts(view) {
   const lines = [];
   if (view.usage) lines.push(costLine("total", `Session total: ${calls(view.usage)} · ${tokens(view.usage)}`, "This Session's model calls and the tokens their providers reported (the usage ledger)"));
+  if (view.budget?.tokens != null) lines.push(costLine("budget", budgetText("budget", view.budget), "This Session's token budget: the input and output tokens its model calls may spend"));
+  if (view.daily?.tokens != null) {
+    const resets = new Date(view.daily.resetsAt).toISOString().slice(11, 16);
+    lines.push(costLine("daily", budgetText("Agent today: budget", view.daily), `The Agent's token budget for the day, all its Sessions together; it starts again at ${resets} UTC`));
+  }
   $("costs").replaceChildren(...lines);
   $("costs").hidden = lines.length === 0;
+}
+
+/** `budget 1,000 · 640 spent` (without the spent figure while nothing is counted yet). */
+function budgetText(label, { tokens, spent }) {
+  return `${label} ${count(tokens)}${spent === null ? "" : ` · ${count(spent)} spent`}`;
+}
+
+const count = (n) => n.toLocaleString("en-US");
+
+// The notice of a turn a budget paused (`paused`: `{commandId, budget}`, or
+// null once it goes on, settles, or a read shows it running unpaused).
+function showPaused(view, paused) {
+  view.paused = paused;
+  const notice = $("paused");
+  notice.hidden = paused === null;
+  if (paused === null) {
+    notice.textContent = "";
+    return;
+  }
+  const { scope, tokens, spent } = paused.budget;
+  const whose = scope === "agent" ? "the Agent's daily token budget" : "the Session's token budget";
+  const until = scope === "agent" ? "the budget is raised or the day ends (00:00 UTC)" : "the budget is raised";
+  notice.textContent = `Paused: ${whose} is reached (${count(spent)} of ${count(tokens)}). The turn goes on when ${until}; Stop ends it.`;
 }
 
 function costLine(name, text, title) {

@@ -9,7 +9,8 @@
 // service) is recovered with withdraw, never sent twice. Branches: /edit,
 // /branches, /select, /retry, /history with the context the scripted model
 // server got; /compact and /summary (skipped, saying why, where the service
-// has no `compact` command); /usage against the usage ledger.
+// has no `compact` command); /usage against the usage ledger and the budget
+// routes, and a turn a budget pauses, then raised (a service of its own).
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -234,13 +235,79 @@ test("remote chat: /usage prints this Session's calls by outcome and tokens and 
     const today = await ledger(`from=${Date.parse(`${day}T00:00:00Z`)}`);
     assert.deepEqual([mine.calls, mine.answered, mine.failed, mine.unknown], [3, 2, 1, 0], "the ledger: the failed attempt, its retry, the plain prompt");
     assert.deepEqual([today.calls, today.answered, today.failed], [4, 3, 1], "and the other Session's call");
-    const lines = (what, f) => `[usage] ${what}: ${f.calls} calls (${f.answered} answered, ${f.failed} failed, ${f.unknown} unknown)\n        tokens: ${f.inputTokens} in · ${f.cacheReadTokens ?? 0} cached · ${f.outputTokens} out\n`;
+    // No budget applies: each budget line says so.
+    const lines = (what, f) => `[usage] ${what}: ${f.calls} calls (${f.answered} answered, ${f.failed} failed, ${f.unknown} unknown)\n        tokens: ${f.inputTokens} in · ${f.cacheReadTokens ?? 0} cached · ${f.outputTokens} out\n        budget: none\n`;
     const want = lines(`Session ${session}`, mine) + lines(`Agent today (${day} UTC)`, today);
     assert.ok(s.includes(want), `the screen:\n${s}\nwants:\n${want}`);
     c.line("/quit");
     assert.equal(await c.exitStatus(), 0);
   } finally {
     c.close();
+  }
+});
+
+test("remote chat: /usage prints the Session's budget and the Agent's daily one as their routes answer; a turn a budget pauses says so, and goes on once the budget is raised", T, async () => {
+  // A service of its own: 1,000 tokens per Session, 1,000,000 a day for the Agent.
+  const budgeted = new Miniflare({
+    ...workerOptions(DEMO_SCRIPT, undefined, { ...localEnv, SHIITAKE_BUDGET_SESSION_TOKENS: "1000", SHIITAKE_BUDGET_DAILY_TOKENS: "1000000" }),
+    host: "127.0.0.1",
+    port: 0,
+  });
+  const base = (await budgeted.ready).origin;
+  const agent = `cli-${uniq("a").slice(1, -1)}`;
+  const route = async (p) => {
+    const res = await fetch(`${base}/agents/${agent}${p}`, { headers: { authorization: `Bearer ${TOKEN}` } });
+    assert.equal(res.status, 200);
+    return res.json();
+  };
+  const count = (n) => n.toLocaleString("en-US");
+  const first = uniq("budget-first");
+  // The first answer spends 640 tokens; the next call's input alone is estimated at more than the 360 left.
+  model.scriptFor(first, { usage: { prompt_tokens: 600, completion_tokens: 40 } });
+  const c = chat("budget", ["--url", base, "--token", TOKEN, "--agent", agent]);
+  try {
+    const session = /session (ses_\w+) \(new\)/.exec(await c.waitFor(/session ses_\w+ \(new\)/))[1];
+    c.line(`first ${first}`);
+    await c.waitFor(/\[completed\]/);
+    c.keys("C-l");
+    c.line("/usage");
+    let s = await c.waitFor(/\[usage\] Agent today [^\n]*\n[^\n]*\n {8}budget: [^\n]*UTC\n/);
+    const mine = await route(`/sessions/${session}/budget`);
+    const daily = await route("/budget");
+    assert.deepEqual(mine, { tokens: 1000, set: false, spent: 640 });
+    assert.deepEqual([daily.tokens, daily.set, daily.spent], [1_000_000, false, 640]);
+    const resets = new Date(daily.resetsAt).toISOString().slice(0, 16).replace("T", " ");
+    assert.match(s, new RegExp(`out\\n {8}budget: ${count(mine.tokens)} tokens · ${count(mine.spent)} spent\\n\\[usage\\] Agent today`));
+    assert.ok(s.includes(`\n        budget: ${count(daily.tokens)} tokens a day · ${count(daily.spent)} spent · resets ${resets} UTC\n`), s);
+
+    const second = uniq("budget-second");
+    c.line(`second ${second}`);
+    s = await c.waitFor(/\[paused\] [^\n]*\n/);
+    const { paused } = await route(`/sessions/${session}/budget`);
+    assert.deepEqual([paused.reason, paused.budget.scope, paused.budget.tokens, paused.budget.spent], ["budget_reached", "session", 1000, 640]);
+    assert.match(s, new RegExp(`\\[paused\\] the Session's token budget is reached \\(${count(paused.budget.spent)} of ${count(paused.budget.tokens)}\\): the turn waits until it is raised; /cancel ends it\\n`));
+    assert.doesNotMatch(s, new RegExp(`Echo: second`));
+
+    // The host raises it, through the Durable Object's own route: the turn goes on.
+    const namespace = await budgeted.getDurableObjectNamespace("SHIITAKE");
+    const res = await namespace.get(namespace.idFromName(agent)).fetch(`http://do/sessions/${session}/budget`, {
+      method: "PUT",
+      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+      body: JSON.stringify({ tokens: 100_000 }),
+    });
+    assert.equal(res.status, 200, await res.text());
+    await c.waitFor(new RegExp(`\\[resumed\\] the budget covers the turn again\\n(.*\\n)*Echo: second ${esc(second)}\\n\\[completed\\]`));
+    c.keys("C-l");
+    c.line("/usage");
+    s = await c.waitFor(/\[usage\] Agent today [^\n]*\n[^\n]*\n {8}budget: [^\n]*UTC\n/);
+    const raised = await route(`/sessions/${session}/budget`);
+    assert.deepEqual([raised.tokens, raised.set, raised.paused], [100_000, true, undefined]);
+    assert.match(s, new RegExp(`out\\n {8}budget: 100,000 tokens · ${count(raised.spent)} spent\\n`));
+    c.line("/quit");
+    assert.equal(await c.exitStatus(), 0);
+  } finally {
+    c.close();
+    await budgeted.dispose();
   }
 });
 

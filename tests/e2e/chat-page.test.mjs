@@ -8,7 +8,9 @@
 // never arrived comes back as a draft. Branches: edit and resend, regenerate
 // and `< i/n >` switching, with the context the scripted model server got;
 // a compaction's marker opening to what it summarises (skipped, saying why,
-// where the service has no `compact` command). Screenshots are kept under
+// where the service has no `compact` command). Budgets (a Worker of their
+// own, raised through the Durable Object's own route): the lines beside the
+// total and the notice of a paused turn, as the routes answer. Screenshots are kept under
 // test-artifacts/chat-page/. scripts/test.sh installs chromium when it is
 // missing; this file skips only when it still cannot be found.
 import assert from "node:assert/strict";
@@ -155,6 +157,8 @@ test("a reload shows the same transcript and settlements; a phone-sized screen s
   const total = `Session total: 2 calls · ${tokens(ledger.totals)}`;
   const shownTotal = () => page.evaluate(() => document.querySelector('#costs [data-line="total"]')?.textContent ?? null);
   await page.waitForFunction((want) => document.querySelector('#costs [data-line="total"]')?.textContent === want, total, { timeout: 10_000 }).catch(async () => assert.fail(`the total shows ${await shownTotal()}, the ledger says ${total}`));
+  // No budget applies: no budget line.
+  assert.deepEqual(await page.locator("#costs [data-line]").evaluateAll((lines) => lines.map((l) => l.dataset.line)), ["total"]);
   const before = await page.locator("#messages li.message").allTextContents();
   await page.reload();
   await page.waitForFunction((id) => document.getElementById("session-title").textContent === id, sessionId);
@@ -167,6 +171,100 @@ test("a reload shows the same transcript and settlements; a phone-sized screen s
   // Nothing wider than the screen.
   assert.ok((await page.evaluate(() => document.documentElement.scrollWidth)) <= 390);
   await page.close();
+});
+
+test("budgets: the Session's line beside its total; a turn its budget pauses shows why (also after a reload) until a raise lets it go on; so does the Agent's day, until cleared", T, async () => {
+  // A Worker of its own, whose Sessions each have 1,000 tokens.
+  const b = await startWorker({ model: "echo", bindings: { SHIITAKE_BUDGET_SESSION_TOKENS: 1000 } });
+  let page;
+  try {
+    const first = uniq("budget-first");
+    // The first answer spends 640 tokens; the next call's input alone is estimated at more than the 360 left.
+    b.model.scriptFor(first, { usage: { prompt_tokens: 600, completion_tokens: 40 } });
+    const agent = newAgent();
+    let errors;
+    let sessionId;
+    ({ page, sessionId, errors } = await signedIn(agent, (await b.mf.ready).origin));
+    const route = async (p) => {
+      const res = await b.api("GET", `/agents/${agent}${p}`);
+      assert.equal(res.status, 200);
+      return res.json;
+    };
+    const shown = (name) => page.evaluate((n) => document.querySelector(`#costs [data-line="${n}"]`)?.textContent ?? null, name);
+    const showsLine = (name, want, why) => page.waitForFunction(([n, w]) => document.querySelector(`#costs [data-line="${n}"]`)?.textContent === w, [name, want], { timeout: 10_000 }).catch(async () => assert.fail(`${why}: the page shows ${await shown(name)}, wanted ${want}`));
+    const count = (n) => n.toLocaleString("en-US");
+
+    await send(page, `First ${first}`);
+    await page.locator("li.message.user .settlement.completed").waitFor();
+    const spentOnce = await route(`/sessions/${sessionId}/budget`);
+    assert.deepEqual(spentOnce, { tokens: 1000, set: false, spent: 640 });
+    await showsLine("budget", `budget ${count(spentOnce.tokens)} · ${count(spentOnce.spent)} spent`, "after the first answer");
+    assert.equal(await page.locator("#paused").isHidden(), true);
+    // No daily budget: no line for it.
+    assert.equal((await route("/budget")).tokens, null);
+    assert.equal(await shown("daily"), null);
+
+    const second = uniq("budget-second");
+    await send(page, `Second ${second}`);
+    const notice = page.locator("#paused");
+    await notice.waitFor();
+    const { paused } = await route(`/sessions/${sessionId}/budget`);
+    assert.equal(paused.reason, "budget_reached");
+    assert.deepEqual([paused.budget.scope, paused.budget.tokens, paused.budget.spent], ["session", 1000, 640]);
+    assert.ok(paused.budget.spent + paused.budget.needs >= paused.budget.tokens, JSON.stringify(paused));
+    const want = `Paused: the Session's token budget is reached (${count(paused.budget.spent)} of ${count(paused.budget.tokens)}).`;
+    assert.ok((await notice.textContent()).startsWith(want), await notice.textContent());
+    await page.getByText("Paused", { exact: true }).waitFor();
+    // The Session's read says the same of its running turn.
+    const read = await route(`/sessions/${sessionId}`);
+    assert.deepEqual(read.running.paused.budget, paused.budget);
+    await shot(page, "budget-paused");
+
+    // A reload shows it again, from the read.
+    await page.reload();
+    await page.waitForFunction((id) => document.getElementById("session-title").textContent === id, sessionId);
+    await notice.waitFor();
+    assert.ok((await notice.textContent()).startsWith(want), await notice.textContent());
+    await showsLine("budget", "budget 1,000 · 640 spent", "after a reload");
+
+    // The host raises the budget, through the Durable Object's own route: the turn goes on.
+    const namespace = await b.mf.getDurableObjectNamespace("SHIITAKE");
+    const host = async (method, p, body) => {
+      const init = { method, headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" } };
+      const res = await namespace.get(namespace.idFromName(agent)).fetch(`http://do${p}`, body === undefined ? init : { ...init, body: JSON.stringify(body) });
+      assert.equal(res.status, 200, await res.text());
+    };
+    await host("PUT", `/sessions/${sessionId}/budget`, { tokens: 100_000 });
+    await page.waitForFunction(() => document.getElementById("paused").hidden);
+    await page.locator("li.message.assistant", { hasText: `Echo: Second ${second}` }).waitFor();
+    await page.waitForFunction(() => document.querySelectorAll("li.message.user .settlement.completed").length === 2);
+    const raised = await route(`/sessions/${sessionId}/budget`);
+    assert.deepEqual([raised.tokens, raised.set, raised.paused], [100_000, true, undefined]);
+    assert.ok(raised.spent > 640);
+    await showsLine("budget", `budget 100,000 · ${count(raised.spent)} spent`, "after the raise");
+    await shot(page, "budget-raised");
+
+    // The Agent's day, set below what the Session's next call needs: that one pauses it, said so, with its line.
+    await host("PUT", "/budget", { tokens: raised.spent + 1 });
+    const third = uniq("budget-third");
+    await send(page, `Third ${third}`);
+    await notice.waitFor();
+    const day = await route("/budget");
+    assert.deepEqual([day.tokens, day.set, day.spent], [raised.spent + 1, true, raised.spent]);
+    const byDay = (await route(`/sessions/${sessionId}/budget`)).paused.budget;
+    assert.deepEqual([byDay.scope, byDay.tokens, byDay.spent], ["agent", day.tokens, day.spent]);
+    assert.ok((await notice.textContent()).startsWith(`Paused: the Agent's daily token budget is reached (${count(day.spent)} of ${count(day.tokens)}).`), await notice.textContent());
+    await showsLine("daily", `Agent today: budget ${count(day.tokens)} · ${count(day.spent)} spent`, "paused by the Agent's day");
+    // Cleared, back to the configuration (none a day): the turn goes on, and the line goes.
+    await host("DELETE", "/budget");
+    await page.waitForFunction(() => document.getElementById("paused").hidden);
+    await page.locator("li.message.assistant", { hasText: `Echo: Third ${third}` }).waitFor();
+    await page.waitForFunction(() => document.querySelector('#costs [data-line="daily"]') === null);
+    assert.deepEqual(errors, []);
+  } finally {
+    await page?.close();
+    await b.dispose();
+  }
 });
 
 test("a tool call shows with its arguments and its display data", T, async () => {
