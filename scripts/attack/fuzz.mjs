@@ -58,7 +58,8 @@ const OPERATIONS = [];
 for (const [template, item] of Object.entries(doc.paths)) {
   const shared = (item.parameters ?? []).map(deref);
   for (const [method, op] of Object.entries(item)) {
-    if (method === "parameters") continue;
+    // A host-only operation is never forwarded by the mount the fuzzer attacks (405).
+    if (method === "parameters" || op["x-host-only"]) continue;
     const params = [...shared, ...(op.parameters ?? []).map(deref)].map((p) => ({ ...p, schema: deref(p.schema) }));
     const media = op.requestBody?.content?.["application/json"];
     OPERATIONS.push({ method: method.toUpperCase(), template, params, body: media ? deref(media.schema) : undefined, bodyRequired: !!op.requestBody?.required });
