@@ -105,7 +105,7 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   clearSessionModel(sessionId: string, meta?: unknown): Promise<SessionModel>;
   /** RPC: the Session's token budget, what it spent and its paused turn. */
   sessionBudget(sessionId: string, meta?: unknown): Promise<Budget>;
-  /** RPC: sets the Session's token budget over the host's configuration (`tokens` an integer 0..10^15); a raise resumes its paused turn. */
+  /** RPC: sets the Session's token budget over the host's configuration; a raise resumes its paused turn. */
   setSessionBudget(sessionId: string, input: BudgetInput, meta?: unknown): Promise<Budget>;
   /** RPC: clears the Session's token budget, back to the host's configuration (`SHIITAKE_BUDGET_SESSION_TOKENS`). */
   clearSessionBudget(sessionId: string, meta?: unknown): Promise<Budget>;
@@ -671,7 +671,7 @@ export interface CancelInput {
   onlyIfPending?: boolean;
 }
 
-/** A token budget to set: `tokens` an integer 0..10^15 (tokens the provider reports, input plus output). */
+/** A token budget to set: `tokens` an integer 0..1,000,000,000,000,000 (tokens the provider reports, input plus output). */
 export interface BudgetInput {
   tokens: number;
 }
