@@ -423,6 +423,11 @@ class Lane {
     switch (kind) {
       case "badSession":
         sessionSegment = r.pick(["a%20b", "%00", "%2F", "a%2Fb", "..", "%2e%2e", "ü", "%C3%BC", "%ff", "a*b", "<script>", "%E2%80%8B", "a%0Ab", "'or'1'='1"]);
+        // A dot segment is normalised away: `/sessions/../budget` is `GET /budget`, a route of its own.
+        if (["..", "%2e%2e"].includes(sessionSegment)) {
+          const rest = parts.op.template.replace("/sessions/{sessionId}", "");
+          req.refuse = !OPERATIONS.some((o) => o.template === rest && o.method === req.method);
+        }
         break;
       case "longSession":
         sessionSegment = "s".repeat(r.pick([129, 256, 4096, 60_000]));
