@@ -147,7 +147,7 @@ export interface Budget {
   tokens: number | null;
   /** Set by the host (RPC, owner API) over its configuration; false: the configuration's. */
   set: boolean;
-  /** Tokens charged (the Agent's: today's, UTC); `null` while nothing is counted (no budget was ever set or configured). */
+  /** Tokens charged (the Agent's: today's, UTC); `null` until counting starts (a budget set, or a model call under a configured one). */
   spent: number | null;
   /** The Agent's: when its day ends, ms since the epoch. */
   resetsAt?: number;
