@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { createShiitakeClient } from "../../js/client.mjs";
-import { expectError, expectStatus, kind, uniq, useWorker } from "./helpers.mjs";
+import { expectError, expectStatus, kind, startWorker, uniq, useWorker } from "./helpers.mjs";
 
 const SESSION_TOKENS = 1_000;
 const h = useWorker({ fixture: "rpc-worker", model: "echo", bindings: { SHIITAKE_BUDGET_SESSION_TOKENS: SESSION_TOKENS } });
@@ -191,4 +191,55 @@ test("bad budgets are 400 naming `tokens` (RPC and owner API alike), an unknown 
   assert.equal((await rpc(a, "budget")).set, false);
   // The largest budget crosses JSON and RPC exactly.
   assert.equal((await rpc(a, "setSessionBudget", "s", { tokens: 1e15 })).tokens, 1e15);
+});
+
+test("every budget operation answers alike over RPC and the owner API, and as the forwarded reads do; RPC takes host metadata", T, async () => {
+  const a = h.agent();
+  await a.createSession("s");
+  const surfaces = {
+    rpc: {
+      agent: (op, input) => rpc(a, { get: "budget", set: "setBudget", clear: "clearBudget" }[op], ...(input ? [input] : [])),
+      session: (op, input) => rpc(a, { get: "sessionBudget", set: "setSessionBudget", clear: "clearSessionBudget" }[op], "s", ...(input ? [input] : [])),
+    },
+    owner: {
+      agent: (op, input) => owner(a, { get: "budget", set: "setBudget", clear: "clearBudget" }[op], input ? [input] : []),
+      session: (op, input) => owner(a, { get: "budget", set: "setBudget", clear: "clearBudget" }[op], input ? [input] : [], "s"),
+    },
+  };
+  for (const [name, surface] of Object.entries(surfaces)) {
+    for (const [scope, route] of [["agent", "/budget"], ["session", "/sessions/s/budget"]]) {
+      const set = await surface[scope]("set", { tokens: 4_321 });
+      assert.deepEqual([set.tokens, set.set], [4_321, true], `${name} ${scope}`);
+      assert.deepEqual(await surface[scope]("get"), set, `${name} ${scope}`);
+      assert.deepEqual(await get(a, route), set, `${name} ${scope}: the forwarded read`);
+      const cleared = await surface[scope]("clear");
+      assert.deepEqual([cleared.tokens, cleared.set], [scope === "session" ? SESSION_TOKENS : null, false], `${name} ${scope}`);
+      assert.deepEqual(await get(a, route), cleared, `${name} ${scope}: the forwarded read`);
+    }
+  }
+  assert.equal((await rpc(a, "setSessionBudget", "s", { tokens: 7 }, { author: "ada" })).tokens, 7);
+  assert.equal((await rpc(a, "budget", { author: "ada" })).set, false);
+});
+
+test("a configured budget that is not a number in range counts as 0: nothing runs, and the budget says so", T, async () => {
+  const h2 = await startWorker({ model: "echo", bindings: { SHIITAKE_BUDGET_DAILY_TOKENS: "5e6", SHIITAKE_BUDGET_SESSION_TOKENS: "1000000000000001" } });
+  try {
+    const a = h2.agent();
+    await a.createSession("s");
+    const day = (await a.api("GET", "/budget")).json;
+    assert.deepEqual([day.tokens, day.set], [0, false], JSON.stringify(day));
+    assert.equal((await a.api("GET", "/sessions/s/budget")).json.tokens, 0);
+    const tag = uniq("budget-typo");
+    const watch = await a.watch("s", { timeoutMs: 10_000 });
+    try {
+      const p1 = await a.admit("s", "p1", `${tag} never sent`);
+      const frame = await pausedFrame(watch, p1);
+      assert.deepEqual([frame.budget.tokens, frame.budget.spent], [0, 0]);
+    } finally {
+      await watch.close();
+    }
+    assert.equal(h2.model.requests(tag).length, 0, "a typo stops spending");
+  } finally {
+    await h2.dispose();
+  }
 });
