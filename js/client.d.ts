@@ -84,6 +84,8 @@ export interface InboxRow {
   attentionCount: number;
   /** The Session's latest activity, milliseconds since the epoch. */
   updatedAt: number;
+  /** Its running turn, paused by a budget (the row is `needs_you`). */
+  paused?: Paused;
 }
 
 export interface Inbox {
@@ -108,6 +110,49 @@ export interface UsageFigures {
   cacheReadTokens?: number;
   cacheWriteTokens?: number;
   reasoningTokens?: number;
+}
+
+/** Which budget: the Session's (its whole life) or the Agent's (per UTC day, all Sessions). */
+export type BudgetScope = "session" | "agent";
+
+/** A budget a model call did not fit: `spent + needs` reaches `tokens`. */
+export interface BudgetReached {
+  scope: BudgetScope;
+  /** The budget in force. */
+  tokens: number;
+  /** Tokens charged to it, calls in flight at their estimate. */
+  spent: number;
+  /** The call's estimated input. */
+  needs: number;
+}
+
+/**
+ * A turn paused before a model call its budget cannot cover: it stays
+ * running with nothing spent, and goes on at the same attempt once the
+ * budget covers the call (raised or cleared, or the Agent's next UTC day).
+ */
+export interface Paused {
+  reason: "budget_reached";
+  budget: BudgetReached;
+  /** Milliseconds since the epoch. */
+  since: number;
+}
+
+/**
+ * A token budget (`GET /budget`, `GET /sessions/:id/budget`): tokens the
+ * provider reported, input (cached parts included) plus output.
+ */
+export interface Budget {
+  /** The budget in force; `null`: none. */
+  tokens: number | null;
+  /** Set by the host (RPC, owner API) over its configuration; false: the configuration's. */
+  set: boolean;
+  /** Tokens charged (the Agent's: today's, UTC); `null` until counting starts (a budget set, or a model call under a configured one). */
+  spent: number | null;
+  /** The Agent's: when its day ends, ms since the epoch. */
+  resetsAt?: number;
+  /** A Session's: its paused turn. */
+  paused?: Paused;
 }
 
 export type UsageGroupBy = "session" | "model" | "day";
@@ -267,6 +312,8 @@ export interface RunningTurn {
   text: string;
   attempt: number;
   startedAt: number | null;
+  /** Paused before a model call its budget cannot cover (it goes on at this attempt once covered). */
+  paused?: Paused;
 }
 
 /** One page of the Session read. */
@@ -351,9 +398,22 @@ export type Frame =
   | { type: "branch"; entryId: string | null }
   /** Once at a turn's start: a tool the host configured cannot be offered (e.g. `execute` without `LOADER`, an unavailable MCP server, a tool left out). */
   | { type: "diagnostic"; commandId: string; diagnostic: string }
+  | PausedFrame
   | ToolFrame
   | ExtensionFrame
   | AttentionFrame;
+
+/**
+ * The turn paused before a model call its budget cannot cover: it stays
+ * running, with nothing spent, and goes on (a `started` frame at the same
+ * attempt) once the budget covers the call. Cancel and abort end it as usual.
+ */
+export interface PausedFrame {
+  type: "paused";
+  commandId: string;
+  reason: "budget_reached";
+  budget: BudgetReached;
+}
 
 /**
  * A tool call the host runs, live (kept in memory only, like `delta`; the
@@ -560,6 +620,8 @@ export interface ShiitakeSession {
   setModel(model: string, options?: CallOptions & { reasoning?: Reasoning }): Promise<SessionModel>;
   /** Clears the Session's explicit model: `{model: null}`. */
   clearModel(options?: CallOptions): Promise<SessionModel>;
+  /** The Session's token budget, what it spent and its paused turn. Setting one is the host's (RPC, owner API). */
+  budget(options?: CallOptions): Promise<Budget>;
 }
 
 /** A reasoning level; each provider maps it to its own field. */
@@ -592,6 +654,8 @@ export interface ShiitakeClient {
   inbox(options?: InboxOptions): Promise<Inbox>;
   /** The Agent's usage ledger: each model call counted once, by the provider's figures. */
   usage(options?: UsageOptions): Promise<UsageLedger>;
+  /** The Agent's daily token budget and what today (UTC) spent. Setting one is the host's (RPC, owner API). */
+  budget(options?: CallOptions): Promise<Budget>;
   /** Creates a Session (an id is generated when omitted), or with `from` a fork of another's path. */
   createSession(sessionId?: string, options?: CreateSessionOptions): Promise<{ sessionId: string }>;
   /** Deletes a Session (its watches end, its work stops); `session_has_forks` (409) while forks share its history. */

@@ -111,6 +111,11 @@ class ShiitakeClient {
     return this.#t.request("GET", "/usage", { query: { from, to, sessionId, groupBy, limit, cursor: cursor ?? undefined }, signal });
   }
 
+  /** `GET /budget`: the Agent's daily token budget (setting one is the host's: RPC or owner API). */
+  budget({ signal } = {}) {
+    return this.#t.request("GET", "/budget", { signal });
+  }
+
   /** `from: {sessionId, entryId}` forks: the new Session continues that Session's path ending at the entry. */
   createSession(sessionId, { from, signal } = {}) {
     const body = {};
@@ -191,6 +196,11 @@ class ShiitakeSession {
   /** Clears the Session's explicit model: `{model: null}`. */
   clearModel({ signal } = {}) {
     return this.#t.request("DELETE", sessionPath(this.id, "/model"), { signal });
+  }
+
+  /** `GET /sessions/:id/budget`: the Session's token budget and its paused turn (setting one is the host's). */
+  budget({ signal } = {}) {
+    return this.#t.request("GET", sessionPath(this.id, "/budget"), { signal });
   }
 
   async operator(text, { requestId = newRequestId(), signal } = {}) {

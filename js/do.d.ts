@@ -17,6 +17,7 @@ import type {
   WithdrawOutcome,
   Reasoning,
   SessionModel,
+  Budget,
 } from "./client.js";
 import { DurableObject } from "cloudflare:workers";
 
@@ -102,6 +103,12 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   setSessionModel(sessionId: string, input: { model: string; reasoning?: Reasoning }, meta?: unknown): Promise<SessionModel>;
   /** RPC: clears the Session's explicit model; `{model: null}`. */
   clearSessionModel(sessionId: string, meta?: unknown): Promise<SessionModel>;
+  /** RPC: the Session's token budget, what it spent and its paused turn. */
+  sessionBudget(sessionId: string, meta?: unknown): Promise<Budget>;
+  /** RPC: sets the Session's token budget over the host's configuration; a raise resumes its paused turn. */
+  setSessionBudget(sessionId: string, input: BudgetInput, meta?: unknown): Promise<Budget>;
+  /** RPC: clears the Session's token budget, back to the host's configuration (`SHIITAKE_BUDGET_SESSION_TOKENS`). */
+  clearSessionBudget(sessionId: string, meta?: unknown): Promise<Budget>;
   /**
    * RPC: the Session's watch, the bytes of the same `text/event-stream` as
    * GET /sessions/:id/watch (serve it as is, or parse it with
@@ -118,6 +125,12 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   inbox(query?: PageQuery): Promise<Inbox>;
   /** RPC: the usage ledger. */
   usage(query?: UsageQuery): Promise<UsageLedger>;
+  /** RPC: the Agent's daily token budget and what today (UTC) spent. */
+  budget(meta?: unknown): Promise<Budget>;
+  /** RPC: sets the Agent's daily token budget over the host's configuration; a raise resumes the turns it now covers. */
+  setBudget(input: BudgetInput, meta?: unknown): Promise<Budget>;
+  /** RPC: clears the Agent's daily token budget, back to the host's configuration (`SHIITAKE_BUDGET_DAILY_TOKENS`). */
+  clearBudget(meta?: unknown): Promise<Budget>;
   /**
    * The host work lane, or `undefined` for none (then outbox entries are
    * acknowledged undelivered). Read once per instance; an unknown key or a
@@ -658,6 +671,11 @@ export interface CancelInput {
   onlyIfPending?: boolean;
 }
 
+/** A token budget to set: `tokens` an integer 0..1,000,000,000,000,000 (tokens the provider reports, input plus output). */
+export interface BudgetInput {
+  tokens: number;
+}
+
 /** A Session read page: `cursor` is the previous page's `cursor` (the HTTP `before`). */
 export interface ReadQuery {
   limit?: number;
@@ -682,6 +700,12 @@ export interface ShiitakeOwner {
   inbox(query?: PageQuery): Promise<Inbox>;
   /** The usage ledger (GET /usage). */
   usage(query?: UsageQuery): Promise<UsageLedger>;
+  /** The Agent's daily token budget (GET /budget). */
+  budget(): Promise<Budget>;
+  /** Sets it over the host's configuration (PUT /budget, host-only); a raise resumes the turns it now covers. */
+  setBudget(input: BudgetInput): Promise<Budget>;
+  /** Clears it, back to the host's configuration (DELETE /budget). */
+  clearBudget(): Promise<Budget>;
   grants: {
     /** `ShiitakeDO#deliverGrants`. */
     deliver(sessionId: string, delivery: GrantDelivery): { delivered: "stored" | "replaced" | "unchanged" };
@@ -710,6 +734,12 @@ export interface ShiitakeOwnerSession {
   setModel(input: { model: string; reasoning?: Reasoning }): Promise<SessionModel>;
   /** Clears the Session's explicit model; `{model: null}`. */
   clearModel(): Promise<SessionModel>;
+  /** The Session's token budget (GET /sessions/:id/budget). */
+  budget(): Promise<Budget>;
+  /** Sets it over the host's configuration (PUT, host-only); a raise resumes its paused turn. */
+  setBudget(input: BudgetInput): Promise<Budget>;
+  /** Clears it, back to the host's configuration (DELETE). */
+  clearBudget(): Promise<Budget>;
   abort(): Promise<AbortOutcome>;
   withdraw(requestId: string): Promise<WithdrawOutcome>;
   read(query?: ReadQuery): Promise<SessionRead>;

@@ -475,6 +475,21 @@ export class ShiitakeDO extends DurableObject {
     return this.#bound(meta).session(sessionId).clearModel();
   }
 
+  /** RPC: the Session's token budget, `{tokens, set, spent, paused?}`. */
+  sessionBudget(sessionId, meta) {
+    return this.#bound(meta).session(sessionId).budget();
+  }
+
+  /** RPC: sets the Session's token budget (`{tokens}`) over the host's configuration; a raise resumes its paused turn. */
+  setSessionBudget(sessionId, input, meta) {
+    return this.#bound(meta).session(sessionId).setBudget(input);
+  }
+
+  /** RPC: clears the Session's token budget, back to the host's configuration. */
+  clearSessionBudget(sessionId, meta) {
+    return this.#bound(meta).session(sessionId).clearBudget();
+  }
+
   /** RPC: the newest pending prompt of `meta`'s principal (of anyone when unbound), or null. */
   latestPending(sessionId, meta) {
     return this.#bound(meta).session(sessionId).latestPending();
@@ -512,6 +527,21 @@ export class ShiitakeDO extends DurableObject {
   /** RPC: the usage ledger (`{from?, to?, sessionId?, groupBy?, limit?, cursor?}`). */
   usage(query) {
     return this.agent.usage(query);
+  }
+
+  /** RPC: the Agent's daily token budget, `{tokens, set, spent, resetsAt}`. */
+  budget(meta) {
+    return this.#bound(meta).budget();
+  }
+
+  /** RPC: sets the Agent's daily token budget (`{tokens}`) over the host's configuration; a raise resumes the turns it now covers. */
+  setBudget(input, meta) {
+    return this.#bound(meta).setBudget(input);
+  }
+
+  /** RPC: clears the Agent's daily token budget, back to the host's configuration. */
+  clearBudget(meta) {
+    return this.#bound(meta).clearBudget();
   }
 
   #bound(meta) {

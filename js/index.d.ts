@@ -9,6 +9,7 @@ export {
   type CancelInput,
   type ReadQuery,
   type PageQuery,
+  type BudgetInput,
   type GrantDelivery,
   type GrantLevel,
   type ShiitakeTools,

@@ -10,7 +10,8 @@
 #                          a well-known value for local use only
 #   SHIITAKE_MODEL         default openai/scripted
 #   OPENAI_BASE_URL, OPENAI_API_KEY, SHIITAKE_INSTRUCTIONS,
-#   SHIITAKE_TOOL_TIMEOUT_MS   passed when set
+#   SHIITAKE_TOOL_TIMEOUT_MS, SHIITAKE_BUDGET_SESSION_TOKENS,
+#   SHIITAKE_BUDGET_DAILY_TOKENS   passed when set
 #   SHIITAKE_DEMO_GOAL     default 1: the demo Agent runs the goal example
 #                          extension (the chat page shows its chip, row and
 #                          lines); 0 runs none
@@ -37,6 +38,8 @@ args=(dev --local --ip 127.0.0.1 --port "$port" --persist-to "$state_dir"
   --var "SHIITAKE_DEMO_GOAL:${SHIITAKE_DEMO_GOAL:-1}")
 [ -n "${SHIITAKE_INSTRUCTIONS:-}" ] && args+=(--var "SHIITAKE_INSTRUCTIONS:$SHIITAKE_INSTRUCTIONS")
 [ -n "${SHIITAKE_TOOL_TIMEOUT_MS:-}" ] && args+=(--var "SHIITAKE_TOOL_TIMEOUT_MS:$SHIITAKE_TOOL_TIMEOUT_MS")
+[ -n "${SHIITAKE_BUDGET_SESSION_TOKENS:-}" ] && args+=(--var "SHIITAKE_BUDGET_SESSION_TOKENS:$SHIITAKE_BUDGET_SESSION_TOKENS")
+[ -n "${SHIITAKE_BUDGET_DAILY_TOKENS:-}" ] && args+=(--var "SHIITAKE_BUDGET_DAILY_TOKENS:$SHIITAKE_BUDGET_DAILY_TOKENS")
 
 run_dir="$(mktemp -d)" # private (0700): the key file, the model server's URL
 model_pid=""

@@ -98,6 +98,21 @@ export class OwnerAgent {
   usage({ from, to, sessionId, groupBy, limit, cursor } = {}) {
     return this.#t.request("GET", "/usage", { query: present({ from, to, sessionId, groupBy, limit, cursor }) });
   }
+
+  /** The Agent's daily token budget (GET /budget). */
+  budget() {
+    return this.#t.request("GET", "/budget");
+  }
+
+  /** Sets it (`{tokens}`), over the host's configuration; a raise resumes the turns it now covers. */
+  setBudget(input) {
+    return this.#t.request("PUT", "/budget", { body: input });
+  }
+
+  /** Clears it, back to the host's configuration. */
+  clearBudget() {
+    return this.#t.request("DELETE", "/budget");
+  }
 }
 
 // One Session of the owner API. Its inputs are the route's bodies as they
@@ -165,6 +180,18 @@ class OwnerSession {
 
   clearModel() {
     return this.#request("DELETE", "/model");
+  }
+
+  budget() {
+    return this.#request("GET", "/budget");
+  }
+
+  setBudget(input) {
+    return this.#request("PUT", "/budget", { body: input });
+  }
+
+  clearBudget() {
+    return this.#request("DELETE", "/budget");
   }
 
   abort() {

@@ -58,7 +58,8 @@ const OPERATIONS = [];
 for (const [template, item] of Object.entries(doc.paths)) {
   const shared = (item.parameters ?? []).map(deref);
   for (const [method, op] of Object.entries(item)) {
-    if (method === "parameters") continue;
+    // A host-only operation is never forwarded by the mount the fuzzer attacks (405).
+    if (method === "parameters" || op["x-host-only"]) continue;
     const params = [...shared, ...(op.parameters ?? []).map(deref)].map((p) => ({ ...p, schema: deref(p.schema) }));
     const media = op.requestBody?.content?.["application/json"];
     OPERATIONS.push({ method: method.toUpperCase(), template, params, body: media ? deref(media.schema) : undefined, bodyRequired: !!op.requestBody?.required });
@@ -422,6 +423,11 @@ class Lane {
     switch (kind) {
       case "badSession":
         sessionSegment = r.pick(["a%20b", "%00", "%2F", "a%2Fb", "..", "%2e%2e", "ü", "%C3%BC", "%ff", "a*b", "<script>", "%E2%80%8B", "a%0Ab", "'or'1'='1"]);
+        // A dot segment is normalised away: `/sessions/../budget` is `GET /budget`, a route of its own.
+        if (["..", "%2e%2e"].includes(sessionSegment)) {
+          const rest = parts.op.template.replace("/sessions/{sessionId}", "");
+          req.refuse = !OPERATIONS.some((o) => o.template === rest && o.method === req.method);
+        }
         break;
       case "longSession":
         sessionSegment = "s".repeat(r.pick([129, 256, 4096, 60_000]));

@@ -63,6 +63,13 @@ const PAIRS = [
   { schema: "UsageFigures", type: "UsageFigures" },
   { schema: "UsageGroup", type: "UsageGroup" },
   { operation: "getUsage", method: ["ShiitakeClient", "usage"] },
+  { schema: "Budget", type: "Budget" },
+  { schema: "BudgetReached", type: "BudgetReached" },
+  { schema: "Paused", type: "Paused" },
+  { schema: "PausedFrame", type: "PausedFrame" },
+  { schema: "InboxRow", type: "InboxRow" },
+  { operation: "getBudget", method: ["ShiitakeClient", "budget"] },
+  { operation: "getSessionBudget", method: ["ShiitakeSession", "budget"] },
   { schema: { enum: schemas.ErrorCode.enum.filter((c) => !CODES_NOT_FOR_CLIENTS.has(c)) }, type: "ShiitakeErrorCode" },
 ];
 

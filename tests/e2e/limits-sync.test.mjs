@@ -88,6 +88,7 @@ const DOCUMENTED = [
   ["js/do.d.ts", "at most one per # ms per call (the newest report", ["TOOL_PROGRESS_INTERVAL_MS"]],
   ["js/do.d.ts", "for data that is not JSON or over # bytes of it.", ["TOOL_PROGRESS_BYTES_MAX"]],
   ["js/do.d.ts", "At most # per result and # bytes of base64 in all", ["TOOL_RESULT_IMAGES_MAX", "TOOL_RESULT_IMAGE_BYTES_MAX"]],
+  ["js/do.d.ts", "A token budget to set: `tokens` an integer 0..# (tokens", ["BUDGET_TOKENS_MAX"]],
   ["js/client.d.ts", "(at most one per # ms per call, the newest kept in between)", ["TOOL_PROGRESS_INTERVAL_MS"]],
   ["js/client.d.ts", "the tool's report (at most # bytes of JSON)", ["TOOL_PROGRESS_BYTES_MAX"]],
   ["js/client.d.ts", "the images the tool returned to the model (at most #)", ["TOOL_RESULT_IMAGES_MAX"]],

@@ -22,6 +22,17 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..")
 const EXAMPLE = path.join(ROOT, "examples/node/server.mjs");
 const T = { timeout: 60_000 };
 
+/** Polls `fn` until it answers something truthy (at most `timeoutMs`). */
+async function eventually(fn, timeoutMs = 10_000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await fn();
+    if (value) return value;
+    if (Date.now() >= deadline) throw new Error(`not within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 const dir = mkdtempSync(path.join(tmpdir(), "shiitake-node-"));
 const model = await startModelServer({ fallback: "echo" });
 const children = new Set();
@@ -282,6 +293,39 @@ test("compaction on Node: a compact command, then a turn that sees the summary a
     await a.settled("s", await a.admit("s", "p3", `node-compact long ${"word ".repeat(1_200)}`));
     assert.ok(model.requests(prompt).length > before, "a compaction ran on its own");
     assert.ok((await a.read("s")).messages.filter((m) => m.role === "compaction").length >= 2);
+  } finally {
+    await host.close();
+  }
+});
+
+test("budgets on Node: a configured Session budget pauses a turn, still paused after a reopen; the owner API's raise resumes it at its attempt", T, async () => {
+  const file = path.join(dir, "budget.db");
+  const budgeted = env({ SHIITAKE_BUDGET_SESSION_TOKENS: "1000" });
+  let host = await openNodeShiitake({ path: file, env: budgeted });
+  try {
+    let a = client(host.app.fetch);
+    await a.createSession("s");
+    model.scriptFor("node-budget", { text: "spent", usage: { prompt_tokens: 990, completion_tokens: 9 } });
+    assert.equal((await a.settled("s", await a.admit("s", "p1", "node-budget one"))).terminal, "completed");
+    const p2 = await a.admit("s", "p2", "node-budget two");
+    const paused = await eventually(async () => (await a.read("s")).running?.paused);
+    assert.equal((await a.read("s")).running.commandId, p2);
+    assert.deepEqual([paused.reason, paused.budget.scope, paused.budget.tokens, paused.budget.spent], ["budget_reached", "session", 1000, 999]);
+    assert.deepEqual(await host.agent.session("s").budget(), { tokens: 1000, set: false, spent: 999, paused });
+    assert.equal((await a.api("PUT", "/sessions/s/budget", { tokens: 5000 })).status, 405, "the app never sets a budget");
+    await host.close();
+    host = await openNodeShiitake({ path: file, env: budgeted });
+    a = client(host.app.fetch);
+    assert.deepEqual((await a.read("s")).running.paused, paused, "the pause is stored, not held in memory");
+    assert.equal(model.requests("node-budget").length, 1, "no call for the paused turn");
+    const raised = await host.agent.session("s").setBudget({ tokens: 5000 });
+    assert.deepEqual([raised.tokens, raised.set], [5000, true]);
+    const done = await a.settled("s", p2);
+    assert.equal(done.terminal, "completed", JSON.stringify(done));
+    assert.equal(model.requests("node-budget").length, 2, "one call for the resumed turn");
+    const { totals } = await host.agent.usage();
+    assert.deepEqual([totals.calls, totals.failed, totals.unknown], [2, 0, 0]);
+    assert.equal((await host.agent.session("s").budget()).spent, totals.inputTokens + totals.outputTokens);
   } finally {
     await host.close();
   }

@@ -11,7 +11,8 @@
 //   code enum covers src/error.rs;
 // - every route the Agent serves, at the mount (js/app.mjs) and directly at
 //   the Durable Object, is documented, and a documented path answers 405 to
-//   the methods it does not list.
+//   the methods it does not list; an operation marked `x-host-only` is
+//   served at the Durable Object only, and the mount answers it 405.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import path from "node:path";
@@ -35,6 +36,8 @@ const WATCH = "/sessions/{sessionId}/watch";
 const LATEST = "/sessions/{sessionId}/pending/latest";
 const BRANCHES = "/sessions/{sessionId}/branches";
 const MODEL = "/sessions/{sessionId}/model";
+const BUDGET = "/budget";
+const SESSION_BUDGET = "/sessions/{sessionId}/budget";
 
 // ---------------------------------------------------------------- document
 
@@ -205,7 +208,9 @@ function conforms(method, template, res, label) {
  * answer against the document; also checks that the server refuses exactly
  * the requests the document refuses (400/413) among those sent. `status`:
  * the status the scenario expects; `beyondSchema`: why the server refuses a
- * request the schemas allow (a rule no schema states). Returns the answer.
+ * request the schemas allow (a rule no schema states). An `x-host-only`
+ * operation is sent to the Durable Object itself, after the mount answered
+ * it 405. Returns the answer.
  */
 async function call(agent, method, template, { params = {}, query = {}, body, raw, token, status, beyondSchema } = {}) {
   const op = doc.paths[template]?.[method];
@@ -213,7 +218,15 @@ async function call(agent, method, template, { params = {}, query = {}, body, ra
   const p = template.replace(/\{(\w+)\}/g, (_, name) => encodeURIComponent(params[name]));
   const qs = new URLSearchParams(query).toString();
   const label = `${method.toUpperCase()} ${p}${qs ? `?${qs}` : ""}`;
-  const res = await agent.h.api(method.toUpperCase(), `/agents/${agent.id}${p}${qs ? `?${qs}` : ""}`, raw ?? body, token === undefined ? {} : { token });
+  const mounted = `/agents/${agent.id}${p}${qs ? `?${qs}` : ""}`;
+  let res;
+  if (op["x-host-only"]) {
+    const refused = await agent.h.api(method.toUpperCase(), mounted, raw ?? body, token === undefined ? {} : { token });
+    assert.equal(refused.status, 405, `${label}: host-only, yet the mount answered ${describe(refused)}`);
+    res = await atObject(agent, method.toUpperCase(), `${p}${qs ? `?${qs}` : ""}`, raw ?? body);
+  } else {
+    res = await agent.h.api(method.toUpperCase(), mounted, raw ?? body, token === undefined ? {} : { token });
+  }
   conforms(method, template, res, label);
   const problems = token === null ? [] : requestProblems(op, doc.paths[template], { params, query, body, raw });
   if (problems.length > 0) {
@@ -223,6 +236,25 @@ async function call(agent, method, template, { params = {}, query = {}, body, ra
   }
   if (status !== undefined) assert.equal(res.status, status, `${label}: expected HTTP ${status}, got ${describe(res)}`);
   return res;
+}
+
+/** One request to the Durable Object of `agent` itself (what the host's own code reaches, bypassing the mount): `{status, json, text, headers}`. */
+async function atObject(agent, method, rel, body) {
+  const ns = await agent.h.mf.getDurableObjectNamespace("SHIITAKE");
+  const init = { method, headers: {} };
+  if (body !== undefined) {
+    init.body = typeof body === "string" ? body : JSON.stringify(body);
+    init.headers["content-type"] = "application/json";
+  }
+  const res = await ns.get(ns.idFromName(agent.id)).fetch(`http://do${rel}`, init);
+  const text = await res.text();
+  let json;
+  try {
+    json = text === "" ? null : JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  return { status: res.status, json, text, headers: res.headers };
 }
 
 /** Opens a watch and checks the answer (200 `text/event-stream`) against the document; returns the Watch. */
@@ -536,6 +568,41 @@ test("every documented operation is served and answers as documented", async () 
   await call(a, "delete", MODEL, { params: sid, status: 200 });
   await call(a, "delete", MODEL, { params: { sessionId: "nobody" }, status: 404 });
   await call(a, "get", MODEL, { params: { sessionId: "nobody" }, status: 404 });
+
+  // Budgets: read through the mount, set and cleared at the object (host-only).
+  const unbudgeted = await call(a, "get", BUDGET, { status: 200 });
+  assert.equal(unbudgeted.json.spent, null, "nothing counted before a budget exists");
+  await call(a, "get", BUDGET, { query: { x: "1" }, status: 400 });
+  await call(a, "put", BUDGET, { body: { tokens: 1_000_000 }, status: 200 });
+  for (const body of [{}, { tokens: -1 }, { tokens: 1.5 }, { tokens: "5" }, { tokens: 1e15 + 1 }, { tokens: 5, day: 1 }]) await call(a, "put", BUDGET, { body, status: 400 });
+  await call(a, "delete", BUDGET, { status: 200 });
+  await call(a, "get", SESSION_BUDGET, { params: sid, status: 200 });
+  await call(a, "get", SESSION_BUDGET, { params: { sessionId: "nobody" }, status: 404 });
+  await call(a, "put", SESSION_BUDGET, { params: { sessionId: "nobody" }, body: { tokens: 5 }, status: 404 });
+  await call(a, "put", SESSION_BUDGET, { params: sid, body: { tokens: 5, more: true }, status: 400 });
+  await call(a, "delete", SESSION_BUDGET, { params: { sessionId: "nobody" }, status: 404 });
+  // A turn a budget pauses: its frame, the read, the inbox row and the budget as documented.
+  await call(a, "post", S, { body: { sessionId: "bud" }, status: 201 });
+  const bud = { sessionId: "bud" };
+  await call(a, "put", SESSION_BUDGET, { params: bud, body: { tokens: 1 }, status: 200 });
+  {
+    const { watch, validate } = await openWatch(a, "bud");
+    try {
+      const held = await admit(a, "bud", "bud1", "paused by its budget");
+      await watch.until((e) => e.event === "frame" && e.data?.type === "paused");
+      const running = (await call(a, "get", ONE, { params: bud, status: 200 })).json.running;
+      assert.equal(running?.paused?.reason, "budget_reached", JSON.stringify(running));
+      const row = (await call(a, "get", "/inbox", { status: 200 })).json.sessions.find((r) => r.sessionId === "bud");
+      assert.equal(row?.paused?.budget.scope, "session", JSON.stringify(row));
+      assert.equal((await call(a, "get", SESSION_BUDGET, { params: bud, status: 200 })).json.paused?.reason, "budget_reached");
+      await call(a, "delete", SESSION_BUDGET, { params: bud, status: 200 });
+      assert.equal((await settled(a, "bud", held)).terminal, "completed");
+      await watch.until((e) => e.event === "frame" && e.data?.type === "settled");
+      for (const ev of watch.events) assert.ok(validate(ev), `watch event ${kind(ev)} does not match WatchEvent: ${errorsOf(validate)}\n${JSON.stringify(ev)}`);
+    } finally {
+      await watch.close();
+    }
+  }
   const branchRefusals = [
     [{ type: "retry", requestId: "b6", entryId: reOne.entryId }, 400, "the role of the entry"],
     [{ type: "prompt", requestId: "b6", text: "x", after: one.entryId, delivery: "steer" }, 400, "`after` with a steer"],
@@ -830,7 +897,9 @@ test("every route the Agent serves is documented, at the mount and at the Durabl
       const template = templateOf(p);
       for (const [method, res] of await probe(target, agentId, p)) {
         const key = template && opKey(method, template);
-        const documented = Boolean(template && doc.paths[template][method.toLowerCase()]);
+        const op = template && doc.paths[template][method.toLowerCase()];
+        // A host-only operation is the mount's 405.
+        const documented = Boolean(op) && !(target === "mount" && op["x-host-only"]);
         if (!isUnrouted(res.status, res.json)) {
           if (!documented) undocumented.push(`${method} ${p}: ${describe(res)}`);
         } else if (documented) {
