@@ -55,18 +55,30 @@ for component in rustfmt clippy; do
   fi
 done
 
-# Debian's Chromium for tests/e2e/ui-chromium.test.mjs (a fresh machine and
-# CI start without it); playwright-core drives it, no browser download.
-if [ ! -x /usr/bin/chromium ]; then
-  step "apt-get install chromium (the browser bridge's headless test)"
-  if command -v apt-get >/dev/null 2>&1; then
-    sudo=""
+# Debian packages the end-to-end tests use, installed in the background
+# beside the builds (apt waits on the network and the disk, the builds on
+# the CPU) and awaited before the tests: Chromium for the browser bridge's
+# and the chat page's headless tests (playwright-core drives it, no browser
+# download; without it those tests skip), tmux for the terminal client's.
+apt_missing=()
+[ -x /usr/bin/chromium ] || apt_missing+=(chromium)
+command -v tmux >/dev/null 2>&1 || apt_missing+=(tmux)
+apt_pid=""
+if [ "${#apt_missing[@]}" -gt 0 ]; then
+  echo "[env] installing ${apt_missing[*]} with apt-get in the background" >&2
+  apt_log=$(mktemp)
+  apt_install() {
+    command -v apt-get >/dev/null 2>&1 || { echo "[test] no apt-get: cannot install ${apt_missing[*]}"; return 0; }
+    local sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium \
-      || echo "[test] chromium could not be installed; tests/e2e/ui-chromium.test.mjs will skip" >&2
-  else
-    echo "[test] no apt-get: tests/e2e/ui-chromium.test.mjs will skip" >&2
-  fi
+    $sudo apt-get update -qq &&
+      $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${apt_missing[@]}" ||
+      echo "[test] apt-get could not install ${apt_missing[*]}"
+  }
+  set -m
+  (apt_install) </dev/null >"$apt_log" 2>&1 &
+  apt_pid=$!
+  set +m
 fi
 
 step "cargo fmt --check; js/limits.mjs up to date (before any build regenerates it)"
@@ -113,8 +125,8 @@ set +m
 declare -A beside_pid beside_log
 stop_jobs() {
   local pid
-  for pid in "$release_pid" "${beside_pid[@]}"; do kill -- -"$pid" 2>/dev/null || true; done
-  rm -f "$release_log" "${beside_log[@]}"
+  for pid in "$release_pid" $apt_pid "${beside_pid[@]}"; do kill -- -"$pid" 2>/dev/null || true; done
+  rm -f "$release_log" ${apt_log:-} "${beside_log[@]}"
 }
 trap 'rc=$?; stop_jobs; summary $rc' EXIT
 
@@ -147,13 +159,12 @@ wait "$release_pid" || release_rc=$?
 cat "$release_log"
 [ "$release_rc" -eq 0 ] || { echo "[test] the release wasm builds failed (exit $release_rc)" >&2; exit "$release_rc"; }
 
-# tests/e2e/chat-cli.test.mjs drives the terminal client inside tmux.
-if ! command -v tmux >/dev/null 2>&1; then
-  echo "[env] installing tmux" >&2
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq >&2
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >&2
+if [ -n "$apt_pid" ]; then
+  step "apt-get install ${apt_missing[*]} (awaited)"
+  wait "$apt_pid" || true
+  cat "$apt_log"
+  [ -x /usr/bin/chromium ] || echo "[test] no chromium: tests/e2e/ui-chromium.test.mjs and the chat page's tests will skip" >&2
+  command -v tmux >/dev/null 2>&1 || { echo "[test] tmux is missing: tests/e2e/chat-cli.test.mjs needs it" >&2; exit 1; }
 fi
 
 # A job run beside a step (its output printed when it ends, so the step's
