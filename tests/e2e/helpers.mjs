@@ -66,8 +66,6 @@ export const WORKER_BINDINGS = [
   "SHIITAKE_CONTEXT_WINDOWS",
   "SHIITAKE_COMPACTION_TRIGGER",
   "SHIITAKE_COMPACTION_PROMPT",
-  "SHIITAKE_BUDGET_DAILY_TOKENS",
-  "SHIITAKE_BUDGET_SESSION_TOKENS",
   // tests/e2e/fixtures/tools-worker.mjs: "off" drops its confirm hook.
   "TOOLS_CONFIRM_HOOK",
   // tests/e2e/fixtures/config-worker.mjs: which broken tools() it returns.
