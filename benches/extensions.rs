@@ -211,6 +211,7 @@ impl Side {
             ids: &mut self.ids,
             meta: &self.meta,
             spans: Vec::new(),
+            charged: None,
         };
         f(&self.ext, &mut ctx)
     }

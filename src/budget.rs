@@ -4,33 +4,36 @@
 //! them (`PUT /budget`, `PUT /sessions/:id/budget`).
 //!
 //! A token is one the provider reported for a call, input (cached parts
-//! included) plus output. Before each model call of a turn its transition
-//! ([`gate`]) compares what is spent, with the calls in flight charged
-//! their estimate, against the budgets: a call they cannot cover pauses
-//! the turn instead (`shiitake_paused`); one they can is charged its
-//! estimate at once (`shiitake_held`), and its outcome's write replaces
-//! the estimate with what the provider reported ([`settle`], beside the
-//! call's ledger row). A call cut off by a crash, an eviction or a cancel
-//! keeps its estimate charged: its real usage is unknown (the ledger says
-//! `unknown`), and a crash must not make calls free. So no crash, retry or
-//! concurrent turn overspends a budget by more than one call's output (and
-//! the error of its input estimate) per Session: each Session has at most
-//! one call in flight, and every call in flight is charged before it is
-//! sent.
+//! included) plus output. Before each model call of a turn ([`gate`], in
+//! the driver's `Turn::request`) what is spent, with the calls in flight
+//! charged their estimate, is compared against the budgets: a call they
+//! cannot cover pauses the turn instead (`shiitake_paused`); one they can
+//! is charged its estimated input at once ([`Charge`]), and its outcome's
+//! write replaces the estimate with what the provider reported ([`settle`],
+//! beside the call's ledger row; the driver hands the charge over in
+//! memory). A call cut off by a crash, an eviction or a cancel keeps its
+//! estimate charged: its real usage is unknown (the ledger says `unknown`),
+//! and a crash must not make calls free. So no crash, retry or concurrent
+//! turn overspends a budget by more than, per Session, one call's output
+//! and the error of its input's estimate: each Session has at most one call
+//! in flight, every call in flight is charged before it is sent, and the
+//! estimate counts the instructions and tools it sends.
 //!
 //! A paused turn stays `running`; cancel and abort end it as any other. A
 //! claim pass ([`run::reconcile`](crate::run)) resumes it, at the attempt
 //! it holds, once its budgets cover what it needs: after a raise, or at the
 //! next UTC day for the Agent's budget.
 //!
-//! Counting costs statements, so it starts when the first budget is set or
-//! configured ([`open`]: the group is made with its counters summed from
-//! the ledger); an Agent with no budget pays nothing.
+//! Counting costs statements (a model call: the gate's read and charge, and
+//! one more in its outcome's write), so it starts when the first budget is
+//! set or configured ([`open`]: the group is made with its counters summed
+//! from the ledger) and then goes on; an Agent with no budget pays nothing.
 
 use crate::limits::BUDGET_TOKENS_MAX;
-use crate::sql::{atomically, read, read_beside, write, Sql, SqlError, SqlValue};
+use crate::sql::{atomically, cached_read, read_beside, write, Sql, SqlError, SqlValue};
 use crate::store::schema::{BUDGET, USAGE};
 use serde::Serialize;
+use std::rc::Rc;
 
 /// Milliseconds of a UTC day.
 pub const DAY_MS: i64 = 86_400_000;
@@ -248,52 +251,69 @@ fn charge(sql: &dyn Sql, counters: &[(String, i64)]) -> Result<(), SqlError> {
     )
 }
 
+/// The estimate a call was charged ([`gate`]), until its outcome's write
+/// replaces it ([`settle`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Charge {
+    pub tokens: u64,
+    /// The UTC day it was charged to.
+    pub day: i64,
+}
+
+/// What [`gate`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gated {
+    /// The call goes ahead, charged.
+    Charged(Charge),
+    /// Over a budget: the turn is paused, nothing charged.
+    Paused(Reached),
+}
+
 /// Before a model call of the turn `command_id` of `session_id` under
-/// `attempt`, whose input is estimated at `needs` tokens; in that turn's
-/// transition, before its writes. Over a budget: the turn is paused
-/// (`Some`, nothing charged). Else the call is charged `needs` until its
-/// outcome ([`settle`]). The group must exist ([`open`]).
+/// `attempt`, whose input is estimated at `needs` tokens, as one
+/// transition of its own. Over a budget the turn is paused; else the call
+/// is charged `needs` until its outcome ([`settle`]). The group must exist
+/// ([`open`]).
 pub fn gate(
     sql: &dyn Sql,
     config: &Limits,
     call: (&str, &str, u32),
     needs: u64,
     now_ms: i64,
-) -> Result<Option<Reached>, SqlError> {
+) -> Result<Gated, SqlError> {
     let (session_id, command_id, attempt) = call;
     let day = day_of(now_ms);
-    let standing = standing(sql, config, Some(session_id), day)?;
-    if let Some(reached) = standing.reached(needs) {
-        write(
+    atomically(sql, || {
+        let standing = standing(sql, config, Some(session_id), day)?;
+        if let Some(reached) = standing.reached(needs) {
+            write(
+                sql,
+                "INSERT OR REPLACE INTO shiitake_paused
+                 (session_id, command_id, attempt, scope, tokens, spent, needs, since)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                vec![
+                    session_id.into(),
+                    command_id.into(),
+                    i64::from(attempt).into(),
+                    reached.scope.as_str().into(),
+                    count(reached.tokens),
+                    count(reached.spent),
+                    count(needs),
+                    now_ms.into(),
+                ],
+            )?;
+            return Ok(Gated::Paused(reached));
+        }
+        let tokens = i64::try_from(needs).unwrap_or(i64::MAX);
+        charge(
             sql,
-            "INSERT OR REPLACE INTO shiitake_paused
-             (session_id, command_id, attempt, scope, tokens, spent, needs, since)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            vec![
-                session_id.into(),
-                command_id.into(),
-                i64::from(attempt).into(),
-                reached.scope.as_str().into(),
-                count(reached.tokens),
-                count(reached.spent),
-                count(needs),
-                now_ms.into(),
+            &[
+                (session_scope(session_id), tokens),
+                (day_scope(day), tokens),
             ],
         )?;
-        return Ok(Some(reached));
-    }
-    let needs = i64::try_from(needs).unwrap_or(i64::MAX);
-    charge(
-        sql,
-        &[(session_scope(session_id), needs), (day_scope(day), needs)],
-    )?;
-    // Replaces the estimate of a call a crash cut off, which stays charged.
-    write(
-        sql,
-        "INSERT OR REPLACE INTO shiitake_held (session_id, tokens, day) VALUES (?, ?, ?)",
-        vec![session_id.into(), needs.into(), day.into()],
-    )?;
-    Ok(None)
+        Ok(Gated::Charged(Charge { tokens: needs, day }))
+    })
 }
 
 fn count(n: u64) -> SqlValue {
@@ -301,45 +321,45 @@ fn count(n: u64) -> SqlValue {
 }
 
 /// A call of `session_id` ended with `tokens` reported (its ledger row is
-/// written in the same transition): its estimate, if [`gate`] charged one,
-/// is replaced by them. In the transition of the call's outcome, while the
-/// store counts ([`counted`]).
-pub fn settle(sql: &dyn Sql, session_id: &str, tokens: u64, now_ms: i64) -> Result<(), SqlError> {
+/// written in the same transition): the estimate [`gate`] charged it
+/// (`charged`; `None`: counting began while it ran) is replaced by them.
+/// In the transition of the call's outcome, while the store counts
+/// ([`counted`]).
+pub fn settle(
+    sql: &dyn Sql,
+    session_id: &str,
+    charged: Option<Charge>,
+    tokens: u64,
+    now_ms: i64,
+) -> Result<(), SqlError> {
     let day = day_of(now_ms);
-    let held = read_beside(
-        sql,
-        &["shiitake_held"],
-        "SELECT tokens, day FROM shiitake_held WHERE session_id = ?",
-        &[session_id.into()],
-    )?;
     let tokens = i64::try_from(tokens).unwrap_or(i64::MAX);
     let mut counters = vec![
         (session_scope(session_id), tokens),
         (day_scope(day), tokens),
     ];
-    if let Some(row) = held.first() {
-        let (estimate, held_day) = (row.int(0)?, row.int(1)?);
-        write(
-            sql,
-            "DELETE FROM shiitake_held WHERE session_id = ?",
-            vec![session_id.into()],
-        )?;
+    if let Some(charge) = charged {
+        let estimate = i64::try_from(charge.tokens).unwrap_or(i64::MAX);
         counters[0].1 -= estimate;
-        if held_day == day {
+        if charge.day == day {
             counters[1].1 -= estimate;
         } else {
-            counters.push((day_scope(held_day), -estimate));
+            counters.push((day_scope(charge.day), -estimate));
         }
     }
     charge(sql, &counters)
 }
 
-/// Every paused turn (at most one per Session).
-pub fn paused(sql: &dyn Sql) -> Result<Vec<Paused>, SqlError> {
+/// Every paused turn (at most one per Session), for each claim pass: kept
+/// between passes until a write names the table (`sql::cached_read`), so
+/// a pass costs no statement while nothing pauses or resumes.
+pub fn paused(sql: &dyn Sql) -> Result<Rc<Vec<Paused>>, SqlError> {
     if !counted(sql) {
-        return Ok(Vec::new());
+        return Ok(Rc::default());
     }
-    paused_where(sql, "", &[])
+    cached_read(sql, "budget_paused", "shiitake_paused", || {
+        paused_where(sql, "", &[])
+    })
 }
 
 /// `session_id`'s paused turn.
@@ -406,14 +426,13 @@ pub fn unpause(sql: &dyn Sql, session_id: &str) -> Result<(), SqlError> {
     )
 }
 
-/// A deleted Session's budget, counter, estimate and pause go with it (the
+/// A deleted Session's budget, counter and pause go with it (the
 /// Agent's day keeps what it spent).
 pub fn forget_session(sql: &dyn Sql, session_id: &str) -> Result<(), SqlError> {
     let scope = session_scope(session_id);
     for (table, key, value) in [
         ("shiitake_budgets", "scope", scope.as_str()),
         ("shiitake_spend", "scope", scope.as_str()),
-        ("shiitake_held", "session_id", session_id),
         ("shiitake_paused", "session_id", session_id),
     ] {
         write(
@@ -510,14 +529,6 @@ pub fn set(
             vec![scope.as_str().into()],
         ),
     })
-}
-
-/// Whether any turn is paused (a changed budget may resume it).
-pub fn any_paused(sql: &dyn Sql) -> Result<bool, SqlError> {
-    if !counted(sql) {
-        return Ok(false);
-    }
-    Ok(!read(sql, "SELECT 1 FROM shiitake_paused LIMIT 1", &[])?.is_empty())
 }
 
 #[cfg(test)]

@@ -24,6 +24,10 @@ pub struct Ctx<'a> {
     /// (`run::on_current_turn`), or, stale, drops them. Empty unless the
     /// host configures `telemetry()`.
     pub spans: Vec<String>,
+    /// The estimate the budget gate charged the model call whose outcome
+    /// the driver feeds (`budget::gate`), handed to that outcome's write
+    /// (`run::on_model_call`), which replaces it with the reported tokens.
+    pub charged: Option<crate::budget::Charge>,
 }
 
 /// A deterministic [`IdSource`] for tests and tools.

@@ -49,11 +49,14 @@ const INSERT: &str = "INSERT INTO shiitake_usage (session_id, command_id, attemp
 /// Stages the call's row in the open transition (making the group with
 /// its first): call it in the write that records the call's outcome.
 /// `metered` is `None` for an `unknown` call.
+/// `charged`: the estimate the budget gate charged the call, which its
+/// reported tokens replace (`budget::settle`).
 pub fn record(
     sql: &dyn Sql,
     call: Call<'_>,
     outcome: Outcome,
     metered: Option<&Metered>,
+    charged: Option<crate::budget::Charge>,
     now_ms: i64,
 ) -> Result<(), SqlError> {
     USAGE.ensure(sql)?;
@@ -72,10 +75,10 @@ pub fn record(
         None => SqlValue::Null,
     };
     if outcome != Outcome::Unknown && crate::budget::counted(sql) {
-        // What the provider reported replaces the call's estimate; an
-        // unknown call keeps its estimate charged.
+        // What the provider reported replaces the call's estimate; a call
+        // cut off (unknown) keeps its estimate charged.
         let tokens = usage.map_or(0, |u| u.input_tokens.saturating_add(u.output_tokens));
-        crate::budget::settle(sql, call.session_id, tokens, now_ms)?;
+        crate::budget::settle(sql, call.session_id, charged, tokens, now_ms)?;
     }
     write(
         sql,
@@ -370,7 +373,7 @@ mod tests {
                 command_id: "c1",
                 attempt: 1,
             };
-            atomically(&sql, || record(&sql, call, *outcome, m.as_ref(), *at)).unwrap();
+            atomically(&sql, || record(&sql, call, *outcome, m.as_ref(), None, *at)).unwrap();
         }
         let all = ledger(&sql, &query(Some(GroupBy::Session), 2, None)).unwrap();
         assert_eq!(

@@ -1103,7 +1103,7 @@ proptest! {
                 }
                 // The read page: each message's parent and place among its siblings.
                 let (mut counter, policy) = (CounterIds::default(), MetaPolicy::default());
-                let ctx = Ctx { store, now_ms: 0, ids: &mut counter, meta: &policy, spans: Vec::new() };
+                let ctx = Ctx { store, now_ms: 0, ids: &mut counter, meta: &policy, spans: Vec::new(), charged: None };
                 let page = read::page(&ctx, &name(s), None, limit).unwrap();
                 let served: Vec<Value> = page.messages.iter().map(|m| serde_json::from_str(m.get()).unwrap()).collect();
                 let path: Vec<(usize, i64)> = expected.iter().take(served.len()).rev().copied().collect();

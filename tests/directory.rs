@@ -538,6 +538,7 @@ impl Agent {
             ids: &mut self.ids,
             meta: &self.meta,
             spans: Vec::new(),
+            charged: None,
         };
         f(&mut ctx)
     }

@@ -313,6 +313,7 @@ impl Sim {
             ids: &mut self.ids,
             meta: &self.meta,
             spans: Vec::new(),
+            charged: None,
         };
         let out = f(&mut ctx);
         if self.db.crashed.get() {
@@ -419,6 +420,7 @@ impl Sim {
                             ids: &mut self.ids,
                             meta: &self.meta,
                             spans: Vec::new(),
+                            charged: None,
                         };
                         let (live, machine) = (&self.live, &self.machine);
                         let reconciled = run::reconcile(
@@ -453,6 +455,7 @@ impl Sim {
                             unavailable: Vec::new(),
                             window: self.window,
                             compaction_prompt: None,
+                            instructions_bytes: 0,
                         };
                         self.inputs.push_back((turn, Input::Offered(Ok(offer))));
                     }
@@ -551,6 +554,7 @@ impl Sim {
                         ids: &mut self.ids,
                         meta: &self.meta,
                         spans: Vec::new(),
+                        charged: None,
                     };
                     self.machine.handle_turn(&mut ctx, turn, input, self.now_ms);
                     if self.db.crashed.get() {
@@ -1682,13 +1686,20 @@ fn the_usage_ledger_counts_failed_attempts_and_a_cancelled_call() {
 
 /// Two turns (`two_turns`) under these configured budgets.
 fn budgeted(limits: Limits) -> Sim {
+    let mut sim = budgeted_tool_turn(limits);
+    sim.prompt("p2", "next", "followUp");
+    sim
+}
+
+/// One tool turn (two model calls: 26 tokens estimated for the first, its
+/// tools' text included; 4 reported a call) under these budgets.
+fn budgeted_tool_turn(limits: Limits) -> Sim {
     let mut sim = Sim::new();
     sim.policy = policy().with_budget(limits);
     sim.machine = Agent::new(sim.policy);
     let (status, json, _) = sim.request("POST", "/sessions", json!({"sessionId": "s"}));
     assert_eq!(status, 201, "{json}");
     sim.prompt("p1", "go", "followUp");
-    sim.prompt("p2", "next", "followUp");
     sim
 }
 
@@ -1721,17 +1732,23 @@ impl Sim {
 fn a_session_budget_pauses_a_turn_before_the_call_it_cannot_cover_and_a_raise_resumes_it() {
     let mut sim = budgeted(Limits {
         daily: None,
-        session: Some(6),
+        session: Some(30),
     });
     sim.run_with_recovery(0);
-    // The first call (4 tokens) ran; the next would not fit in 6.
+    // The first call (26 estimated, 4 reported) ran; the next would not
+    // fit in the 26 left.
     assert_eq!(sim.world.model_calls, 1);
     let paused = sim.paused_frames();
     assert_eq!(paused.len(), 1, "{paused:?}");
     assert_eq!(paused[0]["reason"], "budget_reached");
     assert_eq!(paused[0]["budget"]["scope"], "session");
-    assert_eq!(paused[0]["budget"]["tokens"], 6);
+    assert_eq!(paused[0]["budget"]["tokens"], 30);
     assert_eq!(paused[0]["budget"]["spent"], 4);
+    let needs = paused[0]["budget"]["needs"].as_u64().unwrap();
+    assert!(
+        needs >= 26,
+        "the tools and the tool step's results: {needs}"
+    );
     let read = sim.get("/sessions/s");
     let running = &read["running"];
     assert_eq!(running["commandId"], json!(sim.commands["p1"]));
@@ -1743,7 +1760,7 @@ fn a_session_budget_pauses_a_turn_before_the_call_it_cannot_cover_and_a_raise_re
     let budget = sim.get("/sessions/s/budget");
     assert_eq!(
         (&budget["tokens"], &budget["set"], &budget["spent"]),
-        (&json!(6), &json!(false), &json!(4)),
+        (&json!(30), &json!(false), &json!(4)),
         "{budget}"
     );
     assert_eq!(sim.reported(), 4, "the ledger agrees: nothing in flight");
@@ -1791,7 +1808,7 @@ fn a_session_budget_pauses_a_turn_before_the_call_it_cannot_cover_and_a_raise_re
 fn a_paused_turn_is_cancelled_like_any_other_and_charges_nothing() {
     let mut sim = budgeted(Limits {
         daily: None,
-        session: Some(6),
+        session: Some(30),
     });
     sim.run_with_recovery(0);
     assert_eq!(sim.paused_frames().len(), 1);
@@ -1801,7 +1818,7 @@ fn a_paused_turn_is_cancelled_like_any_other_and_charges_nothing() {
     sim.run_with_recovery(0);
     assert_eq!(sim.settlement("p1")["terminal"], "cancelled");
     // The next turn pauses at its first call in turn: 4 spent + its
-    // estimate reach 6.
+    // estimate reach 30.
     assert_eq!(sim.paused_frames().len(), 2);
     assert_eq!(sim.world.model_calls, 1);
     let (status, json, _) = sim.command(json!({"type": "abort"}));
@@ -1816,8 +1833,20 @@ fn a_paused_turn_is_cancelled_like_any_other_and_charges_nothing() {
 
 #[test]
 fn the_agents_daily_budget_resumes_a_paused_turn_the_next_utc_day() {
-    let mut sim = budgeted(Limits {
-        daily: Some(14),
+    // What the tool step's call needs (it pauses with a budget just over
+    // the first call's 26).
+    let mut probe = budgeted_tool_turn(Limits {
+        daily: None,
+        session: Some(27),
+    });
+    probe.run_with_recovery(0);
+    let needs = probe.paused_frames()[0]["budget"]["needs"]
+        .as_u64()
+        .unwrap();
+    // A day's budget that holds either call alone, not both.
+    let daily = needs + 2;
+    let mut sim = budgeted_tool_turn(Limits {
+        daily: Some(daily),
         session: None,
     });
     sim.run_with_recovery(0);
@@ -1829,14 +1858,13 @@ fn the_agents_daily_budget_resumes_a_paused_turn_the_next_utc_day() {
         sim.now_ms >= budget::DAY_MS,
         "the alarm woke the turn at midnight"
     );
-    for request in ["p1", "p2"] {
-        assert_eq!(sim.settlement(request)["terminal"], "completed");
-    }
-    assert_eq!(sim.world.model_calls, 3);
+    assert_eq!(sim.settlement("p1")["terminal"], "completed");
+    assert_eq!(sim.world.model_calls, 2);
     let agent = sim.get("/budget");
     assert_eq!(
-        (&agent["tokens"], &agent["set"]),
-        (&json!(14), &json!(false))
+        (&agent["tokens"], &agent["set"], &agent["spent"]),
+        (&json!(daily), &json!(false), &json!(4)),
+        "today's spend: the second call's"
     );
     assert_eq!(
         agent["resetsAt"],

@@ -80,6 +80,7 @@ impl Agent {
             ids: &mut self.ids,
             meta: &self.meta,
             spans: Vec::new(),
+            charged: None,
         };
         f(&mut ctx)
     }

@@ -61,6 +61,7 @@ impl Db {
             ids: &mut self.ids,
             meta: &self.meta,
             spans: Vec::new(),
+            charged: None,
         }
     }
 

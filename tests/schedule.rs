@@ -166,6 +166,7 @@ impl Agent {
             ids: &mut self.ids,
             meta: &self.meta,
             spans: Vec::new(),
+            charged: None,
         };
         let out = f(&mut ctx);
         if self.db.crashed.get() {
@@ -250,6 +251,7 @@ impl Agent {
                         ids: &mut self.ids,
                         meta: &self.meta,
                         spans: Vec::new(),
+                        charged: None,
                     };
                     let (live, machine) = (&self.live, &self.machine);
                     let reconciled = run::reconcile(
@@ -283,6 +285,7 @@ impl Agent {
                         unavailable: Vec::new(),
                         window: None,
                         compaction_prompt: None,
+                        instructions_bytes: 0,
                     };
                     self.inputs.push_back((turn, Input::Offered(Ok(offer))));
                 }
@@ -331,6 +334,7 @@ impl Agent {
                 ids: &mut self.ids,
                 meta: &self.meta,
                 spans: Vec::new(),
+                charged: None,
             };
             self.machine.handle_turn(&mut ctx, turn, input, now);
             if self.db.crashed.get() {

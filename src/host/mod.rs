@@ -396,6 +396,7 @@ fn in_ctx<T>(store: Store<'_>, meta: &MetaPolicy, f: impl FnOnce(&mut Ctx<'_>) -
         ids: &mut ids,
         meta,
         spans: Vec::new(),
+        charged: None,
     };
     f(&mut ctx)
 }

@@ -415,6 +415,11 @@ impl Inner {
                             let offer = self.offer(&session_id, &head).await.map(|mut offer| {
                                 offer.window = resolved.window;
                                 offer.compaction_prompt = resolved.compaction_prompt.clone();
+                                offer.instructions_bytes = self
+                                    .config
+                                    .instructions
+                                    .as_ref()
+                                    .map_or(0, |i| i.len() as u64);
                                 offer
                             });
                             (Input::Offered(offer), Some((head, resolved)), None)

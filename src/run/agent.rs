@@ -596,6 +596,7 @@ mod tests {
             ids: &mut ids,
             meta: &meta,
             spans: Vec::new(),
+            charged: None,
         };
         a.handle_turn(&mut ctx, turn, input, 2);
     }

@@ -26,8 +26,8 @@ use super::tools::{
     self as run_tools, CallsOutcome, OpenCall, Recovery, ResultOutcome, ToolOutput,
 };
 use super::{
-    complete_step, fail_attempt, on_current_turn, record_call, Attempts, FailOutcome, Failure,
-    Settlement, Step, StepOutcome, Window, Work,
+    complete_step, fail_attempt, record_call, Attempts, FailOutcome, Failure, Settlement, Step,
+    StepOutcome, Window, Work,
 };
 use crate::budget;
 use crate::capability::door::{Tool, Toolset};
@@ -105,6 +105,45 @@ pub struct Offer {
     pub window: Option<ContextWindow>,
     /// The host's compaction prompt; `None`: [`compaction::DEFAULT_PROMPT`].
     pub compaction_prompt: Option<Rc<str>>,
+    /// Bytes of the host's own instructions, which every call sends beside
+    /// its context (a budget's estimate of the call counts them).
+    pub instructions_bytes: u64,
+}
+
+/// The estimated input tokens of a model request: its context's text and
+/// tool calls, the tools offered and the system text, at
+/// `CONTEXT_BYTES_PER_TOKEN` bytes a token, an image at
+/// `CONTEXT_IMAGE_TOKENS`. For the budget gate, beside the context's own
+/// estimate (`run::context`), which for a context with no answer to go by
+/// counts neither the tools nor the instructions.
+fn estimate(context: &[ModelItem], tools: &[ToolSpec], system_bytes: u64) -> u64 {
+    use crate::limits::{CONTEXT_BYTES_PER_TOKEN, CONTEXT_IMAGE_TOKENS};
+    let (mut bytes, mut images) = (system_bytes, 0u64);
+    for item in context {
+        match item {
+            ModelItem::Message(m) => {
+                bytes += m.text.len() as u64;
+                images += m.images.len() as u64;
+            }
+            ModelItem::ToolCalls { text, calls } => {
+                bytes += text.len() as u64;
+                for call in calls {
+                    bytes += (call.name.len() + call.arguments.len()) as u64;
+                }
+            }
+            ModelItem::ToolResult {
+                content, images: i, ..
+            } => {
+                bytes += content.len() as u64;
+                images += i.len() as u64;
+            }
+        }
+    }
+    for tool in tools {
+        bytes +=
+            (tool.name.len() + tool.description.len() + tool.parameters.to_string().len()) as u64;
+    }
+    (bytes / CONTEXT_BYTES_PER_TOKEN).saturating_add(images.saturating_mul(CONTEXT_IMAGE_TOKENS))
 }
 
 /// What the host tells the driver.
@@ -219,6 +258,8 @@ pub struct Turn {
     offer: Offer,
     /// The turn's start diagnostics are said.
     reported: bool,
+    /// What the budget gate charged the call in flight (`request`).
+    charged: Option<budget::Charge>,
     awaiting: Awaiting,
     actions: VecDeque<Action>,
     /// It settled `completed` with its Session's queue empty: it left no
@@ -245,6 +286,7 @@ impl Turn {
             refused: false,
             offer: Offer::default(),
             reported: false,
+            charged: None,
             awaiting: Awaiting::Offer,
             actions: VecDeque::new(),
             drained: false,
@@ -296,8 +338,14 @@ impl Turn {
                 Ok(())
             }
             (Awaiting::Offer, Input::Offered(offer)) => self.offered(ctx, offer),
-            (Awaiting::Model, Input::Answered(answer)) => self.answered(ctx, answer),
-            (Awaiting::Model, Input::Failed(error)) => self.failed(ctx, error, true),
+            (Awaiting::Model, Input::Answered(answer)) => {
+                ctx.charged = self.charged.take();
+                self.answered(ctx, answer)
+            }
+            (Awaiting::Model, Input::Failed(error)) => {
+                ctx.charged = self.charged.take();
+                self.failed(ctx, error, true)
+            }
             (Awaiting::Tool, Input::ToolDone(output)) => self.tool_done(ctx, output),
             (Awaiting::Tool, Input::ToolStale) => {
                 self.finish();
@@ -344,6 +392,8 @@ impl Turn {
     }
 
     fn finish(&mut self) {
+        // A call whose outcome is dropped keeps its estimate charged.
+        self.charged = None;
         self.awaiting = Awaiting::Nothing;
         self.calls.clear();
         self.actions.push_back(Action::Done);
@@ -419,9 +469,11 @@ impl Turn {
     }
 
     /// Asks the host for a model call once the turn's budgets cover it
-    /// (`budget::gate`, where budgets apply, charges the call's estimate).
-    /// Over a budget the turn pauses instead: it stays running, publishes
-    /// `paused`, and a claim resumes it when they cover it.
+    /// (`budget::gate`, where budgets apply, charges the call's estimated
+    /// input: see [`estimate`]). Over a budget the turn pauses instead: it
+    /// stays running, publishes `paused`, and a claim resumes it when they
+    /// cover it. The gate needs no guard of the attempt: it runs in the
+    /// same step as the input that led here, which found the turn current.
     fn request(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -432,35 +484,24 @@ impl Turn {
         let (sql, now_ms) = (ctx.store.sql(), ctx.now_ms);
         if budget::applies(sql, &self.policy.budget) {
             budget::open(sql, now_ms)?;
-            let (session, head, attempt) =
-                (self.session_id.clone(), self.head.clone(), self.attempt);
-            let (limits, needs) = (self.policy.budget, self.window.tokens);
-            let gated = on_current_turn(ctx, &session, &head, attempt, |current| {
-                let call = (session.as_str(), head.as_str(), attempt);
-                Ok(budget::gate(
-                    current.store.sql(),
-                    &limits,
-                    call,
-                    needs,
-                    now_ms,
-                )?)
-            })?;
-            match gated {
-                None => {
-                    self.finish();
-                    return Ok(());
-                }
-                Some(Some(reached)) => {
+            let system_bytes = match &system {
+                Some(system) => system.len() as u64,
+                None => self.offer.instructions_bytes,
+            };
+            let needs = estimate(&context, &tools, system_bytes).max(self.window.tokens);
+            let call = (self.session_id.as_str(), self.head.as_str(), self.attempt);
+            match budget::gate(sql, &self.policy.budget, call, needs, now_ms)? {
+                budget::Gated::Charged(charge) => self.charged = Some(charge),
+                budget::Gated::Paused(reached) => {
                     self.summarising = None;
                     self.publish(Frame::Paused {
-                        command_id: head,
+                        command_id: self.head.clone(),
                         reason: budget::BUDGET_REACHED,
                         budget: reached,
                     });
                     self.finish();
                     return Ok(());
                 }
-                Some(None) => {}
             }
         }
         self.awaiting = Awaiting::Model;

@@ -274,7 +274,7 @@ pub fn reconcile(
                     command_id: &head.command_id,
                     attempt: head.attempt,
                 };
-                usage::record(store.sql(), call, Outcome::Unknown, None, now_ms)?;
+                usage::record(store.sql(), call, Outcome::Unknown, None, None, now_ms)?;
             }
             if !fresh_start && head.attempt >= attempts.max {
                 let (terminal, diagnostic) = match (&head.retry_at, &head.last_error) {
@@ -602,7 +602,7 @@ pub(crate) fn settle_with_meta(
             command_id: &head.command_id,
             attempt: head.attempt,
         };
-        usage::record(store.sql(), call, Outcome::Unknown, None, now_ms)?;
+        usage::record(store.sql(), call, Outcome::Unknown, None, None, now_ms)?;
     }
     let mut closing = match head {
         Some(head) => tools::close_open_calls(store, head, &mut progress, terminal, now_ms)?,
@@ -711,6 +711,7 @@ pub(crate) fn on_model_call<T>(
     body: impl FnOnce(Current<'_, '_>) -> Result<T, ApiError>,
 ) -> Result<Option<T>, ApiError> {
     let (sql, now_ms) = (ctx.store.sql(), ctx.now_ms);
+    let charged = ctx.charged.take();
     on_current_turn(ctx, session_id, command_id, attempt, |current| {
         let out = body(current)?;
         if let Some((outcome, metered)) = call {
@@ -719,7 +720,7 @@ pub(crate) fn on_model_call<T>(
                 command_id,
                 attempt,
             };
-            usage::record(sql, of, outcome, Some(metered), now_ms)?;
+            usage::record(sql, of, outcome, Some(metered), charged, now_ms)?;
         }
         Ok(out)
     })

@@ -614,22 +614,17 @@ pub const TRACES: Group = Group {
 };
 
 /// Token budgets (`budget.rs`), made when a budget is first set or the
-/// host first configures one; from then on every model call's outcome
-/// keeps the counters. `shiitake_budgets`: the limits the routes set
-/// over the configured ones (`agent`: per UTC day; `session:<id>`). `shiitake_spend`: tokens charged (`day:<n>`, the UTC
-/// day number; `session:<id>`). `shiitake_held`: a Session's model call in
-/// flight, charged its estimate until its outcome replaces it (`day`: the
-/// day it was charged to). `shiitake_paused`: a turn paused before a call
-/// its budget cannot cover (`needs`: the estimate that did not fit).
+/// host first configures one; from then on every model call keeps the
+/// counters. `shiitake_budgets`: the limits the routes set over the
+/// configured ones (`agent`: per UTC day; `session:<id>`).
+/// `shiitake_spend`: tokens charged (`day:<n>`, the UTC day number;
+/// `session:<id>`), a call in flight its estimate until its outcome
+/// replaces it. `shiitake_paused`: a turn paused before a call its budget
+/// cannot cover (`needs`: the estimate that did not fit).
 pub const BUDGET: Group = Group {
     name: "budget",
     ddl: "CREATE TABLE shiitake_budgets (scope TEXT PRIMARY KEY, tokens INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE shiitake_spend (scope TEXT PRIMARY KEY, tokens INTEGER NOT NULL) WITHOUT ROWID;
-CREATE TABLE shiitake_held (
-        session_id TEXT PRIMARY KEY,
-        tokens INTEGER NOT NULL,
-        day INTEGER NOT NULL
-    ) WITHOUT ROWID;
 CREATE TABLE shiitake_paused (
         session_id TEXT PRIMARY KEY,
         command_id TEXT NOT NULL,

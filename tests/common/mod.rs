@@ -81,6 +81,7 @@ impl Harness {
             ids: &mut self.ids,
             meta: &self.meta,
             spans: Vec::new(),
+            charged: None,
         };
         f(e, &mut ctx)
     }
@@ -98,6 +99,7 @@ impl Harness {
             ids: &mut self.ids,
             meta: &self.meta,
             spans: Vec::new(),
+            charged: None,
         };
         f(&mut ctx)
     }
@@ -123,6 +125,7 @@ impl Harness {
             ids: &mut self.ids,
             meta: &self.meta,
             spans: Vec::new(),
+            charged: None,
         };
         let hosted = Hosted::without_models(self.extensions.as_ref());
         let r = handle(&mut ctx, &hosted, &req);
