@@ -9,9 +9,8 @@
 // cut-off request's input). Overspend, what it billed past the budget, is
 // at most one call's worth per Session (src/budget.rs: each Session has one
 // call in flight, charged its estimate before it is sent), as long as a
-// cut-off call's estimate covers its input: a first call's does not (the
-// second test, todo), and kills in first calls add up past the bound; kills
-// spread over a Session's prompts stay within it. No turn settles
+// cut-off call's estimate covers its input: it counts the instructions and
+// tools the call sends, so kills in first calls stay within it too. No turn settles
 // twice: each completed prompt has one answer, each call is in the usage
 // ledger once, and a prompt behind a paused turn never reached the model.
 import assert from "node:assert/strict";
@@ -25,8 +24,12 @@ const BUDGET = 46_000;
 /** Instructions of ~300 tokens: in every call's input, which a first call's estimate does not know (src/run/context.rs `estimate`). */
 const INSTRUCTIONS = "You are a careful assistant. ".repeat(40);
 
+// A host offering no tools: the scripted server bills a request's messages
+// and instructions (characters / 4) and, unlike a provider, not the tools
+// offered, which the budget's estimate of a call counts.
 const h = useWorker({
   persist: true,
+  fixture: "rpc-worker",
   model: "echo",
   bindings: { SHIITAKE_INSTRUCTIONS: INSTRUCTIONS, SHIITAKE_BUDGET_DAILY_TOKENS: BUDGET, SHIITAKE_RETRY_BASE_MS: 50, SHIITAKE_RETRY_MAX_MS: 400 },
 });
@@ -177,19 +180,14 @@ async function scenario(kills) {
 
 test(`${SESSIONS} Sessions under one daily budget, killed in the answers to their first three prompts: overspend at most one call's worth per Session, no turn settled twice`, T, () => scenario([0, 1, 2]));
 
-// Known to fail (issue 38 item 3): a call with no answer before it to go by
-// (a Session's first, or the first after a summary) is estimated at its
-// messages' bytes / 4 alone (src/run/context.rs `estimate`), without the
-// instructions and the tools offered that the provider bills with it. A
-// call cut off by a kill keeps that estimate charged, and its retry is
-// charged its own: each kill in such calls leaves the difference uncharged,
-// for every Session, so the overspend grows with the number of kills.
-// Measured: the 48 cut-off calls' input 14466, their estimates 498 (13968
-// short, 16 x 3 x ~291: the instructions), overspend 14942 = 16.86 calls'
-// worth, past the bound (16 x 886 = 14176) by 766; with the demo's tools
-// counted, as a provider counts them, it would be further past.
+// A call with no answer before it to go by (a Session's first, or the
+// first after a summary) is estimated with the instructions and the tools
+// it sends (src/run/driver.rs `estimate`): before, its context's bytes
+// alone, and each kill in first calls left the instructions uncharged for
+// every Session (48 cut-off calls' input 14466 against estimates of 498;
+// overspend 14942, past the bound of 14176).
 test(
-  `${SESSIONS} Sessions under one daily budget, killed three times in the answers to their first prompt`,
-  { ...T, todo: "a first call's estimate leaves out the instructions and tools: each kill in first calls overspends them again" },
+  `${SESSIONS} Sessions under one daily budget, killed three times in the answers to their first prompt: overspend at most one call's worth per Session`,
+  T,
   () => scenario([0, 0, 0]),
 );
