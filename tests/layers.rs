@@ -30,9 +30,10 @@ const LAYERS: &[&[&str]] = &[
     &["files"],
     &["capability"],
     &["transcript", "settlement"],
-    &["model", "model_choice", "usage", "budget"],
+    &["model", "model_choice", "usage"],
     &[
         "ctx",
+        "budget",
         "meta",
         "store",
         "sql",
