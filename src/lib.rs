@@ -35,12 +35,15 @@ pub mod limits;
 pub mod mail;
 #[cfg_attr(not(feature = "mcp"), path = "mcp/left_out.rs")]
 pub mod mcp;
+#[cfg_attr(not(feature = "mcp-server"), path = "mcp_server/left_out.rs")]
+pub mod mcp_server;
 pub mod meta;
 pub mod model;
 pub mod model_choice;
 pub mod observe;
 pub mod outbound;
 pub mod redact;
+pub mod rpc;
 pub mod run;
 pub mod session;
 pub mod settlement;

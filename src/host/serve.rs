@@ -25,10 +25,17 @@ pub(super) enum Served {
 /// first runs (a fresh core's first reconcile, queued as a microtask) still
 /// wakes it.
 pub(super) struct Parked {
-    req: HttpRequest,
-    timeout_ms: u64,
-    settled: Result<futures::channel::oneshot::Receiver<()>, watch::Full>,
+    pub(super) req: HttpRequest,
+    pub(super) timeout_ms: u64,
+    pub(super) settled: Result<futures::channel::oneshot::Receiver<()>, watch::Full>,
+    /// What answers the served response instead of [`Inner::answer`] (an
+    /// MCP tool call's result).
+    pub(super) finish: Option<Finish>,
 }
+
+/// The answer to a parked request's response, its effects still to apply.
+pub(super) type Finish =
+    Box<dyn FnOnce(&Inner, HttpResponse) -> Result<web_sys::Response, JsValue>>;
 
 impl Inner {
     pub(super) fn serve(&self, req: &HttpRequest) -> HttpResponse {
@@ -126,6 +133,9 @@ impl Inner {
         if req.path == "/acp" {
             return self.acp(&req).map(Served::Now);
         }
+        if req.path == "/mcp" {
+            return self.mcp(request, req);
+        }
         let mut response = self.serve(&req);
         if let Some(Park {
             command_id,
@@ -137,6 +147,7 @@ impl Inner {
                 req,
                 timeout_ms,
                 settled,
+                finish: None,
             }));
         }
         self.answer(&req, response).map(Served::Now)
@@ -149,6 +160,7 @@ impl Inner {
             mut req,
             timeout_ms,
             settled,
+            finish,
         } = parked;
         let response = match settled {
             Err(watch::Full) => ApiError::TooManyObservers.into(),
@@ -159,7 +171,10 @@ impl Inner {
                 self.serve(&req)
             }
         };
-        self.answer(&req, response)
+        match finish {
+            Some(finish) => finish(self, response),
+            None => self.answer(&req, response),
+        }
     }
 
     /// The response to `req`, once the host carried out its effects (or
