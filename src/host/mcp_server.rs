@@ -4,7 +4,7 @@
 //! route's response, its effects applied, answered as the tool's result.
 
 use super::body::respond;
-use super::serve::{to_response, Parked, Served};
+use super::serve::{to_response, Parked, Served, Then};
 use super::Inner;
 use crate::http::{HttpRequest, HttpResponse, Park};
 use crate::mcp_server::{self, Answer, Call, Step};
@@ -41,15 +41,13 @@ impl Inner {
                 req: call.route.clone(),
                 timeout_ms,
                 settled,
-                finish: Some(Box::new(move |inner: &Inner, response| {
-                    inner.tool_result(&call, response)
-                })),
+                then: Then::Tool(call),
             }));
         }
         self.tool_result(&call, response).map(Served::Now)
     }
 
-    fn tool_result(
+    pub(super) fn tool_result(
         &self,
         call: &Call,
         mut response: HttpResponse,

@@ -30,7 +30,7 @@ mod jobs;
 mod mail;
 #[cfg_attr(not(feature = "mcp"), path = "mcp_left_out.rs")]
 mod mcp;
-#[cfg_attr(not(feature = "mcp-server"), path = "mcp_server_left_out.rs")]
+#[cfg(feature = "mcp-server")]
 mod mcp_server;
 mod model;
 mod models;

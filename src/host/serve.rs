@@ -28,14 +28,17 @@ pub(super) struct Parked {
     pub(super) req: HttpRequest,
     pub(super) timeout_ms: u64,
     pub(super) settled: Result<futures::channel::oneshot::Receiver<()>, watch::Full>,
-    /// What answers the served response instead of [`Inner::answer`] (an
-    /// MCP tool call's result).
-    pub(super) finish: Option<Finish>,
+    pub(super) then: Then,
 }
 
-/// The answer to a parked request's response, its effects still to apply.
-pub(super) type Finish =
-    Box<dyn FnOnce(&Inner, HttpResponse) -> Result<web_sys::Response, JsValue>>;
+/// What a parked request's response becomes.
+pub(super) enum Then {
+    /// The response itself ([`Inner::answer`]).
+    Respond,
+    /// An MCP tool call's result (`host/mcp_server.rs`).
+    #[cfg(feature = "mcp-server")]
+    Tool(crate::mcp_server::Call),
+}
 
 impl Inner {
     pub(super) fn serve(&self, req: &HttpRequest) -> HttpResponse {
@@ -133,6 +136,7 @@ impl Inner {
         if req.path == "/acp" {
             return self.acp(&req).map(Served::Now);
         }
+        #[cfg(feature = "mcp-server")]
         if req.path == "/mcp" {
             return self.mcp(request, req);
         }
@@ -147,7 +151,7 @@ impl Inner {
                 req,
                 timeout_ms,
                 settled,
-                finish: None,
+                then: Then::Respond,
             }));
         }
         self.answer(&req, response).map(Served::Now)
@@ -160,7 +164,7 @@ impl Inner {
             mut req,
             timeout_ms,
             settled,
-            finish,
+            then,
         } = parked;
         let response = match settled {
             Err(watch::Full) => ApiError::TooManyObservers.into(),
@@ -171,9 +175,10 @@ impl Inner {
                 self.serve(&req)
             }
         };
-        match finish {
-            Some(finish) => finish(self, response),
-            None => self.answer(&req, response),
+        match then {
+            Then::Respond => self.answer(&req, response),
+            #[cfg(feature = "mcp-server")]
+            Then::Tool(call) => self.tool_result(&call, response),
         }
     }
 
