@@ -137,10 +137,12 @@ describe("an Agent as an MCP server", () => {
     assert.deepEqual(await call(asAda, "wait_for_settlement", { sessionId, commandId: running.commandId, timeoutMs: 300 }), { settlement: null });
     assert.ok(Date.now() - started >= 250, "it waited");
     // A running turn is stopped by cancel; a parked wait wakes on its settlement.
+    const parkedAt = Date.now();
     const waiting = call(asAda, "wait_for_settlement", { sessionId, commandId: running.commandId, timeoutMs: 30_000 });
     const stopped = await call(asAda, "cancel", { sessionId, commandId: running.commandId });
     assert.equal(stopped.status, "cancelled");
     assert.equal((await waiting).settlement.terminal, "cancelled");
+    assert.ok(Date.now() - parkedAt < 20_000, "woken by the settlement, not by its deadline");
   });
 
   test("refusals: an unknown tool, bad arguments, a route's refusal, invalid metadata", T, async (t) => {
