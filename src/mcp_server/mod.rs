@@ -265,8 +265,10 @@ const TOOLS: &[Tool] = &[
 /// Serves one `/mcp` request up to the route a tool call maps onto.
 pub fn handle(req: &Request<'_>) -> Step {
     let http = req.http;
-    // DNS rebinding: a browser page of another origin must not reach the
-    // Agent through the user's credentials or network.
+    // The transport's Origin rule: a page of another site must not drive
+    // the Agent through the user's browser. (Against DNS rebinding, where
+    // Host and Origin both name the attacker, the host checks Host: only it
+    // knows its names; docs/mcp-server.md.)
     if let Some(origin) = req.origin {
         if !same_authority(origin, req.authority) {
             return failed(
@@ -275,8 +277,8 @@ pub fn handle(req: &Request<'_>) -> Step {
                 &RpcError::new(
                     rpc::INVALID_REQUEST,
                     format!(
-                        "Origin `{}` is not this server's ({}): refused (DNS rebinding \
-                         protection)",
+                        "Origin `{}` is not this server's ({}): a page of another site \
+                         is refused",
                         shorten(origin),
                         shorten(req.authority)
                     ),
