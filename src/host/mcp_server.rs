@@ -16,6 +16,9 @@ impl Inner {
         request: &web_sys::Request,
         req: HttpRequest,
     ) -> Result<Served, JsValue> {
+        if let Err(e) = self.ready() {
+            return to_response(&e.into()).map(Served::Now);
+        }
         let headers = request.headers();
         let origin = headers.get("origin").ok().flatten();
         let version = headers.get("mcp-protocol-version").ok().flatten();

@@ -204,3 +204,14 @@ describe("an Agent as an MCP server", () => {
     assert.equal((await rpc(await post(agentId, { jsonrpc: "2.0", id: 9, method: "ping" }, { origin: "http://localhost" }), 200)).id, 9);
   });
 });
+
+describe("an Agent as an MCP server, closed", () => {
+  const h = useWorker({ fixture: "extensions-worker", model: "echo", bindings: { INIT: "fail" } });
+
+  test("a closed runtime answers every MCP request as every route: 503 runtime_closed", T, async () => {
+    const a = h.agent();
+    const res = await a.api("POST", "/mcp", { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25" } });
+    assert.equal(res.status, 503, res.text);
+    assert.equal(res.json.error.code, "runtime_closed");
+  });
+});
