@@ -34,9 +34,10 @@ export interface ShiitakeAppOptions<E extends ShiitakeHttpEnv = ShiitakeHttpEnv>
 }
 
 /**
- * Routes forwarding the session routes of the HTTP contract (docs/http.md)
- * and `POST /acp` (ACP over HTTP, docs/acp.md) to the Agent's Durable
- * Object `ns.get(ns.idFromName(agentId))`. Mount with
+ * Routes forwarding the session routes of the HTTP contract (docs/http.md),
+ * `POST /acp` (ACP over HTTP, docs/acp.md) and `/mcp` (the Agent as an MCP
+ * server, docs/mcp-server.md) to the Agent's Durable Object
+ * `ns.get(ns.idFromName(agentId))`. Mount with
  * `app.route("/agents/:agentId", shiitakeApp({ binding: "SHIITAKE" }))`
  * behind your auth middleware. The `authorization` header is not forwarded.
  * Any other path under the mount answers 404 `not_found` (JSON), another

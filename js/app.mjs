@@ -38,6 +38,9 @@ const ROUTES = [
   ["/browser/sessions/:sessionId/browser/results", ["POST"]],
   // ACP (docs/acp.md): one JSON-RPC message per request.
   ["/acp", ["POST"]],
+  // The Agent as an MCP server (docs/mcp-server.md): Streamable HTTP, one
+  // JSON-RPC message per POST; GET and DELETE reach it for their 405s.
+  ["/mcp", ["POST", "GET", "DELETE"]],
 ];
 
 function errorResponse(c, status, code, message, headers) {

@@ -35,12 +35,19 @@ pub mod limits;
 pub mod mail;
 #[cfg_attr(not(feature = "mcp"), path = "mcp/left_out.rs")]
 pub mod mcp;
+// Not in the lean build at all: there `/mcp` is the 404 of any unknown
+// route (a 503 naming the feature cost the lean wasm 158 gzip bytes).
+#[cfg(feature = "mcp-server")]
+pub mod mcp_server;
 pub mod meta;
 pub mod model;
 pub mod model_choice;
 pub mod observe;
 pub mod outbound;
 pub mod redact;
+// JSON-RPC (ACP's and MCP's): 55 gzip bytes of the lean wasm when compiled in.
+#[cfg(any(feature = "acp", feature = "mcp-server"))]
+pub mod rpc;
 pub mod run;
 pub mod session;
 pub mod settlement;

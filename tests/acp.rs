@@ -9,10 +9,11 @@ mod common;
 
 use common::Harness;
 use serde_json::{json, Value};
-use shiitake::acp::{self, rpc, Answer, Follow, Served};
+use shiitake::acp::{self, Answer, Follow, Served};
 use shiitake::http::{Effects, HttpRequest};
 use shiitake::meta::MetaPolicy;
 use shiitake::model_choice;
+use shiitake::rpc;
 
 fn post(h: &mut Harness, body: &str, meta: Option<&str>) -> Served {
     let req = HttpRequest {

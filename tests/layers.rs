@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 /// crate root) stand above the box and are left out. A new module must be
 /// placed here.
 const LAYERS: &[&[&str]] = &[
-    &["acp"],
+    &["acp", "mcp_server"],
     &["fleet"],
     &["http"],
     &["run"],
@@ -44,6 +44,7 @@ const LAYERS: &[&[&str]] = &[
         "error",
         "json_schema",
         "redact",
+        "rpc",
     ],
     &["limits"],
 ];

@@ -12,7 +12,6 @@
 //! metadata and streams that command; `session/cancel` is `abort` under the
 //! request's metadata (identity rules included).
 
-pub mod rpc;
 pub mod updates;
 
 use crate::agent;
@@ -22,10 +21,10 @@ use crate::http::{admission_effects, cancellation_effects, Effects, HttpRequest}
 use crate::limits::{ACP_PROMPT_BLOCKS_MAX, BODY_BYTES_MAX, READ_PAGE_MESSAGES_MAX};
 use crate::model::Image;
 use crate::model_choice;
+use crate::rpc::{self, Message, RpcError};
 use crate::run::cancel;
 use crate::session::command::{validate_prompt, Delivery, Prompt};
 use crate::session::{admission, read};
-use rpc::{Message, RpcError};
 use serde_json::{json, Value};
 pub use updates::Follow;
 

@@ -3,8 +3,8 @@
 //! as the `session/prompt` answer ([`stop`]), and the stored transcript as
 //! the replay `session/load` sends ([`replay`]).
 
-use super::rpc::{self, RpcError};
 use crate::limits::ACP_STREAM_BYTES_MAX;
+use crate::rpc::{self, RpcError};
 use crate::settlement::Settlement;
 use crate::store::Terminal;
 use serde_json::{json, Value};

@@ -30,6 +30,8 @@ mod jobs;
 mod mail;
 #[cfg_attr(not(feature = "mcp"), path = "mcp_left_out.rs")]
 mod mcp;
+#[cfg(feature = "mcp-server")]
+mod mcp_server;
 mod model;
 mod models;
 mod runner;

@@ -25,9 +25,19 @@ pub(super) enum Served {
 /// first runs (a fresh core's first reconcile, queued as a microtask) still
 /// wakes it.
 pub(super) struct Parked {
-    req: HttpRequest,
-    timeout_ms: u64,
-    settled: Result<futures::channel::oneshot::Receiver<()>, watch::Full>,
+    pub(super) req: HttpRequest,
+    pub(super) timeout_ms: u64,
+    pub(super) settled: Result<futures::channel::oneshot::Receiver<()>, watch::Full>,
+    pub(super) then: Then,
+}
+
+/// What a parked request's response becomes.
+pub(super) enum Then {
+    /// The response itself ([`Inner::answer`]).
+    Respond,
+    /// An MCP tool call's result (`host/mcp_server.rs`).
+    #[cfg(feature = "mcp-server")]
+    Tool(crate::mcp_server::Call),
 }
 
 impl Inner {
@@ -126,6 +136,10 @@ impl Inner {
         if req.path == "/acp" {
             return self.acp(&req).map(Served::Now);
         }
+        #[cfg(feature = "mcp-server")]
+        if req.path == "/mcp" {
+            return self.mcp(request, req);
+        }
         let mut response = self.serve(&req);
         if let Some(Park {
             command_id,
@@ -137,6 +151,7 @@ impl Inner {
                 req,
                 timeout_ms,
                 settled,
+                then: Then::Respond,
             }));
         }
         self.answer(&req, response).map(Served::Now)
@@ -149,6 +164,7 @@ impl Inner {
             mut req,
             timeout_ms,
             settled,
+            then,
         } = parked;
         let response = match settled {
             Err(watch::Full) => ApiError::TooManyObservers.into(),
@@ -159,7 +175,11 @@ impl Inner {
                 self.serve(&req)
             }
         };
-        self.answer(&req, response)
+        match then {
+            Then::Respond => self.answer(&req, response),
+            #[cfg(feature = "mcp-server")]
+            Then::Tool(call) => self.tool_result(&call, response),
+        }
     }
 
     /// The response to `req`, once the host carried out its effects (or

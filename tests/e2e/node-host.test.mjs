@@ -13,6 +13,8 @@ import path from "node:path";
 import { after, test } from "node:test";
 import { DatabaseSync } from "node:sqlite";
 import { fileURLToPath } from "node:url";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { Hono } from "hono";
 import { NodeStoreLeaseError, acquireNodeStoreLease, nodeListener, nodeRuntimeHost, nodeShiitakeDO, openNodeShiitake } from "../../js/node.mjs";
 import { connectBrowser } from "../../js/ui-browser.mjs";
@@ -350,6 +352,27 @@ test("ACP on Node: session/new, then a prompt streamed as session/update notific
     const text = out.filter((m) => m.params?.update?.sessionUpdate === "agent_message_chunk").map((m) => m.params.update.content.text);
     assert.equal(text.join(""), "Hi from Node");
   } finally {
+    await host.close();
+  }
+});
+
+test("MCP on Node: the MCP SDK's client over real HTTP prompts a Session and waits for its settlement", T, async () => {
+  const host = await openNodeShiitake({ path: path.join(dir, "mcp.db"), env: env() });
+  const server = http.createServer(nodeListener(host.app.fetch));
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  const client = new Client({ name: "node-e2e", version: "1.0.0" });
+  try {
+    await client.connect(new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${server.address().port}/mcp`)));
+    const tool = async (name, args) => (await client.callTool({ name, arguments: args })).structuredContent;
+    const { sessionId } = await tool("create_session", {});
+    model.scriptFor("node-mcp", { text: "Hi from MCP on Node", chunkDelayMs: 5 });
+    const receipt = await tool("prompt", { sessionId, requestId: "r1", text: "say hi node-mcp" });
+    const { settlement } = await tool("wait_for_settlement", { sessionId, commandId: receipt.commandId, timeoutMs: 30_000 });
+    assert.deepEqual([settlement.terminal, settlement.answer], ["completed", "Hi from MCP on Node"]);
+    assert.deepEqual(await tool("prompt", { sessionId, requestId: "r1", text: "say hi node-mcp" }), receipt, "a retry answers the same receipt");
+  } finally {
+    await client.close();
+    server.close();
     await host.close();
   }
 });

@@ -640,6 +640,15 @@ test("every documented operation is served and answers as documented", async () 
   await call(a, "post", "/acp", { body: { jsonrpc: "2.0", method: "session/cancel", params: {} }, status: 400, beyondSchema: "the params of session/cancel" });
   await call(a, "post", "/acp", { raw: "x".repeat(1_048_577), status: 413 });
 
+  // MCP (docs/mcp-server.md): JSON answers, a tool call through its route, notifications.
+  await call(a, "post", "/mcp", { body: rpc(1, "initialize", { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "openapi", version: "1" } }), status: 200 });
+  const tool = await call(a, "post", "/mcp", { body: rpc(2, "tools/call", { name: "read_session", arguments: { sessionId: sid.sessionId } }), status: 200 });
+  assert.equal(tool.json.result.structuredContent.sessionId, sid.sessionId);
+  assert.equal((await call(a, "post", "/mcp", { body: rpc(3, "tools/call", { name: "nope" }), status: 200 })).json.error.code, -32602);
+  await call(a, "post", "/mcp", { body: { jsonrpc: "2.0", method: "notifications/initialized" }, status: 202 });
+  await call(a, "post", "/mcp", { raw: "{", status: 400 });
+  await call(a, "post", "/mcp", { raw: "x".repeat(1_048_577), status: 413 });
+
   // The host's authentication.
   await call(a, "get", S, { token: null, status: 401 });
 

@@ -1,7 +1,8 @@
-//! The JSON-RPC 2.0 envelope of ACP over HTTP: one message per request
-//! body, decoded into a request (with its id) or a notification, and the
-//! responses and errors written back. No batches (ACP uses none: an array
-//! is an invalid request answered with `id: null`, as the ACP SDK does).
+//! The JSON-RPC 2.0 envelope of ACP (`POST /acp`) and MCP (`POST /mcp`)
+//! over HTTP: one message per request body, decoded into a request (with
+//! its id) or a notification, and the responses and errors written back.
+//! No batches (ACP uses none, MCP forbids them since 2025-06-18: an array
+//! is an invalid request answered with `id: null`, as their SDKs do).
 
 use crate::error::ApiError;
 use serde_json::{json, Map, Value};
@@ -202,8 +203,8 @@ pub fn decode(body: &[u8]) -> Result<Message, Refused> {
 // The envelopes are written as text around their JSON values (smaller in
 // the wasm than building a `Value` to print), keys sorted as `json!` would.
 
-/// A success response, as JSON text.
-pub fn response(id: &Value, result: Value) -> String {
+/// A success response, as JSON text (`result`: a JSON value or its text).
+pub fn response(id: &Value, result: impl std::fmt::Display) -> String {
     format!(r#"{{"id":{id},"jsonrpc":"2.0","result":{result}}}"#)
 }
 
