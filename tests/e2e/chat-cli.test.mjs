@@ -247,9 +247,9 @@ test("remote chat: /usage prints this Session's calls by outcome and tokens and 
 });
 
 test("remote chat: /usage prints the Session's budget and the Agent's daily one as their routes answer; a turn a budget pauses says so, and goes on once the budget is raised", T, async () => {
-  // A service of its own: 1,000 tokens per Session, 1,000,000 a day for the Agent.
+  // A service of its own: 5,000 tokens per Session, 1,000,000 a day for the Agent.
   const budgeted = new Miniflare({
-    ...workerOptions(DEMO_SCRIPT, undefined, { ...localEnv, SHIITAKE_BUDGET_SESSION_TOKENS: "1000", SHIITAKE_BUDGET_DAILY_TOKENS: "1000000" }),
+    ...workerOptions(DEMO_SCRIPT, undefined, { ...localEnv, SHIITAKE_BUDGET_SESSION_TOKENS: "5000", SHIITAKE_BUDGET_DAILY_TOKENS: "1000000" }),
     host: "127.0.0.1",
     port: 0,
   });
@@ -262,8 +262,10 @@ test("remote chat: /usage prints the Session's budget and the Agent's daily one 
   };
   const count = (n) => n.toLocaleString("en-US");
   const first = uniq("budget-first");
-  // The first answer spends 640 tokens; the next call's input alone is estimated at more than the 360 left.
-  model.scriptFor(first, { usage: { prompt_tokens: 600, completion_tokens: 40 } });
+  // The first call's estimate (its prompt, the instructions and the demo's tools) fits; the answer spends
+  // 3,040 tokens, and the next call's input alone is estimated at more than the 1,960 left (at least what
+  // the first reported).
+  model.scriptFor(first, { usage: { prompt_tokens: 3000, completion_tokens: 40 } });
   const c = chat("budget", ["--url", base, "--token", TOKEN, "--agent", agent]);
   try {
     const session = /session (ses_\w+) \(new\)/.exec(await c.waitFor(/session ses_\w+ \(new\)/))[1];
@@ -274,8 +276,8 @@ test("remote chat: /usage prints the Session's budget and the Agent's daily one 
     let s = await c.waitFor(/\[usage\] Agent today [^\n]*\n[^\n]*\n {8}budget: [^\n]*UTC\n/);
     const mine = await route(`/sessions/${session}/budget`);
     const daily = await route("/budget");
-    assert.deepEqual(mine, { tokens: 1000, set: false, spent: 640 });
-    assert.deepEqual([daily.tokens, daily.set, daily.spent], [1_000_000, false, 640]);
+    assert.deepEqual(mine, { tokens: 5000, set: false, spent: 3040 });
+    assert.deepEqual([daily.tokens, daily.set, daily.spent], [1_000_000, false, 3040]);
     const resets = new Date(daily.resetsAt).toISOString().slice(0, 16).replace("T", " ");
     assert.match(s, new RegExp(`out\\n {8}budget: ${count(mine.tokens)} tokens · ${count(mine.spent)} spent\\n\\[usage\\] Agent today`));
     assert.ok(s.includes(`\n        budget: ${count(daily.tokens)} tokens a day · ${count(daily.spent)} spent · resets ${resets} UTC\n`), s);
@@ -284,7 +286,7 @@ test("remote chat: /usage prints the Session's budget and the Agent's daily one 
     c.line(`second ${second}`);
     s = await c.waitFor(/\[paused\] [^\n]*\n/);
     const { paused } = await route(`/sessions/${session}/budget`);
-    assert.deepEqual([paused.reason, paused.budget.scope, paused.budget.tokens, paused.budget.spent], ["budget_reached", "session", 1000, 640]);
+    assert.deepEqual([paused.reason, paused.budget.scope, paused.budget.tokens, paused.budget.spent], ["budget_reached", "session", 5000, 3040]);
     assert.match(s, new RegExp(`\\[paused\\] the Session's token budget is reached \\(${count(paused.budget.spent)} of ${count(paused.budget.tokens)}\\): the turn waits until it is raised; /cancel ends it\\n`));
     assert.doesNotMatch(s, new RegExp(`Echo: second`));
 

@@ -174,13 +174,15 @@ test("a reload shows the same transcript and settlements; a phone-sized screen s
 });
 
 test("budgets: the Session's line beside its total; a turn its budget pauses shows why (also after a reload) until a raise lets it go on; so does the Agent's day, until cleared", T, async () => {
-  // A Worker of its own, whose Sessions each have 1,000 tokens.
-  const b = await startWorker({ model: "echo", bindings: { SHIITAKE_BUDGET_SESSION_TOKENS: 1000 } });
+  // A Worker of its own, whose Sessions each have 5,000 tokens.
+  const b = await startWorker({ model: "echo", bindings: { SHIITAKE_BUDGET_SESSION_TOKENS: 5000 } });
   let page;
   try {
     const first = uniq("budget-first");
-    // The first answer spends 640 tokens; the next call's input alone is estimated at more than the 360 left.
-    b.model.scriptFor(first, { usage: { prompt_tokens: 600, completion_tokens: 40 } });
+    // The first call's estimate (its prompt, the instructions and the demo's tools) fits; the answer spends
+    // 3,040 tokens, and the next call's input alone is estimated at more than the 1,960 left (at least what
+    // the first reported).
+    b.model.scriptFor(first, { usage: { prompt_tokens: 3000, completion_tokens: 40 } });
     const agent = newAgent();
     let errors;
     let sessionId;
@@ -197,7 +199,7 @@ test("budgets: the Session's line beside its total; a turn its budget pauses sho
     await send(page, `First ${first}`);
     await page.locator("li.message.user .settlement.completed").waitFor();
     const spentOnce = await route(`/sessions/${sessionId}/budget`);
-    assert.deepEqual(spentOnce, { tokens: 1000, set: false, spent: 640 });
+    assert.deepEqual(spentOnce, { tokens: 5000, set: false, spent: 3040 });
     await showsLine("budget", `budget ${count(spentOnce.tokens)} · ${count(spentOnce.spent)} spent`, "after the first answer");
     assert.equal(await page.locator("#paused").isHidden(), true);
     // No daily budget: no line for it.
@@ -210,7 +212,7 @@ test("budgets: the Session's line beside its total; a turn its budget pauses sho
     await notice.waitFor();
     const { paused } = await route(`/sessions/${sessionId}/budget`);
     assert.equal(paused.reason, "budget_reached");
-    assert.deepEqual([paused.budget.scope, paused.budget.tokens, paused.budget.spent], ["session", 1000, 640]);
+    assert.deepEqual([paused.budget.scope, paused.budget.tokens, paused.budget.spent], ["session", 5000, 3040]);
     assert.ok(paused.budget.spent + paused.budget.needs >= paused.budget.tokens, JSON.stringify(paused));
     const want = `Paused: the Session's token budget is reached (${count(paused.budget.spent)} of ${count(paused.budget.tokens)}).`;
     assert.ok((await notice.textContent()).startsWith(want), await notice.textContent());
@@ -225,7 +227,7 @@ test("budgets: the Session's line beside its total; a turn its budget pauses sho
     await page.waitForFunction((id) => document.getElementById("session-title").textContent === id, sessionId);
     await notice.waitFor();
     assert.ok((await notice.textContent()).startsWith(want), await notice.textContent());
-    await showsLine("budget", "budget 1,000 · 640 spent", "after a reload");
+    await showsLine("budget", "budget 5,000 · 3,040 spent", "after a reload");
 
     // The host raises the budget, through the Durable Object's own route: the turn goes on.
     const namespace = await b.mf.getDurableObjectNamespace("SHIITAKE");
@@ -240,7 +242,7 @@ test("budgets: the Session's line beside its total; a turn its budget pauses sho
     await page.waitForFunction(() => document.querySelectorAll("li.message.user .settlement.completed").length === 2);
     const raised = await route(`/sessions/${sessionId}/budget`);
     assert.deepEqual([raised.tokens, raised.set, raised.paused], [100_000, true, undefined]);
-    assert.ok(raised.spent > 640);
+    assert.ok(raised.spent > 3040);
     await showsLine("budget", `budget 100,000 · ${count(raised.spent)} spent`, "after the raise");
     await shot(page, "budget-raised");
 
