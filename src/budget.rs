@@ -9,9 +9,9 @@
 //! charged their estimate, is compared against the budgets: a call they
 //! cannot cover pauses the turn instead (`shiitake_paused`); one they can
 //! is charged its estimated input at once ([`Charge`]), and its outcome's
-//! write replaces the estimate with what the provider reported ([`settle`],
-//! beside the call's ledger row; the driver hands the charge over in
-//! memory). A call cut off by a crash, an eviction or a cancel keeps its
+//! write replaces the estimate with what the provider reported: the call's
+//! ledger row carries the charge (the driver hands it over in memory) and
+//! the group's trigger corrects the counters as the row is inserted. A call cut off by a crash, an eviction or a cancel keeps its
 //! estimate charged: its real usage is unknown (the ledger says `unknown`),
 //! and a crash must not make calls free. So no crash, retry or concurrent
 //! turn overspends a budget by more than, per Session, one call's output
@@ -24,13 +24,16 @@
 //! it holds, once its budgets cover what it needs: after a raise, or at the
 //! next UTC day for the Agent's budget.
 //!
-//! Counting costs statements (a model call: the gate's read and charge, and
-//! one more in its outcome's write), so it starts when the first budget is
-//! set or configured ([`open`]: the group is made with its counters summed
-//! from the ledger) and then goes on; an Agent with no budget pays nothing.
+//! Counting costs a statement a model call (the gate, which checks and
+//! charges at once) and rows (the two counters, charged then corrected),
+//! so it starts when the first budget is set or configured ([`open`]: the
+//! group is made with its counters summed from the ledger) and then goes
+//! on; an Agent with no budget pays nothing.
 
 use crate::limits::BUDGET_TOKENS_MAX;
-use crate::sql::{atomically, cached_read, read_beside, write, Sql, SqlError, SqlValue};
+use crate::sql::{
+    atomically, cached_read, read_beside, write, write_returning, Sql, SqlError, SqlValue,
+};
 use crate::store::schema::{BUDGET, USAGE};
 use serde::Serialize;
 use std::rc::Rc;
@@ -142,8 +145,11 @@ pub fn open(sql: &dyn Sql, now_ms: i64) -> Result<(), SqlError> {
         return Ok(());
     }
     atomically(sql, || {
+        // The trigger that keeps the counters reads the ledger.
+        let ledger = USAGE.exists(sql);
+        USAGE.ensure(sql)?;
         BUDGET.ensure(sql)?;
-        if USAGE.exists(sql) {
+        if ledger {
             const TOKENS: &str =
                 "coalesce(sum(coalesce(input_tokens, 0) + coalesce(output_tokens, 0)), 0)";
             write(
@@ -233,26 +239,9 @@ fn standing(
     Ok(standing)
 }
 
-/// Adds each `(counter, delta)` (negative: a refund, never below zero; a
-/// refund only meets a counter its charge made).
-fn charge(sql: &dyn Sql, counters: &[(String, i64)]) -> Result<(), SqlError> {
-    let values = vec!["(?, ?)"; counters.len()].join(", ");
-    let params = counters
-        .iter()
-        .flat_map(|(scope, delta)| [scope.as_str().into(), (*delta).into()])
-        .collect();
-    write(
-        sql,
-        &format!(
-            "INSERT INTO shiitake_spend (scope, tokens) VALUES {values}
-             ON CONFLICT (scope) DO UPDATE SET tokens = max(0, tokens + excluded.tokens)"
-        ),
-        params,
-    )
-}
-
-/// The estimate a call was charged ([`gate`]), until its outcome's write
-/// replaces it ([`settle`]).
+/// The estimate a call was charged ([`gate`]), until its outcome's ledger
+/// row replaces it (`usage::record` keeps it on the row; the group's
+/// trigger does the arithmetic).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Charge {
     pub tokens: u64,
@@ -270,10 +259,11 @@ pub enum Gated {
 }
 
 /// Before a model call of the turn `command_id` of `session_id` under
-/// `attempt`, whose input is estimated at `needs` tokens, as one
-/// transition of its own. Over a budget the turn is paused; else the call
-/// is charged `needs` until its outcome ([`settle`]). The group must exist
-/// ([`open`]).
+/// `attempt`, whose input is estimated at `needs` tokens. Covered, the
+/// call is charged `needs` until its outcome's ledger row replaces it: one
+/// statement, which checks and charges both counters at once. Over a
+/// budget the turn is paused, with nothing charged (a transition of its
+/// own). The group must exist ([`open`]).
 pub fn gate(
     sql: &dyn Sql,
     config: &Limits,
@@ -283,71 +273,62 @@ pub fn gate(
 ) -> Result<Gated, SqlError> {
     let (session_id, command_id, attempt) = call;
     let day = day_of(now_ms);
+    let session = session_scope(session_id);
+    let tokens = count(needs);
+    let limit = |n: Option<u64>| n.map_or(SqlValue::Null, count);
+    // A budget covers the call while `spent + needs < tokens`
+    // (`Standing::reached` says the same of a paused turn).
+    let charged = write_returning(
+        sql,
+        "INSERT INTO shiitake_spend (scope, tokens)
+         SELECT scope, ?3 FROM (SELECT ?1 AS scope UNION ALL SELECT ?2)
+         WHERE NOT EXISTS (SELECT 1 FROM
+             (SELECT coalesce((SELECT tokens FROM shiitake_budgets WHERE scope = ?1), ?4) AS b,
+                     coalesce((SELECT tokens FROM shiitake_spend WHERE scope = ?1), 0) AS s
+              UNION ALL
+              SELECT coalesce((SELECT tokens FROM shiitake_budgets WHERE scope = 'agent'), ?5),
+                     coalesce((SELECT tokens FROM shiitake_spend WHERE scope = ?2), 0))
+             WHERE b IS NOT NULL AND s + ?3 >= b)
+         ON CONFLICT (scope) DO UPDATE SET tokens = tokens + excluded.tokens
+         RETURNING scope",
+        &[
+            session.as_str().into(),
+            day_scope(day).into(),
+            tokens.clone(),
+            limit(config.session),
+            limit(config.daily),
+        ],
+    )?;
+    if !charged.is_empty() {
+        return Ok(Gated::Charged(Charge { tokens: needs, day }));
+    }
     atomically(sql, || {
         let standing = standing(sql, config, Some(session_id), day)?;
-        if let Some(reached) = standing.reached(needs) {
-            write(
-                sql,
-                "INSERT OR REPLACE INTO shiitake_paused
-                 (session_id, command_id, attempt, scope, tokens, spent, needs, since)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                vec![
-                    session_id.into(),
-                    command_id.into(),
-                    i64::from(attempt).into(),
-                    reached.scope.as_str().into(),
-                    count(reached.tokens),
-                    count(reached.spent),
-                    count(needs),
-                    now_ms.into(),
-                ],
-            )?;
-            return Ok(Gated::Paused(reached));
-        }
-        let tokens = i64::try_from(needs).unwrap_or(i64::MAX);
-        charge(
+        let reached = standing.reached(needs).ok_or_else(|| {
+            SqlError::Decode("budget: a call not charged that its budgets cover".into())
+        })?;
+        write(
             sql,
-            &[
-                (session_scope(session_id), tokens),
-                (day_scope(day), tokens),
+            "INSERT OR REPLACE INTO shiitake_paused
+             (session_id, command_id, attempt, scope, tokens, spent, needs, since)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            vec![
+                session_id.into(),
+                command_id.into(),
+                i64::from(attempt).into(),
+                reached.scope.as_str().into(),
+                count(reached.tokens),
+                count(reached.spent),
+                tokens.clone(),
+                now_ms.into(),
             ],
         )?;
-        Ok(Gated::Charged(Charge { tokens: needs, day }))
+        Ok(Gated::Paused(reached))
     })
 }
 
 fn count(n: u64) -> SqlValue {
     SqlValue::Integer(i64::try_from(n).unwrap_or(i64::MAX))
-}
-
-/// A call of `session_id` ended with `tokens` reported (its ledger row is
-/// written in the same transition): the estimate [`gate`] charged it
-/// (`charged`; `None`: counting began while it ran) is replaced by them.
-/// In the transition of the call's outcome, while the store counts
-/// ([`counted`]).
-pub fn settle(
-    sql: &dyn Sql,
-    session_id: &str,
-    charged: Option<Charge>,
-    tokens: u64,
-    now_ms: i64,
-) -> Result<(), SqlError> {
-    let day = day_of(now_ms);
-    let tokens = i64::try_from(tokens).unwrap_or(i64::MAX);
-    let mut counters = vec![
-        (session_scope(session_id), tokens),
-        (day_scope(day), tokens),
-    ];
-    if let Some(charge) = charged {
-        let estimate = i64::try_from(charge.tokens).unwrap_or(i64::MAX);
-        counters[0].1 -= estimate;
-        if charge.day == day {
-            counters[1].1 -= estimate;
-        } else {
-            counters.push((day_scope(charge.day), -estimate));
-        }
-    }
-    charge(sql, &counters)
 }
 
 /// Every paused turn (at most one per Session), for each claim pass: kept

@@ -381,6 +381,25 @@ pub fn write(
     }
 }
 
+/// One write that answers rows (`RETURNING`), applied at once as a
+/// transition of its own (a statement is atomic by itself): refused while
+/// a transition is open, whose writes wait for its end. Drops the kept
+/// reads of the tables it names, as [`apply`] does.
+pub fn write_returning(
+    sql: &(impl Sql + ?Sized),
+    statement: &str,
+    params: &[SqlValue],
+) -> Result<Vec<Row>, SqlError> {
+    if sql.write_set().is_open() {
+        return Err(SqlError::Engine(format!(
+            "a returning write inside a transition: {statement}"
+        )));
+    }
+    sql.tables()
+        .forget_reads_of(&[(statement.to_owned(), Vec::new())]);
+    sql.query(statement, params)
+}
+
 /// Runs `body` as one transition and hands back its own result or error.
 /// Its writes apply together when it succeeds; a domain error (for example a
 /// full queue) writes nothing. The groups it created are held once its

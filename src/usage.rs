@@ -44,13 +44,15 @@ pub struct Call<'a> {
 
 const INSERT: &str = "INSERT INTO shiitake_usage (session_id, command_id, attempt, at, model,
     outcome, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,
-    reasoning_tokens, raw, raw_dropped) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    reasoning_tokens, raw, raw_dropped, charged, charged_day)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 /// Stages the call's row in the open transition (making the group with
 /// its first): call it in the write that records the call's outcome.
 /// `metered` is `None` for an `unknown` call.
-/// `charged`: the estimate the budget gate charged the call, which its
-/// reported tokens replace (`budget::settle`).
+/// `charged`: the estimate the budget gate charged the call, kept on its
+/// row; while the store counts budgets, the row's insert has the reported
+/// tokens replace it (the budget group's trigger).
 pub fn record(
     sql: &dyn Sql,
     call: Call<'_>,
@@ -74,12 +76,6 @@ pub fn record(
         Some(model) => model.into(),
         None => SqlValue::Null,
     };
-    if outcome != Outcome::Unknown && crate::budget::counted(sql) {
-        // What the provider reported replaces the call's estimate; a call
-        // cut off (unknown) keeps its estimate charged.
-        let tokens = usage.map_or(0, |u| u.input_tokens.saturating_add(u.output_tokens));
-        crate::budget::settle(sql, call.session_id, charged, tokens, now_ms)?;
-    }
     write(
         sql,
         INSERT,
@@ -97,6 +93,10 @@ pub fn record(
             count(usage.and_then(|u| u.reasoning_tokens)),
             raw,
             dropped.into(),
+            charged
+                .map(|c| count(Some(c.tokens)))
+                .unwrap_or(SqlValue::Null),
+            charged.map(|c| c.day).into(),
         ],
     )
 }

@@ -68,9 +68,8 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         to: 7,
-        what:
-            "token budgets (feature group `budget`, made when a budget is first set or configured)",
-        apply: group_made_at_first_write,
+        what: "token budgets (feature group `budget`, made when a budget is first set or configured; the usage ledger keeps what the budget charged each call)",
+        apply: to_budgets,
     },
 ];
 
@@ -129,6 +128,18 @@ fn to_compaction(sql: &dyn Sql) -> Result<(), SqlError> {
 /// guessed into the ledger.
 fn group_made_at_first_write(_: &dyn Sql) -> Result<(), SqlError> {
     Ok(())
+}
+
+/// Schema 7: the budget group is made at its first write; a store holding
+/// the usage ledger gets its two columns of what the budget charged a call
+/// (`NULL`: nothing, as for every call before).
+fn to_budgets(sql: &dyn Sql) -> Result<(), SqlError> {
+    change_group(
+        sql,
+        &USAGE,
+        7,
+        "ALTER TABLE shiitake_usage ADD COLUMN charged INTEGER;\nALTER TABLE shiitake_usage ADD COLUMN charged_day INTEGER",
+    )
 }
 
 /// The tables a version 1 fleet directory object held (the directory made
@@ -344,13 +355,6 @@ fn record(group: &str, version: i64) -> String {
 /// `change` and the group's new version when the store holds the group (or
 /// an earlier step of the migration recorded it). A store without it makes
 /// the group's current shape at its first write.
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "the shape of a step changing a group; none does yet"
-    )
-)]
 fn change_group(sql: &dyn Sql, group: &Group, to: i64, change: &str) -> Result<(), SqlError> {
     if !group.recorded(sql) {
         return Ok(());
@@ -576,8 +580,11 @@ pub const HOSTED_SESSIONS: Group = Group {
 /// (`unknown`, no counts). `model` is `provider/model` (`NULL`: unknown);
 /// the counts are the normalised ones (`NULL`: not reported); `raw` the
 /// provider's own usage object (`NULL`: none, or `raw_dropped` when longer
-/// than `USAGE_RAW_BYTES_MAX`). No index: a call costs one row written; a
-/// ledger read scans the rows of its range (`seq` follows `at`).
+/// than `USAGE_RAW_BYTES_MAX`). `charged`, `charged_day` (schema 7): the
+/// estimate the budget gate charged the call and its UTC day (`NULL`:
+/// none; laid out as `ALTER TABLE` writes them). No index: a call costs
+/// one row written; a ledger read scans the rows of its range (`seq`
+/// follows `at`).
 pub const USAGE: Group = Group {
     name: "usage",
     ddl: "CREATE TABLE shiitake_usage (
@@ -595,7 +602,7 @@ pub const USAGE: Group = Group {
         reasoning_tokens INTEGER,
         raw TEXT,
         raw_dropped INTEGER NOT NULL DEFAULT 0
-    )",
+    , charged INTEGER, charged_day INTEGER)",
 };
 
 /// Spans of OpenTelemetry traces waiting for export (`trace.rs`), made
@@ -619,8 +626,11 @@ pub const TRACES: Group = Group {
 /// configured ones (`agent`: per UTC day; `session:<id>`).
 /// `shiitake_spend`: tokens charged (`day:<n>`, the UTC day number;
 /// `session:<id>`), a call in flight its estimate until its outcome
-/// replaces it. `shiitake_paused`: a turn paused before a call its budget
-/// cannot cover (`needs`: the estimate that did not fit).
+/// replaces it: the trigger `shiitake_spend_of_calls` does, with the
+/// call's ledger row (no statement of its own). `shiitake_paused`: a turn
+/// paused before a call its budget cannot cover (`needs`: the estimate
+/// that did not fit). Made with the usage ledger's group, which the
+/// trigger reads.
 pub const BUDGET: Group = Group {
     name: "budget",
     ddl: "CREATE TABLE shiitake_budgets (scope TEXT PRIMARY KEY, tokens INTEGER NOT NULL) WITHOUT ROWID;
@@ -634,7 +644,8 @@ CREATE TABLE shiitake_paused (
         spent INTEGER NOT NULL,
         needs INTEGER NOT NULL,
         since INTEGER NOT NULL
-    ) WITHOUT ROWID",
+    ) WITHOUT ROWID;
+CREATE TRIGGER shiitake_spend_of_calls AFTER INSERT ON shiitake_usage WHEN NEW.outcome != 'unknown' BEGIN INSERT INTO shiitake_spend (scope, tokens) VALUES ('session:' || NEW.session_id, coalesce(NEW.input_tokens, 0) + coalesce(NEW.output_tokens, 0) - coalesce(NEW.charged, 0)), ('day:' || (NEW.at / 86400000), coalesce(NEW.input_tokens, 0) + coalesce(NEW.output_tokens, 0)), ('day:' || coalesce(NEW.charged_day, NEW.at / 86400000), -coalesce(NEW.charged, 0)) ON CONFLICT (scope) DO UPDATE SET tokens = max(0, tokens + excluded.tokens); END",
 };
 
 /// Every feature group.
