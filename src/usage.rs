@@ -344,6 +344,86 @@ mod tests {
         }
     }
 
+    /// With budgets counted, a call's row replaces the estimate the gate
+    /// charged (on the day it was charged, here the day before) with the
+    /// reported tokens; a call cut off keeps its estimate.
+    #[test]
+    fn a_budgeted_calls_row_replaces_its_estimate_where_it_was_charged() {
+        use crate::budget::{self, Gated, Limits, DAY_MS};
+        let sql = NativeSql::open_in_memory();
+        schema::open(&sql).unwrap();
+        budget::open(&sql, 0).unwrap();
+        let limits = Limits {
+            daily: Some(1_000),
+            session: Some(1_000),
+        };
+        let spent = |now| {
+            let day = budget::agent_view(&sql, &limits, now).unwrap().spent;
+            let session = budget::session_view(&sql, &limits, "s", now).unwrap().spent;
+            (day, session)
+        };
+        let charge = |needs, now| match budget::gate(&sql, &limits, ("s", "c1", 1), needs, now) {
+            Ok(Gated::Charged(charge)) => charge,
+            other => panic!("{other:?}"),
+        };
+        let first = charge(100, DAY_MS - 1);
+        assert_eq!(spent(DAY_MS - 1), (Some(100), Some(100)), "charged at once");
+        let call = Call {
+            session_id: "s",
+            command_id: "c1",
+            attempt: 1,
+        };
+        let m = metered(30, 5, None);
+        atomically(&sql, || {
+            record(
+                &sql,
+                call,
+                Outcome::Answered,
+                Some(&m),
+                Some(first),
+                DAY_MS + 1,
+            )
+        })
+        .unwrap();
+        assert_eq!(
+            spent(DAY_MS - 1),
+            (Some(0), Some(35)),
+            "refunded where charged"
+        );
+        assert_eq!(spent(DAY_MS + 1), (Some(35), Some(35)), "reported today");
+        let cut = charge(200, DAY_MS + 2);
+        atomically(&sql, || {
+            record(&sql, call, Outcome::Unknown, None, Some(cut), DAY_MS + 3)
+        })
+        .unwrap();
+        assert_eq!(
+            spent(DAY_MS + 3),
+            (Some(235), Some(235)),
+            "cut off: its estimate stays"
+        );
+        let rows = read(
+            &sql,
+            "SELECT charged, charged_day FROM shiitake_usage ORDER BY seq",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            rows[0].0,
+            vec![SqlValue::Integer(100), SqlValue::Integer(0)]
+        );
+        assert_eq!(
+            rows[1].0,
+            vec![SqlValue::Integer(200), SqlValue::Integer(1)]
+        );
+        // Over a budget: paused, nothing charged.
+        assert!(matches!(
+            budget::gate(&sql, &limits, ("s", "c1", 1), 765, DAY_MS + 4),
+            Ok(Gated::Paused(_))
+        ));
+        assert_eq!(spent(DAY_MS + 4), (Some(235), Some(235)));
+        assert_eq!(budget::paused(&sql).unwrap().len(), 1);
+    }
+
     #[test]
     fn rows_sum_by_group_in_pages_and_unknown_calls_count_without_tokens() {
         let sql = NativeSql::open_in_memory();

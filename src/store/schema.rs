@@ -645,7 +645,7 @@ CREATE TABLE shiitake_paused (
         needs INTEGER NOT NULL,
         since INTEGER NOT NULL
     ) WITHOUT ROWID;
-CREATE TRIGGER shiitake_spend_of_calls AFTER INSERT ON shiitake_usage WHEN NEW.outcome != 'unknown' BEGIN INSERT INTO shiitake_spend (scope, tokens) VALUES ('session:' || NEW.session_id, coalesce(NEW.input_tokens, 0) + coalesce(NEW.output_tokens, 0) - coalesce(NEW.charged, 0)), ('day:' || (NEW.at / 86400000), coalesce(NEW.input_tokens, 0) + coalesce(NEW.output_tokens, 0)), ('day:' || coalesce(NEW.charged_day, NEW.at / 86400000), -coalesce(NEW.charged, 0)) ON CONFLICT (scope) DO UPDATE SET tokens = max(0, tokens + excluded.tokens); END",
+CREATE TRIGGER shiitake_spend_of_calls AFTER INSERT ON shiitake_usage WHEN NEW.outcome != 'unknown' BEGIN INSERT INTO shiitake_spend (scope, tokens) SELECT 'session:' || NEW.session_id, coalesce(NEW.input_tokens, 0) + coalesce(NEW.output_tokens, 0) - coalesce(NEW.charged, 0) UNION ALL SELECT 'day:' || (NEW.at / 86400000), coalesce(NEW.input_tokens, 0) + coalesce(NEW.output_tokens, 0) - CASE WHEN NEW.charged_day = NEW.at / 86400000 THEN coalesce(NEW.charged, 0) ELSE 0 END UNION ALL SELECT 'day:' || NEW.charged_day, -coalesce(NEW.charged, 0) WHERE NEW.charged_day != NEW.at / 86400000 ON CONFLICT (scope) DO UPDATE SET tokens = max(0, tokens + excluded.tokens); END",
 };
 
 /// Every feature group.

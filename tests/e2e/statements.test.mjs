@@ -142,22 +142,20 @@ describe("statements per plain turn: the demo Agent with an extension roster", (
 // Budgets (issue 38 item 3; target: the ledger and the budget check add at
 // most one row and one statement to a plain turn). The ledger's row is the
 // plain turn's own (above); an Agent with no budget pays nothing more. With
-// one (configured or set), each turn pays what these pin, measured: 3 more
-// statements and 4 more rows, over the target: the model call's gate is a
-// transition of its own that reads the budgets and counters (1) and
-// charges the estimate (1 statement, the Session's and the day's counters:
-// 2 rows); the outcome's write replaces it by the reported tokens (1
-// statement, 2 rows). The claim pass's read of the paused turns is kept
-// between passes (sql::cached_read): read at the first pass after the
-// budget tables are made (the first turn measured here), then no more
-// while none pauses or resumes.
+// one (configured or set), each turn pays what these pin, measured: 1 more
+// statement and 4 more rows: the model call's gate is one statement that
+// checks both budgets and charges both counters (2 rows); the ledger row
+// of its outcome carries the charge, and the budget group's trigger
+// replaces it there with the reported tokens (2 rows, no statement). The
+// claim pass's read of the paused turns is kept between passes
+// (sql::cached_read): read at the first pass after the budget tables are
+// made (the first turn measured here), then no more while none pauses or
+// resumes. The rows miss the target: a crash-exact budget charges each
+// call before it is sent and corrects it after, in both counters.
 const BUDGET_TABLES = ["shiitake_budgets", "shiitake_spend", "shiitake_paused"];
 // Statement texts are shortened (bench/sql-counter.mjs): "shiitake_bu" is the budgets'.
 const budgetText = (t) => /shiitake_(bu|spend|paused)/.test(t);
-const BUDGET_TURN = [
-  ["FROM shiitake_bu", 1, 0],
-  ["INSERT INTO shiitake_spend", 2, 4],
-];
+const BUDGET_TURN = [["INSERT INTO shiitake_spend", 1, 2]];
 
 describe("statements per plain turn: an Agent with no budget pays nothing for budgets", () => {
   const h = useWorker({ fixture: "statements-worker", model: "echo" });
@@ -182,7 +180,7 @@ for (const [name, bindings] of [
   describe(`statements per plain turn: the demo Agent with ${name}`, () => {
     const h = useWorker({ fixture: "statements-worker", model: "echo", bindings });
 
-    test("3 statements and 4 rows more than with none (the target is one of each): the ones these name", T, async () => {
+    test("1 statement and 4 rows more than with none (the target is one of each): the ones these name", T, async () => {
       for (const [turn, stats] of (await plainTurns(h)).entries()) {
         const listing = stats.texts.map((t, i) => `${stats.rows[i]} ${t}`).join("\n");
         console.log(`# ${name}: ${stats.statements} statements, ${stats.rowsWritten} rows written per plain turn`);
@@ -190,16 +188,19 @@ for (const [name, bindings] of [
         const pausedReads = count(stats, "FROM shiitake_paused");
         assert.equal(pausedReads, turn === 0 ? 1 : 0, listing);
         const mine = stats.texts.map((t, i) => [t, stats.rows[i]]).filter(([t]) => budgetText(t) && !t.includes("FROM shiitake_paused"));
-        assert.equal(mine.length, 3, listing);
+        assert.equal(mine.length, 1, listing);
         for (const [text, statements, rows] of BUDGET_TURN) {
           const these = mine.filter(([t]) => t.includes(text));
           assert.equal(these.length, statements, `${text}:\n${listing}`);
           assert.equal(these.reduce((n, [, r]) => n + r, 0), rows, `${text}'s rows:\n${listing}`);
         }
         // The plain turn's bound (above), plus these.
-        assert.ok(stats.statements <= 9 + 3 + pausedReads, `${stats.statements} statements:\n${listing}`);
-        assert.ok(stats.rowsWritten <= 8 + 4, `${stats.rowsWritten} rows written:\n${listing}`);
+        assert.ok(stats.statements <= 9 + 1 + pausedReads, `${stats.statements} statements:\n${listing}`);
+        assert.ok(stats.rowsWritten <= 7 + 4, `${stats.rowsWritten} rows written:\n${listing}`);
         assert.equal(count(stats, "INSERT INTO shiitake_usage"), 1, listing);
+        // The ledger's row and the trigger's two counters.
+        const ledgerRows = stats.rows[stats.texts.findIndex((t) => t.includes("INSERT INTO shiitake_usage"))];
+        assert.equal(ledgerRows, 3, listing);
         assert.equal(count(stats, RECONCILE), 1, listing);
         assert.equal(count(stats, SETTLE), 1, listing);
       }
