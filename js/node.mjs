@@ -216,7 +216,9 @@ export function splitStatements(sql) {
     } else if (word(i)) {
       const m = /^[A-Za-z_][A-Za-z0-9_$]*/.exec(sql.slice(i, i + 64));
       const w = m[0].toUpperCase();
-      if (w === "BEGIN" && /^\s*CREATE\s+(TEMP\s+|TEMPORARY\s+)?TRIGGER\b/i.test(sql.slice(start))) depth++;
+      // A trigger's body holds `;`s until its END; a CASE inside it (or
+      // anywhere) closes with an END of its own.
+      if (w === "CASE" || (w === "BEGIN" && /^\s*CREATE\s+(TEMP\s+|TEMPORARY\s+)?TRIGGER\b/i.test(sql.slice(start)))) depth++;
       else if (w === "END" && depth > 0) depth--;
       i += m[0].length;
     } else {

@@ -16,7 +16,7 @@ import { fileURLToPath } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { Hono } from "hono";
-import { NodeStoreLeaseError, acquireNodeStoreLease, nodeListener, nodeRuntimeHost, nodeShiitakeDO, openNodeShiitake } from "../../js/node.mjs";
+import { NodeStoreLeaseError, acquireNodeStoreLease, nodeListener, nodeRuntimeHost, nodeShiitakeDO, openNodeShiitake, splitStatements } from "../../js/node.mjs";
 import { connectBrowser } from "../../js/ui-browser.mjs";
 import { contentText, startModelServer } from "../support/model-server.mjs";
 
@@ -685,4 +685,13 @@ test("a version 1 store: the Node host migrates it once, every message reads bac
   const delivery = new Set(["shiitake_delivery", "shiitake_host_lane", "sqlite_autoindex_shiitake_delivery_1"]);
   assert.deepEqual(catalog(after).filter((o) => !delivery.has(o.name)), current, "the migrated schema is a fresh store's");
   after.close();
+});
+
+test("the Node host's SQL splits a text at its statements' `;`s, never inside a trigger's body, CASE expressions included", () => {
+  const trigger = "CREATE TRIGGER t AFTER INSERT ON a BEGIN INSERT INTO b (n) SELECT CASE WHEN NEW.x > 1 THEN 1 ELSE 0 END; UPDATE b SET n = n + 1; END";
+  assert.deepEqual(splitStatements(`CREATE TABLE a (x INTEGER);\n${trigger};\nSELECT CASE WHEN 1 THEN 'a;b' END`).map((s) => s.trim()), [
+    "CREATE TABLE a (x INTEGER)",
+    trigger,
+    "SELECT CASE WHEN 1 THEN 'a;b' END",
+  ]);
 });
