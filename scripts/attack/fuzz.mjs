@@ -12,8 +12,8 @@
 //   node scripts/attack/fuzz.mjs [--requests 20000] [--seed S] [--lanes 4] [--short]
 //
 // Fails on: any 5xx; a 2xx to a request that breaks the contract; a 4xx that
-// is not `{"error": {"code", "message"}}` (401s included; on `/acp`, a
-// JSON-RPC error response); a wrong token not
+// is not `{"error": {"code", "message"}}` (401s included; on `/acp` and
+// `/mcp`, a JSON-RPC error response); a wrong token not
 // answered 401; and any change, across a refused request, of what the read
 // routes show (the Agent's Session list; the targeted Session's messages,
 // pending queue, running command and newest pending prompt). Lanes run in
@@ -579,9 +579,10 @@ async function runLane(h, lane, n) {
         body = JSON.parse(res.text);
       } catch {}
       const err = body?.error;
-      // ACP's route answers a refused JSON-RPC request with a JSON-RPC error
-      // response (docs/acp.md): an integer code.
-      const rpc = req.path.endsWith("/acp") && body?.jsonrpc === "2.0" && Number.isInteger(err?.code);
+      // ACP's and MCP's routes answer a refused JSON-RPC request with a
+      // JSON-RPC error response (docs/acp.md, docs/mcp-server.md): an
+      // integer code.
+      const rpc = /\/(acp|mcp)$/.test(req.path) && body?.jsonrpc === "2.0" && Number.isInteger(err?.code);
       v.check((typeof err?.code === "string" || rpc) && typeof err?.message === "string", () => `${label}: a ${res.status} without {"error": {code, message}}: ${answer}`);
     }
     if (res.status >= 200 && res.status < 300) {
