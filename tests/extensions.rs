@@ -1168,3 +1168,65 @@ fn two_extensions_record_history_in_one_settling_transition_and_it_goes_with_the
         json!({"events": [], "omitted": 0})
     );
 }
+
+#[test]
+fn activate_runs_when_the_instance_opens_a_running_extension_and_a_throwing_one_stops_it() {
+    let calls: Rc<RefCell<Vec<String>>> = Rc::default();
+    let fails = Rc::new(RefCell::new(true));
+    let host = {
+        let (calls, fails) = (calls.clone(), fails.clone());
+        Script::new(move |r| {
+            let kind = r["kind"].as_str().unwrap();
+            if kind == "activate" {
+                calls
+                    .borrow_mut()
+                    .push(r["event"]["revision"].as_str().unwrap().to_owned());
+                if *fails.borrow() {
+                    return json!({"ok": false, "error": "extension lamp: the activate callback threw: no bulb"});
+                }
+            }
+            json!({"ok": true})
+        })
+    };
+    let lamp = manifest(
+        "lamp",
+        json!({"hooks": {"settled": false, "timer": false, "activate": true}}),
+    );
+    let plain = manifest(
+        "plain",
+        json!({"hooks": {"settled": false, "timer": false}}),
+    );
+    let mut h = Harness::new();
+    open(&mut h, &[lamp.clone(), plain.clone()], host.clone());
+    // Called once, with its revision; the extension without one is not.
+    let revision = roster(&[lamp.clone()])
+        .get("lamp")
+        .unwrap()
+        .revision
+        .clone();
+    assert_eq!(*calls.borrow(), vec![revision.clone()]);
+    let reason = stopped(&mut h, "lamp").expect("a throwing activate stops its extension");
+    assert!(reason.contains("no bulb"), "{reason}");
+    assert_eq!(stopped(&mut h, "plain"), None);
+    // A stopped extension is not activated when the next instance opens.
+    open(&mut h, &[lamp.clone(), plain.clone()], host.clone());
+    assert_eq!(calls.borrow().len(), 1);
+    // Resumed, it is activated again; now it comes up.
+    *fails.borrow_mut() = false;
+    with_ext(&mut h, |e, ctx| e.resume(ctx, "lamp")).unwrap();
+    assert_eq!(calls.borrow().len(), 2);
+    assert_eq!(stopped(&mut h, "lamp"), None);
+    // Each instance activates it once; a new revision, with its own.
+    open(&mut h, &[lamp.clone(), plain.clone()], host.clone());
+    let v2 = manifest(
+        "lamp",
+        json!({"version": "2.0.0", "hooks": {"settled": false, "timer": false, "activate": true}}),
+    );
+    open(&mut h, &[v2.clone(), plain], host);
+    let v2_revision = roster(&[v2]).get("lamp").unwrap().revision.clone();
+    assert_ne!(v2_revision, revision);
+    assert_eq!(
+        *calls.borrow(),
+        vec![revision.clone(), revision.clone(), revision, v2_revision]
+    );
+}
