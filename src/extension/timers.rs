@@ -3,7 +3,7 @@
 //! set and sends ([`Extensions::fire_due`]).
 
 use super::effects::{Outcome, Stop};
-use super::send::{Admit, Sent};
+use super::send::{self, Admit, Sent};
 use super::tables::{self, TimerRow};
 use super::{Entry, Extensions, Refusal, SessionRef};
 use crate::ctx::Ctx;
@@ -85,7 +85,7 @@ impl Extensions {
             .filter(|t| {
                 self.roster
                     .get(&t.ext)
-                    .is_some_and(|e| e.manifest.hooks.timer)
+                    .is_some_and(|e| e.manifest.hooks.timer || send::is_staged(&t.name))
                     && meta.get(&t.ext).is_some_and(|m| m.stopped.is_none())
             })
             .take(EXTENSION_TIMERS_PER_PASS_MAX)
@@ -119,6 +119,9 @@ impl Extensions {
         };
         if current.due_at > now_ms {
             return Ok(Vec::new());
+        }
+        if send::is_staged(name) {
+            return self.fire_staged(admit, store, ids, entry, &current, now_ms);
         }
         let position = match &current.session_id {
             Some(s) => Some(store.position(s)?),
@@ -173,7 +176,7 @@ impl Extensions {
 
     /// A throwing hook, or a send the admission refuses (other than a
     /// caught `closed`), fails the hook: its extension stops.
-    fn timer_failed(
+    pub(super) fn timer_failed(
         &self,
         store: Store<'_>,
         entry: &Entry,
@@ -183,6 +186,11 @@ impl Extensions {
     ) -> Result<(), ApiError> {
         let reason = match refusal {
             Refusal::Hook(failure) => failure.reason(),
+            Refusal::Send(e) if send::is_staged(&timer.name) => format!(
+                "extension {}: settled hook: send into Session {}: {e}",
+                entry.id(),
+                timer.session_id.as_deref().unwrap_or_default()
+            ),
             Refusal::Send(e) => {
                 format!("extension {}: timer {}: send: {e}", entry.id(), timer.name)
             }
@@ -224,7 +232,7 @@ impl Extensions {
             .roster
             .entries()
             .iter()
-            .filter(|e| e.manifest.hooks.timer)
+            .filter(|e| e.manifest.hooks.timer || e.manifest.hooks.settled)
             .filter(running)
             .filter_map(|e| {
                 earliest
