@@ -250,7 +250,11 @@ export interface HookContext<S extends StateDeclarations, C> extends ReadContext
    * Admits a prompt into a Session with the owner transaction (request
    * identity derived from the cause, so a replayed command or timer replays
    * it). Throws `AdmissionError` (reason `closed`) when
-   * `requireExistingSession` is set and the Session is absent.
+   * `requireExistingSession` is set and the Session is absent. In a settled
+   * hook the send is staged with the settlement (all or none) and admitted
+   * once by the pass right after; there a required Session that is gone
+   * drops it (nothing is created), and another refusal (a full queue) stops
+   * the extension. Migrations and activate callbacks cannot send.
    */
   send(message: SendOptions): void;
   /**

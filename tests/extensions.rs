@@ -1292,7 +1292,7 @@ fn activate_runs_when_the_instance_opens_a_running_extension_and_a_throwing_one_
     let mut h = Harness::new();
     open(&mut h, &[lamp.clone(), plain.clone()], host.clone());
     // Called once, with its revision; the extension without one is not.
-    let revision = roster(&[lamp.clone()])
+    let revision = roster(std::slice::from_ref(&lamp))
         .get("lamp")
         .unwrap()
         .revision

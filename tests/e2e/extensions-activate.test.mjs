@@ -5,7 +5,9 @@
 // rest still run) when the runtime closes; a new revision deployed (the
 // Worker restarted with another `lamp` version) is activated with its own
 // resource in the new instance, and closes the same way; an `activate` that
-// throws stops its extension with the reason.
+// throws stops its extension with the reason. A settled hook's
+// `context.send` lands once, in the Session it names, after the settlement
+// it was staged with.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { useWorker } from "./helpers.mjs";
@@ -48,5 +50,31 @@ describe("extension activation", () => {
     assert.notEqual(after.find((s) => s.id === "lamp").revision, before, "lamp has a new revision");
     assert.deepEqual(await host(a, "events"), ["activate lamp@2.0.0", "activate bulb"]);
     assert.deepEqual(await host(a, "close"), ["activate lamp@2.0.0", "activate bulb", "dispose bulb", "dispose lamp@2.0.0"]);
+  });
+});
+
+describe("a settled hook's send", () => {
+  const h = useWorker({ fixture: "activate-worker", model: "echo" });
+
+  test("lands once, after the settlement it was staged with", T, async () => {
+    const { a, sid } = await h.session();
+    const settled = await a.settle(sid, "r1", "[relay] pass it on");
+    assert.equal(settled.terminal, "completed");
+    const target = `${sid}-relay`;
+    const text = `relayed ${settled.commandId}`;
+    const deadline = Date.now() + 20_000;
+    let read;
+    for (;;) {
+      const res = await a.readRaw(target);
+      read = res.status === 200 ? res.json : null;
+      if (read !== null && read.pending.length === 0 && read.running === null && read.messages.length >= 2) break;
+      assert.ok(Date.now() < deadline, `the relayed prompt ran: ${JSON.stringify(read)}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const users = read.messages.filter((m) => m.role === "user");
+    assert.deepEqual(users.map((m) => m.text ?? m.content), [text], "admitted once, with its text");
+    // The relayed settlement itself does not relay (its answer lacks the marker).
+    const statuses = (await a.api("GET", "/extensions")).json;
+    assert.equal(statuses.extensions.find((e) => e.id === "relay").stopped, null);
   });
 });
