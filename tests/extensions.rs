@@ -1323,3 +1323,72 @@ fn activate_runs_when_the_instance_opens_a_running_extension_and_a_throwing_one_
         vec![revision.clone(), revision.clone(), revision, v2_revision]
     );
 }
+
+#[test]
+fn a_staged_send_the_queue_refuses_stops_its_extension_and_waits_for_the_resume() {
+    let mut h = Harness::new();
+    open(
+        &mut h,
+        &[manifest("tally", json!({}))],
+        follower("t", false),
+    );
+    h.session("s");
+    h.session("t");
+    // `t`'s queue full: one prompt running, the bound pending behind it.
+    for i in 0..=shiitake::limits::PENDING_PER_SESSION_MAX {
+        let r = h.call(
+            "POST",
+            "/sessions/t/commands",
+            json!({"type": "prompt", "requestId": format!("fill{i}"), "text": "x"}),
+        );
+        assert_eq!(r.status, 200, "{}", r.json);
+    }
+    settle_one(&mut h, "s", "a");
+    assert_eq!(staged(&h).len(), 1);
+    let fired = with_ext(&mut h, |e, ctx| e.fire_due(ctx, &ExtensionSends)).unwrap();
+    assert!(fired.sent.is_empty());
+    let reason = stopped(&mut h, "tally").expect("stopped");
+    assert!(
+        reason.contains("settled hook: send into Session t") && reason.contains("pending commands"),
+        "{reason}"
+    );
+    assert_eq!(staged(&h).len(), 1, "kept for after the resume");
+    let deadline = with_ext(&mut h, |e, ctx| e.next_deadline(ctx.store, ctx.now_ms)).unwrap();
+    assert_eq!(deadline, None, "a stopped extension's send rides no alarm");
+    // Room again, and resumed: admitted once.
+    let r = h.call("DELETE", "/sessions/t", Value::Null);
+    assert!(r.status < 300, "{}", r.json);
+    with_ext(&mut h, |e, ctx| e.resume(ctx, "tally")).unwrap();
+    let fired = with_ext(&mut h, |e, ctx| e.fire_due(ctx, &ExtensionSends)).unwrap();
+    assert_eq!(fired.sent.len(), 1);
+    assert!(staged(&h).is_empty());
+}
+
+#[test]
+fn a_resumed_extension_replays_a_missed_settlement_and_stages_its_send_once() {
+    let mut h = Harness::new();
+    let host = follower("t", false);
+    open(&mut h, &[manifest("tally", json!({}))], host.clone());
+    h.session("s");
+    host.set(|_| json!({"ok": false, "error": "extension tally: down"}));
+    settle_one(&mut h, "s", "a");
+    assert!(stopped(&mut h, "tally").is_some());
+    let missed = settle_one(&mut h, "s", "b");
+    assert!(staged(&h).is_empty());
+    let again = follower("t", false);
+    host.set(move |r| {
+        let answer = again.call(&r.to_string());
+        serde_json::from_str(&answer).unwrap()
+    });
+    with_ext(&mut h, |e, ctx| e.resume(ctx, "tally")).unwrap();
+    // The replay runs both settlements' hooks: each stages its send.
+    assert!(!with_ext(&mut h, |e, ctx| e.catch_up(ctx)).unwrap());
+    assert_eq!(staged(&h).len(), 2);
+    let fired = with_ext(&mut h, |e, ctx| e.fire_due(ctx, &ExtensionSends)).unwrap();
+    assert_eq!(fired.sent.len(), 2);
+    let texts = texts(&mut h, "t");
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert!(texts.contains(&format!("follow up {missed}")), "{texts:?}");
+    let fired = with_ext(&mut h, |e, ctx| e.fire_due(ctx, &ExtensionSends)).unwrap();
+    assert!(fired.sent.is_empty());
+}

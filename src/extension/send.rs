@@ -266,8 +266,14 @@ impl Extensions {
             text: staged.text,
             require_existing_session: staged.require_existing_session,
         };
-        let prepared = match admit.prepare(store, &send) {
-            Ok(p) => Some(p),
+        // A refusal (of the reads, or of the queue bound the write checks
+        // before it writes anything) stops the extension; the row stays.
+        let admitted = match admit.prepare(store, &send).and_then(|p| {
+            // The cache is read (if this transition has not) before a write.
+            self.with_cache(sql, |_| Ok(()))?;
+            admit.commit(store, ids, now_ms, &p)
+        }) {
+            Ok(admitted) => admitted,
             Err(ApiError::SessionNotFound(_)) if send.require_existing_session => None,
             Err(e @ ApiError::Internal(_)) => return Err(e),
             Err(e) => {
@@ -275,7 +281,6 @@ impl Extensions {
                 return Ok(Vec::new());
             }
         };
-        // The cache is read (if this transition has not) before the write.
         self.with_cache(sql, |cache| {
             if let Some(names) = cache.timers.get_mut(entry.id()) {
                 names.remove(&row.name);
@@ -284,11 +289,7 @@ impl Extensions {
         })?;
         let (statement, params) = tables::delete_timer(entry.id(), &row.name);
         crate::sql::write(sql, &statement, params)?;
-        let Some(prepared) = prepared else {
-            return Ok(Vec::new());
-        };
-        Ok(admit
-            .commit(store, ids, now_ms, &prepared)?
+        Ok(admitted
             .map(|admitted| Sent {
                 session_id: send.session_id,
                 request_id: send.request_id,
