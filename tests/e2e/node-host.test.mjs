@@ -579,7 +579,7 @@ test("a host tool module (tools option) runs on Node: a direct operation the mod
   }
 });
 
-test("activation resources on Node: activate when the runtime comes up, close() awaits the disposer; a reopen with a new revision activates its own", T, async () => {
+test("activation resources on Node: activate when the runtime comes up, close() awaits the disposer; a reopen with a new revision activates its own; an overdue disposer is left behind at its bound", T, async () => {
   const file = path.join(dir, "activate.db");
   const events = [];
   const lamp = (version) =>
@@ -595,10 +595,16 @@ test("activation resources on Node: activate when the runtime comes up, close() 
   assert.deepEqual(events, ["activate 1.0.0"]);
   await first.close();
   assert.deepEqual(events, ["activate 1.0.0", "dispose 1.0.0"], "close() resolves after the async disposer");
-  const second = await openNodeShiitake({ path: file, env: env(), extensions: [lamp("2.0.0")] });
+  // `stuck`'s disposer never settles: close() goes on past its bound
+  // (EXTENSION_DISPOSE_TIMEOUT_MS) to lamp's, activated before it.
+  const stuck = defineExtension("stuck").activate(() => {
+    events.push("activate stuck");
+    return () => new Promise(() => {});
+  });
+  const second = await openNodeShiitake({ path: file, env: env(), extensions: [lamp("2.0.0"), stuck] });
   await client(second.fetch).createSession("t");
   await second.close();
-  assert.deepEqual(events, ["activate 1.0.0", "dispose 1.0.0", "activate 2.0.0", "dispose 2.0.0"]);
+  assert.deepEqual(events, ["activate 1.0.0", "dispose 1.0.0", "activate 2.0.0", "activate stuck", "dispose 2.0.0"]);
 });
 
 test("a host composing its own store: acquireNodeStoreLease + nodeRuntimeHost + nodeShiitakeDO, driven through the owner API", T, async () => {
