@@ -7,7 +7,8 @@
 // resource in the new instance, and closes the same way; an `activate` that
 // throws stops its extension with the reason. A settled hook's
 // `context.send` lands once, in the Session it names, after the settlement
-// it was staged with.
+// it was staged with. A trap recovery replacing the instance disposes its
+// resources once and the new instance activates its own.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { useWorker } from "./helpers.mjs";
@@ -76,5 +77,29 @@ describe("a settled hook's send", () => {
     // The relayed settlement itself does not relay (its answer lacks the marker).
     const statuses = (await a.api("GET", "/extensions")).json;
     assert.equal(statuses.extensions.find((e) => e.id === "relay").stopped, null);
+  });
+});
+
+describe("activation across a trap recovery", () => {
+  const PANIC_MARKER = "TRAP-HERE";
+  const h = useWorker({ fixture: "activate-worker", model: "echo", bindings: { SHIITAKE_FAULT_PANIC_MARKER: PANIC_MARKER, SHIITAKE_RETRY_BASE_MS: 50 } });
+
+  test("the reset's replaced instance disposes its resources once, and the new one activates its own", T, async () => {
+    const { a, sid } = await h.session();
+    const events = async () => (await h.api("GET", `/direct/${a.id}/host/events`)).json;
+    assert.deepEqual(await events(), ["activate lamp@1.0.0", "activate bulb"]);
+    h.model.scriptFor("trap-activate", { chunks: ["so far ", `then ${PANIC_MARKER}`] }, { text: "answered after the trap" });
+    const settled = await a.settle(sid, "r1", "trap-activate", { boundMs: 20_000 });
+    assert.equal(settled.terminal, "completed", JSON.stringify(settled));
+    const deadline = Date.now() + 10_000;
+    let seen = await events();
+    while (seen.length < 6 && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 50));
+      seen = await events();
+    }
+    // Disposers start (newest first) before the new core is built; an
+    // async one may end after the new activations.
+    assert.deepEqual(seen.slice(0, 3), ["activate lamp@1.0.0", "activate bulb", "dispose bulb"], JSON.stringify(seen));
+    assert.deepEqual([...seen.slice(3)].sort(), ["activate bulb", "activate lamp@1.0.0", "dispose lamp@1.0.0"], JSON.stringify(seen));
   });
 });
