@@ -66,10 +66,10 @@ export function extensionHost(object) {
 }
 
 // An activate call: the resource kept for this instance. One already open
-// (a resume in the same instance) is kept; a closed host opens none.
+// (a resume in the same instance) is kept; a disposed host opens none (its
+// instance is closing: no failure, which would stop the extension).
 function activate(active, closed, request, entry) {
-  if (active.has(request.ext)) return { ok: true };
-  if (closed) return { ok: false, error: `extension ${request.ext}: the instance is closing; nothing is activated` };
+  if (active.has(request.ext) || closed) return { ok: true };
   const { dispose, ...answer } = runHook(entry, request);
   if (answer.ok) active.set(request.ext, dispose ?? null);
   return answer;

@@ -1,6 +1,7 @@
 //! Timers: they ride the Agent's one alarm ([`Extensions::next_deadline`]);
 //! a due timer fires once, in its own transition with its hook's effect
-//! set and sends ([`Extensions::fire_due`]).
+//! set and sends ([`Extensions::fire_due`]); a settled hook's staged send
+//! rides the same rows and is admitted there (`send.rs`).
 
 use super::effects::{Outcome, Stop};
 use super::send::{self, Admit, Sent};
@@ -212,7 +213,8 @@ impl Extensions {
 
     /// The earliest moment extensions have work: `now_ms` while a resumed
     /// extension replays missed work, else the earliest timer of a running
-    /// extension with a timer hook.
+    /// extension with a timer hook, or with a settled hook (its staged
+    /// sends, `send.rs`).
     pub fn next_deadline(&self, store: Store<'_>, now_ms: i64) -> Result<Option<i64>, ApiError> {
         if self.roster.is_empty() {
             return Ok(None);
