@@ -30,6 +30,9 @@ export class ShiitakeDO extends DurableObject {
   #uiClosed = null;
   // The fleet transport handed to the current core (fleetHost), if any.
   #fleet = undefined;
+  // The extension host handed to the current core (extensionHost), if any:
+  // it holds the core's activation resources until it is disposed.
+  #extensions = undefined;
   // The directory (only on the object named shiitake.directory).
   #directory = null;
   #directoryGeneration = -1;
@@ -330,6 +333,7 @@ export class ShiitakeDO extends DurableObject {
   async close(reason = "the host closed the runtime") {
     this.#closed = String(reason);
     await this.#coreNow().close(this.#closed);
+    await this.#extensions?.dispose?.();
   }
 
   /**
@@ -635,11 +639,16 @@ export class ShiitakeDO extends DurableObject {
     if (this.#core === null || this.#coreGeneration !== generation) {
       const fleet = fleetHost(this);
       this.#fleet = fleet;
+      // The replaced core's activation resources are disposed (the new
+      // core activates its own when it opens).
+      this.#extensions?.dispose?.();
+      const extensions = extensionHost(this);
+      this.#extensions = extensions;
       const core = new wasm.ShiitakeCore(
         this.ctx,
         this.env,
         toolHost(this, fleet !== undefined),
-        extensionHost(this),
+        extensions,
         takeSpared(this.ctx.id.toString()),
         jobsHost(this),
         fleet,
@@ -669,6 +678,7 @@ export class ShiitakeDO extends DurableObject {
       const reason = String(error?.message ?? error);
       console.error("shiitake: initialize(extensions) failed; this instance stays closed:", reason);
       core.close(reason);
+      this.#extensions?.dispose?.();
     };
     try {
       const done = this.initialize(handle);

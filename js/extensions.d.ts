@@ -250,7 +250,11 @@ export interface HookContext<S extends StateDeclarations, C> extends ReadContext
    * Admits a prompt into a Session with the owner transaction (request
    * identity derived from the cause, so a replayed command or timer replays
    * it). Throws `AdmissionError` (reason `closed`) when
-   * `requireExistingSession` is set and the Session is absent.
+   * `requireExistingSession` is set and the Session is absent. In a settled
+   * hook the send is staged with the settlement (all or none) and admitted
+   * once by the pass right after; there a required Session that is gone
+   * drops it (nothing is created), and another refusal (a full queue) stops
+   * the extension. Migrations and activate callbacks cannot send.
    */
   send(message: SendOptions): void;
   /**
@@ -364,6 +368,21 @@ export interface ExtensionDefinition<
   /** Called when one of the extension's timers is due. */
   onTimer(fn: (ctx: HookContext<S, C>, timer: TimerEvent) => void): ExtensionDefinition<S, C, Cm>;
   /**
+   * An activation resource (the seed's Effect scope): `fn` runs once each
+   * time the extension comes up in an instance (the object's runtime opens
+   * it, a new revision is deployed, the host resumes it after a stop) and
+   * may return a disposer. The disposer (sync or async) runs when that
+   * instance closes (`close()`, the Node host's close, a failed
+   * `initialize`, a trap recovery replacing the instance; eviction is not
+   * observable), newest activation first, each awaited at most
+   * `EXTENSION_DISPOSE_TIMEOUT_MS` (5 s); one that throws or is overdue is
+   * logged and the close goes on. `fn` is synchronous and only reads
+   * state; a throw stops the extension like any failing hook (the settled
+   * work it misses replays once it is resumed). A stopped extension keeps
+   * the resource it opened until its instance closes.
+   */
+  activate(fn: (ctx: ReadContext<S, C>) => void | (() => void | Promise<void>)): ExtensionDefinition<S, C, Cm>;
+  /**
    * What the extension publishes for a scope (one per scope); `undefined` or
    * `None` publishes nothing. `history: true` (session scope only) keeps the
    * producer history: each command or hook that changes the state records
@@ -474,7 +493,7 @@ export interface ExtensionManifest {
   };
   migrations: number[];
   commands: { [name: string]: { scope: Scope; inputSchema: JsonValue | null; validate: boolean; description: string | null } };
-  hooks: { settled: boolean; timer: boolean };
+  hooks: { settled: boolean; timer: boolean; activate: boolean };
   projection: { session: boolean; agent: boolean; history: boolean };
   prompt: boolean;
   tools: boolean;

@@ -65,7 +65,7 @@ const ATTENTION_KIND = /^[a-z0-9_.-]{1,64}$/;
 /** What a roster entry may grant (src/extension/manifest.rs `Grant`). */
 const GRANTS = ["attention", "files"];
 const SCOPES = ["session", "agent"];
-const KINDS = ["settled", "timer", "command", "migrate", "project", "prompt", "tools", "files"];
+const KINDS = ["settled", "timer", "command", "migrate", "project", "prompt", "tools", "files", "activate"];
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -502,6 +502,17 @@ class ExtensionDefinition {
     return onceCallback(this, "timer", ".onTimer()", fn);
   }
 
+  /**
+   * An activation resource: `fn(context)` runs when the extension comes up
+   * in an instance (the object's runtime opens it, or a new revision is
+   * deployed) and may return a disposer (a function, sync or async) that
+   * runs when that instance closes. Synchronous; it reads state but writes
+   * nothing. A throw stops the extension like any failing hook.
+   */
+  activate(fn) {
+    return onceCallback(this, "activate", ".activate()", fn);
+  }
+
   projection(spec) {
     const r = callback(this);
     const where = `extension ${r.id}: projection`;
@@ -598,7 +609,7 @@ export function defineExtension(spec) {
     state: { version: 1, collections: new Map(), migrations: new Map() },
     requests: {},
     commands: new Map(),
-    hooks: { settled: null, timer: null, prompt: null, tools: null, files: null },
+    hooks: { settled: null, timer: null, activate: null, prompt: null, tools: null, files: null },
     projections: { session: null, agent: null, history: false },
   });
 }
@@ -711,7 +722,7 @@ export function manifestOf(entry) {
     state: { version: r.state.version, collections },
     migrations: [...r.state.migrations.keys()].sort((a, b) => a - b),
     commands,
-    hooks: { settled: r.hooks.settled !== null, timer: r.hooks.timer !== null },
+    hooks: { settled: r.hooks.settled !== null, timer: r.hooks.timer !== null, activate: r.hooks.activate !== null },
     projection: { session: r.projections.session !== null, agent: r.projections.agent !== null, history: r.projections.history },
     prompt: r.hooks.prompt !== null,
     tools: r.hooks.tools !== null,
@@ -728,7 +739,7 @@ export function manifestOf(entry) {
 // Hook calls
 
 /** Where a call runs outside the owner transaction: its name in refusals. */
-const READ_ONLY_KINDS = { project: "a projection", prompt: "a prompt hook", tools: "a tools hook", files: "a files hook" };
+const READ_ONLY_KINDS = { project: "a projection", prompt: "a prompt hook", tools: "a tools hook", files: "a files hook", activate: "an activate callback" };
 
 /**
  * Runs one hook call: `request` is `{ kind, state, config, now, session, event }`
@@ -868,6 +879,15 @@ function dispatch(r, call, ctx, kind, event, bad) {
         return { command: marker.command, description: marker.description };
       });
       return { ...call.finish(), tools };
+    }
+    case "activate": {
+      if (!r.hooks.activate) return failure(`extension ${r.id} has no activate callback`);
+      const dispose = invoke(call, "the activate callback", () => r.hooks.activate(ctx));
+      if (dispose !== undefined && dispose !== null && typeof dispose !== "function") {
+        return failure(`extension ${r.id}: the activate callback must return a disposer function or undefined, not ${typeName(dispose)}`);
+      }
+      // The disposer is the host's to keep (js/do/hooks.mjs); JSON drops it.
+      return { ...call.finish(), dispose: dispose ?? undefined };
     }
     case "files": {
       if (!r.hooks.files) return failure(`extension ${r.id} has no files hook`);

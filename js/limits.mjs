@@ -42,6 +42,11 @@ export const EXTENSION_COLLECTIONS_MAX = 16;
 // Commands one extension declares.
 export const EXTENSION_COMMANDS_MAX = 32;
 
+// Milliseconds the shim awaits one extension's activation disposer when
+// its instance closes (`js/do/hooks.mjs`); past it the close goes on and
+// the disposer is logged as overdue.
+export const EXTENSION_DISPOSE_TIMEOUT_MS = 5_000;
+
 // Bytes of one row key.
 export const EXTENSION_KEY_BYTES_MAX = 256;
 

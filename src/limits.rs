@@ -412,6 +412,10 @@ pub const EXTENSION_HISTORY_EVENTS_MAX: usize = 32;
 /// Bytes of one extension's retained history of a Session (its events'
 /// values as JSON).
 pub const EXTENSION_HISTORY_BYTES_MAX: usize = 32_768;
+/// Milliseconds the shim awaits one extension's activation disposer when
+/// its instance closes (`js/do/hooks.mjs`); past it the close goes on and
+/// the disposer is logged as overdue.
+pub const EXTENSION_DISPOSE_TIMEOUT_MS: u64 = 5_000;
 
 // Client entries v1 (`js/client-entry.mjs`, seed: "Client entries"): what
 // one entry's `contribute` may return, checked by the client host.

@@ -685,23 +685,116 @@ fn every_bound_refuses_by_name_and_keeps_nothing() {
     assert!(entry_ok.unwrap_err().contains("at most 16384"));
 }
 
-#[test]
-fn a_settled_hook_cannot_send_and_stops_saying_so() {
-    let mut h = Harness::new();
-    let host = Script::new(|r| match r["kind"].as_str() {
-        Some("settled") => json!({"ok": true, "sends": [{"sessionId": "s", "text": "again"}]}),
+/// Session `s`'s settled hook sends `text` into `to` (requiring it when
+/// `require`); `""` sends an empty text, which no send may.
+fn follower(to: &'static str, require: bool) -> Script {
+    Script::new(move |r| match r["kind"].as_str() {
+        Some("settled") if r["event"]["sessionId"] == "s" => {
+            let text = format!("follow up {}", r["event"]["commandId"].as_str().unwrap());
+            let text = if to == "empty" { String::new() } else { text };
+            json!({"ok": true, "writes": [{"collection": "seen", "key": r["event"]["commandId"], "value": 1}],
+                "sends": [{"sessionId": to, "text": text, "requireExistingSession": require}]})
+        }
         _ => json!({"ok": true}),
-    });
-    open(&mut h, &[manifest("tally", json!({}))], host);
+    })
+}
+
+fn staged(h: &Harness) -> Vec<(String, String)> {
+    shiitake::sql::read(
+        h.sql(),
+        "SELECT name, session_id FROM shiitake_ext_timers ORDER BY name",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.text(0).unwrap(), r.text(1).unwrap()))
+    .collect()
+}
+
+fn texts(h: &mut Harness, session: &str) -> Vec<String> {
+    let read = h.call("GET", &format!("/sessions/{session}"), Value::Null);
+    let mut out: Vec<String> = read.json["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["text"].as_str().map(str::to_owned))
+        .collect();
+    out.extend(
+        read.json["pending"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["text"].as_str().map(str::to_owned)),
+    );
+    out
+}
+
+#[test]
+fn a_settled_hooks_send_commits_with_the_settlement_and_the_next_pass_admits_it_once() {
+    let mut h = Harness::new();
+    open(
+        &mut h,
+        &[manifest("tally", json!({}))],
+        follower("t", false),
+    );
+    h.session("s");
+    let first = settle_one(&mut h, "s", "a");
+    // Staged with the settlement and the hook's write, in one commit.
+    assert_eq!(staged(&h).len(), 1, "{:?}", staged(&h));
+    assert!(staged(&h)[0].0.starts_with("~send:"));
+    assert_eq!(staged(&h)[0].1, "t");
+    assert_eq!(rows(&h, "tally").len(), 1);
+    assert_eq!(stopped(&mut h, "tally"), None);
+    let deadline = with_ext(&mut h, |e, ctx| e.next_deadline(ctx.store, ctx.now_ms)).unwrap();
+    assert_eq!(deadline, Some(h.now_ms), "a staged send is due at once");
+    let fired = with_ext(&mut h, |e, ctx| e.fire_due(ctx, &ExtensionSends)).unwrap();
+    assert_eq!(fired.sent.len(), 1);
+    assert_eq!(fired.sent[0].session_id, "t", "the Session is created");
+    assert!(fired.sent[0].request_id.starts_with("ext:tally:"));
+    assert_eq!(texts(&mut h, "t"), vec![format!("follow up {first}")]);
+    assert!(staged(&h).is_empty());
+    let again = with_ext(&mut h, |e, ctx| e.fire_due(ctx, &ExtensionSends)).unwrap();
+    assert!(again.sent.is_empty(), "admitted once");
+    assert_eq!(texts(&mut h, "t").len(), 1);
+}
+
+#[test]
+fn a_settled_hooks_send_to_a_gone_session_it_requires_is_dropped_and_a_bad_one_fails_the_hook() {
+    let mut h = Harness::new();
+    open(
+        &mut h,
+        &[manifest("tally", json!({}))],
+        follower("gone", true),
+    );
     h.session("s");
     settle_one(&mut h, "s", "a");
-    let reason = stopped(&mut h, "tally").unwrap();
-    assert!(
-        reason.contains("send is available in commands and timer hooks only"),
-        "{reason}"
+    assert_eq!(staged(&h).len(), 1);
+    let fired = with_ext(&mut h, |e, ctx| e.fire_due(ctx, &ExtensionSends)).unwrap();
+    assert!(fired.sent.is_empty());
+    assert!(staged(&h).is_empty(), "dropped: nothing is created");
+    let gone = h.call("GET", "/sessions/gone", Value::Null);
+    assert_eq!(gone.status, 404);
+    assert_eq!(stopped(&mut h, "tally"), None);
+    // A send no admission could take fails the hook: the settlement
+    // commits, the hook's writes and sends do not, the extension stops.
+    let mut h = Harness::new();
+    open(
+        &mut h,
+        &[manifest("tally", json!({}))],
+        follower("empty", false),
     );
-    let read = h.call("GET", "/sessions/s", Value::Null);
-    assert_eq!(read.json["pending"].as_array().unwrap().len(), 0);
+    h.session("s");
+    let id = settle_one(&mut h, "s", "a");
+    let settlement = h.call(
+        "GET",
+        &format!("/sessions/s/settlement?commandId={id}"),
+        Value::Null,
+    );
+    assert_eq!(settlement.json["terminal"], "cancelled");
+    assert!(staged(&h).is_empty());
+    assert!(rows(&h, "tally").is_empty());
+    let reason = stopped(&mut h, "tally").unwrap();
+    assert!(reason.contains("send: text is 1 to"), "{reason}");
 }
 
 #[test]
@@ -1167,4 +1260,135 @@ fn two_extensions_record_history_in_one_settling_transition_and_it_goes_with_the
         h.call("GET", "/sessions/s", Value::Null).json["extensionHistory"]["tally"],
         json!({"events": [], "omitted": 0})
     );
+}
+
+#[test]
+fn activate_runs_when_the_instance_opens_a_running_extension_and_a_throwing_one_stops_it() {
+    let calls: Rc<RefCell<Vec<String>>> = Rc::default();
+    let fails = Rc::new(RefCell::new(true));
+    let host = {
+        let (calls, fails) = (calls.clone(), fails.clone());
+        Script::new(move |r| {
+            let kind = r["kind"].as_str().unwrap();
+            if kind == "activate" {
+                calls
+                    .borrow_mut()
+                    .push(r["event"]["revision"].as_str().unwrap().to_owned());
+                if *fails.borrow() {
+                    return json!({"ok": false, "error": "extension lamp: the activate callback threw: no bulb"});
+                }
+            }
+            json!({"ok": true})
+        })
+    };
+    let lamp = manifest(
+        "lamp",
+        json!({"hooks": {"settled": false, "timer": false, "activate": true}}),
+    );
+    let plain = manifest(
+        "plain",
+        json!({"hooks": {"settled": false, "timer": false}}),
+    );
+    let mut h = Harness::new();
+    open(&mut h, &[lamp.clone(), plain.clone()], host.clone());
+    // Called once, with its revision; the extension without one is not.
+    let revision = roster(std::slice::from_ref(&lamp))
+        .get("lamp")
+        .unwrap()
+        .revision
+        .clone();
+    assert_eq!(*calls.borrow(), vec![revision.clone()]);
+    let reason = stopped(&mut h, "lamp").expect("a throwing activate stops its extension");
+    assert!(reason.contains("no bulb"), "{reason}");
+    assert_eq!(stopped(&mut h, "plain"), None);
+    // A stopped extension is not activated when the next instance opens.
+    open(&mut h, &[lamp.clone(), plain.clone()], host.clone());
+    assert_eq!(calls.borrow().len(), 1);
+    // Resumed, it is activated again; now it comes up.
+    *fails.borrow_mut() = false;
+    with_ext(&mut h, |e, ctx| e.resume(ctx, "lamp")).unwrap();
+    assert_eq!(calls.borrow().len(), 2);
+    assert_eq!(stopped(&mut h, "lamp"), None);
+    // Each instance activates it once; a new revision, with its own.
+    open(&mut h, &[lamp.clone(), plain.clone()], host.clone());
+    let v2 = manifest(
+        "lamp",
+        json!({"version": "2.0.0", "hooks": {"settled": false, "timer": false, "activate": true}}),
+    );
+    open(&mut h, &[v2.clone(), plain], host);
+    let v2_revision = roster(&[v2]).get("lamp").unwrap().revision.clone();
+    assert_ne!(v2_revision, revision);
+    assert_eq!(
+        *calls.borrow(),
+        vec![revision.clone(), revision.clone(), revision, v2_revision]
+    );
+}
+
+#[test]
+fn a_staged_send_the_queue_refuses_stops_its_extension_and_waits_for_the_resume() {
+    let mut h = Harness::new();
+    open(
+        &mut h,
+        &[manifest("tally", json!({}))],
+        follower("t", false),
+    );
+    h.session("s");
+    h.session("t");
+    // `t`'s queue full: one prompt running, the bound pending behind it.
+    for i in 0..=shiitake::limits::PENDING_PER_SESSION_MAX {
+        let r = h.call(
+            "POST",
+            "/sessions/t/commands",
+            json!({"type": "prompt", "requestId": format!("fill{i}"), "text": "x"}),
+        );
+        assert_eq!(r.status, 200, "{}", r.json);
+    }
+    settle_one(&mut h, "s", "a");
+    assert_eq!(staged(&h).len(), 1);
+    let fired = with_ext(&mut h, |e, ctx| e.fire_due(ctx, &ExtensionSends)).unwrap();
+    assert!(fired.sent.is_empty());
+    let reason = stopped(&mut h, "tally").expect("stopped");
+    assert!(
+        reason.contains("settled hook: send into Session t") && reason.contains("pending commands"),
+        "{reason}"
+    );
+    assert_eq!(staged(&h).len(), 1, "kept for after the resume");
+    let deadline = with_ext(&mut h, |e, ctx| e.next_deadline(ctx.store, ctx.now_ms)).unwrap();
+    assert_eq!(deadline, None, "a stopped extension's send rides no alarm");
+    // Room again, and resumed: admitted once.
+    let r = h.call("DELETE", "/sessions/t", Value::Null);
+    assert!(r.status < 300, "{}", r.json);
+    with_ext(&mut h, |e, ctx| e.resume(ctx, "tally")).unwrap();
+    let fired = with_ext(&mut h, |e, ctx| e.fire_due(ctx, &ExtensionSends)).unwrap();
+    assert_eq!(fired.sent.len(), 1);
+    assert!(staged(&h).is_empty());
+}
+
+#[test]
+fn a_resumed_extension_replays_a_missed_settlement_and_stages_its_send_once() {
+    let mut h = Harness::new();
+    let host = follower("t", false);
+    open(&mut h, &[manifest("tally", json!({}))], host.clone());
+    h.session("s");
+    host.set(|_| json!({"ok": false, "error": "extension tally: down"}));
+    settle_one(&mut h, "s", "a");
+    assert!(stopped(&mut h, "tally").is_some());
+    let missed = settle_one(&mut h, "s", "b");
+    assert!(staged(&h).is_empty());
+    let again = follower("t", false);
+    host.set(move |r| {
+        let answer = again.call(&r.to_string());
+        serde_json::from_str(&answer).unwrap()
+    });
+    with_ext(&mut h, |e, ctx| e.resume(ctx, "tally")).unwrap();
+    // The replay runs both settlements' hooks: each stages its send.
+    assert!(!with_ext(&mut h, |e, ctx| e.catch_up(ctx)).unwrap());
+    assert_eq!(staged(&h).len(), 2);
+    let fired = with_ext(&mut h, |e, ctx| e.fire_due(ctx, &ExtensionSends)).unwrap();
+    assert_eq!(fired.sent.len(), 2);
+    let texts = texts(&mut h, "t");
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert!(texts.contains(&format!("follow up {missed}")), "{texts:?}");
+    let fired = with_ext(&mut h, |e, ctx| e.fire_due(ctx, &ExtensionSends)).unwrap();
+    assert!(fired.sent.is_empty());
 }

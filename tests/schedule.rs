@@ -799,7 +799,10 @@ const NUDGE_AFTER_MS: i64 = 60_000;
 /// hook counts it, sends a prompt into `p` and sets an attention item
 /// there (a delivery outbox entry for the lane).
 fn nudge() -> Extensions {
-    nudge_with(Nudge { throws: false })
+    nudge_with(Nudge {
+        throws: false,
+        sends: false,
+    })
 }
 
 fn nudge_with(host: Nudge) -> Extensions {
@@ -825,11 +828,24 @@ fn nudge_with(host: Nudge) -> Extensions {
 
 /// `nudge` whose timer hook throws.
 fn throwing_nudge() -> Extensions {
-    nudge_with(Nudge { throws: true })
+    nudge_with(Nudge {
+        throws: true,
+        sends: false,
+    })
+}
+
+/// `nudge` whose settled hook sends its prompt itself (staged with the
+/// settlement, admitted by the next pass) instead of arming a timer.
+fn sending_nudge() -> Extensions {
+    nudge_with(Nudge {
+        throws: false,
+        sends: true,
+    })
 }
 
 struct Nudge {
     throws: bool,
+    sends: bool,
 }
 
 impl Host for Nudge {
@@ -841,6 +857,18 @@ impl Host for Nudge {
         let now = r["now"].as_i64().unwrap();
         let count = |collection: &str| r["state"][collection][""].as_i64().unwrap_or(0);
         let answer = match r["kind"].as_str().unwrap() {
+            "settled" if r["event"]["sessionId"] == "p" && self.sends => {
+                let n = count("settled") + 1;
+                let sends = match n {
+                    2 => json!([{"sessionId": "p", "text": "nudged"}]),
+                    _ => json!([]),
+                };
+                json!({
+                    "ok": true,
+                    "writes": [{"collection": "settled", "key": "", "value": n}],
+                    "sends": sends
+                })
+            }
             "settled" if r["event"]["sessionId"] == "p" => {
                 let n = count("settled") + 1;
                 let timers = match n {
@@ -939,6 +967,59 @@ fn a_crash_after_every_durable_transition_of_a_nudged_delegation_fires_the_timer
         for n in 0..total {
             let mut fleet = nudged_delegation(order, Some(n));
             check_nudged(
+                &mut fleet,
+                &format!("crash after {n} transitions, {order:?}"),
+            );
+        }
+    }
+}
+
+/// [`check`], and the settled hook's send landed once: its prompt ran once
+/// in `p` (after the reply line), with the hook's count of `p`'s
+/// settlements (one more: the nudge's own), nothing staged left, nothing
+/// stopped.
+fn check_sent(fleet: &mut Fleet, context: &str) {
+    check_lines(
+        fleet,
+        context,
+        &["keep going", "echo: summarise the notes", "nudged"],
+    );
+    let now = fleet.now;
+    let p = &fleet.agents[fleet.at("parent")];
+    let one = |query: &str| {
+        let rows = p.db.query(query, &[]).unwrap();
+        assert_eq!(rows.len(), 1, "{context}: {query}");
+        rows[0].text(0).unwrap()
+    };
+    assert_eq!(
+        one("SELECT value FROM shiitake_state_nudge WHERE collection = 'settled'"),
+        "3",
+        "{context}: each settlement of p once, the nudge's among them"
+    );
+    assert_eq!(
+        one("SELECT coalesce(stopped, 'running') FROM shiitake_extensions"),
+        "running",
+        "{context}"
+    );
+    assert_eq!(
+        one("SELECT CAST(count(*) AS TEXT) FROM shiitake_ext_timers"),
+        "0",
+        "{context}: nothing staged is left"
+    );
+    assert_eq!(p.extension_deadline(now), None, "{context}");
+}
+
+#[test]
+fn a_crash_after_every_durable_transition_lands_a_settled_hooks_send_once_with_its_settlement() {
+    for order in ORDERS {
+        let total = {
+            let mut fleet = delegation_with(sending_nudge, order, None);
+            check_sent(&mut fleet, &format!("no crash, {order:?}"));
+            fleet.clock.commits.get()
+        };
+        for n in 0..total {
+            let mut fleet = delegation_with(sending_nudge, order, Some(n));
+            check_sent(
                 &mut fleet,
                 &format!("crash after {n} transitions, {order:?}"),
             );

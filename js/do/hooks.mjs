@@ -7,7 +7,7 @@ import { embeddedSandboxFactory } from "../sandbox/registry.mjs";
 import { WORKSPACE } from "../files.mjs";
 import { readBounded } from "../bounded.mjs";
 import { manifestOf, normalizeRoster, runHook } from "../extensions.mjs";
-import { FILE_BYTES_MAX, FLEET_BODY_BYTES_MAX, MCP_RESPONSE_BYTES_MAX, MODEL_LAST_SWITCH_TIMEOUT_MS } from "../limits.mjs";
+import { EXTENSION_DISPOSE_TIMEOUT_MS, FILE_BYTES_MAX, FLEET_BODY_BYTES_MAX, MCP_RESPONSE_BYTES_MAX, MODEL_LAST_SWITCH_TIMEOUT_MS } from "../limits.mjs";
 import { checkComputers, checkDecision, checkFleet, checkHostJobs, checkModels, checkTools } from "./config.mjs";
 
 // The Agent id of the object holding the fleet's directory (reserved;
@@ -39,6 +39,10 @@ export function extensionHost(object) {
   const described = entries.map(manifestOf);
   const byId = new Map(described.map((manifest, i) => [manifest.id, entries[i]]));
   const manifests = JSON.stringify(described);
+  // The activation resources of this host's instance: extension id ->
+  // disposer (or null), in activation order.
+  const active = new Map();
+  let disposed = null;
   return {
     manifests: () => manifests,
     call(requestText) {
@@ -47,12 +51,61 @@ export function extensionHost(object) {
         const entry = byId.get(request.ext);
         if (entry === undefined) return JSON.stringify({ ok: false, error: `extension ${request.ext} is not in the roster` });
         if (request.kind === "files") return JSON.stringify(captureFiles(object, request, runHook(entry, request)));
+        if (request.kind === "activate") return JSON.stringify(activate(active, disposed !== null, request, entry));
         return JSON.stringify(runHook(entry, request));
       } catch (error) {
         return JSON.stringify({ ok: false, error: String(error?.message ?? error) });
       }
     },
+    // Runs the disposers once, newest activation first (see disposeAll).
+    dispose() {
+      disposed ??= disposeAll(active);
+      return disposed;
+    },
   };
+}
+
+// An activate call: the resource kept for this instance. One already open
+// (a resume in the same instance) is kept; a disposed host opens none (its
+// instance is closing: no failure, which would stop the extension).
+function activate(active, closed, request, entry) {
+  if (active.has(request.ext) || closed) return { ok: true };
+  const { dispose, ...answer } = runHook(entry, request);
+  if (answer.ok) active.set(request.ext, dispose ?? null);
+  return answer;
+}
+
+// Runs every disposer, newest activation first, each awaited at most
+// EXTENSION_DISPOSE_TIMEOUT_MS; one that throws, rejects or is overdue is
+// logged and the rest go on. Never rejects.
+async function disposeAll(active) {
+  const all = [...active].reverse();
+  active.clear();
+  for (const [id, dispose] of all) {
+    if (dispose === null) continue;
+    let timer;
+    const overdue = new Promise((resolve) => {
+      timer = setTimeout(() => resolve("overdue"), EXTENSION_DISPOSE_TIMEOUT_MS);
+    });
+    try {
+      // Called at once: the newest activation's disposer starts before
+      // whatever replaces this instance runs.
+      const done = Promise.resolve(dispose()).then(() => "done");
+      if ((await Promise.race([done, overdue])) === "overdue") {
+        silence(done);
+        console.error(`shiitake: extension ${id}: its activation disposer did not settle within ${EXTENSION_DISPOSE_TIMEOUT_MS} ms; the close goes on`);
+      }
+    } catch (error) {
+      console.error(`shiitake: extension ${id}: its activation disposer failed:`, String(error?.message ?? error));
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+// A promise whose rejection nobody awaits any more.
+function silence(promise) {
+  promise.catch((error) => console.error("shiitake: an overdue activation disposer failed later:", String(error?.message ?? error)));
 }
 
 // The ports the files grant holder's `files(context, run)` returned, per

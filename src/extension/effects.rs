@@ -70,7 +70,7 @@ pub(super) struct Call<'a> {
     pub session: Option<SessionRef<'a>>,
     pub event: Value,
     pub now_ms: i64,
-    /// Commands and timer hooks may send; other calls may not.
+    /// Commands, settled and timer hooks may send; other calls may not.
     pub sends_allowed: bool,
     /// Sessions a send of this call found absent (see `call_and_send`).
     pub closed: &'a [String],
@@ -410,7 +410,7 @@ fn check_sends(entry: &Entry, sends: &[SendOp], sends_allowed: bool) -> Result<(
     let id = entry.id();
     if !sends.is_empty() && !sends_allowed {
         return Err(Failure::Bound(format!(
-            "extension {id}: send is available in commands and timer hooks only"
+            "extension {id}: send is available in commands, settled hooks and timer hooks only"
         )));
     }
     if sends.len() > EXTENSION_SENDS_PER_CALL_MAX {

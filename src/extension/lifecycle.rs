@@ -1,6 +1,8 @@
 //! An extension's lifecycle: recorded with its first status row, brought
 //! to each new revision (its state migrated once per new state version),
-//! stopped by a failing hook, resumed by the host or a new revision.
+//! activated once it runs in this instance (its `activate` callback; the
+//! resource it returns is the shim's to dispose), stopped by a failing
+//! hook, resumed by the host or a new revision.
 
 use super::effects::{Call, Outcome, Stop};
 use super::views::Status;
@@ -15,7 +17,9 @@ impl Extensions {
     /// recorded, with its state table; a new revision resumes a stopped
     /// one and runs the migrations its new state version needs, in order,
     /// in one transition (a failed migration records a stop and leaves the
-    /// state as it was). Each extension is its own transition.
+    /// state as it was). Each extension is its own transition. Then each
+    /// running extension with an `activate` callback is activated
+    /// ([`Extensions::activate`]).
     pub fn open(&self, ctx: &mut Ctx<'_>) -> Result<(), ApiError> {
         // An empty roster reads nothing.
         if self.roster.is_empty() {
@@ -43,6 +47,53 @@ impl Extensions {
                 })
             })?;
         }
+        for entry in self.roster.entries() {
+            self.activate(sql, entry, ctx.now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Calls `entry`'s `activate` callback when it has one and runs (not
+    /// stopped), in its own transition: an `activate` that throws stops
+    /// the extension like any failing hook (the settled work it then
+    /// misses is logged and replayed once it is resumed). The shim keeps
+    /// the disposer it returned and runs it when the instance closes
+    /// (`js/do/hooks.mjs`); a second activation in the same instance (a
+    /// resume) finds the resource still open and keeps it.
+    fn activate(&self, sql: &dyn Sql, entry: &Entry, now_ms: i64) -> Result<(), ApiError> {
+        if !entry.manifest.hooks.activate {
+            return Ok(());
+        }
+        atomically(sql, || {
+            self.with_cache(sql, |cache| {
+                let Some(meta) = cache.meta.get(entry.id()).cloned() else {
+                    return Ok(());
+                };
+                if meta.stopped.is_some() {
+                    return Ok(());
+                }
+                let call = Call {
+                    kind: "activate",
+                    session: None,
+                    event: json!({"revision": entry.revision}),
+                    now_ms,
+                    sends_allowed: false,
+                    closed: &[],
+                };
+                match self.call(sql, cache, entry, call)? {
+                    // It runs outside the owner's writes: nothing to commit.
+                    Ok(_) => Ok(()),
+                    Err(failure) => {
+                        let stop = Stop {
+                            reason: failure.reason(),
+                            cursor: meta.cursor.or(Some(cache.log_head)),
+                            at: now_ms,
+                        };
+                        self.commit(sql, cache, entry, None, Outcome::Stopped(stop))
+                    }
+                }
+            })
+        })?;
         Ok(())
     }
 
@@ -109,8 +160,8 @@ impl Extensions {
     }
 
     /// Resumes a stopped extension (a host call): its stop is cleared (a
-    /// pending migration runs first), and the settled work it missed is
-    /// replayed by the next passes. Answers its status.
+    /// pending migration runs first), it is activated, and the settled
+    /// work it missed is replayed by the next passes. Answers its status.
     pub fn resume(&self, ctx: &mut Ctx<'_>, id: &str) -> Result<Status, ApiError> {
         let entry = self.entry(id)?;
         let sql = ctx.store.sql();
@@ -125,6 +176,7 @@ impl Extensions {
                 Ok(())
             })
         })?;
+        self.activate(sql, entry, ctx.now_ms)?;
         self.status_of(ctx.store, entry)
     }
 }

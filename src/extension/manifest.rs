@@ -115,6 +115,10 @@ pub struct CommandDecl {
 pub struct Hooks {
     pub settled: bool,
     pub timer: bool,
+    /// An `activate` callback: called when the instance brings the
+    /// extension up (`lifecycle.rs`); the resource it opens is the shim's.
+    #[serde(default)]
+    pub activate: bool,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]

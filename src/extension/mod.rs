@@ -10,9 +10,10 @@
 //!   (every settlement, inside the transition that writes it:
 //!   [`OnSettled`], `settled.rs`) and timer hooks ([`Extensions::fire_due`],
 //!   `timers.rs`) each return one effect set (`effects.rs`), applied by one
-//!   commit with the event that caused it, or not at all; a hook that
-//!   fails has its extension's stop as its outcome, applied by the same
-//!   commit instead;
+//!   commit with the event that caused it, or not at all (a settled
+//!   hook's sends are staged with it and admitted by the next pass,
+//!   `send.rs`); a hook that fails has its extension's stop as its
+//!   outcome, applied by the same commit instead;
 //! - a stopped extension's hooks do not run; the settled work it misses is
 //!   logged and, once it is resumed (by the host or a new revision),
 //!   replayed through its cursor, each exactly once, in order
@@ -184,10 +185,9 @@ impl Extensions {
         std::mem::take(&mut *self.touched.borrow_mut())
     }
 
-    /// Whether a settled hook set or cancelled a timer since the last call:
-    /// the run loop then reads the deadlines again before it arms the
-    /// alarm. Settled hooks send nothing, so timers are the only work they
-    /// can add.
+    /// Whether a settled hook set or cancelled a timer, or staged a send,
+    /// since the last call: the run loop then reads the deadlines again
+    /// before it arms the alarm (a staged send is due at once).
     pub fn take_rearm(&self) -> bool {
         self.rearm.replace(false)
     }

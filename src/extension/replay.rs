@@ -2,8 +2,8 @@
 //! missed, each exactly once, in order, through its cursor; the log keeps
 //! only what some extension still has to replay.
 
-use super::effects::{Call, Outcome, Stop};
-use super::settled::settled_event;
+use super::effects::{Outcome, Stop};
+use super::settled::{settled_event, CommandRef};
 use super::{tables, Cache, Entry, Extensions};
 use crate::ctx::Ctx;
 use crate::error::ApiError;
@@ -11,9 +11,9 @@ use crate::limits::EXTENSION_REPLAY_PER_PASS_MAX;
 use crate::sql::{atomically, Sql, SqlError};
 use crate::store::Store;
 
-/// One logged settlement: its seq, its Session, the settlement (`None`:
-/// its Session was deleted, and its work with it).
-type Logged = (i64, String, Option<String>);
+/// One logged settlement: its seq, its Session, its command, the
+/// settlement (`None`: its Session was deleted, and its work with it).
+type Logged = (i64, String, String, Option<String>);
 
 impl Extensions {
     /// Replays settled work a resumed extension missed: at most
@@ -63,11 +63,11 @@ impl Extensions {
             let settlement = store
                 .command(&session_id, &command_id)?
                 .and_then(|c| c.settlement);
-            work.push((seq, session_id, settlement));
+            work.push((seq, session_id, command_id, settlement));
         }
         Self::state(sql, cache, entry)?;
         if entry.manifest.projection.history {
-            for (_, session_id, _) in &work {
+            for (_, session_id, _, _) in &work {
                 Self::history(sql, cache, entry, session_id)?;
             }
         }
@@ -86,11 +86,14 @@ impl Extensions {
         now_ms: i64,
     ) -> Result<(i64, bool), SqlError> {
         let mut at = cursor;
-        for (seq, session_id, settlement) in work {
+        for (seq, session_id, command_id, settlement) in work {
             if let Some(settlement) = settlement {
                 let event = settled_event(&session_id, &settlement)?;
-                let call = Call::settled(&session_id, event, now_ms);
-                match self.call(sql, cache, entry, call)? {
+                let command = CommandRef {
+                    session_id: &session_id,
+                    command_id: &command_id,
+                };
+                match self.call_settled(sql, cache, entry, &command, event, now_ms)? {
                     Ok(effects) => {
                         let done = Outcome::Done(Box::new(effects));
                         self.commit(sql, cache, entry, Some(&session_id), done)?;

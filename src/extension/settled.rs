@@ -1,9 +1,10 @@
 //! Settled hooks: every settlement runs them inside the transition that
 //! writes it ([`OnSettled`]). A stopped or replaying extension gets the
-//! settlement logged instead (`replay.rs` replays it once resumed).
+//! settlement logged instead (`replay.rs` replays it once resumed). Their
+//! sends are staged with the settlement (`send.rs`).
 
-use super::effects::{Call, Outcome, Stop};
-use super::{tables, Cache, Entry, Extensions, SessionRef};
+use super::effects::{Call, Effects, Outcome, Stop};
+use super::{tables, Cache, Entry, Extensions, Failure, SessionRef};
 use crate::sql::{Sql, SqlError};
 use crate::store::{CommandRow, OnSettled, Store};
 use serde_json::Value;
@@ -34,14 +35,15 @@ impl OnSettled for Extensions {
                     Self::log(sql, cache, &mut seq, command)?;
                     continue;
                 }
-                let call = Call::settled(&command.session_id, event.clone(), now_ms);
-                match self.call(sql, cache, entry, call)? {
+                match self.call_settled(
+                    sql,
+                    cache,
+                    entry,
+                    &command.into(),
+                    event.clone(),
+                    now_ms,
+                )? {
                     Ok(effects) => {
-                        // Settled hooks send nothing: timers are the only
-                        // work they can add.
-                        if effects.moves_timers() {
-                            self.rearm.set(true);
-                        }
                         let done = Outcome::Done(Box::new(effects));
                         self.commit(sql, cache, entry, Some(&command.session_id), done)?;
                     }
@@ -73,13 +75,41 @@ impl<'a> Call<'a> {
             }),
             event,
             now_ms,
-            sends_allowed: false,
+            sends_allowed: true,
             closed: &[],
         }
     }
 }
 
 impl Extensions {
+    /// Calls `entry`'s settled hook over the settlement of `command`
+    /// (`event`), its sends staged: the effect set to commit, or why it
+    /// failed. A call that adds timers or staged sends asks for a rearm.
+    pub(super) fn call_settled(
+        &self,
+        sql: &dyn Sql,
+        cache: &mut Cache,
+        entry: &Entry,
+        command: &CommandRef<'_>,
+        event: Value,
+        now_ms: i64,
+    ) -> Result<Result<Effects, Failure>, SqlError> {
+        let call = Call::settled(command.session_id, event, now_ms);
+        let mut effects = match self.call(sql, cache, entry, call)? {
+            Ok(effects) => effects,
+            Err(failure) => return Ok(Err(failure)),
+        };
+        let sends = !effects.sends.is_empty();
+        let cause = format!("settled:{}:{}", command.session_id, command.command_id);
+        if let Err(failure) = Self::stage_sends(entry, &mut effects, &cause, now_ms) {
+            return Ok(Err(failure));
+        }
+        if sends || effects.moves_timers() {
+            self.rearm.set(true);
+        }
+        Ok(Ok(effects))
+    }
+
     /// The extensions with a settled hook.
     pub(super) fn settled_hooks(&self) -> impl Iterator<Item = &Entry> {
         self.roster
@@ -119,4 +149,19 @@ pub(super) fn settled_event(session_id: &str, settlement: &str) -> Result<Value,
         map.insert("sessionId".into(), Value::String(session_id.to_owned()));
     }
     Ok(event)
+}
+
+/// The settled command a hook runs for.
+pub(super) struct CommandRef<'a> {
+    pub session_id: &'a str,
+    pub command_id: &'a str,
+}
+
+impl<'a> From<&'a CommandRow> for CommandRef<'a> {
+    fn from(c: &'a CommandRow) -> Self {
+        CommandRef {
+            session_id: &c.session_id,
+            command_id: &c.command_id,
+        }
+    }
 }

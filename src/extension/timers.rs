@@ -1,9 +1,10 @@
 //! Timers: they ride the Agent's one alarm ([`Extensions::next_deadline`]);
 //! a due timer fires once, in its own transition with its hook's effect
-//! set and sends ([`Extensions::fire_due`]).
+//! set and sends ([`Extensions::fire_due`]); a settled hook's staged send
+//! rides the same rows and is admitted there (`send.rs`).
 
 use super::effects::{Outcome, Stop};
-use super::send::{Admit, Sent};
+use super::send::{self, Admit, Sent};
 use super::tables::{self, TimerRow};
 use super::{Entry, Extensions, Refusal, SessionRef};
 use crate::ctx::Ctx;
@@ -85,7 +86,7 @@ impl Extensions {
             .filter(|t| {
                 self.roster
                     .get(&t.ext)
-                    .is_some_and(|e| e.manifest.hooks.timer)
+                    .is_some_and(|e| e.manifest.hooks.timer || send::is_staged(&t.name))
                     && meta.get(&t.ext).is_some_and(|m| m.stopped.is_none())
             })
             .take(EXTENSION_TIMERS_PER_PASS_MAX)
@@ -119,6 +120,9 @@ impl Extensions {
         };
         if current.due_at > now_ms {
             return Ok(Vec::new());
+        }
+        if send::is_staged(name) {
+            return self.fire_staged(admit, store, ids, entry, &current, now_ms);
         }
         let position = match &current.session_id {
             Some(s) => Some(store.position(s)?),
@@ -173,7 +177,7 @@ impl Extensions {
 
     /// A throwing hook, or a send the admission refuses (other than a
     /// caught `closed`), fails the hook: its extension stops.
-    fn timer_failed(
+    pub(super) fn timer_failed(
         &self,
         store: Store<'_>,
         entry: &Entry,
@@ -183,6 +187,11 @@ impl Extensions {
     ) -> Result<(), ApiError> {
         let reason = match refusal {
             Refusal::Hook(failure) => failure.reason(),
+            Refusal::Send(e) if send::is_staged(&timer.name) => format!(
+                "extension {}: settled hook: send into Session {}: {e}",
+                entry.id(),
+                timer.session_id.as_deref().unwrap_or_default()
+            ),
             Refusal::Send(e) => {
                 format!("extension {}: timer {}: send: {e}", entry.id(), timer.name)
             }
@@ -204,7 +213,8 @@ impl Extensions {
 
     /// The earliest moment extensions have work: `now_ms` while a resumed
     /// extension replays missed work, else the earliest timer of a running
-    /// extension with a timer hook.
+    /// extension with a timer hook, or with a settled hook (its staged
+    /// sends, `send.rs`).
     pub fn next_deadline(&self, store: Store<'_>, now_ms: i64) -> Result<Option<i64>, ApiError> {
         if self.roster.is_empty() {
             return Ok(None);
@@ -224,7 +234,7 @@ impl Extensions {
             .roster
             .entries()
             .iter()
-            .filter(|e| e.manifest.hooks.timer)
+            .filter(|e| e.manifest.hooks.timer || e.manifest.hooks.settled)
             .filter(running)
             .filter_map(|e| {
                 earliest

@@ -44,6 +44,7 @@ test("declarations come before callbacks, each once; hooks once; one projection 
     [(e) => e.requests({}).requests({}), /^extension goal: \.requests\(\) is declared twice/],
     [(e) => e.onSettled(noop).onSettled(noop), /^extension goal: \.onSettled\(\) is declared twice/],
     [(e) => e.onTimer(noop).onTimer(noop), /^extension goal: \.onTimer\(\) is declared twice/],
+    [(e) => e.activate(noop).activate(noop), /^extension goal: \.activate\(\) is declared twice/],
     [(e) => e.prompt(noop).prompt(noop), /^extension goal: \.prompt\(\) is declared twice/],
     [(e) => e.tools(noop).tools(noop), /^extension goal: \.tools\(\) is declared twice/],
     [(e) => e.projection({ read: noop }).projection({ scope: "session", read: noop }), /^extension goal: projection: a session projection is already declared/],
@@ -145,7 +146,7 @@ test("the manifest: JSON Schema verbatim (validated by the core), zod as JSON Sc
       set: { scope: "session", inputSchema: jsonRow, validate: true, description: "Set the goal." },
       reset: { scope: "agent", inputSchema: null, validate: false, description: null },
     },
-    hooks: { settled: true, timer: false },
+    hooks: { settled: true, timer: false, activate: false },
     projection: { session: false, agent: true, history: false },
     prompt: false,
     tools: true,
@@ -291,6 +292,27 @@ test("rows: zod validates and coerces at put time; non-JSON rows and bad keys ar
     `extension goal: collection raw: key ${JSON.stringify("é".repeat(20))}...: longer than 256 UTF-8 bytes`,
     'extension goal: collection later: the schema is asynchronous; extension state is validated inside the owner transaction, synchronously',
   ]);
+});
+
+test("activate: read-only and synchronous, answers its disposer for the host (not as JSON); a throw or a bad answer fails it", () => {
+  const state = { lit: defineDocument({ type: "integer" }) };
+  const disposer = () => {};
+  const seen = [];
+  const ok = run(defineExtension("lamp").state(state).activate((ctx) => {
+    seen.push(ctx.state.read((s) => s.lit.get()));
+    return disposer;
+  }), "activate", { revision: "r" }, { lit: { "": 3 } });
+  assert.equal(ok.ok, true);
+  assert.equal(ok.dispose, disposer, "the disposer goes to the host");
+  assert.deepEqual(JSON.parse(JSON.stringify(ok)), { ok: true, writes: [], timers: [], sends: [] }, "and never into the core's JSON");
+  assert.deepEqual(seen, [3]);
+  assert.equal(run(defineExtension("lamp").activate(() => {}), "activate", {}).ok, true, "no disposer is fine");
+  const writes = run(defineExtension("lamp").state(state).activate((ctx) => ctx.state.update((s) => s.lit.set(1))), "activate", {});
+  assert.equal(writes.ok, false);
+  assert.match(writes.error, /state\.update is not available in an activate callback/);
+  assert.deepEqual(run(defineExtension("lamp").activate(() => { throw new Error("no bulb"); }), "activate", {}), { ok: false, error: "extension lamp: the activate callback threw: no bulb" });
+  assert.match(run(defineExtension("lamp").activate(async () => disposer), "activate", {}).error, /the activate callback returned a promise/);
+  assert.deepEqual(run(defineExtension("lamp").activate(() => 7), "activate", {}), { ok: false, error: "extension lamp: the activate callback must return a disposer function or undefined, not number" });
 });
 
 test("a hook that throws or returns a promise fails the call and returns no writes", () => {

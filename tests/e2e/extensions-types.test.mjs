@@ -63,6 +63,12 @@ const goal = base
 base.onTimer((ctx) => {
   const stars: number | undefined = ctx.state.read((s) => s.goal.get()?.stars);
 });
+base.activate((ctx) => {
+  const stars: number | undefined = ctx.state.read((s) => s.goal.get()?.stars);
+  return async () => {};
+});
+defineExtension("sync-dispose").activate(() => () => {});
+defineExtension("no-dispose").activate(() => {});
 const raw = defineExtension("raw").state({ r: defineCollection({ type: "object" }) }).onTimer((ctx) => {
   const row: JsonValue | undefined = ctx.state.read((s) => s.r.get("k"));
 });

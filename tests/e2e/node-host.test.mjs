@@ -3,7 +3,8 @@
 // server settles with the model's answer; the file's lease refuses a second
 // open (same process, another process) until close(); a kill -9 mid-turn is
 // resumed on reopen and settled exactly once. The child-process host is
-// examples/node/server.mjs, the README's example.
+// examples/node/server.mjs, the README's example. An extension's
+// activation resource is disposed by close().
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, renameSync, rmSync } from "node:fs";
@@ -17,6 +18,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { Hono } from "hono";
 import { NodeStoreLeaseError, acquireNodeStoreLease, nodeListener, nodeRuntimeHost, nodeShiitakeDO, openNodeShiitake, splitStatements } from "../../js/node.mjs";
+import { defineExtension } from "../../js/extensions.mjs";
 import { connectBrowser } from "../../js/ui-browser.mjs";
 import { contentText, startModelServer } from "../support/model-server.mjs";
 
@@ -575,6 +577,34 @@ test("a host tool module (tools option) runs on Node: a direct operation the mod
   } finally {
     await host.close();
   }
+});
+
+test("activation resources on Node: activate when the runtime comes up, close() awaits the disposer; a reopen with a new revision activates its own; an overdue disposer is left behind at its bound", T, async () => {
+  const file = path.join(dir, "activate.db");
+  const events = [];
+  const lamp = (version) =>
+    defineExtension({ id: "lamp", version }).activate(() => {
+      events.push(`activate ${version}`);
+      return async () => {
+        await new Promise((r) => setTimeout(r, 20));
+        events.push(`dispose ${version}`);
+      };
+    });
+  const first = await openNodeShiitake({ path: file, env: env(), extensions: [lamp("1.0.0")] });
+  await client(first.fetch).createSession("s");
+  assert.deepEqual(events, ["activate 1.0.0"]);
+  await first.close();
+  assert.deepEqual(events, ["activate 1.0.0", "dispose 1.0.0"], "close() resolves after the async disposer");
+  // `stuck`'s disposer never settles: close() goes on past its bound
+  // (EXTENSION_DISPOSE_TIMEOUT_MS) to lamp's, activated before it.
+  const stuck = defineExtension("stuck").activate(() => {
+    events.push("activate stuck");
+    return () => new Promise(() => {});
+  });
+  const second = await openNodeShiitake({ path: file, env: env(), extensions: [lamp("2.0.0"), stuck] });
+  await client(second.fetch).createSession("t");
+  await second.close();
+  assert.deepEqual(events, ["activate 1.0.0", "dispose 1.0.0", "activate 2.0.0", "activate stuck", "dispose 2.0.0"]);
 });
 
 test("a host composing its own store: acquireNodeStoreLease + nodeRuntimeHost + nodeShiitakeDO, driven through the owner API", T, async () => {
