@@ -10,6 +10,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { Miniflare } from "miniflare";
+import ts from "typescript";
 import { rustBounds } from "../../scripts/gen-limits.mjs";
 import { COMPATIBILITY_DATE, ROOT, bundleFixture } from "./helpers.mjs";
 
@@ -146,6 +147,69 @@ test("on Node, bad input is a TypeError naming the field", async () => {
     name: "RangeError",
     message: new RegExp(`^searchVisibility: path \`a/a/.*…\` is ${FILE_PATH_BYTES_MAX + 1} bytes; at most ${FILE_PATH_BYTES_MAX}$`),
   });
+});
+
+test("on Node, a policy outlives a reset of the wasm instance (a trap elsewhere)", async () => {
+  const { searchVisibility } = await import("shiitake/files-search");
+  const { generation: before, guardSync } = await import("../../js/do/recovery.mjs");
+  const policies = trees.map((tree) => searchVisibility(ignoreFiles(tree)));
+  // A trap as the shim meets one (js/do/recovery.mjs): the instance is
+  // replaced, and the old policies point into the dropped one.
+  assert.throws(() => guardSync(() => { throw new WebAssembly.RuntimeError("a trap in another call"); }), WebAssembly.RuntimeError);
+  const { generation: after } = await import("../../js/do/recovery.mjs");
+  assert.equal(after, before + 1);
+  trees.forEach((tree, i) => {
+    const queries = rows.filter((r) => r.tree === tree);
+    assert.deepEqual(
+      queries.map((q) => policies[i].visible(q.path, { dir: q.dir })),
+      expected(tree),
+      tree,
+    );
+  });
+});
+
+test("the declarations type-check a consumer through the package name", () => {
+  // A virtual file inside the package, so "shiitake/files-search" resolves
+  // through package.json "exports" to js/files-search.d.ts.
+  const file = path.join(ROOT, "tests/e2e/files-search-consumer.ts");
+  const text = `
+import { SearchVisibility, searchVisibility, type IgnoreFile } from "shiitake/files-search";
+const files: IgnoreFile[] = [{ dir: "", text: "*.log\\n" }];
+const policy: SearchVisibility = searchVisibility(files);
+export const shown: boolean = policy.visible("a.log") && policy.visible("dist", { dir: true });
+export const why: string | null = policy.hidden("a.log");
+const entries: { path: string; size: number }[] = [{ path: "a.rs", size: 1 }];
+export const kept: { path: string; size: number }[] = policy.filter(entries);
+export const paths: string[] = policy.filter(["a.rs", "b.log"]);
+// @ts-expect-error a file names its directory
+searchVisibility([{ text: "" }]);
+// @ts-expect-error dir is a boolean
+policy.visible("a", { dir: "yes" });
+// @ts-expect-error entries are paths or { path }
+policy.filter([1]);
+`;
+  const options = {
+    noEmit: true,
+    strict: true,
+    target: ts.ScriptTarget.ES2022,
+    module: ts.ModuleKind.ESNext,
+    moduleResolution: ts.ModuleResolutionKind.Bundler,
+    lib: ["lib.es2022.d.ts"],
+    types: [],
+  };
+  const host = ts.createCompilerHost(options);
+  const getSourceFile = host.getSourceFile.bind(host);
+  const fileExists = host.fileExists.bind(host);
+  const program = ts.createProgram([file], options, {
+    ...host,
+    fileExists: (name) => path.resolve(name) === file || fileExists(name),
+    getSourceFile: (name, ...rest) =>
+      path.resolve(name) === file ? ts.createSourceFile(name, text, ts.ScriptTarget.ES2022, true) : getSourceFile(name, ...rest),
+  });
+  const diagnostics = ts.getPreEmitDiagnostics(program).map((d) => ts.flattenDiagnosticMessageText(d.messageText, "\n"));
+  assert.deepEqual(diagnostics, []);
+  const resolved = program.getSourceFiles().map((s) => path.relative(ROOT, s.fileName));
+  assert.ok(resolved.includes("js/files-search.d.ts"), resolved.join(", "));
 });
 
 // ---------------------------------------------------------------- Worker
