@@ -1,6 +1,6 @@
 // `shiitake/files-search` (seed: files-search supplies SearchVisibility to
 // Local and hosted Files adapters): the core's search visibility policy
-// (src/files/visibility.rs, through src/host/files_search.rs) for a host's
+// (src/files/visibility.rs, through src/host/files/search.rs) for a host's
 // own Files adapter, so its searches and listings hide what the runtime's
 // own files module hides. This module checks the input's types; the bounds,
 // the canonical paths and every answer are the core's. On Node the package

@@ -25,8 +25,6 @@ mod files;
 mod files_grant;
 #[cfg_attr(not(feature = "files"), path = "files_journal_left_out.rs")]
 mod files_journal;
-#[cfg(feature = "files-search")]
-mod files_search;
 mod fleet;
 mod jobs;
 mod mail;
