@@ -26,7 +26,7 @@ export class SearchVisibility {
     this.#dirs = [];
     this.#texts = [];
     files.forEach((file, i) => {
-      if (typeof file !== "object" || file === null) throw new TypeError(`searchVisibility: files[${i}] must be an object { dir, text }`);
+      if (typeof file !== "object" || file === null) throw new TypeError(`searchVisibility: files[${i}] must be an object { dir, text }, not ${describe(file)}`);
       for (const field of ["dir", "text"]) {
         if (typeof file[field] !== "string") throw new TypeError(`searchVisibility: files[${i}].${field} must be a string, not ${describe(file[field])}`);
       }

@@ -118,7 +118,7 @@ test("on Node, bad input is a TypeError naming the field", async () => {
   const refused = (make, message) => assert.throws(make, (e) => e instanceof TypeError && e.message.startsWith("searchVisibility: ") && message.test(e.message), String(message));
   refused(() => searchVisibility(), /`files` must be an array/);
   refused(() => searchVisibility({ dir: "", text: "" }), /`files` must be an array/);
-  refused(() => searchVisibility([null]), /files\[0\] must be an object/);
+  refused(() => searchVisibility([null]), /files\[0\] must be an object \{ dir, text \}, not null/);
   refused(() => searchVisibility([{ dir: "", text: "" }, { dir: 1, text: "" }]), /files\[1\]\.dir must be a string, not number/);
   refused(() => searchVisibility([{ dir: "" }]), /files\[0\]\.text must be a string, not undefined/);
   for (const dir of ["/a", "a/", "a/../b", "./a", "a//b"]) refused(() => searchVisibility([{ dir, text: "" }]), /is not a canonical root-relative path/);
