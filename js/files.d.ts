@@ -38,7 +38,12 @@ export interface FilesPort {
   stepwise?: boolean;
   read(path: string, options: { signal: AbortSignal }): Promise<string | null>;
   stat(path: string, options: { signal: AbortSignal }): Promise<{ kind: "file"; size: number } | { kind: "dir" } | null>;
-  /** Every file under `dir`, recursively, sorted by path, in pages (`cursor` null at the end). */
+  /**
+   * Every file under `dir`, recursively, sorted by path, in pages (`cursor`
+   * null at the end); `.gitignore`d and `.git` entries included: the runtime
+   * hides them (an adapter listing or searching on its own hides the same
+   * with `searchVisibility` from `shiitake/files-search`).
+   */
   list(dir: string, cursor: string | null, options: { signal: AbortSignal }): Promise<{ entries: { path: string; size: number }[]; cursor: string | null }>;
   write(path: string, content: string, options: { signal: AbortSignal }): Promise<unknown>;
   /** Applies every change or none; a file no longer holding `expected` refuses them all. A `stepwise` port is handed one change at a time. */

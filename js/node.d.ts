@@ -116,6 +116,9 @@ export function nodeRuntimeHost(
 /** `ShiitakeDO` loaded for Node (its `cloudflare:workers` import and wasm resolved), to subclass over `nodeRuntimeHost`. */
 export function nodeShiitakeDO(): Promise<typeof ShiitakeDO>;
 
+/** `shiitake/files-search` loaded for Node (its wasm resolved); `import "shiitake/files-search"` on Node goes through it. */
+export function nodeFilesSearch(): Promise<typeof import("./files-search.js")>;
+
 /** A `node:http` request listener serving a fetch handler: `http.createServer(nodeListener(app.fetch))`. */
 export function nodeListener(
   fetch: (request: Request) => Response | Promise<Response>,

@@ -49,12 +49,15 @@ const ENV_PREFIXES = ["SHIITAKE_", "OPENAI_", "ANTHROPIC_"];
 const held = new Set();
 
 let shimPromise = null;
+let hooked = false;
 
 // js/do.mjs imports `cloudflare:workers` (for DurableObject) and the
 // wasm-bindgen glue imports `./shiitake_bg.wasm` as a compiled module, as
 // workerd loads them. Two narrow module hooks give Node the same two modules;
 // no other specifier or URL is touched.
 function installHooks() {
+  if (hooked) return;
+  hooked = true;
   if (typeof nodeModule.registerHooks === "function") {
     nodeModule.registerHooks({
       resolve(specifier, context, next) {
@@ -100,6 +103,15 @@ function loadShim() {
  */
 export async function nodeShiitakeDO() {
   return (await loadShim()).ShiitakeDO;
+}
+
+/**
+ * `shiitake/files-search` loaded for Node (its wasm resolved here); the
+ * package's `node` condition (js/files-search-node.mjs) imports it so.
+ */
+export async function nodeFilesSearch() {
+  installHooks();
+  return import("./files-search.mjs");
 }
 
 /** The error a second open of a held file gets. */

@@ -5,6 +5,11 @@
 //! stepwise JS port (R2) runs journaled (`files::journal`), and
 //! `files_journal.rs` undoes what a restart left.
 
+// `shiitake/files-search`: the search visibility policy for a host's own
+// Files adapter (not in the lean wasm at all).
+#[cfg(feature = "files-search")]
+mod search;
+
 use super::bindings::{error_message, now_ms, within_or_stopped, JsTools};
 use super::sql::DoSql;
 use super::Inner;
