@@ -4,14 +4,15 @@
 //! shim (`ShiitakeDO#fleetDirectory`) builds this class instead of a
 //! `ShiitakeCore` there.
 
+#[cfg(feature = "fleet")]
 use super::bindings;
 use super::sql::DoSql;
 use crate::error::ApiError;
-use crate::store::schema;
 use std::cell::Cell;
 use wasm_bindgen::prelude::*;
 
 #[wasm_bindgen]
+#[cfg_attr(not(feature = "fleet"), allow(dead_code))] // a lean build serves no directory
 pub struct ShiitakeDirectory {
     sql: DoSql,
     /// The store's schema was checked (created, or migrated) once.
@@ -34,22 +35,34 @@ impl ShiitakeDirectory {
     /// opens the store (`schema::open`: the directory's tables are in the
     /// versioned schema like an Agent's).
     pub fn call(&self, request: &str) -> String {
-        let refused = |e: ApiError| {
+        self.serve(request).unwrap_or_else(|e| {
             serde_json::json!({
                 "error": { "code": e.code(), "status": e.status(), "message": e.to_string() }
             })
             .to_string()
-        };
-        if let Err(e) = crate::fleet::available() {
-            return refused(e);
-        }
+        })
+    }
+}
+
+impl ShiitakeDirectory {
+    #[cfg(feature = "fleet")]
+    fn serve(&self, request: &str) -> Result<String, ApiError> {
         if !self.opened.get() {
-            match schema::open(&self.sql) {
-                Ok(opened) => super::report_opened(opened),
-                Err(e) => return refused(e),
-            }
+            super::report_opened(crate::store::schema::open(&self.sql)?);
             self.opened.set(true);
         }
-        crate::fleet::directory::handle_json(&self.sql, bindings::now_ms(), request)
+        Ok(crate::fleet::directory::handle_json(
+            &self.sql,
+            bindings::now_ms(),
+            request,
+        ))
+    }
+
+    /// A build without the fleet refuses every request, naming the feature,
+    /// and carries none of the directory's code.
+    #[cfg(not(feature = "fleet"))]
+    fn serve(&self, _: &str) -> Result<String, ApiError> {
+        crate::fleet::available()?;
+        Err(ApiError::Internal("the fleet feature is not built".into()))
     }
 }
