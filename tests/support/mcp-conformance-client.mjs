@@ -42,7 +42,14 @@ try {
   model.script(...(tool ? [{ toolCalls: [tool] }, { text: "done" }] : [{ text: "done" }]));
   host = await openNodeShiitake({
     path: path.join(dir, "agent.db"),
-    env: { SHIITAKE_MODEL: "openai/conformance", OPENAI_BASE_URL: model.url, OPENAI_API_KEY: "sk-conformance" },
+    // A tool call the server never answers ends in 10 s (the suite's
+    // client timeout is 30 s).
+    env: {
+      SHIITAKE_MODEL: "openai/conformance",
+      OPENAI_BASE_URL: model.url,
+      OPENAI_API_KEY: "sk-conformance",
+      SHIITAKE_TOOL_TIMEOUT_MS: "10000",
+    },
     tools: { modules: [], mcpServers: [{ name: "conformance", url, direct: true }] },
   });
   const api = async (method, rel, body) => {
@@ -62,7 +69,7 @@ try {
     requestId: "conformance",
     text: `conformance scenario ${scenario}`,
   });
-  const settled = await api("GET", `/sessions/conformance/settlement?commandId=${admitted.commandId}&timeoutMs=25000`);
+  const settled = await api("GET", `/sessions/conformance/settlement?commandId=${admitted.commandId}&timeoutMs=20000`);
   const messages = (await api("GET", "/sessions/conformance")).messages;
   console.log(JSON.stringify({ scenario, settled, messages }, null, 2));
   const toolMessage = messages.find((m) => m.role === "tool");
