@@ -274,7 +274,9 @@ impl Server {
                 .borrow_mut()
                 .tool_result(call.id, response.view());
             match result {
-                Err(McpError::SessionExpired) => continue,
+                // A call the server accepted (its stream was resumed) is
+                // never sent again: only one it never saw.
+                Err(McpError::SessionExpired) if !progress.borrow().resumed() => continue,
                 other => return other.map_err(|e| e.to_string()),
             }
         }

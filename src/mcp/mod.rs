@@ -265,16 +265,31 @@ impl CallProgress {
                         out.reports.push(Value::Object(params).to_string());
                     }
                 }
-                (Some(method), Some(id)) if self.replies < MCP_SERVER_REQUESTS_MAX => {
+                (Some(method), Some(id @ (Value::String(_) | Value::Number(_))))
+                    if self.replies < MCP_SERVER_REQUESTS_MAX =>
+                {
                     self.replies += 1;
                     out.replies.push(self.reply(method, id));
                 }
-                (None, Some(id)) if id.as_u64() == Some(self.id) => self.answered = true,
+                // The call's response; an error with a null id counts too
+                // (the server could not read the call's id: `wire`).
+                (None, Some(id))
+                    if id.as_u64() == Some(self.id)
+                        || (id.is_null() && message.contains_key("error")) =>
+                {
+                    self.answered = true;
+                }
                 _ => {}
             }
         }
         out.answered = self.answered;
         out
+    }
+
+    /// Whether the call's stream was resumed: the server had accepted the
+    /// call, so it must not be sent again (in a new session either).
+    pub fn resumed(&self) -> bool {
+        self.resumes > 0
     }
 
     /// The answer to the server's request `id`.

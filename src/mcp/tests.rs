@@ -450,6 +450,10 @@ fn a_call_stream_closed_before_its_response_is_resumed_with_last_event_id() {
     let result = json!({"jsonrpc": "2.0", "id": call.id, "result": {"content": [{"type": "text", "text": "done"}]}});
     let resumed =
         format!("id: e-2\nretry: 500\ndata: \n\nevent: message\nid: e-3\ndata: {result}\n\n");
+    assert!(
+        progress.resumed(),
+        "the server accepted it: never sent again"
+    );
     assert!(progress.push(resumed.as_bytes()).answered);
     let r = resp(200, "text/event-stream", &[], &resumed);
     assert!(c.resume(&mut progress, r).is_none(), "answered");
@@ -545,6 +549,14 @@ fn server_requests_on_a_call_stream_are_answered() {
         assert_eq!(header(reply, "Authorization"), Some(TOKEN));
         assert_eq!(header(reply, "Content-Type"), Some("application/json"));
     }
+    // A message with a null id is no request to answer; an error with a
+    // null id is the call's answer (the server could not read its id).
+    let odd = sse(&[json!({"jsonrpc": "2.0", "id": null, "method": "ping"})]);
+    assert!(progress.push(odd.as_bytes()).replies.is_empty());
+    let failed = sse(&[
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "parse"}}),
+    ]);
+    assert!(progress.push(failed.as_bytes()).answered);
     let flood = sse(&vec![
         json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
         MCP_SERVER_REQUESTS_MAX

@@ -198,3 +198,31 @@ test("tools().mcpServers entries are closed: an unknown key or a non-boolean dir
     }
   }
 });
+
+test("requests a server sends during a call are answered on its stream: ping, and sampling and elicitation declined with a JSON-RPC error", T, async () => {
+  // Unanswered, the SDK server would wait for each until the call timed out.
+  const asking = await startMcpServer({ mode: "sse", base: false, asks: true });
+  const { host, turn } = await open("asks", { modules: [], mcpServers: [{ name: "asking", url: asking.url, direct: true }] });
+  try {
+    model.scriptFor("node-mcp-asks", { toolCalls: [{ name: "ask", arguments: {} }] }, { text: "asked" });
+    const t = await turn("a", "ask node-mcp-asks");
+    assert.equal(t.settled.terminal, "completed", JSON.stringify(t.settled));
+    const tool = t.messages.find((m) => m.role === "tool");
+    assert.equal(tool.isError, undefined, tool.text);
+    const { content } = JSON.parse(tool.text);
+    const lines = content[0].text.split("\n");
+    assert.equal(lines[0], "ping: answered");
+    assert.match(lines[1], /^elicitation\/create: error -32601 .*declares no capability for `elicitation\/create`/);
+    assert.match(lines[2], /^sampling\/createMessage: error -32601 .*declares no capability for `sampling\/createMessage`/);
+    // Each answer is a POST of the same session, a JSON-RPC response (202).
+    const answers = asking.requests().filter((r) => r.method === "POST" && r.rpc === null && r.body?.id !== undefined);
+    assert.equal(answers.length, 3, JSON.stringify(answers));
+    for (const r of answers) {
+      assert.equal(r.status, 202);
+      assert.ok(r.headers["mcp-session-id"]);
+    }
+  } finally {
+    await host.close();
+    await asking.close();
+  }
+});

@@ -44,6 +44,9 @@
 // the call's response stream); `picture` {count} answers `count` 1x1 PNG
 // image blocks after a text block.
 //
+// With `asks: true`, the tool `ask` (ASK_TOOLS below): the server's own
+// requests to the client during a call.
+//
 // `slow-read` and `slow-write`: the first call of each (per server) hangs
 // until release(), close(), the client cancelling it (notifications/cancelled)
 // or the HTTP request that carried it closing early; it then answers `runs 1`
@@ -137,6 +140,35 @@ const LIVE_TOOLS = {
   },
 };
 
+/**
+ * The `asks: true` tool: `ask` sends the client, on the call's own response
+ * stream (`mode: "sse"`), a `ping`, an `elicitation/create` and a
+ * `sampling/createMessage`, and answers how each was answered:
+ * `<method>: answered` or `<method>: error <code> <message>`.
+ */
+const ASK_TOOLS = {
+  ask: {
+    config: { description: "Asks the client.", inputSchema: noArgs },
+    run: async (_args, { extra }) => {
+      const asked = [
+        { method: "ping" },
+        { method: "elicitation/create", params: { message: "Your name?", requestedSchema: { type: "object", properties: { name: { type: "string" } } } } },
+        { method: "sampling/createMessage", params: { messages: [{ role: "user", content: { type: "text", text: "hi" } }], maxTokens: 8 } },
+      ];
+      const outcomes = [];
+      for (const request of asked) {
+        try {
+          await extra.sendRequest(request, z.object({}).passthrough());
+          outcomes.push(`${request.method}: answered`);
+        } catch (e) {
+          outcomes.push(`${request.method}: error ${e.code} ${e.message}`);
+        }
+      }
+      return text(outcomes.join("\n"));
+    },
+  },
+};
+
 /** The tools/list entries, as McpServer would list them (same zod -> JSON Schema conversion). */
 function toolList() {
   return Object.entries(TOOLS).map(([name, { config }]) => ({
@@ -209,7 +241,7 @@ async function listen(handle) {
 }
 
 /** An MCP server on 127.0.0.1 (port 0) built with the official SDK over Streamable HTTP, stateful (Mcp-Session-Id). */
-export async function startMcpServer({ mode = "sse", token, pageSize, name = "test-notes", base = true, extra = [], grow = false, live = false } = {}) {
+export async function startMcpServer({ mode = "sse", token, pageSize, name = "test-notes", base = true, extra = [], grow = false, live = false, asks = false } = {}) {
   if (mode !== "sse" && mode !== "json") throw new Error(`mode must be "sse" or "json", not ${mode}`);
   const sessions = new Map(); // Mcp-Session-Id -> transport
   const servers = new Set(); // the McpServer of every live session
@@ -242,7 +274,7 @@ export async function startMcpServer({ mode = "sse", token, pageSize, name = "te
 
   function newSession() {
     const mcp = new McpServer({ name, version: "1.0.0" });
-    for (const [tool, { config, run }] of Object.entries({ ...(base ? TOOLS : {}), ...(live ? LIVE_TOOLS : {}) })) {
+    for (const [tool, { config, run }] of Object.entries({ ...(base ? TOOLS : {}), ...(live ? LIVE_TOOLS : {}), ...(asks ? ASK_TOOLS : {}) })) {
       mcp.registerTool(tool, config, (args, extra) => {
         const sent = inflight.get(`${extra.sessionId} ${JSON.stringify(extra.requestId)}`);
         calls.push({ tool, arguments: structuredClone(sent ? sent.arguments : args) });
