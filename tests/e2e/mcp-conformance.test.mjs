@@ -6,7 +6,9 @@
 //   server in tools().mcpServers, one prompt whose scripted model calls the
 //   scenario's tool): initialize, tools_call and sse-retry (a tool call's
 //   stream closed before its response, resumed by GET with Last-Event-ID
-//   after the stream's retry:), one at a time (sse-retry checks timing);
+//   after the stream's retry:), one at a time: sse-retry checks the
+//   reconnection comes 450 to 700 ms after the close (retry: 500), so
+//   scripts/test.sh runs this file in its deadline lane;
 // - server mode: the suite's client against an Agent's POST /mcp served
 //   over real HTTP on loopback: server-initialize, ping, tools-list and
 //   dns-rebinding-protection (SHIITAKE_MCP_ALLOWED_HOSTS, loopback names by
