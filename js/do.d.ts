@@ -454,9 +454,12 @@ export interface ShiitakeTools {
    * each other tool is no direct tool (`execute` reaches it) and is reported to `onUnavailable`.
    * A server is listed again after it sends `notifications/tools/list_changed` on a response or
    * its session is renewed, and every `mcpRetryMs` when it declares `tools.listChanged`.
+   * Protocol 2025-11-25 (2025-06-18 and 2025-03-26 accepted). A tool call's stream the server closes
+   * before the result is resumed (a GET with `Last-Event-ID` after its `retry:`, at most 16 times);
+   * requests the server sends on it are answered (`ping`; sampling, elicitation, roots: JSON-RPC -32601).
    */
   mcpServers?: { name: string; url: string; headers?: Record<string, string>; direct?: boolean }[];
-  /** Carries every MCP request (default: the global fetch). Called with `redirect: "manual"`. */
+  /** Carries every MCP request (default: the global fetch). Called with `redirect: "manual"` (a resumption is a GET without body). */
   fetch?: (url: string, init: RequestInit) => Promise<Response>;
   /** Bound on connecting and listing each MCP server, at most and by default 10000 ms. */
   mcpTimeoutMs?: number;

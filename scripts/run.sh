@@ -11,7 +11,7 @@
 #   SHIITAKE_MODEL         default openai/scripted
 #   OPENAI_BASE_URL, OPENAI_API_KEY, SHIITAKE_INSTRUCTIONS,
 #   SHIITAKE_TOOL_TIMEOUT_MS, SHIITAKE_BUDGET_SESSION_TOKENS,
-#   SHIITAKE_BUDGET_DAILY_TOKENS   passed when set
+#   SHIITAKE_BUDGET_DAILY_TOKENS, SHIITAKE_MCP_ALLOWED_HOSTS   passed when set
 #   SHIITAKE_DEMO_GOAL     default 1: the demo Agent runs the goal example
 #                          extension (the chat page shows its chip, row and
 #                          lines); 0 runs none
@@ -40,6 +40,7 @@ args=(dev --local --ip 127.0.0.1 --port "$port" --persist-to "$state_dir"
 [ -n "${SHIITAKE_TOOL_TIMEOUT_MS:-}" ] && args+=(--var "SHIITAKE_TOOL_TIMEOUT_MS:$SHIITAKE_TOOL_TIMEOUT_MS")
 [ -n "${SHIITAKE_BUDGET_SESSION_TOKENS:-}" ] && args+=(--var "SHIITAKE_BUDGET_SESSION_TOKENS:$SHIITAKE_BUDGET_SESSION_TOKENS")
 [ -n "${SHIITAKE_BUDGET_DAILY_TOKENS:-}" ] && args+=(--var "SHIITAKE_BUDGET_DAILY_TOKENS:$SHIITAKE_BUDGET_DAILY_TOKENS")
+[ -n "${SHIITAKE_MCP_ALLOWED_HOSTS:-}" ] && args+=(--var "SHIITAKE_MCP_ALLOWED_HOSTS:$SHIITAKE_MCP_ALLOWED_HOSTS")
 
 run_dir="$(mktemp -d)" # private (0700): the key file, the model server's URL
 model_pid=""

@@ -200,6 +200,7 @@ e2e_serial=(
   tests/e2e/execute-harness.test.mjs
   tests/e2e/host-jobs.test.mjs
   tests/e2e/mcp.test.mjs
+  tests/e2e/mcp-conformance.test.mjs
   tests/e2e/owner-api.test.mjs
   tests/e2e/run.test.mjs
   tests/e2e/sandbox-abuse.test.mjs

@@ -178,6 +178,21 @@ pub const MCP_RETRY_MS: u64 = 60_000;
 pub const MCP_RETRY_MS_MAX: u64 = 3_600_000;
 /// An `Mcp-Session-Id` a server assigns (visible ASCII).
 pub const MCP_SESSION_ID_BYTES_MAX: usize = 256;
+/// A tool call's event stream that ends without the call's response is
+/// resumed (a GET with `Last-Event-ID`, SEP-1699) at most this many times
+/// per call; each resumption waits the stream's `retry:` (at most
+/// `MCP_SSE_RETRY_MS_MAX`), or `MCP_SSE_RETRY_MS` when it gave none. An
+/// event id longer than `MCP_EVENT_ID_BYTES_MAX` (or not visible ASCII)
+/// makes the stream not resumable.
+pub const MCP_SSE_RESUMES_MAX: usize = 16;
+pub const MCP_SSE_RETRY_MS: u64 = 1_000;
+pub const MCP_SSE_RETRY_MS_MAX: u64 = 30_000;
+pub const MCP_EVENT_ID_BYTES_MAX: usize = 256;
+/// Requests a server sends on one tool call's stream that the client
+/// answers (`ping`, or a JSON-RPC error for a capability it does not
+/// declare); past it they are left unanswered (a server flooding them
+/// costs at most this many POSTs a call).
+pub const MCP_SERVER_REQUESTS_MAX: usize = 16;
 /// A connected MCP server is listed again at most once this often after it
 /// told of a change (`notifications/tools/list_changed`) or its session was
 /// renewed: a server notifying on every response costs one listing a
@@ -186,6 +201,9 @@ pub const MCP_RELIST_GAP_MS: i64 = 1_000;
 /// Tools of one MCP server (or of the host's own) reported one by one when
 /// left out; past it the last report counts the rest.
 pub const TOOL_REPORTS_MAX: usize = 8;
+
+/// Host names `SHIITAKE_MCP_ALLOWED_HOSTS` lists (an Agent's `/mcp`).
+pub const MCP_ALLOWED_HOSTS_MAX: usize = 32;
 
 // The `execute` door and tool calls (`src/capability/door.rs`, `src/host/tools.rs`).
 /// Bytes of the `execute` tool's description (the operation list is cut).

@@ -1,6 +1,8 @@
 //! Incremental Server-Sent Events decoder (the WHATWG "event stream
-//! interpretation", minus `id`/`retry`, which a one-shot POST never uses).
-//! Bytes go in at any boundary; whole events come out. Lines are split on
+//! interpretation"). Bytes go in at any boundary; whole events come out,
+//! and the stream's last event id and reconnection time (`id`, `retry`),
+//! which an MCP client resumes a dropped stream with.
+//! Lines are split on
 //! bytes, so a chunk ending inside a UTF-8 sequence is harmless: a line is
 //! decoded only once it is complete. Every buffer is bounded.
 //!
@@ -43,9 +45,36 @@ pub struct SseDecoder {
     event: Option<String>,
     /// Each `data:` value followed by `\n`, as the standard builds it.
     data: String,
+    /// The `id:` buffer, and the last event id it became at a dispatch.
+    id: String,
+    last_id: String,
+    /// The last `retry:` (digits only), in milliseconds.
+    retry_ms: Option<u64>,
 }
 
 impl SseDecoder {
+    /// The last event id so far (set when an event is dispatched, one
+    /// without data too, as the standard does), unless empty.
+    pub fn last_event_id(&self) -> Option<&str> {
+        Some(self.last_id.as_str()).filter(|id| !id.is_empty())
+    }
+
+    /// The reconnection time the stream asked for last (`retry:`).
+    pub fn retry_ms(&self) -> Option<u64> {
+        self.retry_ms
+    }
+
+    /// A new connection of the same stream (a resumption): the bytes of
+    /// an event cut off are dropped; the last event id and reconnection
+    /// time stay, as the standard's `EventSource` keeps them.
+    pub fn reconnected(&mut self) {
+        self.line.clear();
+        self.after_cr = false;
+        self.event = None;
+        self.data.clear();
+        self.id.clone_from(&self.last_id);
+    }
+
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, SseError> {
         let mut events = Vec::new();
         let mut rest = bytes;
@@ -113,12 +142,21 @@ impl SseDecoder {
                 self.data.push_str(value);
                 self.data.push('\n');
             }
-            _ => {} // id, retry and unknown fields
+            // An id holding NUL is ignored (the standard); the line bound
+            // bounds it.
+            "id" if !value.contains('\0') => self.id = value.to_owned(),
+            "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                // Digits past u64 are no time anyone waits: the caller
+                // clamps it.
+                self.retry_ms = Some(value.parse().unwrap_or(u64::MAX));
+            }
+            _ => {} // unknown fields
         }
         Ok(())
     }
 
     fn dispatch(&mut self, events: &mut Vec<SseEvent>) {
+        self.last_id.clone_from(&self.id);
         let event = self.event.take();
         if self.data.is_empty() {
             return; // the standard drops an event without data
@@ -174,6 +212,22 @@ mod tests {
                 ev(None, "third"),
             ]
         );
+    }
+
+    /// `id` becomes the last event id at the event's dispatch (one without
+    /// data too: MCP's priming event); `retry` takes digits only.
+    #[test]
+    fn last_event_id_and_retry() {
+        let mut d = SseDecoder::default();
+        assert_eq!(d.push(b"id: e-1\nretry: 500\n").unwrap(), vec![]);
+        assert_eq!((d.last_event_id(), d.retry_ms()), (None, Some(500)));
+        assert_eq!(d.push(b"\n").unwrap(), vec![]);
+        assert_eq!(d.last_event_id(), Some("e-1"));
+        let events = d.push(b"retry: 5x\nid: a\0b\ndata: x\n\n").unwrap();
+        assert_eq!(events, vec![ev(None, "x")]);
+        assert_eq!((d.last_event_id(), d.retry_ms()), (Some("e-1"), Some(500)));
+        d.push(b"id\n\n").unwrap();
+        assert_eq!(d.last_event_id(), None, "an empty id resets it");
     }
 
     #[test]

@@ -43,6 +43,10 @@ mod served {
         origin: Option<&'a str>,
         version: Option<&'a str>,
         meta: Option<&'a str>,
+        /// The request's `host[:port]` (default `localhost:8787`) and
+        /// `SHIITAKE_MCP_ALLOWED_HOSTS` (default unset).
+        authority: Option<&'a str>,
+        allowed_hosts: Option<&'a str>,
     }
 
     /// Serves one `/mcp` request as the host does: the step, and a tool call's
@@ -56,11 +60,13 @@ mod served {
             body: body.as_bytes().to_vec(),
             waited: false,
         };
+        let allowed = mcp_server::allowed_hosts(headers.allowed_hosts).unwrap();
         let step = mcp_server::handle(&mcp_server::Request {
             http: &http,
             origin: headers.origin,
             protocol_version: headers.version,
-            authority: "localhost:8787",
+            authority: headers.authority.unwrap_or("localhost:8787"),
+            allowed_hosts: &allowed,
         });
         match step {
             Step::Answer(answer) => answer,
@@ -214,6 +220,62 @@ mod served {
             },
         );
         assert_eq!(result(&own), json!({}));
+        // DNS rebinding: a name rebound to a loopback server, Host and Origin
+        // both naming it, is refused unless SHIITAKE_MCP_ALLOWED_HOSTS lists
+        // it (loopback names by default); a request without Origin (no
+        // browser) is served whatever its Host.
+        let at = |h: &mut Harness, host: &str, origin: bool, allowed: Option<&str>| {
+            let url = format!("http://{host}");
+            let answer = serve(
+                h,
+                "POST",
+                init,
+                Headers {
+                    origin: origin.then_some(url.as_str()),
+                    authority: Some(host),
+                    allowed_hosts: allowed,
+                    ..Headers::default()
+                },
+            );
+            match answer {
+                Answer::Failed { status, .. } => status,
+                _ => 200,
+            }
+        };
+        assert_eq!(at(&mut h, "evil.example.com:8787", true, None), 403);
+        let (status, _, message) = error(&serve(
+            &mut h,
+            "POST",
+            init,
+            Headers {
+                origin: Some("http://evil.example.com:8787"),
+                authority: Some("evil.example.com:8787"),
+                ..Headers::default()
+            },
+        ));
+        assert_eq!(status, 403);
+        assert!(
+            message.contains("`evil.example.com`")
+                && message.contains("SHIITAKE_MCP_ALLOWED_HOSTS"),
+            "{message}"
+        );
+        for host in [
+            "localhost:8787",
+            "127.0.0.1:8787",
+            "[::1]:8787",
+            "LOCALHOST",
+        ] {
+            assert_eq!(at(&mut h, host, true, None), 200, "{host}");
+        }
+        let listed = Some("agents.example.com, [::1]");
+        assert_eq!(at(&mut h, "Agents.Example.com", true, listed), 200);
+        assert_eq!(at(&mut h, "[::1]:8787", true, listed), 200);
+        assert_eq!(at(&mut h, "localhost:8787", true, listed), 403);
+        assert_eq!(
+            at(&mut h, "evil.example.com", false, None),
+            200,
+            "no browser"
+        );
         let (status, _, message) = error(&serve(
             &mut h,
             "POST",

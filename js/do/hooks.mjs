@@ -409,9 +409,11 @@ export function toolHost(object, fleet = false) {
   return {
     spec: () => spec,
     mcpServers: () => JSON.stringify(config.mcpServers ?? []),
-    // `onChunk` sees an event stream as it arrives (a tool call's progress).
+    // `onChunk` sees an event stream as it arrives (a tool call's progress);
+    // its `true` ends the read. A GET (a stream resumed) has no body.
     async mcpFetch(method, url, headers, body, signal, onChunk) {
-      const response = await mcpFetch(url, { method, headers, body, redirect: "manual", signal });
+      const init = { method, headers, body: method === "GET" ? undefined : body, redirect: "manual", signal };
+      const response = await mcpFetch(url, init);
       const contentType = response.headers.get("content-type");
       const stream = onChunk !== undefined && /^text\/event-stream/i.test(contentType ?? "");
       return {

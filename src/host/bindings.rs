@@ -202,7 +202,7 @@ extern "C" {
     /// One MCP HTTP request through the host's fetch, redirects not
     /// followed: resolves to `{status, contentType, headers, body}`.
     /// `onChunk` (optional) gets each chunk of an event-stream body as it
-    /// arrives.
+    /// arrives; its answering `true` ends the read there.
     #[cfg(feature = "mcp")]
     #[wasm_bindgen(method, js_name = mcpFetch)]
     pub fn mcp_fetch(

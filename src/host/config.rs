@@ -53,6 +53,11 @@ pub struct HostConfig {
     /// `SHIITAKE_COMPACTION_PROMPT`, or why they are unusable (every turn
     /// then fails saying so). A host's `models()` may state each instead.
     pub compaction: Result<Settings, String>,
+    /// `SHIITAKE_MCP_ALLOWED_HOSTS`: the host names a browser may reach
+    /// `/mcp` at (loopback's by default), or why the setting is refused
+    /// (`/mcp` then answers 503 saying so).
+    #[cfg(feature = "mcp-server")]
+    pub mcp_allowed_hosts: Result<Vec<String>, String>,
 }
 
 impl HostConfig {
@@ -95,6 +100,10 @@ impl HostConfig {
             ),
             meta: meta_policy(env, meta),
             compaction: compaction(env),
+            #[cfg(feature = "mcp-server")]
+            mcp_allowed_hosts: crate::mcp_server::allowed_hosts(
+                env_string(env, "SHIITAKE_MCP_ALLOWED_HOSTS").as_deref(),
+            ),
         }
     }
 

@@ -210,8 +210,10 @@ impl Server {
     /// Calls tool `name` (its source name) and answers its result: the
     /// tool's `structuredContent`, or `{isError, content}`, and the images
     /// of its content. The progress the server reports while it runs goes
-    /// to `report` (the call's `progress(data)`, JSON). A session the
-    /// server forgot is renewed once.
+    /// to `report` (the call's `progress(data)`, JSON); the server's
+    /// requests on it are answered at once; a stream the server closes
+    /// before the result is resumed (`McpConnection::resume`). A session
+    /// the server forgot is renewed once.
     pub async fn call(
         &self,
         js: &JsTools,
@@ -227,29 +229,54 @@ impl Server {
                 .borrow_mut()
                 .call_tool(name, arguments)
                 .map_err(|e| e.to_string())?;
-            let mut progress = CallProgress::new(&call);
-            let report = report.clone();
-            let on_chunk =
-                Closure::<dyn FnMut(js_sys::Uint8Array)>::new(move |chunk: js_sys::Uint8Array| {
-                    for data in progress.push(&chunk.to_vec()) {
-                        // A report the gate refuses (too large) is dropped.
-                        let _ = report.call1(&JsValue::NULL, &JsValue::from_str(&data));
-                    }
-                });
-            let response = perform(
-                js,
-                &call.request,
-                Some(signal),
-                Some(on_chunk.as_ref().unchecked_ref()),
-            )
-            .await
-            .map_err(|e| e.to_string())?;
+            let progress = Rc::new(RefCell::new(CallProgress::new(&call)));
+            let on_chunk = {
+                let (progress, report, js) = (Rc::clone(&progress), report.clone(), js.clone());
+                let signal = signal.clone();
+                Closure::<dyn FnMut(js_sys::Uint8Array) -> bool>::new(
+                    move |chunk: js_sys::Uint8Array| {
+                        let chunk = progress.borrow_mut().push(&chunk.to_vec());
+                        for data in chunk.reports {
+                            // A report the gate refuses (too large) is dropped.
+                            let _ = report.call1(&JsValue::NULL, &JsValue::from_str(&data));
+                        }
+                        for reply in chunk.replies {
+                            let (js, signal) = (js.clone(), signal.clone());
+                            wasm_bindgen_futures::spawn_local(async move {
+                                if let Err(e) = perform(&js, &reply, Some(&signal), None).await {
+                                    log_warn(format!("MCP: answering a server's request: {e}"));
+                                }
+                            });
+                        }
+                        // The call's response came: the host stops reading.
+                        chunk.answered
+                    },
+                )
+            };
+            let on_chunk = Some(on_chunk.as_ref().unchecked_ref());
+            let mut response = perform(js, &call.request, Some(signal), on_chunk)
+                .await
+                .map_err(|e| e.to_string())?;
+            // A stream closed before the response: resumed, bounded.
+            loop {
+                let resume = self
+                    .connection
+                    .borrow()
+                    .resume(&mut progress.borrow_mut(), response.view());
+                let Some(resume) = resume else { break };
+                bindings::sleep(resume.after_ms).await;
+                response = perform(js, &resume.request, Some(signal), on_chunk)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
             let result = self
                 .connection
                 .borrow_mut()
                 .tool_result(call.id, response.view());
             match result {
-                Err(McpError::SessionExpired) => continue,
+                // A call the server accepted (its stream was resumed) is
+                // never sent again: only one it never saw.
+                Err(McpError::SessionExpired) if !progress.borrow().resumed() => continue,
                 other => return other.map_err(|e| e.to_string()),
             }
         }

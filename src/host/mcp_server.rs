@@ -19,6 +19,13 @@ impl Inner {
         if let Err(e) = self.ready() {
             return to_response(&e.into()).map(Served::Now);
         }
+        let allowed_hosts = match &self.config.mcp_allowed_hosts {
+            Ok(hosts) => hosts,
+            Err(why) => {
+                let e = crate::error::ApiError::HostMisconfigured(why.clone());
+                return to_response(&e.into()).map(Served::Now);
+            }
+        };
         let headers = request.headers();
         let origin = headers.get("origin").ok().flatten();
         let version = headers.get("mcp-protocol-version").ok().flatten();
@@ -28,6 +35,7 @@ impl Inner {
             origin: origin.as_deref(),
             protocol_version: version.as_deref(),
             authority: authority(&url),
+            allowed_hosts,
         });
         let call = match step {
             Step::Answer(answer) => return send(answer).map(Served::Now),

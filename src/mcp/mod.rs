@@ -4,9 +4,9 @@
 //! redirects off (`redirect: "manual"`), and reads at most
 //! `MCP_RESPONSE_BYTES_MAX + 1` bytes of a body.
 //!
-//! Protocol revision [`PROTOCOL_VERSION`] (`2025-06-18`); a server answering
-//! [`PROTOCOL_VERSION_PREVIOUS`] (`2025-03-26`) is accepted too, any other
-//! version is refused.
+//! Protocol revision [`PROTOCOL_VERSION`] (`2025-11-25`); a server answering
+//! an older one of [`PROTOCOL_VERSIONS`] (`2025-06-18`, `2025-03-26`) is
+//! accepted too, any other version is refused.
 //!
 //! The flow, one request in flight at a time until the tools are listed:
 //!
@@ -19,6 +19,14 @@
 //! call_tool(..)      -> ToolCall { id, request }          (any number in flight)
 //! tool_result(id, ..) -> the result as a JSON value
 //! ```
+//!
+//! A tool call's event stream is read as it arrives ([`CallProgress`]):
+//! progress is reported, the server's requests answered, and a stream the
+//! server closes before the call's response is resumed with a GET
+//! carrying `Last-Event-ID` after the stream's `retry:`
+//! ([`McpConnection::resume`], at most `MCP_SSE_RESUMES_MAX` times), so a
+//! long call survives a dropped stream. This client holds no GET stream of
+//! its own beyond that.
 //!
 //! `list_tools()` lists again once ready. A 404 while a session id is held
 //! ends the session ([`McpError::SessionExpired`]); `start()` begins anew.
@@ -62,7 +70,9 @@ pub use hub::{
 
 use crate::capability::{check_payload, validate_module_id};
 use crate::limits::{
-    MCP_RESPONSE_BYTES_MAX, MCP_SESSION_ID_BYTES_MAX, MCP_TOOLS_MAX, MCP_TOOLS_PAGES_MAX,
+    MCP_EVENT_ID_BYTES_MAX, MCP_RESPONSE_BYTES_MAX, MCP_SERVER_REQUESTS_MAX,
+    MCP_SESSION_ID_BYTES_MAX, MCP_SSE_RESUMES_MAX, MCP_SSE_RETRY_MS, MCP_SSE_RETRY_MS_MAX,
+    MCP_TOOLS_MAX, MCP_TOOLS_PAGES_MAX,
 };
 use crate::model::Image;
 use crate::outbound::Outbound;
@@ -72,15 +82,17 @@ use serde_json::{json, Value};
 use std::fmt;
 use tools::ToolsBuilder;
 
-/// The protocol revision this client speaks.
-pub const PROTOCOL_VERSION: &str = "2025-06-18";
-/// The earlier revision a server may answer with during negotiation.
-pub const PROTOCOL_VERSION_PREVIOUS: &str = "2025-03-26";
+/// The protocol revisions this client speaks, newest first: it asks for
+/// the first, and accepts a server answering any of them.
+pub const PROTOCOL_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+/// The protocol revision this client asks for.
+pub const PROTOCOL_VERSION: &str = PROTOCOL_VERSIONS[0];
 
 const ACCEPT: &str = "Accept";
 const CONTENT_TYPE: &str = "Content-Type";
 const VERSION_HEADER: &str = "MCP-Protocol-Version";
 const SESSION_HEADER: &str = "Mcp-Session-Id";
+const LAST_EVENT_ID: &str = "Last-Event-ID";
 
 /// What the host got back for one [`Outbound`].
 #[derive(Debug, Clone, Copy)]
@@ -179,51 +191,131 @@ pub struct ToolCall {
     pub request: Outbound,
 }
 
-/// What a server reports of one tool call while it runs: the
-/// `notifications/progress` naming the call's token in the call's response
-/// stream, read as it arrives (a JSON response carries none live). A
-/// stream this cannot read further reports nothing more; its result is
+/// What a server sends on one tool call's event stream, read as it
+/// arrives (a JSON response carries nothing live): the
+/// `notifications/progress` naming the call's token, the server's own
+/// requests (each answered: [`CallChunk::replies`]), and whether the
+/// call's response came. The stream's last event id and `retry:` carry
+/// over to a resumption ([`McpConnection::resume`]). A stream this cannot
+/// read further yields nothing more and is not resumed; its result is
 /// still read whole ([`McpConnection::tool_result`]).
 #[derive(Debug)]
 pub struct CallProgress {
-    token: Value,
+    id: u64,
     decoder: Option<SseDecoder>,
+    answered: bool,
+    resumes: usize,
+    replies: usize,
+    /// The call's own request: a reply goes the same way (URL, session,
+    /// credentials).
+    request: Outbound,
+}
+
+/// What one chunk of a call's stream held.
+#[derive(Debug, Default)]
+pub struct CallChunk {
+    /// Each progress notification's params but the token
+    /// (`{progress, total?, message?}`), as JSON.
+    pub reports: Vec<String>,
+    /// The answers to the server's requests, to POST now (the server may
+    /// wait for one before it goes on): `ping` answered, anything else a
+    /// JSON-RPC error -32601 (this client declares no sampling,
+    /// elicitation or roots capability). At most `MCP_SERVER_REQUESTS_MAX`
+    /// a call.
+    pub replies: Vec<Outbound>,
+    /// The call's response has arrived: the rest need not be read.
+    pub answered: bool,
 }
 
 impl CallProgress {
     pub fn new(call: &ToolCall) -> CallProgress {
         CallProgress {
-            token: json!(call.id),
+            id: call.id,
             decoder: Some(SseDecoder::default()),
+            answered: false,
+            resumes: 0,
+            replies: 0,
+            request: call.request.clone(),
         }
     }
 
-    /// The reports in the next `chunk` of the stream: each notification's
-    /// params but the token (`{progress, total?, message?}`), as JSON.
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<String> {
-        let Some(events) = self.decoder.as_mut().map(|d| d.push(chunk)) else {
-            return Vec::new();
-        };
-        let Ok(events) = events else {
+    /// The next `chunk` of the stream.
+    pub fn push(&mut self, chunk: &[u8]) -> CallChunk {
+        let mut out = CallChunk::default();
+        let events = self.decoder.as_mut().map(|d| d.push(chunk));
+        let Some(Ok(events)) = events else {
             self.decoder = None;
-            return Vec::new();
+            out.answered = self.answered;
+            return out;
         };
-        events
-            .into_iter()
-            .filter(|e| matches!(e.event.as_deref(), None | Some("message")))
-            .filter_map(|e| {
-                let mut message: Value = serde_json::from_str(&e.data).ok()?;
-                if message.get("method")? != "notifications/progress" {
-                    return None;
+        for event in events {
+            if !matches!(event.event.as_deref(), None | Some("message")) {
+                continue;
+            }
+            let Ok(Value::Object(mut message)) = serde_json::from_str(&event.data) else {
+                continue;
+            };
+            let method = message.get("method").and_then(Value::as_str);
+            match (method, message.get("id")) {
+                (Some("notifications/progress"), None) => {
+                    let Some(Value::Object(mut params)) = message.remove("params") else {
+                        continue;
+                    };
+                    if params.remove("progressToken") == Some(json!(self.id)) {
+                        out.reports.push(Value::Object(params).to_string());
+                    }
                 }
-                let params = message.get_mut("params")?.as_object_mut()?;
-                if params.remove("progressToken")? != self.token {
-                    return None;
+                (Some(method), Some(id @ (Value::String(_) | Value::Number(_))))
+                    if self.replies < MCP_SERVER_REQUESTS_MAX =>
+                {
+                    self.replies += 1;
+                    out.replies.push(self.reply(method, id));
                 }
-                Some(Value::Object(std::mem::take(params)).to_string())
-            })
-            .collect()
+                // The call's response; an error with a null id counts too
+                // (the server could not read the call's id: `wire`).
+                (None, Some(id))
+                    if id.as_u64() == Some(self.id)
+                        || (id.is_null() && message.contains_key("error")) =>
+                {
+                    self.answered = true;
+                }
+                _ => {}
+            }
+        }
+        out.answered = self.answered;
+        out
     }
+
+    /// Whether the call's stream was resumed: the server had accepted the
+    /// call, so it must not be sent again (in a new session either).
+    pub fn resumed(&self) -> bool {
+        self.resumes > 0
+    }
+
+    /// The answer to the server's request `id`.
+    fn reply(&self, method: &str, id: &Value) -> Outbound {
+        let answer = if method == "ping" {
+            json!({ "jsonrpc": "2.0", "id": id, "result": {} })
+        } else {
+            let message = format!(
+                "method not found: this client declares no capability for `{}`",
+                crate::text::shorten(method)
+            );
+            json!({ "jsonrpc": "2.0", "id": id, "error": { "code": -32601, "message": message } })
+        };
+        Outbound {
+            body: answer.to_string(),
+            ..self.request.clone()
+        }
+    }
+}
+
+/// A GET that resumes a call's stream ([`McpConnection::resume`]).
+#[derive(Debug)]
+pub struct Resume {
+    /// Wait this long first: the stream's `retry:`, bounded.
+    pub after_ms: u64,
+    pub request: Outbound,
 }
 
 #[derive(Debug)]
@@ -308,9 +400,15 @@ impl McpConnection {
                     crate::text::shorten(name)
                 )));
             }
-            let own = [ACCEPT, CONTENT_TYPE, VERSION_HEADER, SESSION_HEADER]
-                .iter()
-                .any(|h| h.eq_ignore_ascii_case(name));
+            let own = [
+                ACCEPT,
+                CONTENT_TYPE,
+                VERSION_HEADER,
+                SESSION_HEADER,
+                LAST_EVENT_ID,
+            ]
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(name));
             if own {
                 return Err(McpError::Usage(format!(
                     "extra header `{name}` is set by the MCP client itself"
@@ -511,17 +609,14 @@ impl McpConnection {
             .get("protocolVersion")
             .and_then(Value::as_str)
             .ok_or_else(|| protocol("initialize result has no `protocolVersion`"))?;
-        self.version = Some(match version {
-            PROTOCOL_VERSION => PROTOCOL_VERSION,
-            PROTOCOL_VERSION_PREVIOUS => PROTOCOL_VERSION_PREVIOUS,
-            other => {
-                return Err(protocol(format!(
-                    "server speaks protocol version `{}`; this client supports \
-                     {PROTOCOL_VERSION} and {PROTOCOL_VERSION_PREVIOUS}",
-                    crate::text::shorten(other)
-                )))
-            }
-        });
+        let Some(known) = PROTOCOL_VERSIONS.iter().find(|v| **v == version) else {
+            return Err(protocol(format!(
+                "server speaks protocol version `{}`; this client supports {}",
+                crate::text::shorten(version),
+                PROTOCOL_VERSIONS.join(", ")
+            )));
+        };
+        self.version = Some(known);
         let session = response
             .headers
             .iter()
@@ -604,6 +699,50 @@ impl McpConnection {
         outcome.map_err(|e| self.scrub(e))
     }
 
+    /// The resumption of a tool call's event stream that ended without
+    /// the call's response (a server may close it at any time once it
+    /// sent an event id: SEP-1699): a GET with `Last-Event-ID`, after the
+    /// stream's `retry:`. `None` when `response` is no such stream, the
+    /// stream gave no usable event id, or the call was resumed
+    /// `MCP_SSE_RESUMES_MAX` times: [`Self::tool_result`] then says why.
+    pub fn resume(&self, progress: &mut CallProgress, response: McpResponse<'_>) -> Option<Resume> {
+        let stream = response.content_type.is_some_and(|t| {
+            t.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        });
+        let ended = (200..300).contains(&response.status)
+            && stream
+            && !progress.answered
+            && response.body.len() <= MCP_RESPONSE_BYTES_MAX
+            && progress.resumes < MCP_SSE_RESUMES_MAX
+            && self.version.is_some();
+        let decoder = progress.decoder.as_mut().filter(|_| ended)?;
+        let last = decoder.last_event_id().filter(|id| {
+            id.len() <= MCP_EVENT_ID_BYTES_MAX && id.bytes().all(|b| (0x20..=0x7e).contains(&b))
+        })?;
+        let mut headers = vec![
+            (ACCEPT.to_owned(), "text/event-stream".to_owned()),
+            (LAST_EVENT_ID.to_owned(), last.to_owned()),
+        ];
+        headers.extend(self.common_headers());
+        let after_ms = decoder
+            .retry_ms()
+            .unwrap_or(MCP_SSE_RETRY_MS)
+            .min(MCP_SSE_RETRY_MS_MAX);
+        decoder.reconnected();
+        progress.resumes += 1;
+        Some(Resume {
+            after_ms,
+            request: Outbound {
+                method: "GET".to_owned(),
+                url: self.url.clone(),
+                headers,
+                body: String::new(),
+            },
+        })
+    }
+
     fn take_id(&mut self) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
@@ -644,6 +783,18 @@ impl McpConnection {
             ),
             (CONTENT_TYPE.to_owned(), "application/json".to_owned()),
         ];
+        headers.extend(self.common_headers());
+        Outbound {
+            method: "POST".to_owned(),
+            url: self.url.clone(),
+            headers,
+            body: body.to_string(),
+        }
+    }
+
+    /// The negotiated version, the session and the host's extra headers.
+    fn common_headers(&self) -> Vec<(String, String)> {
+        let mut headers = Vec::new();
         if let Some(version) = self.version {
             headers.push((VERSION_HEADER.to_owned(), version.to_owned()));
         }
@@ -651,12 +802,7 @@ impl McpConnection {
             headers.push((SESSION_HEADER.to_owned(), session.clone()));
         }
         headers.extend(self.extra_headers.iter().cloned());
-        Outbound {
-            method: "POST".to_owned(),
-            url: self.url.clone(),
-            headers,
-            body: body.to_string(),
-        }
+        headers
     }
 
     /// Status, size and framing of one response: the result of request

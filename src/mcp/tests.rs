@@ -117,7 +117,7 @@ fn initialize_request_and_negotiation() {
     assert_eq!(header(&init, "Authorization"), Some(TOKEN));
     let b = body(&init);
     assert_eq!(b["method"], "initialize");
-    assert_eq!(b["params"]["protocolVersion"], "2025-06-18");
+    assert_eq!(b["params"]["protocolVersion"], "2025-11-25");
     assert_eq!(b["params"]["capabilities"], json!({}));
     assert_eq!(
         b["params"]["clientInfo"],
@@ -144,7 +144,10 @@ fn initialize_request_and_negotiation() {
         .unwrap_err();
     let text = e.to_string();
     assert!(
-        text.contains("2024-11-05") && text.contains("2025-06-18") && text.contains("2025-03-26"),
+        text.contains("2024-11-05")
+            && text.contains("2025-11-25")
+            && text.contains("2025-06-18")
+            && text.contains("2025-03-26"),
         "{text}"
     );
     assert!(c.call_tool("x", &json!({})).is_err());
@@ -399,15 +402,168 @@ fn progress_notifications_of_the_call_are_read_as_the_stream_arrives() {
     ]);
     // Any chunk boundary: split in the middle of the first event.
     let (a, b) = stream.as_bytes().split_at(40);
-    let mut reports = progress.push(a);
+    let mut reports = progress.push(a).reports;
     assert!(reports.is_empty());
-    reports.extend(progress.push(b));
+    let rest = progress.push(b);
+    assert!(rest.answered && rest.replies.is_empty());
+    reports.extend(rest.reports);
     assert_eq!(
         reports,
         [
             r#"{"message":"counting","progress":1,"total":3}"#,
             r#"{"message":"counting","progress":2,"total":3}"#
         ]
+    );
+}
+
+/// A server may close a call's stream once it sent an event id (SEP-1699):
+/// the call is resumed with a GET carrying `Last-Event-ID`, after the
+/// stream's `retry:`, the same session and credentials; the resumed stream
+/// (a priming event, then the response) gives the result. Bounded: at most
+/// `MCP_SSE_RESUMES_MAX` resumptions, `retry:` at most
+/// `MCP_SSE_RETRY_MS_MAX`; no event id, a response already read, a JSON
+/// body or an odd id: nothing to resume.
+#[test]
+fn a_call_stream_closed_before_its_response_is_resumed_with_last_event_id() {
+    let mut c = conn();
+    ready(&mut c, vec![tool("get", Some(true))]);
+    let call = c.call_tool("get", &json!({})).unwrap();
+    let mut progress = super::CallProgress::new(&call);
+    let cut = "id: e-1\nretry: 500\ndata: \n\n";
+    assert!(!progress.push(cut.as_bytes()).answered);
+    let resume = c
+        .resume(&mut progress, resp(200, "text/event-stream", &[], cut))
+        .unwrap();
+    assert_eq!(resume.after_ms, 500);
+    let get = &resume.request;
+    assert_eq!(
+        (get.method.as_str(), get.url.as_str(), get.body.as_str()),
+        ("GET", URL, "")
+    );
+    assert_eq!(header(get, "Last-Event-ID"), Some("e-1"));
+    assert_eq!(header(get, "Accept"), Some("text/event-stream"));
+    assert_eq!(header(get, "Mcp-Session-Id"), Some(SESSION));
+    assert_eq!(header(get, "MCP-Protocol-Version"), Some("2025-06-18"));
+    assert_eq!(header(get, "Authorization"), Some(TOKEN));
+    // The resumed stream: primed, then the response (the server may hold it
+    // open: the response read, the host stops).
+    let result = json!({"jsonrpc": "2.0", "id": call.id, "result": {"content": [{"type": "text", "text": "done"}]}});
+    let resumed =
+        format!("id: e-2\nretry: 500\ndata: \n\nevent: message\nid: e-3\ndata: {result}\n\n");
+    assert!(
+        progress.resumed(),
+        "the server accepted it: never sent again"
+    );
+    assert!(progress.push(resumed.as_bytes()).answered);
+    let r = resp(200, "text/event-stream", &[], &resumed);
+    assert!(c.resume(&mut progress, r).is_none(), "answered");
+    let (value, _) = c.tool_result(call.id, r).unwrap();
+    assert_eq!(value["content"][0]["text"], "done");
+
+    // Bounds: a stream closed again and again is resumed a bounded number
+    // of times; a huge `retry:` is clamped; no `retry:` waits the default.
+    let call = c.call_tool("get", &json!({})).unwrap();
+    let mut progress = super::CallProgress::new(&call);
+    let cut = "retry: 99999999999\nid: e-1\ndata: \n\n";
+    let mut resumes = 0;
+    loop {
+        progress.push(cut.as_bytes());
+        let Some(r) = c.resume(&mut progress, resp(200, "text/event-stream", &[], cut)) else {
+            break;
+        };
+        assert_eq!(r.after_ms, MCP_SSE_RETRY_MS_MAX);
+        resumes += 1;
+    }
+    assert_eq!(resumes, MCP_SSE_RESUMES_MAX);
+    let e = c
+        .tool_result(call.id, resp(200, "text/event-stream", &[], cut))
+        .unwrap_err();
+    assert!(e.to_string().contains("holds no response"), "{e}");
+    let call = c.call_tool("get", &json!({})).unwrap();
+    let mut progress = super::CallProgress::new(&call);
+    progress.push(b"id: e-1\ndata: \n\n");
+    let r = c.resume(
+        &mut progress,
+        resp(200, "text/event-stream", &[], "id: e-1\n\n"),
+    );
+    assert_eq!(r.unwrap().after_ms, MCP_SSE_RETRY_MS);
+
+    // Nothing to resume: no event id, a JSON body, an error status, an id
+    // that is no header value.
+    for (status, ct, stream) in [
+        (200, "text/event-stream", "data: \n\n".to_owned()),
+        (200, "application/json", "id: e-1\n\n".to_owned()),
+        (500, "text/event-stream", "id: e-1\n\n".to_owned()),
+        (200, "text/event-stream", "id: a\u{7f}b\n\n".to_owned()),
+        (
+            200,
+            "text/event-stream",
+            format!("id: {}\n\n", "x".repeat(MCP_EVENT_ID_BYTES_MAX + 1)),
+        ),
+    ] {
+        let call = c.call_tool("get", &json!({})).unwrap();
+        let mut progress = super::CallProgress::new(&call);
+        progress.push(stream.as_bytes());
+        assert!(
+            c.resume(&mut progress, resp(status, ct, &[], &stream))
+                .is_none(),
+            "{stream:?}"
+        );
+    }
+}
+
+/// The server's requests on a call's stream are answered, never left
+/// waiting: `ping` with an empty result, anything else (sampling,
+/// elicitation, roots: capabilities this client does not declare) with a
+/// JSON-RPC -32601, POSTed like the call (session, credentials); at most
+/// `MCP_SERVER_REQUESTS_MAX` a call.
+#[test]
+fn server_requests_on_a_call_stream_are_answered() {
+    let mut c = conn();
+    ready(&mut c, vec![tool("get", Some(true))]);
+    let call = c.call_tool("get", &json!({})).unwrap();
+    let mut progress = super::CallProgress::new(&call);
+    let stream = sse(&[
+        json!({"jsonrpc": "2.0", "id": "s-1", "method": "ping"}),
+        json!({"jsonrpc": "2.0", "id": 7, "method": "elicitation/create", "params": {"message": "name?"}}),
+        json!({"jsonrpc": "2.0", "id": 8, "method": "sampling/createMessage", "params": {}}),
+    ]);
+    let chunk = progress.push(stream.as_bytes());
+    assert!(!chunk.answered);
+    let [ping, elicit, sample] = &chunk.replies[..] else {
+        panic!("{:?}", chunk.replies);
+    };
+    assert_eq!(
+        body(ping),
+        json!({"jsonrpc": "2.0", "id": "s-1", "result": {}})
+    );
+    for (reply, id) in [(elicit, 7), (sample, 8)] {
+        let b = body(reply);
+        assert_eq!(
+            (b["id"].clone(), b["error"]["code"].clone()),
+            (json!(id), json!(-32601))
+        );
+        assert!(b.get("result").is_none());
+        assert_eq!(reply.method, "POST");
+        assert_eq!(header(reply, "Mcp-Session-Id"), Some(SESSION));
+        assert_eq!(header(reply, "Authorization"), Some(TOKEN));
+        assert_eq!(header(reply, "Content-Type"), Some("application/json"));
+    }
+    // A message with a null id is no request to answer; an error with a
+    // null id is the call's answer (the server could not read its id).
+    let odd = sse(&[json!({"jsonrpc": "2.0", "id": null, "method": "ping"})]);
+    assert!(progress.push(odd.as_bytes()).replies.is_empty());
+    let failed = sse(&[
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "parse"}}),
+    ]);
+    assert!(progress.push(failed.as_bytes()).answered);
+    let flood = sse(&vec![
+        json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+        MCP_SERVER_REQUESTS_MAX
+    ]);
+    assert_eq!(
+        progress.push(flood.as_bytes()).replies.len(),
+        MCP_SERVER_REQUESTS_MAX - 3
     );
 }
 

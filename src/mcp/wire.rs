@@ -73,7 +73,8 @@ fn from_stream(id: u64, body: &[u8], tools_changed: &mut bool) -> Result<Value, 
     let events = SseDecoder::default().push(body)?;
     let mut mismatch = None;
     for event in events {
-        if !matches!(event.event.as_deref(), None | Some("message")) {
+        // An event without data primes a resumable stream (its id alone).
+        if !matches!(event.event.as_deref(), None | Some("message")) || event.data.is_empty() {
             continue;
         }
         let message: Value = serde_json::from_str(&event.data).map_err(|e| {

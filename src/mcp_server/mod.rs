@@ -13,7 +13,8 @@
 use crate::error::ApiError;
 use crate::http::{HttpRequest, HttpResponse};
 use crate::limits::{
-    BODY_BYTES_MAX, LIST_PAGE_SESSIONS_MAX, READ_PAGE_MESSAGES_MAX, SETTLEMENT_TIMEOUT_MS_MAX,
+    BODY_BYTES_MAX, LIST_PAGE_SESSIONS_MAX, MCP_ALLOWED_HOSTS_MAX, READ_PAGE_MESSAGES_MAX,
+    SETTLEMENT_TIMEOUT_MS_MAX,
 };
 use crate::rpc::{self, Message, RpcError};
 use crate::text::{shorten, validate_session_id};
@@ -38,6 +39,8 @@ pub struct Request<'a> {
     pub protocol_version: Option<&'a str>,
     /// The request URL's authority, `host[:port]`.
     pub authority: &'a str,
+    /// The host names a browser may reach `/mcp` at ([`allowed_hosts`]).
+    pub allowed_hosts: &'a [String],
 }
 
 /// What to answer.
@@ -266,23 +269,35 @@ const TOOLS: &[Tool] = &[
 pub fn handle(req: &Request<'_>) -> Step {
     let http = req.http;
     // The transport's Origin rule: a page of another site must not drive
-    // the Agent through the user's browser. (Against DNS rebinding, where
-    // Host and Origin both name the attacker, the host checks Host: only it
-    // knows its names; docs/mcp-server.md.)
+    // the Agent through the user's browser; nor a page of a name rebound
+    // to this server (DNS rebinding: Host and Origin both name the
+    // attacker), so a browser's request must also name an allowed host.
     if let Some(origin) = req.origin {
-        if !same_authority(origin, req.authority) {
+        let refused = if !same_authority(origin, req.authority) {
+            Some(format!(
+                "Origin `{}` is not this server's ({}): a page of another site is refused",
+                shorten(origin),
+                shorten(req.authority)
+            ))
+        } else if !req
+            .allowed_hosts
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(host_of(req.authority)))
+        {
+            Some(format!(
+                "host `{}` is not one this server is reached at by a browser ({}; \
+                 SHIITAKE_MCP_ALLOWED_HOSTS): a rebound name is refused",
+                shorten(host_of(req.authority)),
+                req.allowed_hosts.join(", ")
+            ))
+        } else {
+            None
+        };
+        if let Some(message) = refused {
             return failed(
                 403,
                 &Value::Null,
-                &RpcError::new(
-                    rpc::INVALID_REQUEST,
-                    format!(
-                        "Origin `{}` is not this server's ({}): a page of another site \
-                         is refused",
-                        shorten(origin),
-                        shorten(req.authority)
-                    ),
-                ),
+                &RpcError::new(rpc::INVALID_REQUEST, message),
             );
         }
     }
@@ -358,6 +373,57 @@ fn failed(status: u16, id: &Value, error: &RpcError) -> Step {
         status,
         body: rpc::error(id, error),
     })
+}
+
+/// The host names allowed by default: loopback's.
+pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
+
+/// The host names a browser may reach `/mcp` at: `SHIITAKE_MCP_ALLOWED_HOSTS`
+/// (comma-separated names, no port, an IPv6 address in brackets; at most
+/// `MCP_ALLOWED_HOSTS_MAX`), else [`LOOPBACK_HOSTS`]. Or why the setting is
+/// refused.
+pub fn allowed_hosts(setting: Option<&str>) -> Result<Vec<String>, String> {
+    let Some(setting) = setting else {
+        return Ok(LOOPBACK_HOSTS.map(str::to_owned).to_vec());
+    };
+    let names: Vec<String> = setting
+        .split(',')
+        .map(|name| name.trim().to_ascii_lowercase())
+        .collect();
+    if names.len() > MCP_ALLOWED_HOSTS_MAX {
+        return Err(format!(
+            "SHIITAKE_MCP_ALLOWED_HOSTS: {} names; at most {MCP_ALLOWED_HOSTS_MAX}",
+            names.len()
+        ));
+    }
+    for name in &names {
+        let bracketed = name.starts_with('[') && name.ends_with(']') && name.len() > 2;
+        let plain = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+        let ipv6 = bracketed
+            && name[1..name.len() - 1]
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.');
+        if !(plain || ipv6) {
+            return Err(format!(
+                "SHIITAKE_MCP_ALLOWED_HOSTS: `{}` is not a host name (a name or address \
+                 without port, an IPv6 address in brackets)",
+                shorten(name)
+            ));
+        }
+    }
+    Ok(names)
+}
+
+/// The host of `authority` (`host[:port]`), its port left out.
+fn host_of(authority: &str) -> &str {
+    match authority.rfind(':') {
+        // Not inside an IPv6 address's brackets.
+        Some(i) if !authority[i..].contains(']') => &authority[..i],
+        _ => authority,
+    }
 }
 
 /// Whether `origin` (`scheme://host[:port]`) names `authority`. A browser
@@ -626,6 +692,33 @@ mod tests {
         assert!(!same_authority("http://localhost:8788", "localhost:8787"));
         assert!(!same_authority("http://evil.example", "localhost"));
         assert!(!same_authority("null", "localhost"));
+    }
+
+    #[test]
+    fn allowed_hosts_default_to_loopback_and_are_checked() {
+        assert_eq!(allowed_hosts(None).unwrap(), LOOPBACK_HOSTS);
+        assert_eq!(
+            allowed_hosts(Some(" Agents.Example.com,[::1] ,10.0.0.2")).unwrap(),
+            ["agents.example.com", "[::1]", "10.0.0.2"]
+        );
+        for bad in [
+            "",
+            "a,,b",
+            "localhost:8787",
+            "http://x",
+            "[]",
+            "[zz]",
+            "a b",
+        ] {
+            let e = allowed_hosts(Some(bad)).unwrap_err();
+            assert!(e.contains("SHIITAKE_MCP_ALLOWED_HOSTS"), "{bad}: {e}");
+        }
+        let many = vec!["a"; MCP_ALLOWED_HOSTS_MAX + 1].join(",");
+        assert!(allowed_hosts(Some(&many)).unwrap_err().contains("at most"));
+        assert_eq!(host_of("localhost:8787"), "localhost");
+        assert_eq!(host_of("[::1]:8787"), "[::1]");
+        assert_eq!(host_of("[::1]"), "[::1]");
+        assert_eq!(host_of("agents.example.com"), "agents.example.com");
     }
 
     #[test]

@@ -3,7 +3,9 @@
 // `execute` (the embedded sandbox). Against a server built with the official MCP SDK
 // (tests/support/mcp-server.mjs), the scripted model calls `create_note`
 // directly; the MCP result reaches the transcript and the next model
-// request. Grants still key the server as `mcp.<name>`.
+// request. Grants still key the server as `mcp.<name>`. Requests the server
+// sends during a call are answered; a call whose stream the server closes is
+// resumed (GET with Last-Event-ID, the SDK replaying its event store).
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -196,5 +198,58 @@ test("tools().mcpServers entries are closed: an unknown key or a non-boolean dir
     } finally {
       await host.close();
     }
+  }
+});
+
+test("requests a server sends during a call are answered on its stream: ping, and sampling and elicitation declined with a JSON-RPC error", T, async () => {
+  // Unanswered, the SDK server would wait for each until the call timed out.
+  const asking = await startMcpServer({ mode: "sse", base: false, asks: true });
+  const { host, turn } = await open("asks", { modules: [], mcpServers: [{ name: "asking", url: asking.url, direct: true }] });
+  try {
+    model.scriptFor("node-mcp-asks", { toolCalls: [{ name: "ask", arguments: {} }] }, { text: "asked" });
+    const t = await turn("a", "ask node-mcp-asks");
+    assert.equal(t.settled.terminal, "completed", JSON.stringify(t.settled));
+    const tool = t.messages.find((m) => m.role === "tool");
+    assert.equal(tool.isError, undefined, tool.text);
+    const { content } = JSON.parse(tool.text);
+    const lines = content[0].text.split("\n");
+    assert.equal(lines[0], "ping: answered");
+    assert.match(lines[1], /^elicitation\/create: error -32601 .*declares no capability for `elicitation\/create`/);
+    assert.match(lines[2], /^sampling\/createMessage: error -32601 .*declares no capability for `sampling\/createMessage`/);
+    // Each answer is a POST of the same session, a JSON-RPC response (202).
+    const answers = asking.requests().filter((r) => r.method === "POST" && r.rpc === null && r.body?.id !== undefined);
+    assert.equal(answers.length, 3, JSON.stringify(answers));
+    for (const r of answers) {
+      assert.equal(r.status, 202);
+      assert.ok(r.headers["mcp-session-id"]);
+    }
+  } finally {
+    await host.close();
+    await asking.close();
+  }
+});
+
+test("a call whose stream the server closes (the SDK's closeSSEStream, offered to a 2025-11-25 client) is resumed from its event store: sent once, its result arrives", T, async () => {
+  const resumable = await startMcpServer({ mode: "sse", base: false, resumable: true });
+  const { host, turn } = await open("resumable", { modules: [], mcpServers: [{ name: "lasting", url: resumable.url, direct: true }] });
+  try {
+    model.scriptFor("node-mcp-resume", { toolCalls: [{ name: "outlive", arguments: {} }] }, { text: "outlived" });
+    const t = await turn("r", "outlive node-mcp-resume");
+    assert.equal(t.settled.terminal, "completed", JSON.stringify(t.settled));
+    const tool = t.messages.find((m) => m.role === "tool");
+    assert.equal(tool.isError, undefined, tool.text);
+    assert.match(tool.text, /"text":"outlived"/);
+    // The call was sent once; its stream resumed with a GET naming the last event id seen.
+    const posts = resumable.requests().filter((r) => r.rpc === "tools/call");
+    assert.equal(posts.length, 1);
+    const gets = resumable.requests().filter((r) => r.method === "GET");
+    assert.equal(gets.length, 1, JSON.stringify(gets.map((r) => r.headers)));
+    assert.ok(gets[0].headers["last-event-id"], "Last-Event-ID sent");
+    assert.equal(gets[0].headers.accept, "text/event-stream");
+    assert.equal(gets[0].headers["mcp-protocol-version"], "2025-11-25");
+    assert.equal(gets[0].status, 200);
+  } finally {
+    await host.close();
+    await resumable.close();
   }
 });

@@ -8,7 +8,9 @@
 // would), and are kept in the `tool` message. An MCP server built with the
 // official SDK (tests/support/mcp-server.mjs, `live`) does both too: its
 // `notifications/progress` on a call's token become progress frames as its
-// response stream arrives, its image content images. Fixture:
+// response stream arrives, its image content images; a call whose stream
+// the server closes is resumed (GET, Last-Event-ID) and its progress and
+// result still arrive. Fixture:
 // tests/e2e/fixtures/tool-events-worker.mjs.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -19,7 +21,8 @@ let mcp;
 // Filled before the Worker below starts (hooks run in order).
 const bindings = {};
 before(async () => {
-  mcp = await startMcpServer({ mode: "sse", live: true });
+  // Resumable: every stream primed with an event id (SEP-1699), and `outlive`.
+  mcp = await startMcpServer({ mode: "sse", live: true, resumable: true });
   bindings.MCP_SERVERS_JSON = JSON.stringify([{ name: "live", url: mcp.url, direct: true }]);
 });
 after(() => mcp?.close());
@@ -171,4 +174,16 @@ test("an MCP server's progress notifications are progress frames as they arrive,
   assert.deepEqual(JSON.parse(snap.text), { isError: false, content: [{ type: "text", text: "1 picture(s)" }, { type: "image", mimeType: "image/png" }] });
   const url = { type: "image_url", image_url: { url: `data:image/png;base64,${PNG_1X1}` } };
   assert.deepEqual(t.requests.at(-1).body.messages.at(-1), { role: "user", content: [{ type: "text", text: "The images tool call mcp_snap returned:" }, url] });
+});
+
+test("an MCP call whose stream the server closes is resumed: its progress is a frame, its result the tool's", T, async () => {
+  const t = await watched(openai, "mcp-resume", call("outlive", {}, "mcp_outlive"), { text: "ok" });
+  assert.equal(t.settlement.terminal, "completed");
+  const progress = assertLifecycle(t.frames, { commandId: t.commandId, id: "mcp_outlive", name: "outlive" });
+  assert.deepEqual(progress, [{ progress: 1, total: 1 }]);
+  const tool = t.messages.find((m) => m.role === "tool");
+  assert.deepEqual(JSON.parse(tool.text), { isError: false, content: [{ type: "text", text: "outlived" }] });
+  const gets = mcp.requests().filter((r) => r.method === "GET");
+  assert.equal(gets.length, 1);
+  assert.ok(gets[0].headers["last-event-id"]);
 });

@@ -44,6 +44,10 @@
 // the call's response stream); `picture` {count} answers `count` 1x1 PNG
 // image blocks after a text block.
 //
+// With `asks: true`, the tool `ask` (ASK_TOOLS below): the server's own
+// requests to the client during a call. With `resumable: true`, the tool
+// `outlive` (RESUMABLE_TOOLS below): a call whose stream the server closes.
+//
 // `slow-read` and `slow-write`: the first call of each (per server) hangs
 // until release(), close(), the client cancelling it (notifications/cancelled)
 // or the HTTP request that carried it closing early; it then answers `runs 1`
@@ -51,6 +55,7 @@
 
 import { randomUUID } from "node:crypto";
 import http from "node:http";
+import { InMemoryEventStore } from "@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { ErrorCode, isInitializeRequest, ListToolsRequestSchema, McpError } from "@modelcontextprotocol/sdk/types.js";
@@ -137,6 +142,59 @@ const LIVE_TOOLS = {
   },
 };
 
+/**
+ * The `asks: true` tool: `ask` sends the client, on the call's own response
+ * stream (`mode: "sse"`), a `ping`, an `elicitation/create` and a
+ * `sampling/createMessage`, and answers how each was answered:
+ * `<method>: answered` or `<method>: error <code> <message>`.
+ */
+const ASK_TOOLS = {
+  ask: {
+    config: { description: "Asks the client.", inputSchema: noArgs },
+    run: async (_args, { extra }) => {
+      const asked = [
+        { method: "ping" },
+        { method: "elicitation/create", params: { message: "Your name?", requestedSchema: { type: "object", properties: { name: { type: "string" } } } } },
+        { method: "sampling/createMessage", params: { messages: [{ role: "user", content: { type: "text", text: "hi" } }], maxTokens: 8 } },
+      ];
+      const outcomes = [];
+      for (const request of asked) {
+        try {
+          await extra.sendRequest(request, z.object({}).passthrough());
+          outcomes.push(`${request.method}: answered`);
+        } catch (e) {
+          outcomes.push(`${request.method}: error ${e.code} ${e.message}`);
+        }
+      }
+      return text(outcomes.join("\n"));
+    },
+  },
+};
+
+/**
+ * The `resumable: true` tool (the transport then keeps an event store and
+ * primes each stream with an event id and `retry: 200`): `outlive` closes
+ * its own response stream at once (the SDK's `closeSSEStream`, offered to a
+ * client speaking 2025-11-25), then reports progress and answers `outlived`
+ * after 300 ms: a client hears either only by resuming the stream (GET with
+ * Last-Event-ID), which the SDK serves from the event store.
+ */
+const RESUMABLE_TOOLS = {
+  outlive: {
+    config: { description: "Outlives its stream.", inputSchema: noArgs },
+    run: async (_args, { extra }) => {
+      if (extra.closeSSEStream === undefined) return { isError: true, content: [{ type: "text", text: "the stream cannot be closed" }] };
+      extra.closeSSEStream();
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const progressToken = extra._meta?.progressToken;
+      if (progressToken !== undefined) {
+        await extra.sendNotification({ method: "notifications/progress", params: { progressToken, progress: 1, total: 1 } });
+      }
+      return text("outlived");
+    },
+  },
+};
+
 /** The tools/list entries, as McpServer would list them (same zod -> JSON Schema conversion). */
 function toolList() {
   return Object.entries(TOOLS).map(([name, { config }]) => ({
@@ -209,7 +267,7 @@ async function listen(handle) {
 }
 
 /** An MCP server on 127.0.0.1 (port 0) built with the official SDK over Streamable HTTP, stateful (Mcp-Session-Id). */
-export async function startMcpServer({ mode = "sse", token, pageSize, name = "test-notes", base = true, extra = [], grow = false, live = false } = {}) {
+export async function startMcpServer({ mode = "sse", token, pageSize, name = "test-notes", base = true, extra = [], grow = false, live = false, asks = false, resumable = false } = {}) {
   if (mode !== "sse" && mode !== "json") throw new Error(`mode must be "sse" or "json", not ${mode}`);
   const sessions = new Map(); // Mcp-Session-Id -> transport
   const servers = new Set(); // the McpServer of every live session
@@ -242,7 +300,7 @@ export async function startMcpServer({ mode = "sse", token, pageSize, name = "te
 
   function newSession() {
     const mcp = new McpServer({ name, version: "1.0.0" });
-    for (const [tool, { config, run }] of Object.entries({ ...(base ? TOOLS : {}), ...(live ? LIVE_TOOLS : {}) })) {
+    for (const [tool, { config, run }] of Object.entries({ ...(base ? TOOLS : {}), ...(live ? LIVE_TOOLS : {}), ...(asks ? ASK_TOOLS : {}), ...(resumable ? RESUMABLE_TOOLS : {}) })) {
       mcp.registerTool(tool, config, (args, extra) => {
         const sent = inflight.get(`${extra.sessionId} ${JSON.stringify(extra.requestId)}`);
         calls.push({ tool, arguments: structuredClone(sent ? sent.arguments : args) });
@@ -276,6 +334,7 @@ export async function startMcpServer({ mode = "sse", token, pageSize, name = "te
       sessionIdGenerator: () => randomUUID(),
       enableJsonResponse: mode === "json",
       onsessioninitialized: (sid) => sessions.set(sid, transport),
+      ...(resumable && { eventStore: new InMemoryEventStore(), retryInterval: 200 }),
     });
     transport.onclose = () => {
       // DELETE or close()
