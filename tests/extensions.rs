@@ -1392,3 +1392,64 @@ fn a_resumed_extension_replays_a_missed_settlement_and_stages_its_send_once() {
     let fired = with_ext(&mut h, |e, ctx| e.fire_due(ctx, &ExtensionSends)).unwrap();
     assert!(fired.sent.is_empty());
 }
+
+/// A timer hook's send the admission refuses at its write (a full queue)
+/// fails the hook: its extension stops, its writes roll back, and the
+/// timer waits for the resume instead of failing every pass.
+#[test]
+fn a_timer_hooks_send_into_a_full_queue_stops_its_extension() {
+    let mut h = Harness::new();
+    let host = Script::new(
+        |r| match (r["kind"].as_str().unwrap(), r["event"]["name"].as_str()) {
+            ("command", _) => json!({"ok": true, "timers": [
+                {"name": "nudge", "at": r["now"].as_i64().unwrap() + 1000, "sessionId": "t", "payload": {"text": "still there?"}}
+            ]}),
+            ("timer", Some("nudge")) => json!({"ok": true,
+            "writes": [{"collection": "count", "key": "", "value": count_of(r) + 1}],
+            "sends": [{"sessionId": r["event"]["sessionId"], "text": r["event"]["payload"]["text"]}]}),
+            _ => json!({"ok": false, "error": "unexpected"}),
+        },
+    );
+    open(
+        &mut h,
+        &[manifest("tally", json!({"hooks": {"settled": false}}))],
+        host,
+    );
+    h.session("t");
+    with_ext(&mut h, |e, ctx| {
+        e.command(
+            ctx,
+            &ExtensionSends,
+            Invocation {
+                extension: "tally",
+                command: "bump",
+                session_id: Some("t"),
+                request_id: Some("t1"),
+                input: json!({"by": 1}),
+            },
+        )
+    })
+    .unwrap();
+    for i in 0..=shiitake::limits::PENDING_PER_SESSION_MAX {
+        let r = h.call(
+            "POST",
+            "/sessions/t/commands",
+            json!({"type": "prompt", "requestId": format!("fill{i}"), "text": "x"}),
+        );
+        assert_eq!(r.status, 200, "{}", r.json);
+    }
+    h.now_ms += 2_000;
+    let fired = with_ext(&mut h, |e, ctx| e.fire_due(ctx, &ExtensionSends)).unwrap();
+    assert!(fired.sent.is_empty());
+    let reason = stopped(&mut h, "tally").expect("stopped");
+    assert!(
+        reason.contains("timer nudge: send") && reason.contains("pending commands"),
+        "{reason}"
+    );
+    assert!(
+        rows(&h, "tally").is_empty(),
+        "the hook's writes rolled back"
+    );
+    let again = with_ext(&mut h, |e, ctx| e.fire_due(ctx, &ExtensionSends)).unwrap();
+    assert_eq!(again.timers, 0, "a stopped extension's timer waits");
+}

@@ -93,9 +93,22 @@ impl Extensions {
         {
             let entry = self.entry(&timer.ext)?;
             let ids = &mut *ctx.ids;
-            let sent = atomically(sql, || {
+            let sent = match atomically(sql, || {
                 self.fire(admit, store, ids, entry, &timer.name, now_ms)
-            })?;
+            }) {
+                Ok(sent) => sent,
+                // A send the admission refused at its write (the queue
+                // bound) took the hook's writes back with it; it fails the
+                // hook, which stops its extension, as a refusal before the
+                // write does (else the timer would fail every pass).
+                Err(e) if e.status() < 500 && !send::is_staged(&timer.name) => {
+                    atomically(sql, || {
+                        self.timer_failed(store, entry, &timer, Refusal::Send(e), now_ms)
+                    })?;
+                    Vec::new()
+                }
+                Err(e) => return Err(e),
+            };
             fired.timers += 1;
             fired.sent.extend(sent);
         }
