@@ -459,20 +459,26 @@ fn migrations_run_once_in_order_in_one_transition() {
         .contains("newer than this definition"));
 }
 
-#[test]
-fn a_timer_survives_a_reopen_fires_once_and_may_send_a_prompt() {
-    let mut h = Harness::new();
-    let host = Script::new(
-        |r| match (r["kind"].as_str().unwrap(), r["event"]["name"].as_str()) {
+/// A timer `nudge` a second after the command that sets it, for Session
+/// `to`, whose hook counts and sends the payload's text there.
+fn nudger(to: &'static str) -> Script {
+    Script::new(
+        move |r| match (r["kind"].as_str().unwrap(), r["event"]["name"].as_str()) {
             ("command", _) => json!({"ok": true, "timers": [
-                {"name": "nudge", "at": r["now"].as_i64().unwrap() + 1000, "sessionId": "s", "payload": {"text": "still there?"}}
+                {"name": "nudge", "at": r["now"].as_i64().unwrap() + 1000, "sessionId": to, "payload": {"text": "still there?"}}
             ]}),
             ("timer", Some("nudge")) => json!({"ok": true,
             "writes": [{"collection": "count", "key": "", "value": count_of(r) + 1}],
             "sends": [{"sessionId": r["event"]["sessionId"], "text": r["event"]["payload"]["text"]}]}),
             _ => json!({"ok": false, "error": "unexpected"}),
         },
-    );
+    )
+}
+
+#[test]
+fn a_timer_survives_a_reopen_fires_once_and_may_send_a_prompt() {
+    let mut h = Harness::new();
+    let host = nudger("s");
     open(
         &mut h,
         &[manifest("tally", json!({"hooks": {"settled": false}}))],
@@ -1399,17 +1405,7 @@ fn a_resumed_extension_replays_a_missed_settlement_and_stages_its_send_once() {
 #[test]
 fn a_timer_hooks_send_into_a_full_queue_stops_its_extension() {
     let mut h = Harness::new();
-    let host = Script::new(
-        |r| match (r["kind"].as_str().unwrap(), r["event"]["name"].as_str()) {
-            ("command", _) => json!({"ok": true, "timers": [
-                {"name": "nudge", "at": r["now"].as_i64().unwrap() + 1000, "sessionId": "t", "payload": {"text": "still there?"}}
-            ]}),
-            ("timer", Some("nudge")) => json!({"ok": true,
-            "writes": [{"collection": "count", "key": "", "value": count_of(r) + 1}],
-            "sends": [{"sessionId": r["event"]["sessionId"], "text": r["event"]["payload"]["text"]}]}),
-            _ => json!({"ok": false, "error": "unexpected"}),
-        },
-    );
+    let host = nudger("t");
     open(
         &mut h,
         &[manifest("tally", json!({"hooks": {"settled": false}}))],
