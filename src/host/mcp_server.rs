@@ -4,9 +4,9 @@
 //! route's response, its effects applied, answered as the tool's result.
 
 use super::body::respond;
-use super::serve::{to_response, Parked, Served, Then};
+use super::serve::{to_response, Served, Then};
 use super::Inner;
-use crate::http::{HttpRequest, HttpResponse, Park};
+use crate::http::{HttpRequest, HttpResponse};
 use crate::mcp_server::{self, Answer, Call, Step};
 use wasm_bindgen::prelude::*;
 
@@ -42,20 +42,13 @@ impl Inner {
             Step::Call(call) => call,
         };
         let mut response = self.serve(&call.route);
-        if let Some(Park {
-            command_id,
-            timeout_ms,
-        }) = response.effects.park.take()
-        {
-            let settled = self.observers.wait(&command_id);
-            return Ok(Served::Parked(Parked {
-                req: call.route.clone(),
-                timeout_ms,
-                settled,
-                then: Then::Tool(call),
-            }));
+        match response.effects.park.take() {
+            Some(park) => {
+                let req = call.route.clone();
+                Ok(Served::Parked(self.park(req, park, Then::Tool(call))))
+            }
+            None => self.tool_result(&call, response).map(Served::Now),
         }
-        self.tool_result(&call, response).map(Served::Now)
     }
 
     pub(super) fn tool_result(

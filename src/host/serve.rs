@@ -141,20 +141,21 @@ impl Inner {
             return self.mcp(request, req);
         }
         let mut response = self.serve(&req);
-        if let Some(Park {
-            command_id,
-            timeout_ms,
-        }) = response.effects.park.take()
-        {
-            let settled = self.observers.wait(&command_id);
-            return Ok(Served::Parked(Parked {
-                req,
-                timeout_ms,
-                settled,
-                then: Then::Respond,
-            }));
+        match response.effects.park.take() {
+            Some(park) => Ok(Served::Parked(self.park(req, park, Then::Respond))),
+            None => self.answer(&req, response).map(Served::Now),
         }
-        self.answer(&req, response).map(Served::Now)
+    }
+
+    /// Parks `req` (a settlement long poll) with its wake registered now,
+    /// in this call (see [`Parked`]); `then` says how it is answered.
+    pub(super) fn park(&self, req: HttpRequest, park: Park, then: Then) -> Parked {
+        Parked {
+            req,
+            timeout_ms: park.timeout_ms,
+            settled: self.observers.wait(&park.command_id),
+            then,
+        }
     }
 
     /// A settlement long poll's answer, once its command settled or its
