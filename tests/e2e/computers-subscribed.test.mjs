@@ -4,7 +4,8 @@
 // async iterable announces each change by yielding the new list; an idle
 // Agent's very next turn offers a Computer added and no longer one removed;
 // a change announced during a turn applies at the next tool offer, not to
-// the call running; a list refused is reported and the previous one stays.
+// the call running; a list refused is reported and the previous one stays;
+// announcing to a host that lists no Computers is refused.
 // The method form (ShiitakeDO#computersChanged) is in computers.test.mjs.
 // Fixtures: tests/e2e/fixtures/computers-subscribed-worker.mjs, the peer
 // tests/e2e/fixtures/computer-worker.mjs (service binding COMPUTER).
@@ -93,4 +94,12 @@ test("a list the iterable yields that is refused is reported, and the previous l
   assert.equal(reports.length, 2, JSON.stringify(reports));
   assert.match(reports[0].reason, /refused, the previous one stays: .*computers\[0\]/);
   assert.match(reports[1].reason, /33 Computers, more than 32/);
+});
+
+test("an announcement is refused where tools() lists no Computers", T, async () => {
+  const a = h.agent();
+  await announce(a, "none");
+  await a.createSession("s");
+  const answer = await h.api("POST", `/direct/${a.id}/host/computers-changed`);
+  assert.match(answer.json.refused, /^TypeError: computersChanged\(\): tools\(\) lists no Computers/);
 });
