@@ -215,6 +215,18 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
    * new bridge.
    */
   closeUi(reason?: string): void;
+  /**
+   * Announces that the host's Computer list (`tools().computers`) changed,
+   * or a Computer's advertisement behind an unchanged entry: the captured
+   * Computer modules are stale at once, so the next tool offer (an idle
+   * Agent's next turn) reads the list and describes every Computer again,
+   * a dropped one too before its retry interval. A call running keeps the
+   * Computer it started on; the change applies at the next offer. Throws a
+   * TypeError given an argument (the list is `tools().computers`'s), or
+   * when tools() lists no Computers. Live state: a restarted object has
+   * captured nothing and describes the list at its first offer anyway.
+   */
+  computersChanged(): void;
 }
 
 /** One delivery outbox entry (`src/delivery.rs`): the newest change of its `key`. */
@@ -479,15 +491,25 @@ export interface ShiitakeTools {
    */
   files?: { port: FilesPort | ReturnType<typeof sqliteWorkspace>; direct?: boolean };
   /**
-   * The host's Computers (at most 32), or a function answering them, asked
-   * at each turn's start (`this` = the Durable Object): a change of the
-   * list is described again at the next turn. Each becomes the module
+   * The host's Computers (at most 32): a list, a function answering them,
+   * read at each tool offer (`this` = the Durable Object), or an async
+   * iterable of lists (a subscription: each list it yields replaces the
+   * last at once; tools() is called for each core, so return a fresh one,
+   * e.g. an async generator's, that yields the current list first). A
+   * change of the list is described again at the next offer; so is an
+   * unchanged list after `ShiitakeDO#computersChanged` or a yield. The
+   * iterable is consumed one list at a time (one per macrotask), only the
+   * latest kept; until its first list the Agent has no Computers; a list it
+   * yields that is refused (not an array of entries, more than 32) is
+   * reported to `onUnavailable` as `{ name: "tools().computers", reason }`
+   * and the previous list stays, as it does when the iterable ends or
+   * throws. Each becomes the module
    * `computers.<name>` (every call write and unsafe to replay), and with
    * `files` also `computers.<name>.files`; grants key both as
    * `computers.<name>`. One that rejects, hangs or advertises an unusable
    * schema is dropped and reported to `onUnavailable`.
    */
-  computers?: ComputerConnection[] | (() => ComputerConnection[]);
+  computers?: ComputerConnection[] | (() => ComputerConnection[]) | AsyncIterable<ComputerConnection[]>;
   /** Bound on describing the Computers, at most and by default 10000 ms. */
   computersTimeoutMs?: number;
   /**
@@ -516,7 +538,8 @@ export interface ShiitakeTools {
    * MCP server `name` (a tool its listing could not offer, or that cannot be a direct tool), or an
    * operation of the host's module `name` marked `direct` that one model request cannot carry
    * (at most 8 reports per server, the last counting the rest). Said once, and again at each turn's
-   * start as a `diagnostic` frame.
+   * start as a `diagnostic` frame. A list an async iterable `computers` yields that is refused is
+   * reported with `name: "tools().computers"` (said once, not as a frame).
    */
   onUnavailable?(report: { id?: string; name: string; tool?: string; reason: string }): void;
 }

@@ -12,7 +12,7 @@ import { META_HEADER, metaHeaderValue } from "./meta.mjs";
 import { metaHost } from "./meta-schema.mjs";
 import { FLEET_WAIT_TIMEOUT_MS_MAX } from "./limits.mjs";
 import { generation, guard, guardSync, isEventStream, resumable, runAlarm, serve, takeSpared } from "./do/recovery.mjs";
-import { DIRECTORY_AGENT_ID, answerError, badText, extensionHost, fleetHost, jobsHost, mailDecision, modelsHost, peerError, runCommand, telemetryHost, toolHost } from "./do/hooks.mjs";
+import { DIRECTORY_AGENT_ID, announceComputers, answerError, badText, extensionHost, fleetHost, jobsHost, mailDecision, modelsHost, peerError, runCommand, telemetryHost, toolHost } from "./do/hooks.mjs";
 import { OwnerAgent, unlessAborted } from "./do/owner.mjs";
 
 export { readWatch } from "./do/owner.mjs";
@@ -347,6 +347,20 @@ export class ShiitakeDO extends DurableObject {
   closeUi(reason = "the host closed the browser bridge") {
     this.#uiClosed = String(reason);
     this.#sync((core) => core.closeUi(this.#uiClosed));
+  }
+
+  /**
+   * Host-only (never a route): announces that the host's Computer list
+   * (`tools().computers`) changed, or a Computer's advertisement behind an
+   * unchanged entry: the captured Computer modules are stale at once, so
+   * the next tool offer reads the list and describes every Computer again
+   * (a dropped one too, before its retry interval). A call running keeps
+   * the Computer it started on. Throws a TypeError given an argument, or
+   * when tools() lists no Computers. Live state: a restarted object has
+   * captured nothing and describes the list at its first offer anyway.
+   */
+  computersChanged(...args) {
+    announceComputers(this, args);
   }
 
   /**

@@ -29,6 +29,9 @@ export const CLIENT_ROWS_MAX = 200;
 // Timeline cells in one contribution.
 export const CLIENT_TIMELINE_CELLS_MAX = 32;
 
+// Computers one host lists.
+export const COMPUTERS_MAX = 32;
+
 // Bytes of one Computer HTTP response body (`advertise`, `call`); the
 // transport reads one more byte to tell an oversized body.
 export const COMPUTER_RESPONSE_BYTES_MAX = 4_194_304;

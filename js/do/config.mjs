@@ -7,7 +7,7 @@
 // refused by name rather than dropped.
 import { WORKSPACE } from "../files.mjs";
 import { isPlainObject } from "../guards.mjs";
-import { JSON_DEPTH_MAX, MODELS_OFFERED_MAX } from "../limits.mjs";
+import { COMPUTERS_MAX, JSON_DEPTH_MAX, MODELS_OFFERED_MAX } from "../limits.mjs";
 
 const HOST_JOBS_KEYS = { deliver: "function", tick: "function", retryBaseMs: "integer", retryMaxMs: "integer", timeoutMs: "integer" };
 
@@ -205,7 +205,9 @@ export function checkTools(config) {
         if (value?.port === undefined) return `${where(path)}.port is required (sqliteWorkspace(), r2Files(bucket) or your own port)`;
         return object(value, path, FILES_KEYS);
       case "computers":
-        return typeof value === "function" ? undefined : list(value, path, (c, at) => object(c, at, COMPUTER_KEYS));
+        if (typeof value === "function" || typeof value?.[Symbol.asyncIterator] === "function") return undefined;
+        if (Array.isArray(value) && value.length > COMPUTERS_MAX) return `${where(path)} lists ${value.length} Computers, more than ${COMPUTERS_MAX}`;
+        return list(value, path, (c, at) => object(c, at, COMPUTER_KEYS));
       case "computer":
         for (const method of ["describe", "call"]) {
           if (typeof value?.[method] !== "function") return `${where(path)}.${method} must be a function (a Computer has describe and call; see serviceComputer)`;
@@ -225,9 +227,14 @@ export function checkTools(config) {
 }
 
 // Why the Computer list `tools().computers` gave (an array, or what its
-// function returned) cannot be used, or undefined.
+// function returned, or its async iterable yielded) cannot be used, or
+// undefined.
 export function checkComputers(list) {
-  return Array.isArray(list) ? checkTools({ computers: list }) : "tools().computers must be an array or a function returning one";
+  if (!Array.isArray(list)) return "tools().computers must be an array, a function returning one, or an async iterable of them";
+  const refused = checkTools({ computers: list });
+  if (refused !== undefined) return refused;
+  const missing = list.findIndex((c) => typeof c.id !== "string" || typeof c.name !== "string" || c.computer === undefined);
+  return missing < 0 ? undefined : `tools().computers[${missing}] needs an id, a name and a computer`;
 }
 
 // Why `value` is not plain JSON data (a function, symbol or bigint inside it

@@ -10,6 +10,68 @@ import { manifestOf, normalizeRoster, runHook } from "../extensions.mjs";
 import { EXTENSION_DISPOSE_TIMEOUT_MS, FILE_BYTES_MAX, FLEET_BODY_BYTES_MAX, MCP_RESPONSE_BYTES_MAX, MODEL_LAST_SWITCH_TIMEOUT_MS } from "../limits.mjs";
 import { checkComputers, checkDecision, checkFleet, checkHostJobs, checkModels, checkTools } from "./config.mjs";
 
+// The host's announcements of a change of its Computer list, by object:
+// `count` (ShiitakeDO#computersChanged, and each list an async iterable
+// `tools().computers` yields) moves the digest the core compares, so the
+// next tool offer describes the list again; `listed` says whether the open
+// core's tools() list Computers; `stop` ends the open core's subscription.
+// Live state: a new instance has captured no Computer, so its first offer
+// describes the list anyway.
+const announcements = new WeakMap();
+const announcing = (object) => {
+  let state = announcements.get(object);
+  if (state === undefined) announcements.set(object, (state = { count: 0, listed: undefined, stop: undefined }));
+  return state;
+};
+
+// `ShiitakeDO#computersChanged`: the captured Computer modules are stale.
+export function announceComputers(object, args) {
+  if (args.length > 0) {
+    throw new TypeError("computersChanged() takes no argument: tools().computers answers the list (a function, or an async iterable of lists)");
+  }
+  const state = announcing(object);
+  if (state.listed === false) throw new TypeError("computersChanged(): tools() lists no Computers (tools().computers is not set)");
+  state.count += 1;
+}
+
+// Consumes the host's async iterable of Computer lists for one core, one
+// list at a time in order, holding only the latest accepted one (`onList`);
+// a list refused is reported and the previous one stays. Ends with the
+// iterable, or when the next core subscribes (its iterator's `return`).
+function subscribeComputers(object, iterable, onList, report) {
+  const state = announcing(object);
+  state.stop?.();
+  let stopped = false;
+  let iterator;
+  const stop = () => {
+    stopped = true;
+    try {
+      iterator?.return?.()?.catch?.(() => {});
+    } catch {
+      // A host iterator whose return throws: it is dropped either way.
+    }
+  };
+  state.stop = stop;
+  (async () => {
+    iterator = iterable[Symbol.asyncIterator]();
+    for (;;) {
+      const { value, done } = await iterator.next();
+      if (done || stopped) return;
+      const refused = checkComputers(value);
+      if (refused !== undefined) report(`a list it yielded is refused, the previous one stays: ${refused}`);
+      else {
+        onList(value);
+        state.count += 1;
+      }
+      // One list per macrotask: an iterable that never waits cannot starve the object.
+      await new Promise((resolve) => setTimeout(resolve, 0));
+      if (stopped) return;
+    }
+  })().catch((error) => {
+    if (!stopped) report(`its iterable failed, the last list stays: ${String(error?.message ?? error)}`);
+  });
+}
+
 // The Agent id of the object holding the fleet's directory (reserved;
 // src/fleet/directory.rs DIRECTORY_AGENT_ID).
 export const DIRECTORY_AGENT_ID = "shiitake.directory";
@@ -380,6 +442,30 @@ export function toolHost(object, fleet = false) {
   }
   // The Computers of the host's list as last read, by name.
   const computers = new Map();
+  const announced = announcing(object);
+  announced.listed = config.computers !== undefined;
+  // An async iterable list (a subscription): its latest accepted list,
+  // read at each tool offer like a function's.
+  let yielded;
+  if (typeof config.computers?.[Symbol.asyncIterator] === "function") {
+    subscribeComputers(
+      object,
+      config.computers,
+      (list) => {
+        yielded = list;
+      },
+      (reason) => {
+        console.error(`shiitake: tools().computers: ${reason}`);
+        try {
+          config.onUnavailable?.call(object, { name: "tools().computers", reason });
+        } catch (error) {
+          console.error("shiitake: onUnavailable threw", error);
+        }
+      },
+    );
+  } else {
+    announced.stop?.();
+  }
   const loader = object.env?.LOADER;
   // The default: the Worker Loader where it is bound, else the embedded
   // engine where it is registered (Node; a Worker importing it).
@@ -467,7 +553,9 @@ export function toolHost(object, fleet = false) {
     },
     computersList() {
       try {
-        const list = typeof config.computers === "function" ? config.computers.call(object) : config.computers;
+        const subscribed = typeof config.computers?.[Symbol.asyncIterator] === "function";
+        if (subscribed && yielded === undefined) return JSON.stringify({ error: "the async iterable has yielded no list yet" });
+        const list = subscribed ? yielded : typeof config.computers === "function" ? config.computers.call(object) : config.computers;
         const refused = checkComputers(list);
         if (refused !== undefined) return JSON.stringify({ error: refused });
         computers.clear();
@@ -477,7 +565,7 @@ export function toolHost(object, fleet = false) {
           if (files !== undefined) ports.set(`computers.${data.name}.files`, files);
           return { ...data, files: files !== undefined, ...(files !== undefined ? portKind(files) : {}) };
         });
-        return JSON.stringify({ list: described });
+        return JSON.stringify({ list: described, announced: announced.count });
       } catch (error) {
         return JSON.stringify({ error: String(error?.message ?? error) });
       }

@@ -6,7 +6,8 @@
 //!
 //! - [`Connection`]: one entry of the host's Computer list (`{id, name,
 //!   confirmCalls?, files?}`), decoded closed by [`parse_list`] /
-//!   [`decode_list`]; [`list_digest`] tells the host the list changed.
+//!   [`decode_list`]; [`list_digest`] tells the host the list changed (or
+//!   the host announced a change).
 //! - [`Advertisement`]: the provider's `{ "operations": [ { "name",
 //!   "description", "inputSchema" } ] }`, closed and bounded
 //!   (`COMPUTER_ADVERTISEMENT_BYTES_MAX` bytes of JSON text, and the
@@ -363,13 +364,18 @@ pub fn decode_list(value: Value) -> Result<Vec<Connection>, ComputerError> {
 }
 
 /// A digest of a Computer list by what its modules depend on: each entry's
-/// (id, name, confirmCalls, files, patches, stepwise), in any order. Two lists with equal
-/// digests describe the same Computers (FNV-1a over length-prefixed fields,
-/// entries sorted by id; stable across builds).
-pub fn list_digest(list: &[Connection]) -> u64 {
+/// (id, name, confirmCalls, files, patches, stepwise), in any order, and
+/// `announced`, the host's announcements of a change so far (seed: the list
+/// is subscribed: an announcement invalidates the captured modules even
+/// when the entries are equal, since a provider's advertisement may have
+/// changed behind one). Two lists with equal digests describe the same
+/// Computers (FNV-1a over length-prefixed fields, entries sorted by id;
+/// stable across builds).
+pub fn list_digest(list: &[Connection], announced: u64) -> u64 {
     let mut sorted: Vec<&Connection> = list.iter().collect();
     sorted.sort_by(|a, b| a.id.cmp(&b.id));
     let mut hash = Fnv::new();
+    hash.write(&announced.to_le_bytes());
     hash.write(&(sorted.len() as u64).to_le_bytes());
     for c in sorted {
         for field in [c.id.as_bytes(), c.name.as_bytes()] {

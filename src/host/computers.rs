@@ -1,9 +1,11 @@
 //! Performs the Computers' description rounds and calls (seed knapsack:
 //! Knapsack.computer, Knapsack.computers). Which Computers stay, what their
 //! modules are and what their grants key is, is `crate::computer`'s and
-//! `mcp::Hub`'s; this asks the shim for the host's list at each turn's
-//! start, describes every Computer at once under the describe timeout when
-//! the list changed, and carries calls with their invocation context.
+//! `mcp::Hub`'s; this asks the shim for the host's list at each tool offer,
+//! describes every Computer at once under the describe timeout when the
+//! list changed or the host announced a change since (`ShiitakeDO#computersChanged`,
+//! an async iterable list: the shim counts them), and carries calls with
+//! their invocation context.
 
 use super::bindings::{self, error_message, log_warn, JsTools};
 use super::files::HostPort;
@@ -46,11 +48,18 @@ struct Listed {
     list: Option<serde_json::Value>,
     #[serde(default)]
     error: Option<String>,
+    /// The host's announcements of a change in this instance so far.
+    #[serde(default)]
+    announced: u64,
 }
 
 /// Describes the host's Computers again when their list changed since the
-/// last description, or a Computer was dropped and the retry interval
-/// passed (or waits for the round in progress). A list the host
+/// last description or the host announced a change (its Computers are
+/// described again though the list is equal: a provider's advertisement may
+/// have changed, a dropped one may be back before the retry interval), or a
+/// Computer was dropped and the retry interval passed (or waits for the
+/// round in progress). The announcements are live state: a new instance
+/// has captured nothing, so its first offer describes the list anyway. A list the host
 /// cannot give keeps the Computers described before, and is logged.
 pub async fn refresh(js: &JsTools, hub: &Rc<RefCell<Hub>>, computers: &Rc<Computers>) {
     if !computers.listed {
@@ -60,11 +69,11 @@ pub async fn refresh(js: &JsTools, hub: &Rc<RefCell<Hub>>, computers: &Rc<Comput
     if let Some(round) = pending {
         return round.await;
     }
-    let list = match read_list(js) {
-        Ok(list) => list,
+    let (list, announced) = match read_list(js) {
+        Ok(read) => read,
         Err(why) => return log_warn(format!("tools().computers: {why}")),
     };
-    let digest = computer::list_digest(&list);
+    let digest = computer::list_digest(&list, announced);
     if !hub.borrow().computers_due(digest, bindings::now_ms()) {
         return;
     }
@@ -82,12 +91,13 @@ pub async fn refresh(js: &JsTools, hub: &Rc<RefCell<Hub>>, computers: &Rc<Comput
     round.await;
 }
 
-fn read_list(js: &JsTools) -> Result<Vec<Connection>, String> {
+fn read_list(js: &JsTools) -> Result<(Vec<Connection>, u64), String> {
     let listed: Listed = crate::json::from_text(&js.computers_list()).map_err(|e| e.to_string())?;
     if let Some(error) = listed.error {
         return Err(error);
     }
-    computer::decode_list(listed.list.unwrap_or_default()).map_err(String::from)
+    let list = computer::decode_list(listed.list.unwrap_or_default()).map_err(String::from)?;
+    Ok((list, listed.announced))
 }
 
 async fn describe_all(

@@ -6,7 +6,9 @@
 // computers.laptop.files.read), each call carrying its execution identity
 // and deadline to the provider; confirmCalls without a confirm hook refuses;
 // grants on computers.<name> cover its files too; a change of the list
-// drops the captured modules at the next turn. Fixtures:
+// drops the captured modules at the next turn; the host's announcement
+// (ShiitakeDO#computersChanged) describes an unchanged list again at the
+// next turn, a dropped Computer too before its retry interval. Fixtures:
 // tests/e2e/fixtures/computers-worker.mjs, the peer
 // tests/e2e/fixtures/computer-worker.mjs (service binding COMPUTER).
 import assert from "node:assert/strict";
@@ -142,4 +144,22 @@ test("a change of the host's list drops the captured modules at the next turn", 
   const out = JSON.parse(second.tool.text);
   assert.deepEqual(out.found, ["computers.guarded.run_command"]);
   assert.match(out.laptop, /laptop/);
+});
+
+test("the host's announcement describes its Computers again at the next turn: a dropped one is back before its retry interval", T, async () => {
+  const a = h.agent();
+  await a.createSession("s");
+  const stuck = `try { return await computers.stuck.run_command({ command: "back" }); } catch (e) { return e.message; }`;
+  assert.match(JSON.parse((await turn("announce-1", stuck, { a })).tool.text), /stuck/);
+  // The provider answers again, behind an unchanged entry: unannounced, the
+  // dropped Computer waits for its retry interval (60 s).
+  await h.api("POST", `/direct/${a.id}/host/computers/stuck-fixed`);
+  assert.match(JSON.parse((await turn("announce-2", stuck, { a })).tool.text), /stuck/);
+  await h.api("POST", `/direct/${a.id}/host/computers/stuck-fixed?announce`);
+  const back = await turn("announce-3", stuck, { a });
+  assert.deepEqual(JSON.parse(back.tool.text), { stdout: "ran back", exitCode: 0 });
+  assert.match(back.requests[0].body.tools.find((x) => x.function.name === "execute").function.description, /computers\.stuck\.run_command/);
+  // An announcement carries no list: the list is tools().computers's.
+  const refused = (await h.api("POST", `/direct/${a.id}/host/computers-changed-with-list`)).json.refused;
+  assert.match(refused, /^TypeError: computersChanged\(\) takes no argument/);
 });
