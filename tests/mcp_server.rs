@@ -168,7 +168,7 @@ mod served {
             json!({"protocolVersion": "2099-01-01"}),
             None,
         ));
-        assert_eq!(r["protocolVersion"], mcp_server::PROTOCOL_VERSIONS[0]);
+        assert_eq!(r["protocolVersion"], shiitake::mcp::PROTOCOL_VERSIONS[0]);
         assert_eq!(result(&request(&mut h, "ping", json!({}), None)), json!({}));
         let names: Vec<Value> = result(&request(&mut h, "tools/list", json!({}), None))["tools"]
             .as_array()

@@ -82,8 +82,9 @@ use serde_json::{json, Value};
 use std::fmt;
 use tools::ToolsBuilder;
 
-/// The protocol revisions this client speaks, newest first: it asks for
-/// the first, and accepts a server answering any of them.
+/// The protocol revisions spoken, newest first: the client asks for the
+/// first and accepts a server answering any of them; the Agent's own MCP
+/// server (`crate::mcp_server`) serves them all.
 pub const PROTOCOL_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
 /// The protocol revision this client asks for.
 pub const PROTOCOL_VERSION: &str = PROTOCOL_VERSIONS[0];

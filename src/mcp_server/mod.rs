@@ -20,9 +20,10 @@ use crate::rpc::{self, Message, RpcError};
 use crate::text::{shorten, validate_session_id};
 use serde_json::{json, Map, Value};
 
-/// The protocol versions served, newest first: an `initialize` naming
-/// another is answered with the newest (MCP's negotiation).
-pub const PROTOCOL_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+/// The protocol versions served (the client's, `crate::mcp`): an
+/// `initialize` naming another is answered with the newest (MCP's
+/// negotiation).
+use crate::mcp::PROTOCOL_VERSIONS;
 
 /// What an MCP client's model reads first.
 const INSTRUCTIONS: &str = "A durable Agent. Each Session is a conversation: `prompt` admits \
