@@ -44,11 +44,12 @@ rm -rf "$out.tmp"
 # js/do/recovery.mjs calls to replace the instance after a Rust panic. The name section
 # (function names in wasm stack traces) costs ~25% of the gzip size: kept
 # only with SHIITAKE_WASM_NAMES=1.
-names=(--remove-name-section)
-[ "${SHIITAKE_WASM_NAMES:-0}" = 1 ] && names=()
-"$WASM_BINDGEN" --target module --out-dir "$out.tmp" --out-name shiitake \
-  --experimental-reset-state-function --remove-producers-section "${names[@]}" \
-  target/wasm32-unknown-unknown/release/shiitake.wasm
+names=()
+[ "${SHIITAKE_WASM_NAMES:-0}" = 1 ] && names=(--names)
+# tools/bindgen: `wasm-bindgen --target module --out-name shiitake
+# --experimental-reset-state-function --remove-producers-section
+# [--remove-name-section]`.
+"$WASM_BINDGEN" "${names[@]}" target/wasm32-unknown-unknown/release/shiitake.wasm "$out.tmp"
 # wasm-bindgen emits a source-phase import (`import source m from "x.wasm"`),
 # which workerd does not load; a plain wasm import gives the same
 # WebAssembly.Module under the CompiledWasm module rule. Same patch as

@@ -9,7 +9,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="${SHIITAKE_TOOLS_DIR:-$ROOT/.tools}"
 export ROOT TOOLS
 
-# Exact versions: wasm-bindgen's CLI must equal the crate's `=0.2.130` pin,
+# Exact versions: wasm-bindgen's generator (tools/bindgen) must equal the
+# crate's `=0.2.130` pin,
 # and Node 24 is the LTS that wrangler 4.164 and Miniflare are verified on.
 SHIITAKE_NODE_VERSION=24.22.3
 SHIITAKE_WASM_BINDGEN_VERSION=0.2.130
@@ -74,20 +75,28 @@ _shiitake_rust_target() {
 }
 
 _shiitake_wasm_bindgen() {
-  local v="$SHIITAKE_WASM_BINDGEN_VERSION"
-  WASM_BINDGEN="$TOOLS/wasm-bindgen-$v/bin/wasm-bindgen"
+  # tools/bindgen: wasm-bindgen's generator (the official
+  # `wasm-bindgen-cli-support` at the crate's pin) behind build.sh's options,
+  # byte-identical output; installing the `wasm-bindgen-cli` package instead
+  # also compiled its test runner's HTTP and TLS stacks (165 s of CPU on a
+  # cold machine against 81 s). Keyed by its sources, so a change rebuilds it.
+  local key dir pin
+  pin=$(sed -n 's/^wasm-bindgen = "=\(.*\)"$/\1/p' "$ROOT/Cargo.toml")
+  grep -qx "wasm-bindgen-cli-support = \"=$pin\"" "$ROOT/tools/bindgen/Cargo.toml" && [ "$pin" = "$SHIITAKE_WASM_BINDGEN_VERSION" ] ||
+    { _shiitake_say "error: the wasm-bindgen pins differ (Cargo.toml $pin, tools/bindgen/Cargo.toml, env.sh $SHIITAKE_WASM_BINDGEN_VERSION)"; return 1; }
+  key="$(cat "$ROOT/tools/bindgen/Cargo.toml" "$ROOT/tools/bindgen/Cargo.lock" "$ROOT/tools/bindgen/src/main.rs" | sha256sum | cut -c1-16)" || return 1
+  dir="$TOOLS/bindgen-$SHIITAKE_WASM_BINDGEN_VERSION-$key"
+  WASM_BINDGEN="$dir/shiitake-bindgen"
   export WASM_BINDGEN
-  [ "$("$WASM_BINDGEN" --version 2>/dev/null)" = "wasm-bindgen $v" ] && return 0
-  # No --locked: the published lock file no longer resolves (webpki-roots).
-  _shiitake_say "installing wasm-bindgen-cli $v into $TOOLS/wasm-bindgen-$v (takes a few minutes)"
-  # Optimised for build time, not run time: its output is byte-identical
-  # and it runs for 0.25 s a build, while the default profile's compile costs
-  # a cold machine about 20% more CPU (165 s against 206 s, measured).
-  CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
-    CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_DEBUG=0 \
-    cargo install --quiet --force wasm-bindgen-cli@"$v" --root "$TOOLS/wasm-bindgen-$v" >&2 || return 1
-  [ "$("$WASM_BINDGEN" --version 2>/dev/null)" = "wasm-bindgen $v" ] ||
-    { _shiitake_say "error: $WASM_BINDGEN does not report version $v"; return 1; }
+  [ "$("$WASM_BINDGEN" --version 2>/dev/null)" = "shiitake-bindgen $SHIITAKE_WASM_BINDGEN_VERSION" ] && return 0
+  _shiitake_say "building tools/bindgen (wasm-bindgen-cli-support $SHIITAKE_WASM_BINDGEN_VERSION) into $dir (about a minute)"
+  rm -rf "$TOOLS/bindgen-target"
+  cargo build --quiet --release --locked --manifest-path "$ROOT/tools/bindgen/Cargo.toml" \
+    --target-dir "$TOOLS/bindgen-target" >&2 || return 1
+  mkdir -p "$dir" && cp "$TOOLS/bindgen-target/release/shiitake-bindgen" "$WASM_BINDGEN" || return 1
+  rm -rf "$TOOLS/bindgen-target"
+  [ "$("$WASM_BINDGEN" --version 2>/dev/null)" = "shiitake-bindgen $SHIITAKE_WASM_BINDGEN_VERSION" ] ||
+    { _shiitake_say "error: $WASM_BINDGEN does not report version $SHIITAKE_WASM_BINDGEN_VERSION"; return 1; }
 }
 
 _shiitake_node_modules() {

@@ -30,12 +30,8 @@ build() { # name, cargo feature args...
   shift
   cargo build --release --target wasm32-unknown-unknown --lib "$@" >&2
   rm -rf "$out/$name"
-  "$WASM_BINDGEN" --target module --out-dir "$out/$name" --out-name shiitake \
-    --experimental-reset-state-function --remove-producers-section \
-    target/wasm32-unknown-unknown/release/shiitake.wasm
-  "$WASM_BINDGEN" --target module --out-dir "$out/$name.stripped" --out-name shiitake \
-    --experimental-reset-state-function --remove-producers-section --remove-name-section \
-    target/wasm32-unknown-unknown/release/shiitake.wasm
+  "$WASM_BINDGEN" --names target/wasm32-unknown-unknown/release/shiitake.wasm "$out/$name"
+  "$WASM_BINDGEN" target/wasm32-unknown-unknown/release/shiitake.wasm "$out/$name.stripped"
 }
 
 # Node's zlib at level 9, as scripts/deploy-check.mjs measures the bound
