@@ -310,20 +310,25 @@ class Lane {
         // No content-length: the body is a stream of 64 KiB chunks past 1 MiB.
         const total = MIB + 64 * 1024 + r.int(MIB);
         const chunk = new TextEncoder().encode("x".repeat(64 * 1024));
-        let sent = 0;
         const head = new TextEncoder().encode('{"type":"prompt","requestId":"chunked","text":"');
-        parts.raw = new ReadableStream({
-          pull(controller) {
-            if (sent === 0) controller.enqueue(head);
-            if (sent >= total) {
-              controller.enqueue(new TextEncoder().encode('"}'));
-              controller.close();
-              return;
-            }
-            controller.enqueue(chunk);
-            sent += chunk.length;
-          },
-        });
+        // A factory: a stream is read once, and a send the reset overtook
+        // is made again with a fresh one (see runLane).
+        req.stream = () => {
+          let sent = 0;
+          return new ReadableStream({
+            pull(controller) {
+              if (sent === 0) controller.enqueue(head);
+              if (sent >= total) {
+                controller.enqueue(new TextEncoder().encode('"}'));
+                controller.close();
+                return;
+              }
+              controller.enqueue(chunk);
+              sent += chunk.length;
+            },
+          });
+        };
+        parts.raw = req.stream();
         req.expectStatus = 413;
         break;
       }
@@ -558,8 +563,9 @@ async function runLane(h, lane, n) {
     // A body refused at its bound leaves the rest unread: the connection's
     // reset can reach the client before the 413 it was sent (TCP, not the
     // server), and the client then sees no answer at all. Such a send is
-    // repeated, at most twice (a stream body cannot be sent again).
-    for (let again = 0; again < 2 && res.status === 0 && req.expectStatus === 413 && typeof req.body === "string" && /fetch failed/.test(res.text); again++) {
+    // repeated, at most twice (a stream body with a fresh stream).
+    for (let again = 0; again < 2 && res.status === 0 && req.expectStatus === 413 && /fetch failed/.test(res.text); again++) {
+      if (req.stream) req.body = req.stream();
       res = await send(h, req);
     }
     sent++;
