@@ -23,6 +23,7 @@ import {
   placeCells,
 } from "../../js/client-entry.mjs";
 import { goalClient } from "../../examples/extensions/goal.client.mjs";
+import { linksClient } from "../../examples/extensions/links.client.mjs";
 
 /** A minimal synchronous Standard Schema: `{ title: string }`, its output upper-cased (so decoding is visible). */
 const Title = {
@@ -528,6 +529,26 @@ test("the goal example's client entry: a chip and an end action while active, hi
     ],
     omitted: 3,
   });
+});
+
+test("the links example's client entry: a pinned row per link with its Session open target (another Agent's with agentId) and a Remove action", async () => {
+  const opened = [];
+  const host = createClientEntryHost({ entries: [linksClient], open: (target) => opened.push(target) });
+  const links = [
+    { id: "l1", title: "Notes", sessionId: "notes" },
+    { id: "l2", title: "Handed over", sessionId: "s2", agentId: "helper" },
+  ];
+  host.observe("links", "s", { status: "running", value: { links }, commands: ["add", "remove"] });
+  const { panel } = host.contribution("links", "s");
+  assert.deepEqual(panel, [
+    { id: "l1", title: "Notes", detail: "notes", open: { kind: "session", sessionId: "notes" }, actions: [{ id: "remove", label: "Remove", input: { id: "l1" } }] },
+    { id: "l2", title: "Handed over", detail: "helper/s2", open: { kind: "session", sessionId: "s2", agentId: "helper" }, actions: [{ id: "remove", label: "Remove", input: { id: "l2" } }] },
+  ]);
+  await host.open("links", "s", panel[1].open);
+  assert.deepEqual(opened, [{ kind: "session", sessionId: "s2", agentId: "helper" }]);
+  // Not running: no rows.
+  host.observe("links", "s", { status: "stopped", value: { links }, commands: [] });
+  assert.deepEqual(host.contribution("links", "s").panel, []);
 });
 
 test("shiitake/client-entry bundles for a browser alone: no wasm, no Node", async () => {
