@@ -881,6 +881,14 @@ class Screen {
     if (this.#live && !this.midLine) this.rl.prompt(true);
   }
 
+  /** Enter moved the cursor onto the footer's first line: cleared (the footer is drawn again under it). */
+  entered() {
+    if (this.#live && this.drawn > 0 && !this.midLine) {
+      this.stdout.write("\x1b[J");
+      this.drawn = 0;
+    }
+  }
+
   /** Leaving: a new line, the footer cleared (the terminal's next lines go where it was). */
   leave() {
     if (this.rl !== null && this.stdout.isTTY) this.stdout.write(this.drawn > 0 ? "\n\x1b[J" : "\n");
@@ -1245,8 +1253,14 @@ async function runChat(o, client, where, unconfirmed, get) {
 
   // Lines are handled in order (a pipe delivers them at once).
   let chain = Promise.resolve();
+  // At a terminal the prompt comes back after each line (and each Esc),
+  // also when it printed nothing (a choice that only set the notice).
   rl.on("line", (line) => {
-    chain = chain.then(() => handle(line)).catch(report);
+    screen.entered();
+    chain = chain
+      .then(() => handle(line))
+      .catch(report)
+      .finally(() => screen.prompt());
   });
 
   let lastInterrupt = 0;
@@ -1260,7 +1274,12 @@ async function runChat(o, client, where, unconfirmed, get) {
 
   if (tty) {
     process.stdin.on("keypress", (_, key) => {
-      if (key?.name === "escape") chain = chain.then(escape).catch(report);
+      if (key?.name === "escape") {
+        chain = chain
+          .then(escape)
+          .catch(report)
+          .finally(() => screen.prompt());
+      }
     });
   }
 

@@ -188,9 +188,16 @@ test("the Row actions palette: an action runs through the extension's command ro
     const notes = (await api("GET", "/sessions/notes")).json.messages.map((m) => m.text);
     assert.deepEqual(notes, ["in the notes", "Echo: in the notes"]);
     assert.equal((await api("GET", "/sessions/main")).json.messages.length, 0, "nothing went to the Session it left");
-    // /actions with no rows says so.
+    // The rows are the open Session's: `notes` has none yet, then one that links another Agent's Session.
     c.line("/actions");
     await c.waitFor(/no row actions: no extension row offers one/);
+    const r = await api("POST", "/sessions/notes/extensions/links/commands/add", { input: { title: "Theirs", sessionId: "s1", agentId: "elsewhere" } });
+    assert.equal(r.status, 200, r.text);
+    await c.waitFor(/\nTheirs · elsewhere\/s1 \(open \| Remove\)\n/);
+    c.line("/actions");
+    s = await c.waitFor(/ {2}\d\. Theirs: open s1\n[^>]*a number and Enter/);
+    c.line(choiceNumber(s, "Theirs: open s1"));
+    await c.waitFor(new RegExp(`\\n\\[notice\\] Theirs: open s1: refused: it is Agent elsewhere's; this chat talks to Agent ${agent} only\\n`));
     c.line("/quit");
     assert.equal(await c.exitStatus(), 0);
   } finally {
