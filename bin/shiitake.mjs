@@ -683,19 +683,19 @@ class ExtensionRows {
     for (const slot of this.values.keys()) for (const { entry } of CLIENT_ENTRIES) this.#observe(slot, entry.id);
   }
 
-  /** A Session's read (the watch's snapshot): every entry's projection, absent ones null. */
+  /** A Session's read (the watch's snapshot): every entry's projection and history, absent ones null. */
   snapshot(slot, read) {
     for (const { entry } of CLIENT_ENTRIES) {
-      this.update(slot, entry.id, { value: read.extensions?.[entry.id] ?? null, ...(read.extensionHistory?.[entry.id] ? { history: read.extensionHistory[entry.id] } : {}) });
+      this.update(slot, entry.id, { value: read.extensions?.[entry.id] ?? null, history: read.extensionHistory?.[entry.id] ?? null });
     }
   }
 
-  /** A projection of `slot` changed (an `extension` frame). */
+  /** A projection of `slot` changed (an `extension` frame: without `history`, the one known stays). */
   update(slot, extensionId, { value, history }) {
     if (!CLIENT_ENTRIES.some((c) => c.entry.id === extensionId)) return;
     if (!this.values.has(slot)) this.values.set(slot, new Map());
     const was = this.values.get(slot).get(extensionId);
-    this.values.get(slot).set(extensionId, { value, history: history ?? was?.history });
+    this.values.get(slot).set(extensionId, { value, history: history === undefined ? was?.history : history });
     this.#observe(slot, extensionId);
   }
 
