@@ -7,9 +7,12 @@
 import readline from "node:readline";
 import { Writable } from "node:stream";
 import { parseArgs } from "node:util";
-import { ShiitakeError, createShiitakeClient, isUncertain, readCompacted } from "../js/client.mjs";
+import { ShiitakeError, bindSessionExtension, createShiitakeClient, isUncertain, readCompacted } from "../js/client.mjs";
+import { bindingDispatch, createClientEntryHost } from "../js/client-entry.mjs";
 import { READ_PAGE_MESSAGES_MAX, SETTLEMENT_TIMEOUT_MS_MAX } from "../js/limits.mjs";
 import { errorFrom } from "../js/transport.mjs";
+import { goalClient, goalContract } from "../examples/extensions/goal.client.mjs";
+import { linksClient, linksContract } from "../examples/extensions/links.client.mjs";
 
 const USAGE = `usage: shiitake chat [options]
 
@@ -25,8 +28,11 @@ Talk to an Agent: a prompt at a time, its answer streamed as it comes.
   -h, --help         this text
 
 In a chat: /cancel /abort /history /edit /retry /branches /select /compact
-/summary /usage /sessions /new /switch <id> /help /quit (/help says what
-each does); Ctrl-C cancels the running prompt, twice (or when idle) quits.
+/summary /usage /sessions /new /switch <id> /actions /help /quit (/help says
+what each does); Ctrl-C cancels the running prompt, twice (or when idle)
+quits. Extension rows show under the prompt; Esc closes a choice, cancels
+your newest queued prompt, else the running one, else an extension's
+waiting work, else dismisses the notice.
 
 A prompt whose answer did not arrive is not sent again: the client asks the
 Session whether it arrived ([sent]) or not ([not sent]: the text comes back
@@ -56,8 +62,17 @@ const COMMANDS = `  /cancel             cancel your newest queued prompt, else t
   /sessions           list this Agent's Sessions
   /new                start a new Session
   /switch <id>        go to another Session
+  /actions            the Row actions palette: the extension rows' actions and Session
+                      links (under the prompt), numbered; a number and Enter runs one,
+                      Esc or an empty line closes it
   /help               this list
   /quit               leave (Ctrl-D too)`;
+
+/** The client entries whose rows the chat shows under its prompt (as the chat page does). */
+const CLIENT_ENTRIES = [
+  { entry: goalClient, contract: goalContract },
+  { entry: linksClient, contract: linksContract },
+];
 
 /** Exit statuses (README "Chat from a terminal"). */
 const EXIT = { completed: 0, failed: 1, usage: 2, cancelled: 3, interrupted: 4, service: 5 };
@@ -316,12 +331,18 @@ class Unconfirmed {
  * Prints one Session's watch: answer tokens as they stream, tool calls,
  * other clients' prompts, settlements, the branch it moves to; and keeps
  * what runs and what waits. `out.stream(text, commandId)` writes answer
- * text, `out.line(text)` a whole line.
+ * text, `out.line(text)` a whole line. Extension projections go to
+ * `onSnapshot(read)` (the watch's snapshot) and `onExtension(extensionId,
+ * {value, history?})` (a Session-scoped `extension` frame).
  */
 class SessionView {
-  constructor(session, out, { showRecent = false, unconfirmed, onDraft = () => "" }) {
+  constructor(session, out, { showRecent = false, unconfirmed, onDraft = () => "", onSnapshot = () => {}, onExtension = () => {} }) {
     this.session = session;
     this.out = out;
+    this.onSnapshot = onSnapshot;
+    this.onExtension = onExtension;
+    /** Set by close(): a late frame of this watch changes nothing. */
+    this.closed = false;
     /** The client's sends whose outcome is being recovered. */
     this.unconfirmed = unconfirmed;
     /** Takes back a prompt that was not sent (`{text, after?}`); what to say of it. */
@@ -381,6 +402,7 @@ class SessionView {
 
   #snapshot(read) {
     this.joined = true;
+    if (!this.closed) this.onSnapshot(read);
     for (const m of [...read.messages, read.running, ...read.pending]) this.#seen(m);
     this.running = read.running?.commandId ?? null;
     this.paused = read.running?.paused ? this.running : null;
@@ -427,6 +449,8 @@ class SessionView {
       }
     } else if (f.type === "diagnostic") {
       this.out.line(`[diagnostic] ${f.diagnostic}`);
+    } else if (f.type === "extension") {
+      if (f.scope === "session" && !this.closed) this.onExtension(f.extensionId, { value: f.value, ...(f.history ? { history: f.history } : {}) });
     } else if (f.type === "tool") {
       this.#tool(f);
     } else if (f.type === "settled") {
@@ -619,17 +643,142 @@ class SessionView {
   }
 
   close() {
+    this.closed = true;
     this.watch.close();
   }
 }
 
-/** Output to a terminal with a readline prompt below it (or to a pipe). */
+/**
+ * The extension rows of the chat's Sessions (seed "Client entries"): each
+ * client entry's chips, pinned panel rows and waiting control, from the
+ * Agent's roster (`GET /extensions`: status and command catalog) and each
+ * Session's projections (its watch), one slot per Session id. Actions and
+ * opens go through the entry host, which refuses offline and stale ones
+ * locally; `open` is the client's authorizing open callback.
+ */
+class ExtensionRows {
+  constructor({ client, notice, open, onChange }) {
+    this.host = createClientEntryHost({
+      entries: CLIENT_ENTRIES.map((c) => c.entry),
+      dispatch: bindingDispatch((extensionId, slot) => {
+        const known = CLIENT_ENTRIES.find((c) => c.entry.id === extensionId);
+        return known && bindSessionExtension(client.session(slot), known.contract);
+      }),
+      notice,
+      open,
+      onChange,
+      // Shown as its entry's row (host.error), never printed over the screen.
+      onError: onChange,
+    });
+    /** extensionId -> {status, commands}, from the roster. */
+    this.roster = new Map();
+    /** Session id -> extensionId -> {value, history?}, from its watch. */
+    this.values = new Map();
+  }
+
+  /** The Agent's roster (`GET /extensions`'s `extensions`): which run, and their commands. */
+  setRoster(statuses) {
+    this.roster.clear();
+    for (const s of statuses) this.roster.set(s.id, { status: s.stopped === null ? "running" : "stopped", commands: s.commands.map((c) => c.name) });
+    for (const slot of this.values.keys()) for (const { entry } of CLIENT_ENTRIES) this.#observe(slot, entry.id);
+  }
+
+  /** A Session's read (the watch's snapshot): every entry's projection and history, absent ones null. */
+  snapshot(slot, read) {
+    for (const { entry } of CLIENT_ENTRIES) {
+      this.update(slot, entry.id, { value: read.extensions?.[entry.id] ?? null, history: read.extensionHistory?.[entry.id] ?? null });
+    }
+  }
+
+  /** A projection of `slot` changed (an `extension` frame: without `history`, the one known stays). */
+  update(slot, extensionId, { value, history }) {
+    if (!CLIENT_ENTRIES.some((c) => c.entry.id === extensionId)) return;
+    if (!this.values.has(slot)) this.values.set(slot, new Map());
+    const was = this.values.get(slot).get(extensionId);
+    this.values.get(slot).set(extensionId, { value, history: history === undefined ? was?.history : history });
+    this.#observe(slot, extensionId);
+  }
+
+  #observe(slot, extensionId) {
+    const { status, commands } = this.roster.get(extensionId) ?? { status: "offline", commands: [] };
+    const { value = null, history } = this.values.get(slot)?.get(extensionId) ?? {};
+    this.host.observe(extensionId, slot, { status, value, commands, ...(history ? { history } : {}) });
+  }
+
+  /** A Session no longer shown. */
+  forget(slot) {
+    this.values.delete(slot);
+    this.host.forget(slot);
+  }
+
+  #each(slot, f) {
+    for (const { entry } of CLIENT_ENTRIES) {
+      const contribution = this.host.contribution(entry.id, slot);
+      if (contribution !== null) f(entry.id, contribution);
+    }
+  }
+
+  /** The rows, compactly: the chips on one line, then a line per panel row, entry error and waiting control. */
+  lines(slot) {
+    const chips = [];
+    const rows = [];
+    for (const { entry } of CLIENT_ENTRIES) {
+      const error = this.host.error(entry.id, slot);
+      if (error) rows.push(`[${entry.id}] ${error.message ?? String(error)}`);
+    }
+    this.#each(slot, (_, c) => {
+      chips.push(...c.chips.map((chip) => `[${chip.title}]`));
+      for (const row of c.panel) {
+        const actions = [...(row.open ? ["open"] : []), ...(row.actions ?? []).map((a) => a.label)];
+        rows.push(`${row.title}${row.detail ? ` · ${row.detail}` : ""}${actions.length > 0 ? ` (${actions.join(" | ")})` : ""}`);
+      }
+      if (c.waiting) rows.push(`[waiting] ${c.waiting.summary}${c.waiting.cancel ? ` (Esc: ${c.waiting.cancel.label})` : ""}`);
+    });
+    return [...(chips.length > 0 ? [chips.join(" ")] : []), ...rows];
+  }
+
+  /** What the Row actions palette offers: each `{label, run}` (an action, a Session open, a waiting cancel). */
+  choices(slot) {
+    const out = [];
+    this.#each(slot, (id, c) => {
+      for (const row of c.panel) {
+        if (row.open) out.push({ label: `${row.title}: open ${row.open.sessionId}`, run: () => this.host.open(id, slot, row.open) });
+        for (const action of row.actions ?? []) out.push({ label: `${row.title}: ${action.label}`, run: () => this.host.act(id, slot, action) });
+      }
+      for (const cell of c.timeline.cells) if (cell.open) out.push({ label: `${cell.label}: open ${cell.open.sessionId}`, run: () => this.host.open(id, slot, cell.open) });
+      if (c.waiting?.cancel) out.push({ label: `${c.waiting.summary}: ${c.waiting.cancel.label}`, run: () => this.host.cancelWaiting(id, slot) });
+    });
+    return out;
+  }
+
+  /** The first waiting control with a cancel action of `slot`, as `{run}`; null when none. */
+  waiting(slot) {
+    let found = null;
+    this.#each(slot, (id, c) => {
+      if (found === null && c.waiting?.cancel) found = { label: c.waiting.cancel.label, run: () => this.host.cancelWaiting(id, slot) };
+    });
+    return found;
+  }
+}
+
+/**
+ * Output to a terminal with a readline prompt below it (or to a pipe). At a
+ * terminal, `footer()`'s lines (hints, a notice, extension rows) are drawn
+ * under the prompt, each cut to the terminal's width: every line there
+ * moves the prompt up. Readline knows nothing of them, so they are drawn
+ * again after each of its writes (which may clear them).
+ */
 class Screen {
   constructor(stdout) {
     this.stdout = stdout;
     /** The readline interface whose prompt is redrawn below the output (a terminal only). */
     this.rl = null;
     this.midLine = false;
+    /** The lines under the prompt. */
+    this.footer = () => [];
+    /** How many lines the footer had when last drawn. */
+    this.drawn = 0;
+    this.redrawing = false;
   }
 
   /**
@@ -640,7 +789,10 @@ class Screen {
     const stdout = this.stdout;
     const gate = new Writable({
       write: (chunk, _encoding, done) => {
-        if (!this.midLine) stdout.write(chunk);
+        if (!this.midLine) {
+          stdout.write(chunk);
+          this.refresh();
+        }
         done();
       },
     });
@@ -653,10 +805,53 @@ class Screen {
     return gate;
   }
 
+  get #live() {
+    return this.rl !== null && !this.rl.closed && this.stdout.isTTY === true;
+  }
+
+  /** Draws the footer again once the current writes are done (not while an answer streams: it goes under the next prompt). */
+  refresh() {
+    if (!this.#live || this.redrawing) return;
+    this.redrawing = true;
+    setImmediate(() => {
+      this.redrawing = false;
+      if (!this.midLine) this.#drawFooter();
+    });
+  }
+
+  /** The footer, cut to the terminal: lines of at most its width less one (no wrap), at most its height less two. */
+  #footerLines() {
+    const width = Math.max(1, (this.stdout.columns ?? 80) - 1);
+    const height = Math.max(1, (this.stdout.rows ?? 24) - 2);
+    let lines = this.footer();
+    if (lines.length > height) lines = [...lines.slice(0, height - 1), `… ${lines.length - height + 1} more`];
+    return lines.map((line) => {
+      const chars = [...line.replace(/\s+/g, " ")];
+      return chars.length > width ? `${chars.slice(0, width - 1).join("")}…` : chars.join("");
+    });
+  }
+
+  // From readline's cursor: down to the input's last row, the footer under
+  // it (what was there cleared), back to the cursor.
+  #drawFooter() {
+    const lines = this.#footerLines();
+    if (lines.length === 0 && this.drawn === 0) return;
+    const rl = this.rl;
+    const cursor = rl.getCursorPos();
+    // The input's last row (readline's own measure of the prompt and line).
+    const down = rl._getDisplayPos(`${rl.getPrompt()}${rl.line}`).rows - cursor.rows;
+    const below = Math.max(lines.length, 1);
+    this.stdout.write(`\r${"\n".repeat(down)}\n\x1b[J${lines.join("\n")}\x1b[${down + below}A\x1b[${cursor.cols + 1}G`);
+    this.drawn = lines.length;
+  }
+
+  /** Clears the prompt (all its rows) and the footer under it; the cursor at the prompt's start. */
   #clearPrompt() {
-    if (this.rl && this.stdout.isTTY && !this.midLine) {
+    if (this.#live && !this.midLine) {
+      readline.moveCursor(this.stdout, 0, -this.rl.getCursorPos().rows);
       readline.cursorTo(this.stdout, 0);
-      readline.clearLine(this.stdout, 0);
+      readline.clearScreenDown(this.stdout);
+      this.drawn = 0;
     }
   }
 
@@ -683,7 +878,21 @@ class Screen {
   }
 
   prompt() {
-    if (this.rl && this.stdout.isTTY && !this.midLine) this.rl.prompt(true);
+    if (this.#live && !this.midLine) this.rl.prompt(true);
+  }
+
+  /** Enter moved the cursor onto the footer's first line: cleared (the footer is drawn again under it). */
+  entered() {
+    if (this.#live && this.drawn > 0 && !this.midLine) {
+      this.stdout.write("\x1b[J");
+      this.drawn = 0;
+    }
+  }
+
+  /** Leaving: a new line, the footer cleared (the terminal's next lines go where it was). */
+  leave() {
+    if (this.rl !== null && this.stdout.isTTY) this.stdout.write(this.drawn > 0 ? "\n\x1b[J" : "\n");
+    this.drawn = 0;
   }
 }
 
@@ -780,14 +989,51 @@ async function runChat(o, client, where, unconfirmed, get) {
     rl.history.unshift(text);
     return " (arrow-up recalls it)";
   };
-  const viewOf = (s, showRecent) => new SessionView(s, screen, { showRecent, unconfirmed, onDraft });
+
+  /** The notice under the prompt (a refused action or open, an action's own notice) until Esc dismisses it; a pipe gets it as a line. */
+  let notice = null;
+  const say = (text) => {
+    if (!tty) return screen.line(`[notice] ${text}`);
+    notice = text;
+    screen.refresh();
+  };
+  /** While the Row actions palette is open: its choices (`{label, run}`); the next line picks one. */
+  let palette = null;
+  // The open callback of the rows' Session targets: authorized by reading
+  // the Session with this client's credentials, then opened in the chat's
+  // place (as /switch does); a refusal throws, and nothing changes.
+  const openTarget = async (target) => {
+    if (target.agentId !== undefined && (o.local !== undefined || target.agentId !== o.agent)) {
+      throw new Error(`it is Agent ${target.agentId}'s; this chat talks to ${o.local === undefined ? `Agent ${o.agent}` : "the local Agent"} only`);
+    }
+    await client.session(target.sessionId).read({ limit: 1 });
+    await switchTo(target.sessionId);
+  };
+  const rows = new ExtensionRows({ client, notice: (m) => say(typeof m === "string" ? m : JSON.stringify(m)), open: openTarget, onChange: () => screen.refresh() });
+  const readRoster = async () => {
+    try {
+      rows.setRoster((await get("/extensions")).extensions);
+    } catch {
+      // An Agent without extensions: its entries stay offline and show nothing.
+    }
+  };
+
+  const viewOf = (s, showRecent) =>
+    new SessionView(s, screen, { showRecent, unconfirmed, onDraft, onSnapshot: (read) => rows.snapshot(s.id, read), onExtension: (id, update) => rows.update(s.id, id, update) });
   let view = viewOf(session, o.session !== undefined);
+  rows.host.select(session.id);
+  screen.footer = () => {
+    const lines = rows.lines(view.session.id);
+    if (lines.length === 0 && notice === null) return [];
+    return ["─ /actions: the rows' actions · Esc dismisses a notice", ...(notice === null ? [] : [`[notice] ${notice}`]), ...lines];
+  };
   screen.line("/help lists the commands; Ctrl-C cancels, twice quits.");
+  readRoster();
 
   let finish;
   const finished = new Promise((resolve) => (finish = resolve));
   const quit = () => {
-    if (tty) process.stdout.write("\n");
+    if (tty) screen.leave();
     rl.close();
     finish(EXIT.completed);
   };
@@ -801,8 +1047,58 @@ async function runChat(o, client, where, unconfirmed, get) {
       next.close();
       throw error;
     }
+    const was = view.session.id;
     view.close();
     view = next;
+    if (was !== id) rows.forget(was);
+    rows.host.select(id);
+    screen.refresh();
+    await readRoster();
+  };
+
+  /** Cancels the newest queued prompt, else the running one (said); false when there is neither. */
+  const cancelNewest = async () => {
+    const target = (await view.session.latestPending())?.commandId ?? view.running;
+    if (target === null) return false;
+    const r = await view.session.cancel(target);
+    screen.line(r.status === "too_late" ? `too late to cancel ${target}` : `cancelling ${summary(r.text)}`);
+    return true;
+  };
+
+  // Esc goes to the first of: the open palette (closed), a queued prompt,
+  // else the running one (cancelled), an extension's waiting control (its
+  // cancel action); only then does it dismiss the notice. The rows are live
+  // state: Esc never hides them.
+  const escape = async () => {
+    if (palette !== null) {
+      palette = null;
+      return screen.line("[row actions closed]");
+    }
+    if (await cancelNewest()) return;
+    const waiting = rows.waiting(view.session.id);
+    if (waiting !== null) {
+      try {
+        await waiting.run();
+      } catch (error) {
+        say(`${waiting.label}: ${explain(error, where)}`);
+      }
+      return;
+    }
+    if (notice !== null) {
+      notice = null;
+      screen.refresh();
+    }
+  };
+
+  /** Runs the palette's choice; a refusal (offline, stale, an open the host refused) becomes the notice. */
+  const runChoice = async (chosen) => {
+    try {
+      const result = await chosen.run();
+      if (result !== undefined) screen.line(`[${summary(chosen.label)}] ${summary(result)}`);
+    } catch (error) {
+      const why = error?.code === "open_refused" && error.cause ? `refused: ${explain(error.cause, where)}` : explain(error, where);
+      say(`${chosen.label}: ${why}`);
+    }
   };
 
   /** A user message of the selected branch: #n, else the newest; null after saying why not. */
@@ -815,10 +1111,7 @@ async function runChat(o, client, where, unconfirmed, get) {
 
   const commands = {
     async cancel() {
-      const target = (await view.session.latestPending())?.commandId ?? view.running;
-      if (target === null) return screen.line("nothing to cancel");
-      const r = await view.session.cancel(target);
-      screen.line(r.status === "too_late" ? `too late to cancel ${target}` : `cancelling ${summary(r.text)}`);
+      if (!(await cancelNewest())) screen.line("nothing to cancel");
     },
     async abort() {
       const r = await view.session.abort();
@@ -909,6 +1202,16 @@ async function runChat(o, client, where, unconfirmed, get) {
       if (!id) return screen.line("usage: /switch <session id>");
       await switchTo(id);
     },
+    // The Row actions palette: a numbered choice, answered by the next line.
+    actions(args) {
+      if (args !== "") return screen.line("usage: /actions");
+      const choices = rows.choices(view.session.id);
+      if (choices.length === 0) return screen.line("no row actions: no extension row offers one");
+      screen.line("Row actions:");
+      for (const [i, c] of choices.entries()) screen.line(`  ${i + 1}. ${summary(c.label)}`);
+      screen.line("a number and Enter runs one; Esc or an empty line closes");
+      palette = choices;
+    },
     help: () => screen.line(COMMANDS),
     quit,
   };
@@ -924,6 +1227,14 @@ async function runChat(o, client, where, unconfirmed, get) {
 
   const handle = async (line) => {
     const text = line.trim();
+    if (palette !== null) {
+      const choices = palette;
+      palette = null;
+      if (text === "") return screen.line("[row actions closed]");
+      const chosen = /^\d+$/.test(text) ? choices[Number(text) - 1] : undefined;
+      if (chosen === undefined) return screen.line(`no row action ${summary(text)}; /actions lists them again`);
+      return runChoice(chosen);
+    }
     if (text === "") {
       if (editing === null) return screen.prompt();
       editing = null;
@@ -942,8 +1253,14 @@ async function runChat(o, client, where, unconfirmed, get) {
 
   // Lines are handled in order (a pipe delivers them at once).
   let chain = Promise.resolve();
+  // At a terminal the prompt comes back after each line (and each Esc),
+  // also when it printed nothing (a choice that only set the notice).
   rl.on("line", (line) => {
-    chain = chain.then(() => handle(line)).catch(report);
+    screen.entered();
+    chain = chain
+      .then(() => handle(line))
+      .catch(report)
+      .finally(() => screen.prompt());
   });
 
   let lastInterrupt = 0;
@@ -955,7 +1272,19 @@ async function runChat(o, client, where, unconfirmed, get) {
     view.session.cancel(target).catch(report);
   });
 
+  if (tty) {
+    process.stdin.on("keypress", (_, key) => {
+      if (key?.name === "escape") {
+        chain = chain
+          .then(escape)
+          .catch(report)
+          .finally(() => screen.prompt());
+      }
+    });
+  }
+
   rl.on("close", async () => {
+    if (tty && screen.drawn > 0) screen.leave();
     await chain; // piped lines still being answered
     finish(EXIT.completed);
   });

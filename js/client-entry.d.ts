@@ -62,12 +62,25 @@ export interface ClientChipV1 {
   compact?: string;
 }
 
+/**
+ * A typed Session open target: a panel row's or a cell's (never a chip's).
+ * `sessionId` and `agentId` (another Agent's Session when given) are 1..128
+ * of [A-Za-z0-9._:-]. Data only: the host's `open` callback authorizes it
+ * before navigating.
+ */
+export interface ClientOpenTargetV1 {
+  kind: "session";
+  sessionId: string;
+  agentId?: string;
+}
+
 export interface ClientPanelRowV1 {
   /** 1..128 of [A-Za-z0-9_.:-], unique among the panel rows. */
   id: string;
   title: string;
   detail?: string;
   actions?: ClientActionV1[];
+  open?: ClientOpenTargetV1;
 }
 
 /**
@@ -80,6 +93,7 @@ export type ClientCellV1 = {
   /** A positive safe integer as decimal text, unique among the cells. */
   id: string;
   label: string;
+  open?: ClientOpenTargetV1;
 } & ({ commandId?: undefined; afterSequence?: undefined } | { commandId: string; afterSequence?: undefined } | { commandId: null; afterSequence: number });
 
 export interface ClientContributionV1 {
@@ -114,7 +128,7 @@ export interface ClientEntryV1<T = JsonValue> {
   readonly contribute?: (view: ClientView<T>) => ClientContributionV1;
 }
 
-/** Refusals: `entry_refused`, `invalid_output`, `invalid_projection`, `invalid_observation`, `contribute_threw`, `offline`, `stale_action`, `prompt_rejected`, `detached`, `entry_not_found`, `no_dispatch`. */
+/** Refusals: `entry_refused`, `invalid_output`, `invalid_projection`, `invalid_observation`, `contribute_threw`, `offline`, `stale_action`, `stale_target`, `open_refused`, `prompt_rejected`, `detached`, `entry_not_found`, `no_dispatch`, `no_open`. */
 export declare class ClientEntryError extends Error {
   readonly name: "ClientEntryError";
   readonly code: string;
@@ -152,6 +166,8 @@ export interface ClientEntryHostOptions {
   dispatch?: (call: DispatchCall) => unknown;
   prompt?: (question: unknown, call: DispatchCall) => unknown;
   notice?: (message: unknown, call: DispatchCall) => void;
+  /** The generic open callback: authorizes `target`, then navigates to it; throws (or rejects) to refuse. */
+  open?: (target: ClientOpenTargetV1, where: { extensionId: string; slot: string }) => unknown;
   onError?: (error: unknown, where: { extensionId: string; slot: string }) => void;
   onChange?: (where: { extensionId: string; slot: string }) => void;
 }
@@ -169,6 +185,8 @@ export interface ClientEntryHost {
   /** Refuses locally (no request) when offline or stale. */
   act(extensionId: string, slot: string, action: ClientActionV1): Promise<unknown>;
   cancelWaiting(extensionId: string, slot: string): Promise<unknown>;
+  /** Opens a target of the slot's current rows through `open`: `stale_target` (locally) when it is not among them, `open_refused` when `open` refuses. */
+  open(extensionId: string, slot: string, target: ClientOpenTargetV1): Promise<unknown>;
   select(slot: string): void;
   detach(): void;
   close(): void;

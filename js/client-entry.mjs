@@ -15,7 +15,15 @@
 // Its bounds are the core's (src/limits.rs, through js/limits.mjs).
 
 import { isPlainObject, isStandardSchema, isThenable } from "./guards.mjs";
-import { CLIENT_CHIPS_MAX, CLIENT_LABEL_CHARS_MAX, CLIENT_PANEL_ROWS_MAX, CLIENT_ROWS_MAX, CLIENT_TIMELINE_CELLS_MAX } from "./limits.mjs";
+import {
+  AGENT_ID_BYTES_MAX,
+  CLIENT_CHIPS_MAX,
+  CLIENT_LABEL_CHARS_MAX,
+  CLIENT_PANEL_ROWS_MAX,
+  CLIENT_ROWS_MAX,
+  CLIENT_TIMELINE_CELLS_MAX,
+  SESSION_ID_BYTES_MAX,
+} from "./limits.mjs";
 
 export const CLIENT_PROTOCOL = "shiitake.client/v1";
 export { CLIENT_CHIPS_MAX, CLIENT_LABEL_CHARS_MAX, CLIENT_PANEL_ROWS_MAX, CLIENT_ROWS_MAX, CLIENT_TIMELINE_CELLS_MAX };
@@ -24,6 +32,9 @@ const ENTRY_KEYS = ["protocol", "id", "attach", "contribute"];
 const EXTENSION_ID = /^[a-z][a-z0-9_]{0,31}$/;
 const ROW_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
 const CELL_ID = /^[1-9][0-9]*$/;
+/** Session and Agent ids: the core's alphabet and bounds (ASCII, so characters are bytes). */
+const SESSION_ID = new RegExp(`^[A-Za-z0-9._:-]{1,${SESSION_ID_BYTES_MAX}}$`);
+const AGENT_ID = new RegExp(`^[A-Za-z0-9._:-]{1,${AGENT_ID_BYTES_MAX}}$`);
 const STATUSES = ["running", "stopped", "offline"];
 /** Errors a host keeps for `errors` (the newest; `onError` hears every one). A client-side bound only. */
 const ERRORS_KEPT = 64;
@@ -227,9 +238,31 @@ function action(a, where, catalog) {
   return Object.freeze(out);
 }
 
+/**
+ * A typed open target: `{ kind: "session", sessionId, agentId? }` (another
+ * Agent's Session when `agentId` is given). Data only: the host's `open`
+ * callback authorizes it before any navigation.
+ */
+function openTarget(o, where) {
+  if (!isPlainObject(o)) throw refuse("invalid_output", `${where} must be an open target { kind: "session", sessionId, agentId? }`);
+  closedKeys(o, ["kind", "sessionId", "agentId"], where);
+  if (o.kind !== "session") throw refuse("invalid_output", `${where}: kind ${JSON.stringify(o.kind) ?? String(o.kind)} is not an open target kind (session)`);
+  if (typeof o.sessionId !== "string" || !SESSION_ID.test(o.sessionId)) {
+    throw refuse("invalid_output", `${where}: sessionId ${JSON.stringify(o.sessionId) ?? String(o.sessionId)} must be a Session id (1 to ${SESSION_ID_BYTES_MAX} of [A-Za-z0-9._:-])`);
+  }
+  const out = { kind: "session", sessionId: o.sessionId };
+  if (o.agentId !== undefined) {
+    if (typeof o.agentId !== "string" || !AGENT_ID.test(o.agentId)) {
+      throw refuse("invalid_output", `${where}: agentId ${JSON.stringify(o.agentId) ?? String(o.agentId)} must be an Agent id (1 to ${AGENT_ID_BYTES_MAX} of [A-Za-z0-9._:-])`);
+    }
+    out.agentId = o.agentId;
+  }
+  return Object.freeze(out);
+}
+
 function cell(c, where, seen) {
-  if (!isPlainObject(c)) throw refuse("invalid_output", `${where} must be { id, label, commandId?, afterSequence? }`);
-  closedKeys(c, ["id", "label", "commandId", "afterSequence"], where);
+  if (!isPlainObject(c)) throw refuse("invalid_output", `${where} must be { id, label, commandId?, afterSequence?, open? }`);
+  closedKeys(c, ["id", "label", "commandId", "afterSequence", "open"], where);
   if (typeof c.id !== "string" || !CELL_ID.test(c.id) || !Number.isSafeInteger(Number(c.id))) {
     throw refuse("invalid_output", `${where}: id ${JSON.stringify(c.id) ?? String(c.id)} must be a positive safe integer written as decimal text`);
   }
@@ -249,6 +282,7 @@ function cell(c, where, seen) {
   } else if (c.commandId === null) {
     throw refuse("invalid_output", `${where}: commandId: null anchors with afterSequence; leave both out for Extension changes`);
   }
+  if (c.open !== undefined) out.open = openTarget(c.open, `${where}.open`);
   return Object.freeze(out);
 }
 
@@ -274,14 +308,15 @@ function decodeContribution(out, id, catalog) {
   const rowIds = new Set();
   const panel = list(out.panel ?? [], CLIENT_PANEL_ROWS_MAX, `${where}: panel`).map((r, i) => {
     const at = `${where}: panel[${i}]`;
-    if (!isPlainObject(r)) throw refuse("invalid_output", `${at} must be { id, title, detail?, actions? }`);
-    closedKeys(r, ["id", "title", "detail", "actions"], at);
+    if (!isPlainObject(r)) throw refuse("invalid_output", `${at} must be { id, title, detail?, actions?, open? }`);
+    closedKeys(r, ["id", "title", "detail", "actions", "open"], at);
     const row = { id: rowId(r.id, at, rowIds), title: label(r.title, `${at}.title`) };
     if (r.detail !== undefined) row.detail = label(r.detail, `${at}.detail`);
     if (r.actions !== undefined) {
       if (!Array.isArray(r.actions)) throw refuse("invalid_output", `${at}.actions must be an array`);
       row.actions = Object.freeze(r.actions.map((a, j) => action(a, `${at}.actions[${j}]`, catalog)));
     }
+    if (r.open !== undefined) row.open = openTarget(r.open, `${at}.open`);
     return Object.freeze(row);
   });
   const t = out.timeline ?? { cells: [], omitted: 0 };
@@ -390,14 +425,18 @@ class Activity {
  *   notice }`: `notice(message)` shows a notice, `prompt(question)` asks the
  *   user (rejected at once for a waiting cancellation);
  * - `prompt(question, call)`, `notice(message, call)`: the host's dialogs;
+ * - `open(target, { extensionId, slot })`: the host's generic open callback
+ *   for a row's typed open target (`{ kind: "session", sessionId,
+ *   agentId? }`): it authorizes the target before navigating to it, and
+ *   throws (or rejects) to refuse;
  * - `onError(error, { extensionId, slot })`: an entry's error (invalid
  *   output, a throwing callback, a failed attachment);
  * - `onChange({ extensionId, slot })`: a slot's rows changed.
  */
 export function createClientEntryHost(options) {
-  if (!isPlainObject(options)) throw new TypeError("createClientEntryHost: options must be an object { entries, dispatch?, prompt?, notice?, onError?, onChange? }");
-  const { entries = [], dispatch, prompt, notice, onError, onChange } = options;
-  for (const [name, f] of Object.entries({ dispatch, prompt, notice, onError, onChange })) {
+  if (!isPlainObject(options)) throw new TypeError("createClientEntryHost: options must be an object { entries, dispatch?, prompt?, notice?, open?, onError?, onChange? }");
+  const { entries = [], dispatch, prompt, notice, open, onError, onChange } = options;
+  for (const [name, f] of Object.entries({ dispatch, prompt, notice, open, onError, onChange })) {
     if (f !== undefined && typeof f !== "function") throw new TypeError(`createClientEntryHost: ${name} must be a function`);
   }
   if (!Array.isArray(entries)) throw new TypeError("createClientEntryHost: entries must be an array");
@@ -527,6 +566,26 @@ export function createClientEntryHost(options) {
      */
     act(extensionId, slot, chosen) {
       return run(extensionId, slot, chosen, false);
+    },
+
+    /**
+     * Opens `target` (taken from this slot's current panel rows or cells)
+     * through the host's `open` callback, which authorizes it first.
+     * Refused locally (`stale_target`, nothing opened) when the target is
+     * not among the slot's current rows; `open_refused` when the callback
+     * refuses it (its error is the cause).
+     */
+    async open(extensionId, slot, target) {
+      const current = installedOf(extensionId).slots.get(slot)?.contribution ?? null;
+      const offered = current === null ? [] : [...current.panel, ...current.timeline.cells].flatMap((r) => (r.open ? [r.open] : []));
+      const where = `extension ${extensionId}: open ${target?.kind ?? "target"} ${JSON.stringify(target?.sessionId)}`;
+      if (!offered.includes(target)) throw refuse("stale_target", `${where}: not among the slot's current rows; nothing was opened`);
+      if (open === undefined) throw refuse("no_open", `${where}: this host has no open callback`);
+      try {
+        return await open(target, Object.freeze({ extensionId, slot }));
+      } catch (cause) {
+        throw new ClientEntryError("open_refused", `${where}: refused: ${cause?.message ?? String(cause)}`, { cause });
+      }
     },
 
     /** Runs the slot's waiting cancel action: notices are kept, prompts rejected without a dialog. */

@@ -6,6 +6,7 @@ import { drainBody } from "./app.mjs";
 import { bearerTokenAuth, jsonError as json } from "./bearer.mjs";
 import { ShiitakeDO as Base, shiitakeApp, sqliteWorkspace } from "./index.mjs";
 import { goal } from "../examples/extensions/goal.mjs";
+import { links } from "../examples/extensions/links.mjs";
 // The chat page (js/chat/), bundled by scripts/chat-page.mjs (scripts/build.sh).
 import * as chatPage from "../build/chat/assets.mjs";
 
@@ -40,10 +41,13 @@ export class ShiitakeDO extends Base {
   }
 
   // SHIITAKE_DEMO_GOAL=1 (`npm start` sets it): the `goal` example
-  // extension, whose client entry the chat page renders (a chip, a pinned
-  // row with its end actions, the set and ending lines in the transcript).
+  // extension, whose client entry the chat page and the terminal client
+  // render (a chip, a pinned row with its end actions, the set and ending
+  // lines in the transcript); SHIITAKE_DEMO_LINKS=1 (`npm start` too): the
+  // `links` example (pinned rows that open related Sessions).
   extensions() {
-    return this.env.SHIITAKE_DEMO_GOAL === "1" ? [goal] : undefined;
+    const roster = [...(this.env.SHIITAKE_DEMO_GOAL === "1" ? [goal] : []), ...(this.env.SHIITAKE_DEMO_LINKS === "1" ? [links] : [])];
+    return roster.length > 0 ? roster : undefined;
   }
 
   tools() {

@@ -2,6 +2,10 @@
 // The core's bounds some JS module imports (only those), as the core
 // enforces them; scripts/build.sh regenerates this file.
 
+// Bytes of an Agent id in a mail address, of `[A-Za-z0-9._:-]` (the
+// Session id alphabet; `/` separates the two in `replyTo`).
+export const AGENT_ID_BYTES_MAX = 128;
+
 // Bytes of an attention item's `id` (of `[A-Za-z0-9._:-]`).
 export const ATTENTION_ID_BYTES_MAX = 128;
 
@@ -114,6 +118,9 @@ export const READ_PAGE_MESSAGES_MAX = 200;
 // token in an MCP header) is redacted wherever provider or server text
 // echoes it (`src/redact.rs`): whole, after `Bearer `, or cut.
 export const SECRET_FRAGMENT_BYTES_MIN = 8;
+
+// Session ids: at most this many bytes of `[A-Za-z0-9._:-]`.
+export const SESSION_ID_BYTES_MAX = 128;
 
 // Longest settlement long poll (seed: bounded to 30,000 ms).
 export const SETTLEMENT_TIMEOUT_MS_MAX = 30_000;

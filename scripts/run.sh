@@ -15,6 +15,8 @@
 #   SHIITAKE_DEMO_GOAL     default 1: the demo Agent runs the goal example
 #                          extension (the chat page shows its chip, row and
 #                          lines); 0 runs none
+#   SHIITAKE_DEMO_LINKS    default 1: the demo Agent runs the links example
+#                          extension (pinned rows that open related Sessions)
 #   SHIITAKE_MCP_SERVERS   a JSON array of MCP servers {name, url, headers?}
 #                          for the demo Agent (a secret: never printed)
 #   MODEL_PORT             when OPENAI_BASE_URL is unset, the scripted model
@@ -35,7 +37,7 @@ url="http://127.0.0.1:$port"
 args=(dev --local --ip 127.0.0.1 --port "$port" --persist-to "$state_dir"
   --show-interactive-dev-session=false
   --var "SHIITAKE_TOKEN:$token" --var "SHIITAKE_MODEL:$model"
-  --var "SHIITAKE_DEMO_GOAL:${SHIITAKE_DEMO_GOAL:-1}")
+  --var "SHIITAKE_DEMO_GOAL:${SHIITAKE_DEMO_GOAL:-1}" --var "SHIITAKE_DEMO_LINKS:${SHIITAKE_DEMO_LINKS:-1}")
 [ -n "${SHIITAKE_INSTRUCTIONS:-}" ] && args+=(--var "SHIITAKE_INSTRUCTIONS:$SHIITAKE_INSTRUCTIONS")
 [ -n "${SHIITAKE_TOOL_TIMEOUT_MS:-}" ] && args+=(--var "SHIITAKE_TOOL_TIMEOUT_MS:$SHIITAKE_TOOL_TIMEOUT_MS")
 [ -n "${SHIITAKE_BUDGET_SESSION_TOKENS:-}" ] && args+=(--var "SHIITAKE_BUDGET_SESSION_TOKENS:$SHIITAKE_BUDGET_SESSION_TOKENS")

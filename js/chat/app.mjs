@@ -12,11 +12,15 @@ import { bindingDispatch, createClientEntryHost, placeCells } from "../client-en
 import { READ_PAGE_MESSAGES_MAX } from "../limits.mjs";
 import { connectBrowser } from "../ui-browser.mjs";
 import { goalClient, goalContract } from "../../examples/extensions/goal.client.mjs";
+import { linksClient, linksContract } from "../../examples/extensions/links.client.mjs";
 
 // The client entries this page renders (chips, pinned panel rows, timeline
 // cells), each with the contract its extension binding is made from. An
 // Agent that does not run one leaves it offline: it shows nothing.
-const CLIENT_ENTRIES = [{ entry: goalClient, contract: goalContract }];
+const CLIENT_ENTRIES = [
+  { entry: goalClient, contract: goalContract },
+  { entry: linksClient, contract: linksContract },
+];
 
 // The page's own bounds: Sessions per list page, messages per transcript
 // page, settlement reads in flight, characters of a tool summary, the watch's
@@ -199,6 +203,8 @@ async function openSession(sessionId) {
       const known = CLIENT_ENTRIES.find((c) => c.entry.id === extensionId);
       return known && bindSessionExtension(session, known.contract);
     }),
+    notice: (message) => page.view === view && say(typeof message === "string" ? message : JSON.stringify(message)),
+    open: openTarget,
     onChange: () => page.view === view && renderExtensions(view),
     onError: (error, where) => console.warn(`client entry ${where.extensionId}:`, error),
   });
@@ -1047,7 +1053,8 @@ function renderExtensions(view) {
         });
         return button;
       });
-      box.append(el("div", { className: "panel-row" }, el("strong", { textContent: row.title }), row.detail ? el("span", { className: "detail", textContent: row.detail }) : null, ...actions));
+      const open = row.open ? openButton(view, entry.id, row.open, row.title) : null;
+      box.append(el("div", { className: "panel-row" }, el("strong", { textContent: row.title }), row.detail ? el("span", { className: "detail", textContent: row.detail }) : null, open, ...actions));
     }
     if (contribution.waiting) box.append(el("p", { className: "state", textContent: contribution.waiting.summary }));
   }
@@ -1059,12 +1066,18 @@ function renderExtensions(view) {
 function renderCells(view) {
   for (const old of $("transcript").querySelectorAll(".cell, .changes")) old.remove();
   const cells = [];
-  for (const { entry } of CLIENT_ENTRIES) cells.push(...(view.entries.contribution(entry.id, view.sessionId)?.timeline.cells ?? []));
+  const owner = new Map();
+  for (const { entry } of CLIENT_ENTRIES) {
+    for (const c of view.entries.contribution(entry.id, view.sessionId)?.timeline.cells ?? []) {
+      cells.push(c);
+      owner.set(c, entry.id);
+    }
+  }
   if (cells.length === 0) return;
   const items = [...$("messages").children].filter((li) => li.dataset.sequence);
   const rows = items.map((li) => ({ sequence: Number(li.dataset.sequence), commandId: li.dataset.commandId ?? null }));
   const placed = placeCells({ rows, first: view.cursor === null }, cells);
-  const cellItem = (c) => el("li", { className: "cell", textContent: c.label });
+  const cellItem = (c) => el("li", { className: "cell" }, el("span", { textContent: c.label }), c.open ? openButton(view, owner.get(c), c.open, c.label) : null);
   $("messages").prepend(...placed.start.map(cellItem));
   for (const [sequence, list] of placed.after) {
     const row = items.find((li) => Number(li.dataset.sequence) === sequence);
@@ -1073,6 +1086,40 @@ function renderCells(view) {
   if (placed.changes.length > 0) {
     $("live").before(el("div", { className: "changes" }, el("h3", { textContent: "Extension changes" }), el("ul", {}, ...placed.changes.map(cellItem))));
   }
+}
+
+// A row's typed Session open target: an Open button; the entry host hands
+// the target to openTarget (the page's generic open callback) and a refusal
+// becomes a notice.
+function openButton(view, extensionId, target, title) {
+  const button = el("button", { type: "button", className: "quiet", textContent: "Open" });
+  button.setAttribute("aria-label", `Open ${title}`);
+  button.addEventListener("click", async () => {
+    try {
+      await view.entries.open(extensionId, view.sessionId, target);
+    } catch (error) {
+      if (page.view === view) say(`Could not open ${target.sessionId}: ${error.cause ? explain(error.cause) : explain(error)}`);
+    }
+  });
+  return button;
+}
+
+// The open callback: authorizes a Session target before navigating to it,
+// by reading it with this tab's token (another Agent's through a client of
+// that Agent); a refused read refuses the open and nothing changes.
+async function openTarget(target) {
+  const agent = target.agentId ?? page.agent;
+  const client = agent === page.agent ? page.client : createShiitakeClient({ baseUrl: `/agents/${encodeURIComponent(agent)}`, fetch: authFetch });
+  try {
+    await client.session(target.sessionId).read({ limit: 1 });
+  } finally {
+    if (client !== page.client) client.close();
+  }
+  if (agent !== page.agent) {
+    useAgent(agent);
+    await loadSessions();
+  }
+  await openSession(target.sessionId);
 }
 
 // ---- the page's own commands, offered to the model as `ui.*` ----
@@ -1117,6 +1164,30 @@ const whistle = {
     }
   },
 };
+
+// ---- Esc ----
+
+// Esc goes to the first of: an open dialog (it takes Esc itself), the
+// newest queued prompt (cancelled, its text back in the composer), the
+// running one (stopped), an extension's waiting control (its cancel
+// action); only then does it dismiss the notice. Live state (extension
+// rows, the paused notice, entry errors) is not dismissible.
+function escape() {
+  if (document.querySelector("dialog[open]")) return;
+  const view = page.view;
+  const queued = $("pending").querySelectorAll("li.queued button");
+  const stop = queued.length > 0 ? queued[queued.length - 1] : $("pending").querySelector("li.running button");
+  if (stop) {
+    stop.click();
+    return;
+  }
+  const waiting = view && CLIENT_ENTRIES.find(({ entry }) => view.entries.contribution(entry.id, view.sessionId)?.waiting?.cancel);
+  if (waiting) {
+    view.entries.cancelWaiting(waiting.entry.id, view.sessionId).catch((error) => page.view === view && say(`${waiting.entry.id}: ${explain(error)}`));
+    return;
+  }
+  say(null);
+}
 
 // ---- start ----
 
@@ -1173,6 +1244,9 @@ async function start() {
     if (view) await dispatch(view, { kind: "compact", text: "" }, (requestId) => view.session.compact({ requestId }));
   });
   window.addEventListener("online", () => recover());
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && !event.isComposing && !event.defaultPrevented) escape();
+  });
   $("prompt").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();

@@ -36,7 +36,7 @@ let origin;
 
 before(async () => {
   if (skip) return;
-  h = await startWorker({ model: "echo", bindings: { SHIITAKE_DEMO_GOAL: "1" } });
+  h = await startWorker({ model: "echo", bindings: { SHIITAKE_DEMO_GOAL: "1", SHIITAKE_DEMO_LINKS: "1" } });
   origin = (await h.mf.ready).origin;
   await mkdir(ARTIFACTS, { recursive: true });
   const { chromium } = await import("playwright-core");
@@ -340,6 +340,80 @@ test("the goal extension's client entry: a chip and a pinned row whose action en
   await page.locator("li.cell", { hasText: "Goal achieved: Ship the notes" }).waitFor();
   assert.equal(await cellAfter("Goal achieved"), "2", "placed the same from a fresh read");
   await shot(page, "goal-ended");
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("a pinned row's Session open target: a refused one leaves the page where it is with a notice; an authorized one opens the Session (another Agent's too)", T, async () => {
+  const { page, agent, sessionId, errors } = await signedIn(newAgent());
+  const other = newAgent();
+  const mine = (await h.api("POST", `/agents/${agent}/sessions`, { sessionId: "notes" })).json.sessionId;
+  const theirs = (await h.api("POST", `/agents/${other}/sessions`, { sessionId: "handed-over" })).json.sessionId;
+  const add = (input) => h.api("POST", `/agents/${agent}/sessions/${sessionId}/extensions/links/commands/add`, { input });
+  for (const input of [{ title: "Release notes", sessionId: mine }, { title: "Gone", sessionId: "ses_missing" }, { title: "Handed over", sessionId: theirs, agentId: other }]) {
+    const r = await add(input);
+    assert.equal(r.status, 200, r.text);
+  }
+  // The rows reach the page over the watch, each with an Open button.
+  const row = (title) => page.locator(".panel-row", { hasText: title });
+  await row("Handed over").waitFor();
+  await shot(page, "links");
+  // Refused: the target's read fails with this tab's token; nothing changes but the notice.
+  await row("Gone").getByRole("button", { name: "Open Gone" }).click();
+  await page.locator("#notice", { hasText: "Could not open ses_missing" }).waitFor();
+  assert.match(await page.textContent("#notice"), /session_not_found/);
+  assert.equal(await page.textContent("#session-title"), sessionId);
+  // Authorized: the page opens it (its own Session list, the URL).
+  await row("Release notes").getByRole("button", { name: "Open Release notes" }).click();
+  await page.waitForFunction((id) => document.getElementById("session-title").textContent === id, mine);
+  assert.equal(new URL(page.url()).hash, `#session=${mine}`);
+  assert.equal(await page.locator("#notice").isHidden(), true);
+  // Another Agent's Session: the page switches to that Agent, then opens it.
+  await page.locator("#session-list button.open", { hasText: sessionId }).click();
+  await row("Handed over").getByRole("button", { name: "Open Handed over" }).click();
+  await page.waitForFunction((id) => document.getElementById("session-title").textContent === id, theirs);
+  assert.equal(await page.inputValue("#agent-id"), other);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("Esc: the running turn and the queued prompt take it first; then it dismisses the notice; extension rows stay", T, async () => {
+  const hang = uniq("hang");
+  h.model.scriptFor(hang, { hang: true, chunks: ["Thinking"] });
+  const { page, agent, sessionId, errors } = await signedIn(newAgent());
+  const set = await h.api("POST", `/agents/${agent}/sessions/${sessionId}/extensions/goal/commands/set`, { input: { text: "Ship the notes" } });
+  assert.equal(set.status, 200, set.text);
+  await page.locator(".panel-row", { hasText: "Ship the notes" }).waitFor();
+  await send(page, `A long task ${hang}`);
+  await page.getByText(`Running: A long task ${hang}`).waitFor();
+  const queued = `And then this ${uniq("queued")}`;
+  await send(page, queued);
+  await page.getByText(`Queued #1: ${queued}`).waitFor();
+  // A notice (the model's own `show_notice` command would do the same).
+  await page.evaluate(() => {
+    const notice = document.getElementById("notice");
+    notice.hidden = false;
+    notice.textContent = "Something to read";
+  });
+  // Esc cancels the queued prompt first (its text comes back), then stops the running one; the notice stays.
+  await page.keyboard.press("Escape");
+  await page.waitForFunction((text) => !document.getElementById("pending").textContent.includes(text), queued);
+  await page.waitForFunction((text) => document.getElementById("prompt").value === text, queued);
+  assert.equal(await page.locator("#notice").isVisible(), true);
+  await page.keyboard.press("Escape");
+  await page.locator("li.message.user .settlement.cancelled").waitFor();
+  await page.getByText("Idle").waitFor();
+  assert.equal(await page.locator("#notice").isVisible(), true);
+  // Nothing else takes it: Esc dismisses the notice; the goal's chip and row are live state and stay.
+  await page.keyboard.press("Escape");
+  await page.locator("#notice").waitFor({ state: "hidden" });
+  await page.keyboard.press("Escape");
+  assert.equal(await page.locator(".panel-row", { hasText: "Ship the notes" }).count(), 1);
+  assert.equal(await page.locator(".chip", { hasText: "Goal: Ship the notes" }).count(), 1);
+  const read = await h.api("GET", `/agents/${agent}/sessions/${sessionId}`);
+  assert.deepEqual(read.json.pending, []);
+  assert.equal(read.json.running, null);
+  assert.equal(read.json.extensions.goal.status, "active", "Esc ran no extension action");
   assert.deepEqual(errors, []);
   await page.close();
 });

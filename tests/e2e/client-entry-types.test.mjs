@@ -1,8 +1,9 @@
 // The types of "shiitake/client-entry" (js/client-entry.d.ts), through the
 // TypeScript checker: a program importing the package by its export name
 // (package.json's "./client-entry") with zod compiles cleanly, and each
-// wrong use (no callback, a chip with actions, both cell anchors, a view
-// value of the wrong type) gets its diagnostic.
+// wrong use (no callback, a chip with actions or an open target, both cell
+// anchors, an open target of another kind, a view value of the wrong type)
+// gets its diagnostic.
 
 import assert from "node:assert/strict";
 import path from "node:path";
@@ -34,10 +35,10 @@ const GOOD = `
 const entry = defineClientEntry(contract, {
   contribute: (view) => ({
     chips: [{ id: "c", title: "t", compact: "x" }],
-    panel: view.status === "running" && view.value !== null ? [{ id: "progress", title: view.value.title, actions: [{ id: "end", label: "End", input: { a: 1 } }] }] : [],
+    panel: view.status === "running" && view.value !== null ? [{ id: "progress", title: view.value.title, actions: [{ id: "end", label: "End", input: { a: 1 } }], open: { kind: "session", sessionId: "ses_1", agentId: "a" } }] : [],
     timeline: {
       cells: [
-        { id: "1", label: "a", commandId: "c1" },
+        { id: "1", label: "a", commandId: "c1", open: { kind: "session", sessionId: "ses_2" } },
         { id: "2", label: "b", commandId: null, afterSequence: 0 },
         { id: "3", label: "c" },
       ],
@@ -50,15 +51,19 @@ const entry = defineClientEntry(contract, {
   },
 });
 const protocol: "shiitake.client/v1" = entry.protocol;
-const host = createClientEntryHost({ entries: [entry], dispatch: (call) => call.prompt("sure?") });
+const host = createClientEntryHost({ entries: [entry], dispatch: (call) => call.prompt("sure?"), open: async (target, where) => (target.kind === "session" && where.slot === "s" ? target.sessionId : undefined) });
 host.observe("progress", "s", { status: "running", value: { title: "t" }, commands: ["end"] });
 const placed = placeCells({ rows: [{ sequence: 1, commandId: "c1" }], first: true }, host.contribution("progress", "s")?.timeline.cells ?? []);
 const after: number[] = [...placed.after.keys()];
+const target = host.contribution("progress", "s")?.panel[0]?.open;
+if (target) host.open("progress", "s", target).catch(() => {});
 `;
 
 const WRONG = {
   noCallback: [`defineClientEntry(contract, {});`, /not assignable/],
   chipActions: [`const c: ClientContributionV1 = { ...none, chips: [{ id: "c", title: "t", actions: [] }] };`, /'actions' does not exist/],
+  chipOpen: [`const c: ClientContributionV1 = { ...none, chips: [{ id: "c", title: "t", open: { kind: "session", sessionId: "s" } }] };`, /'open' does not exist/],
+  openKind: [`const c: ClientContributionV1 = { ...none, panel: [{ id: "r", title: "t", open: { kind: "url", sessionId: "s" } }] };`, /not assignable/],
   bothAnchors: [`const c: ClientContributionV1 = { ...none, timeline: { cells: [{ id: "1", label: "l", commandId: "c", afterSequence: 2 }], omitted: 0 } };`, /not assignable/],
   valueType: [`defineClientEntry(contract, { contribute: (view) => { const n: number | null = view.value && view.value.title; return none; } });`, /'string' is not assignable to type 'number'/],
   asyncContribute: [`defineClientEntry(contract, { contribute: async () => none });`, /not assignable/],

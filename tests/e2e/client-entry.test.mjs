@@ -23,6 +23,7 @@ import {
   placeCells,
 } from "../../js/client-entry.mjs";
 import { goalClient } from "../../examples/extensions/goal.client.mjs";
+import { linksClient } from "../../examples/extensions/links.client.mjs";
 
 /** A minimal synchronous Standard Schema: `{ title: string }`, its output upper-cased (so decoding is visible). */
 const Title = {
@@ -425,6 +426,73 @@ test("actions: ids from the running catalog, input a JSON object; offline and st
   }
 });
 
+test("open targets: panel rows and cells carry { kind: session, sessionId, agentId? }; bad shapes are invalid output; open goes through the host's callback, which authorizes; stale targets refuse locally", async () => {
+  const good = { kind: "session", sessionId: "ses_abc", agentId: "other.agent" };
+  const bad = [
+    [{ kind: "url", sessionId: "ses_abc" }, /kind "url" is not an open target kind \(session\)/],
+    [{ sessionId: "ses_abc" }, /kind undefined is not an open target kind/],
+    [{ kind: "session" }, /sessionId undefined must be a Session id/],
+    [{ kind: "session", sessionId: "" }, /sessionId "" must be a Session id/],
+    [{ kind: "session", sessionId: "a/b" }, /sessionId "a\/b" must be a Session id/],
+    [{ kind: "session", sessionId: "s".repeat(129) }, /must be a Session id \(1 to 128/],
+    [{ kind: "session", sessionId: "s", agentId: 7 }, /agentId 7 must be an Agent id/],
+    [{ kind: "session", sessionId: "s", agentId: "a b" }, /agentId "a b" must be an Agent id/],
+    [{ kind: "session", sessionId: "s", href: "https://x" }, /unknown key "href"/],
+    ["ses_abc", /must be an open target/],
+  ];
+  for (const [open, pattern] of bad) {
+    for (const place of ["panel", "cell"]) {
+      const out = place === "panel" ? { ...empty(), panel: [{ id: "r", title: "t", open }] } : { ...empty(), timeline: { cells: [{ id: "1", label: "l", open }], omitted: 0 } };
+      const { host, errors } = hostOf([entryReturning(() => out)]);
+      host.observe("progress", "s", running({ title: "t" }));
+      assert.equal(host.contribution("progress", "s"), null, `${place}: ${JSON.stringify(open)}`);
+      assert.equal(errors[0].error.code, "invalid_output");
+      assert.match(errors[0].error.message, pattern);
+    }
+  }
+  // Accepted on panel rows and cells, copied.
+  const opened = [];
+  let allow = true;
+  const open = async (target, where) => {
+    if (!allow) throw new Error(`no access to ${target.sessionId}`);
+    opened.push({ target, where });
+    return "shown";
+  };
+  let title = "t";
+  const entry = entryReturning(() => ({
+    ...empty(),
+    panel: [{ id: "r", title, open: { ...good } }],
+    timeline: { cells: [{ id: "1", label: "l", open: { kind: "session", sessionId: "ses_cell" } }], omitted: 0 },
+  }));
+  const { host } = hostOf([entry], { open });
+  host.observe("progress", "s", running({ title }));
+  const row = host.contribution("progress", "s").panel[0];
+  const cellTarget = host.contribution("progress", "s").timeline.cells[0].open;
+  assert.deepEqual(row.open, good);
+  assert.ok(Object.isFrozen(row.open));
+  assert.equal(await host.open("progress", "s", row.open), "shown");
+  assert.equal(await host.open("progress", "s", cellTarget), "shown");
+  assert.deepEqual(opened, [
+    { target: good, where: { extensionId: "progress", slot: "s" } },
+    { target: { kind: "session", sessionId: "ses_cell" }, where: { extensionId: "progress", slot: "s" } },
+  ]);
+  // The callback refuses: open_refused, its error the cause.
+  allow = false;
+  await assert.rejects(host.open("progress", "s", row.open), (e) => e.code === "open_refused" && /refused: no access to ses_abc/.test(e.message) && e.cause.message === "no access to ses_abc");
+  allow = true;
+  // Stale: a target of an earlier contribution, or a forged one, is not opened.
+  title = "u";
+  host.observe("progress", "s", running({ title }));
+  await assert.rejects(host.open("progress", "s", row.open), (e) => e.code === "stale_target" && /nothing was opened/.test(e.message));
+  await assert.rejects(host.open("progress", "s", { ...good }), (e) => e.code === "stale_target");
+  await assert.rejects(host.open("progress", "other", host.contribution("progress", "s").panel[0].open), (e) => e.code === "stale_target");
+  assert.equal(opened.length, 2, "nothing else was opened");
+  // A host without an open callback refuses by name.
+  const bare = hostOf([entry]).host;
+  bare.observe("progress", "s", running({ title }));
+  await assert.rejects(bare.open("progress", "s", bare.contribution("progress", "s").panel[0].open), (e) => e.code === "no_open");
+});
+
 test("bindingDispatch runs the action through the binding's command route", async () => {
   const calls = [];
   const binding = { command: async (name, input) => (calls.push([name, input]), { done: name }) };
@@ -461,6 +529,26 @@ test("the goal example's client entry: a chip and an end action while active, hi
     ],
     omitted: 3,
   });
+});
+
+test("the links example's client entry: a pinned row per link with its Session open target (another Agent's with agentId) and a Remove action", async () => {
+  const opened = [];
+  const host = createClientEntryHost({ entries: [linksClient], open: (target) => opened.push(target) });
+  const links = [
+    { id: "l1", title: "Notes", sessionId: "notes" },
+    { id: "l2", title: "Handed over", sessionId: "s2", agentId: "helper" },
+  ];
+  host.observe("links", "s", { status: "running", value: { links }, commands: ["add", "remove"] });
+  const { panel } = host.contribution("links", "s");
+  assert.deepEqual(panel, [
+    { id: "l1", title: "Notes", detail: "notes", open: { kind: "session", sessionId: "notes" }, actions: [{ id: "remove", label: "Remove", input: { id: "l1" } }] },
+    { id: "l2", title: "Handed over", detail: "helper/s2", open: { kind: "session", sessionId: "s2", agentId: "helper" }, actions: [{ id: "remove", label: "Remove", input: { id: "l2" } }] },
+  ]);
+  await host.open("links", "s", panel[1].open);
+  assert.deepEqual(opened, [{ kind: "session", sessionId: "s2", agentId: "helper" }]);
+  // Not running: no rows.
+  host.observe("links", "s", { status: "stopped", value: { links }, commands: [] });
+  assert.deepEqual(host.contribution("links", "s").panel, []);
 });
 
 test("shiitake/client-entry bundles for a browser alone: no wasm, no Node", async () => {

@@ -82,6 +82,8 @@ export const WORKER_BINDINGS = [
   "FILES_GRANT_CASE",
   // js/demo.mjs: "1" runs the goal example extension (the chat page renders its client entry).
   "SHIITAKE_DEMO_GOAL",
+  // js/demo.mjs: "1" runs the links example extension (rows with Session open targets).
+  "SHIITAKE_DEMO_LINKS",
   // tests/e2e/fixtures/ui-worker.mjs: "host" gives tools().ui a hasSession.
   "UI_HAS_SESSION",
   // tests/e2e/fixtures/statements-worker.mjs: "1" gives the demo Agent the reminder extension.
