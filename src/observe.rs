@@ -178,17 +178,19 @@ impl Projections {
             };
             let scopes = sessions.iter().map(|s| Some(s.as_str()));
             for scope in scopes.chain([None]) {
+                let key = (id.to_owned(), scope.map(str::to_owned));
                 let value = match ext.project(store, entry, scope) {
-                    Ok(Some(value)) => value,
+                    Ok(Some(value)) if self.changed(&key, value.to_string()) => value,
+                    Ok(Some(_)) => continue,
+                    // A projection that stopped publishing goes out once as
+                    // null, as the read leaves it out from then on.
+                    Ok(None) if self.published.remove(&key).is_some() => serde_json::Value::Null,
                     Ok(None) => continue,
                     Err(e) => {
                         errors.push(e);
                         continue;
                     }
                 };
-                if !self.changed((id.to_owned(), scope.map(str::to_owned)), value.to_string()) {
-                    continue;
-                }
                 let history = match scope {
                     Some(session_id) if entry.manifest.projection.history => {
                         match ext.session_histories(store, session_id) {
@@ -217,14 +219,14 @@ impl Projections {
     }
 
     /// Remembers `text` as `key`'s value; false when it was already.
-    fn changed(&mut self, key: (String, Option<String>), text: String) -> bool {
-        if self.published.get(&key) == Some(&text) {
+    fn changed(&mut self, key: &(String, Option<String>), text: String) -> bool {
+        if self.published.get(key) == Some(&text) {
             return false;
         }
         if self.published.len() >= PROJECTIONS_PUBLISHED_MAX {
             self.published.clear();
         }
-        self.published.insert(key, text);
+        self.published.insert(key.clone(), text);
         true
     }
 }
@@ -237,15 +239,15 @@ mod tests {
     fn an_unchanged_projection_is_not_published_again_and_the_memory_is_bounded() {
         let mut p = Projections::default();
         let key = |i: usize| (format!("e{i}"), None);
-        assert!(p.changed(key(0), "1".into()));
-        assert!(!p.changed(key(0), "1".into()), "the same value again");
-        assert!(p.changed(key(0), "2".into()), "a new value");
+        assert!(p.changed(&key(0), "1".into()));
+        assert!(!p.changed(&key(0), "1".into()), "the same value again");
+        assert!(p.changed(&key(0), "2".into()), "a new value");
         assert!(
-            p.changed(("e0".into(), Some("s".into())), "2".into()),
+            p.changed(&("e0".into(), Some("s".into())), "2".into()),
             "another scope"
         );
         for i in 1..PROJECTIONS_PUBLISHED_MAX + 10 {
-            p.changed(key(i), "x".into());
+            p.changed(&key(i), "x".into());
         }
         assert!(p.published.len() <= PROJECTIONS_PUBLISHED_MAX);
     }
