@@ -244,6 +244,20 @@ export class ShiitakeDO extends DurableObject {
   }
 
   /**
+   * Fleet RPC (`js/fleet.mjs`'s createFleetSessions / createFleetDelegation,
+   * or a peer's `agents.sessions.*`): one request `{grant, op, args,
+   * meta?}` on this Agent's Sessions, its grant checked at this call.
+   * Answers JSON `{value}` or `{error: {code, status, message}}`.
+   */
+  async fleetSessions(requestJson) {
+    const bad = badText(requestJson, "request");
+    if (bad !== undefined) return bad;
+    await this.#ready();
+    const self = typeof this.ctx?.id?.name === "string" ? this.ctx.id.name : "";
+    return this.#sync((core) => core.fleetSessions(self, requestJson));
+  }
+
+  /**
    * Host-only (no model operation reaches it): erases Agent `agentId` of
    * this fleet: its directory entry is removed (its id remembered as
    * erased) and its Durable Object's storage deleted (`fleetErase`). Call

@@ -412,8 +412,10 @@ fn the_module_offers_directory_operations_only_when_authorized() {
             .map(|o| o.guest_name.clone())
             .collect::<Vec<_>>()
     };
-    assert_eq!(names(Offer::default()), ["send", "recall", "wait", "read"]);
+    assert_eq!(names(Offer::default()), ["wait", "read"]);
     let dir = Offer {
+        mail: true,
+        sessions: false,
         directory: true,
         archive: false,
         models: false,
@@ -424,6 +426,8 @@ fn the_module_offers_directory_operations_only_when_authorized() {
         ["send", "recall", "wait", "read", "create", "list"]
     );
     let all = Offer {
+        mail: true,
+        sessions: false,
         directory: true,
         archive: true,
         models: true,

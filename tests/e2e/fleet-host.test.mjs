@@ -1,0 +1,210 @@
+// The fleet for hosts (issue 39 item 1, seed: "Agent fleet"): fleet grants
+// (Agent scope, actions, expiry, provenance) checked at each call; another
+// Agent's Sessions listed, created, read, deleted and sent to, by the host
+// API (js/fleet.mjs in the Worker, tests/e2e/fixtures/fleet-host-worker.mjs)
+// and by the model (`agents.sessions.*` through `execute`); delegation
+// (`start`, `delegate`, the host-only `readSettlement`); and agents.send /
+// agents.recall offered only when the host carries mail.
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { describe, test } from "node:test";
+import { execute, uniq, useWorker } from "./helpers.mjs";
+
+const T = { timeout: 90_000 };
+const FAR = Date.now() + 3_600_000;
+
+const grantFor = (agents, actions, extra = {}) => ({ agents, actions, expiresAt: FAR, provenance: { grantedBy: "ops-ada" }, ...extra });
+
+/** The model's `execute` run in a fresh Session of `a`: the tool message and its parsed value. */
+async function runCode(h, a, code) {
+  const tag = uniq("code");
+  const sid = await a.createSession(`s-${randomUUID().slice(0, 8)}`);
+  h.model.scriptFor(tag, execute(code), { text: `done ${tag}` });
+  const settled = await a.settle(sid, `p-${tag}`, `run it ${tag}`);
+  assert.equal(settled.terminal, "completed", JSON.stringify(settled));
+  const read = await a.read(sid, { limit: 200 });
+  const tool = read.messages.filter((m) => m.role === "tool").at(-1);
+  assert.ok(tool, JSON.stringify(read.messages));
+  let value;
+  try {
+    value = JSON.parse(tool.text);
+  } catch {
+    value = tool.text;
+  }
+  return { tool, value, requests: h.model.requests(tag) };
+}
+
+const call = (op, args) => `try { return { ok: await agents.${op}(${JSON.stringify(args)}) }; } catch (e) { return { err: String(e.message ?? e) }; }`;
+
+/** One host API call in the Worker: `{value}` or `{error}`. */
+async function host(h, op, grant, agentId, args) {
+  const res = await h.api("POST", `/host-fleet/${op}`, { grant, agentId, args });
+  assert.equal(res.status, 200, res.text);
+  return res.json;
+}
+
+async function storeGrant(h, agentId, grant) {
+  const res = await h.api("POST", `/direct/${agentId}/fixture/grant`, grant);
+  assert.equal(res.status, 200, res.text);
+}
+
+describe("fleet for hosts: Sessions and delegation through the host API", () => {
+  const h = useWorker({ fixture: "fleet-host-worker", model: "echo" });
+
+  test("list, create, read, delete and send under a grant; a replayed send is the same admission", T, async () => {
+    const b = h.agent(`plain-${randomUUID()}`);
+    const all = grantFor([b.id], ["sessions.list", "sessions.create", "sessions.read", "sessions.delete", "send"]);
+    const created = await host(h, "create", all, b.id, { sessionId: "work" });
+    assert.deepEqual(created, { value: { sessionId: "work" } });
+    const taken = await host(h, "create", all, b.id, { sessionId: "work" });
+    assert.equal(taken.error.code, "session_exists");
+    const tag = uniq("sent");
+    const sent = await host(h, "send", all, b.id, { sessionId: "work", message: { requestId: `r-${tag}`, text: `hello ${tag}` } });
+    assert.equal(sent.value.status, "accepted", JSON.stringify(sent));
+    assert.equal(sent.value.sessionId, "work");
+    assert.deepEqual(sent.value.provenance, { grantedBy: "ops-ada" }, "the grant's provenance is echoed");
+    const again = await host(h, "send", all, b.id, { sessionId: "work", message: { requestId: `r-${tag}`, text: `hello ${tag}` } });
+    assert.equal(again.value.commandId, sent.value.commandId, "the same requestId is the same admission");
+    // An omitted Session is created from the request identity: a retry finds it.
+    const omitted = await host(h, "send", all, b.id, { message: { requestId: `o-${tag}`, text: "new session" } });
+    assert.match(omitted.value.sessionId, /^s_/);
+    const retried = await host(h, "send", all, b.id, { message: { requestId: `o-${tag}`, text: "new session" } });
+    assert.deepEqual([retried.value.sessionId, retried.value.commandId], [omitted.value.sessionId, omitted.value.commandId]);
+    const listed = await host(h, "list", all, b.id, { limit: 1 });
+    assert.equal(listed.value.sessions.length, 1);
+    assert.equal(listed.value.sessions[0].sessionId, "work");
+    const next = await host(h, "list", all, b.id, { cursor: listed.value.cursor });
+    assert.deepEqual(next.value.sessions.map((s) => s.sessionId), [omitted.value.sessionId]);
+    await b.settle("work", `wait-${tag}`, "after");
+    const read = await host(h, "read", all, b.id, { sessionId: "work", limit: 200 });
+    assert.ok(read.value.messages.some((m) => m.text === `hello ${tag}`), JSON.stringify(read.value.messages));
+    const deleted = await host(h, "delete", all, b.id, { sessionId: omitted.value.sessionId });
+    assert.deepEqual(deleted.value, { sessionId: omitted.value.sessionId, deleted: true });
+    const gone = await host(h, "read", all, b.id, { sessionId: omitted.value.sessionId });
+    assert.equal(gone.error.code, "session_not_found");
+    assert.equal(gone.error.status, 404);
+  });
+
+  test("each call is checked against its grant: expiry, action, Agent scope, bounds", T, async () => {
+    const b = h.agent(`plain-${randomUUID()}`);
+    const expired = await host(h, "list", grantFor([b.id], ["sessions.list"], { expiresAt: Date.now() - 1 }), b.id, {});
+    assert.equal(expired.error.code, "grant_expired");
+    assert.equal(expired.error.status, 403);
+    const readOnly = grantFor([b.id], ["sessions.list"]);
+    const refused = await host(h, "delete", readOnly, b.id, { sessionId: "x" });
+    assert.equal(refused.error.code, "grant_refused");
+    assert.match(refused.error.message, /sessions\.delete/);
+    const elsewhere = await host(h, "list", grantFor(["someone-else"], ["sessions.list"]), b.id, {});
+    assert.equal(elsewhere.error.code, "grant_refused");
+    assert.match(elsewhere.error.message, new RegExp(`Agent \`${b.id}\``));
+    const malformed = await host(h, "list", { agents: "*", actions: ["fly"], expiresAt: FAR }, b.id, {});
+    assert.equal(malformed.error.code, "invalid_request");
+    assert.match(malformed.error.message, /unknown action `fly`/);
+    const big = await host(h, "list", grantFor("*", ["sessions.list"]), b.id, { limit: 201 });
+    assert.equal(big.error.code, "invalid_request");
+    assert.match(big.error.message, /limit/);
+    const every = await host(h, "list", grantFor("*", ["sessions.list"]), b.id, {});
+    assert.deepEqual(every.value.sessions, []);
+  });
+
+  test("start answers the receipt; delegate is pending until the exact command settles; readSettlement reads its rows", T, async () => {
+    const b = h.agent(`plain-${randomUUID()}`);
+    const grant = grantFor([b.id], ["start", "delegate"]);
+    const tag = uniq("held");
+    h.model.scriptFor(tag, { text: `child result ${tag}`, gate: tag });
+    const task = { sessionId: "jobs", requestId: `t-${tag}`, text: `task ${tag}` };
+    const started = await host(h, "start", grant, b.id, task);
+    assert.equal(started.value.status, "accepted", JSON.stringify(started));
+    const { commandId } = started.value;
+    await b.waitRunning("jobs", commandId);
+    const pending = await host(h, "delegate", grant, b.id, task);
+    assert.deepEqual(
+      { status: pending.value.status, commandId: pending.value.commandId, sessionId: pending.value.sessionId },
+      { status: "pending", commandId, sessionId: "jobs" },
+    );
+    const unsettled = await h.api("POST", `/host-settlement/${b.id}`, { sessionId: "jobs", commandId });
+    assert.equal(unsettled.json.value, undefined, "not settled: no settlement");
+    h.model.release(tag);
+    let settled;
+    for (let i = 0; i < 100; i += 1) {
+      settled = await host(h, "delegate", grant, b.id, task);
+      if (settled.value.status === "settled") break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal(settled.value.status, "settled", JSON.stringify(settled));
+    assert.equal(settled.value.commandId, commandId);
+    assert.equal(settled.value.terminal, "completed");
+    assert.equal(settled.value.text, `child result ${tag}`);
+    assert.equal(settled.value.toolCallCount, 0);
+    assert.ok("usage" in settled.value);
+    const rows = await h.api("POST", `/host-settlement/${b.id}`, { sessionId: "jobs", commandId });
+    assert.equal(rows.json.value.commandId, commandId);
+    assert.equal(rows.json.value.terminal, "completed");
+    assert.equal(rows.json.value.answer, `child result ${tag}`);
+    // A delegation without its action: refused, nothing admitted.
+    const startOnly = grantFor([b.id], ["start"]);
+    const refused = await host(h, "delegate", startOnly, b.id, { ...task, requestId: `t2-${tag}` });
+    assert.equal(refused.error.code, "grant_refused");
+  });
+});
+
+describe("fleet for models: agents.sessions.* under the host's grants", () => {
+  const h = useWorker({ fixture: "fleet-host-worker", model: "echo" });
+
+  test("the model lists, creates, reads and deletes another Agent's Sessions; each call checks the grant it reads then", T, async () => {
+    const a = h.agent(`granted-${randomUUID()}`);
+    const b = h.agent(`plain-${randomUUID()}`);
+    await storeGrant(h, a.id, grantFor([b.id], ["sessions.list", "sessions.create", "sessions.read", "sessions.delete", "read"]));
+    const created = await runCode(h, a, call("sessions_create", { agentId: b.id, sessionId: "from-model" }));
+    assert.deepEqual(created.value.ok, { sessionId: "from-model" }, created.tool.text);
+    await b.settle("from-model", "w1", "hello from b");
+    const listed = await runCode(h, a, call("sessions_list", { agentId: b.id, limit: 10 }));
+    assert.deepEqual(listed.value.ok.sessions.map((s) => s.sessionId), ["from-model"], listed.tool.text);
+    const read = await runCode(h, a, call("sessions_read", { agentId: b.id, sessionId: "from-model", limit: 10 }));
+    assert.ok(read.value.ok.messages.some((m) => m.text === "hello from b"), read.tool.text);
+    const outside = await runCode(h, a, call("sessions_list", { agentId: `plain-${randomUUID()}` }));
+    assert.match(outside.value.err, /agents\.sessions_list: grant_refused: .*does not reach Agent/);
+    const deleted = await runCode(h, a, call("sessions_delete", { agentId: b.id, sessionId: "from-model" }));
+    assert.deepEqual(deleted.value.ok, { sessionId: "from-model", deleted: true }, deleted.tool.text);
+    // The host narrows the grant: the next call finds it.
+    await storeGrant(h, a.id, grantFor([b.id], ["sessions.list"]));
+    const narrowed = await runCode(h, a, call("sessions_create", { agentId: b.id }));
+    assert.match(narrowed.value.err, /grant_refused: the fleet grant does not allow `sessions\.create`/);
+    const noRead = await runCode(h, a, call("read", { agentId: b.id, sessionId: "x" }));
+    assert.match(noRead.value.err, /agents\.read: grant_refused/);
+    // Expired: refused by the call that finds it expired.
+    await storeGrant(h, a.id, grantFor([b.id], ["sessions.list"], { expiresAt: Date.now() + 1500 }));
+    const before = await runCode(h, a, call("sessions_list", { agentId: b.id }));
+    assert.ok(before.value.ok, before.tool.text);
+    await new Promise((r) => setTimeout(r, 1600));
+    const after = await runCode(h, a, call("sessions_list", { agentId: b.id }));
+    assert.match(after.value.err, /agents\.sessions_list: grant_expired: the fleet grant expired at/);
+  });
+
+  test("without a grant from the host: every fleet call is refused naming why", T, async () => {
+    const a = h.agent(`granted-${randomUUID()}`);
+    const out = await runCode(h, a, call("sessions_list", { agentId: "plain-x" }));
+    assert.match(out.value.err, /grant_refused: fleet\(\)\.grant gives Session `[^`]+` no fleet grant/);
+  });
+
+  test("agents.send and agents.recall are offered only when the host carries mail; sessions.* only with grants", T, async () => {
+    const search = "return (await forage.search('agents send recall wait read sessions list')).map((f) => f.path).sort();";
+    const opened = h.agent(`opened-${randomUUID()}`);
+    const b = h.agent(`plain-${randomUUID()}`);
+    await storeGrant(h, opened.id, grantFor("*", ["read", "sessions.list"]));
+    const found = await runCode(h, opened, search);
+    assert.ok(!found.value.includes("agents.send") && !found.value.includes("agents.recall"), found.tool.text);
+    assert.ok(found.value.includes("agents.sessions_list"), found.tool.text);
+    assert.doesNotMatch(JSON.stringify(found.requests[0].body.tools), /agents\.send/);
+    const send = await runCode(h, opened, "try { await agents.send({agentId: 'x', requestId: 'r', text: 't'}); return 'sent'; } catch (e) { return 'refused: ' + e.message; }");
+    assert.match(send.tool.text, /refused/);
+    // Its other operations reach peers through its open adapter.
+    await b.createSession("peer");
+    const listed = await runCode(h, opened, call("sessions_list", { agentId: b.id }));
+    assert.deepEqual(listed.value.ok.sessions.map((s) => s.sessionId), ["peer"], listed.tool.text);
+    const plain = h.agent(`plain-${randomUUID()}`);
+    const full = await runCode(h, plain, search);
+    assert.ok(full.value.includes("agents.send") && full.value.includes("agents.recall"), full.tool.text);
+    assert.ok(!full.value.some((p) => p.startsWith("agents.sessions")), full.tool.text);
+  });
+});
