@@ -723,6 +723,49 @@ export class ShiitakeDO extends DurableObject {
 }
 
 /**
+ * The Agent directory inside a host's own Durable Object and its
+ * transaction (seed: `createAgentDirectory(sql)`): the same rules as the
+ * reserved `shiitake.directory` object (src/fleet/directory.rs), run over
+ * `sql` (`this.ctx.storage.sql`; the directory's tables join the versioned
+ * schema there). Call its methods inside `this.ctx.storage.transactionSync`:
+ * each answers `{value, facts}` — the directory's answer and the lifecycle
+ * facts the mutation made (`created`, `registered`, `archived`,
+ * `unarchived`, `erased`; none for a replay, a repeat or a read) — so the
+ * host's projection commits with the directory change; a throw rolls back
+ * both. Refusals throw an Error with `code` and `status`.
+ */
+export function createAgentDirectory(sql) {
+  if (typeof sql?.exec !== "function") throw new TypeError("createAgentDirectory(sql): sql must be a Durable Object's ctx.storage.sql");
+  // Writes run inside the caller's transaction, which commits or rolls back
+  // all of them with the host's own.
+  const storage = { sql, transactionSync: (work) => work() };
+  const run = (request) => {
+    const json = JSON.stringify(request);
+    const bad = badText(json, "request");
+    if (bad !== undefined) throw answerError(bad);
+    // A fresh directory a call: its table cache never outlives a
+    // transaction the caller rolls back.
+    const directory = new wasm.ShiitakeDirectory({ storage });
+    try {
+      const answer = guardSync(() => directory.callWithFacts(json));
+      const parsed = JSON.parse(answer);
+      if (parsed.error !== undefined) throw answerError(answer);
+      return parsed;
+    } finally {
+      directory.free();
+    }
+  };
+  return {
+    create: ({ creator, requestId, name, model, reasoning }) => run({ op: "create", creator, requestId, name, model, reasoning }),
+    register: (agentId) => run({ op: "register", agentId }),
+    lookup: (agentId) => run({ op: "lookup", agentId }),
+    list: ({ archived, cursor, limit } = {}) => run({ op: "list", archived, cursor, limit }),
+    setArchived: ({ caller, agentId, archived }) => run({ op: "setArchived", caller, agentId, archived }),
+    erase: (agentId) => run({ op: "erase", agentId }),
+  };
+}
+
+/**
  * Delivers a Session's grants straight into a Shiitake Durable Object's
  * storage, without starting its runtime: for host code that runs in the
  * object while Shiitake is cold. `state` is the DurableObjectState (`this.ctx`).

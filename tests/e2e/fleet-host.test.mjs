@@ -208,3 +208,41 @@ describe("fleet for models: agents.sessions.* under the host's grants", () => {
     assert.ok(!full.value.some((p) => p.startsWith("agents.sessions")), full.tool.text);
   });
 });
+
+describe("fleet for hosts: the Agent directory in the host's own object and transaction", () => {
+  const h = useWorker({ fixture: "fleet-host-worker", model: "echo" });
+  const directory = async (hostId, calls, fail = false) => {
+    const res = await h.api("POST", `/direct/${hostId}/fixture/directory`, { calls, fail });
+    assert.equal(res.status, 200, res.text);
+    return res.json;
+  };
+
+  test("createAgentDirectory(sql): mutations answer lifecycle facts the host commits with them; a rollback undoes both", T, async () => {
+    const hostId = `plain-${randomUUID()}`;
+    const create = { method: "create", arg: { creator: "host", requestId: "r1", name: "Helper" } };
+    const first = await directory(hostId, [create]);
+    const created = first.answers[0];
+    assert.equal(created.value.name, "Helper", JSON.stringify(first));
+    assert.deepEqual(created.facts.map((f) => [f.kind, f.agentId]), [["created", created.value.agentId]]);
+    const replay = await directory(hostId, [create]);
+    assert.equal(replay.answers[0].value.agentId, created.value.agentId, "a retried create answers the same Agent");
+    assert.deepEqual(replay.answers[0].facts, []);
+    // The host's own write fails: the directory change is rolled back with it.
+    const second = { method: "create", arg: { creator: "host", requestId: "r2" } };
+    const failed = await directory(hostId, [second, { method: "register", arg: "bob" }], true);
+    assert.equal(failed.error.message, "the host's own write failed");
+    const listed = await directory(hostId, [{ method: "list", arg: {} }]);
+    assert.deepEqual(listed.answers[0].value.agents.map((a) => a.agentId), [created.value.agentId]);
+    assert.deepEqual(listed.answers[0].facts, []);
+    const again = await directory(hostId, [second, { method: "setArchived", arg: { caller: "host", agentId: created.value.agentId, archived: true } }, { method: "erase", arg: "nobody" }]);
+    assert.deepEqual(again.answers.map((a) => a.facts.map((f) => f.kind)), [["created"], ["archived"], []]);
+    const projection = await h.api("GET", `/direct/${hostId}/fixture/projection`);
+    assert.deepEqual(projection.json.map((p) => p.kind), ["created", "created", "archived"], "committed with the directory's changes, nothing of the rolled-back one");
+    // Refusals name the problem.
+    const refused = await directory(hostId, [{ method: "create", arg: { creator: "host", requestId: "r3", name: "x".repeat(129) } }]);
+    assert.equal(refused.error.status, 400, JSON.stringify(refused));
+    assert.match(refused.error.message, /name/);
+    const reserved = await directory(hostId, [{ method: "register", arg: "shiitake.directory" }]);
+    assert.equal(reserved.error.code, "directory:reserved");
+  });
+});
