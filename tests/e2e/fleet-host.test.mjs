@@ -202,6 +202,12 @@ describe("fleet for models: agents.sessions.* under the host's grants", () => {
     await b.createSession("peer");
     const listed = await runCode(h, opened, call("sessions_list", { agentId: b.id }));
     assert.deepEqual(listed.value.ok.sessions.map((s) => s.sessionId), ["peer"], listed.tool.text);
+    // The host's own deliver carries the mail instead of the namespace.
+    const delivering = h.agent(`delivering-${randomUUID()}`);
+    const mailed = await runCode(h, delivering, call("send", { agentId: b.id, sessionId: "peer", requestId: "m1", text: "via deliver" }));
+    assert.equal(mailed.value.ok?.status, "accepted", mailed.tool.text);
+    const delivered = await h.api("GET", `/direct/${delivering.id}/fixture/delivered`);
+    assert.ok(delivered.json.delivered >= 1, delivered.text);
     const plain = h.agent(`plain-${randomUUID()}`);
     const full = await runCode(h, plain, search);
     assert.ok(full.value.includes("agents.send") && full.value.includes("agents.recall"), full.tool.text);
