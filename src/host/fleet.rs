@@ -589,10 +589,25 @@ impl ShiitakeCore {
     /// status, message}}`. Needs no `fleet()`: the grant is the authority.
     #[wasm_bindgen(js_name = fleetSessions)]
     pub fn fleet_sessions(&self, self_id: &str, request: &str) -> String {
-        use crate::fleet::sessions::{Outcome, Serve, Step};
         let _scope = blame::enter(self.inner.scope(None));
-        let inner = &self.inner;
-        if let Err(e) = fleet::available().and_then(|()| inner.ready()) {
+        self.inner.fleet_sessions(self_id, request)
+    }
+}
+
+impl Inner {
+    /// A lean build refuses naming the feature, and carries none of it.
+    #[cfg(not(feature = "fleet"))]
+    fn fleet_sessions(&self, _: &str, _: &str) -> String {
+        match fleet::available() {
+            Err(e) => error_answer(&e),
+            Ok(()) => unreachable!("a lean build has no fleet"),
+        }
+    }
+
+    #[cfg(feature = "fleet")]
+    fn fleet_sessions(&self, self_id: &str, request: &str) -> String {
+        use crate::fleet::sessions::{Outcome, Serve, Step};
+        if let Err(e) = self.ready() {
             return error_answer(&e);
         }
         let (mut serve, mut step) = Serve::start(self_id, bindings::now_ms(), request);
@@ -604,9 +619,9 @@ impl ShiitakeCore {
                     return refusal(&e.code, status, &e.message);
                 }
                 Step::Route(req) => {
-                    let mut response = inner.serve(&req);
-                    inner.apply(std::mem::take(&mut response.effects));
-                    inner.publish_projections();
+                    let mut response = self.serve(&req);
+                    self.apply(std::mem::take(&mut response.effects));
+                    self.publish_projections();
                     Outcome::Routed {
                         status: response.status,
                         body: response.body,
@@ -616,7 +631,7 @@ impl ShiitakeCore {
                     session_id,
                     command_id,
                 } => Outcome::Settled(
-                    inner.with_ctx(|ctx| fleet::settlement(ctx, &session_id, &command_id)),
+                    self.with_ctx(|ctx| fleet::settlement(ctx, &session_id, &command_id)),
                 ),
             };
             step = serve.step(outcome);
