@@ -368,9 +368,8 @@ impl Serve {
                 self.route("GET", "/sessions".to_owned(), query.join("&"), None, None)
             }
             Op::Create { session_id } => {
-                let body = json!({ "sessionId": session_id });
                 let body = match session_id {
-                    Some(_) => body,
+                    Some(id) => json!({ "sessionId": id }),
                     None => json!({}),
                 };
                 self.route(
