@@ -334,7 +334,8 @@ export interface ShiitakeFleet {
   namespace?: DurableObjectNamespace;
   /**
    * The host's open adapter: Agent `agentId`'s stub (its fleet RPC
-   * methods), instead of the namespace's. Without `namespace` and
+   * methods; answered synchronously), instead of the namespace's; asked
+   * for every object the fleet reaches, `shiitake.directory` included. Without `namespace` and
    * `deliver` this Agent carries no mail: `agents.send` and
    * `agents.recall` are absent from its tools, and it takes no
    * delegations (`receiveMail` refuses, `fleet_disabled`).
