@@ -320,7 +320,7 @@ pub struct Serve {
 }
 
 /// A refusal as the target answers it.
-pub fn refused(e: &ApiError) -> PeerError {
+fn refused(e: &ApiError) -> PeerError {
     PeerError {
         code: e.code().to_owned(),
         status: Some(e.status()),
