@@ -15,10 +15,11 @@
 //! - `sessions.read` `{sessionId, cursor?, limit?}`: `GET /sessions/:id`;
 //! - `sessions.delete` `{sessionId}`: `DELETE /sessions/:id`;
 //! - `send`, `start`, `delegate` `{sessionId?, requestId, text, delivery?}`:
-//!   the Session is created when absent (an omitted one is named after the
-//!   request identity, [`omitted_session`], so a retry finds it), then the
-//!   prompt is admitted under `requestId` (`POST /sessions/:id/commands`:
-//!   a retry answers the same receipt). `send` and `start` answer the
+//!   the prompt is admitted under `requestId` (`POST /sessions/:id/commands`:
+//!   a retry answers the same receipt); a Session found absent is created
+//!   (`POST /sessions`; an omitted one is named after the request identity,
+//!   [`omitted_session`], so a retry finds it) and the prompt admitted again,
+//!   so refused input creates nothing. `send` and `start` answer the
 //!   receipt; `delegate` then reads the command's exact settlement: pending
 //!   until it settles, then its terminal, final text, usage and tool-call
 //!   count ([`WaitAnswer`]). Closing a client cancels nothing.
@@ -295,15 +296,18 @@ enum Stage {
     Answer {
         then: Option<Value>,
     },
-    /// Creating the Session of a send (taken: fine).
+    /// Creating the absent Session of a send (taken meanwhile: fine).
     Creating {
         verb: Verb,
         message: Message,
         session_id: String,
     },
+    /// Admitting a send; `created`: its Session was just created.
     Admitting {
         verb: Verb,
+        message: Message,
         session_id: String,
+        created: bool,
     },
     Settling {
         session_id: String,
@@ -415,16 +419,27 @@ impl Serve {
                     .session_id
                     .clone()
                     .unwrap_or_else(|| omitted_session(self_id, &message.request_id));
-                let body = json!({ "sessionId": session_id });
-                let step = self.request("POST", "/sessions".to_owned(), String::new(), Some(body));
-                self.stage = Stage::Creating {
-                    verb,
-                    message,
-                    session_id,
-                };
-                step
+                self.admit(verb, message, session_id, false)
             }
         })
+    }
+
+    /// Admits a send's prompt (first, so refused input creates nothing; a
+    /// Session found absent is created, then the prompt admitted again).
+    fn admit(&mut self, verb: Verb, message: Message, session_id: String, created: bool) -> Step {
+        let body = json!({
+            "type": "prompt", "requestId": message.request_id, "text": message.text,
+            "delivery": message.delivery,
+        });
+        let path = format!("/sessions/{session_id}/commands");
+        let step = self.request("POST", path, String::new(), Some(body));
+        self.stage = Stage::Admitting {
+            verb,
+            message,
+            session_id,
+            created,
+        };
+        step
     }
 
     fn request(&self, method: &str, path: String, query: String, body: Option<Value>) -> Step {
@@ -478,17 +493,35 @@ impl Serve {
                     Err(e) if e.code == ApiError::SessionExists(String::new()).code() => {}
                     Err(e) => return Err(e),
                 }
-                let body = json!({
-                    "type": "prompt", "requestId": message.request_id, "text": message.text,
-                    "delivery": message.delivery,
-                });
-                let path = format!("/sessions/{session_id}/commands");
-                let step = self.request("POST", path, String::new(), Some(body));
-                self.stage = Stage::Admitting { verb, session_id };
-                step
+                self.admit(verb, message, session_id, true)
             }
-            (Stage::Admitting { verb, session_id }, Outcome::Routed { status, body }) => {
-                let mut receipt = answered(status, body)?;
+            (
+                Stage::Admitting {
+                    verb,
+                    message,
+                    session_id,
+                    created,
+                },
+                Outcome::Routed { status, body },
+            ) => {
+                let mut receipt = match answered(status, body) {
+                    Ok(receipt) => receipt,
+                    Err(e)
+                        if !created
+                            && e.code == ApiError::SessionNotFound(String::new()).code() =>
+                    {
+                        let body = json!({ "sessionId": session_id });
+                        let step =
+                            self.request("POST", "/sessions".to_owned(), String::new(), Some(body));
+                        self.stage = Stage::Creating {
+                            verb,
+                            message,
+                            session_id,
+                        };
+                        return Ok(step);
+                    }
+                    Err(e) => return Err(e),
+                };
                 let command_id = receipt
                     .get("commandId")
                     .and_then(Value::as_str)
@@ -652,23 +685,43 @@ mod tests {
     }
 
     #[test]
-    fn a_send_creates_its_session_then_admits_and_a_delegation_reads_the_settlement() {
+    fn a_send_creates_its_absent_session_then_admits_and_a_delegation_reads_the_settlement() {
         let task = json!({"requestId": "r1", "text": "go"});
         let (mut serve, s) =
             start(json!({"grant": grant(&["delegate"], FAR), "op": "delegate", "args": task}));
-        let created = route(&s);
         let omitted = omitted_session("b", "r1");
+        assert_eq!(route(&s).path, format!("/sessions/{omitted}/commands"));
+        // Absent: created (taken meanwhile is fine), then admitted again.
+        let s = serve.step(Outcome::Routed {
+            status: 404,
+            body: Some(ApiError::SessionNotFound(omitted.clone()).body()),
+        });
         assert_eq!(
-            created.body,
+            route(&s).body,
             json!({"sessionId": omitted}).to_string().into_bytes()
         );
-        // Already there (a retry): admitted all the same.
         let s = serve.step(Outcome::Routed {
             status: 409,
             body: Some(ApiError::SessionExists(omitted.clone()).body()),
         });
         let admit = route(&s);
         assert_eq!(admit.path, format!("/sessions/{omitted}/commands"));
+        // Absent again after creating it: refused, no loop.
+        let (mut again, _) =
+            start(json!({"grant": grant(&["send"], FAR), "op": "send", "args": task}));
+        again.step(Outcome::Routed {
+            status: 404,
+            body: Some(ApiError::SessionNotFound(omitted.clone()).body()),
+        });
+        again.step(Outcome::Routed {
+            status: 201,
+            body: Some(json!({"sessionId": omitted}).to_string()),
+        });
+        let e = refusal(again.step(Outcome::Routed {
+            status: 404,
+            body: Some(ApiError::SessionNotFound(omitted.clone()).body()),
+        }));
+        assert_eq!(e.code, "session_not_found");
         let s = serve.step(Outcome::Routed {
             status: 202,
             body: Some(r#"{"status":"accepted","commandId":"cmd_1"}"#.into()),

@@ -59,11 +59,11 @@ describe("fleet for hosts: Sessions and delegation through the host API", () => 
     const taken = await host(h, "create", all, b.id, { sessionId: "work" });
     assert.equal(taken.error.code, "session_exists");
     const tag = uniq("sent");
-    const sent = await host(h, "send", all, b.id, { sessionId: "work", message: { requestId: `r-${tag}`, text: `hello ${tag}` } });
+    const sent = await host(h, "send", all, b.id, { sessionId: "work", message: { requestId: `r-${tag}`, text: `hello ${tag}`, meta: { via: "host-api" } } });
     assert.equal(sent.value.status, "accepted", JSON.stringify(sent));
     assert.equal(sent.value.sessionId, "work");
     assert.deepEqual(sent.value.provenance, { grantedBy: "ops-ada" }, "the grant's provenance is echoed");
-    const again = await host(h, "send", all, b.id, { sessionId: "work", message: { requestId: `r-${tag}`, text: `hello ${tag}` } });
+    const again = await host(h, "send", all, b.id, { sessionId: "work", message: { requestId: `r-${tag}`, text: `hello ${tag}`, meta: { via: "host-api" } } });
     assert.equal(again.value.commandId, sent.value.commandId, "the same requestId is the same admission");
     // An omitted Session is created from the request identity: a retry finds it.
     const omitted = await host(h, "send", all, b.id, { message: { requestId: `o-${tag}`, text: "new session" } });
@@ -77,7 +77,9 @@ describe("fleet for hosts: Sessions and delegation through the host API", () => 
     assert.deepEqual(next.value.sessions.map((s) => s.sessionId), [omitted.value.sessionId]);
     await b.settle("work", `wait-${tag}`, "after");
     const read = await host(h, "read", all, b.id, { sessionId: "work", limit: 200 });
-    assert.ok(read.value.messages.some((m) => m.text === `hello ${tag}`), JSON.stringify(read.value.messages));
+    const hello = read.value.messages.find((m) => m.text === `hello ${tag}`);
+    assert.ok(hello, JSON.stringify(read.value.messages));
+    assert.deepEqual(hello.meta, { via: "host-api" }, "the host's metadata is applied to the admission");
     const deleted = await host(h, "delete", all, b.id, { sessionId: omitted.value.sessionId });
     assert.deepEqual(deleted.value, { sessionId: omitted.value.sessionId, deleted: true });
     const gone = await host(h, "read", all, b.id, { sessionId: omitted.value.sessionId });
@@ -100,6 +102,8 @@ describe("fleet for hosts: Sessions and delegation through the host API", () => 
     const malformed = await host(h, "list", { agents: "*", actions: ["fly"], expiresAt: FAR }, b.id, {});
     assert.equal(malformed.error.code, "invalid_request");
     assert.match(malformed.error.message, /unknown action `fly`/);
+    const badMeta = await host(h, "send", grantFor("*", ["send"]), b.id, { message: { requestId: "m", text: "t", meta: "x".repeat(5000) } });
+    assert.equal(badMeta.error.code, "invalid_meta", JSON.stringify(badMeta));
     const big = await host(h, "list", grantFor("*", ["sessions.list"]), b.id, { limit: 201 });
     assert.equal(big.error.code, "invalid_request");
     assert.match(big.error.message, /limit/);
