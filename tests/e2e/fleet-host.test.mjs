@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { describe, test } from "node:test";
+import { checkFleet } from "../../js/do/config.mjs";
 import { execute, uniq, useWorker } from "./helpers.mjs";
 
 const T = { timeout: 90_000 };
@@ -47,6 +48,16 @@ async function storeGrant(h, agentId, grant) {
   const res = await h.api("POST", `/direct/${agentId}/fixture/grant`, grant);
   assert.equal(res.status, 200, res.text);
 }
+
+test("fleet() takes open, deliver and grant as functions; namespace or open is required", () => {
+  const namespace = { get() {}, idFromName() {} };
+  assert.equal(checkFleet({ open: () => ({}) }), undefined);
+  assert.equal(checkFleet({ open: () => ({}), deliver: async () => "{}", grant: () => undefined }), undefined);
+  assert.equal(checkFleet({ namespace, grant: {} }), "fleet().grant must be a function");
+  assert.equal(checkFleet({ namespace, open: "x" }), "fleet().open must be a function");
+  assert.equal(checkFleet({ namespace, deliver: 1 }), "fleet().deliver must be a function");
+  assert.match(checkFleet({ grant: () => undefined }), /fleet\(\)\.namespace is required .* or fleet\(\)\.open\(agentId\)/);
+});
 
 describe("fleet for hosts: Sessions and delegation through the host API", () => {
   const h = useWorker({ fixture: "fleet-host-worker", model: "echo" });
