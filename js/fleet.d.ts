@@ -1,7 +1,7 @@
 // The fleet for hosts (`shiitake/fleet`, js/fleet.mjs): another Agent's
 // Sessions and delegated work under a fleet grant, checked by the target at
 // each call. See docs/fleet.md.
-import type { Delivery, SessionList, SessionRead, Terminal, TokenUsage } from "./client.js";
+import type { CommandSettlement, Delivery, SessionList, SessionRead, Terminal, TokenUsage } from "./client.js";
 
 /** An action a fleet grant may allow: the model's `agents` operations and the host API's. */
 export type FleetAction =
@@ -118,7 +118,22 @@ export interface FleetDelegationHost {
   start(grant: FleetGrant, task: FleetTask): Promise<FleetReceipt>;
   /** Admits the task once (action `delegate`), then reads its settlement; poll with the same task. Closing a client never cancels work. */
   delegate(grant: FleetGrant, task: FleetTask): Promise<FleetDelegation>;
+  /**
+   * Host-only (no grant): command `commandId`'s exact settlement read from
+   * its work rows (the final text uncut, independent of transcript
+   * pagination and branch selection), `undefined` while it is not settled
+   * (the Agent's `ShiitakeDO#readSettlement`).
+   */
+  readSettlement(agentId: string, sessionId: string, commandId: string): Promise<CommandSettlement | undefined>;
 }
 
-/** Delegated work for hosts. The exact work rows: `ShiitakeDO#readSettlement(sessionId, commandId)`. */
-export declare function createFleetDelegation(options: { open: FleetOpen }): FleetDelegationHost;
+/** The Agent's stub as delegation reaches it: its fleet RPC and its host-only `readSettlement`. */
+export interface FleetDelegationAgent extends FleetAgent {
+  readSettlement(sessionId: string, commandId: string): Promise<CommandSettlement | undefined>;
+}
+
+/** `open(agentId)` for delegation: a Durable Object stub of a ShiitakeDO is one. */
+export type FleetDelegationOpen = (agentId: string) => FleetDelegationAgent | Promise<FleetDelegationAgent>;
+
+/** Delegated work for hosts. */
+export declare function createFleetDelegation(options: { open: FleetDelegationOpen }): FleetDelegationHost;

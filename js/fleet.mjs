@@ -62,6 +62,7 @@ export function createFleetSessions(open) {
  * exact command settles, then its terminal, final text, usage and tool-call
  * count. Poll `delegate` with the same task (same requestId): a retry is
  * the same admission. Closing a client never cancels work.
+ * `readSettlement(agentId, sessionId, commandId)` reads the exact work rows.
  */
 export function createFleetDelegation({ open } = {}) {
   if (typeof open !== "function") throw new TypeError("createFleetDelegation({open}): open(agentId) must be a function");
@@ -74,6 +75,14 @@ export function createFleetDelegation({ open } = {}) {
     delegate(grant, t) {
       const [agentId, args, meta] = task("delegate", t);
       return call(open, grant, agentId, "delegate", args, meta);
+    },
+    // Host-only (no grant): the exact work rows of one command, the final
+    // text uncut, independent of transcript pages and branches; undefined
+    // while it is not settled (the Agent's own `readSettlement`).
+    async readSettlement(agentId, sessionId, commandId) {
+      const agent = await open(agentId);
+      if (typeof agent?.readSettlement !== "function") throw new TypeError(`open(${JSON.stringify(agentId)}) must answer the Agent's stub (with readSettlement)`);
+      return agent.readSettlement(sessionId, commandId);
     },
   };
 }

@@ -22,8 +22,8 @@ const OPTIONS = {
 };
 
 const HEADER = `
-import { createFleetSessions, createFleetDelegation, FleetError, type FleetGrant, type FleetOpen } from "shiitake/fleet";
-declare const open: FleetOpen;
+import { createFleetSessions, createFleetDelegation, FleetError, type FleetGrant, type FleetDelegationOpen } from "shiitake/fleet";
+declare const open: FleetDelegationOpen;
 `;
 
 const GOOD = `
@@ -41,12 +41,14 @@ async function host() {
   const delegation = createFleetDelegation({ open });
   const started = await delegation.start(every, { agentId: "b", requestId: "r2", text: "go" });
   const answer = await delegation.delegate(grant, { agentId: "b", requestId: "r2", text: "go" });
+  const rows = await delegation.readSettlement("b", answer.sessionId, answer.commandId);
+  const uncut: string | null | undefined = rows?.answer;
   if (answer.status === "settled") {
     const n: number = answer.toolCallCount;
     const t: "completed" | "failed" | "cancelled" | "interrupted" = answer.terminal;
   }
   try { await sessions.list(grant, "c"); } catch (e) { if (e instanceof FleetError) { const code: string = e.code; } }
-  return [first, read, removed, cmd, started];
+  return [first, read, removed, cmd, started, uncut];
 }
 `;
 
@@ -55,6 +57,7 @@ const BAD = {
   "a grant without its expiry": `const g: FleetGrant = { agents: "*", actions: ["send"] };`,
   "a send without a requestId": `declare const g: FleetGrant; createFleetSessions(open).send(g, "b", "s", { text: "x" });`,
   "a delegation without its Agent": `declare const g: FleetGrant; createFleetDelegation({ open }).delegate(g, { requestId: "r", text: "x" });`,
+  "a delegation opened without readSettlement": `declare const o: (id: string) => { fleetSessions(r: string): Promise<string> }; createFleetDelegation({ open: o });`,
 };
 
 function diagnostics(source) {
