@@ -159,6 +159,16 @@ export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
    * fleet).
    */
   receiveMail(mailJson: string): Promise<string>;
+  /**
+   * Fleet RPC (`shiitake/fleet`'s createFleetSessions / createFleetDelegation,
+   * or a peer's `agents.sessions.*`): one request `{grant, op, args, meta?}`
+   * on this Agent's Sessions (`op`: `sessions.list`, `sessions.create`,
+   * `sessions.read`, `sessions.delete`, `send`, `start`, `delegate`), its
+   * grant checked against this Agent's id and clock at this call, served as
+   * the HTTP route that does the same. JSON text `{value}` or `{error: {code,
+   * status, message}}`. Needs no `fleet()`: the grant is the authority.
+   */
+  fleetSessions(requestJson: string): Promise<string>;
   /** Fleet RPC: one Session's bounded read (`queryJson`: `{limit?, cursor?}`), as JSON text `{value}` or `{error}`. */
   fleetRead(sessionId: string, queryJson: string): Promise<string>;
   /** Fleet RPC: one command's settlement as `agents.wait` answers it, waiting up to `timeoutMs` (0 to 30000). */
@@ -310,13 +320,44 @@ export interface FleetMail {
 /**
  * The fleet (`ShiitakeDO#fleet()`): the Agents of one Durable Object
  * namespace reaching each other. With it the model gets the `agents`
- * module through `execute` (`send`, `recall`, `wait`, `read`; grant key
- * `agents`), and peers may call the fleet RPC methods. Each Agent is
+ * module through `execute` (`wait`, `read`, and `send`, `recall` when the
+ * host carries mail; grant key `agents`; fleet grants from `grant`), and
+ * peers may call the fleet RPC methods. Each Agent is
  * `namespace.idFromName(agentId)`; its own id is `ctx.id.name`.
  */
 export interface ShiitakeFleet {
-  /** This Worker's own Durable Object namespace binding (e.g. `this.env.SHIITAKE`). */
-  namespace: DurableObjectNamespace;
+  /**
+   * This Worker's own Durable Object namespace binding (e.g.
+   * `this.env.SHIITAKE`): each peer's stub, and the carrier of mail (its
+   * `receiveMail`). Required unless `open` is given.
+   */
+  namespace?: DurableObjectNamespace;
+  /**
+   * The host's open adapter: Agent `agentId`'s stub (its fleet RPC
+   * methods; answered synchronously), instead of the namespace's; asked
+   * for every object the fleet reaches, `shiitake.directory` included. Without `namespace` and
+   * `deliver` this Agent carries no mail: `agents.send` and
+   * `agents.recall` are absent from its tools, and it takes no
+   * delegations (`receiveMail` refuses, `fleet_disabled`).
+   */
+  open?(agentId: string): unknown;
+  /**
+   * Carries one mail (JSON text) to Agent `agentId`'s `receiveMail` at the
+   * host's own transport edge, answering that JSON text; instead of the
+   * namespace's stub. With it (or `namespace`) the model gets
+   * `agents.send` and `agents.recall`.
+   */
+  deliver?(agentId: string, mailJson: string, options: { signal: AbortSignal }): Promise<string>;
+  /**
+   * The model's fleet grant in Session `sessionId` (see `FleetGrant` in
+   * `shiitake/fleet`), read synchronously at each `agents.*` call, which
+   * is checked against it (Agent scope, action, expiry); `undefined`: none,
+   * every call refused. With it the model also gets `agents.sessions.list`,
+   * `.create`, `.read` and `.delete` (guest `agents.sessions_list`, ...),
+   * the target checking the grant again. Without it the fleet's operations
+   * are not grant-checked (today's behaviour) and `sessions.*` are absent.
+   */
+  grant?(sessionId: string): import("./fleet.js").FleetGrant | undefined;
   /**
    * Decides one received mail within 5 s: `{ meta }` admits it with that
    * host metadata (never the sender's), `{ refuse: reason }` refuses it for
@@ -423,6 +464,58 @@ export interface GrantDelivery {
   version: number;
   grants: Record<string, GrantLevel>;
 }
+
+/** One change an Agent directory mutation made (`createAgentDirectory`). */
+export interface DirectoryFact {
+  kind: "created" | "registered" | "archived" | "unarchived" | "erased";
+  agentId: string;
+  /** The transition's clock, ms since the epoch. */
+  at: number;
+  /** The entry after the change (none once erased). */
+  entry?: DirectoryEntry;
+}
+
+/** One Agent of the directory. */
+export interface DirectoryEntry {
+  agentId: string;
+  name?: string;
+  creator?: string;
+  createdBy?: string;
+  model?: string;
+  reasoning?: string;
+  archived: boolean;
+  createdAt: number;
+  updatedAt: number;
+}
+
+/** A directory answer and the lifecycle facts it made (none for a replay, a repeat or a read). */
+export interface DirectoryAnswer<T> {
+  value: T;
+  facts: DirectoryFact[];
+}
+
+/**
+ * The Agent directory inside a host's own Durable Object and its
+ * transaction (seed: `createAgentDirectory(sql)`): the rules of the
+ * reserved `shiitake.directory` object over `sql` (`this.ctx.storage.sql`;
+ * the directory's tables join the versioned schema there). Call it inside
+ * `this.ctx.storage.transactionSync(() => ...)` and commit the host's
+ * projection of `facts` in the same transaction; a throw rolls back both.
+ * Refusals throw an Error with `code` (`create:conflict`,
+ * `directory:erased`, `invalid_request`, ...) and `status`.
+ */
+export function createAgentDirectory(sql: SqlStorage): {
+  /** Reserves the Agent id derived from (creator, requestId): a retry answers the same entry, other input `create:conflict`. */
+  create(input: { creator: string; requestId: string; name?: string; model?: string; reasoning?: string }): DirectoryAnswer<DirectoryEntry>;
+  register(agentId: string): DirectoryAnswer<DirectoryEntry>;
+  lookup(agentId: string): DirectoryAnswer<{ entry?: DirectoryEntry; erased: boolean }>;
+  /** At most 200 a page (default 50). */
+  list(options?: { archived?: boolean; cursor?: string; limit?: number }): DirectoryAnswer<{ agents: DirectoryEntry[]; cursor?: string }>;
+  /** The directory's archive flag (its creator only); the target's own flag is `fleetMember`'s. */
+  setArchived(input: { caller: string; agentId: string; archived: boolean }): DirectoryAnswer<DirectoryEntry>;
+  /** Removes the entry and remembers the id as erased (never reserved again). */
+  erase(agentId: string): DirectoryAnswer<{ erased: boolean }>;
+};
 
 /** Delivers grants into the object's storage while the Shiitake runtime is cold. */
 export function deliverSessionGrantsToStorage(

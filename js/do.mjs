@@ -244,6 +244,20 @@ export class ShiitakeDO extends DurableObject {
   }
 
   /**
+   * Fleet RPC (`js/fleet.mjs`'s createFleetSessions / createFleetDelegation,
+   * or a peer's `agents.sessions.*`): one request `{grant, op, args,
+   * meta?}` on this Agent's Sessions, its grant checked at this call.
+   * Answers JSON `{value}` or `{error: {code, status, message}}`.
+   */
+  async fleetSessions(requestJson) {
+    const bad = badText(requestJson, "request");
+    if (bad !== undefined) return bad;
+    await this.#ready();
+    const self = typeof this.ctx?.id?.name === "string" ? this.ctx.id.name : "";
+    return this.#sync((core) => core.fleetSessions(self, requestJson));
+  }
+
+  /**
    * Host-only (no model operation reaches it): erases Agent `agentId` of
    * this fleet: its directory entry is removed (its id remembered as
    * erased) and its Durable Object's storage deleted (`fleetErase`). Call
@@ -706,6 +720,49 @@ export class ShiitakeDO extends DurableObject {
       fail(error);
     }
   }
+}
+
+/**
+ * The Agent directory inside a host's own Durable Object and its
+ * transaction (seed: `createAgentDirectory(sql)`): the same rules as the
+ * reserved `shiitake.directory` object (src/fleet/directory.rs), run over
+ * `sql` (`this.ctx.storage.sql`; the directory's tables join the versioned
+ * schema there). Call its methods inside `this.ctx.storage.transactionSync`:
+ * each answers `{value, facts}` — the directory's answer and the lifecycle
+ * facts the mutation made (`created`, `registered`, `archived`,
+ * `unarchived`, `erased`; none for a replay, a repeat or a read) — so the
+ * host's projection commits with the directory change; a throw rolls back
+ * both. Refusals throw an Error with `code` and `status`.
+ */
+export function createAgentDirectory(sql) {
+  if (typeof sql?.exec !== "function") throw new TypeError("createAgentDirectory(sql): sql must be a Durable Object's ctx.storage.sql");
+  // Writes run inside the caller's transaction, which commits or rolls back
+  // all of them with the host's own.
+  const storage = { sql, transactionSync: (work) => work() };
+  const run = (request) => {
+    const json = JSON.stringify(request);
+    const bad = badText(json, "request");
+    if (bad !== undefined) throw answerError(bad);
+    // A fresh directory a call: its table cache never outlives a
+    // transaction the caller rolls back.
+    const directory = new wasm.ShiitakeDirectory({ storage });
+    try {
+      const answer = guardSync(() => directory.callWithFacts(json));
+      const parsed = JSON.parse(answer);
+      if (parsed.error !== undefined) throw answerError(answer);
+      return parsed;
+    } finally {
+      directory.free();
+    }
+  };
+  return {
+    create: ({ creator, requestId, name, model, reasoning }) => run({ op: "create", creator, requestId, name, model, reasoning }),
+    register: (agentId) => run({ op: "register", agentId }),
+    lookup: (agentId) => run({ op: "lookup", agentId }),
+    list: ({ archived, cursor, limit } = {}) => run({ op: "list", archived, cursor, limit }),
+    setArchived: ({ caller, agentId, archived }) => run({ op: "setArchived", caller, agentId, archived }),
+    erase: (agentId) => run({ op: "erase", agentId }),
+  };
 }
 
 /**

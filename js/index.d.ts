@@ -1,5 +1,6 @@
 export {
   ShiitakeDO,
+  createAgentDirectory,
   deliverSessionGrantsToStorage,
   readWatch,
   type ShiitakeOwner,
@@ -12,6 +13,9 @@ export {
   type BudgetInput,
   type GrantDelivery,
   type GrantLevel,
+  type DirectoryAnswer,
+  type DirectoryEntry,
+  type DirectoryFact,
   type ShiitakeTools,
   type ShiitakeTelemetry,
   type ToolModule,

@@ -1,4 +1,4 @@
-export { ShiitakeDO, deliverSessionGrantsToStorage, readWatch } from "./do.mjs";
+export { ShiitakeDO, createAgentDirectory, deliverSessionGrantsToStorage, readWatch } from "./do.mjs";
 export { ShiitakeSandbox } from "./execute.mjs";
 export { ShiitakeError } from "./client.mjs";
 export { shiitakeApp } from "./app.mjs";

@@ -78,6 +78,11 @@ api_errors! {
     /// 403: an identity-bound request may not cancel another principal's work.
     NotOwner(String) => 403, "not_owner",
         "command `{0}` belongs to another principal; only its author (or an unbound owner) may cancel it";
+    /// 403: a fleet grant (`crate::fleet::grant`) does not allow the call:
+    /// its action or its Agent is outside the grant.
+    GrantRefused(String) => 403, "grant_refused", "{0}";
+    /// 403: the fleet grant expired before this call.
+    GrantExpired(String) => 403, "grant_expired", "{0}";
     /// 404: no extension of this id runs in the Agent's roster.
     ExtensionNotFound(String) => 404, "extension_not_found",
         "extension `{0}` is not in this agent's roster";

@@ -542,6 +542,12 @@ pub const FLEET_CALL_TIMEOUT_MS: u64 = 10_000;
 /// Bytes of one answer or mail crossing between two Agents (a Session read
 /// page is at most `READ_PAGE_BYTES_MAX` of messages, plus its frame).
 pub const FLEET_BODY_BYTES_MAX: usize = 2_097_152;
+/// Agent ids one fleet grant names (its scope; `"*"` names every Agent).
+pub const FLEET_GRANT_AGENTS_MAX: usize = 256;
+/// Bytes of a fleet grant's provenance (opaque host data, as JSON text).
+pub const FLEET_GRANT_PROVENANCE_BYTES_MAX: usize = 4_096;
+/// Bytes of one fleet grant as JSON text.
+pub const FLEET_GRANT_BYTES_MAX: usize = 65_536;
 
 // The Agent directory (`src/fleet/directory.rs`, seed: "Agent fleet").
 /// Agents one directory holds (created and self-registered together).

@@ -371,6 +371,7 @@ fn requests_round_trip_as_json_with_closed_inputs() {
         &sql,
         7,
         r#"{"op": "create", "creator": "alice", "requestId": "r", "name": "N"}"#,
+        false,
     ))
     .unwrap();
     let entry: Entry = serde_json::from_value(answer["value"].clone()).unwrap();
@@ -379,6 +380,7 @@ fn requests_round_trip_as_json_with_closed_inputs() {
         &sql,
         7,
         r#"{"op": "list", "archived": false, "extra": 1}"#,
+        false,
     ))
     .unwrap();
     assert_eq!(refused["error"]["code"], "invalid_request", "{refused}");
@@ -386,6 +388,7 @@ fn requests_round_trip_as_json_with_closed_inputs() {
         &sql,
         7,
         r#"{"op": "lookup", "agentId": "a", "agentId": "b"}"#,
+        false,
     ))
     .unwrap();
     assert_eq!(dup["error"]["code"], "invalid_request", "{dup}");
@@ -397,6 +400,7 @@ fn requests_round_trip_as_json_with_closed_inputs() {
             ..input("alice", "r")
         }))
         .unwrap(),
+        false,
     ))
     .unwrap();
     assert_eq!(conflict["error"]["code"], "create:conflict");
@@ -412,8 +416,10 @@ fn the_module_offers_directory_operations_only_when_authorized() {
             .map(|o| o.guest_name.clone())
             .collect::<Vec<_>>()
     };
-    assert_eq!(names(Offer::default()), ["send", "recall", "wait", "read"]);
+    assert_eq!(names(Offer::default()), ["wait", "read"]);
     let dir = Offer {
+        mail: true,
+        sessions: false,
         directory: true,
         archive: false,
         models: false,
@@ -424,6 +430,8 @@ fn the_module_offers_directory_operations_only_when_authorized() {
         ["send", "recall", "wait", "read", "create", "list"]
     );
     let all = Offer {
+        mail: true,
+        sessions: false,
         directory: true,
         archive: true,
         models: true,
@@ -718,4 +726,56 @@ fn registration_is_remembered_by_the_agent() {
     member::mark_registered(&a.sql, 5).unwrap();
     assert!(member::registered(&a.sql).unwrap());
     assert!(!member::archived(&a.sql).unwrap());
+}
+
+/// `createAgentDirectory(sql)`'s answers: the lifecycle facts a mutation
+/// made, none for a replay, a repeat or a read, so a host's projection
+/// commits exactly the changes.
+#[test]
+fn mutations_answer_the_lifecycle_facts_they_made() {
+    let sql = NativeSql::open_in_memory();
+    schema::open(&sql).unwrap();
+    let run = |request: &str| -> Value {
+        serde_json::from_str(&directory::handle_json(&sql, 9, request, true)).unwrap()
+    };
+    let kinds = |answer: &Value| -> Vec<String> {
+        answer["facts"]
+            .as_array()
+            .unwrap_or_else(|| panic!("facts: {answer}"))
+            .iter()
+            .map(|f| f["kind"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let create = r#"{"op": "create", "creator": "alice", "requestId": "r1", "name": "Helper"}"#;
+    let created = run(create);
+    assert_eq!(kinds(&created), ["created"]);
+    let id = created["value"]["agentId"].as_str().unwrap().to_owned();
+    assert_eq!(created["facts"][0]["agentId"], id.as_str());
+    assert_eq!(created["facts"][0]["at"], 9);
+    assert_eq!(created["facts"][0]["entry"]["name"], "Helper");
+    assert!(
+        kinds(&run(create)).is_empty(),
+        "a replayed create makes no fact"
+    );
+    assert_eq!(
+        kinds(&run(r#"{"op": "register", "agentId": "bob"}"#)),
+        ["registered"]
+    );
+    assert!(kinds(&run(r#"{"op": "register", "agentId": "bob"}"#)).is_empty());
+    let archive = format!(
+        r#"{{"op": "setArchived", "caller": "alice", "agentId": "{id}", "archived": true}}"#
+    );
+    assert_eq!(kinds(&run(&archive)), ["archived"]);
+    let refused = run(&archive);
+    assert_eq!(refused["error"]["code"], "archive:archived", "{refused}");
+    assert!(refused.get("facts").is_none());
+    assert!(kinds(&run(r#"{"op": "list"}"#)).is_empty());
+    let erase = r#"{"op": "erase", "agentId": "bob"}"#;
+    let erased = run(erase);
+    assert_eq!(kinds(&erased), ["erased"]);
+    assert!(erased["facts"][0].get("entry").is_none());
+    assert!(
+        kinds(&run(erase)).is_empty(),
+        "erasing twice makes no second fact"
+    );
 }

@@ -26,7 +26,7 @@ export function checkHostJobs(config) {
   return undefined;
 }
 
-const FLEET_KEYS = { namespace: "namespace", acceptMail: "function", cancellationText: "function", directory: "boolean", archive: "boolean", workingDirectory: "function", models: "boolean", direct: "boolean" };
+const FLEET_KEYS = { namespace: "namespace", open: "function", deliver: "function", grant: "function", acceptMail: "function", cancellationText: "function", directory: "boolean", archive: "boolean", workingDirectory: "function", models: "boolean", direct: "boolean" };
 
 // Why `config` (what fleet() returned) cannot be used, or undefined.
 export function checkFleet(config) {
@@ -41,7 +41,9 @@ export function checkFleet(config) {
       return `fleet().${key} must be a Durable Object namespace binding (with get and idFromName), e.g. this.env.SHIITAKE`;
     }
   }
-  if (config.namespace === undefined) return "fleet().namespace is required (this Worker's Durable Object namespace, e.g. this.env.SHIITAKE)";
+  if (config.namespace === undefined && config.open === undefined) {
+    return "fleet().namespace is required (this Worker's Durable Object namespace, e.g. this.env.SHIITAKE), or fleet().open(agentId) answering each Agent's stub";
+  }
   if (config.archive === true && config.directory !== true) return "fleet().archive needs fleet().directory: true (archiving is a directory change)";
   return undefined;
 }

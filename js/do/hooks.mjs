@@ -257,7 +257,7 @@ export function fleetHost(object) {
   if (config === undefined || config === null) return undefined;
   const refused = checkFleet(config);
   if (refused !== undefined) return { spec: () => JSON.stringify({ error: refused }) };
-  const { namespace, acceptMail, cancellationText, directory, archive, workingDirectory, models, direct } = config;
+  const { namespace, open, deliver, grant, acceptMail, cancellationText, directory, archive, workingDirectory, models, direct } = config;
   // workerd names an object addressed by idFromName (`ctx.id.name`).
   const self = typeof object.ctx?.id?.name === "string" && object.ctx.id.name !== "" ? object.ctx.id.name : undefined;
   const spec = JSON.stringify({
@@ -268,8 +268,12 @@ export function fleetHost(object) {
     workingDirectory: typeof workingDirectory === "function",
     models: models === true,
     direct: direct === true,
+    // agents.send and agents.recall need the callback that carries mail.
+    mail: typeof deliver === "function" || namespace !== undefined,
+    grant: typeof grant === "function",
   });
-  const stub = (agentId) => namespace.get(namespace.idFromName(agentId));
+  // The host's open adapter, else the namespace's stub of that name.
+  const stub = typeof open === "function" ? (agentId) => open.call(object, agentId) : (agentId) => namespace.get(namespace.idFromName(agentId));
   // One call into a peer: its JSON answer, bounded; rejects when the peer
   // is unreachable, the signal aborts, or the answer is malformed.
   const call = async (signal, invoke) => {
@@ -284,7 +288,17 @@ export function fleetHost(object) {
   return {
     spec: () => spec,
     acceptMail: typeof acceptMail === "function" ? (mail, options) => acceptMail.call(object, mail, options) : undefined,
-    send: (agentId, mail, signal) => call(signal, () => stub(agentId).receiveMail(mail)),
+    send: (agentId, mail, signal) => call(signal, () => (typeof deliver === "function" ? deliver.call(object, agentId, mail, { signal }) : stub(agentId).receiveMail(mail))),
+    sessions: (agentId, request, signal) => call(signal, () => stub(agentId).fleetSessions(request)),
+    grant(sessionId) {
+      try {
+        const value = grant.call(object, sessionId);
+        if (value instanceof Promise) return JSON.stringify({ error: "must answer synchronously (a grant object or undefined), not a promise" });
+        return JSON.stringify({ value: value ?? null });
+      } catch (error) {
+        return JSON.stringify({ error: `threw: ${String(error?.message ?? error)}` });
+      }
+    },
     read: (agentId, sessionId, query, signal) => call(signal, () => stub(agentId).fleetRead(sessionId, query)),
     settlement: (agentId, sessionId, commandId, timeoutMs, signal) => call(signal, () => stub(agentId).fleetSettlement(sessionId, commandId, timeoutMs)),
     recall: (agentId, sessionId, key, signal) => call(signal, () => stub(agentId).fleetRecall(sessionId, key)),

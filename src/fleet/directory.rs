@@ -702,18 +702,105 @@ pub fn handle(sql: &dyn Sql, now_ms: i64, request: &Request) -> Result<Value, Re
     }
 }
 
+/// One change of an Agent's lifecycle a mutation made (seed:
+/// `createAgentDirectory(sql)` "returns lifecycle facts so host projections
+/// commit with the directory change"). A replayed create, a repeated
+/// register or an erase of an absent entry makes none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fact {
+    /// `created`, `registered`, `archived`, `unarchived` or `erased`.
+    pub kind: &'static str,
+    pub agent_id: String,
+    /// When (ms since the epoch): the transition's clock.
+    pub at: i64,
+    /// The entry after the change (none once erased).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<Entry>,
+}
+
+/// Runs one request like [`handle`], also answering the lifecycle facts it
+/// made. What existed before is read in the same transaction as the change
+/// (the caller's).
+pub fn handle_with_facts(
+    sql: &dyn Sql,
+    now_ms: i64,
+    request: &Request,
+) -> Result<(Value, Vec<Fact>), Refusal> {
+    let fact = |kind, entry: Entry| Fact {
+        kind,
+        agent_id: entry.agent_id.clone(),
+        at: now_ms,
+        entry: Some(entry),
+    };
+    let existed = |agent_id: &str| -> Result<bool, Refusal> {
+        agent_id_ok(agent_id)?;
+        Ok(entry(sql, agent_id)?.is_some())
+    };
+    Ok(match request {
+        Request::Create(input) => {
+            validate_create(input)?;
+            let before = existed(&reserved_id(&input.creator, &input.request_id))?;
+            let e = create(sql, now_ms, input)?;
+            let facts = if before {
+                vec![]
+            } else {
+                vec![fact("created", e.clone())]
+            };
+            (value(&e), facts)
+        }
+        Request::Register { agent_id } => {
+            let before = existed(agent_id)?;
+            let e = register(sql, now_ms, agent_id)?;
+            let facts = if before {
+                vec![]
+            } else {
+                vec![fact("registered", e.clone())]
+            };
+            (value(&e), facts)
+        }
+        Request::SetArchived {
+            caller,
+            agent_id,
+            archived,
+        } => {
+            let e = set_archived(sql, now_ms, caller, agent_id, *archived)?;
+            let kind = if *archived { "archived" } else { "unarchived" };
+            (value(&e), vec![fact(kind, e)])
+        }
+        Request::Erase { agent_id } => {
+            let erased = erase(sql, now_ms, agent_id)?;
+            let facts = match erased {
+                true => vec![Fact {
+                    kind: "erased",
+                    agent_id: agent_id.clone(),
+                    at: now_ms,
+                    entry: None,
+                }],
+                false => vec![],
+            };
+            (json!({ "erased": erased }), facts)
+        }
+        read => (handle(sql, now_ms, read)?, vec![]),
+    })
+}
+
 /// A request as JSON text in, the peer answer `{value}` or `{error: {code,
-/// status, message}}` out (what the directory's object answers its RPC).
-pub fn handle_json(sql: &dyn Sql, now_ms: i64, request: &str) -> String {
+/// status, message}}` out (what the directory's object answers its RPC);
+/// with `facts`, `{value, facts}` ([`handle_with_facts`]: a host's own
+/// object running the directory in its transaction).
+pub fn handle_json(sql: &dyn Sql, now_ms: i64, request: &str, facts: bool) -> String {
     let parsed = crate::json::strict(request.as_bytes())
         .map_err(|e| e.to_string())
         .and_then(crate::json::decode::<Request>);
     let answer = match parsed {
         Err(e) => Err(Refusal::invalid(format!("directory request: {e}"))),
-        Ok(request) => handle(sql, now_ms, &request),
+        Ok(request) if facts => handle_with_facts(sql, now_ms, &request)
+            .map(|(value, facts)| json!({ "value": value, "facts": facts })),
+        Ok(request) => handle(sql, now_ms, &request).map(|value| json!({ "value": value })),
     };
     match answer {
-        Ok(value) => json!({ "value": value }).to_string(),
+        Ok(answer) => answer.to_string(),
         Err(r) => json!({ "error": { "code": r.code, "status": r.status, "message": r.message } })
             .to_string(),
     }

@@ -17,7 +17,9 @@
 //! key is refused before anything runs.
 
 pub mod directory;
+pub mod grant;
 pub mod member;
+pub mod sessions;
 pub mod steps;
 
 use crate::agent;
@@ -26,8 +28,9 @@ use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::limits::{
     AGENT_ID_BYTES_MAX, AGENT_NAME_CHARS_MAX, DIRECTORY_PAGE_DEFAULT, DIRECTORY_PAGE_MAX,
-    FLEET_WAIT_TEXT_CHARS_MAX, FLEET_WAIT_TIMEOUT_MS_MAX, MODEL_ADDRESS_BYTES_MAX,
-    READ_PAGE_MESSAGES_MAX, REQUEST_ID_BYTES_MAX, SESSION_ID_BYTES_MAX, TEXT_BYTES_MAX,
+    FLEET_WAIT_TEXT_CHARS_MAX, FLEET_WAIT_TIMEOUT_MS_MAX, LIST_PAGE_SESSIONS_MAX,
+    MODEL_ADDRESS_BYTES_MAX, PAGE_LIMIT_DEFAULT, READ_PAGE_MESSAGES_MAX, REQUEST_ID_BYTES_MAX,
+    SESSION_ID_BYTES_MAX, TEXT_BYTES_MAX,
 };
 use crate::model::preference::Choice;
 use crate::model::{Reasoning, Usage};
@@ -57,10 +60,18 @@ pub fn available() -> Result<(), ApiError> {
     }
 }
 
-/// Which operations beyond `send`, `recall`, `wait` and `read` the host
-/// authorizes (`fleet().directory`, `fleet().archive`, `fleet().models`).
+/// Which operations beyond `wait` and `read` the host authorizes
+/// (`fleet().directory`, `fleet().archive`, `fleet().models`) or owns the
+/// callbacks of (mail for `send` and `recall`, grants for `sessions.*`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Offer {
+    /// `send` and `recall`: the host carries mail (`fleet().namespace`'s
+    /// `receiveMail`, or its own `fleet().deliver`).
+    pub mail: bool,
+    /// `sessions.list`, `sessions.create`, `sessions.read` and
+    /// `sessions.delete`: the host supplies the model's fleet grants
+    /// (`fleet().grant`), which every such call needs.
+    pub sessions: bool,
     /// `create` and `list`.
     pub directory: bool,
     /// `archive` and `unarchive`, and `list`'s `archived: true`.
@@ -72,7 +83,7 @@ pub struct Offer {
     pub direct: bool,
 }
 
-/// The `agents` module: four operations over closed input schemas, and
+/// The `agents` module: `wait` and `read` over closed input schemas, and
 /// those `offer` adds.
 pub fn module(offer: Offer) -> Module {
     let agent_id = json!({ "type": "string", "minLength": 1, "maxLength": AGENT_ID_BYTES_MAX,
@@ -84,35 +95,6 @@ pub fn module(offer: Offer) -> Module {
     let spec = json!({
         "id": MODULE_ID,
         "operations": [
-            {
-                "name": "send",
-                "description": "Delegates work to another Agent: admits `text` as a prompt in its Session (created if absent; leave sessionId out for a new Session named after this send, answered as sessionId). A followUp send answers {status: \"accepted\", sessionId, commandId} once the target admitted it, or {status: \"pending\", sessionId} while delivery continues; the target's result arrives later in this Session as a <fungi_agent_reply> line. The same requestId answers the same send again.",
-                "inputSchema": {
-                    "type": "object",
-                    "properties": {
-                        "agentId": agent_id, "sessionId": session_id, "requestId": request_id,
-                        "text": { "type": "string", "minLength": 1, "description": "The prompt for the target." },
-                        "delivery": { "type": "string", "enum": ["followUp", "steer"],
-                            "description": "followUp (default): queue behind the target's running work; steer: join it." }
-                    },
-                    "required": ["agentId", "requestId", "text"],
-                    "additionalProperties": false
-                },
-                "access": "write",
-                "replaySafe": true
-            },
-            {
-                "name": "recall",
-                "description": "Recalls a send by its requestId: pending work is cancelled ({status: \"accepted\", commandId}); running or settled work is not aborted ({status: \"too_late\", commandId}); when nothing was admitted the target refuses it from now on ({status: \"unknown\"}).",
-                "inputSchema": {
-                    "type": "object",
-                    "properties": { "agentId": agent_id, "sessionId": session_id, "requestId": request_id },
-                    "required": ["agentId", "sessionId", "requestId"],
-                    "additionalProperties": false
-                },
-                "access": "write",
-                "replaySafe": true
-            },
             {
                 "name": "wait",
                 "description": "Waits up to timeoutMs (1 to 30000) for one command of another Agent to settle: {status: \"pending\"}, or {status: \"settled\", terminal, text?, truncated?, diagnostic?, usage, toolCallCount}. A completed command returns its final text (at most 16,384 characters); failed, cancelled and interrupted commands return none, a failed one its diagnostic.",
@@ -149,6 +131,12 @@ pub fn module(offer: Offer) -> Module {
     });
     let mut spec = spec;
     let ops = spec["operations"].as_array_mut().expect("operations");
+    if offer.mail {
+        ops.splice(0..0, mail_operations(&agent_id, &session_id, &request_id));
+    }
+    if offer.sessions {
+        ops.extend(sessions_operations(&agent_id, &session_id));
+    }
     if offer.directory {
         ops.extend(directory_operations(offer.archive));
     }
@@ -165,6 +153,76 @@ pub fn module(offer: Offer) -> Module {
     } else {
         module
     }
+}
+
+fn mail_operations(agent_id: &Value, session_id: &Value, request_id: &Value) -> Vec<Value> {
+    let ops = json!([
+            {
+                "name": "send",
+                "description": "Delegates work to another Agent: admits `text` as a prompt in its Session (created if absent; leave sessionId out for a new Session named after this send, answered as sessionId). A followUp send answers {status: \"accepted\", sessionId, commandId} once the target admitted it, or {status: \"pending\", sessionId} while delivery continues; the target's result arrives later in this Session as a <fungi_agent_reply> line. The same requestId answers the same send again.",
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {
+                        "agentId": agent_id, "sessionId": session_id, "requestId": request_id,
+                        "text": { "type": "string", "minLength": 1, "description": "The prompt for the target." },
+                        "delivery": { "type": "string", "enum": ["followUp", "steer"],
+                            "description": "followUp (default): queue behind the target's running work; steer: join it." }
+                    },
+                    "required": ["agentId", "requestId", "text"],
+                    "additionalProperties": false
+                },
+                "access": "write",
+                "replaySafe": true
+            },
+            {
+                "name": "recall",
+                "description": "Recalls a send by its requestId: pending work is cancelled ({status: \"accepted\", commandId}); running or settled work is not aborted ({status: \"too_late\", commandId}); when nothing was admitted the target refuses it from now on ({status: \"unknown\"}).",
+                "inputSchema": {
+                    "type": "object",
+                    "properties": { "agentId": agent_id, "sessionId": session_id, "requestId": request_id },
+                    "required": ["agentId", "sessionId", "requestId"],
+                    "additionalProperties": false
+                },
+                "access": "write",
+                "replaySafe": true
+            }
+    ]);
+    match ops {
+        Value::Array(ops) => ops,
+        _ => unreachable!("an array"),
+    }
+}
+
+/// `sessions.*`: another Agent's Sessions under the host's fleet grant
+/// (guest `agents.sessions_list`, ...), each answered by the target
+/// ([`sessions`]) as its HTTP route answers.
+fn sessions_operations(agent_id: &Value, session_id: &Value) -> Vec<Value> {
+    let cursor = json!({ "type": "string", "minLength": 1, "maxLength": 20 });
+    let limit = json!({ "type": "integer", "minimum": 1, "maximum": LIST_PAGE_SESSIONS_MAX });
+    let op = |name: &str, description: String, properties: Value, required: Value, access: &str| {
+        json!({
+            "name": name,
+            "description": description,
+            "inputSchema": { "type": "object", "properties": properties, "required": required, "additionalProperties": false },
+            "access": access,
+            "replaySafe": true
+        })
+    };
+    vec![
+        op("sessions.list",
+            format!("Lists another Agent's Sessions, oldest first: {{sessions: [{{sessionId, createdAt}}], cursor}}. Pass the page's cursor back for the next page; limit 1 to {LIST_PAGE_SESSIONS_MAX} (default {PAGE_LIMIT_DEFAULT})."),
+            json!({ "agentId": agent_id, "cursor": cursor, "limit": limit }), json!(["agentId"]), "read"),
+        op("sessions.create",
+            "Creates a Session in another Agent: {sessionId} (a new id unless you name one; a taken one is refused with session_exists).".to_owned(),
+            json!({ "agentId": agent_id, "sessionId": session_id }), json!(["agentId"]), "write"),
+        op("sessions.read",
+            format!("Reads one page of another Agent's Session (newest messages first up to `limit`, at most {READ_PAGE_MESSAGES_MAX}; pass the page's `cursor` back to read older ones)."),
+            json!({ "agentId": agent_id, "sessionId": session_id, "cursor": cursor, "limit": { "type": "integer", "minimum": 1, "maximum": READ_PAGE_MESSAGES_MAX } }),
+            json!(["agentId", "sessionId"]), "read"),
+        op("sessions.delete",
+            "Deletes a Session of another Agent and all it holds: {sessionId, deleted: true}. A Session other Sessions were forked from is refused (session_has_forks).".to_owned(),
+            json!({ "agentId": agent_id, "sessionId": session_id }), json!(["agentId", "sessionId"]), "write"),
+    ]
 }
 
 fn model_operations(agent_id: &Value) -> Vec<Value> {
@@ -316,6 +374,46 @@ pub enum Call {
     },
     /// This host's offered models.
     Models,
+    /// `sessions.*` at the target Agent ([`sessions`]).
+    Sessions {
+        agent_id: String,
+        op: sessions::Op,
+    },
+}
+
+impl Call {
+    /// The fleet grant action this call needs ([`grant::ACTIONS`]).
+    pub fn action(&self) -> &'static str {
+        match self {
+            Call::Send { .. } => "send",
+            Call::Recall { .. } => "recall",
+            Call::Wait { .. } => "wait",
+            Call::Read { .. } => "read",
+            Call::Create(_) => "create",
+            Call::List { .. } => "list",
+            Call::Archive { archived: true, .. } => "archive",
+            Call::Archive {
+                archived: false, ..
+            } => "unarchive",
+            Call::SetModel { .. } => "setModel",
+            Call::Models => "models",
+            Call::Sessions { op, .. } => op.action(),
+        }
+    }
+
+    /// The Agent the call reaches, if one.
+    pub fn target(&self) -> Option<&str> {
+        match self {
+            Call::Send { agent_id, .. }
+            | Call::Recall { agent_id, .. }
+            | Call::Wait { agent_id, .. }
+            | Call::Read { agent_id, .. }
+            | Call::Archive { agent_id, .. }
+            | Call::SetModel { agent_id, .. }
+            | Call::Sessions { agent_id, .. } => Some(agent_id),
+            Call::Create(_) | Call::List { .. } | Call::Models => None,
+        }
+    }
 }
 
 /// `agents.create`'s input (the creator is the calling Agent).
@@ -494,7 +592,7 @@ fn decode_args(operation: &str, args: &Value, offer: Offer) -> Result<Call, ArgE
         Ok(agent::validate_session_id(session_id)?)
     };
     match operation {
-        "send" => {
+        "send" if offer.mail => {
             let a: SendArgs = parse(args)?;
             checked(&a.agent_id, a.session_id.as_deref().unwrap_or("omitted"))?;
             validate_request_id(&a.request_id)?;
@@ -509,7 +607,7 @@ fn decode_args(operation: &str, args: &Value, offer: Offer) -> Result<Call, ArgE
                 delivery: a.delivery,
             })
         }
-        "recall" => {
+        "recall" if offer.mail => {
             let a: RecallArgs = parse(args)?;
             checked(&a.agent_id, &a.session_id)?;
             validate_request_id(&a.request_id)?;
@@ -611,6 +709,16 @@ fn decode_args(operation: &str, args: &Value, offer: Offer) -> Result<Call, ArgE
         "models" if offer.models => {
             let _: ModelsArgs = parse(args)?;
             Ok(Call::Models)
+        }
+        op if op.starts_with("sessions.") && offer.sessions => {
+            let mut args = args.clone();
+            let agent_id = match args.as_object_mut().and_then(|o| o.remove("agentId")) {
+                Some(Value::String(id)) => id,
+                _ => return Err(ArgError::Shape("missing field `agentId`".to_owned())),
+            };
+            validate_agent_id(&agent_id)?;
+            let op = sessions::Op::decode(op, &args)?;
+            Ok(Call::Sessions { agent_id, op })
         }
         _ => Err(ArgError::NoSuchOperation),
     }
@@ -818,7 +926,7 @@ mod tests {
 
     #[test]
     fn the_module_is_closed_and_named() {
-        let m = module(Offer::default());
+        let m = module(MAIL);
         assert_eq!(m.id, "agents");
         let names: Vec<_> = m.operations.iter().map(|o| o.guest_name.as_str()).collect();
         assert_eq!(names, ["send", "recall", "wait", "read"]);
@@ -828,21 +936,77 @@ mod tests {
     }
 
     const MODELS: Offer = Offer {
+        mail: true,
+        sessions: false,
         directory: false,
         archive: false,
         models: true,
         direct: false,
     };
 
+    const MAIL: Offer = Offer {
+        mail: true,
+        sessions: false,
+        directory: false,
+        archive: false,
+        models: false,
+        direct: false,
+    };
+
+    #[test]
+    fn send_and_recall_need_mail_and_sessions_need_grants() {
+        let names = |m: Module| -> Vec<String> {
+            m.operations.iter().map(|o| o.guest_name.clone()).collect()
+        };
+        // No mail callback: send and recall are absent, and refused.
+        assert_eq!(names(module(Offer::default())), ["wait", "read"]);
+        let send = json!({"agentId": "a", "requestId": "r", "text": "t"});
+        let e = decode("send", &send, Offer::default()).unwrap_err();
+        assert_eq!(e.why, ArgError::NoSuchOperation);
+        let recall = json!({"agentId": "a", "sessionId": "s", "requestId": "r"});
+        assert!(decode("recall", &recall, Offer::default()).is_err());
+        assert!(decode("send", &send, MAIL).is_ok());
+        // With the host's grants: the sessions operations.
+        let granted = Offer {
+            sessions: true,
+            ..Offer::default()
+        };
+        assert_eq!(
+            names(module(granted)),
+            [
+                "wait",
+                "read",
+                "sessions_list",
+                "sessions_create",
+                "sessions_read",
+                "sessions_delete"
+            ]
+        );
+        let list = json!({"agentId": "b", "limit": 3});
+        assert!(decode("sessions.list", &list, Offer::default()).is_err());
+        let call = decode("sessions.list", &list, granted).unwrap();
+        assert_eq!((call.action(), call.target()), ("sessions.list", Some("b")));
+        let e = decode("sessions.delete", &json!({"agentId": "b"}), granted)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sessionId"), "{e}");
+        let e = decode("sessions.read", &json!({"sessionId": "s"}), granted)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("agentId"), "{e}");
+        let m = module(granted);
+        let op = m.operation("sessions_read").unwrap();
+        assert!(op
+            .check_arguments(&json!({"agentId": "b", "sessionId": "s", "extra": 1}))
+            .is_err());
+    }
+
     #[test]
     fn model_operations_are_offered_only_when_authorized() {
         let names = |m: Module| -> Vec<String> {
             m.operations.iter().map(|o| o.guest_name.clone()).collect()
         };
-        assert_eq!(
-            names(module(Offer::default())),
-            ["send", "recall", "wait", "read"]
-        );
+        assert_eq!(names(module(MAIL)), ["send", "recall", "wait", "read"]);
         assert_eq!(
             names(module(MODELS)),
             ["send", "recall", "wait", "read", "set_model", "models"]
@@ -925,41 +1089,36 @@ mod tests {
     fn decode_bounds_request_ids_in_bytes() {
         let long = "é".repeat(129); // 258 bytes, 129 characters
         let args = json!({"agentId": "a", "sessionId": "s", "requestId": long, "text": "t"});
-        let e = decode("send", &args, Offer::default())
-            .unwrap_err()
-            .to_string();
+        let e = decode("send", &args, MAIL).unwrap_err().to_string();
         assert!(e.contains("requestId"), "{e}");
         let ok =
             json!({"agentId": "a", "sessionId": "s", "requestId": "é".repeat(128), "text": "t"});
-        assert!(decode("send", &ok, Offer::default()).is_ok());
+        assert!(decode("send", &ok, MAIL).is_ok());
         let empty = json!({"agentId": "a", "sessionId": "s", "requestId": ""});
-        assert!(decode("recall", &empty, Offer::default()).is_err());
+        assert!(decode("recall", &empty, MAIL).is_err());
     }
 
     #[test]
     fn decode_refuses_foreign_keys_and_bad_bounds() {
         let sneaky = json!({"agentId": "a", "sessionId": "s", "requestId": "r", "text": "t", "fromSessionId": "x"});
-        assert!(decode("send", &sneaky, Offer::default())
+        assert!(decode("send", &sneaky, MAIL)
             .unwrap_err()
             .to_string()
             .contains("fromSessionId"));
         for t in [0, 30_001] {
             let w = json!({"agentId": "a", "sessionId": "s", "commandId": "c", "timeoutMs": t});
-            assert!(decode("wait", &w, Offer::default())
+            assert!(decode("wait", &w, MAIL)
                 .unwrap_err()
                 .to_string()
                 .contains("timeoutMs"));
         }
         let bad_session = json!({"agentId": "a", "sessionId": "no spaces"});
-        assert!(decode("read", &bad_session, Offer::default()).is_err());
+        assert!(decode("read", &bad_session, MAIL).is_err());
         let bad_agent = json!({"agentId": "a\u{0}b", "sessionId": "s"});
-        assert!(decode("read", &bad_agent, Offer::default()).is_err());
+        assert!(decode("read", &bad_agent, MAIL).is_err());
         for cursor in ["x", "0", "-3", ""] {
             let bad_cursor = json!({"agentId": "a", "sessionId": "s", "cursor": cursor});
-            assert!(
-                decode("read", &bad_cursor, Offer::default()).is_err(),
-                "{cursor}"
-            );
+            assert!(decode("read", &bad_cursor, MAIL).is_err(), "{cursor}");
         }
     }
 

@@ -121,6 +121,9 @@ pub enum CallError {
     /// The host could not answer (its offered models): why.
     #[error("{name}: {why}")]
     Host { name: String, why: String },
+    /// The host's fleet grant does not allow the call (or is unusable).
+    #[error("{name}: {}: {}", error.code(), error)]
+    Grant { name: String, error: ApiError },
     /// An outcome that answers no step of the call: the host's bug.
     #[error("{name}: {outcome} answers no {step}")]
     Unexpected {
@@ -197,6 +200,8 @@ pub enum PeerCall {
     SetModel { agent_id: String, choice: String },
     /// Its `fleetMember`; `request` is JSON `{archived}`.
     Member { agent_id: String, request: String },
+    /// Its `fleetSessions`; `request` is JSON `{grant, op, args}`.
+    Sessions { agent_id: String, request: String },
 }
 
 impl PeerCall {
@@ -284,6 +289,13 @@ pub struct Caller<'a> {
     /// The host reports each Agent's working directory
     /// (`fleet().workingDirectory`).
     pub working_directory: bool,
+    /// The calling Session's fleet grant, read at this call from the
+    /// host (`fleet().grant`): `None` when the host supplies no grants
+    /// (every operation it offers is allowed), `Some(Err)`: why there is
+    /// none usable.
+    pub grant: Option<Result<Value, String>>,
+    /// This call's clock (ms since the epoch), for the grant's expiry.
+    pub now_ms: i64,
 }
 
 /// What the answer awaited next is for.
@@ -309,6 +321,9 @@ enum Stage {
         agent_id: String,
     },
     Reading {
+        agent_id: String,
+    },
+    Sessions {
         agent_id: String,
     },
     /// Setting `agent_id`'s model; `then`: the created Agent to describe.
@@ -354,6 +369,9 @@ pub struct Steps {
     session_id: String,
     offer: Offer,
     working_directory: bool,
+    /// The grant the call was checked under (what a `sessions.*` call
+    /// carries to the target, which checks it again).
+    grant: Option<Value>,
     stage: Stage,
 }
 
@@ -372,10 +390,14 @@ impl Steps {
             session_id: caller.session_id.to_owned(),
             offer: caller.offer,
             working_directory: caller.working_directory,
+            grant: None,
             stage: Stage::Done,
         };
-        let action = match decode(operation, args, caller.offer) {
-            Err(why) => Action::Done(Err(why.into())),
+        let decoded = decode(operation, args, caller.offer)
+            .map_err(CallError::from)
+            .and_then(|call| steps.granted(caller, call));
+        let action = match decoded {
+            Err(why) => Action::Done(Err(why)),
             Ok(call) if caller.offer.directory => {
                 steps.stage = Stage::Registering(call);
                 Action::Register
@@ -383,6 +405,29 @@ impl Steps {
             Ok(call) => steps.call(call),
         };
         (steps, action)
+    }
+
+    /// Checks `call` against the caller's fleet grant, at this call.
+    fn granted(&mut self, caller: &Caller<'_>, call: Call) -> Result<Call, CallError> {
+        let grant = match &caller.grant {
+            None => return Ok(call),
+            Some(Ok(grant)) => grant,
+            Some(Err(why)) => {
+                return Err(CallError::Grant {
+                    name: self.name.clone(),
+                    error: ApiError::GrantRefused(why.clone()),
+                })
+            }
+        };
+        let checked = super::grant::check(grant, call.action(), call.target(), caller.now_ms);
+        if let Err(error) = checked {
+            return Err(CallError::Grant {
+                name: self.name.clone(),
+                error,
+            });
+        }
+        self.grant = Some(grant.clone());
+        Ok(call)
     }
 
     /// Takes the outcome of the last action; names the next.
@@ -449,6 +494,9 @@ impl Steps {
             (Stage::Reading { agent_id }, Outcome::Peer(peer)) => {
                 let page: Value = self.peer_value(&agent_id, peer, "page")?;
                 Action::Done(Ok(page))
+            }
+            (Stage::Sessions { agent_id }, Outcome::Peer(peer)) => {
+                Action::Done(Ok(self.peer_answer(&agent_id, peer)?))
             }
             (Stage::SettingModel { agent_id, then }, outcome) => {
                 let set = self.model_set(&agent_id, outcome)?;
@@ -647,6 +695,15 @@ impl Steps {
                     session_id,
                     query,
                 })
+            }
+            Call::Sessions { agent_id, op } => {
+                // Offered only with the host's grants: the call carries its own.
+                let grant = self.grant.clone().unwrap_or(Value::Null);
+                let request = op.request(&grant).to_string();
+                self.stage = Stage::Sessions {
+                    agent_id: agent_id.clone(),
+                };
+                Action::Peer(PeerCall::Sessions { agent_id, request })
             }
             Call::SetModel { agent_id, choice } => {
                 if !self.offer.models {
@@ -893,6 +950,8 @@ mod tests {
     use super::*;
 
     const ALL: Offer = Offer {
+        mail: true,
+        sessions: true,
         directory: true,
         archive: true,
         models: true,
@@ -905,8 +964,77 @@ mod tests {
             session_id: "s1",
             offer,
             working_directory: true,
+            grant: None,
+            now_ms: 1_000,
         };
         Steps::start(&caller, operation, operation, &args)
+    }
+
+    fn granted(grant: Value, now_ms: i64, operation: &str, args: Value) -> Action {
+        let caller = Caller {
+            self_id: "ada",
+            session_id: "s1",
+            offer: Offer {
+                directory: false,
+                ..ALL
+            },
+            working_directory: false,
+            grant: Some(Ok(grant)),
+            now_ms,
+        };
+        Steps::start(&caller, operation, operation, &args).1
+    }
+
+    #[test]
+    fn every_call_is_checked_against_the_grant_at_that_call() {
+        let grant = json!({"agents": ["bob"], "actions": ["read", "sessions.list"],
+            "expiresAt": 2_000, "provenance": {"by": "ops"}});
+        let read = json!({"agentId": "bob", "sessionId": "s"});
+        assert!(matches!(
+            granted(grant.clone(), 1_999, "read", read.clone()),
+            Action::Peer(PeerCall::Read { .. })
+        ));
+        // The same grant, found expired by a later call.
+        let e = failed(granted(grant.clone(), 2_000, "read", read));
+        assert!(e.starts_with("agents.read: grant_expired: "), "{e}");
+        let e = failed(granted(
+            grant.clone(),
+            1,
+            "read",
+            json!({"agentId": "eve", "sessionId": "s"}),
+        ));
+        assert!(e.contains("grant_refused") && e.contains("`eve`"), "{e}");
+        let e = failed(granted(
+            grant.clone(),
+            1,
+            "send",
+            json!({"agentId": "bob", "requestId": "r", "text": "t"}),
+        ));
+        assert!(e.contains("does not allow `send`"), "{e}");
+        // A sessions call carries its grant to the target, which checks it again.
+        let Action::Peer(PeerCall::Sessions { agent_id, request }) =
+            granted(grant.clone(), 1, "sessions.list", json!({"agentId": "bob"}))
+        else {
+            panic!("a peer call")
+        };
+        assert_eq!(agent_id, "bob");
+        let request: Value = serde_json::from_str(&request).unwrap();
+        assert_eq!(
+            request,
+            json!({"grant": grant, "op": "sessions.list", "args": {}})
+        );
+        // No usable grant from the host: refused, naming why.
+        let caller = Caller {
+            self_id: "ada",
+            session_id: "s1",
+            offer: ALL,
+            working_directory: false,
+            grant: Some(Err("fleet().grant returned nothing for Session `s1`".into())),
+            now_ms: 1,
+        };
+        let (_, action) = Steps::start(&caller, "list", "list", &json!({}));
+        let e = failed(action);
+        assert!(e.contains("returned nothing"), "{e}");
     }
 
     /// Started with the directory offered: registered first.

@@ -124,6 +124,21 @@ extern "C" {
     #[wasm_bindgen(method)]
     pub fn erase(this: &JsFleet, agent: &str, signal: &web_sys::AbortSignal) -> Promise;
 
+    /// Agent `agent`'s fleet Sessions request (`{grant, op, args}` JSON,
+    /// `crate::fleet::sessions`).
+    #[wasm_bindgen(method)]
+    pub fn sessions(
+        this: &JsFleet,
+        agent: &str,
+        request: &str,
+        signal: &web_sys::AbortSignal,
+    ) -> Promise;
+
+    /// The host's fleet grant for Session `session` (`fleet().grant`), read
+    /// at each call: `{value: grant | null}` or `{error}` as JSON.
+    #[wasm_bindgen(method)]
+    pub fn grant(this: &JsFleet, session: &str) -> String;
+
     /// The host's `workingDirectory(agentId)`: the text, or undefined.
     #[wasm_bindgen(method, js_name = workingDirectory)]
     pub fn working_directory(this: &JsFleet, agent: &str) -> Option<String>;

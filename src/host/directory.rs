@@ -35,18 +35,31 @@ impl ShiitakeDirectory {
     /// opens the store (`schema::open`: the directory's tables are in the
     /// versioned schema like an Agent's).
     pub fn call(&self, request: &str) -> String {
-        self.serve(request).unwrap_or_else(|e| {
+        self.answer(request, false)
+    }
+
+    /// Like `call`, answering `{value, facts}`: the lifecycle facts the
+    /// mutation made (`crate::fleet::directory::Fact`), for a host running
+    /// the directory inside its own object's transaction
+    /// (`createAgentDirectory(sql)`, `js/do.mjs`).
+    #[wasm_bindgen(js_name = callWithFacts)]
+    pub fn call_with_facts(&self, request: &str) -> String {
+        self.answer(request, true)
+    }
+}
+
+impl ShiitakeDirectory {
+    fn answer(&self, request: &str, facts: bool) -> String {
+        self.serve(request, facts).unwrap_or_else(|e| {
             serde_json::json!({
                 "error": { "code": e.code(), "status": e.status(), "message": e.to_string() }
             })
             .to_string()
         })
     }
-}
 
-impl ShiitakeDirectory {
     #[cfg(feature = "fleet")]
-    fn serve(&self, request: &str) -> Result<String, ApiError> {
+    fn serve(&self, request: &str, facts: bool) -> Result<String, ApiError> {
         if !self.opened.get() {
             super::report_opened(crate::store::schema::open(&self.sql)?);
             self.opened.set(true);
@@ -55,13 +68,14 @@ impl ShiitakeDirectory {
             &self.sql,
             bindings::now_ms(),
             request,
+            facts,
         ))
     }
 
     /// A build without the fleet refuses every request, naming the feature,
     /// and carries none of the directory's code.
     #[cfg(not(feature = "fleet"))]
-    fn serve(&self, _: &str) -> Result<String, ApiError> {
+    fn serve(&self, _: &str, _: bool) -> Result<String, ApiError> {
         crate::fleet::available()?;
         Err(ApiError::Internal("the fleet feature is not built".into()))
     }

@@ -71,6 +71,13 @@ struct Spec {
     /// `fleet().direct`: the `agents` operations are also direct tools.
     #[serde(default)]
     direct: bool,
+    /// The host carries mail (`namespace` or `deliver`): `agents.send`
+    /// and `agents.recall`, and replies.
+    #[serde(default)]
+    mail: bool,
+    /// `fleet().grant`: the model's fleet grants, read at each call.
+    #[serde(default)]
+    grant: bool,
     /// `fleet()` threw or is malformed: why.
     #[serde(default)]
     error: Option<String>,
@@ -117,6 +124,8 @@ impl HostFleet {
             self_id,
             cancellation_text: spec.cancellation_text,
             offer: Offer {
+                mail: spec.mail,
+                sessions: spec.grant,
                 directory: spec.directory,
                 archive: spec.archive,
                 models: spec.models,
@@ -125,6 +134,31 @@ impl HostFleet {
             working_directory: spec.working_directory,
             joined: Cell::new(false),
         }))
+    }
+
+    /// The host's fleet grant for Session `session_id` (`fleet().grant`),
+    /// or why there is none.
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+    fn grant(&self, session_id: &str) -> Result<Value, String> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Answer {
+            #[serde(default)]
+            value: Option<Value>,
+            #[serde(default)]
+            error: Option<String>,
+        }
+        let answer: Answer = crate::json::from_text(&self.js.grant(session_id))
+            .map_err(|e| format!("fleet().grant: {e}"))?;
+        match answer {
+            Answer { error: Some(e), .. } => Err(format!("fleet().grant: {e}")),
+            Answer {
+                value: Some(grant), ..
+            } if !grant.is_null() => Ok(grant),
+            _ => Err(format!(
+                "fleet().grant gives Session `{session_id}` no fleet grant"
+            )),
+        }
     }
 
     /// The settled-work observer that stages the replies this Agent owes,
@@ -200,6 +234,9 @@ impl Inner {
             session_id: &op.of.session_id,
             offer: fleet.offer,
             working_directory: fleet.working_directory,
+            // Read at each call: the host may change or expire it.
+            grant: fleet.offer.sessions.then(|| fleet.grant(&op.of.session_id)),
+            now_ms: bindings::now_ms(),
         };
         let (mut steps, mut action) =
             Steps::start(&caller, &op.operation, &op.guest_name, &op.args);
@@ -268,6 +305,9 @@ impl Inner {
                 fleet.js.set_model(agent_id, choice, &signal)
             }
             PeerCall::Member { agent_id, request } => fleet.js.member(agent_id, request, &signal),
+            PeerCall::Sessions { agent_id, request } => {
+                fleet.js.sessions(agent_id, request, &signal)
+            }
         };
         peer_call(promise, stopper, call.timeout_ms()).await
     }
@@ -410,6 +450,15 @@ impl ShiitakeCore {
         if let Err(answer) = inner.fleet_ready() {
             return answer;
         }
+        if inner.fleet().is_some_and(|f| !f.offer.mail) {
+            // It could never reply: its host carries no mail.
+            return refusal(
+                "fleet_disabled",
+                403,
+                "this Agent's host carries no mail (fleet() has no namespace and no deliver), \
+                 so it takes no delegations",
+            );
+        }
         let mail: Mail = match strict_json(mail) {
             Ok(mail) => mail,
             Err(e) => return error_answer(&ApiError::InvalidRequest(format!("mail: {e}"))),
@@ -526,6 +575,66 @@ impl ShiitakeCore {
                 value_answer(&answer)
             }
             Err(e) => error_answer(&e),
+        }
+    }
+}
+
+#[wasm_bindgen]
+impl ShiitakeCore {
+    /// Fleet Sessions and delegation at this Agent (`self_id`: its id,
+    /// `ctx.id.name`): one request `{grant, op, args, meta?}` from the host
+    /// API (`js/fleet.mjs`) or a peer's `agents.sessions.*`, its grant
+    /// checked here at this call, served as the HTTP route that does the
+    /// same (`crate::fleet::sessions`). `{value}` or `{error: {code,
+    /// status, message}}`. Needs no `fleet()`: the grant is the authority.
+    #[wasm_bindgen(js_name = fleetSessions)]
+    pub fn fleet_sessions(&self, self_id: &str, request: &str) -> String {
+        let _scope = blame::enter(self.inner.scope(None));
+        self.inner.fleet_sessions(self_id, request)
+    }
+}
+
+impl Inner {
+    /// A lean build refuses naming the feature, and carries none of it.
+    #[cfg(not(feature = "fleet"))]
+    fn fleet_sessions(&self, _: &str, _: &str) -> String {
+        match fleet::available() {
+            Err(e) => error_answer(&e),
+            Ok(()) => unreachable!("a lean build has no fleet"),
+        }
+    }
+
+    #[cfg(feature = "fleet")]
+    fn fleet_sessions(&self, self_id: &str, request: &str) -> String {
+        use crate::fleet::sessions::{Outcome, Serve, Step};
+        if let Err(e) = self.ready() {
+            return error_answer(&e);
+        }
+        let (mut serve, mut step) = Serve::start(self_id, bindings::now_ms(), request);
+        loop {
+            let outcome = match step {
+                Step::Done(Ok(value)) => return value_answer(&value),
+                Step::Done(Err(e)) => {
+                    let status = e.status.unwrap_or(500);
+                    return refusal(&e.code, status, &e.message);
+                }
+                Step::Route(req) => {
+                    let mut response = self.serve(&req);
+                    self.apply(std::mem::take(&mut response.effects));
+                    self.publish_projections();
+                    Outcome::Routed {
+                        status: response.status,
+                        body: response.body,
+                    }
+                }
+                Step::Settlement {
+                    session_id,
+                    command_id,
+                } => Outcome::Settled(
+                    self.with_ctx(|ctx| fleet::settlement(ctx, &session_id, &command_id)),
+                ),
+            };
+            step = serve.step(outcome);
         }
     }
 }

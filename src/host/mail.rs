@@ -46,9 +46,10 @@ pub struct MailRun {
 }
 
 impl Inner {
-    /// Whether this instance carries mail (a usable fleet).
+    /// Whether this instance carries mail (a usable fleet whose host
+    /// delivers mail: `fleet().namespace` or `fleet().deliver`).
     fn mail_enabled(&self) -> bool {
-        self.fleet().is_some()
+        self.fleet().is_some_and(|f| f.offer.mail)
     }
 
     /// The earliest owed delivery, for the one alarm.
@@ -105,7 +106,9 @@ impl Inner {
     /// were carried.
     #[cfg(feature = "fleet")]
     async fn mail_pass(&self) -> usize {
-        let Some(fleet) = self.fleet() else { return 0 };
+        let Some(fleet) = self.fleet().filter(|f| f.offer.mail) else {
+            return 0;
+        };
         if self.ready().is_err() {
             return 0;
         }

@@ -23,6 +23,8 @@ const schemas = openapi.components.schemas;
 const CODES_NOT_FOR_CLIENTS = new Map([
   ["grant_version_refused", "raised only by the host-only deliverGrants RPC"],
   ["reply_before_receipt", "raised only to a peer's mail delivery (the fleet RPC), which retries it"],
+  ["grant_refused", "raised only by the fleet RPC (fleetSessions, shiitake/fleet's FleetError) and agents.* tool errors"],
+  ["grant_expired", "raised only by the fleet RPC (fleetSessions, shiitake/fleet's FleetError) and agents.* tool errors"],
 ]);
 
 /**
