@@ -780,7 +780,8 @@ class SessionExtensionBinding {
       const ext = data?.extensions;
       core.observe(hasOwn(ext, core.id), ext?.[core.id], true, data?.extensionHistory?.[core.id]);
     } else if (event === "frame" && data?.type === "extension" && data.extensionId === core.id && data.scope === "session") {
-      core.observe(hasOwn(data, "value"), data.value, true, data.history);
+      // A value of null: the projection stopped publishing (absent).
+      core.observe(hasOwn(data, "value") && data.value !== null, data.value, true, data.history);
     }
   }
 
@@ -882,7 +883,7 @@ class AgentExtensionBinding {
       return this.#read(undefined, () => core.watchObservations === seen);
     }
     if (event === "frame" && data?.type === "extension" && data.extensionId === core.id && data.scope === "agent") {
-      core.observe(hasOwn(data, "value"), data.value, true);
+      core.observe(hasOwn(data, "value") && data.value !== null, data.value, true);
     }
   }
 

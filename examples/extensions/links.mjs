@@ -61,10 +61,9 @@ export const links = defineExtension({ id: "links", version: "1.0.0" })
     scope: "session",
     read: (ctx) =>
       ctx.state.read((s) => {
-        // An empty list, not undefined: a projection that becomes absent is
-        // not published on the watch (src/observe.rs), so the last link's
-        // removal would not reach clients.
+        // None pinned: no projection (a watch gets a frame with value null).
         const mine = s.links.values().filter((l) => l.sessionId === ctx.session.id);
+        if (mine.length === 0) return undefined;
         const sorted = mine.sort((a, b) => Number(a.id.slice(1)) - Number(b.id.slice(1)));
         return { links: sorted.map(({ id, title, target, agentId }) => ({ id, title, sessionId: target, ...(agentId === undefined ? {} : { agentId }) })) };
       }),

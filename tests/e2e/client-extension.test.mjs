@@ -14,6 +14,7 @@ import { z } from "zod";
 import { ShiitakeError, ShiitakeSchemaError, bindAgentExtension, bindSessionExtension, createShiitakeClient } from "../../js/client.mjs";
 import { bindingDispatch, createClientEntryHost } from "../../js/client-entry.mjs";
 import { goalClient } from "../../examples/extensions/goal.client.mjs";
+import { linksContract } from "../../examples/extensions/links.client.mjs";
 import { TOKEN, uniq, useWorker } from "./helpers.mjs";
 
 const h = useWorker({ fixture: "extensions-worker", model: "echo", bindings: { INIT: "ok" } });
@@ -233,5 +234,26 @@ test("the goal's client entry over a real binding: its end action dispatched thr
   } finally {
     unsubscribe();
     goal.close();
+  }
+});
+
+test("links (Session scope): a projection that stops publishing reaches the watch as absent, not as its last value", T, async () => {
+  const { a, sid, session } = await fresh();
+  const other = await a.createSession("t");
+  const binding = bindSessionExtension(session, linksContract);
+  const unsubscribe = binding.subscribe(() => {});
+  try {
+    assert.equal((await slotWhere(binding, (s) => s.status !== "unknown", "the snapshot")).status, "absent", "no links pinned yet");
+    await binding.command("add", { title: "Related", sessionId: other }, { requestId: uniq("add") });
+    const pinned = await slotWhere(binding, (s) => s.status === "observed", "the pinned link");
+    assert.deepEqual(pinned.value, { links: [{ id: "l1", title: "Related", sessionId: other }] });
+    await binding.command("remove", { id: "l1" }, { requestId: uniq("remove") });
+    // The last link's removal: the projection is gone, and the watch says so.
+    await slotWhere(binding, (s) => s.status === "absent", "the projection's absence after the last link's removal");
+    const read = await a.read(sid);
+    assert.equal(read.extensions.links, undefined, "the read leaves it out too");
+  } finally {
+    unsubscribe();
+    binding.close();
   }
 });
