@@ -735,7 +735,7 @@ async function extensionOperations() {
     const goal = { ...s, extensionId: "goal", command: "set" };
     await call(a, "post", S, { body: s, status: 201 });
     const list = await call(a, "get", "/extensions", { status: 200 });
-    assert.deepEqual(list.json.extensions.map((e) => e.id), ["goal", "reminder", "tally", "followup"]);
+    assert.deepEqual(list.json.extensions.map((e) => e.id), ["goal", "reminder", "tally", "followup", "links"]);
     await call(a, "get", "/extensions", { query: { x: "1" }, status: 400 });
     await call(a, "get", "/extensions/{extensionId}", { params: { extensionId: "tally" }, status: 200 });
     await call(a, "get", "/extensions/{extensionId}", { params: { extensionId: "nope" }, status: 404 });
