@@ -692,6 +692,70 @@ fn a_turn_spared_by_a_reset_it_did_not_cause_resumes_at_its_attempt() {
     panic!("the culprit never reached the attempt limit");
 }
 
+/// A spared turn whose model call a wasm reset cut off: that call was sent
+/// and may be billed, so it is counted `unknown` once, at the attempt the
+/// turn holds and calls again; a spared turn between calls, a settled one
+/// and an unknown head count nothing.
+#[test]
+fn a_model_call_a_reset_cut_off_in_a_spared_turn_is_counted_unknown_once() {
+    let mut h = Harness::new();
+    h.session("s");
+    h.session("t");
+    let cut = h.prompt("s", "r", "its call was in flight").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let between = h.prompt("t", "r", "between its calls").json["commandId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let steps = claim(&mut h, &[]);
+    assert!(steps.iter().all(|s| s.attempt == 1), "{steps:?}");
+    let unknown = |h: &mut Harness, session: &str| {
+        h.call(
+            "GET",
+            &format!("/usage?sessionId={session}"),
+            serde_json::Value::Null,
+        )
+        .json["totals"]["unknown"]
+            .as_u64()
+            .unwrap()
+    };
+    // The trap report: `cut`'s call was in flight, `between`'s was not
+    // (the host passes only cut-off heads), plus a head nothing runs under.
+    h.with_ctx(|ctx| shiitake::run::count_cut_off(ctx, &[(cut.as_str(), "s"), ("c_nothing", "t")]))
+        .unwrap();
+    assert_eq!(unknown(&mut h, "s"), 1, "the cut-off call");
+    assert_eq!(unknown(&mut h, "t"), 0);
+    // The spared turns resume at the attempt they hold: no second count.
+    let steps = h
+        .with_ctx(|ctx| {
+            reconcile(
+                ctx,
+                &|_| false,
+                &|id| id == cut || id == between,
+                ATTEMPTS,
+                &shiitake::budget::Limits::NONE,
+            )
+        })
+        .unwrap()
+        .steps;
+    assert!(steps.iter().all(|s| s.attempt == 1), "{steps:?}");
+    assert_eq!(unknown(&mut h, "s"), 1);
+    assert_eq!(unknown(&mut h, "t"), 0);
+    // A settled turn is not counted again.
+    for step in &steps {
+        let session = step.session_id.clone();
+        let done = h
+            .with_ctx(|ctx| complete_step(ctx, &session, &step.command_id, 1, &answer("done")))
+            .unwrap();
+        assert!(matches!(done, StepOutcome::Settled { .. }), "{done:?}");
+    }
+    h.with_ctx(|ctx| shiitake::run::count_cut_off(ctx, &[(cut.as_str(), "s")]))
+        .unwrap();
+    assert_eq!(unknown(&mut h, "s"), 1, "settled: nothing more");
+}
+
 /// A settled command keeps no second copy of what its messages hold: an
 /// operator line and a completed prompt store a digest of their input and
 /// a settlement without the row's own columns, yet every read, replay and

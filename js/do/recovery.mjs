@@ -81,9 +81,9 @@ function recover(error, seenGeneration) {
   // Blame only a trap raised inside a known scope; otherwise every turn
   // counts an attempt, as after a crash.
   if (report?.agent) {
-    for (const [agent, head, session] of report.held ?? []) {
+    for (const [agent, head, session, calling] of report.held ?? []) {
       if (agent === report.agent && session === report.session) continue;
-      spare(agent, head, session);
+      spare(agent, head, session, calling === true);
       lastReset.spared.add(agent);
     }
   }
@@ -94,21 +94,23 @@ function recover(error, seenGeneration) {
   for (const watch of watches) watch.interrupt();
 }
 
-function spare(agent, head, session) {
+// `calling`: the reset cut the turn's model call off (the new core counts
+// it unknown); kept across resets until a core takes it.
+function spare(agent, head, session, calling) {
   let heads = spared.get(agent);
   if (heads === undefined) {
     if (spared.size >= SPARED_OBJECTS_MAX) spared.delete(spared.keys().next().value);
     heads = new Map();
     spared.set(agent, heads);
   }
-  heads.set(head, session);
+  heads.set(head, { session, calling: calling || heads.get(head)?.calling === true });
 }
 
-/** Object `id`'s turns to resume without a new attempt, as the core takes them (JSON), or undefined. */
+/** Object `id`'s turns to resume without a new attempt, `[[head, session, cutOff], ...]` as the core takes them (JSON), or undefined. */
 export function takeSpared(id) {
   const heads = spared.get(id);
   spared.delete(id);
-  return heads ? JSON.stringify([...heads]) : undefined;
+  return heads ? JSON.stringify([...heads].map(([head, { session, calling }]) => [head, session, calling])) : undefined;
 }
 
 // Whether the reset that ended generation `seen` may be the doing of object

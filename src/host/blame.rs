@@ -29,18 +29,21 @@ pub struct Scope {
     pub session: Option<Rc<str>>,
 }
 
+/// The turns one object holds (live, or to start at the attempt they hold):
+/// head -> (Session, its model call in flight).
+type Heads = HashMap<String, (String, bool)>;
+
 thread_local! {
     static CURRENT: RefCell<Option<Scope>> = const { RefCell::new(None) };
-    /// Turns every object of this instance holds (live, or to start at the
-    /// attempt they hold): agent -> head -> Session.
-    static HELD: RefCell<HashMap<Rc<str>, HashMap<String, String>>> = RefCell::default();
+    static HELD: RefCell<HashMap<Rc<str>, Heads>> = RefCell::default();
     static REPORTER: RefCell<Option<js_sys::Function>> = const { RefCell::new(None) };
     static HOOKED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Registers the shim's trap reporter (called again after each reset) and
 /// installs the panic hook that calls it with
-/// `{message, agent, session, held: [[agent, head, session], ...]}`.
+/// `{message, agent, session, held: [[agent, head, session, calling], ...]}`
+/// (`calling`: the turn's model call was in flight, so the reset cut it off).
 #[wasm_bindgen(js_name = setTrapReporter)]
 pub fn set_trap_reporter(reporter: js_sys::Function) {
     REPORTER.with(|r| *r.borrow_mut() = Some(reporter));
@@ -55,14 +58,14 @@ fn report(info: &std::panic::PanicHookInfo<'_>) {
         .try_with(|c| c.try_borrow().ok().and_then(|c| c.clone()))
         .ok()
         .flatten();
-    let held: Vec<(String, String, String)> = HELD
+    let held: Vec<(String, String, String, bool)> = HELD
         .try_with(|l| {
             l.try_borrow()
                 .map(|l| {
                     l.iter()
                         .flat_map(|(agent, heads)| {
-                            heads.iter().map(move |(head, session)| {
-                                (agent.to_string(), head.clone(), session.clone())
+                            heads.iter().map(move |(head, (session, calling))| {
+                                (agent.to_string(), head.clone(), session.clone(), *calling)
                             })
                         })
                         .collect()
@@ -92,7 +95,40 @@ pub fn hold(agent: &Rc<str>, head: &str, session: &str) {
         l.borrow_mut()
             .entry(Rc::clone(agent))
             .or_default()
-            .insert(head.to_owned(), session.to_owned());
+            .insert(head.to_owned(), (session.to_owned(), false));
+    });
+}
+
+/// The held turn `head` of `agent` has its model call in flight until the
+/// returned guard drops (answered, failed, or the call's future dropped).
+pub fn calling(agent: &Rc<str>, head: &str) -> Calling {
+    set_calling(agent, head, true);
+    Calling {
+        agent: Rc::clone(agent),
+        head: head.to_owned(),
+    }
+}
+
+pub struct Calling {
+    agent: Rc<str>,
+    head: String,
+}
+
+impl Drop for Calling {
+    fn drop(&mut self) {
+        set_calling(&self.agent, &self.head, false);
+    }
+}
+
+fn set_calling(agent: &Rc<str>, head: &str, on: bool) {
+    HELD.with(|l| {
+        if let Some((_, calling)) = l
+            .borrow_mut()
+            .get_mut(agent)
+            .and_then(|heads| heads.get_mut(head))
+        {
+            *calling = on;
+        }
     });
 }
 

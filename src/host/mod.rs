@@ -119,9 +119,10 @@ struct Inner {
 impl ShiitakeCore {
     /// `ctx` is the DurableObjectState; `env` the Worker's bindings;
     /// `tools` the shim's tool host (`js/do.mjs`), or undefined; `spared`
-    /// this object's turns (JSON `[[head, session], ...]`) that a wasm reset
-    /// caused by other code interrupted: they resume at their current
-    /// attempt (`blame.rs`); `jobs` the shim's host work lane, or
+    /// this object's turns (JSON `[[head, session, cutOff], ...]`) that a
+    /// wasm reset caused by other code interrupted: they resume at their
+    /// current attempt, a model call the reset cut off counted `unknown`
+    /// (`blame.rs`); `jobs` the shim's host work lane, or
     /// undefined (`jobs.rs`); `fleet` the shim's fleet transport, or
     /// undefined (`fleet.rs`); `models` the shim's model host, or
     /// undefined (`models.rs`); `meta` the shim's metadata host
@@ -150,7 +151,8 @@ impl ShiitakeCore {
             .map(|id| String::from(js_sys::Object::from(id).to_string()))
             .unwrap_or_default()
             .into();
-        let spared: Vec<(String, String)> = spared
+        // `(head, session, cut off)`: see `blame.rs`.
+        let spared: Vec<(String, String, bool)> = spared
             .and_then(|json| serde_json::from_str(&json).ok())
             .unwrap_or_default();
         let fleet = fleet::HostFleet::new(fleet);
@@ -213,7 +215,8 @@ impl ShiitakeCore {
             loop_wake: RefCell::default(),
             telemetry,
         });
-        inner.hold_fresh(spared);
+        inner.count_cut_off(&spared);
+        inner.hold_fresh(spared.into_iter().map(|(head, session, _)| (head, session)));
         // A restart (eviction, deploy, panic reset) requests reconciliation
         // of whatever durable work is due, without waiting for a request.
         let starting = Rc::clone(&inner);

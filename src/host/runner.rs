@@ -475,9 +475,12 @@ impl Inner {
                         cache_key: &cache_key,
                     };
                     let start = bindings::now_ms();
+                    // A trap report names the call in flight (cut off by a reset).
+                    let calling = blame::calling(&self.agent, &head);
                     let input =
                         model::call(&self.config, &resolved, &prompt, &called_stopper, &on_delta)
                             .await;
+                    drop(calling);
                     let spec = &resolved.resolved.spec;
                     let span = self.chat_span(&head, spec, start, &input);
                     (input, None, span)
@@ -630,6 +633,25 @@ impl Inner {
 
     /// Holds turns that start at the attempt they hold, `(head, session)`
     /// (the machine's): a trap report names them.
+    /// Performs [`run::count_cut_off`] for the turns a wasm reset spared
+    /// (`(head, session, cut off)`).
+    pub(super) fn count_cut_off(&self, spared: &[(String, String, bool)]) {
+        let cut: Vec<(&str, &str)> = spared
+            .iter()
+            .filter(|(_, _, cut)| *cut)
+            .map(|(head, session, _)| (head.as_str(), session.as_str()))
+            .collect();
+        if cut.is_empty() {
+            return;
+        }
+        if let Err(e) = self
+            .ready()
+            .and_then(|()| self.with_ctx(|ctx| run::count_cut_off(ctx, &cut)))
+        {
+            log_error(e);
+        }
+    }
+
     pub(super) fn hold_fresh(&self, turns: impl IntoIterator<Item = (String, String)>) {
         self.machine.borrow_mut().hold_fresh(turns);
         self.perform_side();

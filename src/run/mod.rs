@@ -164,6 +164,34 @@ pub struct Reconciled {
     pub running: Vec<String>,
 }
 
+/// Counts the model calls a wasm reset cut off in turns it spared
+/// (`(head, session)`, from the trap report): the call was sent and may be
+/// billed, and the turn calls again at the attempt it holds, so each turn
+/// still running under `head` with no retry due gets one `unknown` usage
+/// row at that attempt (a turn the reset did not spare counts its cut-off
+/// call at its claim: [`reconcile`]).
+pub fn count_cut_off(ctx: &mut Ctx<'_>, heads: &[(&str, &str)]) -> Result<(), ApiError> {
+    let store = ctx.store;
+    let now_ms = ctx.now_ms;
+    atomically(store.sql(), || {
+        // Reads first (a transition writes last).
+        let mut cut = Vec::with_capacity(heads.len());
+        for (head, session) in heads {
+            let running = store.running_head(session)?;
+            cut.extend(running.filter(|r| r.command_id == *head && r.retry_at.is_none()));
+        }
+        for row in &cut {
+            let call = usage::Call {
+                session_id: &row.session_id,
+                command_id: &row.command_id,
+                attempt: row.attempt,
+            };
+            usage::record(store.sql(), call, Outcome::Unknown, None, None, now_ms)?;
+        }
+        Ok(())
+    })
+}
+
 /// Claims every turn that can run now: the queue head of each idle Session
 /// and every running turn that is neither live in this instance nor waiting
 /// on its retry timer (a prompt admitted into an idle Session is claimed by

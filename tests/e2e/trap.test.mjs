@@ -69,6 +69,10 @@ test("a trap in one Agent's turn: other Agents' turns keep their attempt, their 
   assert.equal(read.running?.commandId, held);
   assert.equal(read.running?.attempt, 1, "the bystander's turn kept its attempt");
   assert.ok(startedAttempts(w.events, held).every((n) => n === 1));
+  // The call the reset cut off was sent: the usage ledger counts it unknown.
+  const usage = await bystander.api("GET", "/usage?sessionId=s");
+  assert.equal(usage.status, 200, usage.text);
+  assert.deepEqual([usage.json.totals.calls, usage.json.totals.unknown], [1, 1], JSON.stringify(usage.json.totals));
   for (const poll of await Promise.all(polls)) {
     assert.equal(poll.status, 200, `a parked poll is answered again, not a 500: ${poll.status} ${poll.text}`);
     assert.equal(poll.json, null);
