@@ -31,6 +31,7 @@ use shiitake::run::driver::{Input, Offer, ToolWork, TurnPolicy};
 use shiitake::run::operation::{result_output, Gate, OperationCall, Rules};
 use shiitake::run::tools::undone_output;
 use shiitake::run::tools::ToolOutput;
+use shiitake::sql::Sql;
 use shiitake::store::{schema, Store};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -157,6 +158,11 @@ struct Sim {
 /// Module `notes`: `add` writes and is unsafe to replay, `list` reads and
 /// is safe to replay; both offered as direct tools.
 fn toolset() -> Rc<Toolset> {
+    toolset_of(&["notes.add", "notes.list"])
+}
+
+/// The notes module with these operations offered as direct tools.
+fn toolset_of(direct: &[&str]) -> Rc<Toolset> {
     let catalog = Catalog::from_json(
         &json!([{
             "id": "notes",
@@ -170,7 +176,7 @@ fn toolset() -> Rc<Toolset> {
         .to_string(),
     )
     .unwrap();
-    let direct = ["notes.add".to_owned(), "notes.list".to_owned()];
+    let direct: Vec<String> = direct.iter().map(|d| d.to_string()).collect();
     Rc::new(Toolset::new(catalog, &direct, Err("no sandbox here".into())).unwrap())
 }
 
@@ -585,7 +591,11 @@ impl Sim {
                 self.world.summary_calls += 1;
             }
             None => {
-                assert_eq!(tools.len(), 2, "both direct tools are offered");
+                assert_eq!(
+                    tools.len(),
+                    self.toolset.specs().len(),
+                    "the direct tools are offered"
+                );
                 self.world.contexts.push(context.clone());
             }
         }
@@ -1085,6 +1095,51 @@ fn the_gate_reads_the_grants_at_each_call_and_a_refusal_runs_nothing() {
     );
     assert!(sim.world.effects.is_empty(), "the refused write never ran");
     assert_eq!(sim.settlement("p1")["terminal"], "completed");
+}
+
+#[test]
+fn a_tool_call_answered_without_running_ends_a_failed_span_when_traced() {
+    let spans = |sim: &Sim| -> Vec<Value> {
+        let table = sim
+            .db
+            .query(
+                "SELECT 1 FROM sqlite_master WHERE name = 'shiitake_spans'",
+                &[],
+            )
+            .unwrap();
+        if table.is_empty() {
+            return Vec::new();
+        }
+        sim.db
+            .query("SELECT body FROM shiitake_spans ORDER BY seq", &[])
+            .unwrap()
+            .iter()
+            .map(|r| serde_json::from_str(&r.text(0).unwrap()).unwrap())
+            .collect()
+    };
+    for traced in [false, true] {
+        let mut sim = two_turns();
+        sim.policy = policy().with_traces(traced);
+        sim.machine = Agent::new(sim.policy);
+        // Only `list` is offered: the model's `add` is answered unrun.
+        sim.toolset = toolset_of(&["notes.list"]);
+        sim.run_with_recovery(0);
+        assert!(sim.world.effects.is_empty(), "nothing was added");
+        let names: Vec<String> = spans(&sim)
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_owned())
+            .collect();
+        if !traced {
+            assert!(names.is_empty(), "untraced: no span");
+            continue;
+        }
+        // The host times what runs (here nothing does: the simulated host
+        // hands no spans); the driver writes the unrun call's.
+        assert_eq!(names, ["execute_tool add"], "{names:?}");
+        let span = &spans(&sim)[0];
+        assert_eq!(span["status"]["code"], 2, "{span}");
+        assert_eq!(sim.settlement("p1")["terminal"], "completed");
+    }
 }
 
 #[test]

@@ -195,7 +195,9 @@ impl ShiitakeCore {
         }
         let heartbeat_ms = config.watch_heartbeat_ms;
         let machine = crate::run::agent::Agent::new(
-            crate::run::driver::TurnPolicy::new(config.retry).with_budget(config.budget),
+            crate::run::driver::TurnPolicy::new(config.retry)
+                .with_budget(config.budget)
+                .with_traces(matches!(telemetry, Ok(Some(_)))),
         );
         let inner = Rc::new_cyclic(|me| Inner {
             me: me.clone(),

@@ -73,6 +73,10 @@ pub struct TurnPolicy {
     pub retry: RetryPolicy,
     /// The budgets the host configures (`budget.rs`).
     pub budget: budget::Limits,
+    /// Spans are recorded (the host's `telemetry()`): the driver writes
+    /// those of what it decides alone (a tool call answered without
+    /// running); the host times the rest.
+    pub traced: bool,
 }
 
 impl TurnPolicy {
@@ -83,7 +87,12 @@ impl TurnPolicy {
             },
             retry,
             budget: budget::Limits::NONE,
+            traced: false,
         }
+    }
+
+    pub fn with_traces(self, traced: bool) -> TurnPolicy {
+        TurnPolicy { traced, ..self }
     }
 
     pub fn with_budget(self, budget: budget::Limits) -> TurnPolicy {
@@ -855,6 +864,15 @@ impl Turn {
             }
             Err(output) => {
                 self.calls.pop_front();
+                // A call answered without running (refused, not offered,
+                // its outcome unknown) still ends a tool span, here.
+                #[cfg(feature = "traces")]
+                if self.policy.traced {
+                    let (id, now) = (&call.id, ctx.now_ms);
+                    let span =
+                        crate::trace::tool(&self.head, id, &call.name, now, now, output.is_error);
+                    ctx.spans.push(span.to_json().to_string());
+                }
                 self.record(ctx, &call, &output, false)
             }
         }

@@ -182,11 +182,16 @@ test("the Node host exports the same trace, configured by SHIITAKE_OTLP_ENDPOINT
     const { commandId } = await send("POST", "/sessions/s/commands", { type: "prompt", requestId: "r1", text: `node ${tag}` });
     const settled = await send("GET", `/sessions/s/settlement?commandId=${commandId}&timeoutMs=20000`);
     assert.equal(settled.terminal, "completed", JSON.stringify(settled));
-    const { root, spans } = await trace(commandId, 3);
+    const { root, spans } = await trace(commandId, 4);
     // The Node host offers no tool: the model's call is answered as not
-    // offered, without running, so no execute_tool span.
-    assert.deepEqual(spans.map((s) => s.name).sort(), [`chat ${MODEL_NAME}`, `chat ${MODEL_NAME}`, "invoke_agent"]);
+    // offered, without running; its execute_tool span ends there, failed.
+    assert.deepEqual(spans.map((s) => s.name).sort(), [`chat ${MODEL_NAME}`, `chat ${MODEL_NAME}`, "execute_tool apply_patch", "invoke_agent"]);
     for (const s of spans) if (s !== root) assert.equal(s.parentSpanId, root.spanId);
+    const refused = spans.find((s) => s.name === "execute_tool apply_patch");
+    assert.equal(refused.attributes["error.type"], "tool_error");
+    assert.equal(refused.status?.code, 2, "an error status");
+    const chats = spans.filter((s) => s.name.startsWith("chat ")).sort((x, y) => Number(x.start - y.start));
+    assert.ok(chats[0].end <= refused.start && refused.end <= chats[1].start, "between the two model calls");
     assert.ok(!receiver.requests().some((r) => r.raw.includes(h.modelApiKey)));
   } finally {
     await host.close();
