@@ -191,7 +191,7 @@ joined() {
   [ "$rc" -eq 0 ] || { echo "[test] $name failed (exit $rc)" >&2; exit "$rc"; }
 }
 
-step "end-to-end tests (node --test, Miniflare) in three lanes at once: the independent files two at a time; the files with deadlines one at a time; the embedded sandbox's pass, then the attack harness"
+step "end-to-end tests (node --test, Miniflare) in three lanes at once: the independent files two at a time; the files with deadlines one at a time; the embedded sandbox's pass, then the attack harness; then the embedded sandbox's deadline files"
 # Deadline files: each runs alone in its lane (never beside another of them).
 e2e_serial=(
   tests/e2e/alarm.test.mjs
@@ -219,7 +219,7 @@ done
 # Workers (fixtures and the demo) bundled with the engine and served without
 # LOADER (tests/e2e/helpers.mjs SANDBOX): the same tests on the other backend
 # (the Worker Loader pass is the first lane). One file at a time; ui-bridge
-# and sandbox-abuse assert deadlines, so they run in the deadline lane.
+# and sandbox-abuse assert deadlines, so they run last, alone.
 embedded() {
   SHIITAKE_TEST_SANDBOX=embedded node --test --test-concurrency=1 \
     tests/e2e/tools.test.mjs tests/e2e/tool-events.test.mjs tests/e2e/tools-recovery.test.mjs \
@@ -236,7 +236,6 @@ embedded() {
 # left one idle (e2e wall 377 s, CPU 387 s).
 deadlines() {
   node --test --test-concurrency=1 "${e2e_serial[@]}"
-  SHIITAKE_TEST_SANDBOX=embedded node --test --test-concurrency=1 tests/e2e/ui-bridge.test.mjs tests/e2e/sandbox-abuse.test.mjs
 }
 # The attack harness (crash, fuzz, races: scripts/attack/all.mjs) runs its
 # own Workers and asserts no deadline tighter than its bounds.
@@ -249,3 +248,7 @@ beside embedded embedded_then_attack
 node --test --test-concurrency=2 "${e2e_parallel[@]}"
 joined deadlines
 joined embedded
+# Once a run of the embedded ui-bridge file beside the other lanes timed
+# out its first test (60 s, not reproduced in 7 runs since, 4 of them
+# under the same load); alone at the end it has never failed.
+SHIITAKE_TEST_SANDBOX=embedded node --test --test-concurrency=1 tests/e2e/ui-bridge.test.mjs tests/e2e/sandbox-abuse.test.mjs
