@@ -92,7 +92,7 @@ export function connectBrowser({ baseUrl, whistle, fetch: fetchImpl, onError } =
   // Reads one event stream until it ends: answers `{ended}` (why the
   // bridge ends for good) or `{connected: true}` (reconnect at once).
   async function listen() {
-    const response = await send(route("events"), { headers: { accept: "text/event-stream" }, signal: stop.signal });
+    const response = await untilStopped(send(route("events"), { headers: { accept: "text/event-stream" }, signal: stop.signal }));
     if (response.status === 410 || response.status === 404) {
       const text = await response.text();
       return { ended: `HTTP ${response.status}: ${text}` };
@@ -103,15 +103,44 @@ export function connectBrowser({ baseUrl, whistle, fetch: fetchImpl, onError } =
     }
     const parser = new SseParser(EVENT_BYTES_MAX);
     const reader = response.body.getReader();
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) return { connected: true };
-      for (const { event, data } of parser.push(value)) {
-        const message = JSON.parse(data);
-        if (event === "request") run(message);
-        else if (event === "cancelled") running.get(message.requestId)?.abort();
+    // A fetch that does not end its body at the abort (a host's own
+    // transport may drop the signal) still stops reading at close().
+    const cancel = () => reader.cancel().catch(() => {});
+    if (stop.signal.aborted) cancel();
+    stop.signal.addEventListener("abort", cancel, { once: true });
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) return { connected: true };
+        for (const { event, data } of parser.push(value)) {
+          const message = JSON.parse(data);
+          if (event === "request") run(message);
+          else if (event === "cancelled") running.get(message.requestId)?.abort();
+        }
       }
+    } finally {
+      stop.signal.removeEventListener("abort", cancel);
     }
+  }
+
+  // `promise` (a fetch), or a rejection at close() if that comes first; a
+  // response arriving after it is cancelled.
+  function untilStopped(promise) {
+    if (stop.signal.aborted) {
+      promise.then((r) => r.body?.cancel(), () => {});
+      return Promise.reject(stop.signal.reason);
+    }
+    return new Promise((resolve, reject) => {
+      const abort = () => {
+        promise.then((r) => r.body?.cancel(), () => {});
+        reject(stop.signal.reason);
+      };
+      stop.signal.addEventListener("abort", abort, { once: true });
+      promise.then(
+        (r) => (stop.signal.removeEventListener("abort", abort), resolve(r)),
+        (e) => (stop.signal.removeEventListener("abort", abort), reject(e)),
+      );
+    });
   }
 
   (async () => {

@@ -120,6 +120,19 @@ test("the model discovers the App's commands and executes one; its result reache
   assert.equal(await browser.closed, "closed by the App");
 });
 
+test("close() ends the bridge at once, even over a host transport that drops the abort signal", T, async () => {
+  const a = await fresh();
+  // A host's own transport that never passes the signal on: its streams
+  // end only when the bridge cancels them.
+  const deaf = (url, { signal: _signal, ...init } = {}) => hostFetch(a)(url, init);
+  const browser = connectBrowser({ baseUrl: bridge(a, "s"), whistle: notebook(), fetch: deaf });
+  const tools = await turn(a, uniq("deaf"), "return await ui.discover({});");
+  assert.deepEqual(JSON.parse(tools[0].text).map((c) => c.name), ["greet", "fail"], "connected");
+  browser.close();
+  const why = await Promise.race([browser.closed, new Promise((resolve) => setTimeout(() => resolve("still open 5 s after close()"), 5_000))]);
+  assert.equal(why, "closed by the App");
+});
+
 test("only the result of the request's own claim is taken: every other post is refused with 409", T, async () => {
   const a = await fresh();
   const stream = await events(a);
