@@ -202,6 +202,19 @@ describe("fleet for models: agents.sessions.* under the host's grants", () => {
     assert.match(out.value.err, /grant_refused: fleet\(\)\.grant gives Session `[^`]+` no fleet grant/);
   });
 
+  test("a grant answered as a promise is refused at the call, naming why; nothing reaches the target", T, async () => {
+    const a = h.agent(`async-granted-${randomUUID()}`);
+    const b = h.agent(`plain-${randomUUID()}`);
+    await b.createSession("untouched");
+    await storeGrant(h, a.id, grantFor([b.id], ["sessions.list", "sessions.create"]));
+    const listed = await runCode(h, a, call("sessions_list", { agentId: b.id }));
+    assert.match(listed.value.err, /fleet\(\)\.grant: must answer synchronously/, listed.tool.text);
+    const created = await runCode(h, a, call("sessions_create", { agentId: b.id, sessionId: "never" }));
+    assert.match(created.value.err, /must answer synchronously/, created.tool.text);
+    const sessions = await b.api("GET", "/sessions");
+    assert.deepEqual(sessions.json.sessions.map((s) => s.sessionId), ["untouched"], "nothing was created at the target");
+  });
+
   test("agents.send and agents.recall are offered only when the host carries mail; sessions.* only with grants", T, async () => {
     const search = "return (await forage.search('agents send recall wait read sessions list')).map((f) => f.path).sort();";
     const opened = h.agent(`opened-${randomUUID()}`);
