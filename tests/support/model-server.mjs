@@ -175,7 +175,11 @@ export async function startModelServer({ port = 0, host = "127.0.0.1", fallback 
       else res.destroy();
     });
   });
-  server.keepAliveTimeout = 1000;
+  // Idle connections stay open well past any client's own idle timeout
+  // (undici's 4 s), so a client never reuses one the server is closing at
+  // that moment (a 1 s timeout raced a test's next request: ECONNRESET);
+  // close() ends them all.
+  server.keepAliveTimeout = 60_000;
   await new Promise((resolve, reject) => {
     server.once("error", reject);
     server.listen(port, host, () => {
