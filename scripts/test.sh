@@ -85,6 +85,13 @@ step "cargo fmt --check; js/limits.mjs up to date (before any build regenerates 
 cargo fmt --check
 node scripts/gen-limits.mjs --check
 
+# The native builds and the wasm test build lint what they compile:
+# clippy-driver stands in for rustc on this crate's own targets, with
+# warnings denied (scripts/lint-rustc.sh), so they need no check pass of
+# their own. Not the deployment proofs: clippy-driver compiles without MIR
+# optimisations, and they measure what users deploy.
+lint=(env RUSTC_WORKSPACE_WRAPPER="$ROOT/scripts/lint-rustc.sh")
+
 # The three release wasm builds (codegen-units=1 and LTO: a long single-threaded
 # rustc) run in the background beside the native lints and tests, which use
 # the debug profile: cargo locks each profile's build directory on its own,
@@ -110,8 +117,8 @@ release() {
   node scripts/deploy-check.mjs
   took "deployment proof (node scripts/deploy-check.mjs)"
   # The wasm and demo bundle the end-to-end tests run: with the
-  # fault-injection hook.
-  SHIITAKE_TEST_BUILD=1 bash scripts/build.sh
+  # fault-injection hook, linted (the wasm32 library with that feature).
+  SHIITAKE_TEST_BUILD=1 "${lint[@]}" bash scripts/build.sh
   took "test build (SHIITAKE_TEST_BUILD=1 bash scripts/build.sh)"
 }
 # A process group of its own (job control on for this one launch), so that
@@ -130,28 +137,25 @@ stop_jobs() {
 }
 trap 'rc=$?; stop_jobs; summary $rc' EXIT
 
-step "cargo clippy (native)"
-cargo clippy --all-targets -- -D warnings
-
-step "cargo clippy (wasm32; and with the fault-injection hook of the test build)"
+step "cargo clippy (wasm32 library, with and without the default features)"
 cargo clippy --target wasm32-unknown-unknown --lib -- -D warnings
-cargo clippy --target wasm32-unknown-unknown --lib --features fault-injection -- -D warnings
-
-step "lean build (no default features): clippy, the tests of what it refuses"
-cargo clippy --all-targets --no-default-features -- -D warnings
 cargo clippy --target wasm32-unknown-unknown --lib --no-default-features -- -D warnings
-# Only the targets that hold an `a_lean_build` test: building every test
-# binary again without the default features would run nothing more.
+
+step "lean build (no default features): every target built and linted, the tests of what it refuses"
+"${lint[@]}" cargo test --no-default-features --all-targets --no-run
+# Only the targets that hold an `a_lean_build` test: running every test
+# binary of the lean build would run nothing more.
 lean_targets=(--lib)
 for f in tests/*.rs; do
   grep -q 'fn a_lean_build' "$f" && lean_targets+=(--test "$(basename "$f" .rs)")
 done
-cargo test --no-default-features "${lean_targets[@]}" a_lean_build
-# Every unit test of the lean library (its test binary is built just above).
-cargo test --no-default-features --lib
+"${lint[@]}" cargo test --no-default-features "${lean_targets[@]}" a_lean_build
+# Every unit test of the lean library.
+"${lint[@]}" cargo test --no-default-features --lib
 
-step "cargo test"
-cargo test
+step "cargo test (every target built and linted)"
+"${lint[@]}" cargo test --all-targets --no-run
+"${lint[@]}" cargo test
 
 step "release wasm builds (awaited)"
 release_rc=0
@@ -177,7 +181,12 @@ beside() {
   shift
   beside_log[$name]=$(mktemp)
   set -m
-  ("$@") </dev/null >"${beside_log[$name]}" 2>&1 &
+  (
+    t0=$EPOCHREALTIME rc=0
+    "$@" || rc=$?
+    awk -v a="$t0" -v b="$EPOCHREALTIME" -v n="$name" 'BEGIN { printf "[time] lane %s: %.1fs\n", n, b - a }'
+    exit "$rc"
+  ) </dev/null >"${beside_log[$name]}" 2>&1 &
   beside_pid[$name]=$!
   set +m
 }
@@ -191,7 +200,7 @@ joined() {
   [ "$rc" -eq 0 ] || { echo "[test] $name failed (exit $rc)" >&2; exit "$rc"; }
 }
 
-step "end-to-end tests (node --test, Miniflare) in three lanes at once: the independent files two at a time; the files with deadlines one at a time; the embedded sandbox's pass, then the attack harness; then the embedded sandbox's deadline files"
+step "end-to-end tests (node --test, Miniflare) in three lanes at once: the independent files two at a time; the files with deadlines one at a time (both sandboxes'); the embedded sandbox's pass, then the attack harness"
 # Deadline files: each runs alone in its lane (never beside another of them).
 e2e_serial=(
   tests/e2e/alarm.test.mjs
@@ -219,7 +228,7 @@ done
 # Workers (fixtures and the demo) bundled with the engine and served without
 # LOADER (tests/e2e/helpers.mjs SANDBOX): the same tests on the other backend
 # (the Worker Loader pass is the first lane). One file at a time; ui-bridge
-# and sandbox-abuse assert deadlines, so they run last, alone.
+# and sandbox-abuse assert deadlines, so they run in the deadline lane.
 embedded() {
   SHIITAKE_TEST_SANDBOX=embedded node --test --test-concurrency=1 \
     tests/e2e/tools.test.mjs tests/e2e/tool-events.test.mjs tests/e2e/tools-recovery.test.mjs \
@@ -236,6 +245,8 @@ embedded() {
 # left one idle (e2e wall 377 s, CPU 387 s).
 deadlines() {
   node --test --test-concurrency=1 "${e2e_serial[@]}"
+  # The embedded sandbox's deadline files (see `embedded`).
+  SHIITAKE_TEST_SANDBOX=embedded node --test --test-concurrency=1 tests/e2e/ui-bridge.test.mjs tests/e2e/sandbox-abuse.test.mjs
 }
 # The attack harness (crash, fuzz, races: scripts/attack/all.mjs) runs its
 # own Workers and asserts no deadline tighter than its bounds.
@@ -248,7 +259,3 @@ beside embedded embedded_then_attack
 node --test --test-concurrency=2 "${e2e_parallel[@]}"
 joined deadlines
 joined embedded
-# Last and alone, as before the lanes ran at once: one run of the embedded
-# ui-bridge file beside them timed out (connectBrowser's close() left its
-# event stream's reader open, since fixed and tested); they assert deadlines.
-SHIITAKE_TEST_SANDBOX=embedded node --test --test-concurrency=1 tests/e2e/ui-bridge.test.mjs tests/e2e/sandbox-abuse.test.mjs

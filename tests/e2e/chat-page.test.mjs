@@ -337,7 +337,10 @@ test("the goal extension's client entry: a chip and a pinned row whose action en
   await page.locator("li.message.assistant", { hasText: "Echo: After the goal" }).waitFor();
   assert.equal(await cellAfter("Goal achieved"), "2");
   await page.reload();
+  // The read's messages and the extension's lines may arrive in either order:
+  // the placement is checked once both are on the page.
   await page.locator("li.cell", { hasText: "Goal achieved: Ship the notes" }).waitFor();
+  await page.locator("li.message.assistant", { hasText: "Echo: After the goal" }).waitFor();
   assert.equal(await cellAfter("Goal achieved"), "2", "placed the same from a fresh read");
   await shot(page, "goal-ended");
   assert.deepEqual(errors, []);
