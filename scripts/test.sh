@@ -5,7 +5,7 @@
 # end-to-end tests against the built wasm in Miniflare, then a short run of
 # the attack harness (scripts/attack/). Stops at the first failing step. The
 # release builds run in the background beside the lints and native tests,
-# and independent end-to-end files two at a time (see each step).
+# and independent end-to-end files three at a time (see each step).
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -182,8 +182,13 @@ beside() {
   beside_log[$name]=$(mktemp)
   set -m
   (
-    t0=$EPOCHREALTIME rc=0
-    "$@" || rc=$?
+    # The job in a subshell of its own with errexit on, not in an `||` list
+    # (where bash ignores errexit, and a lane's failing file would not stop
+    # it nor fail it).
+    t0=$EPOCHREALTIME
+    set +e
+    (set -e; "$@")
+    rc=$?
     awk -v a="$t0" -v b="$EPOCHREALTIME" -v n="$name" 'BEGIN { printf "[time] lane %s: %.1fs\n", n, b - a }'
     exit "$rc"
   ) </dev/null >"${beside_log[$name]}" 2>&1 &
@@ -200,7 +205,7 @@ joined() {
   [ "$rc" -eq 0 ] || { echo "[test] $name failed (exit $rc)" >&2; exit "$rc"; }
 }
 
-step "end-to-end tests (node --test, Miniflare) in three lanes at once: the independent files two at a time; the files with deadlines one at a time (both sandboxes'); the embedded sandbox's pass, then the attack harness"
+step "end-to-end tests (node --test, Miniflare) in three lanes at once: the independent files three at a time; the files with deadlines one at a time (both sandboxes'); the embedded sandbox's pass, then the attack harness"
 # Deadline files: each runs alone in its lane (never beside another of them).
 e2e_serial=(
   tests/e2e/alarm.test.mjs
@@ -256,6 +261,6 @@ embedded_then_attack() {
 }
 beside deadlines deadlines
 beside embedded embedded_then_attack
-node --test --test-concurrency=2 "${e2e_parallel[@]}"
+node --test --test-concurrency=3 "${e2e_parallel[@]}"
 joined deadlines
 joined embedded

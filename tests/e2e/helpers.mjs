@@ -24,6 +24,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { after, before } from "node:test";
 import { Miniflare } from "miniflare";
 import { SseParser } from "../../js/client.mjs";
+import { BODY_BYTES_MAX } from "../../js/limits.mjs";
 import { startModelServer } from "../support/model-server.mjs";
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
@@ -195,6 +196,30 @@ export async function bundleEmbedded(entryPath, name) {
  * `log`: when given, called with every chunk (a string) the runtime writes
  * to stdout or stderr (the Worker's console: the service log).
  */
+/**
+ * A body over the HTTP layer's bound is refused (413) without being read,
+ * and the connection closed: a reset that reaches the client while it is
+ * still writing fails the send (ECONNRESET/EPIPE) before it reads the answer
+ * (TCP, not the server). Such a send through `mf.dispatchFetch` is repeated,
+ * at most 3 times, so a test sees the 413; a body within the bound is never
+ * repeated.
+ */
+function repeatRefusedUnread(mf) {
+  const dispatch = mf.dispatchFetch.bind(mf);
+  mf.dispatchFetch = async (input, init) => {
+    const body = init?.body;
+    const size = typeof body === "string" ? Buffer.byteLength(body) : body instanceof Uint8Array ? body.byteLength : 0;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await dispatch(input, init);
+      } catch (error) {
+        const reset = ["ECONNRESET", "EPIPE"].includes(error?.cause?.code);
+        if (attempt >= 3 || size <= BODY_BYTES_MAX || !reset) throw error;
+      }
+    }
+  };
+}
+
 export async function startWorker(options = {}) {
   const h = new Harness();
   await h.open(options);
@@ -321,6 +346,7 @@ export class Harness {
       };
     }
     this.mf = new Miniflare(options);
+    repeatRefusedUnread(this.mf);
     await this.mf.ready;
   }
 
