@@ -35,7 +35,17 @@ features=()
 # client and the CLI run without a build) follows src/limits.rs.
 node scripts/gen-limits.mjs
 t0=$(now)
-cargo build --release --target wasm32-unknown-unknown --lib "${features[@]}"
+# SHIITAKE_DENY_WARNINGS=1 (scripts/test.sh): a compiler warning fails the
+# build (cargo repeats a fresh crate's cached warnings, so a warm build
+# fails alike).
+cargo_log=$(mktemp)
+trap 'rm -f "$cargo_log"' EXIT
+cargo build --release --target wasm32-unknown-unknown --lib "${features[@]}" 2> >(tee "$cargo_log" >&2)
+wait $! 2>/dev/null || true # the tee
+if [ "${SHIITAKE_DENY_WARNINGS:-0}" = 1 ] && grep -q '^warning' "$cargo_log"; then
+  echo "build: the compiler warned, and warnings are denied (SHIITAKE_DENY_WARNINGS=1)" >&2
+  exit 1
+fi
 t1=$(now)
 
 out=build/wasm

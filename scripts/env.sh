@@ -33,8 +33,16 @@ _shiitake_env() {
   exec {lockfd}>"$TOOLS/.install.lock" || return 1
   flock "$lockfd" || return 1
 
-  _shiitake_node && _shiitake_rust_target && _shiitake_wasm_bindgen && _shiitake_node_modules
-  local rc=$?
+  # The generator's build (CPU) runs beside npm ci (network and disk).
+  local rc=0 bindgen_pid
+  _shiitake_node && _shiitake_rust_target || rc=$?
+  if [ "$rc" -eq 0 ]; then
+    _shiitake_wasm_bindgen &
+    bindgen_pid=$!
+    _shiitake_node_modules || rc=$?
+    wait "$bindgen_pid" || rc=$?
+    _shiitake_wasm_bindgen_path
+  fi
   exec {lockfd}>&-
   return $rc
 }
@@ -80,14 +88,12 @@ _shiitake_wasm_bindgen() {
   # byte-identical output; installing the `wasm-bindgen-cli` package instead
   # also compiled its test runner's HTTP and TLS stacks (165 s of CPU on a
   # cold machine against 81 s). Keyed by its sources, so a change rebuilds it.
-  local key dir pin
+  local dir pin
   pin=$(sed -n 's/^wasm-bindgen = "=\(.*\)"$/\1/p' "$ROOT/Cargo.toml")
   grep -qx "wasm-bindgen-cli-support = \"=$pin\"" "$ROOT/tools/bindgen/Cargo.toml" && [ "$pin" = "$SHIITAKE_WASM_BINDGEN_VERSION" ] ||
     { _shiitake_say "error: the wasm-bindgen pins differ (Cargo.toml $pin, tools/bindgen/Cargo.toml, env.sh $SHIITAKE_WASM_BINDGEN_VERSION)"; return 1; }
-  key="$(cat "$ROOT/tools/bindgen/Cargo.toml" "$ROOT/tools/bindgen/Cargo.lock" "$ROOT/tools/bindgen/src/main.rs" | sha256sum | cut -c1-16)" || return 1
-  dir="$TOOLS/bindgen-$SHIITAKE_WASM_BINDGEN_VERSION-$key"
-  WASM_BINDGEN="$dir/shiitake-bindgen"
-  export WASM_BINDGEN
+  _shiitake_wasm_bindgen_path || return 1
+  dir=$(dirname "$WASM_BINDGEN")
   [ "$("$WASM_BINDGEN" --version 2>/dev/null)" = "shiitake-bindgen $SHIITAKE_WASM_BINDGEN_VERSION" ] && return 0
   _shiitake_say "building tools/bindgen (wasm-bindgen-cli-support $SHIITAKE_WASM_BINDGEN_VERSION) into $dir (about a minute)"
   rm -rf "$TOOLS/bindgen-target"
@@ -97,6 +103,14 @@ _shiitake_wasm_bindgen() {
   rm -rf "$TOOLS/bindgen-target"
   [ "$("$WASM_BINDGEN" --version 2>/dev/null)" = "shiitake-bindgen $SHIITAKE_WASM_BINDGEN_VERSION" ] ||
     { _shiitake_say "error: $WASM_BINDGEN does not report version $SHIITAKE_WASM_BINDGEN_VERSION"; return 1; }
+}
+
+# Sets WASM_BINDGEN: where the generator of tools/bindgen's sources lives.
+_shiitake_wasm_bindgen_path() {
+  local key
+  key="$(cat "$ROOT/tools/bindgen/Cargo.toml" "$ROOT/tools/bindgen/Cargo.lock" "$ROOT/tools/bindgen/src/main.rs" | sha256sum | cut -c1-16)" || return 1
+  WASM_BINDGEN="$TOOLS/bindgen-$SHIITAKE_WASM_BINDGEN_VERSION-$key/shiitake-bindgen"
+  export WASM_BINDGEN
 }
 
 _shiitake_node_modules() {

@@ -5,7 +5,7 @@
 # end-to-end tests against the built wasm in Miniflare, then a short run of
 # the attack harness (scripts/attack/). Stops at the first failing step. The
 # release builds run in the background beside the lints and native tests,
-# and independent end-to-end files three at a time (see each step).
+# and the end-to-end files in lanes at once (scripts/e2e.sh).
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -124,21 +124,22 @@ release() {
 # A process group of its own (job control on for this one launch), so that
 # a failing step stops all of it.
 set -m
-(set -e; release) </dev/null >"$release_log" 2>&1 &
+(set -e; export SHIITAKE_DENY_WARNINGS=1; release) </dev/null >"$release_log" 2>&1 &
 release_pid=$!
 set +m
 # shellcheck disable=SC2064 # the pid and log are fixed now
-# Jobs run beside a step (see `beside` below), by process group.
-declare -A beside_pid beside_log
 stop_jobs() {
   local pid
-  for pid in "$release_pid" $apt_pid "${beside_pid[@]}"; do kill -- -"$pid" 2>/dev/null || true; done
-  rm -f "$release_log" ${apt_log:-} "${beside_log[@]}"
+  for pid in "$release_pid" $apt_pid; do kill -- -"$pid" 2>/dev/null || true; done
+  rm -f "$release_log" ${apt_log:-}
 }
 trap 'rc=$?; stop_jobs; summary $rc' EXIT
 
-step "cargo clippy (wasm32 library, with and without the default features)"
-cargo clippy --target wasm32-unknown-unknown --lib -- -D warnings
+# The wasm32 library with the default features is linted by the test build
+# (the same code, with the fault-injection hook), and the deployment proofs
+# deny compiler warnings (SHIITAKE_DENY_WARNINGS). Without them (the lean
+# build) it is checked here.
+step "cargo clippy (wasm32 library without the default features)"
 cargo clippy --target wasm32-unknown-unknown --lib --no-default-features -- -D warnings
 
 step "lean build (no default features): every target built and linted, the tests of what it refuses"
@@ -171,96 +172,5 @@ if [ -n "$apt_pid" ]; then
   command -v tmux >/dev/null 2>&1 || { echo "[test] tmux is missing: tests/e2e/chat-cli.test.mjs needs it" >&2; exit 1; }
 fi
 
-# A job run beside a step (its output printed when it ends, so the step's
-# own output stays readable): `beside NAME CMD...` starts it, `joined NAME`
-# waits for it, prints its output and fails if it failed. Each pairing keeps
-# the machine's two cores busy without putting a second deadline-sensitive
-# file beside a deadline-sensitive one.
-beside() {
-  local name=$1
-  shift
-  beside_log[$name]=$(mktemp)
-  set -m
-  (
-    # The job in a subshell of its own with errexit on, not in an `||` list
-    # (where bash ignores errexit, and a lane's failing file would not stop
-    # it nor fail it).
-    t0=$EPOCHREALTIME
-    set +e
-    (set -e; "$@")
-    rc=$?
-    awk -v a="$t0" -v b="$EPOCHREALTIME" -v n="$name" 'BEGIN { printf "[time] lane %s: %.1fs\n", n, b - a }'
-    exit "$rc"
-  ) </dev/null >"${beside_log[$name]}" 2>&1 &
-  beside_pid[$name]=$!
-  set +m
-}
-joined() {
-  local name=$1 rc=0
-  wait "${beside_pid[$name]}" || rc=$?
-  printf '\n==== (beside) %s: exit %s ====\n' "$name" "$rc"
-  cat "${beside_log[$name]}"
-  rm -f "${beside_log[$name]}"
-  unset "beside_pid[$name]" "beside_log[$name]"
-  [ "$rc" -eq 0 ] || { echo "[test] $name failed (exit $rc)" >&2; exit "$rc"; }
-}
-
-step "end-to-end tests (node --test, Miniflare) in three lanes at once: the independent files three at a time; the files with deadlines one at a time (both sandboxes'); the embedded sandbox's pass, then the attack harness"
-# Deadline files: each runs alone in its lane (never beside another of them).
-e2e_serial=(
-  tests/e2e/alarm.test.mjs
-  tests/e2e/chat-cli.test.mjs
-  tests/e2e/computer-transport.test.mjs
-  tests/e2e/execute-harness.test.mjs
-  tests/e2e/host-jobs.test.mjs
-  tests/e2e/mcp.test.mjs
-  tests/e2e/mcp-conformance.test.mjs
-  tests/e2e/owner-api.test.mjs
-  tests/e2e/run.test.mjs
-  tests/e2e/sandbox-abuse.test.mjs
-  tests/e2e/sandbox-do.test.mjs
-  tests/e2e/sandbox-embedded.test.mjs
-  tests/e2e/tools-config.test.mjs
-  tests/e2e/trap.test.mjs
-  tests/e2e/ui-bridge.test.mjs
-)
-e2e_parallel=()
-shopt -s globstar
-for f in tests/e2e/**/*.test.mjs; do
-  [[ " ${e2e_serial[*]} " == *" $f "* ]] || e2e_parallel+=("$f")
-done
-# The tests that go through `execute` in a Durable Object, again with their
-# Workers (fixtures and the demo) bundled with the engine and served without
-# LOADER (tests/e2e/helpers.mjs SANDBOX): the same tests on the other backend
-# (the Worker Loader pass is the first lane). One file at a time; ui-bridge
-# and sandbox-abuse assert deadlines, so they run in the deadline lane.
-embedded() {
-  SHIITAKE_TEST_SANDBOX=embedded node --test --test-concurrency=1 \
-    tests/e2e/tools.test.mjs tests/e2e/tool-events.test.mjs tests/e2e/tools-recovery.test.mjs \
-    tests/e2e/tool-closure.test.mjs tests/e2e/computers.test.mjs tests/e2e/fleet.test.mjs \
-    tests/e2e/fleet-forgery.test.mjs tests/e2e/fleet-directory.test.mjs tests/e2e/extensions.test.mjs \
-    tests/e2e/files-grant.test.mjs tests/e2e/models.test.mjs tests/e2e/mcp.test.mjs \
-    tests/e2e/tools-config.test.mjs tests/e2e/ui-chromium.test.mjs tests/e2e/ui-browser.test.mjs \
-    tests/e2e/acp.test.mjs tests/e2e/openapi.test.mjs tests/e2e/anthropic.test.mjs tests/e2e/files.test.mjs
-}
-# The deadline lane: never two deadline files at once. Its files ran after
-# the independent ones until they were shown to hold their deadlines beside
-# them (with two helpers' builds loading the machine as well); together the
-# lanes take about 1.5 of the machine's 2 cores, where one after the other
-# left one idle (e2e wall 377 s, CPU 387 s).
-deadlines() {
-  node --test --test-concurrency=1 "${e2e_serial[@]}"
-  # The embedded sandbox's deadline files (see `embedded`).
-  SHIITAKE_TEST_SANDBOX=embedded node --test --test-concurrency=1 tests/e2e/ui-bridge.test.mjs tests/e2e/sandbox-abuse.test.mjs
-}
-# The attack harness (crash, fuzz, races: scripts/attack/all.mjs) runs its
-# own Workers and asserts no deadline tighter than its bounds.
-embedded_then_attack() {
-  embedded
-  node scripts/attack/all.mjs --short
-}
-beside deadlines deadlines
-beside embedded embedded_then_attack
-node --test --test-concurrency=3 "${e2e_parallel[@]}"
-joined deadlines
-joined embedded
+step "end-to-end tests (scripts/e2e.sh: node --test, Miniflare, in lanes at once)"
+bash scripts/e2e.sh
