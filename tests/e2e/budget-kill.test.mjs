@@ -15,7 +15,7 @@
 // ledger once, and a prompt behind a paused turn never reached the model.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { eventually, uniq, useWorker } from "./helpers.mjs";
+import { clearOfMidnight, eventually, uniq, useWorker } from "./helpers.mjs";
 
 const SESSIONS = 16;
 const PROMPTS = 5;
@@ -51,6 +51,8 @@ const billed = (r) => (r.usage ? r.usage.prompt_tokens + r.usage.completion_toke
  * checks what it billed and what it settled.
  */
 async function scenario(kills) {
+  // The daily budget's day must not end mid-scenario (about 10 s).
+  await clearOfMidnight(30_000);
   const a = h.agent();
   let before = h.model.requests().length;
   const sessions = Array.from({ length: SESSIONS }, (_, i) => ({ id: `s${String(i).padStart(2, "0")}`, tag: uniq(`budget-${i}`), prompts: [] }));

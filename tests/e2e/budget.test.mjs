@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { createShiitakeClient } from "../../js/client.mjs";
-import { expectError, expectStatus, kind, startWorker, uniq, useWorker } from "./helpers.mjs";
+import { clearOfMidnight, expectError, expectStatus, kind, startWorker, uniq, useWorker } from "./helpers.mjs";
 
 const SESSION_TOKENS = 1_000;
 const h = useWorker({ fixture: "rpc-worker", model: "echo", bindings: { SHIITAKE_BUDGET_SESSION_TOKENS: SESSION_TOKENS } });
@@ -142,6 +142,7 @@ test("cancel of a paused turn settles it cancelled, with nothing charged and no 
 });
 
 test("the Agent's daily budget over RPC: read with its reset, a turn past it pauses with scope agent, the owner API's clear resumes it", T, async () => {
+  await clearOfMidnight(10_000);
   const a = h.agent();
   const none = await rpc(a, "budget");
   assert.deepEqual({ ...none, resetsAt: undefined }, { tokens: null, set: false, spent: null, resetsAt: undefined }, "nothing counted before a daily budget");

@@ -22,7 +22,7 @@ import { after, before, test } from "node:test";
 import { Miniflare } from "miniflare";
 import { startLossyProxy } from "../support/lossy-proxy.mjs";
 import { startModelServer } from "../support/model-server.mjs";
-import { DEMO_SCRIPT, MODEL_API_KEY, ROOT, TOKEN, execute, uniq, workerOptions } from "./helpers.mjs";
+import { DEMO_SCRIPT, MODEL_API_KEY, ROOT, TOKEN, clearOfMidnight, execute, uniq, workerOptions } from "./helpers.mjs";
 
 const BIN = path.join(ROOT, "bin/shiitake.mjs");
 const PANIC_MARKER = "CLI-TRAP-HERE";
@@ -247,6 +247,7 @@ test("remote chat: /usage prints this Session's calls by outcome and tokens and 
 });
 
 test("remote chat: /usage prints the Session's budget and the Agent's daily one as their routes answer; a turn a budget pauses says so, and goes on once the budget is raised", T, async () => {
+  await clearOfMidnight(15_000); // the Agent's day must not end mid-test
   // A service of its own: 5,000 tokens per Session, 1,000,000 a day for the Agent.
   const budgeted = new Miniflare({
     ...workerOptions(DEMO_SCRIPT, undefined, { ...localEnv, SHIITAKE_BUDGET_SESSION_TOKENS: "5000", SHIITAKE_BUDGET_DAILY_TOKENS: "1000000" }),

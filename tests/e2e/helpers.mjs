@@ -724,6 +724,17 @@ export function kind(ev) {
  * Calls `fn` until it returns a truthy value (returned) or `timeoutMs` passes
  * (throws, naming `what`). For state only observable by reading it.
  */
+/**
+ * Waits out the last `marginMs` before a UTC midnight (at most that and a
+ * second), so a test of the Agent's daily budget, whose day ends then,
+ * runs within one day.
+ */
+export async function clearOfMidnight(marginMs) {
+  const DAY_MS = 86_400_000;
+  const left = DAY_MS - (Date.now() % DAY_MS);
+  if (left < marginMs) await new Promise((resolve) => setTimeout(resolve, left + 1000));
+}
+
 export async function eventually(fn, { timeoutMs = 5000, intervalMs = 10, what = "a condition" } = {}) {
   const deadline = Date.now() + timeoutMs;
   let last;
