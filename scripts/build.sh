@@ -69,6 +69,17 @@ if grep -q '^import source ' "$out.tmp/shiitake.js" || ! grep -q '^import wasmMo
   echo "build: wasm-bindgen's wasm import changed shape; update the patch in scripts/build.sh" >&2
   exit 1
 fi
+# The glue imports the shim's js/do/body.mjs from a copy wasm-bindgen makes
+# under snippets/; the shim imports the file itself, so a bundle would hold
+# both (two module instances of one file). The glue's import statements are
+# pointed at the file itself (the import object keeps the snippet's name:
+# it is the name the wasm imports by) and the copy is dropped.
+sed -i -E 's#^(import .* from ["\x27])\./snippets/shiitake-[0-9a-f]+/js/do/body\.mjs(["\x27];?)$#\1../../js/do/body.mjs\2#' "$out.tmp/shiitake.js"
+if grep -q '^import .*snippets/' "$out.tmp/shiitake.js"; then
+  echo "build: wasm-bindgen's snippet import changed shape; update the patch in scripts/build.sh" >&2
+  exit 1
+fi
+rm -rf "$out.tmp/snippets"
 # wasm-bindgen writes a package.json (the crate's npm dependencies) beside
 # the glue once the core imports a JS snippet (js/do/body.mjs); without
 # "type": "module" it would make Node read the glue as CommonJS first. The
