@@ -14,9 +14,7 @@ use crate::limits::{
 };
 use crate::settlement::Settlement;
 use crate::sql::atomically;
-use crate::store::{
-    command_id, AdmissionFacts, Kind, NewCommand, QueuedCommand, State, Store, Terminal,
-};
+use crate::store::{command_id, AdmissionFacts, Kind, NewCommand, State, Store, Terminal};
 use serde::Serialize;
 
 /// The answer to an accepted command, also replayed for a retried request.
@@ -198,15 +196,7 @@ pub struct Admitted {
 fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Admitted, ApiError> {
     let store = ctx.store;
     let now_ms = ctx.now_ms;
-    let random = ctx.ids.next_id("");
-    if let Some(command_id) = queue_behind(store, &random, now_ms, &a)? {
-        return Ok(Admitted {
-            receipt: Receipt::accepted(command_id),
-            message: None,
-            claimed: false,
-            branch: None,
-        });
-    }
+    let ids = &mut *ctx.ids;
     atomically(store.sql(), || match decide(store, &a)? {
         Decision::Replay(command_id) => Ok(Admitted {
             receipt: Receipt::accepted(command_id),
@@ -216,37 +206,9 @@ fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Admitted, ApiError> {
         }),
         Decision::New(facts) => {
             let anchor = resolve(store, &a, &facts)?;
-            write_new(store, &random, now_ms, &a, &facts, anchor)
+            write_new(store, ids, now_ms, &a, &facts, anchor)
         }
     })
-}
-
-/// The common admission, a prompt (or compaction) queued behind the
-/// Session's work, in one statement instead of a read and a write; `None`
-/// (nothing written) leaves the decision to the full rules below. It names
-/// no entry: resolving one takes reads of their own.
-fn queue_behind(
-    store: Store<'_>,
-    random: &str,
-    now_ms: i64,
-    a: &Admission<'_>,
-) -> Result<Option<String>, ApiError> {
-    if !matches!(a.kind, Kind::Prompt | Kind::Compact) || a.entry.is_some() {
-        return Ok(None);
-    }
-    let Some(bytes_room) = PENDING_BYTES_PER_SESSION_MAX.checked_sub(a.input.len()) else {
-        return Ok(None);
-    };
-    let command = QueuedCommand {
-        session_id: a.session_id,
-        request_id: a.request_id,
-        random,
-        kind: a.kind,
-        input: &a.input,
-        meta: a.meta,
-        now_ms,
-    };
-    Ok(store.queue_behind(&command, PENDING_PER_SESSION_MAX, bytes_room)?)
 }
 
 /// What the entry a new admission names resolves to (reads only): the
@@ -323,13 +285,13 @@ fn decide(store: Store<'_>, a: &Admission<'_>) -> Result<Decision, ApiError> {
 /// The writes of a new admission (after every read of its transition).
 fn write_new(
     store: Store<'_>,
-    random: &str,
+    ids: &mut dyn IdSource,
     now_ms: i64,
     a: &Admission<'_>,
     facts: &AdmissionFacts,
     anchor: Option<Anchor>,
 ) -> Result<Admitted, ApiError> {
-    let command_id = command_id(facts.next_seq, random);
+    let command_id = command_id(facts.next_seq, &ids.next_id(""));
     let mut row = NewCommand {
         command_id: &command_id,
         session_id: a.session_id,
@@ -560,7 +522,7 @@ pub fn commit_send(
         meta: send.meta.as_deref(),
         entry: None,
     };
-    write_new(store, &ids.next_id(""), now_ms, &a, facts, None).map(Some)
+    write_new(store, ids, now_ms, &a, facts, None).map(Some)
 }
 
 /// Resolves an uncertain send: an existing admission wins; otherwise a

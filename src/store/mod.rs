@@ -133,18 +133,6 @@ impl CommandRow {
     }
 }
 
-/// A command queued behind a Session's work ([`Store::queue_behind`]).
-pub struct QueuedCommand<'a> {
-    pub session_id: &'a str,
-    pub request_id: &'a str,
-    /// The random part of its command id.
-    pub random: &'a str,
-    pub kind: Kind,
-    pub input: &'a str,
-    pub meta: Option<&'a str>,
-    pub now_ms: i64,
-}
-
 /// A command to insert.
 pub struct NewCommand<'a> {
     pub session_id: &'a str,
@@ -499,62 +487,6 @@ impl<'a> Store<'a> {
             &[session_id.into(), seq.into(), command_id.into()],
         )?;
         rows.first().map(command_row).transpose()
-    }
-
-    /// Admission's common case in one statement: inserts `c` as a pending
-    /// command behind the Session's work when the rules would do only that
-    /// (the Session exists; the requestId is neither admitted nor fenced; a
-    /// turn runs or a command is pending, so nothing starts now; the queue
-    /// keeps under `pending_max` commands and `bytes_room` bytes of others'
-    /// input). Answers its command id, or `None` with nothing written: the
-    /// full rules decide (a replay, a conflict, a refusal, a start).
-    pub fn queue_behind(
-        &self,
-        c: &QueuedCommand<'_>,
-        pending_max: usize,
-        bytes_room: usize,
-    ) -> Result<Option<String>, SqlError> {
-        static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-        let sql = SQL.get_or_init(|| {
-            format!(
-                "INSERT INTO commands (session_id, seq, command_id, request_id, kind, input, meta,
-                    state, accepted_at, attempt)
-                 SELECT ?1, s.seq, 'cmd_' || s.seq || '_' || ?3, ?2, ?4, ?5, ?6, 'pending', ?7, 0
-                 FROM (SELECT coalesce((SELECT seq FROM commands WHERE session_id = ?1
-                        ORDER BY seq DESC LIMIT 1), 0) + 1 AS seq) s,
-                    (SELECT count(*) AS n, coalesce(sum(octet_length(input)), 0) AS bytes
-                        FROM {UNSETTLED_COMMANDS}
-                        WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending') p
-                 WHERE p.n < ?8 AND p.bytes <= ?9
-                    AND (p.n > 0 OR EXISTS (SELECT 1 FROM {UNSETTLED_COMMANDS}
-                        WHERE session_id = ?1 AND {UNSETTLED} AND state = 'running'))
-                    AND EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1)
-                    AND NOT EXISTS (SELECT 1 FROM commands WHERE session_id = ?1 AND request_id = ?2)
-                    AND NOT EXISTS (SELECT 1 FROM fences WHERE session_id = ?1 AND request_id = ?2)
-                 RETURNING seq, command_id"
-            )
-        });
-        let rows = crate::sql::write_returning(
-            self.sql,
-            sql,
-            &[
-                c.session_id.into(),
-                c.request_id.into(),
-                c.random.into(),
-                c.kind.as_str().into(),
-                c.input.into(),
-                c.meta.into(),
-                c.now_ms.into(),
-                (pending_max as i64).into(),
-                (bytes_room as i64).into(),
-            ],
-        )?;
-        let Some(row) = rows.first() else {
-            return Ok(None);
-        };
-        let id = row.text(1)?;
-        debug_assert_eq!(id, command_id(row.int(0)?, c.random));
-        Ok(Some(id))
     }
 
     pub fn insert_command(&self, c: &NewCommand<'_>) -> Result<(), SqlError> {
