@@ -37,9 +37,10 @@ import { DurableObject } from "cloudflare:workers";
 export class ShiitakeDO<Env = unknown> extends DurableObject<Env> {
   /**
    * Asked first for every request. Return a Response to answer it yourself,
-   * or `undefined` to let the Shiitake core serve it. Override in a subclass.
+   * or `undefined` to let the Shiitake core serve it, directly or as a
+   * promise (only a promise is awaited). Override in a subclass.
    */
-  hostFetch(request: Request): Promise<Response | undefined>;
+  hostFetch(request: Request): Response | undefined | Promise<Response | undefined>;
   /**
    * The capabilities this Agent's model may use, or `undefined` for none.
    * Read once per instance. A throw, an unknown key, or a value of the

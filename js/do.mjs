@@ -43,9 +43,10 @@ export class ShiitakeDO extends DurableObject {
 
   /**
    * Host hook, asked first for every request the object receives. Return a
-   * Response to answer it yourself, or `undefined` to let the core serve it.
+   * Response (or a promise of one) to answer it yourself, or `undefined` to
+   * let the core serve it. Not async here: the default costs no await.
    */
-  async hostFetch(_request) {
+  hostFetch(_request) {
     return undefined;
   }
 

@@ -169,18 +169,24 @@ fn check_body(value: &serde_json::Value) -> Result<(), ApiError> {
 fn null_field(object: &serde_json::Map<String, serde_json::Value>, at: &str) -> Option<String> {
     use serde_json::Value;
     for (key, value) in object {
-        let path = if at.is_empty() {
-            crate::text::shorten(key).to_owned()
-        } else {
-            format!("{at}.{}", crate::text::shorten(key))
+        // Built only where it may be needed: most members are scalars.
+        let path = || {
+            if at.is_empty() {
+                crate::text::shorten(key).to_owned()
+            } else {
+                format!("{at}.{}", crate::text::shorten(key))
+            }
         };
         let found = match value {
-            Value::Null => Some(path.clone()),
-            Value::Object(inner) => null_field(inner, &path),
-            Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
-                item.as_object()
-                    .and_then(|inner| null_field(inner, &format!("{path}[{i}]")))
-            }),
+            Value::Null => Some(path()),
+            Value::Object(inner) => null_field(inner, &path()),
+            Value::Array(items) => {
+                let path = path();
+                items.iter().enumerate().find_map(|(i, item)| {
+                    item.as_object()
+                        .and_then(|inner| null_field(inner, &format!("{path}[{i}]")))
+                })
+            }
             _ => None,
         };
         if found.is_some() {

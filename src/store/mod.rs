@@ -94,7 +94,7 @@ pub struct CommandRow {
     pub request_id: Option<String>,
     pub kind: Kind,
     /// Canonical JSON of the admitted input; once settled with its text in
-    /// the transcript, its [`input_digest`] ([`CommandRow::same_input`]).
+    /// the transcript, its [`input_digest`] ([`Existing::same_input`]).
     pub input: String,
     /// Canonical JSON of the host metadata, if any.
     pub meta: Option<String>,
@@ -120,11 +120,6 @@ pub struct CommandRow {
 }
 
 impl CommandRow {
-    /// Whether `input` (canonical JSON) is what this command admitted.
-    pub fn same_input(&self, input: &str) -> bool {
-        self.input == input || self.input == input_digest(input)
-    }
-
     fn with_settlement(mut self, stored: Option<String>) -> Result<Self, SqlError> {
         self.settlement = stored
             .map(|s| expand_settlement(s, &self.command_id, self.terminal))
@@ -228,38 +223,34 @@ fn expand_settlement(
     Ok(out)
 }
 
+/// Decodes a row of [`COMMAND_COLUMNS`].
 fn command_row(row: &Row) -> Result<CommandRow, SqlError> {
-    command_row_at(row, 0)
-}
-
-/// Decodes [`COMMAND_COLUMNS`] starting at column `base`.
-fn command_row_at(row: &Row, base: usize) -> Result<CommandRow, SqlError> {
     CommandRow {
-        session_id: row.text(base)?,
-        seq: row.int(base + 1)?,
-        command_id: row.text(base + 2)?,
-        request_id: row.opt_text(base + 3)?,
-        kind: Kind::parse(&row.text(base + 4)?)?,
-        input: row.text(base + 5)?,
-        meta: row.opt_text(base + 6)?,
-        state: State::parse(&row.text(base + 7)?)?,
+        session_id: row.text(0)?,
+        seq: row.int(1)?,
+        command_id: row.text(2)?,
+        request_id: row.opt_text(3)?,
+        kind: Kind::parse(&row.text(4)?)?,
+        input: row.text(5)?,
+        meta: row.opt_text(6)?,
+        state: State::parse(&row.text(7)?)?,
         terminal: row
-            .opt_text(base + 8)?
+            .opt_text(8)?
             .as_deref()
             .map(Terminal::parse)
             .transpose()?,
-        accepted_at: row.int(base + 9)?,
-        turn_id: row.opt_text(base + 10)?,
-        attempt: u32::try_from(row.int(base + 11)?)
+        accepted_at: row.int(9)?,
+        turn_id: row.opt_text(10)?,
+        attempt: u32::try_from(row.int(11)?)
             .map_err(|_| SqlError::Decode("attempt out of range".into()))?,
-        started_at: row.opt_int(base + 12)?,
-        retry_at: row.opt_int(base + 13)?,
-        last_error: row.opt_text(base + 14)?,
-        usage: row.opt_text(base + 15)?,
+        started_at: row.opt_int(12)?,
+        retry_at: row.opt_int(13)?,
+        last_error: row.opt_text(14)?,
+        usage: row.opt_text(15)?,
         settlement: None,
-        anchor: row.opt_int(base + 17)?,
+        anchor: row.opt_int(17)?,
     }
-    .with_settlement(row.opt_text(base + 16)?)
+    .with_settlement(row.opt_text(16)?)
 }
 
 fn command_rows(rows: Vec<Row>) -> Result<Vec<CommandRow>, SqlError> {
@@ -279,7 +270,25 @@ pub struct AdmissionFacts {
     /// Whether the Session is running a turn (a new prompt cannot start now).
     pub running: bool,
     /// The command already admitted under this requestId, if any.
-    pub existing: Option<CommandRow>,
+    pub existing: Option<Existing>,
+}
+
+/// A command already admitted under a requestId: what a replay compares
+/// and answers (the columns the admission read decodes, no more).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Existing {
+    pub command_id: String,
+    pub kind: Kind,
+    /// As [`CommandRow::input`]: canonical JSON, or its digest once settled.
+    pub input: String,
+    pub meta: Option<String>,
+}
+
+impl Existing {
+    /// Whether `input` (canonical JSON) is what this command admitted.
+    pub fn same_input(&self, input: &str) -> bool {
+        self.input == input || self.input == input_digest(input)
+    }
 }
 
 fn count(rows: Vec<Row>) -> Result<usize, SqlError> {
@@ -428,22 +437,20 @@ impl<'a> Store<'a> {
         // Built once: admission runs on every prompt.
         static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
         let sql = SQL.get_or_init(|| {
-            let columns = COMMAND_COLUMNS
-                .split(',')
-                .map(|c| format!("c.{}", c.trim()))
-                .collect::<Vec<_>>()
-                .join(", ");
-            // The pending count and bytes in one pass over the queue.
+            // The pending count and bytes in one pass over the queue. Short
+            // column names: a Durable Object's cursor makes a JS string of
+            // each on every run (an expression is named by its text).
             format!(
                 "SELECT
-                    EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1),
-                    EXISTS (SELECT 1 FROM fences WHERE session_id = ?1 AND request_id = ?2),
+                    EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1) AS s,
+                    EXISTS (SELECT 1 FROM fences WHERE session_id = ?1 AND request_id = ?2) AS f,
                     p.n,
                     p.bytes,
-                    coalesce((SELECT seq FROM commands WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1), 0) + 1,
+                    coalesce((SELECT seq FROM commands WHERE session_id = ?1
+                        ORDER BY seq DESC LIMIT 1), 0) + 1 AS q,
                     EXISTS (SELECT 1 FROM {UNSETTLED_COMMANDS}
-                        WHERE session_id = ?1 AND {UNSETTLED} AND state = 'running'),
-                    {columns}
+                        WHERE session_id = ?1 AND {UNSETTLED} AND state = 'running') AS r,
+                    c.command_id, c.kind, c.input, c.meta
                  FROM (SELECT count(*) AS n, coalesce(sum(octet_length(input)), 0) AS bytes
                         FROM {UNSETTLED_COMMANDS}
                         WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending') p
@@ -456,7 +463,12 @@ impl<'a> Store<'a> {
             .first()
             .ok_or(SqlError::Decode("no admission row".into()))?;
         let existing = match row.opt_text(6)? {
-            Some(_) => Some(command_row_at(row, 6)?),
+            Some(command_id) => Some(Existing {
+                command_id,
+                kind: Kind::parse(&row.text(7)?)?,
+                input: row.text(8)?,
+                meta: row.opt_text(9)?,
+            }),
             None => None,
         };
         Ok(AdmissionFacts {
