@@ -28,9 +28,11 @@ size_line() { # raw and gzip size of a file
 # files, files-search, error-paths: see Cargo.toml), for hosts that use none
 # of them; a host that does gets a 503 or a tool error naming the missing
 # feature.
-features=()
-[ "${SHIITAKE_LEAN:-0}" = 1 ] && features+=(--no-default-features)
-[ "${SHIITAKE_TEST_BUILD:-0}" = 1 ] && features+=(--features fault-injection)
+# Both compile this crate at opt-level z, not Cargo.toml's 2 (see there).
+flags=()
+size_first=(--config 'profile.release.package.shiitake.opt-level="z"')
+[ "${SHIITAKE_LEAN:-0}" = 1 ] && flags+=(--no-default-features "${size_first[@]}")
+[ "${SHIITAKE_TEST_BUILD:-0}" = 1 ] && flags+=(--features fault-injection "${size_first[@]}")
 # The JS copy of the core's bounds (js/limits.mjs, committed: the typed
 # client and the CLI run without a build) follows src/limits.rs.
 node scripts/gen-limits.mjs
@@ -40,7 +42,7 @@ t0=$(now)
 # fails alike).
 cargo_log=$(mktemp)
 trap 'rm -f "$cargo_log"' EXIT
-cargo build --release --target wasm32-unknown-unknown --lib "${features[@]}" 2> >(tee "$cargo_log" >&2)
+cargo build --release --target wasm32-unknown-unknown --lib "${flags[@]}" 2> >(tee "$cargo_log" >&2)
 wait $! 2>/dev/null || true # the tee
 if [ "${SHIITAKE_DENY_WARNINGS:-0}" = 1 ] && grep -q '^warning' "$cargo_log"; then
   echo "build: the compiler warned, and warnings are denied (SHIITAKE_DENY_WARNINGS=1)" >&2
