@@ -103,7 +103,9 @@ fn latest_pending_is_per_principal_with_exact_text_and_meta() {
     assert_eq!(ada["images"][0]["data"], "AAAA");
     assert_eq!(ada["meta"]["author"]["id"], "ada");
     assert_eq!(ada["position"], 3);
-    assert_eq!(latest_as(&mut h, Some("bob"))["commandId"], b1);
+    let bob = latest_as(&mut h, Some("bob"));
+    assert_eq!(bob["commandId"], b1);
+    assert_eq!(bob["position"], 2, "its place in the whole queue");
     assert_eq!(latest_as(&mut h, Some("cy")), json!(null));
     // An unbound request (single-user host) sees the newest of all.
     assert_eq!(latest_as(&mut h, None)["commandId"], a2);
@@ -113,7 +115,16 @@ fn latest_pending_is_per_principal_with_exact_text_and_meta() {
         Some("ada"),
         json!({"type":"cancel","commandId": a2}),
     );
-    assert_eq!(latest_as(&mut h, Some("ada"))["commandId"], a1);
+    let ada = latest_as(&mut h, Some("ada"));
+    assert_eq!(ada["commandId"], a1);
+    assert_eq!(ada["position"], 1);
+    // A settled command ahead leaves the queue: bob's moves up.
+    command_as(
+        &mut h,
+        Some("ada"),
+        json!({"type":"cancel","commandId": a1}),
+    );
+    assert_eq!(latest_as(&mut h, Some("bob"))["position"], 1);
 }
 
 #[test]

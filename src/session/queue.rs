@@ -84,17 +84,12 @@ pub fn latest_pending(
         Some(path) => store.principal(meta, path)?.map(|who| (path, who)),
         None => None,
     };
-    let Some(latest) = store.latest_pending(
+    let Some((latest, position)) = store.latest_pending(
         session_id,
         principal.as_ref().map(|(p, w)| (*p, w.as_str())),
     )?
     else {
         return Ok(None);
     };
-    let position = store
-        .pending(session_id)?
-        .iter()
-        .position(|p| p.seq == latest.seq)
-        .map_or(1, |i| i + 1);
     pending_item(latest, position).map(Some)
 }

@@ -223,6 +223,19 @@ fn expand_settlement(
     Ok(out)
 }
 
+/// How many columns [`COMMAND_COLUMNS`] names (counted from it).
+const COMMAND_COLUMN_COUNT: usize = {
+    let text = COMMAND_COLUMNS.as_bytes();
+    let (mut count, mut i) = (1, 0);
+    while i < text.len() {
+        if text[i] == b',' {
+            count += 1;
+        }
+        i += 1;
+    }
+    count
+};
+
 /// Decodes a row of [`COMMAND_COLUMNS`].
 fn command_row(row: &Row) -> Result<CommandRow, SqlError> {
     CommandRow {
@@ -718,18 +731,31 @@ impl<'a> Store<'a> {
         &self,
         session_id: &str,
         principal: Option<(&str, &str)>,
-    ) -> Result<Option<CommandRow>, SqlError> {
+    ) -> Result<Option<(CommandRow, usize)>, SqlError> {
         let (path, who) = principal.unzip();
+        // Its place in the queue is counted, not read: the queue's rows
+        // carry their inputs (up to 64 of them).
         let rows = self.query(
             &format!(
-                "SELECT {COMMAND_COLUMNS} FROM {UNSETTLED_COMMANDS}
-                 WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending' AND kind = 'prompt'
-                   AND (?2 IS NULL OR json_quote(json_extract(meta, ?2)) = ?3)
-                 ORDER BY seq DESC LIMIT 1"
+                "SELECT {COMMAND_COLUMNS},
+                    (SELECT count(*) FROM {UNSETTLED_COMMANDS}
+                        WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending'
+                            AND seq <= c.seq)
+                 FROM (SELECT * FROM {UNSETTLED_COMMANDS}
+                    WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending' AND kind = 'prompt'
+                        AND (?2 IS NULL OR json_quote(json_extract(meta, ?2)) = ?3)
+                    ORDER BY seq DESC LIMIT 1) c"
             ),
             &[session_id.into(), path.into(), who.into()],
         )?;
-        rows.first().map(command_row).transpose()
+        rows.first()
+            .map(|row| {
+                let place = row.int(COMMAND_COLUMN_COUNT)?;
+                let place = usize::try_from(place)
+                    .map_err(|_| SqlError::Decode(format!("queue place {place}")))?;
+                Ok((command_row(row)?, place))
+            })
+            .transpose()
     }
 
     /// Every unsettled command of a Session in admission order (its running
