@@ -329,6 +329,36 @@ pub trait OnSettled {
     ) -> Result<(), SqlError>;
 }
 
+/// The one read of an admission (`Store::admission_facts`), built once:
+/// admission runs on every prompt. The Session's queue (how many commands
+/// are pending and their input bytes) is counted from the index of
+/// unsettled commands alone (schema 8), so an admission behind a long
+/// queue reads no command row. Short column names: a Durable Object's
+/// cursor makes a JS string of each on every run (an expression is named
+/// by its text).
+pub(crate) fn admission_facts_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        format!(
+            "SELECT
+                EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1) AS s,
+                EXISTS (SELECT 1 FROM fences WHERE session_id = ?1 AND request_id = ?2) AS f,
+                p.n,
+                p.bytes,
+                coalesce((SELECT seq FROM commands WHERE session_id = ?1
+                    ORDER BY seq DESC LIMIT 1), 0) + 1 AS q,
+                EXISTS (SELECT 1 FROM {UNSETTLED_COMMANDS}
+                    WHERE session_id = ?1 AND {UNSETTLED} AND state = 'running') AS r,
+                c.command_id, c.kind, c.input, c.meta
+             FROM (SELECT count(*) AS n, coalesce(sum(input_bytes), 0) AS bytes
+                    FROM {UNSETTLED_COMMANDS}
+                    WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending') p
+             LEFT JOIN commands c
+                ON c.session_id = ?1 AND c.request_id = ?2"
+        )
+    })
+}
+
 /// Commands not yet settled: the partial index `commands_unsettled` covers
 /// exactly these. Queue and run queries name it (`UNSETTLED_COMMANDS`), so
 /// they never scan settled history however long it grows (without stats
@@ -447,30 +477,7 @@ impl<'a> Store<'a> {
         session_id: &str,
         request_id: &str,
     ) -> Result<AdmissionFacts, SqlError> {
-        // Built once: admission runs on every prompt.
-        static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-        let sql = SQL.get_or_init(|| {
-            // The pending count and bytes in one pass over the queue. Short
-            // column names: a Durable Object's cursor makes a JS string of
-            // each on every run (an expression is named by its text).
-            format!(
-                "SELECT
-                    EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1) AS s,
-                    EXISTS (SELECT 1 FROM fences WHERE session_id = ?1 AND request_id = ?2) AS f,
-                    p.n,
-                    p.bytes,
-                    coalesce((SELECT seq FROM commands WHERE session_id = ?1
-                        ORDER BY seq DESC LIMIT 1), 0) + 1 AS q,
-                    EXISTS (SELECT 1 FROM {UNSETTLED_COMMANDS}
-                        WHERE session_id = ?1 AND {UNSETTLED} AND state = 'running') AS r,
-                    c.command_id, c.kind, c.input, c.meta
-                 FROM (SELECT count(*) AS n, coalesce(sum(octet_length(input)), 0) AS bytes
-                        FROM {UNSETTLED_COMMANDS}
-                        WHERE session_id = ?1 AND {UNSETTLED} AND state = 'pending') p
-                 LEFT JOIN commands c
-                    ON c.session_id = ?1 AND c.request_id = ?2"
-            )
-        });
+        let sql = admission_facts_sql();
         let rows = self.query(sql, &[session_id.into(), request_id.into()])?;
         let row = rows
             .first()
@@ -516,10 +523,12 @@ impl<'a> Store<'a> {
 
     pub fn insert_command(&self, c: &NewCommand<'_>) -> Result<(), SqlError> {
         debug_assert_eq!(command_seq(c.command_id), Some(c.seq));
+        // `input_bytes` is the stored input's length, as SQLite counts it.
         self.write(
             "INSERT INTO commands (session_id, seq, command_id, request_id, kind, input, meta,
-                state, terminal, accepted_at, settled_at, settlement, attempt, started_at, anchor)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                state, terminal, accepted_at, settled_at, settlement, attempt, started_at, anchor,
+                input_bytes)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, octet_length(?6))",
             vec![
                 c.session_id.into(),
                 c.seq.into(),

@@ -71,10 +71,15 @@ const MIGRATIONS: &[Migration] = &[
         what: "token budgets (feature group `budget`, made when a budget is first set or configured; the usage ledger keeps what the budget charged each call)",
         apply: to_budgets,
     },
+    Migration {
+        to: 8,
+        what: "the queue's bounds read from the index of unsettled commands (each command's input bytes and state in it)",
+        apply: to_queue_index,
+    },
 ];
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 7; // the last step's `to`
+pub const SCHEMA_VERSION: i64 = 8; // the last step's `to`
 
 const _: () = assert!(MIGRATIONS[MIGRATIONS.len() - 1].to == SCHEMA_VERSION);
 
@@ -139,6 +144,30 @@ fn to_budgets(sql: &dyn Sql) -> Result<(), SqlError> {
         &USAGE,
         7,
         "ALTER TABLE shiitake_usage ADD COLUMN charged INTEGER;\nALTER TABLE shiitake_usage ADD COLUMN charged_day INTEGER",
+    )
+}
+
+/// The index of unsettled commands as schema 8 has it (see [`CREATE`]).
+const UNSETTLED_INDEX: &str =
+    "CREATE INDEX commands_unsettled ON commands (session_id, seq, state, input_bytes, settled_at)
+        WHERE settled_at IS NULL";
+
+/// Schema 8: admission counts a Session's pending commands and their input
+/// bytes from the index of unsettled commands alone, with no read of a
+/// command row (`Store::admission_facts`). The column is filled for the
+/// unsettled commands only (at most 64 pending per Session, and the running
+/// ones): a settled command is never counted, so its `NULL` stays. Making
+/// the index reads the commands table once.
+fn to_queue_index(sql: &dyn Sql) -> Result<(), SqlError> {
+    write(
+        sql,
+        &format!(
+            "ALTER TABLE commands ADD COLUMN input_bytes INTEGER;
+            UPDATE commands SET input_bytes = octet_length(input) WHERE settled_at IS NULL;
+            DROP INDEX commands_unsettled;
+            {UNSETTLED_INDEX}"
+        ),
+        Vec::new(),
     )
 }
 
@@ -240,9 +269,14 @@ const CREATE: &[&str] = &[
     // -> settled and never back. A running turn is its head command plus the
     // steer prompts that joined it (`turn_id` = head); `attempt` counts its
     // model-call attempts, `retry_at` is its durable retry timer.
-    // `settlement` is the CommandSettlement, written once. Row writes are
+    // `settlement` is the CommandSettlement, written once. `input_bytes`
+    // (schema 8): `input`'s length in bytes, what the queue's byte bound
+    // counts (`NULL` on commands settled before schema 8). Row writes are
     // the cost that dominates: besides the row, only the requestId index and
-    // the partial index of unsettled commands are written.
+    // the partial index of unsettled commands are written. That index holds
+    // what admission counts (state, input bytes; `settled_at` too, always
+    // `NULL` there, so SQLite reads a Session's queue from the index alone):
+    // a claim rewrites a command's entry, the settling write removes it.
     "CREATE TABLE commands (
         session_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
@@ -261,12 +295,12 @@ const CREATE: &[&str] = &[
         retry_at INTEGER,
         last_error TEXT,
         usage TEXT,
-        settlement TEXT, anchor INTEGER,
+        settlement TEXT, anchor INTEGER, input_bytes INTEGER,
         PRIMARY KEY (session_id, seq)
     ) WITHOUT ROWID",
     "CREATE UNIQUE INDEX commands_by_request ON commands (session_id, request_id)
         WHERE request_id IS NOT NULL",
-    "CREATE INDEX commands_unsettled ON commands (session_id, seq) WHERE settled_at IS NULL",
+    UNSETTLED_INDEX,
     "CREATE TABLE fences (
         session_id TEXT NOT NULL,
         request_id TEXT NOT NULL,
@@ -1080,20 +1114,83 @@ mod tests {
     }
 
     #[test]
-    fn a_migration_writes_no_row_but_its_records_whatever_the_transcript_length() {
-        for messages in [10, 2_000] {
+    fn a_migration_writes_its_records_and_the_queue_whatever_the_history_length() {
+        for history in [10, 2_000] {
             let sql = v1_store(&[]);
-            for seq in 2..=messages {
+            for seq in 2..=history {
                 sql.query(
                     "INSERT INTO messages VALUES ('s', ?, '{}', 2)",
+                    &[i64::from(seq).into()],
+                )
+                .unwrap();
+                sql.query(
+                    "INSERT INTO commands (session_id, seq, command_id, request_id, kind, input, \
+                     state, accepted_at, settled_at) \
+                     VALUES ('s', ?1, 'cmd_' || ?1, 'h' || ?1, 'prompt', '{}', 'settled', 1, 2)",
                     &[i64::from(seq).into()],
                 )
                 .unwrap();
             }
             let changes = sql.total_changes();
             open(&sql).unwrap();
-            // The version, and the delivery tables' group.
-            assert_eq!(sql.total_changes() - changes, 2, "{messages} messages");
+            // The version, the delivery tables' group, and the input bytes
+            // of the one pending command (schema 8): no settled command.
+            assert_eq!(sql.total_changes() - changes, 3, "{history} of history");
+        }
+    }
+
+    #[test]
+    fn a_migrated_queue_counts_what_it_held_before_from_the_index_alone() {
+        let sql = v1_store(&[]);
+        // Beside v1_store's pending command (input `{}`): the running head,
+        // a settled command, and a pending one whose input is not ASCII.
+        let pending = "{\"text\":\"héllo wörld ☃\"}";
+        for (seq, input, state, settled) in [
+            (2, "{\"text\":\"running\"}", "running", None),
+            (3, "{\"text\":\"settled\"}", "settled", Some(5)),
+            (4, pending, "pending", None),
+        ] {
+            sql.query(
+                "INSERT INTO commands (session_id, seq, command_id, request_id, kind, input, \
+                 state, accepted_at, settled_at) VALUES ('s', ?, ?, ?, 'prompt', ?, ?, 1, ?)",
+                &[
+                    i64::from(seq).into(),
+                    format!("cmd_{seq}").into(),
+                    format!("r{seq}").into(),
+                    input.into(),
+                    state.into(),
+                    settled.map(i64::from).into(),
+                ],
+            )
+            .unwrap();
+        }
+        assert_eq!(open(&sql).unwrap(), Opened::Migrated { from: 1 });
+        let facts = crate::store::Store::new(&sql)
+            .admission_facts("s", "new")
+            .unwrap();
+        assert_eq!(facts.pending_count, 2);
+        assert_eq!(facts.pending_bytes, "{}".len() + pending.len());
+        assert!(pending.len() > pending.chars().count(), "counted in bytes");
+        assert!(facts.running);
+        assert_eq!(facts.next_seq, 5);
+        // Neither the migrated store's count nor a fresh one's reads a
+        // command row.
+        for store in [&sql, &fresh_with(&[])] {
+            let plan: Vec<String> = store
+                .query(
+                    &format!("EXPLAIN QUERY PLAN {}", crate::store::admission_facts_sql()),
+                    &["s".into(), "r".into()],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| r.text(3).unwrap())
+                .filter(|d| d.contains("commands_unsettled"))
+                .collect();
+            assert_eq!(plan.len(), 2, "{plan:?}");
+            assert!(
+                plan.iter().all(|d| d.contains("COVERING INDEX")),
+                "{plan:?}"
+            );
         }
     }
 
