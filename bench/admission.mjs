@@ -15,7 +15,7 @@
 // than dispatchFetch's, so the same server-side difference is a larger
 // ratio.
 //
-//   node bench/admission.mjs [--n 2000] [--block 100] [--warmup 200] [--memory] [--http] [--also BUNDLE]
+//   node bench/admission.mjs [--n 2000] [--block 100] [--warmup 200] [--pending 60] [--memory] [--http] [--also BUNDLE]
 //
 // Needs `bash scripts/build.sh` first (build/demo/). `--also` measures a second
 // build's demo bundle (another checkout's build/demo/index.mjs) as a third
@@ -34,7 +34,9 @@ import { COMPATIBILITY_DATE, DEMO_SCRIPT, ROOT, TOKEN, bundleFixture, workerOpti
 import { startModelServer } from "../tests/support/model-server.mjs";
 import { cpuMs, workerdChild } from "./workerd.mjs";
 const SESSIONS = 4; // prompts rotate across these Sessions...
-const PENDING_PER_SESSION = 60; // ...each aborted and occupied again between blocks (not timed, CPU not counted) before 64 are pending
+// ...each aborted and occupied again between blocks (not timed, CPU not
+// counted) before `--pending` (60; the bound is 64) are pending: how deep
+// a queue each admission counts.
 const P50_RATIO_TARGET = 1.1;
 
 const { values: args } = parseArgs({
@@ -42,6 +44,7 @@ const { values: args } = parseArgs({
     n: { type: "string", default: "2000" },
     block: { type: "string", default: "100" },
     warmup: { type: "string", default: "200" },
+    pending: { type: "string", default: "60" },
     memory: { type: "boolean", default: false },
     http: { type: "boolean", default: false },
     also: { type: "string" },
@@ -50,6 +53,11 @@ const { values: args } = parseArgs({
 const N = positive("n");
 const BLOCK = positive("block");
 const WARMUP = Number(args.warmup);
+const PENDING_PER_SESSION = positive("pending");
+if (PENDING_PER_SESSION > 63 || BLOCK > SESSIONS * PENDING_PER_SESSION) {
+  console.error(`--pending must be at most 63 (a Session's running turn and its queue of 64), and --block at most ${SESSIONS} Sessions times it`);
+  process.exit(2);
+}
 
 function positive(name) {
   const v = Number(args[name]);
@@ -236,7 +244,7 @@ try {
   const f = (v) => v.toFixed(3).padStart(9);
   const r = (v) => v.toFixed(2).padStart(9);
   console.log(
-    `admission: ${N} sequential prompt admissions per side (after ${WARMUP} warm-up), blocks of ${BLOCK}, ` +
+    `admission: ${N} sequential prompt admissions per side (after ${WARMUP} warm-up), blocks of ${BLOCK}, up to ${PENDING_PER_SESSION} pending per Session, ` +
       `${args.http ? "HTTP/1.1 keep-alive, declared lengths" : "mf.dispatchFetch (chunked bodies)"}, DO storage ${persistDir ? "on disk" : "in memory"}` +
       (args.also === undefined ? "" : `; also: ${args.also}`),
   );
