@@ -741,9 +741,16 @@ test("--prompt and piped lines: an answer lost is recovered (the answer printed,
     const piped = `piped ${tag}`;
     const p = await once(["--url", proxy.url, "--token", TOKEN, "--agent", agent, "--session", sessionId], { input: `${piped}\nafter it\n` });
     assert.equal(p.code, 0, p.stderr);
-    // The notice that its receipt was lost may land before its answer ends
-    // or after: the answer streams while the client asks the Session.
-    assert.match(p.stdout, new RegExp(`Echo: ${esc(piped)}\\n(?:\\[unconfirmed\\][^\\n]*\\n)?\\[completed\\]\\n[\\s\\S]*Echo: after it\\n\\[completed\\]\\n$`));
+    // Its receipt was lost: one notice says so, one says the Session has it.
+    // They land anywhere around its answer (it streams while the client
+    // asks the Session), but always in that order, before the next line.
+    const notices = p.stdout.split("\n").filter((l) => /^\[(?:unconfirmed|sent)\]/.test(l));
+    assert.equal(notices.length, 2, p.stdout);
+    assert.match(notices[0], new RegExp(`^\\[unconfirmed\\] ${esc(piped)} `));
+    assert.match(notices[1], new RegExp(`^\\[sent\\] ${esc(piped)} \\(cmd_\\w+\\)$`));
+    const answers = p.stdout.split("\n").filter((l) => !notices.includes(l)).join("\n");
+    assert.match(answers, new RegExp(`\\nEcho: ${esc(piped)}\\n\\[completed\\]\\nEcho: after it\\n\\[completed\\]\\n$`));
+    assert.ok(p.stdout.indexOf(notices[1]) < p.stdout.indexOf("Echo: after it"), "recovered before the next line was sent");
     assert.equal((await copies(agent, sessionId, piped)).length, 1);
 
     // The service never comes back: two Ctrl-Cs leave, saying what is unknown.
