@@ -4,8 +4,9 @@
 // by the Agent name (`/agents/bench-<layout>`):
 //   floor    one row insert (bench/floor-worker.mjs's statement)
 //   scan     the admission facts query as `Store::admission_facts` spells it
-//            (the pending count and bytes by a scan of the Session's queue),
-//            then the command insert
+//            (the pending count and bytes read from the index of unsettled
+//            commands, schema 8), then the command insert as
+//            `Store::insert_command` spells it
 //   noscan   the same without the scan (constants: a lower bound, not correct)
 //   counters the count and bytes read from columns on `sessions`, kept by
 //            triggers on `commands`
@@ -13,13 +14,12 @@
 import { Hono } from "hono";
 import { bearerTokenAuth } from "../js/bearer.mjs";
 
-const COLUMNS = "session_id, seq, command_id, request_id, kind, input, meta, state, terminal, accepted_at, turn_id, attempt, started_at, retry_at, last_error, usage, settlement, anchor";
-const C_COLUMNS = COLUMNS.split(",").map((c) => `c.${c.trim()}`).join(", ");
+const C_COLUMNS = "c.command_id, c.kind, c.input, c.meta";
 const SCHEMA = [
   `CREATE TABLE IF NOT EXISTS sessions (seq INTEGER PRIMARY KEY, session_id TEXT NOT NULL UNIQUE, created_at INTEGER NOT NULL, head INTEGER, head_at INTEGER, base_session TEXT, base_seq INTEGER, pending_count INTEGER NOT NULL DEFAULT 0, pending_bytes INTEGER NOT NULL DEFAULT 0)`,
-  `CREATE TABLE IF NOT EXISTS commands (session_id TEXT NOT NULL, seq INTEGER NOT NULL, command_id TEXT NOT NULL, request_id TEXT, kind TEXT NOT NULL, input TEXT NOT NULL, meta TEXT, state TEXT NOT NULL, terminal TEXT, accepted_at INTEGER NOT NULL, settled_at INTEGER, turn_id TEXT, attempt INTEGER NOT NULL DEFAULT 0, started_at INTEGER, retry_at INTEGER, last_error TEXT, usage TEXT, settlement TEXT, anchor INTEGER, PRIMARY KEY (session_id, seq)) WITHOUT ROWID`,
+  `CREATE TABLE IF NOT EXISTS commands (session_id TEXT NOT NULL, seq INTEGER NOT NULL, command_id TEXT NOT NULL, request_id TEXT, kind TEXT NOT NULL, input TEXT NOT NULL, meta TEXT, state TEXT NOT NULL, terminal TEXT, accepted_at INTEGER NOT NULL, settled_at INTEGER, turn_id TEXT, attempt INTEGER NOT NULL DEFAULT 0, started_at INTEGER, retry_at INTEGER, last_error TEXT, usage TEXT, settlement TEXT, anchor INTEGER, input_bytes INTEGER, PRIMARY KEY (session_id, seq)) WITHOUT ROWID`,
   `CREATE UNIQUE INDEX IF NOT EXISTS commands_by_request ON commands (session_id, request_id) WHERE request_id IS NOT NULL`,
-  `CREATE INDEX IF NOT EXISTS commands_unsettled ON commands (session_id, seq) WHERE settled_at IS NULL`,
+  `CREATE INDEX IF NOT EXISTS commands_unsettled ON commands (session_id, seq, state, input_bytes, settled_at) WHERE settled_at IS NULL`,
   `CREATE TABLE IF NOT EXISTS fences (session_id TEXT NOT NULL, request_id TEXT NOT NULL, created_at INTEGER NOT NULL, PRIMARY KEY (session_id, request_id)) WITHOUT ROWID`,
 ];
 const TRIGGERS = [
@@ -34,7 +34,7 @@ const queue = (p) => `SELECT EXISTS (SELECT 1 FROM sessions WHERE session_id = ?
   EXISTS (SELECT 1 FROM commands INDEXED BY commands_unsettled WHERE session_id = ?1 AND settled_at IS NULL AND state = 'running'),
   ${C_COLUMNS} FROM ${p} LEFT JOIN commands c ON c.session_id = ?1 AND c.request_id = ?2`;
 const FACTS = {
-  scan: queue(`(SELECT count(*) AS n, coalesce(sum(octet_length(input)), 0) AS bytes FROM commands INDEXED BY commands_unsettled
+  scan: queue(`(SELECT count(*) AS n, coalesce(sum(input_bytes), 0) AS bytes FROM commands INDEXED BY commands_unsettled
       WHERE session_id = ?1 AND settled_at IS NULL AND state = 'pending') p`),
   noscan: queue("(SELECT 0 AS n, 0 AS bytes) p"),
   counters: `SELECT s.seq IS NOT NULL,
@@ -43,8 +43,8 @@ const FACTS = {
     EXISTS (SELECT 1 FROM commands INDEXED BY commands_unsettled WHERE session_id = ?1 AND settled_at IS NULL AND state = 'running'),
     ${C_COLUMNS} FROM (SELECT 1) LEFT JOIN sessions s ON s.session_id = ?1 LEFT JOIN commands c ON c.session_id = ?1 AND c.request_id = ?2`,
 };
-const INSERT = `INSERT INTO commands (session_id, seq, command_id, request_id, kind, input, meta, state, terminal, accepted_at, settled_at, settlement, attempt, started_at, anchor)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`;
+const INSERT = `INSERT INTO commands (session_id, seq, command_id, request_id, kind, input, meta, state, terminal, accepted_at, settled_at, settlement, attempt, started_at, anchor, input_bytes)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, octet_length(?6))`;
 
 export class StatementsDO {
   constructor(ctx) {
