@@ -256,7 +256,7 @@ try {
     console.log(`${(x.name === "shiitake" ? "ratio" : `ratio ${x.name}`).padEnd(10)}${r(s.p50 / fl.p50)}${r(s.p99 / fl.p99)}${r(s.mean / fl.mean)}${r(cpu(x) / cpu(sides.at(-1)))}`);
   }
   const ok = sh.p50 / fl.p50 <= P50_RATIO_TARGET;
-  console.log(`p50 ratio ${(sh.p50 / fl.p50).toFixed(2)} (target <= ${P50_RATIO_TARGET}: ${ok ? "met" : "NOT met"})`);
+  console.log(`p50 ratio ${(sh.p50 / fl.p50).toFixed(3)} (target <= ${P50_RATIO_TARGET}: ${ok ? "met" : "NOT met"})`);
   console.log(`wall time ${((performance.now() - started) / 1000).toFixed(1)} s`);
 } finally {
   agent.destroy();
