@@ -317,15 +317,23 @@ test("the goal extension's client entry: a chip and a pinned row whose action en
   // The projection reaches the page over the watch: a chip, a pinned row, the line.
   await page.locator(".chip", { hasText: "Goal: Ship the notes" }).waitFor();
   await page.locator(".panel-row", { hasText: "Ship the notes" }).waitFor();
-  // The Session position of the nearest message row above a cell.
-  const cellAfter = (label) =>
-    page.locator("li.cell", { hasText: label }).evaluate((li) => {
+  // A cell's place: the Session position of the nearest message row above
+  // it. Renders settle over a few tasks (a read, the watch's frames, the
+  // extension's observation), so the place is awaited, not sampled once; a
+  // cell that never reaches it fails with the transcript as it stood.
+  const placedAfter = async (label, sequence, why) => {
+    const where = ([text, at]) => {
+      const li = [...document.querySelectorAll("li.cell")].find((c) => c.textContent.includes(text));
+      if (li === undefined) return false;
       let row = li.previousElementSibling;
       while (row && row.dataset.sequence === undefined) row = row.previousElementSibling;
-      return row?.dataset.sequence ?? "start";
-    });
+      return row?.dataset.sequence === at;
+    };
+    const ok = await page.waitForFunction(where, [label, sequence], { timeout: 10_000 }).then(() => true, () => false);
+    if (!ok) assert.fail(`${why}: "${label}" is not after position ${sequence}; the transcript: ${await page.locator("#transcript").evaluate((t) => t.outerHTML)}`);
+  };
   await page.locator("li.cell", { hasText: "Goal set: Ship the notes" }).waitFor();
-  assert.equal(await cellAfter("Goal set"), "2", "after the Session's two entries at the time");
+  await placedAfter("Goal set", "2", "after the Session's two entries at the time");
   await shot(page, "goal-active");
   // The row's action runs the extension's own command.
   await page.locator(".panel-row").getByRole("button", { name: "Achieved" }).click();
@@ -335,13 +343,13 @@ test("the goal extension's client entry: a chip and a pinned row whose action en
   // Later work does not move the ending line.
   await send(page, "After the goal");
   await page.locator("li.message.assistant", { hasText: "Echo: After the goal" }).waitFor();
-  assert.equal(await cellAfter("Goal achieved"), "2");
+  await placedAfter("Goal achieved", "2", "where its transaction read, not after later work");
   await page.reload();
   // The read's messages and the extension's lines may arrive in either order:
   // the placement is checked once both are on the page.
   await page.locator("li.cell", { hasText: "Goal achieved: Ship the notes" }).waitFor();
   await page.locator("li.message.assistant", { hasText: "Echo: After the goal" }).waitFor();
-  assert.equal(await cellAfter("Goal achieved"), "2", "placed the same from a fresh read");
+  await placedAfter("Goal achieved", "2", "placed the same from a fresh read");
   await shot(page, "goal-ended");
   assert.deepEqual(errors, []);
   await page.close();
