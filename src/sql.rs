@@ -130,6 +130,36 @@ pub trait Sql {
 pub struct Tables {
     groups: std::cell::RefCell<std::collections::HashSet<&'static str>>,
     reads: std::cell::RefCell<Vec<CachedRead>>,
+    /// Values kept per key ([`kept_for`], [`vouch`]).
+    keyed: std::cell::RefCell<Vec<KeptByKey>>,
+}
+
+/// A family of values kept per key (a Session id), each what reads of
+/// `tables` answered: dropped whole by a write batch naming one of them,
+/// unless the batch is a single statement its keeper vouched for
+/// ([`vouch`]).
+struct KeptByKey {
+    family: &'static str,
+    tables: &'static [&'static str],
+    values: std::collections::HashMap<String, std::rc::Rc<dyn std::any::Any>>,
+}
+
+/// A transition's keeper's word ([`vouch`]): its one statement changes
+/// `family`'s value for `key` to `value`, and no other value of it.
+struct Vouch {
+    family: &'static str,
+    tables: &'static [&'static str],
+    key: String,
+    value: std::rc::Rc<dyn std::any::Any>,
+}
+
+impl std::fmt::Debug for Vouch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vouch")
+            .field("family", &self.family)
+            .field("key", &self.key)
+            .finish()
+    }
 }
 
 /// A read of one table, kept until a write batch names the table.
@@ -142,9 +172,16 @@ struct CachedRead {
 impl std::fmt::Debug for Tables {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let reads: Vec<&str> = self.reads.borrow().iter().map(|r| r.key).collect();
+        let keyed: Vec<(&str, usize)> = self
+            .keyed
+            .borrow()
+            .iter()
+            .map(|k| (k.family, k.values.len()))
+            .collect();
         f.debug_struct("Tables")
             .field("groups", &self.groups)
             .field("reads", &reads)
+            .field("keyed", &keyed)
             .finish()
     }
 }
@@ -166,15 +203,41 @@ impl Tables {
         reads.push(CachedRead { key, table, value });
     }
 
-    /// Drops the kept reads of every table a statement of `writes` names.
-    fn forget_reads_of(&self, writes: &[Write]) {
+    /// Drops the kept reads of every table a statement of `writes` names,
+    /// and every family of kept values whose tables they name but
+    /// `vouched` (the family a keeper vouched for them).
+    fn forget_reads_of(&self, writes: &[Write], vouched: Option<&'static str>) {
+        let named = |table: &str| writes.iter().any(|(statement, _)| names(statement, table));
         let mut reads = self.reads.borrow_mut();
         if !reads.is_empty() {
-            reads.retain(|r| {
-                !writes
-                    .iter()
-                    .any(|(statement, _)| names(statement, r.table))
-            });
+            reads.retain(|r| !named(r.table));
+        }
+        let mut keyed = self.keyed.borrow_mut();
+        if !keyed.is_empty() {
+            keyed.retain(|k| Some(k.family) == vouched || !k.tables.iter().any(|t| named(t)));
+        }
+    }
+
+    /// Drops every kept read and value (a batch that alters tables).
+    fn forget_all(&self) {
+        self.reads.borrow_mut().clear();
+        self.keyed.borrow_mut().clear();
+    }
+
+    /// After the vouched batch: its value kept once it committed, its
+    /// whole family dropped when it did not (what it left is unknown).
+    fn settle(&self, vouch: Vouch, committed: bool) {
+        let mut keyed = self.keyed.borrow_mut();
+        let at = keyed.iter().position(|k| k.family == vouch.family);
+        match (at, committed) {
+            (Some(at), false) => drop(keyed.swap_remove(at)),
+            (None, false) => {}
+            (Some(at), true) => drop(keyed[at].values.insert(vouch.key, vouch.value)),
+            (None, true) => keyed.push(KeptByKey {
+                family: vouch.family,
+                tables: vouch.tables,
+                values: [(vouch.key, vouch.value)].into(),
+            }),
         }
     }
 }
@@ -234,17 +297,28 @@ fn alters_tables(writes: &[Write]) -> bool {
         })
 }
 
-/// Applies `writes`, dropping the kept reads of the tables they name, or
-/// every kept read when they alter or drop a table (whether the batch commits or not: a failed
-/// batch may have been partly seen).
-fn apply(sql: &(impl Sql + ?Sized), writes: Vec<Write>) -> Result<(), SqlError> {
+/// Applies `writes`, dropping the kept reads and values of the tables they
+/// name, or all of them when they alter or drop a table (whether the batch
+/// commits or not: a failed batch may have been partly seen). A keeper's
+/// `vouch` holds for a batch of one statement: its family stays, with the
+/// vouched value once the statement commits; for more it is dropped too.
+fn apply(
+    sql: &(impl Sql + ?Sized),
+    writes: Vec<Write>,
+    vouch: Option<Vouch>,
+) -> Result<(), SqlError> {
     let catalog = sql.tables();
+    let vouch = vouch.filter(|_| writes.len() == 1 && !alters_tables(&writes));
     if alters_tables(&writes) {
-        catalog.reads.borrow_mut().clear();
+        catalog.forget_all();
     } else {
-        catalog.forget_reads_of(&writes);
+        catalog.forget_reads_of(&writes, vouch.as_ref().map(|v| v.family));
     }
-    sql.apply(writes)
+    let result = sql.apply(writes);
+    if let Some(vouch) = vouch {
+        catalog.settle(vouch, result.is_ok());
+    }
+    result
 }
 
 /// `read()`, a read of `table` alone, kept under `key` until a write batch
@@ -269,6 +343,50 @@ pub fn cached_read<T: 'static>(
     Ok(value)
 }
 
+/// The value kept for `key` in `family` ([`vouch`]), if any: what reads of
+/// the family's tables would answer, since every write batch naming them
+/// dropped the family unless its keeper vouched for the batch. None in a
+/// transition that wrote one of them already.
+pub fn kept_for<T: 'static>(
+    sql: &(impl Sql + ?Sized),
+    family: &str,
+    key: &str,
+) -> Option<std::rc::Rc<T>> {
+    let keyed = sql.tables().keyed.borrow();
+    let kept = keyed.iter().find(|k| k.family == family)?;
+    sql.write_set()
+        .check_read_beside(kept.tables, family)
+        .ok()?;
+    kept.values.get(key)?.clone().downcast::<T>().ok()
+}
+
+/// A keeper's word for the open transition: if its writes are one
+/// statement, they change `family`'s value for `key` to `value` (what reads
+/// of `tables` would answer after them) and no other value of the family,
+/// which stays kept. Writes of more statements drop the family as any
+/// write naming `tables` does. Refused outside a transition.
+pub fn vouch<T: 'static>(
+    sql: &(impl Sql + ?Sized),
+    family: &'static str,
+    tables: &'static [&'static str],
+    key: &str,
+    value: T,
+) -> Result<(), SqlError> {
+    let set = sql.write_set();
+    if !set.is_open() {
+        return Err(SqlError::Engine(format!(
+            "kept values {family}: vouched for outside a transition"
+        )));
+    }
+    *set.vouched.borrow_mut() = Some(Vouch {
+        family,
+        tables,
+        key: key.to_owned(),
+        value: std::rc::Rc::new(value),
+    });
+    Ok(())
+}
+
 /// Collects the writes of one transition.
 #[derive(Debug, Default)]
 pub struct WriteSet {
@@ -279,6 +397,8 @@ pub struct WriteSet {
     generation: std::cell::Cell<u64>,
     /// The feature groups the open transition creates ([`create_group`]).
     groups: std::cell::RefCell<Vec<&'static str>>,
+    /// The open transition's keeper's word ([`vouch`]).
+    vouched: std::cell::RefCell<Option<Vouch>>,
 }
 
 impl WriteSet {
@@ -287,6 +407,7 @@ impl WriteSet {
         assert!(w.is_none(), "transitions do not nest");
         *w = Some(Vec::new());
         self.groups.borrow_mut().clear();
+        *self.vouched.borrow_mut() = None;
         self.generation.set(self.generation.get() + 1);
     }
 
@@ -316,10 +437,15 @@ impl WriteSet {
         }
     }
 
-    /// Ends the open transition: its writes and the groups they create.
-    fn take(&self) -> (Vec<Write>, Vec<&'static str>) {
+    /// Ends the open transition: its writes, the groups they create and
+    /// its keeper's word.
+    fn take(&self) -> (Vec<Write>, Vec<&'static str>, Option<Vouch>) {
         let writes = self.writes.borrow_mut().take().unwrap_or_default();
-        (writes, std::mem::take(&mut *self.groups.borrow_mut()))
+        (
+            writes,
+            std::mem::take(&mut *self.groups.borrow_mut()),
+            self.vouched.borrow_mut().take(),
+        )
     }
 
     /// Whether a read may run now: not after a write of the open transition.
@@ -377,7 +503,7 @@ pub fn write(
 ) -> Result<(), SqlError> {
     match sql.write_set().defer((statement.to_owned(), params)) {
         None => Ok(()),
-        Some(w) => apply(sql, vec![w]),
+        Some(w) => apply(sql, vec![w], None),
     }
 }
 
@@ -396,7 +522,7 @@ pub fn write_returning(
         )));
     }
     sql.tables()
-        .forget_reads_of(&[(statement.to_owned(), Vec::new())]);
+        .forget_reads_of(&[(statement.to_owned(), Vec::new())], None);
     sql.query(statement, params)
 }
 
@@ -411,10 +537,10 @@ where
 {
     sql.write_set().begin();
     let result = body();
-    let (writes, groups) = sql.write_set().take();
+    let (writes, groups, vouch) = sql.write_set().take();
     let value = result?;
     if !writes.is_empty() {
-        apply(sql, writes)?;
+        apply(sql, writes, vouch)?;
     }
     sql.tables().groups.borrow_mut().extend(groups);
     Ok(value)
@@ -430,6 +556,7 @@ pub mod native {
         conn: rusqlite::Connection,
         write_set: WriteSet,
         tables: Tables,
+        statements: std::cell::Cell<u64>,
     }
 
     impl NativeSql {
@@ -449,11 +576,19 @@ pub mod native {
             self.conn.total_changes()
         }
 
+        /// Statements run through [`Sql`] since it was opened (a read, or
+        /// one write of a batch), as a Durable Object counts `sql.exec`
+        /// calls: for tests and benchmarks.
+        pub fn statements(&self) -> u64 {
+            self.statements.get()
+        }
+
         fn from_connection(conn: rusqlite::Connection) -> Self {
             NativeSql {
                 conn,
                 write_set: WriteSet::default(),
                 tables: Tables::default(),
+                statements: std::cell::Cell::new(0),
             }
         }
     }
@@ -473,6 +608,7 @@ pub mod native {
 
     impl Sql for NativeSql {
         fn query(&self, sql: &str, params: &[SqlValue]) -> Result<Vec<Row>, SqlError> {
+            self.statements.set(self.statements.get() + 1);
             let mut stmt = self.conn.prepare_cached(sql).map_err(engine)?;
             let columns = stmt.column_count();
             let params: Vec<Value> = params.iter().map(to_value).collect();
@@ -501,6 +637,7 @@ pub mod native {
         fn apply(&self, writes: Vec<Write>) -> Result<(), SqlError> {
             self.conn.execute_batch("BEGIN IMMEDIATE").map_err(engine)?;
             for (statement, params) in &writes {
+                self.statements.set(self.statements.get() + 1);
                 let params: Vec<Value> = params.iter().map(to_value).collect();
                 // A text without parameters may hold several statements (the
                 // schema), as the Durable Object's `exec` allows.
@@ -707,5 +844,82 @@ mod tests {
         });
         assert!(matches!(r, Err(SqlError::Engine(m)) if m.contains("table this transition wrote")));
         assert_eq!(reads.get(), 1);
+    }
+
+    const FAMILY: &str = "test family";
+    const FAMILY_TABLES: &[&str] = &["t"];
+
+    fn kept(sql: &NativeSql, key: &str) -> Option<i64> {
+        kept_for::<i64>(sql, FAMILY, key).map(|v| *v)
+    }
+
+    /// One insert into `t` vouched to set `key`'s kept value to `value`.
+    fn vouched_insert(sql: &NativeSql, key: &str, value: i64, x: i64) -> Result<(), SqlError> {
+        atomically(sql, || {
+            write(sql, "INSERT INTO t VALUES (?)", vec![x.into()])?;
+            vouch(sql, FAMILY, FAMILY_TABLES, key, value)
+        })
+    }
+
+    #[test]
+    fn a_vouched_single_write_keeps_its_family_and_sets_its_value() {
+        let sql = NativeSql::open_in_memory();
+        write(&sql, "CREATE TABLE t (x INTEGER UNIQUE)", vec![]).unwrap();
+        write(&sql, "CREATE TABLE t_2 (x INTEGER)", vec![]).unwrap();
+        assert_eq!(kept(&sql, "a"), None);
+        vouched_insert(&sql, "a", 1, 1).unwrap();
+        vouched_insert(&sql, "b", 2, 2).unwrap();
+        assert_eq!((kept(&sql, "a"), kept(&sql, "b")), (Some(1), Some(2)));
+        // A write of another table leaves the family.
+        write(&sql, "INSERT INTO t_2 VALUES (1)", vec![]).unwrap();
+        assert_eq!(kept(&sql, "a"), Some(1));
+        // A vouched write that fails drops the whole family: what it left is
+        // not known.
+        assert!(vouched_insert(&sql, "a", 3, 1).is_err(), "x is unique");
+        assert_eq!((kept(&sql, "a"), kept(&sql, "b")), (None, None));
+    }
+
+    #[test]
+    fn any_unvouched_write_of_its_tables_drops_the_family() {
+        let sql = NativeSql::open_in_memory();
+        write(&sql, "CREATE TABLE t (x INTEGER)", vec![]).unwrap();
+        write(&sql, "CREATE TABLE t_2 (x INTEGER)", vec![]).unwrap();
+        let fill = |sql: &NativeSql| {
+            vouched_insert(sql, "a", 1, 1).unwrap();
+            assert_eq!(kept(sql, "a"), Some(1));
+        };
+        fill(&sql);
+        write(&sql, "DELETE FROM t WHERE x = 5", vec![]).unwrap();
+        assert_eq!(kept(&sql, "a"), None, "a write outside a transition");
+        fill(&sql);
+        // Vouched, but two statements: the word holds for one only.
+        atomically(&sql, || {
+            write(&sql, "INSERT INTO t VALUES (2)", vec![])?;
+            write(&sql, "INSERT INTO t_2 VALUES (2)", vec![])?;
+            vouch(&sql, FAMILY, FAMILY_TABLES, "a", 9_i64)
+        })
+        .unwrap();
+        assert_eq!(kept(&sql, "a"), None, "a batch of two");
+        fill(&sql);
+        write_returning(&sql, "DELETE FROM t WHERE x = 7 RETURNING x", &[]).unwrap();
+        assert_eq!(kept(&sql, "a"), None, "a returning write");
+        fill(&sql);
+        write(&sql, "ALTER TABLE t_2 ADD COLUMN y INTEGER", vec![]).unwrap();
+        assert_eq!(kept(&sql, "a"), None, "altering any table");
+        // Inside a transition that wrote its table, nothing is kept (a
+        // read would not see the write either); beside another, it is.
+        fill(&sql);
+        let r: Result<(), SqlError> = atomically(&sql, || {
+            write(&sql, "INSERT INTO t_2 (x) VALUES (3)", vec![])?;
+            assert_eq!(kept(&sql, "a"), Some(1));
+            write(&sql, "INSERT INTO t VALUES (3)", vec![])?;
+            assert_eq!(kept(&sql, "a"), None);
+            Ok(())
+        });
+        r.unwrap();
+        assert!(
+            vouch(&sql, FAMILY, FAMILY_TABLES, "a", 1_i64).is_err(),
+            "outside a transition"
+        );
     }
 }

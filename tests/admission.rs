@@ -560,3 +560,109 @@ fn bad_input_is_a_named_4xx_never_a_5xx() {
         413
     );
 }
+
+/// Statements `f` ran, and what it answered.
+fn counted(
+    h: &mut Harness,
+    f: impl FnOnce(&mut Harness) -> common::Reply,
+) -> (u16, u64, serde_json::Value) {
+    let before = h.sql().statements();
+    let reply = f(h);
+    (reply.status, h.sql().statements() - before, reply.json)
+}
+
+/// A queued prompt into a Session whose queue admission keeps (in memory,
+/// rebuilt by a read) costs its insert alone; any other change of the
+/// queue, the Session or its fences makes the next admission read again,
+/// and every rule answers as from a read.
+#[test]
+fn a_kept_queue_admits_in_one_statement_and_every_other_write_makes_it_read() {
+    let mut h = Harness::new();
+    h.session("s");
+    h.session("t");
+    h.occupy("s");
+    h.occupy("t");
+    let prompt = |s: &'static str, r: &'static str| move |h: &mut Harness| h.prompt(s, r, "hi");
+    assert_eq!(
+        counted(&mut h, prompt("s", "r1")).1,
+        2,
+        "a read and the insert"
+    );
+    let (status, kept, first) = counted(&mut h, prompt("s", "r2"));
+    assert_eq!((status, kept), (200, 1), "the insert alone");
+    assert_eq!(counted(&mut h, prompt("t", "r1")).1, 2);
+    assert_eq!(
+        counted(&mut h, prompt("s", "r3")).1,
+        1,
+        "another Session's admission leaves this one's kept"
+    );
+
+    // A replay on the kept queue: its insert fails on the requestId,
+    // nothing is written, and a read answers the first receipt.
+    let (status, _, replay) = counted(&mut h, prompt("s", "r2"));
+    assert_eq!((status, &replay), (200, &first));
+    let conflict = h.prompt("s", "r2", "other text");
+    assert_eq!(conflict.json["error"]["code"], "request_conflict");
+    assert_eq!(h.pending("s").len(), 3, "r1, r2, r3 once each");
+    assert_eq!(
+        counted(&mut h, prompt("s", "r4")).1,
+        2,
+        "read again after the failed insert"
+    );
+    assert_eq!(counted(&mut h, prompt("s", "r5")).1, 1);
+
+    // A cancel changes the queue: read again, and the count is the queue's.
+    let r5 = h.pending("s")[4].0.clone();
+    assert_eq!(
+        h.command("s", json!({"type":"cancel","commandId": r5}))
+            .status,
+        200
+    );
+    assert_eq!(counted(&mut h, prompt("s", "r6")).1, 2);
+    assert_eq!(h.pending("s").len(), 5);
+
+    // The queue bound counts kept admissions: the 64th pending is refused.
+    for i in h.pending("s").len()..PENDING_PER_SESSION_MAX {
+        let r = h.prompt("s", &format!("fill{i}"), "x");
+        assert_eq!(r.status, 200, "{}", r.json);
+    }
+    let (status, statements, full) = counted(&mut h, prompt("s", "over"));
+    assert_eq!(
+        (status, full["error"]["code"].as_str()),
+        (429, Some("queue_full"))
+    );
+    assert_eq!(statements, 0, "refused on the kept queue, before any write");
+    assert_eq!(h.pending("s").len(), PENDING_PER_SESSION_MAX);
+
+    // A fence (a withdrawn requestId) in a kept Session: refused, and this
+    // Session's admissions read from then on (only a read checks fences).
+    assert_eq!(h.prompt("t", "t2", "hi").status, 200);
+    assert_eq!(h.withdraw("t", "gone").json, json!({"status":"unknown"}));
+    let refused = h.prompt("t", "gone", "hi");
+    assert_eq!(refused.json["error"]["code"], "request_withdrawn");
+    assert_eq!(counted(&mut h, prompt("t", "t3")).1, 2);
+    assert_eq!(counted(&mut h, prompt("t", "t4")).1, 2);
+
+    // A deleted Session's kept queue is gone with it.
+    h.session("u");
+    h.occupy("u");
+    assert_eq!(h.prompt("u", "u1", "hi").status, 200);
+    assert_eq!(counted(&mut h, prompt("u", "u2")).1, 1);
+    assert_eq!(
+        h.call("DELETE", "/sessions/u", serde_json::Value::Null)
+            .status,
+        204
+    );
+    let gone = h.prompt("u", "u3", "hi");
+    assert_eq!(
+        (gone.status, gone.json["error"]["code"].as_str()),
+        (404, Some("session_not_found"))
+    );
+
+    // A restart keeps nothing: the first admission reads (and is refused:
+    // the queue is still full).
+    h.restart();
+    let (status, statements, _) = counted(&mut h, prompt("s", "after"));
+    assert_eq!((status, statements), (429, 1));
+    assert_eq!(h.pending("s").len(), PENDING_PER_SESSION_MAX);
+}

@@ -282,8 +282,26 @@ pub struct AdmissionFacts {
     pub next_seq: i64,
     /// Whether the Session is running a turn (a new prompt cannot start now).
     pub running: bool,
+    /// Whether the Session holds a fence of any requestId: its admissions
+    /// always read (their queue is never kept, [`Store::kept_queue`]).
+    pub fences: bool,
     /// The command already admitted under this requestId, if any.
     pub existing: Option<Existing>,
+}
+
+/// The kept family of Sessions' queues ([`Store::kept_queue`]) and the
+/// tables what it holds is read from.
+const QUEUES: &str = "admission queues";
+const QUEUE_TABLES: &[&str] = &["commands", "sessions", "fences"];
+
+/// A Session's queue as admission decides on it, kept between admissions
+/// (`sql::kept_for`): the Session exists and holds no fence.
+#[derive(Debug, Clone, Copy)]
+struct Queue {
+    pending_count: usize,
+    pending_bytes: usize,
+    next_seq: i64,
+    running: bool,
 }
 
 /// A command already admitted under a requestId: what a replay compares
@@ -349,6 +367,7 @@ pub(crate) fn admission_facts_sql() -> &'static str {
                     ORDER BY seq DESC LIMIT 1), 0) + 1 AS q,
                 EXISTS (SELECT 1 FROM {UNSETTLED_COMMANDS}
                     WHERE session_id = ?1 AND {UNSETTLED} AND state = 'running') AS r,
+                EXISTS (SELECT 1 FROM fences WHERE session_id = ?1) AS g,
                 c.command_id, c.kind, c.input, c.meta
              FROM (SELECT count(*) AS n, coalesce(sum(input_bytes), 0) AS bytes
                     FROM {UNSETTLED_COMMANDS}
@@ -482,12 +501,12 @@ impl<'a> Store<'a> {
         let row = rows
             .first()
             .ok_or(SqlError::Decode("no admission row".into()))?;
-        let existing = match row.opt_text(6)? {
+        let existing = match row.opt_text(7)? {
             Some(command_id) => Some(Existing {
                 command_id,
-                kind: Kind::parse(&row.text(7)?)?,
-                input: row.text(8)?,
-                meta: row.opt_text(9)?,
+                kind: Kind::parse(&row.text(8)?)?,
+                input: row.text(9)?,
+                meta: row.opt_text(10)?,
             }),
             None => None,
         };
@@ -498,8 +517,50 @@ impl<'a> Store<'a> {
             pending_bytes: row.int(3)? as usize,
             next_seq: row.int(4)?,
             running: row.int(5)? == 1,
+            fences: row.int(6)? == 1,
             existing,
         })
+    }
+
+    /// The admission facts of a Session whose queue is kept, without a
+    /// statement: it exists and holds no fence. They know nothing of the
+    /// requestId: a command already admitted under it makes the insert
+    /// fail (the unique `commands_by_request`), so a caller that decides
+    /// on them reads them again when its write fails.
+    pub fn kept_queue(&self, session_id: &str) -> Option<AdmissionFacts> {
+        let q = crate::sql::kept_for::<Queue>(self.sql, QUEUES, session_id)?;
+        Some(AdmissionFacts {
+            session_exists: true,
+            fenced: false,
+            pending_count: q.pending_count,
+            pending_bytes: q.pending_bytes,
+            next_seq: q.next_seq,
+            running: q.running,
+            fences: false,
+            existing: None,
+        })
+    }
+
+    /// Vouches, in the open transition, that its one write queues one
+    /// pending command of `input_bytes` into the Session `facts` were read
+    /// or kept for: its queue is kept from then on (unless it holds a
+    /// fence, whose requestIds only a read checks).
+    pub fn vouch_queued(
+        &self,
+        session_id: &str,
+        facts: &AdmissionFacts,
+        input_bytes: usize,
+    ) -> Result<(), SqlError> {
+        if !facts.session_exists || facts.fences {
+            return Ok(());
+        }
+        let queue = Queue {
+            pending_count: facts.pending_count + 1,
+            pending_bytes: facts.pending_bytes + input_bytes,
+            next_seq: facts.next_seq + 1,
+            running: facts.running,
+        };
+        crate::sql::vouch(self.sql, QUEUES, QUEUE_TABLES, session_id, queue)
     }
 
     /// A command of the Session by id.
