@@ -28,9 +28,13 @@ size_line() { # raw and gzip size of a file
 # files, files-search, error-paths: see Cargo.toml), for hosts that use none
 # of them; a host that does gets a 503 or a tool error naming the missing
 # feature.
-# Both compile this crate at opt-level z, not Cargo.toml's 2 (see there).
+# Both compile this crate and the dependencies Cargo.toml raises to 2 at
+# opt-level z (see there): the lean build's bound is tight.
 flags=()
-size_first=(--config 'profile.release.package.shiitake.opt-level="z"')
+size_first=()
+for package in shiitake serde_json serde_core itoa memchr wasm-bindgen js-sys; do
+  size_first+=(--config "profile.release.package.$package.opt-level=\"z\"")
+done
 [ "${SHIITAKE_LEAN:-0}" = 1 ] && flags+=(--no-default-features "${size_first[@]}")
 [ "${SHIITAKE_TEST_BUILD:-0}" = 1 ] && flags+=(--features fault-injection "${size_first[@]}")
 # The JS copy of the core's bounds (js/limits.mjs, committed: the typed
