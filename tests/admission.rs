@@ -631,7 +631,10 @@ fn a_kept_queue_admits_in_one_statement_and_every_other_write_makes_it_read() {
         (status, full["error"]["code"].as_str()),
         (429, Some("queue_full"))
     );
-    assert_eq!(statements, 0, "refused on the kept queue, before any write");
+    assert_eq!(statements, 1, "refused on the kept queue, then on a read");
+    // ...where an earlier admission of the requestId still wins.
+    let (status, _, replay) = counted(&mut h, prompt("s", "r2"));
+    assert_eq!((status, &replay), (200, &first));
     assert_eq!(h.pending("s").len(), PENDING_PER_SESSION_MAX);
 
     // A fence (a withdrawn requestId) in a kept Session: refused, and this

@@ -13,7 +13,7 @@ use crate::limits::{
     SESSIONS_PER_AGENT_MAX,
 };
 use crate::settlement::Settlement;
-use crate::sql::{atomically, SqlError};
+use crate::sql::atomically;
 use crate::store::{command_id, AdmissionFacts, Kind, NewCommand, State, Store, Terminal};
 use serde::Serialize;
 
@@ -195,45 +195,16 @@ pub struct Admitted {
 
 fn admit(ctx: &mut Ctx<'_>, a: Admission<'_>) -> Result<Admitted, ApiError> {
     // A Session whose queue is kept needs no read: a queued prompt is one
-    // statement. Its write fails when the requestId was admitted before
-    // (or the kept queue was wrong): nothing was written, and the
-    // admission is decided again from a read.
+    // statement. The kept facts know nothing of the requestId, whose
+    // earlier admission wins over every refusal: any failure on them (a
+    // refusal, or the insert failing on the requestId) wrote nothing, and
+    // the admission is decided again from a read.
     if let Some(facts) = ctx.store.kept_queue(a.session_id) {
-        match admit_with(ctx, &a, Some(facts)) {
-            Err(Failed::Write(_)) => {}
-            done => return done.map_err(ApiError::from),
+        if let Ok(admitted) = admit_with(ctx, &a, Some(facts)) {
+            return Ok(admitted);
         }
     }
-    admit_with(ctx, &a, None).map_err(ApiError::from)
-}
-
-/// Why an admission failed: refused by its rules, or its write failed.
-enum Failed {
-    Refused(ApiError),
-    Write(SqlError),
-}
-
-impl From<ApiError> for Failed {
-    fn from(e: ApiError) -> Self {
-        Failed::Refused(e)
-    }
-}
-
-/// Only [`atomically`]'s own write converts: inside the transition every
-/// error is an [`ApiError`] first.
-impl From<SqlError> for Failed {
-    fn from(e: SqlError) -> Self {
-        Failed::Write(e)
-    }
-}
-
-impl From<Failed> for ApiError {
-    fn from(f: Failed) -> Self {
-        match f {
-            Failed::Refused(e) => e,
-            Failed::Write(e) => e.into(),
-        }
-    }
+    admit_with(ctx, &a, None)
 }
 
 /// One admission as a transition, on `kept` facts or on a read.
@@ -241,7 +212,7 @@ fn admit_with(
     ctx: &mut Ctx<'_>,
     a: &Admission<'_>,
     kept: Option<AdmissionFacts>,
-) -> Result<Admitted, Failed> {
+) -> Result<Admitted, ApiError> {
     let store = ctx.store;
     let now_ms = ctx.now_ms;
     let ids = &mut *ctx.ids;
@@ -263,9 +234,7 @@ fn admit_with(
                 if queues(a.kind) && !admitted.claimed {
                     // Its one write is the pending command (stored input as
                     // given: `octet_length` is its UTF-8 length).
-                    store
-                        .vouch_queued(a.session_id, &facts, a.input.len())
-                        .map_err(ApiError::from)?;
+                    store.vouch_queued(a.session_id, &facts, a.input.len())?;
                 }
                 Ok(admitted)
             }
