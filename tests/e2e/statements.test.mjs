@@ -13,7 +13,7 @@
 // Counted until 200 ms after the settled frame (a watch: no read of its own).
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { eventually, useWorker } from "./helpers.mjs";
+import { eventually, expectAccepted, expectError, useWorker } from "./helpers.mjs";
 
 const T = { timeout: 90_000 };
 const TURNS = 3;
@@ -207,3 +207,39 @@ for (const [name, bindings] of [
     });
   });
 }
+
+describe("a queued prompt: the demo Agent", () => {
+  const h = useWorker({ fixture: "statements-worker", model: "hold" });
+
+  test("into a Session whose queue is kept: one sql.exec, its insert; a replay on it fails that insert on its requestId, writes nothing and is answered from a read", T, async () => {
+    const { a, sid } = await h.occupied();
+    const counted = async (send) => {
+      assert.equal((await h.api("POST", `/direct/${a.id}/host/reset`)).status, 200);
+      const reply = await send();
+      return { reply, stats: (await h.api("GET", `/direct/${a.id}/host/stats`)).json };
+    };
+    const first = await counted(() => a.prompt(sid, "q0", "queued 0"));
+    expectAccepted(first.reply);
+    assert.equal(first.stats.statements, 2, `a read, then the insert:\n${first.stats.texts.join("\n")}`);
+    const kept = await counted(() => a.prompt(sid, "q1", "queued 1"));
+    const q1 = expectAccepted(kept.reply);
+    assert.equal(kept.stats.statements, 1, kept.stats.texts.join("\n"));
+    assert.match(kept.stats.texts[0], /^INSERT INTO commands/);
+    assert.equal(kept.stats.rowsWritten, first.stats.rowsWritten, "the same insert (the row and its two index entries)");
+    const replay = await counted(() => a.prompt(sid, "q1", "queued 1"));
+    assert.equal(expectAccepted(replay.reply), q1, "the first receipt");
+    assert.equal(replay.stats.rowsWritten, 0, replay.stats.texts.join("\n"));
+    expectError(await a.prompt(sid, "q1", "another text"), 409, "request_conflict");
+    const pending = await a.pending(sid);
+    assert.deepEqual(
+      pending.map((p) => [p.requestId, p.text]),
+      [
+        ["q0", "queued 0"],
+        ["q1", "queued 1"],
+      ],
+    );
+    // The Agent goes on serving: the next prompt is admitted once.
+    expectAccepted(await a.prompt(sid, "q2", "queued 2"));
+    assert.equal((await a.pending(sid)).length, 3);
+  });
+});
