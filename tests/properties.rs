@@ -1,7 +1,7 @@
 //! Property: any sequence of admit / replay / withdraw / cancel / abort /
 //! restart keeps "one requestId, at most one command; a fenced requestId is
-//! never admitted", and the queue stays the FIFO of admitted, uncancelled
-//! prompts.
+//! never admitted", the queue stays the FIFO of admitted, uncancelled
+//! prompts, and a Session's kept queue is what a read answers.
 
 mod common;
 
@@ -164,6 +164,19 @@ proptest! {
                 &[],
             ).unwrap();
             prop_assert_eq!(fenced[0].int(0).unwrap(), 0);
+            // A Session's kept queue (admission decides on it without a
+            // read) is what a read answers.
+            let store = shiitake::store::Store::new(h.sql());
+            for s in SESSIONS {
+                if let Some(kept) = store.kept_queue(s) {
+                    let read = store.admission_facts(s, "").unwrap();
+                    prop_assert!(read.session_exists && !read.fences);
+                    prop_assert_eq!(
+                        (kept.pending_count, kept.pending_bytes, kept.next_seq, kept.running),
+                        (read.pending_count, read.pending_bytes, read.next_seq, read.running)
+                    );
+                }
+            }
             // The running turn and the queue are the admitted, uncancelled
             // prompts, in FIFO order.
             for (i, s) in SESSIONS.iter().enumerate() {
